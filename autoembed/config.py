@@ -1,0 +1,552 @@
+"""`EmbeddingConfig`: the one frozen, serialisable object that fully determines a model and
+its training step. It is what the search proposes, the memory model prices, `export` writes
+and `train` reads.
+
+Pure Python (no torch, no YAML at import) so the memory model and the GPU scripts can use it
+with torch alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from autoembed.errors import ConfigError
+
+__all__ = [
+    "TASKS",
+    "COMPRESSIONS",
+    "QR_OPERATIONS",
+    "PRECISIONS",
+    "SERVING",
+    "OPTIMIZERS",
+    "TABLE_ONLY_OPTIMIZERS",
+    "SPARSE_GRAD_OPTIMIZERS",
+    "POOLINGS",
+    "INTERACTIONS",
+    "TableConfig",
+    "EmbeddingConfig",
+    "ParamSpec",
+    "PrecisionPolicy",
+    "precision_policy",
+    "param_specs",
+    "load_config",
+    "save_config",
+    "config_from_dict",
+    "parse_config_text",
+]
+
+TASKS = ("ctr", "text")
+COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "shared")
+QR_OPERATIONS = ("mult", "add", "concat")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp16_master", "bf16_master", "amp_fp16", "amp_bf16")
+SERVING = ("none", "int8", "int4")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad", "sparse_adam")
+# Optimizers that only make sense for embedding rows (they need sparse, row-indexed gradients).
+TABLE_ONLY_OPTIMIZERS = ("rowwise_adagrad", "sparse_adam")
+# Table optimizers that take sparse gradients (torch.optim.SGD without momentum and Adagrad
+# accept them; rowwise_adagrad and sparse_adam require them). Tables under any other
+# optimizer get dense V x D gradients.
+SPARSE_GRAD_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
+POOLINGS = ("mean", "sum", "naive")
+INTERACTIONS = ("concat", "dot")
+# fp16 cannot represent 1e-8 (smallest subnormal is 6e-8): Adam's default eps rounds to 0 and
+# rows a step does not touch become 0/0 = NaN (REFERENCES.md, low precision pitfalls).
+FP16_MIN_ADAM_EPS = 1e-4
+
+
+def _fail(key: str, value: Any, rule: str) -> ConfigError:
+    return ConfigError(f"config key '{key}' = {value!r}: {rule}")
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise _fail(key, value, f"must be one of {', '.join(choices)}")
+
+
+def _positive_int(key: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(key, value, f"must be an integer >= {minimum}")
+
+
+def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if open_low else value >= low) and value <= high
+    if not ok:
+        lo = "(" if open_low else "["
+        raise _fail(key, value, f"must be a number in {lo}{low}, {high}]")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One categorical feature's embedding table.
+
+    `pooling_factor` is the average number of ids per sample for this field (1 for one-hot,
+    more for multi-hot bags); for the text task it is the sequence length.
+    `dim` is set only by mixed-dimension resolution (None: the config's common `dim`).
+    `frequency` is the share of this field's lookups that go to its average row, used by
+    mixed_dim (None: uniform, 1 / vocab_size).
+    """
+
+    name: str
+    vocab_size: int
+    pooling_factor: float = 1.0
+    dim: int | None = None
+    frequency: float | None = None
+
+    def validate(self, where: str) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise _fail(f"{where}.name", self.name, "must be a non-empty string")
+        _positive_int(f"{where}.vocab_size", self.vocab_size)
+        _number(f"{where}.pooling_factor", self.pooling_factor, 0.0, 1e9, open_low=True)
+        if self.dim is not None:
+            _positive_int(f"{where}.dim", self.dim)
+        if self.frequency is not None:
+            _number(f"{where}.frequency", self.frequency, 0.0, 1.0, open_low=True)
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """Everything that determines the model, its training step and its memory."""
+
+    task: str = "ctr"
+    tables: tuple[TableConfig, ...] = (TableConfig("f0", 1_000_000),)
+    dim: int = 64
+    num_classes: int = 2
+    seq_len: int = 1
+    pooling: str = "mean"
+    interaction: str = "concat"
+    dense_layers: tuple[int, ...] = (64,)
+    # compression
+    compression: str = "none"
+    hash_buckets: int | None = None
+    hash_seed: int = 0
+    qr_collisions: int = 4
+    qr_operation: str = "mult"
+    mixed_dim_alpha: float = 0.3
+    mixed_dim_min: int = 4
+    # precision
+    precision: str = "fp32"
+    serving: str = "none"
+    # optimisation
+    table_optimizer: str = "adam"
+    dense_optimizer: str = "adam"
+    lr: float = 1e-3
+    dense_lr: float | None = None
+    adam_eps: float | None = None
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    checkpointing: bool = False
+    batch_size: int = 256
+    grad_accum_steps: int = 1
+    seed: int = 0
+    # data spec (name and parameters) and where vocabulary maps live; written by resolution
+    data: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ----------------------------------------------------------------- validation
+    def validate(self) -> None:
+        _choice("task", self.task, TASKS)
+        if not isinstance(self.tables, tuple) or not self.tables:
+            raise _fail("tables", self.tables, "must list at least one table")
+        names = set()
+        for i, t in enumerate(self.tables):
+            if not isinstance(t, TableConfig):
+                raise _fail(f"tables[{i}]", t, "must be a table mapping")
+            t.validate(f"tables[{i}]")
+            if t.name in names:
+                raise _fail(f"tables[{i}].name", t.name, "table names must be unique")
+            names.add(t.name)
+        _positive_int("dim", self.dim)
+        _positive_int("num_classes", self.num_classes, 2)
+        _positive_int("seq_len", self.seq_len)
+        _choice("pooling", self.pooling, POOLINGS)
+        _choice("interaction", self.interaction, INTERACTIONS)
+        if self.task == "text":
+            if len(self.tables) != 1:
+                raise _fail("tables", len(self.tables), "the text task has exactly one table")
+        elif self.num_classes != 2:
+            raise _fail("num_classes", self.num_classes, "the ctr task is binary: use 2")
+        if not isinstance(self.dense_layers, tuple):
+            raise _fail("dense_layers", self.dense_layers, "must be a list of layer widths")
+        for i, w in enumerate(self.dense_layers):
+            _positive_int(f"dense_layers[{i}]", w)
+        _choice("compression", self.compression, COMPRESSIONS)
+        if self.compression == "hash":
+            if self.hash_buckets is None:
+                raise _fail("hash_buckets", None, "compression 'hash' needs hash_buckets >= 1")
+            _positive_int("hash_buckets", self.hash_buckets)
+        elif self.hash_buckets is not None:
+            _positive_int("hash_buckets", self.hash_buckets)
+        _positive_int("hash_seed", self.hash_seed, 0)
+        _positive_int("qr_collisions", self.qr_collisions, 2)
+        _choice("qr_operation", self.qr_operation, QR_OPERATIONS)
+        if self.compression == "qr":
+            largest = max(t.vocab_size for t in self.tables)
+            if self.qr_collisions >= largest:
+                raise _fail(
+                    "qr_collisions", self.qr_collisions,
+                    f"must be below the vocab size ({largest}) or QR compresses nothing",
+                )
+            if self.qr_operation == "concat" and self.dim % 2:
+                raise _fail("dim", self.dim, "qr_operation 'concat' needs an even dim (D/2 each)")
+        _number("mixed_dim_alpha", self.mixed_dim_alpha, 0.0, 1.0)
+        _positive_int("mixed_dim_min", self.mixed_dim_min)
+        if self.compression == "shared" and self.task != "ctr":
+            raise _fail("compression", "shared", "sharing needs several fields: use task ctr")
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("serving", self.serving, SERVING)
+        if self.serving == "int4":
+            for t in self.tables:
+                d = t.dim if t.dim is not None else self.dim
+                if d % 2:
+                    raise _fail("dim", d, "int4 serving packs two values a byte: use an even dim")
+        _choice("table_optimizer", self.table_optimizer, OPTIMIZERS)
+        _choice("dense_optimizer", self.dense_optimizer, OPTIMIZERS)
+        if self.dense_optimizer in TABLE_ONLY_OPTIMIZERS:
+            raise _fail(
+                "dense_optimizer", self.dense_optimizer,
+                "is a sparse, row-wise optimizer for tables only; use sgd, momentum, adam, "
+                "adamw or adagrad for the dense tower",
+            )
+        _number("lr", self.lr, 0.0, 100.0, open_low=True)
+        if self.dense_lr is not None:
+            _number("dense_lr", self.dense_lr, 0.0, 100.0, open_low=True)
+        if self.adam_eps is not None:
+            _number("adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
+            if self.precision == "fp16" and self.adam_eps < FP16_MIN_ADAM_EPS:
+                raise _fail(
+                    "adam_eps", self.adam_eps,
+                    f"fp16 parameters need eps >= {FP16_MIN_ADAM_EPS} (1e-8 rounds to 0 in fp16 "
+                    "and untouched rows turn NaN); raise it or use fp16_master",
+                )
+        _number("momentum", self.momentum, 0.0, 1.0)
+        _number("weight_decay", self.weight_decay, 0.0, 1.0)
+        _positive_int("warmup_steps", self.warmup_steps, 0)
+        if not isinstance(self.checkpointing, bool):
+            raise _fail("checkpointing", self.checkpointing, "must be true or false")
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("grad_accum_steps", self.grad_accum_steps)
+        _positive_int("seed", self.seed, 0)
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def effective_adam_eps(self) -> float:
+        """Adam eps: the user's, else 1e-8, raised to 1e-4 for fp16 parameters."""
+        if self.adam_eps is not None:
+            return self.adam_eps
+        return FP16_MIN_ADAM_EPS if self.precision == "fp16" else 1e-8
+
+    @property
+    def effective_dense_lr(self) -> float:
+        return self.dense_lr if self.dense_lr is not None else self.lr
+
+    @property
+    def sparse_tables(self) -> bool:
+        """Whether table gradients are sparse (one row per lookup) rather than dense."""
+        return self.table_optimizer in SPARSE_GRAD_OPTIMIZERS
+
+    def lookups_per_sample(self, table: TableConfig) -> float:
+        return float(self.seq_len) if self.task == "text" else table.pooling_factor
+
+    def table_dim(self, table: TableConfig) -> int:
+        return table.dim if table.dim is not None else self.dim
+
+    @property
+    def is_resolved(self) -> bool:
+        if self.compression != "mixed_dim":
+            return True
+        return all(t.dim is not None for t in self.tables)
+
+    def resolve(self) -> EmbeddingConfig:
+        """Write data-dependent values into the config (today: mixed-dim per-table dims).
+
+        Mixed-dimension embeddings (Ginart et al., 2019; DLRM `md_solver` power rule): a table
+        whose average row is looked up with probability p gets d = lambda * p**alpha, with
+        lambda chosen so the most popular table gets the full `dim`; at least `mixed_dim_min`.
+        """
+        if self.is_resolved:
+            return self
+        pops = [t.frequency if t.frequency is not None else 1.0 / t.vocab_size for t in self.tables]
+        top = max(pops)
+        tables = []
+        for t, p in zip(self.tables, pops, strict=True):
+            d = round(self.dim * (p / top) ** self.mixed_dim_alpha)
+            d = max(min(self.dim, d), min(self.mixed_dim_min, self.dim))
+            tables.append(replace(t, dim=d))
+        return replace(self, tables=tuple(tables))
+
+    # ----------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "tables":
+                v = [
+                    {k.name: getattr(t, k.name) for k in fields(t) if getattr(t, k.name) is not None}
+                    for t in v
+                ]
+            elif f.name == "dense_layers":
+                v = list(v)
+            elif f.name == "data":
+                v = _plain(v) if v is not None else None
+            out[f.name] = v
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def flat_params(self) -> dict[str, str]:
+        """The config as flat key -> string pairs (MLflow params, CSV columns)."""
+        d = self.to_dict()
+        flat: dict[str, str] = {}
+        for k, v in d.items():
+            if k == "tables":
+                for t in v:
+                    for tk, tv in t.items():
+                        if tk != "name":
+                            flat[f"table.{t['name']}.{tk}"] = str(tv)
+            elif k == "data":
+                continue
+            else:
+                flat[k] = str(v)
+        return flat
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+_TABLE_KEYS = {f.name for f in fields(TableConfig)}
+_CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
+
+
+def _suggest(key: str, keys: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(keys), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> EmbeddingConfig:
+    """Build and validate a config from plain data; errors name the source, key and value."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in _CONFIG_KEYS]
+    if unknown:
+        k = unknown[0]
+        raise ConfigError(
+            f"{source}: unknown key '{k}'{_suggest(str(k), _CONFIG_KEYS)}; "
+            f"valid keys: {', '.join(sorted(_CONFIG_KEYS))}"
+        )
+    kw: dict[str, Any] = dict(raw)
+    if "tables" in kw:
+        tables = kw["tables"]
+        if not isinstance(tables, list) or not tables:
+            raise ConfigError(f"{source}: key 'tables' = {tables!r}: must be a non-empty list")
+        built = []
+        for i, t in enumerate(tables):
+            if not isinstance(t, Mapping):
+                raise ConfigError(f"{source}: key 'tables[{i}]' = {t!r}: must be a mapping")
+            bad = [k for k in t if k not in _TABLE_KEYS]
+            if bad:
+                raise ConfigError(
+                    f"{source}: unknown key 'tables[{i}].{bad[0]}'"
+                    f"{_suggest(str(bad[0]), _TABLE_KEYS)}; valid: {', '.join(sorted(_TABLE_KEYS))}"
+                )
+            if "name" not in t or "vocab_size" not in t:
+                raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
+            built.append(TableConfig(**t))
+        kw["tables"] = tuple(built)
+    if "dense_layers" in kw:
+        dl = kw["dense_layers"]
+        if not isinstance(dl, (list, tuple)):
+            raise ConfigError(f"{source}: key 'dense_layers' = {dl!r}: must be a list of widths")
+        kw["dense_layers"] = tuple(dl)
+    try:
+        return EmbeddingConfig(**kw)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except TypeError as e:  # pragma: no cover - defensive: dataclass signature mismatch
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def parse_config_text(text: str, source: str) -> EmbeddingConfig:
+    import yaml  # lazy: keeps `import autoembed.config` torch- and yaml-free
+
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}") from None
+    if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
+        raw = raw["config"]  # exported files wrap the config with provenance
+    return config_from_dict(raw, source)
+
+
+def load_config(path: str | Path) -> EmbeddingConfig:
+    """Read a YAML or JSON config file (exported or hand-written) and validate it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file '{p}' does not exist; give the path of a YAML file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
+    return parse_config_text(text, str(p))
+
+
+def save_config(config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write the config as YAML (or JSON when the suffix is .json), atomically."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    body: dict[str, Any] = {"config": config.to_dict()}
+    if extra:
+        body.update(_plain(extra))
+    if p.suffix == ".json":
+        text = json.dumps(body, indent=2)
+    else:
+        import yaml
+
+        text = yaml.safe_dump(body, sort_keys=False)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, p)
+    return p
+
+
+# ===================================================================== precision and layout
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Exactly which tensors a training precision creates.
+
+    param_bytes: bytes per element of every parameter (tables and tower) in the model.
+    master: an fp32 master copy of every parameter exists; the optimizer steps the master,
+        its state is fp32 and, during the step, each parameter has an fp32 gradient.
+    autocast: the forward runs under torch.autocast in `autocast_dtype` (Linear layers and
+        their weight casts in half precision; embedding lookups stay fp32).
+    """
+
+    name: str
+    param_dtype: str
+    param_bytes: int
+    master: bool
+    autocast_dtype: str | None
+
+    @property
+    def state_bytes(self) -> int:
+        return 4 if self.master else self.param_bytes
+
+
+_POLICIES = {
+    "fp32": PrecisionPolicy("fp32", "float32", 4, False, None),
+    "fp16": PrecisionPolicy("fp16", "float16", 2, False, None),
+    "bf16": PrecisionPolicy("bf16", "bfloat16", 2, False, None),
+    "fp16_master": PrecisionPolicy("fp16_master", "float16", 2, True, None),
+    "bf16_master": PrecisionPolicy("bf16_master", "bfloat16", 2, True, None),
+    "amp_fp16": PrecisionPolicy("amp_fp16", "float32", 4, False, "float16"),
+    "amp_bf16": PrecisionPolicy("amp_bf16", "float32", 4, False, "bfloat16"),
+}
+
+
+def precision_policy(precision: str) -> PrecisionPolicy:
+    _choice("precision", precision, PRECISIONS)
+    return _POLICIES[precision]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter tensor the built model holds.
+
+    kind: "table" (embedding rows, optimised by `table_optimizer`) or "dense" (tower and
+    projections, optimised by `dense_optimizer`). `table` names the field(s) it serves.
+    `lookups_per_sample`: rows a sample reads from this tensor (sizes sparse gradients).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+    table: str | None = None
+    lookups_per_sample: float = 0.0
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+
+def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
+    """Embedding tensors for one field under the config's compression."""
+    look = config.lookups_per_sample(t)
+    v, d = t.vocab_size, config.table_dim(t)
+    c = config.compression
+    if c == "hash":
+        assert config.hash_buckets is not None
+        rows = min(v, config.hash_buckets)
+        return [ParamSpec(f"tables.{t.name}.weight", (rows, d), "table", t.name, look)]
+    if c == "qr" and v > config.qr_collisions:
+        m = config.qr_collisions
+        dq = d // 2 if config.qr_operation == "concat" else d
+        return [
+            ParamSpec(f"tables.{t.name}.q_weight", (math.ceil(v / m), dq), "table", t.name, look),
+            ParamSpec(f"tables.{t.name}.r_weight", (m, dq), "table", t.name, look),
+        ]
+    if c == "mixed_dim" and d != config.dim:
+        return [
+            ParamSpec(f"tables.{t.name}.weight", (v, d), "table", t.name, look),
+            ParamSpec(f"tables.{t.name}.proj.weight", (config.dim, d), "dense", t.name),
+        ]
+    return [ParamSpec(f"tables.{t.name}.weight", (v, d), "table", t.name, look)]
+
+
+def tower_input_width(config: EmbeddingConfig) -> int:
+    f = len(config.tables)
+    if config.task == "text" or config.interaction == "concat":
+        return f * config.dim
+    # dot: pairwise dot products of the F pooled embeddings plus their mean (DLRM-style)
+    return f * (f - 1) // 2 + config.dim
+
+
+def param_specs(config: EmbeddingConfig) -> tuple[ParamSpec, ...]:
+    """Every parameter tensor of `build_model(config)`, in order: the shared layout contract
+    between the model builder and the memory model (they must agree byte for byte)."""
+    if not config.is_resolved:
+        config = config.resolve()
+    specs: list[ParamSpec] = []
+    if config.compression == "shared":
+        v = max(t.vocab_size for t in config.tables)
+        look = sum(config.lookups_per_sample(t) for t in config.tables)
+        names = ",".join(t.name for t in config.tables)
+        specs.append(ParamSpec("tables.shared.weight", (v, config.dim), "table", names, look))
+    else:
+        for t in config.tables:
+            specs.extend(_table_storage(config, t))
+    width = tower_input_width(config)
+    out = 1 if config.task == "ctr" else config.num_classes
+    for i, h in enumerate((*config.dense_layers, out)):
+        specs.append(ParamSpec(f"tower.{i}.weight", (h, width), "dense"))
+        specs.append(ParamSpec(f"tower.{i}.bias", (h,), "dense"))
+        width = h
+    return tuple(specs)

@@ -1,0 +1,31 @@
+"""Error types shared by every stage; the CLI maps them to DESIGN.md's exit codes."""
+
+from __future__ import annotations
+
+__all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError"]
+
+
+class AutoembedError(Exception):
+    """Base class: a message meant for a human, one line, naming the value and the fix."""
+
+    exit_code = 1
+
+
+class ConfigError(AutoembedError, ValueError):
+    """A config, search space or command-line value breaks a rule (exit status 2)."""
+
+    exit_code = 2
+
+
+class BudgetError(ConfigError):
+    """A budget string cannot be parsed or resolved (exit status 2)."""
+
+
+class DataError(ConfigError):
+    """Input data are missing, unreadable or malformed (exit status 2)."""
+
+
+class UnsupportedError(AutoembedError):
+    """The device cannot run what the config asks for (e.g. bf16 on an old GPU)."""
+
+    exit_code = 1
