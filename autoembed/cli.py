@@ -1,0 +1,265 @@
+"""The `autoembed` command line: parse, call one library function, print.
+
+Exit status (DESIGN.md, Contracts): 0 done; 1 failure while running; 2 bad input;
+3 does not fit the budget; 130 interrupted. Bad input never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from autoembed.errors import AutoembedError, ConfigError
+
+__all__ = ["app", "main"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+app = typer.Typer(
+    name="autoembed",
+    help="Find the best embedding-layer configuration under a GPU memory budget.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+@app.callback()
+def _root() -> None:
+    """Find the best embedding-layer configuration under a GPU memory budget."""
+
+
+# The seed workload (the article's text model): V=1M tokens, D=300, batch 64, seq 512, Adam.
+SEED_DEFAULTS: dict[str, Any] = {
+    "task": "text", "vocab": "1000000", "dim": 300, "batch": 64, "seq": 512,
+    "num_classes": 4, "dense_layers": "",
+}
+# Dense optimizer to pair with a table-only optimizer given as --optimizer.
+_DENSE_FOR = {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    con = Console(stderr=stderr, highlight=False)
+    if not con.is_terminal:
+        con.width = max(con.width, 120)  # pipes and CI logs: don't wrap the tables
+    return con
+
+
+def _int_list(text: str, key: str) -> tuple[int, ...]:
+    if text.strip() == "":
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000") from None
+
+
+def _build_config(
+    config_path: Optional[Path], overrides: dict[str, Any]
+) -> Any:
+    from autoembed.config import EmbeddingConfig, TableConfig, load_config
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if config_path is not None:
+        base = load_config(config_path)
+    else:
+        base = None
+        several = "vocab" in given and "," in str(given["vocab"])
+        for k, v in SEED_DEFAULTS.items():
+            if several and k in ("task", "seq", "num_classes"):
+                continue  # several tables: a ctr model, not the seed's text model
+            given.setdefault(k, v)
+    kw: dict[str, Any] = {}
+    simple = {
+        "task": "task", "dim": "dim", "batch": "batch_size", "seq": "seq_len",
+        "precision": "precision", "serving": "serving", "compression": "compression",
+        "hash_buckets": "hash_buckets", "qr_collisions": "qr_collisions",
+        "qr_operation": "qr_operation", "mixed_dim_alpha": "mixed_dim_alpha",
+        "pooling": "pooling", "checkpointing": "checkpointing", "grad_accum": "grad_accum_steps",
+        "num_classes": "num_classes", "interaction": "interaction",
+    }
+    for flag, key in simple.items():
+        if flag in given:
+            kw[key] = given[flag]
+    if "optimizer" in given:
+        kw["table_optimizer"] = given["optimizer"]
+        kw["dense_optimizer"] = _DENSE_FOR.get(given["optimizer"], given["optimizer"])
+    if "dense_optimizer" in given:
+        kw["dense_optimizer"] = given["dense_optimizer"]
+    if "dense_layers" in given:
+        kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers")
+    if "vocab" in given:
+        vocabs = _int_list(given["vocab"], "vocab")
+        if not vocabs:
+            raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
+        for v in vocabs:
+            if v < 1:
+                raise ConfigError(f"--vocab {v}: a vocabulary size must be >= 1")
+        pooling = given.get("pooling_factor") or 1.0
+        names = ["tokens"] if len(vocabs) == 1 and kw.get("task", getattr(base, "task", "")) == "text" \
+            else [f"f{i}" for i in range(len(vocabs))]
+        kw["tables"] = tuple(TableConfig(n, v, pooling) for n, v in zip(names, vocabs, strict=True))
+        if len(vocabs) > 1 and "task" not in kw:
+            kw["task"] = "ctr"
+        if kw.get("task", getattr(base, "task", "ctr")) == "ctr":
+            kw.setdefault("num_classes", 2)
+    if base is None:
+        return EmbeddingConfig(**kw)
+    return replace(base, **kw) if kw else base
+
+
+def _render_estimate(est: Any, config: Any, budget: Any) -> None:
+    from rich.table import Table
+
+    from autoembed.budget import format_bytes
+
+    con = _console()
+    total = est.device_total
+    t = Table(title=f"Memory for one training step ({est.method}, peak in {est.peak_phase})")
+    t.add_column("category")
+    t.add_column("bytes", justify="right")
+    t.add_column("size", justify="right")
+    t.add_column("of total", justify="right")
+    if budget is not None:
+        t.add_column("of budget", justify="right")
+    rows = [
+        ("parameters", est.parameters), ("gradients", est.gradients),
+        ("optimizer state", est.optimizer_state), ("activations", est.activations),
+        ("temporaries", est.temporaries), ("allocated peak", est.allocated_peak),
+        ("reserved peak", est.reserved_peak), ("overhead (context, workspace, reserve)", est.overhead),
+        ("device total", est.device_total), ("serving bytes", est.serving_bytes),
+    ]
+    for name, b in rows:
+        cells = [name, f"{b:,}", format_bytes(b), f"{100 * b / total:.1f}%"]
+        if budget is not None:
+            cells.append(f"{100 * b / budget.bytes:.1f}%")
+        style = "bold" if name in ("allocated peak", "device total") else None
+        t.add_row(*cells, style=style)
+    con.print(t)
+    tt = Table(title="Per table")
+    for col in ("table", "rows", "dim", "parameters", "gradients", "optimizer state", "serving"):
+        tt.add_column(col, justify="left" if col == "table" else "right")
+    for r in est.tables:
+        tt.add_row(r.name, f"{r.rows:,}", str(r.dim), format_bytes(r.parameters),
+                   format_bytes(r.gradients), format_bytes(r.optimizer_state),
+                   format_bytes(r.serving_bytes))
+    con.print(tt)
+    if est.per_gpu:
+        gt = Table(title=f"Per GPU ({est.gpus} GPUs, {est.sharding}-wise sharding)")
+        for col in ("gpu", "tables", "allocated peak", "device total"):
+            gt.add_column(col)
+        for g in est.per_gpu:
+            gt.add_row(str(g.gpu), ",".join(g.tables) or "-", format_bytes(g.allocated_peak),
+                       format_bytes(g.device_total))
+        con.print(gt)
+    if budget is not None:
+        verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
+        con.print(
+            f"device total {format_bytes(est.device_total)} {verdict} the budget "
+            f"{budget.text} = {format_bytes(budget.bytes)}"
+        )
+
+
+@app.command()
+def estimate(
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config file."),
+    budget: Optional[str] = typer.Option(None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%."),
+    method: str = typer.Option("analytic", help="analytic (microseconds) or traced (one fake step)."),
+    gpus: int = typer.Option(1, help="GPUs to shard the tables over."),
+    sharding: str = typer.Option("table", help="table or row (with --gpus > 1)."),
+    task: Optional[str] = typer.Option(None, help="ctr or text."),
+    vocab: Optional[str] = typer.Option(None, help="Vocab size, or a comma list (one per table)."),
+    dim: Optional[int] = typer.Option(None, help="Embedding dimension."),
+    batch: Optional[int] = typer.Option(None, help="Batch size."),
+    seq: Optional[int] = typer.Option(None, help="Sequence length (text)."),
+    pooling_factor: Optional[float] = typer.Option(None, help="Ids per sample per table (ctr)."),
+    precision: Optional[str] = typer.Option(None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16."),
+    serving: Optional[str] = typer.Option(None, help="none, int8 or int4."),
+    optimizer: Optional[str] = typer.Option(None, help="Table optimizer (and dense, where it can)."),
+    dense_optimizer: Optional[str] = typer.Option(None, help="Dense tower optimizer."),
+    compression: Optional[str] = typer.Option(None, help="none, hash, qr, mixed_dim or shared."),
+    hash_buckets: Optional[int] = typer.Option(None, help="Buckets for --compression hash."),
+    qr_collisions: Optional[int] = typer.Option(None, help="m for --compression qr."),
+    qr_operation: Optional[str] = typer.Option(None, help="mult, add or concat."),
+    mixed_dim_alpha: Optional[float] = typer.Option(None, help="Power-rule exponent in [0, 1]."),
+    pooling: Optional[str] = typer.Option(None, help="mean, sum or naive."),
+    interaction: Optional[str] = typer.Option(None, help="concat or dot (ctr)."),
+    dense_layers: Optional[str] = typer.Option(None, help="Tower widths, e.g. 256,64."),
+    num_classes: Optional[int] = typer.Option(None, help="Classes (text)."),
+    grad_accum: Optional[int] = typer.Option(None, help="Gradient accumulation steps."),
+    checkpointing: Optional[bool] = typer.Option(None, "--checkpointing/--no-checkpointing"),
+    reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
+    device_memory: Optional[str] = typer.Option(None, help="Device memory for a % budget."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Price a config in bytes (no GPU needed) and say whether it fits a budget."""
+    from autoembed.budget import Budget, parse_size
+    from autoembed.memory import estimate as estimate_memory
+
+    cfg = _build_config(config, {
+        "task": task, "vocab": vocab, "dim": dim, "batch": batch, "seq": seq,
+        "pooling_factor": pooling_factor, "precision": precision, "serving": serving,
+        "optimizer": optimizer, "dense_optimizer": dense_optimizer, "compression": compression,
+        "hash_buckets": hash_buckets, "qr_collisions": qr_collisions,
+        "qr_operation": qr_operation, "mixed_dim_alpha": mixed_dim_alpha, "pooling": pooling,
+        "interaction": interaction, "dense_layers": dense_layers, "num_classes": num_classes,
+        "grad_accum": grad_accum, "checkpointing": checkpointing,
+    })
+    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
+    bud = Budget.parse(budget, dev_mem) if budget is not None else None
+    reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
+    est = estimate_memory(cfg, method=method, budget=bud.bytes if bud else None, gpus=gpus,
+                          sharding=sharding, reserve=reserve_b)
+    if as_json:
+        d = est.to_dict()
+        print(json.dumps({k: d[k] for k in (
+            "method", "parameters", "gradients", "optimizer_state", "activations",
+            "temporaries", "allocated_peak", "reserved_peak", "overhead", "device_total",
+            "serving_bytes", "tables", "budget", "fits", "peak_phase", "gpus", "sharding",
+            "per_gpu")}))
+    else:
+        _render_estimate(est, cfg, bud)
+    if est.fits is False:
+        raise typer.Exit(EXIT_NO_FIT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app and map errors to exit codes with one clear line."""
+    debug = os.environ.get("AUTOEMBED_DEBUG") == "1"
+    try:
+        rc = app(args=argv, standalone_mode=False)  # returns typer.Exit codes in this mode
+        return rc if isinstance(rc, int) else EXIT_OK
+    except typer.Exit as e:
+        return int(e.exit_code)
+    except AutoembedError as e:
+        if debug:
+            raise
+        print(f"autoembed: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("autoembed: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - usage errors and failures while running
+        # typer vendors its own click: recognise its exceptions by shape, not by class.
+        if type(e).__name__ == "Abort":
+            print("autoembed: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+            e.show()
+            return EXIT_BAD_INPUT if e.exit_code == 2 else EXIT_FAILURE
+        if debug:
+            raise
+        print(f"autoembed: failed: {type(e).__name__}: {e} (set AUTOEMBED_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The memory model: how many bytes of GPU memory a config needs to train.
+
+`estimate(config, method="analytic" | "traced")` returns a `MemoryEstimate`. The analytic
+model is closed-form (microseconds); the traced one runs one real training step of the built
+model on fake tensors (no table is allocated) and counts live bytes with the CUDA caching
+allocator's rounding.
+"""
+
+from __future__ import annotations
+
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError
+from autoembed.memory.analytic import analytic_estimate
+from autoembed.memory.types import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    GpuShare,
+    MemoryEstimate,
+    TableMemory,
+)
+
+__all__ = [
+    "estimate",
+    "MemoryEstimate",
+    "TableMemory",
+    "GpuShare",
+    "METHODS",
+    "CUDA_CONTEXT_BYTES",
+    "CUBLAS_WORKSPACE_BYTES",
+]
+
+METHODS = ("analytic", "traced")
+SHARDINGS = ("table", "row")
+
+
+def estimate(
+    config: EmbeddingConfig,
+    *,
+    method: str = "analytic",
+    budget: int | None = None,
+    gpus: int = 1,
+    sharding: str = "table",
+    reserve: int = 0,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+) -> MemoryEstimate:
+    """Price one training step of `config` in bytes; `budget` (bytes) fills in `fits`."""
+    if method not in METHODS:
+        raise ConfigError(f"method '{method}' is not known; use one of {', '.join(METHODS)}")
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding '{sharding}' is not known; use one of {', '.join(SHARDINGS)}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError(f"gpus = {gpus!r}: must be an integer >= 1")
+    if reserve < 0:
+        raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
+    if method == "traced":
+        from autoembed.memory.traced import traced_estimate
+
+        est = traced_estimate(config, gpus=gpus, sharding=sharding, reserve=reserve,
+                              context_bytes=context_bytes)
+    else:
+        est = analytic_estimate(config, gpus=gpus, sharding=sharding, reserve=reserve,
+                                context_bytes=context_bytes)
+    return est.with_budget(budget)

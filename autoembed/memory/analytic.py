@@ -1,0 +1,282 @@
+"""Analytic memory model: closed-form bytes of one training step, in microseconds.
+
+The step is zero_grad(set_to_none) -> forward -> backward -> table step -> dense step,
+in steady state (optimizer state exists; it is created during the first step, while the
+gradients are alive, so the first step peaks at the same figure). Three phases are priced
+and the largest is the peak:
+
+  static   = parameters + fp32 masters + optimizer state            (always live)
+  backward = static + saved activations + gradients + backward transients
+  step     = static + gradients (fp32 master grads under *_master) + optimizer temporaries
+
+Every tensor is priced as the CUDA caching allocator would hand it out (512 B blocks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoembed.config import EmbeddingConfig, ParamSpec, param_specs, precision_policy
+from autoembed.memory.types import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    GpuShare,
+    MemoryEstimate,
+    TableMemory,
+    reserved_for,
+    round_block,
+)
+
+__all__ = ["analytic_estimate", "optimizer_state_bytes", "serving_row_bytes", "STATE_MULTIPLIER"]
+
+# Optimizer state tensors per parameter element (TorchRec shard_estimators
+# `_get_optimizer_multipler`; torch.optim sources). rowwise_adagrad is per row, priced apart.
+STATE_MULTIPLIER = {
+    "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adagrad": 1, "sparse_adam": 2,
+    "rowwise_adagrad": 0,
+}
+# FBGEMM row-wise Adagrad keeps one fp32 accumulator per row (REFERENCES.md).
+ROWWISE_STATE_BYTES = 4
+# Param-sized temporaries of the foreach (multi-tensor) step on dense gradients, the path
+# CUDA takes by default (torch/optim/*.py `_multi_tensor_*`): Adam/AdamW allocate
+# exp_avg_sq_sqrt (1x); Adagrad allocates sqrt(state_sum) and grad * -clr (2x); SGD and
+# momentum update in place (0x).
+FOREACH_TEMPORARIES = {"sgd": 0, "momentum": 0, "adam": 1, "adamw": 1, "adagrad": 2}
+# Row-sized temporaries of the sparse step, in coalesced-gradient rows (beyond the coalesced
+# copy itself): SparseAdam builds old exp_avg/exp_avg_sq values, two update values and the
+# final update (torch/optim/sparse_adam.py); Adagrad's sparse path builds grad^2, std and the
+# update (torch/optim/adagrad.py); row-wise Adagrad the scaled update (models/optim.py);
+# plain SGD adds the coalesced gradient in place.
+SPARSE_TEMPORARIES = {"sgd": 0, "adagrad": 3, "sparse_adam": 5, "rowwise_adagrad": 1}
+INDEX_BYTES = 8  # int64 ids, offsets and sparse-gradient indices
+# FBGEMM inference rows: int8 D + 4 (fp16 scale and bias), int4 D/2 + 4, aligned to 16 B.
+ROW_ALIGN = 16
+SCALE_BIAS_BYTES = 4
+
+
+def serving_row_bytes(serving: str, dim: int, param_bytes: int) -> int:
+    if serving == "int8":
+        return ROW_ALIGN * math.ceil((dim + SCALE_BIAS_BYTES) / ROW_ALIGN)
+    if serving == "int4":
+        return ROW_ALIGN * math.ceil((dim // 2 + SCALE_BIAS_BYTES) / ROW_ALIGN)
+    return dim * param_bytes
+
+
+def optimizer_state_bytes(optimizer: str, spec: ParamSpec, state_bytes: int) -> int:
+    if optimizer == "rowwise_adagrad":
+        return round_block(spec.rows * ROWWISE_STATE_BYTES)
+    return STATE_MULTIPLIER[optimizer] * round_block(spec.numel * state_bytes)
+
+
+@dataclass(frozen=True)
+class _Priced:
+    params: list[int]
+    masters: list[int]
+    state: list[int]
+    grads: list[int]
+    master_grads: list[int]
+    activations: list[int]
+    backward_transient: list[int]
+    step_temporaries: list[int]
+    table_rows: list[TableMemory]
+    serving: int
+
+
+def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Priced:
+    pol = precision_policy(config.precision)
+    pb, sb = pol.param_bytes, pol.state_bytes
+    acc = config.grad_accum_steps
+    params: list[int] = []
+    masters: list[int] = []
+    state: list[int] = []
+    grads: list[int] = []
+    master_grads: list[int] = []
+    table_temps: list[int] = []  # foreach: summed over the group
+    sparse_temps: list[int] = []  # per-tensor loop: only the largest is live
+    dense_temps: list[int] = []
+    serving = 0
+    per_table: dict[str, list[int]] = {}
+    table_dims: dict[str, tuple[int, int]] = {}
+    for s in specs:
+        is_table = s.kind == "table"
+        opt = config.table_optimizer if is_table else config.dense_optimizer
+        p = round_block(s.numel * pb)
+        params.append(p)
+        if pol.master:
+            masters.append(round_block(s.numel * 4))
+        st = optimizer_state_bytes(opt, s, sb)
+        state.append(st)
+        dim = s.shape[1] if len(s.shape) > 1 else 1
+        if is_table and config.sparse_tables:
+            lookups = math.ceil(batch * s.lookups_per_sample) * acc
+            g = round_block(lookups * dim * pb) + round_block(lookups * INDEX_BYTES)
+            mg = round_block(lookups * dim * 4) + round_block(lookups * INDEX_BYTES)
+            uniq = min(s.rows, lookups)
+            grad_b = 4 if pol.master else pb
+            coalesced = round_block(uniq * dim * grad_b) + round_block(uniq * INDEX_BYTES)
+            sparse_temps.append(coalesced + SPARSE_TEMPORARIES[opt] * round_block(uniq * dim * sb))
+        else:
+            g = round_block(s.numel * pb)
+            mg = round_block(s.numel * 4)
+            (table_temps if is_table else dense_temps).append(
+                FOREACH_TEMPORARIES[opt] * round_block(s.numel * sb)
+            )
+        grads.append(g)
+        if pol.master:
+            master_grads.append(mg)
+        if is_table:
+            srv = s.rows * serving_row_bytes(config.serving, dim, pb)
+            key = s.table or s.name
+            acc_t = per_table.setdefault(key, [0, 0, 0, 0])
+            acc_t[0] += p + (masters[-1] if pol.master else 0)
+            acc_t[1] += g
+            acc_t[2] += st
+            acc_t[3] += srv
+            r, d = table_dims.get(key, (0, 0))
+            table_dims[key] = (r + s.rows, max(d, dim))
+        else:
+            srv = s.numel * pb
+        serving += srv
+    step_temps = [max(sum(table_temps), max(sparse_temps, default=0), sum(dense_temps))]
+    acts, transient = _activations(config, specs, batch)
+    rows = [
+        TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()
+    ]
+    return _Priced(params, masters, state, grads, master_grads, acts, transient, step_temps,
+                   rows, serving)
+
+
+def _activations(
+    config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
+) -> tuple[list[int], list[int]]:
+    """Blocks saved for backward, and the largest transient of forward/backward."""
+    pol = precision_policy(config.precision)
+    emb_b = pol.param_bytes  # autocast leaves embedding lookups in the parameter dtype
+    tower_b = 2 if pol.autocast_dtype else pol.param_bytes
+    acts: list[int] = []
+    transient = 0
+    # The batch itself: int64 id matrices and the labels.
+    for t in config.tables:
+        acts.append(round_block(batch * math.ceil(config.lookups_per_sample(t)) * INDEX_BYTES))
+    acts.append(round_block(batch * 8))
+    for s in specs:
+        if s.kind != "table":
+            continue
+        dim = s.shape[1]
+        lookups = math.ceil(batch * s.lookups_per_sample)
+        if config.pooling == "naive" or (config.compression == "qr" and config.qr_operation == "mult"
+                                         and s.lookups_per_sample > 1):
+            # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
+            # of the lookup in backward (mean pooling's backward expands then divides).
+            transient = max(transient, 2 * round_block(lookups * dim * emb_b))
+        else:
+            # embedding_bag bookkeeping saved for backward: indices, offset2bag, offsets,
+            # bag_size, max_indices (aten/src/ATen/native/EmbeddingBag.cpp).
+            acts.append(round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES))
+        acts.append(round_block(batch * dim * emb_b))  # pooled output
+    f = len(config.tables)
+    d = config.dim
+    acts.append(round_block(batch * f * d * emb_b))  # interaction input (concat / stack)
+    if config.task == "ctr" and config.interaction == "dot" and f > 1:
+        acts.append(round_block(batch * f * f * emb_b))
+    width_out = 1 if config.task == "ctr" else config.num_classes
+    tower = [s for s in specs if s.name.startswith("tower.") and s.name.endswith(".weight")]
+    for s in tower:
+        out, inp = s.shape
+        if pol.autocast_dtype:  # autocast caches a half copy of each weight for the forward
+            acts.append(round_block(out * inp * 2))
+            acts.append(round_block(batch * inp * 2))  # the half input it saves
+        else:
+            acts.append(round_block(batch * inp * tower_b))
+        if out != width_out:
+            acts.append(round_block(batch * out * tower_b))  # ReLU output
+    acts.append(round_block(batch * width_out * 4))  # logits
+    return acts, [transient]
+
+
+def _phases(pr: _Priced) -> tuple[int, int, str]:
+    static = sum(pr.params) + sum(pr.masters) + sum(pr.state)
+    backward = static + sum(pr.activations) + sum(pr.grads) + sum(pr.backward_transient)
+    step_grads = sum(pr.master_grads) if pr.master_grads else sum(pr.grads)
+    step = static + step_grads + sum(pr.step_temporaries)
+    if step >= backward:
+        return step, reserved_for([*pr.params, *pr.masters, *pr.state,
+                                   *(pr.master_grads or pr.grads), *pr.step_temporaries]), "step"
+    return backward, reserved_for([*pr.params, *pr.masters, *pr.state, *pr.activations,
+                                   *pr.grads, *pr.backward_transient]), "backward"
+
+
+def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list[ParamSpec]]:
+    """Per-GPU parameter lists: tables placed whole (table-wise, greedy largest-first onto
+    the least-loaded GPU) or split by rows (row-wise); dense parts replicated. Each table
+    shard serves the global batch (gpus x batch_size), spread evenly over its shards."""
+    from dataclasses import replace as dc_replace
+
+    specs = param_specs(config)
+    dense = [s for s in specs if s.kind != "table"]
+    tables = [s for s in specs if s.kind == "table"]
+    out: list[list[ParamSpec]] = [list(dense) for _ in range(gpus)]
+    if sharding == "row":
+        for s in tables:
+            rows = math.ceil(s.rows / gpus)
+            for g in range(gpus):
+                out[g].append(dc_replace(s, shape=(rows, *s.shape[1:])))
+        return out
+    groups: dict[str, list[ParamSpec]] = {}
+    for s in tables:
+        groups.setdefault(s.table or s.name, []).append(s)
+    load = [0] * gpus
+    for _, group in sorted(groups.items(), key=lambda kv: -sum(x.numel for x in kv[1])):
+        g = load.index(min(load))
+        load[g] += sum(x.numel for x in group)
+        out[g].extend(dc_replace(x, lookups_per_sample=x.lookups_per_sample * gpus) for x in group)
+    return out
+
+
+def analytic_estimate(
+    config: EmbeddingConfig,
+    *,
+    gpus: int = 1,
+    sharding: str = "table",
+    reserve: int = 0,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+) -> MemoryEstimate:
+    """Price `config` in closed form. With gpus > 1 the figures are those of the fullest GPU."""
+    config = config.resolve()
+    overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
+    shares: list[tuple[_Priced, int, int, str, list[ParamSpec]]] = []
+    shard_lists = [list(param_specs(config))] if gpus == 1 else _shard_specs(config, gpus, sharding)
+    for specs in shard_lists:
+        pr = _price(config, specs, config.batch_size)
+        peak, reserved, phase = _phases(pr)
+        shares.append((pr, peak, max(reserved, peak), phase, specs))
+    worst = max(range(len(shares)), key=lambda i: shares[i][2])
+    pr, peak, reserved, phase, _ = shares[worst]
+    full = _price(config, param_specs(config), config.batch_size)
+    per_gpu = ()
+    if gpus > 1:
+        per_gpu = tuple(
+            GpuShare(i, tuple(sorted({s.table or s.name for s in sp if s.kind == "table"})),
+                     pk, rs + overhead)
+            for i, (_, pk, rs, _, sp) in enumerate(shares)
+        )
+    return MemoryEstimate(
+        method="analytic",
+        parameters=sum(pr.params) + sum(pr.masters),
+        gradients=max(sum(pr.grads), sum(pr.master_grads)),
+        optimizer_state=sum(pr.state),
+        activations=sum(pr.activations),
+        temporaries=sum(pr.step_temporaries) + sum(pr.backward_transient),
+        allocated_peak=peak,
+        reserved_peak=reserved,
+        overhead=overhead,
+        device_total=reserved + overhead,
+        serving_bytes=full.serving,
+        tables=tuple(full.table_rows),
+        peak_phase=phase,
+        gpus=gpus,
+        sharding=sharding,
+        per_gpu=per_gpu,
+    )

@@ -1,0 +1,136 @@
+"""Memory figures (DESIGN.md, Contracts) and the CUDA caching allocator's rounding rules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "MemoryEstimate",
+    "TableMemory",
+    "GpuShare",
+    "round_block",
+    "reserved_for",
+    "CUDA_CONTEXT_BYTES",
+    "CUBLAS_WORKSPACE_BYTES",
+]
+
+# c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 B.
+MIN_BLOCK = 512
+# Requests <= kSmallSize (1 MiB) come from kSmallBuffer (2 MiB) segments.
+SMALL_SIZE = 1 << 20
+SMALL_SEGMENT = 2 << 20
+# Requests < kMinLargeAlloc (10 MiB) come from kLargeBuffer (20 MiB) segments.
+MIN_LARGE_ALLOC = 10 << 20
+LARGE_SEGMENT = 20 << 20
+# Larger requests are rounded up to kRoundLarge (2 MiB).
+ROUND_LARGE = 2 << 20
+# CUDA context + kernels loaded by torch, outside both allocator figures. Driver- and
+# GPU-dependent: 300-600 MB on A100/H100 class GPUs with CUDA 12 (REFERENCES.md, allocator);
+# the default takes the high end so that `fits` errs on the safe side. Override with
+# --context-bytes.
+CUDA_CONTEXT_BYTES = 512 * 2**20
+# cuBLAS workspace on Hopper: torch's default CUBLAS_WORKSPACE_CONFIG is 32 MiB per handle
+# (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize).
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+
+
+def round_block(nbytes: int) -> int:
+    """Bytes the caching allocator hands out for a request (max_memory_allocated counts these)."""
+    if nbytes <= 0:
+        return 0
+    return MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK)
+
+
+def reserved_for(blocks: Iterable[int]) -> int:
+    """Segment bytes (max_memory_reserved) for a set of blocks live at once.
+
+    Small blocks pack into 2 MiB segments, mid-size ones into 20 MiB segments, large ones get
+    their own segment rounded to 2 MiB. A lower bound: fragmentation from earlier frees can
+    only add to it (the traced estimator replays the real sequence).
+    """
+    small = mid = large = 0
+    for b in blocks:
+        b = round_block(b)
+        if b <= SMALL_SIZE:
+            small += b
+        elif b < MIN_LARGE_ALLOC:
+            mid += b
+        else:
+            large += ROUND_LARGE * math.ceil(b / ROUND_LARGE)
+    return (
+        SMALL_SEGMENT * math.ceil(small / SMALL_SEGMENT)
+        + LARGE_SEGMENT * math.ceil(mid / LARGE_SEGMENT)
+        + large
+    )
+
+
+@dataclass(frozen=True)
+class TableMemory:
+    """Bytes for one embedding table (all its tensors under the chosen compression)."""
+
+    name: str
+    rows: int
+    dim: int
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    serving_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """What one GPU holds under sharding: its tables' bytes plus the replicated rest."""
+
+    gpu: int
+    tables: tuple[str, ...]
+    allocated_peak: int
+    device_total: int
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes by category for one training step, and the figures DESIGN.md names.
+
+    Each category is its own high-water mark; `allocated_peak` is the concurrent peak (what
+    torch.cuda.max_memory_allocated would read), `reserved_peak` the allocator segments,
+    `device_total` = reserved_peak + overhead, which a budget is checked against.
+    """
+
+    method: str
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    temporaries: int
+    allocated_peak: int
+    reserved_peak: int
+    overhead: int
+    device_total: int
+    serving_bytes: int
+    tables: tuple[TableMemory, ...]
+    peak_phase: str = ""
+    budget: int | None = None
+    gpus: int = 1
+    sharding: str = "table"
+    per_gpu: tuple[GpuShare, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.budget is None else self.device_total <= self.budget
+
+    def with_budget(self, budget: int | None) -> MemoryEstimate:
+        from dataclasses import replace
+
+        return replace(self, budget=budget)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fits"] = self.fits
+        d["tables"] = [asdict(t) for t in self.tables]
+        d["per_gpu"] = [asdict(g) for g in self.per_gpu]
+        d["notes"] = list(self.notes)
+        return d
