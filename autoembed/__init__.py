@@ -1,15 +1,48 @@
-"""autoembed: find the best embedding-layer configuration under a GPU memory budget."""
+"""autoembed: find the best embedding-layer configuration under a GPU memory budget.
+
+The public API mirrors the CLI. Heavy parts (torch models, Ray, MLflow) load on first use,
+so `import autoembed` and `autoembed estimate` stay fast.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
+from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
+from autoembed.errors import AutoembedError, ConfigError, DataError, UnsupportedError
+from autoembed.memory import MemoryEstimate, estimate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Budget",
     "EmbeddingConfig",
     "TableConfig",
+    "MemoryEstimate",
+    "AutoembedError",
+    "ConfigError",
+    "DataError",
+    "UnsupportedError",
+    "estimate",
     "load_config",
     "save_config",
+    "build_model",
+    "build_optimizer",
+    "quantize",
     "__version__",
 ]
+
+# name -> module that defines it, imported on first access (PEP 562).
+_LAZY = {
+    "build_model": "autoembed.models",
+    "build_optimizer": "autoembed.models",
+    "quantize": "autoembed.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'autoembed' has no attribute {name!r}")

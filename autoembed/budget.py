@@ -11,10 +11,20 @@ __all__ = ["Budget", "parse_size", "format_bytes"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"
@@ -36,8 +46,12 @@ def format_bytes(n: int | float) -> str:
     n = float(n)
     if abs(n) < 1000:
         return f"{int(n)} B"
-    for unit, dec, binu, bin_ in (("TB", 1e12, "TiB", 2**40), ("GB", 1e9, "GiB", 2**30),
-                                  ("MB", 1e6, "MiB", 2**20), ("kB", 1e3, "KiB", 2**10)):
+    for unit, dec, binu, bin_ in (
+        ("TB", 1e12, "TiB", 2**40),
+        ("GB", 1e9, "GiB", 2**30),
+        ("MB", 1e6, "MiB", 2**20),
+        ("kB", 1e3, "KiB", 2**10),
+    ):
         if abs(n) >= dec:
             return f"{n / dec:.2f} {unit} ({n / bin_:.2f} {binu})"
     return f"{int(n)} B"  # pragma: no cover

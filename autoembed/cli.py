@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -29,6 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 @app.callback()
 def _root() -> None:
     """Find the best embedding-layer configuration under a GPU memory budget."""
@@ -36,8 +37,13 @@ def _root() -> None:
 
 # The seed workload (the article's text model): V=1M tokens, D=300, batch 64, seq 512, Adam.
 SEED_DEFAULTS: dict[str, Any] = {
-    "task": "text", "vocab": "1000000", "dim": 300, "batch": 64, "seq": 512,
-    "num_classes": 4, "dense_layers": "",
+    "task": "text",
+    "vocab": "1000000",
+    "dim": 300,
+    "batch": 64,
+    "seq": 512,
+    "num_classes": 4,
+    "dense_layers": "",
 }
 # Dense optimizer to pair with a table-only optimizer given as --optimizer.
 _DENSE_FOR = {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}
@@ -58,12 +64,12 @@ def _int_list(text: str, key: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise ConfigError(f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000") from None
+        raise ConfigError(
+            f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000"
+        ) from None
 
 
-def _build_config(
-    config_path: Optional[Path], overrides: dict[str, Any]
-) -> Any:
+def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
     from autoembed.config import EmbeddingConfig, TableConfig, load_config
 
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -78,12 +84,22 @@ def _build_config(
             given.setdefault(k, v)
     kw: dict[str, Any] = {}
     simple = {
-        "task": "task", "dim": "dim", "batch": "batch_size", "seq": "seq_len",
-        "precision": "precision", "serving": "serving", "compression": "compression",
-        "hash_buckets": "hash_buckets", "qr_collisions": "qr_collisions",
-        "qr_operation": "qr_operation", "mixed_dim_alpha": "mixed_dim_alpha",
-        "pooling": "pooling", "checkpointing": "checkpointing", "grad_accum": "grad_accum_steps",
-        "num_classes": "num_classes", "interaction": "interaction",
+        "task": "task",
+        "dim": "dim",
+        "batch": "batch_size",
+        "seq": "seq_len",
+        "precision": "precision",
+        "serving": "serving",
+        "compression": "compression",
+        "hash_buckets": "hash_buckets",
+        "qr_collisions": "qr_collisions",
+        "qr_operation": "qr_operation",
+        "mixed_dim_alpha": "mixed_dim_alpha",
+        "pooling": "pooling",
+        "checkpointing": "checkpointing",
+        "grad_accum": "grad_accum_steps",
+        "num_classes": "num_classes",
+        "interaction": "interaction",
     }
     for flag, key in simple.items():
         if flag in given:
@@ -103,8 +119,11 @@ def _build_config(
             if v < 1:
                 raise ConfigError(f"--vocab {v}: a vocabulary size must be >= 1")
         pooling = given.get("pooling_factor") or 1.0
-        names = ["tokens"] if len(vocabs) == 1 and kw.get("task", getattr(base, "task", "")) == "text" \
+        names = (
+            ["tokens"]
+            if len(vocabs) == 1 and kw.get("task", getattr(base, "task", "")) == "text"
             else [f"f{i}" for i in range(len(vocabs))]
+        )
         kw["tables"] = tuple(TableConfig(n, v, pooling) for n, v in zip(names, vocabs, strict=True))
         if len(vocabs) > 1 and "task" not in kw:
             kw["task"] = "ctr"
@@ -130,11 +149,16 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
     if budget is not None:
         t.add_column("of budget", justify="right")
     rows = [
-        ("parameters", est.parameters), ("gradients", est.gradients),
-        ("optimizer state", est.optimizer_state), ("activations", est.activations),
-        ("temporaries", est.temporaries), ("allocated peak", est.allocated_peak),
-        ("reserved peak", est.reserved_peak), ("overhead (context, workspace, reserve)", est.overhead),
-        ("device total", est.device_total), ("serving bytes", est.serving_bytes),
+        ("parameters", est.parameters),
+        ("gradients", est.gradients),
+        ("optimizer state", est.optimizer_state),
+        ("activations", est.activations),
+        ("temporaries", est.temporaries),
+        ("allocated peak", est.allocated_peak),
+        ("reserved peak", est.reserved_peak),
+        ("overhead (context, workspace, reserve)", est.overhead),
+        ("device total", est.device_total),
+        ("serving bytes", est.serving_bytes),
     ]
     for name, b in rows:
         cells = [name, f"{b:,}", format_bytes(b), f"{100 * b / total:.1f}%"]
@@ -147,17 +171,27 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
     for col in ("table", "rows", "dim", "parameters", "gradients", "optimizer state", "serving"):
         tt.add_column(col, justify="left" if col == "table" else "right")
     for r in est.tables:
-        tt.add_row(r.name, f"{r.rows:,}", str(r.dim), format_bytes(r.parameters),
-                   format_bytes(r.gradients), format_bytes(r.optimizer_state),
-                   format_bytes(r.serving_bytes))
+        tt.add_row(
+            r.name,
+            f"{r.rows:,}",
+            str(r.dim),
+            format_bytes(r.parameters),
+            format_bytes(r.gradients),
+            format_bytes(r.optimizer_state),
+            format_bytes(r.serving_bytes),
+        )
     con.print(tt)
     if est.per_gpu:
         gt = Table(title=f"Per GPU ({est.gpus} GPUs, {est.sharding}-wise sharding)")
         for col in ("gpu", "tables", "allocated peak", "device total"):
             gt.add_column(col)
         for g in est.per_gpu:
-            gt.add_row(str(g.gpu), ",".join(g.tables) or "-", format_bytes(g.allocated_peak),
-                       format_bytes(g.device_total))
+            gt.add_row(
+                str(g.gpu),
+                ",".join(g.tables) or "-",
+                format_bytes(g.allocated_peak),
+                format_bytes(g.device_total),
+            )
         con.print(gt)
     if budget is not None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
@@ -169,61 +203,110 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
 
 @app.command()
 def estimate(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config file."),
-    budget: Optional[str] = typer.Option(None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%."),
-    method: str = typer.Option("analytic", help="analytic (microseconds) or traced (one fake step)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON config file."),
+    budget: str | None = typer.Option(None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%."),
+    method: str = typer.Option(
+        "analytic", help="analytic (microseconds) or traced (one fake step)."
+    ),
     gpus: int = typer.Option(1, help="GPUs to shard the tables over."),
     sharding: str = typer.Option("table", help="table or row (with --gpus > 1)."),
-    task: Optional[str] = typer.Option(None, help="ctr or text."),
-    vocab: Optional[str] = typer.Option(None, help="Vocab size, or a comma list (one per table)."),
-    dim: Optional[int] = typer.Option(None, help="Embedding dimension."),
-    batch: Optional[int] = typer.Option(None, help="Batch size."),
-    seq: Optional[int] = typer.Option(None, help="Sequence length (text)."),
-    pooling_factor: Optional[float] = typer.Option(None, help="Ids per sample per table (ctr)."),
-    precision: Optional[str] = typer.Option(None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16."),
-    serving: Optional[str] = typer.Option(None, help="none, int8 or int4."),
-    optimizer: Optional[str] = typer.Option(None, help="Table optimizer (and dense, where it can)."),
-    dense_optimizer: Optional[str] = typer.Option(None, help="Dense tower optimizer."),
-    compression: Optional[str] = typer.Option(None, help="none, hash, qr, mixed_dim or shared."),
-    hash_buckets: Optional[int] = typer.Option(None, help="Buckets for --compression hash."),
-    qr_collisions: Optional[int] = typer.Option(None, help="m for --compression qr."),
-    qr_operation: Optional[str] = typer.Option(None, help="mult, add or concat."),
-    mixed_dim_alpha: Optional[float] = typer.Option(None, help="Power-rule exponent in [0, 1]."),
-    pooling: Optional[str] = typer.Option(None, help="mean, sum or naive."),
-    interaction: Optional[str] = typer.Option(None, help="concat or dot (ctr)."),
-    dense_layers: Optional[str] = typer.Option(None, help="Tower widths, e.g. 256,64."),
-    num_classes: Optional[int] = typer.Option(None, help="Classes (text)."),
-    grad_accum: Optional[int] = typer.Option(None, help="Gradient accumulation steps."),
-    checkpointing: Optional[bool] = typer.Option(None, "--checkpointing/--no-checkpointing"),
+    task: str | None = typer.Option(None, help="ctr or text."),
+    vocab: str | None = typer.Option(None, help="Vocab size, or a comma list (one per table)."),
+    dim: int | None = typer.Option(None, help="Embedding dimension."),
+    batch: int | None = typer.Option(None, help="Batch size."),
+    seq: int | None = typer.Option(None, help="Sequence length (text)."),
+    pooling_factor: float | None = typer.Option(None, help="Ids per sample per table (ctr)."),
+    precision: str | None = typer.Option(
+        None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16."
+    ),
+    serving: str | None = typer.Option(None, help="none, int8 or int4."),
+    optimizer: str | None = typer.Option(None, help="Table optimizer (and dense, where it can)."),
+    dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
+    compression: str | None = typer.Option(None, help="none, hash, qr, mixed_dim or shared."),
+    hash_buckets: int | None = typer.Option(None, help="Buckets for --compression hash."),
+    qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
+    qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
+    mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
+    pooling: str | None = typer.Option(None, help="mean, sum or naive."),
+    interaction: str | None = typer.Option(None, help="concat or dot (ctr)."),
+    dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
+    num_classes: int | None = typer.Option(None, help="Classes (text)."),
+    grad_accum: int | None = typer.Option(None, help="Gradient accumulation steps."),
+    checkpointing: bool | None = typer.Option(None, "--checkpointing/--no-checkpointing"),
     reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
-    device_memory: Optional[str] = typer.Option(None, help="Device memory for a % budget."),
+    device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Price a config in bytes (no GPU needed) and say whether it fits a budget."""
     from autoembed.budget import Budget, parse_size
     from autoembed.memory import estimate as estimate_memory
 
-    cfg = _build_config(config, {
-        "task": task, "vocab": vocab, "dim": dim, "batch": batch, "seq": seq,
-        "pooling_factor": pooling_factor, "precision": precision, "serving": serving,
-        "optimizer": optimizer, "dense_optimizer": dense_optimizer, "compression": compression,
-        "hash_buckets": hash_buckets, "qr_collisions": qr_collisions,
-        "qr_operation": qr_operation, "mixed_dim_alpha": mixed_dim_alpha, "pooling": pooling,
-        "interaction": interaction, "dense_layers": dense_layers, "num_classes": num_classes,
-        "grad_accum": grad_accum, "checkpointing": checkpointing,
-    })
+    cfg = _build_config(
+        config,
+        {
+            "task": task,
+            "vocab": vocab,
+            "dim": dim,
+            "batch": batch,
+            "seq": seq,
+            "pooling_factor": pooling_factor,
+            "precision": precision,
+            "serving": serving,
+            "optimizer": optimizer,
+            "dense_optimizer": dense_optimizer,
+            "compression": compression,
+            "hash_buckets": hash_buckets,
+            "qr_collisions": qr_collisions,
+            "qr_operation": qr_operation,
+            "mixed_dim_alpha": mixed_dim_alpha,
+            "pooling": pooling,
+            "interaction": interaction,
+            "dense_layers": dense_layers,
+            "num_classes": num_classes,
+            "grad_accum": grad_accum,
+            "checkpointing": checkpointing,
+        },
+    )
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     bud = Budget.parse(budget, dev_mem) if budget is not None else None
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
-    est = estimate_memory(cfg, method=method, budget=bud.bytes if bud else None, gpus=gpus,
-                          sharding=sharding, reserve=reserve_b)
+    est = estimate_memory(
+        cfg,
+        method=method,
+        budget=bud.bytes if bud else None,
+        gpus=gpus,
+        sharding=sharding,
+        reserve=reserve_b,
+    )
     if as_json:
         d = est.to_dict()
-        print(json.dumps({k: d[k] for k in (
-            "method", "parameters", "gradients", "optimizer_state", "activations",
-            "temporaries", "allocated_peak", "reserved_peak", "overhead", "device_total",
-            "serving_bytes", "tables", "budget", "fits", "peak_phase", "gpus", "sharding",
-            "per_gpu")}))
+        print(
+            json.dumps(
+                {
+                    k: d[k]
+                    for k in (
+                        "method",
+                        "parameters",
+                        "gradients",
+                        "optimizer_state",
+                        "activations",
+                        "temporaries",
+                        "allocated_peak",
+                        "reserved_peak",
+                        "overhead",
+                        "device_total",
+                        "serving_bytes",
+                        "tables",
+                        "budget",
+                        "fits",
+                        "peak_phase",
+                        "gpus",
+                        "sharding",
+                        "per_gpu",
+                    )
+                }
+            )
+        )
     else:
         _render_estimate(est, cfg, bud)
     if est.fits is False:
@@ -251,13 +334,16 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "Abort":
             print("autoembed: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
-        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+        code = getattr(e, "exit_code", None)
+        if hasattr(e, "show") and isinstance(code, int):
             e.show()
-            return EXIT_BAD_INPUT if e.exit_code == 2 else EXIT_FAILURE
+            return EXIT_BAD_INPUT if code == 2 else EXIT_FAILURE
         if debug:
             raise
-        print(f"autoembed: failed: {type(e).__name__}: {e} (set AUTOEMBED_DEBUG=1 for the traceback)",
-              file=sys.stderr)
+        print(
+            f"autoembed: failed: {type(e).__name__}: {e} (set AUTOEMBED_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
 
 

@@ -193,7 +193,8 @@ class EmbeddingConfig:
             largest = max(t.vocab_size for t in self.tables)
             if self.qr_collisions >= largest:
                 raise _fail(
-                    "qr_collisions", self.qr_collisions,
+                    "qr_collisions",
+                    self.qr_collisions,
                     f"must be below the vocab size ({largest}) or QR compresses nothing",
                 )
             if self.qr_operation == "concat" and self.dim % 2:
@@ -213,7 +214,8 @@ class EmbeddingConfig:
         _choice("dense_optimizer", self.dense_optimizer, OPTIMIZERS)
         if self.dense_optimizer in TABLE_ONLY_OPTIMIZERS:
             raise _fail(
-                "dense_optimizer", self.dense_optimizer,
+                "dense_optimizer",
+                self.dense_optimizer,
                 "is a sparse, row-wise optimizer for tables only; use sgd, momentum, adam, "
                 "adamw or adagrad for the dense tower",
             )
@@ -224,7 +226,8 @@ class EmbeddingConfig:
             _number("adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
             if self.precision == "fp16" and self.adam_eps < FP16_MIN_ADAM_EPS:
                 raise _fail(
-                    "adam_eps", self.adam_eps,
+                    "adam_eps",
+                    self.adam_eps,
                     f"fp16 parameters need eps >= {FP16_MIN_ADAM_EPS} (1e-8 rounds to 0 in fp16 "
                     "and untouched rows turn NaN); raise it or use fp16_master",
                 )
@@ -291,7 +294,11 @@ class EmbeddingConfig:
             v = getattr(self, f.name)
             if f.name == "tables":
                 v = [
-                    {k.name: getattr(t, k.name) for k in fields(t) if getattr(t, k.name) is not None}
+                    {
+                        k.name: getattr(t, k.name)
+                        for k in fields(t)
+                        if getattr(t, k.name) is not None
+                    }
                     for t in v
                 ]
             elif f.name == "dense_layers":
@@ -391,7 +398,9 @@ def parse_config_text(text: str, source: str) -> EmbeddingConfig:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}") from None
+        raise ConfigError(
+            f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
+        ) from None
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     return config_from_dict(raw, source)
@@ -403,13 +412,17 @@ def load_config(path: str | Path) -> EmbeddingConfig:
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"config file '{p}' does not exist; give the path of a YAML file") from None
+        raise ConfigError(
+            f"config file '{p}' does not exist; give the path of a YAML file"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
     return parse_config_text(text, str(p))
 
 
-def save_config(config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+def save_config(
+    config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None
+) -> Path:
     """Write the config as YAML (or JSON when the suffix is .json), atomically."""
     import os
     import tempfile

@@ -55,9 +55,11 @@ def estimate(
     if method == "traced":
         from autoembed.memory.traced import traced_estimate
 
-        est = traced_estimate(config, gpus=gpus, sharding=sharding, reserve=reserve,
-                              context_bytes=context_bytes)
+        est = traced_estimate(
+            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
+        )
     else:
-        est = analytic_estimate(config, gpus=gpus, sharding=sharding, reserve=reserve,
-                                context_bytes=context_bytes)
+        est = analytic_estimate(
+            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
+        )
     return est.with_budget(budget)

@@ -34,7 +34,12 @@ __all__ = ["analytic_estimate", "optimizer_state_bytes", "serving_row_bytes", "S
 # Optimizer state tensors per parameter element (TorchRec shard_estimators
 # `_get_optimizer_multipler`; torch.optim sources). rowwise_adagrad is per row, priced apart.
 STATE_MULTIPLIER = {
-    "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adagrad": 1, "sparse_adam": 2,
+    "sgd": 0,
+    "momentum": 1,
+    "adam": 2,
+    "adamw": 2,
+    "adagrad": 1,
+    "sparse_adam": 2,
     "rowwise_adagrad": 0,
 }
 # FBGEMM row-wise Adagrad keeps one fp32 accumulator per row (REFERENCES.md).
@@ -141,11 +146,10 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         serving += srv
     step_temps = [max(sum(table_temps), max(sparse_temps, default=0), sum(dense_temps))]
     acts, transient = _activations(config, specs, batch)
-    rows = [
-        TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()
-    ]
-    return _Priced(params, masters, state, grads, master_grads, acts, transient, step_temps,
-                   rows, serving)
+    rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
+    return _Priced(
+        params, masters, state, grads, master_grads, acts, transient, step_temps, rows, serving
+    )
 
 
 def _activations(
@@ -166,15 +170,20 @@ def _activations(
             continue
         dim = s.shape[1]
         lookups = math.ceil(batch * s.lookups_per_sample)
-        if config.pooling == "naive" or (config.compression == "qr" and config.qr_operation == "mult"
-                                         and s.lookups_per_sample > 1):
+        if config.pooling == "naive" or (
+            config.compression == "qr"
+            and config.qr_operation == "mult"
+            and s.lookups_per_sample > 1
+        ):
             # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
             # of the lookup in backward (mean pooling's backward expands then divides).
             transient = max(transient, 2 * round_block(lookups * dim * emb_b))
         else:
             # embedding_bag bookkeeping saved for backward: indices, offset2bag, offsets,
             # bag_size, max_indices (aten/src/ATen/native/EmbeddingBag.cpp).
-            acts.append(round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES))
+            acts.append(
+                round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES)
+            )
         acts.append(round_block(batch * dim * emb_b))  # pooled output
     f = len(config.tables)
     d = config.dim
@@ -202,10 +211,26 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
     step_grads = sum(pr.master_grads) if pr.master_grads else sum(pr.grads)
     step = static + step_grads + sum(pr.step_temporaries)
     if step >= backward:
-        return step, reserved_for([*pr.params, *pr.masters, *pr.state,
-                                   *(pr.master_grads or pr.grads), *pr.step_temporaries]), "step"
-    return backward, reserved_for([*pr.params, *pr.masters, *pr.state, *pr.activations,
-                                   *pr.grads, *pr.backward_transient]), "backward"
+        return (
+            step,
+            reserved_for(
+                [
+                    *pr.params,
+                    *pr.masters,
+                    *pr.state,
+                    *(pr.master_grads or pr.grads),
+                    *pr.step_temporaries,
+                ]
+            ),
+            "step",
+        )
+    return (
+        backward,
+        reserved_for(
+            [*pr.params, *pr.masters, *pr.state, *pr.activations, *pr.grads, *pr.backward_transient]
+        ),
+        "backward",
+    )
 
 
 def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list[ParamSpec]]:
@@ -255,11 +280,15 @@ def analytic_estimate(
     worst = max(range(len(shares)), key=lambda i: shares[i][2])
     pr, peak, reserved, phase, _ = shares[worst]
     full = _price(config, param_specs(config), config.batch_size)
-    per_gpu = ()
+    per_gpu: tuple[GpuShare, ...] = ()
     if gpus > 1:
         per_gpu = tuple(
-            GpuShare(i, tuple(sorted({s.table or s.name for s in sp if s.kind == "table"})),
-                     pk, rs + overhead)
+            GpuShare(
+                i,
+                tuple(sorted({s.table or s.name for s in sp if s.kind == "table"})),
+                pk,
+                rs + overhead,
+            )
             for i, (_, pk, rs, _, sp) in enumerate(shares)
         )
     return MemoryEstimate(

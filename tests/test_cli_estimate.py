@@ -1,0 +1,147 @@
+"""`autoembed estimate` as a user runs it: exit codes, JSON contract, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoembed.cli import main
+
+EXE = [sys.executable, "-m", "autoembed"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EXE, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_seed_case_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "estimate",
+            "--task",
+            "text",
+            "--vocab",
+            "1000000",
+            "--dim",
+            "300",
+            "--batch",
+            "64",
+            "--seq",
+            "512",
+            "--precision",
+            "fp32",
+            "--optimizer",
+            "adam",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in (
+        "method",
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "temporaries",
+        "allocated_peak",
+        "reserved_peak",
+        "overhead",
+        "device_total",
+        "serving_bytes",
+        "tables",
+        "budget",
+        "fits",
+    ):
+        assert key in d
+    assert d["budget"] is None and d["fits"] is None
+    assert d["tables"][0]["parameters"] == 1_200_000_000
+    assert d["device_total"] == d["reserved_peak"] + d["overhead"]
+
+
+def test_budget_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--budget", "80GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+    assert main(["estimate", "--budget", "2GB", "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["fits"] is False
+
+
+def test_reserve_adds_to_overhead(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["estimate", "--json"])
+    a = json.loads(capsys.readouterr().out)
+    main(["estimate", "--json", "--reserve", "2GB"])
+    b = json.loads(capsys.readouterr().out)
+    assert b["overhead"] - a["overhead"] == 2_000_000_000
+
+
+def test_ctr_tables_and_hash(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "estimate",
+            "--vocab",
+            "1000000,5000",
+            "--dim",
+            "16",
+            "--compression",
+            "hash",
+            "--hash-buckets",
+            "100000",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [t["rows"] for t in d["tables"]] == [100_000, 5000]
+
+
+def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("task: ctr\ntables:\n  - {name: user, vocab_size: 1024}\ndim: 8\n")
+    assert main(["estimate", "--config", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tables"][0]["parameters"] == 1024 * 8 * 4
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--precision", "fp8"],
+        ["--dim", "0"],
+        ["--vocab", "-5"],
+        ["--budget", "8XB"],
+        ["--config", "/no/such/file.yaml"],
+        ["--method", "psychic"],
+        ["--compression", "qr", "--qr-collisions", "5000000"],
+        ["--optimizer", "adam", "--dense-optimizer", "sparse_adam"],
+    ],
+)
+def test_bad_input_one_line_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and err.startswith("autoembed:")
+
+
+def test_bad_yaml_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("task: ctr\ndimm: 8\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("task: [ctr\n")
+    for p in (typo, broken):
+        assert main(["estimate", "--config", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert str(p) in err and "Traceback" not in err
+    assert "did you mean 'dim'" in (
+        main(["estimate", "--config", str(typo)]) and capsys.readouterr().err
+    )
+
+
+def test_process_exit_codes_and_help() -> None:
+    r = run("estimate", "--budget", "1GB")
+    assert r.returncode == 3 and "does NOT fit" in r.stdout
+    r = run("estimate", "--bogus")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = run("estimate", "--help")
+    assert r.returncode == 0 and "--budget" in r.stdout
