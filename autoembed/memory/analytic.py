@@ -29,7 +29,13 @@ from autoembed.memory.types import (
     round_block,
 )
 
-__all__ = ["analytic_estimate", "optimizer_state_bytes", "serving_row_bytes", "STATE_MULTIPLIER"]
+__all__ = [
+    "analytic_estimate",
+    "sparse_terms",
+    "optimizer_state_bytes",
+    "serving_row_bytes",
+    "STATE_MULTIPLIER",
+]
 
 # Optimizer state tensors per parameter element (TorchRec shard_estimators
 # `_get_optimizer_multipler`; torch.optim sources). rowwise_adagrad is per row, priced apart.
@@ -87,6 +93,9 @@ class _Priced:
     step_temporaries: list[int]
     table_rows: list[TableMemory]
     serving: int
+    sparse_grads: int  # sparse table gradients (param dtype), live from backward to the step
+    sparse_step_grads: int  # the same in the step (fp32 under *_master)
+    sparse_temporaries: int  # the largest sparse optimizer step's temporaries
 
 
 def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Priced:
@@ -100,6 +109,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
     master_grads: list[int] = []
     table_temps: list[int] = []  # foreach: summed over the group
     sparse_temps: list[int] = []  # per-tensor loop: only the largest is live
+    sparse_g = sparse_mg = 0
     dense_temps: list[int] = []
     serving = 0
     per_table: dict[str, list[int]] = {}
@@ -122,6 +132,8 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
             grad_b = 4 if pol.master else pb
             coalesced = round_block(uniq * dim * grad_b) + round_block(uniq * INDEX_BYTES)
             sparse_temps.append(coalesced + SPARSE_TEMPORARIES[opt] * round_block(uniq * dim * sb))
+            sparse_g += g
+            sparse_mg += mg if pol.master else g
         else:
             g = round_block(s.numel * pb)
             mg = round_block(s.numel * 4)
@@ -148,7 +160,19 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
     acts, transient = _activations(config, specs, batch)
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
-        params, masters, state, grads, master_grads, acts, transient, step_temps, rows, serving
+        params,
+        masters,
+        state,
+        grads,
+        master_grads,
+        acts,
+        transient,
+        step_temps,
+        rows,
+        serving,
+        sparse_g,
+        sparse_mg,
+        max(sparse_temps, default=0),
     )
 
 
@@ -309,3 +333,12 @@ def analytic_estimate(
         sharding=sharding,
         per_gpu=per_gpu,
     )
+
+
+def sparse_terms(config: EmbeddingConfig) -> tuple[int, int, int]:
+    """(sparse gradients, the same during the step, largest sparse-step temporaries) in
+    bytes: what a fake-tensor trace cannot see, since a sparse gradient's row count is
+    data-dependent (REFERENCES.md: one row per lookup)."""
+    config = config.resolve()
+    pr = _price(config, param_specs(config), config.batch_size)
+    return pr.sparse_grads, pr.sparse_step_grads, pr.sparse_temporaries

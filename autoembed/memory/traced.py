@@ -1,0 +1,153 @@
+"""Traced memory model: one real training step of the built model on fake tensors.
+
+The model, its optimizers, fp32 masters and a batch are built under FakeTensorMode (no
+table is allocated: a 100M-row table traces in about a second), and two steps of the shared
+`Trainer.step` run under `AllocationTracker`, which replays every allocation and free
+through a model of the CUDA caching allocator. Code paths follow CUDA's defaults because
+the optimizers are built with the implementation CUDA selects (foreach). What a fake step
+cannot see is added by formula: sparse gradients (their row count is data-dependent) and
+the sparse optimizer step's temporaries (`analytic.sparse_terms`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from autoembed.batch import Batch
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError
+from autoembed.memory.analytic import analytic_estimate, sparse_terms
+from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
+from autoembed.memory.types import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    MemoryEstimate,
+    round_block,
+)
+
+__all__ = ["traced_estimate", "fake_batch"]
+
+TRACED_STEPS = 2  # the first step creates optimizer state; the second is steady state
+
+
+def fake_batch(config: EmbeddingConfig) -> Batch:
+    """A batch of the config's shape (call under FakeTensorMode: values are never read)."""
+    b = config.batch_size
+    feats: dict[str, torch.Tensor] = {}
+    for t in config.tables:
+        if config.task == "text":
+            feats[t.name] = torch.randint(1, max(2, t.vocab_size), (b, config.seq_len))
+        else:
+            width = max(1, math.ceil(t.pooling_factor))
+            feats[t.name] = torch.randint(0, t.vocab_size, (b, width))
+    if config.task == "text":
+        labels = torch.randint(0, config.num_classes, (b,))
+    else:
+        labels = torch.randint(0, 2, (b,)).float()
+    return Batch(feats, labels)
+
+
+def _classifier(trainer: Any) -> dict[int, str]:
+    known: dict[int, str] = {}
+
+    def mark(t: Any, cat: str) -> None:
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+            known[id(t.untyped_storage())] = cat
+
+    for p in trainer.model.parameters():
+        mark(p, "parameters")
+        mark(p.grad, "gradients")
+    if trainer.masters is not None:
+        for _, m in trainer.masters.items():
+            mark(m, "parameters")
+            mark(m.grad, "gradients")
+    for opt in trainer.optimizers.all:
+        for st in opt.state.values():
+            for v in st.values():
+                mark(v, "optimizer_state")
+    return known
+
+
+def _trace(config: EmbeddingConfig) -> tuple[AllocationTracker, dict[str, PeakSnapshot]]:
+    from autoembed.models import make_trainer
+
+    holder: dict[str, Any] = {}
+    tracker = AllocationTracker(lambda: _classifier(holder["t"]) if "t" in holder else {})
+    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
+        trainer = make_trainer(config, "cpu", check_device=False)
+        holder["t"] = trainer
+        batches = [fake_batch(config) for _ in range(config.grad_accum_steps)]
+
+        def to_phase(name: str) -> Any:
+            def hook(*_: Any, **__: Any) -> None:
+                tracker.phase = name
+
+            return hook
+
+        handles = [
+            trainer.model.register_forward_pre_hook(to_phase("forward")),
+            trainer.model.register_forward_hook(to_phase("backward")),
+            register_optimizer_step_pre_hook(to_phase("step")),
+        ]
+        try:
+            for _ in range(TRACED_STEPS):
+                tracker.phase = "zero_grad"
+                trainer.step(batches)
+        finally:
+            for h in handles:
+                h.remove()
+    return tracker, dict(tracker.phase_peaks)
+
+
+def traced_estimate(
+    config: EmbeddingConfig,
+    *,
+    gpus: int = 1,
+    sharding: str = "table",
+    reserve: int = 0,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+) -> MemoryEstimate:
+    """Price `config` by tracing two fake training steps (one GPU)."""
+    if gpus != 1:
+        raise ConfigError(
+            f"gpus = {gpus}: the traced estimate prices one GPU; use --method analytic "
+            "for sharded tables"
+        )
+    config = config.resolve()
+    tracker, peaks = _trace(config)
+    sg, sg_step, s_tmp = sparse_terms(config)
+    # Sparse gradients live from the backward through the step; their step temporaries live
+    # only in the step. Add them to the phase peaks they belong to and take the largest.
+    candidates: list[tuple[int, str, dict[str, int]]] = []
+    for phase, snap in peaks.items():
+        cats = dict(snap.by_category)
+        extra_g = sg_step if phase == "step" else (sg if phase == "backward" else 0)
+        extra_t = s_tmp if phase == "step" else 0
+        cats["gradients"] = cats.get("gradients", 0) + extra_g
+        cats["temporaries"] = cats.get("temporaries", 0) + extra_t
+        candidates.append((snap.allocated + extra_g + extra_t, phase, cats))
+    peak, phase, cats = max(candidates, key=lambda c: c[0])
+    reserved = max(peak, tracker.alloc.peak_reserved + round_block(sg_step) + round_block(s_tmp))
+    overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
+    ana = analytic_estimate(config, reserve=reserve, context_bytes=context_bytes)
+    return MemoryEstimate(
+        method="traced",
+        parameters=cats.get("parameters", 0),
+        gradients=cats.get("gradients", 0),
+        optimizer_state=cats.get("optimizer_state", 0),
+        activations=cats.get("activations", 0),
+        temporaries=cats.get("temporaries", 0),
+        allocated_peak=peak,
+        reserved_peak=reserved,
+        overhead=overhead,
+        device_total=reserved + overhead,
+        serving_bytes=ana.serving_bytes,
+        tables=ana.tables,
+        peak_phase=phase,
+        notes=("categories are the bytes live at the peak",),
+    )
