@@ -131,11 +131,29 @@ class AllocationTracker(TorchDispatchMode):
     def __init__(self, classify: Callable[[], dict[int, str]] | None = None) -> None:
         super().__init__()
         self.alloc = CachingAllocatorModel()
-        self.phase = "setup"
+        self._phase = "setup"
         self.classify = classify
         self.peak: PeakSnapshot | None = None
         self.phase_peaks: dict[str, PeakSnapshot] = {}
         self._live: dict[int, tuple[int, str]] = {}  # id(storage) -> (bytes, phase)
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        """Enter a phase; what is live on entry counts toward it even if it allocates nothing."""
+        self._phase = name
+        self._note_peak()
+
+    def _note_peak(self) -> None:
+        best = self.phase_peaks.get(self._phase)
+        if best is None or self.alloc.allocated > best.allocated:
+            snap = self._snapshot()
+            self.phase_peaks[self._phase] = snap
+            if self.peak is None or snap.allocated > self.peak.allocated:
+                self.peak = snap
 
     def _release(self, sid: int) -> None:
         self._live.pop(sid, None)
@@ -153,12 +171,7 @@ class AllocationTracker(TorchDispatchMode):
         self._live[sid] = (nbytes, self.phase)
         self.alloc.malloc(sid, nbytes)
         weakref.finalize(st, self._release, sid)
-        best = self.phase_peaks.get(self.phase)
-        if best is None or self.alloc.allocated > best.allocated:
-            snap = self._snapshot()
-            self.phase_peaks[self.phase] = snap
-            if self.peak is None or snap.allocated > self.peak.allocated:
-                self.peak = snap
+        self._note_peak()
 
     def _snapshot(self) -> PeakSnapshot:
         known = self.classify() if self.classify is not None else {}
