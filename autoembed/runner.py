@@ -1,0 +1,446 @@
+"""The trial runner: train one config and measure quality, memory, throughput, convergence
+and latency, honestly. The same loop trains a chosen config for real (`autoembed.train`).
+
+Measurement rules: torch threads are pinned (`RunSettings.threads`); the first
+`warmup_steps` steps and all evaluation are excluded from throughput; device, versions and
+thread count are recorded with every result. On CUDA, peak memory is measured with
+`torch.cuda.max_memory_allocated/reserved`; on CPU the estimate stands in for device memory
+and the process RSS high-water has its own field (DESIGN.md, Contracts).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError, DataError, UnsupportedError
+
+__all__ = [
+    "STATUSES",
+    "RunSettings",
+    "Evaluation",
+    "TrialResult",
+    "run_trial",
+    "resolve_for_data",
+    "quality_metrics",
+    "default_target",
+]
+
+# complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
+# budget, never trained (set by the search); unsupported: the device cannot run the precision;
+# oom: a real out-of-memory; diverged: NaN/inf loss; failed: any other error.
+STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "failed")
+# Share of the achievable lift over chance that counts as "converged" when no target is
+# given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.
+TARGET_SHARE = 0.9
+SERVING_BATCH = 256  # queries per request for the batched latency figure
+LATENCY_QUERIES = (200, 30)  # timed requests at batch 1 and at SERVING_BATCH
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How long and how a trial trains and is measured."""
+
+    max_steps: int = 300
+    max_seconds: float | None = None
+    epochs: int | None = None
+    eval_every: int = 50
+    eval_batches: int = 20
+    test_batches: int | None = 40
+    warmup_steps: int = 3
+    target: float | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    measure_latency: bool = True
+    clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps = {self.max_steps}: must be >= 1")
+        if self.eval_every < 1:
+            raise ConfigError(f"eval_every = {self.eval_every}: must be >= 1")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ConfigError(f"max_seconds = {self.max_seconds}: must be > 0")
+        if self.epochs is not None and self.epochs < 1:
+            raise ConfigError(f"epochs = {self.epochs}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One validation evaluation during training (what a scheduler sees)."""
+
+    step: int
+    samples: int
+    quality: float
+    metrics: dict[str, float]
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """Everything one trial measured. `quality` is the primary metric on the test split:
+    AUC (ctr) or accuracy (text)."""
+
+    status: str
+    config: EmbeddingConfig
+    quality: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    curve: tuple[Evaluation, ...] = ()
+    steps: int = 0
+    samples: int = 0
+    throughput: float | None = None
+    steps_to_target: int | None = None
+    samples_to_target: int | None = None
+    target: float | None = None
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    serving_bytes: int | None = None
+    quality_before_quantization: float | None = None
+    estimate: dict[str, Any] = field(default_factory=dict)
+    measured_allocated_peak: int | None = None
+    measured_reserved_peak: int | None = None
+    rss_peak: int | None = None
+    error: str | None = None
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    env: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["config"] = self.config.to_dict()
+        d["curve"] = [asdict(e) for e in self.curve]
+        return d
+
+
+def environment(device: str) -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "device": device,
+        "device_name": (
+            torch.cuda.get_device_name(0)
+            if device.startswith("cuda") and torch.cuda.is_available()
+            else platform.processor() or "cpu"
+        ),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "host": platform.node(),
+    }
+    return env
+
+
+def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
+    """The config with the data's task, tables (vocab sizes, bag sizes, frequencies),
+    classes, sequence length and data spec written in, then resolved (mixed-dim dims).
+
+    Per-table `dim`s already in the config are kept when the table names match."""
+    dims = {t.name: t.dim for t in config.tables}
+    tables = tuple(replace(t, dim=dims.get(t.name)) for t in dataset.tables)
+    cfg = replace(
+        config,
+        task=dataset.task,
+        tables=tables,
+        num_classes=dataset.num_classes if dataset.task == "text" else 2,
+        seq_len=dataset.seq_len if dataset.task == "text" else 1,
+        data=dataset.spec.to_dict(),
+    )
+    if cfg.compression == "hash" and cfg.hash_buckets is None:
+        raise ConfigError("compression 'hash' needs hash_buckets")
+    return cfg.resolve()
+
+
+def default_target(dataset: Any, task: str) -> float | None:
+    """The quality counted as converged, from the data's known best (synthetic data)."""
+    if task == "ctr" and hasattr(dataset, "oracle_auc"):
+        return 0.5 + TARGET_SHARE * (float(dataset.oracle_auc("valid")) - 0.5)
+    if task == "text" and hasattr(dataset, "oracle_accuracy"):
+        return TARGET_SHARE * float(dataset.oracle_accuracy("valid"))
+    return None
+
+
+def quality_metrics(task: str, logits: Any, labels: Any) -> dict[str, float]:
+    """ctr: AUC and log-loss; text: accuracy and macro-F1 (scikit-learn)."""
+    import numpy as np
+    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
+    y = np.asarray(labels)
+    z = np.asarray(logits, dtype=np.float64)
+    if task == "ctr":
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+        both = len(np.unique(y)) == 2
+        return {
+            "auc": float(roc_auc_score(y, z)) if both else float("nan"),
+            "logloss": float(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7), labels=[0, 1])),
+        }
+    pred = z.argmax(axis=1)
+    return {
+        "accuracy": float(accuracy_score(y, pred)),
+        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
+    }
+
+
+def primary(task: str) -> str:
+    return "auc" if task == "ctr" else "accuracy"
+
+
+def _evaluate(
+    trainer: Any, dataset: Any, split: str, batch_size: int, limit: int | None, task: str
+) -> dict[str, float]:
+    import numpy as np
+    import torch
+
+    outs, labels = [], []
+    for i, batch in enumerate(dataset.batches(split, batch_size, seed=0, shuffle=False)):
+        if limit is not None and i >= limit:
+            break
+        outs.append(trainer.predict(batch).cpu())
+        labels.append(batch.labels.cpu())
+    if not outs:
+        raise DataError(f"the {split} split has no rows; use more data or other split fractions")
+    z = torch.cat(outs).numpy()
+    y = torch.cat(labels).numpy()
+    return quality_metrics(task, z, y if task == "text" else (y > 0.5).astype(np.int64))
+
+
+def _latency(trainer: Any, dataset: Any, clock: Callable[[], float]) -> dict[str, float]:
+    import numpy as np
+
+    out: dict[str, float] = {}
+    for bs, n in zip((1, SERVING_BATCH), LATENCY_QUERIES, strict=True):
+        times = []
+        for i, batch in enumerate(_repeat(dataset, "test", bs)):
+            if i >= n + 5:
+                break
+            t = clock()
+            trainer.predict(batch)
+            if trainer.device.type == "cuda":
+                import torch
+
+                torch.cuda.synchronize()
+            if i >= 5:  # warm-up excluded
+                times.append((clock() - t) * 1e3)
+        if times:
+            out[f"p50_b{bs}"] = float(np.percentile(times, 50))
+            out[f"p99_b{bs}"] = float(np.percentile(times, 99))
+    return out
+
+
+def _repeat(dataset: Any, split: str, batch_size: int) -> Iterator[Any]:
+    """Batches of `split`, starting over when it runs out (small test splits)."""
+    seed = 1
+    while True:
+        got = False
+        for b in dataset.batches(split, batch_size, seed=seed, shuffle=True):
+            got = True
+            yield b
+        if not got:
+            return
+        seed += 1
+
+
+def _cycle(dataset: Any, batch_size: int, seed: int, epochs: int | None) -> Iterator[Any]:
+    epoch = 0
+    while epochs is None or epoch < epochs:
+        any_batch = False
+        for b in dataset.batches(
+            "train", batch_size, seed=seed + epoch, shuffle=True, drop_last=True
+        ):
+            any_batch = True
+            yield b
+        if not any_batch:
+            raise DataError(
+                f"the train split has fewer rows than one batch ({batch_size}); "
+                "use a smaller batch_size or more data"
+            )
+        epoch += 1
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def _rss_peak() -> int:
+    import resource
+    import sys
+
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+def run_trial(
+    config: EmbeddingConfig,
+    data: Any,
+    settings: RunSettings | None = None,
+    report: Callable[[Evaluation], bool] | None = None,
+    *,
+    on_step: Callable[[Any, int], None] | None = None,
+    trainer: Any = None,
+    start_step: int = 0,
+) -> TrialResult:
+    """Train `config` on `data` (a `DataSpec`, a `Dataset` or a data name) and measure it.
+
+    `report(evaluation)` is called after each validation evaluation; returning False stops
+    the trial as `pruned`. `on_step(trainer, step)` runs after each step (checkpoints).
+    Never raises for trial faults: they come back as the result's status.
+    """
+    import torch
+
+    s = settings or RunSettings()
+    wall0 = s.clock()
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    dataset = data
+    if not hasattr(data, "batches"):  # a data name or a DataSpec, not a loaded Dataset
+        from autoembed.data import DataSpec, load_dataset
+
+        dataset = load_dataset(DataSpec(name=data) if isinstance(data, str) else data)
+    cfg = resolve_for_data(config, dataset)
+    env = environment(s.device)
+    from autoembed.memory import estimate
+
+    est = estimate(cfg).to_dict()
+    base: dict[str, Any] = {"config": cfg, "estimate": est, "env": env}
+    task = cfg.task
+    target = s.target if s.target is not None else default_target(dataset, task)
+    curve: list[Evaluation] = []
+    steps = samples = 0
+    timed_steps = 0
+    timed_seconds = 0.0
+    train_seconds = 0.0
+    steps_to_target = samples_to_target = None
+
+    def result(status: str, **kw: Any) -> TrialResult:
+        thr = (
+            timed_steps * cfg.batch_size * cfg.grad_accum_steps / timed_seconds
+            if timed_seconds > 0
+            else None
+        )
+        return TrialResult(
+            status=status,
+            curve=tuple(curve),
+            steps=steps,
+            samples=samples,
+            throughput=thr,
+            steps_to_target=steps_to_target,
+            samples_to_target=samples_to_target,
+            target=target,
+            train_seconds=train_seconds,
+            wall_seconds=s.clock() - wall0,
+            rss_peak=_rss_peak(),
+            **base,
+            **kw,
+        )
+
+    try:
+        if trainer is None:
+            from autoembed.models import make_trainer
+
+            trainer = make_trainer(cfg, s.device)
+        if s.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        batches = _cycle(dataset, cfg.batch_size, cfg.seed, s.epochs)
+        for _ in range(start_step * cfg.grad_accum_steps):  # resume: the same data order
+            next(batches, None)
+        t_start = s.clock()
+        steps = start_step
+        max_steps = s.max_steps if s.epochs is None else None
+        while max_steps is None or steps < max_steps:
+            micro = []
+            for _ in range(cfg.grad_accum_steps):
+                b = next(batches, None)
+                if b is None:
+                    break
+                micro.append(b)
+            if len(micro) < cfg.grad_accum_steps:
+                break  # the epochs are done
+            t0 = s.clock()
+            loss = trainer.step(micro)
+            dt = s.clock() - t0
+            steps += 1
+            samples += cfg.batch_size * cfg.grad_accum_steps
+            train_seconds += dt
+            if steps - start_step > s.warmup_steps:
+                timed_steps += 1
+                timed_seconds += dt
+            if not math.isfinite(loss):
+                return result("diverged", error=f"loss became {loss} at step {steps}")
+            if on_step is not None:
+                on_step(trainer, steps)
+            last = max_steps is not None and steps >= max_steps
+            if steps % s.eval_every == 0 or last:
+                m = _evaluate(trainer, dataset, "valid", cfg.batch_size, s.eval_batches, task)
+                q = m[primary(task)]
+                ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
+                curve.append(ev)
+                if steps_to_target is None and target is not None and q >= target:
+                    steps_to_target, samples_to_target = steps, samples
+                if report is not None and report(ev) is False:
+                    return result("pruned", quality=q, metrics=m)
+            if s.max_seconds is not None and train_seconds >= s.max_seconds:
+                break
+        metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
+        quality = metrics[primary(task)]
+        extra: dict[str, Any] = {}
+        if s.device.startswith("cuda"):
+            extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
+            extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
+        if cfg.serving != "none":
+            from autoembed.models import quantize, serving_bytes
+
+            served = quantize(trainer.model, cfg.serving)
+            before = quality
+            q_trainer = replace_model(trainer, served)
+            metrics_q = _evaluate(q_trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
+            extra["quality_before_quantization"] = before
+            extra["serving_bytes"] = int(serving_bytes(served))
+            metrics = {**metrics_q, **{f"{k}_before_quantization": v for k, v in metrics.items()}}
+            quality = metrics_q[primary(task)]
+            trainer = q_trainer
+        else:
+            from autoembed.models import serving_bytes
+
+            extra["serving_bytes"] = int(serving_bytes(trainer.model))
+        latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
+        return result("complete", quality=quality, metrics=metrics, latency_ms=latency, **extra)
+    except UnsupportedError as e:
+        return result("unsupported", error=str(e))
+    except (ConfigError, DataError):
+        raise  # bad input is the caller's to report, not a trial fault
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - a trial fault is a result, not a crash
+        if _is_oom(e):
+            if s.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            return result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")
+
+
+class _ServingTrainer:
+    """Predict-only view of a quantized model with the trainer's autocast and device."""
+
+    def __init__(self, trainer: Any, model: Any) -> None:
+        self._trainer = trainer
+        self.model = model
+        self.device = trainer.device
+        self.config = trainer.config
+
+    def predict(self, batch: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            self.model.eval()
+            return self.model(batch.to(self.device)).float()
+
+
+def replace_model(trainer: Any, model: Any) -> _ServingTrainer:
+    return _ServingTrainer(trainer, model)

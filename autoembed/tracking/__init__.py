@@ -1,0 +1,106 @@
+"""Tracking: where a search's runs are recorded (MLflow by default).
+
+The search driver — and only the driver (DESIGN.md, Contracts: who writes the stores) —
+calls a `SearchTracker`: `start` once, `trial` once per finished or rejected trial, `finish`
+once with the Pareto front, `close` always. `NullTracker` records nothing.
+MLflow is imported only inside the MLflow implementation, lazily.
+
+`make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
+the embedded `sqlite:///<runs-dir>/mlflow.db`; "none" -> `NullTracker`; any other MLflow URI
+as given. An http(s) server that does not answer `/health` within 3 s raises
+`TrackingUnreachableError` (exit status 2) before anything runs. Once made, a tracker never
+raises: a failure mid-search is a warning (see `autoembed.tracking.mlflow_store`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from autoembed.tracking.store import (
+    TrackingError,
+    TrackingStore,
+    TrackingUnreachableError,
+    check_reachable,
+    resolve_store,
+)
+
+__all__ = [
+    "SearchTracker",
+    "NullTracker",
+    "TrialRecord",
+    "make_tracker",
+    "resolve_store",
+    "check_reachable",
+    "TrackingStore",
+    "TrackingError",
+    "TrackingUnreachableError",
+]
+
+
+class TrialRecord(Protocol):
+    """What the tracker is told about one trial (the search's own row type satisfies it).
+
+    number: the Optuna trial number (the trial id everywhere); status: one of
+    autoembed.runner.STATUSES; config: the resolved EmbeddingConfig; estimate: the
+    MemoryEstimate as a dict (`MemoryEstimate.to_dict()`); result: the TrialResult (None for
+    infeasible proposals, which never train); reason: why it was rejected or failed.
+    """
+
+    number: int
+    status: str
+    config: Any
+    estimate: Mapping[str, Any]
+    result: Any
+    reason: str | None
+    ray_trial_id: str | None
+
+
+@runtime_checkable
+class SearchTracker(Protocol):
+    def start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
+        """Open the search's parent run with its parameters (budget, space, sampler, seed,
+        data, objectives) and the space file as an artifact."""
+
+    def trial(self, record: TrialRecord) -> None:
+        """Record one trial as a nested run (infeasible ones too, tagged as such)."""
+
+    def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
+        """Tag Pareto members (`pareto` = true/false on every trial run) and attach the
+        search's files (pareto.json, pareto.png, trials.csv) to the parent run."""
+
+    def close(self, status: str) -> None:
+        """End the parent run: FINISHED, FAILED or KILLED. Safe to call twice."""
+
+
+class NullTracker:
+    """Records nothing (tests, `--tracking-uri none`)."""
+
+    def start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
+        return None
+
+    def trial(self, record: TrialRecord) -> None:
+        return None
+
+    def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
+        return None
+
+    def close(self, status: str) -> None:
+        return None
+
+
+def make_tracker(tracking_uri: str | None, runs_dir: Path) -> SearchTracker:
+    """The tracker for a search writing under `runs_dir` (see the module docstring).
+
+    Resolves and probes the URI first (milliseconds, no MLflow import), then opens the store
+    and initialises its schema in this process before any trial is logged.
+    """
+    store = resolve_store(tracking_uri, runs_dir)
+    if store.kind == "none":
+        return NullTracker()
+    if store.kind == "http":
+        check_reachable(store.uri)  # fail in seconds, before paying for `import mlflow`
+    from autoembed.tracking.mlflow_store import MlflowTracker
+
+    return MlflowTracker.open(store, runs_dir)

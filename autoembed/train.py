@@ -1,0 +1,154 @@
+"""`autoembed train`: full training of a (usually exported) config with the trial runner,
+periodic checkpoints, resume, and a final metrics file.
+
+Outputs under `out_dir`: `checkpoint.pt` (model, optimizers, masters, scaler, step; written
+atomically every `checkpoint_every` steps and loaded back with `weights_only=True`),
+`model.pt` (final weights) and `metrics.json` (the TrialResult) — the last two only when
+training completes, so nothing half-written looks like a finished result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError
+from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
+
+__all__ = ["train", "CHECKPOINT", "load_checkpoint"]
+
+CHECKPOINT = "checkpoint.pt"
+FORMAT_VERSION = 1
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _state(trainer: Any, step: int, config: EmbeddingConfig) -> dict[str, Any]:
+    st: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "step": step,
+        "config_json": config.to_json(),
+        "model": trainer.model.state_dict(),
+        "optimizers": trainer.optimizers.state_dict(),
+    }
+    if trainer.masters is not None:
+        st["masters"] = {k: v.detach() for k, v in trainer.masters.items()}
+    if trainer.scaler is not None:
+        st["scaler"] = trainer.scaler.state_dict()
+    return st
+
+
+def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
+    """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
+    import torch
+
+    try:
+        st = torch.load(path, map_location=trainer.device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
+        raise ConfigError(
+            f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
+            "or train into a new --out directory"
+        ) from None
+    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
+        raise ConfigError(
+            f"checkpoint '{path}' was written for another config; use a new --out "
+            "directory or --no-resume"
+        )
+    trainer.model.load_state_dict(st["model"])
+    trainer.optimizers.load_state_dict(st["optimizers"])
+    if trainer.masters is not None and "masters" in st:
+        with torch.no_grad():
+            for k, m in trainer.masters.items():
+                m.copy_(st["masters"][k])
+    if trainer.scaler is not None and "scaler" in st:
+        trainer.scaler.load_state_dict(st["scaler"])
+    return int(st["step"])
+
+
+def train(
+    config: EmbeddingConfig,
+    *,
+    data: Any = None,
+    out_dir: str | Path = "runs/train",
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    device: str = "cpu",
+    checkpoint_every: int | None = None,
+    resume: bool = True,
+    eval_every: int | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> TrialResult:
+    """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
+
+    `on_step(step, total)` reports progress (total is None when training by epochs).
+    """
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.models import make_trainer
+
+    if data is None:
+        if config.data is None:
+            raise ConfigError(
+                "the config carries no data spec; pass --data (a built-in name or "
+                "a CSV/Parquet file) or export the config from a search"
+            )
+        data = DataSpec.from_dict(dict(config.data))
+    elif isinstance(data, str):
+        data = DataSpec(name=data)
+    if max_steps is not None and epochs is not None:
+        raise ConfigError("give either --max-steps or --epochs, not both")
+    if max_steps is None and epochs is None:
+        max_steps = 1000
+    dataset = load_dataset(data) if isinstance(data, DataSpec) else data
+    cfg = resolve_for_data(config, dataset)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.json", "model.pt"):
+        (out / name).unlink(missing_ok=True)  # a new run invalidates an old finished result
+    trainer = make_trainer(cfg, device)
+    ckpt = out / CHECKPOINT
+    start = load_checkpoint(ckpt, trainer, cfg) if resume and ckpt.exists() else 0
+    every = checkpoint_every or max(10, (max_steps or 1000) // 10)
+    total = max_steps
+
+    def save(tr: Any, step: int) -> None:
+        if step % every == 0:
+            _atomic_torch_save(_state(tr, step, cfg), ckpt)
+        if on_step is not None:
+            on_step(step, total or 0)
+
+    settings = RunSettings(
+        max_steps=max_steps or 1,
+        epochs=epochs,
+        device=device,
+        eval_every=eval_every or max(1, (max_steps or 1000) // 10),
+        test_batches=None,
+        eval_batches=50,
+    )
+    if epochs is not None:
+        settings = replace(settings, max_steps=10**12)
+    result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)
+    if result.status == "complete":
+        _atomic_torch_save(_state(trainer, result.steps, cfg), ckpt)
+        _atomic_torch_save(trainer.model.state_dict(), out / "model.pt")
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(result.to_dict(), fh, indent=2, default=str)
+        os.replace(tmp, out / "metrics.json")
+    return result

@@ -1,0 +1,171 @@
+"""The trial runner with injected faults, an injected clock and a tiny in-memory dataset."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
+from autoembed.batch import Batch
+from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.runner import RunSettings, quality_metrics, run_trial
+
+
+@dataclass(frozen=True)
+class _Spec:
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": "in-memory"}
+
+
+@dataclass
+class TinyCTR:
+    """Two one-hot fields; label = (id of field a is even). Rows are fixed per split."""
+
+    rows: int = 512
+    task: str = "ctr"
+    num_classes: int = 2
+    seq_len: int = 1
+    spec: _Spec = field(default_factory=_Spec)
+
+    @property
+    def tables(self) -> tuple[TableConfig, ...]:
+        return (TableConfig("a", 50), TableConfig("b", 20))
+
+    def batches(
+        self,
+        split: str,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> Iterator[Batch]:
+        g = torch.Generator().manual_seed({"train": 1, "valid": 2, "test": 3}[split])
+        a = torch.randint(0, 50, (self.rows, 1), generator=g)
+        b = torch.randint(0, 20, (self.rows, 1), generator=g)
+        y = (a[:, 0] % 2 == 0).float()
+        for i in range(0, self.rows - (batch_size - 1 if drop_last else 0), batch_size):
+            sl = slice(i, i + batch_size)
+            yield Batch({"a": a[sl], "b": b[sl]}, y[sl])
+
+
+def cfg(**kw: Any) -> EmbeddingConfig:
+    base: dict[str, Any] = dict(
+        tables=(TableConfig("a", 50), TableConfig("b", 20)),
+        dim=8,
+        batch_size=32,
+        dense_layers=(8,),
+        lr=0.05,
+    )
+    base.update(kw)
+    return EmbeddingConfig(**base)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class ScriptedTrainer:
+    """Stands in for autoembed.models.Trainer: each step advances the clock by a scripted
+    duration and returns a scripted loss (or raises)."""
+
+    def __init__(self, clock: Clock, durations: list[float], losses: list[Any]) -> None:
+        self.clock, self.durations, self.losses = clock, durations, losses
+        self.device = torch.device("cpu")
+        self.model = torch.nn.Linear(1, 1)
+        self.n = 0
+
+    def step(self, batches: list[Batch]) -> float:
+        self.clock.t += self.durations[min(self.n, len(self.durations) - 1)]
+        loss = self.losses[min(self.n, len(self.losses) - 1)]
+        self.n += 1
+        if isinstance(loss, BaseException):
+            raise loss
+        return float(loss)
+
+    def predict(self, batch: Batch) -> torch.Tensor:
+        return batch.features["a"][:, 0].float() % 2 * 2 - 1
+
+
+def test_throughput_excludes_warmup_with_injected_clock() -> None:
+    clock = Clock()
+    # 3 warm-up steps take 100 s each; the 7 timed steps 0.5 s each -> 32 / 0.5 = 64 samples/s.
+    tr = ScriptedTrainer(clock, [100, 100, 100, 0.5], [0.3])
+    r = run_trial(
+        cfg(),
+        TinyCTR(),
+        RunSettings(max_steps=10, eval_every=5, warmup_steps=3, clock=clock, measure_latency=False),
+        trainer=tr,
+    )
+    assert r.status == "complete"
+    assert r.throughput == pytest.approx(64.0)
+    assert r.steps == 10 and r.samples == 320
+
+
+def test_nan_loss_is_diverged_not_a_crash() -> None:
+    clock = Clock()
+    tr = ScriptedTrainer(clock, [0.1], [0.5, 0.4, math.nan])
+    r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=10, clock=clock), trainer=tr)
+    assert r.status == "diverged" and r.steps == 3 and "nan" in (r.error or "")
+
+
+def test_injected_oom_is_recorded() -> None:
+    clock = Clock()
+    tr = ScriptedTrainer(clock, [0.1], [0.5, torch.OutOfMemoryError("CUDA out of memory. Tried")])
+    r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=10, clock=clock), trainer=tr)
+    assert r.status == "oom" and "out of memory" in (r.error or "")
+
+
+def test_other_exception_is_failed_with_error() -> None:
+    clock = Clock()
+    tr = ScriptedTrainer(clock, [0.1], [RuntimeError("boom")])
+    r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=10, clock=clock), trainer=tr)
+    assert r.status == "failed" and "boom" in (r.error or "")
+
+
+def test_report_false_prunes() -> None:
+    seen = []
+
+    def report(ev: Any) -> bool:
+        seen.append(ev.step)
+        return False
+
+    r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=20, eval_every=4), report)
+    assert r.status == "pruned" and seen == [4] and r.steps == 4
+
+
+def test_real_training_learns_and_measures() -> None:
+    r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=120, eval_every=40, target=0.9))
+    assert r.status == "complete", r.error
+    assert r.quality is not None and r.quality > 0.9
+    assert r.steps_to_target is not None and r.steps_to_target <= 120
+    assert [e.step for e in r.curve] == [40, 80, 120]
+    assert {"p50_b1", "p99_b1", "p50_b256", "p99_b256"} <= set(r.latency_ms)
+    assert r.estimate["allocated_peak"] > 0 and r.rss_peak and r.rss_peak > 0
+    assert r.env["threads"] >= 1 and "torch" in r.env
+    assert r.measured_allocated_peak is None  # no GPU: never called GPU memory
+
+
+def test_metrics_agree_with_sklearn() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 300)
+    z = rng.normal(size=300) + y
+    m = quality_metrics("ctr", z, y)
+    assert m["auc"] == pytest.approx(roc_auc_score(y, z))
+    assert m["logloss"] == pytest.approx(log_loss(y, 1 / (1 + np.exp(-z))))
+    yt = rng.integers(0, 4, 300)
+    zt = rng.normal(size=(300, 4))
+    zt[np.arange(300), yt] += 1.0
+    mt = quality_metrics("text", zt, yt)
+    assert mt["accuracy"] == pytest.approx(accuracy_score(yt, zt.argmax(1)))
+    assert mt["macro_f1"] == pytest.approx(f1_score(yt, zt.argmax(1), average="macro"))
