@@ -1,0 +1,37 @@
+"""Model building (issue 3): the embedding model, its optimizers, precision, training step
+and serving quantization. Everything here runs on CPU; see each module's docstring."""
+
+from __future__ import annotations
+
+from autoembed.models.hashing import hash_id_reference, hash_ids, qr_indices
+from autoembed.models.model import EmbeddingModel, build_model, check_buildable, loss_fn
+from autoembed.models.optim import Optimizers, RowWiseAdagrad, build_optimizer, state_bytes
+from autoembed.models.precision import MasterWeights, check_supported
+from autoembed.models.quantize import quantize, serving_bytes
+from autoembed.models.rowformat import pack_rows, row_bytes, unpack_rows
+from autoembed.models.step import Trainer, fake_caveats, make_trainer, supports_fake
+
+__all__ = [
+    "EmbeddingModel",
+    "build_model",
+    "check_buildable",
+    "loss_fn",
+    "Optimizers",
+    "RowWiseAdagrad",
+    "build_optimizer",
+    "state_bytes",
+    "MasterWeights",
+    "check_supported",
+    "Trainer",
+    "make_trainer",
+    "supports_fake",
+    "fake_caveats",
+    "quantize",
+    "serving_bytes",
+    "hash_ids",
+    "hash_id_reference",
+    "qr_indices",
+    "pack_rows",
+    "unpack_rows",
+    "row_bytes",
+]

@@ -1,0 +1,325 @@
+"""Embedding tables (one module per field, or one shared) and their pooled lookups.
+
+Pooling of a field's [B, L] ids into [B, D]:
+
+* ``mean`` / ``sum``: `F.embedding_bag`, so [B, L, D] is never materialised.
+  - Text, identity id map (compression none / mixed_dim, or hash with V <= buckets): the
+    [B, S] ids go in as they are with ``padding_idx=PAD_ID``; pads are left out of the mean
+    and out of the (sparse) gradient. Row PAD_ID starts at zero and never trains.
+  - Otherwise the missing positions (CTR: MISSING_ID, any id < 0; text under hash/QR: PAD_ID)
+    form a mask. Dense table gradients: fixed-shape ``mode="sum"`` with the mask as
+    ``per_sample_weights``, divided by the bag size for the mean (no host sync, runs under
+    fake tensors). Sparse table gradients: the mask selects the real lookups into
+    (indices, offsets), so the sparse gradient holds one row per real lookup and missing
+    positions touch no row (a zero-weight lookup of row 0 would still move row 0 under
+    SparseAdam). Selecting has a data-dependent size, so under fake tensors every position
+    is looked up instead (same dense shapes; there are no values to get wrong, and fake
+    sparse gradients have no rows anyway).
+* ``naive``: `F.embedding` to [B, L, D], then the mean over dim 1 -- the seed's baseline.
+  Text keeps the seed's plain mean over all S positions (pad rows are zero); CTR divides by
+  the bag size. Gradient checkpointing may wrap this block, but an embedding followed by a
+  mean saves only the indices for backward, so it saves little (REFERENCES.md).
+
+Compression (storage is fixed by `autoembed.config.param_specs`):
+
+* hash: ``min(V, hash_buckets)`` rows; ids go through `hash_ids` unless V <= buckets.
+* qr: ``q_weight`` [ceil(V/m), Dq] and ``r_weight`` [m, Dq]; the two rows are combined by
+  ``mult`` / ``add`` / ``concat`` (Dq = D/2). Under mean/sum pooling each table is pooled
+  first and the pooled vectors are combined, as DLRM's ``QREmbeddingBag`` does: exact
+  compositional embeddings for one-hot fields, an approximation for bags; naive pooling
+  combines per lookup and is exact for every bag size.
+* mixed_dim: rows of the table's own dim, pooled, then ``proj`` (Linear d -> D, no bias).
+* shared: one ``shared`` table of max(V) rows that every field indexes directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._subclasses.fake_tensor import is_fake
+from torch.utils.checkpoint import checkpoint
+
+from autoembed.batch import PAD_ID
+from autoembed.models.hashing import hash_ids, qr_indices
+from autoembed.models.rowformat import unpack_rows
+
+__all__ = ["LookupSpec", "TableModule", "PlainTable", "QRTable"]
+
+
+@dataclass(frozen=True)
+class LookupSpec:
+    """How a table pools: `pooling` mean/sum/naive; `sparse` table gradients; `text` task
+    (pads are PAD_ID, naive is the plain mean); `checkpoint` the naive lookup block."""
+
+    pooling: str
+    sparse: bool
+    text: bool
+    checkpoint: bool = False
+
+
+class TableModule(nn.Module):
+    """Base class: weight access (trainable or packed for serving) and pooling helpers."""
+
+    def __init__(self, spec: LookupSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        # weight name -> (bits, dim, dtype) for weights replaced by packed uint8 rows
+        self.packed: dict[str, tuple[int, int, torch.dtype]] = {}
+
+    def pack_weight(
+        self, name: str, packed: torch.Tensor, bits: int, *, dim: int, dtype: torch.dtype
+    ) -> None:
+        """Replace weight `name` by packed rows (buffer `<name>_packed`) that dequantize to
+        [*, dim] in `dtype`."""
+        self._parameters.pop(name, None)
+        self.packed = {**self.packed, name: (bits, dim, dtype)}
+        self.register_buffer(f"{name}_packed", packed)
+
+    # ----------------------------------------------------------------- lookups
+    def _rows(
+        self, name: str, idx: torch.Tensor, valid: torch.Tensor | None, pad: int | None
+    ) -> torch.Tensor:
+        """[B, L] rows -> [B, L, D], zero where `valid` is False."""
+        if name in self.packed:
+            bits, dim, dtype = self.packed[name]
+            out = unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
+            mask = valid if pad is None else idx != pad
+            return out if mask is None else out * mask.unsqueeze(-1).to(out.dtype)
+        w = getattr(self, name)
+        sparse = self.spec.sparse
+        if valid is None:
+            return F.embedding(idx, w, padding_idx=pad, sparse=sparse)
+        if sparse and not is_fake(idx):
+            b, n = idx.shape
+            pos = valid.reshape(-1).nonzero().squeeze(1)
+            got = F.embedding(idx.reshape(-1)[pos], w, sparse=True)
+            return got.new_zeros((b * n, w.shape[1])).index_copy(0, pos, got).view(b, n, -1)
+        return F.embedding(idx, w, sparse=sparse) * valid.unsqueeze(-1).to(w.dtype)
+
+    def _rows_many(
+        self, name: str, idxs: list[torch.Tensor], valids: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """`_rows` of several fields in one lookup (one gradient for a shared table)."""
+        if len(idxs) == 1:
+            return [self._rows(name, idxs[0], valids[0], None)]
+        flat = torch.cat([i.reshape(1, -1) for i in idxs], dim=1)
+        ok = torch.cat([v.reshape(1, -1) for v in valids], dim=1)
+        rows = self._rows(name, flat, ok, None)[0]
+        parts = rows.split([i.numel() for i in idxs])
+        return [r.view(*i.shape, -1) for r, i in zip(parts, idxs, strict=True)]
+
+    def _bag_padded(self, name: str, idx: torch.Tensor, pad: int) -> torch.Tensor:
+        """Mean or sum of each [B, S] row's ids other than `pad` (row `pad` is padding)."""
+        if name in self.packed:
+            return self._bags(name, [idx], [idx != pad])[0]
+        w = getattr(self, name)
+        return F.embedding_bag(
+            idx, w, mode=self.spec.pooling, sparse=self.spec.sparse, padding_idx=pad
+        )
+
+    def _bags(
+        self, name: str, idxs: list[torch.Tensor], valids: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Mean or sum (spec.pooling) of the valid rows of each bag: per field [B, L_f] ->
+        [B, D], all fields in one `embedding_bag` call (so a shared table gets one gradient)."""
+        mode = self.spec.pooling
+        if name in self.packed:
+            out = []
+            for idx, valid in zip(idxs, valids, strict=True):
+                total = self._rows(name, idx, valid, None).sum(dim=1)
+                if mode == "mean":
+                    total = total / valid.sum(dim=1, keepdim=True).clamp(min=1).to(total.dtype)
+                out.append(total)
+            return out
+        w = getattr(self, name)
+        sparse = self.spec.sparse
+        counts = torch.cat([v.sum(dim=1) for v in valids])
+        if sparse and not is_fake(idxs[0]):
+            # real lookups only: one sparse-gradient row per real lookup
+            flat = torch.cat([i[v] for i, v in zip(idxs, valids, strict=True)])
+            offsets = torch.cumsum(counts, 0) - counts
+            return list(
+                F.embedding_bag(flat, w, offsets, mode=mode, sparse=True).split(
+                    [i.shape[0] for i in idxs]
+                )
+            )
+        # fixed shape: every position is looked up
+        flat = torch.cat([i.reshape(-1) for i in idxs])
+        starts, offsets_list = 0, []
+        for i in idxs:
+            b, n = i.shape
+            offsets_list.append(torch.arange(starts, starts + b * n, n, device=i.device))
+            starts += b * n
+        offsets = torch.cat(offsets_list)
+        if sparse:
+            # fake tensors only: the values do not exist, so missing positions need no
+            # weights (torch 2.13's meta sparse backward rejects per_sample_weights)
+            pooled = F.embedding_bag(flat, w, offsets, mode=mode, sparse=True)
+        else:
+            # missing positions weigh 0; the mean divides by the real bag size
+            weights = torch.cat([v.reshape(-1) for v in valids]).to(w.dtype)
+            pooled = F.embedding_bag(flat, w, offsets, mode="sum", per_sample_weights=weights)
+            if mode == "mean":
+                pooled = pooled / counts.clamp(min=1).unsqueeze(1).to(pooled.dtype)
+        return list(pooled.split([i.shape[0] for i in idxs]))
+
+    def _pool_rows(self, rows: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """Naive pooling of [B, L, D]: text the plain mean, CTR the mean over valid ids."""
+        if self.spec.text or valid is None:
+            return rows.mean(dim=1)
+        return rows.sum(dim=1) / valid.sum(dim=1, keepdim=True).clamp(min=1).to(rows.dtype)
+
+    def _masked(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(non-negative ids, valid mask): CTR drops ids < 0, text drops PAD_ID."""
+        if self.spec.text:
+            return ids, ids != PAD_ID
+        return ids.clamp(min=0), ids >= 0
+
+    def _maybe_checkpoint(self, fn: Callable[..., torch.Tensor], *args: object) -> torch.Tensor:
+        if self.spec.checkpoint and torch.is_grad_enabled():
+            out: torch.Tensor = checkpoint(fn, *args, use_reentrant=False)
+            return out
+        return fn(*args)
+
+    def _maybe_checkpoint_many(
+        self, fn: Callable[..., list[torch.Tensor]], *args: object
+    ) -> list[torch.Tensor]:
+        if self.spec.checkpoint and torch.is_grad_enabled():
+            out: list[torch.Tensor] = checkpoint(fn, *args, use_reentrant=False)
+            return out
+        return fn(*args)
+
+
+class PlainTable(TableModule):
+    """One weight [rows, dim] (none / hash / shared / mixed_dim), optional projection to
+    `out_dim` (mixed_dim), optional hashing of ids into `buckets` rows."""
+
+    def __init__(
+        self,
+        rows: int,
+        dim: int,
+        out_dim: int,
+        spec: LookupSpec,
+        *,
+        buckets: int | None = None,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(spec)
+        self.buckets = buckets
+        self.seed = seed
+        self.weight = nn.Parameter(torch.empty((rows, dim), device=device, dtype=dtype))
+        self.proj = (
+            nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
+            if dim != out_dim
+            else None
+        )
+        with torch.no_grad():
+            self.weight.normal_(0.0, 1.0 / math.sqrt(dim))
+            if self.pads_in_place:
+                self.weight[PAD_ID].zero_()
+
+    @property
+    def pads_in_place(self) -> bool:
+        """Text ids index rows unchanged, so row PAD_ID is the padding row."""
+        return self.spec.text and self.buckets is None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Pooled [B, out_dim] of one field's [B, L] ids."""
+        return self.forward_many([ids])[0]
+
+    def forward_many(self, ids: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Pooled [B, out_dim] of several fields' ids, looked up together (shared table)."""
+        pooled: list[torch.Tensor]
+        if self.pads_in_place:
+            (only,) = ids  # text: one field
+            if self.spec.pooling == "naive":
+                pooled = [self._maybe_checkpoint(self._naive_padded, only)]
+            else:
+                pooled = [self._bag_padded("weight", only, PAD_ID)]
+        else:
+            idxs, valids = [], []
+            for field_ids in ids:
+                idx, valid = self._masked(field_ids)
+                if self.buckets is not None:
+                    idx = hash_ids(idx, self.buckets, self.seed)
+                idxs.append(idx)
+                valids.append(valid)
+            if self.spec.pooling == "naive":
+                pooled = self._maybe_checkpoint_many(self._naive, idxs, valids)
+            else:
+                pooled = self._bags("weight", idxs, valids)
+        if self.proj is None:
+            return pooled
+        return [self.proj(p) for p in pooled]
+
+    def _naive_padded(self, ids: torch.Tensor) -> torch.Tensor:
+        # the seed's baseline: F.embedding then the plain mean over the S positions
+        return self._rows("weight", ids, None, PAD_ID).mean(dim=1)
+
+    def _naive(self, idxs: list[torch.Tensor], valids: list[torch.Tensor]) -> list[torch.Tensor]:
+        rows = self._rows_many("weight", idxs, valids)
+        return [self._pool_rows(r, v) for r, v in zip(rows, valids, strict=True)]
+
+
+class QRTable(TableModule):
+    """Quotient-remainder table (Shi et al., 2019): q_weight [ceil(V/m), Dq], r_weight [m, Dq]."""
+
+    def __init__(
+        self,
+        vocab: int,
+        collisions: int,
+        dim: int,
+        operation: str,
+        spec: LookupSpec,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(spec)
+        self.collisions = collisions
+        self.operation = operation
+        dq = dim // 2 if operation == "concat" else dim
+        q_rows = -(-vocab // collisions)
+        self.q_weight = nn.Parameter(torch.empty((q_rows, dq), device=device, dtype=dtype))
+        self.r_weight = nn.Parameter(torch.empty((collisions, dq), device=device, dtype=dtype))
+        std = 1.0 / math.sqrt(dim)
+        with torch.no_grad():
+            if operation == "mult":
+                # r rows start near 1, so q * r starts near q
+                self.q_weight.normal_(0.0, std)
+                self.r_weight.normal_(1.0, std)
+            elif operation == "add":
+                self.q_weight.normal_(0.0, std / math.sqrt(2.0))
+                self.r_weight.normal_(0.0, std / math.sqrt(2.0))
+            else:
+                self.q_weight.normal_(0.0, std)
+                self.r_weight.normal_(0.0, std)
+
+    def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        if self.operation == "mult":
+            return q * r
+        if self.operation == "add":
+            return q + r
+        return torch.cat((q, r), dim=-1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        idx, valid = self._masked(ids)
+        q, r = qr_indices(idx, self.collisions)
+        if self.spec.pooling == "naive":
+            return self._maybe_checkpoint(self._naive, q, r, valid)
+        pq = self._bags("q_weight", [q], [valid])[0]
+        pr = self._bags("r_weight", [r], [valid])[0]
+        return self._combine(pq, pr)
+
+    def _naive(self, q: torch.Tensor, r: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        rows = self._combine(
+            self._rows("q_weight", q, valid, None), self._rows("r_weight", r, valid, None)
+        )
+        return self._pool_rows(rows, valid)

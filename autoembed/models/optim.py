@@ -1,0 +1,221 @@
+"""Optimizers: one for the tables (kind "table"), one for the dense tower (kind "dense").
+
+Map (config name -> torch): sgd -> SGD(momentum=0); momentum -> SGD(momentum=config.momentum);
+adam -> Adam(eps=config.effective_adam_eps); adamw -> AdamW; adagrad -> Adagrad;
+sparse_adam -> SparseAdam; rowwise_adagrad -> `RowWiseAdagrad` (FBGEMM's row-wise Adagrad).
+Dense gradients always take the foreach implementation (``foreach=True``: what CUDA picks by
+default, and what the memory model prices, e.g. Adam foreach = one parameter-sized
+temporary); sparse gradients take the single-tensor path (``foreach=False``), which torch's
+sparse-capable optimizers need. Learning rate: `config.lr` for tables,
+`config.effective_dense_lr` for the tower, ramped linearly over `config.warmup_steps`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from autoembed.config import FP16_MIN_ADAM_EPS, EmbeddingConfig, param_specs
+
+__all__ = [
+    "ROWWISE_ADAGRAD_EPS",
+    "ADAGRAD_EPS",
+    "RowWiseAdagrad",
+    "Optimizers",
+    "build_optimizer",
+    "make_optimizer",
+    "state_bytes",
+]
+
+# FBGEMM's default eps for EXACT_ROWWISE_ADAGRAD (fbgemm_gpu split_table_batched_embeddings).
+ROWWISE_ADAGRAD_EPS = 1e-8
+# torch.optim.Adagrad's default eps; it rounds to 0 in fp16 (smallest subnormal 6e-8), where
+# a zero gradient on a zero state gives 0/0 = NaN, so fp16 parameters use FP16_MIN_ADAM_EPS.
+ADAGRAD_EPS = 1e-10
+
+
+class RowWiseAdagrad(Optimizer):
+    """Row-wise Adagrad (FBGEMM ``EXACT_ROWWISE_ADAGRAD``) for 2-D table weights.
+
+    State: one fp32 value per row, ``sum``. For every row r in the gradient (the coalesced
+    rows of a sparse gradient, or every row of a dense one):
+
+        g_r  = grad_r + weight_decay * w_r          (FBGEMM's L2 mode; rows in the gradient)
+        s_r += mean(g_r ** 2)                        (over the row's D entries)
+        w_r -= lr * g_r / (sqrt(s_r) + eps)
+
+    Rows not in a sparse gradient do not change. Arithmetic is fp32 whatever the weight dtype.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.01,
+        eps: float = ROWWISE_ADAGRAD_EPS,
+        weight_decay: float = 0.0,
+    ) -> None:
+        if lr <= 0 or eps <= 0 or weight_decay < 0:
+            raise ValueError(
+                f"lr={lr}, eps={eps}, weight_decay={weight_decay}: lr, eps > 0; decay >= 0"
+            )
+        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.dim() != 2:
+                    raise ValueError(
+                        f"RowWiseAdagrad takes 2-D table weights, got shape {tuple(p.shape)}"
+                    )
+                state = self.state[p]
+                if not state:
+                    state["sum"] = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+                total: torch.Tensor = state["sum"]
+                grad = p.grad
+                if grad.is_sparse:
+                    grad = grad.coalesce()
+                    rows = grad.indices()[0]
+                    g = grad.values().to(torch.float32)
+                    if wd:
+                        g = g + wd * p.index_select(0, rows).to(torch.float32)
+                    total.index_add_(0, rows, g.square().mean(dim=1))
+                    std = total.index_select(0, rows).sqrt_().add_(eps)
+                    p.index_add_(0, rows, (g / std.unsqueeze(1)).mul_(-lr).to(p.dtype))
+                else:
+                    g = grad.to(torch.float32)
+                    if wd:
+                        g = g + wd * p.to(torch.float32)
+                    total.add_(g.square().mean(dim=1))
+                    std = total.sqrt().add_(eps)
+                    p.add_((g / std.unsqueeze(1)).mul_(-lr).to(p.dtype))
+        return loss
+
+
+def make_optimizer(
+    name: str, params: list[torch.Tensor], config: EmbeddingConfig, *, lr: float, sparse: bool
+) -> Optimizer:
+    """One torch optimizer for `params` (sparse: their gradients are sparse)."""
+    wd = config.weight_decay
+    foreach = not sparse
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.0, weight_decay=wd, foreach=foreach)
+    if name == "momentum":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=config.momentum, weight_decay=wd, foreach=foreach
+        )
+    if name == "adam":
+        return torch.optim.Adam(
+            params, lr=lr, eps=config.effective_adam_eps, weight_decay=wd, foreach=foreach
+        )
+    if name == "adamw":
+        return torch.optim.AdamW(
+            params, lr=lr, eps=config.effective_adam_eps, weight_decay=wd, foreach=foreach
+        )
+    if name == "adagrad":
+        eps = FP16_MIN_ADAM_EPS if config.precision == "fp16" else ADAGRAD_EPS
+        return torch.optim.Adagrad(params, lr=lr, eps=eps, weight_decay=wd, foreach=foreach)
+    if name == "sparse_adam":
+        return torch.optim.SparseAdam(params, lr=lr, eps=config.effective_adam_eps)
+    if name == "rowwise_adagrad":
+        return RowWiseAdagrad(params, lr=lr, weight_decay=wd)
+    raise ValueError(f"unknown optimizer '{name}'")
+
+
+def _warmup(steps: int) -> Callable[[int], float]:
+    """Linear warm-up: factor (k + 1) / steps for the first `steps` steps, then 1."""
+    return lambda k: min(1.0, (k + 1) / steps)
+
+
+@dataclass(frozen=True)
+class Optimizers:
+    """The table optimizer and the dense optimizer, stepped in that order, plus warm-up."""
+
+    table: Optimizer
+    dense: Optimizer
+    schedulers: tuple[LambdaLR, ...] = ()
+
+    @property
+    def all(self) -> tuple[Optimizer, Optimizer]:
+        return (self.table, self.dense)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.all:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        """Table step, dense step, then advance the warm-up schedule."""
+        for opt in self.all:
+            opt.step()
+        self.advance_schedule()
+
+    def advance_schedule(self) -> None:
+        for s in self.schedulers:
+            s.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table.state_dict(),
+            "dense": self.dense.state_dict(),
+            "schedulers": [s.state_dict() for s in self.schedulers],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.table.load_state_dict(state["table"])
+        self.dense.load_state_dict(state["dense"])
+        for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
+            s.load_state_dict(sd)
+
+
+def build_optimizer(
+    model: nn.Module,
+    config: EmbeddingConfig,
+    *,
+    masters: Mapping[str, torch.Tensor] | None = None,
+) -> Optimizers:
+    """Optimizers for `model`'s parameters split by `param_specs` kind.
+
+    masters: parameter name -> fp32 master tensor to optimise instead of the parameter
+    (fp16_master / bf16_master precision).
+    """
+    if not config.is_resolved:
+        config = config.resolve()
+    kinds = {s.name: s.kind for s in param_specs(config)}
+    groups: dict[str, list[torch.Tensor]] = {"table": [], "dense": []}
+    for name, p in model.named_parameters():
+        if name not in kinds:
+            raise ValueError(f"parameter '{name}' is not in param_specs(config)")
+        groups[kinds[name]].append(masters[name] if masters is not None else p)
+    table = make_optimizer(
+        config.table_optimizer, groups["table"], config, lr=config.lr, sparse=config.sparse_tables
+    )
+    dense = make_optimizer(
+        config.dense_optimizer, groups["dense"], config, lr=config.effective_dense_lr, sparse=False
+    )
+    schedulers: tuple[LambdaLR, ...] = ()
+    if config.warmup_steps > 0:
+        schedulers = tuple(LambdaLR(o, _warmup(config.warmup_steps)) for o in (table, dense))
+    return Optimizers(table, dense, schedulers)
+
+
+def state_bytes(optimizer: Optimizer) -> int:
+    """Bytes of the optimizer's state tensors with dim > 0 (scalar step counters excluded)."""
+    total = 0
+    for st in optimizer.state.values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor) and v.dim() > 0:
+                total += v.numel() * v.element_size()
+    return total

@@ -1,0 +1,74 @@
+"""Serving: row-wise int8 / int4 tables (FBGEMM row format, `autoembed.models.rowformat`).
+
+`quantize(model, serving)` returns a copy of the model for inference in which every table
+weight is one uint8 buffer [rows, row_bytes] (`<weight>_packed`); rows are dequantized as
+they are looked up. The tower and mixed-dim projections stay as they are.
+`serving_bytes(model)` = the packed buffers + the remaining (dense) parameters:
+rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from autoembed.config import SERVING
+from autoembed.errors import ConfigError
+from autoembed.models.embedding import TableModule
+from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
+
+__all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
+
+# Rows quantized at a time: bounds the fp32 temporaries to about chunk * D * 4 bytes * a few.
+QUANTIZE_CHUNK_ROWS = 65_536
+
+
+def _pack(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    rows, dim = weight.shape
+    out = torch.empty((rows, row_bytes(dim, bits)), dtype=torch.uint8, device=weight.device)
+    for start in range(0, rows, QUANTIZE_CHUNK_ROWS):
+        stop = min(rows, start + QUANTIZE_CHUNK_ROWS)
+        out[start:stop] = pack_rows(weight[start:stop], bits)
+    return out
+
+
+def quantize(model: nn.Module, serving: str) -> nn.Module:
+    """An inference copy of `model` with packed int8/int4 tables; `none` returns `model`."""
+    if serving not in SERVING:
+        raise ConfigError(f"serving = {serving!r}: must be one of {', '.join(SERVING)}")
+    if serving == "none":
+        return model
+    bits = SERVING_BITS[serving]
+    tables = [
+        (m, n, p)
+        for m in model.modules()
+        if isinstance(m, TableModule)
+        for n, p in m.named_parameters(recurse=False)
+    ]
+    for _, name, p in tables:
+        if bits == 4 and p.shape[1] % 2:
+            raise ConfigError(
+                f"serving 'int4': table weight '{name}' has an odd dim ({p.shape[1]}); int4 packs "
+                "two values a byte: use an even dim or serving int8"
+            )
+    # copy everything but the table weights (they are replaced by packed rows)
+    memo: dict[int, object] = {id(p): None for _, _, p in tables}
+    out = copy.deepcopy(model, memo)
+    for m_old, m_new in zip(model.modules(), out.modules(), strict=True):
+        if not isinstance(m_old, TableModule):
+            continue
+        assert isinstance(m_new, TableModule)
+        for name, p in list(m_old.named_parameters(recurse=False)):
+            with torch.no_grad():
+                packed = _pack(p.detach(), bits)
+            m_new.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
+    return out.eval()
+
+
+def serving_bytes(model: nn.Module) -> int:
+    """Bytes to serve `model`: packed table rows plus every remaining parameter."""
+    packed = sum(b.nbytes for n, b in model.named_buffers() if n.endswith("_packed"))
+    params = sum(p.nbytes for p in model.parameters())
+    return packed + params
