@@ -1,0 +1,63 @@
+"""Reading user tables (CSV, TSV, Parquet) into pandas, with one-line `DataError`s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoembed.data.spec import CSV_SUFFIXES, FILE_SUFFIXES, PARQUET_SUFFIXES, suffix_of
+from autoembed.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["read_table"]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """The file as a DataFrame with a fresh RangeIndex; errors name the file and the fix."""
+    import pandas as pd
+
+    p = Path(path).expanduser()
+    suffix = suffix_of(p.name)
+    if not suffix:
+        raise DataError(
+            f"data file '{p}' has an unknown extension '{''.join(p.suffixes)}'; "
+            f"use one of {', '.join(FILE_SUFFIXES)}"
+        )
+    if not p.exists():
+        raise DataError(f"data file '{p}' does not exist; check the path")
+    if not p.is_file():
+        raise DataError(f"data file '{p}' is not a file; give the path of a {suffix} file")
+    if p.stat().st_size == 0:
+        raise DataError(f"data file '{p}' is empty (0 bytes); give a file with a header and rows")
+    try:
+        if suffix in PARQUET_SUFFIXES:
+            frame = pd.read_parquet(p)
+        else:
+            sep = "," if suffix in CSV_SUFFIXES else "\t"
+            frame = pd.read_csv(p, sep=sep, low_memory=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"data file '{p}' is empty; give a file with a header and rows") from None
+    except ImportError as e:
+        raise DataError(
+            f"data file '{p}' needs a Parquet engine: pip install pyarrow ({e})"
+        ) from None
+    except Exception as e:  # pyarrow, zlib, csv parser and decoding errors all land here
+        kind = "Parquet" if suffix in PARQUET_SUFFIXES else "CSV"
+        raise DataError(
+            f"data file '{p}' cannot be read as {kind}: {_first_line(e)}; "
+            f"check that the file is complete and really {suffix}"
+        ) from None
+    if len(frame) == 0:
+        raise DataError(f"data file '{p}' has a header but no data rows; add rows")
+    if frame.columns.duplicated().any():
+        dup = str(frame.columns[frame.columns.duplicated()][0])
+        raise DataError(f"data file '{p}' has the column '{dup}' twice; rename one")
+    frame.columns = [str(c) for c in frame.columns]
+    return frame.reset_index(drop=True)

@@ -1,0 +1,246 @@
+"""Synthetic data with a planted model: the best achievable quality is known exactly.
+
+Every row is a pure function of (seed, split, row index), computed by hashing, so rows are
+generated on the fly in any order, splits are disjoint by construction and nothing of size V
+(the vocabulary) is ever allocated.
+
+synthetic-ctr. Field f has V_f ids. A row draws a Zipf rank r per id slot (exponent s_f,
+`autoembed.data.zipf`) and shows id = pi_f(r), pi_f a keyed bijection of [0, V_f) (identity
+without `scramble`), so popular ids are spread over the table. The label is planted:
+
+    logit = ctr_bias + sum_f e_f(bag_f) + sum_{(f,g) in pairs} (scale / sqrt(k)) u_f . u_g
+    e_f(id) = effect_scale * w(r) * z_f(id),   z_f(id) ~ N(0, 1) hashed from (seed, f, id)
+    w(r)    = 1 for r < head_size, tail_scale beyond
+    u_f(id) = w(r) * (k hashed N(0, 1) values),  k = interaction_rank
+    label   ~ Bernoulli(sigmoid(logit))
+
+(bags average e and u over their ids). The signal is mostly per id and sits in the Zipf head,
+where a model sees each id often enough to learn it; hashing ids into fewer buckets than the
+head merges planted effects and measurably costs AUC. `oracle_auc(split)` is the AUC of the
+planted logit itself: the best any model can reach on that split (in expectation).
+
+Measured with the defaults (seed 0, 200k/20k/20k rows, test split): oracle AUC 0.870; an MLP
+over concatenated full tables (dim 16, SparseAdam 3e-3, batch 512) 0.850 after 1,500 steps;
+the same with every field hashed into 100 buckets 0.802. Logistic regression on one-hot ids
+from 30k rows: 0.849 (ids mod 1000: 0.836; mod 16: 0.707).
+
+synthetic-text. Documents of length uniform in [seq_len // 4, seq_len] (at least 1) draw
+tokens 1..V-1 by Zipf rank (id 0 pads). A share `indicative_share` of token ids (chosen by
+hashing; never the 100 most frequent, which act as stopwords) each point to one class (also
+hashed); a document's class scores count its indicative tokens per class, and
+label = argmax(scores + label_noise * Gumbel noise), i.e. label ~ softmax(scores /
+label_noise). `oracle_accuracy(split)` is the accuracy of argmax(scores), the Bayes-optimal
+prediction. Measured with the defaults (4 classes, V = 50,000, seq_len 64): oracle accuracy
+0.730; multinomial naive Bayes or logistic regression on token counts from the 200k train
+rows 0.62-0.63 (rare indicative tokens are seen too seldom to learn).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from autoembed.batch import MISSING_ID, PAD_ID, Batch
+from autoembed.config import TableConfig
+from autoembed.data.base import BaseDataset, IntArray, split_index
+from autoembed.data.hashing import hash64, normal, permute, uniform
+from autoembed.data.metrics import accuracy, roc_auc
+from autoembed.data.spec import DataSpec
+from autoembed.data.zipf import zipf_frequency, zipf_ranks
+
+__all__ = ["SyntheticCTR", "SyntheticText", "DEFAULT_TEXT_VOCAB", "DEFAULT_TEXT_SEQ_LEN"]
+
+FloatArray = npt.NDArray[np.float64]
+
+DEFAULT_TEXT_VOCAB = 50_000  # synthetic-text table rows (id 0 is padding)
+DEFAULT_TEXT_SEQ_LEN = 64  # synthetic-text padded sequence length
+_ORACLE_CHUNK = 65_536  # rows generated at a time when scoring a whole split
+# The most frequent token ranks are never indicative (like stopwords): a few very common
+# tokens pointing to one class would tilt most documents, and the labels, towards it.
+STOPWORD_RANKS = 100
+
+# Hash purpose tags: each random quantity gets its own stream.
+_ROW, _LEN, _EFFECT, _FACTOR, _LABEL, _PERM = 1, 2, 3, 4, 5, 6
+_TOKEN, _DOC_LEN, _CLASS, _INDICATIVE, _NOISE, _TOKEN_PERM = 11, 12, 13, 14, 15, 16
+
+
+def _sigmoid(x: FloatArray) -> FloatArray:
+    out: FloatArray = 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free form
+    return out
+
+
+class SyntheticCTR(BaseDataset):
+    """Categorical fields f0..f{F-1} with Zipf ids and a planted logistic label model."""
+
+    def __init__(self, spec: DataSpec) -> None:
+        self._vocabs = spec.vocab_sizes
+        self._exps = spec.exponents()
+        self._bags = spec.bag_sizes or (1,) * len(spec.vocab_sizes)
+        self._pairs = spec.pairs()
+        self._names = tuple(f"f{i}" for i in range(len(self._vocabs)))
+        tables = tuple(
+            TableConfig(
+                name,
+                v,
+                pooling_factor=(bag + 1) / 2.0,  # bag lengths are uniform in [1, bag]
+                frequency=zipf_frequency(v, s),
+            )
+            for name, v, s, bag in zip(
+                self._names, self._vocabs, self._exps, self._bags, strict=True
+            )
+        )
+        super().__init__(spec, "ctr", 2, tables, 1, None)
+
+    def num_rows(self, split: str) -> int:
+        return self._spec.rows[split_index(split)]
+
+    # ------------------------------------------------------------------ generation
+    def _generate(
+        self, split: int, rows: IntArray
+    ) -> tuple[dict[str, IntArray], FloatArray, npt.NDArray[np.float32]]:
+        sp = self._spec
+        seed = sp.seed
+        r = rows.astype(np.uint64)[:, None]
+        n = rows.size
+        logit = np.full(n, sp.ctr_bias, dtype=np.float64)
+        in_pair = {f for p in self._pairs for f in p}
+        factors: dict[int, FloatArray] = {}
+        feats: dict[str, IntArray] = {}
+        for f, (name, v, s, bag) in enumerate(
+            zip(self._names, self._vocabs, self._exps, self._bags, strict=True)
+        ):
+            slots = np.arange(bag, dtype=np.uint64)[None, :]
+            u = uniform(hash64(seed, _ROW, split, r, f, slots))  # [n, bag]
+            rank = zipf_ranks(u, v, s)
+            ids = permute(rank, v, int(hash64(seed, _PERM, f)[0])) if sp.scramble else rank
+            weight = np.where(rank < sp.head_size, 1.0, sp.tail_scale)
+            if bag > 1:
+                length = 1 + np.floor(uniform(hash64(seed, _LEN, split, r[:, 0], f)) * bag)
+                present = slots.astype(np.float64) < length[:, None]
+            else:
+                present = np.ones((n, 1), dtype=bool)
+            count = present.sum(axis=1)
+            effect = sp.effect_scale * weight * normal(hash64(seed, _EFFECT, f, ids))
+            logit += np.where(present, effect, 0.0).sum(axis=1) / count
+            if f in in_pair:
+                k = np.arange(sp.interaction_rank, dtype=np.uint64)
+                vec = weight[..., None] * normal(hash64(seed, _FACTOR, f, ids[..., None], k))
+                vec = np.where(present[..., None], vec, 0.0)
+                factors[f] = vec.sum(axis=1) / count[:, None]
+            feats[name] = np.where(present, ids, MISSING_ID).astype(np.int64)
+        scale = sp.interaction_scale / math.sqrt(sp.interaction_rank)
+        for f, g in self._pairs:
+            logit += scale * (factors[f] * factors[g]).sum(axis=1)
+        draw = uniform(hash64(seed, _LABEL, split, rows.astype(np.uint64)))
+        labels = (draw < _sigmoid(logit)).astype(np.float32)
+        return feats, logit, labels
+
+    def _rows(self, split: int, positions: IntArray) -> Batch:
+        feats, _, labels = self._generate(split, positions)
+        return Batch({k: torch.from_numpy(v) for k, v in feats.items()}, torch.from_numpy(labels))
+
+    # ------------------------------------------------------------------ oracle
+    def _whole(self, split: str) -> tuple[FloatArray, npt.NDArray[np.float32]]:
+        s = split_index(split)
+        n = self.num_rows(split)
+        logits, labels = [], []
+        for start in range(0, n, _ORACLE_CHUNK):
+            rows = np.arange(start, min(n, start + _ORACLE_CHUNK), dtype=np.int64)
+            _, lg, lb = self._generate(s, rows)
+            logits.append(lg)
+            labels.append(lb)
+        return np.concatenate(logits), np.concatenate(labels)
+
+    def oracle_scores(self, split: str) -> FloatArray:
+        """The planted logit of every row of the split, in unshuffled batch order."""
+        return self._whole(split)[0]
+
+    def split_labels(self, split: str) -> npt.NDArray[np.float32]:
+        """The labels of every row of the split, in unshuffled batch order."""
+        return self._whole(split)[1]
+
+    def oracle_auc(self, split: str) -> float:
+        """AUC of the planted logit on the split: the best achievable AUC."""
+        logits, labels = self._whole(split)
+        return roc_auc(logits, labels)
+
+
+class SyntheticText(BaseDataset):
+    """Zipf token sequences with planted token -> class associations."""
+
+    def __init__(self, spec: DataSpec) -> None:
+        self._vocab = spec.vocab_size or DEFAULT_TEXT_VOCAB
+        seq_len = spec.seq_len or DEFAULT_TEXT_SEQ_LEN
+        self._exp = spec.exponents()[0]
+        self._min_len = max(1, seq_len // 4)
+        table = TableConfig(
+            "tokens",
+            self._vocab,
+            pooling_factor=float(seq_len),
+            frequency=zipf_frequency(self._vocab - 1, self._exp),  # over real tokens 1..V-1
+        )
+        super().__init__(spec, "text", spec.num_classes, (table,), seq_len, None)
+
+    def num_rows(self, split: str) -> int:
+        return self._spec.rows[split_index(split)]
+
+    def _generate(
+        self, split: int, rows: IntArray
+    ) -> tuple[IntArray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Tokens [n, seq_len], labels [n] and the oracle's predictions [n]."""
+        sp = self._spec
+        seed, k = sp.seed, sp.num_classes
+        r = rows.astype(np.uint64)[:, None]
+        slots = np.arange(self._seq_len, dtype=np.uint64)[None, :]
+        span = self._seq_len - self._min_len + 1
+        length = self._min_len + np.floor(uniform(hash64(seed, _DOC_LEN, split, r[:, 0])) * span)
+        present = slots.astype(np.float64) < length[:, None]
+        draws = uniform(hash64(seed, _TOKEN, split, r, slots))
+        rank = zipf_ranks(draws, self._vocab - 1, self._exp)
+        ids = rank
+        if sp.scramble:
+            ids = permute(rank, self._vocab - 1, int(hash64(seed, _TOKEN_PERM)[0]))
+        tokens = np.where(present, ids + 1, PAD_ID).astype(np.int64)
+        indicative = (
+            present
+            & (rank >= STOPWORD_RANKS)
+            & (uniform(hash64(seed, _INDICATIVE, tokens)) < sp.indicative_share)
+        )
+        cls = (hash64(seed, _CLASS, tokens) % np.uint64(k)).astype(np.int64)
+        scores = np.stack([(indicative & (cls == c)).sum(axis=1) for c in range(k)], axis=1)
+        scores = scores.astype(np.float64)
+        u = uniform(hash64(seed, _NOISE, split, r, np.arange(k, dtype=np.uint64)[None, :]))
+        gumbel = -np.log(-np.log(np.clip(u, 1e-300, None)))
+        labels = np.argmax(scores + sp.label_noise * gumbel, axis=1).astype(np.int64)
+        oracle = np.argmax(scores, axis=1).astype(np.int64)
+        return tokens, labels, oracle
+
+    def _rows(self, split: int, positions: IntArray) -> Batch:
+        tokens, labels, _ = self._generate(split, positions)
+        return Batch({"tokens": torch.from_numpy(tokens)}, torch.from_numpy(labels))
+
+    def _whole(self, split: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        s = split_index(split)
+        n = self.num_rows(split)
+        labels, oracle = [], []
+        for start in range(0, n, _ORACLE_CHUNK):
+            rows = np.arange(start, min(n, start + _ORACLE_CHUNK), dtype=np.int64)
+            _, lb, orc = self._generate(s, rows)
+            labels.append(lb)
+            oracle.append(orc)
+        return np.concatenate(labels), np.concatenate(oracle)
+
+    def oracle_predictions(self, split: str) -> npt.NDArray[np.int64]:
+        """argmax of the planted class scores per row, in unshuffled batch order."""
+        return self._whole(split)[1]
+
+    def split_labels(self, split: str) -> npt.NDArray[np.int64]:
+        return self._whole(split)[0]
+
+    def oracle_accuracy(self, split: str) -> float:
+        """Accuracy of the planted scores' argmax: the best achievable accuracy."""
+        labels, oracle = self._whole(split)
+        return accuracy(oracle, labels)

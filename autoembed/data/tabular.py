@@ -1,0 +1,280 @@
+"""Categorical tables (CTR task) from a DataFrame: vocabularies built on the train split,
+rare values folded into OOV, multi-hot bags, binary labels.
+
+Ids per field: 0 is OOV (missing, unseen in train, or seen fewer than `min_count` times
+there); kept values get 1..n by descending train count. Multi-hot bags are right-padded
+with MISSING_ID (-1); an empty or missing bag is [OOV].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from pandas.api import types as ptypes
+
+from autoembed.batch import MISSING_ID
+from autoembed.config import TableConfig
+from autoembed.data.base import InMemoryDataset, IntArray, split_rows
+from autoembed.data.spec import DataSpec
+from autoembed.data.vocab import VocabMap, Vocabulary
+from autoembed.errors import DataError
+
+__all__ = [
+    "CtrColumns",
+    "build_ctr",
+    "canonical",
+    "detect_categorical",
+    "class_labels",
+    "empirical_frequency",
+    "AUTO_INT_MAX_DISTINCT_SHARE",
+]
+
+# Auto-detection: an integer column is categorical when its distinct values are at most this
+# share of its rows (a row-number or other id-per-row column is not: nothing to learn).
+AUTO_INT_MAX_DISTINCT_SHARE = 0.5
+
+
+def canonical(value: Any) -> str:
+    """One string per value: integral numbers without '.0' (1, 1.0 and '1' are one key)."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return str(int(f)) if f.is_integer() else repr(f)
+    return str(value)
+
+
+def _where(source: str, column: str) -> str:
+    return f"column '{column}' in '{source}'"
+
+
+def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, source: str) -> None:
+    for c in columns:
+        if c not in frame.columns:
+            raise DataError(
+                f"{role} column '{c}' is not in '{source}'; available columns: "
+                f"{', '.join(map(str, frame.columns))}"
+            )
+
+
+def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> None:
+    if not frame[column].notna().any():
+        raise DataError(
+            f"{role} {_where(source, column)} has no values (all missing); fill it or "
+            f"leave it out"
+        )
+
+
+def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
+    """Columns that look categorical: strings, categories, booleans, and integer columns whose
+    distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows."""
+    found = []
+    n = len(frame)
+    for c in frame.columns:
+        if c in exclude:
+            continue
+        s = frame[c]
+        if ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype):
+            found.append(c)
+        elif ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s):
+            found.append(c)
+        elif ptypes.is_integer_dtype(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n:
+            found.append(c)
+    return found
+
+
+# ---------------------------------------------------------------------------- labels
+
+
+def class_labels(
+    series: pd.Series, column: str, source: str, known: tuple[str, ...] | None
+) -> tuple[npt.NDArray[np.int64], tuple[str, ...]]:
+    """Class index per row and the class values (index = position): numbers sort numerically,
+    anything else as strings. With `known` (a saved vocabulary), those classes are used."""
+    missing = int(series.isna().sum())
+    if missing:
+        raise DataError(
+            f"label {_where(source, column)} has {missing} missing values; fill or drop those rows"
+        )
+    codes, uniques = pd.factorize(series, sort=False)
+    values = [canonical(u) for u in uniques]
+    if known is None:
+        numeric = ptypes.is_numeric_dtype(series) and not ptypes.is_bool_dtype(series)
+        order = sorted(set(values), key=(lambda v: (float(v), v)) if numeric else None)
+        classes = tuple(order)
+    else:
+        classes = known
+        unknown = sorted(set(values) - set(classes))
+        if unknown:
+            raise DataError(
+                f"label {_where(source, column)} has values {unknown[:5]} the saved vocabulary "
+                f"does not know (classes: {list(classes)}); use data with those classes only"
+            )
+    position = {v: i for i, v in enumerate(classes)}
+    mapping = np.array([position[v] for v in values], dtype=np.int64)
+    return mapping[codes], classes
+
+
+def binary_labels(
+    series: pd.Series, column: str, source: str, known: tuple[str, ...] | None
+) -> tuple[npt.NDArray[np.float32], tuple[str, ...]]:
+    """0/1 labels: {0, 1} (or False/True) as is; any other two values in sorted order."""
+    if known is None:
+        if ptypes.is_bool_dtype(series):
+            series = series.astype("int64")
+        distinct = sorted({canonical(v) for v in series.dropna().unique()})
+        if len(distinct) > 2:
+            raise DataError(
+                f"label {_where(source, column)} has {len(distinct)} distinct values (e.g. "
+                f"{', '.join(distinct[:4])}); the ctr task needs two (0/1): binarise the column, "
+                f"or give text_column for a multi-class text task"
+            )
+        if len(distinct) < 2:
+            only = distinct[0] if distinct else "none"
+            raise DataError(
+                f"label {_where(source, column)} has only the value {only}; the ctr task needs "
+                f"rows of both classes"
+            )
+        if set(distinct) == {"0", "1"}:
+            known = ("0", "1")
+    idx, classes = class_labels(series, column, source, known)
+    return idx.astype(np.float32), classes
+
+
+# ---------------------------------------------------------------------------- fields
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """A column factorised: row -> unique code (-1 missing), code -> bag of key indices."""
+
+    codes: IntArray
+    bags: list[list[int]]
+    keys: list[str]
+
+
+def _factorise(series: pd.Series, separator: str | None) -> _Keys:
+    codes, uniques = pd.factorize(series, sort=False)
+    key_index: dict[str, int] = {}
+    bags: list[list[int]] = []
+    for u in uniques:
+        text = canonical(u)
+        parts = [t.strip() for t in text.split(separator)] if separator is not None else [text]
+        bags.append([key_index.setdefault(t, len(key_index)) for t in parts if t])
+    return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
+
+
+def _build_map(name: str, kind: str, k: _Keys, train: IntArray, min_count: int) -> VocabMap:
+    rows_per_unique = np.bincount(k.codes[train][k.codes[train] >= 0], minlength=len(k.bags))
+    counts = np.zeros(len(k.keys), dtype=np.int64)
+    for u, bag in enumerate(k.bags):
+        if rows_per_unique[u]:
+            for t in bag:
+                counts[t] += rows_per_unique[u]
+    kept = [i for i in range(len(k.keys)) if counts[i] >= min_count]
+    kept.sort(key=lambda i: (-counts[i], k.keys[i]))
+    return VocabMap(name, kind, tuple(k.keys[i] for i in kept))
+
+
+def _encode(k: _Keys, vmap: VocabMap, width: int | None) -> IntArray:
+    """[n, L] ids; L = the longest bag (or `width` for one-hot fields: 1)."""
+    key_ids = np.array([vmap.id_of(t) for t in k.keys], dtype=np.int64)
+    bags = [[int(key_ids[t]) for t in bag] or [vmap.oov_id] for bag in k.bags]
+    length = width or max((len(b) for b in bags), default=1)
+    table = np.full((len(bags) + 1, length), MISSING_ID, dtype=np.int64)
+    for u, bag in enumerate(bags):
+        table[u, : len(bag)] = bag
+    table[len(bags), 0] = vmap.oov_id  # the row for missing values (code -1)
+    return table[k.codes]
+
+
+def empirical_frequency(ids: IntArray) -> float:
+    """sum_i p_i^2 of the ids' empirical distribution (padding excluded)."""
+    flat = ids[ids >= 0]
+    if flat.size == 0:
+        return 1.0
+    p = np.bincount(flat) / flat.size
+    return float(min(1.0, max(np.dot(p, p), 1e-300)))
+
+
+@dataclass(frozen=True)
+class CtrColumns:
+    """Which columns make a ctr data set."""
+
+    label: str
+    categorical: tuple[str, ...]
+    multi_hot: tuple[str, ...] = ()
+    separator: str = "|"
+
+
+def build_ctr(
+    frame: pd.DataFrame,
+    spec: DataSpec,
+    columns: CtrColumns,
+    source: str,
+    vocabulary: Vocabulary | None = None,
+) -> InMemoryDataset:
+    """Encode a ctr data set: 80/10/10 split (spec.split, spec.seed), maps on train only."""
+    fields = tuple(dict.fromkeys((*columns.categorical, *columns.multi_hot)))
+    require_columns(frame, (columns.label,), "label", source)
+    if columns.label in fields:
+        raise DataError(
+            f"column '{columns.label}' in '{source}' is the label; leave it out of the "
+            f"categorical columns"
+        )
+    require_columns(frame, fields, "categorical", source)
+    if not fields:
+        kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
+        raise DataError(
+            f"data file '{source}' has no categorical columns besides the label (found: "
+            f"{kinds or 'none'}); name them with categorical=[...]"
+        )
+    require_values(frame, columns.label, "label", source)
+    for c in fields:
+        require_values(frame, c, "categorical", source)
+    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
+    labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
+    n = len(frame)
+    splits = split_rows(n, spec.split, spec.seed)
+    if any(s.size == 0 for s in splits):
+        raise DataError(
+            f"data file '{source}' has {n} rows: too few for a {spec.split} split; add rows"
+        )
+    train = splits[0]
+    maps: dict[str, VocabMap] = {}
+    features: dict[str, IntArray] = {}
+    tables = []
+    for c in fields:
+        multi = c in columns.multi_hot
+        keys = _factorise(frame[c], columns.separator if multi else None)
+        kind = "multi_hot" if multi else "categorical"
+        if vocabulary is not None:
+            if c not in vocabulary.maps:
+                raise DataError(
+                    f"{_where(source, c)} has no map in the saved vocabulary (it has: "
+                    f"{', '.join(vocabulary.maps)}); use the columns it was built with"
+                )
+            vmap = vocabulary.maps[c]
+        else:
+            vmap = _build_map(c, kind, keys, train, spec.min_count)
+        ids = _encode(keys, vmap, None if multi else 1)
+        maps[c] = vmap
+        features[c] = ids
+        train_ids = ids[train]
+        tables.append(
+            TableConfig(
+                c,
+                vmap.size,
+                pooling_factor=float((train_ids >= 0).sum(axis=1).mean()),
+                frequency=empirical_frequency(train_ids),
+            )
+        )
+    vocab = Vocabulary(maps, classes, spec.to_dict())
+    return InMemoryDataset(spec, "ctr", 2, tuple(tables), 1, vocab, features, labels, splits)

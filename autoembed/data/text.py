@@ -1,0 +1,105 @@
+"""Text classification data from documents: a simple tokenizer and a token vocabulary built
+on the train split.
+
+Tokenizer: lower case, then runs of letters and digits (an apostrophe may join letters:
+"don't"). Token ids: 0 padding, 1 OOV, kept tokens 2.. by descending train count (ties by
+token); `min_count` drops rarer tokens, `vocab_size` caps the table. Documents are truncated
+to `seq_len` tokens and right-padded with 0; an empty document is [OOV].
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from autoembed.batch import PAD_ID
+from autoembed.config import TableConfig
+from autoembed.data.base import InMemoryDataset, IntArray, split_rows
+from autoembed.data.spec import DataSpec
+from autoembed.data.tabular import (
+    class_labels,
+    empirical_frequency,
+    require_columns,
+    require_values,
+)
+from autoembed.data.vocab import VocabMap, Vocabulary
+from autoembed.errors import DataError
+
+__all__ = ["tokenize", "build_text", "DEFAULT_SEQ_LEN", "TOKENS"]
+
+DEFAULT_SEQ_LEN = 128  # tokens kept per document of a user text file
+TOKENS = "tokens"  # the text task's one table / feature name
+_TOKEN_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)*")
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN_RE.findall(text.lower())
+
+
+def _token_map(docs: Sequence[list[str]], min_count: int, cap: int | None) -> VocabMap:
+    counts: Counter[str] = Counter()
+    for d in docs:
+        counts.update(d)
+    kept = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
+    if cap is not None:
+        kept = kept[: max(0, cap - 2)]  # 2 reserved rows: padding and OOV
+    return VocabMap(TOKENS, "tokens", tuple(kept))
+
+
+def _encode(docs: Sequence[list[str]], vmap: VocabMap, seq_len: int) -> IntArray:
+    out = np.full((len(docs), seq_len), PAD_ID, dtype=np.int64)
+    for i, d in enumerate(docs):
+        ids = [vmap.id_of(t) for t in d[:seq_len]] or [vmap.oov_id]
+        out[i, : len(ids)] = ids
+    return out
+
+
+def build_text(
+    frame: pd.DataFrame,
+    spec: DataSpec,
+    text_column: str,
+    label_column: str,
+    source: str,
+    seq_len: int,
+    vocabulary: Vocabulary | None = None,
+) -> InMemoryDataset:
+    """Encode a text classification data set (split by spec.split and spec.seed)."""
+    require_columns(frame, (label_column,), "label", source)
+    require_columns(frame, (text_column,), "text", source)
+    require_values(frame, label_column, "label", source)
+    require_values(frame, text_column, "text", source)
+    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
+    labels, classes = class_labels(frame[label_column], label_column, source, known)
+    if len(classes) < 2:
+        raise DataError(
+            f"label column '{label_column}' in '{source}' has one class ({classes[0]}); "
+            f"a classifier needs at least two"
+        )
+    n = len(frame)
+    splits = split_rows(n, spec.split, spec.seed)
+    if any(s.size == 0 for s in splits):
+        raise DataError(f"data file '{source}' has {n} rows: too few for a {spec.split} split")
+    texts = frame[text_column].tolist()
+    docs = [tokenize(t) if isinstance(t, str) else [] for t in texts]
+    if vocabulary is not None:
+        if TOKENS not in vocabulary.maps:
+            raise DataError(f"the saved vocabulary for '{source}' has no token map")
+        vmap = vocabulary.maps[TOKENS]
+    else:
+        vmap = _token_map([docs[i] for i in splits[0]], spec.min_count, spec.vocab_size)
+    tokens = _encode(docs, vmap, seq_len)
+    nonpad = tokens[splits[0]]
+    table = TableConfig(
+        TOKENS,
+        vmap.size,
+        pooling_factor=float(seq_len),
+        frequency=empirical_frequency(np.where(nonpad == PAD_ID, -1, nonpad)),
+    )
+    vocab = Vocabulary({TOKENS: vmap}, classes, spec.to_dict())
+    return InMemoryDataset(
+        spec, "text", len(classes), (table,), seq_len, vocab, {TOKENS: tokens}, labels, splits
+    )

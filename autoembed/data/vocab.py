@@ -1,0 +1,133 @@
+"""Vocabulary maps (value -> id) for real and user data, built on the train split only.
+
+Ids: categorical fields reserve 0 for OOV (unseen or rarer than `min_count`), values get
+1..n in order of train count (ties by value). Token vocabularies reserve 0 for padding and 1
+for OOV, tokens get 2..n+1. Saved as one JSON file beside an exported config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autoembed.errors import DataError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+
+__all__ = ["VocabMap", "Vocabulary", "load_vocab", "VOCAB_FILE", "VOCAB_FORMAT"]
+
+VOCAB_FILE = "vocab.json"
+VOCAB_FORMAT = "autoembed-vocab/1"
+KINDS = ("categorical", "multi_hot", "tokens")
+
+
+@dataclass(frozen=True)
+class VocabMap:
+    """One field's value -> id map.
+
+    values[i] has id `first_id + i`; anything else has `oov_id`. Values are canonical strings
+    (integral numbers without a trailing '.0').
+    """
+
+    name: str
+    kind: str
+    values: tuple[str, ...]
+
+    @property
+    def oov_id(self) -> int:
+        return 1 if self.kind == "tokens" else 0
+
+    @property
+    def first_id(self) -> int:
+        return self.oov_id + 1
+
+    @property
+    def size(self) -> int:
+        """Table rows: reserved ids plus one per value."""
+        return self.first_id + len(self.values)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {v: i + self.first_id for i, v in enumerate(self.values)}
+
+    def id_of(self, value: str) -> int:
+        return self._index.get(value, self.oov_id)
+
+    def encode(self, keys: pd.Series) -> npt.NDArray[np.int64]:
+        """Ids of canonical string keys (missing values and unknown keys get `oov_id`)."""
+        import numpy as np
+        import pandas as pd
+
+        pos = pd.Index(self.values, dtype=object).get_indexer(keys.astype(object))
+        ids: npt.NDArray[np.int64] = np.where(pos < 0, self.oov_id, pos + self.first_id)
+        return ids.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Every field's map plus the label values (id = position) and the data spec they serve."""
+
+    maps: Mapping[str, VocabMap]
+    labels: tuple[str, ...]
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": VOCAB_FORMAT,
+            "data": dict(self.data),
+            "labels": list(self.labels),
+            "fields": {
+                name: {"kind": m.kind, "values": list(m.values)} for name, m in self.maps.items()
+            },
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        """Write `<directory>/vocab.json` atomically; return its path."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / VOCAB_FILE
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{VOCAB_FILE}.")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self.to_dict(), fh)
+        os.replace(tmp, path)
+        return path
+
+
+def load_vocab(path: str | Path) -> Vocabulary:
+    """Read a vocabulary saved by `Dataset.save_vocab` (its directory or the JSON file)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / VOCAB_FILE
+    try:
+        raw = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise DataError(f"vocabulary file '{p}' does not exist; save one with save_vocab") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"vocabulary file '{p}' cannot be read: {e}") from None
+    if not isinstance(raw, dict) or raw.get("format") != VOCAB_FORMAT:
+        raise DataError(f"vocabulary file '{p}' is not an {VOCAB_FORMAT} file")
+    maps: dict[str, VocabMap] = {}
+    fields_raw = raw.get("fields", {})
+    if not isinstance(fields_raw, dict):
+        raise DataError(f"vocabulary file '{p}': 'fields' must be a mapping")
+    for name, m in fields_raw.items():
+        ok = isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("values"), list)
+        if not ok or not all(isinstance(v, str) for v in m["values"]):
+            raise DataError(
+                f"vocabulary file '{p}': field '{name}' needs a kind in {KINDS} and string values"
+            )
+        maps[name] = VocabMap(name, m["kind"], tuple(m["values"]))
+    labels = raw.get("labels", [])
+    if not isinstance(labels, list) or not all(isinstance(v, str) for v in labels):
+        raise DataError(f"vocabulary file '{p}': 'labels' must be a list of strings")
+    data = raw.get("data", {})
+    return Vocabulary(maps, tuple(labels), data if isinstance(data, dict) else {})

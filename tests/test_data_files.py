@@ -1,0 +1,279 @@
+"""User CSV/Parquet files: encoding, rare-value folding, vocabulary round trip, bad data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from autoembed.batch import MISSING_ID
+from autoembed.data import DataSpec, load_dataset, load_vocab
+from autoembed.data.base import InMemoryDataset
+from autoembed.errors import DataError
+
+N = 400
+
+
+def _frame(n: int = N) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    # city: 3 common values plus one value per 50 rows seen only once or twice ("rare")
+    common = rng.choice(["paris", "rome", "oslo"], size=n, p=[0.5, 0.3, 0.2]).astype(object)
+    common[::50] = [f"village{i}" for i in range(len(common[::50]))]
+    tags = ["a|b", "b", "c|a|d", "", None, "b|c"]
+    return pd.DataFrame(
+        {
+            "row": np.arange(n),  # one value per row: not auto-detected as categorical
+            "city": common,
+            "device": rng.integers(0, 4, size=n),  # few distinct ints: categorical
+            "price": rng.normal(size=n),  # float: ignored
+            "tags": [tags[i % len(tags)] for i in range(n)],
+            "label": rng.integers(0, 2, size=n),
+        }
+    )
+
+
+def _load(spec: DataSpec, vocab: object = None) -> InMemoryDataset:
+    data = load_dataset(spec, vocab=vocab)  # type: ignore[arg-type]
+    assert isinstance(data, InMemoryDataset)
+    return data
+
+
+def _all(data: InMemoryDataset, split: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    batches = list(data.batches(split, 64, shuffle=False))
+    feats = {k: torch.cat([b.features[k] for b in batches]).numpy() for k in batches[0].features}
+    return feats, torch.cat([b.labels for b in batches]).numpy()
+
+
+def _write(frame: pd.DataFrame, path: Path) -> Path:
+    if path.suffix == ".parquet":
+        pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (in autoembed[datasets])")
+        frame.to_parquet(path)
+    else:
+        frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_round_trip_with_rare_folding_and_saved_vocab(tmp_path: Path, suffix: str) -> None:
+    frame = _frame()
+    path = _write(frame, tmp_path / f"clicks{suffix}")
+    spec = DataSpec(str(path), multi_hot=("tags",), min_count=3)
+    data = _load(spec)
+    assert data.task == "ctr" and data.num_classes == 2
+    assert [t.name for t in data.tables] == ["city", "device", "tags"]  # row, price left out
+
+    train = data.split_rows("train")
+    counts = frame["city"].iloc[train].value_counts()
+    kept = counts[counts >= 3]
+    # ids: 0 OOV, then by descending train count
+    assert data.vocab_maps["city"].values == tuple(kept.index)
+    assert data.tables[0].vocab_size == len(kept) + 1 == 4
+    expected = {v: i + 1 for i, v in enumerate(kept.index)}
+    for split in ("train", "valid", "test"):
+        feats, labels = _all(data, split)
+        rows = data.split_rows(split)
+        want = [expected.get(v, 0) for v in frame["city"].iloc[rows]]
+        assert feats["city"][:, 0].tolist() == want  # villages fold into OOV 0
+        assert labels.dtype == np.float32
+        assert labels.tolist() == frame["label"].iloc[rows].astype(float).tolist()
+        assert feats["device"][:, 0].min() >= 1  # all four devices are common
+
+    # multi-hot: a|b, b, c|a|d, '' and None -> [OOV], b|c
+    tags = data.vocab_maps["tags"]
+    feats, _ = _all(data, "train")
+    first = data.split_rows("train")[:6]
+    for pos, row in zip(first, feats["tags"][:6], strict=True):
+        raw = frame["tags"].iloc[pos]
+        ids = [tags.id_of(t) for t in raw.split("|")] if isinstance(raw, str) and raw else [0]
+        assert row.tolist() == ids + [MISSING_ID] * (3 - len(ids))
+    assert data.tables[2].pooling_factor == pytest.approx(
+        np.mean([max(1, len(t.split("|"))) if isinstance(t, str) and t else 1
+                 for t in frame["tags"].iloc[train]])
+    )
+
+    # the saved vocabulary reproduces the same ids
+    saved = data.save_vocab(tmp_path / "export")
+    raw = json.loads(saved.read_text())
+    assert raw["data"] == spec.to_dict() and raw["labels"] == ["0", "1"]
+    vocab = load_vocab(tmp_path / "export")
+    assert vocab.maps["city"].values == data.vocab_maps["city"].values
+    again = _load(spec, vocab=tmp_path / "export")
+    for split in ("train", "test"):
+        a, la = _all(data, split)
+        b, lb = _all(again, split)
+        assert all(np.array_equal(a[k], b[k]) for k in a) and np.array_equal(la, lb)
+
+
+def test_saved_vocab_encodes_new_data_with_old_ids(tmp_path: Path) -> None:
+    old = _frame()
+    data = _load(DataSpec(str(_write(old, tmp_path / "old.csv")), categorical=("city",)))
+    data.save_vocab(tmp_path / "v")
+    new = pd.DataFrame({"city": ["rome", "atlantis", "paris", "rome"] * 5, "label": [1, 0] * 10})
+    new_spec = DataSpec(str(_write(new, tmp_path / "new.csv")), categorical=("city",))
+    reused = _load(new_spec, tmp_path / "v")
+    city = data.vocab_maps["city"]
+    assert reused.tables[0].vocab_size == city.size
+    feats, _ = _all(reused, "train")
+    rows = reused.split_rows("train")
+    assert feats["city"][:, 0].tolist() == [city.id_of(v) for v in new["city"].iloc[rows]]
+    assert city.id_of("atlantis") == 0
+
+
+def test_splits_are_disjoint_80_10_10_and_fixed(tmp_path: Path) -> None:
+    path = _write(_frame(1003), tmp_path / "d.csv")
+    data = _load(DataSpec(str(path)))
+    parts = [data.split_rows(s) for s in ("train", "valid", "test")]
+    assert [p.size for p in parts] == [803, 100, 100]
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(1003))
+    again = _load(DataSpec(str(path)))
+    for part, split in zip(parts, ("train", "valid", "test"), strict=True):
+        assert np.array_equal(part, again.split_rows(split))
+    other = _load(DataSpec(str(path), seed=1))
+    assert not np.array_equal(parts[1], other.split_rows("valid"))
+
+
+def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"c": ["x", "y"] * 20, "label": ["yes", "no", "no", "yes"] * 10})
+    data = _load(DataSpec(str(_write(frame, tmp_path / "yn.csv"))))
+    assert data.vocabulary.labels == ("no", "yes")
+    _, labels = _all(data, "train")
+    want = (frame["label"].iloc[data.split_rows("train")] == "yes").astype(np.float32)
+    assert labels.tolist() == want.tolist()
+    numeric = pd.DataFrame({"c": ["x"] * 40, "label": [9, 10] * 20})  # 9 < 10 numerically
+    d2 = _load(DataSpec(str(_write(numeric, tmp_path / "n.csv"))))
+    assert d2.vocabulary.labels == ("9", "10")
+
+
+def test_text_file_builds_its_vocabulary_on_train(tmp_path: Path) -> None:
+    words = ["alpha beta", "beta gamma", "Gamma, ALPHA! beta", "delta"]
+    frame = pd.DataFrame(
+        {
+            "body": [words[i % 4] for i in range(200)],
+            "topic": ["sport", "news", "tech", "news"] * 50,
+        }
+    )
+    frame.loc[frame.index[-1], "body"] = "zeta zeta"
+    path = _write(frame, tmp_path / "docs.csv")
+    data = _load(DataSpec(str(path), text_column="body", label="topic", seq_len=4))
+    assert data.task == "text" and data.num_classes == 3 and data.seq_len == 4
+    assert data.vocabulary.labels == ("news", "sport", "tech")
+    tokens = data.vocab_maps["tokens"]
+    last_in_train = 199 in set(data.split_rows("train").tolist())
+    assert ("zeta" in tokens.values) == last_in_train  # vocabulary from train rows only
+    assert set(tokens.values) >= {"alpha", "beta", "gamma", "delta"}
+    feats, labels = _all(data, "train")
+    rows = data.split_rows("train")
+    for pos, row, lab in zip(rows[:8], feats["tokens"][:8], labels[:8], strict=True):
+        toks = frame["body"].iloc[pos].lower().replace(",", " ").replace("!", " ").split()
+        ids = [tokens.id_of(t) for t in toks]
+        assert row.tolist() == ids + [0] * (4 - len(ids))
+        assert int(lab) == ["news", "sport", "tech"].index(frame["topic"].iloc[pos])
+    assert labels.dtype == np.int64
+
+
+# ------------------------------------------------------------------------- bad data
+
+
+def _error(spec: DataSpec) -> str:
+    with pytest.raises(DataError) as e:
+        load_dataset(spec)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_label_column_lists_columns(tmp_path: Path) -> None:
+    path = _write(_frame().rename(columns={"label": "clicked"}), tmp_path / "a.csv")
+    msg = _error(DataSpec(str(path)))
+    assert "a.csv" in msg and "'label'" in msg and "clicked" in msg and "city" in msg
+
+
+def test_non_binary_label_for_ctr(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["label"] = np.arange(N) % 5
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "b.csv"))))
+    assert "b.csv" in msg and "'label'" in msg and "5 distinct" in msg and "text_column" in msg
+
+
+def test_single_class_label(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["label"] = 1
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "one.csv"))))
+    assert "one.csv" in msg and "'label'" in msg and "both classes" in msg
+
+
+def test_missing_label_values(tmp_path: Path) -> None:
+    frame = _frame().astype({"label": float})
+    frame.loc[3, "label"] = np.nan
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "nan.csv"))))
+    assert "nan.csv" in msg and "'label'" in msg and "1 missing" in msg
+
+
+def test_empty_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "empty.csv" in _error(DataSpec(str(empty))) and "empty" in _error(DataSpec(str(empty)))
+    header = tmp_path / "header.csv"
+    header.write_text("city,label\n")
+    msg = _error(DataSpec(str(header)))
+    assert "header.csv" in msg and "no data rows" in msg
+    pq = _write(_frame().iloc[:0], tmp_path / "none.parquet")
+    assert "none.parquet" in _error(DataSpec(str(pq)))
+
+
+def test_corrupt_files(tmp_path: Path) -> None:
+    good = _write(_frame(), tmp_path / "good.parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    msg = _error(DataSpec(str(bad)))
+    assert "bad.parquet" in msg and "cannot be read as Parquet" in msg
+    garbage = tmp_path / "garbage.csv.gz"
+    garbage.write_bytes(b"\x00\xffnot gzip at all")
+    msg = _error(DataSpec(str(garbage)))
+    assert "garbage.csv.gz" in msg and "cannot be read" in msg
+
+
+def test_all_missing_column(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["empty"] = np.nan
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "e.csv")), categorical=("city", "empty")))
+    assert "e.csv" in msg and "'empty'" in msg and "all missing" in msg
+
+
+def test_unknown_categorical_column(tmp_path: Path) -> None:
+    msg = _error(DataSpec(str(_write(_frame(), tmp_path / "u.csv")), categorical=("town",)))
+    assert "u.csv" in msg and "'town'" in msg and "available columns" in msg and "city" in msg
+
+
+def test_no_categorical_columns(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"x": np.linspace(0, 1, 50), "label": [0, 1] * 25})
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "f.csv"))))
+    assert "f.csv" in msg and "x (float64)" in msg and "categorical=" in msg
+
+
+def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
+    msg = _error(DataSpec(str(tmp_path / "nope.csv")))
+    assert "nope.csv" in msg and "does not exist" in msg
+    with pytest.raises(DataError, match=r"'data\.json'.*unknown extension"):
+        DataSpec("data.json")
+
+
+def test_text_needs_two_classes(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"body": ["a b"] * 30, "label": ["x"] * 30})
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "t.csv")), text_column="body"))
+    assert "t.csv" in msg and "'label'" in msg and "two" in msg
+
+
+def test_too_few_rows(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"c": ["a", "b", "a"], "label": [0, 1, 0]})
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "tiny.csv"))))
+    assert "tiny.csv" in msg and "3 rows" in msg
+
+
+def test_label_used_as_a_feature(tmp_path: Path) -> None:
+    msg = _error(DataSpec(str(_write(_frame(), tmp_path / "l.csv")), categorical=("city", "label")))
+    assert "l.csv" in msg and "'label'" in msg
