@@ -144,6 +144,7 @@ def train(
     if epochs is not None:
         settings = replace(settings, max_steps=10**12)
     result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)
+    result = replace(result, env={**result.env, "resumed_from": start})
     if result.status == "complete":
         _atomic_torch_save(_state(trainer, result.steps, cfg), ckpt)
         _atomic_torch_save(trainer.model.state_dict(), out / "model.pt")
