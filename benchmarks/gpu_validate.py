@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from validation_configs import validation_configs  # noqa: E402
 
 from autoembed.batch import Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig  # noqa: E402
 from autoembed.memory import estimate  # noqa: E402
-from validation_configs import validation_configs  # noqa: E402
 
 TIME_LIMIT_S = 270  # stop starting new configs after this (the whole check must fit 5 min)
 

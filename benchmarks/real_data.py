@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import markdown_table, write_result  # noqa: E402
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _common import markdown_table, write_result  # noqa: E402
 
 
 def one_hot(dataset, split: str):  # type: ignore[no-untyped-def]
