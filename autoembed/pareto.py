@@ -1,0 +1,222 @@
+"""Pareto fronts, hypervolume and the `--pick` rules. Pure Python: no numpy, no Optuna.
+
+A point dominates another when it is at least as good on every objective and strictly
+better on one ("maximize" objectives are better when larger). The front is the set of
+points no other point dominates; equal points do not dominate each other, so duplicates of
+a front point are all on the front.
+
+Pick rules (one list for `search --pick` and `export --pick`):
+
+* `knee`: after min-max normalising each objective over the front members (best = 1,
+  worst = 0; an objective on which all members agree counts as 1 for all), the member
+  closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
+* `max-quality`, `min-memory`, `max-throughput`: the best member on that metric; ties are
+  broken by the other objectives in order, then by the lower trial number.
+* `trial:N`: trial N, which must be one of the candidates given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from autoembed.errors import ConfigError
+
+__all__ = [
+    "DIRECTIONS",
+    "PICK_RULES",
+    "Pick",
+    "Candidate",
+    "dominates",
+    "non_dominated",
+    "hypervolume",
+    "normalise",
+    "parse_pick",
+    "pick",
+]
+
+DIRECTIONS = ("maximize", "minimize")
+PICK_RULES = ("knee", "max-quality", "min-memory", "max-throughput", "trial:N")
+_RULE_METRIC = {
+    "max-quality": ("quality", "maximize"),
+    "min-memory": ("memory", "minimize"),
+    "max-throughput": ("throughput", "maximize"),
+}
+_TRIAL = re.compile(r"^trial:(\d+)$")
+
+
+def _check_directions(directions: Sequence[str]) -> None:
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise ValueError(f"direction {d!r} must be 'maximize' or 'minimize'")
+
+
+def _better_or_equal(a: float, b: float, direction: str) -> bool:
+    return a >= b if direction == "maximize" else a <= b
+
+
+def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
+    """Whether `a` is at least as good as `b` on every objective and better on one."""
+    if not len(a) == len(b) == len(directions):
+        raise ValueError(f"points {a!r} and {b!r} must both have {len(directions)} values")
+    strictly = False
+    for x, y, d in zip(a, b, directions, strict=True):
+        if not _better_or_equal(x, y, d):
+            return False
+        if x != y:
+            strictly = True
+    return strictly
+
+
+def non_dominated(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
+    """Indices (ascending) of the points no other point dominates. NaN is not allowed:
+    map missing values to the worst value (-inf for maximize, +inf for minimize) first."""
+    _check_directions(directions)
+    for p in points:
+        if any(isinstance(v, float) and math.isnan(v) for v in p):
+            raise ValueError(f"point {p!r} has NaN; map missing values to +-inf first")
+    # O(n^2) pairwise checks: a search has tens to hundreds of trials.
+    front: list[int] = []
+    for i, p in enumerate(points):
+        if not any(dominates(points[j], p, directions) for j in range(len(points)) if j != i):
+            front.append(i)
+    return front
+
+
+def hypervolume(
+    points: Sequence[Sequence[float]], reference: Sequence[float], directions: Sequence[str]
+) -> float:
+    """Volume of objective space dominated by `points` and bounded by `reference` (a point
+    worse than every point on every objective; points not better than it are ignored).
+
+    Exact, by slicing along the first objective (HSO, While et al. 2006): fine for the tens
+    of points of a search front in 2-4 objectives.
+    """
+    _check_directions(directions)
+    k = len(directions)
+    if len(reference) != k:
+        raise ValueError(f"reference {reference!r} must have {k} values")
+    # To minimisation with reference at the origin's "worst" side: v' = sign * v.
+    signs = [-1.0 if d == "maximize" else 1.0 for d in directions]
+    ref = [s * r for s, r in zip(signs, reference, strict=True)]
+    pts = []
+    for p in points:
+        q = [s * v for s, v in zip(signs, p, strict=True)]
+        if all(x < r for x, r in zip(q, ref, strict=True)):
+            pts.append(q)
+    return _hv(pts, ref)
+
+
+def _hv(points: list[list[float]], ref: list[float]) -> float:
+    if not points:
+        return 0.0
+    if len(ref) == 1:
+        return ref[0] - min(p[0] for p in points)
+    pts = sorted(points, key=lambda p: p[0])
+    volume = 0.0
+    for i, p in enumerate(pts):
+        upper = pts[i + 1][0] if i + 1 < len(pts) else ref[0]
+        width = upper - p[0]
+        if width <= 0:
+            continue
+        volume += width * _hv([q[1:] for q in pts[: i + 1]], ref[1:])
+    return volume
+
+
+def normalise(
+    points: Sequence[Sequence[float]], directions: Sequence[str]
+) -> list[list[float]]:
+    """Min-max normalise each objective over `points` to [0, 1] with 1 the best; an
+    objective with a single value maps to 1. Infinite values map to 0 (worst)."""
+    _check_directions(directions)
+    out = [[0.0] * len(directions) for _ in points]
+    for k, d in enumerate(directions):
+        col = [p[k] for p in points]
+        finite = [v for v in col if math.isfinite(v)]
+        lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
+        for i, v in enumerate(col):
+            if not math.isfinite(v):
+                out[i][k] = 0.0
+            elif hi == lo:
+                out[i][k] = 1.0
+            else:
+                x = (v - lo) / (hi - lo)
+                out[i][k] = x if d == "maximize" else 1.0 - x
+    return out
+
+
+class Candidate(Protocol):
+    """What the pick rules need: a trial number and metric values by objective name."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def values(self) -> Mapping[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A parsed pick rule: `rule` in PICK_RULES (trial:N as "trial") and the trial N."""
+
+    rule: str
+    trial: int | None = None
+
+    def __str__(self) -> str:
+        return f"trial:{self.trial}" if self.rule == "trial" else self.rule
+
+
+def parse_pick(text: str) -> Pick:
+    s = str(text).strip()
+    m = _TRIAL.match(s)
+    if m:
+        return Pick("trial", int(m.group(1)))
+    if s in PICK_RULES and s != "trial:N":
+        return Pick(s)
+    raise ConfigError(f"pick '{text}' is not a rule; use one of {', '.join(PICK_RULES)}")
+
+
+def pick(
+    candidates: Sequence[Candidate],
+    rule: Pick | str,
+    objectives: Sequence[tuple[str, str]],
+) -> Candidate:
+    """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
+    them all, the single-metric rules break ties with them."""
+    r = parse_pick(rule) if isinstance(rule, str) else rule
+    if not candidates:
+        raise ConfigError(f"pick '{r}': there is no candidate to pick from")
+    dirs = [d for _, d in objectives]
+    _check_directions(dirs)
+
+    def vec(c: Candidate, name: str, direction: str) -> float:
+        v = c.values.get(name)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return -math.inf if direction == "maximize" else math.inf
+        return float(v)
+
+    if r.rule == "trial":
+        for c in candidates:
+            if c.number == r.trial:
+                return c
+        numbers = ", ".join(str(c.number) for c in candidates)
+        raise ConfigError(f"pick 'trial:{r.trial}': no such candidate; choose one of {numbers}")
+    if r.rule == "knee":
+        pts = [[vec(c, n, d) for n, d in objectives] for c in candidates]
+        norm = normalise(pts, dirs)
+        dist = [math.sqrt(sum((1.0 - x) ** 2 for x in row)) for row in norm]
+        return min(zip(dist, candidates, strict=True), key=lambda t: (t[0], t[1].number))[1]
+    metric, direction = _RULE_METRIC[r.rule]
+    order = [(metric, direction)] + [(n, d) for n, d in objectives if n != metric]
+
+    def key(c: Candidate) -> tuple[float, ...]:
+        ks = []
+        for n, d in order:
+            v = vec(c, n, d)
+            ks.append(-v if d == "maximize" else v)
+        return (*ks, float(c.number))
+
+    return min(candidates, key=key)

@@ -1,0 +1,51 @@
+"""`autoembed.search`: find the Pareto-best embedding configs that fit a memory budget.
+
+    from autoembed.search import search
+    result = search(budget="8GB", space="search_spaces/default.yaml", trials=20)
+    result.front, result.best, result.files["pareto.json"]
+
+Optuna proposes (ask/tell in the driver, see `engine`), every proposal is priced before it
+runs, Ray Tune runs the ones that fit (`ray_tune`), and the driver writes the study's files
+(`outputs`). Ray and Optuna load only when a search runs, so importing this is cheap.
+
+The module is also callable, so `autoembed.search(budget=...)` works like
+`autoembed.search.search(budget=...)` (DESIGN.md: the Python API mirrors the CLI).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from autoembed.search.driver import (
+    DEFAULT_SPACE,
+    DEVICES,
+    NothingFitsError,
+    SearchFailedError,
+    SearchResult,
+    search,
+)
+from autoembed.search.engine import SearchStatus
+from autoembed.search.records import TrialRow
+from autoembed.search.study import SAMPLERS
+
+__all__ = [
+    "search",
+    "SearchResult",
+    "SearchStatus",
+    "TrialRow",
+    "NothingFitsError",
+    "SearchFailedError",
+    "SAMPLERS",
+    "DEVICES",
+    "DEFAULT_SPACE",
+]
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> SearchResult:
+        return search(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

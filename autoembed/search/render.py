@@ -1,0 +1,163 @@
+"""What `autoembed search` shows: live progress on stderr (a rich Live panel on a terminal,
+one line per finished trial otherwise), then the Pareto table and the files on stdout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from autoembed.budget import format_bytes
+from autoembed.search.driver import SearchResult
+from autoembed.search.engine import SearchStatus
+from autoembed.search.records import TrialRow
+
+__all__ = ["SearchProgress", "render_result", "result_json"]
+
+def _q(v: float | None, fmt: str = "{:.4f}") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+class SearchProgress:
+    """Progress display; `update` is the search's progress callback."""
+
+    def __init__(self, console: Any, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.live: Any = None
+        self.last: SearchStatus | None = None
+
+    def __enter__(self) -> SearchProgress:
+        if self.enabled and self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(self._panel(None), console=self.console, refresh_per_second=4,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def note(self, text: str) -> None:
+        self.console.print(text)  # e.g. what a resume recovered: stderr, even with --json
+
+    def _panel(self, s: SearchStatus | None) -> Any:
+        from rich.panel import Panel
+
+        if s is None:
+            return Panel("starting: pricing the space, starting Ray ...", title="autoembed search")
+        best = _q(s.best_quality)
+        text = (f"trained {s.trained}/{s.target}   running {s.running}   complete {s.complete}"
+                f"   over budget (never trained) {s.infeasible}   pruned {s.pruned}   failed "
+                f"{s.failed}\nPareto front {s.front}   best quality so far {best}   elapsed "
+                f"{s.elapsed_s:.0f} s")
+        if s.last is not None:
+            text += f"\nlast: {_line(s.last)}"
+        return Panel(text, title="autoembed search")
+
+    def update(self, s: SearchStatus) -> None:
+        self.last = s
+        if not self.enabled:
+            return
+        if self.live is not None:
+            self.live.update(self._panel(s))
+        elif s.last is not None and s.last.status != "running":
+            self.console.print(f"[{s.elapsed_s:5.0f} s] {s.trained}/{s.target} trained, "
+                               f"{s.infeasible} over budget, front {s.front}: {_line(s.last)}")
+
+
+def _line(r: TrialRow) -> str:
+    m = r.metrics
+    if r.status == "infeasible":
+        return f"trial {r.number} over budget ({format_bytes(r.device_total)})"
+    if r.status == "complete":
+        return (f"trial {r.number} complete: quality {_q(m.get('quality'))}, memory "
+                f"{format_bytes(m.get('memory') or 0)}, {_q(m.get('throughput'), '{:,.0f}')} "
+                "samples/s")
+    if r.status == "running":
+        return f"trial {r.number} started ({format_bytes(r.device_total)})"
+    return f"trial {r.number} {r.status}: {r.reason or ''}"[:160]
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        if abs(v) >= 10**6:
+            return f"{v / 10**6:.3g}M"
+        return f"{v / 10**3:.3g}k" if abs(v) >= 10**4 else str(v)
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, tuple):
+        return "x".join(map(str, v)) or "-"
+    return str(v)
+
+
+def searched(r: TrialRow) -> str:
+    """The values the search chose for this trial, compactly (active params only)."""
+    names = [str(k).split("/")[0] for k in r.params]
+    return " ".join(f"{n}={_short(getattr(r.config, n, '?'))}" for n in names)
+
+
+def render_result(console: Any, result: SearchResult) -> None:
+    from rich.table import Table
+
+    objs = [o.name for o in result.objectives]
+    shown = objs + ([] if "memory" in objs else ["memory"])
+    t = Table(title=f"Pareto front of study '{result.study}': {len(result.front)} members "
+                    f"(budget {format_bytes(result.budget_bytes)}; * = best by {result.pick})")
+    t.add_column("trial", justify="right", no_wrap=True)
+    for o in shown:
+        t.add_column({"memory": "memory GB", "throughput": "samples/s",
+                      "latency": "latency ms"}.get(o, o), justify="right", no_wrap=True)
+    t.add_column("searched values")
+    for r in sorted(result.front, key=lambda r: -(r.metrics.get("quality") or 0.0)):
+        cells = [f"{r.number}{' *' if r.number == result.best.number else ''}"]
+        for o in shown:
+            v = r.metrics.get(o)
+            if o == "memory":
+                cells.append(_q(None if v is None else v / 1e9, "{:.2f}"))
+            elif o == "throughput":
+                cells.append(_q(v, "{:,.0f}"))
+            elif o == "latency":
+                cells.append(_q(v, "{:.3f}"))
+            elif o == "steps_to_target":
+                cells.append(_q(v, "{:.0f}"))
+            else:
+                cells.append(_q(v))
+        cells.append(searched(r))
+        t.add_row(*cells)
+    console.print(t)
+    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed")}
+    console.print(
+        f"{len(result.rows)} trials: {c['complete']} complete, {c['infeasible']} over budget "
+        f"(priced, never trained), {c['pruned']} stopped early, {c['failed']} failed; "
+        f"{result.wall_seconds:.0f} s ({result.stop_reason})")
+    if result.recovered:
+        console.print(f"recovered: {result.recovered}")
+    for name, path in result.files.items():
+        console.print(f"{name:12s} {path}")
+
+
+def result_json(result: SearchResult) -> dict[str, Any]:
+    def member(r: TrialRow) -> Mapping[str, Any]:
+        return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params)}
+
+    return {
+        "study": result.study,
+        "out_dir": str(result.out_dir),
+        "budget_bytes": result.budget_bytes,
+        "objectives": [o.to_dict() for o in result.objectives],
+        "best": result.best.number,
+        "pick": result.pick,
+        "picks": dict(result.picks),
+        "front": [member(r) for r in result.front],
+        "counts": {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed")},
+        "trials": len(result.rows),
+        "stop_reason": result.stop_reason,
+        "recovered": result.recovered,
+        "wall_seconds": round(result.wall_seconds, 2),
+        "files": {k: str(v) for k, v in result.files.items()},
+    }

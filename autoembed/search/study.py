@@ -1,0 +1,153 @@
+"""The Optuna side of a search: storage, samplers, study metadata and crash recovery.
+
+One SQLite file per runs directory (`<runs-dir>/optuna.db`), one study per `--study` name.
+Only the driver process calls these functions (DESIGN.md, who writes the stores).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autoembed.errors import ConfigError
+from autoembed.search.records import ATTR, TrialRow
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "SAMPLERS",
+    "STUDY_NAME_RULE",
+    "check_study_name",
+    "storage_url",
+    "open_storage",
+    "find_study",
+    "make_sampler",
+    "Recovery",
+    "recover",
+    "load_rows",
+    "NSGA2_POPULATION",
+    "study_meta",
+]
+
+SAMPLERS = ("tpe", "nsga2", "random", "grid")
+STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
+# (REFERENCES.md, Optuna 5): a small population lets it evolve within a short search.
+NSGA2_POPULATION = 8
+# TPE: random proposals before the model is used; infeasible proposals count as
+# observations too, so this is reached within the first few trained trials.
+TPE_STARTUP = 8
+SQLITE_TIMEOUT_S = 60  # wait this long for a lock instead of failing at once
+
+
+def check_study_name(name: str) -> None:
+    if not STUDY_NAME_RULE.match(name) or name in (".", "..") or ".." in name:
+        raise ConfigError(
+            f"study name '{name}' is not allowed; use 1-128 letters, digits, '_', '-' or '.' "
+            "(no '..'), e.g. --study ctr-8gb"
+        )
+
+
+def storage_url(runs_dir: Path) -> str:
+    return f"sqlite:///{runs_dir / 'optuna.db'}"
+
+
+def open_storage(runs_dir: Path) -> optuna.storages.RDBStorage:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(
+        storage_url(runs_dir),
+        engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}},
+    )
+
+
+def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    import optuna
+
+    names = {s.study_name for s in storage.get_all_studies()}
+    if name not in names:
+        return None
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
+    """A seeded sampler. `grid` is random sampling here: the driver enqueues grid points."""
+    import optuna
+
+    if kind == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # multivariate + group: models joint and conditional params together.
+            return optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=True,
+                n_startup_trials=TPE_STARTUP,
+            )
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
+    if kind in ("random", "grid"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
+
+
+def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
+    """Every trial's recorded row, by trial number (trials without one are skipped)."""
+    rows = {}
+    for t in study.get_trials(deepcopy=False):
+        raw = t.user_attrs.get(ATTR)
+        if isinstance(raw, Mapping):
+            rows[t.number] = TrialRow.from_attr(t.number, raw)
+    return rows
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What `recover` did: trials found RUNNING (now FAIL) and those re-queued."""
+
+    failed: tuple[int, ...]
+    requeued: tuple[int, ...]
+
+    def describe(self) -> str:
+        if not self.failed:
+            return "nothing was left running"
+        again = (f"re-queued {len(self.requeued)} of them once (trial "
+                 f"{', '.join(map(str, self.requeued))})" if self.requeued
+                 else "none re-queued (each had been retried once already)")
+        return (f"{len(self.failed)} trial(s) left running by the interrupted driver "
+                f"({', '.join(map(str, self.failed))}) marked failed; {again}")
+
+
+def recover(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, reason: str
+) -> Recovery:
+    """Mark trials left RUNNING as FAIL and enqueue each one's params once more (a trial
+    that is itself a retry is not retried again)."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    failed, requeued = [], []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        raw = dict(t.user_attrs.get(ATTR) or {})
+        retry_of = raw.get("retry_of", t.user_attrs.get("retry_of"))
+        if raw:  # the row first: a finished trial can no longer be updated
+            raw.update(status="failed", reason=reason, interrupted=True)
+            storage.set_trial_user_attr(trial_id, ATTR, raw)
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        failed.append(t.number)
+        if retry_of is None and t.params:
+            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number},
+                                skip_if_exists=False)
+            requeued.append(t.number)
+    return Recovery(tuple(failed), tuple(requeued))
+
+
+def study_meta(study: optuna.Study) -> dict[str, Any]:
+    meta = study.user_attrs.get(ATTR)
+    return dict(meta) if isinstance(meta, Mapping) else {}

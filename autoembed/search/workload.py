@@ -1,0 +1,103 @@
+"""What a search prices and what it trains.
+
+The priced data are the search space's `data` (full-size tables: vocabularies of 10^7-10^8
+rows make the budget bind). With a `stand_in`, each trial trains a scaled-down copy of
+synthetic data instead (vocabularies and `hash_buckets` multiplied by `vocab_scale`, so
+every compression keeps its ratio) so that a trial takes seconds on a CPU; its quality and
+throughput are measured on that copy, its memory is the full-size estimate. Without one,
+priced and trained data are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autoembed.config import EmbeddingConfig
+from autoembed.data.spec import DataSpec
+from autoembed.errors import ConfigError
+from autoembed.space import SearchSpace, StandIn
+
+__all__ = ["Workload", "build_workload", "data_spec_for"]
+
+
+def data_spec_for(
+    space: SearchSpace,
+    data: str | None = None,
+    label: str | None = None,
+    categorical: tuple[str, ...] | None = None,
+    text_column: str | None = None,
+) -> tuple[DataSpec, StandIn | None]:
+    """The priced data spec: the space's `data`, or `data` (a built-in name or a file) with
+    the column options. A stand-in applies to the space's own synthetic data only."""
+    if data is None:
+        if label is not None or categorical is not None or text_column is not None:
+            raise ConfigError(
+                "--label, --categorical and --text-column describe a --data file; give --data"
+            )
+        return DataSpec.from_dict(space.data, f"search space '{space.source}': data"), \
+            space.stand_in
+    kw: dict[str, Any] = {"name": data}
+    if label is not None:
+        kw["label"] = label
+    if categorical is not None:
+        kw["categorical"] = categorical
+    if text_column is not None:
+        kw["text_column"] = text_column
+    spec = DataSpec.from_dict(kw, "--data")
+    if spec.name == space.data.get("name") and spec.name in ("synthetic-ctr", "synthetic-text"):
+        # the same synthetic generator: keep the space's parameters and stand-in
+        return DataSpec.from_dict(space.data, "--data"), space.stand_in
+    return spec, None
+
+
+def _scaled(v: int, scale: float, minimum: int) -> int:
+    return max(minimum, int(round(v * scale)))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The priced data (loaded, for table sizes) and the data each trial trains on (the
+    spec travels to the Ray workers; the loaded copy sizes each trial's host memory)."""
+
+    spec: DataSpec
+    train_spec: DataSpec
+    scale: float = 1.0
+    dataset: Any = field(default=None, compare=False, repr=False)
+    train_dataset: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def stand_in(self) -> bool:
+        return self.train_spec != self.spec
+
+    def priced(self, config: EmbeddingConfig) -> EmbeddingConfig:
+        """The config resolved against the full-size data (what the budget sees)."""
+        from autoembed.runner import resolve_for_data
+
+        return resolve_for_data(config, self.dataset)
+
+    def trained(self, config: EmbeddingConfig) -> EmbeddingConfig:
+        """The config a trial trains (the runner resolves it against `train_spec`)."""
+        if not self.stand_in or config.hash_buckets is None:
+            return config
+        return replace(config, hash_buckets=_scaled(config.hash_buckets, self.scale, 1))
+
+
+def build_workload(spec: DataSpec, stand_in: StandIn | None) -> Workload:
+    """Load the priced data (synthetic data cost nothing to load; files are read once)."""
+    from autoembed.data import load_dataset
+
+    dataset = load_dataset(spec)
+    if stand_in is None or (stand_in.vocab_scale == 1.0 and stand_in.rows is None):
+        return Workload(spec, spec, 1.0, dataset, dataset)
+    s = stand_in.vocab_scale
+    kw: dict[str, Any] = {}
+    if spec.name == "synthetic-ctr":
+        kw["vocab_sizes"] = tuple(_scaled(v, s, 1) for v in spec.vocab_sizes)
+    elif spec.name == "synthetic-text":
+        vocab = spec.vocab_size or dataset.tables[0].vocab_size
+        kw["vocab_size"] = _scaled(vocab, s, 3)
+    if stand_in.rows is not None:
+        kw["rows"] = stand_in.rows
+    train = replace(spec, **kw)
+    return Workload(spec, train, s, dataset, load_dataset(train))

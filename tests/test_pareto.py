@@ -1,0 +1,149 @@
+"""Pareto maths against independent brute force: the front, the hypervolume, the picks."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoembed.errors import ConfigError
+from autoembed.pareto import (
+    dominates,
+    hypervolume,
+    non_dominated,
+    normalise,
+    parse_pick,
+    pick,
+)
+
+
+def brute_front(points: list[list[float]], directions: list[str]) -> list[int]:
+    """Point i is on the front iff no j is >= on all (after flipping to maximisation) and
+    > on one. Written independently of autoembed.pareto."""
+    flip = [1.0 if d == "maximize" else -1.0 for d in directions]
+    g = [[f * v for f, v in zip(flip, p, strict=True)] for p in points]
+    out = []
+    for i, a in enumerate(g):
+        beaten = False
+        for j, b in enumerate(g):
+            if j != i and all(y >= x for x, y in zip(a, b, strict=True)) and any(
+                    y > x for x, y in zip(a, b, strict=True)):
+                beaten = True
+        if not beaten:
+            out.append(i)
+    return out
+
+
+def brute_hv(points: list[list[float]], ref: list[float], directions: list[str]) -> float:
+    """Inclusion-exclusion over subsets of the (minimisation) boxes [p, ref]."""
+    flip = [-1.0 if d == "maximize" else 1.0 for d in directions]
+    pts = [[f * v for f, v in zip(flip, p, strict=True)] for p in points]
+    r = [f * v for f, v in zip(flip, ref, strict=True)]
+    pts = [p for p in pts if all(x < y for x, y in zip(p, r, strict=True))]
+    total = 0.0
+    for k in range(1, len(pts) + 1):
+        for sub in itertools.combinations(pts, k):
+            corner = [max(p[d] for p in sub) for d in range(len(r))]
+            vol = math.prod(max(0.0, r[d] - corner[d]) for d in range(len(r)))
+            total += (-1) ** (k + 1) * vol
+    return total
+
+
+values = st.integers(min_value=0, max_value=6).map(float)  # small range: many ties
+
+
+@st.composite
+def point_sets(draw: st.DrawFn, max_points: int = 14) -> tuple[list[list[float]], list[str]]:
+    k = draw(st.integers(min_value=1, max_value=4))
+    directions = draw(st.lists(st.sampled_from(["maximize", "minimize"]), min_size=k,
+                               max_size=k))
+    pts = draw(st.lists(st.lists(values, min_size=k, max_size=k), min_size=0,
+                        max_size=max_points))
+    return pts, directions
+
+
+@settings(deadline=None, max_examples=200)
+@given(point_sets())
+def test_front_equals_brute_force(data: tuple[list[list[float]], list[str]]) -> None:
+    pts, dirs = data
+    assert non_dominated(pts, dirs) == brute_front(pts, dirs)
+
+
+@settings(deadline=None, max_examples=80)
+@given(point_sets(max_points=6))
+def test_hypervolume_equals_inclusion_exclusion(
+        data: tuple[list[list[float]], list[str]]) -> None:
+    pts, dirs = data
+    ref = [-1.0 if d == "maximize" else 7.0 for d in dirs]  # worse than every value
+    assert hypervolume(pts, ref, dirs) == pytest.approx(brute_hv(pts, ref, dirs), abs=1e-9)
+
+
+def test_hypervolume_hand_computed() -> None:
+    # maximise quality, minimise memory; reference (0, 10)
+    dirs = ["maximize", "minimize"]
+    assert hypervolume([[0.5, 4.0]], [0.0, 10.0], dirs) == pytest.approx(0.5 * 6)
+    # two boxes: 0.5x6 and 0.8x2, overlapping 0.5x2 -> 3 + 1.6 - 1.0
+    assert hypervolume([[0.5, 4.0], [0.8, 8.0]], [0.0, 10.0], dirs) == pytest.approx(3.6)
+    # a point not better than the reference on every objective adds nothing
+    assert hypervolume([[0.5, 12.0]], [0.0, 10.0], dirs) == 0.0
+
+
+def test_dominates_needs_one_strict_improvement() -> None:
+    d = ["maximize", "minimize"]
+    assert dominates([1, 1], [0, 1], d)
+    assert not dominates([1, 1], [1, 1], d)  # equal points do not dominate
+    assert not dominates([1, 2], [0, 1], d)  # better quality, worse memory
+    with pytest.raises(ValueError):
+        non_dominated([[1.0, math.nan]], d)
+
+
+def test_normalise_best_is_one() -> None:
+    out = normalise([[0.7, 100.0], [0.9, 300.0], [0.8, 300.0]], ["maximize", "minimize"])
+    assert out == [[0.0, 1.0], [1.0, 0.0], [pytest.approx(0.5), 0.0]]
+
+
+@dataclass(frozen=True)
+class C:
+    number: int
+    values: dict[str, float] = field(default_factory=dict)
+
+
+OBJ = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]
+FRONT = [
+    C(3, {"quality": 0.90, "memory": 8.0, "throughput": 100.0}),
+    C(5, {"quality": 0.80, "memory": 2.0, "throughput": 300.0}),
+    C(7, {"quality": 0.86, "memory": 4.0, "throughput": 250.0}),
+    C(9, {"quality": 0.70, "memory": 1.0, "throughput": 200.0}),
+]
+
+
+def test_picks_by_rule() -> None:
+    assert pick(FRONT, "max-quality", OBJ).number == 3
+    assert pick(FRONT, "min-memory", OBJ).number == 9
+    assert pick(FRONT, "max-throughput", OBJ).number == 5
+    assert pick(FRONT, "trial:7", OBJ).number == 7
+    # knee by hand: normalised (q, m, t) with 1 best:
+    # 3: (1, 0, 0)        d^2 = 0 + 1 + 1 = 2
+    # 5: (0.5, 6/7, 1)    d^2 = 0.25 + (1/7)^2 = 0.2704
+    # 7: (0.8, 4/7, 0.75) d^2 = 0.04 + (3/7)^2 + 0.0625 = 0.2862
+    # 9: (0, 1, 0.5)      d^2 = 1 + 0 + 0.25
+    assert pick(FRONT, "knee", OBJ).number == 5
+
+
+def test_knee_ties_go_to_the_lower_trial() -> None:
+    twins = [C(4, {"quality": 0.8, "memory": 1.0}), C(2, {"quality": 0.8, "memory": 1.0})]
+    assert pick(twins, "knee", OBJ[:2]).number == 2
+
+
+def test_pick_errors_are_clear() -> None:
+    with pytest.raises(ConfigError, match="not a rule"):
+        parse_pick("best-ever")
+    with pytest.raises(ConfigError, match="no such candidate"):
+        pick(FRONT, "trial:42", OBJ)
+    with pytest.raises(ConfigError, match="no candidate"):
+        pick([], "knee", OBJ)
+    assert str(parse_pick(" trial:12 ")) == "trial:12"

@@ -1,0 +1,186 @@
+"""The search engine without Ray: pricing before launch, what Optuna is told, early stopping,
+pruned trials and crash recovery. Trial outcomes are fabricated, so these run in seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autoembed.config import config_from_dict
+from autoembed.memory import estimate
+from autoembed.runner import Evaluation, TrialResult
+from autoembed.search.early_stop import Progress, cannot_reach_front, optimistic_metrics
+from autoembed.search.engine import SearchEngine
+from autoembed.search.records import ATTR, TRAINED_STATUSES
+from autoembed.search.study import load_rows, make_sampler, open_storage, recover
+from autoembed.search.workload import build_workload, data_spec_for
+from autoembed.space import load_space
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = 800_000_000
+OBJ = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    space = load_space(ROOT / "search_spaces" / "tiny.yaml")
+    spec, stand_in = data_spec_for(space)
+    return space, build_workload(spec, stand_in)
+
+
+def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: int = 0,
+                early_stop: bool = False, name: str = "s") -> tuple[SearchEngine, Any, Any]:
+    space, workload = tiny
+    storage = open_storage(tmp_path)
+    study = optuna.create_study(study_name=name, storage=storage,
+                                directions=["maximize", "minimize", "maximize"],
+                                sampler=make_sampler("random", seed))
+    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=BUDGET,
+                       objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
+                       trials=trials, early_stop=early_stop)
+    return eng, study, storage
+
+
+def fake_final(train_config: dict[str, Any], quality: float, throughput: float,
+               status: str = "complete") -> dict[str, Any]:
+    cfg = config_from_dict(train_config)
+    res = TrialResult(status=status, config=cfg, quality=quality, throughput=throughput,
+                      curve=(Evaluation(20, 100, quality, {"auc": quality}, 0.1),),
+                      error=None if status == "complete" else "boom")
+    return {"status": status, "result": json.loads(json.dumps(res.to_dict()))}
+
+
+def test_infeasible_proposals_are_told_and_never_launched(tmp_path: Path, tiny: Any) -> None:
+    eng, study, _ = make_engine(tmp_path, tiny, trials=6, seed=1)
+    launched = []
+    while (p := eng.propose()) is not None:
+        # every launched proposal fits, by an estimate computed here
+        assert estimate(p.config).device_total <= BUDGET
+        launched.append(p.number)
+        eng.finish(p.number, fake_final(dict(p.train_config), 0.7, 1000.0))
+    rows = eng.rows
+    infeasible = [r for r in rows.values() if r.status == "infeasible"]
+    assert len(launched) == 6 == eng.trainables_started
+    assert infeasible, "seed 1 proposes some over-budget configs in tiny.yaml at 800MB"
+    assert not {r.number for r in infeasible} & set(launched)
+    for r in infeasible:
+        t = study.trials[r.number]
+        assert t.state == TrialState.COMPLETE  # samplers learn only from COMPLETE trials
+        assert t.constraints["memory"] == pytest.approx(
+            (estimate(r.config).device_total - BUDGET) / BUDGET) and t.constraints["memory"] > 0
+        assert t.values[0] == 0.0 and t.values[2] == 0.0  # worst-case placeholders
+    for n in launched:
+        assert study.trials[n].constraints["memory"] <= 0
+    assert {r.number for r in rows.values() if r.status in TRAINED_STATUSES} == set(launched)
+
+
+def test_pruned_trials_are_told_pruned_and_never_on_the_front(tmp_path: Path,
+                                                              tiny: Any) -> None:
+    eng, study, _ = make_engine(tmp_path, tiny, trials=4, early_stop=True)
+    a = eng.propose()
+    assert a is not None
+    eng.finish(a.number, fake_final(dict(a.train_config), 0.80, 5000.0))
+    b = eng.propose()
+    assert b is not None
+    # b's memory is what it is; make a's metrics dominate b's best reachable point
+    member = dict(eng.rows[a.number].metrics)
+    member["memory"] = 0.0
+    member["throughput"] = 1e12
+    eng.rows[a.number] = eng.rows[a.number].with_(metrics=member)
+    eng._front_cache = None
+    assert not eng.observe(b.number, {"quality": 0.55, "step": 20, "samples": 5120,
+                                      "elapsed_s": 1.0})  # one evaluation: no slope yet
+    assert eng.observe(b.number, {"quality": 0.56, "step": 40, "samples": 10240,
+                                  "elapsed_s": 2.0})
+    c = eng.propose()
+    assert c is not None
+    for step, q in ((20, 0.55), (40, 0.56), (60, 0.56)):
+        # dominated too, but its last evaluation (step 60 = max_steps) saves nothing: kept
+        stop = eng.observe(c.number, {"quality": q, "step": step, "samples": 1, "elapsed_s": 1})
+        assert stop == (step == 40)
+    row = eng.finish(b.number, None)  # Tune stopped it: no final report
+    assert row is not None and row.status == "pruned"
+    assert study.trials[b.number].state == TrialState.PRUNED
+    assert b.number not in {r.number for r in eng.front()}
+    assert a.number in {r.number for r in eng.front()}
+
+
+def test_failed_and_diverged_outcomes(tmp_path: Path, tiny: Any) -> None:
+    eng, study, _ = make_engine(tmp_path, tiny, trials=3)
+    p = eng.propose()
+    assert p is not None
+    eng.finish(p.number, None, error="the trial's process failed")
+    assert study.trials[p.number].state == TrialState.FAIL
+    q = eng.propose()
+    assert q is not None
+    eng.finish(q.number, fake_final(dict(q.train_config), 0.5, 10.0, status="diverged"))
+    t = study.trials[q.number]
+    assert t.state == TrialState.COMPLETE and t.constraints["runs"] == 1.0
+    assert eng.rows[q.number].status == "diverged" and not eng.front()
+
+
+def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: Any) -> None:
+    eng, study, storage = make_engine(tmp_path, tiny, trials=4)
+    p1 = eng.propose()
+    assert p1 is not None
+    eng.finish(p1.number, fake_final(dict(p1.train_config), 0.7, 100.0))
+    p2 = eng.propose()  # left RUNNING: the driver "dies" here
+    assert p2 is not None
+    rec = recover(study, storage, "interrupted")
+    assert rec.failed == (p2.number,) and rec.requeued == (p2.number,)
+    assert study.trials[p2.number].state == TrialState.FAIL
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == 1
+    assert waiting[0].system_attrs["fixed_params"] == study.trials[p2.number].params
+    # a resumed engine asks the re-queued trial first and counts it once
+    eng2 = SearchEngine(study=study, space=eng.space, workload=eng.workload, budget_bytes=BUDGET,
+                        objectives=OBJ, settings={}, trials=4)
+    assert eng2.trained == 1  # the interrupted trial does not count
+    p3 = eng2.propose()
+    assert p3 is not None and eng2.rows[p3.number].retry_of == p2.number
+    assert study.trials[p3.number].params == study.trials[p2.number].params
+    # the retry dies too: it is not re-queued a second time
+    rec2 = recover(study, storage, "interrupted")
+    assert rec2.failed == (p3.number,) and rec2.requeued == ()
+    rows = load_rows(study)
+    assert rows[p1.number].status == "complete" and rows[p2.number].interrupted
+    assert study.trials[p1.number].user_attrs[ATTR]["status"] == "complete"
+
+
+def test_grid_sampler_visits_distinct_points(tmp_path: Path, tiny: Any) -> None:
+    space, workload = tiny
+    storage = open_storage(tmp_path)
+    study = optuna.create_study(study_name="g", storage=storage,
+                                directions=["maximize", "minimize", "maximize"],
+                                sampler=make_sampler("grid", 0))
+    grid = space.grid()
+    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=BUDGET,
+                       objectives=OBJ, settings={}, trials=5, grid=grid)
+    while (p := eng.propose()) is not None:
+        eng.finish(p.number, fake_final(dict(p.train_config), 0.6, 1.0))
+    seen = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(seen) == len(set(seen))
+    assert all(dict(s) in grid for s in seen)
+
+
+def test_early_stop_keeps_the_cheap_end() -> None:
+    # a poor-quality trial that is cheaper than every front member is never stopped
+    prog = Progress(qualities=(0.60, 0.61), step=40, samples=10_000, elapsed_s=2.0,
+                    max_steps=60, eval_every=20, device_total=1e8)
+    front = [{"quality": 0.80, "memory": 5e8, "throughput": 1e3}]
+    obj = OBJ
+    assert not cannot_reach_front(prog, front, obj)
+    # the same trial at the member's memory or more, slower and worse: stopped
+    dear = Progress(qualities=(0.60, 0.61), step=40, samples=1_000, elapsed_s=2.0,
+                    max_steps=60, eval_every=20, device_total=6e8)
+    assert cannot_reach_front(dear, front, obj)
+    # optimistic quality: last + gain x evaluations left + slack
+    assert optimistic_metrics(dear)["quality"] == pytest.approx(0.61 + 0.01 * 1 + 0.005)
+    # a latency objective is unknown until the end: never stopped
+    assert not cannot_reach_front(dear, [{**front[0], "latency": 0.05}],
+                                  [*obj, ("latency", "minimize")])

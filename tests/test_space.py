@@ -1,0 +1,202 @@
+"""Search spaces: loading, validation messages, Optuna mapping, conditions, grid, cheapest."""
+
+from __future__ import annotations
+
+import filecmp
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.errors import ConfigError
+from autoembed.memory import estimate
+from autoembed.space import (
+    BUILTIN_SPACES,
+    builtin_space_path,
+    cheapest_config,
+    load_space,
+    parse_objectives,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SMALL: dict[str, Any] = {
+    "data": {"name": "synthetic-ctr", "vocab_sizes": [1_000_000, 1000]},
+    "base": {"dense_layers": [16]},
+    "params": {
+        "dim": {"type": "int", "low": 8, "high": 64, "log": True, "multiple_of": 8},
+        "compression": {"choices": ["none", "hash"]},
+        "hash_buckets": {"when": {"compression": "hash"}, "type": "int", "low": 1000,
+                         "high": 100_000, "log": True},
+        "table_optimizer": {"choices": ["adam", "sgd"]},
+        "lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
+    },
+    "trials": 3,
+}
+
+
+def write(tmp_path: Path, body: Any, name: str = "space.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(body if isinstance(body, str) else yaml.safe_dump(body))
+    return p
+
+
+def with_params(**params: Any) -> dict[str, Any]:
+    return {**SMALL, "params": {**SMALL["params"], **params}}
+
+
+@pytest.mark.parametrize("name", BUILTIN_SPACES)
+def test_builtin_spaces_load(name: str) -> None:
+    top = ROOT / "search_spaces" / f"{name}.yaml"
+    space = load_space(top)
+    assert space.params and space.trials >= 1
+    # the packaged copy is the same file (autoembed/search_spaces -> ../search_spaces)
+    assert filecmp.cmp(top, builtin_space_path(name), shallow=False)
+    assert load_space(name).to_dict() == space.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "value"),
+    [
+        ({**SMALL, "paramz": {}}, "paramz", None),
+        (with_params(dim={"type": "int", "low": 64, "high": 8}), "params.dim",
+         "low=64, high=8"),
+        (with_params(lr={"type": "float", "low": 0.0, "high": 0.1, "log": True}),
+         "params.lr.low", "0.0"),
+        (with_params(dim={"type": "int", "low": 9, "high": 15, "multiple_of": 8}),
+         "params.dim", "multiple_of=8"),
+        (with_params(dimm={"choices": [8]}), "dimm", None),
+        (with_params(dim={"type": "int", "low": "8", "high": 64}), "params.dim.low", "'8'"),
+        (with_params(dim={"type": "float", "low": 8, "high": 64}), "params.dim.type",
+         "'float'"),
+        (with_params(precision={"choices": ["fp8"]}), "params.precision.choices", "'fp8'"),
+        (with_params(compression={"choices": []}), "params.compression.choices", "[]"),
+        (with_params(dim={"low": 8, "high": 64, "lo": 1}), "params.dim.lo", None),
+        (with_params(qr_collisions={"when": {"compresion": "qr"}, "low": 4, "high": 8}),
+         "params.qr_collisions.when.compresion", "'qr'"),
+        ({**SMALL, "objectives": ["quality", "acuracy"]}, "objectives[1].name", "'acuracy'"),
+        ({**SMALL, "objectives": [{"name": "memory", "direction": "maximize"}]},
+         "objectives[0].direction", "'maximize'"),
+        ({**SMALL, "run": {"max_step": 10}}, "run.max_step", None),
+        ({**SMALL, "trials": 0}, "trials", "0"),
+        ({**SMALL, "base": {"tables": []}}, "base.tables", "[]"),
+        ({**SMALL, "stand_in": {"vocab_scale": 2}}, "stand_in.vocab_scale", "2"),
+    ],
+)
+def test_invalid_spaces_name_file_key_and_value(
+    tmp_path: Path, body: dict[str, Any], key: str, value: str | None
+) -> None:
+    p = write(tmp_path, body)
+    with pytest.raises(ConfigError) as err:
+        load_space(p)
+    msg = str(err.value)
+    assert str(p) in msg and key in msg, msg
+    if value is not None:
+        assert value in msg, msg
+    assert "\n" not in msg
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "params:\n  dim: {low: 8, high: [\n")
+    with pytest.raises(ConfigError, match=r"space.yaml.* line \d+ is not valid YAML"):
+        load_space(p)
+
+
+def test_missing_file_lists_builtins(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist.*default, ctr, text, tiny"):
+        load_space(tmp_path / "nope.yaml")
+
+
+def test_unknown_parameter_suggests_a_name(tmp_path: Path) -> None:
+    p = write(tmp_path, with_params(batchsize={"choices": [64]}))
+    with pytest.raises(ConfigError, match="unknown parameter name 'batchsize'.*'batch_size'"):
+        load_space(p)
+
+
+def test_distributions_and_multiple_of(tmp_path: Path) -> None:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    space = load_space(write(tmp_path, SMALL))
+    d = space.distributions()
+    assert d["dim/8"] == IntDistribution(1, 8, log=True)
+    assert d["compression"] == CategoricalDistribution(("none", "hash"))
+    assert set(d) == {"dim/8", "compression", "hash_buckets", "table_optimizer", "lr"}
+
+
+def test_conditional_params_only_when_their_condition_holds(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, SMALL))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        cfg = space.suggest(trial)
+        assert isinstance(cfg, EmbeddingConfig)
+        assert cfg.dim % 8 == 0 and 8 <= cfg.dim <= 64
+        assert ("hash_buckets" in trial.params) == (cfg.compression == "hash")
+        assert (cfg.hash_buckets is not None) == (cfg.compression == "hash")
+        seen.add(cfg.compression)
+        study.tell(trial, 0.0)
+    assert seen == {"none", "hash"}
+
+
+def test_values_round_trip_through_optuna_params(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, SMALL))
+    values = {"dim": 24, "compression": "hash", "hash_buckets": 5000,
+              "table_optimizer": "sgd", "lr": 0.01}
+    params = space.optuna_params(values)
+    assert params["dim/8"] == 3
+    assert space.values_from_optuna(params) == values
+    # an inactive conditional value is dropped
+    assert "hash_buckets" not in space.values_from_optuna({**params, "compression": "none"})
+
+
+def test_grid_respects_conditions(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, SMALL))
+    grid = space.grid()
+    # dim units {1, 3, 8} (log spread of 1..8 rounded) x (none + hash x 3 buckets)
+    # x 2 optimizers x 3 lrs
+    assert len(grid) == 3 * (1 + 3) * 2 * 3
+    assert len({tuple(sorted(g.items())) for g in grid}) == len(grid)
+    for g in grid:
+        assert ("hash_buckets" in g) == (g["compression"] == "hash")
+
+
+def test_cheapest_config_is_the_cheapest_corner(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, SMALL))
+    tables = (TableConfig("f0", 1_000_000), TableConfig("f1", 1000))
+
+    def price(cfg: EmbeddingConfig) -> int:
+        from dataclasses import replace
+
+        return int(estimate(replace(cfg, tables=tables)).device_total)
+
+    values, cfg, cost = cheapest_config(space, price)
+    # by hand: the smallest dim, hashing into the fewest buckets, stateless SGD (at 1000
+    # rows x 8 dims Adam's state rounds into the same allocator segments: a tie)
+    assert (values["dim"], values["compression"], values["hash_buckets"]) == (8, "hash", 1000)
+    by_hand = {"dim": 8, "compression": "hash", "hash_buckets": 1000,
+               "table_optimizer": "sgd", "lr": 1e-3}
+    assert cost == price(cfg) == price(space.config_for(by_hand))
+    # and no grid point is cheaper
+    grid_costs = [price(space.config_for(space.values_from_optuna(g))) for g in space.grid()]
+    assert cost <= min(grid_costs)
+
+
+def test_objectives_parse_names_and_comma_strings() -> None:
+    objs = parse_objectives("quality, memory,latency", "cli")
+    assert [(o.name, o.direction) for o in objs] == [
+        ("quality", "maximize"), ("memory", "minimize"), ("latency", "minimize")]
+    with pytest.raises(ConfigError, match="each objective may appear once"):
+        parse_objectives(["quality", "quality"], "cli")
+
+
+def test_log_grid_values_are_tidy(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, SMALL))
+    lr = next(p for p in space.params if p.name == "lr")
+    assert lr.grid_values() == (0.001, 0.01, 0.1)
+    assert all(math.isfinite(v) for v in lr.grid_values())
