@@ -313,6 +313,172 @@ def estimate(
         raise typer.Exit(EXIT_NO_FIT)
 
 
+@app.command("train")
+def train_cmd(
+    config: Path = typer.Option(..., "--config", help="Config file (e.g. exported best.yaml)."),
+    data: str | None = typer.Option(None, help="Train on other data: a name or CSV/Parquet."),
+    max_steps: int | None = typer.Option(None, help="Optimizer steps (default 1000)."),
+    epochs: int | None = typer.Option(None, help="Full passes over the train split."),
+    out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
+    device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+    checkpoint_every: int | None = typer.Option(None, help="Steps between checkpoints."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
+    as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
+) -> None:
+    """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from autoembed.config import load_config
+    from autoembed.train import train
+
+    cfg = load_config(config)
+    if max_steps is not None and max_steps < 1:
+        raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
+    if epochs is not None and epochs < 1:
+        raise ConfigError(f"--epochs {epochs}: must be >= 1")
+    con = _console(stderr=True)
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=con, transient=True,
+                  disable=as_json or not con.is_terminal) as prog:
+        task = prog.add_task("training", total=max_steps or (None if epochs else 1000))
+
+        def tick(step: int, total: int) -> None:
+            prog.update(task, completed=step)
+
+        result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
+                       device=device, checkpoint_every=checkpoint_every, resume=resume,
+                       on_step=tick)
+    if as_json:
+        print(json.dumps(result.to_dict(), default=str))
+    else:
+        out_con = _console()
+        if result.env.get("resumed_from"):
+            out_con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
+        out_con.print(f"status {result.status} after {result.steps} steps "
+                      f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
+        if result.quality is not None:
+            out_con.print("test " + ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items()))
+        if result.throughput:
+            out_con.print(f"throughput {result.throughput:,.0f} samples/s")
+        out_con.print(f"checkpoints and metrics in {out.resolve()}")
+    if result.status != "complete":
+        if result.error:
+            print(f"autoembed: train {result.status}: {result.error}", file=sys.stderr)
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def export(
+    study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
+    pick: str | None = typer.Option(
+        None,
+        help="knee, max-quality, min-memory, max-throughput or trial:N "
+        "(default: the search's own pick, pareto.json 'best').",
+    ),
+    run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
+    format: str | None = typer.Option(
+        None, "--format", help="yaml or json (default: from the --out suffix)."
+    ),
+    out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),
+    tracking_uri: str | None = typer.Option(
+        None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."
+    ),
+) -> None:
+    """Write a searched config, resolved, for `autoembed train --config` or load_config."""
+    from autoembed.export import export_config
+
+    done = export_config(
+        study,
+        out,
+        pick=pick,
+        run_id=run_id,
+        fmt=format,
+        force=force,
+        runs_dir=runs_dir,
+        tracking_uri=tracking_uri,
+    )
+    where = f"study '{done.study}' trial {done.trial}" + (
+        f" (run {done.run_id})" if done.run_id else f" ({done.pick})"
+    )
+    print(f"wrote {done.path}: {where}")
+    if done.vocab is not None:
+        print(f"vocabulary maps in {done.vocab}")
+    for note in done.notes:
+        print(f"note: {note}", file=sys.stderr)
+
+
+@app.command()
+def ui(
+    port: int = typer.Option(5000, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0: every one)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="The runs directory whose store to show."),
+) -> None:
+    """Run the MLflow UI for the searches recorded under --runs-dir (Ctrl-C stops it)."""
+    from autoembed.tracking.ui import serve_ui
+
+    raise typer.Exit(serve_ui(runs_dir.absolute(), host, port))
+
+
+@app.command("search")
+def search_cmd(
+    budget: str = typer.Option(..., help="Device memory budget: 8GB, 8GiB, 7500MB or 80%."),
+    space: str | None = typer.Option(
+        None, help="Search space YAML, or a built-in: default, ctr, text, tiny "
+        "(default: search_spaces/default.yaml, shipped with the package)."),
+    trials: int | None = typer.Option(
+        None, help="Trials that train (over-budget proposals are free); default: the space's."),
+    time_budget: float | None = typer.Option(
+        None, help="Seconds after which no new trial starts (running ones finish)."),
+    objectives: str | None = typer.Option(
+        None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
+    sampler: str | None = typer.Option(None, help="tpe (default), nsga2, random or grid."),
+    seed: int | None = typer.Option(None, help="Sampler seed (default 0)."),
+    workers: int | None = typer.Option(
+        None, help="Trials at once (default 1 on CPU, one per GPU)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    study: str | None = typer.Option(
+        None, help="Study name (default search-<date>-<time>); letters, digits, _ - ."),
+    resume: bool = typer.Option(False, "--resume", help="Continue --study after a stop."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where studies and optuna.db live."),
+    ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
+    tracking_uri: str | None = typer.Option(
+        None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
+    pick: str = typer.Option(
+        "knee", help="knee, max-quality, min-memory, max-throughput or trial:N."),
+    data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
+    label: str | None = typer.Option(None, help="Label column of --data."),
+    categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),
+    text_column: str | None = typer.Option(None, help="Text column of --data (a text task)."),
+    early_stop: bool | None = typer.Option(
+        None, "--early-stop/--no-early-stop",
+        help="Stop trials that cannot reach the front (default on; see README)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
+) -> None:
+    """Search configs that fit a memory budget; write the Pareto front and the best config."""
+    from autoembed.search import search as run_search
+    from autoembed.search.render import SearchProgress, render_result, result_json
+
+    cats = None
+    if categorical is not None:
+        cats = tuple(c.strip() for c in categorical.split(",") if c.strip())
+    err = _console(stderr=True)
+    with SearchProgress(err, enabled=not as_json) as prog:
+        result = run_search(
+            budget, space, trials=trials, time_budget=time_budget, objectives=objectives,
+            sampler=sampler, seed=seed, workers=workers, device=device, study=study,
+            resume=resume, runs_dir=runs_dir, ray_address=ray_address,
+            tracking_uri=tracking_uri, pick_rule=pick, data=data, label=label,
+            categorical=cats, text_column=text_column, early_stop=early_stop,
+            progress=prog.update, on_recovered=prog.note,
+        )
+    if as_json:
+        print(json.dumps(result_json(result), default=str))
+    else:
+        render_result(_console(), result)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and map errors to exit codes with one clear line."""
     debug = os.environ.get("AUTOEMBED_DEBUG") == "1"

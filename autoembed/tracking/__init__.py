@@ -8,8 +8,9 @@ MLflow is imported only inside the MLflow implementation, lazily.
 `make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
 the embedded `sqlite:///<runs-dir>/mlflow.db`; "none" -> `NullTracker`; any other MLflow URI
 as given. An http(s) server that does not answer `/health` within 3 s raises
-`TrackingUnreachableError` (exit status 2) before anything runs. Once made, a tracker never
-raises: a failure mid-search is a warning (see `autoembed.tracking.mlflow_store`).
+`TrackingUnreachableError` (exit status 2) before anything runs; a store that cannot be
+opened raises `TrackingError` (exit status 1). Once made, a tracker never raises: a failure
+mid-search is a warning (see `autoembed.tracking.mlflow_store`).
 """
 
 from __future__ import annotations
@@ -46,15 +47,25 @@ class TrialRecord(Protocol):
     autoembed.runner.STATUSES; config: the resolved EmbeddingConfig; estimate: the
     MemoryEstimate as a dict (`MemoryEstimate.to_dict()`); result: the TrialResult (None for
     infeasible proposals, which never train); reason: why it was rejected or failed.
+    Read when present (optional): `metrics` (the search's objective values by name) and
+    `overshoot` ((device_total - budget) / budget).
     """
 
-    number: int
-    status: str
-    config: Any
-    estimate: Mapping[str, Any]
-    result: Any
-    reason: str | None
-    ray_trial_id: str | None
+    # Read-only properties, so frozen dataclasses (the search's TrialRow) satisfy it.
+    @property
+    def number(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def config(self) -> Any: ...
+    @property
+    def estimate(self) -> Mapping[str, Any]: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def ray_trial_id(self) -> str | None: ...
 
 
 @runtime_checkable

@@ -1,0 +1,480 @@
+"""Export one trial's config, resolved, for `autoembed train --config` and `load_config`.
+
+Sources, in this order:
+
+* `--pick RULE` (default: the search's own pick, pareto.json `best`): a member of
+  `<runs-dir>/<study>/pareto.json`, chosen by `autoembed.pareto.pick` (the rules of
+  `search --pick`);
+* `--pick trial:N`: the front's member N, else row N of trials.csv, else the trial's run in
+  the MLflow store (its `config.yaml` artifact);
+* `--run-id ID`: a trial run's `config.yaml` artifact in the MLflow store.
+
+The written file is `{config: ..., source: {...}}` (YAML or JSON): the config carries its
+`data` spec, and when the search's data have vocabulary maps (`<runs-dir>/<study>/vocab/`)
+they are copied to `vocab/` beside the file (named by the file's `vocab` key). Nothing is
+overwritten without `force`. Bad input (unknown study, trial or run id, unreachable tracking
+URI, an existing output) is a `ConfigError`: one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import filecmp
+import json
+import math
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, save_config
+from autoembed.errors import ConfigError
+from autoembed.pareto import PICK_RULES, parse_pick
+
+__all__ = [
+    "PICK_RULES",
+    "FORMATS",
+    "Exported",
+    "pick_member",
+    "config_from_flat",
+    "export_config",
+]
+
+FORMATS = ("yaml", "json")
+VOCAB_DIR = "vocab"
+# knee without objectives in pareto.json: quality against memory
+_DEFAULT_OBJECTIVES = (("quality", "maximize"), ("memory", "minimize"))
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `export_config` wrote."""
+
+    path: Path
+    config: EmbeddingConfig
+    study: str | None
+    trial: int | None
+    pick: str
+    run_id: str | None = None
+    vocab: Path | None = None
+    notes: tuple[str, ...] = ()
+
+
+# ===================================================================== picks
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A pareto.json member as a `pareto.Candidate` (missing metric values are NaN)."""
+
+    number: int
+    values: Mapping[str, float]
+    raw: Mapping[str, Any]
+
+
+def _trial_of(member: Mapping[str, Any]) -> int:
+    return int(member.get("trial", member.get("number", -1)))
+
+
+def _as_float(v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return math.nan
+
+
+def pick_member(
+    members: Sequence[Mapping[str, Any]],
+    rule: str,
+    objectives: Sequence[Mapping[str, Any]] = (),
+) -> Mapping[str, Any]:
+    """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
+    `search --pick`): knee, max-quality, min-memory, max-throughput or trial:N."""
+    from autoembed.pareto import pick
+
+    objs = [(str(o["name"]), str(o.get("direction", "maximize"))) for o in objectives
+            if "name" in o] or list(_DEFAULT_OBJECTIVES)
+    cands = [
+        _Member(_trial_of(m), {k: _as_float(v) for k, v in (m.get("metrics") or {}).items()}, m)
+        for m in members
+    ]
+    if not cands:
+        raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
+    chosen = pick(cands, rule, objs)
+    assert isinstance(chosen, _Member)
+    return chosen.raw
+
+
+# ===================================================================== sources
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"'{path}' cannot be read as JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{path}' must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _studies(runs_dir: Path) -> list[str]:
+    if not runs_dir.is_dir():
+        return []
+    return sorted(p.parent.name for p in runs_dir.glob("*/pareto.json"))
+
+
+def _study_dir(runs_dir: Path, study: str) -> Path:
+    d = runs_dir / study
+    if not d.is_dir():
+        known = _studies(runs_dir)
+        hint = f"studies there: {', '.join(known)}" if known else "it holds no finished search"
+        raise ConfigError(
+            f"unknown study '{study}': no directory {d} ({hint}); run `autoembed search "
+            f"--study {study}` first or pass --runs-dir"
+        )
+    return d
+
+
+def _literal(text: str) -> Any:
+    """A flat param's value back as Python ('64' -> 64, 'None' -> None, '[64]' -> [64])."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def config_from_flat(flat: Mapping[str, str], source: str) -> dict[str, Any]:
+    """Undo `EmbeddingConfig.flat_params()` (the data spec is not in it: add it after)."""
+    raw: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {}
+    for key, text in flat.items():
+        if text is None or text == "":
+            continue
+        if key.startswith("table."):
+            parts = key.split(".")
+            if len(parts) < 3:
+                raise ConfigError(f"{source}: column '{key}' is not table.<name>.<key>")
+            name, field_name = ".".join(parts[1:-1]), parts[-1]
+            tables.setdefault(name, {"name": name})[field_name] = _literal(text)
+        else:
+            raw[key] = _literal(text)
+    if tables:
+        raw["tables"] = list(tables.values())
+    return raw
+
+
+_CONFIG_COLUMNS = ("config", "config_json")
+_PREFIXES = ("config.", "params.", "param.")
+
+
+def _csv_config(row: Mapping[str, str], source: str) -> dict[str, Any]:
+    for col in _CONFIG_COLUMNS:
+        text = row.get(col)
+        if text:
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{source}: column '{col}' is not JSON: {e}") from None
+            if isinstance(raw, dict):
+                return raw
+    from dataclasses import fields
+
+    keys = {f.name for f in fields(EmbeddingConfig)} - {"data"}
+    flat: dict[str, str] = {}
+    for col, text in row.items():
+        name = col
+        for p in _PREFIXES:
+            name = name.removeprefix(p)
+        if name in keys or name.startswith("table."):
+            flat[name] = text
+    if "tables" not in flat and not any(k.startswith("table.") for k in flat):
+        raise ConfigError(f"{source}: has no config columns to rebuild the config from")
+    return config_from_flat(flat, source)
+
+
+def _csv_row(path: Path, trial: int) -> dict[str, str] | None:
+    if not path.is_file():
+        return None
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            n = row.get("trial", row.get("number", ""))
+            if n is not None and n.strip().isdigit() and int(n) == trial:
+                return row
+    return None
+
+
+def _csv_trials(path: Path) -> list[int]:
+    if not path.is_file():
+        return []
+    with path.open(newline="") as fh:
+        out = []
+        for row in csv.DictReader(fh):
+            n = (row.get("trial") or row.get("number") or "").strip()
+            if n.isdigit():
+                out.append(int(n))
+    return sorted(out)
+
+
+def _refuse_infeasible(status: str | None, what: str) -> None:
+    if status == "infeasible":
+        raise ConfigError(
+            f"{what} is infeasible: its estimate does not fit the budget and it never "
+            "trained; pick a feasible trial (see trials.csv or --pick)"
+        )
+
+
+# ===================================================================== choosing the trial
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """A config picked for export, as plain data, and where it came from."""
+
+    raw: dict[str, Any]
+    study: str
+    trial: int | None
+    pick: str
+    metrics: Mapping[str, Any]
+    vocab: Path | None
+    run_id: str | None = None
+    data: Any = None  # pareto.json's data spec, for configs that lack one
+    notes: tuple[str, ...] = ()
+
+
+def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
+    """(store, MlflowClient) or a ConfigError saying why there is none."""
+    from autoembed.tracking.store import check_reachable, resolve_store
+
+    store = resolve_store(tracking_uri, runs_dir)
+    if store.kind == "none":
+        raise ConfigError(f"{need} needs an MLflow store, and --tracking-uri is 'none'")
+    if store.db_path is not None and not store.db_path.is_file():
+        raise ConfigError(
+            f"{need} needs an MLflow store, and there is none at {store.db_path} (no search "
+            "recorded under this runs directory); pass --runs-dir or --tracking-uri"
+        )
+    if store.kind == "http":
+        check_reachable(store.uri)  # seconds, before importing MLflow
+    from autoembed.tracking.mlflow_store import open_client
+
+    return store, open_client(store)
+
+
+def _artifacts(client: Any, run_id: str) -> set[str]:
+    return {f.path for f in client.list_artifacts(run_id)}
+
+
+def _from_run(
+    client: Any, uri: str, run_id: str, study: str | None, runs_dir: Path, tmp: Path, pick: str
+) -> _Chosen:
+    try:
+        run = client.get_run(run_id)
+    except Exception as e:  # noqa: BLE001 - MlflowException for unknown / malformed ids
+        code = str(getattr(e, "error_code", ""))
+        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            raise ConfigError(
+                f"run id '{run_id}' is not in the MLflow store {uri}; copy a trial run's id "
+                "from the UI or use --pick trial:N"
+            ) from None
+        raise
+    tags = run.data.tags
+    role = tags.get("autoembed.role")
+    if role != "trial":
+        what = {"search": "a search's parent run", "infeasible-group": "a grouping run"}.get(
+            str(role), "not an autoembed trial run"
+        )
+        raise ConfigError(f"run id '{run_id}' is {what}; give the run id of one trial")
+    _refuse_infeasible(tags.get("status"), f"run '{run_id}' (trial {tags.get('trial')})")
+    run_study = tags.get("autoembed.study") or study or ""
+    if study is not None and run_study != study:
+        raise ConfigError(
+            f"run id '{run_id}' belongs to study '{run_study}', not '{study}'; drop --study "
+            "or give a run of that study"
+        )
+    if "config.yaml" not in _artifacts(client, run_id):
+        raise ConfigError(f"run id '{run_id}' has no config.yaml artifact to export")
+    text = Path(client.download_artifacts(run_id, "config.yaml", str(tmp))).read_text()
+    raw = parse_config_text(text, f"run {run_id} config.yaml").to_dict()
+    vocab = runs_dir / run_study / VOCAB_DIR if run_study else None
+    if vocab is None or not vocab.is_dir():  # the copy on the search's parent run
+        parent = tags.get("mlflow.parentRunId")
+        vocab = None
+        if parent and VOCAB_DIR in _artifacts(client, parent):
+            vocab = Path(client.download_artifacts(parent, VOCAB_DIR, str(tmp)))
+    trial = tags.get("trial", "")
+    notes = () if tags.get("status") == "complete" else (f"the trial ended '{tags.get('status')}'",)
+    return _Chosen(
+        raw, run_study, int(trial) if trial.isdigit() else None, pick, dict(run.data.metrics),
+        vocab, run_id=run_id, notes=notes,
+    )
+
+
+def _choose_from_study(
+    study: str, pick: str | None, tracking_uri: str | None, runs_dir: Path, tmp: Path
+) -> _Chosen:
+    sdir = _study_dir(runs_dir, study)
+    vocab = sdir / VOCAB_DIR if (sdir / VOCAB_DIR).is_dir() else None
+    pareto_path = sdir / "pareto.json"
+    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
+    members = list(pareto.get("members") or [])
+    data = pareto.get("data")
+    if pick:
+        parsed = parse_pick(pick)
+        rule, number, label = parsed.rule, parsed.trial, str(parsed)
+    else:
+        rule, number, label = "best", None, ""
+    if rule == "best":  # the search's own pick (its trial may be off the front: trial:N)
+        best = pareto.get("best")
+        if isinstance(best, int) and not isinstance(best, bool):
+            how = str(pareto.get("pick") or "")
+            label = f"search pick {how} = trial:{best}" if how and how != f"trial:{best}" \
+                else f"search pick trial:{best}"
+            rule, number = "trial", best
+        else:
+            rule, label = "knee", "knee"
+    if rule != "trial":
+        if not pareto:
+            raise ConfigError(
+                f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
+                "use --pick trial:N or --run-id"
+            )
+        m = pick_member(members, rule, pareto.get("objectives") or ())
+        return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
+                       vocab, data=data)
+    assert number is not None
+    member = next((m for m in members if _trial_of(m) == number), None)
+    if member is not None:
+        return _Chosen(dict(member["config"]), study, number, label,
+                       member.get("metrics") or {}, vocab, data=data)
+    csv_path = sdir / "trials.csv"
+    row = _csv_row(csv_path, number)
+    if row is not None:
+        status = row.get("status") or ""
+        _refuse_infeasible(status, f"trial {number}")
+        raw = _csv_config(row, f"{csv_path} trial {number}")
+        notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
+        return _Chosen(raw, study, number, label, {}, vocab, data=data, notes=notes)
+    from autoembed.tracking.store import resolve_store
+
+    store = resolve_store(tracking_uri, runs_dir)
+    if store.kind != "none" and (store.db_path is None or store.db_path.is_file()):
+        _, client = _open_store(tracking_uri, runs_dir, f"--pick trial:{number}")
+        from autoembed.tracking.mlflow_store import trial_runs
+
+        exp = client.get_experiment_by_name(study)
+        run = trial_runs(client, exp.experiment_id).get(number) if exp is not None else None
+        if run is not None:
+            got = _from_run(client, store.uri, run.info.run_id, study, runs_dir, tmp, label)
+            return _Chosen(got.raw, study, number, label, got.metrics, got.vocab,
+                           run_id=got.run_id, data=data, notes=got.notes)
+    known = sorted({*(_trial_of(m) for m in members), *_csv_trials(csv_path)})
+    listed = ", ".join(map(str, known[:30])) or "none recorded"
+    raise ConfigError(
+        f"unknown trial {number} in study '{study}' (known trials: {listed}); "
+        "see trials.csv for the numbers"
+    )
+
+
+# ===================================================================== writing
+
+
+def _format_of(out: Path, fmt: str | None) -> str:
+    if fmt is None:
+        return "json" if out.suffix.lower() == ".json" else "yaml"
+    f = fmt.strip().lower()
+    if f not in FORMATS:
+        raise ConfigError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
+    return f
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    cmp = filecmp.dircmp(a, b)
+    if cmp.left_only or cmp.right_only or cmp.funny_files:
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
+    if mismatch or errors:
+        return False
+    return all(_same_tree(a / d, b / d) for d in cmp.common_dirs)
+
+
+def _write(cfg: EmbeddingConfig, out: Path, fmt: str, extra: Mapping[str, Any]) -> None:
+    # save_config picks JSON by suffix: write a temporary file of the chosen format, then move
+    tmp = out.parent / f".{out.name}.export.{fmt}"
+    try:
+        save_config(cfg, tmp, extra=extra)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export_config(
+    study: str | None,
+    out: str | Path,
+    *,
+    pick: str | None = None,
+    run_id: str | None = None,
+    fmt: str | None = None,
+    force: bool = False,
+    runs_dir: str | Path = "runs",
+    tracking_uri: str | None = None,
+) -> Exported:
+    """Write one trial's resolved config to `out` (see the module docstring)."""
+    import tempfile
+
+    out_path = Path(out)
+    runs = Path(runs_dir).absolute()
+    fmt_name = _format_of(out_path, fmt)
+    if out_path.is_dir():
+        raise ConfigError(f"--out '{out_path}' is a directory; give a file path such as best.yaml")
+    if out_path.exists() and not force:
+        raise ConfigError(f"output file '{out_path}' exists; pass --force to overwrite it")
+    if run_id is not None and pick is not None:
+        raise ConfigError("give --pick or --run-id, not both")
+    with tempfile.TemporaryDirectory(prefix="autoembed-export-") as tmpname:
+        tmp = Path(tmpname)
+        if run_id is not None:
+            store, client = _open_store(tracking_uri, runs, "--run-id")
+            chosen = _from_run(client, store.uri, run_id, study, runs, tmp, f"run:{run_id}")
+        elif study is not None:
+            chosen = _choose_from_study(study, pick, tracking_uri, runs, tmp)
+        else:
+            raise ConfigError("--study is required (or --run-id of one trial run)")
+        raw, notes = dict(chosen.raw), list(chosen.notes)
+        if not raw.get("data"):
+            if isinstance(chosen.data, Mapping):
+                raw["data"] = dict(chosen.data)
+            elif isinstance(chosen.data, str):
+                raw["data"] = {"name": chosen.data}
+            else:
+                notes.append("no data spec was recorded with this config; add a `data:` key")
+        where = f"study '{chosen.study}' trial {chosen.trial}"
+        cfg = config_from_dict(raw, where).resolve()
+        vocab_dst = out_path.parent / VOCAB_DIR if chosen.vocab is not None else None
+        if chosen.vocab is not None and vocab_dst is not None and vocab_dst.exists():
+            if not force and not _same_tree(chosen.vocab, vocab_dst):
+                raise ConfigError(
+                    f"vocabulary directory '{vocab_dst}' exists and differs from the one of "
+                    f"study '{chosen.study}'; pass --force to overwrite it or export elsewhere"
+                )
+        source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
+                                  "pick": chosen.pick}
+        if chosen.run_id is not None:
+            source["run_id"] = chosen.run_id
+        source["metrics"] = {
+            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))
+        }
+        extra: dict[str, Any] = {"source": source}
+        if vocab_dst is not None:
+            extra["vocab"] = VOCAB_DIR
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        if chosen.vocab is not None and vocab_dst is not None:
+            if vocab_dst.exists() and not _same_tree(chosen.vocab, vocab_dst):
+                shutil.rmtree(vocab_dst)
+            if not vocab_dst.exists():
+                shutil.copytree(chosen.vocab, vocab_dst)
+        _write(cfg, out_path, fmt_name, extra)
+    return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
+                    vocab_dst, tuple(notes))

@@ -1,0 +1,205 @@
+"""What one trial becomes in MLflow: params, metrics and tags as plain values.
+
+Pure functions (no MLflow import), so the mapping is testable alone and the MLflow store only
+ships what they return. Metric names (one place, documented in README):
+
+* curve (by step): `valid_quality` and `valid_<metric>` for each validation evaluation;
+* final, on the test split: `quality` and the result's own metrics (`auc`, `logloss`, ...);
+* memory: `estimate_<category>` for each byte figure of the estimate (`estimate_device_total`,
+  `estimate_allocated_peak`, ...); `measured_allocated_peak` / `measured_reserved_peak` and
+  `estimate_rel_error` / `estimate_rel_error_reserved` = (estimate - measured) / measured only
+  when a GPU measured them; `rss_peak` (host memory, never called GPU memory);
+* speed: `throughput` (samples/s), `steps_to_target`, `samples_to_target`,
+  `latency_<p50|p99>_<b1|b256>_ms`, `train_seconds`, `wall_seconds`;
+* the search's objective values the record carries (`record.metrics`, e.g. `memory`,
+  `latency`) where not logged under the names above, and `budget_overshoot` =
+  (device_total - budget) / budget for proposals over the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ESTIMATE_FIGURES",
+    "MAX_PARAM_CHARS",
+    "MAX_TAG_CHARS",
+    "MetricPoint",
+    "RunPayload",
+    "trial_payload",
+    "run_name",
+]
+
+# Byte figures of `MemoryEstimate.to_dict()` logged as `estimate_<name>`.
+ESTIMATE_FIGURES = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "allocated_peak",
+    "reserved_peak",
+    "overhead",
+    "device_total",
+    "serving_bytes",
+)
+# MLflow limits (mlflow.utils.validation): param values 6000 chars, tag values 8000.
+MAX_PARAM_CHARS = 6000
+MAX_TAG_CHARS = 8000
+# Statuses whose MLflow run ends FAILED (the trial tried to train and could not finish).
+_FAILED_STATUSES = frozenset({"unsupported", "oom", "diverged", "failed"})
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One metric value; `offset_ms` is its time after the trial's start."""
+
+    key: str
+    value: float
+    step: int = 0
+    offset_ms: int = 0
+
+
+@dataclass(frozen=True)
+class RunPayload:
+    """Everything logged on one trial's run, and how the run ends."""
+
+    name: str
+    params: Mapping[str, str]
+    metrics: tuple[MetricPoint, ...]
+    tags: Mapping[str, str]
+    run_status: str  # MLflow's: FINISHED or FAILED
+    duration_ms: int
+
+
+def run_name(number: int, status: str) -> str:
+    """`trial-0007`, or `infeasible-0007` for a proposal that never trained."""
+    kind = "infeasible" if status == "infeasible" else "trial"
+    return f"{kind}-{number:04d}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(value: Any) -> float | None:
+    """A loggable float, or None for missing values (bools and non-numbers are skipped)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _estimate_metrics(estimate: Mapping[str, Any]) -> list[MetricPoint]:
+    out = []
+    for name in ESTIMATE_FIGURES:
+        v = _number(estimate.get(name))
+        if v is not None:
+            out.append(MetricPoint(f"estimate_{name}", v))
+    return out
+
+
+def _relative_error(estimate: float | None, measured: float | None) -> float | None:
+    if estimate is None or measured is None or measured <= 0:
+        return None
+    return (estimate - measured) / measured
+
+
+def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoint]:
+    out: list[MetricPoint] = []
+    for ev in result.curve:
+        at = int(round(ev.elapsed_s * 1000))
+        out.append(MetricPoint("valid_quality", float(ev.quality), ev.step, at))
+        for k, v in sorted(ev.metrics.items()):
+            f = _number(v)
+            if f is not None:
+                out.append(MetricPoint(f"valid_{k}", f, ev.step, at))
+    final: dict[str, Any] = {
+        "quality": result.quality,
+        **dict(result.metrics),
+        "throughput": result.throughput,
+        "steps_to_target": result.steps_to_target,
+        "samples_to_target": result.samples_to_target,
+        "target": result.target,
+        "steps": result.steps,
+        "samples": result.samples,
+        "serving_bytes": result.serving_bytes,
+        "quality_before_quantization": result.quality_before_quantization,
+        "measured_allocated_peak": result.measured_allocated_peak,
+        "measured_reserved_peak": result.measured_reserved_peak,
+        "rss_peak": result.rss_peak,
+        "train_seconds": result.train_seconds,
+        "wall_seconds": result.wall_seconds,
+    }
+    for k, v in result.latency_ms.items():
+        final[f"latency_{k}_ms"] = v
+    # The error is against the estimate of the config that trained (the result's own; a
+    # search may train a scaled-down stand-in of the priced config).
+    trained = result.estimate or estimate
+    final["estimate_rel_error"] = _relative_error(
+        _number(trained.get("allocated_peak")), _number(result.measured_allocated_peak)
+    )
+    final["estimate_rel_error_reserved"] = _relative_error(
+        _number(trained.get("reserved_peak")), _number(result.measured_reserved_peak)
+    )
+    last_step = result.steps
+    for k, v in final.items():
+        f = _number(v)
+        if f is not None:
+            out.append(MetricPoint(k, f, last_step, int(result.wall_seconds * 1000)))
+    return out
+
+
+def trial_payload(record: Any, study: str) -> RunPayload:
+    """The run of one trial record (see `autoembed.tracking.TrialRecord`).
+
+    Infeasible proposals carry their params, estimate metrics and reason only.
+    """
+    result = record.result
+    estimate: Mapping[str, Any] = record.estimate or (result.estimate if result else {})
+    params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
+    metrics = _estimate_metrics(estimate)
+    tags = {
+        "autoembed.role": "trial",
+        "autoembed.study": study,
+        "trial": str(record.number),
+        "status": record.status,
+    }
+    if record.ray_trial_id:
+        tags["ray_trial_id"] = str(record.ray_trial_id)
+    if estimate.get("method"):
+        tags["estimate_method"] = str(estimate["method"])
+    reason = record.reason or (result.error if result is not None else None)
+    if reason:
+        tags["reason"] = _clip(str(reason), MAX_TAG_CHARS)
+    duration = int(result.wall_seconds * 1000) if result is not None else 0
+    if result is not None:
+        metrics.extend(_result_metrics(result, estimate))
+    # The search's own objective values (e.g. `memory`, `latency`) where not logged already,
+    # and how far over the budget a proposal was.
+    logged = {m.key for m in metrics}
+    for k, v in dict(getattr(record, "metrics", None) or {}).items():
+        f = _number(v)
+        if f is not None and str(k) not in logged and f"estimate_{k}" not in logged:
+            metrics.append(MetricPoint(str(k), f, getattr(result, "steps", 0) or 0, duration))
+    overshoot = _number(getattr(record, "overshoot", None))
+    if overshoot is not None and overshoot > 0:
+        metrics.append(MetricPoint("budget_overshoot", overshoot))
+    if result is not None:
+        for k in ("device", "device_name", "torch", "threads"):
+            if k in result.env:
+                tags[f"env.{k}"] = _clip(str(result.env[k]), MAX_TAG_CHARS)
+    metrics = [m for m in metrics if not math.isinf(m.value)]  # MLflow stores NaN, not inf
+    return RunPayload(
+        name=run_name(record.number, record.status),
+        params=params,
+        metrics=tuple(metrics),
+        tags=tags,
+        run_status="FAILED" if record.status in _FAILED_STATUSES else "FINISHED",
+        duration_ms=duration,
+    )

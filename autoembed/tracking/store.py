@@ -1,0 +1,127 @@
+"""Where runs are recorded: resolving a tracking URI and checking a server answers.
+
+No MLflow import here: resolving and probing take milliseconds, so a wrong URI fails within
+seconds, before the search pays for Ray or MLflow.
+
+* default: the embedded store `sqlite:///<runs-dir>/mlflow.db`, artifacts in
+  `<runs-dir>/mlartifacts/<study>/`;
+* `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): any MLflow tracking URI; an http(s)
+  server is probed at `<uri>/health` (3 s) and an unreachable one is a
+  `TrackingUnreachableError` (exit status 2: the URI given does not answer);
+* `none`: record nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoembed.errors import AutoembedError, ConfigError
+
+__all__ = [
+    "DB_FILE",
+    "ARTIFACT_DIR",
+    "HEALTH_TIMEOUT_S",
+    "TrackingStore",
+    "TrackingUnreachableError",
+    "TrackingError",
+    "resolve_store",
+    "default_store_uri",
+    "check_reachable",
+]
+
+DB_FILE = "mlflow.db"
+ARTIFACT_DIR = "mlartifacts"
+HEALTH_TIMEOUT_S = 3.0
+
+
+class TrackingUnreachableError(ConfigError):
+    """The tracking server named by the user does not answer (exit status 2)."""
+
+
+class TrackingError(AutoembedError):
+    """The tracking store answered but failed, e.g. a corrupt database (exit status 1)."""
+
+
+@dataclass(frozen=True)
+class TrackingStore:
+    """A resolved tracking destination.
+
+    kind: "none" (record nothing), "embedded" (a SQLite file: by default `mlflow.db` under the
+    runs directory), "http" (an MLflow server) or "other" (any other MLflow URI, e.g.
+    PostgreSQL). artifact_root: where an embedded store keeps artifacts (`mlartifacts/` beside
+    the SQLite file); None for the others (the server or the URI decides).
+    """
+
+    uri: str
+    kind: str
+    artifact_root: Path | None = None
+
+    @property
+    def db_path(self) -> Path | None:
+        """The SQLite file of an embedded store."""
+        if self.kind != "embedded":
+            return None
+        return Path(self.uri.removeprefix("sqlite:///"))
+
+
+def default_store_uri(runs_dir: Path) -> str:
+    return f"sqlite:///{Path(runs_dir).absolute() / DB_FILE}"
+
+
+def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
+    """The store for `tracking_uri`: None/"" means env MLFLOW_TRACKING_URI, else the default
+    embedded store under `runs_dir`; "none" records nothing."""
+    uri = (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "").strip()
+    runs = Path(runs_dir).absolute()
+    if uri == "":
+        return TrackingStore(default_store_uri(runs), "embedded", runs / ARTIFACT_DIR)
+    if uri.lower() == "none":
+        return TrackingStore("none", "none")
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
+        # any SQLite file: artifacts beside it, never in the working directory
+        db = Path(uri.removeprefix("sqlite:///")).absolute()
+        return TrackingStore(f"sqlite:///{db}", "embedded", db.parent / ARTIFACT_DIR)
+    if scheme in ("http", "https"):
+        return TrackingStore(uri.rstrip("/"), "http")
+    if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in (
+        "true",
+        "1",
+    ):
+        path = Path(uri.removeprefix("file://")).absolute()
+        raise ConfigError(
+            f"tracking URI '{uri}' is an MLflow file store, which MLflow 3 refuses unless "
+            f"MLFLOW_ALLOW_FILE_STORE=true; use a database such as "
+            f"sqlite:///{path / DB_FILE}, an http(s) server, or 'none'"
+        )
+    return TrackingStore(uri, "other")
+
+
+def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
+    """Raise `TrackingUnreachableError` unless the MLflow server at `uri` answers `/health`
+    within `timeout` seconds (MLflow's own client would retry for about 4 minutes).
+
+    A 4xx answer counts as reachable (e.g. a proxy that wants credentials: MLflow will say
+    more); connection errors, timeouts and 5xx answers do not.
+    """
+    url = f"{uri.rstrip('/')}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
+            resp.read(64)
+        return
+    except urllib.error.HTTPError as e:
+        if e.code < 500:
+            return
+        cause = f"HTTP {e.code} {e.reason}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        cause = str(reason) or type(reason).__name__
+    raise TrackingUnreachableError(
+        f"MLflow tracking server '{uri}' is not reachable ({url}: {cause}, timeout "
+        f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), "
+        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none"
+    )

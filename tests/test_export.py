@@ -1,0 +1,274 @@
+"""`autoembed export`: picks against a hand-made Pareto front, the written file, --force, and
+one-line errors for a bad study, trial, pick or run id."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_tracking import PARAMS, _store_dir, config, make_records  # noqa: F401 - fixture
+
+from autoembed import EmbeddingConfig, load_config
+from autoembed.cli import main
+from autoembed.config import config_from_dict
+from autoembed.errors import ConfigError
+from autoembed.export import config_from_flat, export_config, pick_member
+
+STUDY = "hand"
+OBJECTIVES = [
+    {"name": "quality", "direction": "maximize"},
+    {"name": "memory", "direction": "minimize"},
+    {"name": "throughput", "direction": "maximize"},
+]
+# trial: (quality, memory, throughput, dim). Normalised over the front (1 = best):
+#   t0 (1, 0, 0)   t3 (.5, .5, .25)   t5 (0, 1, .5)   t7 (.2, .125, 1)
+# squared distance to (1, 1, 1): t0 2, t3 1.0625, t5 1.25, t7 1.4056 -> knee = 3.
+FRONT = {0: (0.80, 900, 1000, 8), 3: (0.75, 500, 2000, 16), 5: (0.70, 100, 3000, 4),
+         7: (0.72, 800, 5000, 32)}
+
+
+def member(n: int) -> dict[str, Any]:
+    q, mem, thr, dim = FRONT[n]
+    return {
+        "trial": n,
+        "config": config(dim).to_dict(),
+        "metrics": {"quality": q, "memory": mem, "throughput": thr, "latency": None},
+        "device_total": mem,
+        "allocated_peak": mem // 2,
+        "measured_allocated_peak": None,
+    }
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """A finished study as the search writes it: pareto.json, trials.csv, vocab/."""
+    runs = tmp_path / "runs"
+    sdir = runs / STUDY
+    sdir.mkdir(parents=True)
+    pareto = {
+        "study": STUDY,
+        "budget_bytes": 8_000_000_000,
+        "objectives": OBJECTIVES,
+        "members": [member(n) for n in FRONT],
+        "best": 5,
+        "pick": "min-memory",
+    }
+    (sdir / "pareto.json").write_text(json.dumps(pareto))
+    with (sdir / "trials.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, ["trial", "status", "quality", "config_json"])
+        w.writeheader()
+        for n in range(9):
+            status = "infeasible" if n == 6 else "complete"
+            w.writerow({"trial": n, "status": status, "quality": "",
+                        "config_json": json.dumps(config(8 + n).to_dict())})
+    (sdir / "vocab").mkdir()
+    (sdir / "vocab" / "vocab.json").write_text('{"format": "autoembed-vocab/1"}')
+    return runs
+
+
+def test_picks_by_hand() -> None:
+    members = [member(n) for n in FRONT]
+    got = {r: pick_member(members, r, OBJECTIVES)["trial"]
+           for r in ("knee", "max-quality", "min-memory", "max-throughput")}
+    assert got == {"knee": 3, "max-quality": 0, "min-memory": 5, "max-throughput": 7}
+
+
+def test_pick_ties_go_to_the_lowest_trial() -> None:
+    a, b = member(3), member(3)
+    b["trial"] = 1
+    assert pick_member([a, b], "max-quality")["trial"] == 1
+    assert pick_member([a, b], "knee", OBJECTIVES)["trial"] == 1
+
+
+def test_bad_pick_names_the_rules(runs: Path, tmp_path: Path) -> None:
+    for bad in ("best-ever", "trial:x", "trial:-1"):
+        with pytest.raises(ConfigError, match="knee, max-quality.*trial:N"):
+            export_config(STUDY, tmp_path / "x.yaml", pick=bad, runs_dir=runs)
+
+
+def test_default_is_the_searchs_own_pick(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "best.yaml"
+    done = export_config(STUDY, out, runs_dir=runs)
+    assert done.trial == 5 and done.pick == "search pick min-memory = trial:5"
+    cfg = load_config(out)
+    assert cfg == config(4) and cfg.data == config(4).data
+    # vocabulary copied beside the file and named in it
+    assert (out.parent / "vocab" / "vocab.json").read_text() == '{"format": "autoembed-vocab/1"}'
+    import yaml
+
+    body = yaml.safe_load(out.read_text())
+    assert body["vocab"] == "vocab" and body["source"]["study"] == STUDY
+    assert body["source"]["metrics"]["quality"] == 0.70
+
+
+@pytest.mark.parametrize(
+    ("pick", "trial", "dim"),
+    [("knee", 3, 16), ("max-quality", 0, 8), ("min-memory", 5, 4), ("max-throughput", 7, 32),
+     ("trial:7", 7, 32), ("trial:4", 4, 12)],  # trial 4: not on the front, from trials.csv
+)
+def test_picks_export_the_right_config(
+    runs: Path, tmp_path: Path, pick: str, trial: int, dim: int
+) -> None:
+    out = tmp_path / "x.yaml"
+    assert export_config(STUDY, out, pick=pick, runs_dir=runs).trial == trial
+    assert load_config(out) == config(dim)
+
+
+def test_the_searchs_pick_may_be_off_the_front(runs: Path, tmp_path: Path) -> None:
+    pj = runs / STUDY / "pareto.json"
+    body = json.loads(pj.read_text())
+    body.update(best=4, pick="trial:4")  # `search --pick trial:4`: a feasible non-member
+    pj.write_text(json.dumps(body))
+    done = export_config(STUDY, tmp_path / "b.yaml", runs_dir=runs)
+    assert done.trial == 4 and done.pick == "search pick trial:4"
+    assert load_config(tmp_path / "b.yaml") == config(12)
+
+
+def test_json_by_suffix_or_flag(runs: Path, tmp_path: Path) -> None:
+    export_config(STUDY, tmp_path / "a.json", pick="knee", runs_dir=runs)
+    assert json.loads((tmp_path / "a.json").read_text())["config"]["dim"] == 16
+    export_config(STUDY, tmp_path / "b.cfg", pick="knee", fmt="json", runs_dir=runs)
+    assert json.loads((tmp_path / "b.cfg").read_text())["config"]["dim"] == 16
+    assert load_config(tmp_path / "b.cfg") == config(16)
+
+
+def test_refuses_to_overwrite_without_force(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    out.write_text("keep me")
+    with pytest.raises(ConfigError, match="exists; pass --force"):
+        export_config(STUDY, out, runs_dir=runs)
+    assert out.read_text() == "keep me"
+    export_config(STUDY, out, runs_dir=runs, force=True)
+    assert load_config(out) == config(4)
+
+
+def test_a_different_vocab_beside_the_output_is_kept_without_force(
+    runs: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "vocab.json").write_text("other study")
+    with pytest.raises(ConfigError, match="vocabulary directory.*differs.*--force"):
+        export_config(STUDY, tmp_path / "best.yaml", runs_dir=runs)
+    assert not (tmp_path / "best.yaml").exists()
+    export_config(STUDY, tmp_path / "best.yaml", runs_dir=runs, force=True)
+    assert (tmp_path / "vocab" / "vocab.json").read_text().startswith('{"format"')
+
+
+def test_bad_input_errors(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.yaml"
+    with pytest.raises(ConfigError, match=r"unknown study 'nope'.*studies there: hand"):
+        export_config("nope", out, runs_dir=runs)
+    with pytest.raises(ConfigError, match=r"unknown trial 99 in study 'hand' \(known trials: 0, 1"):
+        export_config(STUDY, out, pick="trial:99", runs_dir=runs, tracking_uri="none")
+    with pytest.raises(ConfigError, match="trial 6 is infeasible"):
+        export_config(STUDY, out, pick="trial:6", runs_dir=runs)
+    with pytest.raises(ConfigError, match="--format 'toml'"):
+        export_config(STUDY, out, fmt="toml", runs_dir=runs)
+    with pytest.raises(ConfigError, match="not both"):
+        export_config(STUDY, out, pick="knee", run_id="abc", runs_dir=runs)
+    with pytest.raises(ConfigError, match="needs an MLflow store, and there is none at"):
+        export_config(STUDY, out, run_id="abc", runs_dir=runs)
+    assert not out.exists()
+
+
+def test_flat_params_round_trip() -> None:
+    cfg = EmbeddingConfig(
+        task="ctr",
+        tables=config(8).tables,
+        dim=8,
+        dense_layers=(32, 16),
+        compression="hash",
+        hash_buckets=500,
+        adam_eps=1e-8,
+        checkpointing=True,
+    )
+    assert config_from_dict(config_from_flat(cfg.flat_params(), "t")) == cfg
+
+
+def test_cli_exit_codes(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c.yaml"
+    args = ["export", "--study", STUDY, "--out", str(out), "--runs-dir", str(runs)]
+    assert main([*args, "--pick", "knee"]) == 0
+    assert f"wrote {out}: study 'hand' trial 3 (knee)" in capsys.readouterr().out
+    assert main([*args, "--pick", "knee"]) == 2
+    assert main([*args, "--pick", "trial:42", "--force", "--tracking-uri", "none"]) == 2
+    assert main(["export", "--study", "zzz", "--out", str(out), "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln]
+    assert len(lines) == 3 and all(ln.startswith("autoembed: error: ") for ln in lines)
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ from the MLflow store
+
+
+@pytest.fixture(scope="module")
+def store_runs(store_dir: Path) -> tuple[Path, dict[int, str]]:
+    """A runs directory whose embedded store holds a tracked search (see test_tracking)."""
+    from mlflow import MlflowClient
+
+    from autoembed.tracking import make_tracker
+    from autoembed.tracking.mlflow_store import trial_runs
+
+    runs = store_dir
+    tracker = make_tracker(f"sqlite:///{runs / 'mlflow.db'}", runs)
+    tracker.start("tracked", PARAMS, None)
+    for r in make_records():
+        tracker.trial(r)
+    tracker.finish([0, 4], [])
+    tracker.close("FINISHED")
+    client = MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("tracked")
+    assert exp is not None
+    ids = {n: r.info.run_id for n, r in trial_runs(client, exp.experiment_id).items()}
+    ids[-1] = str(tracker.parent_run_id)  # type: ignore[attr-defined]
+    return runs, ids
+
+
+def test_run_id_exports_the_trials_config(
+    store_runs: tuple[Path, dict[int, str]], tmp_path: Path
+) -> None:
+    runs, ids = store_runs
+    out = tmp_path / "r.yaml"
+    done = export_config(None, out, run_id=ids[1], runs_dir=runs)
+    assert done.study == "tracked" and done.trial == 1 and done.run_id == ids[1]
+    cfg = load_config(out)
+    assert cfg == make_records()[1].config and cfg.data == make_records()[1].config.data
+
+
+def test_trial_not_in_files_comes_from_the_store(
+    store_runs: tuple[Path, dict[int, str]], tmp_path: Path
+) -> None:
+    runs, ids = store_runs
+    (runs / "tracked").mkdir(exist_ok=True)  # the study's files exist, without trial 4 in them
+    done = export_config("tracked", tmp_path / "t.yaml", pick="trial:4", runs_dir=runs)
+    assert done.run_id == ids[4] and load_config(tmp_path / "t.yaml") == make_records()[4].config
+
+
+def test_bad_run_ids(store_runs: tuple[Path, dict[int, str]], tmp_path: Path) -> None:
+    runs, ids = store_runs
+    out = tmp_path / "r.yaml"
+    with pytest.raises(ConfigError, match="run id '0123abc' is not in the MLflow store"):
+        export_config(None, out, run_id="0123abc", runs_dir=runs)
+    with pytest.raises(ConfigError, match="parent run; give the run id of one trial"):
+        export_config(None, out, run_id=ids[-1], runs_dir=runs)
+    with pytest.raises(ConfigError, match="is infeasible"):
+        export_config(None, out, run_id=ids[2], runs_dir=runs)
+    with pytest.raises(ConfigError, match="belongs to study 'tracked', not 'hand'"):
+        export_config("hand", out, run_id=ids[1], runs_dir=runs)
+    assert not out.exists()
+
+
+def test_unreachable_tracking_uri_fails_fast(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    rc = main(["export", "--run-id", "abc", "--out", str(tmp_path / "x.yaml"),
+               "--tracking-uri", f"http://127.0.0.1:{port}"])
+    assert rc == 2 and time.monotonic() - t0 < 5
