@@ -31,6 +31,8 @@ __all__ = [
     "build_model",
     "build_optimizer",
     "quantize",
+    "search",
+    "train",
     "__version__",
 ]
 
@@ -39,7 +41,15 @@ _LAZY = {
     "build_model": "autoembed.models",
     "build_optimizer": "autoembed.models",
     "quantize": "autoembed.models",
+    "train": "autoembed.training",
 }
+
+
+def search(*args: Any, **kwargs: Any) -> Any:
+    """Run a search: `autoembed.search.search` (Ray, Optuna and MLflow load on first use)."""
+    from autoembed.search import search as _search
+
+    return _search(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -329,7 +329,7 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import load_config
-    from autoembed.train import train
+    from autoembed.training import train
 
     cfg = load_config(config)
     if max_steps is not None and max_steps < 1:

@@ -22,7 +22,7 @@ def machine() -> str:
     try:
         import torch
 
-        tv = torch.__version__
+        tv = str(torch.__version__)
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     except ImportError:  # pragma: no cover
         tv, dev = "n/a", "cpu"

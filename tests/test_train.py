@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autoembed.config import EmbeddingConfig, save_config
-from autoembed.train import CHECKPOINT, train
+from autoembed.training import CHECKPOINT, train
 
 DATA = {"name": "synthetic-ctr", "vocab_sizes": [500, 2000], "rows": [20000, 2000, 2000]}
 
