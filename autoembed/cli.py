@@ -279,6 +279,8 @@ def estimate(
         reserve=reserve_b,
     )
     if as_json:
+        from autoembed.memory.types import BYTE_FIGURES
+
         d = est.to_dict()
         print(
             json.dumps(
@@ -286,16 +288,7 @@ def estimate(
                     k: d[k]
                     for k in (
                         "method",
-                        "parameters",
-                        "gradients",
-                        "optimizer_state",
-                        "activations",
-                        "temporaries",
-                        "allocated_peak",
-                        "reserved_peak",
-                        "overhead",
-                        "device_total",
-                        "serving_bytes",
+                        *BYTE_FIGURES,
                         "tables",
                         "budget",
                         "fits",

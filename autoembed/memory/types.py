@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "BYTE_FIGURES",
     "MemoryEstimate",
     "TableMemory",
     "GpuShare",
@@ -35,6 +36,21 @@ CUDA_CONTEXT_BYTES = 512 * 2**20
 # cuBLAS workspace on Hopper: torch's default CUBLAS_WORKSPACE_CONFIG is 32 MiB per handle
 # (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+
+
+# The integer byte figures of a MemoryEstimate, in the order reports show them.
+BYTE_FIGURES = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "allocated_peak",
+    "reserved_peak",
+    "overhead",
+    "device_total",
+    "serving_bytes",
+)
 
 
 def round_block(nbytes: int) -> int:

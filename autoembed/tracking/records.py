@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoembed.memory.types import BYTE_FIGURES
+
 __all__ = [
     "ESTIMATE_FIGURES",
     "MAX_PARAM_CHARS",
@@ -34,18 +36,7 @@ __all__ = [
 ]
 
 # Byte figures of `MemoryEstimate.to_dict()` logged as `estimate_<name>`.
-ESTIMATE_FIGURES = (
-    "parameters",
-    "gradients",
-    "optimizer_state",
-    "activations",
-    "temporaries",
-    "allocated_peak",
-    "reserved_peak",
-    "overhead",
-    "device_total",
-    "serving_bytes",
-)
+ESTIMATE_FIGURES = BYTE_FIGURES
 # MLflow limits (mlflow.utils.validation): param values 6000 chars, tag values 8000.
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 8000
