@@ -350,7 +350,8 @@ def search(
             st = optuna.load_study(study_name=name, storage=storage, sampler=smp)
             if [d.name.lower() for d in st.directions] != directions:
                 raise ConfigError(f"study '{name}' has other objectives; start a new --study")
-            recovery = recover(st, storage, INTERRUPTED)
+            recovery = recover(st, storage, INTERRUPTED, lambda params: workload.priced(
+                sp.config_for(sp.values_from_optuna(params))))
             if on_recovered is not None:
                 kept = sum(1 for t in st.trials if t.user_attrs.get(ATTR))
                 on_recovered(f"resumed study '{name}': {recovery.describe()}; {kept} trials kept")
@@ -399,7 +400,8 @@ def search(
             # exactly as `--resume` does after a hard kill.
             engine.abandon(INTERRUPTED)
             try:
-                rec = recover(st, storage, INTERRUPTED)
+                rec = recover(st, storage, INTERRUPTED, lambda params: workload.priced(
+                    sp.config_for(sp.values_from_optuna(params))))
                 if on_recovered is not None:
                     on_recovered(f"stopped ({type(exc).__name__}): {rec.describe()}; "
                                  f"continue with --study {name} --resume")

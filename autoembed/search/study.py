@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,10 +124,16 @@ class Recovery:
 
 
 def recover(
-    study: optuna.Study, storage: optuna.storages.BaseStorage, reason: str
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage,
+    reason: str,
+    config_for: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> Recovery:
     """Mark trials left RUNNING as FAIL and enqueue each one's params once more (a trial
-    that is itself a retry is not retried again)."""
+    that is itself a retry is not retried again).
+
+    A trial killed between Optuna's ask and its first row (while it was being priced) gets a
+    row here, its config rebuilt from its params by `config_for`, so every trial keeps one."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
@@ -136,6 +142,13 @@ def recover(
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         raw = dict(t.user_attrs.get(ATTR) or {})
         retry_of = raw.get("retry_of", t.user_attrs.get("retry_of"))
+        if not raw and config_for is not None:
+            try:
+                cfg = config_for(t.params)
+                raw = {"config": cfg.to_dict(), "params": dict(t.params),
+                       "estimate": {}, "retry_of": retry_of}
+            except Exception:  # noqa: BLE001 - an unrebuildable proposal keeps no row
+                raw = {}
         if raw:  # the row first: a finished trial can no longer be updated
             raw.update(status="failed", reason=reason, interrupted=True)
             storage.set_trial_user_attr(trial_id, ATTR, raw)
