@@ -237,9 +237,12 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
         assert by_number[n].state == optuna.trial.TrialState.COMPLETE
         assert by_number[n].values == values
     rows = {r.number: r for r in res.rows}
-    for n in running_before:  # failed, re-queued once
+    for n in running_before:  # failed; re-queued once if it had been proposed
         assert rows[n].status == "failed" and rows[n].interrupted
-        assert sum(1 for r in rows.values() if r.retry_of == n) == 1
+        # A kill right after Optuna's ask leaves a trial with no params: nothing to retry,
+        # the sampler proposes afresh.
+        retries = 1 if by_number[n].params else 0
+        assert sum(1 for r in rows.values() if r.retry_of == n) == retries
     assert not any(r.retry_of in complete_before for r in rows.values())  # nothing repeated
     assert sum(1 for r in rows.values() if r.counted) == 8
     pareto = json.loads((res.out_dir / "pareto.json").read_text())

@@ -133,7 +133,9 @@ def recover(
     that is itself a retry is not retried again).
 
     A trial killed between Optuna's ask and its first row (while it was being priced) gets a
-    row here, its config rebuilt from its params by `config_for`, so every trial keeps one."""
+    row here, its config rebuilt from its params by `config_for` (the space's base config
+    when the kill came before any param was drawn: then there is nothing to re-queue), so
+    every trial keeps one row."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
