@@ -398,7 +398,7 @@ def run_trial(
 
             served = quantize(trainer.model, cfg.serving)
             before = quality
-            q_trainer = replace_model(trainer, served)
+            q_trainer = replace(trainer, model=served)  # same device and autocast
             metrics_q = _evaluate(q_trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
             extra["quality_before_quantization"] = before
             extra["serving_bytes"] = int(serving_bytes(served))
@@ -423,24 +423,3 @@ def run_trial(
                 torch.cuda.empty_cache()
             return result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
         return result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")
-
-
-class _ServingTrainer:
-    """Predict-only view of a quantized model with the trainer's autocast and device."""
-
-    def __init__(self, trainer: Any, model: Any) -> None:
-        self._trainer = trainer
-        self.model = model
-        self.device = trainer.device
-        self.config = trainer.config
-
-    def predict(self, batch: Any) -> Any:
-        import torch
-
-        with torch.no_grad():
-            self.model.eval()
-            return self.model(batch.to(self.device)).float()
-
-
-def replace_model(trainer: Any, model: Any) -> _ServingTrainer:
-    return _ServingTrainer(trainer, model)

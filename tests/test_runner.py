@@ -169,3 +169,13 @@ def test_metrics_agree_with_sklearn() -> None:
     mt = quality_metrics("text", zt, yt)
     assert mt["accuracy"] == pytest.approx(accuracy_score(yt, zt.argmax(1)))
     assert mt["macro_f1"] == pytest.approx(f1_score(yt, zt.argmax(1), average="macro"))
+
+
+def test_int8_serving_measures_quality_before_and_after() -> None:
+    r = run_trial(cfg(serving="int8"), TinyCTR(), RunSettings(max_steps=60, eval_every=30))
+    assert r.status == "complete", r.error
+    assert r.quality_before_quantization is not None and r.quality is not None
+    assert abs(r.quality - r.quality_before_quantization) < 0.05
+    # int8 rows: 8 values + fp16 scale and bias = 12 B -> 16 B aligned; 50 + 20 rows.
+    assert r.serving_bytes is not None and r.serving_bytes >= (50 + 20) * 16
+    assert "p50_b1" in r.latency_ms

@@ -303,7 +303,7 @@ def analytic_estimate(
         shares.append((pr, peak, max(reserved, peak), phase, specs))
     worst = max(range(len(shares)), key=lambda i: shares[i][2])
     pr, peak, reserved, phase, _ = shares[worst]
-    full = _price(config, param_specs(config), config.batch_size)
+    full = shares[0][0] if gpus == 1 else _price(config, param_specs(config), config.batch_size)
     per_gpu: tuple[GpuShare, ...] = ()
     if gpus > 1:
         per_gpu = tuple(
