@@ -436,8 +436,14 @@ def search_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue --study after a stop."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where studies and optuna.db live."),
     ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
+    trial_resources: list[str] | None = typer.Option(
+        None, "--trial-resources", help="Custom Ray resources per trial, NAME=AMOUNT[,...]; "
+        "repeat to alternate trials between them (README: Running on a cluster)."),
     tracking_uri: str | None = typer.Option(
         None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
+    storage: str | None = typer.Option(
+        None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
+        "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
     pick: str = typer.Option(
         "knee", help="knee, max-quality, min-memory, max-throughput or trial:N."),
     data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
@@ -462,7 +468,8 @@ def search_cmd(
             budget, space, trials=trials, time_budget=time_budget, objectives=objectives,
             sampler=sampler, seed=seed, workers=workers, device=device, study=study,
             resume=resume, runs_dir=runs_dir, ray_address=ray_address,
-            tracking_uri=tracking_uri, pick_rule=pick, data=data, label=label,
+            tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
+            pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
             progress=prog.update, on_recovered=prog.note,
         )

@@ -31,6 +31,7 @@ from autoembed.search.study import (
     make_sampler,
     open_storage,
     recover,
+    storage_label,
     study_meta,
 )
 from autoembed.search.workload import Workload, build_workload, data_spec_for
@@ -211,6 +212,8 @@ def search(
     runs_dir: str | Path = "runs",
     ray_address: str | None = None,
     tracking_uri: str | None = None,
+    storage: str | None = None,
+    trial_resources: Sequence[str] | None = None,
     tracker: SearchTracker | None = None,
     pick_rule: str = "knee",
     data: str | None = None,
@@ -232,6 +235,10 @@ def search(
     re-queued once); pick_rule: knee, max-quality, min-memory, max-throughput or trial:N;
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP).
+    storage: the Optuna storage URL (default `<runs_dir>/optuna.db`; e.g.
+    postgresql://user:pw@host/optuna for a team); trial_resources: Ray custom resources
+    each trial asks for, "name=amount[,name=amount]"; several alternate, trial by trial
+    (README, "Running on a cluster").
     """
     t_start = time.monotonic()
     runs = Path(runs_dir).expanduser().resolve()
@@ -264,20 +271,24 @@ def search(
             raise ConfigError(f"--objectives: unknown objective '{o}'{hint}; use "
                               f"{', '.join(OBJECTIVES)}")
 
-    storage = open_storage(runs)
-    existing = find_study(storage, name)
+    from autoembed.search.ray_tune import parse_trial_resources
+
+    custom = parse_trial_resources(trial_resources or ())
+    where = storage_label(runs, storage)
+    study_store = open_storage(runs, storage)
+    existing = find_study(study_store, name)
     stored: dict[str, Any] = study_meta(existing) if existing is not None else {}
     if existing is not None and not resume:
         state = "finished" if stored.get("finished") else "unfinished"
         raise ConfigError(
-            f"study '{name}' already exists in {runs / 'optuna.db'} ({state}, "
+            f"study '{name}' already exists in {where} ({state}, "
             f"{len(existing.trials)} trials); pass --resume to continue it, or choose another "
             "--study name"
         )
     if resume and existing is None:
-        known = sorted(s.study_name for s in storage.get_all_studies())
+        known = sorted(s.study_name for s in study_store.get_all_studies())
         raise ConfigError(
-            f"--resume: there is no study '{name}' in {runs / 'optuna.db'}"
+            f"--resume: there is no study '{name}' in {where}"
             + (f" (studies there: {', '.join(known)})" if known else "")
         )
 
@@ -332,7 +343,10 @@ def search(
     from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
 
     # Ray first: a bad --ray-address fails before a study exists
-    with ray_session(ray_address, cpus, gpus if dev == "cuda" else None):
+    with ray_session(ray_address, cpus, gpus if dev == "cuda" else None) as ray_s:
+        if ray_address:  # a trial's share of a cluster node, not of this machine
+            cpus_per_trial = ray_s.cpus_per_trial(n_workers, custom)
+        ray_s.check_resources(custom)
         # ---- the study
         import optuna
 
@@ -343,14 +357,14 @@ def search(
             from optuna.study import StudyDirection
 
             st = optuna.create_study(
-                study_name=name, storage=storage, sampler=smp,
+                study_name=name, storage=study_store, sampler=smp,
                 directions=[StudyDirection.MAXIMIZE if d == "maximize"
                             else StudyDirection.MINIMIZE for d in directions])
         else:
-            st = optuna.load_study(study_name=name, storage=storage, sampler=smp)
+            st = optuna.load_study(study_name=name, storage=study_store, sampler=smp)
             if [d.name.lower() for d in st.directions] != directions:
                 raise ConfigError(f"study '{name}' has other objectives; start a new --study")
-            recovery = recover(st, storage, INTERRUPTED, lambda params: workload.priced(
+            recovery = recover(st, study_store, INTERRUPTED, lambda params: workload.priced(
                 sp.config_for(sp.values_from_optuna(params))))
             if on_recovered is not None:
                 kept = sum(1 for t in st.trials if t.user_attrs.get(ATTR))
@@ -392,6 +406,7 @@ def search(
             gpus_per_trial=1 if dev == "cuda" else 0, storage_path=out_dir / "ray",
             name="tune-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
             train_data=workload.train_spec.to_dict(), run_settings=run_settings,
+            trial_resources=custom,
         )
         try:
             run_tune(engine, tune_settings)
@@ -400,7 +415,7 @@ def search(
             # exactly as `--resume` does after a hard kill.
             engine.abandon(INTERRUPTED)
             try:
-                rec = recover(st, storage, INTERRUPTED, lambda params: workload.priced(
+                rec = recover(st, study_store, INTERRUPTED, lambda params: workload.priced(
                     sp.config_for(sp.values_from_optuna(params))))
                 if on_recovered is not None:
                     on_recovered(f"stopped ({type(exc).__name__}): {rec.describe()}; "

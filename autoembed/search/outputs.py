@@ -66,7 +66,7 @@ def _cell(v: Any) -> str:
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
     on_front = set(front)
     params = sorted({k for r in rows for k in r.params})
-    header = ["trial", "status", "reason", "on_front", "ray_trial_id", "retry_of",
+    header = ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
               "concurrency", "overshoot", *METRIC_COLUMNS,
               *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), *(f"param.{p}" for p in params),
               "config_json"]
@@ -76,7 +76,7 @@ def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] 
     for r in sorted(rows, key=lambda r: r.number):
         w.writerow([
             r.number, r.status, r.reason or "", str(r.number in on_front).lower(),
-            r.ray_trial_id or "",
+            r.ray_trial_id or "", _node(r),
             "" if r.retry_of is None else r.retry_of, r.concurrency, f"{r.overshoot:.6g}",
             *(_cell(r.metrics.get(m)) for m in METRIC_COLUMNS),
             *(_cell(r.estimate.get(c)) for c in ESTIMATE_COLUMNS),
@@ -84,6 +84,13 @@ def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] 
             json.dumps(r.config.to_dict(), sort_keys=True),
         ])
     return atomic_write_text(path, buf.getvalue())
+
+
+def _node(row: TrialRow) -> str:
+    """Where a trial ran: Ray node IP and the custom resources it was given (cluster runs)."""
+    env = row.result.env if row.result is not None else {}
+    ip, res = env.get("ray_node_ip"), env.get("ray_resources")
+    return f"{ip} {res}".strip() if ip else ""
 
 
 def member_dict(row: TrialRow) -> dict[str, Any]:

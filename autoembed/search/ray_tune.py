@@ -8,12 +8,14 @@ notebooks) is used as is and left running. Imported only by `autoembed.search.dr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,10 @@ from ray.tune.search import Searcher  # noqa: E402
 
 from autoembed.errors import ConfigError  # noqa: E402
 from autoembed.search.engine import SearchEngine  # noqa: E402
-from autoembed.search.trainable import FINAL, PAYLOAD, train_trial  # noqa: E402
+from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
-__all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session"]
+__all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session",
+           "parse_trial_resources", "data_file_blob"]
 
 # Host memory is reserved in power-of-two steps from this size, so that trials of similar
 # size ask for the same resources and Tune can reuse their worker processes.
@@ -62,6 +65,54 @@ class TuneSettings:
     name: str
     train_data: Mapping[str, Any]
     run_settings: Mapping[str, Any]
+    # Ray custom resources per trial; several alternate trial by trial (--trial-resources)
+    trial_resources: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
+
+
+# Resources autoembed sizes itself (per trial); --trial-resources names custom ones only.
+OWN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+TRIAL_RESOURCES_HELP = ("use NAME=AMOUNT[,NAME=AMOUNT], e.g. --trial-resources node_a=1 "
+                        "--trial-resources node_b=1 for nodes started with "
+                        "--resources '{\"node_a\": 1}' and '{\"node_b\": 1}'")
+
+
+def parse_trial_resources(specs: Sequence[str]) -> tuple[dict[str, float], ...]:
+    """`["node_a=1", "node_b=1,ssd=1"]` -> ({"node_a": 1.0}, {"node_b": 1.0, "ssd": 1.0})."""
+    out = []
+    for spec in specs:
+        one: dict[str, float] = {}
+        for part in (p.strip() for p in str(spec).split(",")):
+            name, sep, amount = part.partition("=")
+            name = name.strip()
+            try:
+                value = float(amount) if sep else math.nan
+            except ValueError:
+                value = math.nan
+            if not RESOURCE_NAME.match(name) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"--trial-resources '{spec}': '{part}' is not NAME=AMOUNT "
+                                  f"with AMOUNT > 0; {TRIAL_RESOURCES_HELP}")
+            if name in OWN_RESOURCES:
+                raise ConfigError(
+                    f"--trial-resources '{spec}': {name} is sized by autoembed itself "
+                    "(--workers, --device); name custom node resources only")
+            one[name] = value
+        out.append(one)
+    return tuple(out)
+
+
+def data_file_blob(train_data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A data file's bytes, to ship to the trials through Ray's object store (cluster nodes
+    need not share a filesystem with the driver); None for built-in data, which every
+    node generates from seeds or reads from its installed packages."""
+    from autoembed.data.spec import DataSpec
+
+    spec = DataSpec.from_dict(train_data, "trial data")
+    if not spec.is_file:
+        return None
+    raw = Path(spec.name).read_bytes()
+    return {"name": Path(spec.name).name, "sha256": hashlib.sha256(raw).hexdigest(),
+            "bytes": raw}
 
 
 class BudgetSearcher(Searcher):
@@ -73,7 +124,10 @@ class BudgetSearcher(Searcher):
         self.engine = engine
         self.settings = settings
         self.numbers: dict[str, int] = {}
-        self._available = ray.cluster_resources().get("memory")
+        self.launched = 0
+        # a trial runs on one node: never ask for more memory than the largest node has
+        self._available = max((n["Resources"].get("memory", 0.0) for n in _alive_nodes()),
+                              default=None) or None
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         p = self.engine.propose()
@@ -81,9 +135,13 @@ class BudgetSearcher(Searcher):
             return Searcher.FINISHED  # type: ignore[return-value]
         self.numbers[trial_id] = p.number
         self.engine.attach(p.number, trial_id)
+        alternatives = self.settings.trial_resources
+        custom = dict(alternatives[self.launched % len(alternatives)]) if alternatives else {}
+        self.launched += 1
         return {
             "number": p.number,
             "memory_request": _memory_request(p.host_bytes, self._available),
+            RESOURCES: custom,
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({"number": p.number, "config": dict(p.train_config),
                                  "data": dict(self.settings.train_data),
@@ -194,6 +252,42 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         if self.started:
             ray.shutdown()
 
+    def cpus_per_trial(self, workers: int, custom: Sequence[Mapping[str, float]] = ()) -> int:
+        """A trial's CPUs on a cluster: the cluster's CPUs shared by `workers`, but no more
+        than the smallest of the largest nodes each --trial-resources alternative can use
+        (a trial runs on one node; asking for more than any node has waits forever)."""
+        nodes = [n["Resources"] for n in _alive_nodes() if n["Resources"].get("CPU", 0) >= 1]
+        if not nodes:
+            return 1
+        total = int(sum(n["CPU"] for n in nodes))
+        largest = [max((int(n["CPU"]) for n in nodes
+                        if all(n.get(k, 0.0) >= v for k, v in alt.items())), default=1)
+                   for alt in (custom or ({},))]
+        return max(1, min(min(largest), total // max(1, workers)))
+
+    def check_resources(self, custom: Sequence[Mapping[str, float]]) -> None:
+        """Every --trial-resources alternative fits on some live node, or a clear error
+        (Tune would otherwise wait for it forever)."""
+        if not custom:
+            return
+        nodes = [n["Resources"] for n in _alive_nodes()]
+        for alt in custom:
+            if any(all(n.get(k, 0.0) >= v for k, v in alt.items()) for n in nodes):
+                continue
+            have = sorted({k for n in nodes for k in n if k not in OWN_RESOURCES
+                           and not k.startswith("node:") and not k.startswith("accelerator_")})
+            wanted = ",".join(f"{k}={v:g}" for k, v in alt.items())
+            raise ConfigError(
+                f"--trial-resources {wanted}: no node of the Ray cluster has that "
+                f"(custom resources there: {', '.join(have) or 'none'}); start a node with "
+                "e.g. ray start --address HEAD:PORT --resources '{\"node_a\": 1}', or "
+                "fix the name" + ("" if self.address else
+                                  "; custom resources need a cluster: add --ray-address"))
+
+
+def _alive_nodes() -> list[dict[str, Any]]:
+    return [n for n in ray.nodes() if n.get("Alive")]
+
 
 def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
     """Run trials until the engine says stop. Raises KeyboardInterrupt on Ctrl-C."""
@@ -201,7 +295,8 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
 
     def resources(config: dict[str, Any]) -> PlacementGroupFactory:
         bundle: dict[str, float] = {"CPU": settings.cpus_per_trial,
-                                    "memory": float(config.get("memory_request", MEMORY_STEP))}
+                                    "memory": float(config.get("memory_request", MEMORY_STEP)),
+                                    **config.get(RESOURCES, {})}
         if settings.gpus_per_trial:
             bundle["GPU"] = settings.gpus_per_trial
         return PlacementGroupFactory([bundle])
@@ -209,8 +304,10 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
     # Tune logs each result-file write at INFO; keep the driver's output to our progress
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
     searcher = BudgetSearcher(engine, settings)
+    # a data file travels once through the object store; workers write a local copy
+    trainable = tune.with_parameters(train_trial, data_file=data_file_blob(settings.train_data))
     tuner = tune.Tuner(
-        tune.with_resources(train_trial, resources),
+        tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=FrontScheduler(engine),

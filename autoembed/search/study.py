@@ -1,7 +1,9 @@
 """The Optuna side of a search: storage, samplers, study metadata and crash recovery.
 
-One SQLite file per runs directory (`<runs-dir>/optuna.db`), one study per `--study` name.
-Only the driver process calls these functions (DESIGN.md, who writes the stores).
+One SQLite file per runs directory (`<runs-dir>/optuna.db`) by default, or any database
+Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see README, "Running on a
+cluster"); one study per `--study` name. Only the driver process calls these functions
+(DESIGN.md, who writes the stores).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "STUDY_NAME_RULE",
     "check_study_name",
     "storage_url",
+    "storage_label",
     "open_storage",
     "find_study",
     "make_sampler",
@@ -53,19 +56,56 @@ def check_study_name(name: str) -> None:
         )
 
 
-def storage_url(runs_dir: Path) -> str:
-    return f"sqlite:///{runs_dir / 'optuna.db'}"
+def storage_url(runs_dir: Path, url: str | None = None) -> str:
+    """The Optuna storage URL: `url` as given, else `<runs_dir>/optuna.db`."""
+    return url.strip() if url else f"sqlite:///{runs_dir / 'optuna.db'}"
 
 
-def open_storage(runs_dir: Path) -> optuna.storages.RDBStorage:
+# URL schemes Optuna's RDBStorage (SQLAlchemy) is documented to take; anything else is
+# refused before a connection is tried.
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
+# a team server that does not answer fails in seconds, not after the driver's default wait
+CONNECT_TIMEOUT_S = 10
+
+
+def storage_label(runs_dir: Path, url: str | None = None) -> str:
+    """The storage for messages, with any password masked."""
+    return re.sub(r"(://[^:/@]+:)[^/]*@", r"\1***@", storage_url(runs_dir, url))
+
+
+def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBStorage:
+    """The study storage: `<runs_dir>/optuna.db`, or the database at `url` (e.g.
+    postgresql://user:pw@host/db, which needs the `team` extra's driver)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
-        storage_url(runs_dir),
-        engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}},
-    )
+    full = storage_url(runs_dir, url)
+    label = storage_label(runs_dir, url)
+    scheme = full.split("://", 1)[0].split("+", 1)[0].lower() if "://" in full else ""
+    if scheme not in STORAGE_SCHEMES:
+        raise ConfigError(
+            f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
+            "postgresql://user:password@host:5432/optuna, or drop --storage for "
+            f"{runs_dir / 'optuna.db'}"
+        )
+    connect_args: dict[str, Any] = (
+        {"timeout": SQLITE_TIMEOUT_S} if scheme == "sqlite"
+        else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
+    try:
+        return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"--storage '{label}' needs the database driver '{e.name}', which is not "
+            "installed; pip install 'autoembed[team]' (psycopg2-binary for PostgreSQL)"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL or server
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(
+            f"--storage '{label}': cannot open the study storage ({type(e).__name__}: "
+            f"{first[:300]}); check the URL, that the server runs and that the database "
+            "exists (createdb), or drop --storage"
+        ) from None
 
 
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

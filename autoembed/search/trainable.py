@@ -8,15 +8,51 @@ TrialResult as JSON.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 import traceback
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-__all__ = ["train_trial", "PAYLOAD", "FINAL"]
+__all__ = ["train_trial", "PAYLOAD", "FINAL", "RESOURCES", "local_data", "node_info"]
 
 PAYLOAD = "autoembed"  # Tune config key holding the trial's plain-data payload
 FINAL = "autoembed_final"  # result key marking the last report (value: TrialResult JSON)
+RESOURCES = "resources"  # Tune config key: the custom Ray resources this trial asked for
+
+
+def local_data(data: dict[str, Any], blob: dict[str, Any] | None,
+               cache_dir: Path | None = None) -> dict[str, Any]:
+    """The data spec with its file readable on this node: the driver's path when the file
+    there has the shipped bytes (same machine or a shared filesystem), else a copy written
+    from `blob` (the bytes shipped through Ray's object store) under `cache_dir`."""
+    if blob is None:
+        return data
+    path = Path(str(data["name"]))
+    try:
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == blob["sha256"]:
+            return data
+    except OSError:
+        pass
+    root = cache_dir or Path(tempfile.gettempdir()) / "autoembed-data"
+    copy = root / str(blob["sha256"]) / str(blob["name"])
+    if not copy.is_file():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        part = copy.with_name(copy.name + ".part")
+        part.write_bytes(blob["bytes"])
+        part.replace(copy)  # atomic: two trials on one node never read half a file
+    return {**data, "name": str(copy)}
+
+
+def node_info(resources: dict[str, Any]) -> dict[str, Any]:
+    """Where this trial ran: Ray node id and IP, and the custom resources it was given."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"ray_node_id": ctx.get_node_id(), "ray_node_ip": ray.util.get_node_ip_address(),
+            "ray_resources": ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))}
 
 
 @lru_cache(maxsize=2)
@@ -28,19 +64,22 @@ def _dataset(spec_json: str) -> Any:
     return load_dataset(DataSpec.from_dict(json.loads(spec_json), "trial data"))
 
 
-def train_trial(tune_config: dict[str, Any]) -> None:
+def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = None) -> None:
     """Tune function trainable. Payload (JSON): number, config (dict), data (DataSpec dict),
-    settings (RunSettings fields)."""
+    settings (RunSettings fields). `data_file`: a data file's bytes (`data_file_blob`)."""
     from ray import tune
 
     from autoembed.config import config_from_dict
     from autoembed.runner import Evaluation, RunSettings, run_trial
 
     payload = json.loads(tune_config[PAYLOAD])
+    node: dict[str, Any] = {}
     try:
+        node = node_info(dict(tune_config.get(RESOURCES) or {}))
         config = config_from_dict(payload["config"], f"trial {payload['number']}")
         settings = RunSettings(**payload["settings"])
-        dataset = _dataset(json.dumps(payload["data"], sort_keys=True))
+        data = local_data(payload["data"], data_file)
+        dataset = _dataset(json.dumps(data, sort_keys=True))
 
         def report(ev: Evaluation) -> bool:
             tune.report({"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
@@ -48,9 +87,12 @@ def train_trial(tune_config: dict[str, Any]) -> None:
             return True  # the scheduler stops the trial through Tune, not through us
 
         result = run_trial(config, dataset, settings, report)
-        final = {"status": result.status, "result": result.to_dict(), "error": None}
+        done = result.to_dict()
+        done["env"] = {**done.get("env", {}), **node}
+        final = {"status": result.status, "result": done, "error": None, "node": node}
     except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
         final = {"status": "failed", "result": None,
-                 "error": f"{type(e).__name__}: {e}",
-                 "traceback": traceback.format_exc(limit=8)}
+                 "error": f"{type(e).__name__}: {e}" + (
+                     f" (on Ray node {node['ray_node_ip']})" if node else ""),
+                 "traceback": traceback.format_exc(limit=8), "node": node}
     tune.report({FINAL: json.dumps(final, default=str)})

@@ -182,7 +182,9 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     if overshoot is not None and overshoot > 0:
         metrics.append(MetricPoint("budget_overshoot", overshoot))
     if result is not None:
-        for k in ("device", "device_name", "torch", "threads"):
+        # where it ran (a Ray cluster: the node and the custom resources it was given)
+        for k in ("device", "device_name", "torch", "threads", "host", "ray_node_id",
+                  "ray_node_ip", "ray_resources"):
             if k in result.env:
                 tags[f"env.{k}"] = _clip(str(result.env[k]), MAX_TAG_CHARS)
     metrics = [m for m in metrics if not math.isinf(m.value)]  # MLflow stores NaN, not inf
