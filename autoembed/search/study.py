@@ -94,10 +94,10 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
     try:
         return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
-    except ModuleNotFoundError as e:
+    except ImportError:  # Optuna re-raises the driver's ModuleNotFoundError as this
         raise ConfigError(
-            f"--storage '{label}' needs the database driver '{e.name}', which is not "
-            "installed; pip install 'autoembed[team]' (psycopg2-binary for PostgreSQL)"
+            f"--storage '{label}': the database driver for '{scheme}' is not installed; "
+            "pip install 'autoembed[team]' (psycopg for PostgreSQL)"
         ) from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL or server
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
