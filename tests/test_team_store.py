@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from _services import PostgresServer, free_port, need_postgres
+
 from autoembed.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
