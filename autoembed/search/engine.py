@@ -345,7 +345,7 @@ class SearchEngine:
         p = live.proposal
         old = self.rows[number]
         common: dict[str, Any] = dict(ray_trial_id=live.ray_trial_id,
-                                      concurrency=live.concurrency)
+                                      concurrency=live.concurrency, node=_node(final, live))
         trial = live.trial
         if final is None or final.get("result") is None:
             if live.stopped and final is None:
@@ -402,3 +402,15 @@ class SearchEngine:
     # ------------------------------------------------------------------ finishing
     def feasible_rows(self) -> list[TrialRow]:
         return [r for r in self.rows.values() if r.status == "complete" and r.feasible]
+
+
+NODE_KEYS = ("ray_node_id", "ray_node_ip", "ray_resources")
+
+
+def _node(final: Mapping[str, Any] | None, live: _Live) -> dict[str, str]:
+    """Where a trial ran, from its last report (every report carries it: a trial stopped
+    early has no final one)."""
+    for report in ((final or {}).get("node"), *reversed(live.evaluations)):
+        if report and report.get("ray_node_id"):
+            return {k: str(report[k]) for k in NODE_KEYS if k in report}
+    return {}

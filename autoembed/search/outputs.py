@@ -88,8 +88,8 @@ def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] 
 
 def _node(row: TrialRow) -> str:
     """Where a trial ran: Ray node IP, node id and the custom resources it was given."""
-    env = row.result.env if row.result is not None else {}
-    parts = [env.get("ray_node_ip"), env.get("ray_node_id"), env.get("ray_resources")]
+    parts = [row.node.get("ray_node_ip"), row.node.get("ray_node_id"),
+             row.node.get("ray_resources")]
     return " ".join(str(p) for p in parts if p)
 
 

@@ -56,6 +56,8 @@ class TrialRow:
     concurrency: int = 0  # most trials running at once while this one ran (0: never ran)
     retry_of: int | None = None
     interrupted: bool = False  # the driver stopped while it ran (not counted; re-queued)
+    # where it ran: ray_node_id, ray_node_ip, ray_resources (custom resources it was given)
+    node: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def counted(self) -> bool:
@@ -90,6 +92,7 @@ class TrialRow:
             "concurrency": self.concurrency,
             "retry_of": self.retry_of,
             "interrupted": self.interrupted,
+            "node": dict(self.node),
         }
 
     @classmethod
@@ -109,6 +112,7 @@ class TrialRow:
             concurrency=int(raw.get("concurrency", 0)),
             retry_of=raw.get("retry_of"),
             interrupted=bool(raw.get("interrupted", False)),
+            node=dict(raw.get("node") or {}),
         )
 
     def with_(self, **kw: Any) -> TrialRow:

@@ -83,13 +83,12 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
 
         def report(ev: Evaluation) -> bool:
             tune.report({"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
-                         "elapsed_s": ev.elapsed_s})
+                         "elapsed_s": ev.elapsed_s, **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
         result = run_trial(config, dataset, settings, report)
-        done = result.to_dict()
-        done["env"] = {**done.get("env", {}), **node}
-        final = {"status": result.status, "result": done, "error": None, "node": node}
+        final = {"status": result.status, "result": result.to_dict(), "error": None,
+                 "node": node}
     except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
         final = {"status": "failed", "result": None,
                  "error": f"{type(e).__name__}: {e}" + (

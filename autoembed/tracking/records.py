@@ -163,6 +163,9 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     }
     if record.ray_trial_id:
         tags["ray_trial_id"] = str(record.ray_trial_id)
+    # where it ran: the Ray node and the custom resources it was given (read when present)
+    for k, v in dict(getattr(record, "node", None) or {}).items():
+        tags[str(k)] = _clip(str(v), MAX_TAG_CHARS)
     if estimate.get("method"):
         tags["estimate_method"] = str(estimate["method"])
     reason = record.reason or (result.error if result is not None else None)
@@ -182,9 +185,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     if overshoot is not None and overshoot > 0:
         metrics.append(MetricPoint("budget_overshoot", overshoot))
     if result is not None:
-        # where it ran (a Ray cluster: the node and the custom resources it was given)
-        for k in ("device", "device_name", "torch", "threads", "host", "ray_node_id",
-                  "ray_node_ip", "ray_resources"):
+        for k in ("device", "device_name", "torch", "threads"):
             if k in result.env:
                 tags[f"env.{k}"] = _clip(str(result.env[k]), MAX_TAG_CHARS)
     metrics = [m for m in metrics if not math.isinf(m.value)]  # MLflow stores NaN, not inf
