@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,6 +137,7 @@ def test_cluster_search_as_the_readme_says(pg: PostgresServer, tmp_path: Path) -
     finally:
         for n in nodes:
             stop_session(n.sid, grace_s=5)
+            shutil.rmtree(n.temp_dir, ignore_errors=True)
     assert search is not None and len(nodes) == 2
     for n in nodes:  # every process of both nodes is gone
         assert session_pids(n.sid) == [], n
