@@ -95,3 +95,38 @@ def test_a_data_file_reaches_a_node_without_the_driver_filesystem(tmp_path: Path
     # a node with a different file at that path: the shipped bytes win
     src.write_bytes(b"user,item,clicked\nother,data,1\n")
     assert Path(local_data(spec, blob, cache)["name"]).read_bytes() == raw
+
+
+@pytest.mark.slow
+def test_a_search_on_a_data_file_trains_where_the_driver_file_is_gone(tmp_path: Path) -> None:
+    """The trials read the bytes the driver shipped through Ray's object store: the file is
+    removed from the driver's disk before the first trial starts, and every trial still
+    trains on it (a trial without the data would end `failed`)."""
+    import numpy as np
+    import pandas as pd
+
+    from autoembed.search import search
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    user, item = rng.integers(0, 300, n), rng.integers(0, 80, n)
+    frame = pd.DataFrame({"user": [f"u{u}" for u in user], "item": [f"i{i}" for i in item],
+                          "clicked": ((user % 3 == 0) ^ (item % 4 == 0)).astype(int)})
+    src = tmp_path / "clicks.csv"
+    frame.to_csv(src, index=False)
+    gone = []
+
+    def remove_on_first_launch(status: object) -> None:
+        if not gone:
+            src.rename(tmp_path / "moved.csv")
+            gone.append(True)
+
+    result = search("1GB", "tiny", trials=2, device="cpu", study="file",
+                    runs_dir=tmp_path / "runs", tracking_uri="none", data=str(src),
+                    label="clicked", categorical=["user", "item"],
+                    progress=remove_on_first_launch)
+    assert gone and not src.exists()
+    trained = [r for r in result.rows if r.status != "infeasible"]
+    assert len(trained) == 2 and all(r.status in ("complete", "pruned") for r in trained), [
+        (r.status, r.reason) for r in trained]
+    assert all(r.node.get("ray_node_id") for r in trained)  # and each says where it ran
