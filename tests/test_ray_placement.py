@@ -130,3 +130,23 @@ def test_a_search_on_a_data_file_trains_where_the_driver_file_is_gone(tmp_path: 
     assert len(trained) == 2 and all(r.status in ("complete", "pruned") for r in trained), [
         (r.status, r.reason) for r in trained]
     assert all(r.node.get("ray_node_id") for r in trained)  # and each says where it ran
+
+
+def test_cli_refuses_resources_the_ray_has_not_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a private local Ray (no custom resources) a --trial-resources name is refused
+    before any trial or study exists, instead of Tune waiting for it forever."""
+    from autoembed.cli import main
+
+    rc = main(["search", "--budget", "1GB", "--space", "tiny", "--study", "res",
+               "--runs-dir", str(tmp_path), "--tracking-uri", "none",
+               "--trial-resources", "node_a=1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "--trial-resources node_a=1: no node of the Ray cluster has that" in err
+    assert "add --ray-address" in err
+    import optuna
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert [s.study_name for s in storage.get_all_studies()] == []
+    assert not (tmp_path / "res").exists()
