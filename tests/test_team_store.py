@@ -114,3 +114,15 @@ def test_search_keeps_study_and_runs_in_postgresql(pg: PostgresServer, tmp_path:
         cur.execute("SELECT count(*) FROM runs WHERE experiment_id = %s",
                     (int(exp.experiment_id),))
         assert cur.fetchone()[0] == len(runs_)
+
+
+def test_missing_postgresql_skips_here_but_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    import _services
+
+    monkeypatch.setattr(_services, "postgres_bin", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no PostgreSQL binaries"):
+        _services.need_postgres()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"\.ci/run installs PostgreSQL"):
+        _services.need_postgres()
