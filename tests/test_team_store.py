@@ -77,11 +77,12 @@ def test_search_keeps_study_and_runs_in_postgresql(pg: PostgresServer, tmp_path:
         [sys.executable, "-m", "autoembed", "search", "--budget", "1GB", "--space", TINY,
          "--trials", "2", "--device", "cpu", "--study", "team", "--runs-dir", str(runs),
          "--storage", storage, "--tracking-uri", tracking, "--json"],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # nothing went to the default SQLite files
     assert not (runs / "optuna.db").exists() and not (runs / "mlflow.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no ./mlruns
 
     study = optuna.load_study(study_name="team", storage=storage)
     trained = [t for t in study.trials
@@ -92,6 +93,9 @@ def test_search_keeps_study_and_runs_in_postgresql(pg: PostgresServer, tmp_path:
     client = MlflowClient(tracking_uri=tracking)
     exp = client.get_experiment_by_name("team")
     assert exp is not None
+    # artifacts beside the driver's runs (the database holds no files)
+    assert exp.artifact_location == (runs / "mlartifacts" / "team").as_uri()
+    assert (runs / "mlartifacts" / "team").is_dir()
     runs_ = client.search_runs([exp.experiment_id])
     trial_runs = [r for r in runs_ if r.data.tags.get("autoembed.role") == "trial"]
     top = [r for r in runs_ if "mlflow.parentRunId" not in r.data.tags]
@@ -114,6 +118,19 @@ def test_search_keeps_study_and_runs_in_postgresql(pg: PostgresServer, tmp_path:
         cur.execute("SELECT count(*) FROM runs WHERE experiment_id = %s",
                     (int(exp.experiment_id),))
         assert cur.fetchone()[0] == len(runs_)
+
+
+def test_tracking_database_nobody_answers_is_refused_in_seconds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()  # MLflow alone would retry this for about two minutes
+    url = f"postgresql://bob:pw123@127.0.0.1:{port}/mlflow"
+    rc = main(["search", "--budget", "1GB", "--space", TINY, "--study", "x",
+               "--runs-dir", str(tmp_path), "--tracking-uri", url])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2
+    assert f"MLflow database 'postgresql://bob:***@127.0.0.1:{port}/mlflow' cannot be " \
+           "reached" in line and "pw123" not in line
+    assert not (tmp_path / "x").exists()
 
 
 def test_missing_postgresql_skips_here_but_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:

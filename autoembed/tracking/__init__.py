@@ -23,6 +23,7 @@ from autoembed.tracking.store import (
     TrackingError,
     TrackingStore,
     TrackingUnreachableError,
+    check_database,
     check_reachable,
     resolve_store,
 )
@@ -112,6 +113,8 @@ def make_tracker(tracking_uri: str | None, runs_dir: Path) -> SearchTracker:
         return NullTracker()
     if store.kind == "http":
         check_reachable(store.uri)  # fail in seconds, before paying for `import mlflow`
+    if store.is_database:
+        check_database(store.uri)  # MLflow would retry an unreachable database for minutes
     from autoembed.tracking.mlflow_store import MlflowTracker
 
     return MlflowTracker.open(store, runs_dir)

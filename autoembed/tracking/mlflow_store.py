@@ -38,7 +38,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag, ViewType
 
 from autoembed.tracking.records import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
-from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable
+from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable, masked
 
 __all__ = [
     "MAX_FAILURES",
@@ -99,7 +99,8 @@ def open_client(store: TrackingStore) -> MlflowClient:
         client = MlflowClient(tracking_uri=store.uri)
         client.search_experiments(max_results=1)  # creates / migrates the schema now
     except Exception as e:  # noqa: BLE001 - any store fault is one clear line
-        raise TrackingError(f"MLflow store '{store.uri}' cannot be opened: {_one_line(e)}") from e
+        raise TrackingError(
+            f"MLflow store '{masked(store.uri)}' cannot be opened: {_one_line(e)}") from e
     finally:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)

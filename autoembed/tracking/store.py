@@ -8,12 +8,16 @@ seconds, before the search pays for Ray or MLflow.
 * `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): any MLflow tracking URI; an http(s)
   server is probed at `<uri>/health` (3 s) and an unreachable one is a
   `TrackingUnreachableError` (exit status 2: the URI given does not answer);
+* a database URI (postgresql://, mysql://: a team store) is connected to once with a
+  10 s timeout before MLflow opens it (MLflow itself retries for minutes); artifacts go
+  under `<runs-dir>/mlartifacts/<study>/` as for the embedded store;
 * `none`: record nothing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -31,11 +35,17 @@ __all__ = [
     "resolve_store",
     "default_store_uri",
     "check_reachable",
+    "check_database",
+    "DATABASE_SCHEMES",
+    "masked",
 ]
 
 DB_FILE = "mlflow.db"
 ARTIFACT_DIR = "mlartifacts"
 HEALTH_TIMEOUT_S = 3.0
+# Database URIs MLflow's SQLAlchemy store takes besides SQLite (a team's shared store).
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+DB_CONNECT_TIMEOUT_S = 10  # seconds for one connection attempt to a team database
 
 
 class TrackingUnreachableError(ConfigError):
@@ -59,6 +69,12 @@ class TrackingStore:
     uri: str
     kind: str
     artifact_root: Path | None = None
+
+    @property
+    def is_database(self) -> bool:
+        """A database server (PostgreSQL, MySQL, SQL Server): a team's shared store."""
+        scheme = self.uri.split("://", 1)[0].split("+", 1)[0].lower()
+        return self.kind == "other" and scheme in DATABASE_SCHEMES
 
     @property
     def db_path(self) -> Path | None:
@@ -88,6 +104,9 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
         return TrackingStore(f"sqlite:///{db}", "embedded", db.parent / ARTIFACT_DIR)
     if scheme in ("http", "https"):
         return TrackingStore(uri.rstrip("/"), "http")
+    if scheme.split("+", 1)[0] in DATABASE_SCHEMES:
+        # artifacts beside the driver's runs, never in whatever directory it was started from
+        return TrackingStore(uri, "other", runs / ARTIFACT_DIR)
     if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in (
         "true",
         "1",
@@ -125,3 +144,40 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
         f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), "
         "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none"
     )
+
+
+def masked(uri: str) -> str:
+    """`uri` with any password replaced by ***."""
+    return re.sub(r"(://[^:/@]+:)[^/]*@", r"\1***@", uri)
+
+
+def check_database(uri: str, timeout: int = DB_CONNECT_TIMEOUT_S) -> None:
+    """Connect once to a database tracking store: a missing driver or a server that does
+    not answer is one clear line (exit status 2) in seconds, with the password masked."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower()
+    import sqlalchemy
+
+    args = {"connect_timeout": timeout} if scheme in ("postgresql", "mysql") else {}
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=args)
+    except ImportError:
+        raise ConfigError(
+            f"tracking URI '{masked(uri)}': the database driver for '{scheme}' is not "
+            "installed; pip install 'autoembed[team]' (psycopg for PostgreSQL)"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - SQLAlchemy's ArgumentError etc.
+        raise ConfigError(f"tracking URI '{masked(uri)}' is not a database URL SQLAlchemy "
+                          f"takes ({type(e).__name__}); use e.g. "
+                          "postgresql://user:password@host:5432/mlflow") from None
+    try:
+        with engine.connect():
+            pass
+    except Exception as e:  # noqa: BLE001 - any connection fault is one clear line
+        first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [""])[0]
+        raise TrackingUnreachableError(
+            f"MLflow database '{masked(uri)}' cannot be reached ({first[:200]}); check the "
+            "URL, that the server runs and the database exists (createdb), or pass "
+            "--tracking-uri none"
+        ) from None
+    finally:
+        engine.dispose()
