@@ -125,9 +125,7 @@ class BudgetSearcher(Searcher):
         self.settings = settings
         self.numbers: dict[str, int] = {}
         self.launched = 0
-        # a trial runs on one node: never ask for more memory than the largest node has
-        self._available = max((n["Resources"].get("memory", 0.0) for n in _alive_nodes()),
-                              default=None) or None
+        self._nodes = [n["Resources"] for n in _alive_nodes()]
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         p = self.engine.propose()
@@ -138,9 +136,14 @@ class BudgetSearcher(Searcher):
         alternatives = self.settings.trial_resources
         custom = dict(alternatives[self.launched % len(alternatives)]) if alternatives else {}
         self.launched += 1
+        # a trial runs on one node: never ask for more memory than the largest node it may
+        # use has (Tune would wait forever)
+        available = max((n.get("memory", 0.0) for n in self._nodes
+                         if all(n.get(k, 0.0) >= v for k, v in custom.items())),
+                        default=0.0) or None
         return {
             "number": p.number,
-            "memory_request": _memory_request(p.host_bytes, self._available),
+            "memory_request": _memory_request(p.host_bytes, available),
             RESOURCES: custom,
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({"number": p.number, "config": dict(p.train_config),
