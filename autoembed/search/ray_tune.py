@@ -13,7 +13,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class TuneSettings:
     name: str
     train_data: Mapping[str, Any]
     run_settings: Mapping[str, Any]
+    faults: Mapping[int, str] = field(default_factory=dict)  # launch order -> injected fault
 
 
 class BudgetSearcher(Searcher):
@@ -87,7 +88,9 @@ class BudgetSearcher(Searcher):
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({"number": p.number, "config": dict(p.train_config),
                                  "data": dict(self.settings.train_data),
-                                 "settings": dict(self.settings.run_settings)}),
+                                 "settings": dict(self.settings.run_settings),
+                                 "fault": self.settings.faults.get(
+                                     self.engine.trainables_started)}),
         }
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -193,6 +196,22 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
     def __exit__(self, *exc: object) -> None:
         if self.started:
             ray.shutdown()
+
+    def local_session(self) -> tuple[str | None, int | None]:
+        """(session directory, raylet PID) of the private Ray this started, else (None,
+        None): what a later driver needs to clean up after this one is SIGKILLed."""
+        if not self.started or self.address:
+            return None, None
+        try:
+            from ray._private import ray_constants
+            from ray._private.worker import _global_node
+
+            node: Any = _global_node
+            raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+            pid = int(raylets[0].process.pid) if raylets else None
+            return str(node.get_session_dir_path()), pid
+        except Exception:  # noqa: BLE001 - Ray internals moved: no cleanup record
+            return None, None
 
 
 def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
