@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def _dead_pid() -> int:
 
 
 @pytest.fixture
-def holder(tmp_path: Path):  # type: ignore[no-untyped-def]
+def holder(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """A live process holding study 's' under tmp_path/runs."""
     study_dir = tmp_path / "runs" / "s"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(study_dir)],
@@ -47,7 +48,8 @@ def holder(tmp_path: Path):  # type: ignore[no-untyped-def]
     proc.wait()
 
 
-def test_a_study_held_by_a_live_driver_is_refused(holder) -> None:  # type: ignore[no-untyped-def]
+def test_a_study_held_by_a_live_driver_is_refused(
+        holder: tuple[subprocess.Popen[str], Path]) -> None:
     proc, study_dir = holder
     record = json.loads((study_dir / LOCK_NAME).read_text())
     assert record["pid"] == proc.pid and record["host"] == socket.gethostname()
@@ -59,7 +61,8 @@ def test_a_study_held_by_a_live_driver_is_refused(holder) -> None:  # type: igno
 
 
 def test_cli_refuses_a_study_open_elsewhere_with_exit_2(
-        holder, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+        holder: tuple[subprocess.Popen[str], Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     proc, _ = holder
     rc = main(["search", "--budget", "800MB", "--space", TINY, "--study", "s",
                "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", "none"])
