@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -197,6 +198,24 @@ def _some_done_one_running(runs: Path) -> bool:
     return bool(done) and bool(running)
 
 
+def _settled_members(sid: int, quiet_s: float = 3.0, limit_s: float = 30.0) -> dict[int, str]:
+    """Session members (pid -> command line) once no more have exited for `quiet_s`."""
+    deadline = time.monotonic() + limit_s
+    last, since = session_members(sid), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        time.sleep(0.5)
+        now = session_members(sid)
+        if now != last:
+            last, since = now, time.monotonic()
+    out = {}
+    for pid in last:
+        try:
+            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            pass
+    return out
+
+
 def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
     import optuna
 
@@ -212,8 +231,8 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         first.wait(30)
         lock = json.loads((runs / "kill" / "session.lock").read_text())
         assert lock["pid"] == first.pid and lock["ray_session"]
-        time.sleep(3)  # Ray's head processes die with the driver (fate sharing) ...
-        leftovers = session_members(first.pid)
+        # Ray's head processes die with the driver (fate sharing), some agents do not
+        leftovers = _settled_members(first.pid)
         # ... the stores are consistent after the kill
         assert integrity(runs / "optuna.db") == "ok" and integrity(runs / "mlflow.db") == "ok"
         storage = f"sqlite:///{runs / 'optuna.db'}"
@@ -229,10 +248,11 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         out = log2.read_text()
         assert f"took over the lock of study 'kill' from pid {first.pid}" in out, out
         assert "resumed study 'kill':" in out and "marked failed" in out, out
-        # the killed driver's Ray leftovers were stopped by the resumed run, and the resumed
-        # run left nothing behind
-        if leftovers:
-            assert "leftover process(es)" in out, out
+        # the killed driver's Ray leftovers are gone: stopped by the resumed run (it says
+        # how many) or exited on their own before it looked; the resumed run left nothing
+        m = re.search(r"stopped (\d+) leftover process\(es\)", out)
+        stopped = int(m.group(1)) if m else 0
+        assert stopped <= len(leftovers), (leftovers, out)
         assert session_members(first.pid) == [], (leftovers, out)
         assert session_members(resumed.pid) == []
     finally:
