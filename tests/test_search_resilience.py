@@ -250,8 +250,8 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         assert "resumed study 'kill':" in out and "marked failed" in out, out
         # the killed driver's Ray leftovers are gone: stopped by the resumed run (it says
         # how many) or exited on their own before it looked; the resumed run left nothing
-        m = re.search(r"stopped (\d+) leftover process\(es\)", out)
-        stopped = int(m.group(1)) if m else 0
+        said = re.search(r"stopped (\d+) leftover process\(es\)", out)
+        stopped = int(said.group(1)) if said else 0
         assert stopped <= len(leftovers), (leftovers, out)
         assert session_members(first.pid) == [], (leftovers, out)
         assert session_members(resumed.pid) == []
