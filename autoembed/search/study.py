@@ -58,14 +58,20 @@ def storage_url(runs_dir: Path) -> str:
 
 
 def open_storage(runs_dir: Path) -> optuna.storages.RDBStorage:
+    import fcntl
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
-        storage_url(runs_dir),
-        engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}},
-    )
+    # Two searches starting at once on one runs dir would both create the schema ("table
+    # studies already exists"): one does, the other waits on this side file's flock.
+    with (runs_dir / "optuna.db.init-lock").open("a") as guard:
+        fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
+        return optuna.storages.RDBStorage(
+            storage_url(runs_dir),
+            engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}},
+        )
 
 
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
