@@ -9,8 +9,10 @@ process dies, even by SIGKILL, so a study can never have two drivers on one host
 * Record left by a dead driver (no flock, PID gone or reused): taken over, with a message.
   Its private Ray is cleaned up: Ray's head processes die with a SIGKILLed driver (they
   share its fate), but its dashboard and runtime-env agents survive as orphans (seen with
-  Ray 2.60). Those are found by PID and stopped (SIGTERM, then SIGKILL), and only after
-  checking that each one belongs to that session: its command line names the session
+  Ray 2.60; measured here, they exit by themselves about 60 s later, when Ray's GCS
+  reconnect timeout runs out). Those still there are found by PID and stopped (SIGTERM,
+  then SIGKILL), and only after checking that each one belongs to that session: its
+  command line names the session
   directory, or its environment carries `RAY_RAYLET_PID=<the recorded raylet>` and its
   command line is a Ray one. Processes of other users are never touched.
 * A record written on another host (a shared filesystem) cannot be checked from here: it is
