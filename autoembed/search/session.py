@@ -12,9 +12,9 @@ process dies, even by SIGKILL, so a study can never have two drivers on one host
   Ray 2.60; measured here, they exit by themselves about 60 s later, when Ray's GCS
   reconnect timeout runs out). Those still there are found by PID and stopped (SIGTERM,
   then SIGKILL), and only after checking that each one belongs to that session: its
-  command line names the session
-  directory, or its environment carries `RAY_RAYLET_PID=<the recorded raylet>` and its
-  command line is a Ray one. Processes of other users are never touched.
+  command line names the session directory, or its environment carries
+  `RAY_RAYLET_PID=<the recorded raylet>` and its command line is a Ray one. Processes of
+  other users are never touched.
 * A record written on another host (a shared filesystem) cannot be checked from here: it is
   refused until removed by hand, and the message says so.
 
