@@ -158,6 +158,10 @@ def test_trial_faults_are_recorded_and_the_search_goes_on(
     assert "OutOfMemoryError: CUDA out of memory" in reasons[2]
     assert "process failed" in reasons[3]
     statuses = assert_stores_agree(runs, "faults")
+    csv_rows, ml = read_csv(runs / "faults" / "trials.csv"), mlflow_trials(runs, "faults")
+    for r in launched[:4]:  # each error is recorded in trials.csv and on the MLflow run
+        assert csv_rows[r.number]["reason"] == r.reason
+        assert ml[r.number][0]["tags"]["reason"] == r.reason
     states = {n: s for n, (s, _) in optuna_trials(runs, "faults").items()}
     assert [states[r.number] for r in launched] == ["FAIL", "COMPLETE", "COMPLETE", "FAIL",
                                                     "COMPLETE", "COMPLETE"]
@@ -242,16 +246,19 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         running_before = {t.number for t in before
                           if t.state == optuna.trial.TrialState.RUNNING}
         assert running_before
+        optuna_trials_before = optuna_trials(runs, "kill")
 
         resumed = driver([*args, "--resume"], log2, tmp_path)
         assert resumed.wait(600) == 0, log2.read_text()[-3000:]
         out = log2.read_text()
         assert f"took over the lock of study 'kill' from pid {first.pid}" in out, out
-        assert "resumed study 'kill':" in out and "marked failed" in out, out
+        said = re.search(r"resumed study 'kill': .* marked failed; .*; kept the (\d+) trials "
+                         r"it had recorded \((.*)\)", out)
+        assert said, out
         # the killed driver's Ray leftovers are gone: stopped by the resumed run (it says
         # how many) or exited on their own before it looked; the resumed run left nothing
-        said = re.search(r"stopped (\d+) leftover process\(es\)", out)
-        stopped = int(said.group(1)) if said else 0
+        gone = re.search(r"stopped (\d+) leftover process\(es\)", out)
+        stopped = int(gone.group(1)) if gone else 0
         assert stopped <= len(leftovers), (leftovers, out)
         assert session_members(first.pid) == [], (leftovers, out)
         assert session_members(resumed.pid) == []
@@ -271,6 +278,8 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         assert len(retries) == (1 if after[n].params else 0)
         for m in retries:
             assert after[m].params == after[n].params and statuses[m] != "running"
+    kept_before = [n for n, (s, r) in optuna_trials_before.items() if r and s != "RUNNING"]
+    assert int(said.group(1)) == len(kept_before), (said.group(0), kept_before)
     counted = [n for n, r in rows.items() if r["status"] not in ("infeasible",)
                and not r.get("interrupted")]
     assert len(counted) == 6

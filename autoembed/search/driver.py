@@ -364,8 +364,10 @@ def search(
             recovery = recover(st, storage, INTERRUPTED, lambda params: workload.priced(
                 sp.config_for(sp.values_from_optuna(params))))
             if on_recovered is not None:
-                kept = sum(1 for t in st.trials if t.user_attrs.get(ATTR))
-                on_recovered(f"resumed study '{name}': {recovery.describe()}; {kept} trials kept")
+                kept = [r.status for r in load_rows(st).values() if not r.interrupted]
+                by = ", ".join(f"{kept.count(x)} {x}" for x in sorted(set(kept), key=kept.index))
+                on_recovered(f"resumed study '{name}': {recovery.describe()}; kept the "
+                             f"{len(kept)} trials it had recorded ({by or 'none'})")
         run_settings = {**dict(sp.run), "device": dev,
                         "threads": trial_threads(cpus_per_trial, dev)}
         run_settings.setdefault("measure_latency", "latency" in {o.name for o in objs})
