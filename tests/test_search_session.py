@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,21 +133,29 @@ def test_takeover_stops_the_dead_sessions_ray_processes_only(tmp_path: Path) -> 
     """Stand-ins for a killed driver's Ray leftovers: one names the session directory on its
     command line (like gcs_server/raylet), one is a `ray::` worker with the raylet's PID in
     its environment (like the orphaned DashboardAgent). Two look-alikes must survive: a
-    `ray::` process of another raylet, and a non-Ray process with the right environment."""
+    `ray::` process of another raylet, and a non-Ray process with the right environment. A
+    third leftover is found by the log file it holds open in the session directory."""
     session = str(tmp_path / "ray" / "session_2026-01-01_00-00-00_000000_1")
+    Path(session, "logs").mkdir(parents=True)
     raylet = 999_999_001  # not a real PID: only matched in environments
     sleep = ["/bin/sleep", "60"]
     env = {**os.environ, "RAY_RAYLET_PID": str(raylet)}
-    procs = {
+    procs: dict[str, subprocess.Popen[Any]] = {
         "names_session": subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                            f"--session-dir={session}"]),
         "ray_worker": subprocess.Popen(["ray::DashboardAgent", "60"], executable="/bin/sleep",
                                        env=env),
+        "holds_log": subprocess.Popen(
+            ["ray::RuntimeEnvAgent", "-c", "import sys, time; f = open(sys.argv[1], 'a'); "
+             "print('open', flush=True); time.sleep(60)", f"{session}/logs/agent.log"],
+            executable=sys.executable, stdout=subprocess.PIPE, text=True),
         "other_raylet": subprocess.Popen(["ray::IDLE", "60"], executable="/bin/sleep",
                                          env={**os.environ, "RAY_RAYLET_PID": "999999002"}),
         "not_ray": subprocess.Popen(sleep, env=env),
     }
     try:
+        out = procs["holds_log"].stdout
+        assert out is not None and out.readline().strip() == "open"
         time.sleep(0.3)
         study_dir = tmp_path / "s"
         study_dir.mkdir()
@@ -155,12 +164,13 @@ def test_takeover_stops_the_dead_sessions_ray_processes_only(tmp_path: Path) -> 
              "started": "earlier", "ray_session": session, "raylet_pid": raylet}))
         notes: list[str] = []
         with StudyLock(study_dir, "s", notes.append) as lock:
-            expected = {procs["names_session"].pid, procs["ray_worker"].pid}
+            expected = {procs["names_session"].pid, procs["ray_worker"].pid,
+                        procs["holds_log"].pid}
             assert set(lock.stopped) == expected
-        for k in ("names_session", "ray_worker"):
+        for k in ("names_session", "ray_worker", "holds_log"):
             procs[k].wait(timeout=10)
         assert _alive(procs["other_raylet"].pid) and _alive(procs["not_ray"].pid)
-        assert "stopped 2 leftover process(es)" in notes[0]
+        assert "stopped 3 leftover process(es)" in notes[0]
     finally:
         for p in procs.values():
             if p.poll() is None:

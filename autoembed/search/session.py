@@ -12,9 +12,9 @@ process dies, even by SIGKILL, so a study can never have two drivers on one host
   Ray 2.60; measured here, they exit by themselves about 60 s later, when Ray's GCS
   reconnect timeout runs out). Those still there are found by PID and stopped (SIGTERM,
   then SIGKILL), and only after checking that each one belongs to that session: its
-  command line names the session directory, or its environment carries
-  `RAY_RAYLET_PID=<the recorded raylet>` and its command line is a Ray one. Processes of
-  other users are never touched.
+  command line names the session directory, or its command line is a Ray one and it holds
+  a file of the session directory open (its logs) or carries `RAY_RAYLET_PID=<the recorded
+  raylet>` in its environment. Processes of other users are never touched.
 * A record written on another host (a shared filesystem) cannot be checked from here: it is
   refused until removed by hand, and the message says so.
 
@@ -123,8 +123,9 @@ def _pids() -> Iterator[int]:
 
 def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
     """PIDs of this user's processes that belong to the Ray session `ray_session` (its
-    directory): the command line names the directory, or the environment says
-    RAY_RAYLET_PID=<raylet_pid> and the command line is Ray's (`ray::...` or under `ray/`)."""
+    directory): the command line names the directory, or the command line is Ray's
+    (`ray::...` or under `ray/`) and the process has a file in the directory open or
+    RAY_RAYLET_PID=<raylet_pid> in its environment."""
     uid = os.getuid()
     marker = f"RAY_RAYLET_PID={raylet_pid}".encode() if raylet_pid else None
     out = []
@@ -142,15 +143,39 @@ def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
         if ray_session in cmd:
             out.append(pid)
             continue
-        if marker is None or not (cmd.startswith("ray::") or "/ray/" in cmd):
+        if not (cmd.startswith("ray::") or "/ray/" in cmd):
             continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker in env:
+        if _has_open_file_in(pid, ray_session) or _environ_has(pid, marker):
             out.append(pid)
     return sorted(out)
+
+
+def _has_open_file_in(pid: int, directory: str) -> bool:
+    """Whether the process holds a file under `directory` open (Ray processes keep their
+    log files in the session directory open)."""
+    prefix = directory.rstrip("/") + "/"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _environ_has(pid: int, marker: bytes | None) -> bool:
+    """Whether the process's environment holds `marker` (a process that set its title may
+    have overwritten the memory /proc shows as its environment: then it is not found)."""
+    if marker is None:
+        return False
+    try:
+        return marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def stop_processes(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
