@@ -433,6 +433,10 @@ def export_config(
         raise ConfigError(f"output file '{out_path}' exists; pass --force to overwrite it")
     if run_id is not None and pick is not None:
         raise ConfigError("give --pick or --run-id, not both")
+    if study is not None:  # a name, never a path out of the runs directory
+        from autoembed.search.study import check_study_name
+
+        check_study_name(study)
     with tempfile.TemporaryDirectory(prefix="autoembed-export-") as tmpname:
         tmp = Path(tmpname)
         if run_id is not None:

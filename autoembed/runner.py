@@ -419,7 +419,11 @@ def run_trial(
         raise
     except Exception as e:  # noqa: BLE001 - a trial fault is a result, not a crash
         if _is_oom(e):
-            if s.device.startswith("cuda"):
+            peaks: dict[str, Any] = {}
+            if s.device.startswith("cuda"):  # how far it got: the size that failed
+                peaks = {"measured_allocated_peak": int(torch.cuda.max_memory_allocated()),
+                         "measured_reserved_peak": int(torch.cuda.max_memory_reserved())}
                 torch.cuda.empty_cache()
-            return result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            return result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                          **peaks)
         return result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")

@@ -22,12 +22,14 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.errors import AutoembedError, ConfigError
 from autoembed.pareto import PICK_RULES, Pick, parse_pick, pick
 from autoembed.search.engine import SearchEngine, SearchStatus
+from autoembed.search.faults import faults_from_env
 from autoembed.search.records import ATTR, TrialRow
 from autoembed.search.study import (
     SAMPLERS,
     Recovery,
     check_study_name,
     find_study,
+    load_rows,
     make_sampler,
     open_storage,
     recover,
@@ -341,9 +343,18 @@ def search(
 
         tracker = make_tracker(tracking_uri, runs)
     from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
+    from autoembed.search.session import StudyLock
 
-    # Ray first: a bad --ray-address fails before a study exists
-    with ray_session(ray_address, cpus, gpus if dev == "cuda" else None) as ray_s:
+    faults = faults_from_env()
+    # One driver per study (runs/<study>/session.lock; a dead driver's lock and Ray leftovers
+    # are taken over, see search.session); then Ray: a bad --ray-address fails before a
+    # study exists
+    with StudyLock(runs / name, name, on_recovered) as lock, \
+            ray_session(ray_address, cpus, gpus if dev == "cuda" else None) as ray_s:
+        lock.ray(*ray_s.local_session())
+        if existing is None and find_study(study_store, name) is not None:
+            raise ConfigError(f"study '{name}' was just created by another search; pass "
+                              "--resume to continue it, or choose another --study name")
         if ray_address:  # a trial's share of a cluster node, not of this machine
             cpus_per_trial = ray_s.cpus_per_trial(n_workers, custom)
         ray_s.check_resources(custom)
@@ -368,8 +379,10 @@ def search(
             recovery = recover(st, study_store, INTERRUPTED, lambda params: workload.priced(
                 sp.config_for(sp.values_from_optuna(params))))
             if on_recovered is not None:
-                kept = sum(1 for t in st.trials if t.user_attrs.get(ATTR))
-                on_recovered(f"resumed study '{name}': {recovery.describe()}; {kept} trials kept")
+                kept = [r.status for r in load_rows(st).values() if not r.interrupted]
+                by = ", ".join(f"{kept.count(x)} {x}" for x in sorted(set(kept), key=kept.index))
+                on_recovered(f"resumed study '{name}': {recovery.describe()}; kept the "
+                             f"{len(kept)} trials it had recorded ({by or 'none'})")
         run_settings = {**dict(sp.run), "device": dev,
                         "threads": trial_threads(cpus_per_trial, dev)}
         run_settings.setdefault("measure_latency", "latency" in {o.name for o in objs})
@@ -401,13 +414,17 @@ def search(
             settings=run_settings, trials=n_trials, time_budget_s=time_budget, grid=grid,
             early_stop=stop_early, use_measured=(dev == "cuda" and not workload.stand_in),
             host_memory=(dev == "cpu"), tracker=tracker, progress=progress,
+            calibration_path=out_dir / "calibration.json",
         )
+        for n in recovery.failed if recovery is not None else ():
+            if n in engine.rows:  # the interrupted trials' rows reach MLflow too
+                tracker.trial(engine.rows[n])
         tune_settings = TuneSettings(
             workers=n_workers, cpus_per_trial=cpus_per_trial,
             gpus_per_trial=1 if dev == "cuda" else 0, storage_path=out_dir / "ray",
             name="tune-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
             train_data=workload.train_spec.to_dict(), run_settings=run_settings,
-            trial_resources=custom,
+            trial_resources=custom, faults=faults,
         )
         try:
             run_tune(engine, tune_settings)
@@ -418,6 +435,10 @@ def search(
             try:
                 rec = recover(st, study_store, INTERRUPTED, lambda params: workload.priced(
                     sp.config_for(sp.values_from_optuna(params))))
+                rows = load_rows(st)
+                for n in rec.failed:
+                    if n in rows:
+                        tracker.trial(rows[n])
                 if on_recovered is not None:
                     on_recovered(f"stopped ({type(exc).__name__}): {rec.describe()}; "
                                  f"continue with --study {name} --resume")
@@ -532,6 +553,8 @@ def _finish(
         "wall_seconds": round(wall, 2),
         "finished_at": _dt.datetime.now().isoformat(timespec="seconds"),
     }
+    if (out_dir / "calibration.json").exists():
+        files["calibration.json"] = out_dir / "calibration.json"
     files["pareto.json"] = write_pareto_json(body, out_dir / "pareto.json")
     meta["finished"] = True
     st.set_user_attr(ATTR, meta)

@@ -9,13 +9,25 @@ ran. The Ray searcher (`autoembed.search.tune`) is a thin adapter over this clas
 Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
 `runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
 diverged), else 0. A real out-of-memory sets `memory` to at least OOM_VIOLATION.
+
+OOM calibration (the documented rule): a trial that ran out of memory although its estimate
+fit shows the estimate is too low from that size up. Its predicted device_total becomes a
+ceiling: every later proposal whose predicted device_total is at or above the smallest such
+ceiling is treated as infeasible (never trains; `memory` constraint > 0; reason names the
+trial). Each OOM is logged to `calibration.json` in the study's folder (predicted bytes vs
+the size that failed: the measured reserved peak plus overhead on a GPU, else the predicted
+size) and, as metrics `oom_predicted_bytes` / `oom_failed_bytes`, on the trial's row and
+MLflow run. The ceiling is rebuilt from the study's rows, so it survives a resume.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autoembed.config import EmbeddingConfig
@@ -113,6 +125,7 @@ class SearchEngine:
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        calibration_path: Path | None = None,
     ) -> None:
         from autoembed.search.study import load_rows
 
@@ -139,6 +152,7 @@ class SearchEngine:
         self._grid = list(grid) if grid is not None else None
         self._grid_seen = {self._key(r.params) for r in self.rows.values()}
         self._front_cache: list[TrialRow] | None = None
+        self.calibration_path = calibration_path
 
     # ------------------------------------------------------------------ counts
     @property
@@ -164,6 +178,40 @@ class SearchEngine:
     def _emit(self, last: TrialRow | None = None, message: str | None = None) -> None:
         if self.progress is not None:
             self.progress(self.status(last, message))
+
+    # ------------------------------------------------------------------ OOM calibration
+    def oom_ceiling(self) -> tuple[int, int] | None:
+        """(bytes, trial) of the smallest predicted device_total that ran out of memory."""
+        ooms = [(r.device_total, r.number) for r in self.rows.values()
+                if r.status == "oom" and r.device_total > 0]
+        return min(ooms) if ooms else None
+
+    def _calibrate(self, row: TrialRow) -> None:
+        """Append this OOM to calibration.json (atomically replaced)."""
+        if self.calibration_path is None:
+            return
+        path = self.calibration_path
+        try:
+            body = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            body = {}
+        events = [e for e in body.get("oom", []) if e.get("trial") != row.number]
+        predicted = int(row.metrics.get("oom_predicted_bytes") or row.device_total)
+        failed = int(row.metrics.get("oom_failed_bytes") or predicted)
+        events.append({"trial": row.number, "predicted_device_total": predicted,
+                       "failed_bytes": failed, "measured": bool(
+                           row.result and row.result.measured_reserved_peak is not None),
+                       "failed_over_predicted": round(failed / predicted, 4) if predicted else
+                       None, "error": row.reason})
+        ceiling = self.oom_ceiling()
+        body = {"rule": "proposals whose predicted device_total is at or above "
+                        "ceiling_bytes are infeasible (autoembed.search.engine)",
+                "ceiling_bytes": ceiling[0] if ceiling else None,
+                "ceiling_trial": ceiling[1] if ceiling else None,
+                "oom": sorted(events, key=lambda e: e["trial"])}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(tmp, path)
 
     # ------------------------------------------------------------------ the front
     def front(self) -> list[TrialRow]:
@@ -248,12 +296,18 @@ class SearchEngine:
         self._grid_seen.add(self._key(params))
         est = estimate(config).to_dict()
         overshoot = (int(est["device_total"]) - self.budget) / self.budget
+        reason = (f"device_total {int(est['device_total']):,} B exceeds the "
+                  f"budget {self.budget:,} B by {100 * overshoot:.1f}%")
+        ceiling = self.oom_ceiling()
+        if overshoot <= 0 and ceiling is not None and int(est["device_total"]) >= ceiling[0]:
+            overshoot = (int(est["device_total"]) - ceiling[0]) / ceiling[0] + OOM_VIOLATION
+            reason = (f"device_total {int(est['device_total']):,} B is at or above "
+                      f"{ceiling[0]:,} B, the predicted size of trial {ceiling[1]} that ran "
+                      "out of memory (OOM calibration rule)")
         if overshoot > 0:
             row = TrialRow(trial.number, "infeasible", config, est, params,
                            metrics={"device_total": float(est["device_total"])},
-                           reason=(f"device_total {int(est['device_total']):,} B exceeds the "
-                                   f"budget {self.budget:,} B by {100 * overshoot:.1f}%"),
-                           overshoot=overshoot, retry_of=retry_of)
+                           reason=reason, overshoot=overshoot, retry_of=retry_of)
             self._tell_complete(trial, row, placeholder=True, runs=0.0)
             self._emit(row)
             return None
@@ -374,9 +428,18 @@ class SearchEngine:
             row = old.with_(status=status, metrics=metrics, reason=None, **common)
             self._tell_complete(trial, row, placeholder=False, runs=0.0)
         elif status == "oom":
-            row = old.with_(status=status, metrics=metrics, reason=result.error,
-                            overshoot=max(old.overshoot, OOM_VIOLATION), **common)
+            predicted = int(p.estimate["device_total"])
+            measured = result.measured_reserved_peak
+            failed = (measured + int(p.estimate.get("overhead", 0)) if measured is not None
+                      and not self.workload.stand_in else predicted)
+            metrics = {**metrics, "oom_predicted_bytes": float(predicted),
+                       "oom_failed_bytes": float(failed)}
+            row = old.with_(status=status, metrics=metrics, reason=(
+                f"{result.error}; predicted device_total {predicted:,} B, failed at "
+                f"{failed:,} B: later proposals at or above {predicted:,} B are infeasible"),
+                overshoot=max(old.overshoot, OOM_VIOLATION), **common)
             self._tell_complete(trial, row, placeholder=True, runs=0.0)
+            self._calibrate(row)
         elif status in ("diverged", "unsupported"):
             row = old.with_(status=status, metrics=metrics, reason=result.error, **common)
             self._tell_complete(trial, row, placeholder=True, runs=1.0)

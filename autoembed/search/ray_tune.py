@@ -67,6 +67,7 @@ class TuneSettings:
     run_settings: Mapping[str, Any]
     # Ray custom resources per trial; several alternate trial by trial (--trial-resources)
     trial_resources: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
+    faults: Mapping[int, str] = field(default_factory=dict)  # launch order -> injected fault
 
 
 # Resources autoembed sizes itself (per trial); --trial-resources names custom ones only.
@@ -148,7 +149,9 @@ class BudgetSearcher(Searcher):
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({"number": p.number, "config": dict(p.train_config),
                                  "data": dict(self.settings.train_data),
-                                 "settings": dict(self.settings.run_settings)}),
+                                 "settings": dict(self.settings.run_settings),
+                                 "fault": self.settings.faults.get(
+                                     self.engine.trainables_started)}),
         }
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -254,6 +257,22 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
     def __exit__(self, *exc: object) -> None:
         if self.started:
             ray.shutdown()
+
+    def local_session(self) -> tuple[str | None, int | None]:
+        """(session directory, raylet PID) of the private Ray this started, else (None,
+        None): what a later driver needs to clean up after this one is SIGKILLed."""
+        if not self.started or self.address:
+            return None, None
+        try:
+            from ray._private import ray_constants
+            from ray._private.worker import _global_node
+
+            node: Any = _global_node
+            raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+            pid = int(raylets[0].process.pid) if raylets else None
+            return str(node.get_session_dir_path()), pid
+        except Exception:  # noqa: BLE001 - Ray internals moved: no cleanup record
+            return None, None
 
     def cpus_per_trial(self, workers: int, custom: Sequence[Mapping[str, float]] = ()) -> int:
         """A trial's CPUs on a cluster: the cluster's CPUs shared by `workers`, but no more

@@ -41,7 +41,8 @@ class SearchProgress:
             self.live.__exit__(*exc)
 
     def note(self, text: str) -> None:
-        self.console.print(text)  # e.g. what a resume recovered: stderr, even with --json
+        # e.g. what a resume recovered: stderr, even with --json; one line, never wrapped
+        self.console.print(text, soft_wrap=True)
 
     def _panel(self, s: SearchStatus | None) -> Any:
         from rich.panel import Panel

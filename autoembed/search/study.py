@@ -76,6 +76,8 @@ def storage_label(runs_dir: Path, url: str | None = None) -> str:
 def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBStorage:
     """The study storage: `<runs_dir>/optuna.db`, or the database at `url` (e.g.
     postgresql://user:pw@host/db, which needs the `team` extra's driver)."""
+    import fcntl
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -93,7 +95,15 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
         {"timeout": SQLITE_TIMEOUT_S} if scheme == "sqlite"
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
     try:
-        return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
+        if scheme != "sqlite" or url:
+            return optuna.storages.RDBStorage(
+                full, engine_kwargs={"connect_args": connect_args})
+        # Two searches starting at once on one runs dir would both create the schema
+        # ("table studies already exists"): one does, the other waits on this file's flock.
+        with (runs_dir / "optuna.db.init-lock").open("a") as guard:
+            fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
+            return optuna.storages.RDBStorage(
+                full, engine_kwargs={"connect_args": connect_args})
     except ImportError:  # Optuna re-raises the driver's ModuleNotFoundError as this
         raise ConfigError(
             f"--storage '{label}': the database driver for '{scheme}' is not installed; "

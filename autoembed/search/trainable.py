@@ -66,7 +66,8 @@ def _dataset(spec_json: str) -> Any:
 
 def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = None) -> None:
     """Tune function trainable. Payload (JSON): number, config (dict), data (DataSpec dict),
-    settings (RunSettings fields). `data_file`: a data file's bytes (`data_file_blob`)."""
+    settings (RunSettings fields), fault (an injected fault, see search.faults, or None).
+    `data_file`: a data file's bytes (`data_file_blob`)."""
     from ray import tune
 
     from autoembed.config import config_from_dict
@@ -86,7 +87,10 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
                          "elapsed_s": ev.elapsed_s, **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
-        result = run_trial(config, dataset, settings, report)
+        from autoembed.search.faults import fault_hook
+
+        result = run_trial(config, dataset, settings, report,
+                           on_step=fault_hook(payload.get("fault")))
         final = {"status": result.status, "result": result.to_dict(), "error": None,
                  "node": node}
     except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash

@@ -95,13 +95,23 @@ def open_client(store: TrackingStore) -> MlflowClient:
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.WARNING)  # "Creating initial MLflow database tables..." is noise here
+    guard = None
     try:
+        if store.db_path is not None:
+            # two searches starting at once on one runs dir: one creates the schema, the
+            # other waits (an flock on a side file; the kernel drops it if we are killed)
+            import fcntl
+
+            guard = (store.db_path.parent / (store.db_path.name + ".init-lock")).open("a")
+            fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
         client = MlflowClient(tracking_uri=store.uri)
         client.search_experiments(max_results=1)  # creates / migrates the schema now
     except Exception as e:  # noqa: BLE001 - any store fault is one clear line
         raise TrackingError(
             f"MLflow store '{masked(store.uri)}' cannot be opened: {_one_line(e)}") from e
     finally:
+        if guard is not None:
+            guard.close()
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
     return client
