@@ -213,10 +213,12 @@ class StudyLock:
         self.taken_over: Holder | None = None
         self.stopped: list[int] = []
         self._fh: IO[str] | None = None
+        self._made_dir = False
 
     def __enter__(self) -> StudyLock:
         import fcntl
 
+        self._made_dir = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = self.path.open("a+", encoding="utf-8")
         try:
@@ -277,6 +279,10 @@ class StudyLock:
             self._fh.seek(0)
             self._fh.truncate()  # an empty record: released cleanly
             self._fh.flush()
+            # a search refused before it wrote anything leaves no study directory behind
+            if self._made_dir and [p.name for p in self.path.parent.iterdir()] == [LOCK_NAME]:
+                self.path.unlink()
+                self.path.parent.rmdir()
         finally:
             self._fh.close()  # closing drops the flock
             self._fh = None
