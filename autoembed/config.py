@@ -289,6 +289,9 @@ class EmbeddingConfig:
         if self.grad_accum_steps != 1:
             raise _fail("grad_accum_steps", self.grad_accum_steps,
                         "placement host_cached steps after every micro-batch; use 1")
+        if self.dynamic_rows and self.compression != "none":
+            raise _fail("dynamic_rows", self.dynamic_rows,
+                        "dynamic rows extend an unhashed table; use compression none or 0")
         for t in self.tables:
             need = min(storage_rows(self, t), self.batch_size * math.ceil(self.lookups_per_sample(t)))
             have = cache_rows(self, t)
