@@ -223,7 +223,8 @@ def _check_host_budget(est: Any, text: str | None) -> None:
         raise ConfigError(
             f"--host-budget {text} = {format_bytes(est.host_budget)} is smaller than the "
             f"{format_bytes(est.host_bytes)} the host_cached tables need on the host; raise "
-            "--host-budget, lower dim or vocab, or use an optimizer with less state (sgd, rowwise_adagrad)"
+            "--host-budget, lower dim or vocab, or use an optimizer with less state (sgd, "
+            "rowwise_adagrad)"
         )
 
 

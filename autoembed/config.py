@@ -293,7 +293,8 @@ class EmbeddingConfig:
             raise _fail("dynamic_rows", self.dynamic_rows,
                         "dynamic rows extend an unhashed table; use compression none or 0")
         for t in self.tables:
-            need = min(storage_rows(self, t), self.batch_size * math.ceil(self.lookups_per_sample(t)))
+            per_batch = self.batch_size * math.ceil(self.lookups_per_sample(t))
+            need = min(storage_rows(self, t), per_batch)
             have = cache_rows(self, t)
             if have < need:
                 raise _fail("cache_load_factor", self.cache_load_factor,

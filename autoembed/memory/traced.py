@@ -155,7 +155,9 @@ def traced_estimate(
     )
 
 
-def _traced_host_cached(config: EmbeddingConfig, *, reserve: int, context_bytes: int) -> MemoryEstimate:
+def _traced_host_cached(
+    config: EmbeddingConfig, *, reserve: int, context_bytes: int
+) -> MemoryEstimate:
     """A host_cached config's device side is an ordinary table of `cache_rows` rows with its
     optimizer state, plus the cache's slot bookkeeping: trace that table (the data-dependent
     slot remap cannot run on fake tensors), add the bookkeeping by formula, and take the host

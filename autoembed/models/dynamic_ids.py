@@ -45,8 +45,9 @@ class DynamicIds:
         return len(self._free)
 
     def row_of(self, raw_id: int) -> int | None:
-        """The extra row `raw_id` holds (None: it has none)."""
-        return self._row_of.get(raw_id)
+        """The table row `raw_id` holds of its own (None: it has none)."""
+        k = self._row_of.get(raw_id)
+        return None if k is None else self.base + k
 
     def map(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows of `ids` (int64, any shape, ids >= 0); assigns rows to new ids in order of

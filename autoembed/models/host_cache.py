@@ -108,7 +108,9 @@ class HostCachedTable(TableModule):
         if policy not in ("lru", "lfu"):
             raise ValueError(f"cache policy '{policy}' is not lru or lfu")
         if optimizer not in ROW_STATE:
-            raise ValueError(f"optimizer '{optimizer}' cannot be host-cached; use {list(ROW_STATE)}")
+            raise ValueError(
+                f"optimizer '{optimizer}' cannot be host-cached; use one of {list(ROW_STATE)}"
+            )
         dev = torch.device(device)
         self.buckets = buckets
         self.seed = seed
