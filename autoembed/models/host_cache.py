@@ -28,6 +28,7 @@ without caching them (evaluation at a larger batch).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +41,10 @@ from autoembed.models.dynamic_ids import DynamicIds
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
 
-__all__ = ["HostCachedTable", "CacheStats", "ROW_STATE", "host_cached_tables", "total_stats"]
+__all__ = [
+    "HostCachedTable", "CacheStats", "ROW_STATE", "host_cached_tables", "total_stats",
+    "cache_metrics",
+]
 
 # Per-row optimizer state tensors moved with a row: name in the torch optimizer's state ->
 # per-element (True: [rows, D]) or per-row (False: [rows]) (torch.optim.Adagrad `sum`,
@@ -66,6 +70,8 @@ class CacheStats:
     bytes_to_device: int = 0
     bytes_to_host: int = 0
     uncached_reads: int = 0  # rows read around the cache by an oversize no-grad batch
+    batches: int = 0  # forward calls
+    seconds: float = 0.0  # wall time making rows resident (lookups, eviction, copies)
 
     @property
     def hit_rate(self) -> float:
@@ -73,12 +79,13 @@ class CacheStats:
         return self.hits / total if total else math.nan
 
     def __add__(self, other: CacheStats) -> CacheStats:
-        return CacheStats(*(a + b for a, b in zip(_astuple(self), _astuple(other), strict=True)))
+        a, b = _astuple(self), _astuple(other)
+        return CacheStats(*(int(x + y) for x, y in zip(a[:-1], b[:-1], strict=True)), a[-1] + b[-1])
 
 
 def _astuple(s: CacheStats) -> tuple[int, ...]:
     return (s.lookups, s.hits, s.misses, s.evictions, s.bytes_to_device, s.bytes_to_host,
-            s.uncached_reads)
+            s.uncached_reads, s.batches, s.seconds)
 
 
 class HostCachedTable(TableModule):
@@ -148,7 +155,8 @@ class HostCachedTable(TableModule):
         self.slot_last = torch.zeros(cache_rows, dtype=torch.int64, device=dev)
         self.slot_count = torch.zeros(cache_rows, dtype=torch.int64, device=dev)
         self.clock = 0
-        self.stats = CacheStats()
+        self.stats = CacheStats()  # training forwards (grad enabled)
+        self.eval_stats = CacheStats()  # no-grad forwards (evaluation, serving)
         self._tmp_weight: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- structure
@@ -198,6 +206,13 @@ class HostCachedTable(TableModule):
 
     def reset_stats(self) -> None:
         self.stats = CacheStats()
+        self.eval_stats = CacheStats()
+
+    def _count(self, s: CacheStats) -> None:
+        if torch.is_grad_enabled():
+            self.stats = self.stats + s
+        else:
+            self.eval_stats = self.eval_stats + s
 
     # ----------------------------------------------------------------- the cache
     @torch.no_grad()
@@ -239,6 +254,7 @@ class HostCachedTable(TableModule):
     @torch.no_grad()
     def resident_slots(self, rows: torch.Tensor) -> torch.Tensor:
         """Make `rows` (1-D int64 host tensor) resident; return their slots (same shape)."""
+        t0 = time.perf_counter()
         uniq, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
         self.clock += 1
         self.use_count.index_add_(0, uniq, counts)
@@ -261,11 +277,15 @@ class HostCachedTable(TableModule):
         self.slot_last[slots_dev] = self.clock
         self.slot_count[slots_dev] = self.use_count[uniq].to(dev)
         rb = self.row_bytes()
-        self.stats = self.stats + CacheStats(
+        out = slots[inverse]
+        if dev.type == "cuda":
+            torch.cuda.current_stream(dev).synchronize()  # the copies are part of the cost
+        self._count(CacheStats(
             lookups=int(rows.numel()), hits=int(uniq.numel()) - n_miss, misses=n_miss,
             evictions=evicted, bytes_to_device=n_miss * rb, bytes_to_host=evicted * rb,
-        )
-        return slots[inverse]
+            batches=1, seconds=time.perf_counter() - t0,
+        ))
+        return out
 
     @torch.no_grad()
     def read_rows(self, rows: torch.Tensor) -> torch.Tensor:
@@ -349,8 +369,7 @@ class HostCachedTable(TableModule):
             # more distinct rows than the cache holds: read around it (no gradient)
             uniq, inverse = torch.unique(real, return_inverse=True)
             self._tmp_weight = self.read_rows(uniq)
-            self.stats = self.stats + CacheStats(lookups=int(real.numel()),
-                                                 uncached_reads=int(uniq.numel()))
+            self._count(CacheStats(lookups=int(real.numel()), uncached_reads=int(uniq.numel())))
             sidx = torch.zeros_like(idx)
             sidx[valid] = inverse
             name = "_tmp_weight"
@@ -386,8 +405,25 @@ def host_cached_tables(model: nn.Module) -> list[tuple[str, HostCachedTable]]:
 
 
 def total_stats(model: nn.Module) -> CacheStats:
+    """Training-forward cache counts summed over the model's host-cached tables."""
     out = CacheStats()
     for _, t in host_cached_tables(model):
         out = out + t.stats
     return out
+
+
+def cache_metrics(model: nn.Module, steps: int, train_seconds: float) -> dict[str, float]:
+    """What a trial reports about its cache (empty without host-cached tables): hit rate
+    over distinct rows per batch, bytes moved per step (both ways), and the share of the
+    training time spent making rows resident -- the throughput cost of misses."""
+    tables = host_cached_tables(model)
+    if not tables or steps <= 0:
+        return {}
+    s = total_stats(model)
+    return {
+        "cache_hit_rate": s.hit_rate,
+        "cache_bytes_per_step": (s.bytes_to_device + s.bytes_to_host) / steps,
+        "cache_misses_per_step": s.misses / steps,
+        "cache_time_share": s.seconds / train_seconds if train_seconds > 0 else math.nan,
+    }
 
