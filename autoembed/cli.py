@@ -491,6 +491,8 @@ def search_cmd(
         None, "--early-stop/--no-early-stop",
         help="Stop trials that cannot reach the front (default on; see README)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
+    host_budget: str | None = typer.Option(
+        None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
 ) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config."""
     from autoembed.search import search as run_search
@@ -507,7 +509,7 @@ def search_cmd(
             resume=resume, runs_dir=runs_dir, ray_address=ray_address,
             tracking_uri=tracking_uri, pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
-            progress=prog.update, on_recovered=prog.note,
+            progress=prog.update, on_recovered=prog.note, host_budget=host_budget,
         )
     if as_json:
         print(json.dumps(result_json(result), default=str))

@@ -108,7 +108,8 @@ def test_no_grad_batch_larger_than_the_cache_reads_around_it() -> None:
     dev.step([batches(1)[0]])
     torch.testing.assert_close(got, dev.predict(big))
     (_, a), _ = host_cached_tables(tr.model)
-    assert a.stats.uncached_reads == 400
+    assert a.eval_stats.uncached_reads == 400 and a.stats.uncached_reads == 0
+    assert a.stats.lookups == 16 * 2 - int((batches(1)[0].features["a"] < 0).sum())
 
 
 # ===================================================================== eviction policies

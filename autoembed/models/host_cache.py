@@ -79,13 +79,14 @@ class CacheStats:
         return self.hits / total if total else math.nan
 
     def __add__(self, other: CacheStats) -> CacheStats:
-        a, b = _astuple(self), _astuple(other)
-        return CacheStats(*(int(x + y) for x, y in zip(a[:-1], b[:-1], strict=True)), a[-1] + b[-1])
+        counts = (int(x + y) for x, y in zip(_astuple(self), _astuple(other), strict=True))
+        return CacheStats(*counts, seconds=self.seconds + other.seconds)  # type: ignore[misc]
 
 
 def _astuple(s: CacheStats) -> tuple[int, ...]:
+    """The integer counts, in field order (`seconds` apart)."""
     return (s.lookups, s.hits, s.misses, s.evictions, s.bytes_to_device, s.bytes_to_host,
-            s.uncached_reads, s.batches, s.seconds)
+            s.uncached_reads, s.batches)
 
 
 class HostCachedTable(TableModule):
@@ -208,8 +209,8 @@ class HostCachedTable(TableModule):
         self.stats = CacheStats()
         self.eval_stats = CacheStats()
 
-    def _count(self, s: CacheStats) -> None:
-        if torch.is_grad_enabled():
+    def _count(self, s: CacheStats, training: bool) -> None:
+        if training:
             self.stats = self.stats + s
         else:
             self.eval_stats = self.eval_stats + s
@@ -252,8 +253,9 @@ class HostCachedTable(TableModule):
         return order[:needed]
 
     @torch.no_grad()
-    def resident_slots(self, rows: torch.Tensor) -> torch.Tensor:
-        """Make `rows` (1-D int64 host tensor) resident; return their slots (same shape)."""
+    def resident_slots(self, rows: torch.Tensor, training: bool = True) -> torch.Tensor:
+        """Make `rows` (1-D int64 host tensor) resident; return their slots (same shape).
+        `training`: count in `stats` (else `eval_stats`)."""
         t0 = time.perf_counter()
         uniq, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
         self.clock += 1
@@ -284,7 +286,7 @@ class HostCachedTable(TableModule):
             lookups=int(rows.numel()), hits=int(uniq.numel()) - n_miss, misses=n_miss,
             evictions=evicted, bytes_to_device=n_miss * rb, bytes_to_host=evicted * rb,
             batches=1, seconds=time.perf_counter() - t0,
-        ))
+        ), training)
         return out
 
     @torch.no_grad()
@@ -369,13 +371,14 @@ class HostCachedTable(TableModule):
             # more distinct rows than the cache holds: read around it (no gradient)
             uniq, inverse = torch.unique(real, return_inverse=True)
             self._tmp_weight = self.read_rows(uniq)
-            self._count(CacheStats(lookups=int(real.numel()), uncached_reads=int(uniq.numel())))
+            self._count(CacheStats(lookups=int(real.numel()), uncached_reads=int(uniq.numel())),
+                        training=False)
             sidx = torch.zeros_like(idx)
             sidx[valid] = inverse
             name = "_tmp_weight"
         else:
             sidx = torch.zeros_like(idx)
-            sidx[valid] = self.resident_slots(real)
+            sidx[valid] = self.resident_slots(real, training=torch.is_grad_enabled())
             name = "cache_weight"
         sidx, valid = sidx.to(dev), valid.to(dev)
         try:

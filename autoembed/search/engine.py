@@ -110,6 +110,7 @@ class SearchEngine:
         early_stop: bool = False,
         use_measured: bool = False,
         host_memory: bool = True,
+        host_budget_bytes: int | None = None,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -127,6 +128,7 @@ class SearchEngine:
         self.early_stop = early_stop
         self.use_measured = use_measured
         self.host_memory = host_memory
+        self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.tracker = tracker
         self.progress = progress
         self.clock = clock
@@ -248,12 +250,17 @@ class SearchEngine:
         self._grid_seen.add(self._key(params))
         est = estimate(config).to_dict()
         overshoot = (int(est["device_total"]) - self.budget) / self.budget
+        reason = (f"device_total {int(est['device_total']):,} B exceeds the "
+                  f"budget {self.budget:,} B by {100 * overshoot:.1f}%")
+        host_b = int(est.get("host_bytes") or 0)
+        if overshoot <= 0 and self.host_budget is not None and host_b > self.host_budget:
+            overshoot = (host_b - self.host_budget) / self.host_budget
+            reason = (f"host_bytes {host_b:,} B exceeds the host budget {self.host_budget:,} B "
+                      f"by {100 * overshoot:.1f}%")
         if overshoot > 0:
             row = TrialRow(trial.number, "infeasible", config, est, params,
                            metrics={"device_total": float(est["device_total"])},
-                           reason=(f"device_total {int(est['device_total']):,} B exceeds the "
-                                   f"budget {self.budget:,} B by {100 * overshoot:.1f}%"),
-                           overshoot=overshoot, retry_of=retry_of)
+                           reason=reason, overshoot=overshoot, retry_of=retry_of)
             self._tell_complete(trial, row, placeholder=True, runs=0.0)
             self._emit(row)
             return None
