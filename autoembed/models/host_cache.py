@@ -235,22 +235,24 @@ class HostCachedTable(TableModule):
 
     def _victims(self, needed: int, keep: torch.Tensor) -> torch.Tensor:
         """`needed` slots outside `keep` (bool [C]): empty ones first (lowest index), then by
-        the policy (LRU: oldest `slot_last`; LFU: fewest `slot_count`, then oldest)."""
+        the policy (LRU: oldest `slot_last`; LFU: fewest `slot_count`, then oldest); ties go
+        to the lowest slot. O(C) per call (top-k and k-th value, no sort of the cache)."""
         c = self.cache_rows
-        dev = self.cache_weight.device
-        idx = torch.arange(c, device=dev)
-        order = idx
-        # successive stable sorts: the last key sorted is the most significant
-        _, o = torch.sort(self.slot_last[order], stable=True)
-        order = order[o]
-        if self.policy == "lfu":
-            _, o = torch.sort(self.slot_count[order], stable=True)
-            order = order[o]
-        empty_first = self.slot_row[order] != EMPTY
-        _, o = torch.sort(empty_first.to(torch.int8), stable=True)
-        order = order[o]
-        order = order[~keep[order]]
-        return order[:needed]
+        idx = torch.arange(c, device=self.cache_weight.device)
+        empty = self.slot_row == EMPTY
+        never = torch.iinfo(torch.int64).max
+        # LRU order as one unique key: empties (negative) first, then (last use, slot)
+        lru = (self.slot_last + 1) * c + idx
+        lru = torch.where(empty, idx - c, lru).masked_fill_(keep, never)
+        if self.policy == "lru":
+            return torch.topk(lru, needed, largest=False, sorted=True).indices
+        count = torch.where(empty, -1, self.slot_count).masked_fill_(keep, never)
+        kth = torch.kthvalue(count, needed).values
+        below = (count < kth).nonzero().squeeze(1)  # all of these go
+        at = (count == kth).nonzero().squeeze(1)  # the rest by LRU among the tied
+        rest = needed - below.numel()
+        pick = at[torch.topk(lru[at], rest, largest=False, sorted=True).indices]
+        return torch.cat((below, pick))
 
     @torch.no_grad()
     def resident_slots(self, rows: torch.Tensor, training: bool = True) -> torch.Tensor:
