@@ -158,6 +158,12 @@ def test_a_batch_never_evicts_its_own_rows() -> None:
     assert [int(t.slot_row[s]) for s in slots] == [2, 5, 1]
 
 
+def test_a_training_batch_larger_than_the_cache_is_a_clear_error() -> None:
+    t = table("lru", cache=3)
+    with pytest.raises(ConfigError, match="raise cache_load_factor"):
+        t.resident_slots(torch.tensor([0, 1, 2, 3]))
+
+
 def test_write_back_keeps_weight_and_optimizer_state() -> None:
     t = table("lru", cache=2)
     (slot,) = t.resident_slots(torch.tensor([5])).tolist()

@@ -260,6 +260,12 @@ class HostCachedTable(TableModule):
         `training`: count in `stats` (else `eval_stats`)."""
         t0 = time.perf_counter()
         uniq, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
+        if uniq.numel() > self.cache_rows:
+            raise DataError(
+                f"a batch looks up {uniq.numel()} distinct rows of a host_cached table whose "
+                f"cache holds {self.cache_rows}; train with batches no larger than the config's "
+                "batch_size, or raise cache_load_factor"
+            )
         self.clock += 1
         self.use_count.index_add_(0, uniq, counts)
         slots = self.slot_of_row[uniq].clone()
