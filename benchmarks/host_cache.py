@@ -96,12 +96,12 @@ def throughput(steps: int, warmup: int) -> str:
         dense_layers=(64,), table_optimizer="rowwise_adagrad", dense_optimizer="adam", lr=0.05,
     )
     data = _batches(warmup + steps * ROUNDS)
-    runs = []
+    runs: list[tuple[float | None, Any, list[Any], list[int], list[float]]] = []
     for factor in (None, *FACTORS):
         cfg = base if factor is None else replace(
             base, placement="host_cached", cache_load_factor=factor, cache_policy="lru")
         tr = make_trainer(cfg)
-        tables = [m for m in tr.model.modules() if hasattr(m, "reset_stats")]
+        tables: list[Any] = [m for m in tr.model.modules() if hasattr(m, "reset_stats")]
         filled = [_fill(t) for t in tables]
         for b in data[:warmup]:
             tr.step([b])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ def block(n: int) -> int:
     return -(-n // 512) * 512
 
 
-def base_config(opt: str, **kw: object) -> EmbeddingConfig:
+def base_config(opt: str, **kw: Any) -> EmbeddingConfig:
     return EmbeddingConfig(
         tables=(TableConfig("a", 400, 2.0), TableConfig("b", 150)), dim=8, batch_size=16,
         dense_layers=(16,), table_optimizer=opt, dense_optimizer="adam", lr=0.05, **kw,
@@ -68,7 +69,7 @@ def test_host_cached_trains_to_the_device_weights(opt: str, policy: str) -> None
     evictions = 0
     for name in ("a", "b"):
         t = tables[f"tables.{name}"]
-        w = dev.model.tables[name].weight
+        w: Any = dev.model.tables[name].weight
         torch.testing.assert_close(t.full_weight(), w.detach(), rtol=1e-5, atol=1e-6)
         dev_state = dev.optimizers.table.state[w]
         for key, host in t.host_state.items():  # the state written back is the device's
@@ -93,7 +94,8 @@ def test_text_task_host_cached_matches_device() -> None:
         dev.step([b])
         hc.step([b])
     (_, t), = host_cached_tables(hc.model)
-    torch.testing.assert_close(t.full_weight(), dev.model.tables["tokens"].weight.detach())
+    dev_w: Any = dev.model.tables["tokens"].weight
+    torch.testing.assert_close(t.full_weight(), dev_w.detach())
     assert float(t.full_weight()[0].abs().sum()) == 0.0  # the pad row never trains
 
 
@@ -320,7 +322,7 @@ def test_config_round_trips_through_yaml(tmp_path: object) -> None:
      ({"compression": "qr"}, "compression none or hash"),
      ({"precision": "fp16_master"}, "master"), ({"grad_accum_steps": 2}, "use 1")],
 )
-def test_bad_placement_values_name_the_rule(kw: dict[str, object], words: str) -> None:
+def test_bad_placement_values_name_the_rule(kw: dict[str, Any], words: str) -> None:
     with pytest.raises(ConfigError) as e:
         replace(base_config("adagrad"), placement="host_cached", **kw)
     assert words in str(e.value)
