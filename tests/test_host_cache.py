@@ -355,3 +355,32 @@ def test_cli_estimate_reports_host_bytes(capsys: pytest.CaptureFixture[str]) -> 
     assert out["host_bytes"] == 100_000 * (64 + 4 + 16)
     assert out["host_fits"] is True
     assert out["cache"][0]["cache_rows"] == 5000
+
+
+def test_a_checkpoint_resumes_exactly() -> None:
+    cfg = replace(base_config("sparse_adam"), placement="host_cached", cache_load_factor=0.25,
+                  cache_policy="lfu", dynamic_rows=4)
+    data = batches(12, seed=5)
+    data[3].features["a"][0, 0] = 900  # a new id: takes a dynamic row
+    straight = make_trainer(cfg)
+    for b in data:
+        straight.step([b])
+    first = make_trainer(cfg)
+    for b in data[:6]:
+        first.step([b])
+    saved = {"model": first.model.state_dict(), "opt": first.optimizers.state_dict()}
+    resumed = make_trainer(cfg)
+    resumed.model.load_state_dict(saved["model"])
+    resumed.optimizers.load_state_dict(saved["opt"])
+    for _, t in host_cached_tables(resumed.model):
+        t.bind_optimizer(resumed.optimizers.table)
+    for b in data[6:]:
+        resumed.step([b])
+    for (_, x), (_, y) in zip(host_cached_tables(straight.model),
+                              host_cached_tables(resumed.model), strict=True):
+        torch.testing.assert_close(x.full_weight(), y.full_weight())
+        assert torch.equal(x.slot_row, y.slot_row) and torch.equal(x.use_count, y.use_count)
+        for k in x.host_state:
+            torch.testing.assert_close(x.host_state[k], y.host_state[k])
+    (_, ta), _ = host_cached_tables(resumed.model)
+    assert ta.dynamic is not None and ta.dynamic.row_of(900) == 400

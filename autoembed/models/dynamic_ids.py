@@ -78,6 +78,13 @@ class DynamicIds:
         out[new] = self.base + rows[inverse]
         return out
 
+    def load_owner(self, owner: torch.Tensor) -> None:
+        """Rebuild the map from an `owner` tensor (a checkpoint's)."""
+        self.owner.copy_(owner)
+        self._row_of = {int(i): k for k, i in enumerate(self.owner.tolist()) if i != FREE}
+        self._free = [k for k in range(self.capacity - 1, -1, -1) if int(self.owner[k]) == FREE]
+        self.assigned = len(self._row_of)
+
     def release(self, rows: torch.Tensor) -> list[int]:
         """Free extra rows (table rows >= base); return the ids that held them."""
         gone: list[int] = []

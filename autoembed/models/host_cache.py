@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -348,6 +349,41 @@ class HostCachedTable(TableModule):
             t[rare] = 0
         self.use_count[rare] = 0
         return self.dynamic.release(rare)
+
+    # ----------------------------------------------------------------- checkpoints
+    def _saved(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds beyond `cache_weight`: the host table, its state and
+        counts, and the cache's bookkeeping (the cached rows' state is flushed to the host
+        copy first, so it is restored from there)."""
+        out = {f"host.{k}": v for k, v in self.host_tensors().items()}
+        out.update({f"cache.{k}": v for k, v in self.device_bookkeeping().items()})
+        out["cache.clock"] = torch.tensor(self.clock)
+        return out
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self.flush()
+        for k, v in self._saved().items():
+            destination[prefix + k] = v if keep_vars else v.detach()
+
+    @torch.no_grad()
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        missing: list[str] = args[2] if len(args) > 2 else []
+        for k, v in self._saved().items():
+            got = state_dict.pop(prefix + k, None)
+            if got is None:
+                missing.append(prefix + k)
+            elif k == "cache.clock":
+                self.clock = int(got)
+            else:
+                v.copy_(got)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        if self.dynamic is not None:
+            self.dynamic.load_owner(self.dynamic.owner)
+        held = (self.slot_row != EMPTY).nonzero().squeeze(1)
+        rows = self.slot_row[held].cpu()
+        for k, t in self.cache_state.items():  # the cached rows' state, from the host copy
+            t[held] = self.host_state[k][rows].to(t.device)
 
     # ----------------------------------------------------------------- lookups
     def _rows_of(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
