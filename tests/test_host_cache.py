@@ -231,6 +231,25 @@ def test_ids_outside_the_table_without_dynamic_rows_are_a_clear_error() -> None:
 # ===================================================================== pricing
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "amp_bf16"])
+@pytest.mark.parametrize("opt", ["sgd", "adagrad", "rowwise_adagrad", "sparse_adam"])
+def test_built_bytes_equal_analytic_for_every_optimizer(opt: str, precision: str) -> None:
+    cfg = replace(base_config(opt, precision=precision), placement="host_cached",
+                  cache_load_factor=0.3, adam_eps=1e-4)
+    tr = make_trainer(cfg)
+    tr.step(batches(1))
+    tabs = [t for _, t in host_cached_tables(tr.model)]
+    est = estimate(cfg)
+    state = sum(block(v.numel() * v.element_size()) for o in tr.optimizers.all
+                for st in o.state.values() for v in st.values()
+                if isinstance(v, torch.Tensor) and v.dim() > 0)
+    host = sum(v.numel() * v.element_size() for t in tabs for v in t.host_tensors().values())
+    assert sum(block(p.numel() * p.element_size()) for p in tr.model.parameters()) \
+        == est.parameters
+    assert state == est.optimizer_state
+    assert host == est.host_bytes
+
+
 def test_analytic_figures_equal_bytes_of_the_built_structures() -> None:
     cfg = replace(base_config("sparse_adam"), placement="host_cached", cache_load_factor=0.3,
                   dynamic_rows=5)
