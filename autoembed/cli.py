@@ -100,6 +100,9 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
         "grad_accum": "grad_accum_steps",
         "num_classes": "num_classes",
         "interaction": "interaction",
+        "placement": "placement",
+        "cache_load_factor": "cache_load_factor",
+        "cache_policy": "cache_policy",
     }
     for flag, key in simple.items():
         if flag in given:
@@ -193,11 +196,35 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
                 format_bytes(g.device_total),
             )
         con.print(gt)
+    if est.cache:
+        ct = Table(title="Host-cached tables (device cache of host rows)")
+        for col in ("table", "host rows", "cached rows", "host bytes", "bookkeeping",
+                    "zipf s", "miss rate", "moved/step"):
+            ct.add_column(col, justify="left" if col == "table" else "right")
+        for c in est.cache:
+            ct.add_row(c.name, f"{c.rows:,}", f"{c.cache_rows:,}", format_bytes(c.host_bytes),
+                       format_bytes(c.device_bookkeeping), f"{c.zipf_exponent:.2f}",
+                       f"{100 * c.miss_rate:.1f}%", format_bytes(c.transfer_bytes_per_step))
+        con.print(ct)
+        con.print(f"host memory {format_bytes(est.host_bytes)} (not in the device figures)")
     if budget is not None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
         con.print(
             f"device total {format_bytes(est.device_total)} {verdict} the budget "
             f"{budget.text} = {format_bytes(budget.bytes)}"
+        )
+
+
+def _check_host_budget(est: Any, text: str | None) -> None:
+    """Host memory too small for the host_cached tables: bad input (issue 9), exit 2."""
+    if est.host_fits is False:
+        from autoembed.budget import format_bytes
+
+        raise ConfigError(
+            f"--host-budget {text} = {format_bytes(est.host_budget)} is smaller than the "
+            f"{format_bytes(est.host_bytes)} the host_cached tables need on the host; raise "
+            "--host-budget, lower dim or vocab, or use an optimizer with less state (sgd, "
+            "rowwise_adagrad)"
         )
 
 
@@ -233,6 +260,12 @@ def estimate(
     num_classes: int | None = typer.Option(None, help="Classes (text)."),
     grad_accum: int | None = typer.Option(None, help="Gradient accumulation steps."),
     checkpointing: bool | None = typer.Option(None, "--checkpointing/--no-checkpointing"),
+    placement: str | None = typer.Option(None, help="device or host_cached."),
+    cache_load_factor: float | None = typer.Option(
+        None, help="host_cached: share of rows cached on the device, in (0, 1]."),
+    cache_policy: str | None = typer.Option(None, help="host_cached: lru or lfu."),
+    host_budget: str | None = typer.Option(
+        None, help="Host memory for host_cached tables, e.g. 64GB (checked; exit 2 if short)."),
     reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
     device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -265,8 +298,12 @@ def estimate(
             "num_classes": num_classes,
             "grad_accum": grad_accum,
             "checkpointing": checkpointing,
+            "placement": placement,
+            "cache_load_factor": cache_load_factor,
+            "cache_policy": cache_policy,
         },
     )
+    host_b = parse_size(host_budget, "--host-budget") if host_budget is not None else None
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     bud = Budget.parse(budget, dev_mem) if budget is not None else None
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
@@ -277,7 +314,9 @@ def estimate(
         gpus=gpus,
         sharding=sharding,
         reserve=reserve_b,
+        host_budget=host_b,
     )
+    _check_host_budget(est, host_budget)
     if as_json:
         from autoembed.memory.types import BYTE_FIGURES
 
@@ -296,6 +335,10 @@ def estimate(
                         "gpus",
                         "sharding",
                         "per_gpu",
+                        "host_bytes",
+                        "host_budget",
+                        "host_fits",
+                        "cache",
                     )
                 }
             )
@@ -454,6 +497,8 @@ def search_cmd(
         None, "--early-stop/--no-early-stop",
         help="Stop trials that cannot reach the front (default on; see README)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
+    host_budget: str | None = typer.Option(
+        None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
 ) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config."""
     from autoembed.search import search as run_search
@@ -471,7 +516,7 @@ def search_cmd(
             tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
             pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
-            progress=prog.update, on_recovered=prog.note,
+            progress=prog.update, on_recovered=prog.note, host_budget=host_budget,
         )
     if as_json:
         print(json.dumps(result_json(result), default=str))

@@ -28,12 +28,17 @@ __all__ = [
     "SPARSE_GRAD_OPTIMIZERS",
     "POOLINGS",
     "INTERACTIONS",
+    "PLACEMENTS",
+    "CACHE_POLICIES",
+    "HOST_CACHE_OPTIMIZERS",
     "TableConfig",
     "EmbeddingConfig",
     "ParamSpec",
     "PrecisionPolicy",
     "precision_policy",
     "param_specs",
+    "cache_rows",
+    "storage_rows",
     "load_config",
     "save_config",
     "config_from_dict",
@@ -54,6 +59,16 @@ TABLE_ONLY_OPTIMIZERS = ("rowwise_adagrad", "sparse_adam")
 SPARSE_GRAD_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
 POOLINGS = ("mean", "sum", "naive")
 INTERACTIONS = ("concat", "dot")
+# Placement (issue 9): `device` keeps whole tables on the GPU; `host_cached` keeps each full
+# table and its optimizer state in host memory and a cache of `cache_load_factor` of its rows
+# (FBGEMM's UVM caching, TorchRec's cache load factor) on the device.
+PLACEMENTS = ("device", "host_cached")
+CACHE_POLICIES = ("lru", "lfu")
+# Table optimizers under which a row not looked up in a step does not change, so a row held on
+# the host between its lookups trains exactly as on the device. Dense-gradient optimizers
+# (momentum, adam, adamw) move every row every step and are refused.
+HOST_CACHE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
+HOST_CACHE_COMPRESSIONS = ("none", "hash")
 # fp16 cannot represent 1e-8 (smallest subnormal is 6e-8): Adam's default eps rounds to 0 and
 # rows a step does not touch become 0/0 = NaN (REFERENCES.md, low precision pitfalls).
 FP16_MIN_ADAM_EPS = 1e-4
@@ -146,6 +161,11 @@ class EmbeddingConfig:
     batch_size: int = 256
     grad_accum_steps: int = 1
     seed: int = 0
+    # placement (issue 9): see PLACEMENTS; docs/host_cache.md has the formulas
+    placement: str = "device"
+    cache_load_factor: float = 0.2
+    cache_policy: str = "lru"
+    dynamic_rows: int = 0  # host_cached: rows for ids >= vocab_size, given on first sight
     # data spec (name and parameters) and where vocabulary maps live; written by resolution
     data: Mapping[str, Any] | None = field(default=None, compare=False)
 
@@ -239,6 +259,48 @@ class EmbeddingConfig:
         _positive_int("batch_size", self.batch_size)
         _positive_int("grad_accum_steps", self.grad_accum_steps)
         _positive_int("seed", self.seed, 0)
+        self._validate_placement()
+
+    def _validate_placement(self) -> None:
+        _choice("placement", self.placement, PLACEMENTS)
+        _number("cache_load_factor", self.cache_load_factor, 0.0, 1.0, open_low=True)
+        _choice("cache_policy", self.cache_policy, CACHE_POLICIES)
+        _positive_int("dynamic_rows", self.dynamic_rows, 0)
+        if self.placement != "host_cached":
+            if self.dynamic_rows:
+                raise _fail("dynamic_rows", self.dynamic_rows,
+                            "dynamic vocabularies need placement host_cached; set it or use 0")
+            return
+        if self.compression not in HOST_CACHE_COMPRESSIONS:
+            raise _fail("compression", self.compression,
+                        "placement host_cached caches plain or hashed tables; use compression "
+                        "none or hash, or placement device")
+        if self.table_optimizer not in HOST_CACHE_OPTIMIZERS:
+            raise _fail("table_optimizer", self.table_optimizer,
+                        "placement host_cached needs an optimizer that leaves rows outside the "
+                        f"batch unchanged: use {', '.join(HOST_CACHE_OPTIMIZERS)}")
+        if precision_policy(self.precision).master:
+            raise _fail("precision", self.precision,
+                        "placement host_cached does not cache fp32 master rows; use fp32, fp16, "
+                        "bf16 or amp_*")
+        if self.serving != "none":
+            raise _fail("serving", self.serving,
+                        "placement host_cached serves the fp32/half table as trained; use none")
+        if self.grad_accum_steps != 1:
+            raise _fail("grad_accum_steps", self.grad_accum_steps,
+                        "placement host_cached steps after every micro-batch; use 1")
+        if self.dynamic_rows and self.compression != "none":
+            raise _fail("dynamic_rows", self.dynamic_rows,
+                        "dynamic rows extend an unhashed table; use compression none or 0")
+        for t in self.tables:
+            per_batch = self.batch_size * math.ceil(self.lookups_per_sample(t))
+            need = min(storage_rows(self, t), per_batch)
+            have = cache_rows(self, t)
+            if have < need:
+                raise _fail("cache_load_factor", self.cache_load_factor,
+                            f"table '{t.name}' caches {have} rows but one batch can look up {need} "
+                            f"distinct rows; raise cache_load_factor to >= "
+                            f"{need / storage_rows(self, t):.4g} or lower batch_size")
 
     # ----------------------------------------------------------------- derived values
     @property
@@ -510,11 +572,28 @@ class ParamSpec:
         return self.shape[0]
 
 
+def storage_rows(config: EmbeddingConfig, t: TableConfig) -> int:
+    """Rows of a host_cached table's full (host) copy: the stored rows plus dynamic rows."""
+    v = t.vocab_size
+    if config.compression == "hash" and config.hash_buckets is not None:
+        v = min(v, config.hash_buckets)
+    return v + config.dynamic_rows
+
+
+def cache_rows(config: EmbeddingConfig, t: TableConfig) -> int:
+    """Device cache rows of a host_cached table: ceil(cache_load_factor x storage rows)."""
+    rows = storage_rows(config, t)
+    return max(1, min(rows, math.ceil(config.cache_load_factor * rows - 1e-9)))
+
+
 def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
     """Embedding tensors for one field under the config's compression."""
     look = config.lookups_per_sample(t)
     v, d = t.vocab_size, config.table_dim(t)
     c = config.compression
+    if config.placement == "host_cached":  # the device holds only the cache
+        shape = (cache_rows(config, t), d)
+        return [ParamSpec(f"tables.{t.name}.cache_weight", shape, "table", t.name, look)]
     if c == "hash":
         assert config.hash_buckets is not None
         rows = min(v, config.hash_buckets)

@@ -387,8 +387,12 @@ def run_trial(
                     return result("pruned", quality=q, metrics=m)
             if s.max_seconds is not None and train_seconds >= s.max_seconds:
                 break
+        from autoembed.models.host_cache import cache_metrics
+
+        cache = cache_metrics(trainer.model, steps - start_step, train_seconds)
         metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
         quality = metrics[primary(task)]
+        metrics = {**metrics, **cache}  # host_cached: hit rate and the cost of misses
         extra: dict[str, Any] = {}
         if s.device.startswith("cuda"):
             extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.config import (
+    CACHE_POLICIES,
     COMPRESSIONS,
     INTERACTIONS,
     OPTIMIZERS,
+    PLACEMENTS,
     POOLINGS,
     PRECISIONS,
     QR_OPERATIONS,
@@ -77,17 +79,20 @@ _DATA_FIELDS = ("task", "tables", "num_classes", "seq_len", "data")
 _INT_FIELDS = {  # field -> smallest valid value (EmbeddingConfig.validate)
     "dim": 1, "hash_buckets": 1, "hash_seed": 0, "qr_collisions": 2, "mixed_dim_min": 1,
     "warmup_steps": 0, "batch_size": 1, "grad_accum_steps": 1, "seed": 0,
+    "dynamic_rows": 0,
 }
 _FLOAT_FIELDS = {  # field -> (low, high, low open)
     "mixed_dim_alpha": (0.0, 1.0, False), "lr": (0.0, 100.0, True),
     "dense_lr": (0.0, 100.0, True), "adam_eps": (0.0, 1.0, True),
     "momentum": (0.0, 1.0, False), "weight_decay": (0.0, 1.0, False),
+    "cache_load_factor": (0.0, 1.0, True),
 }
 _CHOICE_FIELDS: dict[str, tuple[Any, ...]] = {
     "compression": COMPRESSIONS, "qr_operation": QR_OPERATIONS, "precision": PRECISIONS,
     "serving": SERVING, "table_optimizer": OPTIMIZERS,
     "dense_optimizer": tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS),
     "pooling": POOLINGS, "interaction": INTERACTIONS, "checkpointing": (True, False),
+    "placement": PLACEMENTS, "cache_policy": CACHE_POLICIES,
 }
 _LIST_FIELDS = ("dense_layers",)
 SEARCHABLE = tuple(sorted({*_INT_FIELDS, *_FLOAT_FIELDS, *_CHOICE_FIELDS, *_LIST_FIELDS}))
@@ -95,7 +100,7 @@ SEARCHABLE = tuple(sorted({*_INT_FIELDS, *_FLOAT_FIELDS, *_CHOICE_FIELDS, *_LIST
 _MEMORY_NEUTRAL = ("lr", "dense_lr", "adam_eps", "momentum", "weight_decay", "warmup_steps",
                    "hash_seed", "seed")
 
-BUILTIN_SPACES = ("default", "ctr", "text", "tiny")
+BUILTIN_SPACES = ("default", "ctr", "text", "tiny", "host_cache")
 
 
 def builtin_space_path(name: str) -> Path:

@@ -73,6 +73,11 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
         )
     trainer.model.load_state_dict(st["model"])
     trainer.optimizers.load_state_dict(st["optimizers"])
+    if trainer.config.placement == "host_cached":  # the loaded state must move with the rows
+        from autoembed.models.host_cache import host_cached_tables
+
+        for _, table in host_cached_tables(trainer.model):
+            table.bind_optimizer(trainer.optimizers.table)
     if trainer.masters is not None and "masters" in st:
         with torch.no_grad():
             for k, m in trainer.masters.items():

@@ -42,8 +42,10 @@ def estimate(
     sharding: str = "table",
     reserve: int = 0,
     context_bytes: int = CUDA_CONTEXT_BYTES,
+    host_budget: int | None = None,
 ) -> MemoryEstimate:
-    """Price one training step of `config` in bytes; `budget` (bytes) fills in `fits`."""
+    """Price one training step of `config` in bytes; `budget` (bytes) fills in `fits`,
+    `host_budget` (bytes of host memory, host_cached tables) `host_fits`."""
     if method not in METHODS:
         raise ConfigError(f"method '{method}' is not known; use one of {', '.join(METHODS)}")
     if sharding not in SHARDINGS:
@@ -62,4 +64,8 @@ def estimate(
         est = analytic_estimate(
             config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
         )
+    if host_budget is not None:
+        from dataclasses import replace
+
+        est = replace(est, host_budget=host_budget)
     return est.with_budget(budget)

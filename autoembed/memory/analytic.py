@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from autoembed.config import EmbeddingConfig, ParamSpec, param_specs, precision_policy
 from autoembed.memory.types import (
@@ -35,6 +35,7 @@ __all__ = [
     "optimizer_state_bytes",
     "serving_row_bytes",
     "STATE_MULTIPLIER",
+    "with_host_cache",
 ]
 
 # Optimizer state tensors per parameter element (TorchRec shard_estimators
@@ -96,6 +97,7 @@ class _Priced:
     sparse_grads: int  # sparse table gradients (param dtype), live from backward to the step
     sparse_step_grads: int  # the same in the step (fp32 under *_master)
     sparse_temporaries: int  # the largest sparse optimizer step's temporaries
+    bookkeeping: list[int] = field(default_factory=list)  # host_cached: cache slot tables
 
 
 def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Priced:
@@ -157,6 +159,13 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
             srv = s.numel * pb
         serving += srv
     step_temps = [max(sum(table_temps), max(sparse_temps, default=0), sum(dense_temps))]
+    bookkeeping = []
+    if config.placement == "host_cached":
+        from autoembed.memory.cache_model import SLOT_BOOKKEEPING_TENSORS
+
+        for s in specs:
+            if s.kind == "table":
+                bookkeeping += [round_block(s.rows * 8)] * SLOT_BOOKKEEPING_TENSORS
     acts, transient = _activations(config, specs, batch)
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
@@ -173,6 +182,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         sparse_g,
         sparse_mg,
         max(sparse_temps, default=0),
+        bookkeeping,
     )
 
 
@@ -230,7 +240,7 @@ def _activations(
 
 
 def _phases(pr: _Priced) -> tuple[int, int, str]:
-    static = sum(pr.params) + sum(pr.masters) + sum(pr.state)
+    static = sum(pr.params) + sum(pr.masters) + sum(pr.state) + sum(pr.bookkeeping)
     backward = static + sum(pr.activations) + sum(pr.grads) + sum(pr.backward_transient)
     step_grads = sum(pr.master_grads) if pr.master_grads else sum(pr.grads)
     step = static + step_grads + sum(pr.step_temporaries)
@@ -242,6 +252,7 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
                     *pr.params,
                     *pr.masters,
                     *pr.state,
+                    *pr.bookkeeping,
                     *(pr.master_grads or pr.grads),
                     *pr.step_temporaries,
                 ]
@@ -251,7 +262,10 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
     return (
         backward,
         reserved_for(
-            [*pr.params, *pr.masters, *pr.state, *pr.activations, *pr.grads, *pr.backward_transient]
+            [
+                *pr.params, *pr.masters, *pr.state, *pr.bookkeeping, *pr.activations, *pr.grads,
+                *pr.backward_transient,
+            ]
         ),
         "backward",
     )
@@ -294,6 +308,7 @@ def analytic_estimate(
 ) -> MemoryEstimate:
     """Price `config` in closed form. With gpus > 1 the figures are those of the fullest GPU."""
     config = config.resolve()
+    _check_host_cached_gpus(config, gpus)
     overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
     shares: list[tuple[_Priced, int, int, str, list[ParamSpec]]] = []
     shard_lists = [list(param_specs(config))] if gpus == 1 else _shard_specs(config, gpus, sharding)
@@ -315,7 +330,7 @@ def analytic_estimate(
             )
             for i, (_, pk, rs, _, sp) in enumerate(shares)
         )
-    return MemoryEstimate(
+    est = MemoryEstimate(
         method="analytic",
         parameters=sum(pr.params) + sum(pr.masters),
         gradients=max(sum(pr.grads), sum(pr.master_grads)),
@@ -333,6 +348,28 @@ def analytic_estimate(
         sharding=sharding,
         per_gpu=per_gpu,
     )
+    return with_host_cache(est, config)
+
+
+def _check_host_cached_gpus(config: EmbeddingConfig, gpus: int) -> None:
+    if config.placement == "host_cached" and gpus != 1:
+        from autoembed.errors import ConfigError
+
+        raise ConfigError(
+            f"gpus = {gpus}: placement host_cached is priced for one GPU (its cache); use "
+            "--gpus 1, or placement device to shard the tables"
+        )
+
+
+def with_host_cache(est: MemoryEstimate, config: EmbeddingConfig) -> MemoryEstimate:
+    """`est` with the host bytes and cache pricing of a host_cached config (unchanged for
+    placement device). The device bookkeeping is already in the peak."""
+    if config.placement != "host_cached":
+        return est
+    from autoembed.memory.cache_model import cache_tables
+
+    cache = cache_tables(config)
+    return replace(est, host_bytes=sum(c.host_bytes for c in cache), cache=cache)
 
 
 def sparse_terms(config: EmbeddingConfig) -> tuple[int, int, int]:

@@ -119,6 +119,8 @@ def traced_estimate(
             "for sharded tables"
         )
     config = config.resolve()
+    if config.placement == "host_cached":
+        return _traced_host_cached(config, reserve=reserve, context_bytes=context_bytes)
     tracker, peaks = _trace(config)
     sg, sg_step, s_tmp = sparse_terms(config)
     # Sparse gradients live from the backward through the step; their step temporaries live
@@ -151,3 +153,43 @@ def traced_estimate(
         peak_phase=phase,
         notes=("categories are the bytes live at the peak",),
     )
+
+
+def _traced_host_cached(
+    config: EmbeddingConfig, *, reserve: int, context_bytes: int
+) -> MemoryEstimate:
+    """A host_cached config's device side is an ordinary table of `cache_rows` rows with its
+    optimizer state, plus the cache's slot bookkeeping: trace that table (the data-dependent
+    slot remap cannot run on fake tensors), add the bookkeeping by formula, and take the host
+    bytes and miss rates from the cache model."""
+    from dataclasses import replace
+
+    from autoembed.config import cache_rows
+    from autoembed.memory.analytic import with_host_cache
+    from autoembed.memory.cache_model import device_bookkeeping
+    from autoembed.memory.types import reserved_for
+
+    tables = tuple(
+        replace(t, vocab_size=cache_rows(config, t), frequency=None) for t in config.tables
+    )
+    device_part = replace(
+        config, placement="device", compression="none", hash_buckets=None, dynamic_rows=0,
+        tables=tables,
+    )
+    est = traced_estimate(device_part, reserve=reserve, context_bytes=context_bytes)
+    blocks = [device_bookkeeping(t.vocab_size) // 3 for t in tables for _ in range(3)]
+    bk = sum(blocks)
+    reserved = est.reserved_peak + reserved_for(blocks)
+    est = replace(
+        est,
+        allocated_peak=est.allocated_peak + bk,
+        reserved_peak=reserved,
+        device_total=reserved + est.overhead,
+        serving_bytes=analytic_estimate(config).serving_bytes,
+        notes=(
+            *est.notes,
+            "host_cached: traced as its device part (a cache_rows-row table and its optimizer "
+            "state); cache bookkeeping (3 int64 per slot) added by formula",
+        ),
+    )
+    return with_host_cache(est, config)

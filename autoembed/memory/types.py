@@ -12,6 +12,7 @@ __all__ = [
     "MemoryEstimate",
     "TableMemory",
     "GpuShare",
+    "CacheTable",
     "round_block",
     "reserved_for",
     "CUDA_CONTEXT_BYTES",
@@ -97,6 +98,26 @@ class TableMemory:
 
 
 @dataclass(frozen=True)
+class CacheTable:
+    """One host_cached table's pricing (`memory/cache_model.py`): rows on the host, rows in
+    the device cache, bytes one row moves with (weight + optimizer state), host bytes, device
+    bookkeeping bytes, the Zipf exponent used, the expected miss rate per lookup, misses and
+    bytes moved (both ways) per training step."""
+
+    name: str
+    rows: int
+    cache_rows: int
+    dim: int
+    row_bytes: int
+    host_bytes: int
+    device_bookkeeping: int
+    zipf_exponent: float
+    miss_rate: float
+    misses_per_step: float
+    transfer_bytes_per_step: int
+
+
+@dataclass(frozen=True)
 class GpuShare:
     """What one GPU holds under sharding: its tables' bytes plus the replicated rest."""
 
@@ -133,10 +154,18 @@ class MemoryEstimate:
     sharding: str = "table"
     per_gpu: tuple[GpuShare, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # placement host_cached (issue 9): host memory, beside the contract's device figures
+    host_bytes: int = 0
+    cache: tuple[CacheTable, ...] = field(default_factory=tuple)
+    host_budget: int | None = None
 
     @property
     def fits(self) -> bool | None:
         return None if self.budget is None else self.device_total <= self.budget
+
+    @property
+    def host_fits(self) -> bool | None:
+        return None if self.host_budget is None else self.host_bytes <= self.host_budget
 
     def with_budget(self, budget: int | None) -> MemoryEstimate:
         from dataclasses import replace
@@ -149,4 +178,6 @@ class MemoryEstimate:
         d["tables"] = [asdict(t) for t in self.tables]
         d["per_gpu"] = [asdict(g) for g in self.per_gpu]
         d["notes"] = list(self.notes)
+        d["cache"] = [asdict(c) for c in self.cache]
+        d["host_fits"] = self.host_fits
         return d

@@ -19,6 +19,7 @@ from autoembed.batch import Batch
 from autoembed.config import (
     EmbeddingConfig,
     TableConfig,
+    cache_rows,
     param_specs,
     precision_policy,
     tower_input_width,
@@ -93,6 +94,8 @@ def _field_table(
     dtype: torch.dtype,
 ) -> TableModule:
     v, d = t.vocab_size, config.table_dim(t)
+    if config.placement == "host_cached":
+        return _host_cached_table(config, t, spec, device, dtype)
     if config.compression == "hash":
         assert config.hash_buckets is not None
         buckets = config.hash_buckets if v > config.hash_buckets else None
@@ -105,6 +108,28 @@ def _field_table(
         return QRTable(v, m, d, op, spec, device=device, dtype=dtype)
     # none, mixed_dim (projects d -> dim when narrower), qr with V <= m (a plain table)
     return PlainTable(v, d, config.dim, spec, device=device, dtype=dtype)
+
+
+def _host_cached_table(
+    config: EmbeddingConfig,
+    t: TableConfig,
+    spec: LookupSpec,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> TableModule:
+    from autoembed.models.host_cache import HostCachedTable
+
+    v, d = t.vocab_size, config.table_dim(t)
+    buckets = None
+    if config.compression == "hash":
+        assert config.hash_buckets is not None
+        buckets = config.hash_buckets if v > config.hash_buckets else None
+        v = min(v, config.hash_buckets)
+    return HostCachedTable(
+        v, d, cache_rows(config, t), config.cache_policy, config.table_optimizer, spec,
+        buckets=buckets, seed=config.hash_seed, dynamic_rows=config.dynamic_rows,
+        device=device, dtype=dtype,
+    )
 
 
 class EmbeddingModel(nn.Module):

@@ -159,6 +159,11 @@ def make_trainer(
     model = build_model(config, dev)
     masters = MasterWeights.create(model) if precision_policy(config.precision).master else None
     optimizers = build_optimizer(model, config, masters=masters.masters if masters else None)
+    if config.placement == "host_cached":
+        from autoembed.models.host_cache import host_cached_tables
+
+        for _, table in host_cached_tables(model):  # the state moves with the cached rows
+            table.bind_optimizer(optimizers.table)
     return Trainer(
         config=config,
         model=model,

@@ -122,6 +122,18 @@ def _positive(name: str, value: float | None, integer: bool = True) -> None:
         raise ConfigError(f"{name} {value!r}: must be {'an integer ' if integer else ''}> 0")
 
 
+def _host_budget(value: str | int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ConfigError(f"--host-budget {value}: must be > 0 bytes")
+        return value
+    from autoembed.budget import parse_size
+
+    return parse_size(str(value), "--host-budget")
+
+
 def _device(device: str) -> str:
     if device not in DEVICES and not device.startswith("cuda:"):
         raise ConfigError(f"device '{device}' is not known; use one of {', '.join(DEVICES)}")
@@ -225,6 +237,7 @@ def search(
     early_stop: bool | None = None,
     progress: Callable[[SearchStatus], None] | None = None,
     on_recovered: Callable[[str], None] | None = None,
+    host_budget: str | int | None = None,
 ) -> SearchResult:
     """Search `space` for configs that fit `budget` ("8GB", "7.5GiB", or bytes) and are
     Pareto-best on its objectives; write `<runs_dir>/<study>/` and return the result.
@@ -236,7 +249,8 @@ def search(
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
     re-queued once); pick_rule: knee, max-quality, min-memory, max-throughput or trial:N;
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
-    cannot reach the front (default on: DEFAULT_EARLY_STOP).
+    cannot reach the front (default on: DEFAULT_EARLY_STOP); host_budget: host memory for
+    host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible).
     storage: the Optuna storage URL (default `<runs_dir>/optuna.db`; e.g.
     postgresql://user:pw@host/optuna for a team); trial_resources: Ray custom resources
     each trial asks for, "name=amount[,name=amount]"; several alternate, trial by trial
@@ -257,6 +271,7 @@ def search(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ConfigError(f"--seed {seed!r}: must be an integer >= 0")
     dev = _device(device)
+    host_bud = _host_budget(host_budget)
     bud = Budget(int(budget), str(budget)) if isinstance(budget, int) else Budget.parse(budget)
     if isinstance(budget, int) and budget <= 0:
         raise ConfigError(f"budget {budget}: must be > 0 bytes")
@@ -413,8 +428,8 @@ def search(
             study=st, space=sp, workload=workload, budget_bytes=bud.bytes, objectives=obj_pairs,
             settings=run_settings, trials=n_trials, time_budget_s=time_budget, grid=grid,
             early_stop=stop_early, use_measured=(dev == "cuda" and not workload.stand_in),
-            host_memory=(dev == "cpu"), tracker=tracker, progress=progress,
-            calibration_path=out_dir / "calibration.json",
+            host_memory=(dev == "cpu"), host_budget_bytes=host_bud, tracker=tracker,
+            progress=progress, calibration_path=out_dir / "calibration.json",
         )
         for n in recovery.failed if recovery is not None else ():
             if n in engine.rows:  # the interrupted trials' rows reach MLflow too

@@ -122,6 +122,7 @@ class SearchEngine:
         early_stop: bool = False,
         use_measured: bool = False,
         host_memory: bool = True,
+        host_budget_bytes: int | None = None,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -140,6 +141,7 @@ class SearchEngine:
         self.early_stop = early_stop
         self.use_measured = use_measured
         self.host_memory = host_memory
+        self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.tracker = tracker
         self.progress = progress
         self.clock = clock
@@ -304,6 +306,11 @@ class SearchEngine:
             reason = (f"device_total {int(est['device_total']):,} B is at or above "
                       f"{ceiling[0]:,} B, the predicted size of trial {ceiling[1]} that ran "
                       "out of memory (OOM calibration rule)")
+        host_b = int(est.get("host_bytes") or 0)
+        if overshoot <= 0 and self.host_budget is not None and host_b > self.host_budget:
+            overshoot = (host_b - self.host_budget) / self.host_budget
+            reason = (f"host_bytes {host_b:,} B exceeds the host budget {self.host_budget:,} B "
+                      f"by {100 * overshoot:.1f}%")
         if overshoot > 0:
             row = TrialRow(trial.number, "infeasible", config, est, params,
                            metrics={"device_total": float(est["device_total"])},

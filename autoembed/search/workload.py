@@ -77,10 +77,33 @@ class Workload:
         return resolve_for_data(config, self.dataset)
 
     def trained(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The config a trial trains (the runner resolves it against `train_spec`)."""
-        if not self.stand_in or config.hash_buckets is None:
+        """The config a trial trains (the runner resolves it against `train_spec`).
+
+        A host_cached stand-in keeps its cache_load_factor unless the scaled-down tables
+        would cache fewer rows than one batch looks up: then it takes the smallest factor
+        that holds a batch (the stand-in's hit rate is then higher than at full size)."""
+        if not self.stand_in:
             return config
-        return replace(config, hash_buckets=_scaled(config.hash_buckets, self.scale, 1))
+        if config.hash_buckets is not None:
+            config = replace(config, hash_buckets=_scaled(config.hash_buckets, self.scale, 1))
+        if config.placement == "host_cached" and self.train_dataset is not None:
+            config = replace(config, cache_load_factor=_stand_in_factor(
+                config, self.train_dataset.tables))
+        return config
+
+
+def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:
+    import math
+
+    factor = config.cache_load_factor
+    for t in tables:
+        rows = t.vocab_size
+        if config.hash_buckets is not None:
+            rows = min(rows, config.hash_buckets)
+        rows += config.dynamic_rows
+        per_batch = config.batch_size * math.ceil(config.lookups_per_sample(t))
+        factor = max(factor, min(1.0, min(rows, per_batch) / rows))
+    return factor
 
 
 def build_workload(spec: DataSpec, stand_in: StandIn | None) -> Workload:

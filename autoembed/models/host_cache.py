@@ -1,0 +1,476 @@
+"""Host-resident embedding table with a device cache (placement `host_cached`, issue 9).
+
+Structures (FBGEMM's UVM-cached tables, TorchRec's cache load factor):
+
+* host (CPU memory, pinned when the cache is on a GPU): ``host_weight`` [R, D], the table's
+  optimizer state per row (``host_<name>``, same shapes as on the device, R rows),
+  ``slot_of_row`` int64 [R] (cache slot holding each row, -1 none) and ``use_count`` int64
+  [R] (lookups of each row since the start: the LFU key, and what rare-row folding reads);
+* device: ``cache_weight`` [C, D] (the only nn.Parameter: what the table optimizer steps), the
+  optimizer state of the cached rows (bound into the optimizer's own state), and per slot
+  ``slot_row`` (row held, -1 empty), ``slot_last`` (step of last use) and ``slot_count``
+  (the row's use count), int64 [C] each.
+
+Each forward first makes every row of the batch resident: rows already cached are hits; each
+missing row takes a slot not used by this batch (empty slots first, then the policy's victim:
+LRU = least recent ``slot_last``; LFU = fewest ``slot_count``, ties to the least recent),
+the victim's weight and optimizer state are written back to the host, and the missing row's
+weight and state are copied in. The lookup then runs on the cache, and the optimizer steps
+the cached rows. Training is exact -- the same as a device-resident table -- for optimizers
+under which a row that is not looked up does not change (sparse gradients: sgd, adagrad,
+rowwise_adagrad, sparse_adam; SparseAdam's step count is per table, the same in both).
+
+A training batch must fit the cache (config validation checks C >= distinct rows a batch
+can hold). A no-grad forward whose distinct rows exceed C reads them from host and cache
+without caching them (evaluation at a larger batch).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from autoembed.batch import PAD_ID
+from autoembed.errors import DataError
+from autoembed.models.dynamic_ids import DynamicIds
+from autoembed.models.embedding import LookupSpec, TableModule
+from autoembed.models.hashing import hash_ids
+
+__all__ = [
+    "HostCachedTable", "CacheStats", "ROW_STATE", "host_cached_tables", "total_stats",
+    "cache_metrics",
+]
+
+# Per-row optimizer state tensors moved with a row: name in the torch optimizer's state ->
+# per-element (True: [rows, D]) or per-row (False: [rows]) (torch.optim.Adagrad `sum`,
+# SparseAdam `exp_avg`/`exp_avg_sq`, models/optim.RowWiseAdagrad `sum`; SGD keeps none).
+ROW_STATE: dict[str, tuple[tuple[str, bool], ...]] = {
+    "sgd": (),
+    "adagrad": (("sum", True),),
+    "rowwise_adagrad": (("sum", False),),
+    "sparse_adam": (("exp_avg", True), ("exp_avg_sq", True)),
+}
+EMPTY = -1
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counts since the table was built (or `reset_stats`). Distinct rows per batch count
+    once: `hits + misses` = the sum over batches of distinct rows looked up."""
+
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    bytes_to_device: int = 0
+    bytes_to_host: int = 0
+    uncached_reads: int = 0  # rows read around the cache by an oversize no-grad batch
+    batches: int = 0  # forward calls
+    seconds: float = 0.0  # wall time making rows resident (lookups, eviction, copies)
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else math.nan
+
+    def __add__(self, other: CacheStats) -> CacheStats:
+        counts = (int(x + y) for x, y in zip(_astuple(self), _astuple(other), strict=True))
+        return CacheStats(*counts, seconds=self.seconds + other.seconds)  # type: ignore[misc]
+
+
+def _astuple(s: CacheStats) -> tuple[int, ...]:
+    """The integer counts, in field order (`seconds` apart)."""
+    return (s.lookups, s.hits, s.misses, s.evictions, s.bytes_to_device, s.bytes_to_host,
+            s.uncached_reads, s.batches)
+
+
+class HostCachedTable(TableModule):
+    """A [rows, dim] table held on the host with a `cache_rows`-row cache on `device`.
+
+    rows = known rows (`vocab`) + `dynamic_rows` (ids >= vocab, `DynamicIds`); `buckets`
+    hashes ids first (compression hash). `optimizer` names the table optimizer whose per-row
+    state moves with the rows (ROW_STATE); `state_dtype` its dtype for per-element state.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        dim: int,
+        cache_rows: int,
+        policy: str,
+        optimizer: str,
+        spec: LookupSpec,
+        *,
+        buckets: int | None = None,
+        seed: int = 0,
+        dynamic_rows: int = 0,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(spec)
+        if policy not in ("lru", "lfu"):
+            raise ValueError(f"cache policy '{policy}' is not lru or lfu")
+        if optimizer not in ROW_STATE:
+            raise ValueError(
+                f"optimizer '{optimizer}' cannot be host-cached; use one of {list(ROW_STATE)}"
+            )
+        dev = torch.device(device)
+        self.buckets = buckets
+        self.seed = seed
+        self.policy = policy
+        self.optimizer_name = optimizer
+        self.known_rows = vocab
+        rows = vocab + dynamic_rows
+        pin = dev.type == "cuda"
+        # --- host: the full table, initialised exactly as PlainTable initialises its weight
+        host = torch.empty((rows, dim), dtype=dtype)
+        with torch.no_grad():
+            host[:vocab].normal_(0.0, 1.0 / math.sqrt(dim))
+            if dynamic_rows:  # own stream: the known rows and the tower keep the device draws
+                g = torch.Generator().manual_seed(seed + 1)
+                host[vocab:] = torch.randn((dynamic_rows, dim), generator=g).mul_(
+                    1.0 / math.sqrt(dim)
+                ).to(dtype)
+            if self.pads_in_place:
+                host[PAD_ID].zero_()
+        self.host_weight = _pinned(host, pin)
+        self.host_state: dict[str, torch.Tensor] = {
+            name: _pinned(_zeros_state(rows, dim, per_elem, dtype), pin)
+            for name, per_elem in ROW_STATE[optimizer]
+        }
+        self.slot_of_row = _pinned(torch.full((rows,), EMPTY, dtype=torch.int64), pin)
+        self.use_count = _pinned(torch.zeros(rows, dtype=torch.int64), pin)
+        self.dynamic = DynamicIds(vocab, dynamic_rows, seed) if dynamic_rows else None
+        # --- device: the cache
+        self.cache_weight = nn.Parameter(torch.zeros((cache_rows, dim), device=dev, dtype=dtype))
+        self.cache_state: dict[str, torch.Tensor] = {
+            name: _zeros_state(cache_rows, dim, per_elem, dtype).to(dev)
+            for name, per_elem in ROW_STATE[optimizer]
+        }
+        self.slot_row = torch.full((cache_rows,), EMPTY, dtype=torch.int64, device=dev)
+        self.slot_last = torch.zeros(cache_rows, dtype=torch.int64, device=dev)
+        self.slot_count = torch.zeros(cache_rows, dtype=torch.int64, device=dev)
+        self.clock = 0
+        self.stats = CacheStats()  # training forwards (grad enabled)
+        self.eval_stats = CacheStats()  # no-grad forwards (evaluation, serving)
+        self._tmp_weight: torch.Tensor | None = None
+
+    # ----------------------------------------------------------------- structure
+    @property
+    def pads_in_place(self) -> bool:
+        return self.spec.text and self.buckets is None
+
+    @property
+    def cache_rows(self) -> int:
+        return int(self.cache_weight.shape[0])
+
+    @property
+    def rows(self) -> int:
+        return int(self.host_weight.shape[0])
+
+    def row_bytes(self) -> int:
+        """Bytes one row moves with: its weight and its optimizer state."""
+        w = self.host_weight
+        return w.shape[1] * w.element_size() + sum(
+            t[0].numel() * t.element_size() for t in self.host_state.values()
+        )
+
+    def host_tensors(self) -> dict[str, torch.Tensor]:
+        out = {"host_weight": self.host_weight, "slot_of_row": self.slot_of_row,
+               "use_count": self.use_count}
+        out.update({f"host_{k}": v for k, v in self.host_state.items()})
+        if self.dynamic is not None:
+            out["dynamic_owner"] = self.dynamic.owner
+        return out
+
+    def device_bookkeeping(self) -> dict[str, torch.Tensor]:
+        return {"slot_row": self.slot_row, "slot_last": self.slot_last,
+                "slot_count": self.slot_count}
+
+    def bind_optimizer(self, optimizer: Optimizer) -> None:
+        """Make `optimizer`'s state for `cache_weight` the cache's state tensors (the rows move
+        with their state); creates it as the optimizer would on its first step."""
+        st = optimizer.state[self.cache_weight]
+        if self.optimizer_name == "sparse_adam" and "step" not in st:
+            st["step"] = 0
+        st.update(self.cache_state)
+        stray = [k for k, v in st.items()
+                 if isinstance(v, torch.Tensor) and v.dim() > 0 and k not in self.cache_state]
+        if stray:  # a torch version with other state names: the rows would lose that state
+            raise RuntimeError(f"{type(optimizer).__name__} keeps per-row state {stray} that "
+                               "the host cache does not move; update ROW_STATE")
+
+    def reset_stats(self) -> None:
+        self.stats = CacheStats()
+        self.eval_stats = CacheStats()
+
+    def _count(self, s: CacheStats, training: bool) -> None:
+        if training:
+            self.stats = self.stats + s
+        else:
+            self.eval_stats = self.eval_stats + s
+
+    # ----------------------------------------------------------------- the cache
+    @torch.no_grad()
+    def _write_back(self, slots: torch.Tensor) -> None:
+        rows = self.slot_row[slots].cpu()
+        self.host_weight[rows] = self.cache_weight[slots].to("cpu", self.host_weight.dtype)
+        for k, t in self.cache_state.items():
+            self.host_state[k][rows] = t[slots].cpu()
+        self.slot_of_row[rows] = EMPTY
+
+    @torch.no_grad()
+    def _fill(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
+        dev = self.cache_weight.device
+        self.cache_weight[slots] = self.host_weight[rows].to(dev, non_blocking=True)
+        for k, t in self.cache_state.items():
+            t[slots] = self.host_state[k][rows].to(dev, non_blocking=True)
+        self.slot_row[slots] = rows.to(dev)
+        self.slot_of_row[rows] = slots.cpu()
+
+    def _victims(self, needed: int, keep: torch.Tensor) -> torch.Tensor:
+        """`needed` slots outside `keep` (bool [C]): empty ones first (lowest index), then by
+        the policy (LRU: oldest `slot_last`; LFU: fewest `slot_count`, then oldest); ties go
+        to the lowest slot. O(C) per call (top-k and k-th value, no sort of the cache)."""
+        c = self.cache_rows
+        idx = torch.arange(c, device=self.cache_weight.device)
+        empty = self.slot_row == EMPTY
+        never = torch.iinfo(torch.int64).max
+        # LRU order as one unique key: empties (negative) first, then (last use, slot)
+        lru = (self.slot_last + 1) * c + idx
+        lru = torch.where(empty, idx - c, lru).masked_fill_(keep, never)
+        if self.policy == "lru":
+            return torch.topk(lru, needed, largest=False, sorted=True).indices
+        count = torch.where(empty, -1, self.slot_count).masked_fill_(keep, never)
+        kth = torch.kthvalue(count, needed).values
+        below = (count < kth).nonzero().squeeze(1)  # all of these go
+        at = (count == kth).nonzero().squeeze(1)  # the rest by LRU among the tied
+        rest = needed - below.numel()
+        pick = at[torch.topk(lru[at], rest, largest=False, sorted=True).indices]
+        return torch.cat((below, pick))
+
+    @torch.no_grad()
+    def resident_slots(self, rows: torch.Tensor, training: bool = True) -> torch.Tensor:
+        """Make `rows` (1-D int64 host tensor) resident; return their slots (same shape).
+        `training`: count in `stats` (else `eval_stats`)."""
+        t0 = time.perf_counter()
+        uniq, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
+        if uniq.numel() > self.cache_rows:
+            raise DataError(
+                f"a batch looks up {uniq.numel()} distinct rows of a host_cached table whose "
+                f"cache holds {self.cache_rows}; train with batches no larger than the config's "
+                "batch_size, or raise cache_load_factor"
+            )
+        self.clock += 1
+        self.use_count.index_add_(0, uniq, counts)
+        slots = self.slot_of_row[uniq].clone()
+        miss = slots < 0
+        n_miss = int(miss.sum())
+        dev = self.cache_weight.device
+        evicted = 0
+        if n_miss:
+            keep = torch.zeros(self.cache_rows, dtype=torch.bool, device=dev)
+            keep[slots[~miss].to(dev)] = True
+            victims = self._victims(n_miss, keep)
+            occupied = victims[self.slot_row[victims] != EMPTY]
+            evicted = int(occupied.numel())
+            if evicted:
+                self._write_back(occupied)
+            self._fill(victims, uniq[miss])
+            slots[miss] = victims.cpu()
+        slots_dev = slots.to(dev)
+        self.slot_last[slots_dev] = self.clock
+        self.slot_count[slots_dev] = self.use_count[uniq].to(dev)
+        rb = self.row_bytes()
+        out = slots[inverse]
+        if dev.type == "cuda":
+            torch.cuda.current_stream(dev).synchronize()  # the copies are part of the cost
+        self._count(CacheStats(
+            lookups=int(rows.numel()), hits=int(uniq.numel()) - n_miss, misses=n_miss,
+            evictions=evicted, bytes_to_device=n_miss * rb, bytes_to_host=evicted * rb,
+            batches=1, seconds=time.perf_counter() - t0,
+        ), training)
+        return out
+
+    @torch.no_grad()
+    def read_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Current values of `rows` (host copy, overlaid by the cache where cached) without
+        changing the cache."""
+        out = self.host_weight[rows].to(self.cache_weight.device)
+        slots = self.slot_of_row[rows]
+        hit = slots >= 0
+        if bool(hit.any()):
+            out[hit.to(out.device)] = self.cache_weight[slots[hit].to(out.device)]
+        return out
+
+    @torch.no_grad()
+    def flush(self) -> None:
+        """Write every cached row (weight and state) back to the host; the cache stays valid."""
+        held = (self.slot_row != EMPTY).nonzero().squeeze(1)
+        if held.numel():
+            rows = self.slot_row[held].cpu()
+            self.host_weight[rows] = self.cache_weight[held].to("cpu", self.host_weight.dtype)
+            for k, t in self.cache_state.items():
+                self.host_state[k][rows] = t[held].cpu()
+
+    def full_weight(self) -> torch.Tensor:
+        """The whole table's current values (a host tensor)."""
+        self.flush()
+        return self.host_weight
+
+    @torch.no_grad()
+    def fold_rare(self, min_count: int) -> list[int]:
+        """Free the dynamic rows used fewer than `min_count` times: their ids fold into the hash
+        fallback, the rows (weights re-initialised to 0, state to 0, counts to 0) go back to
+        the free list. Returns the ids that lost their rows."""
+        if self.dynamic is None:
+            return []
+        base = self.known_rows
+        counts = self.use_count[base:]
+        held = self.dynamic.owner != EMPTY
+        rare = (held & (counts < min_count)).nonzero().squeeze(1) + base
+        if rare.numel() == 0:
+            return []
+        slots = self.slot_of_row[rare]
+        cached = slots[slots >= 0].to(self.cache_weight.device)
+        if cached.numel():  # drop them from the cache without writing back
+            self.slot_row[cached] = EMPTY
+            self.slot_last[cached] = 0
+            self.slot_count[cached] = 0
+        self.slot_of_row[rare] = EMPTY
+        self.host_weight[rare] = 0
+        for t in self.host_state.values():
+            t[rare] = 0
+        self.use_count[rare] = 0
+        return self.dynamic.release(rare)
+
+    # ----------------------------------------------------------------- checkpoints
+    def _saved(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds beyond `cache_weight`: the host table, its state and
+        counts, and the cache's bookkeeping (the cached rows' state is flushed to the host
+        copy first, so it is restored from there)."""
+        out = {f"host.{k}": v for k, v in self.host_tensors().items()}
+        out.update({f"cache.{k}": v for k, v in self.device_bookkeeping().items()})
+        out["cache.clock"] = torch.tensor(self.clock)
+        return out
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self.flush()
+        for k, v in self._saved().items():
+            destination[prefix + k] = v if keep_vars else v.detach()
+
+    @torch.no_grad()
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        missing: list[str] = args[2] if len(args) > 2 else []
+        for k, v in self._saved().items():
+            got = state_dict.pop(prefix + k, None)
+            if got is None:
+                missing.append(prefix + k)
+            elif k == "cache.clock":
+                self.clock = int(got)
+            else:
+                v.copy_(got)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        if self.dynamic is not None:
+            self.dynamic.load_owner(self.dynamic.owner)
+        held = (self.slot_row != EMPTY).nonzero().squeeze(1)
+        rows = self.slot_row[held].cpu()
+        for k, t in self.cache_state.items():  # the cached rows' state, from the host copy
+            t[held] = self.host_state[k][rows].to(t.device)
+
+    # ----------------------------------------------------------------- lookups
+    def _rows_of(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(table rows, valid mask) of one field's [B, L] ids, on the host."""
+        if self.pads_in_place:
+            idx, valid = ids, ids != PAD_ID
+        else:
+            idx, valid = self._masked(ids)
+            if self.buckets is not None:
+                idx = hash_ids(idx, self.buckets, self.seed)
+        idx = idx.cpu()
+        valid = valid.cpu()
+        if self.dynamic is not None:
+            idx = torch.where(valid, self.dynamic.map(idx.clamp(min=0)), idx)
+        top = int(idx[valid].max()) if bool(valid.any()) else -1
+        if top >= self.rows:
+            raise DataError(
+                f"id {top} is outside the table's {self.rows} rows; size the vocabulary to the "
+                "data, or give placement host_cached dynamic_rows for ids never seen before"
+            )
+        return idx, valid
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Pooled [B, dim] of one field's [B, L] ids."""
+        idx, valid = self._rows_of(ids)
+        dev = self.cache_weight.device
+        real = idx[valid]
+        if not torch.is_grad_enabled() and int(torch.unique(real).numel()) > self.cache_rows:
+            # more distinct rows than the cache holds: read around it (no gradient)
+            uniq, inverse = torch.unique(real, return_inverse=True)
+            self._tmp_weight = self.read_rows(uniq)
+            self._count(CacheStats(lookups=int(real.numel()), uncached_reads=int(uniq.numel())),
+                        training=False)
+            sidx = torch.zeros_like(idx)
+            sidx[valid] = inverse
+            name = "_tmp_weight"
+        else:
+            sidx = torch.zeros_like(idx)
+            sidx[valid] = self.resident_slots(real, training=torch.is_grad_enabled())
+            name = "cache_weight"
+        sidx, valid = sidx.to(dev), valid.to(dev)
+        try:
+            if self.spec.pooling == "naive":
+                return self._maybe_checkpoint(self._naive, name, sidx, valid)
+            return self._bags(name, [sidx], [valid])[0]
+        finally:
+            self._tmp_weight = None if name == "_tmp_weight" else self._tmp_weight
+
+    def _naive(self, name: str, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        return self._pool_rows(self._rows(name, idx, valid, None), valid)
+
+
+def _zeros_state(rows: int, dim: int, per_elem: bool, dtype: torch.dtype) -> torch.Tensor:
+    # per-element state has the parameter dtype (torch.optim: zeros_like / full_like(p));
+    # RowWiseAdagrad's per-row sum is fp32
+    return torch.zeros((rows, dim), dtype=dtype) if per_elem else torch.zeros(rows)
+
+
+def _pinned(t: torch.Tensor, pin: bool) -> torch.Tensor:
+    return t.pin_memory() if pin else t
+
+
+def host_cached_tables(model: nn.Module) -> list[tuple[str, HostCachedTable]]:
+    """(name, table) of every host-cached table in `model`."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, HostCachedTable)]
+
+
+def total_stats(model: nn.Module) -> CacheStats:
+    """Training-forward cache counts summed over the model's host-cached tables."""
+    out = CacheStats()
+    for _, t in host_cached_tables(model):
+        out = out + t.stats
+    return out
+
+
+def cache_metrics(model: nn.Module, steps: int, train_seconds: float) -> dict[str, float]:
+    """What a trial reports about its cache (empty without host-cached tables): hit rate
+    over distinct rows per batch, bytes moved per step (both ways), and the share of the
+    training time spent making rows resident -- the throughput cost of misses."""
+    tables = host_cached_tables(model)
+    if not tables or steps <= 0:
+        return {}
+    s = total_stats(model)
+    return {
+        "cache_hit_rate": s.hit_rate,
+        "cache_bytes_per_step": (s.bytes_to_device + s.bytes_to_host) / steps,
+        "cache_misses_per_step": s.misses / steps,
+        "cache_time_share": s.seconds / train_seconds if train_seconds > 0 else math.nan,
+    }
+
