@@ -109,10 +109,11 @@ def test_pick_fast_within_half_a_percent() -> None:
 
 
 def test_side_by_side_trains_both_to_equal_samples_on_the_same_data() -> None:
+    from seed_case import side_by_side, to_target
+
     from autoembed.config import EmbeddingConfig
     from autoembed.data import DataSpec, load_dataset
     from autoembed.runner import resolve_for_data
-    from seed_case import side_by_side, to_target
 
     ds = load_dataset(DataSpec(name="synthetic-text", vocab_size=500, seq_len=16,
                                rows=(2000, 200, 300)))
