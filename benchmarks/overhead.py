@@ -231,19 +231,24 @@ def main() -> None:
         [[k, f"{v:.2f}", f"{100 * v / total:.1f}%"] for k, v in parts]
         + [["**total wall time**", f"{total:.2f}", "100%"]],
     )
-    inside = train + pruned_loop
+    # the training loops: optimizer steps and fetching their batches (for trials stopped
+    # early, the loop up to their last evaluation, which includes validation)
+    inside = train + data + pruned_loop
     outside = total - inside
+    outside_steps = total - train - pruned_loop
     header = ["trial", "status", "steps", "in flight s", "steps s", "batches s", "eval s",
-              "build/load s", "Ray s", "driver s", "outside steps"]
+              "build/load s", "Ray s", "driver s", "outside loop / steps"]
     rows = []
     for d in trows:
         busy = d["span"] + d["driver"]
         steps_s = d.get("train")
         share = (1 - steps_s / busy) if steps_s is not None and busy > 0 else None
+        loop_share = (1 - (steps_s + d["data"]) / busy) if share is not None else None
         rows.append([d["trial"], d["status"], d["steps"], fmt(d["span"]), fmt(d.get("train")),
                      fmt(d.get("data")), fmt(d.get("eval")), fmt(d.get("setup")),
                      fmt(d.get("ray")), fmt(d["driver"], 3),
-                     f"{100 * share:.0f}%" if share is not None else
+                     f"{100 * loop_share:.0f}% / {100 * share:.0f}%"
+                     if share is not None and loop_share is not None else
                      f"loop {fmt(d.get('loop'))} s of {fmt(d['span'])}"])
     counts = {s: result.count(s) for s in ("complete", "pruned", "infeasible", "failed")}
     body = "\n\n".join([
@@ -252,14 +257,17 @@ def main() -> None:
         f"store), through the Python API. Counts: {counts}. "
         f"Wall time {total:.1f} s, of which {inside:.1f} s "
         f"({100 * inside / total:.0f}%) inside the trainables' training loops (optimizer "
-        f"steps; for trials stopped early, their loop up to the last evaluation) and "
-        f"**{outside:.1f} s ({100 * outside / total:.0f}%) outside**.",
+        f"steps and fetching their batches; for trials stopped early, their loop up to the "
+        f"last evaluation) and **{outside:.1f} s ({100 * outside / total:.0f}%) outside**. "
+        f"Counting only the optimizer steps as useful work, "
+        f"{100 * outside_steps / total:.0f}% is outside.",
         summary,
         "Per launched trial (infeasible proposals are priced inside the next trial's "
         "`propose` and appear in its driver time). 'In flight': from the proposal handed "
         "to Tune to the result handed back; 'Ray': in flight less the trial's own wall "
         "time; 'driver': propose (ask, price, tell the infeasible) + finish (tell, MLflow); "
-        "'outside steps': 1 - steps / (in flight + driver).",
+        "'outside loop / steps': 1 - (steps + batches) / (in flight + driver), and "
+        "1 - steps / (in flight + driver).",
         markdown_table(header, rows),
         "Exclusive times: a stage's share excludes the stages it calls (Optuna's "
         "excludes pricing and MLflow). The machine is a shared 2-core CPU, so absolute "
