@@ -68,6 +68,7 @@ class Case:
     trials: int | None = None  # search trials (None: the space's)
     search_seconds: float | None = None  # no new trial after this
     quick: bool = False  # smoke run: the space searched over `data` itself, no stand-in
+    equal_time_cap: float = 120.0  # seconds a faster model may train on towards equal time
 
 
 TEXT = Case(
@@ -115,7 +116,8 @@ def quick(case: Case) -> Case:
         data.update(vocab_sizes=[40_000, 10_000, 1_000, 100], rows=[8_000, 500, 1_000])
     bs = int(case.baseline["batch_size"])
     return replace(case, data=data, samples=bs * 8, eval_every=bs * 4, valid_rows=500,
-                   test_rows=1_000, trials=3, search_seconds=None, quick=True)
+                   test_rows=1_000, trials=3, search_seconds=None, quick=True,
+                   equal_time_cap=2.0)
 
 
 # ===================================================================== configs and memory
@@ -208,6 +210,7 @@ class Lane:
     timed_steps: int = 0
     timed_samples: int = 0
     timed_seconds: float = 0.0
+    step_seconds: float = 0.0  # every step, warm-up included (the equal-time clock)
     curve: list[tuple[int, int, float]] = field(default_factory=list)  # (step, samples, q)
     next_eval: int = 0
 
@@ -224,8 +227,12 @@ class Outcome:
     samples: int
     throughput: float | None
     test_quality: float
-    test_correct: Any  # per test row: 1.0 correct / score (text) or the logit (ctr)
+    test_correct: Any  # per test row: (outputs, labels)
     curve: tuple[tuple[int, int, float], ...]
+    step_seconds: float = 0.0
+    # after training on to the slowest model's step time (capped): samples, step seconds,
+    # test quality, per-row outputs; None when it did not train on
+    equal_time: tuple[int, float, float, Any] | None = None
 
 
 def evaluate(trainer: Any, dataset: Any, split: str, rows: int, task: str) -> tuple[float, Any]:
@@ -252,11 +259,13 @@ def evaluate(trainer: Any, dataset: Any, split: str, rows: int, task: str) -> tu
 def side_by_side(
     configs: Sequence[tuple[str, Any]], dataset: Any, samples: int, eval_every: int,
     valid_rows: int, test_rows: int, *, clock: Callable[[], float] = time.perf_counter,
-    log: Callable[[str], None] = lambda s: None,
+    log: Callable[[str], None] = lambda s: None, equal_time_cap: float = 0.0,
 ) -> list[Outcome]:
     """Train every config on the same data (same order) until each has seen `samples`,
     always stepping the one that has seen fewest; evaluate on the validation rows every
-    `eval_every` samples; then on the test rows."""
+    `eval_every` samples; then on the test rows. With `equal_time_cap` > 0, each faster model
+    then trains on until its step time reaches the slowest one's (at most `equal_time_cap`
+    more seconds) and is tested again."""
     import torch
 
     from autoembed.models import make_trainer
@@ -279,6 +288,7 @@ def side_by_side(
         n = ln.config.batch_size * ln.config.grad_accum_steps
         ln.steps += 1
         ln.samples += n
+        ln.step_seconds += dt
         if ln.steps > WARMUP_STEPS:
             ln.timed_steps += 1
             ln.timed_samples += n
@@ -290,10 +300,26 @@ def side_by_side(
             log(f"  {ln.label}: step {ln.steps}, {ln.samples} samples, loss {loss:.4f}, "
                 f"valid {q:.4f}, {dt:.3f} s/step")
     outcomes = []
+    slowest = max(ln.step_seconds for ln in lanes)
     for ln in lanes:
         q, per_row = evaluate(ln.trainer, dataset, "test", test_rows, task)
-        outcomes.append(Outcome(ln.label, ln.config, ln.steps, ln.samples, ln.throughput, q,
-                                per_row, tuple(ln.curve)))
+        trained = ln.samples  # equal samples
+        equal_time = None
+        stop = min(slowest, ln.step_seconds + equal_time_cap)
+        if equal_time_cap > 0 and ln.step_seconds < stop:
+            while ln.step_seconds < stop:
+                batch = [next(ln.batches) for _ in range(ln.config.grad_accum_steps)]
+                t0 = clock()
+                ln.trainer.step(batch)
+                ln.step_seconds += clock() - t0
+                ln.samples += ln.config.batch_size * ln.config.grad_accum_steps
+            q_t, rows_t = evaluate(ln.trainer, dataset, "test", test_rows, task)
+            equal_time = (ln.samples, ln.step_seconds, q_t, rows_t)
+            log(f"  {ln.label}: equal time: {ln.samples} samples in {ln.step_seconds:.0f} s, "
+                f"test {q_t:.4f}")
+        outcomes.append(Outcome(ln.label, ln.config, ln.steps, trained,
+                                ln.throughput, q, per_row, tuple(ln.curve), ln.step_seconds,
+                                equal_time))
     return outcomes
 
 
@@ -394,7 +420,8 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
     t0 = time.perf_counter()
     base_out, chosen_out = side_by_side(
         [("baseline", base_cfg), (f"chosen (trial {chosen_row.number})", chosen_cfg)],
-        dataset, case.samples, case.eval_every, case.valid_rows, case.test_rows, log=log)
+        dataset, case.samples, case.eval_every, case.valid_rows, case.test_rows, log=log,
+        equal_time_cap=case.equal_time_cap)
     side_s = time.perf_counter() - t0
     task = base_cfg.task
     target = base_out.curve[-1][2] * (1 - QUALITY_TOLERANCE)
@@ -416,6 +443,24 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
             return f"{tt[1][1] / tt[0][1]:.2f}x samples"
         return "n/a"
 
+    et = chosen_out.equal_time
+    et_ci = (paired_bootstrap(task, base_out.test_correct, et[3]) if et is not None
+             else None)
+    et_rel = ((et[2] - base_out.test_quality) / base_out.test_quality if et is not None
+              else None)
+
+    def equal_time_row() -> list[str]:
+        if et is None or et_ci is None or et_rel is None:
+            return ["test quality at equal training time", "",
+                    "n/a: the chosen model was not the faster", "", "", ""]
+        return [f"test {metric} at equal step time (cap +{case.equal_time_cap:g} s)",
+                f"{base_out.test_quality:.4f} ({base_out.samples:,} samples, "
+                f"{base_out.step_seconds:.0f} s)",
+                f"{et[2]:.4f} ({et[0]:,} samples, {et[1]:.0f} s)",
+                f"{100 * et_rel:+.2f}% (95% CI {100 * et_ci[0]:+.2f}% .. "
+                f"{100 * et_ci[1]:+.2f}%)", ">= -0.50%",
+                "yes" if et_rel >= -QUALITY_TOLERANCE else "no"]
+
     table = markdown_table(
         ["", "baseline (seed)", f"chosen (trial {chosen_row.number})", "chosen / baseline",
          "seed's bar", "met"],
@@ -433,6 +478,7 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
              f"{chosen_out.test_quality:.4f}",
              f"{100 * q_rel:+.2f}% (95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%)",
              ">= -0.50%", "yes" if q_rel >= -QUALITY_TOLERANCE else "no"],
+            equal_time_row(),
             [f"steps (samples) to valid {metric} {target:.4f}", tgt(tt[0]), tgt(tt[1]),
              steps_ratio(), "", ""],
             ["optimizer steps (samples) trained", f"{base_out.steps} ({base_out.samples:,})",
@@ -468,7 +514,9 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
         f"{chosen_row.number}: {describe(chosen_cfg)}.",
         f"Side by side at full size, equal samples ({case.samples:,} each), one step at a "
         f"time to whichever has seen fewer samples; throughput over the steps after the "
-        f"first {WARMUP_STEPS}; {side_s:.0f} s.",
+        f"first {WARMUP_STEPS}; then the faster model trains on until its step time "
+        f"reaches the baseline's (at most {case.equal_time_cap:g} s more) and is tested "
+        f"again (equal time); {side_s:.0f} s.",
         table,
         f"Validation curves (samples: {metric}): {curves}. Target = the baseline's final "
         f"validation {metric} less 0.5%.",
@@ -479,6 +527,8 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
                "baseline_quality": base_out.test_quality,
                "chosen_quality": chosen_out.test_quality,
                "baseline_throughput": base_out.throughput,
+               "equal_time_quality_rel": et_rel, "equal_time_ci": et_ci,
+               "equal_time_samples": et[0] if et is not None else None,
                "chosen_throughput": chosen_out.throughput,
                "baseline_device_total": base_price.analytic,
                "chosen_device_total": chosen_price.analytic,

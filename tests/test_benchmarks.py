@@ -136,3 +136,34 @@ def test_side_by_side_trains_both_to_equal_samples_on_the_same_data() -> None:
     assert out[0].test_quality == pytest.approx(float((z.argmax(1) == y).mean()))
     assert to_target(out[0].curve, -1.0) == (4, 128)
     assert to_target(out[0].curve, 2.0) is None
+
+
+def test_side_by_side_equal_time_trains_the_faster_model_on() -> None:
+    from seed_case import side_by_side
+
+    from autoembed.config import EmbeddingConfig
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.runner import resolve_for_data
+
+    ds = load_dataset(DataSpec(name="synthetic-text", vocab_size=500, seq_len=16,
+                               rows=(2000, 200, 300)))
+    a = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=32, dense_layers=()),
+                         ds)
+    b = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=64, dense_layers=()),
+                         ds)
+    for cap, extra_steps in ((100.0, 4), (2.0, 2)):
+        clock = FakeClock()
+
+        def tick(c: FakeClock = clock) -> float:
+            c.t += 1.0  # read before and after each step: every step takes 1 s
+            return c.t
+
+        out = side_by_side([("a", a), ("b", b)], ds, samples=256, eval_every=256,
+                           valid_rows=100, test_rows=100, clock=tick, equal_time_cap=cap)
+        # a: 8 steps = 8 s, the slowest; b: 4 steps = 4 s, then on towards 8 s, capped
+        assert out[0].equal_time is None and out[0].step_seconds == pytest.approx(8.0)
+        assert out[1].samples == 256
+        et = out[1].equal_time
+        assert et is not None
+        assert et[0] == 256 + 64 * extra_steps
+        assert et[1] == pytest.approx(4.0 + extra_steps)
