@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seed_case.json, an exported config (JSON) or {label: config}")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/gpu_seed_case.md")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--seconds", type=float, default=30.0, help="timed seconds per config")
+    ap.add_argument("--seconds", type=float, default=15.0, help="timed seconds per config")
     ap.add_argument("--steps", type=int, default=10_000, help="at most this many timed steps")
     ap.add_argument("--quick", action="store_true",
                     help=f"vocabularies x {QUICK_SCALE:g}, batch <= 64, seq <= 64, 3 steps")
