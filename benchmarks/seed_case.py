@@ -11,7 +11,8 @@ For each workload (the seed's text model; a recommender analogue):
 4. the baseline and the pick train side by side in this process, on the same data in the
    same order, one optimizer step at a time, always stepping the one that has seen fewer
    samples (so machine load hits both alike), until both have seen the same number of
-   samples (equal samples, not equal time);
+   samples (equal samples); then the faster one trains on until its step time reaches the
+   baseline's (at most `equal_time_cap` seconds more) and is tested again (equal time);
 5. reported for both: estimated device_total (analytic, traced; measured only on a GPU:
    `gpu_seed_case.py`), steady-state training throughput (samples/s over the timed steps:
    the first WARMUP_STEPS excluded, data fetching and evaluation excluded), quality on the
