@@ -109,6 +109,9 @@ class TrialResult:
     train_seconds: float = 0.0
     wall_seconds: float = 0.0
     env: dict[str, Any] = field(default_factory=dict)
+    # wall time fetching training batches, and evaluating (validation, test, latency)
+    data_seconds: float = 0.0
+    eval_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -316,6 +319,7 @@ def run_trial(
     timed_steps = 0
     timed_seconds = 0.0
     train_seconds = 0.0
+    data_seconds = eval_seconds = 0.0
     steps_to_target = samples_to_target = None
 
     def result(status: str, **kw: Any) -> TrialResult:
@@ -335,6 +339,8 @@ def run_trial(
             target=target,
             train_seconds=train_seconds,
             wall_seconds=s.clock() - wall0,
+            data_seconds=data_seconds,
+            eval_seconds=eval_seconds,
             rss_peak=_rss_peak(),
             **base,
             **kw,
@@ -355,11 +361,13 @@ def run_trial(
         max_steps = s.max_steps if s.epochs is None else None
         while max_steps is None or steps < max_steps:
             micro = []
+            t_data = s.clock()
             for _ in range(cfg.grad_accum_steps):
                 b = next(batches, None)
                 if b is None:
                     break
                 micro.append(b)
+            data_seconds += s.clock() - t_data
             if len(micro) < cfg.grad_accum_steps:
                 break  # the epochs are done
             t0 = s.clock()
@@ -377,7 +385,9 @@ def run_trial(
                 on_step(trainer, steps)
             last = max_steps is not None and steps >= max_steps
             if steps % s.eval_every == 0 or last:
+                t_eval = s.clock()
                 m = _evaluate(trainer, dataset, "valid", cfg.batch_size, s.eval_batches, task)
+                eval_seconds += s.clock() - t_eval
                 q = m[primary(task)]
                 ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
                 curve.append(ev)
@@ -390,6 +400,7 @@ def run_trial(
         from autoembed.models.host_cache import cache_metrics
 
         cache = cache_metrics(trainer.model, steps - start_step, train_seconds)
+        t_eval = s.clock()
         metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
         quality = metrics[primary(task)]
         metrics = {**metrics, **cache}  # host_cached: hit rate and the cost of misses
@@ -414,6 +425,7 @@ def run_trial(
 
             extra["serving_bytes"] = int(serving_bytes(trainer.model))
         latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
+        eval_seconds += s.clock() - t_eval
         return result("complete", quality=quality, metrics=metrics, latency_ms=latency, **extra)
     except UnsupportedError as e:
         return result("unsupported", error=str(e))

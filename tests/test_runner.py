@@ -179,3 +179,41 @@ def test_int8_serving_measures_quality_before_and_after() -> None:
     # int8 rows: 8 values + fp16 scale and bias = 12 B -> 16 B aligned; 50 + 20 rows.
     assert r.serving_bytes is not None and r.serving_bytes >= (50 + 20) * 16
     assert "p50_b1" in r.latency_ms
+
+
+@dataclass
+class SlowFetchCTR(TinyCTR):
+    """TinyCTR whose every training batch costs `fetch` seconds of an injected clock."""
+
+    clock: Clock = field(default_factory=Clock)
+    fetch: float = 2.0
+
+    def batches(self, split: str, batch_size: int, **kw: Any) -> Iterator[Batch]:
+        for b in super().batches(split, batch_size, **kw):
+            if split == "train":
+                self.clock.t += self.fetch
+            yield b
+
+
+class SlowPredictTrainer(ScriptedTrainer):
+    def predict(self, batch: Batch) -> torch.Tensor:
+        self.clock.t += 1.0
+        return super().predict(batch)
+
+
+def test_time_split_into_steps_data_and_evaluation() -> None:
+    clock = Clock()
+    data = SlowFetchCTR(clock=clock, fetch=2.0)
+    tr = SlowPredictTrainer(clock, [0.5], [0.3])
+    r = run_trial(
+        cfg(), data,
+        RunSettings(max_steps=10, eval_every=5, eval_batches=2, test_batches=3, clock=clock,
+                    measure_latency=False),
+        trainer=tr,
+    )
+    assert r.status == "complete"
+    assert r.train_seconds == pytest.approx(10 * 0.5)  # 10 steps of 0.5 s
+    assert r.data_seconds == pytest.approx(10 * 2.0)  # 10 training batches of 2 s
+    # two validation evaluations of 2 batches and one test pass of 3, 1 s per prediction
+    assert r.eval_seconds == pytest.approx(2 * 2 + 3)
+    assert r.wall_seconds == pytest.approx(5 + 20 + 7)

@@ -1,0 +1,282 @@
+"""Search overhead: the share of a default search's wall time spent outside the trainables'
+training steps (Ray start and Tune's scheduling, Optuna ask/tell, pricing, MLflow logging,
+evaluation, writing outputs), per trial and in total.
+
+The search is `autoembed search --budget 8GB` with every default (default.yaml, TPE, seed 0,
+20 trials, early stopping on, MLflow on an embedded SQLite store in a temporary runs dir),
+called through the Python API. Nothing in the library is changed to measure it:
+
+* in the driver, the functions of each stage are wrapped with timers that attribute time
+  to the innermost running stage (exclusive time), so Optuna's share excludes the pricing
+  and MLflow calls it makes;
+* in the trials, `TrialResult` records `train_seconds` (the optimizer steps: forward,
+  backward, update), `data_seconds` (fetching training batches) and `eval_seconds`
+  (validation, test and latency); the rest of `wall_seconds` is building the model and
+  loading the data in the worker;
+* per trial, "Ray" is the time between the driver handing Tune the proposal and Tune
+  handing back the result, less the trial's own `wall_seconds`: scheduling, the worker,
+  reporting. Trials stopped early by the scheduler return no timings: their in-flight
+  time is reported whole, split by their last evaluation's `elapsed_s` (loop time, steps
+  and validation together) where one was seen.
+
+    python benchmarks/overhead.py [--trials 20] [--quick]
+
+Writes benchmarks/results/overhead.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import markdown_table, write_result  # noqa: E402
+
+BUDGET = "8GB"  # the CLI example's budget (README)
+
+# Driver stages, in report order.
+STAGES = ("imports", "ray start/stop", "optuna", "pricing", "mlflow", "outputs", "tune")
+
+
+@dataclass
+class StageTimer:
+    """Exclusive wall time per stage: a call's time goes to the innermost wrapped call
+    running in the same thread. Also keeps each call's inclusive time (per-trial views)."""
+
+    clock: Callable[[], float] = time.perf_counter
+    totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    calls: list[tuple[str, str, float, float, Any, Any]] = field(default_factory=list)
+    _local: threading.local = field(default_factory=threading.local)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _stack(self) -> list[list[Any]]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        stack: list[list[Any]] = self._local.stack
+        return stack
+
+    def wrap(self, stage: str, fn: Callable[..., Any], name: str = "") -> Callable[..., Any]:
+        label = name or getattr(fn, "__name__", stage)
+
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            stack = self._stack()
+            t0 = self.clock()
+            if stack:
+                with self._lock:
+                    self.totals[stack[-1][0]] += t0 - stack[-1][1]
+            stack.append([stage, t0])
+            out = None
+            try:
+                out = fn(*args, **kwargs)
+                return out
+            finally:
+                t1 = self.clock()
+                _, seg = stack.pop()
+                with self._lock:
+                    self.totals[stage] += t1 - seg
+                    self.calls.append((stage, label, t0, t1, args, out))
+                if stack:
+                    stack[-1][1] = t1
+
+        return inner
+
+
+def instrument(timer: StageTimer) -> None:
+    """Wrap the driver's stage functions in place (this process only)."""
+    import autoembed.memory
+    import autoembed.search.driver as driver
+    import autoembed.search.engine as engine
+    import autoembed.search.outputs as outputs
+    import autoembed.search.ray_tune as ray_tune
+    import autoembed.tracking as tracking
+
+    est = timer.wrap("pricing", autoembed.memory.estimate, "estimate")
+    autoembed.memory.estimate = est
+    engine.estimate = est
+    se = engine.SearchEngine
+    for meth in ("propose", "finish", "observe"):
+        setattr(se, meth, timer.wrap("optuna", getattr(se, meth), meth))
+    for fn in ("open_storage", "find_study", "recover", "load_rows"):
+        if hasattr(driver, fn):
+            setattr(driver, fn, timer.wrap("optuna", getattr(driver, fn), fn))
+    rs = ray_tune.ray_session
+    for meth, label in (("__enter__", "ray.init"), ("__exit__", "ray.shutdown")):
+        setattr(rs, meth, timer.wrap("ray start/stop", getattr(rs, meth), label))
+    ray_tune.run_tune = timer.wrap("tune", ray_tune.run_tune, "run_tune")
+    for fn in ("write_trials_csv", "write_pareto_png", "write_best_yaml", "write_pareto_json"):
+        setattr(outputs, fn, timer.wrap("outputs", getattr(outputs, fn), fn))
+    tracking.make_tracker = timer.wrap("mlflow", tracking.make_tracker, "make_tracker")
+
+
+class TimedTracker:
+    """Forwards every tracker call, timed as MLflow."""
+
+    def __init__(self, inner: Any, timer: StageTimer) -> None:
+        for m in ("start", "trial", "finish", "close"):
+            setattr(self, m, timer.wrap("mlflow", getattr(inner, m), f"tracker.{m}"))
+
+
+def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:
+    """Driver time and in-flight span per launched trial, joined with its result."""
+    proposed: dict[int, float] = {}
+    driver_s: dict[int, float] = defaultdict(float)
+    finished: dict[int, float] = {}
+    last_eval: dict[int, float] = {}
+    for stage, label, t0, t1, args, out in sorted(timer.calls, key=lambda c: c[2]):
+        if stage != "optuna":
+            continue
+        if label == "propose" and out is not None:
+            proposed[out.number] = t1
+            driver_s[out.number] += t1 - t0
+        elif label == "finish":
+            number = int(args[1])
+            finished[number] = t0
+            driver_s[number] += t1 - t0
+        elif label == "observe":
+            last_eval[int(args[1])] = float(args[2].get("elapsed_s", 0.0))
+    out_rows = []
+    for r in rows:
+        if r.number not in proposed:
+            continue  # infeasible: priced inside the next trial's propose
+        span = finished.get(r.number, proposed[r.number]) - proposed[r.number]
+        res = r.result
+        d: dict[str, Any] = {"trial": r.number, "status": r.status, "span": span,
+                             "driver": driver_s[r.number]}
+        if res is not None:
+            d.update(steps=res.steps, train=res.train_seconds, data=res.data_seconds,
+                     eval=res.eval_seconds,
+                     setup=res.wall_seconds - res.train_seconds - res.data_seconds
+                     - res.eval_seconds, wall=res.wall_seconds,
+                     ray=span - res.wall_seconds)
+        else:
+            d.update(steps=int(r.metrics.get("steps") or 0), loop=last_eval.get(r.number))
+        out_rows.append(d)
+    return out_rows
+
+
+def run(trials: int | None, runs: Path) -> tuple[float, StageTimer, Any]:
+    timer = StageTimer()
+    t0 = time.perf_counter()
+    # the search imports these on its first call; timed here as part of its cost
+    import autoembed.search.ray_tune  # noqa: F401
+    import autoembed.tracking  # noqa: F401
+
+    imports = time.perf_counter() - t0
+    timer.totals["imports"] = imports
+    instrument(timer)
+    from autoembed import search
+    from autoembed.tracking import make_tracker
+
+    tracker = TimedTracker(make_tracker(None, runs), timer)
+    result = search(budget=BUDGET, runs_dir=runs, study="overhead", trials=trials,
+                    tracker=tracker)
+    return time.perf_counter() - t0, timer, result
+
+
+def fmt(v: float | None, nd: int = 2) -> str:
+    return "" if v is None else f"{v:.{nd}f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=None,
+                    help="trained trials (default: the default space's 20)")
+    ap.add_argument("--quick", action="store_true", help="3 trials, a smoke run")
+    args = ap.parse_args()
+    trials = 3 if args.quick else args.trials
+    with tempfile.TemporaryDirectory(prefix="autoembed-overhead-") as tmp:
+        total, timer, result = run(trials, Path(tmp))
+    trows = per_trial(timer, result.rows)
+    # time inside the trainables' training steps (the only time that is not overhead)
+    train = sum(d.get("train", 0.0) for d in trows)
+    data = sum(d.get("data", 0.0) for d in trows)
+    evals = sum(d.get("eval", 0.0) for d in trows)
+    setup = sum(d.get("setup", 0.0) for d in trows)
+    ray_gap = sum(d.get("ray", 0.0) for d in trows)
+    pruned_span = sum(d["span"] for d in trows if "wall" not in d)
+    pruned_loop = sum((d.get("loop") or 0.0) for d in trows if "wall" not in d)
+    t = timer.totals
+    tune_rest = t["tune"] - sum(d["span"] for d in trows)
+    driver_other = total - sum(t[s] for s in STAGES)
+    parts: list[tuple[str, float]] = [
+        ("training steps (forward, backward, update) of complete trials", train),
+        ("fetching training batches (complete trials)", data),
+        ("evaluation: validation, test, latency (complete trials)", evals),
+        ("model build and data loading in the trial", setup),
+        ("trials stopped early: loop up to the last evaluation", pruned_loop),
+        ("trials stopped early: the rest of their time in flight", pruned_span - pruned_loop),
+        ("Ray Tune per trial: scheduling, worker, reporting", ray_gap),
+        ("Ray Tune otherwise (start of fit, between trials)", tune_rest),
+        ("Ray start and shutdown", t["ray start/stop"]),
+        ("imports (ray, tune, mlflow on first use)", t["imports"]),
+        ("Optuna ask/tell, study storage", t["optuna"]),
+        ("pricing (analytic estimates)", t["pricing"]),
+        ("MLflow logging (store open, runs, tags, artifacts)", t["mlflow"]),
+        ("outputs (trials.csv, pareto.json/png, best.yaml)", t["outputs"]),
+        ("driver, other (space, data, cheapest corner, study setup)", driver_other),
+    ]
+    summary = markdown_table(
+        ["where the wall time went", "seconds", "share"],
+        [[k, f"{v:.2f}", f"{100 * v / total:.1f}%"] for k, v in parts]
+        + [["**total wall time**", f"{total:.2f}", "100%"]],
+    )
+    # the training loops: optimizer steps and fetching their batches (for trials stopped
+    # early, the loop up to their last evaluation, which includes validation)
+    inside = train + data + pruned_loop
+    outside = total - inside
+    outside_steps = total - train - pruned_loop
+    header = ["trial", "status", "steps", "in flight s", "steps s", "batches s", "eval s",
+              "build/load s", "Ray s", "driver s", "outside loop / steps"]
+    rows = []
+    for d in trows:
+        busy = d["span"] + d["driver"]
+        steps_s = d.get("train")
+        share = (1 - steps_s / busy) if steps_s is not None and busy > 0 else None
+        loop_share = (1 - (steps_s + d["data"]) / busy) if share is not None else None
+        rows.append([d["trial"], d["status"], d["steps"], fmt(d["span"]), fmt(d.get("train")),
+                     fmt(d.get("data")), fmt(d.get("eval")), fmt(d.get("setup")),
+                     fmt(d.get("ray")), fmt(d["driver"], 3),
+                     f"{100 * loop_share:.0f}% / {100 * share:.0f}%"
+                     if share is not None and loop_share is not None else
+                     f"loop {fmt(d.get('loop'))} s of {fmt(d['span'])}"])
+    counts = {s: result.count(s) for s in ("complete", "pruned", "infeasible", "failed")}
+    body = "\n\n".join([
+        f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, TPE seed 0, "
+        f"{len(trows)} trials launched, early stopping on, MLflow on an embedded SQLite "
+        f"store), through the Python API. Counts: {counts}. "
+        f"Wall time {total:.1f} s, of which {inside:.1f} s "
+        f"({100 * inside / total:.0f}%) inside the trainables' training loops (optimizer "
+        f"steps and fetching their batches; for trials stopped early, their loop up to the "
+        f"last evaluation) and **{outside:.1f} s ({100 * outside / total:.0f}%) outside**. "
+        f"Counting only the optimizer steps as useful work, "
+        f"{100 * outside_steps / total:.0f}% is outside.",
+        summary,
+        "Per launched trial (infeasible proposals are priced inside the next trial's "
+        "`propose` and appear in its driver time). 'In flight': from the proposal handed "
+        "to Tune to the result handed back; 'Ray': in flight less the trial's own wall "
+        "time; 'driver': propose (ask, price, tell the infeasible) + finish (tell, MLflow); "
+        "'outside loop / steps': 1 - (steps + batches) / (in flight + driver), and "
+        "1 - steps / (in flight + driver).",
+        markdown_table(header, rows),
+        "Exclusive times: a stage's share excludes the stages it calls (Optuna's "
+        "excludes pricing and MLflow). The machine is a shared 2-core CPU, so absolute "
+        "seconds vary by ±20% between runs; the shares are the figure to read.",
+    ])
+    cmd = "python benchmarks/overhead.py" + (" --quick" if args.quick else "")
+    write_result("overhead" + ("_quick" if args.quick else ""),
+                 "Search overhead: wall time outside the training loops", body, cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Smoke and unit tests of the benchmark scripts' core functions (not timed assertions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_stage_timer_attributes_time_to_the_innermost_stage() -> None:
+    from overhead import StageTimer
+
+    clock = FakeClock()
+    timer = StageTimer(clock=clock)
+
+    def pricing() -> None:
+        clock.t += 2.0
+
+    price = timer.wrap("pricing", pricing)
+
+    def ask_and_price() -> int:
+        clock.t += 1.0  # Optuna's own work before pricing
+        price()
+        clock.t += 0.5  # and after
+        return 7
+
+    ask = timer.wrap("optuna", ask_and_price, "propose")
+    assert ask() == 7
+    price()  # a call outside any other stage
+    assert timer.totals["optuna"] == pytest.approx(1.5)
+    assert timer.totals["pricing"] == pytest.approx(4.0)
+    # inclusive times per call: propose spanned 3.5 s, returned 7
+    (propose,) = [c for c in timer.calls if c[1] == "propose"]
+    assert propose[3] - propose[2] == pytest.approx(3.5) and propose[5] == 7
+
+
+def test_gpu_seed_case_runs_on_cpu(tmp_path: Path) -> None:
+    import json
+
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    base = EmbeddingConfig(task="text", tables=(TableConfig("tokens", 50_000, 64.0),), dim=32,
+                           num_classes=4, seq_len=64, pooling="naive", dense_layers=(),
+                           batch_size=16)
+    chosen = EmbeddingConfig(**{**base.to_dict(), "tables": base.tables, "dense_layers": (),
+                                "compression": "hash", "hash_buckets": 20_000,
+                                "table_optimizer": "rowwise_adagrad"})
+    ctr = EmbeddingConfig(tables=(TableConfig("f0", 40_000), TableConfig("f1", 900)), dim=8,
+                          batch_size=32, compression="qr", qr_collisions=8)
+    cfg = tmp_path / "seed.json"
+    cfg.write_text(json.dumps({
+        "text": {"baseline_config": base.to_dict(), "chosen_config": chosen.to_dict()},
+        "ctr": {"baseline_config": ctr.to_dict(), "chosen_config": ctr.to_dict()}}))
+    out = tmp_path / "gpu.md"
+    from gpu_seed_case import main
+
+    assert main(["--device", "cpu", "--quick", "--config", str(cfg), "--out", str(out)]) == 0
+    text = out.read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| text") or ln.startswith("| ctr")]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| text baseline", "| text chosen", "| ctr baseline", "| ctr chosen"]
+    assert "n/a (cpu)" in rows[0]  # no device memory is claimed on a CPU
+    assert "chosen / baseline throughput" in text
+
+
+def test_gpu_seed_case_zipf_ids_stay_in_range_and_favour_the_head() -> None:
+    import torch
+    from gpu_seed_case import SCATTER, zipf_ids
+
+    g = torch.Generator().manual_seed(0)
+    v = 1000
+    ids = zipf_ids((20_000,), v, g)
+    assert int(ids.min()) >= 0 and int(ids.max()) < v
+    # rank 0 (id 0 after scattering) has P = F(2) = (2^-0.2 - 1) / (1001^-0.2 - 1)
+    #   = (0.87055 - 1) / (0.25115 - 1) = 0.1729
+    share0 = float((ids == 0).float().mean())
+    assert share0 == pytest.approx(0.1729, abs=0.01)
+    assert int((ids == (1 * SCATTER) % v).sum()) < int((ids == 0).sum())
+
+
+def test_pick_fast_within_half_a_percent() -> None:
+    from dataclasses import dataclass, field
+
+    from seed_case import pick_fast_within
+
+    @dataclass
+    class Row:
+        number: int
+        metrics: dict[str, float | None] = field(default_factory=dict)
+
+    front = [Row(0, {"quality": 0.800, "throughput": 100.0}),
+             Row(1, {"quality": 0.797, "throughput": 300.0}),  # within 0.5% of 0.800
+             Row(2, {"quality": 0.795, "throughput": 900.0}),  # 0.625% below: out
+             Row(3, {"quality": None, "throughput": 5000.0})]
+    assert pick_fast_within(front).number == 1
+    assert pick_fast_within(front, tolerance=0.01).number == 2
+
+
+def test_side_by_side_trains_both_to_equal_samples_on_the_same_data() -> None:
+    from seed_case import side_by_side, to_target
+
+    from autoembed.config import EmbeddingConfig
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.runner import resolve_for_data
+
+    ds = load_dataset(DataSpec(name="synthetic-text", vocab_size=500, seq_len=16,
+                               rows=(2000, 200, 300)))
+    a = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=32, dense_layers=(),
+                                         pooling="naive", lr=0.05), ds)
+    b = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=64, dense_layers=(),
+                                         compression="hash", hash_buckets=100,
+                                         table_optimizer="rowwise_adagrad", lr=0.1), ds)
+    order: list[str] = []
+    out = side_by_side([("a", a), ("b", b)], ds, samples=256, eval_every=128, valid_rows=200,
+                       test_rows=300, log=lambda s: order.append(s.split(":")[0].strip()))
+    assert [(o.label, o.steps, o.samples) for o in out] == [("a", 8, 256), ("b", 4, 256)]
+    # evaluated at 128 and 256 samples each; the one behind always steps next, so the
+    # evaluations interleave rather than one model finishing first
+    assert [(s, n) for s, n, _ in out[0].curve] == [(4, 128), (8, 256)]
+    assert [(s, n) for s, n, _ in out[1].curve] == [(2, 128), (4, 256)]
+    assert order == ["b", "a", "b", "a"]  # b (64 a step) reaches each 128 first
+    z, y = out[0].test_correct
+    assert z.shape == (300, 4) and y.shape == (300,)
+    assert out[0].test_quality == pytest.approx(float((z.argmax(1) == y).mean()))
+    assert to_target(out[0].curve, -1.0) == (4, 128)
+    assert to_target(out[0].curve, 2.0) is None
+
+
+def test_side_by_side_equal_time_trains_the_faster_model_on() -> None:
+    from seed_case import side_by_side
+
+    from autoembed.config import EmbeddingConfig
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.runner import resolve_for_data
+
+    ds = load_dataset(DataSpec(name="synthetic-text", vocab_size=500, seq_len=16,
+                               rows=(2000, 200, 300)))
+    a = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=32, dense_layers=()),
+                         ds)
+    b = resolve_for_data(EmbeddingConfig(task="text", dim=8, batch_size=64, dense_layers=()),
+                         ds)
+    for cap, extra_steps in ((100.0, 4), (2.0, 2)):
+        clock = FakeClock()
+
+        def tick(c: FakeClock = clock) -> float:
+            c.t += 1.0  # read before and after each step: every step takes 1 s
+            return c.t
+
+        out = side_by_side([("a", a), ("b", b)], ds, samples=256, eval_every=256,
+                           valid_rows=100, test_rows=100, clock=tick, equal_time_cap=cap)
+        # a: 8 steps = 8 s, the slowest; b: 4 steps = 4 s, then on towards 8 s, capped
+        assert out[0].equal_time is None and out[0].step_seconds == pytest.approx(8.0)
+        assert out[1].samples == 256
+        et = out[1].equal_time
+        assert et is not None
+        assert et[0] == 256 + 64 * extra_steps
+        assert et[1] == pytest.approx(4.0 + extra_steps)
