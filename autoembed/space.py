@@ -88,6 +88,7 @@ _CHOICE_FIELDS: dict[str, tuple[Any, ...]] = {
     "serving": SERVING, "table_optimizer": OPTIMIZERS,
     "dense_optimizer": tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS),
     "pooling": POOLINGS, "interaction": INTERACTIONS, "checkpointing": (True, False),
+    "wide": (True, False),
 }
 _LIST_FIELDS = ("dense_layers",)
 SEARCHABLE = tuple(sorted({*_INT_FIELDS, *_FLOAT_FIELDS, *_CHOICE_FIELDS, *_LIST_FIELDS}))

@@ -4,11 +4,20 @@ per-id biases."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from autoembed.batch import Batch
-from autoembed.config import EmbeddingConfig, TableConfig, config_from_dict, param_specs
+from autoembed.config import (
+    EmbeddingConfig,
+    TableConfig,
+    config_from_dict,
+    load_config,
+    param_specs,
+    save_config,
+)
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
 from autoembed.models import EmbeddingModel, build_model, make_trainer, quantize, serving_bytes
@@ -61,10 +70,11 @@ def test_layout_by_hand() -> None:
     ]
 
 
-def test_wide_is_validated_and_round_trips() -> None:
+def test_wide_is_validated_and_round_trips(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'wide' = 'yes': must be true or false"):
         ctr(wide="yes")
     assert config_from_dict(ctr().to_dict()) == ctr()
+    assert load_config(save_config(ctr(), tmp_path / "c.yaml")).wide is True
     assert config_from_dict({"wide": True}).wide is True
     assert EmbeddingConfig().wide is False
     assert ctr().flat_params()["wide"] == "True"
