@@ -123,10 +123,10 @@ def describe(cfg: Any) -> str:
             f"lr {cfg.lr:g}{wd}")
 
 
-def mean_sd(xs: list[float]) -> str:
+def mean_sd(xs: list[float], sign: str = "") -> str:
     if len(xs) == 1:
-        return f"{xs[0]:.4f}"
-    return f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+        return f"{xs[0]:{sign}.4f}"
+    return f"{statistics.mean(xs):{sign}.4f} ± {statistics.stdev(xs):.4f}"
 
 
 def main() -> None:
@@ -163,7 +163,7 @@ def main() -> None:
                 ", ".join(f"{t.name} {t.vocab_size:,}" for t in ds.tables),
                 f"C {c:g}: {lr_valid:.4f} / {lr_test:.4f}", f"{lr_s:.0f} s", text,
                 f"{mean_sd([r['valid'] for r in runs])} / {mean_sd(tests)}",
-                f"{mean_sd(margins)} ({sum(m > 0 for m in margins)} of {len(margins)} seeds "
+                f"{mean_sd(margins, '+')} ({sum(m > 0 for m in margins)} of {len(margins)} seeds "
                 "ahead)",
             ])
     table = markdown_table(
