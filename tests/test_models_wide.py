@@ -86,6 +86,13 @@ def test_bytes_by_hand() -> None:
     est = estimate(ctr(table_optimizer="adam"))
     assert est.parameters == 9 * 512
     assert est.optimizer_state == 2 * 9 * 512
+    # the per-table breakdown lists the wide part apart from the deep tables
+    assert [(t.name, t.rows, t.dim, t.parameters) for t in est.tables] == [
+        ("user", 50, 4, 1024),
+        ("genre", 7, 4, 512),
+        ("wide.user", 50, 1, 512),
+        ("wide.genre", 7, 1, 512),
+    ]
     # serving int8: deep rows 16 B (4 + 4 -> 16), wide rows stay fp32 (4 B), tower fp32
     cfg = ctr(serving="int8")
     want = (50 + 7) * 16 + (50 + 7) * 4 + (64 + 8 + 8 + 1) * 4

@@ -149,13 +149,15 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         grads.append(g)
         if pol.master:
             master_grads.append(mg)
-        # wide (per-id bias) tables serve unquantized, like the tower (config.WIDE_PREFIX)
-        if is_table and not s.name.startswith(WIDE_PREFIX):
+        # wide (per-id bias) tables serve unquantized, like the tower, and are listed apart
+        # from the field's deep table (as wide.<field>)
+        wide = s.name.startswith(WIDE_PREFIX)
+        if is_table and not wide:
             srv = s.rows * serving_row_bytes(config.serving, dim, pb)
         else:
             srv = s.numel * pb
         if is_table:
-            key = s.table or s.name
+            key = f"{WIDE_PREFIX}{s.table}" if wide else (s.table or s.name)
             acc_t = per_table.setdefault(key, [0, 0, 0, 0])
             acc_t[0] += p + (masters[-1] if pol.master else 0)
             acc_t[1] += g
