@@ -39,6 +39,7 @@ __all__ = [
     "param_specs",
     "cache_rows",
     "storage_rows",
+    "WIDE_PREFIX",
     "load_config",
     "save_config",
     "config_from_dict",
@@ -161,6 +162,8 @@ class EmbeddingConfig:
     batch_size: int = 256
     grad_accum_steps: int = 1
     seed: int = 0
+    # wide & deep: per-id weights (one per output) summed into the logits beside the tower
+    wide: bool = False
     # placement (issue 9): see PLACEMENTS; docs/host_cache.md has the formulas
     placement: str = "device"
     cache_load_factor: float = 0.2
@@ -259,6 +262,8 @@ class EmbeddingConfig:
         _positive_int("batch_size", self.batch_size)
         _positive_int("grad_accum_steps", self.grad_accum_steps)
         _positive_int("seed", self.seed, 0)
+        if not isinstance(self.wide, bool):
+            raise _fail("wide", self.wide, "must be true or false")
         self._validate_placement()
 
     def _validate_placement(self) -> None:
@@ -271,6 +276,10 @@ class EmbeddingConfig:
                 raise _fail("dynamic_rows", self.dynamic_rows,
                             "dynamic vocabularies need placement host_cached; set it or use 0")
             return
+        if self.wide:
+            raise _fail("wide", self.wide,
+                        "placement host_cached does not cache wide tables; set wide false or "
+                        "placement device")
         if self.compression not in HOST_CACHE_COMPRESSIONS:
             raise _fail("compression", self.compression,
                         "placement host_cached caches plain or hashed tables; use compression "
@@ -613,6 +622,22 @@ def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
     return [ParamSpec(f"tables.{t.name}.weight", (v, d), "table", t.name, look)]
 
 
+# Name prefix of the wide part's tensors; they are tables (table optimizer, sparse gradients)
+# but serve unquantized: a 1-value int8 row is 16 B against 4 B in fp32 (16 B row alignment).
+WIDE_PREFIX = "wide."
+
+
+def _wide_storage(config: EmbeddingConfig, t: TableConfig, out: int) -> ParamSpec:
+    """The wide part of one field: one row of `out` weights per id (per hash bucket under
+    hash compression; every other compression keeps one row per id)."""
+    rows = t.vocab_size
+    if config.compression == "hash":
+        assert config.hash_buckets is not None
+        rows = min(rows, config.hash_buckets)
+    look = config.lookups_per_sample(t)
+    return ParamSpec(f"{WIDE_PREFIX}{t.name}.weight", (rows, out), "table", t.name, look)
+
+
 def tower_input_width(config: EmbeddingConfig) -> int:
     f = len(config.tables)
     if config.task == "text" or config.interaction == "concat":
@@ -635,8 +660,10 @@ def param_specs(config: EmbeddingConfig) -> tuple[ParamSpec, ...]:
     else:
         for t in config.tables:
             specs.extend(_table_storage(config, t))
-    width = tower_input_width(config)
     out = 1 if config.task == "ctr" else config.num_classes
+    if config.wide:
+        specs.extend(_wide_storage(config, t, out) for t in config.tables)
+    width = tower_input_width(config)
     for i, h in enumerate((*config.dense_layers, out)):
         specs.append(ParamSpec(f"tower.{i}.weight", (h, width), "dense"))
         specs.append(ParamSpec(f"tower.{i}.bias", (h,), "dense"))

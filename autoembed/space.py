@@ -93,6 +93,7 @@ _CHOICE_FIELDS: dict[str, tuple[Any, ...]] = {
     "dense_optimizer": tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS),
     "pooling": POOLINGS, "interaction": INTERACTIONS, "checkpointing": (True, False),
     "placement": PLACEMENTS, "cache_policy": CACHE_POLICIES,
+    "wide": (True, False),
 }
 _LIST_FIELDS = ("dense_layers",)
 SEARCHABLE = tuple(sorted({*_INT_FIELDS, *_FLOAT_FIELDS, *_CHOICE_FIELDS, *_LIST_FIELDS}))

@@ -19,13 +19,13 @@ def block(nbytes: int) -> int:
     return -(-nbytes // 512) * 512  # the CUDA caching allocator's 512 B blocks
 
 
-def config(compression: str, precision: str, opt: str) -> EmbeddingConfig:
+def config(compression: str, precision: str, opt: str, wide: bool = False) -> EmbeddingConfig:
     dense = {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}.get(opt, opt)
     return EmbeddingConfig(
         tables=(TableConfig("a", 3000), TableConfig("b", 700, 2.0), TableConfig("c", 90)),
         dim=16, batch_size=64, dense_layers=(32,), compression=compression,
         hash_buckets=500, qr_collisions=7, mixed_dim_alpha=0.5, precision=precision,
-        table_optimizer=opt, dense_optimizer=dense,
+        table_optimizer=opt, dense_optimizer=dense, wide=wide,
     )
 
 
@@ -37,11 +37,11 @@ def batch(cfg: EmbeddingConfig) -> Batch:
 
 
 @pytest.mark.parametrize(
-    ("compression", "precision", "opt"),
-    list(itertools.product(COMPRESSIONS, PRECISIONS, OPTIMIZERS)),
+    ("compression", "precision", "opt", "wide"),
+    list(itertools.product(COMPRESSIONS, PRECISIONS, OPTIMIZERS, (False, True))),
 )
-def test_built_bytes_equal_analytic(compression: str, precision: str, opt: str) -> None:
-    cfg = config(compression, precision, opt).resolve()
+def test_built_bytes_equal_analytic(compression: str, precision: str, opt: str, wide: bool) -> None:
+    cfg = config(compression, precision, opt, wide).resolve()
     tr = make_trainer(cfg, "cpu")
     tr.step([batch(cfg)])
     params = sum(block(p.numel() * p.element_size()) for p in tr.model.parameters())

@@ -200,3 +200,28 @@ def test_log_grid_values_are_tidy(tmp_path: Path) -> None:
     lr = next(p for p in space.params if p.name == "lr")
     assert lr.grid_values() == (0.001, 0.01, 0.1)
     assert all(math.isfinite(v) for v in lr.grid_values())
+
+
+def test_wide_is_searchable_and_priced(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from optuna.distributions import CategoricalDistribution
+
+    space = load_space(write(tmp_path, with_params(wide={"choices": [False, True]})))
+    assert space.distributions()["wide"] == CategoricalDistribution((False, True))
+    tables = (TableConfig("f0", 1_000_000), TableConfig("f1", 1000))
+
+    def price(cfg: EmbeddingConfig) -> int:
+        return int(estimate(replace(cfg, tables=tables)).device_total)
+
+    values, cfg, _ = cheapest_config(space, price)
+    assert values["wide"] is False and cfg.wide is False
+    with_wide = space.config_for({**values, "wide": True})
+    assert with_wide.wide is True
+    # at the cheapest corner (1000 hash buckets) the wide part is two fp32 [1000, 1] tables:
+    # 4000 B each, 4096 B in 512 B allocator blocks
+    added = (
+        estimate(replace(with_wide, tables=tables)).parameters
+        - estimate(replace(cfg, tables=tables)).parameters
+    )
+    assert added == 2 * 4096

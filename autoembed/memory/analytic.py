@@ -18,7 +18,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from autoembed.config import EmbeddingConfig, ParamSpec, param_specs, precision_policy
+from autoembed.config import (
+    WIDE_PREFIX,
+    EmbeddingConfig,
+    ParamSpec,
+    param_specs,
+    precision_policy,
+)
 from autoembed.memory.types import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -145,9 +151,15 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         grads.append(g)
         if pol.master:
             master_grads.append(mg)
-        if is_table:
+        # wide (per-id bias) tables serve unquantized, like the tower, and are listed apart
+        # from the field's deep table (as wide.<field>)
+        wide = s.name.startswith(WIDE_PREFIX)
+        if is_table and not wide:
             srv = s.rows * serving_row_bytes(config.serving, dim, pb)
-            key = s.table or s.name
+        else:
+            srv = s.numel * pb
+        if is_table:
+            key = f"{WIDE_PREFIX}{s.table}" if wide else (s.table or s.name)
             acc_t = per_table.setdefault(key, [0, 0, 0, 0])
             acc_t[0] += p + (masters[-1] if pol.master else 0)
             acc_t[1] += g
@@ -155,8 +167,6 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
             acc_t[3] += srv
             r, d = table_dims.get(key, (0, 0))
             table_dims[key] = (r + s.rows, max(d, dim))
-        else:
-            srv = s.numel * pb
         serving += srv
     step_temps = [max(sum(table_temps), max(sparse_temps, default=0), sum(dense_temps))]
     bookkeeping = []

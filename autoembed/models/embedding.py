@@ -48,7 +48,7 @@ from autoembed.batch import PAD_ID
 from autoembed.models.hashing import hash_ids, qr_indices
 from autoembed.models.rowformat import unpack_rows
 
-__all__ = ["LookupSpec", "TableModule", "PlainTable", "QRTable"]
+__all__ = ["LookupSpec", "TableModule", "PlainTable", "QRTable", "WideTable"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ class LookupSpec:
 
 class TableModule(nn.Module):
     """Base class: weight access (trainable or packed for serving) and pooling helpers."""
+
+    quantizable = True  # int8/int4 serving packs this module's weights into rows
 
     def __init__(self, spec: LookupSpec) -> None:
         super().__init__()
@@ -266,6 +268,33 @@ class PlainTable(TableModule):
     def _naive(self, idxs: list[torch.Tensor], valids: list[torch.Tensor]) -> list[torch.Tensor]:
         rows = self._rows_many("weight", idxs, valids)
         return [self._pool_rows(r, v) for r, v in zip(rows, valids, strict=True)]
+
+
+class WideTable(PlainTable):
+    """The wide part of one field (wide & deep): `width` weights per id (1 for ctr, one per
+    class for text), pooled like the deep tables and added to the logits. Starts at zero, so
+    the model starts as its deep part; served unquantized (a 1-value row gains nothing)."""
+
+    quantizable = False
+
+    def __init__(
+        self,
+        rows: int,
+        width: int,
+        spec: LookupSpec,
+        *,
+        buckets: int | None = None,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        # PlainTable's state without its random init: building the wide part draws nothing
+        # from the generator, so the deep part of a wide model is the same as without it
+        TableModule.__init__(self, spec)
+        self.buckets = buckets
+        self.seed = seed
+        self.weight = nn.Parameter(torch.zeros((rows, width), device=device, dtype=dtype))
+        self.proj = None
 
 
 class QRTable(TableModule):

@@ -2,7 +2,8 @@
 
 Layout (names as `named_parameters` yields them, in `param_specs` order):
 ``tables.<field>.weight`` (or ``q_weight`` / ``r_weight`` under QR, plus ``proj.weight`` for
-a mixed-dim table narrower than `dim`; ``tables.shared.weight`` under sharing), then
+a mixed-dim table narrower than `dim`; ``tables.shared.weight`` under sharing), then, with
+`wide`, ``wide.<field>.weight`` (per-id logit weights added to the tower's output), then
 ``tower.<i>.weight`` / ``tower.<i>.bias``. Every parameter has the precision policy's
 `param_dtype`. See `autoembed.models.embedding` for the lookups.
 """
@@ -17,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autoembed.batch import Batch
 from autoembed.config import (
+    WIDE_PREFIX,
     EmbeddingConfig,
     TableConfig,
     cache_rows,
@@ -25,7 +27,7 @@ from autoembed.config import (
     tower_input_width,
 )
 from autoembed.errors import ConfigError, DataError, UnsupportedError
-from autoembed.models.embedding import LookupSpec, PlainTable, QRTable, TableModule
+from autoembed.models.embedding import LookupSpec, PlainTable, QRTable, TableModule, WideTable
 from autoembed.models.tower import build_tower, interact, run_tower
 
 __all__ = [
@@ -78,7 +80,7 @@ def check_buildable(config: EmbeddingConfig) -> None:
         )
     if config.serving == "int4":
         for s in param_specs(config):
-            if s.kind == "table" and s.shape[1] % 2:
+            if s.kind == "table" and not s.name.startswith(WIDE_PREFIX) and s.shape[1] % 2:
                 raise ConfigError(
                     f"config key 'dim' = {config.dim}: serving int4 packs two values a byte but "
                     f"'{s.name}' has {s.shape[1]} columns (qr concat stores dim/2); use a dim "
@@ -132,8 +134,29 @@ def _host_cached_table(
     )
 
 
+def _wide_table(
+    config: EmbeddingConfig,
+    t: TableConfig,
+    out: int,
+    spec: LookupSpec,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> WideTable:
+    """One field's wide part: ids map to rows as in the deep table under hash compression,
+    one row per id otherwise (`config.param_specs` fixes the shapes)."""
+    buckets = None
+    if config.compression == "hash":
+        assert config.hash_buckets is not None
+        buckets = config.hash_buckets if t.vocab_size > config.hash_buckets else None
+    rows = t.vocab_size if buckets is None else buckets
+    return WideTable(
+        rows, out, spec, buckets=buckets, seed=config.hash_seed, device=device, dtype=dtype
+    )
+
+
 class EmbeddingModel(nn.Module):
-    """Tables -> pooled [B, D] per field -> interaction -> tower -> logits.
+    """Tables -> pooled [B, D] per field -> interaction -> tower -> logits; with `wide`, plus
+    the sum of the fields' pooled wide weights (wide & deep, Cheng et al., 2016).
 
     forward(batch or features) returns ctr logits [B] (one per sample) or text logits
     [B, num_classes], in the parameters' dtype (or the autocast dtype under amp).
@@ -162,6 +185,13 @@ class EmbeddingModel(nn.Module):
                 tables[t.name] = _field_table(config, t, spec, dev, dtype)
         self.tables = nn.ModuleDict(tables)
         out = 1 if config.task == "ctr" else config.num_classes
+        self.wide = (
+            nn.ModuleDict(
+                {t.name: _wide_table(config, t, out, spec, dev, dtype) for t in config.tables}
+            )
+            if config.wide
+            else None
+        )
         self.tower = build_tower(
             tower_input_width(config), config.dense_layers, out, device=dev, dtype=dtype
         )
@@ -196,6 +226,9 @@ class EmbeddingModel(nn.Module):
             logits: torch.Tensor = checkpoint(run_tower, self.tower, x, use_reentrant=False)
         else:
             logits = run_tower(self.tower, x)
+        if self.wide is not None:
+            for name, table in self.wide.items():
+                logits = logits + table(features[name])
         return logits.squeeze(-1) if self.config.task == "ctr" else logits
 
 

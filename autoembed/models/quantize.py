@@ -2,7 +2,8 @@
 
 `quantize(model, serving)` returns a copy of the model for inference in which every table
 weight is one uint8 buffer [rows, row_bytes] (`<weight>_packed`); rows are dequantized as
-they are looked up. The tower and mixed-dim projections stay as they are.
+they are looked up. The tower, mixed-dim projections and wide (per-id bias) tables stay as
+they are.
 `serving_bytes(model)` = the packed buffers + the remaining (dense) parameters:
 rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
 """
@@ -44,7 +45,7 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     tables = [
         (m, n, p)
         for m in model.modules()
-        if isinstance(m, TableModule)
+        if isinstance(m, TableModule) and m.quantizable
         for n, p in m.named_parameters(recurse=False)
     ]
     for _, name, p in tables:
@@ -57,7 +58,7 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     memo: dict[int, object] = {id(p): None for _, _, p in tables}
     out = copy.deepcopy(model, memo)
     for m_old, m_new in zip(model.modules(), out.modules(), strict=True):
-        if not isinstance(m_old, TableModule):
+        if not isinstance(m_old, TableModule) or not m_old.quantizable:
             continue
         assert isinstance(m_new, TableModule)
         for name, p in list(m_old.named_parameters(recurse=False)):
