@@ -523,7 +523,7 @@ def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
         m = config.qr_collisions
         dq = d // 2 if config.qr_operation == "concat" else d
         return [
-            ParamSpec(f"tables.{t.name}.q_weight", (math.ceil(v / m), dq), "table", t.name, look),
+            ParamSpec(f"tables.{t.name}.q_weight", (-(-v // m), dq), "table", t.name, look),
             ParamSpec(f"tables.{t.name}.r_weight", (m, dq), "table", t.name, look),
         ]
     if c == "mixed_dim" and d != config.dim:
