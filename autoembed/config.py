@@ -401,9 +401,16 @@ def parse_config_text(text: str, source: str) -> EmbeddingConfig:
         raise ConfigError(
             f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
         ) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError(f"{source}: nested too deeply to be a config; a config is a "
+                          "mapping a few levels deep") from None
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
-    return config_from_dict(raw, source)
+    try:
+        return config_from_dict(raw, source)
+    except RecursionError:
+        raise ConfigError(f"{source}: a value is nested too deeply; a config is a mapping a "
+                          "few levels deep") from None
 
 
 def load_config(path: str | Path) -> EmbeddingConfig:
