@@ -643,6 +643,17 @@ def test_absurd_vocab_is_priced_and_does_not_fit(vocab: int, method: str,
     assert "does not fit" in err
 
 
+def test_train_refuses_a_config_larger_than_the_device_before_allocating(tmp_path: Path) -> None:
+    cfg = tmp_path / "big.yaml"
+    # the data (synthetic-ctr) fixes the vocabularies; a dim of 10**8 makes the tables absurd
+    cfg.write_text(yaml.safe_dump({**CONFIGS[0], "dim": 10**8, "data": {"name": "synthetic-ctr"}}))
+    argv = ["train", "--config", str(cfg), "--out", str(tmp_path / "out"), "--max-steps", "1"]
+    rc, out, err = run_cli(argv)  # was: an allocation of petabytes (crash or OOM killer)
+    check(argv, rc, out, err)
+    assert rc == 3 and "PB" in err and "RAM" in err, err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
 def _absurd_space(tmp_path: Path, compression: list[str]) -> Path:
     doc = copy.deepcopy(SPACES["tiny"])
     doc["data"]["vocab_sizes"] = [10**12, 2**63 - 1, 100_000]
