@@ -148,6 +148,7 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
 
 
 def _render_estimate(est: Any, config: Any, budget: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from autoembed.budget import format_bytes
@@ -185,7 +186,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         tt.add_column(col, justify="left" if col == "table" else "right")
     for r in est.tables:
         tt.add_row(
-            r.name,
+            escape(r.name),  # a user's name, not rich markup ("[/bold]" would raise)
             f"{r.rows:,}",
             str(r.dim),
             format_bytes(r.parameters),
@@ -201,7 +202,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         for g in est.per_gpu:
             gt.add_row(
                 str(g.gpu),
-                ",".join(g.tables) or "-",
+                escape(",".join(g.tables)) or "-",
                 format_bytes(g.allocated_peak),
                 format_bytes(g.device_total),
             )
@@ -210,7 +211,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
         con.print(
             f"device total {format_bytes(est.device_total)} {verdict} the budget "
-            f"{budget.text} = {format_bytes(budget.bytes)}"
+            f"{escape(budget.text)} = {format_bytes(budget.bytes)}"
         )
 
 

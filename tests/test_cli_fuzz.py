@@ -20,6 +20,7 @@ import copy
 import io
 import itertools
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -39,9 +40,10 @@ from autoembed.cli import main
 EXE = [sys.executable, "-m", "autoembed"]
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 
-# Tuned so the whole file runs in well under a minute on the 2-core machine.
+# Tuned so the whole file runs in under a minute on the 2-core machine; for a deeper run:
+# AUTOEMBED_FUZZ_EXAMPLES=1000 pytest tests/test_cli_fuzz.py
 FUZZ = settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("AUTOEMBED_FUZZ_EXAMPLES", "60")),
     deadline=None,
     derandomize=True,
     database=None,
@@ -614,6 +616,16 @@ def test_damaged_pareto_json_is_bad_input(tmp_path: Path) -> None:
         rc, out, err = run_cli(["export", "--study", "s", "--out", str(tmp_path / "b.yaml"),
                                 "--runs-dir", str(tmp_path / "runs")])
         assert rc == 2 and str(sdir / "pareto.json") in err, (content[:50], err)
+
+
+@pytest.mark.parametrize("extra", [[], ["--gpus", "2"]])
+def test_table_names_are_text_not_markup(extra: list[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"task": "ctr", "dim": 8, "tables": [
+        {"name": "[/bold]", "vocab_size": 1000}, {"name": "[red]x", "vocab_size": 10}]}))
+    rc, out, err = run_cli(["estimate", "--config", str(cfg), *extra])
+    assert rc == 0, err  # was MarkupError (exit 1): rich read the name as a closing tag
+    assert "[/bold]" in out and "[red]x" in out
 
 
 def test_not_fitting_says_so_on_stderr() -> None:
