@@ -628,6 +628,12 @@ def test_table_names_are_text_not_markup(extra: list[str], tmp_path: Path) -> No
     assert "[/bold]" in out and "[red]x" in out
 
 
+def test_a_million_gpus_is_refused_not_priced_for_minutes() -> None:
+    rc, out, err = run_cli(["estimate", "--gpus", "1000000"])
+    assert rc == 2 and "1000000" in err and "4096" in err, err  # took minutes, exit 0
+    assert run_cli(["estimate", "--gpus", "4096", "--json"])[0] == 0
+
+
 def test_not_fitting_says_so_on_stderr() -> None:
     rc, out, err = run_cli(["estimate", "--budget", "2GB", "--json"])
     assert rc == 3 and json.loads(out)["fits"] is False
