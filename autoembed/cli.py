@@ -351,6 +351,8 @@ def train_cmd(
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: must be >= 1")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
     con = _console(stderr=True)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,

@@ -645,6 +645,21 @@ def test_seed_past_numpy_is_refused_before_ray(seed: str, ok: bool, tmp_path: Pa
         assert rc == 2 and seed in err and "2**32 - 1" in err, err
 
 
+@pytest.mark.parametrize("every", ["0", "-1"])
+def test_checkpoint_every_below_one_is_refused(every: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIGS[2]))
+    rc, out, err = run_cli(["train", "--config", str(cfg), "--out", str(tmp_path / "o"),
+                            "--checkpoint-every", every])
+    assert rc == 2 and f"--checkpoint-every {every}" in err, err  # was accepted silently
+
+
+def test_nan_time_budget_is_refused(tmp_path: Path) -> None:
+    rc, out, err = run_cli(["search", "--budget", "8GB", "--space", "tiny", "--time-budget",
+                            "nan", "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
+    assert rc == 2 and "--time-budget nan" in err, err  # was accepted: a limit never reached
+
+
 def test_not_fitting_says_so_on_stderr() -> None:
     rc, out, err = run_cli(["estimate", "--budget", "2GB", "--json"])
     assert rc == 3 and json.loads(out)["fits"] is False

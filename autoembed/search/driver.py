@@ -115,7 +115,7 @@ class SearchResult:
 def _positive(name: str, value: float | None, integer: bool = True) -> None:
     if value is None:
         return
-    bad = isinstance(value, bool) or (integer and not isinstance(value, int)) or value <= 0
+    bad = isinstance(value, bool) or (integer and not isinstance(value, int)) or not value > 0
     if bad:
         raise ConfigError(f"{name} {value!r}: must be {'an integer ' if integer else ''}> 0")
 
