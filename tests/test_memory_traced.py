@@ -103,3 +103,12 @@ def test_absurd_tables_are_priced_not_crashed(rows: int, dim: int, traced: bool)
     assert e.method == ("traced" if traced else "analytic")
     if not traced:
         assert "2**63" in e.notes[-1]
+
+
+def test_an_overflow_the_precheck_missed_still_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoembed.memory.traced as traced
+
+    monkeypatch.setattr(traced, "_traceable", lambda config, activations: True)
+    cfg = EmbeddingConfig(tables=(TableConfig("big", 2**63 - 1),), dim=300)
+    e = estimate(cfg, method="traced")  # torch itself raises "Storage size ... overflowed"
+    assert e.method == "analytic" and "2**63" in e.notes[-1]
