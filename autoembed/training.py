@@ -37,6 +37,20 @@ def _device_total(device: Any) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's RAM"
 
 
+def _check_device(dev: Any) -> None:
+    """A device to train on must be a CPU or a visible GPU (bad input, exit 2, otherwise)."""
+    import torch
+
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ConfigError(f"device '{dev}': no GPU is visible here; use --device cpu")
+        if dev.index is not None and dev.index >= n:
+            raise ConfigError(f"device '{dev}': {n} GPU(s) visible, cuda:0 to cuda:{n - 1}")
+    elif dev.type != "cpu":
+        raise ConfigError(f"device '{dev}': train on cpu or cuda[:N]")
+
+
 def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
     """Refuse, before anything is allocated, a config whose tables alone (parameters,
     gradients, optimizer state: the analytic estimate's allocated peak) exceed the whole
@@ -49,6 +63,7 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
     from autoembed.models.model import as_device
 
     dev = as_device(device)
+    _check_device(dev)
     total, what = _device_total(dev)
     need = estimate(config).allocated_peak
     if need > total:

@@ -263,8 +263,9 @@ def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
             doc = _set(doc, path, _nest(draw(st.sampled_from([3, 30, 200])), draw(scalar)))
         elif op == "huge":
             doc = _set(doc, path, draw(st.sampled_from(BIG + [1e308, float("inf")])))
-        elif op == "empty_range" and isinstance(doc, dict) and isinstance(doc.get("params"), dict):
-            name = draw(st.sampled_from(sorted(doc["params"])))
+        elif (op == "empty_range" and isinstance(doc, dict) and isinstance(doc.get("params"), dict)
+              and doc["params"]):
+            name = draw(st.sampled_from(sorted(doc["params"], key=str)))
             doc["params"][name] = draw(st.sampled_from([
                 {"type": "int", "low": 64, "high": 8}, {"choices": []},
                 {"type": "float", "low": 1.0, "high": 1.0, "log": True},
@@ -652,6 +653,19 @@ def test_checkpoint_every_below_one_is_refused(every: str, tmp_path: Path) -> No
     rc, out, err = run_cli(["train", "--config", str(cfg), "--out", str(tmp_path / "o"),
                             "--checkpoint-every", every])
     assert rc == 2 and f"--checkpoint-every {every}" in err, err  # was accepted silently
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "meta"])
+def test_train_on_a_device_not_here_is_bad_input(device: str, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available() and device != "meta":
+        pytest.skip("a GPU is visible")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIGS[2]))
+    rc, out, err = run_cli(["train", "--config", str(cfg), "--out", str(tmp_path / "o"),
+                            "--device", device])
+    assert rc == 2 and f"device '{device}'" in err, err  # was UnsupportedError, exit 1
 
 
 def test_nan_time_budget_is_refused(tmp_path: Path) -> None:
