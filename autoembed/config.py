@@ -236,6 +236,8 @@ class EmbeddingConfig:
         _positive_int("warmup_steps", self.warmup_steps, 0)
         if not isinstance(self.checkpointing, bool):
             raise _fail("checkpointing", self.checkpointing, "must be true or false")
+        if self.data is not None and not isinstance(self.data, Mapping):
+            raise _fail("data", self.data, "must be a data spec mapping, e.g. {name: mydata}")
         _positive_int("batch_size", self.batch_size)
         _positive_int("grad_accum_steps", self.grad_accum_steps)
         _positive_int("seed", self.seed, 0)

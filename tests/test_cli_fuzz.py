@@ -668,6 +668,14 @@ def test_train_on_a_device_not_here_is_bad_input(device: str, tmp_path: Path) ->
     assert rc == 2 and f"device '{device}'" in err, err  # was UnsupportedError, exit 1
 
 
+@pytest.mark.parametrize("data", [0, "synthetic-ctr", [1, 2]])
+def test_a_data_key_that_is_not_a_mapping_is_bad_input(data: Any, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**CONFIGS[2], "data": data}))
+    rc, out, err = run_cli(["train", "--config", str(cfg), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "'data'" in err and str(cfg) in err, err  # was TypeError, exit 1
+
+
 def test_nan_time_budget_is_refused(tmp_path: Path) -> None:
     rc, out, err = run_cli(["search", "--budget", "8GB", "--space", "tiny", "--time-budget",
                             "nan", "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
