@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -38,6 +39,10 @@ def parse_size(text: str, what: str = "size") -> int:
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0:
         raise BudgetError(f"{what} '{text}' must be greater than zero; {_HINT}")
+    if not math.isfinite(value):  # '1e400GB' overflows a float
+        raise BudgetError(f"{what} '{text}' is too large to be a size; {_HINT}")
+    if value < 1:
+        raise BudgetError(f"{what} '{text}' is less than one byte; {_HINT}")
     return int(value)
 
 
@@ -47,6 +52,8 @@ def format_bytes(n: int | float) -> str:
     if abs(n) < 1000:
         return f"{int(n)} B"
     for unit, dec, binu, bin_ in (
+        ("EB", 1e18, "EiB", 2**60),  # absurd sizes (a 2**63-row table) stay readable
+        ("PB", 1e15, "PiB", 2**50),
         ("TB", 1e12, "TiB", 2**40),
         ("GB", 1e9, "GiB", 2**30),
         ("MB", 1e6, "MiB", 2**20),
@@ -81,6 +88,8 @@ class Budget:
                     f"budget '{text}' is a share of the GPU's memory, but no GPU is visible; "
                     "give --device-memory 24GB (say) or an absolute budget like 8GB"
                 )
+            if total * pct / 100 < 1:
+                raise BudgetError(f"budget '{text}' is less than one byte of {total} bytes")
             return cls(int(total * pct / 100), s)
         return cls(parse_size(s, "budget"), s)
 

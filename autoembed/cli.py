@@ -69,6 +69,19 @@ def _int_list(text: str, key: str) -> tuple[int, ...]:
         ) from None
 
 
+def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
+    """`path` as a directory to use or make: refused when it, or a folder above it, is a file
+    (`given`: the value the user typed, when `path` is derived from it)."""
+    p = path.expanduser().absolute()
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise ConfigError(f"{flag} '{given or path}': '{q}' is a file, not a directory; "
+                                  "give a directory path")
+            break
+    return path
+
+
 def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
     from autoembed.config import EmbeddingConfig, TableConfig, load_config
 
@@ -138,6 +151,7 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
 
 
 def _render_estimate(est: Any, config: Any, budget: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from autoembed.budget import format_bytes
@@ -175,7 +189,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         tt.add_column(col, justify="left" if col == "table" else "right")
     for r in est.tables:
         tt.add_row(
-            r.name,
+            escape(r.name),  # a user's name, not rich markup ("[/bold]" would raise)
             f"{r.rows:,}",
             str(r.dim),
             format_bytes(r.parameters),
@@ -191,7 +205,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         for g in est.per_gpu:
             gt.add_row(
                 str(g.gpu),
-                ",".join(g.tables) or "-",
+                escape(",".join(g.tables)) or "-",
                 format_bytes(g.allocated_peak),
                 format_bytes(g.device_total),
             )
@@ -211,7 +225,7 @@ def _render_estimate(est: Any, config: Any, budget: Any) -> None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
         con.print(
             f"device total {format_bytes(est.device_total)} {verdict} the budget "
-            f"{budget.text} = {format_bytes(budget.bytes)}"
+            f"{escape(budget.text)} = {format_bytes(budget.bytes)}"
         )
 
 
@@ -317,6 +331,8 @@ def estimate(
         host_budget=host_b,
     )
     _check_host_budget(est, host_budget)
+    if est.method != method:  # e.g. a size the traced estimator cannot represent
+        print(f"autoembed: note: {est.notes[-1]}", file=sys.stderr)
     if as_json:
         from autoembed.memory.types import BYTE_FIGURES
 
@@ -346,6 +362,11 @@ def estimate(
     else:
         _render_estimate(est, cfg, bud)
     if est.fits is False:
+        from autoembed.budget import format_bytes
+
+        print(f"autoembed: does not fit: device total {format_bytes(est.device_total)} is over "
+              f"the budget {bud.text if bud else '?'} = {format_bytes(est.budget or 0)}; "
+              "raise --budget or choose a smaller config", file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
 
 
@@ -368,10 +389,13 @@ def train_cmd(
     from autoembed.training import train
 
     cfg = load_config(config)
+    _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: must be >= 1")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
     con = _console(stderr=True)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,
@@ -425,6 +449,7 @@ def export(
     """Write a searched config, resolved, for `autoembed train --config` or load_config."""
     from autoembed.export import export_config
 
+    _dir_arg(out.parent, "--out", out)
     done = export_config(
         study,
         out,
@@ -454,7 +479,7 @@ def ui(
     """Run the MLflow UI for the searches recorded under --runs-dir (Ctrl-C stops it)."""
     from autoembed.tracking.ui import serve_ui
 
-    raise typer.Exit(serve_ui(runs_dir.absolute(), host, port))
+    raise typer.Exit(serve_ui(_dir_arg(runs_dir, "--runs-dir").absolute(), host, port))
 
 
 @app.command("search")
@@ -504,6 +529,7 @@ def search_cmd(
     from autoembed.search import search as run_search
     from autoembed.search.render import SearchProgress, render_result, result_json
 
+    _dir_arg(runs_dir, "--runs-dir")
     cats = None
     if categorical is not None:
         cats = tuple(c.strip() for c in categorical.split(",") if c.strip())
@@ -524,6 +550,19 @@ def search_cmd(
         render_result(_console(), result)
 
 
+def _one_line(text: str) -> str:
+    """`text` as one printable line: a value's line breaks and control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _usage_line(e: Any) -> str:
+    """Click's usage error (unknown option, bad or missing value) as one line with the fix."""
+    ctx = getattr(e, "ctx", None)
+    cmd = "autoembed" + (f" {ctx.info_name}" if ctx is not None and ctx.parent else "")
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    return _one_line(f"autoembed: error: {msg}; see '{cmd} --help'")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and map errors to exit codes with one clear line."""
     debug = os.environ.get("AUTOEMBED_DEBUG") == "1"
@@ -535,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutoembedError as e:
         if debug:
             raise
-        print(f"autoembed: error: {e}", file=sys.stderr)
+        print(_one_line(f"autoembed: error: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("autoembed: interrupted", file=sys.stderr)
@@ -546,13 +585,17 @@ def main(argv: list[str] | None = None) -> int:
             print("autoembed: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
         code = getattr(e, "exit_code", None)
+        if code == 2 and hasattr(e, "format_message") and type(e).__name__ != "NoArgsIsHelpError":
+            print(_usage_line(e), file=sys.stderr)  # one line, as for every other bad input
+            return EXIT_BAD_INPUT
         if hasattr(e, "show") and isinstance(code, int):
             e.show()
             return EXIT_BAD_INPUT if code == 2 else EXIT_FAILURE
         if debug:
             raise
         print(
-            f"autoembed: failed: {type(e).__name__}: {e} (set AUTOEMBED_DEBUG=1 for the traceback)",
+            _one_line(f"autoembed: failed: {type(e).__name__}: {e} "
+                      "(set AUTOEMBED_DEBUG=1 for the traceback)"),
             file=sys.stderr,
         )
         return EXIT_FAILURE

@@ -259,6 +259,8 @@ class EmbeddingConfig:
         _positive_int("warmup_steps", self.warmup_steps, 0)
         if not isinstance(self.checkpointing, bool):
             raise _fail("checkpointing", self.checkpointing, "must be true or false")
+        if self.data is not None and not isinstance(self.data, Mapping):
+            raise _fail("data", self.data, "must be a data spec mapping, e.g. {name: mydata}")
         _positive_int("batch_size", self.batch_size)
         _positive_int("grad_accum_steps", self.grad_accum_steps)
         _positive_int("seed", self.seed, 0)
@@ -472,9 +474,16 @@ def parse_config_text(text: str, source: str) -> EmbeddingConfig:
         raise ConfigError(
             f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
         ) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError(f"{source}: nested too deeply to be a config; a config is a "
+                          "mapping a few levels deep") from None
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
-    return config_from_dict(raw, source)
+    try:
+        return config_from_dict(raw, source)
+    except RecursionError:
+        raise ConfigError(f"{source}: a value is nested too deeply; a config is a mapping a "
+                          "few levels deep") from None
 
 
 def load_config(path: str | Path) -> EmbeddingConfig:
@@ -611,7 +620,7 @@ def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
         m = config.qr_collisions
         dq = d // 2 if config.qr_operation == "concat" else d
         return [
-            ParamSpec(f"tables.{t.name}.q_weight", (math.ceil(v / m), dq), "table", t.name, look),
+            ParamSpec(f"tables.{t.name}.q_weight", (-(-v // m), dq), "table", t.name, look),
             ParamSpec(f"tables.{t.name}.r_weight", (m, dq), "table", t.name, look),
         ]
     if c == "mixed_dim" and d != config.dim:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError"]
+__all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError",
+           "DoesNotFitError"]
 
 
 class AutoembedError(Exception):
@@ -29,3 +30,9 @@ class UnsupportedError(AutoembedError):
     """The device cannot run what the config asks for (e.g. bf16 on an old GPU)."""
 
     exit_code = 1
+
+
+class DoesNotFitError(AutoembedError):
+    """A config needs more memory than the device it would train on has (exit status 3)."""
+
+    exit_code = 3

@@ -113,11 +113,37 @@ def pick_member(
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"'{path}' cannot be read as JSON: {e}") from None
+    except RecursionError:  # json's decoder recurses once per nested [ or {
+        raise ConfigError(f"'{path}' cannot be read as JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"'{path}' must hold a JSON object, got {type(data).__name__}")
     return data
+
+
+def _check_pareto(pareto: Mapping[str, Any], path: Path) -> None:
+    """Refuse a pareto.json whose shape the picks cannot use (hand-edited or damaged)."""
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"'{path}' is malformed: {what}; re-run the search, or export "
+                           "with --pick trial:N (from trials.csv) or --run-id")
+
+    members = pareto.get("members")
+    if members is not None and not isinstance(members, list):
+        raise bad(f"'members' = {members!r} must be a list")
+    for i, m in enumerate(members or ()):
+        trial = m.get("trial", m.get("number")) if isinstance(m, Mapping) else None
+        if (not isinstance(m, Mapping) or not isinstance(m.get("config"), Mapping)
+                or not isinstance(trial, int) or isinstance(trial, bool)
+                or not isinstance(m.get("metrics") or {}, Mapping)):
+            raise bad(f"members[{i}] must be a mapping with an integer 'trial', a 'config' "
+                      "mapping and a 'metrics' mapping")
+    objectives = pareto.get("objectives")
+    if objectives is not None and not (isinstance(objectives, list) and all(
+            isinstance(o, Mapping) and isinstance(o.get("name"), str)
+            and o.get("direction", "maximize") in ("maximize", "minimize")
+            for o in objectives)):
+        raise bad(f"'objectives' = {objectives!r} must list {{name, direction}} mappings")
 
 
 def _studies(runs_dir: Path) -> list[str]:
@@ -319,6 +345,7 @@ def _choose_from_study(
     vocab = sdir / VOCAB_DIR if (sdir / VOCAB_DIR).is_dir() else None
     pareto_path = sdir / "pareto.json"
     pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
+    _check_pareto(pareto, pareto_path)
     members = list(pareto.get("members") or [])
     data = pareto.get("data")
     if pick:

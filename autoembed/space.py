@@ -465,7 +465,14 @@ def load_space(path: str | Path) -> SearchSpace:
         raise ConfigError(
             f"search space '{p}':{where} is not valid YAML: {getattr(e, 'problem', e)}"
         ) from None
-    return parse_space(raw, str(p), text)
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError(f"search space '{p}' is nested too deeply to be a search space; "
+                          "a space is a mapping a few levels deep") from None
+    try:
+        return parse_space(raw, str(p), text)
+    except RecursionError:
+        raise ConfigError(f"search space '{p}' holds a value nested too deeply; "
+                          "a space is a mapping a few levels deep") from None
 
 
 def _fail(source: str, key: str, value: Any, rule: str) -> ConfigError:

@@ -27,6 +27,53 @@ CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 1
 
 
+def _device_total(device: Any) -> tuple[int, str]:
+    """(bytes, what) of the memory `device` trains in: the GPU's, or on a CPU the host's RAM."""
+    import torch
+
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return int(torch.cuda.get_device_properties(index).total_memory), f"GPU {device}"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's RAM"
+
+
+def _check_device(dev: Any) -> None:
+    """A device to train on must be a CPU or a visible GPU (bad input, exit 2, otherwise)."""
+    import torch
+
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ConfigError(f"device '{dev}': no GPU is visible here; use --device cpu")
+        if dev.index is not None and dev.index >= n:
+            raise ConfigError(f"device '{dev}': {n} GPU(s) visible, cuda:0 to cuda:{n - 1}")
+    elif dev.type != "cpu":
+        raise ConfigError(f"device '{dev}': train on cpu or cuda[:N]")
+
+
+def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
+    """Refuse, before anything is allocated, a config whose tables alone (parameters,
+    gradients, optimizer state: the analytic estimate's allocated peak) exceed the whole
+    memory of the device, so an absurd size is a clear exit 3, not an allocator crash or the
+    host's OOM killer. Only an impossible config is refused: the check is against the total,
+    not the free, memory."""
+    from autoembed.budget import format_bytes
+    from autoembed.errors import DoesNotFitError
+    from autoembed.memory import estimate
+    from autoembed.models.model import as_device
+
+    dev = as_device(device)
+    _check_device(dev)
+    total, what = _device_total(dev)
+    need = estimate(config).allocated_peak
+    if need > total:
+        raise DoesNotFitError(
+            f"config needs {format_bytes(need)} to train (analytic allocated_peak) but "
+            f"{what} is {format_bytes(total)} in all; shrink it (autoembed estimate --config "
+            "prices it) or search one under a budget"
+        )
+
+
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
@@ -122,6 +169,7 @@ def train(
         max_steps = 1000
     dataset = load_dataset(data) if isinstance(data, DataSpec) else data
     cfg = resolve_for_data(config, dataset)
+    check_fits_device(cfg, device)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in ("metrics.json", "model.pt"):

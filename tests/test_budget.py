@@ -43,3 +43,30 @@ def test_bad_budgets(text: str) -> None:
 def test_format_shows_both_units() -> None:
     assert format_bytes(8_000_000_000) == "8.00 GB (7.45 GiB)"
     assert format_bytes(512) == "512 B"
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("1e400GB", "too large"),  # float overflow: was an OverflowError (exit 1)
+        ("1e309", "too large"),
+        ("0.5", "less than one byte"),  # was Budget(bytes=0)
+        ("1e-12GB", "less than one byte"),
+    ],
+)
+def test_sizes_past_a_float_or_under_a_byte(text: str, rule: str) -> None:
+    with pytest.raises(BudgetError, match=rule) as e:
+        parse_size(text, "budget")
+    assert text in str(e.value)
+
+
+def test_tiny_percent_is_refused() -> None:
+    with pytest.raises(BudgetError, match="less than one byte"):
+        Budget.parse("1e-12%", device_memory=10**9)
+
+
+def test_format_absurd_sizes_readably() -> None:
+    # 2**63 - 1 rows x 300 x 4 B x 5 (params, grads, 2 Adam states, 1 temporary), by hand
+    assert format_bytes(6 * 10**18) == "6.00 EB (5.20 EiB)"
+    assert format_bytes(10**15) == "1.00 PB (0.89 PiB)"
+    assert format_bytes(10**12) == "1.00 TB (0.91 TiB)"

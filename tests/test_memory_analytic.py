@@ -204,3 +204,23 @@ def test_fp16_is_half_of_fp32_up_to_rounding(v: int, d: int) -> None:
 def test_rowwise_adagrad_state_is_rows_times_4(v: int, d: int) -> None:
     e = estimate(text(v, d, table_optimizer="rowwise_adagrad", dense_optimizer="adagrad"))
     assert e.tables[0].optimizer_state == blk(v * 4)
+
+
+def test_block_rounding_is_exact_past_2_53_bytes() -> None:
+    from autoembed.memory.types import round_block
+
+    # by hand: the next multiple of 512 B; float division used to round 2**60 + 1 down
+    assert round_block(2**60 + 1) == 2**60 + 512
+    assert round_block(2**63 - 1) == 2**63
+    assert round_block(1) == 512 and round_block(512) == 512
+
+
+def test_qr_rows_of_an_absurd_vocab_are_exact() -> None:
+    from autoembed.config import param_specs
+
+    v = 2**63 - 1
+    c = EmbeddingConfig(tables=(TableConfig("t", v),), dim=8, compression="qr", qr_collisions=3)
+    q = next(s for s in param_specs(c) if s.name.endswith("q_weight"))
+    # ceil((2**63 - 1) / 3) = 3074457345618258603 (2**63 - 1 = 3 * 3074457345618258602 + 1);
+    # float division gave 3074457345618258432
+    assert q.rows == 3074457345618258603

@@ -84,3 +84,31 @@ def test_traced_refuses_sharding() -> None:
 
     with pytest.raises(ConfigError, match="analytic"):
         estimate(EmbeddingConfig(), method="traced", gpus=2)
+
+
+@pytest.mark.parametrize(
+    ("rows", "dim", "traced"),
+    [
+        (10**12, 300, True),  # 1.2 TB table: fake tensors trace it
+        (10**15, 300, True),  # 1.2 EB: 3e17 elements x 8 B < 2**63, still traceable
+        (2**63 - 1, 300, False),  # torch: "Storage size calculation overflowed"
+        (10**12, 10**9, False),  # 1e21 elements
+    ],
+)
+def test_absurd_tables_are_priced_not_crashed(rows: int, dim: int, traced: bool) -> None:
+    cfg = EmbeddingConfig(tables=(TableConfig("big", rows),), dim=dim)
+    e = estimate(cfg, method="traced", budget=8 * 10**9)
+    assert e.fits is False
+    assert e.parameters >= rows * dim * 4  # fp32 table, by hand
+    assert e.method == ("traced" if traced else "analytic")
+    if not traced:
+        assert "2**63" in e.notes[-1]
+
+
+def test_an_overflow_the_precheck_missed_still_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoembed.memory.traced as traced
+
+    monkeypatch.setattr(traced, "_traceable", lambda config, activations: True)
+    cfg = EmbeddingConfig(tables=(TableConfig("big", 2**63 - 1),), dim=300)
+    e = estimate(cfg, method="traced")  # torch itself raises "Storage size ... overflowed"
+    assert e.method == "analytic" and "2**63" in e.notes[-1]

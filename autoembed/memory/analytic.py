@@ -293,7 +293,7 @@ def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list
     out: list[list[ParamSpec]] = [list(dense) for _ in range(gpus)]
     if sharding == "row":
         for s in tables:
-            rows = math.ceil(s.rows / gpus)
+            rows = -(-s.rows // gpus)  # integer ceil: exact for any row count
             for g in range(gpus):
                 out[g].append(dc_replace(s, shape=(rows, *s.shape[1:])))
         return out

@@ -12,6 +12,7 @@ the sparse optimizer step's temporaries (`analytic.sparse_terms`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from autoembed.batch import Batch
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, param_specs
 from autoembed.errors import ConfigError
 from autoembed.memory.analytic import analytic_estimate, sparse_terms
 from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
@@ -33,6 +34,17 @@ from autoembed.memory.types import (
 __all__ = ["traced_estimate", "fake_batch"]
 
 TRACED_STEPS = 2  # the first step creates optimizer state; the second is steady state
+# Torch sizes a tensor's storage in signed 64-bit bytes (c10 `computeStorageNbytes` raises
+# "Storage size calculation overflowed" past 2**63 - 1), fake tensors included. A config
+# whose largest tensor could pass that (sized at 8 bytes an element, the widest dtype a step
+# uses, or whose activations could) is priced analytically instead.
+TENSOR_LIMIT_BYTES = 2**63 - 1
+WIDEST_ELEMENT_BYTES = 8  # int64 ids, fp64 never: 8 bytes is an upper bound per element
+
+
+def _traceable(config: EmbeddingConfig, activations: int) -> bool:
+    largest = max(s.numel for s in param_specs(config)) * WIDEST_ELEMENT_BYTES
+    return largest <= TENSOR_LIMIT_BYTES and activations <= TENSOR_LIMIT_BYTES
 
 
 def fake_batch(config: EmbeddingConfig) -> Batch:
@@ -119,9 +131,21 @@ def traced_estimate(
             "for sharded tables"
         )
     config = config.resolve()
+    ana = analytic_estimate(config, reserve=reserve, context_bytes=context_bytes)
+    impossible = replace(ana, notes=(*ana.notes, (
+        "traced estimate impossible: a tensor of this step would pass the 2**63 bytes "
+        "a torch tensor can have; priced analytically"),))
+    if not _traceable(config, ana.activations):
+        return impossible
     if config.placement == "host_cached":
         return _traced_host_cached(config, reserve=reserve, context_bytes=context_bytes)
-    tracker, peaks = _trace(config)
+    try:
+        tracker, peaks = _trace(config)
+    except (RuntimeError, TypeError, OverflowError) as e:
+        # a size the check above did not foresee: torch's own overflow errors say "overflow"
+        if "overflow" not in str(e).lower():
+            raise
+        return impossible
     sg, sg_step, s_tmp = sparse_terms(config)
     # Sparse gradients live from the backward through the step; their step temporaries live
     # only in the step. Add them to the phase peaks they belong to and take the largest.
@@ -136,7 +160,6 @@ def traced_estimate(
     peak, phase, cats = max(candidates, key=lambda c: c[0])
     reserved = max(peak, tracker.alloc.peak_reserved + round_block(sg_step) + round_block(s_tmp))
     overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
-    ana = analytic_estimate(config, reserve=reserve, context_bytes=context_bytes)
     return MemoryEstimate(
         method="traced",
         parameters=cats.get("parameters", 0),

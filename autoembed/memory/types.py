@@ -58,7 +58,7 @@ def round_block(nbytes: int) -> int:
     """Bytes the caching allocator hands out for a request (max_memory_allocated counts these)."""
     if nbytes <= 0:
         return 0
-    return MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK)
+    return MIN_BLOCK * -(-math.ceil(nbytes) // MIN_BLOCK)  # integer ceil: exact past 2**53
 
 
 def reserved_for(blocks: Iterable[int]) -> int:
@@ -76,10 +76,10 @@ def reserved_for(blocks: Iterable[int]) -> int:
         elif b < MIN_LARGE_ALLOC:
             mid += b
         else:
-            large += ROUND_LARGE * math.ceil(b / ROUND_LARGE)
+            large += ROUND_LARGE * -(-b // ROUND_LARGE)
     return (
-        SMALL_SEGMENT * math.ceil(small / SMALL_SEGMENT)
-        + LARGE_SEGMENT * math.ceil(mid / LARGE_SEGMENT)
+        SMALL_SEGMENT * -(-small // SMALL_SEGMENT)
+        + LARGE_SEGMENT * -(-mid // LARGE_SEGMENT)
         + large
     )
 

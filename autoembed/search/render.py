@@ -139,7 +139,7 @@ def render_result(console: Any, result: SearchResult) -> None:
     if result.recovered:
         console.print(f"recovered: {result.recovered}")
     for name, path in result.files.items():
-        console.print(f"{name:12s} {path}")
+        console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
 
 
 def result_json(result: SearchResult) -> dict[str, Any]:
