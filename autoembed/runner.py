@@ -85,11 +85,13 @@ class Evaluation:
 @dataclass(frozen=True)
 class TrialResult:
     """Everything one trial measured. `quality` is the primary metric on the test split:
-    AUC (ctr) or accuracy (text)."""
+    AUC (ctr) or accuracy (text), reported, never selected on; `valid_quality` is the same
+    metric on the validation split at the last step, which a search selects on."""
 
     status: str
     config: EmbeddingConfig
     quality: float | None = None
+    valid_quality: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     curve: tuple[Evaluation, ...] = ()
     steps: int = 0
@@ -394,13 +396,18 @@ def run_trial(
                 if steps_to_target is None and target is not None and q >= target:
                     steps_to_target, samples_to_target = steps, samples
                 if report is not None and report(ev) is False:
-                    return result("pruned", quality=q, metrics=m)
+                    return result("pruned", quality=q, valid_quality=q, metrics=m)
             if s.max_seconds is not None and train_seconds >= s.max_seconds:
                 break
         from autoembed.models.host_cache import cache_metrics
 
         cache = cache_metrics(trainer.model, steps - start_step, train_seconds)
         t_eval = s.clock()
+        if curve and curve[-1].step == steps:
+            valid_quality = curve[-1].quality
+        else:  # stopped by time or epochs between evaluations: evaluate the last weights
+            valid_quality = _evaluate(trainer, dataset, "valid", cfg.batch_size,
+                                      s.eval_batches, task)[primary(task)]
         metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
         quality = metrics[primary(task)]
         metrics = {**metrics, **cache}  # host_cached: hit rate and the cost of misses
@@ -415,6 +422,9 @@ def run_trial(
             before = quality
             q_trainer = replace(trainer, model=served)  # same device and autocast
             metrics_q = _evaluate(q_trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
+            # what is served is what is selected: validation of the quantized model too
+            valid_quality = _evaluate(q_trainer, dataset, "valid", cfg.batch_size,
+                                      s.eval_batches, task)[primary(task)]
             extra["quality_before_quantization"] = before
             extra["serving_bytes"] = int(serving_bytes(served))
             metrics = {**metrics_q, **{f"{k}_before_quantization": v for k, v in metrics.items()}}
@@ -426,7 +436,8 @@ def run_trial(
             extra["serving_bytes"] = int(serving_bytes(trainer.model))
         latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
         eval_seconds += s.clock() - t_eval
-        return result("complete", quality=quality, metrics=metrics, latency_ms=latency, **extra)
+        return result("complete", quality=quality, valid_quality=valid_quality,
+                      metrics=metrics, latency_ms=latency, **extra)
     except UnsupportedError as e:
         return result("unsupported", error=str(e))
     except (ConfigError, DataError):

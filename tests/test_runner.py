@@ -217,3 +217,25 @@ def test_time_split_into_steps_data_and_evaluation() -> None:
     # two validation evaluations of 2 batches and one test pass of 3, 1 s per prediction
     assert r.eval_seconds == pytest.approx(2 * 2 + 3)
     assert r.wall_seconds == pytest.approx(5 + 20 + 7)
+
+
+@dataclass
+class FlippedTestCTR(TinyCTR):
+    """TinyCTR whose test labels are inverted: a model that learns the training rule scores
+    AUC near 1 on validation and near 0 on test, so the two splits cannot be confused."""
+
+    def batches(self, split: str, batch_size: int, **kw: Any) -> Iterator[Batch]:
+        for b in super().batches(split, batch_size, **kw):
+            yield Batch(b.features, 1.0 - b.labels) if split == "test" else b
+
+
+def test_search_objective_is_validation_quality_not_test() -> None:
+    from autoembed.search.records import objective_metrics
+
+    r = run_trial(cfg(), FlippedTestCTR(), RunSettings(max_steps=120, eval_every=40))
+    assert r.status == "complete", r.error
+    assert r.valid_quality is not None and r.valid_quality > 0.9
+    assert r.valid_quality == r.curve[-1].quality  # the last step's validation figure
+    assert r.quality is not None and r.quality < 0.1  # test: reported only
+    m = objective_metrics(r, r.estimate, use_measured=False)
+    assert m["quality"] == r.valid_quality and m["test_quality"] == r.quality

@@ -163,7 +163,10 @@ def objective_metrics(
     if use_measured and measured is not None:
         memory = float(measured + int(estimate.get("overhead", 0)))
     return {
-        "quality": _finite(result.quality),
+        # the search selects on validation; the test split is reported only
+        "quality": _finite(result.valid_quality if result.valid_quality is not None
+                           else result.quality),
+        "test_quality": _finite(result.quality),
         "memory": memory,
         "throughput": _finite(result.throughput),
         "latency": _finite(result.latency_ms.get("p50_b1")),
