@@ -4,7 +4,9 @@ Pure functions (no MLflow import), so the mapping is testable alone and the MLfl
 ships what they return. Metric names (one place, documented in README):
 
 * curve (by step): `valid_quality` and `valid_<metric>` for each validation evaluation;
-* final, on the test split: `quality` and the result's own metrics (`auc`, `logloss`, ...);
+* final: `quality`, the search's objective (validation split, last step; the test figure
+  when a result has no validation figure), `test_quality` and the result's own metrics on
+  the test split (`auc`, `logloss`, ...);
 * memory: `estimate_<category>` for each byte figure of the estimate (`estimate_device_total`,
   `estimate_allocated_peak`, ...); `measured_allocated_peak` / `measured_reserved_peak` and
   `estimate_rel_error` / `estimate_rel_error_reserved` = (estimate - measured) / measured only
@@ -110,8 +112,10 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
             f = _number(v)
             if f is not None:
                 out.append(MetricPoint(f"valid_{k}", f, ev.step, at))
+    valid = getattr(result, "valid_quality", None)
     final: dict[str, Any] = {
-        "quality": result.quality,
+        "quality": valid if valid is not None else result.quality,
+        "test_quality": result.quality,
         **dict(result.metrics),
         "throughput": result.throughput,
         "steps_to_target": result.steps_to_target,
