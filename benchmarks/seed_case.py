@@ -105,7 +105,7 @@ TEXT = Case(
 CTR = Case(
     name="ctr",
     data={"name": "synthetic-ctr", "vocab_sizes": [4_000_000, 1_000_000, 100_000, 10_000],
-          "rows": [200_000, 5_000, 20_000]},
+          "rows": [2_000_000, 5_000, 20_000]},
     baseline={"task": "ctr", "dim": 32, "batch_size": 1024, "precision": "fp32",
               "compression": "none", "pooling": "naive", "dense_layers": (64,),
               "interaction": "concat", "table_optimizer": "adam", "dense_optimizer": "adam",
