@@ -22,7 +22,7 @@ For each workload (the seed's text model; a recommender analogue):
 The target is the baseline's own final validation quality less 0.5% (relative): how soon
 does each reach the quality the baseline ends with. On a 2-core CPU the baseline's dense
 Adam over a 1M x 300 table (4.8 GB touched per step) takes seconds per step, so the text
-models are compared after 80 baseline steps, far from convergence (the baseline's lr is the
+models are compared after 240 baseline steps, far from convergence (the baseline's lr is the
 best of a validation sweep, see TEXT); CTR trains 100 steps, near its plateau. Quality is
 compared at equal samples, with a paired bootstrap 95% interval of the relative difference
 on the test rows.
@@ -91,8 +91,8 @@ TEXT = Case(
               "table_optimizer": "adam", "dense_optimizer": "adam", "lr": 1.0,
               "dense_lr": 0.01},
     space=ROOT / "search_spaces" / "seed_text.yaml",
-    samples=64 * 80,
-    eval_every=64 * 20,
+    samples=64 * 240,
+    eval_every=64 * 60,
     valid_rows=2_000,
     test_rows=20_000,
     search_seconds=120,
