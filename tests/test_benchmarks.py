@@ -90,10 +90,11 @@ def test_gpu_seed_case_zipf_ids_stay_in_range_and_favour_the_head() -> None:
     assert int((ids == (1 * SCATTER) % v).sum()) < int((ids == 0).sum())
 
 
-def test_pick_fast_within_half_a_percent() -> None:
+def test_pick_best_quality_takes_the_front_best_and_breaks_ties_by_throughput() -> None:
     from dataclasses import dataclass, field
 
-    from seed_case import pick_fast_within
+    import pytest
+    from seed_case import pick_best_quality
 
     @dataclass
     class Row:
@@ -101,11 +102,14 @@ def test_pick_fast_within_half_a_percent() -> None:
         metrics: dict[str, float | None] = field(default_factory=dict)
 
     front = [Row(0, {"quality": 0.800, "throughput": 100.0}),
-             Row(1, {"quality": 0.797, "throughput": 300.0}),  # within 0.5% of 0.800
-             Row(2, {"quality": 0.795, "throughput": 900.0}),  # 0.625% below: out
-             Row(3, {"quality": None, "throughput": 5000.0})]
-    assert pick_fast_within(front).number == 1
-    assert pick_fast_within(front, tolerance=0.01).number == 2
+             Row(1, {"quality": 0.797, "throughput": 300.0}),  # faster, 0.4% worse: not picked
+             Row(2, {"quality": 0.800, "throughput": 900.0}),  # ties 0: faster wins
+             Row(3, {"quality": None, "throughput": 5000.0})]  # no quality: skipped
+    assert pick_best_quality(front).number == 2
+    assert pick_best_quality(front[:2]).number == 0
+    assert pick_best_quality([Row(5, {"quality": 0.7, "throughput": None})]).number == 5
+    with pytest.raises(ValueError):
+        pick_best_quality(front[3:])
 
 
 def test_side_by_side_trains_both_to_equal_samples_on_the_same_data() -> None:
