@@ -112,3 +112,18 @@ def test_an_overflow_the_precheck_missed_still_falls_back(monkeypatch: pytest.Mo
     cfg = EmbeddingConfig(tables=(TableConfig("big", 2**63 - 1),), dim=300)
     e = estimate(cfg, method="traced")  # torch itself raises "Storage size ... overflowed"
     assert e.method == "analytic" and "2**63" in e.notes[-1]
+
+
+def test_data_dependent_shape_falls_back_to_analytic_with_a_note() -> None:
+    """Text + naive pooling + a sparse table optimizer: nn.Embedding's sparse backward masks
+    out padding ids (a data-dependent size fake tensors cannot know). The traced estimate
+    says so and gives the analytic figures, instead of failing."""
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tokens", 100_000),), dim=16,
+                          num_classes=4, seq_len=32, pooling="naive",
+                          table_optimizer="rowwise_adagrad", dense_optimizer="adagrad",
+                          batch_size=8)
+    traced = estimate(cfg, method="traced")
+    analytic = estimate(cfg, method="analytic")
+    assert traced.method == "analytic"
+    assert "data-dependent shape" in traced.notes[-1]
+    assert traced.device_total == analytic.device_total

@@ -139,8 +139,16 @@ def traced_estimate(
         return impossible
     if config.placement == "host_cached":
         return _traced_host_cached(config, reserve=reserve, context_bytes=context_bytes)
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
     try:
         tracker, peaks = _trace(config)
+    except DynamicOutputShapeException as e:
+        # e.g. nn.Embedding's sparse backward drops padding ids with a boolean mask, whose
+        # size fake tensors cannot know: the data decide it, as for every sparse gradient
+        return replace(ana, notes=(*ana.notes, (
+            f"traced estimate impossible: this step has a data-dependent shape ({e}); "
+            "priced analytically"),))
     except (RuntimeError, TypeError, OverflowError) as e:
         # a size the check above did not foresee: torch's own overflow errors say "overflow"
         if "overflow" not in str(e).lower():
