@@ -161,20 +161,22 @@ def search_table() -> str:
             r.number, p.get("placement"), p.get("compression"), p.get("hash_buckets", "-"),
             f"{p['cache_load_factor']:g}" if host else "-", p.get("cache_policy", "-"),
             r.status, _mb(r.estimate.get("device_total")), _mb(r.estimate.get("host_bytes")),
-            _num(m.get("quality"), 4), _num(m.get("cache_hit_rate"), 3),
+            _num(m.get("test_quality", m.get("quality")), 4), _num(m.get("cache_hit_rate"), 3),
             _pct(m.get("cache_time_share")), _num(m.get("throughput"), 0),
         ])
     header = ["trial", "placement", "compression", "buckets", "cache factor", "policy",
               "status", "device_total MB", "host MB", "test AUC", "hit rate (rows/batch)",
               "time in cache work", "samples/s"]
     done = [r for r in res.rows if r.status == "complete" and r.metrics.get("quality")]
-    best = max(done, key=lambda r: float(r.metrics["quality"] or 0.0))
+    best = max(done, key=lambda r: float(r.metrics.get("test_quality")
+                                         or r.metrics["quality"] or 0.0))
     twin = [r for r in res.rows if r.config.placement == "device"
             and r.config.compression == best.config.compression
             and r.config.hash_buckets == best.config.hash_buckets]
     verdict = (
         f"Highest test AUC: trial {best.number} ({best.config.placement}, "
-        f"{best.config.compression}), AUC {float(best.metrics['quality'] or 0):.4f}. "
+        f"{best.config.compression}), AUC "
+        f"{float(best.metrics.get('test_quality') or best.metrics['quality'] or 0):.4f}. "
         + (f"The same config resident on the device (trial {twin[0].number}) is "
            f"{twin[0].status}: {twin[0].reason or ''}" if twin else "")
     )
