@@ -30,7 +30,7 @@ __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_
 ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
                     "gradients", "optimizer_state", "activations", "temporaries",
                     "serving_bytes", "host_bytes")
-METRIC_COLUMNS = ("quality", "memory", "throughput", "latency", "steps_to_target",
+METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency", "steps_to_target",
                   "measured_allocated_peak", "steps", "train_seconds", "wall_seconds",
                   "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
 
