@@ -44,6 +44,7 @@ __all__ = [
     "save_config",
     "config_from_dict",
     "parse_config_text",
+    "safe_load_yaml",
 ]
 
 TASKS = ("ctr", "text")
@@ -463,11 +464,13 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Embeddin
         raise ConfigError(f"{source}: {e}") from None
 
 
-def parse_config_text(text: str, source: str) -> EmbeddingConfig:
+def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
+    """`yaml.safe_load(text)`, with a syntax error or absurd nesting as a ConfigError naming
+    `source` (and the line) and what a `kind` file should be."""
     import yaml  # lazy: keeps `import autoembed.config` torch- and yaml-free
 
     try:
-        raw = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -475,8 +478,12 @@ def parse_config_text(text: str, source: str) -> EmbeddingConfig:
             f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
         ) from None
     except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise ConfigError(f"{source}: nested too deeply to be a config; a config is a "
+        raise ConfigError(f"{source}: nested too deeply to be a {kind}; a {kind} is a "
                           "mapping a few levels deep") from None
+
+
+def parse_config_text(text: str, source: str) -> EmbeddingConfig:
+    raw = safe_load_yaml(text, source)
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     try:

@@ -32,6 +32,7 @@ from autoembed.config import (
     TABLE_ONLY_OPTIMIZERS,
     EmbeddingConfig,
     config_from_dict,
+    safe_load_yaml,
 )
 from autoembed.errors import ConfigError
 
@@ -443,8 +444,6 @@ def _active_only(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any
 
 def load_space(path: str | Path) -> SearchSpace:
     """Read and validate a search space YAML file. A bare name ("tiny") means a built-in."""
-    import yaml
-
     p = Path(path)
     if not p.exists() and p.suffix == "" and str(path) in BUILTIN_SPACES:
         p = builtin_space_path(str(path))
@@ -457,17 +456,7 @@ def load_space(path: str | Path) -> SearchSpace:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"search space file '{p}' cannot be read: {e}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"search space '{p}':{where} is not valid YAML: {getattr(e, 'problem', e)}"
-        ) from None
-    except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise ConfigError(f"search space '{p}' is nested too deeply to be a search space; "
-                          "a space is a mapping a few levels deep") from None
+    raw = safe_load_yaml(text, f"search space '{p}'", "search space")
     try:
         return parse_space(raw, str(p), text)
     except RecursionError:
