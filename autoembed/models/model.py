@@ -88,6 +88,18 @@ def check_buildable(config: EmbeddingConfig) -> None:
                 )
 
 
+def _hashed_rows(config: EmbeddingConfig, t: TableConfig) -> tuple[int, int | None]:
+    """(rows, buckets) of a table's ids: under hash compression a table larger than
+    `hash_buckets` hashes its ids into that many rows; otherwise one row per id (None)."""
+    v = t.vocab_size
+    if config.compression != "hash":
+        return v, None
+    assert config.hash_buckets is not None
+    if v > config.hash_buckets:
+        return config.hash_buckets, config.hash_buckets
+    return v, None
+
+
 def _field_table(
     config: EmbeddingConfig,
     t: TableConfig,
@@ -99,9 +111,7 @@ def _field_table(
     if config.placement == "host_cached":
         return _host_cached_table(config, t, spec, device, dtype)
     if config.compression == "hash":
-        assert config.hash_buckets is not None
-        buckets = config.hash_buckets if v > config.hash_buckets else None
-        rows = min(v, config.hash_buckets)
+        rows, buckets = _hashed_rows(config, t)
         return PlainTable(
             rows, d, d, spec, buckets=buckets, seed=config.hash_seed, device=device, dtype=dtype
         )
@@ -121,14 +131,10 @@ def _host_cached_table(
 ) -> TableModule:
     from autoembed.models.host_cache import HostCachedTable
 
-    v, d = t.vocab_size, config.table_dim(t)
-    buckets = None
-    if config.compression == "hash":
-        assert config.hash_buckets is not None
-        buckets = config.hash_buckets if v > config.hash_buckets else None
-        v = min(v, config.hash_buckets)
+    rows, buckets = _hashed_rows(config, t)
     return HostCachedTable(
-        v, d, cache_rows(config, t), config.cache_policy, config.table_optimizer, spec,
+        rows, config.table_dim(t), cache_rows(config, t), config.cache_policy,
+        config.table_optimizer, spec,
         buckets=buckets, seed=config.hash_seed, dynamic_rows=config.dynamic_rows,
         device=device, dtype=dtype,
     )
@@ -144,11 +150,7 @@ def _wide_table(
 ) -> WideTable:
     """One field's wide part: ids map to rows as in the deep table under hash compression,
     one row per id otherwise (`config.param_specs` fixes the shapes)."""
-    buckets = None
-    if config.compression == "hash":
-        assert config.hash_buckets is not None
-        buckets = config.hash_buckets if t.vocab_size > config.hash_buckets else None
-    rows = t.vocab_size if buckets is None else buckets
+    rows, buckets = _hashed_rows(config, t)
     return WideTable(
         rows, out, spec, buckets=buckets, seed=config.hash_seed, device=device, dtype=dtype
     )
