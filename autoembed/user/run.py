@@ -1,0 +1,155 @@
+"""One trial of the user's loop: `train(model, params, report)` on a built, applied model,
+and what came of it as the one trial record (`TrialResult`).
+
+Faults in the user's code are the trial's, never the search's:
+
+* `train` (or `build`) raising -> `failed`, the user's traceback in `error`;
+* a NaN or infinite quality or metric (reported or returned) -> `diverged`;
+* a `report` with an unknown metric -> `failed` naming it;
+* the stop channel saying stop -> `pruned` (TrialStopped, raised from `report`);
+* a real out-of-memory -> `oom`.
+
+The objective quality is the last one the loop gave: `train`'s return value, else its last
+report. On CUDA the real peak around build and `train` is measured.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError
+from autoembed.runner import TrialResult, environment
+from autoembed.user.functions import FunctionRef, record_function, resolve_function
+from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["UserCode", "run_user_trial", "user_traceback", "ROLES"]
+
+ROLES = ("model", "example", "train")  # the CLI flags --model, --example, --train
+MAX_TRACEBACK_FRAMES = 30
+
+
+@dataclass(frozen=True)
+class UserCode:
+    """The user's functions: build(params) -> nn.Module; example(params) -> one batch as
+    the forward takes it; train(model, params, report) -> None, a quality or a mapping."""
+
+    build: Callable[[Mapping[str, Any]], Any]
+    example: Callable[[Mapping[str, Any]], Any]
+    train: Callable[..., Any]
+
+    @classmethod
+    def resolve(cls, model: Any, example: Any, train: Any) -> UserCode:
+        """From functions or "pkg.module:name" strings (ConfigError naming the flag)."""
+        got = [resolve_function(v, f"--{r}") if isinstance(v, str) else v
+               for r, v in zip(ROLES, (model, example, train), strict=True)]
+        for role, fn in zip(ROLES, got, strict=True):
+            if not callable(fn):
+                raise ConfigError(f"{role} = {fn!r}: must be a function")
+        return cls(*got)
+
+    def records(self) -> dict[str, FunctionRef]:
+        """role -> FunctionRef (ConfigError for a function a resume could not find)."""
+        return {r: record_function(fn, r) for r, fn in
+                zip(ROLES, (self.build, self.example, self.train), strict=True)}
+
+
+def built_module(obj: Any) -> nn.Module:
+    """`build`'s return value, which must be an nn.Module (ConfigError otherwise)."""
+    from torch import nn
+
+    if not isinstance(obj, nn.Module):
+        raise ConfigError(f"model: build(params) returned {type(obj).__name__}, not an "
+                          "nn.Module; return the model")
+    return obj
+
+
+def user_traceback(e: BaseException, skip: int = 1) -> str:
+    """'Type: message' and the traceback from the user's frames on (the first `skip` frames
+    are autoembed's call sites)."""
+    te = traceback.TracebackException.from_exception(e)
+    frames = te.stack[skip:][-MAX_TRACEBACK_FRAMES:]
+    head = "".join(te.format_exception_only()).strip()
+    body = "".join(traceback.StackSummary.from_list(frames).format())
+    return f"{head}\nTraceback (most recent call last):\n{body}".rstrip()
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError)
+
+
+def run_user_trial(
+    code: UserCode,
+    model: Callable[[], Any],
+    params: Mapping[str, Any],
+    config: EmbeddingConfig,
+    report: Report,
+    *,
+    estimate: Mapping[str, Any] | None = None,
+    target: float | None = None,
+    device: str = "cpu",
+    clock: Callable[[], float] = time.perf_counter,
+) -> TrialResult:
+    """Build the model (`model()`: build then apply, on `device`), run `train` with `report`
+    and return the trial's record. Never raises for faults in the user's code."""
+    wall0 = clock()
+    cuda = device.startswith("cuda")
+    if cuda:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    final: dict[str, float] = {}
+    status, error = "complete", None
+    t_train = wall0
+    try:
+        built = built_module(model())
+        report.start()
+        t_train = clock()
+        final = report.final(code.train(built, params, report))
+    except TrialStopped as e:
+        status, error = "pruned", str(e)
+    except Diverged as e:
+        status, error = "diverged", str(e)
+    except ReportError as e:
+        status, error = "failed", str(e)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's fault is the trial's result
+        status = "oom" if _is_oom(e) else "failed"
+        error = user_traceback(e)
+    if report.ending is not None:  # the loop swallowed what report raised
+        status, error = report.ending.status, report.ending.message
+    train_s = clock() - t_train
+    if status != "complete":
+        final = {}
+    quality = final.pop("quality", None) if final else None
+    if quality is None and report.curve:
+        last = report.curve[-1]
+        quality = None if last.quality != last.quality else last.quality
+        final = {**last.metrics, **final}
+    extra: dict[str, Any] = {}
+    if cuda:
+        import torch
+
+        extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
+        extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
+    reached = next((e for e in report.curve if target is not None and e.quality >= target), None)
+    last_ev = report.curve[-1] if report.curve else None
+    return TrialResult(
+        status=status, config=config, valid_quality=quality, metrics=final or {},
+        curve=tuple(report.curve), steps=last_ev.step if last_ev else 0,
+        samples=last_ev.samples if last_ev else 0, throughput=report.throughput,
+        steps_to_target=reached.step if reached else None,
+        samples_to_target=reached.samples if reached else None, target=target,
+        estimate=dict(estimate or {}), error=error, train_seconds=train_s,
+        wall_seconds=clock() - wall0, eval_seconds=report.eval_seconds,
+        env=environment(device), **extra)
