@@ -15,6 +15,7 @@ report. On CUDA the real peak around build and `train` is measured.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -131,11 +132,11 @@ def run_user_trial(
     train_s = clock() - t_train
     if status != "complete":
         final = {}
-    quality = final.pop("quality", None) if final else None
-    if quality is None and report.curve:
-        last = report.curve[-1]
-        quality = None if last.quality != last.quality else last.quality
-        final = {**last.metrics, **final}
+    last_ev = report.curve[-1] if report.curve else None
+    quality = final.pop("quality", None)
+    if quality is None and last_ev is not None and not math.isnan(last_ev.quality):
+        quality = last_ev.quality
+    metrics = {**(last_ev.metrics if last_ev else {}), **final}
     extra: dict[str, Any] = {}
     if cuda:
         import torch
@@ -143,9 +144,8 @@ def run_user_trial(
         extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
         extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
     reached = next((e for e in report.curve if target is not None and e.quality >= target), None)
-    last_ev = report.curve[-1] if report.curve else None
     return TrialResult(
-        status=status, config=config, valid_quality=quality, metrics=final or {},
+        status=status, config=config, valid_quality=quality, metrics=metrics,
         curve=tuple(report.curve), steps=last_ev.step if last_ev else 0,
         samples=last_ev.samples if last_ev else 0, throughput=report.throughput,
         steps_to_target=reached.step if reached else None,

@@ -302,9 +302,9 @@ def _config_check(source: str, table: bool) -> Any:
         try:
             config_from_dict(raw, "probe")
         except ConfigError as e:
-            text = str(e)
+            text = str(e).removeprefix("probe: ")
             if f"'{name}'" in text:
-                rule = text.split(": ", 2)[-1] if text.count(": ") >= 2 else text
+                rule = text.removeprefix(f"config key '{name}' = {value!r}: ")
                 raise _fail(source, where, value, rule) from None
     return check
 
