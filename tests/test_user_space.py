@@ -8,12 +8,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoembed import config
 from autoembed.errors import ConfigError
 from autoembed.user.space import load_user_space, parse_user_space
-
-per_table = pytest.mark.skipif("TABLE_OVERRIDES" not in config.__all__,
-                               reason="per-table settings not on this branch yet")
 
 SPACE = textwrap.dedent("""
     description: text classifier
@@ -66,7 +62,6 @@ def test_parse_and_suggest(tmp_path: Path) -> None:
     assert seen_layers == {1, 2, 3}
 
 
-@per_table
 def test_config_for_merges_table_rules_in_file_order() -> None:
     space = parse_user_space({
         "embedding": {"precision": "fp32",
@@ -83,7 +78,6 @@ def test_config_for_merges_table_rules_in_file_order() -> None:
     assert by["enc.tok"].table_optimizer == "adagrad" and by["pos"].table_optimizer == "sgd"
 
 
-@per_table
 def test_a_rule_naming_no_module_is_one_line_with_a_suggestion() -> None:
     space = parse_user_space({"embedding": {"tables": {"item_emb": {"compression": "none"}}},
                               "user": {"dim": {"choices": [8, 16]}}}, "s.yaml")
@@ -144,3 +138,25 @@ def test_bad_spaces_are_one_line_errors(raw, says) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="space file 'nope.yaml' does not exist"):
         load_user_space("nope.yaml")
+
+
+def test_share_of_rows_per_table_reaches_the_resolved_table() -> None:
+    from autoembed.config import resolved_tables
+
+    space = parse_user_space({
+        "embedding": {"tables": {"big*": {"compression": "hash",
+                                          "hash_buckets": {"choices": [0.01, 0.5]}}}},
+        "user": {"dim": 8}}, "s.yaml")
+    values = {**space.fixed, "embedding.tables.big*.hash_buckets": 0.01}
+    cfg = space.config_for(values, [{"name": "big_items", "vocab_size": 100_000},
+                                    {"name": "small", "vocab_size": 50}])
+    by = {t.name: t for t in resolved_tables(cfg)}
+    assert (by["big_items"].compression, by["big_items"].hash_buckets) == ("hash", 1000)
+    assert (by["small"].compression, by["small"].hash_buckets) == ("none", None)
+
+
+def test_bad_per_table_value_names_the_rule() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_user_space({"embedding": {"tables": {"emb": {"hash_buckets": {
+            "choices": [0.5, 1.5]}}}}}, "s.yaml")
+    assert "key 'embedding.tables.emb.hash_buckets' = 1.5" in str(e.value)

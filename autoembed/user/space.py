@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.config import EmbeddingConfig, config_from_dict, safe_load_yaml
+from autoembed.config import TABLE_OVERRIDES, EmbeddingConfig, config_from_dict, safe_load_yaml
 from autoembed.errors import ConfigError
 from autoembed.space import DEFAULT_TRIALS, Objective, Param, parse_objectives
 
@@ -57,8 +57,8 @@ EMBEDDING_KEYS = ("precision", "serving", "placement", "table_optimizer", "dense
                   "checkpointing", "compression", "hash_buckets", "hash_seed", "qr_collisions",
                   "qr_operation", "mixed_dim_alpha", "mixed_dim_min", "cache_load_factor",
                   "cache_policy", "lr", "dense_lr", "adam_eps", "momentum", "weight_decay")
-# Settings one table may carry (its size comes from the model).
-TABLE_KEYS = ("compression", "hash_buckets", "qr_collisions", "qr_operation", "table_optimizer")
+# Settings one table may carry (its rows and dim come from the model).
+TABLE_KEYS = TABLE_OVERRIDES
 SPEC_KEYS = ("choices", "low", "high", "log", "step", "type", "when")
 EMBEDDING = "embedding"  # params key holding the embedding settings (not a user name)
 
