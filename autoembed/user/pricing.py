@@ -76,7 +76,7 @@ def price_proposal(code: UserCode, space: UserSpace, values: Mapping[str, Any],
 
     import autoembed
 
-    apply_fn = apply or autoembed.apply  # type: ignore[attr-defined]
+    apply_fn = apply or autoembed.apply
     params = space.params_for(values)
     with torch.device("meta"):
         probe = built_module(call_user(code.build, "model", params))
@@ -88,7 +88,7 @@ def price_proposal(code: UserCode, space: UserSpace, values: Mapping[str, Any],
         out = apply_fn(built, config)
         return built if out is None else built_module(out)
 
-    est = autoembed.estimate_model(  # type: ignore[attr-defined]
+    est = autoembed.estimate_model(
         model, example, optimizer=config.table_optimizer, precision=config.precision,
         budget=budget, reserve=reserve)
     return Priced(params, config, est)
