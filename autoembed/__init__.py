@@ -33,6 +33,7 @@ __all__ = [
     "quantize",
     "search",
     "train",
+    "TrialStopped",
     "__version__",
 ]
 
@@ -42,6 +43,7 @@ _LAZY = {
     "build_optimizer": "autoembed.models",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
+    "TrialStopped": "autoembed.user.report",
 }
 
 

@@ -1,0 +1,73 @@
+"""`export --format python` for a user search: a module that rebuilds the trial's model."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import autoembed
+from autoembed.errors import ConfigError
+from autoembed.user.export import python_module
+from autoembed.user.functions import record_function
+
+PARAMS = {"dim": 16, "lr": 0.01, "widths": (64, 32), "flag": None,
+          "embedding": {"precision": "fp32", "tables": {"*": {"compression": "none"}}}}
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import examples.text_search as ts
+
+    ref = record_function(ts.build, "model")
+    out = tmp_path / "best_model.py"
+    out.write_text(python_module(ref, PARAMS, "best.yaml", study="s", trial=4))
+    return out, ts
+
+
+def test_the_module_carries_the_params_and_the_users_build(written) -> None:
+    out, ts = written
+    mod = load(out, "best_model_a")
+    assert mod.PARAMS == PARAMS
+    assert mod.build is ts.build
+    assert mod.CONFIG == out.parent / "best.yaml"
+    assert "Trial 4 of study 's'" in out.read_text()
+
+
+def test_reserved_names_are_aliased(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "clash.py").write_text("def build_model(params):\n    return params\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("clash", None)
+    import clash
+
+    text = python_module(record_function(clash.build_model, "model"), {}, "b.yaml",
+                         study="s", trial=0)
+    assert "from clash import build_model as user_build_model" in text
+    assert "model = user_build_model(PARAMS)" in text
+    compile(text, "x.py", "exec")
+
+
+def test_not_importable_name_is_refused() -> None:
+    from autoembed.user.functions import FunctionRef
+
+    with pytest.raises(ConfigError, match="not an importable name"):
+        python_module(FunctionRef("my-pkg.mod", "build", "0"), {}, "b.yaml", study="s",
+                      trial=0)
+
+
+@pytest.mark.skipif(not hasattr(autoembed, "apply"), reason="autoembed.apply not landed")
+def test_build_model_rebuilds_the_applied_model(written) -> None:
+    out, _ = written
+    autoembed.save_config(autoembed.EmbeddingConfig(tables=(
+        autoembed.TableConfig("embedding", 100_000, dim=16),)), out.parent / "best.yaml")
+    model = load(out, "best_model_b").build_model()
+    assert sum(p.numel() for p in model.parameters()) == 100_000 * 16 + 16 * 4 + 4
