@@ -2,7 +2,7 @@
 your own training loop, under a memory budget.
 
     python -m examples.text_search                       # a local search, then the pick
-    autoembed search --budget 700MB --space examples/text_space.yaml \\
+    autoembed search --budget 800MB --space examples/text_space.yaml \\
         --model examples.text_search:build --example examples.text_search:example \\
         --train examples.text_search:train
 
@@ -102,6 +102,6 @@ def train(model: TextClassifier, params: Mapping[str, Any], report: Any) -> dict
 if __name__ == "__main__":
     import autoembed
 
-    result = autoembed.search(budget="700MB", model=build, example=example, train=train,
+    result = autoembed.search(budget="800MB", model=build, example=example, train=train,
                               space="examples/text_space.yaml", executor="local")
     print(result)

@@ -1,0 +1,102 @@
+"""Pricing a proposal on the user's own model, before anything trains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import autoembed
+from autoembed.errors import ConfigError
+from autoembed.user.pricing import model_tables, price_proposal
+from autoembed.user.run import UserCode
+from autoembed.user.space import parse_user_space
+
+pytestmark = pytest.mark.skipif(not hasattr(autoembed, "estimate_model"),
+                                reason="autoembed.estimate_model not landed")
+
+SPACE = parse_user_space({"embedding": {"precision": "fp32", "table_optimizer": "adam"},
+                          "user": {"dim": {"choices": [8, 512]}, "batch_size": 16}}, "s.yaml")
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(50_000, dim)
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.tok(ids).mean(1)).logsumexp(1).mean()
+
+
+def build(params):
+    return Model(params["dim"])
+
+
+def example(params):
+    return torch.zeros(params["batch_size"], 12, dtype=torch.long)
+
+
+def values(dim: int) -> dict:
+    return {**SPACE.fixed, "user.dim": dim}
+
+
+def same(model, config):  # this space changes no table: the rewrite is the identity
+    return None
+
+
+def test_the_price_is_estimate_model_of_the_built_model_and_the_budget_binds() -> None:
+    code = UserCode(build, example, lambda m, p, r: None)
+    small, large = (price_proposal(code, SPACE, values(d), 700 * 10**6, apply=same)
+                    for d in (8, 512))
+    for d, got in ((8, small), (512, large)):
+        want = autoembed.estimate_model(lambda d=d: Model(d), example({"batch_size": 16}),
+                                        optimizer="adam", precision="fp32")
+        assert got.estimate.device_total == want.device_total
+        assert [(t.name, t.vocab_size, t.dim) for t in got.config.tables] == [("tok", 50_000, d)]
+    # 50k x 512 fp32 with Adam: weights, gradient and two moments alone are 409.6 MB, on top
+    # of the 512 MiB CUDA context: over 700 MB; at dim 8 the table is 6.4 MB in all
+    assert large.estimate.device_total > 512 * 2**20 + 4 * 50_000 * 512 * 4 > 700 * 10**6
+    assert small.estimate.device_total < 700 * 10**6
+    assert small.estimate.fits and not large.estimate.fits
+    assert small.params == {"dim": 8, "batch_size": 16,
+                            "embedding": {"precision": "fp32", "table_optimizer": "adam"}}
+
+
+def test_the_model_is_listed_on_the_meta_device() -> None:
+    """Listing tables never allocates them: a 10^9-row table is fine."""
+    with torch.device("meta"):
+        big = nn.Embedding(10**9, 64)
+    assert model_tables(nn.Sequential(big)) == [{"name": "0", "vocab_size": 10**9, "dim": 64}]
+
+
+@pytest.mark.parametrize("bad_build, says", [
+    (lambda p: 1 / 0, "model: <lambda>(params) raised ZeroDivisionError: division by zero"),
+    (lambda p: "not a model", "returned str, not an nn.Module"),
+    (lambda p: nn.Linear(2, 2), "has no nn.Embedding or nn.EmbeddingBag modules"),
+])
+def test_user_code_failing_at_pricing_is_one_line(bad_build, says) -> None:
+    code = UserCode(bad_build, example, lambda m, p, r: None)
+    with pytest.raises(ConfigError) as e:
+        price_proposal(code, SPACE, values(8), apply=same)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_example_that_raises_is_one_line() -> None:
+    def bad_example(params):
+        raise KeyError("seq_len")
+    code = UserCode(build, bad_example, lambda m, p, r: None)
+    with pytest.raises(ConfigError, match=r"example: .*bad_example\(params\) raised KeyError"):
+        price_proposal(code, SPACE, values(8), apply=same)
+
+
+@pytest.mark.skipif(not hasattr(autoembed, "apply"), reason="autoembed.apply not landed")
+def test_hashing_the_table_prices_the_rewritten_layout() -> None:
+    space = parse_user_space({"embedding": {"tables": {"tok": {"compression": "hash",
+                                                               "hash_buckets": 0.01}}},
+                              "user": {"dim": {"choices": [512]}, "batch_size": 16}}, "s.yaml")
+    code = UserCode(build, example, lambda m, p, r: None)
+    full = price_proposal(code, SPACE, values(512), apply=same).estimate
+    hashed = price_proposal(code, space, {**space.fixed, "user.dim": 512}).estimate
+    # 1% of the rows: the table's four fp32 copies shrink by 0.99 x 409.6 MB
+    assert full.device_total - hashed.device_total >= 0.99 * 4 * 50_000 * 512 * 4 - 2**21
