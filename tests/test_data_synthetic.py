@@ -120,6 +120,16 @@ def test_kept_split_is_not_changed_by_its_batches() -> None:
     assert _same([again], [fresh])
 
 
+def test_a_pickled_dataset_gives_the_same_batches_without_its_kept_rows() -> None:
+    import pickle
+
+    data = _ctr(SMALL)
+    first = list(data.batches("train", 256, seed=4))
+    raw = pickle.dumps(data)
+    assert len(raw) < 20_000  # the kept split (3000 rows) and per-id tables stay behind
+    assert _same(list(pickle.loads(raw).batches("train", 256, seed=4)), first)
+
+
 def test_shuffle_permutes_the_same_rows() -> None:
     data = _ctr(SMALL)
     plain, plain_y = _stack(list(data.batches("valid", 97, shuffle=False)))

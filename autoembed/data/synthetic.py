@@ -1,8 +1,10 @@
 """Synthetic data with a planted model: the best achievable quality is known exactly.
 
-Every row is a pure function of (seed, split, row index), computed by hashing, so rows are
-generated on the fly in any order, splits are disjoint by construction and nothing of size V
-(the vocabulary) is ever allocated.
+Every row is a pure function of (seed, split, row index), computed by hashing, so rows can
+be generated in any order, splits are disjoint by construction and nothing of size V (the
+vocabulary) is allocated for large V. For speed, a split of at most `CACHE_BYTES` is generated
+once, on first use, and its batches are index slices of it; a field of at most `ID_TABLE_MAX`
+ids tabulates its per-id draws. Both give the same rows as generating each batch alone.
 
 synthetic-ctr. Field f has V_f ids. A row draws a Zipf rank r per id slot (exponent s_f,
 `autoembed.data.zipf`) and shows id = pi_f(r), pi_f a keyed bijection of [0, V_f) (identity
@@ -120,6 +122,15 @@ class _Synthetic(BaseDataset):
         self._kept: dict[int, _Rows] = {}
         self._id_draws: dict[tuple[int, int], npt.NDArray[Any]] = {}
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the kept rows and tables (rebuilt where they are used)."""
+        state = dict(self.__dict__)
+        state.update(_kept={}, _id_draws={}, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     @abstractmethod
     def _generate(self, split: int, rows: IntArray) -> _Rows: ...
