@@ -120,6 +120,24 @@ def test_kept_split_is_not_changed_by_its_batches() -> None:
     assert _same([again], [fresh])
 
 
+def test_kept_bytes_count_the_splits_that_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoembed.data.synthetic as synthetic
+
+    # per row: ids 8 B per bag slot (1 + 5 + 1), label 4 B, planted logit 8 B
+    ctr = _ctr(DataSpec(rows=(3000, 600, 500), vocab_sizes=(10, 1000, 10**6), bag_sizes=(1, 5, 1)))
+    assert ctr.kept_bytes() == (3000 + 600 + 500) * (7 * 8 + 4 + 8)
+    # per row: 32 tokens of 8 B, label 8 B, oracle prediction 8 B
+    text = _text(DataSpec("synthetic-text", rows=(400, 50, 50), vocab_size=5000, seq_len=32))
+    assert text.kept_bytes() == 500 * (32 * 8 + 16)
+    monkeypatch.setattr(synthetic, "CACHE_BYTES", 600 * 68)  # train no longer fits
+    assert ctr.kept_bytes() == (600 + 500) * 68
+    next(ctr.batches("train", 64))
+    next(ctr.batches("test", 64))
+    kept = ctr._kept  # noqa: SLF001 - what the worker holds
+    assert sorted(kept) == [2]
+    assert kept[2].batch.features["f1"].shape == (500, 5)
+
+
 def test_a_pickled_dataset_gives_the_same_batches_without_its_kept_rows() -> None:
     import pickle
 

@@ -142,6 +142,12 @@ class _Synthetic(BaseDataset):
     def num_rows(self, split: str) -> int:
         return self._spec.rows[split_index(split)]
 
+    def kept_bytes(self) -> int:
+        """Host bytes the kept splits take once every split is used (the splits of at most
+        `CACHE_BYTES`; larger ones are streamed): a worker's memory beyond its model."""
+        sizes = (n * self._row_bytes() for n in self._spec.rows)
+        return sum(b for b in sizes if b <= CACHE_BYTES)
+
     def _per_id(self, key: tuple[int, int], v: int, fn: Callable[[IntArray], npt.NDArray[Any]],
                 ids: IntArray) -> npt.NDArray[Any]:
         """fn(ids) for ids in [0, v) (fn elementwise over ids): read from fn's table over all
