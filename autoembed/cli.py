@@ -416,7 +416,7 @@ def train_cmd(
             out_con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
         out_con.print(f"status {result.status} after {result.steps} steps "
                       f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
-        if result.quality is not None:
+        if result.test_quality is not None:
             out_con.print("test " + ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items()))
         if result.throughput:
             out_con.print(f"throughput {result.throughput:,.0f} samples/s")

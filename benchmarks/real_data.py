@@ -106,14 +106,14 @@ def autoembed_run(ds: Any, config: Any, steps: int) -> dict[str, Any]:
     r = run_trial(config, ds, settings, report, on_step=on_step)
     seconds = time.perf_counter() - t
     assert r.status == "complete", r.error
-    assert r.quality is not None
+    assert r.test_quality is not None
     step, valid_auc, weights = seen["best"]
     trainer = seen["trainer"]
     trainer.model.load_state_dict(weights)
     z = torch.cat([trainer.predict(b) for b in ds.batches("test", 1024, shuffle=False)])
     y = torch.cat([b.labels for b in ds.batches("test", 1024, shuffle=False)])
     test_auc = quality_metrics("ctr", z.numpy(), (y.numpy() > 0.5).astype(np.int64))["auc"]
-    return {"step": step, "valid": valid_auc, "test": test_auc, "last": r.quality,
+    return {"step": step, "valid": valid_auc, "test": test_auc, "last": r.test_quality,
             "seconds": seconds}
 
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
@@ -42,15 +42,15 @@ from autoembed.search.records import (
     objective_metrics,
     objective_vector,
     optuna_values,
-    result_from_dict,
 )
 from autoembed.search.workload import Workload
 from autoembed.space import SearchSpace
+from autoembed.trial import decode_result
 
 if TYPE_CHECKING:
     import optuna
 
-    from autoembed.tracking import SearchTracker, TrialRecord
+    from autoembed.tracking import SearchTracker
 
 __all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION",
            "MAX_REJECTIONS_IN_A_ROW", "HOST_BASE_BYTES"]
@@ -230,8 +230,7 @@ class SearchEngine:
         self.rows[row.number] = row
         self._front_cache = None
         if self.tracker is not None and row.status != "running":
-            # TrialRow has TrialRecord's fields, read-only (a frozen dataclass)
-            self.tracker.trial(cast("TrialRecord", row))
+            self.tracker.trial(row)
 
     # ------------------------------------------------------------------ proposing
     def _key(self, params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -427,7 +426,7 @@ class SearchEngine:
             self._record(row)
             self._emit(row)
             return row
-        result = result_from_dict(final["result"])
+        result = decode_result(final["result"])
         metrics = objective_metrics(result, p.estimate, use_measured=self.use_measured)
         status = result.status
         common["result"] = result

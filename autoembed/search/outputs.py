@@ -22,7 +22,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from autoembed.search.records import TrialRow
+from autoembed.trial import METRIC_COLUMNS, TrialRow, plain
 
 __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_best_yaml",
            "write_pareto_png", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
@@ -30,9 +30,6 @@ __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_
 ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
                     "gradients", "optimizer_state", "activations", "temporaries",
                     "serving_bytes", "host_bytes")
-METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency", "steps_to_target",
-                  "measured_allocated_peak", "steps", "train_seconds", "wall_seconds",
-                  "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
 
 
 def _readable(path: str | Path) -> None:
@@ -110,17 +107,7 @@ def member_dict(row: TrialRow) -> dict[str, Any]:
 
 
 def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
-    return atomic_write_text(path, json.dumps(_finite(body), indent=2, default=str) + "\n")
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return atomic_write_text(path, json.dumps(plain(body), indent=2, default=str) + "\n")
 
 
 def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path:

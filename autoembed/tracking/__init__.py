@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from autoembed.tracking.store import (
     TrackingError,
@@ -27,6 +27,7 @@ from autoembed.tracking.store import (
     check_reachable,
     resolve_store,
 )
+from autoembed.trial import TrialRow
 
 __all__ = [
     "SearchTracker",
@@ -41,32 +42,8 @@ __all__ = [
 ]
 
 
-class TrialRecord(Protocol):
-    """What the tracker is told about one trial (the search's own row type satisfies it).
-
-    number: the Optuna trial number (the trial id everywhere); status: one of
-    autoembed.runner.STATUSES; config: the resolved EmbeddingConfig; estimate: the
-    MemoryEstimate as a dict (`MemoryEstimate.to_dict()`); result: the TrialResult (None for
-    infeasible proposals, which never train); reason: why it was rejected or failed.
-    Read when present (optional): `metrics` (the search's objective values by name) and
-    `overshoot` ((device_total - budget) / budget).
-    """
-
-    # Read-only properties, so frozen dataclasses (the search's TrialRow) satisfy it.
-    @property
-    def number(self) -> int: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def config(self) -> Any: ...
-    @property
-    def estimate(self) -> Mapping[str, Any]: ...
-    @property
-    def result(self) -> Any: ...
-    @property
-    def reason(self) -> str | None: ...
-    @property
-    def ray_trial_id(self) -> str | None: ...
+# The one trial record (autoembed.trial): what the tracker is told about one trial.
+TrialRecord = TrialRow
 
 
 @runtime_checkable
