@@ -770,7 +770,7 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
         assert (r.metrics["device_total"] or 0) >= (2**63 - 1) * 8 * 4
         assert study.trials[r.number].constraints["memory"] > 0  # told: over budget
     for prop in launched:  # what would train is hashed into a table that fits
-        assert prop.config.compression == "hash" and prop.estimate["device_total"] <= budget
+        assert prop.config.compression == "hash" and prop.estimate.device_total <= budget
 
 
 # ============================================================== the real process

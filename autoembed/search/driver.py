@@ -434,9 +434,6 @@ def search(
             host_memory=(dev == "cpu"), host_budget_bytes=host_bud, tracker=tracker,
             progress=progress, calibration_path=out_dir / "calibration.json",
         )
-        for n in recovery.failed if recovery is not None else ():
-            if n in engine.rows:  # the interrupted trials' rows reach MLflow too
-                tracker.trial(engine.rows[n])
         tune_settings = TuneSettings(
             workers=n_workers, cpus_per_trial=cpus_per_trial,
             gpus_per_trial=1 if dev == "cuda" else 0, storage_path=out_dir / "ray",
@@ -453,10 +450,7 @@ def search(
             try:
                 rec = recover(st, study_store, INTERRUPTED, lambda params: workload.priced(
                     sp.config_for(sp.values_from_optuna(params))))
-                rows = load_rows(st)
-                for n in rec.failed:
-                    if n in rows:
-                        tracker.trial(rows[n])
+                engine.recorder.catch_up(load_rows(st).values())  # the interrupted ones too
                 if on_recovered is not None:
                     on_recovered(f"stopped ({type(exc).__name__}): {rec.describe()}; "
                                  f"continue with --study {name} --resume")
@@ -490,6 +484,7 @@ def _finish(
         write_trials_csv,
     )
 
+    engine.recorder.flush()
     rows = sorted((r for r in engine.rows.values() if r.status != "running"),
                   key=lambda r: r.number)
     front = engine.front()

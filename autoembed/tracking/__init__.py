@@ -53,7 +53,10 @@ class SearchTracker(Protocol):
         data, objectives) and the space file as an artifact."""
 
     def trial(self, record: TrialRecord) -> None:
-        """Record one trial as a nested run (infeasible ones too, tagged as such)."""
+        """Record one trial as a nested run (infeasible ones too, tagged as such).
+        Optional, read when present: `trials(records)` records several at once, and
+        `recorded()` gives the trial numbers the store holds (None: unknown), so that a
+        resumed search re-records what the store lacks (`search.recorder`)."""
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
         """Tag Pareto members (`pareto` = true/false on every trial run) and attach the
@@ -70,6 +73,12 @@ class NullTracker:
         return None
 
     def trial(self, record: TrialRecord) -> None:
+        return None
+
+    def trials(self, records: Sequence[TrialRecord]) -> None:
+        return None
+
+    def recorded(self) -> set[int] | None:
         return None
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:

@@ -1,0 +1,164 @@
+"""The search pipeline's stages, each alone: Feasibility's rules, the Recorder and its sinks
+(no Optuna, no Ray, no MLflow: hand-made estimates, rows and fakes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoembed.budget import Budget
+from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.memory.types import MemoryEstimate
+from autoembed.search.feasibility import (
+    OOM_VIOLATION,
+    Feasibility,
+    Verdict,
+    budget_rule,
+    host_budget_rule,
+    oom_ceiling,
+    oom_ceiling_rule,
+)
+from autoembed.search.recorder import ATTR, CalibrationSink, Recorder, TrackerSink
+from autoembed.trial import TrialRow
+
+GB = 10**9
+CFG = EmbeddingConfig(task="ctr", tables=(TableConfig("a", 100),), dim=8)
+
+
+def est(device_total: int, host_bytes: int = 0) -> MemoryEstimate:
+    z = 0
+    return MemoryEstimate("analytic", z, z, z, z, z, z, z, z, device_total, z, (),
+                          host_bytes=host_bytes)
+
+
+# ===================================================================== Feasibility
+
+
+def test_budget_rule_overshoot_is_relative() -> None:
+    rule = budget_rule(Budget(8 * GB, "8GB"))
+    assert rule(est(6 * GB)) == Verdict(True, -0.25)
+    v = rule(est(10 * GB))
+    assert not v.fits and v.overshoot == pytest.approx(0.25)
+    assert v.reason == ("device_total 10,000,000,000 B exceeds the budget 8,000,000,000 B "
+                        "by 25.0%")
+
+
+def test_rules_in_order_first_violation_decides() -> None:
+    ceiling: list[tuple[int, int] | None] = [None]
+    f = Feasibility.for_search(Budget(8 * GB, "8GB"), 2 * GB, lambda: ceiling[0])
+    assert f.judge(est(4 * GB)) == Verdict(True, -0.5)  # all fit: the budget's slack
+    # over the device budget and the host budget: the budget (first rule) is the reason
+    v = f.judge(est(9 * GB, host_bytes=3 * GB))
+    assert v.overshoot == pytest.approx(0.125) and "exceeds the budget" in (v.reason or "")
+    # fits the budget, over the host budget
+    v = f.judge(est(4 * GB, host_bytes=3 * GB))
+    assert v.overshoot == pytest.approx(0.5) and "host budget" in (v.reason or "")
+    # an OOM at 5 GB predicted: 5 GB and above are refused, read anew at each judgement
+    ceiling[0] = (5 * GB, 3)
+    v = f.judge(est(6 * GB))
+    assert v.overshoot == pytest.approx(0.2 + OOM_VIOLATION)
+    assert "trial 3 that ran out of memory" in (v.reason or "")
+    assert f.judge(est(5 * GB)).overshoot == pytest.approx(OOM_VIOLATION)  # at: refused
+    assert f.judge(est(5 * GB - 1)).fits
+
+
+def test_no_host_budget_no_host_rule_and_a_rule_is_one_line() -> None:
+    f = Feasibility.for_search(Budget(8 * GB, "8GB"), None, lambda: None)
+    assert f.judge(est(GB, host_bytes=10**15)).fits
+    even = Feasibility((*f.rules, lambda e: Verdict(e.device_total % 2 == 0, 0.0, "odd")))
+    assert even.judge(est(GB + 1)) == Verdict(False, 0.0, "odd")
+    assert host_budget_rule(100)(est(1, host_bytes=150)).overshoot == pytest.approx(0.5)
+    assert oom_ceiling_rule(lambda: None)(est(10**18)).fits
+
+
+def row(n: int, status: str, device_total: int = 0, **kw: Any) -> TrialRow:
+    return TrialRow(n, status, CFG, {"device_total": device_total}, **kw)
+
+
+def test_oom_ceiling_is_the_smallest_oom() -> None:
+    rows = [row(0, "oom", 9), row(1, "complete", 2), row(2, "oom", 7), row(3, "oom", 0)]
+    assert oom_ceiling(rows) == (7, 2)
+    assert oom_ceiling(rows[1:2]) is None
+
+
+# ===================================================================== Recorder
+
+
+class FakeTrial:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.attrs: dict[str, Any] = {}
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self.attrs[key] = value
+        self.log.append("attr")
+
+
+class FakeTracker:
+    def __init__(self, recorded: set[int] | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self._recorded = recorded
+
+    def trials(self, records: list[TrialRow]) -> None:
+        self.calls.append([r.number for r in records])
+
+    def trial(self, record: TrialRow) -> None:
+        raise AssertionError("the sink writes in batches")
+
+    def recorded(self) -> set[int] | None:
+        return self._recorded
+
+
+def test_attributes_before_tell_then_the_sinks() -> None:
+    log: list[str] = []
+    tracker = FakeTracker()
+    rec = Recorder([TrackerSink(tracker, flush_rows=1)])
+    trial = FakeTrial(log)
+    rec.record(row(5, "complete", 10), trial, lambda: log.append("tell"))
+    assert log == ["attr", "tell"] and trial.attrs[ATTR]["status"] == "complete"
+    assert tracker.calls == [[5]]
+    rec.record(row(6, "running"), FakeTrial(log))  # a running row stays in Optuna
+    assert tracker.calls == [[5]]
+
+
+def test_tracker_sink_batches_and_flushes() -> None:
+    tracker = FakeTracker()
+    sink = TrackerSink(tracker, flush_rows=3)
+    for n in range(4):
+        sink.record(row(n, "infeasible"))
+    assert tracker.calls == [[0, 1, 2]]  # one write of three rows; trial 3 waits
+    sink.flush()
+    sink.flush()  # nothing left: no empty write
+    assert tracker.calls == [[0, 1, 2], [3]]
+
+
+def test_resume_re_records_what_the_tracker_lacks() -> None:
+    tracker = FakeTracker(recorded={0, 2})  # a SIGKILL lost the buffered rows 1 and 3
+    rec = Recorder([TrackerSink(tracker)])
+    rec.catch_up([row(3, "complete"), row(0, "complete"), row(1, "infeasible"),
+                  row(2, "pruned"), row(4, "running")])
+    assert tracker.calls == [[1, 3]]
+    Recorder([TrackerSink(FakeTracker(recorded=None))]).catch_up([row(1, "complete")])
+
+
+def test_calibration_sink_writes_each_oom_and_the_ceiling(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    sink = CalibrationSink(path)
+    sink.record(row(1, "complete", 100))
+    assert not path.exists()
+    sink.record(row(2, "oom", 900, metrics={"oom_predicted_bytes": 900.0,
+                                            "oom_failed_bytes": 1200.0}, reason="OOM"))
+    sink.record(row(4, "oom", 700))
+    body = json.loads(path.read_text())
+    assert (body["ceiling_bytes"], body["ceiling_trial"]) == (700, 4)
+    assert body["oom"][0] == {"trial": 2, "predicted_device_total": 900, "failed_bytes": 1200,
+                              "measured": False, "failed_over_predicted": 1.3333,
+                              "error": "OOM"}
+    # a resumed search's sink learns the earlier OOMs and keeps them in the file
+    again = CalibrationSink(path)
+    again.catch_up([row(2, "oom", 900), row(4, "oom", 700)])
+    again.record(row(6, "oom", 650))
+    assert [e["trial"] for e in json.loads(path.read_text())["oom"]] == [2, 4, 6]
