@@ -36,15 +36,14 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate, estimate
-from autoembed.pareto import non_dominated
 from autoembed.runner import RunSettings
 from autoembed.search.early_stop import Progress, cannot_reach_front
 from autoembed.search.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
 from autoembed.search.recorder import CalibrationSink, Recorder, Sink, TrackerSink
 from autoembed.search.records import (
     TrialRow,
+    front_of,
     objective_metrics,
-    objective_vector,
     optuna_values,
 )
 from autoembed.search.workload import Workload
@@ -214,11 +213,7 @@ class SearchEngine:
     def front(self) -> list[TrialRow]:
         """Complete, feasible trials no other such trial dominates (trial order)."""
         if self._front_cache is None:
-            done = [r for r in sorted(self.rows.values(), key=lambda r: r.number)
-                    if r.status == "complete" and r.feasible]
-            pts = [objective_vector(r.metrics, self.objectives) for r in done]
-            self._front_cache = [done[i] for i in non_dominated(pts, [d for _, d in
-                                                                      self.objectives])]
+            self._front_cache = front_of(self.rows.values(), self.objectives)
         return self._front_cache
 
     def _record(self, row: TrialRow, trial: Any = None,

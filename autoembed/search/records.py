@@ -7,9 +7,10 @@ holds it as the user attribute `ATTR`. Pure Python: no Optuna, no Ray.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from autoembed.pareto import non_dominated
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "objective_metrics",
     "objective_vector",
     "optuna_values",
+    "front_of",
     "ATTR",
 ]
 
@@ -101,3 +103,11 @@ def optuna_values(
         else:
             out.append(float(v))
     return out
+
+
+def front_of(rows: Iterable[TrialRow], objectives: Sequence[tuple[str, str]]) -> list[TrialRow]:
+    """Complete, feasible rows no other such row dominates, in trial order."""
+    done = [r for r in sorted(rows, key=lambda r: r.number)
+            if r.status == "complete" and r.feasible]
+    pts = [objective_vector(r.metrics, objectives) for r in done]
+    return [done[i] for i in non_dominated(pts, [d for _, d in objectives])]
