@@ -100,3 +100,63 @@ def test_a_whole_search_in_process(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="already exists"):
         search(800_000_000, "tiny", trials=1, runs_dir=tmp_path / "runs", study="inproc",
                tracker=NullTracker(), executor=InProcessExecutor())
+
+
+def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: Path) -> None:
+    """Study attributes and a trial row as the version before the trial codec stored them
+    (the test figure under the result's `quality`; no data/eval seconds): resumed, counted,
+    reported and exported."""
+    import optuna
+
+    from autoembed.config import load_config
+    from autoembed.export import export_config
+    from autoembed.memory import estimate
+    from autoembed.search import search
+    from autoembed.search.records import ATTR
+    from autoembed.search.study import open_storage
+    from autoembed.search.workload import build_workload, data_spec_for
+    from autoembed.space import load_space
+    from autoembed.tracking import NullTracker
+    from autoembed.trial import TrialResult
+
+    runs = tmp_path / "runs"
+    path = ROOT / "search_spaces" / "tiny.yaml"
+    space = load_space(path)
+    spec, stand_in = data_spec_for(space)
+    workload = build_workload(spec, stand_in)
+    storage = open_storage(runs)
+    study = optuna.create_study(study_name="old", storage=storage,
+                                directions=["maximize", "minimize", "maximize"])
+    study.set_user_attr(ATTR, {
+        "budget_bytes": 800_000_000, "budget": "800000000", "space_source": str(path),
+        "space_text": space.text, "objectives": ["quality", "memory", "throughput"],
+        "sampler": "random", "seed": 0, "data": spec.to_dict(),
+        "train_data": workload.train_spec.to_dict(), "trials": 2, "early_stop": False,
+        "workers": 1, "device": "cpu", "threads": 1, "finished": False,
+        "created": "2026-11-01T10:00:00"})
+    values = {"dim": 8, "compression": "none", "table_optimizer": "sgd", "batch_size": 256}
+    priced = workload.priced(space.config_for(values))
+    est = estimate(priced).to_dict()
+    result = TrialResult("complete", workload.trained(space.config_for(values)),
+                         test_quality=0.655, valid_quality=0.7, steps=60,
+                         throughput=1000.0).to_dict()
+    result["quality"] = result.pop("test_quality")  # the earlier name of the test figure
+    del result["data_seconds"], result["eval_seconds"]
+    row = {"status": "complete", "config": priced.to_dict(), "estimate": est,
+           "params": values, "metrics": {"quality": 0.7, "test_quality": 0.655,
+                                         "memory": float(est["device_total"]),
+                                         "throughput": 1000.0},
+           "result": result, "reason": None, "ray_trial_id": "old_0", "overshoot": -0.5}
+    study.add_trial(optuna.trial.create_trial(
+        values=[0.7, float(est["device_total"]), 1000.0], user_attrs={ATTR: row},
+        system_attrs={"constraints": [-0.5, 0.0]}))
+
+    res = search(800_000_000, None, study="old", resume=True, runs_dir=runs,
+                 tracker=NullTracker(), executor=InProcessExecutor())
+    old = next(r for r in res.rows if r.number == 0)
+    assert old.result is not None and old.result.test_quality == 0.655
+    assert old.result.objective_quality == 0.7 and old.status == "complete"
+    assert len([r for r in res.rows if r.counted]) == 2  # the old trial counts: one more ran
+    out = export_config("old", tmp_path / "t0.yaml", pick="trial:0", runs_dir=runs,
+                        tracking_uri="none")
+    assert load_config(out.path).dim == 8 and out.trial == 0
