@@ -1,5 +1,5 @@
-"""The search pipeline's stages, each alone: Feasibility's rules, the Recorder and its sinks
-(no Optuna, no Ray, no MLflow: hand-made estimates, rows and fakes)."""
+"""The search pipeline's stages, each alone: Feasibility's rules, the Recorder and its sinks,
+SearchReport (no Optuna, no Ray, no MLflow: hand-made estimates, rows and fakes)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.memory.types import MemoryEstimate
+from autoembed.pareto import Pick
 from autoembed.search.feasibility import (
     OOM_VIOLATION,
     Feasibility,
@@ -21,7 +22,10 @@ from autoembed.search.feasibility import (
     oom_ceiling,
     oom_ceiling_rule,
 )
+from autoembed.search.plan import NothingFitsError
 from autoembed.search.recorder import ATTR, CalibrationSink, Recorder, TrackerSink
+from autoembed.search.report import SearchFailedError, SearchReport
+from autoembed.space import Objective
 from autoembed.trial import TrialRow
 
 GB = 10**9
@@ -162,3 +166,53 @@ def test_calibration_sink_writes_each_oom_and_the_ceiling(tmp_path: Path) -> Non
     again.catch_up([row(2, "oom", 900), row(4, "oom", 700)])
     again.record(row(6, "oom", 650))
     assert [e["trial"] for e in json.loads(path.read_text())["oom"]] == [2, 4, 6]
+
+
+# ===================================================================== SearchReport
+
+
+def scored(n: int, quality: float, memory: float, status: str = "complete",
+           overshoot: float = -0.1) -> TrialRow:
+    return TrialRow(n, status, CFG, {"device_total": int(memory)},
+                    metrics={"quality": quality, "memory": memory}, overshoot=overshoot)
+
+
+OBJS = (Objective("quality", "maximize"), Objective("memory", "minimize"))
+
+
+def test_report_front_best_and_picks_by_hand(tmp_path: Path) -> None:
+    rows = [scored(0, 0.70, 200), scored(1, 0.80, 900), scored(2, 0.65, 600),  # 2: dominated
+            scored(3, 0.90, 2000, status="infeasible", overshoot=0.5),  # over budget
+            scored(4, 0.75, 300), scored(5, 0.60, 100, status="pruned"),
+            row(6, "running")]
+    rep = SearchReport.build(rows, OBJS, Pick("max-quality"), Budget(1000, "1000"), "s",
+                             "2 trials trained")
+    assert [r.number for r in rep.rows] == [0, 1, 2, 3, 4, 5]  # running left out
+    assert [r.number for r in rep.front] == [0, 1, 4]
+    assert rep.best is not None and rep.best.number == 1
+    assert rep.picks["max-quality"] == 1 and rep.picks["min-memory"] == 0
+    # knee over the front normalised to [0, 1] (1 = best): t0 (0, 1), t1 (1, 0),
+    # t4 (0.5, 600/700): squared distances to (1, 1): 1, 1, 0.27 -> trial 4
+    assert rep.picks["knee"] == 4
+    assert rep.count("complete") == 4 and rep.failure(tmp_path / "t.csv") is None
+    off_front = SearchReport.build(rows, OBJS, Pick("trial", 2), Budget(1000, "1000"), "s")
+    assert off_front.best is not None and off_front.best.number == 2  # feasible, off front
+    body = rep.pareto_body({"sampler": "tpe", "members": "not this"})
+    assert [m["trial"] for m in body["members"]] == [0, 1, 4] and body["sampler"] == "tpe"
+    assert body["counts"]["infeasible"] == 1 and body["best"] == 1
+    files = rep.write(tmp_path, {"trained_on": {"name": "x"}})
+    assert set(files) == {"trials.csv", "pareto.png", "best.yaml", "pareto.json"}
+    last = max(files.values(), key=lambda p: p.stat().st_mtime_ns)
+    assert last.name == "pareto.json"
+
+
+def test_report_failures_name_why(tmp_path: Path) -> None:
+    over = [scored(0, 0.9, 2000, status="infeasible", overshoot=1.0)]
+    rep = SearchReport.build(over, OBJS, Pick("knee"), Budget(1000, "1000"), "s", "gave up")
+    err = rep.failure(tmp_path / "trials.csv")
+    assert isinstance(err, NothingFitsError) and "1 over budget; gave up" in str(err)
+    assert set(rep.write(tmp_path, {})) == {"trials.csv"}  # nothing else without a front
+    failed = [*over, row(1, "failed", reason="boom")]
+    err = SearchReport.build(failed, OBJS, Pick("knee"), Budget(1000, "1000"), "s",
+                             "1 trials trained").failure(tmp_path / "trials.csv")
+    assert isinstance(err, SearchFailedError) and "e.g. boom" in str(err)
