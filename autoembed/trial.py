@@ -7,7 +7,8 @@ Naming: a trial's *objective* quality is the validation split's primary metric a
 step (`objective_quality`: validation if present, else test — the rule lives here only); the
 test split's figure is `TrialResult.test_quality`, reported and never selected on.
 
-The codec reads every version this project stored: a result written before the rename keeps
+The codec (plain JSON for Ray, Optuna and metrics.json; pareto.json members; trials.csv
+rows) reads every version this project stored: a result written before the rename keeps
 its test figure under `quality`, and is read as `test_quality`.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -34,7 +35,11 @@ __all__ = [
     "decode_result",
     "encode_row",
     "decode_row",
+    "encode_member",
+    "csv_header",
+    "encode_csv_row",
     "decode_csv_row",
+    "ESTIMATE_COLUMNS",
     "config_from_flat",
     "plain",
 ]
@@ -246,7 +251,58 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
     )
 
 
+def encode_member(row: TrialRow) -> dict[str, Any]:
+    """A front member as pareto.json holds it (export reads `trial`, `config`, `metrics`)."""
+    return {
+        "trial": row.number,
+        "config": row.config.to_dict(),
+        "metrics": dict(row.metrics),
+        "device_total": int(row.estimate.get("device_total", 0)),
+        "allocated_peak": int(row.estimate.get("allocated_peak", 0)),
+        "measured_allocated_peak": (None if row.result is None
+                                    else row.result.measured_allocated_peak),
+        "params": dict(row.params),
+        "ray_trial_id": row.ray_trial_id,
+    }
+
+
 # ------------------------------------------------------------------ trials.csv rows
+
+# The estimate's byte figures as trials.csv columns (`estimate_<name>`)
+ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
+                    "gradients", "optimizer_state", "activations", "temporaries",
+                    "serving_bytes", "host_bytes")
+
+
+def csv_header(params: Sequence[str]) -> list[str]:
+    """trials.csv's columns, for rows whose Optuna params are `params`."""
+    return ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
+            "concurrency", "overshoot", *METRIC_COLUMNS,
+            *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), *(f"param.{p}" for p in params),
+            "config_json"]
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(v)
+    return str(v)
+
+
+def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list[Any]:
+    """One trials.csv row (columns of `csv_header(params)`)."""
+    node = " ".join(str(p) for p in (row.node.get("ray_node_ip"), row.node.get("ray_node_id"),
+                                     row.node.get("ray_resources")) if p)
+    return [
+        row.number, row.status, row.reason or "", str(on_front).lower(),
+        row.ray_trial_id or "", node, "" if row.retry_of is None else row.retry_of,
+        row.concurrency, f"{row.overshoot:.6g}",
+        *(_cell(row.metrics.get(m)) for m in METRIC_COLUMNS),
+        *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
+        *(_cell(row.params.get(p)) for p in params),
+        json.dumps(row.config.to_dict(), sort_keys=True),
+    ]
 
 _CONFIG_COLUMNS = ("config", "config_json")
 _PREFIXES = ("config.", "params.", "param.")

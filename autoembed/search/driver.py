@@ -40,6 +40,7 @@ from autoembed.search.plan import (
     SearchPlan,
     trial_threads,
 )
+from autoembed.search.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.search.records import ATTR, TrialRow
 from autoembed.search.report import SearchFailedError, SearchReport
 from autoembed.search.request import DEVICES, MAX_SEED, SearchRequest
@@ -157,8 +158,8 @@ def run_search(
             early_stop=plan.early_stop,
             use_measured=(plan.device == "cuda" and not plan.workload.stand_in),
             host_memory=(plan.device == "cpu"), host_budget_bytes=request.host_budget,
-            tracker=tracker, progress=progress,
-            calibration_path=plan.out_dir / "calibration.json",
+            progress=progress, recorder=Recorder([
+                TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
         try:
             executor.run(engine, plan)
