@@ -1,8 +1,9 @@
 """Tracking: where a search's runs are recorded (MLflow by default).
 
-The search driver — and only the driver (DESIGN.md, Contracts: who writes the stores) —
-calls a `SearchTracker`: `start` once, `trial` once per finished or rejected trial, `finish`
-once with the Pareto front, `close` always. `NullTracker` records nothing.
+The search — only its driver process (DESIGN.md, Contracts: who writes the stores) — calls
+a `SearchTracker`: `start` once, `trial`/`trials` for finished or rejected trials (through
+the recorder's `TrackerSink`, in batches), `finish` once with the Pareto front, `close`
+always. `NullTracker` records nothing.
 MLflow is imported only inside the MLflow implementation, lazily.
 
 `make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
