@@ -146,6 +146,11 @@ def test_resume_re_records_what_the_tracker_lacks() -> None:
                   row(2, "pruned"), row(4, "running")])
     assert tracker.calls == [[1, 3]]
     Recorder([TrackerSink(FakeTracker(recorded=None))]).catch_up([row(1, "complete")])
+    # Ctrl-C: rows still buffered are written once, with those the tracker lacks
+    sink = TrackerSink(tracker := FakeTracker(recorded={0}), flush_rows=10)
+    sink.record(row(1, "complete"))
+    sink.catch_up([row(0, "complete"), row(1, "complete"), row(2, "failed")])
+    assert tracker.calls == [[1, 2]]
 
 
 def test_calibration_sink_writes_each_oom_and_the_ceiling(tmp_path: Path) -> None:

@@ -87,7 +87,8 @@ class TrackerSink:
         recorded = getattr(self.tracker, "recorded", lambda: None)()
         if recorded is None:  # a tracker that cannot say: nothing to compare
             return
-        self._buffer.extend(r for r in rows if r.number not in recorded)
+        pending = {r.number for r in self._buffer}  # buffered: written by this flush
+        self._buffer.extend(r for r in rows if r.number not in recorded | pending)
         self.flush()
 
     def flush(self) -> None:
