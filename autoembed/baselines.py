@@ -30,14 +30,14 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = ["C_GRID", "MAX_COLUMNS", "Baseline", "fit_baseline", "design_matrix", "label_counts"]
+__all__ = ["C_GRID", "MAX_COLUMNS", "Baseline", "fit_baseline", "design_matrix"]
 
 C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)  # inverse L2 strength, ~3x apart; sklearn default 1.0
 # One float64 weight per column and class: above this the regression is not a five-minute
 # baseline any more (and its weights alone take hundreds of MB), so it is refused.
 MAX_COLUMNS = 5_000_000
 MAX_ITER = 2000
-_READ_BATCH = 8192  # rows per batch when reading a split
+READ_BATCH = 8192  # rows per batch when reading a split
 NAMES = {"ctr": "logistic regression on one-hot ids",
          "text": "TF-IDF + logistic regression"}
 
@@ -74,7 +74,7 @@ def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray
     skip = _skipped_ids(dataset)
     rows, cols, labels = [], [], []
     n = 0
-    for b in dataset.batches(split, _READ_BATCH, shuffle=False):
+    for b in dataset.batches(split, READ_BATCH, shuffle=False):
         for name, ids in b.features.items():
             a = ids.numpy()
             keep = a >= 0
@@ -113,17 +113,6 @@ def _skipped_ids(dataset: Dataset) -> tuple[int, ...]:
         return ()
     oov = tuple(m.oov_id for m in dataset.vocab_maps.values() if m.kind == "tokens")
     return (PAD_ID, *oov)
-
-
-def label_counts(dataset: Dataset, split: str) -> tuple[int, ...]:
-    """Rows per class in a split (ctr: negatives, positives), for `pareto.quality_noise`."""
-    import numpy as np
-
-    counts = np.zeros(dataset.num_classes, dtype=np.int64)
-    for b in dataset.batches(split, _READ_BATCH, shuffle=False):
-        y = b.labels.numpy().astype(np.int64)
-        counts += np.bincount(y, minlength=dataset.num_classes)[: dataset.num_classes]
-    return tuple(int(c) for c in counts)
 
 
 def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseline:

@@ -432,7 +432,7 @@ def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
     pick: str | None = typer.Option(
         None,
-        help="knee, max-quality, min-memory, max-throughput or trial:N "
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N "
         "(default: the search's own pick, pareto.json 'best').",
     ),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
@@ -513,7 +513,8 @@ def search_cmd(
         None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
         "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
     pick: str = typer.Option(
-        "knee", help="knee, max-quality, min-memory, max-throughput or trial:N."),
+        "within-noise",
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N."),
     data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
     label: str | None = typer.Option(None, help="Label column of --data."),
     categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),
