@@ -24,8 +24,10 @@ The rules (each constant below says why its value):
 * **Training length** from `selection.training_length`: epochs for data that fit
   TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
 
-Until per-table settings are in the space format, the file form carries one config-wide
-compression: `hash_buckets` as counts from the smallest big table's low share (raised to the
+`to_space_dict(per_table=True)` writes the per-table form: `tables:` pins every small table
+to `compression: none` and the config-wide `hash_buckets` / `qr_collisions` are searched as
+shares of each table's rows (config.buckets_of / collisions_of). Until the space loader reads
+`tables:` and share ranges, the default form carries one config-wide compression instead: `hash_buckets` as counts from the smallest big table's low share (raised to the
 largest small table's rows: a table with no more rows than buckets is not hashed, so small
 tables stay untouched) to HASH_SHARES[1] of the smallest big table's rows (so no table is
 offered as many buckets as ids); QR only when every table is big (QR applies to every table
@@ -142,11 +144,14 @@ class AutoSpace:
     def big_tables(self) -> tuple[TablePlan, ...]:
         return tuple(t for t in self.tables if t.big)
 
-    def to_space_dict(self) -> dict[str, Any]:
-        """The space file form (`parse_space` validates it)."""
+    def to_space_dict(self, per_table: bool = False) -> dict[str, Any]:
+        """The space file form (`parse_space` validates it). `per_table`: the per-table form
+        (`tables:` pins the small tables to no compression; hash buckets and QR collisions
+        are searched as shares of each table's rows), for a loader that reads `tables:` and
+        share ranges; otherwise the config-wide counts of the module docstring."""
         params: dict[str, Any] = {"dim": {"type": "int", "low": self.dim[0], "high": self.dim[1],
                                           "log": True, "multiple_of": DIM_MULTIPLE}}
-        params.update(self._compression_params())
+        params.update(self.share_params() if per_table else self._compression_params())
         if self.task == "ctr":
             params["interaction"] = {"choices": ["concat", "dot"]}
             params["dense_layers"] = {"choices": [[], [64], [256, 64]]}
@@ -160,16 +165,44 @@ class AutoSpace:
         base: dict[str, Any] = {"dense_optimizer": "adam"}
         if self.task == "text":
             base["dense_layers"] = []
+        tables = self.table_rules() if per_table else []
         return {
             "description": self.describe(),
             "data": dict(self.spec),
             "base": base,
+            **({"tables": tables} if tables else {}),
             "params": params,
             "objectives": [{"name": "quality", "direction": "maximize"},
                            {"name": "memory", "direction": "minimize"},
                            {"name": "throughput", "direction": "maximize"}],
             "run": self.length.run_settings(self.eval_batches),
         }
+
+    def table_rules(self) -> list[dict[str, Any]]:
+        """Per-table settings: every small table uncompressed (when any table is big)."""
+        if not self.big_tables:
+            return []
+        return [{"name": t.name, "compression": "none"} for t in self.tables if not t.big]
+
+    def share_params(self) -> dict[str, Any]:
+        """Compression params as shares of each table's rows (the per-table form): hash
+        buckets HASH_SHARES; QR shares s (m = ceil(1/s) collisions, a quotient table of at
+        most s of the rows) from 1/min(QR_MAX_COLLISIONS, sqrt(rows)) of the smallest big
+        table to 1/2."""
+        big = self.big_tables
+        if not big:
+            return {}
+        out: dict[str, Any] = {
+            "compression": {"choices": ["none", "hash"]},
+            "hash_buckets": {"when": {"compression": "hash"}, "type": "float",
+                             "low": HASH_SHARES[0], "high": HASH_SHARES[1], "log": True}}
+        qr = [t.qr_collisions for t in big]
+        if all(qr):
+            most = min(q[1] for q in qr if q)
+            out["compression"]["choices"].append("qr")
+            out["qr_collisions"] = {"when": {"compression": "qr"}, "type": "float",
+                                    "low": 1 / most, "high": 0.5, "log": True}
+        return out
 
     def _compression_params(self) -> dict[str, Any]:
         big = self.big_tables

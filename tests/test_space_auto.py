@@ -145,3 +145,37 @@ def test_auto_space_of_a_ctr_file_round_trips_through_its_yaml(tmp_path: Path) -
     assert {p.name for p in space.params} >= {"dim", "lr", "batch_size", "wide"}
     assert "compression" not in {p.name for p in space.params}
     assert parse_space(yaml.safe_load(space.text), "auto") == space
+
+
+def test_per_table_form_leaves_small_tables_alone_and_sizes_big_ones_by_share() -> None:
+    from dataclasses import replace
+
+    from autoembed.config import EmbeddingConfig, TableConfig, resolved_tables
+
+    rows = [40_000_000, 10_000_000, 10_000, 5]
+    raw = derive_space(_facts(rows, train=200_000), 8 * GB).to_space_dict(per_table=True)
+    assert raw["tables"] == [{"name": "t2", "compression": "none"},
+                             {"name": "t3", "compression": "none"}]
+    params = raw["params"]
+    assert params["compression"]["choices"] == ["none", "hash", "qr"]
+    hb, qc = params["hash_buckets"], params["qr_collisions"]
+    assert (hb["type"], hb["low"], hb["high"]) == ("float", 0.01, 0.5)
+    assert (qc["type"], qc["low"], qc["high"]) == ("float", 1 / 64, 0.5)
+    pinned = {r["name"] for r in raw["tables"]}
+    tables = tuple(TableConfig(f"t{i}", r, compression="none" if f"t{i}" in pinned else None)
+                   for i, r in enumerate(rows))
+    base = EmbeddingConfig(tables=tables, dim=16)
+    for share in (hb["low"], hb["high"]):  # the range's ends, as the config resolves them
+        got = resolved_tables(replace(base, compression="hash", hash_buckets=share))
+        assert [t.compression for t in got] == ["hash", "hash", "none", "none"]
+        # ceil(share x rows): 1% and 50% of 40M and 10M; never as many buckets as ids
+        want = {0.01: [400_000, 100_000], 0.5: [20_000_000, 5_000_000]}[share]
+        assert [t.hash_buckets for t in got[:2]] == want
+        assert all(t.hashed[0] < t.vocab_size for t in got[:2])
+        assert [t.hashed for t in got[2:]] == [(10_000, None), (5, None)]
+    for share, m in ((qc["low"], 64), (qc["high"], 2)):
+        got = resolved_tables(replace(base, compression="qr", qr_collisions=share))
+        assert [t.qr_collisions for t in got[:2]] == [m, m]
+        assert [t.qr for t in got] == [True, True, False, False]
+    # no big table: nothing to pin, nothing compressed
+    assert "tables" not in derive_space(_facts([3000, 7]), 8 * GB).to_space_dict(per_table=True)
