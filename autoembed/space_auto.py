@@ -27,11 +27,11 @@ The rules (each constant below says why its value):
 `to_space_dict(per_table=True)` writes the per-table form: `tables:` pins every small table
 to `compression: none` and the config-wide `hash_buckets` / `qr_collisions` are searched as
 shares of each table's rows (config.buckets_of / collisions_of). Until the space loader reads
-`tables:` and share ranges, the default form carries one config-wide compression instead: `hash_buckets` as counts from the smallest big table's low share (raised to the
-largest small table's rows: a table with no more rows than buckets is not hashed, so small
-tables stay untouched) to HASH_SHARES[1] of the smallest big table's rows (so no table is
-offered as many buckets as ids); QR only when every table is big (QR applies to every table
-larger than m).
+`tables:` and share ranges, the default form carries one config-wide compression instead:
+`hash_buckets` as counts from the smallest big table's low share (raised to the largest small
+table's rows: a table with no more rows than buckets is not hashed, so small tables stay
+untouched) to HASH_SHARES[1] of the smallest big table's rows (so no table is offered as many
+buckets as ids); QR only when every table is big (QR applies to every table larger than m).
 """
 
 from __future__ import annotations
