@@ -32,7 +32,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, save_config
 from autoembed.errors import ConfigError
-from autoembed.pareto import PICK_RULES, parse_pick
+from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
 
 __all__ = [
     "PICK_RULES",
@@ -361,7 +361,7 @@ def _choose_from_study(
                 else f"search pick trial:{best}"
             rule, number = "trial", best
         else:
-            rule, label = "knee", "knee"
+            rule, label = DEFAULT_PICK, DEFAULT_PICK
     if rule != "trial":
         if not pareto:
             raise ConfigError(

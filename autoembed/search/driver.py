@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget, format_bytes
 from autoembed.errors import AutoembedError, ConfigError
-from autoembed.pareto import PICK_RULES, Pick, parse_pick, pick
+from autoembed.pareto import DEFAULT_PICK, PICK_RULES, Pick, parse_pick, pick
 from autoembed.search.engine import SearchEngine, SearchStatus
 from autoembed.search.faults import faults_from_env
 from autoembed.search.records import ATTR, TrialRow
@@ -230,7 +230,7 @@ def search(
     storage: str | None = None,
     trial_resources: Sequence[str] | None = None,
     tracker: SearchTracker | None = None,
-    pick_rule: str = "knee",
+    pick_rule: str = DEFAULT_PICK,
     data: str | None = None,
     label: str | None = None,
     categorical: Sequence[str] | None = None,
@@ -248,7 +248,7 @@ def search(
     names (default: the space's); sampler: tpe (default), nsga2, random or grid; seed:
     sampler seed (default 0); workers: trials at once (default 1 on CPU, one per GPU);
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
-    re-queued once); pick_rule: knee, max-quality, min-memory, max-throughput or trial:N;
+    re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP); host_budget: host memory for
     host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible).
@@ -482,6 +482,7 @@ def _finish(
     workload: Workload, tracker: SearchTracker, meta: dict[str, Any],
     recovery: Recovery | None, n_workers: int, dev: str, t_start: float,
 ) -> SearchResult:
+    from autoembed.runner import RunSettings
     from autoembed.search.outputs import (
         member_dict,
         write_best_yaml,
@@ -489,6 +490,7 @@ def _finish(
         write_pareto_png,
         write_trials_csv,
     )
+    from autoembed.selection import pick_noise
 
     rows = sorted((r for r in engine.rows.values() if r.status != "running"),
                   key=lambda r: r.number)
@@ -512,14 +514,16 @@ def _finish(
     candidates: Sequence[TrialRow] = front
     if rule.rule == "trial" and all(r.number != rule.trial for r in front):
         candidates = engine.feasible_rows()
-    best = pick(candidates, rule, obj_pairs)
+    noise = pick_noise(candidates, workload.train_dataset or workload.dataset,
+                       sp.run.get("eval_batches", RunSettings.eval_batches))
+    best = pick(candidates, rule, obj_pairs, noise)
     assert isinstance(best, TrialRow)
     picks: dict[str, int] = {}
     for r in PICK_RULES:
         if r == "trial:N":
             continue
         try:
-            picks[r] = pick(front, r, obj_pairs).number
+            picks[r] = pick(front, r, obj_pairs, noise).number
         except ConfigError:
             pass
     title = (f"study {name}: {len(front)} on the front of {engine.count('complete')} complete, "
