@@ -432,7 +432,7 @@ def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
     pick: str | None = typer.Option(
         None,
-        help="knee, max-quality, min-memory, max-throughput or trial:N "
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N "
         "(default: the search's own pick, pareto.json 'best').",
     ),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
@@ -494,7 +494,8 @@ def search_cmd(
         None, help="Seconds after which no new trial starts (running ones finish)."),
     objectives: str | None = typer.Option(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
-    sampler: str | None = typer.Option(None, help="tpe (default), nsga2, random or grid."),
+    sampler: str | None = typer.Option(
+        None, help="tpe (default), nsga2, random, grid, gp or tpe-plain."),
     seed: int | None = typer.Option(None, help="Sampler seed (default 0)."),
     workers: int | None = typer.Option(
         None, help="Trials at once (default 1 on CPU, one per GPU)."),
@@ -513,7 +514,8 @@ def search_cmd(
         None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
         "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
     pick: str = typer.Option(
-        "knee", help="knee, max-quality, min-memory, max-throughput or trial:N."),
+        "within-noise",
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N."),
     data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
     label: str | None = typer.Option(None, help="Label column of --data."),
     categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),

@@ -31,7 +31,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, save_config
 from autoembed.errors import ConfigError
-from autoembed.pareto import PICK_RULES, parse_pick
+from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
 from autoembed.trial import config_from_flat, decode_csv_row
 
 __all__ = [
@@ -306,7 +306,7 @@ def _choose_from_study(
                 else f"search pick trial:{best}"
             rule, number = "trial", best
         else:
-            rule, label = "knee", "knee"
+            rule, label = DEFAULT_PICK, DEFAULT_PICK
     if rule != "trial":
         if not pareto:
             raise ConfigError(

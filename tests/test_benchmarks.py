@@ -46,6 +46,49 @@ def test_stage_timer_attributes_time_to_the_innermost_stage() -> None:
     assert propose[3] - propose[2] == pytest.approx(3.5) and propose[5] == 7
 
 
+_PREVIOUS = """# Search overhead
+
+Wall time 40.0 s. Counting only the optimizer steps as useful work, 72% is outside.
+
+| where the wall time went | seconds | share |
+|---|---|---|
+| fetching training batches (complete trials) | 10.80 | 27.0% |
+| imports (ray, tune, mlflow on first use) | 1.00 | 2.5% |
+| Ray start and shutdown | 3.00 | 7.5% |
+| outputs (trials.csv, pareto.json/png, best.yaml) | 0.50 | 1.2% |
+| driver, other (space, data, cheapest corner, study setup) | 1.50 | 3.8% |
+| **total wall time** | 40.00 | 100% |
+
+Per launched trial ...
+
+| trial | status | steps | outside loop / steps |
+|---|---|---|---|
+| 1 | complete | 200 | 75% / 87% |
+| 2 | pruned | 100 | loop 4.48 s of 4.56 |
+| 3 | complete | 200 | 26% / 61% |
+| 4 | complete | 200 | 21% / 55% |
+"""
+
+
+def test_overhead_reads_the_previous_results_and_says_how_each_figure_moved() -> None:
+    from overhead import PER_TRIAL, STARTUP, WHOLE, moved, parse_results, trial_share
+
+    got = parse_results(_PREVIOUS)
+    assert got[WHOLE] == 72.0
+    assert got[PER_TRIAL] == 61.0  # median of the complete trials' 87, 61, 55
+    assert got[STARTUP] == pytest.approx(1.0 + 3.0 + 0.5 + 1.5)  # before the figure existed
+    assert got["fetching training batches (complete trials)"] == 27.0
+    assert "**total wall time**" not in got
+    now = {WHOLE: 48.0, PER_TRIAL: 30.0, STARTUP: 5.0}
+    table = moved(got, now, [PER_TRIAL, WHOLE, STARTUP])
+    assert f"| {PER_TRIAL} | 61.0% | 30.0% | -31.0 |" in table
+    assert f"| {WHOLE} | 72.0% | 48.0% | -24.0 |" in table
+    assert f"| {STARTUP} | 6.0 s | 5.0 s | -1.0 |" in table
+    # a completed trial: 1 s of steps in 3.5 s in flight + 0.5 s of driver time
+    assert trial_share({"span": 3.5, "driver": 0.5, "train": 1.0}) == pytest.approx(0.75)
+    assert trial_share({"span": 3.5, "driver": 0.5}) is None  # stopped early: no timings
+
+
 def test_gpu_seed_case_runs_on_cpu(tmp_path: Path) -> None:
     import json
 
@@ -171,3 +214,45 @@ def test_side_by_side_equal_time_trains_the_faster_model_on() -> None:
         assert et is not None
         assert et[0] == 256 + 64 * extra_steps
         assert et[1] == pytest.approx(4.0 + extra_steps)
+
+
+def test_sampler_comparison_intervals_by_hand() -> None:
+    import math
+
+    from search_efficiency import paired_ratio, t_interval
+
+    # mean 2, sd 1, n 3: half width t(0.975, 2) = 4.302653 x 1 / sqrt(3) = 2.484138
+    m, lo, hi = t_interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and lo == pytest.approx(2 - 2.484138) and hi == pytest.approx(2 + 2.484138)
+    # ratios 2 and 8: geometric mean 4; logs ln2, ln8 (sd ln4 / sqrt 2), t(0.975, 1) = 12.7062
+    r, rlo, rhi = paired_ratio([2.0, 8.0], [1.0, 1.0])
+    half = 12.706205 * (math.log(4) / math.sqrt(2)) / math.sqrt(2)
+    assert r == pytest.approx(4.0)
+    assert (rlo, rhi) == (pytest.approx(4 * math.exp(-half)), pytest.approx(4 * math.exp(half)))
+    assert all(math.isnan(x) for x in paired_ratio([0.0, 1.0], [1.0, 1.0]))
+
+
+@pytest.mark.slow
+def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from search_efficiency import main
+
+    store = tmp_path / "sampler_comparison.jsonl"
+    store.write_text(json.dumps({  # a search an earlier run finished: not run again
+        "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
+        "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
+        "hv2": 0.05}) + "\n")
+    args = ["--compare-samplers", "--spaces", "tiny", "--samplers", "random", "tpe",
+            "--settings", "2x1", "--results", str(tmp_path)]
+    main(args)
+    assert "1 searches on file, 1 to run" in capsys.readouterr().out
+    recs = [json.loads(x) for x in store.read_text().splitlines()]
+    assert [(r["sampler"], r["seed"]) for r in recs] == [("random", 0), ("tpe", 0)]
+    assert recs[1]["trained"] == 2 and recs[1]["hv2"] > 0
+    main(args)  # everything on file: nothing runs, the report is rebuilt
+    assert "2 searches on file, 0 to run" in capsys.readouterr().out
+    report = (tmp_path / "sampler_comparison.md").read_text()
+    ratio = recs[1]["hv2"] / 0.05
+    assert "## tiny, 2 trained trials" in report and f"{ratio:.2f}x [nan, nan] (1)" in report

@@ -102,7 +102,7 @@ def search(
     names (default: the space's); sampler: tpe (default), nsga2, random or grid; seed:
     sampler seed (default 0); workers: trials at once (default 1 on CPU, one per GPU);
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
-    re-queued once); pick_rule: knee, max-quality, min-memory, max-throughput or trial:N;
+    re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP); host_budget: host memory for
     host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible).
@@ -259,8 +259,14 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
             recovery: studies.Recovery | None, t_start: float) -> SearchResult:
     """Report: rank, write the files (pareto.json last), mark the study finished."""
     engine.recorder.flush()
-    report = SearchReport.build(list(engine.rows.values()), plan.objectives, plan.request.pick,
-                                plan.budget, plan.name, engine.stop_reason)
+    from autoembed.runner import RunSettings
+    from autoembed.selection import pick_noise
+
+    data = plan.workload.train_dataset or plan.workload.dataset
+    eval_batches = plan.space.run.get("eval_batches", RunSettings.eval_batches)
+    report = SearchReport.build(
+        list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
+        plan.name, engine.stop_reason, noise=lambda c: pick_noise(c, data, eval_batches))
     meta = plan.meta()
     wall = time.monotonic() - t_start
     spec = plan.workload.spec

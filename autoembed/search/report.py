@@ -5,7 +5,7 @@ last (a reader that finds it finds the other files complete).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,11 @@ class SearchReport:
 
     @classmethod
     def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
-              budget: Budget, study: str, stop_reason: str | None = None) -> SearchReport:
-        """Pure: rank the rows (running ones are left out) and pick."""
+              budget: Budget, study: str, stop_reason: str | None = None,
+              noise: Callable[[Sequence[TrialRow]], float | None] | None = None,
+              ) -> SearchReport:
+        """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
+        `noise(candidates)`: the within-noise rule's slack (`selection.pick_noise`)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
         pairs = [(o.name, o.direction) for o in objectives]
         front = tuple(front_of(done, pairs))
@@ -57,14 +60,15 @@ class SearchReport:
             candidates: Sequence[TrialRow] = front
             if rule.rule == "trial" and all(r.number != rule.trial for r in front):
                 candidates = [r for r in done if r.status == "complete" and r.feasible]
-            chosen = pick(candidates, rule, pairs)
+            slack = noise(candidates) if noise is not None else None
+            chosen = pick(candidates, rule, pairs, slack)
             assert isinstance(chosen, TrialRow)
             best = chosen
             for r in PICK_RULES:
                 if r == "trial:N":
                     continue
                 try:
-                    picks[r] = pick(front, r, pairs).number
+                    picks[r] = pick(front, r, pairs, slack).number
                 except ConfigError:
                     pass
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,

@@ -17,7 +17,7 @@ from typing import Any
 
 from autoembed.budget import Budget, parse_size
 from autoembed.errors import ConfigError
-from autoembed.pareto import Pick, parse_pick
+from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
 from autoembed.search.study import SAMPLERS, check_study_name
 from autoembed.space import OBJECTIVES, SearchSpace
 
@@ -47,7 +47,7 @@ class SearchRequest:
     tracking_uri: str | None = None
     storage: str | None = None
     trial_resources: tuple[Mapping[str, float], ...] = ()
-    pick: Pick = Pick("knee")
+    pick: Pick = Pick(DEFAULT_PICK)
     data: str | None = None
     label: str | None = None
     categorical: tuple[str, ...] | None = None
@@ -75,7 +75,7 @@ class SearchRequest:
         tracking_uri: str | None = None,
         storage: str | None = None,
         trial_resources: Sequence[str] | None = None,
-        pick_rule: str = "knee",
+        pick_rule: str = DEFAULT_PICK,
         data: str | None = None,
         label: str | None = None,
         categorical: Sequence[str] | None = None,

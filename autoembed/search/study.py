@@ -38,7 +38,8 @@ __all__ = [
     "StoredStudy",
 ]
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
+# gp and tpe-plain are under trial (benchmarks/search_efficiency.py --compare-samplers)
+SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp", "tpe-plain")
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
 # (REFERENCES.md, Optuna 5): a small population lets it evolve within a short search.
@@ -140,6 +141,11 @@ def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
                 seed=seed, multivariate=True, group=True, constant_liar=True,
                 n_startup_trials=TPE_STARTUP,
             )
+    if kind == "tpe-plain":  # Optuna's TPE defaults: each parameter on its own
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
+    if kind == "gp":  # numeric params modelled; conditional ones fall back to random
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=TPE_STARTUP,
+                                         warn_independent_sampling=False)
     if kind == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if kind in ("random", "grid"):
