@@ -1,16 +1,17 @@
 """Compression methods compared (issue 16): test quality against table memory at about 10x
 and 100x (1000x where the table is large enough) less table memory than the full table.
 
-Methods: hash (hashing trick), qr (quotient-remainder, mult), robe (ROBE-Z, block 8),
-tt (tensor-train, the largest rank that fits), hot_cold (half the rows for the most frequent
+Methods: hash (hashing trick), qr (quotient-remainder, mult), robe (ROBE-Z, block 8), tt
+(tensor-train, the largest rank that fits), hot_cold (half the rows for the most frequent
 ids, half hashed buckets; the hot-id array counted in the memory), int8 / int4 (the full
 table trained, then served row-quantized: their ratio is fixed by the format). Each
 workload's tables with at least `MIN_ROWS` rows are compressed, so that the whole table
-memory (smaller tables stay full and count in it) is 1/ratio of the full one. Every run:
-the same model (dim 16, tower 64, concat), Adam on every parameter (dense gradients for
-every method: one optimizer, one rule), the same steps and batch; the learning rate is picked from `--lrs` by validation AUC, and the test AUC of
-that run is reported. Throughput is training samples/s of that run (plain-torch TT builds
-every row from its cores: it is slow on a CPU, and reported as is).
+memory (smaller tables stay full and count in it) is 1/ratio of the full one. Every run: the
+same model (dim 16, tower 64, concat), Adam on every parameter (dense gradients for every
+method: one optimizer, one rule), the same steps and batch; the learning rate is picked from
+`--lrs` by validation AUC, and the test AUC of that run is reported. Throughput is training
+samples/s of that run (plain-torch TT builds every row from its cores: it is slow on a CPU,
+and reported as is).
 
 Part 2 (`--trained`, MovieLens): the full model is trained, then each method at 10x is
 initialised from its trained tables (`autoembed.models.compress_init`: hash bucket means,
