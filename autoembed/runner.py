@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
 
 __all__ = [
@@ -145,13 +145,12 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
     """The config with the data's task, tables (vocab sizes, bag sizes, frequencies),
     classes, sequence length and data spec written in, then resolved (mixed-dim dims).
 
-    Per-table `dim`s already in the config are kept when the table names match."""
-    dims = {t.name: t.dim for t in config.tables}
-    tables = tuple(replace(t, dim=dims.get(t.name)) for t in dataset.tables)
+    Per-table `dim`s and settings already in the config are kept when the table names
+    match (`config.with_data_tables`)."""
     cfg = replace(
         config,
         task=dataset.task,
-        tables=tables,
+        tables=with_data_tables(config, dataset.tables),
         num_classes=dataset.num_classes if dataset.task == "text" else 2,
         seq_len=dataset.seq_len if dataset.task == "text" else 1,
         data=dataset.spec.to_dict(),
