@@ -58,6 +58,7 @@ __all__ = [
     "check_tt",
     "check_hot_cold",
     "check_method",
+    "takes_optimizer",
 ]
 
 METHODS = ("robe", "tt", "hot_cold")
@@ -71,14 +72,15 @@ class MethodRules:
     optimizers: table optimizers it takes. dense_gradients: its table tensors get dense
     gradients whatever the optimizer's sparse rule (price them as dense). serving: the serving
     formats it takes (int8/int4 pack 2-D rows; a method without rows to pack serves as
-    trained). why_not: the reason given when an optimizer or format is refused.
+    trained). why_optimizer / why_serving: the reason given when one is refused.
     """
 
     name: str
     optimizers: tuple[str, ...]
     dense_gradients: bool
     serving: tuple[str, ...]
-    why_not: str
+    why_optimizer: str = ""
+    why_serving: str = ""
 
 
 _DENSE_OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad")
@@ -90,16 +92,18 @@ METHOD_RULES: dict[str, MethodRules] = {
     # int8/int4 rows would straddle the arbitrary block offsets.
     "robe": MethodRules(
         "robe", _DENSE_OPTIMIZERS, True, ("none",),
-        "robe's shared array gets dense gradients and has no rows to quantize",
+        "robe's array gets dense gradients (blocks overlap: no rows for row-wise state)",
+        "robe's array has no rows to quantize (blocks start at any offset)",
     ),
     # cores are read in full by every lookup: dense gradients; quantizing cores multiplies
     # three quantization errors into every row (not a row format the serving path packs).
     "tt": MethodRules(
         "tt", _DENSE_OPTIMIZERS, True, ("none",),
-        "tt cores get dense gradients and are not rows to quantize",
+        "tt cores get dense gradients (every lookup reads whole cores)",
+        "tt cores are not rows to quantize (three errors multiply into every row)",
     ),
     # a plain row table (hot rows, then cold buckets): everything a plain table takes
-    "hot_cold": MethodRules("hot_cold", _ALL_OPTIMIZERS, False, ("none", "int8", "int4"), ""),
+    "hot_cold": MethodRules("hot_cold", _ALL_OPTIMIZERS, False, ("none", "int8", "int4")),
 }
 
 
@@ -116,13 +120,13 @@ def robe_shapes(size: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 def check_robe(size: int, block: int) -> None:
     if size < 1:
-        raise ConfigError(f"robe_size = {size}: the shared array needs at least 1 value")
+        raise ConfigError(f"config key 'robe_size' = {size}: the array needs at least 1 value")
     if block < 1:
-        raise ConfigError(f"robe_block = {block}: a block holds at least 1 value")
+        raise ConfigError(f"config key 'robe_block' = {block}: a block holds >= 1 value")
     if block > size:
         raise ConfigError(
-            f"robe_block = {block}: a block longer than the array ({size} values) reads values "
-            "twice; use robe_block <= robe_size"
+            f"config key 'robe_block' = {block}: a block longer than the array ({size} values) "
+            "reads values twice; use robe_block <= robe_size"
         )
 
 
@@ -182,7 +186,7 @@ def tt_init_std(dim: int, rank: int) -> float:
 
 def check_tt(rank: int) -> None:
     if rank < 1:
-        raise ConfigError(f"tt_rank = {rank}: a tensor-train rank is at least 1")
+        raise ConfigError(f"config key 'tt_rank' = {rank}: a tensor-train rank is >= 1")
 
 
 # --------------------------------------------------------------------------------- hot/cold
@@ -211,9 +215,13 @@ def hot_cold_state_bytes(vocab: int, share: float) -> int:
 def check_hot_cold(share: float, buckets: int) -> None:
     ok = isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share)
     if not ok or not 0.0 < share <= 1.0:
-        raise ConfigError(f"hot_share = {share!r}: the share of hot ids must be in (0, 1]")
+        raise ConfigError(
+            f"config key 'hot_share' = {share!r}: the share of hot ids must be in (0, 1]"
+        )
     if buckets < 1:
-        raise ConfigError(f"hash_buckets = {buckets}: hot_cold hashes cold ids into >= 1 bucket")
+        raise ConfigError(
+            f"config key 'hash_buckets' = {buckets}: hot_cold hashes cold ids into >= 1 bucket"
+        )
 
 
 # ------------------------------------------------------------------------------------ shared
@@ -222,16 +230,22 @@ def param_bytes(shapes: tuple[tuple[str, tuple[int, ...]], ...], element_bytes: 
     return sum(math.prod(shape) for _, shape in shapes) * element_bytes
 
 
+def takes_optimizer(compression: str, optimizer: str) -> bool:
+    """Whether a table under `compression` (any, robe/tt/hot_cold or not) can take `optimizer`."""
+    rules = METHOD_RULES.get(compression)
+    return rules is None or optimizer in rules.optimizers
+
+
 def check_method(method: str, optimizer: str, serving: str) -> None:
     """Refuse a table optimizer or serving format the method cannot take."""
     rules = METHOD_RULES[method]
     if optimizer not in rules.optimizers:
         raise ConfigError(
-            f"table_optimizer = {optimizer!r}: {rules.why_not}; use one of "
+            f"config key 'table_optimizer' = {optimizer!r}: {rules.why_optimizer}; use one of "
             f"{', '.join(rules.optimizers)} with compression {method}"
         )
     if serving not in rules.serving:
         raise ConfigError(
-            f"serving = {serving!r}: {rules.why_not}; use serving "
+            f"config key 'serving' = {serving!r}: {rules.why_serving}; use serving "
             f"{' or '.join(rules.serving)} with compression {method}"
         )

@@ -88,18 +88,18 @@ def test_hot_cold_counts_by_hand() -> None:
 @pytest.mark.parametrize(
     ("call", "needle"),
     [
-        (lambda: C.check_robe(100, 101), "robe_block = 101"),
-        (lambda: C.check_robe(0, 1), "robe_size = 0"),
-        (lambda: C.check_robe(10, 0), "robe_block = 0"),
-        (lambda: C.check_tt(0), "tt_rank = 0"),
-        (lambda: C.check_hot_cold(0.0, 10), "hot_share = 0.0"),
-        (lambda: C.check_hot_cold(1.5, 10), "hot_share = 1.5"),
-        (lambda: C.check_hot_cold(float("nan"), 10), "hot_share = nan"),
-        (lambda: C.check_hot_cold(0.5, 0), "hash_buckets = 0"),
+        (lambda: C.check_robe(100, 101), "'robe_block' = 101"),
+        (lambda: C.check_robe(0, 1), "'robe_size' = 0"),
+        (lambda: C.check_robe(10, 0), "'robe_block' = 0"),
+        (lambda: C.check_tt(0), "'tt_rank' = 0"),
+        (lambda: C.check_hot_cold(0.0, 10), "'hot_share' = 0.0"),
+        (lambda: C.check_hot_cold(1.5, 10), "'hot_share' = 1.5"),
+        (lambda: C.check_hot_cold(float("nan"), 10), "'hot_share' = nan"),
+        (lambda: C.check_hot_cold(0.5, 0), "'hash_buckets' = 0"),
         (lambda: C.check_method("tt", "rowwise_adagrad", "none"), "table_optimizer"),
         (lambda: C.check_method("robe", "sparse_adam", "none"), "table_optimizer"),
-        (lambda: C.check_method("robe", "adam", "int8"), "serving = 'int8'"),
-        (lambda: C.check_method("tt", "adam", "int4"), "serving = 'int4'"),
+        (lambda: C.check_method("robe", "adam", "int8"), "'serving' = 'int8'"),
+        (lambda: C.check_method("tt", "adam", "int4"), "'serving' = 'int4'"),
     ],
 )
 def test_bad_values_one_line_naming_value(call: object, needle: str) -> None:

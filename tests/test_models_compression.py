@@ -88,7 +88,7 @@ def test_robe_gradient_summed_into_exact_positions() -> None:
 
 
 def test_robe_block_longer_than_array_refused() -> None:
-    with pytest.raises(ConfigError, match="robe_block = 11"):
+    with pytest.raises(ConfigError, match="robe_block' = 11"):
         RobeTable(10, 11, (4,), _spec())
 
 

@@ -6,23 +6,35 @@ do (`autoembed.models.embedding`): missing ids (CTR: < 0; text: PAD_ID) are mask
 baseline (text: plain mean over all positions, pads zero; CTR: mean over real ids). Every
 position's row is computed ([B, L, D] exists under every pooling: there is no stored row for
 `embedding_bag` to read) and masked positions contribute exactly zero to the gradient.
-Gradients are dense over the parameters whatever `spec.sparse` says (see
+A table with `out_dim` other than its dim ends in ``proj`` (Linear, no bias), like the
+stored tables. Gradients are dense over the parameters whatever `spec.sparse` says (see
 `autoembed.compression`); these tables are not quantized for serving (`quantizable`).
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from autoembed.models.embedding import TableModule
 
-__all__ = ["ComputedRowsTable"]
+__all__ = ["ComputedRowsTable", "projection"]
+
+
+def projection(
+    dim: int, out_dim: int | None, device: torch.device | str, dtype: torch.dtype
+) -> nn.Linear | None:
+    """``proj`` (Linear dim -> out_dim, no bias) of a table whose dim is not the model's."""
+    if out_dim is None or out_dim == dim:
+        return None
+    return nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
 
 
 class ComputedRowsTable(TableModule):
     """Base class: subclasses define `rows(idx, field)` ([...] int64 ids -> [..., D])."""
 
     quantizable = False
+    proj: nn.Linear | None = None
 
     def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
         raise NotImplementedError
@@ -40,7 +52,7 @@ class ComputedRowsTable(TableModule):
                 out.append(self._maybe_checkpoint(self._pooled, idx, valid, f))
             else:
                 out.append(self._pooled(idx, valid, f))
-        return out
+        return out if self.proj is None else [self.proj(o) for o in out]
 
     def _pooled(self, idx: torch.Tensor, valid: torch.Tensor, field: int) -> torch.Tensor:
         rows = self.rows(idx, field)

@@ -26,6 +26,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.errors import ConfigError
+from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
 
@@ -56,6 +57,7 @@ class HotColdTable(TableModule):
         spec: LookupSpec,
         *,
         seed: int = 0,
+        out_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -67,6 +69,7 @@ class HotColdTable(TableModule):
         self.weight = nn.Parameter(torch.empty((hot + cold, dim), device=device, dtype=dtype))
         with torch.no_grad():
             self.weight.normal_(0.0, 1.0 / math.sqrt(dim))
+        self.proj = projection(dim, out_dim, device, dtype)
 
     def set_hot_ids(self, hot_ids: torch.Tensor) -> None:
         """Install a hot set (sorted, distinct ids in [0, vocab)) of the built size."""
@@ -101,8 +104,10 @@ class HotColdTable(TableModule):
         idx, valid = self._masked(ids)
         idx = self.row_of(idx)
         if self.spec.pooling == "naive":
-            return self._maybe_checkpoint(self._naive, idx, valid)
-        return self._bags("weight", [idx], [valid])[0]
+            out = self._maybe_checkpoint(self._naive, idx, valid)
+        else:
+            out = self._bags("weight", [idx], [valid])[0]
+        return out if self.proj is None else self.proj(out)
 
     def _naive(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         return self._pool_rows(self._rows("weight", idx, valid, None), valid)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from autoembed.compression import check_robe, robe_blocks
-from autoembed.models.computed import ComputedRowsTable
+from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 from autoembed.models.hashing import hash_id_reference, hash_ids
 
@@ -48,6 +48,7 @@ class RobeTable(ComputedRowsTable):
         spec: LookupSpec,
         *,
         seed: int = 0,
+        out_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -58,6 +59,7 @@ class RobeTable(ComputedRowsTable):
         self.weight = nn.Parameter(torch.empty((size,), device=device, dtype=dtype))
         with torch.no_grad():
             self.weight.normal_(0.0, 1.0 / math.sqrt(max(dims)))
+        self.proj = projection(dims[0], out_dim, device, dtype)
 
     def positions(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
         return robe_positions(idx, self.size, self.block, self.dims[field], self.seeds[field])

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.compression import check_tt, tt_dims, tt_init_std, tt_rows, tt_shapes
-from autoembed.models.computed import ComputedRowsTable
+from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 
 __all__ = ["TTTable", "tt_indices"]
@@ -40,6 +40,7 @@ class TTTable(ComputedRowsTable):
         rank: int,
         spec: LookupSpec,
         *,
+        out_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -57,6 +58,7 @@ class TTTable(ComputedRowsTable):
             for c in cores:
                 c.normal_(0.0, std)
         self.core0, self.core1, self.core2 = cores
+        self.proj = projection(dim, out_dim, device, dtype)
 
     def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
         d1, d2, d3 = self.dim_factors
