@@ -344,3 +344,33 @@ def test_quantized_init_within_half_a_step(bits: int) -> None:
     step = (w.amax(1) - w.amin(1)) / (2**bits - 1)
     assert bool(((got - w).abs() <= step[:, None] * 0.5 + 2e-3 * w.abs().amax()).all())
     assert not torch.equal(got, w)
+
+
+# ------------------------------------------------------------------------ from the data
+def test_install_hot_sets_from_generator_and_from_counts() -> None:
+    from autoembed.batch import Batch
+    from autoembed.config import EmbeddingConfig, TableConfig
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.models import build_model
+    from autoembed.models.hot_cold import install_hot_sets
+
+    cfg = EmbeddingConfig(tables=(TableConfig("f0", 1000), TableConfig("f1", 300)), dim=8,
+                          compression="hot_cold", hot_share=0.01, hash_buckets=50)
+    model = build_model(cfg)
+    data = load_dataset(DataSpec(vocab_sizes=(1000, 300), rows=(100, 10, 10)))
+    install_hot_sets(model, data)
+    assert model.tables["f0"].hot_ids.tolist() == data.hot_ids("f0", 10).tolist()
+    assert model.tables["f1"].hot_ids.tolist() == data.hot_ids("f1", 3).tolist()
+
+    class Counted:  # a dataset without a generator: the train split's counts decide
+        def batches(self, split: str, size: int, shuffle: bool = True) -> list[Batch]:
+            assert split == "train"
+            f0 = torch.tensor([[7], [7], [7], [900], [900], [MISSING_ID]]
+                              + [[i] for i in range(8)])
+            f1 = torch.tensor([[5], [5], [5], [5], [6], [6]] + [[1]] * 8)
+            return [Batch({"f0": f0, "f1": f1}, torch.zeros(14))]
+
+    install_hot_sets(model, Counted())
+    # f0: 7 (4 lookups), 900 (2), ids 0..6 (1 each), then the smallest unseen id, 8
+    assert model.tables["f0"].hot_ids.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 900]
+    assert model.tables["f1"].hot_ids.tolist() == [1, 5, 6]

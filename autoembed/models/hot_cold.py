@@ -18,6 +18,7 @@ to the smaller id).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +31,9 @@ from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
 
-__all__ = ["HotColdTable", "hot_ids_from_counts"]
+__all__ = ["HotColdTable", "hot_ids_from_counts", "install_hot_sets", "train_id_counts"]
+
+_COUNT_BATCH = 65_536  # train rows read at a time when counting ids
 
 
 def hot_ids_from_counts(counts: npt.ArrayLike, hot: int) -> npt.NDArray[np.int64]:
@@ -41,6 +44,32 @@ def hot_ids_from_counts(counts: npt.ArrayLike, hot: int) -> npt.NDArray[np.int64
         raise ConfigError(f"hot ids = {hot}: must be in [1, {c.size}] (the table's ids)")
     order = np.argsort(-c, kind="stable")[:hot]
     return np.sort(order).astype(np.int64)
+
+
+def train_id_counts(dataset: Any, field: str, vocab: int) -> npt.NDArray[np.int64]:
+    """Lookups of every id of `field` over the train split (missing ids and pads left out)."""
+    counts = np.zeros(vocab, dtype=np.int64)
+    for b in dataset.batches("train", _COUNT_BATCH, shuffle=False):
+        ids = b.features[field].numpy().reshape(-1)
+        ids = ids[(ids >= 0) & (ids < vocab)]
+        counts += np.bincount(ids, minlength=vocab)
+    return counts
+
+
+def install_hot_sets(model: nn.Module, dataset: Any) -> None:
+    """Give every hot/cold table of `model` (in its ``tables``) its data's hot set: the
+    generator's when the data has one (`hot_ids(field, count)`, synthetic-ctr), else the most
+    frequent ids of the train split."""
+    tables = getattr(model, "tables", {})
+    for field, table in tables.items():
+        if not isinstance(table, HotColdTable):
+            continue
+        hot = int(table.hot_ids.shape[0])
+        if hasattr(dataset, "hot_ids"):
+            ids = dataset.hot_ids(field, hot)
+        else:
+            ids = hot_ids_from_counts(train_id_counts(dataset, field, table.vocab), hot)
+        table.set_hot_ids(torch.as_tensor(np.asarray(ids), dtype=torch.int64))
 
 
 class HotColdTable(TableModule):
