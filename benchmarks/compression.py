@@ -55,8 +55,8 @@ class Workload:
 WORKLOADS = {
     # the planted signal spread over 10^5 ids per field (head_size), not a 100-id head
     "synthetic": Workload("synthetic", {
-        "name": "synthetic-ctr", "vocab_sizes": [300_000, 200_000, 20_000, 2_000],
-        "head_size": 100_000, "rows": [300_000, 20_000, 20_000]}),
+        "name": "synthetic-ctr", "vocab_sizes": [150_000, 100_000, 5_000],
+        "head_size": 100_000, "rows": [200_000, 20_000, 20_000]}),
     "movielens": Workload("movielens", {"name": "movielens"}),
     "flights": Workload("flights", {"name": "flights"}),
 }
