@@ -4,14 +4,14 @@ and 100x (1000x where the table is large enough) less table memory than the full
 Methods: hash (hashing trick), qr (quotient-remainder, mult), robe (ROBE-Z, block 8), tt
 (tensor-train, the largest rank that fits), hot_cold (half the rows for the most frequent
 ids, half hashed buckets; the hot-id array counted in the memory), int8 / int4 (the full
-table trained, then served row-quantized: their ratio is fixed by the format). Each
-workload's tables with at least `MIN_ROWS` rows are compressed, so that the whole table
-memory (smaller tables stay full and count in it) is 1/ratio of the full one. Every run: the
-same model (dim 16, tower 64, concat), Adam on every parameter (dense gradients for every
-method: one optimizer, one rule), the same steps and batch; the learning rate is picked from
-`--lrs` by validation AUC, and the test AUC of that run is reported. Throughput is training
-samples/s of that run (plain-torch TT builds every row from its cores: it is slow on a CPU,
-and reported as is).
+table trained (the full run's best model), then served row-quantized: their ratio is fixed
+by the format). Each workload's tables with at least `MIN_ROWS` rows are compressed, so that
+the whole table memory (smaller tables stay full and count in it) is 1/ratio of the full
+one. Every run: the same model (dim 16, tower 64, concat), Adam on every parameter (dense
+gradients for every method: one optimizer, one rule), the same steps and batch; the learning
+rate is picked from `--lrs` by validation AUC, and the test AUC of that run is reported.
+Throughput is training samples/s of that run (plain-torch TT builds every row from its
+cores: it is slow on a CPU, and reported as is).
 
 Part 2 (`--trained`, MovieLens): the full model is trained, then each method at 10x is
 initialised from its trained tables (`autoembed.models.compress_init`: hash bucket means,
@@ -192,6 +192,8 @@ class Bench:
             EmbeddingConfig(dim=DIM, dense_layers=(64,), batch_size=BATCH), **vals
         )
         self._counts: dict[str, Any] = {}
+        self.full_model: Any = None
+        self.full_sps = self.full_lr = 0.0
         self._np = np
 
     def hot(self, field: str, count: int) -> Any:
@@ -237,16 +239,21 @@ class Bench:
         return model, "; ".join(notes)
 
     def run(self, method: str, ratio: float, steps: int, lrs: list[float]) -> Run | None:
+        """The best run over `lrs` (by validation AUC). int8/int4 serve the best full model
+        (trained once, by `run("none", ...)`, which keeps it)."""
         from autoembed.models.quantize import quantize
 
         full = _bytes(self.model("none", 1)[0])
         best: Run | None = None
         for lr in lrs:
-            model, note = self.model("none" if method in SERVED else method, ratio)
-            if model is None:
-                print(f"{self.workload.name} {method} {ratio}x: {note}", flush=True)
-                return None
-            sps = _train(model, self.data, steps, lr)
+            if method in SERVED:
+                model, note, sps, lr = self.full_model, "", self.full_sps, self.full_lr
+            else:
+                model, note = self.model(method, ratio)
+                if model is None:
+                    print(f"{self.workload.name} {method} {ratio}x: {note}", flush=True)
+                    return None
+                sps = _train(model, self.data, steps, lr)
             served = quantize(model, method) if method in SERVED else model
             r = Run(self.workload.name, method, ratio, _bytes(model, method if method in SERVED
                                                                 else "none"),
@@ -256,6 +263,10 @@ class Bench:
                   f"valid {r.valid_auc:.4f} test {r.test_auc:.4f} {sps:.0f}/s {note}", flush=True)
             if best is None or r.valid_auc > best.valid_auc:
                 best = r
+                if method == "none":
+                    self.full_model, self.full_sps, self.full_lr = model, sps, lr
+            if method in SERVED:
+                break
         return best
 
 
