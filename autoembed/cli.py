@@ -82,6 +82,13 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
     return path
 
 
+def _count_or_share(value: float | None) -> int | float | None:
+    """A flag that is a count (a whole number >= 1) or a share (a float in (0, 1))."""
+    if value is not None and value >= 1 and float(value).is_integer():
+        return int(value)
+    return value
+
+
 def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
     from autoembed.config import EmbeddingConfig, TableConfig, load_config
 
@@ -108,6 +115,10 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
         "qr_collisions": "qr_collisions",
         "qr_operation": "qr_operation",
         "mixed_dim_alpha": "mixed_dim_alpha",
+        "robe_size": "robe_size",
+        "robe_block": "robe_block",
+        "tt_rank": "tt_rank",
+        "hot_share": "hot_share",
         "pooling": "pooling",
         "checkpointing": "checkpointing",
         "grad_accum": "grad_accum_steps",
@@ -263,11 +274,19 @@ def estimate(
     serving: str | None = typer.Option(None, help="none, int8 or int4."),
     optimizer: str | None = typer.Option(None, help="Table optimizer (and dense, where it can)."),
     dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
-    compression: str | None = typer.Option(None, help="none, hash, qr, mixed_dim or shared."),
+    compression: str | None = typer.Option(
+        None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold."),
     hash_buckets: int | None = typer.Option(None, help="Buckets for --compression hash."),
     qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
     qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
     mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
+    robe_size: float | None = typer.Option(
+        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1)."),
+    robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
+    tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
+    hot_share: float | None = typer.Option(
+        None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "
+        "--hash-buckets rows)."),
     pooling: str | None = typer.Option(None, help="mean, sum or naive."),
     interaction: str | None = typer.Option(None, help="concat or dot (ctr)."),
     dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
@@ -306,6 +325,10 @@ def estimate(
             "qr_collisions": qr_collisions,
             "qr_operation": qr_operation,
             "mixed_dim_alpha": mixed_dim_alpha,
+            "robe_size": _count_or_share(robe_size),
+            "robe_block": robe_block,
+            "tt_rank": tt_rank,
+            "hot_share": hot_share,
             "pooling": pooling,
             "interaction": interaction,
             "dense_layers": dense_layers,

@@ -291,8 +291,10 @@ def run_trial(
     try:
         if trainer is None:
             from autoembed.models import make_trainer
+            from autoembed.models.hot_cold import install_hot_sets
 
             trainer = make_trainer(cfg, s.device)
+            install_hot_sets(trainer.model, dataset)
         if s.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         batches = _cycle(dataset, cfg.batch_size, cfg.seed, s.epochs)
