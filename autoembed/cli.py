@@ -82,6 +82,13 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
     return path
 
 
+def _count_or_share(value: float | None) -> int | float | None:
+    """A flag that is a count (a whole number >= 1) or a share (a float in (0, 1))."""
+    if value is not None and value >= 1 and float(value).is_integer():
+        return int(value)
+    return value
+
+
 def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
     from autoembed.config import EmbeddingConfig, TableConfig, load_config
 
@@ -108,6 +115,10 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
         "qr_collisions": "qr_collisions",
         "qr_operation": "qr_operation",
         "mixed_dim_alpha": "mixed_dim_alpha",
+        "robe_size": "robe_size",
+        "robe_block": "robe_block",
+        "tt_rank": "tt_rank",
+        "hot_share": "hot_share",
         "pooling": "pooling",
         "checkpointing": "checkpointing",
         "grad_accum": "grad_accum_steps",
@@ -263,11 +274,19 @@ def estimate(
     serving: str | None = typer.Option(None, help="none, int8 or int4."),
     optimizer: str | None = typer.Option(None, help="Table optimizer (and dense, where it can)."),
     dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
-    compression: str | None = typer.Option(None, help="none, hash, qr, mixed_dim or shared."),
+    compression: str | None = typer.Option(
+        None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold."),
     hash_buckets: int | None = typer.Option(None, help="Buckets for --compression hash."),
     qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
     qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
     mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
+    robe_size: float | None = typer.Option(
+        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1)."),
+    robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
+    tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
+    hot_share: float | None = typer.Option(
+        None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "
+        "--hash-buckets rows)."),
     pooling: str | None = typer.Option(None, help="mean, sum or naive."),
     interaction: str | None = typer.Option(None, help="concat or dot (ctr)."),
     dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
@@ -306,6 +325,10 @@ def estimate(
             "qr_collisions": qr_collisions,
             "qr_operation": qr_operation,
             "mixed_dim_alpha": mixed_dim_alpha,
+            "robe_size": _count_or_share(robe_size),
+            "robe_block": robe_block,
+            "tt_rank": tt_rank,
+            "hot_share": hot_share,
             "pooling": pooling,
             "interaction": interaction,
             "dense_layers": dense_layers,
@@ -416,7 +439,7 @@ def train_cmd(
             out_con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
         out_con.print(f"status {result.status} after {result.steps} steps "
                       f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
-        if result.quality is not None:
+        if result.test_quality is not None:
             out_con.print("test " + ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items()))
         if result.throughput:
             out_con.print(f"throughput {result.throughput:,.0f} samples/s")
@@ -432,7 +455,7 @@ def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
     pick: str | None = typer.Option(
         None,
-        help="knee, max-quality, min-memory, max-throughput or trial:N "
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N "
         "(default: the search's own pick, pareto.json 'best').",
     ),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
@@ -494,7 +517,8 @@ def search_cmd(
         None, help="Seconds after which no new trial starts (running ones finish)."),
     objectives: str | None = typer.Option(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
-    sampler: str | None = typer.Option(None, help="tpe (default), nsga2, random or grid."),
+    sampler: str | None = typer.Option(
+        None, help="tpe (default), nsga2, random, grid, gp or tpe-plain."),
     seed: int | None = typer.Option(None, help="Sampler seed (default 0)."),
     workers: int | None = typer.Option(
         None, help="Trials at once (default 1 on CPU, one per GPU)."),
@@ -513,7 +537,8 @@ def search_cmd(
         None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
         "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
     pick: str = typer.Option(
-        "knee", help="knee, max-quality, min-memory, max-throughput or trial:N."),
+        "within-noise",
+        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N."),
     data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
     label: str | None = typer.Option(None, help="Label column of --data."),
     categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),

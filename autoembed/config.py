@@ -15,6 +15,16 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from autoembed.compression import (
+    METHODS,
+    check_hot_cold,
+    check_method,
+    check_robe,
+    check_tt,
+    hot_cold_shapes,
+    robe_shapes,
+    tt_shapes,
+)
 from autoembed.errors import ConfigError
 
 __all__ = [
@@ -46,6 +56,7 @@ __all__ = [
     "PrecisionPolicy",
     "precision_policy",
     "param_specs",
+    "method_shapes",
     "cache_rows",
     "storage_rows",
     "WIDE_PREFIX",
@@ -57,7 +68,7 @@ __all__ = [
 ]
 
 TASKS = ("ctr", "text")
-COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "shared")
+COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "shared", "robe", "tt", "hot_cold")
 QR_OPERATIONS = ("mult", "add", "concat")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp16_master", "bf16_master", "amp_fp16", "amp_bf16")
 SERVING = ("none", "int8", "int4")
@@ -109,7 +120,7 @@ def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = F
 
 
 # Compressions a single table may carry (`shared` is one table for all fields: config-wide).
-TABLE_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
+TABLE_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
 
 
 def _count_or_share(key: str, value: Any, minimum: int) -> None:
@@ -149,7 +160,8 @@ class TableConfig:
     qr or mixed_dim), `hash_buckets` and `qr_collisions` (an int: a count; a float in (0, 1):
     a share of this table's rows -- hash keeps ceil(share x rows) buckets, qr a quotient table
     of at most share x rows, i.e. ceil(1 / share) collisions), `qr_operation` and
-    `table_optimizer`. See `resolved_tables`.
+    `table_optimizer`; `robe_size`, `tt_rank` and `hot_share` (`autoembed.compression`).
+    See `resolved_tables`.
     """
 
     name: str
@@ -162,6 +174,9 @@ class TableConfig:
     qr_collisions: int | float | None = None
     qr_operation: str | None = None
     table_optimizer: str | None = None
+    robe_size: int | float | None = None
+    tt_rank: int | None = None
+    hot_share: float | None = None
 
     def validate(self, where: str) -> None:
         _table_name(f"{where}.name", self.name)
@@ -181,6 +196,7 @@ class TableConfig:
             _choice(f"{where}.qr_operation", self.qr_operation, QR_OPERATIONS)
         if self.table_optimizer is not None:
             _choice(f"{where}.table_optimizer", self.table_optimizer, OPTIMIZERS)
+        _method_values(where + ".", self.robe_size, self.tt_rank, self.hot_share)
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -190,7 +206,19 @@ class TableConfig:
 
 # TableConfig keys that override the config's key of the same name.
 TABLE_OVERRIDES = ("compression", "hash_buckets", "qr_collisions", "qr_operation",
-                   "table_optimizer")
+                   "table_optimizer", "robe_size", "tt_rank", "hot_share")
+
+
+def _method_values(where: str, robe_size: Any, tt_rank: Any, hot_share: Any) -> None:
+    """Types and ranges of the robe / tt / hot_cold keys (None: not set)."""
+    if robe_size is not None:
+        _count_or_share(f"{where}robe_size", robe_size, 1)
+    if tt_rank is not None:
+        if isinstance(tt_rank, bool) or not isinstance(tt_rank, int):
+            raise _fail(f"{where}tt_rank", tt_rank, "must be an integer >= 1")
+        check_tt(tt_rank)
+    if hot_share is not None:
+        check_hot_cold(hot_share, 1)
 
 
 @dataclass(frozen=True)
@@ -211,10 +239,20 @@ class TableSettings:
     table_optimizer: str
     frequency: float | None
     lookups: float
+    # robe / tt / hot_cold (`autoembed.compression`): the array's values (a count), its block,
+    # the TT rank, the hot share and the cold buckets (hash_buckets resolved; None if unset)
+    robe_size: int = 1
+    robe_block: int = 1
+    tt_rank: int = 1
+    hot_share: float = 1.0
+    cold_buckets: int | None = None
 
     @property
     def sparse(self) -> bool:
-        """Whether this table's gradients are sparse (one row per lookup)."""
+        """Whether this table's gradients are sparse (one row per lookup): robe and tt
+        tables get dense gradients whatever the optimizer (`compression.METHOD_RULES`)."""
+        if self.compression in ("robe", "tt"):
+            return False
         return self.table_optimizer in SPARSE_GRAD_OPTIMIZERS
 
     @property
@@ -296,11 +334,13 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
     comp = t.compression or config.compression
     hb = t.hash_buckets if t.hash_buckets is not None else config.hash_buckets
     qc = t.qr_collisions if t.qr_collisions is not None else config.qr_collisions
+    dim = t.dim if t.dim is not None else config.dim
+    robe = t.robe_size if t.robe_size is not None else config.robe_size
     return TableSettings(
         name=t.name,
         vocab_size=t.vocab_size,
         pooling_factor=t.pooling_factor,
-        dim=t.dim if t.dim is not None else config.dim,
+        dim=dim,
         compression=comp,
         hash_buckets=buckets_of(hb, t.vocab_size) if comp == "hash" and hb is not None else None,
         hash_seed=config.hash_seed,
@@ -309,6 +349,13 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
         table_optimizer=t.table_optimizer or config.table_optimizer,
         frequency=t.frequency,
         lookups=config.lookups_per_sample(t),
+        # a share of the table's values: at least one block; a count as given (checked)
+        robe_size=(max(config.robe_block, buckets_of(robe, t.vocab_size * dim))
+                   if isinstance(robe, float) else robe),
+        robe_block=config.robe_block,
+        tt_rank=t.tt_rank if t.tt_rank is not None else config.tt_rank,
+        hot_share=t.hot_share if t.hot_share is not None else config.hot_share,
+        cold_buckets=buckets_of(hb, t.vocab_size) if hb is not None else None,
     )
 
 
@@ -332,6 +379,13 @@ class EmbeddingConfig:
     qr_operation: str = "mult"
     mixed_dim_alpha: float = 0.3
     mixed_dim_min: int = 4
+    # robe / tt / hot_cold (`autoembed.compression`): robe's array per table (a count of
+    # values, or a share of the table's V x D values) and its block length; the TT rank; the
+    # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows)
+    robe_size: int | float = 0.1
+    robe_block: int = 8
+    tt_rank: int = 8
+    hot_share: float = 0.01
     # precision
     precision: str = "fp32"
     serving: str = "none"
@@ -395,6 +449,8 @@ class EmbeddingConfig:
         self._validate_table_settings()
         _number("mixed_dim_alpha", self.mixed_dim_alpha, 0.0, 1.0)
         _positive_int("mixed_dim_min", self.mixed_dim_min)
+        _method_values("", self.robe_size, self.tt_rank, self.hot_share)
+        _positive_int("robe_block", self.robe_block)
         _choice("precision", self.precision, PRECISIONS)
         _choice("serving", self.serving, SERVING)
         if self.serving == "int4":
@@ -464,6 +520,8 @@ class EmbeddingConfig:
                 raise _fail(f"tables[{i}].hash_buckets", None,
                             "compression 'hash' needs hash_buckets (a count, or a share of the "
                             "rows in (0, 1)) on the table or the config")
+            if ts.compression in METHODS:
+                self._validate_method(ts)
             if ts.compression != "qr":
                 continue
             if isinstance(t.qr_collisions, int) and t.qr_collisions >= t.vocab_size:
@@ -473,6 +531,15 @@ class EmbeddingConfig:
             if ts.qr_operation == "concat" and ts.dim % 2:
                 key = "dim" if t.dim is None else f"tables[{i}].dim"
                 raise _fail(key, ts.dim, "qr_operation 'concat' needs an even dim (D/2 each)")
+
+    def _validate_method(self, ts: TableSettings) -> None:
+        """robe / tt / hot_cold: their parameters, and the optimizer and serving they take."""
+        if ts.compression == "robe":
+            check_robe(ts.robe_size, ts.robe_block)
+        if ts.compression == "hot_cold" and ts.cold_buckets is None:
+            raise _fail("hash_buckets", None, "compression 'hot_cold' hashes its cold ids into "
+                        "hash_buckets rows: set hash_buckets (a count, or a share of the rows)")
+        check_method(ts.compression, ts.table_optimizer, self.serving)
 
     def _validate_placement(self) -> None:
         _choice("placement", self.placement, PLACEMENTS)
@@ -816,6 +883,7 @@ class ParamSpec:
     table: str | None = None
     lookups_per_sample: float = 0.0
     optimizer: str = ""
+    dense_gradient: bool = False  # robe / tt: dense whatever the optimizer
 
     @property
     def numel(self) -> int:
@@ -828,7 +896,8 @@ class ParamSpec:
     @property
     def sparse(self) -> bool:
         """Whether this tensor's gradient is sparse (a table under a sparse optimizer)."""
-        return self.kind == "table" and self.optimizer in SPARSE_GRAD_OPTIMIZERS
+        return (self.kind == "table" and self.optimizer in SPARSE_GRAD_OPTIMIZERS
+                and not self.dense_gradient)
 
 
 def storage_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:
@@ -850,7 +919,12 @@ def _table_storage(config: EmbeddingConfig, ts: TableSettings) -> list[ParamSpec
     if config.placement == "host_cached":  # the device holds only the cache
         shape = (cache_rows(config, ts), d)
         return [ParamSpec(f"{base}.cache_weight", shape, "table", ts.name, look, opt)]
-    if ts.qr:
+    if ts.compression in METHODS:
+        specs = [
+            ParamSpec(f"{base}.{name}", shape, "table", ts.name, look, opt, not ts.sparse)
+            for name, shape in method_shapes(ts)
+        ]
+    elif ts.qr:
         m = ts.qr_collisions
         dq = d // 2 if ts.qr_operation == "concat" else d
         specs = [
@@ -863,6 +937,16 @@ def _table_storage(config: EmbeddingConfig, ts: TableSettings) -> list[ParamSpec
         specs.append(ParamSpec(f"{base}.proj.weight", (config.dim, d), "dense", ts.name, 0.0,
                                config.dense_optimizer))
     return specs
+
+
+def method_shapes(ts: TableSettings) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The tensors (name, shape) of a robe / tt / hot_cold table (`autoembed.compression`)."""
+    if ts.compression == "robe":
+        return robe_shapes(ts.robe_size)
+    if ts.compression == "tt":
+        return tt_shapes(ts.vocab_size, ts.dim, ts.tt_rank)
+    assert ts.cold_buckets is not None  # validated: hot_cold needs hash_buckets
+    return hot_cold_shapes(ts.vocab_size, ts.dim, ts.hot_share, ts.cold_buckets)
 
 
 # Name prefix of the wide part's tensors; they are tables (table optimizer, sparse gradients)

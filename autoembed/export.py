@@ -18,7 +18,6 @@ URI, an existing output) is a `ConfigError`: one line, exit status 2.
 
 from __future__ import annotations
 
-import ast
 import csv
 import filecmp
 import json
@@ -32,7 +31,8 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, save_config
 from autoembed.errors import ConfigError
-from autoembed.pareto import PICK_RULES, parse_pick
+from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
+from autoembed.trial import config_from_flat, decode_csv_row
 
 __all__ = [
     "PICK_RULES",
@@ -164,71 +164,16 @@ def _study_dir(runs_dir: Path, study: str) -> Path:
     return d
 
 
-def _literal(text: str) -> Any:
-    """A flat param's value back as Python ('64' -> 64, 'None' -> None, '[64]' -> [64])."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def config_from_flat(flat: Mapping[str, str], source: str) -> dict[str, Any]:
-    """Undo `EmbeddingConfig.flat_params()` (the data spec is not in it: add it after)."""
-    raw: dict[str, Any] = {}
-    tables: dict[str, dict[str, Any]] = {}
-    for key, text in flat.items():
-        if text is None or text == "":
-            continue
-        if key.startswith("table."):
-            parts = key.split(".")
-            if len(parts) < 3:
-                raise ConfigError(f"{source}: column '{key}' is not table.<name>.<key>")
-            name, field_name = ".".join(parts[1:-1]), parts[-1]
-            tables.setdefault(name, {"name": name})[field_name] = _literal(text)
-        else:
-            raw[key] = _literal(text)
-    if tables:
-        raw["tables"] = list(tables.values())
-    return raw
-
-
-_CONFIG_COLUMNS = ("config", "config_json")
-_PREFIXES = ("config.", "params.", "param.")
-
-
-def _csv_config(row: Mapping[str, str], source: str) -> dict[str, Any]:
-    for col in _CONFIG_COLUMNS:
-        text = row.get(col)
-        if text:
-            try:
-                raw = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{source}: column '{col}' is not JSON: {e}") from None
-            if isinstance(raw, dict):
-                return raw
-    from dataclasses import fields
-
-    keys = {f.name for f in fields(EmbeddingConfig)} - {"data"}
-    flat: dict[str, str] = {}
-    for col, text in row.items():
-        name = col
-        for p in _PREFIXES:
-            name = name.removeprefix(p)
-        if name in keys or name.startswith("table."):
-            flat[name] = text
-    if "tables" not in flat and not any(k.startswith("table.") for k in flat):
-        raise ConfigError(f"{source}: has no config columns to rebuild the config from")
-    return config_from_flat(flat, source)
-
-
-def _csv_row(path: Path, trial: int) -> dict[str, str] | None:
+def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any]] | None:
+    """(status, config) of trial `trial` in a trials.csv, read through the trial codec."""
     if not path.is_file():
         return None
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
             n = row.get("trial", row.get("number", ""))
             if n is not None and n.strip().isdigit() and int(n) == trial:
-                return row
+                _, status, raw, _ = decode_csv_row(row, f"{path} trial {trial}")
+                return status, raw
     return None
 
 
@@ -361,7 +306,7 @@ def _choose_from_study(
                 else f"search pick trial:{best}"
             rule, number = "trial", best
         else:
-            rule, label = "knee", "knee"
+            rule, label = DEFAULT_PICK, DEFAULT_PICK
     if rule != "trial":
         if not pareto:
             raise ConfigError(
@@ -377,11 +322,10 @@ def _choose_from_study(
         return _Chosen(dict(member["config"]), study, number, label,
                        member.get("metrics") or {}, vocab, data=data)
     csv_path = sdir / "trials.csv"
-    row = _csv_row(csv_path, number)
-    if row is not None:
-        status = row.get("status") or ""
+    found = _csv_row(csv_path, number)
+    if found is not None:
+        status, raw = found
         _refuse_infeasible(status, f"trial {number}")
-        raw = _csv_config(row, f"{csv_path} trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
         return _Chosen(raw, study, number, label, {}, vocab, data=data, notes=notes)
     from autoembed.tracking.store import resolve_store

@@ -5,8 +5,16 @@ better on one ("maximize" objectives are better when larger). The front is the s
 points no other point dominates; equal points do not dominate each other, so duplicates of
 a front point are all on the front.
 
-Pick rules (one list for `search --pick` and `export --pick`):
+Pick rules (one list for `search --pick` and `export --pick`; DEFAULT_PICK when none is given):
 
+* `within-noise` (the default): the members whose validation quality is within the noise
+  of the best one's (quality >= best - noise), and of those the cheapest (least `memory`),
+  then the fastest (most `throughput`, then least `latency`); remaining ties by the other
+  objectives in order, then the lower trial number. `noise` is one standard error of the
+  best quality from the size of the split that measured it (`quality_noise`): the
+  one-standard-error rule of Breiman et al. (CART, 1984; Hastie, Tibshirani & Friedman,
+  ESL 7.10) with the cheapest config as the "simplest". Without a noise figure it is 0: the
+  best quality, ties to the cheapest.
 * `knee`: after min-max normalising each objective over the front members (best = 1,
   worst = 0; an objective on which all members agree counts as 1 for all), the member
   closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
@@ -19,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +36,7 @@ from autoembed.errors import ConfigError
 __all__ = [
     "DIRECTIONS",
     "PICK_RULES",
+    "DEFAULT_PICK",
     "Pick",
     "Candidate",
     "dominates",
@@ -36,10 +45,16 @@ __all__ = [
     "normalise",
     "parse_pick",
     "pick",
+    "quality_noise",
+    "auc_standard_error",
+    "accuracy_standard_error",
 ]
 
 DIRECTIONS = ("maximize", "minimize")
-PICK_RULES = ("knee", "max-quality", "min-memory", "max-throughput", "trial:N")
+PICK_RULES = ("within-noise", "knee", "max-quality", "min-memory", "max-throughput", "trial:N")
+DEFAULT_PICK = "within-noise"
+# within-noise: after quality, cheaper first, then faster (objective name, direction)
+_COST_ORDER = (("memory", "minimize"), ("throughput", "maximize"), ("latency", "minimize"))
 _RULE_METRIC = {
     "max-quality": ("quality", "maximize"),
     "min-memory": ("memory", "minimize"),
@@ -183,9 +198,11 @@ def pick(
     candidates: Sequence[Candidate],
     rule: Pick | str,
     objectives: Sequence[tuple[str, str]],
+    noise: float | None = None,
 ) -> Candidate:
     """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
-    them all, the single-metric rules break ties with them."""
+    them all, the single-metric rules break ties with them. `noise` (>= 0, the quality's
+    standard error, `quality_noise`) is read by `within-noise` only; None counts as 0."""
     r = parse_pick(rule) if isinstance(rule, str) else rule
     if not candidates:
         raise ConfigError(f"pick '{r}': there is no candidate to pick from")
@@ -209,8 +226,26 @@ def pick(
         norm = normalise(pts, dirs)
         dist = [math.sqrt(sum((1.0 - x) ** 2 for x in row)) for row in norm]
         return min(zip(dist, candidates, strict=True), key=lambda t: (t[0], t[1].number))[1]
+    if r.rule == "within-noise":
+        slack = 0.0 if noise is None else float(noise)
+        if not (math.isfinite(slack) and slack >= 0):
+            raise ConfigError(f"pick 'within-noise': noise {noise!r} must be a number >= 0")
+        best = max(vec(c, "quality", "maximize") for c in candidates)
+        near = [c for c in candidates if vec(c, "quality", "maximize") >= best - slack]
+        costs = list(_COST_ORDER)
+        order = costs + [(n, d) for n, d in objectives if n not in {m for m, _ in costs}]
+        return _lexicographic_best(near, [*order, ("quality", "maximize")], vec)
     metric, direction = _RULE_METRIC[r.rule]
     order = [(metric, direction)] + [(n, d) for n, d in objectives if n != metric]
+    return _lexicographic_best(candidates, order, vec)
+
+
+def _lexicographic_best(
+    candidates: Sequence[Candidate],
+    order: Sequence[tuple[str, str]],
+    vec: Callable[[Candidate, str, str], float],
+) -> Candidate:
+    """The best candidate on `order`'s metrics in turn, then the lower trial number."""
 
     def key(c: Candidate) -> tuple[float, ...]:
         ks = []
@@ -220,3 +255,36 @@ def pick(
         return (*ks, float(c.number))
 
     return min(candidates, key=key)
+
+
+def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
+    """Standard error of an AUC measured on `positives` + `negatives` rows: Hanley & McNeil
+    (Radiology 143, 1982, eq. 1), with Q1 = A/(2-A), Q2 = 2A^2/(1+A)."""
+    if positives < 1 or negatives < 1:
+        raise ConfigError(f"AUC noise needs both classes; got {positives} positive and "
+                          f"{negatives} negative rows")
+    a = min(max(float(auc), 0.0), 1.0)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (positives - 1) * (q1 - a * a) + (negatives - 1) * (q2 - a * a)) / (
+        positives * negatives)
+    return math.sqrt(max(var, 0.0))
+
+
+def accuracy_standard_error(accuracy: float, rows: int) -> float:
+    """Binomial standard error sqrt(p (1 - p) / n) of an accuracy over `rows` rows."""
+    if rows < 1:
+        raise ConfigError(f"accuracy noise needs rows >= 1; got {rows}")
+    p = min(max(float(accuracy), 0.0), 1.0)
+    return math.sqrt(p * (1 - p) / rows)
+
+
+def quality_noise(metric: str, quality: float, class_rows: Sequence[int]) -> float:
+    """One standard error of `quality` (metric "auc" or "accuracy") measured on a split with
+    `class_rows` rows per class (auc: (negatives, positives)); the `within-noise` slack."""
+    if metric == "auc":
+        if len(class_rows) != 2:
+            raise ConfigError(f"AUC noise needs (negatives, positives); got {class_rows!r}")
+        return auc_standard_error(quality, int(class_rows[1]), int(class_rows[0]))
+    if metric == "accuracy":
+        return accuracy_standard_error(quality, int(sum(class_rows)))
+    raise ConfigError(f"quality metric '{metric}' has no noise model; use auc or accuracy")

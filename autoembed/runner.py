@@ -15,11 +15,12 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
+from autoembed.trial import STATUSES, Evaluation, TrialResult
 
 __all__ = [
     "STATUSES",
@@ -32,10 +33,6 @@ __all__ = [
     "default_target",
 ]
 
-# complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
-# budget, never trained (set by the search); unsupported: the device cannot run the precision;
-# oom: a real out-of-memory; diverged: NaN/inf loss; failed: any other error.
-STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "failed")
 # Share of the achievable lift over chance that counts as "converged" when no target is
 # given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.
 TARGET_SHARE = 0.9
@@ -69,57 +66,6 @@ class RunSettings:
             raise ConfigError(f"max_seconds = {self.max_seconds}: must be > 0")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError(f"epochs = {self.epochs}: must be >= 1")
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """One validation evaluation during training (what a scheduler sees)."""
-
-    step: int
-    samples: int
-    quality: float
-    metrics: dict[str, float]
-    elapsed_s: float
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """Everything one trial measured. `quality` is the primary metric on the test split:
-    AUC (ctr) or accuracy (text), reported, never selected on; `valid_quality` is the same
-    metric on the validation split at the last step, which a search selects on."""
-
-    status: str
-    config: EmbeddingConfig
-    quality: float | None = None
-    valid_quality: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    curve: tuple[Evaluation, ...] = ()
-    steps: int = 0
-    samples: int = 0
-    throughput: float | None = None
-    steps_to_target: int | None = None
-    samples_to_target: int | None = None
-    target: float | None = None
-    latency_ms: dict[str, float] = field(default_factory=dict)
-    serving_bytes: int | None = None
-    quality_before_quantization: float | None = None
-    estimate: dict[str, Any] = field(default_factory=dict)
-    measured_allocated_peak: int | None = None
-    measured_reserved_peak: int | None = None
-    rss_peak: int | None = None
-    error: str | None = None
-    train_seconds: float = 0.0
-    wall_seconds: float = 0.0
-    env: dict[str, Any] = field(default_factory=dict)
-    # wall time fetching training batches, and evaluating (validation, test, latency)
-    data_seconds: float = 0.0
-    eval_seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["config"] = self.config.to_dict()
-        d["curve"] = [asdict(e) for e in self.curve]
-        return d
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -345,8 +291,10 @@ def run_trial(
     try:
         if trainer is None:
             from autoembed.models import make_trainer
+            from autoembed.models.hot_cold import install_hot_sets
 
             trainer = make_trainer(cfg, s.device)
+            install_hot_sets(trainer.model, dataset)
         if s.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         batches = _cycle(dataset, cfg.batch_size, cfg.seed, s.epochs)
@@ -390,7 +338,7 @@ def run_trial(
                 if steps_to_target is None and target is not None and q >= target:
                     steps_to_target, samples_to_target = steps, samples
                 if report is not None and report(ev) is False:
-                    return result("pruned", quality=q, valid_quality=q, metrics=m)
+                    return result("pruned", test_quality=q, valid_quality=q, metrics=m)
             if s.max_seconds is not None and train_seconds >= s.max_seconds:
                 break
         from autoembed.models.host_cache import cache_metrics
@@ -430,7 +378,7 @@ def run_trial(
             extra["serving_bytes"] = int(serving_bytes(trainer.model))
         latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
         eval_seconds += s.clock() - t_eval
-        return result("complete", quality=quality, valid_quality=valid_quality,
+        return result("complete", test_quality=quality, valid_quality=valid_quality,
                       metrics=metrics, latency_ms=latency, **extra)
     except UnsupportedError as e:
         return result("unsupported", error=str(e))

@@ -80,13 +80,14 @@ _DATA_FIELDS = ("task", "tables", "num_classes", "seq_len", "data")
 _INT_FIELDS = {  # field -> smallest valid value (EmbeddingConfig.validate)
     "dim": 1, "hash_buckets": 1, "hash_seed": 0, "qr_collisions": 2, "mixed_dim_min": 1,
     "warmup_steps": 0, "batch_size": 1, "grad_accum_steps": 1, "seed": 0,
-    "dynamic_rows": 0,
+    "dynamic_rows": 0, "robe_block": 1, "tt_rank": 1,
 }
 _FLOAT_FIELDS = {  # field -> (low, high, low open)
     "mixed_dim_alpha": (0.0, 1.0, False), "lr": (0.0, 100.0, True),
     "dense_lr": (0.0, 100.0, True), "adam_eps": (0.0, 1.0, True),
     "momentum": (0.0, 1.0, False), "weight_decay": (0.0, 1.0, False),
     "cache_load_factor": (0.0, 1.0, True),
+    "robe_size": (0.0, 1.0, True), "hot_share": (0.0, 1.0, True),  # robe: as a share here
 }
 _CHOICE_FIELDS: dict[str, tuple[Any, ...]] = {
     "compression": COMPRESSIONS, "qr_operation": QR_OPERATIONS, "precision": PRECISIONS,

@@ -153,6 +153,7 @@ def train(
     """
     from autoembed.data import DataSpec, load_dataset
     from autoembed.models import make_trainer
+    from autoembed.models.hot_cold import install_hot_sets
 
     if data is None:
         if config.data is None:
@@ -175,6 +176,7 @@ def train(
     for name in ("metrics.json", "model.pt"):
         (out / name).unlink(missing_ok=True)  # a new run invalidates an old finished result
     trainer = make_trainer(cfg, device)
+    install_hot_sets(trainer.model, dataset)  # a resumed checkpoint restores the same set
     ckpt = out / CHECKPOINT
     start = load_checkpoint(ckpt, trainer, cfg) if resume and ckpt.exists() else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)

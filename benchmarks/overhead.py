@@ -99,10 +99,10 @@ class StageTimer:
 def instrument(timer: StageTimer) -> None:
     """Wrap the driver's stage functions in place (this process only)."""
     import autoembed.memory
-    import autoembed.search.driver as driver
     import autoembed.search.engine as engine
     import autoembed.search.outputs as outputs
     import autoembed.search.ray_tune as ray_tune
+    import autoembed.search.study as study
     import autoembed.tracking as tracking
 
     est = timer.wrap("pricing", autoembed.memory.estimate, "estimate")
@@ -112,8 +112,7 @@ def instrument(timer: StageTimer) -> None:
     for meth in ("propose", "finish", "observe"):
         setattr(se, meth, timer.wrap("optuna", getattr(se, meth), meth))
     for fn in ("open_storage", "find_study", "recover", "load_rows"):
-        if hasattr(driver, fn):
-            setattr(driver, fn, timer.wrap("optuna", getattr(driver, fn), fn))
+        setattr(study, fn, timer.wrap("optuna", getattr(study, fn), fn))
     rs = ray_tune.ray_session
     for meth, label in (("__enter__", "ray.init"), ("__exit__", "ray.shutdown")):
         setattr(rs, meth, timer.wrap("ray start/stop", getattr(rs, meth), label))
@@ -127,8 +126,9 @@ class TimedTracker:
     """Forwards every tracker call, timed as MLflow."""
 
     def __init__(self, inner: Any, timer: StageTimer) -> None:
-        for m in ("start", "trial", "finish", "close"):
-            setattr(self, m, timer.wrap("mlflow", getattr(inner, m), f"tracker.{m}"))
+        for m in ("start", "trial", "trials", "recorded", "finish", "close"):
+            if hasattr(inner, m):
+                setattr(self, m, timer.wrap("mlflow", getattr(inner, m), f"tracker.{m}"))
 
 
 def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:

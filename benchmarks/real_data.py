@@ -40,49 +40,12 @@ ABLATIONS: dict[str, list[dict[str, Any]]] = {"movielens": [{"wide": False}, {"b
 THREADS = 1  # one torch thread: the 2-core machine is shared, and 2 threads thrash there
 
 
-def one_hot(dataset: Any, split: str) -> tuple[Any, Any]:
-    """Sparse one-hot (multi-hot for bags) design matrix of a split, and its labels."""
-    from scipy.sparse import csr_matrix
-
-    offsets, off = {}, 0
-    for t in dataset.tables:
-        offsets[t.name] = off
-        off += t.vocab_size
-    rows, cols, ys = [], [], []
-    n = 0
-    for b in dataset.batches(split, 4096, shuffle=False):
-        for name, ids in b.features.items():
-            r, c = torch.nonzero(ids >= 0, as_tuple=True)
-            rows.append((r + n).numpy())
-            cols.append((ids[r, c] + offsets[name]).numpy())
-        ys.append(b.labels.numpy())
-        n += b.size
-    ri = np.concatenate(rows)
-    ci = np.concatenate(cols)
-    x = csr_matrix((np.ones(len(ri), dtype=np.float32), (ri, ci)), shape=(n, off))
-    x.data[:] = 1.0
-    return x, np.concatenate(ys)
-
-
 def logistic_regression(ds: Any) -> tuple[float, float, float, float]:
     """(C, validation AUC, test AUC, seconds) of the C in LR_C_GRID best on validation."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
+    from autoembed.baselines import fit_baseline
 
-    t = time.perf_counter()
-    xtr, ytr = one_hot(ds, "train")
-    xva, yva = one_hot(ds, "valid")
-    xte, yte = one_hot(ds, "test")
-    best: tuple[float, float, Any] | None = None
-    for c in LR_C_GRID:
-        model = LogisticRegression(max_iter=2000, C=c).fit(xtr, ytr)
-        auc = roc_auc_score(yva, model.decision_function(xva))
-        if best is None or auc > best[1]:
-            best = (c, auc, model)
-    assert best is not None
-    c, valid_auc, model = best
-    test_auc = roc_auc_score(yte, model.decision_function(xte))
-    return c, float(valid_auc), float(test_auc), time.perf_counter() - t
+    b = fit_baseline(ds, LR_C_GRID)
+    return b.c, b.valid, b.test, b.seconds
 
 
 def autoembed_run(ds: Any, config: Any, steps: int) -> dict[str, Any]:
@@ -106,14 +69,14 @@ def autoembed_run(ds: Any, config: Any, steps: int) -> dict[str, Any]:
     r = run_trial(config, ds, settings, report, on_step=on_step)
     seconds = time.perf_counter() - t
     assert r.status == "complete", r.error
-    assert r.quality is not None
+    assert r.test_quality is not None
     step, valid_auc, weights = seen["best"]
     trainer = seen["trainer"]
     trainer.model.load_state_dict(weights)
     z = torch.cat([trainer.predict(b) for b in ds.batches("test", 1024, shuffle=False)])
     y = torch.cat([b.labels for b in ds.batches("test", 1024, shuffle=False)])
     test_auc = quality_metrics("ctr", z.numpy(), (y.numpy() > 0.5).astype(np.int64))["auc"]
-    return {"step": step, "valid": valid_auc, "test": test_auc, "last": r.quality,
+    return {"step": step, "valid": valid_auc, "test": test_auc, "last": r.test_quality,
             "seconds": seconds}
 
 

@@ -18,11 +18,26 @@ Front quality: hypervolume (HV) dominated by the front, relative to a reference 
 
 Usage: python benchmarks/search_efficiency.py [--trials 12] [--seeds 0 1 2] [--quick]
 Writes benchmarks/results/search_efficiency.md.
+
+Sampler comparison (issue 15): `--compare-samplers` runs every sampler of COMPARE_SAMPLERS
+at each (trained trials, seeds) setting of COMPARE_SETTINGS (20 x 5 and 50 x 3) on each space
+of COMPARE_SPACES: `default` (search_spaces/default.yaml, 8GB) and `movielens-auto` (the space
+`--space auto` derives for MovieLens under 8GB, each trial cut to --real-steps steps), and
+reports each sampler's HV2 with a 95% t-interval and its ratio to random's HV2 paired by
+seed (geometric mean of the per-seed ratios, 95% t-interval on their logs). Every search is
+appended to results/sampler_comparison.jsonl as it ends, and a rerun skips the searches the
+file already holds, so the figures can be built up across runs; results/sampler_comparison.md
+is rewritten from the whole file each time.
+
+    python benchmarks/search_efficiency.py --compare-samplers [--spaces default]
+        [--samplers random tpe gp] [--settings 20x5 50x3] [--results DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import statistics
 import sys
@@ -53,13 +68,14 @@ def bench_space(tmp: Path) -> Path:
 
 
 def one(space: Path, runs: Path, sampler: str, seed: int, trials: int,
-        early_stop: bool) -> dict[str, Any]:
+        early_stop: bool | None, budget: str = BUDGET, tag: str = "") -> dict[str, Any]:
     from autoembed.search import search
     from autoembed.tracking import NullTracker
 
-    name = f"{sampler}-{'es' if early_stop else 'full'}-{seed}"
+    stop = {True: "es", False: "full", None: "default"}[early_stop]
+    name = f"{tag}{sampler}-{stop}-{seed}-{trials}"
     t0 = time.monotonic()
-    res = search(BUDGET, space, trials=trials, sampler=sampler, seed=seed, runs_dir=runs,
+    res = search(budget, space, trials=trials, sampler=sampler, seed=seed, runs_dir=runs,
                  study=name, tracker=NullTracker(), early_stop=early_stop)
     wall = time.monotonic() - t0
     done = [r for r in res.rows if r.status == "complete" and r.feasible]
@@ -74,10 +90,10 @@ def one(space: Path, runs: Path, sampler: str, seed: int, trials: int,
     }
 
 
-def hv2(points: list[tuple[float, float, float]]) -> float:
+def hv2(points: list[tuple[float, float, float]], budget_bytes: int = BUDGET_BYTES) -> float:
     from autoembed.pareto import hypervolume
 
-    pts = [[q, m / BUDGET_BYTES] for q, m, _ in points]
+    pts = [[q, m / budget_bytes] for q, m, _ in points]
     return hypervolume(pts, [0.5, 1.0], ["maximize", "minimize"])
 
 
@@ -94,13 +110,24 @@ def mean_sd(xs: list[float], fmt: str) -> str:
     return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(statistics.stdev(xs))}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--samplers", nargs="+", default=["tpe", "random", "grid"])
+    ap.add_argument("--samplers", nargs="+", default=None)
     ap.add_argument("--quick", action="store_true", help="one seed, 4 trials (a smoke run)")
-    args = ap.parse_args()
+    ap.add_argument("--compare-samplers", action="store_true",
+                    help="the resumable sampler comparison (docstring)")
+    ap.add_argument("--spaces", nargs="+", default=list(COMPARE_SPACES))
+    ap.add_argument("--settings", nargs="+", default=[f"{t}x{n}" for t, n in COMPARE_SETTINGS],
+                    help="TRIALSxSEEDS, e.g. 20x5")
+    ap.add_argument("--real-steps", type=int, default=REAL_STEPS)
+    ap.add_argument("--results", type=Path, default=None, help="results directory")
+    args = ap.parse_args(argv)
+    if args.compare_samplers:
+        compare_samplers(args)
+        return
+    args.samplers = args.samplers or ["tpe", "random", "grid"]
     if args.quick:
         args.trials, args.seeds = 4, [0]
     import ray
@@ -179,6 +206,162 @@ def main() -> None:
     cmd = "python benchmarks/search_efficiency.py " + " ".join(sys.argv[1:])
     write_result("search_efficiency", "Search efficiency: samplers and early stopping", body,
                  cmd.strip())
+
+
+# ============================================================ sampler comparison (issue 15)
+
+COMPARE_SAMPLERS = ("random", "tpe", "tpe-plain", "gp")
+COMPARE_SETTINGS = ((20, 5), (50, 3))  # (trained trials, seeds)
+COMPARE_SPACES = ("default", "movielens-auto")
+COMPARE_BUDGET = "8GB"
+REAL_STEPS = 300  # steps per trial on the real-data space (its derived epochs take minutes)
+BASELINE = "random"
+
+
+def t_interval(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean with its two-sided 95% Student-t interval (n >= 2)."""
+    from scipy import stats
+
+    m = statistics.mean(xs)
+    if len(xs) < 2:
+        return m, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def paired_ratio(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """a / b paired by position: the geometric mean of a_i / b_i with the 95% t-interval on
+    the log ratios, mapped back; NaNs when any value is not positive."""
+    if len(a) != len(b) or not a or any(x <= 0 for x in (*a, *b)):
+        return math.nan, math.nan, math.nan
+    m, lo, hi = t_interval([math.log(x / y) for x, y in zip(a, b, strict=True)])
+    return math.exp(m), math.exp(lo), math.exp(hi)
+
+
+def parse_setting(text: str) -> tuple[int, int]:
+    trials, _, seeds = text.partition("x")
+    if not (trials.isdigit() and seeds.isdigit()) or int(trials) < 1 or int(seeds) < 1:
+        raise SystemExit(f"setting '{text}' must be TRIALSxSEEDS, e.g. 20x5")
+    return int(trials), int(seeds)
+
+
+def compare_space(name: str, tmp: Path, real_steps: int) -> tuple[Path, str]:
+    """The space file of a comparison space and its budget."""
+    import yaml
+
+    from autoembed.budget import Budget
+
+    budget = Budget.parse(COMPARE_BUDGET).bytes
+    if name == "default":
+        return ROOT / "search_spaces" / "default.yaml", COMPARE_BUDGET
+    if name == "tiny":  # the smoke test's space: seconds a search
+        return bench_space(tmp), BUDGET
+    if name == "movielens-auto":
+        from autoembed.data import load_dataset
+        from autoembed.space_auto import derive_space, facts_of
+
+        raw = derive_space(facts_of(load_dataset("movielens")), budget).to_space_dict()
+        run = dict(raw["run"])
+        run.pop("epochs", None)
+        run.update(max_steps=real_steps, eval_every=max(1, real_steps // 6))
+        raw["run"] = run
+        path = tmp / "movielens-auto.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        return path, COMPARE_BUDGET
+    raise SystemExit(f"space '{name}' is not one of {', '.join(COMPARE_SPACES)} or tiny")
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, int, int]:
+    return (r["space"], r["sampler"], int(r["trials"]), int(r["seed"]))
+
+
+def compare_samplers(args: argparse.Namespace) -> None:
+    import ray
+
+    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    from autoembed.budget import Budget
+
+    results = args.results or RESULTS_DIR
+    results.mkdir(parents=True, exist_ok=True)
+    store = results / "sampler_comparison.jsonl"
+    samplers = args.samplers or list(COMPARE_SAMPLERS)
+    settings = [parse_setting(s) for s in args.settings]
+    done = {_key(r) for r in load_records(store)}
+    plan = [(sp, smp, t, seed) for sp in args.spaces for t, n in settings
+            for seed in range(n) for smp in samplers if (sp, smp, t, seed) not in done]
+    print(f"{len(done)} searches on file, {len(plan)} to run", flush=True)
+    if plan:
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="autoembed-samplers-") as tmp:
+                spaces = {sp: compare_space(sp, Path(tmp), args.real_steps)
+                          for sp in dict.fromkeys(p[0] for p in plan)}
+                for sp, smp, t, seed in plan:
+                    path, budget = spaces[sp]  # the search's defaults: early stopping on
+                    r = one(path, Path(tmp) / "runs", smp, seed, t, None, budget, sp)
+                    nbytes = Budget.parse(budget).bytes
+                    rec = {"space": sp, "sampler": smp, "trials": t, "seed": seed,
+                           "budget_bytes": nbytes, "wall": r["wall"], "points": r["points"],
+                           "front": r["front"], "infeasible": r["infeasible"],
+                           "pruned": r["pruned"], "trained": r["trained"],
+                           "hv2": hv2(r["points"], nbytes)}
+                    with store.open("a") as fh:  # one line per search: resumable
+                        fh.write(json.dumps(rec) + "\n")
+                    print(f"{sp} {smp:9s} {t} trials seed {seed}: HV2 {rec['hv2']:.4f}, "
+                          f"wall {r['wall']:.0f} s", flush=True)
+        finally:
+            ray.shutdown()
+    body = comparison_report(load_records(store))
+    (results / "sampler_comparison.md").write_text(
+        f"# Samplers against random (issue 15)\n\nCommand: `python "
+        f"benchmarks/search_efficiency.py {' '.join(sys.argv[1:])}`\n\n{body}\n")
+    print(body)
+
+
+def comparison_report(records: list[dict[str, Any]]) -> str:
+    """One table per (space, trials): each sampler's HV2 (mean, 95% interval) and its
+    ratio to random's, paired by seed."""
+    out = []
+    groups = sorted({(r["space"], int(r["trials"])) for r in records})
+    for space, trials in groups:
+        mine = [r for r in records if r["space"] == space and int(r["trials"]) == trials]
+        base = {int(r["seed"]): r["hv2"] for r in mine if r["sampler"] == BASELINE}
+        rows = []
+        for smp in sorted({r["sampler"] for r in mine}, key=_sampler_order):
+            rs = sorted((r for r in mine if r["sampler"] == smp), key=lambda r: r["seed"])
+            hv = [r["hv2"] for r in rs]
+            m, lo, hi = t_interval(hv)
+            paired = [r for r in rs if int(r["seed"]) in base]
+            ratio = paired_ratio([r["hv2"] for r in paired],
+                                 [base[int(r["seed"])] for r in paired])
+            rows.append([smp, len(rs), f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
+                         "-" if smp == BASELINE else
+                         f"{ratio[0]:.2f}x [{ratio[1]:.2f}, {ratio[2]:.2f}] ({len(paired)})",
+                         f"{statistics.mean(r['infeasible'] for r in rs):.1f}",
+                         f"{statistics.mean(r['wall'] for r in rs):.0f}",
+                         " ".join(f"{x:.4f}" for x in hv)])
+        out.append(f"## {space}, {trials} trained trials\n\n" + markdown_table(
+            ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
+             "over budget", "wall s", "HV2 per seed"], rows))
+    out.append("HV2: hypervolume over (quality, memory / budget) from (0.5, 1.0), higher is "
+               "better. The ratio is the geometric mean of the per-seed ratios to random with "
+               "the same seed (t-interval on the logs). Over-budget proposals are not counted "
+               "as trained trials.")
+    return "\n\n".join(out)
+
+
+def _sampler_order(s: str) -> tuple[int, str]:
+    return (COMPARE_SAMPLERS.index(s) if s in COMPARE_SAMPLERS else len(COMPARE_SAMPLERS), s)
+
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 if __name__ == "__main__":

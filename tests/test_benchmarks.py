@@ -214,3 +214,45 @@ def test_side_by_side_equal_time_trains_the_faster_model_on() -> None:
         assert et is not None
         assert et[0] == 256 + 64 * extra_steps
         assert et[1] == pytest.approx(4.0 + extra_steps)
+
+
+def test_sampler_comparison_intervals_by_hand() -> None:
+    import math
+
+    from search_efficiency import paired_ratio, t_interval
+
+    # mean 2, sd 1, n 3: half width t(0.975, 2) = 4.302653 x 1 / sqrt(3) = 2.484138
+    m, lo, hi = t_interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and lo == pytest.approx(2 - 2.484138) and hi == pytest.approx(2 + 2.484138)
+    # ratios 2 and 8: geometric mean 4; logs ln2, ln8 (sd ln4 / sqrt 2), t(0.975, 1) = 12.7062
+    r, rlo, rhi = paired_ratio([2.0, 8.0], [1.0, 1.0])
+    half = 12.706205 * (math.log(4) / math.sqrt(2)) / math.sqrt(2)
+    assert r == pytest.approx(4.0)
+    assert (rlo, rhi) == (pytest.approx(4 * math.exp(-half)), pytest.approx(4 * math.exp(half)))
+    assert all(math.isnan(x) for x in paired_ratio([0.0, 1.0], [1.0, 1.0]))
+
+
+@pytest.mark.slow
+def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from search_efficiency import main
+
+    store = tmp_path / "sampler_comparison.jsonl"
+    store.write_text(json.dumps({  # a search an earlier run finished: not run again
+        "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
+        "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
+        "hv2": 0.05}) + "\n")
+    args = ["--compare-samplers", "--spaces", "tiny", "--samplers", "random", "tpe",
+            "--settings", "2x1", "--results", str(tmp_path)]
+    main(args)
+    assert "1 searches on file, 1 to run" in capsys.readouterr().out
+    recs = [json.loads(x) for x in store.read_text().splitlines()]
+    assert [(r["sampler"], r["seed"]) for r in recs] == [("random", 0), ("tpe", 0)]
+    assert recs[1]["trained"] == 2 and recs[1]["hv2"] > 0
+    main(args)  # everything on file: nothing runs, the report is rebuilt
+    assert "2 searches on file, 0 to run" in capsys.readouterr().out
+    report = (tmp_path / "sampler_comparison.md").read_text()
+    ratio = recs[1]["hv2"] / 0.05
+    assert "## tiny, 2 trained trials" in report and f"{ratio:.2f}x [nan, nan] (1)" in report

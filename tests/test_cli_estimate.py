@@ -116,6 +116,14 @@ def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         ["--method", "psychic"],
         ["--compression", "qr", "--qr-collisions", "5000000"],
         ["--optimizer", "adam", "--dense-optimizer", "sparse_adam"],
+        ["--compression", "robe", "--robe-size", "100", "--robe-block", "101"],
+        ["--compression", "tt", "--tt-rank", "0"],
+        ["--compression", "hot_cold", "--hot-share", "0", "--hash-buckets", "10"],
+        ["--compression", "hot_cold", "--hot-share", "1.5", "--hash-buckets", "10"],
+        ["--compression", "tt", "--serving", "int8"],
+        ["--compression", "robe", "--serving", "int4"],
+        ["--compression", "robe", "--optimizer", "rowwise_adagrad"],
+        ["--compression", "tt", "--optimizer", "sparse_adam"],
     ],
 )
 def test_bad_input_one_line_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,3 +153,29 @@ def test_process_exit_codes_and_help() -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     r = run("estimate", "--help")
     assert r.returncode == 0 and "--budget" in r.stdout
+
+
+def test_compressions_priced_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """Table parameter bytes by hand (fp32, one table of 1000 ids, dim 16; each tensor in
+    512 B blocks)."""
+
+    def blocks(*values: int) -> int:
+        return sum(-(-v * 4 // 512) * 512 for v in values)
+
+    base = ["estimate", "--vocab", "1000", "--dim", "16", "--json"]
+    cases = {
+        # V = 1000 -> (10, 10, 10), D = 16 -> (2, 2, 4), r = 4: cores of 10 x (2*4),
+        # 10 x (4*2*4) and 10 x (4*4) values
+        ("--compression", "tt", "--tt-rank", "4"): blocks(80, 320, 160),
+        # 1,600 values
+        ("--compression", "robe", "--robe-size", "1600", "--robe-block", "8"): blocks(1600),
+        # share 0.1 of 16,000 values
+        ("--compression", "robe", "--robe-size", "0.1"): blocks(1600),
+        # 100 hot rows + 50 cold buckets of 16
+        ("--compression", "hot_cold", "--hot-share", "0.1", "--hash-buckets", "50"):
+            blocks(150 * 16),
+    }
+    for flags, want in cases.items():
+        assert main([*base, *flags]) == 0
+        table = json.loads(capsys.readouterr().out)["tables"][0]
+        assert table["parameters"] == want, flags

@@ -420,7 +420,8 @@ SEARCH_FLAGS = [
     flag("--device", mix(["auto", "cpu"], ["cuda", "cuda:3", "tpu", ""])),
     flag("--study", mix(["s1", "ok-name_1.2"], ["../../etc", "", "a b", "x" * 300, "/abs",
                                                 "."])),
-    flag("--pick", mix(["knee", "max-quality", "min-memory", "max-throughput", "trial:3"],
+    flag("--pick", mix(["within-noise", "knee", "max-quality", "min-memory", "max-throughput",
+                        "trial:3"],
                        ["trial:-1", "trial:x", "best", ""])),
     flag("--data", mix(["synthetic-ctr"], ["nope", "/no/such.csv", "", "movielens"])),
     flag("--label", st.sampled_from(["y", ""])),
@@ -523,7 +524,8 @@ def _pareto() -> dict[str, Any]:
 
 @FUZZ
 @given(pareto=a_file([_pareto()], ".json"), rest=argv_of([
-    flag("--pick", st.sampled_from(["knee", "max-quality", "min-memory", "max-throughput",
+    flag("--pick", st.sampled_from(["within-noise", "knee", "max-quality", "min-memory",
+                                    "max-throughput",
                                     "trial:1", "trial:2", "trial:99", "trial:-1", "trial:",
                                     "best", ""])),
     flag("--format", st.sampled_from(["yaml", "json", "xml", ""])),
@@ -770,7 +772,7 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
         assert (r.metrics["device_total"] or 0) >= (2**63 - 1) * 8 * 4
         assert study.trials[r.number].constraints["memory"] > 0  # told: over budget
     for prop in launched:  # what would train is hashed into a table that fits
-        assert prop.config.compression == "hash" and prop.estimate["device_total"] <= budget
+        assert prop.config.compression == "hash" and prop.estimate.device_total <= budget
 
 
 # ============================================================== the real process

@@ -440,3 +440,27 @@ def test_huge_splits_shuffle_without_a_permutation_array(monkeypatch: pytest.Mon
     mixed = torch.cat([b.features["f0"] for b in data.batches("train", 64, seed=2)])
     assert not torch.equal(plain, mixed)
     assert sorted(plain.ravel().tolist()) == sorted(mixed.ravel().tolist())
+
+
+def test_hot_ids_are_the_most_frequent_ids() -> None:
+    data = _ctr(DataSpec(vocab_sizes=(5000,), rows=(20000, 10, 10)))
+    feats, _ = _stack(list(data.batches("train", 20000, shuffle=False)))
+    counts = np.bincount(feats["f0"].reshape(-1), minlength=5000)
+    hot = data.hot_ids("f0", 20)
+    assert hot.tolist() == sorted(hot.tolist()) and len(set(hot.tolist())) == 20
+    top5 = set(np.argsort(-counts, kind="stable")[:5].tolist())  # clear winners under Zipf
+    assert top5 <= set(hot.tolist())
+    assert counts[hot].sum() > 0.5 * counts.sum()  # the head holds most lookups
+
+
+@pytest.mark.parametrize(("head", "spread"), [(100, False), (100_000, True)])
+def test_head_size_spreads_the_signal_beyond_the_hot_ids(head: int, spread: bool) -> None:
+    spec = DataSpec(vocab_sizes=(1_000_000,), rows=(4000, 10, 10), head_size=head,
+                    tail_scale=0.0, interaction_pairs=())
+    data = _ctr(spec)
+    feats, _ = _stack(list(data.batches("train", 4000, shuffle=False)))
+    logits = data._generate(0, np.arange(4000))[1]
+    cold = ~np.isin(feats["f0"][:, 0], data.hot_ids("f0", 100))
+    assert cold.sum() > 500  # plenty of rows look up an id outside the 100 most frequent
+    # those rows carry planted effects only when the head reaches past them
+    assert (np.std(logits[cold]) > 0.5) == spread

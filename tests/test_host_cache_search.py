@@ -71,7 +71,7 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
                        host_budget_bytes=100_000_000, host_memory=False)
     launched = [eng.propose() for _ in range(6)]
     assert all(p is not None for p in launched)
-    assert all(int(p.estimate.get("host_bytes") or 0) <= 100_000_000
+    assert all(p.estimate.host_bytes <= 100_000_000
                for p in launched if p is not None)
     refused = [r for r in eng.rows.values() if "host budget" in (r.reason or "")]
     assert refused and all(r.status == "infeasible" for r in refused)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from autoembed.batch import MISSING_ID, PAD_ID, Batch
+from autoembed.compression import takes_optimizer
 from autoembed.config import (
     COMPRESSIONS,
     OPTIMIZERS,
@@ -639,10 +640,14 @@ PLANTED = [_planted(i) for i in range(4)]
 
 
 @pytest.mark.parametrize(
-    ("compression", "optimizer"), list(itertools.product(COMPRESSIONS, OPTIMIZERS))
+    ("compression", "optimizer"),
+    [(c, o) for c, o in itertools.product(COMPRESSIONS, OPTIMIZERS) if takes_optimizer(c, o)],
 )
 def test_loss_falls_on_planted_problem(compression: str, optimizer: str) -> None:
     lr, dense_lr = LR[optimizer]
+    if compression in ("robe", "tt"):
+        # shared parameters that every lookup moves: the per-row sgd rates diverge
+        lr = {"sgd": 20.0, "momentum": 4.0}.get(optimizer, lr)
     config = EmbeddingConfig(
         tables=(
             TableConfig("a", 64, pooling_factor=1.5, frequency=0.5),
@@ -654,6 +659,7 @@ def test_loss_falls_on_planted_problem(compression: str, optimizer: str) -> None
         hash_buckets=48,
         qr_collisions=4,
         mixed_dim_alpha=0.5,
+        robe_size=0.75,
         table_optimizer=optimizer,
         dense_optimizer="adam" if optimizer in TABLE_ONLY_OPTIMIZERS else optimizer,
         lr=lr,

@@ -14,6 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 from autoembed.batch import Batch
+from autoembed.compression import takes_optimizer
 from autoembed.config import (
     COMPRESSIONS,
     OPTIMIZERS,
@@ -109,7 +110,9 @@ def _ctr(compression: str, optimizer: str, precision: str, **kw: object) -> Embe
 
 CASES = [
     (c, o, PRECISIONS[i % len(PRECISIONS)], ("mean", "naive", "sum")[i % 3])
-    for i, (c, o) in enumerate((c, o) for c in COMPRESSIONS for o in OPTIMIZERS)
+    for i, (c, o) in enumerate(
+        (c, o) for c in COMPRESSIONS for o in OPTIMIZERS if takes_optimizer(c, o)
+    )
 ]
 
 

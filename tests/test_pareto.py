@@ -12,12 +12,17 @@ from hypothesis import strategies as st
 
 from autoembed.errors import ConfigError
 from autoembed.pareto import (
+    DEFAULT_PICK,
+    PICK_RULES,
+    accuracy_standard_error,
+    auc_standard_error,
     dominates,
     hypervolume,
     non_dominated,
     normalise,
     parse_pick,
     pick,
+    quality_noise,
 )
 
 
@@ -147,3 +152,55 @@ def test_pick_errors_are_clear() -> None:
     with pytest.raises(ConfigError, match="no candidate"):
         pick([], "knee", OBJ)
     assert str(parse_pick(" trial:12 ")) == "trial:12"
+
+
+# within-noise on the situation: the knee gives away quality the noise does not explain
+NOISY = [
+    C(0, {"quality": 0.8205, "memory": 1.66e9, "throughput": 900.0}),
+    C(1, {"quality": 0.8190, "memory": 0.90e9, "throughput": 1200.0}),
+    C(2, {"quality": 0.8034, "memory": 0.68e9, "throughput": 3000.0}),
+    C(3, {"quality": 0.8190, "memory": 0.90e9, "throughput": 1500.0}),
+    C(4, {"quality": 0.8100, "memory": 0.70e9, "throughput": 1000.0}),
+]
+
+
+def test_within_noise_takes_the_cheapest_then_fastest_near_the_best() -> None:
+    assert DEFAULT_PICK == "within-noise" and DEFAULT_PICK in PICK_RULES
+    # noise 0.003: 0.8190 >= 0.8175 qualifies (1 and 3), 0.8100 does not; memory ties
+    # 1 and 3 at 0.9 GB, 3 is faster
+    assert pick(NOISY, "within-noise", OBJ, noise=0.003).number == 3
+    assert pick(NOISY, "within-noise", OBJ, noise=0.011).number == 4  # 0.81 >= 0.8095: cheaper
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02).number == 2  # all: the cheapest
+    assert pick(NOISY, "within-noise", OBJ).number == 0  # no noise figure: the best quality
+    # exact twins of the best: the cheaper one, then the lower trial number
+    twins = [C(8, {"quality": 0.9, "memory": 2.0}), C(6, {"quality": 0.9, "memory": 1.0}),
+             C(5, {"quality": 0.9, "memory": 1.0})]
+    assert pick(twins, "within-noise", OBJ[:2], noise=0.0).number == 5
+    with pytest.raises(ConfigError, match="noise"):
+        pick(NOISY, "within-noise", OBJ, noise=-0.1)
+
+
+def test_auc_noise_is_hanley_mcneil() -> None:
+    # by hand: A = 0.8, 100 + 100 rows: Q1 = 0.8/1.2, Q2 = 1.28/1.8,
+    # var = (0.16 + 99 (2/3 - 0.64) + 99 (0.71111 - 0.64)) / 10^4 = 9.84 / 10^4
+    assert auc_standard_error(0.8, 100, 100) == pytest.approx(math.sqrt(9.84e-4), rel=1e-4)
+    assert quality_noise("auc", 0.8, (240, 60)) == auc_standard_error(0.8, 60, 240)
+    # against simulation: binormal scores with AUC 0.8 (d = sqrt(2) * probit(0.8))
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    d = math.sqrt(2) * 0.8416212335729143
+    aucs = [roc_auc_score(np.r_[np.ones(60), np.zeros(240)],
+                          np.r_[rng.normal(d, 1, 60), rng.normal(0, 1, 240)]) for _ in range(400)]
+    assert auc_standard_error(0.8, 60, 240) == pytest.approx(float(np.std(aucs)), rel=0.15)
+    with pytest.raises(ConfigError, match="both classes"):
+        auc_standard_error(0.8, 0, 10)
+
+
+def test_accuracy_noise_is_binomial() -> None:
+    assert quality_noise("accuracy", 0.9, (300, 300, 400)) == pytest.approx(
+        math.sqrt(0.9 * 0.1 / 1000))
+    assert accuracy_standard_error(1.0, 50) == 0.0
+    with pytest.raises(ConfigError, match="no noise model"):
+        quality_noise("f1", 0.5, (1, 1))

@@ -147,7 +147,7 @@ def test_report_false_prunes() -> None:
 def test_real_training_learns_and_measures() -> None:
     r = run_trial(cfg(), TinyCTR(), RunSettings(max_steps=120, eval_every=40, target=0.9))
     assert r.status == "complete", r.error
-    assert r.quality is not None and r.quality > 0.9
+    assert r.test_quality is not None and r.test_quality > 0.9
     assert r.steps_to_target is not None and r.steps_to_target <= 120
     assert [e.step for e in r.curve] == [40, 80, 120]
     assert {"p50_b1", "p99_b1", "p50_b256", "p99_b256"} <= set(r.latency_ms)
@@ -195,8 +195,8 @@ def test_metrics_agree_with_sklearn_on_ties_and_unseen_classes() -> None:
 def test_int8_serving_measures_quality_before_and_after() -> None:
     r = run_trial(cfg(serving="int8"), TinyCTR(), RunSettings(max_steps=60, eval_every=30))
     assert r.status == "complete", r.error
-    assert r.quality_before_quantization is not None and r.quality is not None
-    assert abs(r.quality - r.quality_before_quantization) < 0.05
+    assert r.quality_before_quantization is not None and r.test_quality is not None
+    assert abs(r.test_quality - r.quality_before_quantization) < 0.05
     # int8 rows: 8 values + fp16 scale and bias = 12 B -> 16 B aligned; 50 + 20 rows.
     assert r.serving_bytes is not None and r.serving_bytes >= (50 + 20) * 16
     assert "p50_b1" in r.latency_ms
@@ -257,6 +257,6 @@ def test_search_objective_is_validation_quality_not_test() -> None:
     assert r.status == "complete", r.error
     assert r.valid_quality is not None and r.valid_quality > 0.9
     assert r.valid_quality == r.curve[-1].quality  # the last step's validation figure
-    assert r.quality is not None and r.quality < 0.1  # test: reported only
+    assert r.test_quality is not None and r.test_quality < 0.1  # test: reported only
     m = objective_metrics(r, r.estimate, use_measured=False)
-    assert m["quality"] == r.valid_quality and m["test_quality"] == r.quality
+    assert m["quality"] == r.valid_quality and m["test_quality"] == r.test_quality

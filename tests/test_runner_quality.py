@@ -38,7 +38,7 @@ def test_full_table_near_oracle_and_hashing_hurts(dataset) -> None:  # type: ign
     )
     r = run_trial(full, dataset, RUN)
     assert r.status == "complete", r.error
-    assert r.quality is not None and oracle - r.quality < 0.02  # measured gap: 0.017
+    assert r.test_quality is not None and oracle - r.test_quality < 0.02  # measured gap: 0.017
     hashed = EmbeddingConfig(
         dim=16,
         batch_size=256,
@@ -51,4 +51,5 @@ def test_full_table_near_oracle_and_hashing_hurts(dataset) -> None:  # type: ign
     )
     h = run_trial(hashed, dataset, RUN)
     assert h.status == "complete", h.error
-    assert h.quality is not None and h.quality < r.quality - 0.05  # measured: 0.647 vs 0.777
+    # measured: 0.647 vs 0.777
+    assert h.test_quality is not None and h.test_quality < r.test_quality - 0.05

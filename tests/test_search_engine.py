@@ -49,7 +49,7 @@ def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: in
 def fake_final(train_config: dict[str, Any], quality: float, throughput: float,
                status: str = "complete") -> dict[str, Any]:
     cfg = config_from_dict(train_config)
-    res = TrialResult(status=status, config=cfg, quality=quality, throughput=throughput,
+    res = TrialResult(status=status, config=cfg, test_quality=quality, throughput=throughput,
                       curve=(Evaluation(20, 100, quality, {"auc": quality}, 0.1),),
                       error=None if status == "complete" else "boom")
     return {"status": status, "result": json.loads(json.dumps(res.to_dict()))}

@@ -73,7 +73,7 @@ def _engine(tmp_path: Path, tiny: Any, trials: int, seed: int) -> tuple[SearchEn
 
 def _final(train_config: dict[str, Any], status: str, error: str | None = None) -> dict[str, Any]:
     res = TrialResult(status=status, config=config_from_dict(train_config),
-                      quality=0.7 if status == "complete" else None, throughput=1000.0,
+                      test_quality=0.7 if status == "complete" else None, throughput=1000.0,
                       curve=(Evaluation(20, 100, 0.7, {"auc": 0.7}, 0.1),), error=error)
     return {"status": status, "result": json.loads(json.dumps(res.to_dict()))}
 

@@ -85,7 +85,7 @@ def make_records() -> list[FakeRecord]:
         result = TrialResult(
             status=status,
             config=cfg,
-            quality=None if status == "failed" else 0.7 + 0.01 * n,
+            test_quality=None if status == "failed" else 0.7 + 0.01 * n,
             metrics={} if status == "failed" else {"auc": 0.7 + 0.01 * n, "logloss": 0.4},
             curve=curve if status != "failed" else (),
             steps=30,
@@ -101,7 +101,7 @@ def make_records() -> list[FakeRecord]:
             wall_seconds=2.5,
             env={"device": "cpu", "torch": "2.13.0"},
         )
-        objectives = {"quality": result.quality, "memory": 12345.0 + n, "latency": None}
+        objectives = {"quality": result.test_quality, "memory": 12345.0 + n, "latency": None}
         out.append(FakeRecord(n, status, cfg, est, result, ray_trial_id=f"ray_{n:05d}",
                               metrics=objectives))
     return out

@@ -17,7 +17,9 @@ without `scramble`), so popular ids are spread over the table. The label is plan
     label   ~ Bernoulli(sigmoid(logit))
 
 (bags average e and u over their ids). The signal is mostly per id and sits in the Zipf head,
-where a model sees each id often enough to learn it; hashing ids into fewer buckets than the
+where a model sees each id often enough to learn it (`head_size` sets how many ids that is:
+the default 100 lets a few hot rows hold it; 100_000 or more spreads it over as many ids per
+field, what a comparison of compressions needs); hashing ids into fewer buckets than the
 head merges planted effects and measurably costs AUC. `oracle_auc(split)` is the AUC of the
 planted logit itself: the best any model can reach on that split (in expectation).
 
@@ -268,6 +270,16 @@ class SyntheticCTR(_Synthetic):
         draw = uniform(hash64(seed, _LABEL, split, rows.astype(np.uint64)))
         labels = (draw < _sigmoid(logit)).astype(np.float32)
         return _Rows(Batch(feats, torch.from_numpy(labels)), logit)
+
+    def hot_ids(self, field: str, count: int) -> IntArray:
+        """The `count` most frequent ids of `field`, sorted: the ids of Zipf ranks
+        0..count-1 through the field's id permutation (a hot/cold table's hot set, exact
+        in expectation and with no pass over the data)."""
+        f = self._names.index(field)
+        ranks = np.arange(min(count, self._vocabs[f]), dtype=np.int64)
+        if not self._spec.scramble:
+            return ranks
+        return np.sort(permute(ranks, self._vocabs[f], int(hash64(self._spec.seed, _PERM, f)[0])))
 
     # ------------------------------------------------------------------ oracle
     def oracle_scores(self, split: str) -> FloatArray:

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from autoembed.compression import hot_cold_state_bytes
 from autoembed.config import (
     WIDE_PREFIX,
     EmbeddingConfig,
@@ -26,6 +27,7 @@ from autoembed.config import (
     precision_policy,
     resolved_tables,
 )
+from autoembed.memory.computed import computed_activations
 from autoembed.memory.types import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -181,6 +183,11 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         for s in specs:
             if s.kind == "table":
                 bookkeeping += [round_block(s.rows * 8)] * SLOT_BOOKKEEPING_TENSORS
+    here = {s.table for s in specs if s.kind == "table"}
+    bookkeeping += [  # hot_cold: the sorted hot-id array (a buffer)
+        round_block(hot_cold_state_bytes(ts.vocab_size, ts.hot_share))
+        for ts in resolved_tables(config) if ts.compression == "hot_cold" and ts.name in here
+    ]
     acts, transient = _activations(config, specs, batch)
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
@@ -215,12 +222,26 @@ def _activations(
     for t in config.tables:
         acts.append(round_block(batch * math.ceil(config.lookups_per_sample(t)) * INDEX_BYTES))
     acts.append(round_block(batch * 8))
+    computed: set[str] = set()
     for s in specs:
         if s.kind != "table":
             continue
+        ts = settings.get(s.table or "")
+        if ts is not None and ts.compression in ("robe", "tt") and not s.name.startswith(
+            WIDE_PREFIX
+        ):
+            if ts.name not in computed:  # once per table, not per core
+                computed.add(ts.name)
+                saved, tmp = computed_activations(
+                    ts.compression, batch=batch, width=math.ceil(ts.lookups), dim=ts.dim,
+                    element_bytes=emb_b, pooling=config.pooling, text=config.task == "text",
+                    rank=ts.tt_rank, block=ts.robe_block,
+                )
+                acts += [*saved, round_block(batch * ts.dim * emb_b)]  # and the pooled output
+                transient = max(transient, tmp)
+            continue
         dim = s.shape[1]
         lookups = math.ceil(batch * s.lookups_per_sample)
-        ts = settings.get(s.table or "")
         if config.pooling == "naive" or (
             ts is not None and ts.qr and ts.qr_operation == "mult" and s.lookups_per_sample > 1
         ):

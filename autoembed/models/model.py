@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from autoembed.batch import Batch
+from autoembed.compression import METHODS, cold_rows, hot_count
 from autoembed.config import (
     WIDE_PREFIX,
     EmbeddingConfig,
@@ -34,7 +35,10 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError, DataError, UnsupportedError
 from autoembed.models.embedding import LookupSpec, PlainTable, QRTable, TableModule, WideTable
+from autoembed.models.hot_cold import HotColdTable
+from autoembed.models.robe import RobeTable
 from autoembed.models.tower import build_tower, interact, run_tower
+from autoembed.models.tt import TTTable
 
 __all__ = [
     "EmbeddingModel",
@@ -109,6 +113,8 @@ def _field_table(
     spec = _lookup_spec(config, ts.sparse)
     if config.placement == "host_cached":
         return _host_cached_table(config, ts, spec, device, dtype)
+    if ts.compression in METHODS:
+        return _method_table(config, ts, spec, device, dtype)
     if ts.qr:
         return QRTable(ts.vocab_size, ts.qr_collisions, ts.dim, ts.qr_operation, spec,
                        out_dim=config.dim, device=device, dtype=dtype)
@@ -117,6 +123,29 @@ def _field_table(
     rows, buckets = ts.hashed
     return PlainTable(rows, ts.dim, config.dim, spec, buckets=buckets, seed=ts.hash_seed,
                       device=device, dtype=dtype)
+
+
+def _method_table(
+    config: EmbeddingConfig,
+    ts: TableSettings,
+    spec: LookupSpec,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> TableModule:
+    """A robe / tt / hot_cold table. The hot set starts as ids 0..hot-1 (the hot set of
+    unscrambled Zipf data); `HotColdTable.set_hot_ids` installs the data's."""
+    out, seed = config.dim, ts.hash_seed
+    if ts.compression == "robe":
+        return RobeTable(ts.robe_size, ts.robe_block, (ts.dim,), spec, seed=seed, out_dim=out,
+                         device=device, dtype=dtype)
+    if ts.compression == "tt":
+        return TTTable(ts.vocab_size, ts.dim, ts.tt_rank, spec, out_dim=out, device=device,
+                       dtype=dtype)
+    assert ts.cold_buckets is not None  # validated
+    hot = hot_count(ts.vocab_size, ts.hot_share)
+    cold = cold_rows(ts.vocab_size, ts.hot_share, ts.cold_buckets)
+    return HotColdTable(ts.vocab_size, ts.dim, torch.arange(hot, device=device), cold, spec,
+                        seed=seed, out_dim=out, device=device, dtype=dtype)
 
 
 def _host_cached_table(

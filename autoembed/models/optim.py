@@ -22,12 +22,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from autoembed.config import (
-    FP16_MIN_ADAM_EPS,
-    SPARSE_GRAD_OPTIMIZERS,
-    EmbeddingConfig,
-    param_specs,
-)
+from autoembed.config import FP16_MIN_ADAM_EPS, EmbeddingConfig, param_specs
 
 __all__ = [
     "ROWWISE_ADAGRAD_EPS",
@@ -224,21 +219,22 @@ def build_optimizer(
     if not config.is_resolved:
         config = config.resolve()
     specs = {s.name: s for s in param_specs(config)}
-    tables: dict[str, list[torch.Tensor]] = {}
+    # (optimizer, sparse gradients): robe / tt tables get dense gradients under any optimizer
+    tables: dict[tuple[str, bool], list[torch.Tensor]] = {}
     dense: list[torch.Tensor] = []
     for name, p in model.named_parameters():
         if name not in specs:
             raise ValueError(f"parameter '{name}' is not in param_specs(config)")
         s, t = specs[name], masters[name] if masters is not None else p
         if s.kind == "table":
-            tables.setdefault(s.optimizer, []).append(t)
+            tables.setdefault((s.optimizer, s.sparse), []).append(t)
         else:
             dense.append(t)
     if not tables:  # every model has tables
         raise ValueError("the model has no table parameters")
     table_opts = tuple(
-        make_optimizer(name, params, config, lr=config.lr, sparse=name in SPARSE_GRAD_OPTIMIZERS)
-        for name, params in tables.items()
+        make_optimizer(name, params, config, lr=config.lr, sparse=sparse)
+        for (name, sparse), params in tables.items()
     )
     dense_opt = make_optimizer(
         config.dense_optimizer, dense, config, lr=config.effective_dense_lr, sparse=False

@@ -4,9 +4,11 @@
     result = search(budget="8GB", space="search_spaces/default.yaml", trials=20)
     result.front, result.best, result.files["pareto.json"]
 
-Optuna proposes (ask/tell in the driver, see `engine`), every proposal is priced before it
-runs, Ray Tune runs the ones that fit (`ray_tune`), and the driver writes the study's files
-(`outputs`). Ray and Optuna load only when a search runs, so importing this is cheap.
+Optuna proposes (ask/tell in the driver, see `engine`), every proposal is priced and judged
+before it runs (`feasibility`), an executor runs the ones that fit (Ray Tune by default,
+`ray_tune`; `InProcessExecutor` in this process), and the report writes the study's files
+(`report`, `outputs`); docs/ARCHITECTURE.md has the stages. Ray and Optuna load only when a
+search runs, so importing this is cheap.
 
 The module is also callable, so `autoembed.search(budget=...)` works like
 `autoembed.search.search(budget=...)` (DESIGN.md: the Python API mirrors the CLI).
@@ -27,6 +29,7 @@ from autoembed.search.driver import (
     search,
 )
 from autoembed.search.engine import SearchStatus
+from autoembed.search.executor import InProcessExecutor, StopTrial
 from autoembed.search.records import TrialRow
 from autoembed.search.study import SAMPLERS
 
@@ -37,6 +40,8 @@ __all__ = [
     "TrialRow",
     "NothingFitsError",
     "SearchFailedError",
+    "InProcessExecutor",
+    "StopTrial",
     "SAMPLERS",
     "DEVICES",
     "DEFAULT_SPACE",

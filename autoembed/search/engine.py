@@ -1,10 +1,13 @@
 """The search's bookkeeping, independent of Ray: ask Optuna, price, reject or launch, tell.
 
-`SearchEngine.propose()` asks the sampler until a proposal fits the budget (or the search
-is over): each over-budget proposal is priced with the analytic estimate and told to Optuna
-at once as COMPLETE with placeholder values and a violated `memory` constraint, recorded as
-`infeasible`, and never reaches a trainable. `finish()` tells the outcome of a trial that
-ran. The Ray searcher (`autoembed.search.tune`) is a thin adapter over this class.
+`SearchEngine.propose()` asks the sampler until a proposal fits (or the search is over):
+each proposal is priced with the analytic estimate and judged by `Feasibility` (budget, OOM
+ceiling, host budget); one that does not fit is told to Optuna at once as COMPLETE with
+placeholder values and a violated `memory` constraint, recorded as `infeasible`, and never
+reaches a trainable. `observe()` decides whether a running trial stops; `finish()` tells
+the outcome of a trial that ran. Every event goes to one `Recorder` (Optuna attributes,
+MLflow, calibration.json); the engine writes no store itself. Executors
+(`search.executor`, the Ray Tune adapters in `search.ray_tune`) drive it.
 
 Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
 `runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
@@ -14,48 +17,47 @@ OOM calibration (the documented rule): a trial that ran out of memory although i
 fit shows the estimate is too low from that size up. Its predicted device_total becomes a
 ceiling: every later proposal whose predicted device_total is at or above the smallest such
 ceiling is treated as infeasible (never trains; `memory` constraint > 0; reason names the
-trial). Each OOM is logged to `calibration.json` in the study's folder (predicted bytes vs
-the size that failed: the measured reserved peak plus overhead on a GPU, else the predicted
-size) and, as metrics `oom_predicted_bytes` / `oom_failed_bytes`, on the trial's row and
-MLflow run. The ceiling is rebuilt from the study's rows, so it survives a resume.
+trial; `search.feasibility.oom_ceiling_rule`). Each OOM is logged to `calibration.json` in
+the study's folder by the recorder's `CalibrationSink` (predicted bytes vs the size that
+failed: the measured reserved peak plus overhead on a GPU, else the predicted size) and, as
+metrics `oom_predicted_bytes` / `oom_failed_bytes`, on the trial's row and MLflow run. The
+ceiling is rebuilt from the study's rows, so it survives a resume.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
-from autoembed.pareto import non_dominated
+from autoembed.memory import MemoryEstimate, estimate
 from autoembed.runner import RunSettings
 from autoembed.search.early_stop import Progress, cannot_reach_front
+from autoembed.search.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
+from autoembed.search.recorder import CalibrationSink, Recorder, Sink, TrackerSink
 from autoembed.search.records import (
-    ATTR,
     TrialRow,
+    front_of,
     objective_metrics,
-    objective_vector,
     optuna_values,
-    result_from_dict,
 )
 from autoembed.search.workload import Workload
 from autoembed.space import SearchSpace
+from autoembed.trial import decode_result
 
 if TYPE_CHECKING:
     import optuna
 
-    from autoembed.tracking import SearchTracker, TrialRecord
+    from autoembed.tracking import SearchTracker
 
-__all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION",
+__all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
            "MAX_REJECTIONS_IN_A_ROW", "HOST_BASE_BYTES"]
 
-OOM_VIOLATION = 0.01  # memory constraint of a trial that ran out of memory although priced in
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
 # Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
 # here: rss_peak 0.56 GB for tiny.yaml trials (torch 2.13 CPU), rounded up.
@@ -70,7 +72,7 @@ class Proposal:
     number: int
     config: EmbeddingConfig  # priced (full-size, resolved)
     train_config: Mapping[str, Any]  # what the trial trains (plain data)
-    estimate: Mapping[str, Any]
+    estimate: MemoryEstimate  # of `config`
     host_bytes: int
 
 
@@ -90,6 +92,16 @@ class SearchStatus:
     elapsed_s: float
     last: TrialRow | None = None
     message: str | None = None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How Optuna is told a trial: COMPLETE with values and constraints, PRUNED or FAIL."""
+
+    state: str  # complete | pruned | fail
+    values: Sequence[float] = ()
+    memory: float = 0.0  # constraints (Optuna: <= 0 is feasible)
+    runs: float = 0.0
 
 
 @dataclass
@@ -127,7 +139,11 @@ class SearchEngine:
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         calibration_path: Path | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
+        """`recorder`: where events go (default: `tracker` and `calibration_path` as its
+        sinks); it is caught up with the study's rows here, so that a resumed search's
+        sinks hold every trial the study does."""
         from autoembed.search.study import load_rows
 
         self.study = study
@@ -142,7 +158,8 @@ class SearchEngine:
         self.use_measured = use_measured
         self.host_memory = host_memory
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
-        self.tracker = tracker
+        self.feasibility = Feasibility.for_search(
+            Budget(budget_bytes, f"{budget_bytes} B"), host_budget_bytes, self.oom_ceiling)
         self.progress = progress
         self.clock = clock
         self.started = clock()
@@ -154,7 +171,13 @@ class SearchEngine:
         self._grid = list(grid) if grid is not None else None
         self._grid_seen = {self._key(r.params) for r in self.rows.values()}
         self._front_cache: list[TrialRow] | None = None
-        self.calibration_path = calibration_path
+        if recorder is None:
+            sinks: list[Sink] = [] if tracker is None else [TrackerSink(tracker)]
+            if calibration_path is not None:
+                sinks.append(CalibrationSink(calibration_path))
+            recorder = Recorder(sinks)
+        self.recorder = recorder
+        recorder.catch_up(self.rows.values())
 
     # ------------------------------------------------------------------ counts
     @property
@@ -184,54 +207,40 @@ class SearchEngine:
     # ------------------------------------------------------------------ OOM calibration
     def oom_ceiling(self) -> tuple[int, int] | None:
         """(bytes, trial) of the smallest predicted device_total that ran out of memory."""
-        ooms = [(r.device_total, r.number) for r in self.rows.values()
-                if r.status == "oom" and r.device_total > 0]
-        return min(ooms) if ooms else None
-
-    def _calibrate(self, row: TrialRow) -> None:
-        """Append this OOM to calibration.json (atomically replaced)."""
-        if self.calibration_path is None:
-            return
-        path = self.calibration_path
-        try:
-            body = json.loads(path.read_text()) if path.exists() else {}
-        except ValueError:
-            body = {}
-        events = [e for e in body.get("oom", []) if e.get("trial") != row.number]
-        predicted = int(row.metrics.get("oom_predicted_bytes") or row.device_total)
-        failed = int(row.metrics.get("oom_failed_bytes") or predicted)
-        events.append({"trial": row.number, "predicted_device_total": predicted,
-                       "failed_bytes": failed, "measured": bool(
-                           row.result and row.result.measured_reserved_peak is not None),
-                       "failed_over_predicted": round(failed / predicted, 4) if predicted else
-                       None, "error": row.reason})
-        ceiling = self.oom_ceiling()
-        body = {"rule": "proposals whose predicted device_total is at or above "
-                        "ceiling_bytes are infeasible (autoembed.search.engine)",
-                "ceiling_bytes": ceiling[0] if ceiling else None,
-                "ceiling_trial": ceiling[1] if ceiling else None,
-                "oom": sorted(events, key=lambda e: e["trial"])}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(tmp, path)
+        return oom_ceiling(self.rows.values())
 
     # ------------------------------------------------------------------ the front
     def front(self) -> list[TrialRow]:
         """Complete, feasible trials no other such trial dominates (trial order)."""
         if self._front_cache is None:
-            done = [r for r in sorted(self.rows.values(), key=lambda r: r.number)
-                    if r.status == "complete" and r.feasible]
-            pts = [objective_vector(r.metrics, self.objectives) for r in done]
-            self._front_cache = [done[i] for i in non_dominated(pts, [d for _, d in
-                                                                      self.objectives])]
+            self._front_cache = front_of(self.rows.values(), self.objectives)
         return self._front_cache
 
-    def _record(self, row: TrialRow) -> None:
+    def _record(self, row: TrialRow, trial: Any = None,
+                outcome: _Outcome | None = None) -> None:
+        """Keep `row`, and hand it to the recorder: attributes on `trial` first, then tell
+        Optuna `outcome`, then the other sinks."""
+        from optuna.trial import TrialState
+
         self.rows[row.number] = row
         self._front_cache = None
-        if self.tracker is not None and row.status != "running":
-            # TrialRow has TrialRecord's fields, read-only (a frozen dataclass)
-            self.tracker.trial(cast("TrialRecord", row))
+
+        def tell() -> None:
+            assert outcome is not None
+            if outcome.state == "complete":
+                trial.set_constraint("memory", outcome.memory)
+                trial.set_constraint("runs", outcome.runs)
+                self.study.tell(trial, list(outcome.values))
+            else:
+                self.study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned"
+                                else TrialState.FAIL)
+
+        self.recorder.record(row, trial, tell if outcome is not None else None)
+
+    def _complete(self, row: TrialRow, *, placeholder: bool, runs: float) -> _Outcome:
+        return _Outcome("complete", optuna_values(row.metrics, self.objectives,
+                                                  row.device_total, placeholder),
+                        row.overshoot, runs)
 
     # ------------------------------------------------------------------ proposing
     def _key(self, params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -296,26 +305,15 @@ class SearchEngine:
             return None
         params = dict(trial.params)
         self._grid_seen.add(self._key(params))
-        est = estimate(config).to_dict()
-        overshoot = (int(est["device_total"]) - self.budget) / self.budget
-        reason = (f"device_total {int(est['device_total']):,} B exceeds the "
-                  f"budget {self.budget:,} B by {100 * overshoot:.1f}%")
-        ceiling = self.oom_ceiling()
-        if overshoot <= 0 and ceiling is not None and int(est["device_total"]) >= ceiling[0]:
-            overshoot = (int(est["device_total"]) - ceiling[0]) / ceiling[0] + OOM_VIOLATION
-            reason = (f"device_total {int(est['device_total']):,} B is at or above "
-                      f"{ceiling[0]:,} B, the predicted size of trial {ceiling[1]} that ran "
-                      "out of memory (OOM calibration rule)")
-        host_b = int(est.get("host_bytes") or 0)
-        if overshoot <= 0 and self.host_budget is not None and host_b > self.host_budget:
-            overshoot = (host_b - self.host_budget) / self.host_budget
-            reason = (f"host_bytes {host_b:,} B exceeds the host budget {self.host_budget:,} B "
-                      f"by {100 * overshoot:.1f}%")
-        if overshoot > 0:
+        priced = estimate(config)
+        verdict = self.feasibility.judge(priced)
+        est = priced.to_dict()
+        if not verdict.fits:
             row = TrialRow(trial.number, "infeasible", config, est, params,
-                           metrics={"device_total": float(est["device_total"])},
-                           reason=reason, overshoot=overshoot, retry_of=retry_of)
-            self._tell_complete(trial, row, placeholder=True, runs=0.0)
+                           metrics={"device_total": float(priced.device_total)},
+                           reason=verdict.reason, overshoot=verdict.overshoot,
+                           retry_of=retry_of)
+            self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
             self._emit(row)
             return None
         train_config = self.workload.trained(self.space.config_for(values))
@@ -325,11 +323,10 @@ class SearchEngine:
                 host += estimate(self._train_resolved(train_config)).allocated_peak
             except ConfigError:
                 pass
-        proposal = Proposal(trial.number, config, train_config.to_dict(), est, host)
-        row = TrialRow(trial.number, "running", config, est, params, overshoot=overshoot,
-                       retry_of=retry_of)
-        trial.set_user_attr(ATTR, row.to_attr())
-        self._record(row)
+        proposal = Proposal(trial.number, config, train_config.to_dict(), priced, host)
+        row = TrialRow(trial.number, "running", config, est, params,
+                       overshoot=verdict.overshoot, retry_of=retry_of)
+        self._record(row, trial)
         self.live[trial.number] = _Live(proposal, trial)
         for live in self.live.values():
             live.concurrency = max(live.concurrency, len(self.live))
@@ -347,21 +344,9 @@ class SearchEngine:
         row = TrialRow(trial.number, "failed", base, {"device_total": 0},
                        dict(trial.params), reason=f"invalid config: {reason}",
                        retry_of=retry_of)
-        trial.set_constraint("memory", 0.0)
-        trial.set_constraint("runs", 1.0)
-        trial.set_user_attr(ATTR, row.to_attr())
-        self.study.tell(trial, optuna_values({}, self.objectives, self.budget, True))
-        self._record(row)
+        values = optuna_values({}, self.objectives, self.budget, True)
+        self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)
-
-    def _tell_complete(self, trial: Any, row: TrialRow, *, placeholder: bool,
-                       runs: float) -> None:
-        trial.set_constraint("memory", row.overshoot)
-        trial.set_constraint("runs", runs)
-        trial.set_user_attr(ATTR, row.to_attr())
-        self.study.tell(trial, optuna_values(row.metrics, self.objectives, row.device_total,
-                                             placeholder))
-        self._record(row)
 
     # ------------------------------------------------------------------ results
     def attach(self, number: int, ray_trial_id: str) -> None:
@@ -385,7 +370,7 @@ class SearchEngine:
             step=int(evaluation["step"]), samples=int(evaluation.get("samples", 0)),
             elapsed_s=float(evaluation.get("elapsed_s", 0.0)),
             max_steps=int(s["max_steps"]), eval_every=int(s["eval_every"]),
-            device_total=float(live.proposal.estimate["device_total"]), target=target,
+            device_total=float(live.proposal.estimate.device_total), target=target,
             reached_at=reached,
         )
         front = [r.metrics for r in self.front()]
@@ -398,67 +383,53 @@ class SearchEngine:
                error: str | None = None) -> TrialRow | None:
         """Tell the outcome of a launched trial. `final`: the trainable's last report
         (None when it ended without one: stopped early, or crashed with `error`)."""
-        from optuna.trial import TrialState
-
         live = self.live.pop(number, None)
         if live is None:
             return None
+        row, outcome = self._outcome(live, final, error)
+        self._record(row, live.trial, outcome)
+        self._emit(row)
+        return row
+
+    def _outcome(self, live: _Live, final: Mapping[str, Any] | None,
+                 error: str | None) -> tuple[TrialRow, _Outcome]:
+        """The row of a launched trial that ended, and how Optuna is told it."""
         p = live.proposal
-        old = self.rows[number]
-        common: dict[str, Any] = dict(ray_trial_id=live.ray_trial_id,
-                                      concurrency=live.concurrency, node=_node(final, live))
-        trial = live.trial
+        old = self.rows[p.number].with_(ray_trial_id=live.ray_trial_id,
+                                        concurrency=live.concurrency, node=_node(final, live))
         if final is None or final.get("result") is None:
             if live.stopped and final is None:
                 last = live.evaluations[-1] if live.evaluations else {}
-                q = last.get("quality")
-                row = old.with_(status="pruned", metrics={
-                    "quality": q, "memory": float(p.estimate["device_total"]),
+                return old.with_(status="pruned", metrics={
+                    "quality": last.get("quality"), "memory": float(p.estimate.device_total),
                     "steps": float(last.get("step", 0))}, reason=(
                     f"stopped at step {last.get('step')}: a front member is at least as good "
-                    "on every objective as this trial could still reach"), **common)
-                trial.set_user_attr(ATTR, row.to_attr())
-                self.study.tell(trial, state=TrialState.PRUNED)
-            else:
-                why = error or (final or {}).get("error") or "the trial ended without a result"
-                row = old.with_(status="failed", reason=str(why), **common)
-                trial.set_user_attr(ATTR, row.to_attr())
-                self.study.tell(trial, state=TrialState.FAIL)
-            self._record(row)
-            self._emit(row)
-            return row
-        result = result_from_dict(final["result"])
-        metrics = objective_metrics(result, p.estimate, use_measured=self.use_measured)
-        status = result.status
-        common["result"] = result
-        if status == "complete":
-            row = old.with_(status=status, metrics=metrics, reason=None, **common)
-            self._tell_complete(trial, row, placeholder=False, runs=0.0)
-        elif status == "oom":
-            predicted = int(p.estimate["device_total"])
+                    "on every objective as this trial could still reach")), _Outcome("pruned")
+            why = error or (final or {}).get("error") or "the trial ended without a result"
+            return old.with_(status="failed", reason=str(why)), _Outcome("fail")
+        result = decode_result(final["result"])
+        metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured)
+        row = old.with_(status=result.status, metrics=metrics, reason=result.error,
+                        result=result)
+        if result.status == "complete":
+            return row, self._complete(row, placeholder=False, runs=0.0)
+        if result.status == "oom":
+            predicted = p.estimate.device_total
             measured = result.measured_reserved_peak
-            failed = (measured + int(p.estimate.get("overhead", 0)) if measured is not None
+            failed = (measured + p.estimate.overhead if measured is not None
                       and not self.workload.stand_in else predicted)
-            metrics = {**metrics, "oom_predicted_bytes": float(predicted),
-                       "oom_failed_bytes": float(failed)}
-            row = old.with_(status=status, metrics=metrics, reason=(
+            row = row.with_(metrics={**metrics, "oom_predicted_bytes": float(predicted),
+                                     "oom_failed_bytes": float(failed)}, reason=(
                 f"{result.error}; predicted device_total {predicted:,} B, failed at "
                 f"{failed:,} B: later proposals at or above {predicted:,} B are infeasible"),
-                overshoot=max(old.overshoot, OOM_VIOLATION), **common)
-            self._tell_complete(trial, row, placeholder=True, runs=0.0)
-            self._calibrate(row)
-        elif status in ("diverged", "unsupported"):
-            row = old.with_(status=status, metrics=metrics, reason=result.error, **common)
-            self._tell_complete(trial, row, placeholder=True, runs=1.0)
-        else:  # failed (or pruned by the runner itself, which the search never asks for)
-            row = old.with_(status="failed" if status != "pruned" else "pruned",
-                            metrics=metrics, reason=result.error, **common)
-            trial.set_user_attr(ATTR, row.to_attr())
-            self.study.tell(trial, state=TrialState.FAIL if status != "pruned"
-                            else TrialState.PRUNED)
-            self._record(row)
-        self._emit(row)
-        return row
+                overshoot=max(old.overshoot, OOM_VIOLATION))
+            return row, self._complete(row, placeholder=True, runs=0.0)
+        if result.status in ("diverged", "unsupported"):
+            return row, self._complete(row, placeholder=True, runs=1.0)
+        # failed (or pruned by the runner itself, which the search never asks for)
+        pruned = result.status == "pruned"
+        return (row.with_(status="pruned" if pruned else "failed"),
+                _Outcome("pruned" if pruned else "fail"))
 
     def abandon(self, reason: str) -> list[int]:
         """The driver is stopping with trials still running (Ctrl-C, an error): forget them;

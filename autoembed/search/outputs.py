@@ -22,17 +22,19 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from autoembed.search.records import TrialRow
+from autoembed.trial import (
+    ESTIMATE_COLUMNS,
+    METRIC_COLUMNS,
+    TrialRow,
+    csv_header,
+    encode_csv_row,
+    encode_member,
+    plain,
+)
 
 __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_best_yaml",
            "write_pareto_png", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
-ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
-                    "gradients", "optimizer_state", "activations", "temporaries",
-                    "serving_bytes", "host_bytes")
-METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency", "steps_to_target",
-                  "measured_allocated_peak", "steps", "train_seconds", "wall_seconds",
-                  "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
 
 
 def _readable(path: str | Path) -> None:
@@ -56,71 +58,24 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return path
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return "" if math.isnan(v) else repr(v)
-    return str(v)
-
-
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
-    on_front = set(front)
+    """Every row through the codec's trials.csv encoding (`trial.csv_header`,
+    `trial.encode_csv_row`), by trial number."""
     params = sorted({k for r in rows for k in r.params})
-    header = ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
-              "concurrency", "overshoot", *METRIC_COLUMNS,
-              *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), *(f"param.{p}" for p in params),
-              "config_json"]
+    on_front = set(front)
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(header)
+    w.writerow(csv_header(params))
     for r in sorted(rows, key=lambda r: r.number):
-        w.writerow([
-            r.number, r.status, r.reason or "", str(r.number in on_front).lower(),
-            r.ray_trial_id or "", _node(r),
-            "" if r.retry_of is None else r.retry_of, r.concurrency, f"{r.overshoot:.6g}",
-            *(_cell(r.metrics.get(m)) for m in METRIC_COLUMNS),
-            *(_cell(r.estimate.get(c)) for c in ESTIMATE_COLUMNS),
-            *(_cell(r.params.get(p)) for p in params),
-            json.dumps(r.config.to_dict(), sort_keys=True),
-        ])
+        w.writerow(encode_csv_row(r, r.number in on_front, params))
     return atomic_write_text(path, buf.getvalue())
 
 
-def _node(row: TrialRow) -> str:
-    """Where a trial ran: Ray node IP, node id and the custom resources it was given."""
-    parts = [row.node.get("ray_node_ip"), row.node.get("ray_node_id"),
-             row.node.get("ray_resources")]
-    return " ".join(str(p) for p in parts if p)
-
-
-def member_dict(row: TrialRow) -> dict[str, Any]:
-    m = {k: v for k, v in row.metrics.items()}
-    return {
-        "trial": row.number,
-        "config": row.config.to_dict(),
-        "metrics": m,
-        "device_total": int(row.estimate.get("device_total", 0)),
-        "allocated_peak": int(row.estimate.get("allocated_peak", 0)),
-        "measured_allocated_peak": (None if row.result is None
-                                    else row.result.measured_allocated_peak),
-        "params": dict(row.params),
-        "ray_trial_id": row.ray_trial_id,
-    }
+member_dict = encode_member  # pareto.json's form of a front member (the codec's)
 
 
 def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
-    return atomic_write_text(path, json.dumps(_finite(body), indent=2, default=str) + "\n")
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return atomic_write_text(path, json.dumps(plain(body), indent=2, default=str) + "\n")
 
 
 def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path:

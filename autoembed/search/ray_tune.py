@@ -3,7 +3,8 @@ driver), a scheduler that stops trials that cannot reach the front, and the Ray 
 
 Ray starts private (`address="local"`) unless an address is given, and is shut down on the
 way out, also after Ctrl-C or an error; a Ray already initialised in this process (tests,
-notebooks) is used as is and left running. Imported only by `autoembed.search.driver`.
+notebooks) is used as is and left running. Imported by `search.executor.RayTuneExecutor`
+(the default executor) and `search.request` (for `parse_trial_resources`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
-"""One row per trial, the objective values read from it, and their round trip through
-Optuna's user attributes (the study storage is the single record of a search).
+"""The objective values a search reads from a trial record, and what Optuna is told.
 
-Pure Python plus the runner's dataclasses: no Optuna, no Ray.
+The record itself (`TrialRow`) and its codec live in `autoembed.trial`; the study storage
+holds it as the user attribute `ATTR`. Pure Python: no Optuna, no Ray.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from autoembed.config import EmbeddingConfig, config_from_dict
-from autoembed.runner import Evaluation, TrialResult
+from autoembed.pareto import non_dominated
+from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
     "TRAINED_STATUSES",
@@ -20,125 +19,15 @@ __all__ = [
     "objective_metrics",
     "objective_vector",
     "optuna_values",
-    "result_from_dict",
+    "front_of",
     "ATTR",
 ]
 
 ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
-# Statuses of trials that reached a trainable (count against --trials).
-TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "failed")
 # Optuna needs finite numbers for every objective of a COMPLETE trial. Placeholders for
 # trials that produced none (infeasible, oom, diverged, unsupported): worse than any real
 # value. Memory is the estimate itself (known even for those that never ran).
 WORST = {"quality": 0.0, "throughput": 0.0, "latency": 1e9, "steps_to_target": 1e9}
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    """Everything the search knows about one Optuna trial (satisfies tracking.TrialRecord).
-
-    config: the priced config (full-size tables, resolved, carrying its data spec);
-    estimate: its MemoryEstimate.to_dict(); metrics: objective metrics and extras (None
-    where unknown); params: the Optuna params; result: the TrialResult of the stand-in run
-    (None when it never trained or ended without a result).
-    """
-
-    number: int
-    status: str
-    config: EmbeddingConfig
-    estimate: Mapping[str, Any]
-    params: Mapping[str, Any] = field(default_factory=dict)
-    metrics: Mapping[str, float | None] = field(default_factory=dict)
-    result: TrialResult | None = None
-    reason: str | None = None
-    ray_trial_id: str | None = None
-    overshoot: float = 0.0  # (device_total - budget) / budget; > 0 is over budget
-    concurrency: int = 0  # most trials running at once while this one ran (0: never ran)
-    retry_of: int | None = None
-    interrupted: bool = False  # the driver stopped while it ran (not counted; re-queued)
-    # where it ran: ray_node_id, ray_node_ip, ray_resources (custom resources it was given)
-    node: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def counted(self) -> bool:
-        """Whether it used one of the search's trained trials (--trials)."""
-        return self.status in TRAINED_STATUSES and not self.interrupted
-
-    @property
-    def values(self) -> Mapping[str, float]:
-        """Objective metrics with missing values as NaN (pareto.Candidate)."""
-        return {k: (math.nan if v is None else float(v)) for k, v in self.metrics.items()}
-
-    @property
-    def device_total(self) -> int:
-        return int(self.estimate.get("device_total", 0))
-
-    @property
-    def feasible(self) -> bool:
-        return self.overshoot <= 0
-
-    def to_attr(self) -> dict[str, Any]:
-        """Plain JSON for Optuna's user attribute."""
-        return {
-            "status": self.status,
-            "config": self.config.to_dict(),
-            "estimate": _plain(self.estimate),
-            "params": _plain(self.params),
-            "metrics": _plain(self.metrics),
-            "result": self.result.to_dict() if self.result is not None else None,
-            "reason": self.reason,
-            "ray_trial_id": self.ray_trial_id,
-            "overshoot": self.overshoot,
-            "concurrency": self.concurrency,
-            "retry_of": self.retry_of,
-            "interrupted": self.interrupted,
-            "node": dict(self.node),
-        }
-
-    @classmethod
-    def from_attr(cls, number: int, raw: Mapping[str, Any]) -> TrialRow:
-        result = raw.get("result")
-        return cls(
-            number=number,
-            status=str(raw["status"]),
-            config=config_from_dict(raw["config"], f"trial {number} config"),
-            estimate=dict(raw.get("estimate") or {}),
-            params=dict(raw.get("params") or {}),
-            metrics=dict(raw.get("metrics") or {}),
-            result=result_from_dict(result) if result else None,
-            reason=raw.get("reason"),
-            ray_trial_id=raw.get("ray_trial_id"),
-            overshoot=float(raw.get("overshoot", 0.0)),
-            concurrency=int(raw.get("concurrency", 0)),
-            retry_of=raw.get("retry_of"),
-            interrupted=bool(raw.get("interrupted", False)),
-            node=dict(raw.get("node") or {}),
-        )
-
-    def with_(self, **kw: Any) -> TrialRow:
-        return replace(self, **kw)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None  # JSON has no NaN/inf; missing is None
-    return v
-
-
-def result_from_dict(d: Mapping[str, Any]) -> TrialResult:
-    """Rebuild a TrialResult from `TrialResult.to_dict()` (it crossed Ray as JSON)."""
-    kw = dict(d)
-    kw["config"] = config_from_dict(kw["config"], "trial result config")
-    kw["curve"] = tuple(Evaluation(**e) for e in kw.get("curve") or ())
-    kw["metrics"] = dict(kw.get("metrics") or {})
-    kw["latency_ms"] = dict(kw.get("latency_ms") or {})
-    kw["estimate"] = dict(kw.get("estimate") or {})
-    kw["env"] = dict(kw.get("env") or {})
-    return TrialResult(**kw)
 
 
 def _finite(v: Any) -> float | None:
@@ -164,9 +53,8 @@ def objective_metrics(
         memory = float(measured + int(estimate.get("overhead", 0)))
     return {
         # the search selects on validation; the test split is reported only
-        "quality": _finite(result.valid_quality if result.valid_quality is not None
-                           else result.quality),
-        "test_quality": _finite(result.quality),
+        "quality": _finite(result.objective_quality),
+        "test_quality": _finite(result.test_quality),
         "memory": memory,
         "throughput": _finite(result.throughput),
         "latency": _finite(result.latency_ms.get("p50_b1")),
@@ -215,3 +103,11 @@ def optuna_values(
         else:
             out.append(float(v))
     return out
+
+
+def front_of(rows: Iterable[TrialRow], objectives: Sequence[tuple[str, str]]) -> list[TrialRow]:
+    """Complete, feasible rows no other such row dominates, in trial order."""
+    done = [r for r in sorted(rows, key=lambda r: r.number)
+            if r.status == "complete" and r.feasible]
+    pts = [objective_vector(r.metrics, objectives) for r in done]
+    return [done[i] for i in non_dominated(pts, [d for _, d in objectives])]

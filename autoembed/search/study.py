@@ -35,9 +35,11 @@ __all__ = [
     "load_rows",
     "NSGA2_POPULATION",
     "study_meta",
+    "StoredStudy",
 ]
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
+# gp and tpe-plain are under trial (benchmarks/search_efficiency.py --compare-samplers)
+SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp", "tpe-plain")
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
 # (REFERENCES.md, Optuna 5): a small population lets it evolve within a short search.
@@ -139,6 +141,11 @@ def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
                 seed=seed, multivariate=True, group=True, constant_liar=True,
                 n_startup_trials=TPE_STARTUP,
             )
+    if kind == "tpe-plain":  # Optuna's TPE defaults: each parameter on its own
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
+    if kind == "gp":  # numeric params modelled; conditional ones fall back to random
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=TPE_STARTUP,
+                                         warn_independent_sampling=False)
     if kind == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if kind in ("random", "grid"):
@@ -216,3 +223,42 @@ def recover(
 def study_meta(study: optuna.Study) -> dict[str, Any]:
     meta = study.user_attrs.get(ATTR)
     return dict(meta) if isinstance(meta, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study's storage, and the study of that name if it exists (with its stored
+    settings, `meta`: empty for a new study)."""
+
+    storage: Any  # optuna.storages.RDBStorage
+    name: str
+    where: str  # the storage for messages (password masked)
+    existing: Any  # optuna.Study | None
+    meta: dict[str, Any]
+
+    @classmethod
+    def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool) -> StoredStudy:
+        """Open the storage; refuse a new search of an existing study, and a `resume` of
+        a study that does not exist."""
+        where = storage_label(runs_dir, url)
+        storage = open_storage(runs_dir, url)
+        existing = find_study(storage, name)
+        meta = study_meta(existing) if existing is not None else {}
+        if existing is not None and not resume:
+            state = "finished" if meta.get("finished") else "unfinished"
+            raise ConfigError(
+                f"study '{name}' already exists in {where} ({state}, "
+                f"{len(existing.trials)} trials); pass --resume to continue it, or choose "
+                "another --study name")
+        if resume and existing is None:
+            known = sorted(s.study_name for s in storage.get_all_studies())
+            raise ConfigError(
+                f"--resume: there is no study '{name}' in {where}"
+                + (f" (studies there: {', '.join(known)})" if known else ""))
+        return cls(storage, name, where, existing, meta)
+
+    def check_still_new(self) -> None:
+        """A new study: refuse if another search created it since `open` (under the lock)."""
+        if self.existing is None and find_study(self.storage, self.name) is not None:
+            raise ConfigError(f"study '{self.name}' was just created by another search; pass "
+                              "--resume to continue it, or choose another --study name")

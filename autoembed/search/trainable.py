@@ -80,6 +80,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
 
     from autoembed.config import config_from_dict
     from autoembed.runner import Evaluation, RunSettings, run_trial
+    from autoembed.search.executor import evaluation_report
 
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
@@ -91,8 +92,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
         dataset = _dataset(json.dumps(data, sort_keys=True))
 
         def report(ev: Evaluation) -> bool:
-            tune.report({"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
-                         "elapsed_s": ev.elapsed_s, **node})
+            tune.report({**evaluation_report(ev), **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
         from autoembed.search.faults import fault_hook

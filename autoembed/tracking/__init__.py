@@ -1,8 +1,9 @@
 """Tracking: where a search's runs are recorded (MLflow by default).
 
-The search driver — and only the driver (DESIGN.md, Contracts: who writes the stores) —
-calls a `SearchTracker`: `start` once, `trial` once per finished or rejected trial, `finish`
-once with the Pareto front, `close` always. `NullTracker` records nothing.
+The search — only its driver process (DESIGN.md, Contracts: who writes the stores) — calls
+a `SearchTracker`: `start` once, `trial`/`trials` for finished or rejected trials (through
+the recorder's `TrackerSink`, in batches), `finish` once with the Pareto front, `close`
+always. `NullTracker` records nothing.
 MLflow is imported only inside the MLflow implementation, lazily.
 
 `make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from autoembed.tracking.store import (
     TrackingError,
@@ -27,6 +28,7 @@ from autoembed.tracking.store import (
     check_reachable,
     resolve_store,
 )
+from autoembed.trial import TrialRow
 
 __all__ = [
     "SearchTracker",
@@ -41,32 +43,8 @@ __all__ = [
 ]
 
 
-class TrialRecord(Protocol):
-    """What the tracker is told about one trial (the search's own row type satisfies it).
-
-    number: the Optuna trial number (the trial id everywhere); status: one of
-    autoembed.runner.STATUSES; config: the resolved EmbeddingConfig; estimate: the
-    MemoryEstimate as a dict (`MemoryEstimate.to_dict()`); result: the TrialResult (None for
-    infeasible proposals, which never train); reason: why it was rejected or failed.
-    Read when present (optional): `metrics` (the search's objective values by name) and
-    `overshoot` ((device_total - budget) / budget).
-    """
-
-    # Read-only properties, so frozen dataclasses (the search's TrialRow) satisfy it.
-    @property
-    def number(self) -> int: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def config(self) -> Any: ...
-    @property
-    def estimate(self) -> Mapping[str, Any]: ...
-    @property
-    def result(self) -> Any: ...
-    @property
-    def reason(self) -> str | None: ...
-    @property
-    def ray_trial_id(self) -> str | None: ...
+# The one trial record (autoembed.trial): what the tracker is told about one trial.
+TrialRecord = TrialRow
 
 
 @runtime_checkable
@@ -76,7 +54,10 @@ class SearchTracker(Protocol):
         data, objectives) and the space file as an artifact."""
 
     def trial(self, record: TrialRecord) -> None:
-        """Record one trial as a nested run (infeasible ones too, tagged as such)."""
+        """Record one trial as a nested run (infeasible ones too, tagged as such).
+        Optional, read when present: `trials(records)` records several at once, and
+        `recorded()` gives the trial numbers the store holds (None: unknown), so that a
+        resumed search re-records what the store lacks (`search.recorder`)."""
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
         """Tag Pareto members (`pareto` = true/false on every trial run) and attach the
@@ -93,6 +74,12 @@ class NullTracker:
         return None
 
     def trial(self, record: TrialRecord) -> None:
+        return None
+
+    def trials(self, records: Sequence[TrialRecord]) -> None:
+        return None
+
+    def recorded(self) -> set[int] | None:
         return None
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:

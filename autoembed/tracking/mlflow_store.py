@@ -24,6 +24,7 @@ failures in a row (or a failed `start`) tracking turns itself off. The driver's 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -215,7 +216,20 @@ class MlflowTracker:
         self._safely("start", lambda: self._start(study, params, space_file), fatal=True)
 
     def trial(self, record: Any) -> None:
-        self._safely(f"trial {record.number}", lambda: self._trial(record))
+        self.trials([record])
+
+    def trials(self, records: Sequence[Any]) -> None:
+        """Record several trials; the infeasible count is logged once for them all."""
+        before = self._infeasible
+        for record in records:
+            self._safely(f"trial {record.number}", functools.partial(self._trial, record))
+        if self._infeasible != before:
+            self._safely("the infeasible count", self._log_infeasible_count)
+
+    def recorded(self) -> set[int] | None:
+        """Trial numbers this study's experiment holds a run for (after `start`); None when
+        tracking is off."""
+        return None if self._disabled else set(self._trials)
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
         self._safely("the Pareto tags", lambda: self._tag_pareto(pareto_trials))
@@ -271,6 +285,11 @@ class MlflowTracker:
             Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()
         ]
         entries += [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
+        if len(entries) <= _BATCH_PARAMS_TAGS and len(metrics) <= _BATCH_METRICS:
+            self._client.log_batch(  # one request for a trial's run
+                run_id, params=[p for p in entries if isinstance(p, Param)],
+                tags=[t for t in entries if isinstance(t, RunTag)], metrics=list(metrics))
+            return
         for i in range(0, len(entries), _BATCH_PARAMS_TAGS):
             chunk = entries[i : i + _BATCH_PARAMS_TAGS]
             self._client.log_batch(
@@ -369,9 +388,13 @@ class MlflowTracker:
         self._client.set_terminated(run_id, payload.run_status, end_time=end)
         if infeasible:
             self._infeasible += 1
-            count = [Metric("infeasible_proposals", float(self._infeasible), end, self._infeasible)]
-            self._log(self._parent_id, metrics=count)
-            self._log(self._infeasible_group(), metrics=count)
+
+    def _log_infeasible_count(self) -> None:
+        assert self._parent_id is not None
+        count = [Metric("infeasible_proposals", float(self._infeasible), _now_ms(),
+                        self._infeasible)]
+        self._log(self._parent_id, metrics=count)
+        self._log(self._infeasible_group(), metrics=count)
 
     def _log_trial_files(self, run_id: str, record: Any) -> None:
         from autoembed.config import save_config

@@ -112,10 +112,9 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
             f = _number(v)
             if f is not None:
                 out.append(MetricPoint(f"valid_{k}", f, ev.step, at))
-    valid = getattr(result, "valid_quality", None)
     final: dict[str, Any] = {
-        "quality": valid if valid is not None else result.quality,
-        "test_quality": result.quality,
+        "quality": result.objective_quality,
+        "test_quality": result.test_quality,
         **dict(result.metrics),
         "throughput": result.throughput,
         "steps_to_target": result.steps_to_target,

@@ -1,0 +1,165 @@
+"""The simple model a user would try first, on the search's own splits (issue 15).
+
+* ctr: logistic regression on one-hot ids (multi-hot bags: one column per id in the bag),
+  one column per table row, so the OOV id (unseen or rare values) is a column too;
+* text: TF-IDF of the token ids + (multinomial) logistic regression. The terms are the train
+  vocabulary's tokens as the model sees them (truncated to the data's `seq_len`); padding and
+  the OOV id are not terms (what `TfidfVectorizer` fitted on the train split does with words
+  it has not seen). Smooth idf and l2-normalised rows: scikit-learn's defaults.
+
+The L2 strength C is chosen from `C_GRID` by the validation split's primary metric (AUC for
+ctr, accuracy for text; ties go to the smaller C, the stronger penalty); the test split is
+scored once, with that C. scikit-learn and scipy are imported on the first call.
+
+    base = fit_baseline(dataset)   # Baseline(metric='auc', valid=..., test=..., c=..., ...)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from autoembed.batch import PAD_ID
+from autoembed.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from scipy.sparse import csr_matrix
+
+    from autoembed.data.dataset import Dataset
+
+__all__ = ["C_GRID", "MAX_COLUMNS", "Baseline", "fit_baseline", "design_matrix"]
+
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # inverse L2 strength, ~3x apart (flights: 0.03)
+# One float64 weight per column and class: above this the regression is not a five-minute
+# baseline any more (and its weights alone take hundreds of MB), so it is refused.
+MAX_COLUMNS = 5_000_000
+MAX_ITER = 2000
+READ_BATCH = 8192  # rows per batch when reading a split
+NAMES = {"ctr": "logistic regression on one-hot ids",
+         "text": "TF-IDF + logistic regression"}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A fitted baseline's figures: `metric` ("auc" or "accuracy") on the validation and
+    test splits, the chosen `c`, the wall `seconds` of reading, fitting and scoring, and the
+    design matrix's `columns`."""
+
+    name: str
+    metric: str
+    valid: float
+    test: float
+    c: float
+    seconds: float
+    columns: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray[Any]]:
+    """A split's sparse design matrix (rows in unshuffled order) and its labels.
+
+    ctr: 0/1 one-hot columns, table after table (column = table offset + id). text: token
+    counts, one column per token id (PAD_ID and the OOV id stay empty columns); the caller
+    applies TF-IDF weights.
+    """
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    offsets, width = _offsets(dataset)
+    skip = _skipped_ids(dataset)
+    rows, cols, labels = [], [], []
+    n = 0
+    for b in dataset.batches(split, READ_BATCH, shuffle=False):
+        for name, ids in b.features.items():
+            a = ids.numpy()
+            keep = a >= 0
+            for s in skip:
+                keep &= a != s
+            r, c = np.nonzero(keep)
+            rows.append(r + n)
+            cols.append(a[r, c] + offsets[name])
+        labels.append(b.labels.numpy())
+        n += b.size
+    ri = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    ci = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+    x = csr_matrix((np.ones(ri.size), (ri, ci)), shape=(n, width))  # duplicates summed
+    if dataset.task == "ctr":
+        x.data[:] = 1.0  # an id twice in a bag is still one-hot
+    return x, np.concatenate(labels) if labels else np.zeros(0)
+
+
+def _offsets(dataset: Dataset) -> tuple[dict[str, int], int]:
+    offsets, width = {}, 0
+    for t in dataset.tables:
+        offsets[t.name] = width
+        width += t.vocab_size
+    if width > MAX_COLUMNS:
+        raise ConfigError(
+            f"baseline: the one-hot design has {width:,} columns (sum of the tables' "
+            f"vocab sizes), over {MAX_COLUMNS:,}; the baseline is for data of up to a few "
+            f"million ids: compare on a smaller table"
+        )
+    return offsets, width
+
+
+def _skipped_ids(dataset: Dataset) -> tuple[int, ...]:
+    """Ids that are not TF-IDF terms: padding, and OOV where a token map says which it is."""
+    if dataset.task != "text":
+        return ()
+    oov = tuple(m.oov_id for m in dataset.vocab_maps.values() if m.kind == "tokens")
+    return (PAD_ID, *oov)
+
+
+def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseline:
+    """Fit the task's baseline on the train split, choose C on valid, score test once."""
+    from sklearn.feature_extraction.text import TfidfTransformer
+    from sklearn.linear_model import LogisticRegression
+
+    if not c_grid or any(not c > 0 for c in c_grid):
+        raise ConfigError(f"baseline C grid {c_grid!r}: give positive numbers, e.g. {C_GRID}")
+    start = time.perf_counter()
+    task = dataset.task
+    metric = "auc" if task == "ctr" else "accuracy"
+    xtr, ytr = design_matrix(dataset, "train")
+    xva, yva = design_matrix(dataset, "valid")
+    xte, yte = design_matrix(dataset, "test")
+    for split, y in (("train", ytr), ("valid", yva), ("test", yte)):
+        _require_classes(y, split, 2 if metric == "auc" or split == "train" else 1)
+    if task == "text":
+        tfidf = TfidfTransformer().fit(xtr)
+        xtr, xva, xte = tfidf.transform(xtr), tfidf.transform(xva), tfidf.transform(xte)
+    best: tuple[float, float, Any] | None = None
+    for c in sorted(c_grid):
+        model = LogisticRegression(C=c, max_iter=MAX_ITER).fit(xtr, ytr)
+        score = _score(model, xva, yva, metric)
+        if best is None or score > best[1]:
+            best = (c, score, model)
+    assert best is not None
+    c, valid, model = best
+    test = _score(model, xte, yte, metric)
+    return Baseline(NAMES[task], metric, valid, test, c, time.perf_counter() - start,
+                    int(xtr.shape[1]))
+
+
+def _require_classes(y: np.ndarray, split: str, least: int) -> None:
+    import numpy as np
+
+    found = np.unique(y).size
+    if found < least:
+        raise ConfigError(
+            f"baseline: the {split} split has {found} class(es) in {y.size} rows; it needs "
+            f"{least}: use more rows or another split seed"
+        )
+
+
+def _score(model: Any, x: Any, y: np.ndarray, metric: str) -> float:
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    if metric == "auc":
+        return float(roc_auc_score(y, model.decision_function(x)))
+    return float(accuracy_score(y, model.predict(x)))

@@ -1,0 +1,65 @@
+"""Tables whose rows are computed from shared parameters (ROBE, tensor-train), not stored.
+
+`ComputedRowsTable.forward` pools a field's [B, L] ids to [B, D] the way the stored tables
+do (`autoembed.models.embedding`): missing ids (CTR: < 0; text: PAD_ID) are masked out;
+``mean`` divides by the number of real ids, ``sum`` adds them, ``naive`` is the seed's
+baseline (text: plain mean over all positions, pads zero; CTR: mean over real ids). Every
+position's row is computed ([B, L, D] exists under every pooling: there is no stored row for
+`embedding_bag` to read) and masked positions contribute exactly zero to the gradient.
+A table with `out_dim` other than its dim ends in ``proj`` (Linear, no bias), like the
+stored tables. Gradients are dense over the parameters whatever `spec.sparse` says (see
+`autoembed.compression`); these tables are not quantized for serving (`quantizable`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from autoembed.models.embedding import TableModule
+
+__all__ = ["ComputedRowsTable", "projection"]
+
+
+def projection(
+    dim: int, out_dim: int | None, device: torch.device | str, dtype: torch.dtype
+) -> nn.Linear | None:
+    """``proj`` (Linear dim -> out_dim, no bias) of a table whose dim is not the model's."""
+    if out_dim is None or out_dim == dim:
+        return None
+    return nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
+
+
+class ComputedRowsTable(TableModule):
+    """Base class: subclasses define `rows(idx, field)` ([...] int64 ids -> [..., D])."""
+
+    quantizable = False
+    proj: nn.Linear | None = None
+
+    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Pooled [B, D] of one field's [B, L] ids."""
+        return self.forward_many([ids])[0]
+
+    def forward_many(self, ids: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Pooled [B, D] of fields 0, 1, ... (a table serving several fields)."""
+        out = []
+        for f, field_ids in enumerate(ids):
+            idx, valid = self._masked(field_ids)
+            if self.spec.pooling == "naive":
+                out.append(self._maybe_checkpoint(self._pooled, idx, valid, f))
+            else:
+                out.append(self._pooled(idx, valid, f))
+        return out if self.proj is None else [self.proj(o) for o in out]
+
+    def _pooled(self, idx: torch.Tensor, valid: torch.Tensor, field: int) -> torch.Tensor:
+        rows = self.rows(idx, field)
+        rows = rows * valid.unsqueeze(-1).to(rows.dtype)
+        if self.spec.pooling == "naive":
+            return self._pool_rows(rows, valid)
+        total = rows.sum(dim=1)
+        if self.spec.pooling == "mean":
+            total = total / valid.sum(dim=1, keepdim=True).clamp(min=1).to(total.dtype)
+        return total

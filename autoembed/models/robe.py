@@ -1,0 +1,68 @@
+"""ROBE-Z table (Desai et al., MLSys 2022): rows read blocks of one shared 1-D array.
+
+Layout and offsets: `autoembed.compression` (module docstring). Field f of the table hashes
+with seed `robe_seed(hash_seed, f)`, so two fields sharing the array read different places
+for the same id. The array's gradient is dense: every (row, column) read adds into the
+value it read (`weight[pos]`'s backward accumulates).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from autoembed.compression import check_robe, robe_blocks
+from autoembed.models.computed import ComputedRowsTable, projection
+from autoembed.models.embedding import LookupSpec
+from autoembed.models.hashing import hash_id_reference, hash_ids
+
+__all__ = ["RobeTable", "robe_seed", "robe_positions"]
+
+
+def robe_seed(hash_seed: int, field: int) -> int:
+    """Hash seed of field `field`: the splitmix64 output of (field, hash_seed), 63 bits."""
+    return hash_id_reference(field, 1 << 63, hash_seed)
+
+
+def robe_positions(
+    idx: torch.Tensor, size: int, block: int, dim: int, seed: int
+) -> torch.Tensor:
+    """Array positions [..., dim] of the rows of ids `idx` (see `autoembed.compression`)."""
+    blocks = robe_blocks(dim, block)
+    keys = idx.unsqueeze(-1) * blocks + torch.arange(blocks, device=idx.device)
+    start = hash_ids(keys, size, seed)  # [..., blocks]
+    pos = torch.remainder(start.unsqueeze(-1) + torch.arange(block, device=idx.device), size)
+    return pos.flatten(-2)[..., :dim]
+
+
+class RobeTable(ComputedRowsTable):
+    """One array `weight` [size] read by fields of dims `dims` in blocks of `block` values."""
+
+    def __init__(
+        self,
+        size: int,
+        block: int,
+        dims: tuple[int, ...],
+        spec: LookupSpec,
+        *,
+        seed: int = 0,
+        out_dim: int | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(spec)
+        check_robe(size, block)
+        self.size, self.block, self.dims = size, block, dims
+        self.seeds = tuple(robe_seed(seed, f) for f in range(len(dims)))
+        self.weight = nn.Parameter(torch.empty((size,), device=device, dtype=dtype))
+        with torch.no_grad():
+            self.weight.normal_(0.0, 1.0 / math.sqrt(max(dims)))
+        self.proj = projection(dims[0], out_dim, device, dtype)
+
+    def positions(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
+        return robe_positions(idx, self.size, self.block, self.dims[field], self.seeds[field])
+
+    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
+        return self.weight[self.positions(idx, field)]

@@ -1,0 +1,72 @@
+"""Tensor-train table (TT-Rec, Yin et al., MLSys 2021): rows are products of core slices.
+
+Factorisation and core layout: `autoembed.compression` (`tt_rows`, `tt_dims`, `tt_shapes`).
+Row i = (i1, i2, i3) is G0[i1] (d1 x r) . G1[i2] (r x d2*r, read as r x (d2, r)) . G2[i3]
+(r x d3), two batched matmuls per lookup. Cores are read with dense-gradient lookups.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoembed.compression import check_tt, tt_dims, tt_init_std, tt_rows, tt_shapes
+from autoembed.models.computed import ComputedRowsTable, projection
+from autoembed.models.embedding import LookupSpec
+
+__all__ = ["TTTable", "tt_indices"]
+
+
+def tt_indices(
+    idx: torch.Tensor, factors: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(i1, i2, i3) of ids: i = i1 * v2 * v3 + i2 * v3 + i3."""
+    _, v2, v3 = factors
+    return (
+        torch.div(idx, v2 * v3, rounding_mode="floor"),
+        torch.remainder(torch.div(idx, v3, rounding_mode="floor"), v2),
+        torch.remainder(idx, v3),
+    )
+
+
+class TTTable(ComputedRowsTable):
+    """Cores ``core0`` [v1, d1 r], ``core1`` [v2, r d2 r], ``core2`` [v3, r d3]."""
+
+    def __init__(
+        self,
+        vocab: int,
+        dim: int,
+        rank: int,
+        spec: LookupSpec,
+        *,
+        out_dim: int | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(spec)
+        check_tt(rank)
+        self.vocab, self.dim, self.rank = vocab, dim, rank
+        self.row_factors = tt_rows(vocab)
+        self.dim_factors = tt_dims(dim)
+        std = tt_init_std(dim, rank)
+        cores = [
+            nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
+            for _, shape in tt_shapes(vocab, dim, rank)
+        ]
+        with torch.no_grad():
+            for c in cores:
+                c.normal_(0.0, std)
+        self.core0, self.core1, self.core2 = cores
+        self.proj = projection(dim, out_dim, device, dtype)
+
+    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
+        d1, d2, d3 = self.dim_factors
+        r = self.rank
+        i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, self.row_factors))
+        n = i1.shape[0]
+        g0 = F.embedding(i1, self.core0).view(n, d1, r)
+        g1 = F.embedding(i2, self.core1).view(n, r, d2 * r)
+        g2 = F.embedding(i3, self.core2).view(n, r, d3)
+        t = torch.bmm(g0, g1).view(n, d1 * d2, r)
+        return torch.bmm(t, g2).view(*idx.shape, self.dim)

@@ -1,0 +1,106 @@
+"""Whether a priced proposal may train: `Feasibility.judge(estimate) -> Verdict`.
+
+A rule reads a `MemoryEstimate` and returns its `Verdict`; the rules are checked in order and
+the first that does not fit decides. When all fit, the verdict is the first rule's (the
+device budget's slack, negative). Adding a rule is one line in `Feasibility.for_search`.
+
+Overshoot is relative and > 0 means infeasible (Optuna's `memory` constraint):
+
+* budget: (device_total - budget) / budget;
+* OOM ceiling (the calibration rule, see `search.engine`): a proposal whose device_total is
+  at or above the smallest predicted size that ran out of memory gets
+  (device_total - ceiling) / ceiling + OOM_VIOLATION;
+* host budget (host_cached tables): (host_bytes - host budget) / host budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from autoembed.budget import Budget
+from autoembed.memory.types import MemoryEstimate
+from autoembed.trial import TrialRow
+
+__all__ = ["Verdict", "Rule", "Feasibility", "budget_rule", "host_budget_rule",
+           "oom_ceiling_rule", "oom_ceiling", "OOM_VIOLATION"]
+
+OOM_VIOLATION = 0.01  # memory constraint of a trial that ran out of memory although priced in
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """fits: the proposal may train; overshoot: relative excess (> 0 over, <= 0 slack);
+    reason: why it does not fit (None when it fits)."""
+
+    fits: bool
+    overshoot: float
+    reason: str | None = None
+
+
+Rule = Callable[[MemoryEstimate], Verdict]
+Ceiling = Callable[[], "tuple[int, int] | None"]  # (bytes, trial) or None
+
+
+def oom_ceiling(rows: Iterable[TrialRow]) -> tuple[int, int] | None:
+    """(bytes, trial) of the smallest predicted device_total that ran out of memory."""
+    ooms = [(r.device_total, r.number) for r in rows if r.status == "oom" and r.device_total > 0]
+    return min(ooms) if ooms else None
+
+
+def budget_rule(budget: Budget) -> Rule:
+    """device_total within the device budget."""
+    def rule(est: MemoryEstimate) -> Verdict:
+        over = (est.device_total - budget.bytes) / budget.bytes
+        return Verdict(over <= 0, over, None if over <= 0 else (
+            f"device_total {est.device_total:,} B exceeds the budget {budget.bytes:,} B by "
+            f"{100 * over:.1f}%"))
+    return rule
+
+
+def oom_ceiling_rule(ceiling: Ceiling) -> Rule:
+    """device_total below the smallest predicted size that ran out of memory (read anew at
+    each proposal: the ceiling drops as OOMs come in)."""
+    def rule(est: MemoryEstimate) -> Verdict:
+        c = ceiling()
+        if c is None or est.device_total < c[0]:
+            return Verdict(True, 0.0)
+        over = (est.device_total - c[0]) / c[0] + OOM_VIOLATION
+        return Verdict(False, over, (
+            f"device_total {est.device_total:,} B is at or above {c[0]:,} B, the predicted "
+            f"size of trial {c[1]} that ran out of memory (OOM calibration rule)"))
+    return rule
+
+
+def host_budget_rule(host_budget: int) -> Rule:
+    """host_bytes (host_cached tables) within the host budget."""
+    def rule(est: MemoryEstimate) -> Verdict:
+        over = (est.host_bytes - host_budget) / host_budget
+        return Verdict(over <= 0, over, None if over <= 0 else (
+            f"host_bytes {est.host_bytes:,} B exceeds the host budget {host_budget:,} B by "
+            f"{100 * over:.1f}%"))
+    return rule
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    """An ordered rule list; `judge` is pure apart from what the rules read."""
+
+    rules: Sequence[Rule]
+
+    @classmethod
+    def for_search(cls, budget: Budget, host_budget: int | None,
+                   ceiling: Ceiling) -> Feasibility:
+        rules = [budget_rule(budget), oom_ceiling_rule(ceiling)]
+        if host_budget is not None:
+            rules.append(host_budget_rule(host_budget))
+        return cls(tuple(rules))
+
+    def judge(self, estimate: MemoryEstimate) -> Verdict:
+        first: Verdict | None = None
+        for rule in self.rules:
+            v = rule(estimate)
+            if not v.fits:
+                return v
+            first = first or v
+        return first or Verdict(True, 0.0)

@@ -1,0 +1,156 @@
+"""Every trial event goes to one `Recorder`, which fans it out to the sinks — one writer each.
+
+* the Optuna study: the row as the trial's user attribute `autoembed`, written before `tell`
+  (a finished trial cannot be updated); the study storage is the search's record;
+* MLflow (`TrackerSink`): rows are buffered and written in batches (`FLUSH_ROWS`, and at
+  `flush`); a resume first re-records whatever the tracker lacks (`catch_up`), so that after a
+  SIGKILL the stores agree trial by trial again;
+* calibration.json (`CalibrationSink`): every OOM against its prediction (see `search.engine`).
+
+The driver calls `catch_up` once after resuming, the engine `record` for each event, and the
+driver `finish` / `close` at the end. Nothing else writes these sinks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from autoembed.search.feasibility import oom_ceiling
+from autoembed.trial import TrialRow, encode_row
+
+if TYPE_CHECKING:
+    from autoembed.tracking import SearchTracker
+
+__all__ = ["Sink", "Recorder", "TrackerSink", "CalibrationSink", "FLUSH_ROWS", "ATTR"]
+
+ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
+# MLflow rows buffered before a write: infeasible proposals come in bursts of cheap events
+FLUSH_ROWS = 16
+
+
+class Sink(Protocol):
+    def record(self, row: TrialRow) -> None:
+        """One finished (or rejected) trial's row."""
+
+    def catch_up(self, rows: Sequence[TrialRow]) -> None:
+        """Every finished row the study holds (a resume): record what this sink lacks."""
+
+    def flush(self) -> None:
+        """Write anything buffered."""
+
+
+class Recorder:
+    """The one entry point for trial events (see the module docstring)."""
+
+    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
+        self.sinks = tuple(sinks)
+
+    def record(self, row: TrialRow, trial: Any = None,
+               tell: Callable[[], None] | None = None) -> None:
+        """Write `row` to the trial's attributes (when an Optuna `trial` is given), then
+        `tell` Optuna, then fan the row out to the sinks (running rows stay in Optuna)."""
+        if trial is not None:
+            trial.set_user_attr(ATTR, encode_row(row))
+        if tell is not None:
+            tell()
+        if row.status != "running":
+            for sink in self.sinks:
+                sink.record(row)
+
+    def catch_up(self, rows: Iterable[TrialRow]) -> None:
+        done = sorted((r for r in rows if r.status != "running"), key=lambda r: r.number)
+        for sink in self.sinks:
+            sink.catch_up(done)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
+
+
+class TrackerSink:
+    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows."""
+
+    def __init__(self, tracker: SearchTracker, flush_rows: int = FLUSH_ROWS) -> None:
+        self.tracker = tracker
+        self.flush_rows = flush_rows
+        self._buffer: list[TrialRow] = []
+
+    def record(self, row: TrialRow) -> None:
+        self._buffer.append(row)
+        if len(self._buffer) >= self.flush_rows:
+            self.flush()
+
+    def catch_up(self, rows: Sequence[TrialRow]) -> None:
+        recorded = getattr(self.tracker, "recorded", lambda: None)()
+        if recorded is None:  # a tracker that cannot say: nothing to compare
+            return
+        pending = {r.number for r in self._buffer}  # buffered: written by this flush
+        self._buffer.extend(r for r in rows if r.number not in recorded | pending)
+        self.flush()
+
+    def flush(self) -> None:
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        many = getattr(self.tracker, "trials", None)
+        if many is not None:
+            many(batch)
+        else:
+            for row in batch:
+                self.tracker.trial(row)
+
+
+class CalibrationSink:
+    """calibration.json in the study's folder: each OOM, its predicted bytes and the size
+    that failed, and the ceiling they set (rewritten atomically on each OOM)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ooms: dict[int, TrialRow] = {}
+
+    def record(self, row: TrialRow) -> None:
+        if row.status == "oom":
+            self._ooms[row.number] = row
+            self._write()
+
+    def catch_up(self, rows: Sequence[TrialRow]) -> None:
+        ooms = {r.number: r for r in rows if r.status == "oom"}
+        if ooms and (ooms.keys() - self._known()):
+            self._ooms.update(ooms)
+            self._write()
+        else:
+            self._ooms.update(ooms)
+
+    def flush(self) -> None:
+        return None
+
+    def _known(self) -> set[int]:
+        try:
+            body = json.loads(self.path.read_text())
+            return {int(e["trial"]) for e in body.get("oom", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            return set()
+
+    def _write(self) -> None:
+        from autoembed.search.outputs import atomic_write_text
+
+        events = []
+        for row in sorted(self._ooms.values(), key=lambda r: r.number):
+            predicted = int(row.metrics.get("oom_predicted_bytes") or row.device_total)
+            failed = int(row.metrics.get("oom_failed_bytes") or predicted)
+            events.append({
+                "trial": row.number, "predicted_device_total": predicted,
+                "failed_bytes": failed,
+                "measured": bool(row.result and row.result.measured_reserved_peak is not None),
+                "failed_over_predicted": round(failed / predicted, 4) if predicted else None,
+                "error": row.reason})
+        ceiling = oom_ceiling(self._ooms.values())
+        body = {"rule": "proposals whose predicted device_total is at or above "
+                        "ceiling_bytes are infeasible (autoembed.search.engine)",
+                "ceiling_bytes": ceiling[0] if ceiling else None,
+                "ceiling_trial": ceiling[1] if ceiling else None,
+                "oom": events}
+        atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")

@@ -1,0 +1,169 @@
+"""`SearchReport`: what a finished search found, as a pure value built from its trial rows,
+then written (`write`): trials.csv, pareto.png, best.yaml, the vocabulary, and pareto.json
+last (a reader that finds it finds the other files complete).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoembed.budget import Budget, format_bytes
+from autoembed.errors import AutoembedError, ConfigError
+from autoembed.pareto import PICK_RULES, Pick, pick
+from autoembed.search.records import front_of
+from autoembed.space import Objective
+from autoembed.trial import TrialRow
+
+__all__ = ["SearchReport", "SearchFailedError", "COUNTED_STATUSES"]
+
+# the statuses pareto.json counts, in its order
+COUNTED_STATUSES = ("complete", "infeasible", "pruned", "failed", "oom", "diverged",
+                    "unsupported")
+
+
+class SearchFailedError(AutoembedError):
+    """The search ran but no trial completed (exit status 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """The front, the pick and the counts of a search's finished trials."""
+
+    study: str
+    budget: Budget
+    objectives: tuple[Objective, ...]
+    rule: Pick
+    rows: tuple[TrialRow, ...]  # finished trials, by number
+    front: tuple[TrialRow, ...]
+    best: TrialRow | None  # None: nothing completed within the budget
+    picks: Mapping[str, int]
+    stop_reason: str | None = None
+
+    @classmethod
+    def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
+              budget: Budget, study: str, stop_reason: str | None = None,
+              noise: Callable[[Sequence[TrialRow]], float | None] | None = None,
+              ) -> SearchReport:
+        """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
+        `noise(candidates)`: the within-noise rule's slack (`selection.pick_noise`)."""
+        done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
+        pairs = [(o.name, o.direction) for o in objectives]
+        front = tuple(front_of(done, pairs))
+        best: TrialRow | None = None
+        picks: dict[str, int] = {}
+        if front:
+            candidates: Sequence[TrialRow] = front
+            if rule.rule == "trial" and all(r.number != rule.trial for r in front):
+                candidates = [r for r in done if r.status == "complete" and r.feasible]
+            slack = noise(candidates) if noise is not None else None
+            chosen = pick(candidates, rule, pairs, slack)
+            assert isinstance(chosen, TrialRow)
+            best = chosen
+            for r in PICK_RULES:
+                if r == "trial:N":
+                    continue
+                try:
+                    picks[r] = pick(front, r, pairs, slack).number
+                except ConfigError:
+                    pass
+        return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
+                   stop_reason)
+
+    # ------------------------------------------------------------------ reading
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.rows if r.status == status)
+
+    @property
+    def objective_pairs(self) -> list[tuple[str, str]]:
+        return [(o.name, o.direction) for o in self.objectives]
+
+    @property
+    def title(self) -> str:
+        return (f"study {self.study}: {len(self.front)} on the front of "
+                f"{self.count('complete')} complete, {self.count('infeasible')} over budget "
+                f"{self.budget.text}")
+
+    def failure(self, trials_csv: Path) -> AutoembedError | None:
+        """Why there is no best (None when there is one): nothing fit the budget (exit 3),
+        or nothing that fit completed (exit 1)."""
+        if self.best is not None:
+            return None
+        from autoembed.search.plan import NothingFitsError
+
+        if (self.count("complete") == 0 and self.count("infeasible") > 0
+                and not any(r.counted for r in self.rows)):
+            return NothingFitsError(
+                f"no proposal fit the budget {self.budget.text} = "
+                f"{format_bytes(self.budget.bytes)} ({self.count('infeasible')} over budget; "
+                f"{self.stop_reason}); narrow the space towards cheaper configs. "
+                f"Trials: {trials_csv}")
+        reasons = sorted({(r.reason or r.status) for r in self.rows if r.counted})[:3]
+        return SearchFailedError(
+            f"no trial completed within the budget ({self.stop_reason}); "
+            f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
+
+    def pareto_body(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """pareto.json: the report's figures, with the search's `context` (data, settings,
+        environment, timings) where pareto.json has always had them."""
+        from autoembed.search.outputs import member_dict
+
+        assert self.best is not None
+        ours = {
+            "study": self.study, "budget": self.budget.text, "budget_bytes": self.budget.bytes,
+            "objectives": [o.to_dict() for o in self.objectives],
+            "members": [member_dict(r) for r in self.front], "best": self.best.number,
+            "pick": str(self.rule), "picks": dict(self.picks),
+            "counts": {s: self.count(s) for s in COUNTED_STATUSES},
+            "stop_reason": self.stop_reason,
+            "concurrency": max((r.concurrency for r in self.rows), default=0),
+        }
+        order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
+                 "picks", "counts", "trainables_started", "stop_reason", "space", "data",
+                 "trained_on", "stand_in", "sampler", "seed", "early_stop", "device",
+                 "workers", "concurrency", "threads", "cpus", "versions", "recovered",
+                 "wall_seconds", "finished_at")
+        merged = {**context, **ours}
+        return {k: merged.get(k) for k in order}
+
+    # ------------------------------------------------------------------ writing
+    def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
+              notes: dict[str, str] | None = None) -> dict[str, Path]:
+        """Write the files (pareto.json last) and return them by name. No front: only
+        trials.csv is written. `vocab(path)` saves the data's vocabulary (optional);
+        `notes` collects errors that cost a file but not the search (plot, vocabulary)."""
+        from autoembed.search import outputs
+
+        notes = notes if notes is not None else {}
+        files: dict[str, Path] = {}
+        files["trials.csv"] = outputs.write_trials_csv(
+            self.rows, out_dir / "trials.csv", [r.number for r in self.front])
+        if self.best is None:
+            return files
+        try:
+            files["pareto.png"] = outputs.write_pareto_png(
+                self.rows, self.front, self.best, self.objective_pairs, out_dir / "pareto.png",
+                self.title, self.budget.bytes)
+        except Exception as e:  # noqa: BLE001 - a missing plot must not lose the search
+            notes["plot_error"] = f"{type(e).__name__}: {e}"
+        search_info = {
+            "study": self.study, "trial": self.best.number, "pick": str(self.rule),
+            "budget": self.budget.text, "budget_bytes": self.budget.bytes,
+            "metrics": dict(self.best.metrics), "trained_on": context.get("trained_on"),
+        }
+        files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml",
+                                                     {"search": search_info})
+        if vocab is not None:
+            try:
+                files["vocab"] = Path(vocab(out_dir / "vocab"))
+            except Exception as e:  # noqa: BLE001 - export can still work from the data spec
+                notes["vocab_error"] = f"{type(e).__name__}: {e}"
+        if (out_dir / "calibration.json").exists():
+            files["calibration.json"] = out_dir / "calibration.json"
+        files["pareto.json"] = outputs.write_pareto_json(self.pareto_body(context),
+                                                         out_dir / "pareto.json")
+        return files

@@ -1,0 +1,329 @@
+"""A search space derived from the data's tables and the budget (`--space auto`, issue 15).
+
+`derive_space(facts, budget_bytes)` is a pure function of plain values (`DataFacts`, read from
+a loaded Dataset by `facts_of`); `AutoSpace.to_space_dict()` writes it in the space file format
+that `autoembed.space.parse_space` validates. No Optuna, no torch.
+
+The rules (each constant below says why its value):
+
+* **Dimensions bounded by cardinality.** A table of V rows gets at most
+  `ceil8(1.6 * V**0.56)` dims (the fast.ai rule of thumb for categorical embeddings), within
+  [DIM_LOW, DIM_HIGH] and never more than V (rounded up to a multiple of 8). The config's
+  one `dim` is searched on [DIM_LOW, the largest table's bound], log scale, multiples of 8.
+* **Compress only the big tables.** A table is big when its training bytes at its dim bound
+  (fp32 weight, gradient and two Adam moments: 16 B per value) are at least BIG_TABLE_SHARE
+  of the budget; the others stay uncompressed (what TorchRec users do). With no big table,
+  compression is not searched at all.
+* **Compression sizes relative to the table.** Hash buckets are a share of the table's rows
+  in HASH_SHARES (log scale), so never more buckets than ids; QR collisions m in
+  [2, min(QR_MAX_COLLISIONS, floor(sqrt(V)))] (past sqrt(V) the remainder table outgrows the
+  quotient table and saves nothing).
+* **Text: seq_len searched** over powers of two from SEQ_LEN_LOW up to the first one that
+  holds SEQ_LEN_QUANTILE of the train documents (at most the length the data were loaded
+  with, which the documents are truncated to).
+* **Training length** from `selection.training_length`: epochs for data that fit
+  TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
+
+`to_space_dict(per_table=True)` writes the per-table form: `tables:` pins every small table
+to `compression: none` and the config-wide `hash_buckets` / `qr_collisions` are searched as
+shares of each table's rows (config.buckets_of / collisions_of). Until the space loader reads
+`tables:` and share ranges, the default form carries one config-wide compression instead:
+`hash_buckets` as counts from the smallest big table's low share (raised to the largest small
+table's rows: a table with no more rows than buckets is not hashed, so small tables stay
+untouched) to HASH_SHARES[1] of the smallest big table's rows (so no table is offered as many
+buckets as ids); QR only when every table is big (QR applies to every table larger than m).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autoembed.errors import ConfigError
+from autoembed.selection import TrainingLength, training_length
+
+if TYPE_CHECKING:
+    from autoembed.data.dataset import Dataset
+    from autoembed.space import SearchSpace
+
+__all__ = [
+    "TableFacts",
+    "DataFacts",
+    "TablePlan",
+    "AutoSpace",
+    "facts_of",
+    "derive_space",
+    "auto_space",
+    "AUTO_SOURCE",
+    "dim_bound",
+    "hash_bucket_range",
+    "qr_collision_range",
+    "seq_len_choices",
+]
+
+AUTO_SOURCE = "auto"  # the space's source name (`--space auto`)
+DIM_LOW = 8
+DIM_HIGH = 256
+DIM_MULTIPLE = 8  # tensor cores want multiples of 8
+# Training bytes per table value at the dim bound: fp32 weight + gradient + Adam's 2 moments.
+BYTES_PER_VALUE = 16
+BIG_TABLE_SHARE = 0.01  # a table worth compressing holds >= 1% of the budget
+HASH_SHARES = (0.01, 0.5)  # hash buckets as a share of the table's rows (100x to 2x)
+QR_MAX_COLLISIONS = 64
+SEQ_LEN_LOW = 16
+SEQ_LEN_QUANTILE = 0.95
+BATCH_SIZES = (256, 512, 1024, 2048)
+TEXT_BATCH_SIZES = (32, 64, 128, 256)
+MIN_STEPS_PER_EPOCH = 20  # a batch size leaves at least this many steps in an epoch
+EVALS_PER_TRIAL = 8
+EVAL_ROWS = 20_000  # validation rows read per evaluation (at most): AUC's s.e. ~0.004
+WEIGHT_DECAYS = (0.0, 2e-5, 2e-4, 2e-3)  # L2 (Adam's weight_decay): none to strong
+LR_RANGE = (0.001, 0.05)
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """One table as the data give it: name, rows (vocab_size), ids per sample."""
+
+    name: str
+    rows: int
+    pooling_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the derivation reads from the data. `doc_lengths`: tokens per train document
+    (text; after the load's truncation to `seq_len`); `spec`: the DataSpec dict (the space's
+    `data`)."""
+
+    task: str
+    tables: tuple[TableFacts, ...]
+    train_rows: int
+    valid_rows: int
+    seq_len: int = 1
+    doc_lengths: tuple[int, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What the space searches for one table: its dim bound and, when it is big, its
+    compression sizes (hash buckets and QR collisions as counts, and the shares they are)."""
+
+    name: str
+    rows: int
+    dim_high: int
+    big: bool
+    hash_buckets: tuple[int, int] | None = None
+    qr_collisions: tuple[int, int] | None = None
+
+    @property
+    def hash_shares(self) -> tuple[float, float] | None:
+        hb = self.hash_buckets
+        return None if hb is None else (hb[0] / self.rows, hb[1] / self.rows)
+
+
+@dataclass(frozen=True)
+class AutoSpace:
+    """A derived space: per-table plans and the config-wide ranges; `to_space_dict()` is the
+    space file form."""
+
+    task: str
+    tables: tuple[TablePlan, ...]
+    dim: tuple[int, int]
+    batch_sizes: tuple[int, ...]
+    length: TrainingLength
+    eval_batches: int
+    seq_lens: tuple[int, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    budget_bytes: int = 0
+
+    @property
+    def big_tables(self) -> tuple[TablePlan, ...]:
+        return tuple(t for t in self.tables if t.big)
+
+    def to_space_dict(self, per_table: bool = False) -> dict[str, Any]:
+        """The space file form (`parse_space` validates it). `per_table`: the per-table form
+        (`tables:` pins the small tables to no compression; hash buckets and QR collisions
+        are searched as shares of each table's rows), for a loader that reads `tables:` and
+        share ranges; otherwise the config-wide counts of the module docstring."""
+        params: dict[str, Any] = {"dim": {"type": "int", "low": self.dim[0], "high": self.dim[1],
+                                          "log": True, "multiple_of": DIM_MULTIPLE}}
+        params.update(self.share_params() if per_table else self._compression_params())
+        if self.task == "ctr":
+            params["interaction"] = {"choices": ["concat", "dot"]}
+            params["dense_layers"] = {"choices": [[], [64], [256, 64]]}
+            params["wide"] = {"choices": [False, True]}
+        else:
+            params["pooling"] = {"choices": ["mean", "sum"]}
+        params["table_optimizer"] = {"choices": ["adam", "adagrad", "rowwise_adagrad"]}
+        params["lr"] = {"type": "float", "low": LR_RANGE[0], "high": LR_RANGE[1], "log": True}
+        params["weight_decay"] = {"choices": list(WEIGHT_DECAYS)}
+        params["batch_size"] = {"choices": list(self.batch_sizes)}
+        base: dict[str, Any] = {"dense_optimizer": "adam"}
+        if self.task == "text":
+            base["dense_layers"] = []
+        tables = self.table_rules() if per_table else []
+        return {
+            "description": self.describe(),
+            "data": dict(self.spec),
+            "base": base,
+            **({"tables": tables} if tables else {}),
+            "params": params,
+            "objectives": [{"name": "quality", "direction": "maximize"},
+                           {"name": "memory", "direction": "minimize"},
+                           {"name": "throughput", "direction": "maximize"}],
+            "run": self.length.run_settings(self.eval_batches),
+        }
+
+    def table_rules(self) -> list[dict[str, Any]]:
+        """Per-table settings: every small table uncompressed (when any table is big)."""
+        if not self.big_tables:
+            return []
+        return [{"name": t.name, "compression": "none"} for t in self.tables if not t.big]
+
+    def share_params(self) -> dict[str, Any]:
+        """Compression params as shares of each table's rows (the per-table form): hash
+        buckets HASH_SHARES; QR shares s (m = ceil(1/s) collisions, a quotient table of at
+        most s of the rows) from 1/min(QR_MAX_COLLISIONS, sqrt(rows)) of the smallest big
+        table to 1/2."""
+        big = self.big_tables
+        if not big:
+            return {}
+        out: dict[str, Any] = {
+            "compression": {"choices": ["none", "hash"]},
+            "hash_buckets": {"when": {"compression": "hash"}, "type": "float",
+                             "low": HASH_SHARES[0], "high": HASH_SHARES[1], "log": True}}
+        qr = [t.qr_collisions for t in big]
+        if all(qr):
+            most = min(q[1] for q in qr if q)
+            out["compression"]["choices"].append("qr")
+            out["qr_collisions"] = {"when": {"compression": "qr"}, "type": "float",
+                                    "low": 1 / most, "high": 0.5, "log": True}
+        return out
+
+    def _compression_params(self) -> dict[str, Any]:
+        big = self.big_tables
+        if not big:
+            return {}
+        out: dict[str, Any] = {}
+        choices = ["none"]
+        small_max = max((t.rows for t in self.tables if not t.big), default=0)
+        ranges = [t.hash_buckets for t in big if t.hash_buckets]
+        low = max([min(r[0] for r in ranges), small_max]) if ranges else 1
+        high = min(r[1] for r in ranges) if ranges else 0
+        if low <= high:  # at least every small table's rows, at most half of each big one's
+            choices.append("hash")
+            out["hash_buckets"] = {"when": {"compression": "hash"}, "type": "int",
+                                   "low": low, "high": high, "log": True}
+        if len(big) == len(self.tables):
+            qr = [t.qr_collisions for t in big if t.qr_collisions]
+            if qr:
+                choices.append("qr")
+                out["qr_collisions"] = {"when": {"compression": "qr"}, "type": "int",
+                                        "low": 2, "high": min(q[1] for q in qr), "log": True}
+        if len(choices) == 1:
+            return {}
+        return {"compression": {"choices": choices}, **out}
+
+    def describe(self) -> str:
+        big = ", ".join(t.name for t in self.big_tables) or "none"
+        seq = f"; seq_len {list(self.seq_lens)}" if self.seq_lens else ""
+        return (f"auto: {len(self.tables)} tables of {min(t.rows for t in self.tables)}-"
+                f"{max(t.rows for t in self.tables)} rows; compressed: {big}; dim "
+                f"{self.dim[0]}-{self.dim[1]}{seq}; {self.length.describe()}")
+
+
+def dim_bound(rows: int) -> int:
+    """The most dims a table of `rows` rows is searched with (module docstring)."""
+    rule = 1.6 * rows ** 0.56
+    bound = min(rule, rows, DIM_HIGH)
+    return max(DIM_LOW, min(DIM_HIGH, DIM_MULTIPLE * math.ceil(bound / DIM_MULTIPLE)))
+
+
+def hash_bucket_range(rows: int) -> tuple[int, int] | None:
+    """Bucket counts HASH_SHARES of `rows`: at least 1, always fewer than `rows`; None when
+    the table is too small to hash into fewer rows."""
+    low = max(1, math.ceil(HASH_SHARES[0] * rows))
+    high = min(rows - 1, math.floor(HASH_SHARES[1] * rows))
+    return (low, high) if low <= high else None
+
+
+def qr_collision_range(rows: int) -> tuple[int, int] | None:
+    """QR collision counts worth searching for `rows` rows; None when below 2."""
+    high = min(QR_MAX_COLLISIONS, math.isqrt(rows))
+    return (2, high) if high >= 2 else None
+
+
+def seq_len_choices(doc_lengths: Sequence[int], loaded: int) -> tuple[int, ...]:
+    """Powers of two from SEQ_LEN_LOW to the first holding SEQ_LEN_QUANTILE of the documents,
+    capped at `loaded` (which is then the last choice)."""
+    if not doc_lengths:
+        return (loaded,)
+    ordered = sorted(doc_lengths)
+    q = ordered[min(len(ordered) - 1, math.ceil(SEQ_LEN_QUANTILE * len(ordered)) - 1)]
+    out = []
+    n = SEQ_LEN_LOW
+    while n < min(q, loaded):
+        out.append(n)
+        n *= 2
+    out.append(min(n, loaded))
+    return tuple(sorted(set(out)))
+
+
+def _batch_sizes(task: str, train_rows: int) -> tuple[int, ...]:
+    choices = TEXT_BATCH_SIZES if task == "text" else BATCH_SIZES
+    fit = tuple(b for b in choices if b * MIN_STEPS_PER_EPOCH <= train_rows)
+    return fit or choices[:1]
+
+
+def derive_space(facts: DataFacts, budget_bytes: int) -> AutoSpace:
+    """The space for `facts` under a budget of `budget_bytes` device bytes (module rules)."""
+    if budget_bytes <= 0:
+        raise ConfigError(f"auto space: budget {budget_bytes} bytes must be positive")
+    if not facts.tables:
+        raise ConfigError("auto space: the data have no tables to embed")
+    plans = []
+    for t in facts.tables:
+        d = dim_bound(t.rows)
+        big = t.rows * d * BYTES_PER_VALUE >= BIG_TABLE_SHARE * budget_bytes
+        plans.append(TablePlan(t.name, t.rows, d, big,
+                               hash_bucket_range(t.rows) if big else None,
+                               qr_collision_range(t.rows) if big else None))
+    dim_high = max(p.dim_high for p in plans)
+    batches = _batch_sizes(facts.task, facts.train_rows)
+    length = training_length(facts.train_rows, batches[len(batches) // 2], EVALS_PER_TRIAL)
+    eval_rows = min(facts.valid_rows, EVAL_ROWS)
+    eval_batches = max(1, math.ceil(eval_rows / batches[0]))
+    seq = seq_len_choices(facts.doc_lengths, facts.seq_len) if facts.task == "text" else ()
+    return AutoSpace(facts.task, tuple(plans), (DIM_LOW, dim_high), batches, length,
+                     eval_batches, seq, dict(facts.spec), budget_bytes)
+
+
+def facts_of(dataset: Dataset, max_docs: int = 100_000) -> DataFacts:
+    """The facts of a loaded Dataset (text: lengths of up to `max_docs` train documents)."""
+    tables = tuple(TableFacts(t.name, t.vocab_size, t.pooling_factor) for t in dataset.tables)
+    lengths: list[int] = []
+    if dataset.task == "text":
+        from autoembed.batch import PAD_ID
+
+        for b in dataset.batches("train", 4096, shuffle=False):
+            for ids in b.features.values():
+                lengths.extend(int(n) for n in (ids != PAD_ID).sum(dim=1).tolist())
+            if len(lengths) >= max_docs:
+                break
+    return DataFacts(dataset.task, tables, dataset.num_rows("train"), dataset.num_rows("valid"),
+                     dataset.seq_len, tuple(lengths[:max_docs]), dataset.spec.to_dict())
+
+
+def auto_space(dataset: Dataset, budget_bytes: int) -> SearchSpace:
+    """The validated space derived from a loaded Dataset and the budget (`--space auto`);
+    its `text` is the YAML of the derived file (what a study stores and a user can edit)."""
+    import yaml
+
+    from autoembed.space import parse_space
+
+    raw = derive_space(facts_of(dataset), budget_bytes).to_space_dict()
+    return parse_space(raw, AUTO_SOURCE, yaml.safe_dump(raw, sort_keys=False))
