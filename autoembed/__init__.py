@@ -49,9 +49,9 @@ _LAZY = {
 
 def search(*args: Any, **kwargs: Any) -> Any:
     """Run a search: `autoembed.search.search` (Ray, Optuna and MLflow load on first use)."""
-    from autoembed.search import search as _search
-
-    return _search(*args, **kwargs)
+    # the callable module: it also takes model=/example=/train= (your own model and loop)
+    module: Any = importlib.import_module("autoembed.search")
+    return module(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

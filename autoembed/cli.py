@@ -460,7 +460,8 @@ def export(
     ),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
-        None, "--format", help="yaml or json (default: from the --out suffix)."
+        None, "--format", help="yaml or json (default: from the --out suffix); python: a "
+        "module that rebuilds a search over your own model (--model) in your code."
     ),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
@@ -473,6 +474,16 @@ def export(
     from autoembed.export import export_config
 
     _dir_arg(out.parent, "--out", out)
+    if format == "python":  # a search over your own model: a module that rebuilds it
+        from autoembed.errors import ConfigError
+        from autoembed.user.export import export_python
+
+        if study is None or run_id is not None:
+            raise ConfigError("--format python needs --study (and no --run-id)")
+        module, cfg, trial = export_python(study, out, runs_dir=runs_dir, pick=pick,
+                                           force=force)
+        print(f"wrote {module} and {cfg}: study '{study}' trial {trial}")
+        return
     done = export_config(
         study,
         out,
@@ -549,8 +560,30 @@ def search_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
     host_budget: str | None = typer.Option(
         None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
+    model: str | None = typer.Option(
+        None, help="Your model: pkg.module:build, build(params) -> nn.Module (with --example "
+        "and --train; the current directory is on the import path)."),
+    example: str | None = typer.Option(
+        None, help="pkg.module:example, example(params) -> one batch as the forward takes it."),
+    train: str | None = typer.Option(
+        None, help="pkg.module:train, train(model, params, report): your training loop."),
+    executor: str = typer.Option(
+        "ray", help="With --model: ray (default) or local (in this process, for a debugger)."),
+    allow_changed_code: bool = typer.Option(
+        False, "--allow-changed-code", help="--resume although --model/--example/--train's "
+        "module source changed since the study started."),
 ) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config."""
+    if model is not None or example is not None or train is not None:
+        _user_search(budget, space, model, example, train, trials=trials, executor=executor,
+                     study=study, resume=resume, runs_dir=runs_dir, seed=seed or 0, pick=pick,
+                     allow_changed_code=allow_changed_code, tracking_uri=tracking_uri,
+                     builtin_only={"--data": data, "--label": label,
+                                   "--categorical": categorical, "--text-column": text_column,
+                                   "--sampler": sampler, "--workers": workers,
+                                   "--ray-address": ray_address, "--storage": storage,
+                                   "--host-budget": host_budget, "--objectives": objectives})
+        return
     from autoembed.search import search as run_search
     from autoembed.search.render import SearchProgress, render_result, result_json
 
@@ -573,6 +606,36 @@ def search_cmd(
         print(json.dumps(result_json(result), default=str))
     else:
         render_result(_console(), result)
+
+
+def _user_search(budget: str, space: str | None, model: str | None, example: str | None,
+                 train: str | None, *, builtin_only: dict[str, Any], **kw: Any) -> None:
+    """`autoembed search --model ... --example ... --train ... --space ...`."""
+    from autoembed.errors import ConfigError
+    from autoembed.user.request import UserRequest
+    from autoembed.user.search import search_user
+
+    missing = [f for f, v in (("--model", model), ("--example", example), ("--train", train))
+               if v is None]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
+                          "--model, --example and --train")
+    given = [f for f, v in builtin_only.items() if v is not None]
+    if given:
+        raise ConfigError(f"{given[0]} describes autoembed's own models and runs; with --model "
+                          "the model, data and loop are yours: remove it")
+    if space is None:
+        raise ConfigError("--space missing: give the YAML file with `embedding:` and `user:`")
+    request = UserRequest.parse(budget, model, example, train, space, trials=kw.pop("trials"),
+                                executor=kw.pop("executor"),
+                                allow_changed_code=kw.pop("allow_changed_code"))
+    result = search_user(request, **kw)
+    print(f"study '{result.study}': {len(result.rows)} trials "
+          + ", ".join(f"{result.count(s)} {s}" for s in ("complete", "infeasible", "pruned",
+                                                        "failed", "diverged") if result.count(s)))
+    if result.best is not None:
+        print(f"best: trial {result.best.number}, quality {result.best.metrics.get('quality')}, "
+              f"device_total {result.best.device_total:,} B; files in {result.out_dir}")
 
 
 def _one_line(text: str) -> str:

@@ -49,7 +49,11 @@ __all__ = [
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> SearchResult:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if "model" in kwargs:  # your own model and loop (autoembed.user.search)
+            from autoembed.user.search import search_own
+
+            return search_own(*args, **kwargs)
         return search(*args, **kwargs)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoembed.errors import AutoembedError
-from autoembed.runner import Evaluation
+from autoembed.trial import Evaluation
 
 __all__ = ["Report", "TrialStopped", "Diverged", "ReportError", "Ending", "Channel",
            "MEASURED_BY_AUTOEMBED"]

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.runner import TrialResult, environment
+from autoembed.runner import environment
+from autoembed.trial import TrialResult
 from autoembed.user.functions import FunctionRef, record_function, resolve_function
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 

@@ -1,0 +1,207 @@
+"""`autoembed.search(model=build, example=..., train=..., space=...)`: the search pipeline over
+the user's own model and loop.
+
+The same stages as a built-in search (study and lock, engine, recorder, report), with two
+differences: a proposal is priced on the user's model (`user.pricing`: build on meta ->
+config for its tables -> `estimate_model` of `apply(build(params))`), and a feasible one
+runs the user's `train` (`user.trainer.run_payload`) through an executor. Bad input found
+while pricing the first proposal (a build that raises or returns no module, a rule naming no
+module) stops the search before any trial, with one line.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autoembed.errors import ConfigError
+from autoembed.pareto import parse_pick
+from autoembed.search import study as studies
+from autoembed.search.engine import HOST_BASE_BYTES, Proposal, SearchEngine, _Live
+from autoembed.search.executor import StopTrial, TrialChannel
+from autoembed.search.recorder import Recorder, TrackerSink
+from autoembed.search.records import ATTR, TrialRow
+from autoembed.search.report import SearchReport
+from autoembed.trial import Evaluation
+from autoembed.user.pricing import Apply, price_proposal
+from autoembed.user.request import UserRequest
+from autoembed.user.trainer import make_payload, run_payload
+
+if TYPE_CHECKING:
+    from autoembed.tracking import SearchTracker
+
+__all__ = ["search_own", "search_user", "UserEngine", "LocalUserExecutor", "UserSearchResult"]
+
+
+class UserEngine(SearchEngine):
+    """The engine, proposing on the user's model: `_ask_one` prices with `price_proposal`
+    and hands out a `run_payload` payload; everything else (feasibility, tell, record,
+    front, early stop) is the engine's."""
+
+    def __init__(self, *, request: UserRequest, apply: Apply | None = None,
+                 **kw: Any) -> None:
+        super().__init__(space=request.space, workload=None, **kw)  # type: ignore[arg-type]
+        self.request = request
+        self.apply = apply
+
+    def _ask_one(self) -> Proposal | None:
+        from optuna.trial import TrialState
+
+        trial = self.study.ask()
+        retry_of = trial.user_attrs.get("retry_of")
+        values = self.request.space.suggest_values(trial)
+        try:
+            priced = price_proposal(self.request.code, self.request.space, values,
+                                    self.budget, apply=self.apply)
+        except ConfigError:
+            self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
+            raise
+        params = dict(trial.params)
+        verdict = self.feasibility.judge(priced.estimate)
+        est = priced.estimate.to_dict()
+        if not verdict.fits:
+            row = TrialRow(trial.number, "infeasible", priced.config, est, params,
+                           metrics={"device_total": float(priced.estimate.device_total)},
+                           reason=verdict.reason, overshoot=verdict.overshoot,
+                           retry_of=retry_of)
+            self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
+            self._emit(row)
+            return None
+        space = self.request.space
+        payload = make_payload(trial.number, self.request.records, priced.params,
+                               priced.config, metrics=tuple(_reportable(space)),
+                               target=space.target)
+        proposal = Proposal(trial.number, priced.config, payload, priced.estimate,
+                            HOST_BASE_BYTES)
+        row = TrialRow(trial.number, "running", priced.config, est, params,
+                       overshoot=verdict.overshoot, retry_of=retry_of)
+        self._record(row, trial)
+        self.live[trial.number] = _Live(proposal, trial)
+        self.trainables_started += 1
+        self._emit(row)
+        return proposal
+
+
+def _reportable(space: Any) -> list[str]:
+    """Names a loop may report: the space's metrics and `latency` when it is an objective."""
+    return [*space.metrics, *(o.name for o in space.objectives if o.name == "latency")]
+
+
+class LocalUserExecutor:
+    """One trial at a time in this process: the user's loop under a plain debugger."""
+
+    def run(self, engine: SearchEngine) -> None:
+        while (p := engine.propose()) is not None:
+            channel = TrialChannel(engine, p.number)
+
+            def stop_channel(ev: Evaluation, channel: TrialChannel = channel) -> bool:
+                try:
+                    channel.report(ev)
+                except StopTrial:
+                    return False
+                return True
+
+            try:
+                final: Mapping[str, Any] | None = run_payload(p.train_config, stop_channel)
+            except ConfigError as e:  # this process's copy of the code changed under us
+                final = {"status": "failed", "result": None, "error": str(e)}
+            engine.finish(p.number, None if channel.stopped else final)
+
+
+@dataclass(frozen=True)
+class UserSearchResult:
+    study: str
+    out_dir: Path
+    rows: tuple[TrialRow, ...]
+    front: tuple[TrialRow, ...]
+    best: TrialRow | None
+    files: Mapping[str, Path]
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.rows if r.status == status)
+
+
+def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str | Path = "runs",
+                resume: bool = False, seed: int = 0, pick: str = "knee",
+                tracker: SearchTracker | None = None, tracking_uri: str | None = None,
+                apply: Apply | None = None,
+                progress: Callable[[Any], None] | None = None) -> UserSearchResult:
+    """Run a checked user search in process (`executor="local"`)."""
+    import optuna
+    from optuna.study import StudyDirection
+
+    from autoembed.search.session import StudyLock
+
+    if request.executor != "local":
+        raise ConfigError("executor 'ray' for your own model is not wired yet; use "
+                          "executor='local'")
+    t0 = time.monotonic()
+    root = Path(runs_dir).resolve()
+    name = study or "user-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stored = studies.StoredStudy.open(root, None, name, resume)
+    if resume:
+        request.check_resume(stored.meta)
+    out_dir = root / name
+    if tracker is None:
+        from autoembed.tracking import make_tracker
+
+        tracker = make_tracker(tracking_uri, root)
+    objectives = request.space.objectives
+    with StudyLock(out_dir, name, None):
+        stored.check_still_new()
+        sampler = studies.make_sampler("tpe", seed)
+        if stored.existing is None:
+            opt = optuna.create_study(study_name=name, storage=stored.storage, sampler=sampler,
+                                      directions=[StudyDirection.MAXIMIZE if o.direction ==
+                                                  "maximize" else StudyDirection.MINIMIZE
+                                                  for o in objectives])
+        else:
+            opt = optuna.load_study(study_name=name, storage=stored.storage, sampler=sampler)
+            studies.recover(opt, stored.storage, "interrupted: the driver stopped while this "
+                            "trial ran")
+        meta = {**request.meta(), "kind": "user", "budget": request.budget.text,
+                "objectives": [o.to_dict() for o in objectives],
+                "space_source": request.space.source, "space_text": request.space.text}
+        opt.set_user_attr(ATTR, meta)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tracker.start(name, {"budget": request.budget.text, "space": request.space.source},
+                      Path(request.space.source))
+        engine = UserEngine(request=request, apply=apply, study=opt,
+                            budget_bytes=request.budget.bytes,
+                            objectives=[(o.name, o.direction) for o in objectives],
+                            settings={}, trials=request.trials, progress=progress,
+                            recorder=Recorder([TrackerSink(tracker)]))
+        try:
+            LocalUserExecutor().run(engine)
+        except BaseException:
+            engine.abandon("interrupted")
+            tracker.close("FAILED")
+            raise
+        engine.recorder.flush()
+        report = SearchReport.build(list(engine.rows.values()), objectives, parse_pick(pick),
+                                    request.budget, name, engine.stop_reason)
+        files = report.write(out_dir, {"space": request.space.source,
+                                       "wall_seconds": round(time.monotonic() - t0, 2)})
+        tracker.finish([r.number for r in report.front], list(files.values()))
+        tracker.close("FINISHED")
+    return UserSearchResult(name, out_dir, report.rows, report.front, report.best, files)
+
+
+def search_own(budget: str | int, space: Any = None, *, model: Any, example: Any = None,
+               train: Any = None, trials: int | None = None, executor: Any = None,
+               allow_changed_code: bool = False, **options: Any) -> UserSearchResult:
+    """`autoembed.search(budget, space, model=build, example=..., train=...)`: check the
+    arguments (`UserRequest.parse`), then `search_user` with the remaining options."""
+    if space is None:
+        raise ConfigError("space missing: give the YAML file with `embedding:` and `user:`")
+    from autoembed.search.executor import InProcessExecutor
+
+    kind = ("local" if isinstance(executor, InProcessExecutor) else
+            "ray" if executor is None else executor)
+    request = UserRequest.parse(budget, model, example, train, space, trials=trials,
+                                executor=kind, allow_changed_code=allow_changed_code)
+    return search_user(request, **options)
