@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,8 @@ class TuneSettings:
     # Ray custom resources per trial; several alternate trial by trial (--trial-resources)
     trial_resources: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
     faults: Mapping[int, str] = field(default_factory=dict)  # launch order -> injected fault
+    # the function trainable (default: the built-in runner's, `trainable.train_trial`)
+    trainable: Callable[[dict[str, Any]], None] | None = None
 
 
 # Resources autoembed sizes itself (per trial); --trial-resources names custom ones only.
@@ -239,10 +241,12 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
     """`with ray_session(address, num_cpus):` a private Ray (or the given cluster), shut down
     on exit unless it was running before."""
 
-    def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None) -> None:
+    def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None,
+                 runtime_env: Mapping[str, Any] | None = None) -> None:
         self.address = address
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
+        self.runtime_env = dict(runtime_env) if runtime_env else None  # the user's code
         self.started = False
 
     def __enter__(self) -> ray_session:
@@ -252,6 +256,8 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
             return self
         kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
                                   configure_logging=True, logging_level=logging.WARNING)
+        if self.runtime_env:
+            kw["runtime_env"] = self.runtime_env
         if self.address:
             try:
                 ray.init(address=self.address, **kw)
@@ -403,7 +409,8 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
     searcher = BudgetSearcher(engine, settings)
     # a data file travels once through the object store; workers write a local copy
-    trainable = tune.with_parameters(train_trial, data_file=data_file_blob(settings.train_data))
+    trainable = settings.trainable or tune.with_parameters(
+        train_trial, data_file=data_file_blob(settings.train_data))
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(

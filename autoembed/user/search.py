@@ -112,6 +112,22 @@ class LocalUserExecutor:
             engine.finish(p.number, None if channel.stopped else final)
 
 
+def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str) -> None:
+    """One trial at a time on a private local Ray, the user's code shipped in the
+    runtime_env and checked by hash on each node (`user.ship`)."""
+    import os
+
+    from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
+    from autoembed.user.ship import runtime_env
+    from autoembed.user.trainer import tune_trainable
+
+    cpus = max(1, os.cpu_count() or 1)
+    with ray_session(None, cpus, None, runtime_env(request.records.values())):
+        run_tune(engine, TuneSettings(
+            workers=1, cpus_per_trial=cpus, gpus_per_trial=0, storage_path=out_dir / "ray",
+            name="tune-" + name, train_data={}, run_settings={}, trainable=tune_trainable))
+
+
 @dataclass(frozen=True)
 class UserSearchResult:
     study: str
@@ -136,9 +152,6 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
 
     from autoembed.search.session import StudyLock
 
-    if request.executor != "local":
-        raise ConfigError("executor 'ray' for your own model is not wired yet; use "
-                          "executor='local'")
     t0 = time.monotonic()
     root = Path(runs_dir).resolve()
     name = study or "user-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -176,7 +189,10 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
                             settings={}, trials=request.trials, progress=progress,
                             recorder=Recorder([TrackerSink(tracker)]))
         try:
-            LocalUserExecutor().run(engine)
+            if request.executor == "local":
+                LocalUserExecutor().run(engine)
+            else:
+                _run_on_ray(engine, request, out_dir, name)
         except BaseException:
             engine.abandon("interrupted")
             tracker.close("FAILED")

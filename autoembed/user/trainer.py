@@ -54,3 +54,33 @@ def run_payload(payload: Mapping[str, Any], channel: Channel | None = None,
                             Report(payload.get("metrics") or (), channel),
                             target=payload.get("target"), device=payload.get("device", "cpu"))
     return {"status": result.status, "result": result.to_dict(), "error": result.error}
+
+
+def tune_trainable(tune_config: dict[str, Any]) -> None:
+    """The Ray Tune function trainable of a user search: the payload from the searcher's
+    Tune config, each evaluation through `tune.report` (the scheduler's STOP ends the
+    trainable), then one final report, as the built-in trainable does."""
+    import json
+    import traceback
+
+    from ray import tune
+
+    from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, node_info
+    from autoembed.trial import Evaluation
+
+    payload = json.loads(tune_config[PAYLOAD])["config"]
+    node: dict[str, Any] = {}
+    try:
+        node = node_info(dict(tune_config.get(RESOURCES) or {}))
+
+        def channel(ev: Evaluation) -> bool:
+            tune.report({"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
+                         "elapsed_s": ev.elapsed_s, **node})
+            return True
+
+        final = {**run_payload(payload, channel, f"Ray node {node['ray_node_ip']}"),
+                 "node": node}
+    except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
+        final = {"status": "failed", "result": None, "error": f"{type(e).__name__}: {e}",
+                 "traceback": traceback.format_exc(limit=8), "node": node}
+    tune.report({FINAL: json.dumps(final, default=str)})
