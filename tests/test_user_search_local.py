@@ -245,3 +245,20 @@ def test_cli_export_format_python(user, capsys) -> None:
     assert rc == 0 and (root / "m.py").exists() and (root / "m.yaml").exists()
     assert main(["export", "--study", "cx", "--format", "python", "--out",
                  str(root / "m.py"), "--runs-dir", str(root / "runs")]) == 2  # exists
+
+
+def test_ray_executor_runs_the_users_loop(user, monkeypatch) -> None:
+    """executor='ray': trials run in a Ray worker started elsewhere, the user's package
+    arriving only through the runtime_env."""
+    monkeypatch.setenv("RAY_worker_niceness", "0")
+    if not hasattr(autoembed, "apply"):
+        pytest.skip("the Ray worker needs autoembed.apply (issue 14)")
+    from autoembed.tracking import NullTracker
+
+    mod, root = user
+    res = autoembed.search(budget="700MB", model=mod.build, example=mod.example,
+                           train=mod.train, space=str(root / "space.yaml"), trials=2,
+                           executor="ray", study="ray1", runs_dir=root / "runs",
+                           tracker=NullTracker())
+    assert res.count("complete") + res.count("failed") == 2
+    assert all(r.node.get("ray_node_ip") for r in res.rows if r.status == "complete")
