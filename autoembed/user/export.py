@@ -48,7 +48,7 @@ PARAMS = {plain}
 
 def build_model():
     model = {call}(PARAMS)
-    applied = autoembed.apply(model, str(CONFIG))
+    applied = autoembed.apply(model, autoembed.load_config(CONFIG))
     return model if applied is None else applied
 '''
 
