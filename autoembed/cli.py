@@ -404,6 +404,9 @@ def train_cmd(
     checkpoint_every: int | None = typer.Option(None, help="Steps between checkpoints."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace a finished result of another config in --out "
+        "(only once this run completes)."),
 ) -> None:
     """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -430,7 +433,7 @@ def train_cmd(
 
         result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
                        device=device, checkpoint_every=checkpoint_every, resume=resume,
-                       on_step=tick)
+                       on_step=tick, force=force)
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:
