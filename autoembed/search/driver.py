@@ -44,6 +44,7 @@ from autoembed.space import (
     SearchSpace,
     builtin_space_path,
     cheapest_config,
+    check_objective,
     load_space,
     parse_objectives,
     parse_space,
@@ -282,13 +283,7 @@ def search(
         if not objectives:
             raise ConfigError("--objectives '': name at least one of " + ", ".join(OBJECTIVES))
     for o in objectives or ():
-        if o not in OBJECTIVES:
-            import difflib
-
-            close = difflib.get_close_matches(str(o), list(OBJECTIVES), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"--objectives: unknown objective '{o}'{hint}; use "
-                              f"{', '.join(OBJECTIVES)}")
+        check_objective(o, "--objectives: ")
 
     from autoembed.search.ray_tune import parse_trial_resources
 
@@ -333,7 +328,7 @@ def search(
     stop_early = early_stop if early_stop is not None else bool(
         stored.get("early_stop", DEFAULT_EARLY_STOP))
 
-    workload = build_workload(spec, stand_in)
+    workload = build_workload(spec, stand_in, sp.tables)
     directions = [o.direction for o in objs]
     obj_pairs = [(o.name, o.direction) for o in objs]
 

@@ -22,6 +22,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from autoembed.rules import plain
 from autoembed.search.records import TrialRow
 
 __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_best_yaml",
@@ -110,17 +111,7 @@ def member_dict(row: TrialRow) -> dict[str, Any]:
 
 
 def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
-    return atomic_write_text(path, json.dumps(_finite(body), indent=2, default=str) + "\n")
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return atomic_write_text(path, json.dumps(plain(body), indent=2, default=str) + "\n")
 
 
 def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict
+from autoembed.rules import plain
 from autoembed.runner import Evaluation, TrialResult
 
 __all__ = [
@@ -82,9 +83,9 @@ class TrialRow:
         return {
             "status": self.status,
             "config": self.config.to_dict(),
-            "estimate": _plain(self.estimate),
-            "params": _plain(self.params),
-            "metrics": _plain(self.metrics),
+            "estimate": plain(self.estimate),
+            "params": plain(self.params),
+            "metrics": plain(self.metrics),
             "result": self.result.to_dict() if self.result is not None else None,
             "reason": self.reason,
             "ray_trial_id": self.ray_trial_id,
@@ -117,16 +118,6 @@ class TrialRow:
 
     def with_(self, **kw: Any) -> TrialRow:
         return replace(self, **kw)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None  # JSON has no NaN/inf; missing is None
-    return v
 
 
 def result_from_dict(d: Mapping[str, Any]) -> TrialResult:
