@@ -344,3 +344,24 @@ def test_cli_flags_come_from_the_declared_fields(tmp_path: Path) -> None:
     # an explicit --dense-optimizer wins over the alias
     assert _fields_of_flags({"optimizer": "sgd", "dense_optimizer": "adam"})[
         "dense_optimizer"] == "adam"
+
+
+def test_a_tables_own_setting_wins_over_the_spaces() -> None:
+    from autoembed.space import TableRule, apply_table_rules
+
+    rules = (TableRule(None, 100, {"compression": "hash", "hash_buckets": 0.5, "dim": 4}),)
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 1000, hash_buckets=10, dim=8),
+                                  TableConfig("b", 50)), dim=8)
+    a, b = apply_table_rules(rules, cfg).tables
+    assert (a.compression, a.hash_buckets, a.dim) == ("hash", 10, 8)  # a's own values kept
+    assert b == TableConfig("b", 50)  # below min_rows: untouched
+
+
+def test_text_with_two_tables_traced_and_analytic_agree() -> None:
+    cfg = EmbeddingConfig(
+        task="text",
+        tables=(TableConfig("title", 50_000), TableConfig("body.tok", 200_000, dim=32)),
+        num_classes=4, seq_len=128, dim=64, dense_layers=(32,), batch_size=256)
+    an = estimate(cfg).allocated_peak
+    tr = estimate(cfg, method="traced").allocated_peak
+    assert abs(an - tr) / tr < 0.05, (an, tr)
