@@ -365,3 +365,19 @@ def test_text_with_two_tables_traced_and_analytic_agree() -> None:
     an = estimate(cfg).allocated_peak
     tr = estimate(cfg, method="traced").allocated_peak
     assert abs(an - tr) / tr < 0.05, (an, tr)
+
+
+def test_a_space_may_search_hash_buckets_as_a_share() -> None:
+    from autoembed.space import parse_space
+
+    share = {"type": "float", "low": 0.001, "high": 0.1, "log": True}
+    raw = {**_space(None), "params": {"compression": {"choices": ["hash"]},
+                                      "hash_buckets": share}}
+    space = parse_space(raw, "s.yaml")
+    p = space.params[1]
+    assert (p.kind, p.low, p.high) == ("float", 0.001, 0.1)
+    cfg = space.config_for({"compression": "hash", "hash_buckets": 0.01})
+    assert cfg.hash_buckets == 0.01
+    raw["params"] = {"hash_buckets": {"type": "float", "low": 0.01, "high": 1.0}}
+    with pytest.raises(ConfigError, match="params.hash_buckets.high' = 1.0: must be an integer"):
+        parse_space(raw, "s.yaml")
