@@ -104,11 +104,7 @@ HOST_CACHE_COMPRESSIONS = ("none", "hash")
 FP16_MIN_ADAM_EPS = 1e-4
 
 
-_fail = config_error
-
-
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    OneOf(choices).check(key, value)
+_fail = config_error  # "config key 'X' = V: rule", the one message shape
 
 
 # Compressions a single table may carry (`shared` is one table for all fields: config-wide).
@@ -759,7 +755,7 @@ _POLICIES = {
 
 
 def precision_policy(precision: str) -> PrecisionPolicy:
-    _choice("precision", precision, PRECISIONS)
+    FIELD_RULES["precision"].check("precision", precision)
     return _POLICIES[precision]
 
 
