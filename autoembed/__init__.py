@@ -26,6 +26,7 @@ __all__ = [
     "DataError",
     "UnsupportedError",
     "estimate",
+    "estimate_model",
     "load_config",
     "save_config",
     "build_model",
@@ -42,6 +43,7 @@ _LAZY = {
     "build_optimizer": "autoembed.models",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
+    "estimate_model": "autoembed.user_model",
 }
 
 
