@@ -51,6 +51,11 @@ CPU_VS_CUDA = (
     "flash kernel, not CUDA's flash/mem-efficient one (different saved tensors)"
 )
 
+# owners of what no module owns (the phase it was allocated in) -> the name shown
+_STEP_OWNERS = {"setup": "(example inputs)", "zero_grad": "(zero_grad)", "forward": "(forward)",
+                "backward": "(loss and backward)", "step": "(optimizer step)",
+                "(optimizer)": "(optimizer)"}
+
 ModelSpec = nn.Module | Callable[[], nn.Module]
 
 
@@ -304,8 +309,8 @@ def _tables(step: UserStep) -> tuple[TableMemory, ...]:
 def _modules(peak: PeakSnapshot, tables: set[str]) -> tuple[ModuleMemory, ...]:
     out = []
     for who, cats in sorted(peak.by_owner.items(), key=lambda kv: -sum(kv[1].values())):
-        kind = "table" if who in tables else ("step" if who in (
-            "forward", "backward", "step", "zero_grad", "setup", "(optimizer)") else "module")
+        kind = "table" if who in tables else ("step" if who in _STEP_OWNERS else "module")
+        who = _STEP_OWNERS.get(who, who)
         out.append(ModuleMemory(who, kind, *(cats.get(c, 0) for c in CATEGORIES)))
     return tuple(out)
 
