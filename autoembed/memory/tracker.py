@@ -111,6 +111,16 @@ class CachingAllocatorModel:
             seg.blocks.pop(i)
 
 
+def _is_grad_sum(func: Any, args: Any, kwargs: Any) -> bool:
+    """Whether this op is autograd's sum of two same-shape gradients (see AllocationTracker)."""
+    if func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2:
+        return False
+    a, b = args
+    return (not torch.is_grad_enabled() and isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor) and a.layout == torch.strided
+            and a.shape == b.shape and a.dtype == b.dtype and a.is_contiguous())
+
+
 @dataclass(frozen=True)
 class PeakSnapshot:
     """Bytes by category at the moment of the allocated peak, and the phase it fell in."""
@@ -130,6 +140,12 @@ class AllocationTracker(TorchDispatchMode):
     forward or backward) or temporaries (allocated in the optimizer step). `owners`, when
     given, returns {id(untyped storage): owner} (e.g. a module path); other storages are owned
     by the `label` set when they were allocated, else by their phase.
+
+    `inplace_grad_sums`: autograd sums two gradients of one tensor (a table used twice, a
+    tied head) in place on real tensors (`InputBuffer::accumulate`, `AccumulateGrad`) but out
+    of place on a tensor subclass such as FakeTensor, which would price one extra copy. When
+    set, a same-shape `aten.add.Tensor` with grad mode off (the backward) returns its first
+    argument instead of a new tensor; values are never read under fake tensors.
     """
 
     def __init__(
@@ -138,6 +154,7 @@ class AllocationTracker(TorchDispatchMode):
         owners: Callable[[], dict[int, str]] | None = None,
     ) -> None:
         super().__init__()
+        self.inplace_grad_sums = False
         self.owners = owners
         self.label = ""
         self.alloc = CachingAllocatorModel()
@@ -197,6 +214,8 @@ class AllocationTracker(TorchDispatchMode):
         return PeakSnapshot(self.alloc.allocated, self.phase, cats, by_owner)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.inplace_grad_sums and _is_grad_sum(func, args, kwargs):
+            return args[0]  # real tensors sum in place (see `inplace_grad_sums`)
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):

@@ -194,6 +194,7 @@ def _trace(
         return holder["c"][1]() if "c" in holder else {}
 
     tracker = AllocationTracker(classify, owners)
+    tracker.inplace_grad_sums = True
     with FakeTensorMode(allow_non_fake_inputs=False), tracker:
         built = _build(model)
         if not embedding_modules(built):

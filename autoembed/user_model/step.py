@@ -3,7 +3,8 @@ and the step a user (or the priced-right test) runs on real ones. Same code both
 
 `UserStep.build(model, precision=..., optimizer=...)` prepares precision (half parameters,
 fp32 masters, autocast, GradScaler: `autoembed.config.precision_policy`) and the optimizer;
-`UserStep.step(example, loss)` runs: zero_grad, forward (under autocast for amp_*), the loss,
+`UserStep.step(example, loss)` runs: zero_grad, floating inputs cast to a half model's dtype,
+forward (under autocast for amp_*), the loss,
 backward, masters' gradients, optimizer step, masters copied back.
 
 Optimizer names: embedding weights (nn.Embedding / nn.EmbeddingBag / autoembed.nn tables) take
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 from torch.optim import Optimizer
+from torch.utils._pytree import tree_map
 
 from autoembed.config import PRECISIONS, EmbeddingConfig, PrecisionPolicy, precision_policy
 from autoembed.errors import ConfigError
@@ -189,6 +191,20 @@ class UserStep:
         scaler = torch.amp.GradScaler("cpu") if precision == "amp_fp16" else None
         return cls(model, opts, policy, masters, scaler)
 
+    def cast_inputs(self, example: Any) -> Any:
+        """Floating-point inputs in the parameters' dtype (fp16/bf16 models take half
+        inputs, as a user casts them); ids and masks unchanged."""
+        if self.policy.param_dtype == "float32":
+            return example
+        dtype = getattr(torch, self.policy.param_dtype)
+
+        def cast(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                return x.to(dtype)
+            return x
+
+        return tree_map(cast, example)
+
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         return _autocast_ctx(self.policy)
 
@@ -198,6 +214,7 @@ class UserStep:
         self.model.zero_grad(set_to_none=True)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
+        example = self.cast_inputs(example)
         with self.autocast():
             value = resolve_loss(call_model(self.model, example), example, loss)
         if self.scaler is not None:
