@@ -31,5 +31,18 @@ class Batch:
     def size(self) -> int:
         return int(self.labels.shape[0])
 
+    def take(self, positions: torch.Tensor) -> Batch:
+        """The rows at `positions` (int64 [n], in that order), as new tensors."""
+        return Batch({k: v.index_select(0, positions) for k, v in self.features.items()},
+                     self.labels.index_select(0, positions))
+
+    @staticmethod
+    def concat(parts: list[Batch]) -> Batch:
+        """The rows of `parts`, one after another (same fields in each)."""
+        if len(parts) == 1:
+            return parts[0]
+        return Batch({k: torch.cat([p.features[k] for p in parts]) for k in parts[0].features},
+                     torch.cat([p.labels for p in parts]))
+
     def to(self, device: torch.device | str) -> Batch:
         return Batch({k: v.to(device) for k, v in self.features.items()}, self.labels.to(device))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,16 @@ __all__ = [
     "PLACEMENTS",
     "CACHE_POLICIES",
     "HOST_CACHE_OPTIMIZERS",
+    "TABLE_COMPRESSIONS",
+    "TABLE_OVERRIDES",
     "TableConfig",
+    "TableSettings",
+    "resolved_tables",
+    "table_settings",
+    "buckets_of",
+    "with_data_tables",
+    "map_bucket_counts",
+    "collisions_of",
     "EmbeddingConfig",
     "ParamSpec",
     "PrecisionPolicy",
@@ -99,15 +108,48 @@ def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = F
         raise _fail(key, value, f"must be a number in {lo}{low}, {high}]")
 
 
+# Compressions a single table may carry (`shared` is one table for all fields: config-wide).
+TABLE_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
+
+
+def _count_or_share(key: str, value: Any, minimum: int) -> None:
+    """An int count >= minimum, or a float share of the table's rows in (0, 1)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(key, value, f"must be an integer >= {minimum} or a share in (0, 1)")
+    if isinstance(value, float):
+        if not 0.0 < value < 1.0:
+            raise _fail(key, value, f"must be an integer >= {minimum} (a count) or a float in "
+                        "(0, 1) (a share of the table's rows)")
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(key, value, f"must be an integer >= {minimum} or a share in (0, 1)")
+
+
+def _table_name(key: str, name: Any) -> None:
+    """A table name: a module path, dot-separated identifiers-like parts (`encoder.tok_emb`)."""
+    if not isinstance(name, str) or not name:
+        raise _fail(key, name, "must be a non-empty string")
+    if any(not part for part in name.split(".")):
+        raise _fail(key, name, "a module path needs a name between every two dots, e.g. "
+                    "encoder.tok_emb")
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """One categorical feature's embedding table.
 
     `pooling_factor` is the average number of ids per sample for this field (1 for one-hot,
-    more for multi-hot bags); for the text task it is the sequence length.
-    `dim` is set only by mixed-dimension resolution (None: the config's common `dim`).
+    more for multi-hot bags); for the text task the sequence length is `seq_len`.
     `frequency` is the share of this field's lookups that go to its average row, used by
-    mixed_dim (None: uniform, 1 / vocab_size).
+    mixed_dim (None: uniform, 1 / vocab_size). `name` may be a module path (`encoder.tok_emb`).
+
+    Per-table settings (None: the config's value of the same key):
+    `dim` (a table narrower or wider than the config's `dim` is projected to it by a bias-free
+    Linear; under mixed_dim, resolution writes the dims left None), `compression` (none, hash,
+    qr or mixed_dim), `hash_buckets` and `qr_collisions` (an int: a count; a float in (0, 1):
+    a share of this table's rows -- hash keeps ceil(share x rows) buckets, qr a quotient table
+    of at most share x rows, i.e. ceil(1 / share) collisions), `qr_operation` and
+    `table_optimizer`. See `resolved_tables`.
     """
 
     name: str
@@ -115,16 +157,159 @@ class TableConfig:
     pooling_factor: float = 1.0
     dim: int | None = None
     frequency: float | None = None
+    compression: str | None = None
+    hash_buckets: int | float | None = None
+    qr_collisions: int | float | None = None
+    qr_operation: str | None = None
+    table_optimizer: str | None = None
 
     def validate(self, where: str) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise _fail(f"{where}.name", self.name, "must be a non-empty string")
+        _table_name(f"{where}.name", self.name)
         _positive_int(f"{where}.vocab_size", self.vocab_size)
         _number(f"{where}.pooling_factor", self.pooling_factor, 0.0, 1e9, open_low=True)
         if self.dim is not None:
             _positive_int(f"{where}.dim", self.dim)
         if self.frequency is not None:
             _number(f"{where}.frequency", self.frequency, 0.0, 1.0, open_low=True)
+        if self.compression is not None:
+            _choice(f"{where}.compression", self.compression, TABLE_COMPRESSIONS)
+        if self.hash_buckets is not None:
+            _count_or_share(f"{where}.hash_buckets", self.hash_buckets, 1)
+        if self.qr_collisions is not None:
+            _count_or_share(f"{where}.qr_collisions", self.qr_collisions, 2)
+        if self.qr_operation is not None:
+            _choice(f"{where}.qr_operation", self.qr_operation, QR_OPERATIONS)
+        if self.table_optimizer is not None:
+            _choice(f"{where}.table_optimizer", self.table_optimizer, OPTIMIZERS)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The per-table settings this table sets (key -> value)."""
+        return {k: getattr(self, k) for k in TABLE_OVERRIDES if getattr(self, k) is not None}
+
+
+# TableConfig keys that override the config's key of the same name.
+TABLE_OVERRIDES = ("compression", "hash_buckets", "qr_collisions", "qr_operation",
+                   "table_optimizer")
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """One table with every setting resolved (`resolved_tables`): what the model builds and
+    the memory model prices. `hash_buckets` is the bucket count under hash (None otherwise);
+    `qr_collisions` the count m; `lookups` the ids a sample reads (seq_len for text)."""
+
+    name: str
+    vocab_size: int
+    pooling_factor: float
+    dim: int
+    compression: str
+    hash_buckets: int | None
+    hash_seed: int
+    qr_collisions: int
+    qr_operation: str
+    table_optimizer: str
+    frequency: float | None
+    lookups: float
+
+    @property
+    def sparse(self) -> bool:
+        """Whether this table's gradients are sparse (one row per lookup)."""
+        return self.table_optimizer in SPARSE_GRAD_OPTIMIZERS
+
+    @property
+    def hashed(self) -> tuple[int, int | None]:
+        """(rows, buckets): under hash a table larger than its buckets hashes its ids into
+        that many rows; otherwise one row per id (buckets None)."""
+        v = self.vocab_size
+        if self.hash_buckets is not None and v > self.hash_buckets:
+            return self.hash_buckets, self.hash_buckets
+        return v, None
+
+    @property
+    def qr(self) -> bool:
+        """Whether the table is stored as quotient and remainder tables (V > m)."""
+        return self.compression == "qr" and self.vocab_size > self.qr_collisions
+
+
+def with_data_tables(
+    config: EmbeddingConfig, data_tables: tuple[TableConfig, ...]
+) -> tuple[TableConfig, ...]:
+    """The data's tables (sizes, bags, frequencies) with the config's per-table `dim` and
+    settings carried over by name. A config table with settings the data has no table for
+    is a ConfigError: its settings would be silently lost."""
+    own = {t.name: t for t in config.tables}
+    have = {t.name for t in data_tables}
+    for i, t in enumerate(config.tables):
+        if t.overrides and t.name not in have:
+            raise _fail(f"tables[{i}].name", t.name,
+                        f"has per-table settings but the data has no such table (it has: "
+                        f"{', '.join(sorted(have))}); use one of those names")
+    out = []
+    for t in data_tables:
+        mine = own.get(t.name)
+        if mine is not None:
+            t = replace(t, dim=mine.dim, **mine.overrides)
+        else:
+            t = replace(t, dim=None)
+        out.append(t)
+    return tuple(out)
+
+
+def map_bucket_counts(config: EmbeddingConfig, fn: Callable[[int], int]) -> EmbeddingConfig:
+    """`config` with `fn` applied to every hash-bucket count (the config's and each table's);
+    shares of rows are left as they are (they follow the rows)."""
+    def f(v: int | float | None) -> int | float | None:
+        return fn(v) if isinstance(v, int) else v
+
+    tables = tuple(replace(t, hash_buckets=f(t.hash_buckets)) for t in config.tables)
+    return replace(config, hash_buckets=f(config.hash_buckets), tables=tables)
+
+
+def buckets_of(value: int | float, rows: int) -> int:
+    """Hash buckets of a `hash_buckets` value: a count as is, a share as ceil(share x rows)."""
+    if isinstance(value, float):
+        return max(1, math.ceil(value * rows - 1e-9))
+    return value
+
+
+def collisions_of(value: int | float) -> int:
+    """QR collisions m of a `qr_collisions` value: a count as is, a share s as ceil(1 / s)
+    (the quotient table then holds at most s of the rows)."""
+    if isinstance(value, float):
+        return max(2, math.ceil(1.0 / value - 1e-9))
+    return value
+
+
+def resolved_tables(config: EmbeddingConfig) -> tuple[TableSettings, ...]:
+    """Every table's settings, each table's own value winning over the config's.
+
+    Under `compression: shared` (one table for all fields) the tables carry the config's
+    settings. Mixed-dim dims come from `config.resolve()` (call it first for real dims)."""
+    return tuple(table_settings(config, t) for t in config.tables)
+
+
+def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> TableSettings:
+    """One table's resolved settings (`resolved_tables`); a TableSettings passes through."""
+    if isinstance(t, TableSettings):
+        return t
+    comp = t.compression or config.compression
+    hb = t.hash_buckets if t.hash_buckets is not None else config.hash_buckets
+    qc = t.qr_collisions if t.qr_collisions is not None else config.qr_collisions
+    return TableSettings(
+        name=t.name,
+        vocab_size=t.vocab_size,
+        pooling_factor=t.pooling_factor,
+        dim=t.dim if t.dim is not None else config.dim,
+        compression=comp,
+        hash_buckets=buckets_of(hb, t.vocab_size) if comp == "hash" and hb is not None else None,
+        hash_seed=config.hash_seed,
+        qr_collisions=collisions_of(qc),
+        qr_operation=t.qr_operation or config.qr_operation,
+        table_optimizer=t.table_optimizer or config.table_optimizer,
+        frequency=t.frequency,
+        lookups=config.lookups_per_sample(t),
+    )
 
 
 @dataclass(frozen=True)
@@ -141,7 +326,7 @@ class EmbeddingConfig:
     dense_layers: tuple[int, ...] = (64,)
     # compression
     compression: str = "none"
-    hash_buckets: int | None = None
+    hash_buckets: int | float | None = None  # a count, or a share of each table's rows
     hash_seed: int = 0
     qr_collisions: int = 4
     qr_operation: str = "mult"
@@ -181,7 +366,7 @@ class EmbeddingConfig:
         _choice("task", self.task, TASKS)
         if not isinstance(self.tables, tuple) or not self.tables:
             raise _fail("tables", self.tables, "must list at least one table")
-        names = set()
+        names: set[str] = set()
         for i, t in enumerate(self.tables):
             if not isinstance(t, TableConfig):
                 raise _fail(f"tables[{i}]", t, "must be a table mapping")
@@ -189,44 +374,27 @@ class EmbeddingConfig:
             if t.name in names:
                 raise _fail(f"tables[{i}].name", t.name, "table names must be unique")
             names.add(t.name)
+        _check_nesting(self.tables)
         _positive_int("dim", self.dim)
         _positive_int("num_classes", self.num_classes, 2)
         _positive_int("seq_len", self.seq_len)
         _choice("pooling", self.pooling, POOLINGS)
         _choice("interaction", self.interaction, INTERACTIONS)
-        if self.task == "text":
-            if len(self.tables) != 1:
-                raise _fail("tables", len(self.tables), "the text task has exactly one table")
-        elif self.num_classes != 2:
+        if self.task != "text" and self.num_classes != 2:
             raise _fail("num_classes", self.num_classes, "the ctr task is binary: use 2")
         if not isinstance(self.dense_layers, tuple):
             raise _fail("dense_layers", self.dense_layers, "must be a list of layer widths")
         for i, w in enumerate(self.dense_layers):
             _positive_int(f"dense_layers[{i}]", w)
         _choice("compression", self.compression, COMPRESSIONS)
-        if self.compression == "hash":
-            if self.hash_buckets is None:
-                raise _fail("hash_buckets", None, "compression 'hash' needs hash_buckets >= 1")
-            _positive_int("hash_buckets", self.hash_buckets)
-        elif self.hash_buckets is not None:
-            _positive_int("hash_buckets", self.hash_buckets)
+        if self.hash_buckets is not None:
+            _count_or_share("hash_buckets", self.hash_buckets, 1)
         _positive_int("hash_seed", self.hash_seed, 0)
-        _positive_int("qr_collisions", self.qr_collisions, 2)
+        _count_or_share("qr_collisions", self.qr_collisions, 2)
         _choice("qr_operation", self.qr_operation, QR_OPERATIONS)
-        if self.compression == "qr":
-            largest = max(t.vocab_size for t in self.tables)
-            if self.qr_collisions >= largest:
-                raise _fail(
-                    "qr_collisions",
-                    self.qr_collisions,
-                    f"must be below the vocab size ({largest}) or QR compresses nothing",
-                )
-            if self.qr_operation == "concat" and self.dim % 2:
-                raise _fail("dim", self.dim, "qr_operation 'concat' needs an even dim (D/2 each)")
+        self._validate_table_settings()
         _number("mixed_dim_alpha", self.mixed_dim_alpha, 0.0, 1.0)
         _positive_int("mixed_dim_min", self.mixed_dim_min)
-        if self.compression == "shared" and self.task != "ctr":
-            raise _fail("compression", "shared", "sharing needs several fields: use task ctr")
         _choice("precision", self.precision, PRECISIONS)
         _choice("serving", self.serving, SERVING)
         if self.serving == "int4":
@@ -269,6 +437,43 @@ class EmbeddingConfig:
             raise _fail("wide", self.wide, "must be true or false")
         self._validate_placement()
 
+    def _validate_table_settings(self) -> None:
+        """Compression rules, table by table, on each table's resolved settings."""
+        if self.compression == "shared":
+            if self.task != "ctr":
+                raise _fail("compression", "shared", "sharing needs several fields: use task ctr")
+            for i, t in enumerate(self.tables):
+                own = {**t.overrides, **({"dim": t.dim} if t.dim not in (None, self.dim) else {})}
+                if own:
+                    k = next(iter(own))
+                    raise _fail(f"tables[{i}].{k}", own[k], "compression shared builds one table "
+                                "for every field; drop the per-table setting or use another "
+                                "compression")
+        qr_global = [t for t in self.tables
+                     if (t.compression or self.compression) == "qr" and t.qr_collisions is None]
+        if qr_global and isinstance(self.qr_collisions, int):
+            largest = max(t.vocab_size for t in qr_global)
+            if self.qr_collisions >= largest:
+                raise _fail("qr_collisions", self.qr_collisions,
+                            f"must be below the vocab size ({largest}) or QR compresses nothing")
+        for i, t in enumerate(self.tables):
+            ts = table_settings(self, t)
+            if ts.compression == "hash" and ts.hash_buckets is None:
+                if t.compression is None:
+                    raise _fail("hash_buckets", None, "compression 'hash' needs hash_buckets >= 1")
+                raise _fail(f"tables[{i}].hash_buckets", None,
+                            "compression 'hash' needs hash_buckets (a count, or a share of the "
+                            "rows in (0, 1)) on the table or the config")
+            if ts.compression != "qr":
+                continue
+            if isinstance(t.qr_collisions, int) and t.qr_collisions >= t.vocab_size:
+                raise _fail(f"tables[{i}].qr_collisions", t.qr_collisions,
+                            f"must be below the vocab size ({t.vocab_size}) or QR compresses "
+                            "nothing")
+            if ts.qr_operation == "concat" and ts.dim % 2:
+                key = "dim" if t.dim is None else f"tables[{i}].dim"
+                raise _fail(key, ts.dim, "qr_operation 'concat' needs an even dim (D/2 each)")
+
     def _validate_placement(self) -> None:
         _choice("placement", self.placement, PLACEMENTS)
         _number("cache_load_factor", self.cache_load_factor, 0.0, 1.0, open_low=True)
@@ -283,14 +488,21 @@ class EmbeddingConfig:
             raise _fail("wide", self.wide,
                         "placement host_cached does not cache wide tables; set wide false or "
                         "placement device")
-        if self.compression not in HOST_CACHE_COMPRESSIONS:
-            raise _fail("compression", self.compression,
-                        "placement host_cached caches plain or hashed tables; use compression "
-                        "none or hash, or placement device")
-        if self.table_optimizer not in HOST_CACHE_OPTIMIZERS:
-            raise _fail("table_optimizer", self.table_optimizer,
-                        "placement host_cached needs an optimizer that leaves rows outside the "
-                        f"batch unchanged: use {', '.join(HOST_CACHE_OPTIMIZERS)}")
+        for i, ts in enumerate(resolved_tables(self)):
+            key = f"tables[{i}]." if self.tables[i].overrides or self.tables[i].dim else ""
+            if ts.compression not in HOST_CACHE_COMPRESSIONS:
+                k = f"{key}compression" if self.tables[i].compression else "compression"
+                raise _fail(k, ts.compression,
+                            "placement host_cached caches plain or hashed tables; use compression "
+                            "none or hash, or placement device")
+            if ts.table_optimizer not in HOST_CACHE_OPTIMIZERS:
+                k = f"{key}table_optimizer" if self.tables[i].table_optimizer else "table_optimizer"
+                raise _fail(k, ts.table_optimizer,
+                            "placement host_cached needs an optimizer that leaves rows outside the "
+                            f"batch unchanged: use {', '.join(HOST_CACHE_OPTIMIZERS)}")
+            if ts.dim != self.dim:
+                raise _fail(f"tables[{i}].dim", ts.dim, "placement host_cached keeps every table "
+                            f"at the config's dim ({self.dim}); drop the table's dim")
         if precision_policy(self.precision).master:
             raise _fail("precision", self.precision,
                         "placement host_cached does not cache fp32 master rows; use fp32, fp16, "
@@ -301,7 +513,7 @@ class EmbeddingConfig:
         if self.grad_accum_steps != 1:
             raise _fail("grad_accum_steps", self.grad_accum_steps,
                         "placement host_cached steps after every micro-batch; use 1")
-        if self.dynamic_rows and self.compression != "none":
+        if self.dynamic_rows and any(ts.compression != "none" for ts in resolved_tables(self)):
             raise _fail("dynamic_rows", self.dynamic_rows,
                         "dynamic rows extend an unhashed table; use compression none or 0")
         for t in self.tables:
@@ -328,8 +540,8 @@ class EmbeddingConfig:
 
     @property
     def sparse_tables(self) -> bool:
-        """Whether table gradients are sparse (one row per lookup) rather than dense."""
-        return self.table_optimizer in SPARSE_GRAD_OPTIMIZERS
+        """Whether any table's gradients are sparse (one row per lookup) rather than dense."""
+        return any(ts.sparse for ts in resolved_tables(self))
 
     def lookups_per_sample(self, table: TableConfig) -> float:
         return float(self.seq_len) if self.task == "text" else table.pooling_factor
@@ -337,18 +549,20 @@ class EmbeddingConfig:
     def table_dim(self, table: TableConfig) -> int:
         return table.dim if table.dim is not None else self.dim
 
+    def _mixed(self, t: TableConfig) -> bool:
+        return (t.compression or self.compression) == "mixed_dim"
+
     @property
     def is_resolved(self) -> bool:
-        if self.compression != "mixed_dim":
-            return True
-        return all(t.dim is not None for t in self.tables)
+        return all(t.dim is not None for t in self.tables if self._mixed(t))
 
     def resolve(self) -> EmbeddingConfig:
         """Write data-dependent values into the config (today: mixed-dim per-table dims).
 
         Mixed-dimension embeddings (Ginart et al., 2019; DLRM `md_solver` power rule): a table
         whose average row is looked up with probability p gets d = lambda * p**alpha, with
-        lambda chosen so the most popular table gets the full `dim`; at least `mixed_dim_min`.
+        lambda chosen so the most popular table (of all tables) gets the full `dim`; at least
+        `mixed_dim_min`. Only mixed_dim tables without a dim of their own are written.
         """
         if self.is_resolved:
             return self
@@ -356,9 +570,10 @@ class EmbeddingConfig:
         top = max(pops)
         tables = []
         for t, p in zip(self.tables, pops, strict=True):
-            d = round(self.dim * (p / top) ** self.mixed_dim_alpha)
-            d = max(min(self.dim, d), min(self.mixed_dim_min, self.dim))
-            tables.append(replace(t, dim=d))
+            if self._mixed(t) and t.dim is None:
+                d = round(self.dim * (p / top) ** self.mixed_dim_alpha)
+                t = replace(t, dim=max(min(self.dim, d), min(self.mixed_dim_min, self.dim)))
+            tables.append(t)
         return replace(self, tables=tuple(tables))
 
     # ----------------------------------------------------------------- serialisation
@@ -400,6 +615,18 @@ class EmbeddingConfig:
             else:
                 flat[k] = str(v)
         return flat
+
+
+def _check_nesting(tables: tuple[TableConfig, ...]) -> None:
+    """Dotted names are module paths, so no table may sit inside another ('a' and 'a.b')."""
+    names = {t.name for t in tables}
+    for i, t in enumerate(tables):
+        parts = t.name.split(".")
+        for k in range(1, len(parts)):
+            outer = ".".join(parts[:k])
+            if outer in names:
+                raise _fail(f"tables[{i}].name", t.name, f"sits inside table '{outer}' (names "
+                            "are module paths); rename one of them")
 
 
 def _plain(v: Any) -> Any:
@@ -577,9 +804,10 @@ def precision_policy(precision: str) -> PrecisionPolicy:
 class ParamSpec:
     """One parameter tensor the built model holds.
 
-    kind: "table" (embedding rows, optimised by `table_optimizer`) or "dense" (tower and
-    projections, optimised by `dense_optimizer`). `table` names the field(s) it serves.
-    `lookups_per_sample`: rows a sample reads from this tensor (sizes sparse gradients).
+    kind: "table" (embedding rows) or "dense" (tower and projections). `optimizer` names the
+    optimizer that steps it (its table's `table_optimizer`, or `dense_optimizer`). `table`
+    names the field(s) it serves. `lookups_per_sample`: rows a sample reads from this tensor
+    (sizes sparse gradients).
     """
 
     name: str
@@ -587,6 +815,7 @@ class ParamSpec:
     kind: str
     table: str | None = None
     lookups_per_sample: float = 0.0
+    optimizer: str = ""
 
     @property
     def numel(self) -> int:
@@ -596,46 +825,44 @@ class ParamSpec:
     def rows(self) -> int:
         return self.shape[0]
 
+    @property
+    def sparse(self) -> bool:
+        """Whether this tensor's gradient is sparse (a table under a sparse optimizer)."""
+        return self.kind == "table" and self.optimizer in SPARSE_GRAD_OPTIMIZERS
 
-def storage_rows(config: EmbeddingConfig, t: TableConfig) -> int:
+
+def storage_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:
     """Rows of a host_cached table's full (host) copy: the stored rows plus dynamic rows."""
-    v = t.vocab_size
-    if config.compression == "hash" and config.hash_buckets is not None:
-        v = min(v, config.hash_buckets)
-    return v + config.dynamic_rows
+    return table_settings(config, t).hashed[0] + config.dynamic_rows
 
 
-def cache_rows(config: EmbeddingConfig, t: TableConfig) -> int:
+def cache_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:
     """Device cache rows of a host_cached table: ceil(cache_load_factor x storage rows)."""
     rows = storage_rows(config, t)
     return max(1, min(rows, math.ceil(config.cache_load_factor * rows - 1e-9)))
 
 
-def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
-    """Embedding tensors for one field under the config's compression."""
-    look = config.lookups_per_sample(t)
-    v, d = t.vocab_size, config.table_dim(t)
-    c = config.compression
+def _table_storage(config: EmbeddingConfig, ts: TableSettings) -> list[ParamSpec]:
+    """Embedding tensors of one field under its own compression; a table whose dim is not the
+    config's adds its projection `proj.weight` [dim, d] (dense)."""
+    look, v, d, opt = ts.lookups, ts.vocab_size, ts.dim, ts.table_optimizer
+    base = f"tables.{ts.name}"
     if config.placement == "host_cached":  # the device holds only the cache
-        shape = (cache_rows(config, t), d)
-        return [ParamSpec(f"tables.{t.name}.cache_weight", shape, "table", t.name, look)]
-    if c == "hash":
-        assert config.hash_buckets is not None
-        rows = min(v, config.hash_buckets)
-        return [ParamSpec(f"tables.{t.name}.weight", (rows, d), "table", t.name, look)]
-    if c == "qr" and v > config.qr_collisions:
-        m = config.qr_collisions
-        dq = d // 2 if config.qr_operation == "concat" else d
-        return [
-            ParamSpec(f"tables.{t.name}.q_weight", (-(-v // m), dq), "table", t.name, look),
-            ParamSpec(f"tables.{t.name}.r_weight", (m, dq), "table", t.name, look),
+        shape = (cache_rows(config, ts), d)
+        return [ParamSpec(f"{base}.cache_weight", shape, "table", ts.name, look, opt)]
+    if ts.qr:
+        m = ts.qr_collisions
+        dq = d // 2 if ts.qr_operation == "concat" else d
+        specs = [
+            ParamSpec(f"{base}.q_weight", (-(-v // m), dq), "table", ts.name, look, opt),
+            ParamSpec(f"{base}.r_weight", (m, dq), "table", ts.name, look, opt),
         ]
-    if c == "mixed_dim" and d != config.dim:
-        return [
-            ParamSpec(f"tables.{t.name}.weight", (v, d), "table", t.name, look),
-            ParamSpec(f"tables.{t.name}.proj.weight", (config.dim, d), "dense", t.name),
-        ]
-    return [ParamSpec(f"tables.{t.name}.weight", (v, d), "table", t.name, look)]
+    else:
+        specs = [ParamSpec(f"{base}.weight", (ts.hashed[0], d), "table", ts.name, look, opt)]
+    if d != config.dim:
+        specs.append(ParamSpec(f"{base}.proj.weight", (config.dim, d), "dense", ts.name, 0.0,
+                               config.dense_optimizer))
+    return specs
 
 
 # Name prefix of the wide part's tensors; they are tables (table optimizer, sparse gradients)
@@ -643,15 +870,11 @@ def _table_storage(config: EmbeddingConfig, t: TableConfig) -> list[ParamSpec]:
 WIDE_PREFIX = "wide."
 
 
-def _wide_storage(config: EmbeddingConfig, t: TableConfig, out: int) -> ParamSpec:
+def _wide_storage(ts: TableSettings, out: int) -> ParamSpec:
     """The wide part of one field: one row of `out` weights per id (per hash bucket under
     hash compression; every other compression keeps one row per id)."""
-    rows = t.vocab_size
-    if config.compression == "hash":
-        assert config.hash_buckets is not None
-        rows = min(rows, config.hash_buckets)
-    look = config.lookups_per_sample(t)
-    return ParamSpec(f"{WIDE_PREFIX}{t.name}.weight", (rows, out), "table", t.name, look)
+    return ParamSpec(f"{WIDE_PREFIX}{ts.name}.weight", (ts.hashed[0], out), "table", ts.name,
+                     ts.lookups, ts.table_optimizer)
 
 
 def tower_input_width(config: EmbeddingConfig) -> int:
@@ -668,20 +891,24 @@ def param_specs(config: EmbeddingConfig) -> tuple[ParamSpec, ...]:
     if not config.is_resolved:
         config = config.resolve()
     specs: list[ParamSpec] = []
+    tables = resolved_tables(config)
     if config.compression == "shared":
         v = max(t.vocab_size for t in config.tables)
-        look = sum(config.lookups_per_sample(t) for t in config.tables)
+        look = sum(ts.lookups for ts in tables)
         names = ",".join(t.name for t in config.tables)
-        specs.append(ParamSpec("tables.shared.weight", (v, config.dim), "table", names, look))
+        specs.append(ParamSpec("tables.shared.weight", (v, config.dim), "table", names, look,
+                               config.table_optimizer))
     else:
-        for t in config.tables:
-            specs.extend(_table_storage(config, t))
+        for ts in tables:
+            specs.extend(_table_storage(config, ts))
     out = 1 if config.task == "ctr" else config.num_classes
     if config.wide:
-        specs.extend(_wide_storage(config, t, out) for t in config.tables)
+        specs.extend(_wide_storage(ts, out) for ts in tables)
     width = tower_input_width(config)
     for i, h in enumerate((*config.dense_layers, out)):
-        specs.append(ParamSpec(f"tower.{i}.weight", (h, width), "dense"))
-        specs.append(ParamSpec(f"tower.{i}.bias", (h,), "dense"))
+        specs.append(ParamSpec(f"tower.{i}.weight", (h, width), "dense", None, 0.0,
+                               config.dense_optimizer))
+        specs.append(ParamSpec(f"tower.{i}.bias", (h,), "dense", None, 0.0,
+                               config.dense_optimizer))
         width = h
     return tuple(specs)

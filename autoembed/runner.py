@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
 
 __all__ = [
@@ -145,13 +145,12 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
     """The config with the data's task, tables (vocab sizes, bag sizes, frequencies),
     classes, sequence length and data spec written in, then resolved (mixed-dim dims).
 
-    Per-table `dim`s already in the config are kept when the table names match."""
-    dims = {t.name: t.dim for t in config.tables}
-    tables = tuple(replace(t, dim=dims.get(t.name)) for t in dataset.tables)
+    Per-table `dim`s and settings already in the config are kept when the table names
+    match (`config.with_data_tables`)."""
     cfg = replace(
         config,
         task=dataset.task,
-        tables=tables,
+        tables=with_data_tables(config, dataset.tables),
         num_classes=dataset.num_classes if dataset.task == "text" else 2,
         seq_len=dataset.seq_len if dataset.task == "text" else 1,
         data=dataset.spec.to_dict(),
@@ -171,24 +170,19 @@ def default_target(dataset: Any, task: str) -> float | None:
 
 
 def quality_metrics(task: str, logits: Any, labels: Any) -> dict[str, float]:
-    """ctr: AUC and log-loss; text: accuracy and macro-F1 (scikit-learn)."""
+    """ctr: AUC and log-loss; text: accuracy and macro-F1 (scikit-learn's definitions,
+    computed by `autoembed.data.metrics`)."""
     import numpy as np
-    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
+    from autoembed.data.metrics import accuracy, log_loss, macro_f1, roc_auc
 
     y = np.asarray(labels)
     z = np.asarray(logits, dtype=np.float64)
     if task == "ctr":
         p = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
-        both = len(np.unique(y)) == 2
-        return {
-            "auc": float(roc_auc_score(y, z)) if both else float("nan"),
-            "logloss": float(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7), labels=[0, 1])),
-        }
+        return {"auc": roc_auc(z, y), "logloss": log_loss(np.clip(p, 1e-7, 1 - 1e-7), y)}
     pred = z.argmax(axis=1)
-    return {
-        "accuracy": float(accuracy_score(y, pred)),
-        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
-    }
+    return {"accuracy": accuracy(pred, y), "macro_f1": macro_f1(pred, y)}
 
 
 def primary(task: str) -> str:

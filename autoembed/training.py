@@ -124,7 +124,7 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
         from autoembed.models.host_cache import host_cached_tables
 
         for _, table in host_cached_tables(trainer.model):
-            table.bind_optimizer(trainer.optimizers.table)
+            table.bind_optimizer(trainer.optimizers.table_for(table.cache_weight))
     if trainer.masters is not None and "masters" in st:
         with torch.no_grad():
             for k, m in trainer.masters.items():

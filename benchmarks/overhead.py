@@ -21,13 +21,17 @@ called through the Python API. Nothing in the library is changed to measure it:
 
     python benchmarks/overhead.py [--trials 20] [--quick]
 
-Writes benchmarks/results/overhead.md.
+Writes benchmarks/results/overhead.md: the headline figures (per completed trial, the median
+share of its time outside its optimizer steps; the whole search's share outside them; the
+fixed start-up), the ratio of each per-trial component to the steps, and how every figure
+moved against the results file it replaces (read before it is overwritten).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 import tempfile
 import threading
@@ -40,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import markdown_table, write_result  # noqa: E402
+from _common import RESULTS, markdown_table, write_result  # noqa: E402
 
 BUDGET = "8GB"  # the CLI example's budget (README)
 
@@ -188,6 +192,87 @@ def fmt(v: float | None, nd: int = 2) -> str:
     return "" if v is None else f"{v:.{nd}f}"
 
 
+def median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+# Headline figures (issue 13's targets), by their label in the results file.
+PER_TRIAL = "per completed trial, median share outside its optimizer steps"
+WHOLE = "whole search, share outside the optimizer steps"
+STARTUP = "fixed start-up s (imports, Ray start/stop, outputs, driver other)"
+START_PARTS = ("imports (ray, tune, mlflow on first use)", "Ray start and shutdown",
+               "outputs (trials.csv, pareto.json/png, best.yaml)",
+               "driver, other (space, data, cheapest corner, study setup)")
+
+
+def trial_share(d: dict[str, Any]) -> float | None:
+    """1 - optimizer steps / (in flight + driver) of a completed trial, else None."""
+    busy = d["span"] + d["driver"]
+    return 1 - d["train"] / busy if "train" in d and busy > 0 else None
+
+
+def parse_results(text: str) -> dict[str, float]:
+    """Figures of a previous overhead.md: each stage's share (%) of the first table, keyed by
+    its label, and the headline figures (the per-trial median from its per-trial table)."""
+    out: dict[str, float] = {}
+    tables = [t for t in re.split(r"\n\s*\n", text) if t.lstrip().startswith("|")]
+    if not tables:
+        return out
+    seconds: dict[str, float] = {}
+    for line in tables[0].splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[2].endswith("%") and not cells[0].startswith("**"):
+            out[cells[0]] = float(cells[2].rstrip("%"))
+            seconds[cells[0]] = float(cells[1])
+    if all(k in seconds for k in START_PARTS):  # files before the start-up figure
+        out[STARTUP] = sum(seconds[k] for k in START_PARTS)
+    m = re.search(r"Counting only the optimizer steps as useful work, ([0-9.]+)% is outside",
+                  text)
+    if m:
+        out[WHOLE] = float(m.group(1))
+    m = re.search(r"fixed start-up ([0-9.]+) s", text)
+    if m:
+        out[STARTUP] = float(m.group(1))
+    shares = [float(m.group(1)) for t in tables[1:] for m in
+              [re.search(r"\|\s*complete\s*\|.*/\s*([0-9.]+)%\s*\|\s*$", line)
+               for line in t.splitlines()] if m]
+    if shares:
+        out[PER_TRIAL] = median(shares) or 0.0
+    return out
+
+
+def moved(before: dict[str, float], now: dict[str, float], keys: list[str]) -> str:
+    """Before and now of each figure, and the change in percentage points (or seconds)."""
+    rows = []
+    for k in keys:
+        b, n = before.get(k), now.get(k)
+        unit = " s" if k == STARTUP else "%"
+        rows.append([k, "" if b is None else f"{b:.1f}{unit}", "" if n is None else
+                     f"{n:.1f}{unit}", "" if b is None or n is None else f"{n - b:+.1f}"])
+    return markdown_table(["figure", "previous results file", "this run", "moved"], rows)
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=None,
@@ -195,8 +280,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="3 trials, a smoke run")
     args = ap.parse_args()
     trials = 3 if args.quick else args.trials
+    name = "overhead" + ("_quick" if args.quick else "")
+    previous = RESULTS / f"{name}.md"
+    before = parse_results(previous.read_text()) if previous.is_file() else {}
+    load0 = loadavg()
     with tempfile.TemporaryDirectory(prefix="autoembed-overhead-") as tmp:
         total, timer, result = run(trials, Path(tmp))
+    load1 = loadavg()
     trows = per_trial(timer, result.rows)
     # time inside the trainables' training steps (the only time that is not overhead)
     train = sum(d.get("train", 0.0) for d in trows)
@@ -236,22 +326,35 @@ def main() -> None:
     inside = train + data + pruned_loop
     outside = total - inside
     outside_steps = total - train - pruned_loop
+    startup = sum(v for k, v in parts if k in START_PARTS)
+    shares = [x for x in map(trial_share, trows) if x is not None]
+    now = {k: 100 * v / total for k, v in parts}
+    now[PER_TRIAL] = 100 * (median(shares) or 0.0)
+    now[WHOLE] = 100 * outside_steps / total
+    now[STARTUP] = startup
     header = ["trial", "status", "steps", "in flight s", "steps s", "batches s", "eval s",
               "build/load s", "Ray s", "driver s", "outside loop / steps"]
     rows = []
     for d in trows:
         busy = d["span"] + d["driver"]
-        steps_s = d.get("train")
-        share = (1 - steps_s / busy) if steps_s is not None and busy > 0 else None
-        loop_share = (1 - (steps_s + d["data"]) / busy) if share is not None else None
+        share = trial_share(d)
+        loop_share = (1 - (d["train"] + d["data"]) / busy) if share is not None else None
         rows.append([d["trial"], d["status"], d["steps"], fmt(d["span"]), fmt(d.get("train")),
                      fmt(d.get("data")), fmt(d.get("eval")), fmt(d.get("setup")),
                      fmt(d.get("ray")), fmt(d["driver"], 3),
                      f"{100 * loop_share:.0f}% / {100 * share:.0f}%"
                      if share is not None and loop_share is not None else
                      f"loop {fmt(d.get('loop'))} s of {fmt(d['span'])}"])
+    done = [d for d in trows if "train" in d and d["train"] > 0]
+
+    def per_step(key: str) -> str:
+        m = median([d[key] / d["train"] for d in done])
+        return "n/a" if m is None else f"{m:.2f}"
+
     counts = {s: result.count(s) for s in ("complete", "pruned", "infeasible", "failed")}
     body = "\n\n".join([
+        f"Commit {commit()}; load average (1, 5, 15 min) {load0} at the start, {load1} at "
+        "the end: other work on this machine inflates the seconds, read the shares.",
         f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, TPE seed 0, "
         f"{len(trows)} trials launched, early stopping on, MLflow on an embedded SQLite "
         f"store), through the Python API. Counts: {counts}. "
@@ -261,7 +364,17 @@ def main() -> None:
         f"last evaluation) and **{outside:.1f} s ({100 * outside / total:.0f}%) outside**. "
         f"Counting only the optimizer steps as useful work, "
         f"{100 * outside_steps / total:.0f}% is outside.",
+        f"Headline (issue 13's targets: at most 35%, at most 50%, at most 10 s): {PER_TRIAL} "
+        f"**{now[PER_TRIAL]:.0f}%**; {WHOLE} **{now[WHOLE]:.0f}%**; fixed start-up "
+        f"{startup:.1f} s. Per completed trial (median of the ratio to its optimizer steps' "
+        f"seconds): fetching batches {per_step('data')}, evaluation {per_step('eval')}, "
+        f"build/load {per_step('setup')}, Ray {per_step('ray')}, driver {per_step('driver')}.",
         summary,
+        "How it moved against the previous results file (shares of the wall time, "
+        "percentage points; start-up in seconds):" if before else
+        "No previous results file to compare with.",
+        moved(before, now, [PER_TRIAL, WHOLE, STARTUP] + [k for k, _ in parts])
+        if before else "",
         "Per launched trial (infeasible proposals are priced inside the next trial's "
         "`propose` and appear in its driver time). 'In flight': from the proposal handed "
         "to Tune to the result handed back; 'Ray': in flight less the trial's own wall "
@@ -274,8 +387,7 @@ def main() -> None:
         "seconds vary by ±20% between runs; the shares are the figure to read.",
     ])
     cmd = "python benchmarks/overhead.py" + (" --quick" if args.quick else "")
-    write_result("overhead" + ("_quick" if args.quick else ""),
-                 "Search overhead: wall time outside the training loops", body, cmd)
+    write_result(name, "Search overhead: wall time outside the training loops", body, cmd)
 
 
 if __name__ == "__main__":

@@ -20,5 +20,6 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q "$TORCH_SPEC"
 fi
 echo "autoembed setup: installing autoembed[$EXTRAS] ..." >&2
-.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+# the build backend's notices (editable mode, deprecations) are for us, not the user
+PYTHONWARNINGS="ignore::UserWarning" .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 echo "$want" > "$stamp"

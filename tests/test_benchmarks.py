@@ -46,6 +46,49 @@ def test_stage_timer_attributes_time_to_the_innermost_stage() -> None:
     assert propose[3] - propose[2] == pytest.approx(3.5) and propose[5] == 7
 
 
+_PREVIOUS = """# Search overhead
+
+Wall time 40.0 s. Counting only the optimizer steps as useful work, 72% is outside.
+
+| where the wall time went | seconds | share |
+|---|---|---|
+| fetching training batches (complete trials) | 10.80 | 27.0% |
+| imports (ray, tune, mlflow on first use) | 1.00 | 2.5% |
+| Ray start and shutdown | 3.00 | 7.5% |
+| outputs (trials.csv, pareto.json/png, best.yaml) | 0.50 | 1.2% |
+| driver, other (space, data, cheapest corner, study setup) | 1.50 | 3.8% |
+| **total wall time** | 40.00 | 100% |
+
+Per launched trial ...
+
+| trial | status | steps | outside loop / steps |
+|---|---|---|---|
+| 1 | complete | 200 | 75% / 87% |
+| 2 | pruned | 100 | loop 4.48 s of 4.56 |
+| 3 | complete | 200 | 26% / 61% |
+| 4 | complete | 200 | 21% / 55% |
+"""
+
+
+def test_overhead_reads_the_previous_results_and_says_how_each_figure_moved() -> None:
+    from overhead import PER_TRIAL, STARTUP, WHOLE, moved, parse_results, trial_share
+
+    got = parse_results(_PREVIOUS)
+    assert got[WHOLE] == 72.0
+    assert got[PER_TRIAL] == 61.0  # median of the complete trials' 87, 61, 55
+    assert got[STARTUP] == pytest.approx(1.0 + 3.0 + 0.5 + 1.5)  # before the figure existed
+    assert got["fetching training batches (complete trials)"] == 27.0
+    assert "**total wall time**" not in got
+    now = {WHOLE: 48.0, PER_TRIAL: 30.0, STARTUP: 5.0}
+    table = moved(got, now, [PER_TRIAL, WHOLE, STARTUP])
+    assert f"| {PER_TRIAL} | 61.0% | 30.0% | -31.0 |" in table
+    assert f"| {WHOLE} | 72.0% | 48.0% | -24.0 |" in table
+    assert f"| {STARTUP} | 6.0 s | 5.0 s | -1.0 |" in table
+    # a completed trial: 1 s of steps in 3.5 s in flight + 0.5 s of driver time
+    assert trial_share({"span": 3.5, "driver": 0.5, "train": 1.0}) == pytest.approx(0.75)
+    assert trial_share({"span": 3.5, "driver": 0.5}) is None  # stopped early: no timings
+
+
 def test_gpu_seed_case_runs_on_cpu(tmp_path: Path) -> None:
     import json
 

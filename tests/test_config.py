@@ -74,7 +74,14 @@ def test_frozen() -> None:
         ({"serving": "int4", "dim": 301}, "int4"),
         ({"precision": "fp16", "adam_eps": 1e-8}, "adam_eps"),
         ({"batch_size": 0}, "batch_size"),
-        ({"tables": (TableConfig("a", 10), TableConfig("b", 10))}, "text task"),
+        # text may have several tables (one text field each), but not one inside another
+        ({"tables": (TableConfig("a", 10), TableConfig("a.b", 10))}, "sits inside table 'a'"),
+        ({"tables": (TableConfig("a..b", 10),)}, "module path"),
+        ({"tables": (TableConfig("a", 10, hash_buckets=1.5),)}, "tables[0].hash_buckets"),
+        ({"tables": (TableConfig("a", 10, compression="hash"),)}, "tables[0].hash_buckets"),
+        ({"tables": (TableConfig("a", 10, compression="shared"),)}, "tables[0].compression"),
+        ({"tables": (TableConfig("a", 10, compression="qr", qr_collisions=10),)},
+         "tables[0].qr_collisions"),
     ],
 )
 def test_invalid_values_name_key_and_value(kw: dict[str, object], needle: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tracemalloc
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -60,6 +62,90 @@ def test_same_seed_gives_identical_batches(name: str) -> None:
     reseeded = load_dataset(DataSpec(name, rows=(1000, 200, 200), seed=8))
     other_data = list(reseeded.batches("train", 128, seed=3))
     assert not _same(first, other_data)
+
+
+def _digest(batches: Iterator[Batch]) -> str:
+    h = hashlib.sha256()
+    for b in batches:
+        for k in sorted(b.features):
+            h.update(k.encode())
+            h.update(b.features[k].numpy().tobytes())
+        h.update(b.labels.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# Digests of batches drawn by the generator before splits were kept and per-id draws
+# tabulated (commit 30a7be5): the stand-in data must stay the same data.
+_PINNED = [
+    (DataSpec(rows=(3000, 600, 600), vocab_sizes=(40000, 1000, 20, 10**8), bag_sizes=(1, 5, 1, 2),
+              seed=3),
+     ("d702882c65e4cc70", "7545536354079d9e", "9d565218b27a21fa"), 0.7815564962552914),
+    (DataSpec("synthetic-text", rows=(2000, 300, 300), vocab_size=5000, seq_len=32,
+              num_classes=3, seed=5),
+     ("70d752fe49b33be4", "1c045c826f9c8aef", "dc77bc0e7a9109f6"), 0.6833333333333333),
+]
+
+
+@pytest.mark.parametrize(("keep", "tabulate"), [(True, True), (False, True), (False, False)])
+@pytest.mark.parametrize(("spec", "digests", "oracle"), _PINNED)
+def test_kept_and_generated_rows_are_the_pinned_data(
+    monkeypatch: pytest.MonkeyPatch, keep: bool, tabulate: bool, spec: DataSpec,
+    digests: tuple[str, str, str], oracle: float,
+) -> None:
+    import autoembed.data.synthetic as synthetic
+
+    if not keep:  # every batch generated on its own, as before splits were kept
+        monkeypatch.setattr(synthetic, "CACHE_BYTES", 0)
+    if not tabulate:  # every per-id draw hashed per row
+        monkeypatch.setattr(synthetic, "ID_TABLE_MAX", 0)
+    data = load_dataset(spec)
+    got = (_digest(data.batches("train", 128, seed=2, drop_last=True)),
+           _digest(data.batches("valid", 100, shuffle=False)),
+           _digest(data.batches("test", 1, seed=1)))
+    assert got == digests
+    best = data.oracle_auc("valid") if isinstance(data, SyntheticCTR) else \
+        data.oracle_accuracy("valid")  # type: ignore[attr-defined]
+    assert best == oracle
+    if not keep:
+        assert data._kept == {}  # noqa: SLF001 - nothing of the split held
+
+
+def test_kept_split_is_not_changed_by_its_batches() -> None:
+    data = _ctr(SMALL)
+    first = next(data.batches("valid", 50, shuffle=False))
+    first.features["f0"].fill_(7)  # a consumer writing into its batch
+    first.labels.fill_(2.0)
+    again = next(data.batches("valid", 50, shuffle=False))
+    fresh = next(_ctr(SMALL).batches("valid", 50, shuffle=False))
+    assert _same([again], [fresh])
+
+
+def test_kept_bytes_count_the_splits_that_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoembed.data.synthetic as synthetic
+
+    # per row: ids 8 B per bag slot (1 + 5 + 1), label 4 B, planted logit 8 B
+    ctr = _ctr(DataSpec(rows=(3000, 600, 500), vocab_sizes=(10, 1000, 10**6), bag_sizes=(1, 5, 1)))
+    assert ctr.kept_bytes() == (3000 + 600 + 500) * (7 * 8 + 4 + 8)
+    # per row: 32 tokens of 8 B, label 8 B, oracle prediction 8 B
+    text = _text(DataSpec("synthetic-text", rows=(400, 50, 50), vocab_size=5000, seq_len=32))
+    assert text.kept_bytes() == 500 * (32 * 8 + 16)
+    monkeypatch.setattr(synthetic, "CACHE_BYTES", 600 * 68)  # train no longer fits
+    assert ctr.kept_bytes() == (600 + 500) * 68
+    next(ctr.batches("train", 64))
+    next(ctr.batches("test", 64))
+    kept = ctr._kept  # noqa: SLF001 - what the worker holds
+    assert sorted(kept) == [2]
+    assert kept[2].batch.features["f1"].shape == (500, 5)
+
+
+def test_a_pickled_dataset_gives_the_same_batches_without_its_kept_rows() -> None:
+    import pickle
+
+    data = _ctr(SMALL)
+    first = list(data.batches("train", 256, seed=4))
+    raw = pickle.dumps(data)
+    assert len(raw) < 20_000  # the kept split (3000 rows) and per-id tables stay behind
+    assert _same(list(pickle.loads(raw).batches("train", 256, seed=4)), first)
 
 
 def test_shuffle_permutes_the_same_rows() -> None:

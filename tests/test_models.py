@@ -681,9 +681,12 @@ def test_bad_configs_rejected_at_build() -> None:
     with pytest.raises(ConfigError, match="'dim' = 6.*divisible by 4"):
         build_model(_one_table(dim=6, compression="qr", qr_operation="concat", serving="int4"))
     build_model(_one_table(dim=8, compression="qr", qr_operation="concat", serving="int4"))
-    for name in ("items", "a.b"):
+    for name in ("items", "enc.keys"):  # a ModuleDict attribute cannot name a module
         with pytest.raises(ConfigError, match="rename the field"):
             build_model(EmbeddingConfig(tables=(TableConfig(name, 10),)))
+    # a dotted name is a module path
+    model = build_model(EmbeddingConfig(tables=(TableConfig("a.b", 10),)))
+    assert [n for n, _ in model.named_parameters()][0] == "tables.a.b.weight"
 
 
 def test_model_class_is_exported() -> None:

@@ -36,12 +36,9 @@ def batch(cfg: EmbeddingConfig) -> Batch:
     return Batch(feats, torch.randint(0, 2, (cfg.batch_size,), generator=g).float())
 
 
-@pytest.mark.parametrize(
-    ("compression", "precision", "opt", "wide"),
-    list(itertools.product(COMPRESSIONS, PRECISIONS, OPTIMIZERS, (False, True))),
-)
-def test_built_bytes_equal_analytic(compression: str, precision: str, opt: str, wide: bool) -> None:
-    cfg = config(compression, precision, opt, wide).resolve()
+def stepped_bytes(cfg: EmbeddingConfig) -> tuple[int, int, int]:
+    """(parameter bytes, optimizer-state bytes, optimizers) counted from the real tensors
+    after one step, in 512 B blocks."""
     tr = make_trainer(cfg, "cpu")
     tr.step([batch(cfg)])
     params = sum(block(p.numel() * p.element_size()) for p in tr.model.parameters())
@@ -53,6 +50,50 @@ def test_built_bytes_equal_analytic(compression: str, precision: str, opt: str, 
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.dim() > 0:  # scalar step counters: host
                     state += block(v.numel() * v.element_size())
+    return params, state, len(tr.optimizers.all)
+
+
+@pytest.mark.parametrize(
+    ("compression", "precision", "opt", "wide"),
+    list(itertools.product(COMPRESSIONS, PRECISIONS, OPTIMIZERS, (False, True))),
+)
+def test_built_bytes_equal_analytic(compression: str, precision: str, opt: str, wide: bool) -> None:
+    cfg = config(compression, precision, opt, wide).resolve()
+    params, state, _ = stepped_bytes(cfg)
     est = estimate(cfg)
     assert params == est.parameters
     assert state == est.optimizer_state
+
+
+# Per-table settings: each table its own compression, size and (for one) its own optimizer.
+# The override is a sparse optimizer under a dense default and the reverse, so every cell
+# mixes sparse and dense table gradients in one step.
+OTHER = {"sgd": "adam", "momentum": "rowwise_adagrad", "adam": "sparse_adam", "adamw": "sgd",
+         "adagrad": "momentum", "rowwise_adagrad": "adamw", "sparse_adam": "adagrad"}
+
+
+def mixed_config(precision: str, opt: str, wide: bool) -> EmbeddingConfig:
+    dense = {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}.get(opt, opt)
+    return EmbeddingConfig(
+        tables=(
+            TableConfig("u.a", 3000, compression="hash", hash_buckets=0.1),
+            TableConfig("u.b", 700, 2.0, compression="qr", qr_collisions=0.2,
+                        table_optimizer=OTHER[opt], dim=8),
+            TableConfig("c", 90, compression="mixed_dim", frequency=0.001),
+            TableConfig("d", 400, compression="qr", qr_collisions=7, qr_operation="concat"),
+        ),
+        dim=16, batch_size=64, dense_layers=(32,), mixed_dim_alpha=0.5, precision=precision,
+        table_optimizer=opt, dense_optimizer=dense, wide=wide,
+    )
+
+
+@pytest.mark.parametrize(
+    ("precision", "opt", "wide"), list(itertools.product(PRECISIONS, OPTIMIZERS, (False, True)))
+)
+def test_mixed_tables_built_bytes_equal_analytic(precision: str, opt: str, wide: bool) -> None:
+    cfg = mixed_config(precision, opt, wide).resolve()
+    params, state, optimizers = stepped_bytes(cfg)
+    est = estimate(cfg)
+    assert params == est.parameters
+    assert state == est.optimizer_state
+    assert optimizers == 3  # two table optimizers and the dense one

@@ -171,6 +171,27 @@ def test_metrics_agree_with_sklearn() -> None:
     assert mt["macro_f1"] == pytest.approx(f1_score(yt, zt.argmax(1), average="macro"))
 
 
+def test_metrics_agree_with_sklearn_on_ties_and_unseen_classes() -> None:
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 2000)
+    z = np.round(rng.normal(size=2000) + y, 1)  # many tied scores: ranks are averaged
+    m = quality_metrics("ctr", z, y)
+    assert m["auc"] == pytest.approx(roc_auc_score(y, z), rel=1e-12)
+    p = np.clip(1 / (1 + np.exp(-z)), 1e-7, 1 - 1e-7)
+    assert m["logloss"] == pytest.approx(log_loss(y, p), rel=1e-12)
+    assert math.isnan(quality_metrics("ctr", z, np.ones(2000, dtype=np.int64))["auc"])
+    yt = rng.integers(0, 3, 500)  # class 3 is predicted but never true; class 2 never predicted
+    zt = rng.normal(size=(500, 5))
+    zt[:, 2] -= 10.0
+    zt[:, 4] -= 10.0
+    pred = zt.argmax(1)
+    assert 3 in pred and 2 not in pred
+    mt = quality_metrics("text", zt, yt)
+    assert mt["accuracy"] == pytest.approx(accuracy_score(yt, pred), rel=1e-12)
+    f1 = f1_score(yt, pred, average="macro", zero_division=0)
+    assert mt["macro_f1"] == pytest.approx(f1, rel=1e-12)
+
+
 def test_int8_serving_measures_quality_before_and_after() -> None:
     r = run_trial(cfg(serving="int8"), TinyCTR(), RunSettings(max_steps=60, eval_every=30))
     assert r.status == "complete", r.error

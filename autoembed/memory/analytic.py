@@ -24,6 +24,7 @@ from autoembed.config import (
     ParamSpec,
     param_specs,
     precision_policy,
+    resolved_tables,
 )
 from autoembed.memory.types import (
     CUBLAS_WORKSPACE_BYTES,
@@ -115,7 +116,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
     state: list[int] = []
     grads: list[int] = []
     master_grads: list[int] = []
-    table_temps: list[int] = []  # foreach: summed over the group
+    table_temps: dict[str, int] = {}  # foreach: summed over each table optimizer's group
     sparse_temps: list[int] = []  # per-tensor loop: only the largest is live
     sparse_g = sparse_mg = 0
     dense_temps: list[int] = []
@@ -124,7 +125,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
     table_dims: dict[str, tuple[int, int]] = {}
     for s in specs:
         is_table = s.kind == "table"
-        opt = config.table_optimizer if is_table else config.dense_optimizer
+        opt = s.optimizer
         p = round_block(s.numel * pb)
         params.append(p)
         if pol.master:
@@ -132,7 +133,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         st = optimizer_state_bytes(opt, s, sb)
         state.append(st)
         dim = s.shape[1] if len(s.shape) > 1 else 1
-        if is_table and config.sparse_tables:
+        if s.sparse:
             lookups = math.ceil(batch * s.lookups_per_sample) * acc
             g = round_block(lookups * dim * pb) + round_block(lookups * INDEX_BYTES)
             mg = round_block(lookups * dim * 4) + round_block(lookups * INDEX_BYTES)
@@ -145,9 +146,11 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         else:
             g = round_block(s.numel * pb)
             mg = round_block(s.numel * 4)
-            (table_temps if is_table else dense_temps).append(
-                FOREACH_TEMPORARIES[opt] * round_block(s.numel * sb)
-            )
+            tmp = FOREACH_TEMPORARIES[opt] * round_block(s.numel * sb)
+            if is_table:
+                table_temps[opt] = table_temps.get(opt, 0) + tmp
+            else:
+                dense_temps.append(tmp)
         grads.append(g)
         if pol.master:
             master_grads.append(mg)
@@ -168,7 +171,9 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
             r, d = table_dims.get(key, (0, 0))
             table_dims[key] = (r + s.rows, max(d, dim))
         serving += srv
-    step_temps = [max(sum(table_temps), max(sparse_temps, default=0), sum(dense_temps))]
+    # the optimizers step one after another: the largest step's temporaries are the peak's
+    step_temps = [max(max(table_temps.values(), default=0), max(sparse_temps, default=0),
+                      sum(dense_temps))]
     bookkeeping = []
     if config.placement == "host_cached":
         from autoembed.memory.cache_model import SLOT_BOOKKEEPING_TENSORS
@@ -205,6 +210,7 @@ def _activations(
     tower_b = 2 if pol.autocast_dtype else pol.param_bytes
     acts: list[int] = []
     transient = 0
+    settings = {ts.name: ts for ts in resolved_tables(config)}
     # The batch itself: int64 id matrices and the labels.
     for t in config.tables:
         acts.append(round_block(batch * math.ceil(config.lookups_per_sample(t)) * INDEX_BYTES))
@@ -214,10 +220,9 @@ def _activations(
             continue
         dim = s.shape[1]
         lookups = math.ceil(batch * s.lookups_per_sample)
+        ts = settings.get(s.table or "")
         if config.pooling == "naive" or (
-            config.compression == "qr"
-            and config.qr_operation == "mult"
-            and s.lookups_per_sample > 1
+            ts is not None and ts.qr and ts.qr_operation == "mult" and s.lookups_per_sample > 1
         ):
             # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
             # of the lookup in backward (mean pooling's backward expands then divides).

@@ -34,6 +34,7 @@ from autoembed.config import (
     EmbeddingConfig,
     cache_rows,
     precision_policy,
+    resolved_tables,
     storage_rows,
 )
 from autoembed.memory.types import CacheTable, round_block
@@ -63,12 +64,14 @@ _EXACT_RANKS = 4096  # Che's approximation: ranks summed one by one up to here
 _BIN_RATIO = 1.01  # then geometric bins of ranks this wide
 
 
-def row_state_bytes(config: EmbeddingConfig, dim: int) -> int:
-    """Optimizer-state bytes of one row under the table optimizer (no master: host_cached)."""
+def row_state_bytes(config: EmbeddingConfig, dim: int, optimizer: str | None = None) -> int:
+    """Optimizer-state bytes of one row under `optimizer` (default: the config's table
+    optimizer; no master: host_cached)."""
     pb = precision_policy(config.precision).param_bytes
-    if config.table_optimizer == "rowwise_adagrad":
+    opt = optimizer or config.table_optimizer
+    if opt == "rowwise_adagrad":
         return ROWWISE_STATE_BYTES
-    return STATE_TENSORS[config.table_optimizer] * dim * pb
+    return STATE_TENSORS[opt] * dim * pb
 
 
 def device_bookkeeping(cache: int) -> int:
@@ -189,9 +192,9 @@ def cache_tables(config: EmbeddingConfig) -> tuple[CacheTable, ...]:
     config = config.resolve()
     pb = precision_policy(config.precision).param_bytes
     out = []
-    for t in config.tables:
-        rows, cache, dim = storage_rows(config, t), cache_rows(config, t), config.table_dim(t)
-        st = row_state_bytes(config, dim)
+    for t in resolved_tables(config):
+        rows, cache, dim = storage_rows(config, t), cache_rows(config, t), t.dim
+        st = row_state_bytes(config, dim, t.table_optimizer)
         row_b = dim * pb + st
         host = rows * row_b + rows * HOST_ROW_BOOKKEEPING_BYTES
         host += config.dynamic_rows * DYNAMIC_OWNER_BYTES
@@ -200,7 +203,7 @@ def cache_tables(config: EmbeddingConfig) -> tuple[CacheTable, ...]:
         if t.frequency is not None and known > 1:
             s = zipf_exponent_for(known, float(t.frequency))
         m = miss_rate(rows, cache, config.cache_policy, s)
-        misses = config.batch_size * config.lookups_per_sample(t) * m
+        misses = config.batch_size * t.lookups * m
         out.append(CacheTable(
             t.name, rows, cache, dim, row_b, host, device_bookkeeping(cache), s, m, misses,
             math.ceil(2 * misses * row_b),

@@ -29,6 +29,8 @@ Compression (storage is fixed by `autoembed.config.param_specs`):
   compositional embeddings for one-hot fields, an approximation for bags; naive pooling
   combines per lookup and is exact for every bag size.
 * mixed_dim: rows of the table's own dim, pooled, then ``proj`` (Linear d -> D, no bias).
+  Any table whose own dim d differs from the config's D (per-table ``dim``) gets the same
+  ``proj`` after pooling (and, under QR, after combining).
 * shared: one ``shared`` table of max(V) rows that every field indexes directly.
 """
 
@@ -298,7 +300,8 @@ class WideTable(PlainTable):
 
 
 class QRTable(TableModule):
-    """Quotient-remainder table (Shi et al., 2019): q_weight [ceil(V/m), Dq], r_weight [m, Dq]."""
+    """Quotient-remainder table (Shi et al., 2019): q_weight [ceil(V/m), Dq], r_weight [m, Dq];
+    with `out_dim` other than `dim`, ``proj`` (Linear dim -> out_dim, no bias) after combining."""
 
     def __init__(
         self,
@@ -308,6 +311,7 @@ class QRTable(TableModule):
         operation: str,
         spec: LookupSpec,
         *,
+        out_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -318,6 +322,11 @@ class QRTable(TableModule):
         q_rows = -(-vocab // collisions)
         self.q_weight = nn.Parameter(torch.empty((q_rows, dq), device=device, dtype=dtype))
         self.r_weight = nn.Parameter(torch.empty((collisions, dq), device=device, dtype=dtype))
+        self.proj = (
+            nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
+            if out_dim is not None and out_dim != dim
+            else None
+        )
         std = 1.0 / math.sqrt(dim)
         with torch.no_grad():
             if operation == "mult":
@@ -342,10 +351,12 @@ class QRTable(TableModule):
         idx, valid = self._masked(ids)
         q, r = qr_indices(idx, self.collisions)
         if self.spec.pooling == "naive":
-            return self._maybe_checkpoint(self._naive, q, r, valid)
-        pq = self._bags("q_weight", [q], [valid])[0]
-        pr = self._bags("r_weight", [r], [valid])[0]
-        return self._combine(pq, pr)
+            out = self._maybe_checkpoint(self._naive, q, r, valid)
+        else:
+            pq = self._bags("q_weight", [q], [valid])[0]
+            pr = self._bags("r_weight", [r], [valid])[0]
+            out = self._combine(pq, pr)
+        return out if self.proj is None else self.proj(out)
 
     def _naive(self, q: torch.Tensor, r: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         rows = self._combine(

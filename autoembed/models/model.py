@@ -2,10 +2,15 @@
 
 Layout (names as `named_parameters` yields them, in `param_specs` order):
 ``tables.<field>.weight`` (or ``q_weight`` / ``r_weight`` under QR, plus ``proj.weight`` for
-a mixed-dim table narrower than `dim`; ``tables.shared.weight`` under sharing), then, with
+a table whose dim is not the config's `dim`; ``tables.shared.weight`` under sharing), then, with
 `wide`, ``wide.<field>.weight`` (per-id logit weights added to the tower's output), then
 ``tower.<i>.weight`` / ``tower.<i>.bias``. Every parameter has the precision policy's
 `param_dtype`. See `autoembed.models.embedding` for the lookups.
+
+Each table follows its own settings (`autoembed.config.resolved_tables`): compression, sizes,
+dim and table optimizer (which decides whether its gradients are sparse). A dotted field name
+(``encoder.tok_emb``) is a module path: the table sits in nested ModuleDicts, so its weight
+is ``tables.encoder.tok_emb.weight``; `EmbeddingModel.table(name)` finds it.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from autoembed.batch import Batch
 from autoembed.config import (
     WIDE_PREFIX,
     EmbeddingConfig,
-    TableConfig,
+    TableSettings,
     cache_rows,
     param_specs,
     precision_policy,
+    resolved_tables,
     tower_input_width,
 )
 from autoembed.errors import ConfigError, DataError, UnsupportedError
@@ -66,18 +72,23 @@ def as_device(device: torch.device | str) -> torch.device:
 def check_buildable(config: EmbeddingConfig) -> None:
     """Reject, with a ConfigError naming the value and the fix, what `config.validate` lets
     through but the model or its optimizers cannot do."""
-    for t in config.tables:
-        if "." in t.name or hasattr(nn.ModuleDict(), t.name):
+    reserved = nn.ModuleDict()
+    for i, ts in enumerate(resolved_tables(config)):
+        for part in ts.name.split("."):
+            if hasattr(reserved, part):
+                raise ConfigError(
+                    f"config key 'tables[{i}].name' = {ts.name!r}: '{part}' is a ModuleDict "
+                    "attribute and cannot name a torch module; rename the field"
+                )
+        if config.weight_decay > 0 and ts.table_optimizer in _NO_SPARSE_DECAY:
+            key = "table_optimizer" if ts.table_optimizer == config.table_optimizer else (
+                f"tables[{i}].table_optimizer")
             raise ConfigError(
-                f"config key 'tables[].name' = {t.name!r}: a table name becomes a torch module "
-                "name, which cannot contain '.' or be a ModuleDict attribute; rename the field"
+                f"config key 'weight_decay' = {config.weight_decay!r}: {key} "
+                f"'{ts.table_optimizer}' takes sparse gradients and cannot apply weight decay; "
+                "set weight_decay 0, or use table_optimizer rowwise_adagrad, adam, adamw or "
+                "momentum"
             )
-    if config.weight_decay > 0 and config.table_optimizer in _NO_SPARSE_DECAY:
-        raise ConfigError(
-            f"config key 'weight_decay' = {config.weight_decay!r}: table_optimizer "
-            f"'{config.table_optimizer}' takes sparse gradients and cannot apply weight decay; "
-            "set weight_decay 0, or use table_optimizer rowwise_adagrad, adam, adamw or momentum"
-        )
     if config.serving == "int4":
         for s in param_specs(config):
             if s.kind == "table" and not s.name.startswith(WIDE_PREFIX) and s.shape[1] % 2:
@@ -88,72 +99,77 @@ def check_buildable(config: EmbeddingConfig) -> None:
                 )
 
 
-def _hashed_rows(config: EmbeddingConfig, t: TableConfig) -> tuple[int, int | None]:
-    """(rows, buckets) of a table's ids: under hash compression a table larger than
-    `hash_buckets` hashes its ids into that many rows; otherwise one row per id (None)."""
-    v = t.vocab_size
-    if config.compression != "hash":
-        return v, None
-    assert config.hash_buckets is not None
-    if v > config.hash_buckets:
-        return config.hash_buckets, config.hash_buckets
-    return v, None
+def _lookup_spec(config: EmbeddingConfig, sparse: bool) -> LookupSpec:
+    return LookupSpec(config.pooling, sparse, config.task == "text", config.checkpointing)
 
 
 def _field_table(
-    config: EmbeddingConfig,
-    t: TableConfig,
-    spec: LookupSpec,
-    device: torch.device,
-    dtype: torch.dtype,
+    config: EmbeddingConfig, ts: TableSettings, device: torch.device, dtype: torch.dtype
 ) -> TableModule:
-    v, d = t.vocab_size, config.table_dim(t)
+    spec = _lookup_spec(config, ts.sparse)
     if config.placement == "host_cached":
-        return _host_cached_table(config, t, spec, device, dtype)
-    if config.compression == "hash":
-        rows, buckets = _hashed_rows(config, t)
-        return PlainTable(
-            rows, d, d, spec, buckets=buckets, seed=config.hash_seed, device=device, dtype=dtype
-        )
-    if config.compression == "qr" and v > config.qr_collisions:
-        m, op = config.qr_collisions, config.qr_operation
-        return QRTable(v, m, d, op, spec, device=device, dtype=dtype)
-    # none, mixed_dim (projects d -> dim when narrower), qr with V <= m (a plain table)
-    return PlainTable(v, d, config.dim, spec, device=device, dtype=dtype)
+        return _host_cached_table(config, ts, spec, device, dtype)
+    if ts.qr:
+        return QRTable(ts.vocab_size, ts.qr_collisions, ts.dim, ts.qr_operation, spec,
+                       out_dim=config.dim, device=device, dtype=dtype)
+    # none, hash (ids hashed when V > buckets), mixed_dim, qr with V <= m: one weight,
+    # projected to the config's dim when the table's dim differs
+    rows, buckets = ts.hashed
+    return PlainTable(rows, ts.dim, config.dim, spec, buckets=buckets, seed=ts.hash_seed,
+                      device=device, dtype=dtype)
 
 
 def _host_cached_table(
     config: EmbeddingConfig,
-    t: TableConfig,
+    ts: TableSettings,
     spec: LookupSpec,
     device: torch.device,
     dtype: torch.dtype,
 ) -> TableModule:
     from autoembed.models.host_cache import HostCachedTable
 
-    rows, buckets = _hashed_rows(config, t)
+    rows, buckets = ts.hashed
     return HostCachedTable(
-        rows, config.table_dim(t), cache_rows(config, t), config.cache_policy,
-        config.table_optimizer, spec,
-        buckets=buckets, seed=config.hash_seed, dynamic_rows=config.dynamic_rows,
+        rows, ts.dim, cache_rows(config, ts), config.cache_policy, ts.table_optimizer, spec,
+        buckets=buckets, seed=ts.hash_seed, dynamic_rows=config.dynamic_rows,
         device=device, dtype=dtype,
     )
 
 
 def _wide_table(
-    config: EmbeddingConfig,
-    t: TableConfig,
-    out: int,
-    spec: LookupSpec,
-    device: torch.device,
+    config: EmbeddingConfig, ts: TableSettings, out: int, device: torch.device,
     dtype: torch.dtype,
 ) -> WideTable:
     """One field's wide part: ids map to rows as in the deep table under hash compression,
     one row per id otherwise (`config.param_specs` fixes the shapes)."""
-    rows, buckets = _hashed_rows(config, t)
+    rows, buckets = ts.hashed
+    spec = _lookup_spec(config, ts.sparse)
     return WideTable(
-        rows, out, spec, buckets=buckets, seed=config.hash_seed, device=device, dtype=dtype
+        rows, out, spec, buckets=buckets, seed=ts.hash_seed, device=device, dtype=dtype
     )
+
+
+def _nested(modules: dict[str, nn.Module]) -> nn.ModuleDict:
+    """A ModuleDict holding each module at its dotted path ('a.b' -> root['a']['b'])."""
+    root = nn.ModuleDict()
+    for path, module in modules.items():
+        *outer, last = path.split(".")
+        node = root
+        for part in outer:
+            if part not in node:
+                node[part] = nn.ModuleDict()
+            child = node[part]
+            assert isinstance(child, nn.ModuleDict)
+            node = child
+        node[last] = module
+    return root
+
+
+def _at(root: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        assert isinstance(root, nn.ModuleDict)
+        root = root[part]
+    return root
 
 
 class EmbeddingModel(nn.Module):
@@ -171,32 +187,33 @@ class EmbeddingModel(nn.Module):
         self.config = config
         dev = torch.device(device)
         dtype = torch_dtype(precision_policy(config.precision).param_dtype)
-        spec = LookupSpec(
-            config.pooling, config.sparse_tables, config.task == "text", config.checkpointing
-        )
-        self.fields = tuple(t.name for t in config.tables)
+        settings = resolved_tables(config)
+        self.fields = tuple(ts.name for ts in settings)
         self.shared = config.compression == "shared"
         tables: dict[str, nn.Module] = {}
         if self.shared:
             rows = max(t.vocab_size for t in config.tables)
+            spec = _lookup_spec(config, config.sparse_tables)
             tables["shared"] = PlainTable(
                 rows, config.dim, config.dim, spec, device=dev, dtype=dtype
             )
         else:
-            for t in config.tables:
-                tables[t.name] = _field_table(config, t, spec, dev, dtype)
-        self.tables = nn.ModuleDict(tables)
+            for ts in settings:
+                tables[ts.name] = _field_table(config, ts, dev, dtype)
+        self.tables = _nested(tables)
         out = 1 if config.task == "ctr" else config.num_classes
         self.wide = (
-            nn.ModuleDict(
-                {t.name: _wide_table(config, t, out, spec, dev, dtype) for t in config.tables}
-            )
+            _nested({ts.name: _wide_table(config, ts, out, dev, dtype) for ts in settings})
             if config.wide
             else None
         )
         self.tower = build_tower(
             tower_input_width(config), config.dense_layers, out, device=dev, dtype=dtype
         )
+
+    def table(self, name: str) -> nn.Module:
+        """The table module of field `name` (a dotted name is a module path)."""
+        return _at(self.tables, name)
 
     def embed(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tower's input: pooled fields after the interaction."""
@@ -216,9 +233,9 @@ class EmbeddingModel(nn.Module):
             assert isinstance(shared, PlainTable)
             pooled = shared.forward_many(ids)
         else:
-            pooled = [self.tables[n](i) for n, i in zip(self.fields, ids, strict=True)]
-        if self.config.task == "text":
-            return pooled[0]
+            pooled = [self.table(n)(i) for n, i in zip(self.fields, ids, strict=True)]
+        if self.config.task == "text":  # each table a text field; several are concatenated
+            return pooled[0] if len(pooled) == 1 else interact(pooled, "concat")
         return interact(pooled, self.config.interaction)
 
     def forward(self, batch: Batch | Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -229,8 +246,8 @@ class EmbeddingModel(nn.Module):
         else:
             logits = run_tower(self.tower, x)
         if self.wide is not None:
-            for name, table in self.wide.items():
-                logits = logits + table(features[name])
+            for name in self.fields:
+                logits = logits + _at(self.wide, name)(features[name])
         return logits.squeeze(-1) if self.config.task == "ctr" else logits
 
 

@@ -1,4 +1,5 @@
-"""Optimizers: one for the tables (kind "table"), one for the dense tower (kind "dense").
+"""Optimizers: one per table optimizer (tables of kind "table", grouped by their own
+`table_optimizer`, in order of first appearance), one for the dense tower (kind "dense").
 
 Map (config name -> torch): sgd -> SGD(momentum=0); momentum -> SGD(momentum=config.momentum);
 adam -> Adam(eps=config.effective_adam_eps); adamw -> AdamW; adagrad -> Adagrad;
@@ -21,7 +22,12 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from autoembed.config import FP16_MIN_ADAM_EPS, EmbeddingConfig, param_specs
+from autoembed.config import (
+    FP16_MIN_ADAM_EPS,
+    SPARSE_GRAD_OPTIMIZERS,
+    EmbeddingConfig,
+    param_specs,
+)
 
 __all__ = [
     "ROWWISE_ADAGRAD_EPS",
@@ -142,22 +148,37 @@ def _warmup(steps: int) -> Callable[[int], float]:
 
 @dataclass(frozen=True)
 class Optimizers:
-    """The table optimizer and the dense optimizer, stepped in that order, plus warm-up."""
+    """The table optimizers (one per distinct table optimizer) and the dense optimizer,
+    stepped in that order, plus warm-up."""
 
-    table: Optimizer
+    tables: tuple[Optimizer, ...]
     dense: Optimizer
     schedulers: tuple[LambdaLR, ...] = ()
 
     @property
-    def all(self) -> tuple[Optimizer, Optimizer]:
-        return (self.table, self.dense)
+    def table(self) -> Optimizer:
+        """The table optimizer of a config whose tables share one."""
+        if len(self.tables) != 1:
+            raise ValueError(f"the tables have {len(self.tables)} optimizers; use .tables")
+        return self.tables[0]
+
+    def table_for(self, param: torch.Tensor) -> Optimizer:
+        """The table optimizer that steps `param`."""
+        for opt in self.tables:
+            if any(p is param for g in opt.param_groups for p in g["params"]):
+                return opt
+        raise ValueError("the parameter is in no table optimizer")
+
+    @property
+    def all(self) -> tuple[Optimizer, ...]:
+        return (*self.tables, self.dense)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for opt in self.all:
             opt.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
-        """Table step, dense step, then advance the warm-up schedule."""
+        """Table steps, dense step, then advance the warm-up schedule."""
         for opt in self.all:
             opt.step()
         self.advance_schedule()
@@ -167,14 +188,21 @@ class Optimizers:
             s.step()
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table.state_dict(),
+        """{"table": first table optimizer, "dense", "schedulers"} (the one-optimizer layout
+        of earlier checkpoints), plus "more_tables" when the tables have several."""
+        out = {
+            "table": self.tables[0].state_dict(),
             "dense": self.dense.state_dict(),
             "schedulers": [s.state_dict() for s in self.schedulers],
         }
+        if len(self.tables) > 1:
+            out["more_tables"] = [o.state_dict() for o in self.tables[1:]]
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.table.load_state_dict(state["table"])
+        more = state.get("more_tables", [])
+        for opt, sd in zip(self.tables, [state["table"], *more], strict=True):
+            opt.load_state_dict(sd)
         self.dense.load_state_dict(state["dense"])
         for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(sd)
@@ -186,29 +214,41 @@ def build_optimizer(
     *,
     masters: Mapping[str, torch.Tensor] | None = None,
 ) -> Optimizers:
-    """Optimizers for `model`'s parameters split by `param_specs` kind.
+    """Optimizers for `model`'s parameters by `param_specs`: the dense ones under
+    `dense_optimizer`, each table's under its own table optimizer (one torch optimizer per
+    distinct name, at `config.lr`).
 
     masters: parameter name -> fp32 master tensor to optimise instead of the parameter
     (fp16_master / bf16_master precision).
     """
     if not config.is_resolved:
         config = config.resolve()
-    kinds = {s.name: s.kind for s in param_specs(config)}
-    groups: dict[str, list[torch.Tensor]] = {"table": [], "dense": []}
+    specs = {s.name: s for s in param_specs(config)}
+    tables: dict[str, list[torch.Tensor]] = {}
+    dense: list[torch.Tensor] = []
     for name, p in model.named_parameters():
-        if name not in kinds:
+        if name not in specs:
             raise ValueError(f"parameter '{name}' is not in param_specs(config)")
-        groups[kinds[name]].append(masters[name] if masters is not None else p)
-    table = make_optimizer(
-        config.table_optimizer, groups["table"], config, lr=config.lr, sparse=config.sparse_tables
+        s, t = specs[name], masters[name] if masters is not None else p
+        if s.kind == "table":
+            tables.setdefault(s.optimizer, []).append(t)
+        else:
+            dense.append(t)
+    if not tables:  # every model has tables
+        raise ValueError("the model has no table parameters")
+    table_opts = tuple(
+        make_optimizer(name, params, config, lr=config.lr, sparse=name in SPARSE_GRAD_OPTIMIZERS)
+        for name, params in tables.items()
     )
-    dense = make_optimizer(
-        config.dense_optimizer, groups["dense"], config, lr=config.effective_dense_lr, sparse=False
+    dense_opt = make_optimizer(
+        config.dense_optimizer, dense, config, lr=config.effective_dense_lr, sparse=False
     )
     schedulers: tuple[LambdaLR, ...] = ()
     if config.warmup_steps > 0:
-        schedulers = tuple(LambdaLR(o, _warmup(config.warmup_steps)) for o in (table, dense))
-    return Optimizers(table, dense, schedulers)
+        schedulers = tuple(
+            LambdaLR(o, _warmup(config.warmup_steps)) for o in (*table_opts, dense_opt)
+        )
+    return Optimizers(table_opts, dense_opt, schedulers)
 
 
 def state_bytes(optimizer: Optimizer) -> int:

@@ -163,7 +163,7 @@ def make_trainer(
         from autoembed.models.host_cache import host_cached_tables
 
         for _, table in host_cached_tables(model):  # the state moves with the cached rows
-            table.bind_optimizer(optimizers.table)
+            table.bind_optimizer(optimizers.table_for(table.cache_weight))
     return Trainer(
         config=config,
         model=model,

@@ -38,6 +38,18 @@ from autoembed.errors import ConfigError  # noqa: E402
 from autoembed.search.engine import SearchEngine  # noqa: E402
 from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
+
+class _QuietDefaultTokenAuth(logging.Filter):
+    """Drops Ray's notice that a new local cluster turned on token authentication (its
+    default, printed on every search); the warning that auth is OFF still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+
+logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+    _QuietDefaultTokenAuth())
+
 __all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session",
            "parse_trial_resources", "data_file_blob", "node_problems"]
 

@@ -23,6 +23,13 @@ FINAL = "autoembed_final"  # result key marking the last report (value: TrialRes
 RESOURCES = "resources"  # Tune config key: the custom Ray resources this trial asked for
 
 
+@lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """A file's digest, read once per (path, size, mtime) in this worker, not every trial."""
+    del size, mtime_ns  # the cache key: a rewritten file is read again
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def local_data(data: dict[str, Any], blob: dict[str, Any] | None,
                cache_dir: Path | None = None) -> dict[str, Any]:
     """The data spec with its file readable on this node: the driver's path when the file
@@ -32,7 +39,8 @@ def local_data(data: dict[str, Any], blob: dict[str, Any] | None,
         return data
     path = Path(str(data["name"]))
     try:
-        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == blob["sha256"]:
+        st = path.stat()
+        if path.is_file() and _sha256(str(path), st.st_size, st.st_mtime_ns) == blob["sha256"]:
             return data
     except OSError:
         pass

@@ -13,7 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoembed.config import EmbeddingConfig
+from autoembed.config import (
+    EmbeddingConfig,
+    map_bucket_counts,
+    storage_rows,
+    with_data_tables,
+)
 from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
 from autoembed.space import SearchSpace, StandIn
@@ -84,8 +89,7 @@ class Workload:
         that holds a batch (the stand-in's hit rate is then higher than at full size)."""
         if not self.stand_in:
             return config
-        if config.hash_buckets is not None:
-            config = replace(config, hash_buckets=_scaled(config.hash_buckets, self.scale, 1))
+        config = map_bucket_counts(config, lambda n: _scaled(n, self.scale, 1))
         if config.placement == "host_cached" and self.train_dataset is not None:
             config = replace(config, cache_load_factor=_stand_in_factor(
                 config, self.train_dataset.tables))
@@ -96,11 +100,8 @@ def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:
     import math
 
     factor = config.cache_load_factor
-    for t in tables:
-        rows = t.vocab_size
-        if config.hash_buckets is not None:
-            rows = min(rows, config.hash_buckets)
-        rows += config.dynamic_rows
+    for t in with_data_tables(config, tables):
+        rows = storage_rows(config, t)
         per_batch = config.batch_size * math.ceil(config.lookups_per_sample(t))
         factor = max(factor, min(1.0, min(rows, per_batch) / rows))
     return factor
