@@ -27,6 +27,9 @@ __all__ = [
     "UnsupportedError",
     "estimate",
     "estimate_model",
+    "apply",
+    "tables",
+    "materialize",
     "load_config",
     "save_config",
     "build_model",
@@ -44,6 +47,9 @@ _LAZY = {
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "estimate_model": "autoembed.user_model",
+    "apply": "autoembed.user_model.apply",
+    "tables": "autoembed.user_model.apply",
+    "materialize": "autoembed.user_model.apply",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -135,8 +135,7 @@ def _fake_example(example: Any) -> Any:
 
 def _owner_of(model: nn.Module) -> dict[int, str]:
     """id(parameter) -> owner: its table's path, else its top-level module's name."""
-    tables = {id(p): path for path, m in embedding_modules(model)
-              for p in m.parameters(recurse=False)}
+    tables = {id(p): path for path, m in embedding_modules(model) for p in m.parameters()}
     owners: dict[int, str] = {}
     for name, p in model.named_parameters():
         owners.setdefault(id(p), tables.get(id(p)) or (name.split(".")[0] if "." in name
@@ -295,15 +294,17 @@ def _tables(step: UserStep) -> tuple[TableMemory, ...]:
                                  and v.dim() > 0)
     out = []
     for path, m in embedding_modules(step.model):
-        w = m.weight
-        assert isinstance(w, torch.Tensor)
-        master = masters.get(names.get(id(w), ""))
-        params = _nbytes(w) + _nbytes(master)
-        key = master if master is not None else w
+        params = grads = opt_state = serving = 0
+        for w in m.parameters():
+            master = masters.get(names.get(id(w), ""))
+            serving += _nbytes(w)
+            params += _nbytes(w) + _nbytes(master)
+            grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
+            opt_state += state.get(id(master if master is not None else w), 0)
         out.append(TableMemory(
-            name=path, rows=int(w.shape[0]), dim=int(w.shape[1]), parameters=params,
-            gradients=_nbytes(w) * (4 // w.element_size() if master is not None else 1),
-            optimizer_state=state.get(id(key), 0), serving_bytes=_nbytes(w)))
+            name=path, rows=int(cast(Any, m).num_embeddings), dim=int(cast(Any, m).embedding_dim),
+            parameters=params,
+            gradients=grads, optimizer_state=opt_state, serving_bytes=serving))
     return tuple(out)
 
 
@@ -322,7 +323,9 @@ def _estimate(
 ) -> MemoryEstimate:
     if reserve < 0:
         raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
-    peak = max(peaks.values(), key=lambda s: s.allocated)
+    # building the model (and apply's replaced tables) is not the step: build on meta
+    steps = [s for phase, s in peaks.items() if phase != "setup"] or list(peaks.values())
+    peak = max(steps, key=lambda s: s.allocated)
     tables = _tables(step)
     cats = peak.by_category
     overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve

@@ -51,7 +51,9 @@ LossFn = Callable[[Any, Any], torch.Tensor]
 
 
 def _embedding_types() -> tuple[type[nn.Module], ...]:
-    return (nn.Embedding, nn.EmbeddingBag)
+    from autoembed import nn as ae_nn
+
+    return (nn.Embedding, nn.EmbeddingBag, ae_nn.Embedding, ae_nn.EmbeddingBag)
 
 
 EMBEDDING_TYPES = _embedding_types()
@@ -172,8 +174,7 @@ class UserStep:
         masters = MasterWeights.create(model) if policy.master else None
         named = dict(model.named_parameters())
         target = masters.masters if masters is not None else named
-        table_ids = {id(m.weight) for _, m in embedding_modules(model)
-                     if isinstance(getattr(m, "weight", None), torch.Tensor)}
+        table_ids = {id(p) for _, m in embedding_modules(model) for p in m.parameters()}
         tables = [target[n] for n, p in named.items() if p.requires_grad and id(p) in table_ids]
         dense = [target[n] for n, p in named.items() if p.requires_grad and id(p) not in table_ids]
         if isinstance(optimizer, str):
