@@ -58,3 +58,11 @@ def full_model() -> CheckpointedClassifier:
 
 def full_example() -> tuple[torch.Tensor, torch.Tensor]:
     return make_example(**SIZES["full"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from examples._demo import demo
+
+    demo(sys.modules[__name__])

@@ -53,3 +53,11 @@ def full_model() -> DLRM:
 
 def full_example() -> dict[str, torch.Tensor]:
     return make_example(**SIZES["full"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from examples._demo import demo
+
+    demo(sys.modules[__name__])

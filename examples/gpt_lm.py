@@ -70,3 +70,11 @@ def full_model() -> GPT:
 
 def full_example() -> torch.Tensor:
     return make_example(**SIZES["full"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from examples._demo import demo
+
+    demo(sys.modules[__name__])

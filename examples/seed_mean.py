@@ -44,16 +44,8 @@ def full_example() -> tuple:
 
 
 if __name__ == "__main__":
-    import autoembed
+    import sys
 
-    est = autoembed.estimate_model(full_model, full_example(), budget=8 * 10**9)
-    print(f"full size: peak {est.allocated_peak / 1e9:.2f} GB, fits 8 GB: {est.fits}")
-    size = SIZES["twin"]
-    model = build_model(**size)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(20):
-        loss = model(*make_example(**size))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    print(f"trained 20 steps, last loss {loss.item():.3f}")
+    from examples._demo import demo
+
+    demo(sys.modules[__name__])
