@@ -15,14 +15,12 @@ def demo(mod: ModuleType, steps: int = 20) -> None:
     print(f"full size: allocated peak {est.allocated_peak / 1e9:.2f} GB, device total "
           f"{est.device_total / 1e9:.2f} GB, fits 8 GB: {est.fits}")
     size = mod.SIZES["twin"]
-    with torch.device("meta"):
-        model = mod.build_model(**size)
+    model = mod.build_model(**size)  # (a large model: build on meta, then materialize)
     first = autoembed.tables(model)[0]
     cfg = EmbeddingConfig(dim=first.dim or 16, tables=(TableConfig(
         first.name, first.vocab_size, compression="hash",
         hash_buckets=max(1, first.vocab_size // 4)),))
     autoembed.apply(model, cfg)
-    autoembed.materialize(model, "cpu")
     print(f"'{first.name}' hashed into {first.vocab_size // 4} rows")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     example = mod.make_example(**size)

@@ -122,3 +122,11 @@ def test_bad_configs_are_one_line_errors() -> None:
         autoembed.apply(model, hashed("lm_head", 10, 5, GPT["dim"]))
     with pytest.raises(ConfigError, match="no nn.Embedding"):
         autoembed.tables(nn.Linear(2, 2))
+
+
+def test_materialize_refuses_buffers_without_values() -> None:
+    with torch.device("meta"):
+        model = seed_mean.build_model(vocab=100, dim=4)
+        model.register_buffer("position_ids", torch.arange(8))
+    with pytest.raises(ConfigError, match="buffer 'position_ids'"):
+        autoembed.materialize(model)

@@ -161,6 +161,11 @@ def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
 def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Module:
     """Allocate a meta-built (and applied) model on `device`, restore the ties `to_empty`
     breaks, and initialise each module by its own `reset_parameters`."""
+    for name, b in model.named_buffers():
+        if b.is_meta:
+            raise ConfigError(f"buffer '{name}' was built on the meta device and has no values "
+                              "to materialize; build buffers on a real device (only the "
+                              "parameters on meta), or build the model normally")
     ties = _tie_map(model)
     model.to_empty(device=device)
     for m, name, src, src_name in ties:
