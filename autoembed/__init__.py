@@ -26,6 +26,10 @@ __all__ = [
     "DataError",
     "UnsupportedError",
     "estimate",
+    "estimate_model",
+    "apply",
+    "tables",
+    "materialize",
     "load_config",
     "save_config",
     "build_model",
@@ -42,6 +46,10 @@ _LAZY = {
     "build_optimizer": "autoembed.models",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
+    "estimate_model": "autoembed.user_model",
+    "apply": "autoembed.user_model.apply",
+    "tables": "autoembed.user_model.apply",
+    "materialize": "autoembed.user_model.apply",
 }
 
 

@@ -303,30 +303,50 @@ def estimate(
     reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
     device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    model: str | None = typer.Option(
+        None, "--model", help="Your own model: pkg.module:factory (cwd on sys.path)."),
+    example: str | None = typer.Option(
+        None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
+    apply_cfg: Path | None = typer.Option(
+        None, "--apply", help="With --model: rewrite its embeddings by this config first."),
 ) -> None:
-    """Price a config in bytes (no GPU needed) and say whether it fits a budget."""
+    """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
+    and say whether it fits a budget."""
     flags = dict(locals())  # the options as given; the config's flags are picked from them
     flags["hash_buckets"] = _count_or_share(hash_buckets, "--hash-buckets")
     flags["robe_size"] = _count_or_share(robe_size, "--robe-size")
     from autoembed.budget import Budget, parse_size
     from autoembed.memory import estimate as estimate_memory
 
-    cfg = _build_config(config, {k: v for k, v in flags.items() if k in _config_flags()})
+    overrides = {k: v for k, v in flags.items() if k in _config_flags()}
+    user = model is not None or example is not None or apply_cfg is not None
+    cfg: Any = None if user else _build_config(config, overrides)
     host_b = parse_size(host_budget, "--host-budget") if host_budget is not None else None
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     bud = Budget.parse(budget, dev_mem) if budget is not None else None
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
-    est = estimate_memory(
-        cfg,
-        method=method,
-        budget=bud.bytes if bud else None,
-        gpus=gpus,
-        sharding=sharding,
-        reserve=reserve_b,
-        host_budget=host_b,
-    )
+    if user:  # your own model: autoembed.user_model.command
+        from autoembed.user_model.command import estimate_for_cli
+
+        shared = ("precision", "optimizer")
+        refused: dict[str, Any] = {k: v for k, v in overrides.items() if k not in shared}
+        refused.update(config=config, host_budget=host_budget,
+                       gpus=None if gpus == 1 else gpus, sharding=None)
+        est = estimate_for_cli(model, example, apply_cfg, optimizer=optimizer,
+                               precision=precision, budget=bud.bytes if bud else None,
+                               reserve=reserve_b, refused=refused)
+    else:
+        est = estimate_memory(
+            cfg,
+            method=method,
+            budget=bud.bytes if bud else None,
+            gpus=gpus,
+            sharding=sharding,
+            reserve=reserve_b,
+            host_budget=host_b,
+        )
     _check_host_budget(est, host_budget)
-    if est.method != method:  # e.g. a size the traced estimator cannot represent
+    if not user and est.method != method:  # e.g. a size the traced estimator cannot represent
         print(f"autoembed: note: {est.notes[-1]}", file=sys.stderr)
     if as_json:
         from autoembed.memory.types import BYTE_FIGURES
@@ -350,12 +370,17 @@ def estimate(
                         "host_budget",
                         "host_fits",
                         "cache",
+                        *(("modules",) if user else ()),
                     )
                 }
             )
         )
     else:
         _render_estimate(est, cfg, bud)
+        if user:
+            from autoembed.user_model.command import render_modules
+
+            render_modules(est)
     if est.fits is False:
         from autoembed.budget import format_bytes
 
