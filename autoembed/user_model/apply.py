@@ -18,13 +18,12 @@ parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, cast
 
 import torch
 from torch import nn
 
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, did_you_mean
 from autoembed.user_model.step import EMBEDDING_TYPES, embedding_modules
 
 __all__ = ["apply", "tables", "materialize"]
@@ -52,8 +51,7 @@ def _module(model: nn.Module, path: str) -> Any:
     try:
         m = model.get_submodule(path)
     except AttributeError:
-        close = difflib.get_close_matches(path, names, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else f"; its tables: {', '.join(names)}"
+        hint = did_you_mean(path, names) or f"; its tables: {', '.join(names)}"
         raise ConfigError(f"config table '{path}': the model has no module '{path}'{hint}") \
             from None
     if not isinstance(m, EMBEDDING_TYPES):

@@ -31,10 +31,10 @@ def load_object(spec: str, flag: str) -> Any:
                           "it or install it") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            from autoembed.config import _suggest
+            from autoembed.errors import did_you_mean
 
             names = {n for n in dir(obj) if not n.startswith("_")}
             raise ConfigError(f"{flag} '{spec}': '{mod_name}' has no '{attr}'"
-                              f"{_suggest(part, names)}")
+                              f"{did_you_mean(part, sorted(names))}")
         obj = getattr(obj, part)
     return obj
