@@ -26,6 +26,10 @@ __all__ = [
     "DataError",
     "UnsupportedError",
     "estimate",
+    "estimate_model",
+    "apply",
+    "tables",
+    "materialize",
     "load_config",
     "save_config",
     "build_model",
@@ -44,6 +48,10 @@ _LAZY = {
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "TrialStopped": "autoembed.user.report",
+    "estimate_model": "autoembed.user_model",
+    "apply": "autoembed.user_model.apply",
+    "tables": "autoembed.user_model.apply",
+    "materialize": "autoembed.user_model.apply",
 }
 
 

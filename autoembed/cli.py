@@ -45,8 +45,8 @@ SEED_DEFAULTS: dict[str, Any] = {
     "num_classes": 4,
     "dense_layers": "",
 }
-# Dense optimizer to pair with a table-only optimizer given as --optimizer.
-_DENSE_FOR = {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}
+# `estimate` flags that are not config fields: they build the tables and the tower.
+_SHAPE_FLAGS = ("vocab", "pooling_factor", "dense_layers")
 
 
 def _console(stderr: bool = False) -> Any:
@@ -82,11 +82,43 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
     return path
 
 
-def _count_or_share(value: float | None) -> int | float | None:
-    """A flag that is a count (a whole number >= 1) or a share (a float in (0, 1))."""
-    if value is not None and value >= 1 and float(value).is_integer():
-        return int(value)
-    return value
+def _config_flags() -> set[str]:
+    """Every `estimate` flag that sets the config: the fields' names, their CLI spellings
+    (`config.FIELD_FLAGS`), the aliases that set several (`--optimizer`) and the shape."""
+    from autoembed.config import FIELD_ALIASES, FIELD_FLAGS, FIELD_RULES
+
+    return {*FIELD_RULES, *FIELD_FLAGS, *FIELD_ALIASES, *_SHAPE_FLAGS}
+
+
+def _fields_of_flags(given: dict[str, Any]) -> dict[str, Any]:
+    """Config field -> value for the given flags, read from the config's declared flags: an
+    alias first (`--optimizer` sets both optimizers), then the fields named directly."""
+    from autoembed.config import FIELD_ALIASES, FIELD_FLAGS, FIELD_RULES
+
+    kw: dict[str, Any] = {}
+    for flag, expand in FIELD_ALIASES.items():
+        if flag in given:
+            kw.update(expand(given[flag]))
+    for flag, value in given.items():
+        name = FIELD_FLAGS.get(flag, flag)
+        if name in FIELD_RULES and flag not in FIELD_ALIASES:
+            kw[name] = value
+    return kw
+
+
+def _count_or_share(text: str | None, flag: str) -> int | float | None:
+    """A count ("65536") or a share of each table's rows ("0.01")."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{flag} '{text}' must be a count (e.g. 65536) or a share of each "
+                          "table's rows in (0, 1) (e.g. 0.01)") from None
 
 
 def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
@@ -102,40 +134,7 @@ def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
             if several and k in ("task", "seq", "num_classes"):
                 continue  # several tables: a ctr model, not the seed's text model
             given.setdefault(k, v)
-    kw: dict[str, Any] = {}
-    simple = {
-        "task": "task",
-        "dim": "dim",
-        "batch": "batch_size",
-        "seq": "seq_len",
-        "precision": "precision",
-        "serving": "serving",
-        "compression": "compression",
-        "hash_buckets": "hash_buckets",
-        "qr_collisions": "qr_collisions",
-        "qr_operation": "qr_operation",
-        "mixed_dim_alpha": "mixed_dim_alpha",
-        "robe_size": "robe_size",
-        "robe_block": "robe_block",
-        "tt_rank": "tt_rank",
-        "hot_share": "hot_share",
-        "pooling": "pooling",
-        "checkpointing": "checkpointing",
-        "grad_accum": "grad_accum_steps",
-        "num_classes": "num_classes",
-        "interaction": "interaction",
-        "placement": "placement",
-        "cache_load_factor": "cache_load_factor",
-        "cache_policy": "cache_policy",
-    }
-    for flag, key in simple.items():
-        if flag in given:
-            kw[key] = given[flag]
-    if "optimizer" in given:
-        kw["table_optimizer"] = given["optimizer"]
-        kw["dense_optimizer"] = _DENSE_FOR.get(given["optimizer"], given["optimizer"])
-    if "dense_optimizer" in given:
-        kw["dense_optimizer"] = given["dense_optimizer"]
+    kw = _fields_of_flags(given)
     if "dense_layers" in given:
         kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers")
     if "vocab" in given:
@@ -276,11 +275,13 @@ def estimate(
     dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
     compression: str | None = typer.Option(
         None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold."),
-    hash_buckets: int | None = typer.Option(None, help="Buckets for --compression hash."),
+    hash_buckets: str | None = typer.Option(
+        None, help="Buckets for --compression hash: a count, or a share of each table's rows "
+        "in (0, 1)."),
     qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
     qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
     mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
-    robe_size: float | None = typer.Option(
+    robe_size: str | None = typer.Option(
         None, help="robe: array values per table (>= 1) or a share of its values in (0, 1)."),
     robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
     tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
@@ -302,59 +303,50 @@ def estimate(
     reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
     device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    model: str | None = typer.Option(
+        None, "--model", help="Your own model: pkg.module:factory (cwd on sys.path)."),
+    example: str | None = typer.Option(
+        None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
+    apply_cfg: Path | None = typer.Option(
+        None, "--apply", help="With --model: rewrite its embeddings by this config first."),
 ) -> None:
-    """Price a config in bytes (no GPU needed) and say whether it fits a budget."""
+    """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
+    and say whether it fits a budget."""
+    flags = dict(locals())  # the options as given; the config's flags are picked from them
+    flags["hash_buckets"] = _count_or_share(hash_buckets, "--hash-buckets")
+    flags["robe_size"] = _count_or_share(robe_size, "--robe-size")
     from autoembed.budget import Budget, parse_size
     from autoembed.memory import estimate as estimate_memory
 
-    cfg = _build_config(
-        config,
-        {
-            "task": task,
-            "vocab": vocab,
-            "dim": dim,
-            "batch": batch,
-            "seq": seq,
-            "pooling_factor": pooling_factor,
-            "precision": precision,
-            "serving": serving,
-            "optimizer": optimizer,
-            "dense_optimizer": dense_optimizer,
-            "compression": compression,
-            "hash_buckets": hash_buckets,
-            "qr_collisions": qr_collisions,
-            "qr_operation": qr_operation,
-            "mixed_dim_alpha": mixed_dim_alpha,
-            "robe_size": _count_or_share(robe_size),
-            "robe_block": robe_block,
-            "tt_rank": tt_rank,
-            "hot_share": hot_share,
-            "pooling": pooling,
-            "interaction": interaction,
-            "dense_layers": dense_layers,
-            "num_classes": num_classes,
-            "grad_accum": grad_accum,
-            "checkpointing": checkpointing,
-            "placement": placement,
-            "cache_load_factor": cache_load_factor,
-            "cache_policy": cache_policy,
-        },
-    )
+    overrides = {k: v for k, v in flags.items() if k in _config_flags()}
+    user = model is not None or example is not None or apply_cfg is not None
+    cfg: Any = None if user else _build_config(config, overrides)
     host_b = parse_size(host_budget, "--host-budget") if host_budget is not None else None
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     bud = Budget.parse(budget, dev_mem) if budget is not None else None
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
-    est = estimate_memory(
-        cfg,
-        method=method,
-        budget=bud.bytes if bud else None,
-        gpus=gpus,
-        sharding=sharding,
-        reserve=reserve_b,
-        host_budget=host_b,
-    )
+    if user:  # your own model: autoembed.user_model.command
+        from autoembed.user_model.command import estimate_for_cli
+
+        shared = ("precision", "optimizer")
+        refused: dict[str, Any] = {k: v for k, v in overrides.items() if k not in shared}
+        refused.update(config=config, host_budget=host_budget,
+                       gpus=None if gpus == 1 else gpus, sharding=None)
+        est = estimate_for_cli(model, example, apply_cfg, optimizer=optimizer,
+                               precision=precision, budget=bud.bytes if bud else None,
+                               reserve=reserve_b, refused=refused)
+    else:
+        est = estimate_memory(
+            cfg,
+            method=method,
+            budget=bud.bytes if bud else None,
+            gpus=gpus,
+            sharding=sharding,
+            reserve=reserve_b,
+            host_budget=host_b,
+        )
     _check_host_budget(est, host_budget)
-    if est.method != method:  # e.g. a size the traced estimator cannot represent
+    if not user and est.method != method:  # e.g. a size the traced estimator cannot represent
         print(f"autoembed: note: {est.notes[-1]}", file=sys.stderr)
     if as_json:
         from autoembed.memory.types import BYTE_FIGURES
@@ -378,12 +370,17 @@ def estimate(
                         "host_budget",
                         "host_fits",
                         "cache",
+                        *(("modules",) if user else ()),
                     )
                 }
             )
         )
     else:
         _render_estimate(est, cfg, bud)
+        if user:
+            from autoembed.user_model.command import render_modules
+
+            render_modules(est)
     if est.fits is False:
         from autoembed.budget import format_bytes
 
@@ -404,6 +401,9 @@ def train_cmd(
     checkpoint_every: int | None = typer.Option(None, help="Steps between checkpoints."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace a finished result of another config in --out "
+        "(only once this run completes)."),
 ) -> None:
     """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -430,7 +430,7 @@ def train_cmd(
 
         result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
                        device=device, checkpoint_every=checkpoint_every, resume=resume,
-                       on_step=tick)
+                       on_step=tick, force=force)
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:

@@ -17,15 +17,24 @@ from typing import Any
 
 from autoembed.compression import (
     METHODS,
-    check_hot_cold,
     check_method,
     check_robe,
-    check_tt,
     hot_cold_shapes,
     robe_shapes,
     tt_shapes,
 )
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, did_you_mean
+from autoembed.rules import (
+    CountOrShare,
+    Flag,
+    Integer,
+    Interval,
+    OneOf,
+    Rule,
+    config_error,
+    field_rule,
+    plain,
+)
 
 __all__ = [
     "TASKS",
@@ -35,6 +44,13 @@ __all__ = [
     "SERVING",
     "OPTIMIZERS",
     "TABLE_ONLY_OPTIMIZERS",
+    "DENSE_OPTIMIZERS",
+    "FIELD_RULES",
+    "TABLE_RULES",
+    "FIELD_FLAGS",
+    "FIELD_ALIASES",
+    "check_fields",
+    "optimizer_alias",
     "SPARSE_GRAD_OPTIMIZERS",
     "POOLINGS",
     "INTERACTIONS",
@@ -75,6 +91,7 @@ SERVING = ("none", "int8", "int4")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad", "sparse_adam")
 # Optimizers that only make sense for embedding rows (they need sparse, row-indexed gradients).
 TABLE_ONLY_OPTIMIZERS = ("rowwise_adagrad", "sparse_adam")
+DENSE_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS)
 # Table optimizers that take sparse gradients (torch.optim.SGD without momentum and Adagrad
 # accept them; rowwise_adagrad and sparse_adam require them). Tables under any other
 # optimizer get dense V x D gradients.
@@ -96,44 +113,11 @@ HOST_CACHE_COMPRESSIONS = ("none", "hash")
 FP16_MIN_ADAM_EPS = 1e-4
 
 
-def _fail(key: str, value: Any, rule: str) -> ConfigError:
-    return ConfigError(f"config key '{key}' = {value!r}: {rule}")
-
-
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise _fail(key, value, f"must be one of {', '.join(choices)}")
-
-
-def _positive_int(key: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(key, value, f"must be an integer >= {minimum}")
-
-
-def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if open_low else value >= low) and value <= high
-    if not ok:
-        lo = "(" if open_low else "["
-        raise _fail(key, value, f"must be a number in {lo}{low}, {high}]")
+_fail = config_error  # "config key 'X' = V: rule", the one message shape
 
 
 # Compressions a single table may carry (`shared` is one table for all fields: config-wide).
 TABLE_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
-
-
-def _count_or_share(key: str, value: Any, minimum: int) -> None:
-    """An int count >= minimum, or a float share of the table's rows in (0, 1)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _fail(key, value, f"must be an integer >= {minimum} or a share in (0, 1)")
-    if isinstance(value, float):
-        if not 0.0 < value < 1.0:
-            raise _fail(key, value, f"must be an integer >= {minimum} (a count) or a float in "
-                        "(0, 1) (a share of the table's rows)")
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(key, value, f"must be an integer >= {minimum} or a share in (0, 1)")
 
 
 def _table_name(key: str, name: Any) -> None:
@@ -165,38 +149,25 @@ class TableConfig:
     """
 
     name: str
-    vocab_size: int
-    pooling_factor: float = 1.0
-    dim: int | None = None
-    frequency: float | None = None
-    compression: str | None = None
-    hash_buckets: int | float | None = None
-    qr_collisions: int | float | None = None
-    qr_operation: str | None = None
-    table_optimizer: str | None = None
-    robe_size: int | float | None = None
-    tt_rank: int | None = None
-    hot_share: float | None = None
+    vocab_size: int = field(metadata=field_rule(Integer(1)))
+    pooling_factor: float = field(default=1.0, metadata=field_rule(Interval(0.0, 1e9, True)))
+    dim: int | None = field(default=None, metadata=field_rule(Integer(1)))
+    frequency: float | None = field(default=None, metadata=field_rule(Interval(0.0, 1.0, True)))
+    compression: str | None = field(default=None, metadata=field_rule(OneOf(TABLE_COMPRESSIONS)))
+    hash_buckets: int | float | None = field(default=None, metadata=field_rule(CountOrShare(1)))
+    qr_collisions: int | float | None = field(default=None,
+                                              metadata=field_rule(CountOrShare(2)))
+    qr_operation: str | None = field(default=None, metadata=field_rule(OneOf(QR_OPERATIONS)))
+    table_optimizer: str | None = field(default=None, metadata=field_rule(OneOf(OPTIMIZERS)))
 
+    robe_size: int | float | None = field(default=None,
+                                          metadata=field_rule(CountOrShare(1)))
+    tt_rank: int | None = field(default=None, metadata=field_rule(Integer(1)))
+    hot_share: float | None = field(default=None,
+                                    metadata=field_rule(Interval(0.0, 1.0, True)))
     def validate(self, where: str) -> None:
         _table_name(f"{where}.name", self.name)
-        _positive_int(f"{where}.vocab_size", self.vocab_size)
-        _number(f"{where}.pooling_factor", self.pooling_factor, 0.0, 1e9, open_low=True)
-        if self.dim is not None:
-            _positive_int(f"{where}.dim", self.dim)
-        if self.frequency is not None:
-            _number(f"{where}.frequency", self.frequency, 0.0, 1.0, open_low=True)
-        if self.compression is not None:
-            _choice(f"{where}.compression", self.compression, TABLE_COMPRESSIONS)
-        if self.hash_buckets is not None:
-            _count_or_share(f"{where}.hash_buckets", self.hash_buckets, 1)
-        if self.qr_collisions is not None:
-            _count_or_share(f"{where}.qr_collisions", self.qr_collisions, 2)
-        if self.qr_operation is not None:
-            _choice(f"{where}.qr_operation", self.qr_operation, QR_OPERATIONS)
-        if self.table_optimizer is not None:
-            _choice(f"{where}.table_optimizer", self.table_optimizer, OPTIMIZERS)
-        _method_values(where + ".", self.robe_size, self.tt_rank, self.hot_share)
+        check_fields(self, where)
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -207,18 +178,6 @@ class TableConfig:
 # TableConfig keys that override the config's key of the same name.
 TABLE_OVERRIDES = ("compression", "hash_buckets", "qr_collisions", "qr_operation",
                    "table_optimizer", "robe_size", "tt_rank", "hot_share")
-
-
-def _method_values(where: str, robe_size: Any, tt_rank: Any, hot_share: Any) -> None:
-    """Types and ranges of the robe / tt / hot_cold keys (None: not set)."""
-    if robe_size is not None:
-        _count_or_share(f"{where}robe_size", robe_size, 1)
-    if tt_rank is not None:
-        if isinstance(tt_rank, bool) or not isinstance(tt_rank, int):
-            raise _fail(f"{where}tt_rank", tt_rank, "must be an integer >= 1")
-        check_tt(tt_rank)
-    if hot_share is not None:
-        check_hot_cold(hot_share, 1)
 
 
 @dataclass(frozen=True)
@@ -363,52 +322,57 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
 class EmbeddingConfig:
     """Everything that determines the model, its training step and its memory."""
 
-    task: str = "ctr"
+    task: str = field(default="ctr", metadata=field_rule(OneOf(TASKS)))
     tables: tuple[TableConfig, ...] = (TableConfig("f0", 1_000_000),)
-    dim: int = 64
-    num_classes: int = 2
-    seq_len: int = 1
-    pooling: str = "mean"
-    interaction: str = "concat"
+    dim: int = field(default=64, metadata=field_rule(Integer(1)))
+    num_classes: int = field(default=2, metadata=field_rule(Integer(2)))
+    seq_len: int = field(default=1, metadata=field_rule(Integer(1), flag="seq"))
+    pooling: str = field(default="mean", metadata=field_rule(OneOf(POOLINGS)))
+    interaction: str = field(default="concat", metadata=field_rule(OneOf(INTERACTIONS)))
     dense_layers: tuple[int, ...] = (64,)
     # compression
-    compression: str = "none"
-    hash_buckets: int | float | None = None  # a count, or a share of each table's rows
-    hash_seed: int = 0
-    qr_collisions: int = 4
-    qr_operation: str = "mult"
-    mixed_dim_alpha: float = 0.3
-    mixed_dim_min: int = 4
+    compression: str = field(default="none", metadata=field_rule(OneOf(COMPRESSIONS)))
+    # a count, or a share of each table's rows
+    hash_buckets: int | float | None = field(default=None, metadata=field_rule(CountOrShare(1)))
+    hash_seed: int = field(default=0, metadata=field_rule(Integer(0)))
+    qr_collisions: int | float = field(default=4, metadata=field_rule(CountOrShare(2)))
+    qr_operation: str = field(default="mult", metadata=field_rule(OneOf(QR_OPERATIONS)))
+    mixed_dim_alpha: float = field(default=0.3, metadata=field_rule(Interval(0.0, 1.0)))
+    mixed_dim_min: int = field(default=4, metadata=field_rule(Integer(1)))
     # robe / tt / hot_cold (`autoembed.compression`): robe's array per table (a count of
     # values, or a share of the table's V x D values) and its block length; the TT rank; the
     # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows)
-    robe_size: int | float = 0.1
-    robe_block: int = 8
-    tt_rank: int = 8
-    hot_share: float = 0.01
+    robe_size: int | float = field(default=0.1, metadata=field_rule(CountOrShare(1)))
+    robe_block: int = field(default=8, metadata=field_rule(Integer(1)))
+    tt_rank: int = field(default=8, metadata=field_rule(Integer(1)))
+    hot_share: float = field(default=0.01, metadata=field_rule(Interval(0.0, 1.0, True)))
     # precision
-    precision: str = "fp32"
-    serving: str = "none"
+    precision: str = field(default="fp32", metadata=field_rule(OneOf(PRECISIONS)))
+    serving: str = field(default="none", metadata=field_rule(OneOf(SERVING)))
     # optimisation
-    table_optimizer: str = "adam"
-    dense_optimizer: str = "adam"
-    lr: float = 1e-3
-    dense_lr: float | None = None
-    adam_eps: float | None = None
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    checkpointing: bool = False
-    batch_size: int = 256
-    grad_accum_steps: int = 1
-    seed: int = 0
+    table_optimizer: str = field(default="adam", metadata=field_rule(OneOf(OPTIMIZERS)))
+    dense_optimizer: str = field(default="adam", metadata=field_rule(OneOf(
+        DENSE_OPTIMIZERS, f"must be one of {', '.join(DENSE_OPTIMIZERS)} (rowwise_adagrad and "
+        "sparse_adam are sparse, row-wise optimizers for tables only)")))
+    lr: float = field(default=1e-3, metadata=field_rule(Interval(0.0, 100.0, True)))
+    dense_lr: float | None = field(default=None, metadata=field_rule(Interval(0.0, 100.0, True)))
+    adam_eps: float | None = field(default=None, metadata=field_rule(Interval(0.0, 1.0, True)))
+    momentum: float = field(default=0.9, metadata=field_rule(Interval(0.0, 1.0)))
+    weight_decay: float = field(default=0.0, metadata=field_rule(Interval(0.0, 1.0)))
+    warmup_steps: int = field(default=0, metadata=field_rule(Integer(0)))
+    checkpointing: bool = field(default=False, metadata=field_rule(Flag()))
+    batch_size: int = field(default=256, metadata=field_rule(Integer(1), flag="batch"))
+    grad_accum_steps: int = field(default=1, metadata=field_rule(Integer(1), flag="grad_accum"))
+    seed: int = field(default=0, metadata=field_rule(Integer(0)))
     # wide & deep: per-id weights (one per output) summed into the logits beside the tower
-    wide: bool = False
+    wide: bool = field(default=False, metadata=field_rule(Flag()))
     # placement (issue 9): see PLACEMENTS; docs/host_cache.md has the formulas
-    placement: str = "device"
-    cache_load_factor: float = 0.2
-    cache_policy: str = "lru"
-    dynamic_rows: int = 0  # host_cached: rows for ids >= vocab_size, given on first sight
+    placement: str = field(default="device", metadata=field_rule(OneOf(PLACEMENTS)))
+    cache_load_factor: float = field(default=0.2,
+                                     metadata=field_rule(Interval(0.0, 1.0, True)))
+    cache_policy: str = field(default="lru", metadata=field_rule(OneOf(CACHE_POLICIES)))
+    # host_cached: rows for ids >= vocab_size, given on first sight
+    dynamic_rows: int = field(default=0, metadata=field_rule(Integer(0)))
     # data spec (name and parameters) and where vocabulary maps live; written by resolution
     data: Mapping[str, Any] | None = field(default=None, compare=False)
 
@@ -417,7 +381,8 @@ class EmbeddingConfig:
 
     # ----------------------------------------------------------------- validation
     def validate(self) -> None:
-        _choice("task", self.task, TASKS)
+        """Every field against its declared rule (`FIELD_RULES`), then the rules that tie
+        fields together."""
         if not isinstance(self.tables, tuple) or not self.tables:
             raise _fail("tables", self.tables, "must list at least one table")
         names: set[str] = set()
@@ -429,68 +394,29 @@ class EmbeddingConfig:
                 raise _fail(f"tables[{i}].name", t.name, "table names must be unique")
             names.add(t.name)
         _check_nesting(self.tables)
-        _positive_int("dim", self.dim)
-        _positive_int("num_classes", self.num_classes, 2)
-        _positive_int("seq_len", self.seq_len)
-        _choice("pooling", self.pooling, POOLINGS)
-        _choice("interaction", self.interaction, INTERACTIONS)
+        check_fields(self)
         if self.task != "text" and self.num_classes != 2:
             raise _fail("num_classes", self.num_classes, "the ctr task is binary: use 2")
         if not isinstance(self.dense_layers, tuple):
             raise _fail("dense_layers", self.dense_layers, "must be a list of layer widths")
         for i, w in enumerate(self.dense_layers):
-            _positive_int(f"dense_layers[{i}]", w)
-        _choice("compression", self.compression, COMPRESSIONS)
-        if self.hash_buckets is not None:
-            _count_or_share("hash_buckets", self.hash_buckets, 1)
-        _positive_int("hash_seed", self.hash_seed, 0)
-        _count_or_share("qr_collisions", self.qr_collisions, 2)
-        _choice("qr_operation", self.qr_operation, QR_OPERATIONS)
+            Integer(1).check(f"dense_layers[{i}]", w)
         self._validate_table_settings()
-        _number("mixed_dim_alpha", self.mixed_dim_alpha, 0.0, 1.0)
-        _positive_int("mixed_dim_min", self.mixed_dim_min)
-        _method_values("", self.robe_size, self.tt_rank, self.hot_share)
-        _positive_int("robe_block", self.robe_block)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("serving", self.serving, SERVING)
         if self.serving == "int4":
             for t in self.tables:
                 d = t.dim if t.dim is not None else self.dim
                 if d % 2:
                     raise _fail("dim", d, "int4 serving packs two values a byte: use an even dim")
-        _choice("table_optimizer", self.table_optimizer, OPTIMIZERS)
-        _choice("dense_optimizer", self.dense_optimizer, OPTIMIZERS)
-        if self.dense_optimizer in TABLE_ONLY_OPTIMIZERS:
+        if (self.adam_eps is not None and self.precision == "fp16"
+                and self.adam_eps < FP16_MIN_ADAM_EPS):
             raise _fail(
-                "dense_optimizer",
-                self.dense_optimizer,
-                "is a sparse, row-wise optimizer for tables only; use sgd, momentum, adam, "
-                "adamw or adagrad for the dense tower",
+                "adam_eps",
+                self.adam_eps,
+                f"fp16 parameters need eps >= {FP16_MIN_ADAM_EPS} (1e-8 rounds to 0 in fp16 "
+                "and untouched rows turn NaN); raise it or use fp16_master",
             )
-        _number("lr", self.lr, 0.0, 100.0, open_low=True)
-        if self.dense_lr is not None:
-            _number("dense_lr", self.dense_lr, 0.0, 100.0, open_low=True)
-        if self.adam_eps is not None:
-            _number("adam_eps", self.adam_eps, 0.0, 1.0, open_low=True)
-            if self.precision == "fp16" and self.adam_eps < FP16_MIN_ADAM_EPS:
-                raise _fail(
-                    "adam_eps",
-                    self.adam_eps,
-                    f"fp16 parameters need eps >= {FP16_MIN_ADAM_EPS} (1e-8 rounds to 0 in fp16 "
-                    "and untouched rows turn NaN); raise it or use fp16_master",
-                )
-        _number("momentum", self.momentum, 0.0, 1.0)
-        _number("weight_decay", self.weight_decay, 0.0, 1.0)
-        _positive_int("warmup_steps", self.warmup_steps, 0)
-        if not isinstance(self.checkpointing, bool):
-            raise _fail("checkpointing", self.checkpointing, "must be true or false")
         if self.data is not None and not isinstance(self.data, Mapping):
             raise _fail("data", self.data, "must be a data spec mapping, e.g. {name: mydata}")
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("grad_accum_steps", self.grad_accum_steps)
-        _positive_int("seed", self.seed, 0)
-        if not isinstance(self.wide, bool):
-            raise _fail("wide", self.wide, "must be true or false")
         self._validate_placement()
 
     def _validate_table_settings(self) -> None:
@@ -542,10 +468,6 @@ class EmbeddingConfig:
         check_method(ts.compression, ts.table_optimizer, self.serving)
 
     def _validate_placement(self) -> None:
-        _choice("placement", self.placement, PLACEMENTS)
-        _number("cache_load_factor", self.cache_load_factor, 0.0, 1.0, open_low=True)
-        _choice("cache_policy", self.cache_policy, CACHE_POLICIES)
-        _positive_int("dynamic_rows", self.dynamic_rows, 0)
         if self.placement != "host_cached":
             if self.dynamic_rows:
                 raise _fail("dynamic_rows", self.dynamic_rows,
@@ -660,7 +582,7 @@ class EmbeddingConfig:
             elif f.name == "dense_layers":
                 v = list(v)
             elif f.name == "data":
-                v = _plain(v) if v is not None else None
+                v = plain(v) if v is not None else None
             out[f.name] = v
         return out
 
@@ -696,23 +618,44 @@ def _check_nesting(tables: tuple[TableConfig, ...]) -> None:
                             "are module paths); rename one of them")
 
 
-def _plain(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
 _TABLE_KEYS = {f.name for f in fields(TableConfig)}
 _CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
+# Each config field's (and table key's) declared rule: read by validation, the search-space
+# loader and the CLI.
+FIELD_RULES: dict[str, Rule] = {
+    f.name: f.metadata["rule"] for f in fields(EmbeddingConfig) if "rule" in f.metadata
+}
+TABLE_RULES: dict[str, Rule] = {
+    f.name: f.metadata["rule"] for f in fields(TableConfig) if "rule" in f.metadata
+}
+# CLI flag -> config field, where the flag is spelled otherwise (--batch: batch_size).
+FIELD_FLAGS: dict[str, str] = {
+    f.metadata["flag"]: f.name for f in fields(EmbeddingConfig) if "flag" in f.metadata
+}
 
 
-def _suggest(key: str, keys: set[str]) -> str:
-    import difflib
+def check_fields(obj: Any, where: str = "") -> None:
+    """Check every field of a config or table dataclass against its declared rule; a None
+    value passes where the field's default is None."""
+    prefix = f"{where}." if where else ""
+    for f in fields(obj):
+        rule = f.metadata.get("rule")
+        value = getattr(obj, f.name)
+        if rule is None or (value is None and f.default is None):
+            continue
+        rule.check(f"{prefix}{f.name}", value)
 
-    close = difflib.get_close_matches(key, sorted(keys), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+
+def optimizer_alias(name: str) -> dict[str, str]:
+    """What `--optimizer NAME` sets: the table optimizer, and the dense optimizer too where
+    NAME can train the tower (a table-only optimizer pairs with its dense relative)."""
+    return {"table_optimizer": name,
+            "dense_optimizer": {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}.get(
+                name, name)}
+
+
+# CLI flags that set several fields at once: flag -> the fields it sets for a value.
+FIELD_ALIASES: dict[str, Callable[[Any], dict[str, Any]]] = {"optimizer": optimizer_alias}
 
 
 def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> EmbeddingConfig:
@@ -723,7 +666,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Embeddin
     if unknown:
         k = unknown[0]
         raise ConfigError(
-            f"{source}: unknown key '{k}'{_suggest(str(k), _CONFIG_KEYS)}; "
+            f"{source}: unknown key '{k}'{did_you_mean(k, sorted(_CONFIG_KEYS))}; "
             f"valid keys: {', '.join(sorted(_CONFIG_KEYS))}"
         )
     kw: dict[str, Any] = dict(raw)
@@ -739,7 +682,8 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Embeddin
             if bad:
                 raise ConfigError(
                     f"{source}: unknown key 'tables[{i}].{bad[0]}'"
-                    f"{_suggest(str(bad[0]), _TABLE_KEYS)}; valid: {', '.join(sorted(_TABLE_KEYS))}"
+                    f"{did_you_mean(bad[0], sorted(_TABLE_KEYS))}; "
+                    f"valid: {', '.join(sorted(_TABLE_KEYS))}"
                 )
             if "name" not in t or "vocab_size" not in t:
                 raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
@@ -811,7 +755,7 @@ def save_config(
     p = Path(path)
     body: dict[str, Any] = {"config": config.to_dict()}
     if extra:
-        body.update(_plain(extra))
+        body.update(plain(extra))
     if p.suffix == ".json":
         text = json.dumps(body, indent=2)
     else:
@@ -863,7 +807,7 @@ _POLICIES = {
 
 
 def precision_policy(precision: str) -> PrecisionPolicy:
-    _choice("precision", precision, PRECISIONS)
+    FIELD_RULES["precision"].check("precision", precision)
     return _POLICIES[precision]
 
 

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError",
-           "DoesNotFitError"]
+           "DoesNotFitError", "did_you_mean"]
+
+
+def did_you_mean(given: object, valid: Iterable[str]) -> str:
+    """" (did you mean 'x'?)" naming the closest of `valid` to `given`, or "" (the one
+    suggestion format every "unknown key/name" message uses)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(given), list(valid), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 class AutoembedError(Exception):

@@ -5,6 +5,12 @@ Outputs under `out_dir`: `checkpoint.pt` (model, optimizers, masters, scaler, st
 atomically every `checkpoint_every` steps and loaded back with `weights_only=True`),
 `model.pt` (final weights) and `metrics.json` (the TrialResult) — the last two only when
 training completes, so nothing half-written looks like a finished result.
+
+A finished result is never lost to a run that has not finished: a run writes `model.pt` and
+`metrics.json` under temporary names and renames them over the old ones only on completion
+(`metrics.json`, the mark of a finished result, last). A directory whose `metrics.json` is of
+another config is refused (ConfigError) unless `force`; a forced run still replaces the old
+result only when it completes (its checkpoints do replace the old `checkpoint.pt`).
 """
 
 from __future__ import annotations
@@ -102,22 +108,39 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig) -> dict[str, Any]:
     return st
 
 
-def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
-    """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
+def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
+    """The checkpoint's state (weights_only=True); an unreadable file is a ConfigError."""
     import torch
 
     try:
-        st = torch.load(path, map_location=trainer.device, weights_only=True)
+        st = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
         raise ConfigError(
             f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
             "or train into a new --out directory"
         ) from None
-    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
+    return dict(st)
+
+
+def _is_of(st: dict[str, Any], config: EmbeddingConfig) -> bool:
+    return st.get("format") == FORMAT_VERSION and st.get("config_json") == config.to_json()
+
+
+def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
+    """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
+    st = _read_checkpoint(path, trainer.device)
+    if not _is_of(st, config):
         raise ConfigError(
             f"checkpoint '{path}' was written for another config; use a new --out "
             "directory or --no-resume"
         )
+    return _restore(st, trainer)
+
+
+def _restore(st: dict[str, Any], trainer: Any) -> int:
+    """Load a checkpoint's state into `trainer`; returns its step."""
+    import torch
+
     trainer.model.load_state_dict(st["model"])
     trainer.optimizers.load_state_dict(st["optimizers"])
     if trainer.config.placement == "host_cached":  # the loaded state must move with the rows
@@ -134,6 +157,55 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     return int(st["step"])
 
 
+def _json_form(config: EmbeddingConfig) -> Any:
+    """The config as `metrics.json` holds it (tuples as lists, as JSON reads them back)."""
+    return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool) -> None:
+    """Refuse to train into `out` when it holds a finished result (`metrics.json`) of another
+    config, or one that cannot be read, unless `force`."""
+    metrics = out / "metrics.json"
+    if force or not metrics.exists():
+        return
+    try:
+        held = json.loads(metrics.read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        held = None
+    if held != _json_form(config):
+        raise ConfigError(
+            f"--out '{out}' holds a finished result of another config (metrics.json, "
+            "model.pt); train into a new --out directory, or pass --force to replace it "
+            "once this run completes"
+        )
+
+
+def _publish(out: Path, trainer: Any, result: TrialResult) -> None:
+    """Write `model.pt`, then `metrics.json`, each under a temporary name first, so the old
+    finished result stands until the new one is whole."""
+    _atomic_torch_save(trainer.model.state_dict(), out / "model.pt")
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(result.to_dict(), fh, indent=2, default=str)
+        os.replace(tmp, out / "metrics.json")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) -> int:
+    """The step to resume from: the checkpoint's if it is of `config`; a checkpoint of
+    another config is refused, or under `force` ignored (the run's own checkpoints replace
+    it)."""
+    if not ckpt.exists():
+        return 0
+    if not force:
+        return load_checkpoint(ckpt, trainer, config)
+    st = _read_checkpoint(ckpt, trainer.device)
+    return _restore(st, trainer) if _is_of(st, config) else 0
+
+
 def train(
     config: EmbeddingConfig,
     *,
@@ -146,10 +218,13 @@ def train(
     resume: bool = True,
     eval_every: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ) -> TrialResult:
     """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
 
     `on_step(step, total)` reports progress (total is None when training by epochs).
+    Raises ConfigError, before training, if `out_dir` holds a finished result of another
+    config and not `force`; the old result is replaced only when this run completes.
     """
     from autoembed.data import DataSpec, load_dataset
     from autoembed.models import make_trainer
@@ -172,13 +247,12 @@ def train(
     cfg = resolve_for_data(config, dataset)
     check_fits_device(cfg, device)
     out = Path(out_dir).resolve()
+    _check_finished_result(out, cfg, force)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.json", "model.pt"):
-        (out / name).unlink(missing_ok=True)  # a new run invalidates an old finished result
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset)  # a resumed checkpoint restores the same set
     ckpt = out / CHECKPOINT
-    start = load_checkpoint(ckpt, trainer, cfg) if resume and ckpt.exists() else 0
+    start = _start_step(ckpt, trainer, cfg, force) if resume else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)
     total = max_steps
 
@@ -202,9 +276,5 @@ def train(
     result = replace(result, env={**result.env, "resumed_from": start})
     if result.status == "complete":
         _atomic_torch_save(_state(trainer, result.steps, cfg), ckpt)
-        _atomic_torch_save(trainer.model.state_dict(), out / "model.pt")
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(result.to_dict(), fh, indent=2, default=str)
-        os.replace(tmp, out / "metrics.json")
+        _publish(out, trainer, result)
     return result

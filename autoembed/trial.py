@@ -22,6 +22,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError
+from autoembed.rules import plain
 
 __all__ = [
     "STATUSES",
@@ -172,17 +173,6 @@ class TrialRow:
 
 
 # ===================================================================== the codec
-
-
-def plain(v: Any) -> Any:
-    """JSON-ready: mappings with string keys, lists, and None for NaN and infinities."""
-    if isinstance(v, Mapping):
-        return {str(k): plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [plain(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 _RESULT_FIELDS = frozenset(f.name for f in fields(TrialResult))

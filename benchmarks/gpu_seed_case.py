@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from _common import stamp  # noqa: E402
 
 from autoembed.batch import PAD_ID, Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig, config_from_dict  # noqa: E402
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# Seed case on {name}\n\nCommand: `{cmd}`; torch {torch.__version__}; configs from "
         f"`{args.config.name}`; {WARMUP_STEPS} warm-up steps, then up to {args.seconds:g} s "
         "timed. Measured memory is above the CUDA warm-up baseline (compare with the "
-        "estimate's reserved_peak; device_total adds the overhead).\n\n"
+        f"estimate's reserved_peak; device_total adds the overhead).\n\n{stamp()}\n\n"
         "| config | est. reserved_peak | measured reserved | err | est. allocated_peak | "
         "measured allocated | err | est. device_total | samples/s | step ms |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n")

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from _common import stamp  # noqa: E402
 from validation_configs import validation_configs  # noqa: E402
 
 from autoembed.batch import Batch  # noqa: E402
@@ -92,7 +93,7 @@ def main() -> None:
     (a @ a).sum().item()
     head = (f"# GPU validation of the memory model\n\nDevice: {torch.cuda.get_device_name(0)}, "
             f"torch {torch.__version__}. Command: `python benchmarks/gpu_validate.py`\n\n"
-            "Measured figures are above the baseline left by CUDA warm-up.\n\n"
+            f"Measured figures are above the baseline left by CUDA warm-up.\n\n{stamp()}\n\n"
             "| config | measured allocated | analytic | err | traced | err | "
             "measured reserved | analytic reserved | err | traced reserved | err |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|\n")

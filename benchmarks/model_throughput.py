@@ -26,6 +26,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from _common import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "model_throughput.md"
 THREADS = 2
@@ -205,6 +207,8 @@ def main() -> None:
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"1-minute load average {load_before:.1f} before and {load_after:.1f} after "
         f"on {os.cpu_count()} CPUs: other jobs shared them, so throughput is indicative.",
+        "",
+        stamp(),
         "",
         "| technique | params MB | samples/s | vs baseline | step ms | peak RSS MB | traced peak |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -54,11 +54,12 @@ def test_seed_case_traced_by_hand() -> None:
 
 
 @pytest.mark.parametrize("name", list(validation_configs()))
-def test_traced_and_analytic_agree_within_5_percent(name: str) -> None:
+def test_traced_and_analytic_agree_within_1_percent(name: str) -> None:
+    """README claims 1%; results/estimator_accuracy.md measured a max of 0.84% over the grid."""
     cfg = validation_configs()[name]
     an = estimate(cfg).allocated_peak
     tr = estimate(cfg, method="traced").allocated_peak
-    assert abs(an - tr) / tr < 0.05, (an, tr)
+    assert abs(an - tr) / tr < 0.01, (an, tr)
 
 
 def test_100m_row_table_traces_without_allocating_it() -> None:

@@ -157,7 +157,15 @@ def test_text_steps_under_fake_tensors(compression: str) -> None:
     with FakeTensorMode():
         trainer = make_trainer(config)
         ids = torch.randint(0, 5000, (8, 32))
-        trainer.step([Batch({"tok": ids}, torch.randint(0, 4, (8,)))])
+        batch = Batch({"tok": ids}, torch.randint(0, 4, (8,)))
+        loss = trainer.step([batch])
+        assert math.isnan(loss)  # a fake step has no values
+        tables = [p for p in trainer.model.tables.parameters() if p.requires_grad]
+        assert tables and all(is_fake(p) for p in trainer.model.parameters())
+        for p in tables:  # the step reached the table optimizer: one fake sum per row
+            (total,) = trainer.optimizers.table.state[p].values()
+            assert is_fake(total) and tuple(total.shape) == (p.shape[0],)
+        assert trainer.predict(batch).shape == (8, 4)  # logits of the 4 classes
 
 
 def test_fake_caveats_name_what_a_fake_step_cannot_see() -> None:

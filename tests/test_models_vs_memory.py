@@ -102,3 +102,46 @@ def test_mixed_tables_built_bytes_equal_analytic(precision: str, opt: str, wide:
     assert params == est.parameters
     assert state == est.optimizer_state
     assert optimizers == 3  # two table optimizers and the dense one
+
+
+def hand_tensors(cfg: EmbeddingConfig) -> list[tuple[int, int]]:
+    """(rows, cols) of every parameter, from the definitions (README's techniques), not from
+    the code's layout: hash keeps min(V, buckets) rows; qr a ceil(V / collisions) x dim
+    quotient and a collisions x dim remainder table; shared one table of the largest V; the
+    wide part one weight per id (hashed like the table under hash); the tower
+    (fields x dim) -> 32 -> 1 with biases."""
+    c, d, n = cfg.compression, cfg.dim, cfg.qr_collisions
+    shapes: list[tuple[int, int]] = []
+    vocab = [t.vocab_size for t in cfg.tables]
+    if c == "shared":
+        shapes.append((max(vocab), d))
+    for v in vocab:
+        if c == "none":
+            shapes.append((v, d))
+        elif c == "hash":
+            shapes.append((min(v, cfg.hash_buckets), d))
+        elif c == "qr":
+            shapes += [(-(-v // n), d), (n, d)]
+        if cfg.wide:
+            shapes.append((min(v, cfg.hash_buckets) if c == "hash" else v, 1))
+    hidden = cfg.dense_layers[0]
+    return shapes + [(hidden, len(vocab) * d), (hidden, 1), (1, hidden), (1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("compression", "precision", "wide"),
+    list(itertools.product(("none", "hash", "qr", "shared"), PRECISIONS, (False, True))),
+)
+def test_parameter_bytes_by_hand(compression: str, precision: str, wide: bool) -> None:
+    """Parameter (and fp32 master) bytes against shapes and dtypes written down here, so a
+    layout that the model and the analytic estimate got wrong together is caught."""
+    cfg = config(compression, precision, "adam", wide).resolve()
+    half = precision in ("fp16", "bf16", "fp16_master", "bf16_master")  # stored in 2 bytes
+    copies = [2 if half else 4] + ([4] if precision.endswith("_master") else [])
+    hand = sum(block(r * k * size) for r, k in hand_tensors(cfg) for size in copies)
+    tr = make_trainer(cfg, "cpu")
+    built = sum(block(p.numel() * p.element_size()) for p in tr.model.parameters())
+    if tr.masters is not None:
+        built += sum(block(m.numel() * m.element_size()) for _, m in tr.masters.items())
+    assert built == hand
+    assert estimate(cfg).parameters == hand

@@ -261,3 +261,123 @@ def test_projected_qr_tables_traced_and_analytic_agree(pooling: str, op: str) ->
     an = estimate(cfg).allocated_peak
     tr = estimate(cfg, method="traced").allocated_peak
     assert abs(an - tr) / tr < 0.05, (an, tr)
+
+
+# ===================================================================== spaces and rules
+
+
+def _space(tables: object) -> dict[str, object]:
+    return {"data": {"name": "synthetic-ctr", "vocab_sizes": [200_000, 3_000, 40]},
+            "base": {"dense_layers": [8]}, "tables": tables,
+            "params": {"dim": {"choices": [8, 16]}}}
+
+
+def test_space_tables_select_by_name_or_rows_and_reach_the_priced_config() -> None:
+    from autoembed.search.workload import build_workload, data_spec_for
+    from autoembed.space import parse_space
+
+    space = parse_space(_space([
+        {"min_rows": 1000, "compression": "hash", "hash_buckets": 0.01},
+        {"name": "f1", "hash_buckets": 64, "table_optimizer": "sgd"},  # later entry wins
+        {"name": "f2", "dim": 4},
+    ]), "s.yaml")
+    spec, stand_in = data_spec_for(space)
+    cfg = build_workload(spec, stand_in, space.tables).priced(space.config_for({"dim": 8}))
+    f0, f1, f2 = resolved_tables(cfg)
+    assert (f0.compression, f0.hash_buckets) == ("hash", 2_000)  # 1% of 200,000 rows
+    assert (f1.compression, f1.hash_buckets, f1.table_optimizer) == ("hash", 64, "sgd")
+    assert (f2.compression, f2.dim, f2.hash_buckets) == ("none", 4, None)
+    assert parse_space(space.to_dict(), "again").tables == space.tables
+
+
+@pytest.mark.parametrize(
+    ("tables", "needle"),
+    [
+        ([{"name": "f0", "hash_buckets": 1.5}], "key 'tables[0].hash_buckets' = 1.5: must be"),
+        ([{"min_rows": 0, "dim": 8}], "key 'tables[0].min_rows' = 0: must be an integer >= 1"),
+        ([{"name": "f0", "min_rows": 5, "dim": 8}], "by `name` or by `min_rows`"),
+        ([{"name": "f0", "hash_bukets": 9}], "unknown key 'tables[0].hash_bukets' (did you "
+         "mean 'hash_buckets'?)"),
+        ([{"name": "f0", "compression": "hash"}], "hash_buckets"),  # no buckets anywhere
+        ([{"name": "f0"}], "sets nothing"),
+        ({"f0": {}}, "key 'tables'"),
+    ],
+)
+def test_bad_space_tables_name_the_key(tables: object, needle: str) -> None:
+    from autoembed.space import parse_space
+
+    with pytest.raises(ConfigError) as e:
+        parse_space(_space(tables), "s.yaml")
+    assert needle in str(e.value) and "search space 's.yaml'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [("dim", 0), ("hash_seed", -1), ("lr", 0.0), ("momentum", 1.5), ("cache_load_factor", 0.0),
+     ("precision", "fp8"), ("dense_optimizer", "sparse_adam"), ("wide", 1)],
+)
+def test_one_rule_words_the_config_and_the_space_alike(field: str, bad: object) -> None:
+    """A field's rule is declared once: the config and the space loader refuse the same
+    value with the same words."""
+    from autoembed.config import FIELD_RULES
+    from autoembed.space import parse_space
+
+    with pytest.raises(ConfigError) as by_config:
+        EmbeddingConfig(**{field: bad})  # type: ignore[arg-type]
+    spec: dict[str, object] = {"choices": [bad]}
+    if FIELD_RULES[field].kind in ("int", "float"):
+        spec = {"low": bad, "high": bad}
+    with pytest.raises(ConfigError) as by_space:
+        parse_space({**_space(None), "params": {field: spec}}, "s.yaml")
+    text = FIELD_RULES[field].text
+    assert str(by_config.value) == f"config key '{field}' = {bad!r}: {text}"
+    assert str(by_space.value).endswith(f" = {bad!r}: {text}")
+
+
+def test_cli_flags_come_from_the_declared_fields(tmp_path: Path) -> None:
+    from autoembed.cli import _config_flags, _fields_of_flags
+
+    assert {"batch", "seq", "grad_accum", "optimizer", "cache_policy"} <= _config_flags()
+    assert _fields_of_flags({"batch": 8, "optimizer": "sparse_adam", "seq": 3}) == {
+        "batch_size": 8, "seq_len": 3, "table_optimizer": "sparse_adam",
+        "dense_optimizer": "adam"}
+    # an explicit --dense-optimizer wins over the alias
+    assert _fields_of_flags({"optimizer": "sgd", "dense_optimizer": "adam"})[
+        "dense_optimizer"] == "adam"
+
+
+def test_a_tables_own_setting_wins_over_the_spaces() -> None:
+    from autoembed.space import TableRule, apply_table_rules
+
+    rules = (TableRule(None, 100, {"compression": "hash", "hash_buckets": 0.5, "dim": 4}),)
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 1000, hash_buckets=10, dim=8),
+                                  TableConfig("b", 50)), dim=8)
+    a, b = apply_table_rules(rules, cfg).tables
+    assert (a.compression, a.hash_buckets, a.dim) == ("hash", 10, 8)  # a's own values kept
+    assert b == TableConfig("b", 50)  # below min_rows: untouched
+
+
+def test_text_with_two_tables_traced_and_analytic_agree() -> None:
+    cfg = EmbeddingConfig(
+        task="text",
+        tables=(TableConfig("title", 50_000), TableConfig("body.tok", 200_000, dim=32)),
+        num_classes=4, seq_len=128, dim=64, dense_layers=(32,), batch_size=256)
+    an = estimate(cfg).allocated_peak
+    tr = estimate(cfg, method="traced").allocated_peak
+    assert abs(an - tr) / tr < 0.05, (an, tr)
+
+
+def test_a_space_may_search_hash_buckets_as_a_share() -> None:
+    from autoembed.space import parse_space
+
+    share = {"type": "float", "low": 0.001, "high": 0.1, "log": True}
+    raw = {**_space(None), "params": {"compression": {"choices": ["hash"]},
+                                      "hash_buckets": share}}
+    space = parse_space(raw, "s.yaml")
+    p = space.params[1]
+    assert (p.kind, p.low, p.high) == ("float", 0.001, 0.1)
+    cfg = space.config_for({"compression": "hash", "hash_buckets": 0.01})
+    assert cfg.hash_buckets == 0.01
+    raw["params"] = {"hash_buckets": {"type": "float", "low": 0.01, "high": 1.0}}
+    with pytest.raises(ConfigError, match="params.hash_buckets.high' = 1.0: must be an integer"):
+        parse_space(raw, "s.yaml")

@@ -107,8 +107,28 @@ def test_a_reused_pid_does_not_keep_a_stale_lock(tmp_path: Path) -> None:
     (study_dir / LOCK_NAME).write_text(json.dumps(
         {"pid": os.getppid(), "host": socket.gethostname(), "start_ticks": 1,
          "started": "earlier"}))
-    with StudyLock(study_dir, "s") as lock:
-        assert lock.taken_over is not None
+    notes: list[str] = []
+    with StudyLock(study_dir, "s", notes.append) as lock:
+        assert lock.taken_over is not None and lock.taken_over.pid == os.getppid()
+        assert lock.taken_over.start_ticks == 1
+        assert json.loads((study_dir / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert len(notes) == 1 and f"pid {os.getppid()}" in notes[0]
+    os.kill(os.getppid(), 0)  # the PID was alive all along: only its start time told
+
+
+def test_a_live_holder_with_its_own_start_time_keeps_the_lock(tmp_path: Path) -> None:
+    """The same record as above with the parent's true start time (read here from
+    /proc/<pid>/stat, field 22) names a live driver: the lock is refused, and kept."""
+    study_dir = tmp_path / "s"
+    study_dir.mkdir()
+    stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+    ticks = int(stat[stat.rindex(")") + 2:].split()[22 - 3])  # fields after "(comm)" start at 3
+    record = json.dumps({"pid": os.getppid(), "host": socket.gethostname(),
+                         "start_ticks": ticks, "started": "earlier"})
+    (study_dir / LOCK_NAME).write_text(record)
+    with pytest.raises(StudyInUseError, match=f"pid {os.getppid()}"):
+        StudyLock(study_dir, "s").__enter__()
+    assert (study_dir / LOCK_NAME).read_text() == record
 
 
 def test_a_lock_from_another_host_is_refused(tmp_path: Path) -> None:

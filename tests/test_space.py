@@ -14,6 +14,7 @@ import yaml
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
+from autoembed.search.optuna_space import distributions, suggest
 from autoembed.space import (
     BUILTIN_SPACES,
     builtin_space_path,
@@ -122,7 +123,7 @@ def test_distributions_and_multiple_of(tmp_path: Path) -> None:
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     space = load_space(write(tmp_path, SMALL))
-    d = space.distributions()
+    d = distributions(space)
     assert d["dim/8"] == IntDistribution(1, 8, log=True)
     assert d["compression"] == CategoricalDistribution(("none", "hash"))
     assert set(d) == {"dim/8", "compression", "hash_buckets", "table_optimizer", "lr"}
@@ -134,7 +135,7 @@ def test_conditional_params_only_when_their_condition_holds(tmp_path: Path) -> N
     seen = set()
     for _ in range(40):
         trial = study.ask()
-        cfg = space.suggest(trial)
+        cfg = suggest(space, trial)
         assert isinstance(cfg, EmbeddingConfig)
         assert cfg.dim % 8 == 0 and 8 <= cfg.dim <= 64
         assert ("hash_buckets" in trial.params) == (cfg.compression == "hash")
@@ -208,7 +209,7 @@ def test_wide_is_searchable_and_priced(tmp_path: Path) -> None:
     from optuna.distributions import CategoricalDistribution
 
     space = load_space(write(tmp_path, with_params(wide={"choices": [False, True]})))
-    assert space.distributions()["wide"] == CategoricalDistribution((False, True))
+    assert distributions(space)["wide"] == CategoricalDistribution((False, True))
     tables = (TableConfig("f0", 1_000_000), TableConfig("f1", 1000))
 
     def price(cfg: EmbeddingConfig) -> int:

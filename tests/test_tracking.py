@@ -384,13 +384,15 @@ def test_unreachable_server_fails_within_seconds(tmp_path: Path) -> None:
 
 
 def test_silent_server_times_out_in_3_seconds(tmp_path: Path) -> None:
+    """README's 3 s: the probe waits the 3 s out (not less: it is the timeout that fires) and
+    gives up by 3 s + 0.5 s, a margin for a loaded machine (measured: 3.01 s idle)."""
     with socket.socket() as s:  # accepts connections, never answers
         s.bind(("127.0.0.1", 0))
         s.listen(4)
         t0 = time.monotonic()
         with pytest.raises(TrackingUnreachableError, match="timed out"):
             make_tracker(f"http://127.0.0.1:{s.getsockname()[1]}", tmp_path)
-        assert time.monotonic() - t0 < 6
+        assert 3.0 <= time.monotonic() - t0 < 3.5
 
 
 def test_payload_without_mlflow() -> None:

@@ -67,6 +67,22 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of the sockets in LISTEN state on `port`, read from the kernel
+    (/proc/net/tcp and tcp6), not from any argument a process was given."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            addr, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A: TCP_LISTEN
+                raw = bytes.fromhex(addr)  # kernel-order 32-bit words
+                words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add(socket.inet_ntop(socket.AF_INET if len(raw) == 4
+                                           else socket.AF_INET6, words))
+    return found
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -169,6 +185,7 @@ def test_ui_serves_the_runs_dir_and_stops_on_ctrl_c(
     reader.start()
     try:
         wait_healthy(url, proc)
+        assert listening_addresses(port) == {"127.0.0.1"}  # README: ui binds loopback only
         deadline = time.monotonic() + 30
         while not any("study ui-study: " in ln for ln in lines):
             assert time.monotonic() < deadline, "".join(lines)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,22 @@ def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
         train(small(dim=16), out_dir=tmp_path, max_steps=10)
 
 
+def _sigkill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
+    """Start `cmd`, and SIGKILL it as soon as `ready()` (it must not exit before)."""
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.time() + 240
+    try:
+        while not ready():
+            assert p.poll() is None, p.communicate()
+            assert time.time() < deadline, "never ready"
+            time.sleep(0.1)
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
     cfg = tmp_path / "best.yaml"
@@ -65,18 +82,7 @@ def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    deadline = time.time() + 240
-    try:
-        while not (out / CHECKPOINT).exists():
-            assert p.poll() is None, p.communicate()
-            assert time.time() < deadline, "no checkpoint written"
-            time.sleep(0.2)
-        os.kill(p.pid, signal.SIGKILL)
-    finally:
-        p.wait(timeout=30)
+    _sigkill_when(cmd, lambda: (out / CHECKPOINT).exists())
     assert not (out / "metrics.json").exists()  # a killed run leaves no finished result
     step = torch.load(out / CHECKPOINT, weights_only=True)["step"]
     assert 20 <= step < 400
@@ -85,6 +91,46 @@ def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
     res = json.loads(r.stdout)
     assert res["steps"] == 400 and res["env"]["resumed_from"] >= step
     assert (out / "metrics.json").exists()
+
+
+def _bytes(d: Path) -> dict[str, bytes]:
+    return {n: (d / n).read_bytes() for n in ("metrics.json", "model.pt", CHECKPOINT)}
+
+
+@pytest.mark.slow
+def test_finished_result_survives_another_config(tmp_path: Path) -> None:
+    """A's finished model outlives B: refused without --force, and a forced B killed (SIGKILL)
+    mid-run leaves A's metrics.json and model.pt byte for byte."""
+    train(small(), out_dir=tmp_path, max_steps=20, checkpoint_every=10)
+    before = _bytes(tmp_path)
+    cfg_b = tmp_path / "b.yaml"
+    save_config(small(dim=16), cfg_b)
+    cmd = [sys.executable, "-m", "autoembed", "train", "--config", str(cfg_b),
+           "--max-steps", "100000", "--checkpoint-every", "5", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and str(tmp_path) in line and "--force" in line, line
+    assert _bytes(tmp_path) == before  # refused without touching anything
+
+    inode = (tmp_path / CHECKPOINT).stat().st_ino
+    # killed once B's own checkpoint has replaced A's: B is mid-run, past its start
+    _sigkill_when([*cmd, "--force"], lambda: (tmp_path / CHECKPOINT).stat().st_ino != inode)
+    assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["step"] < 100000
+    for name in ("metrics.json", "model.pt"):
+        assert (tmp_path / name).read_bytes() == before[name], name
+
+
+def test_forced_run_replaces_the_result_on_completion(tmp_path: Path) -> None:
+    from autoembed.errors import ConfigError
+
+    train(small(), out_dir=tmp_path, max_steps=10, checkpoint_every=5)
+    with pytest.raises(ConfigError, match="--force"):
+        train(small(dim=16), out_dir=tmp_path, max_steps=10)
+    r = train(small(dim=16), out_dir=tmp_path, max_steps=10, force=True)
+    assert r.status == "complete" and r.env["resumed_from"] == 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["config"]["dim"] == 16
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["tables.f0.weight"].shape[1] == 16
 
 
 def test_cli_bad_input(tmp_path: Path) -> None:
@@ -102,3 +148,34 @@ def test_cli_bad_input(tmp_path: Path) -> None:
         text=True,
     )
     assert r.returncode == 2 and "--data" in r.stderr
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_resumed_run_ends_with_the_weights_of_a_straight_run(tmp_path: Path) -> None:
+    """README: a run resumes 'with the same data order'. A run stopped at step 20 (after its
+    checkpoint) and resumed to 40 must end with a straight 40-step run's weights: a resume
+    that replays batches from the start (or skips too few/many) trains on other batches."""
+    straight = train(small(), out_dir=tmp_path / "a", max_steps=40, checkpoint_every=10)
+    assert straight.status == "complete"
+
+    def stop_at_20(step: int, total: int) -> None:
+        if step == 20:
+            raise _Interrupt
+
+    try:
+        first = train(small(), out_dir=tmp_path / "b", max_steps=40, checkpoint_every=10,
+                      on_step=stop_at_20)
+        assert first.status != "complete"
+    except _Interrupt:
+        pass
+    assert not (tmp_path / "b" / "metrics.json").exists()
+    resumed = train(small(), out_dir=tmp_path / "b", max_steps=40, checkpoint_every=10)
+    assert resumed.status == "complete" and resumed.env["resumed_from"] == 20
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys()
+    for k in a:  # CPU training is deterministic: equal to float rounding, not merely close
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6, msg=k)

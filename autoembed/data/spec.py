@@ -6,14 +6,14 @@ config's `data` field as plain JSON types, and read back with `from_dict`.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import PurePath
 from typing import Any
 
-from autoembed.errors import DataError
+from autoembed.errors import DataError, did_you_mean
+from autoembed.rules import plain
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -167,10 +167,9 @@ class DataSpec:
                     f"data file '{self.name}' has an unknown extension '{suffix}'; "
                     f"use one of {', '.join(FILE_SUFFIXES)}"
                 )
-            close = difflib.get_close_matches(self.name, BUILTIN_NAMES, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise DataError(
-                f"unknown data name '{self.name}'{hint}; use one of "
+                f"unknown data name '{self.name}'{did_you_mean(self.name, BUILTIN_NAMES)}; "
+                "use one of "
                 f"{', '.join(BUILTIN_NAMES)} or the path of a .csv or .parquet file"
             )
         _int("seed", self.seed, 0)
@@ -263,7 +262,7 @@ class DataSpec:
                 continue
             value = getattr(self, f.name)
             if value != f.default:
-                out[f.name] = _plain(value)
+                out[f.name] = plain(value)
         return out
 
     @classmethod
@@ -275,10 +274,9 @@ class DataSpec:
         keys = {f.name for f in fields(cls)}
         for k in raw:
             if k not in keys:
-                close = difflib.get_close_matches(str(k), sorted(keys), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise DataError(
-                    f"{where}unknown data key '{k}'{hint}; valid keys: {', '.join(sorted(keys))}"
+                    f"{where}unknown data key '{k}'{did_you_mean(k, sorted(keys))}; "
+                    f"valid keys: {', '.join(sorted(keys))}"
                 )
         kw: dict[str, Any] = {}
         for k, v in raw.items():
@@ -293,9 +291,3 @@ class DataSpec:
             if not where:
                 raise
             raise DataError(f"{where}{e}") from None
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return [_plain(x) for x in v]
-    return v

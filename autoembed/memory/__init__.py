@@ -49,6 +49,13 @@ def estimate(
 ) -> MemoryEstimate:
     """Price one training step of `config` in bytes; `budget` (bytes) fills in `fits`,
     `host_budget` (bytes of host memory, host_cached tables) `host_fits`."""
+    if not isinstance(config, EmbeddingConfig):
+        what = type(config).__name__
+        if hasattr(config, "named_modules"):
+            raise ConfigError(f"estimate() takes an EmbeddingConfig, got the nn.Module {what}; "
+                              "for your own model use autoembed.estimate_model(model, example)")
+        raise ConfigError(f"estimate() takes an EmbeddingConfig, got {what}; build one with "
+                          "autoembed.load_config or EmbeddingConfig(...)")
     if method not in METHODS:
         raise ConfigError(f"method '{method}' is not known; use one of {', '.join(METHODS)}")
     if sharding not in SHARDINGS:

@@ -29,6 +29,7 @@ from autoembed.memory.types import (
     CUDA_CONTEXT_BYTES,
     MemoryEstimate,
     round_block,
+    traced_figures,
 )
 
 __all__ = ["traced_estimate", "fake_batch"]
@@ -168,17 +169,11 @@ def traced_estimate(
     peak, phase, cats = max(candidates, key=lambda c: c[0])
     reserved = max(peak, tracker.alloc.peak_reserved + round_block(sg_step) + round_block(s_tmp))
     overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
-    return MemoryEstimate(
-        method="traced",
-        parameters=cats.get("parameters", 0),
-        gradients=cats.get("gradients", 0),
-        optimizer_state=cats.get("optimizer_state", 0),
-        activations=cats.get("activations", 0),
-        temporaries=cats.get("temporaries", 0),
+    return traced_figures(
+        cats,
         allocated_peak=peak,
         reserved_peak=reserved,
         overhead=overhead,
-        device_total=reserved + overhead,
         serving_bytes=ana.serving_bytes,
         tables=ana.tables,
         peak_phase=phase,

@@ -111,6 +111,16 @@ class CachingAllocatorModel:
             seg.blocks.pop(i)
 
 
+def _is_grad_sum(func: Any, args: Any, kwargs: Any) -> bool:
+    """Whether this op is autograd's sum of two same-shape gradients (see AllocationTracker)."""
+    if func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2:
+        return False
+    a, b = args
+    return (not torch.is_grad_enabled() and isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor) and a.layout == torch.strided
+            and a.shape == b.shape and a.dtype == b.dtype and a.is_contiguous())
+
+
 @dataclass(frozen=True)
 class PeakSnapshot:
     """Bytes by category at the moment of the allocated peak, and the phase it fell in."""
@@ -118,6 +128,8 @@ class PeakSnapshot:
     allocated: int
     phase: str
     by_category: dict[str, int]
+    # owner -> category -> bytes, when the tracker was given `owners`
+    by_owner: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -125,17 +137,32 @@ class AllocationTracker(TorchDispatchMode):
 
     classify() returns {id(untyped storage): category} for storages whose role is known
     (parameters, gradients, optimizer state); others count as activations (allocated in the
-    forward or backward) or temporaries (allocated in the optimizer step).
+    forward or backward) or temporaries (allocated in the optimizer step). `owners`, when
+    given, returns {id(untyped storage): owner} (e.g. a module path); other storages are owned
+    by the `label` set when they were allocated, else by their phase.
+
+    `inplace_grad_sums`: autograd sums two gradients of one tensor (a table used twice, a
+    tied head) in place on real tensors (`InputBuffer::accumulate`, `AccumulateGrad`) but out
+    of place on a tensor subclass such as FakeTensor, which would price one extra copy. When
+    set, a same-shape `aten.add.Tensor` with grad mode off (the backward) returns its first
+    argument instead of a new tensor; values are never read under fake tensors.
     """
 
-    def __init__(self, classify: Callable[[], dict[int, str]] | None = None) -> None:
+    def __init__(
+        self,
+        classify: Callable[[], dict[int, str]] | None = None,
+        owners: Callable[[], dict[int, str]] | None = None,
+    ) -> None:
         super().__init__()
+        self.inplace_grad_sums = False
+        self.owners = owners
+        self.label = ""
         self.alloc = CachingAllocatorModel()
         self._phase = "setup"
         self.classify = classify
         self.peak: PeakSnapshot | None = None
         self.phase_peaks: dict[str, PeakSnapshot] = {}
-        self._live: dict[int, tuple[int, str]] = {}  # id(storage) -> (bytes, phase)
+        self._live: dict[int, tuple[int, str, str]] = {}  # id(storage) -> (bytes, phase, label)
 
     @property
     def phase(self) -> str:
@@ -168,20 +195,27 @@ class AllocationTracker(TorchDispatchMode):
         if sid in self._live:
             return
         nbytes = st.nbytes()
-        self._live[sid] = (nbytes, self.phase)
+        self._live[sid] = (nbytes, self.phase, self.label)
         self.alloc.malloc(sid, nbytes)
         weakref.finalize(st, self._release, sid)
         self._note_peak()
 
     def _snapshot(self) -> PeakSnapshot:
         known = self.classify() if self.classify is not None else {}
+        owners = self.owners() if self.owners is not None else None
         cats: dict[str, int] = {}
-        for sid, (nbytes, phase) in self._live.items():
+        by_owner: dict[str, dict[str, int]] = {}
+        for sid, (nbytes, phase, label) in self._live.items():
             cat = known.get(sid) or ("temporaries" if phase == "step" else "activations")
             cats[cat] = cats.get(cat, 0) + round_block(nbytes)
-        return PeakSnapshot(self.alloc.allocated, self.phase, cats)
+            if owners is not None:
+                mine = by_owner.setdefault(owners.get(sid) or label or phase, {})
+                mine[cat] = mine.get(cat, 0) + round_block(nbytes)
+        return PeakSnapshot(self.alloc.allocated, self.phase, cats, by_owner)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.inplace_grad_sums and _is_grad_sum(func, args, kwargs):
+            return args[0]  # real tensors sum in place (see `inplace_grad_sums`)
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):

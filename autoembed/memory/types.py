@@ -13,7 +13,10 @@ __all__ = [
     "TableMemory",
     "GpuShare",
     "CacheTable",
+    "ModuleMemory",
     "round_block",
+    "CATEGORIES",
+    "traced_figures",
     "reserved_for",
     "CUDA_CONTEXT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
@@ -52,6 +55,10 @@ BYTE_FIGURES = (
     "device_total",
     "serving_bytes",
 )
+
+
+# The categories a step's live bytes fall in (MemoryEstimate's first five figures).
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
 
 
 def round_block(nbytes: int) -> int:
@@ -95,6 +102,22 @@ class TableMemory:
     gradients: int
     optimizer_state: int
     serving_bytes: int
+
+
+@dataclass(frozen=True)
+class ModuleMemory:
+    """Bytes one part of a user's model holds at the peak (`estimate_model`): `kind` "table"
+    (an embedding module, by its path), "module" (a top-level module's other parameters and
+    the activations its forward saved) or "step" (what no module owns: the loss, the
+    backward's and the optimizer step's own tensors)."""
+
+    name: str
+    kind: str
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    temporaries: int
 
 
 @dataclass(frozen=True)
@@ -158,6 +181,8 @@ class MemoryEstimate:
     host_bytes: int = 0
     cache: tuple[CacheTable, ...] = field(default_factory=tuple)
     host_budget: int | None = None
+    # estimate_model: the breakdown by module path (tables, top-level modules, the step)
+    modules: tuple[ModuleMemory, ...] = field(default_factory=tuple)
 
     @property
     def fits(self) -> bool | None:
@@ -179,5 +204,26 @@ class MemoryEstimate:
         d["per_gpu"] = [asdict(g) for g in self.per_gpu]
         d["notes"] = list(self.notes)
         d["cache"] = [asdict(c) for c in self.cache]
+        d["modules"] = [asdict(m) for m in self.modules]
         d["host_fits"] = self.host_fits
         return d
+
+
+def traced_figures(
+    cats: dict[str, int], *, allocated_peak: int, reserved_peak: int, overhead: int, **rest: Any
+) -> MemoryEstimate:
+    """A traced MemoryEstimate from the bytes by category live at the peak (0 where absent);
+    device_total = reserved_peak + overhead; `rest`: the other fields."""
+    return MemoryEstimate(
+        method="traced",
+        parameters=cats.get("parameters", 0),
+        gradients=cats.get("gradients", 0),
+        optimizer_state=cats.get("optimizer_state", 0),
+        activations=cats.get("activations", 0),
+        temporaries=cats.get("temporaries", 0),
+        allocated_peak=allocated_peak,
+        reserved_peak=reserved_peak,
+        overhead=overhead,
+        device_total=reserved_peak + overhead,
+        **rest,
+    )

@@ -39,6 +39,7 @@ from autoembed.memory import MemoryEstimate, estimate
 from autoembed.runner import RunSettings
 from autoembed.search.early_stop import Progress, cannot_reach_front
 from autoembed.search.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
+from autoembed.search.optuna_space import suggest_values
 from autoembed.search.recorder import CalibrationSink, Recorder, Sink, TrackerSink
 from autoembed.search.records import (
     TrialRow,
@@ -298,7 +299,7 @@ class SearchEngine:
         trial = self.study.ask()
         retry_of = trial.user_attrs.get("retry_of")
         try:
-            values = self.space.suggest_values(trial)
+            values = suggest_values(self.space, trial)
             config = self.workload.priced(self.space.config_for(values))
         except ConfigError as e:
             self._reject_invalid(trial, str(e), retry_of)

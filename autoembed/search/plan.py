@@ -93,7 +93,7 @@ class SearchPlan:
             check_same(stored, "data", spec.to_dict(), "--data")
             if r.space is not None:
                 check_same(stored, "space_text", sp.text, f"--space {r.space}")
-        workload = build_workload(spec, stand_in)
+        workload = build_workload(spec, stand_in, sp.tables)
         _check_cheapest(sp, workload, r.budget)
         gpus = 0
         if r.device == "cuda":

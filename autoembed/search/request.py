@@ -9,7 +9,6 @@ place: `SearchPlan.build`).
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from autoembed.budget import Budget, parse_size
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
 from autoembed.search.study import SAMPLERS, check_study_name
-from autoembed.space import OBJECTIVES, SearchSpace
+from autoembed.space import OBJECTIVES, SearchSpace, check_objective
 
 __all__ = ["SearchRequest", "DEVICES", "MAX_SEED"]
 
@@ -170,11 +169,7 @@ def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | Non
         if not objectives:
             raise ConfigError("--objectives '': name at least one of " + ", ".join(OBJECTIVES))
     for o in objectives:
-        if o not in OBJECTIVES:
-            close = difflib.get_close_matches(str(o), list(OBJECTIVES), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"--objectives: unknown objective '{o}'{hint}; use "
-                              f"{', '.join(OBJECTIVES)}")
+        check_objective(o, "--objectives: ")
     return tuple(objectives) or None
 
 

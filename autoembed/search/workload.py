@@ -21,7 +21,7 @@ from autoembed.config import (
 )
 from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
-from autoembed.space import SearchSpace, StandIn
+from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules
 
 __all__ = ["Workload", "build_workload", "data_spec_for"]
 
@@ -70,16 +70,19 @@ class Workload:
     scale: float = 1.0
     dataset: Any = field(default=None, compare=False, repr=False)
     train_dataset: Any = field(default=None, compare=False, repr=False)
+    tables: tuple[TableRule, ...] = ()  # the space's per-table settings
 
     @property
     def stand_in(self) -> bool:
         return self.train_spec != self.spec
 
     def priced(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The config resolved against the full-size data (what the budget sees)."""
+        """The config resolved against the full-size data, with the space's per-table
+        settings (what the budget sees)."""
         from autoembed.runner import resolve_for_data
 
-        return resolve_for_data(config, self.dataset)
+        cfg = resolve_for_data(config, self.dataset)
+        return apply_table_rules(self.tables, cfg).resolve()
 
     def trained(self, config: EmbeddingConfig) -> EmbeddingConfig:
         """The config a trial trains (the runner resolves it against `train_spec`).
@@ -107,13 +110,15 @@ def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:
     return factor
 
 
-def build_workload(spec: DataSpec, stand_in: StandIn | None) -> Workload:
+def build_workload(
+    spec: DataSpec, stand_in: StandIn | None, tables: tuple[TableRule, ...] = ()
+) -> Workload:
     """Load the priced data (synthetic data cost nothing to load; files are read once)."""
     from autoembed.data import load_dataset
 
     dataset = load_dataset(spec)
     if stand_in is None or (stand_in.vocab_scale == 1.0 and stand_in.rows is None):
-        return Workload(spec, spec, 1.0, dataset, dataset)
+        return Workload(spec, spec, 1.0, dataset, dataset, tables)
     s = stand_in.vocab_scale
     kw: dict[str, Any] = {}
     if spec.name == "synthetic-ctr":
@@ -124,4 +129,4 @@ def build_workload(spec: DataSpec, stand_in: StandIn | None) -> Workload:
     if stand_in.rows is not None:
         kw["rows"] = stand_in.rows
     train = replace(spec, **kw)
-    return Workload(spec, train, s, dataset, load_dataset(train))
+    return Workload(spec, train, s, dataset, load_dataset(train), tables)

@@ -1,0 +1,272 @@
+"""Drop-in embedding layers with autoembed's compressions: `Embedding` and `EmbeddingBag` take
+torch's call signatures (`input`, `offsets`, `per_sample_weights`, `padding_idx`, bag modes)
+and store the table as the compression says:
+
+* ``none``: ``weight`` [V, D] (exactly torch's layer);
+* ``hash``: ``bucket_weight`` [min(V, buckets), D]; ids hashed (`models.hashing.hash_ids`)
+  when V > buckets;
+* ``qr``: ``q_weight`` [ceil(V / m), Dq] and ``r_weight`` [m, Dq], rows combined by
+  ``mult`` / ``add`` / ``concat`` (Dq = D / 2 for concat); bags pool each part first, as
+  DLRM's QREmbeddingBag;
+* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias).
+
+`full_weight()` decodes the whole [V, D] table (a tied output layer reads it each forward);
+for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
+``embedding.weight`` sees a V x D tensor, never the compressed storage. New compressions
+plug in through `COMPRESSIONS` (name -> storage class).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoembed.errors import ConfigError
+
+__all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS"]
+
+LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
+
+
+class _Storage(nn.Module):
+    """How a table's rows are stored: `rows(ids)` -> [*ids.shape, D]; `bag(...)` pooled."""
+
+    def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
+        super().__init__()
+        self.num, self.dim, self.factory = num, dim, factory
+
+    def _param(self, rows: int, dim: int) -> nn.Parameter:
+        w = nn.Parameter(torch.empty(rows, dim, **self.factory))
+        if not w.is_meta:
+            nn.init.normal_(w)
+        return w
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """N(0, 1) rows, as torch.nn.Embedding initialises its weight."""
+        for p in self.parameters(recurse=False):
+            nn.init.normal_(p)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def full(self) -> torch.Tensor:
+        device = next(self.parameters()).device  # where it lives now (after materialize)
+        return self.rows(torch.arange(self.num, device=device))
+
+
+class _Plain(_Storage):
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], weight: Any = None,
+                 **_: Any) -> None:
+        super().__init__(num, dim, factory)
+        self.weight = weight if weight is not None else self._param(num, dim)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        return F.embedding_bag(ids, self.weight, offsets, mode=mode, per_sample_weights=psw)
+
+    def full(self) -> torch.Tensor:
+        return self.weight
+
+
+class _Hash(_Plain):
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hash_buckets: int | None,
+                 hash_seed: int = 0, **_: Any) -> None:
+        if not hash_buckets or hash_buckets < 1:
+            raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
+        self.buckets = min(num, hash_buckets)
+        _Storage.__init__(self, num, dim, factory)
+        self.bucket_weight = self._param(self.buckets, dim)
+        self.seed = hash_seed
+
+    @property
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
+        return self.bucket_weight
+
+    def _map(self, ids: torch.Tensor) -> torch.Tensor:
+        from autoembed.models.hashing import hash_ids
+
+        return ids if self.buckets >= self.num else hash_ids(ids, self.buckets, self.seed)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(self._map(ids), self.bucket_weight)
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        return F.embedding_bag(self._map(ids), self.bucket_weight, offsets, mode=mode,
+                               per_sample_weights=psw)
+
+    def full(self) -> torch.Tensor:
+        return _Storage.full(self)
+
+
+class _QR(_Storage):
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, qr_collisions: int = 4,
+                 qr_operation: str = "mult", **_: Any) -> None:
+        super().__init__(num, dim, factory)
+        if qr_operation == "concat" and dim % 2:
+            raise ConfigError(f"qr_operation concat needs an even dim, got {dim}")
+        self.m, self.op = max(1, int(qr_collisions)), qr_operation
+        dq = dim // 2 if qr_operation == "concat" else dim
+        self.q_weight = self._param(math.ceil(num / self.m), dq)
+        self.r_weight = self._param(self.m, dq)
+
+    def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        if self.op == "mult":
+            return q * r
+        if self.op == "add":
+            return q + r
+        return torch.cat([q, r], dim=-1)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        from autoembed.models.hashing import qr_indices
+
+        qi, ri = qr_indices(ids, self.m)
+        return self._combine(F.embedding(qi, self.q_weight), F.embedding(ri, self.r_weight))
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        from autoembed.models.hashing import qr_indices
+
+        qi, ri = qr_indices(ids, self.m)
+        q = F.embedding_bag(qi, self.q_weight, offsets, mode=mode, per_sample_weights=psw)
+        r = F.embedding_bag(ri, self.r_weight, offsets, mode=mode, per_sample_weights=psw)
+        return self._combine(q, r)
+
+
+class _MixedDim(_Storage):
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, small_dim: int,
+                 **_: Any) -> None:
+        super().__init__(num, dim, factory)
+        self.small_weight = self._param(num, small_dim)
+        self.proj = nn.Linear(small_dim, dim, bias=False, **factory)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.embedding(ids, self.small_weight))
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        return self.proj(F.embedding_bag(ids, self.small_weight, offsets, mode=mode,
+                                         per_sample_weights=psw))
+
+    def full(self) -> torch.Tensor:
+        return self.proj(self.small_weight)
+
+
+# compression name -> storage class (the compression issue adds robe / tt / hot_cold here)
+COMPRESSIONS: dict[str, type[_Storage]] = {
+    "none": _Plain, "hash": _Hash, "qr": _QR, "mixed_dim": _MixedDim,
+}
+
+
+def _storage(num: int, dim: int, compression: str, factory: dict[str, Any],
+             **settings: Any) -> _Storage:
+    cls = COMPRESSIONS.get(compression)
+    if cls is None:
+        raise ConfigError(f"compression '{compression}' is not one an autoembed layer takes; "
+                          f"use one of {', '.join(COMPRESSIONS)}")
+    return cls(num, dim, factory, **settings)
+
+
+class _Layer(nn.Module):
+    """What Embedding and EmbeddingBag share: storage, decoded weight, padding."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None,
+                 compression: str, device: Any, dtype: Any, settings: dict[str, Any]) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        self.compression = compression
+        factory = {"device": device, "dtype": dtype}
+        self.store = _storage(num_embeddings, embedding_dim, compression, factory, **settings)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "weight":  # torch's attribute: the decoded [V, D] table
+            store: Any = super().__getattr__("store")
+            return store.weight if isinstance(store, _Plain) and not isinstance(
+                store, _Hash) else store.full()
+        return super().__getattr__(name)
+
+    def full_weight(self) -> torch.Tensor:
+        """The whole table decoded to [V, D] (a tied output layer's weight)."""
+        return self.store.full()
+
+    def _pad_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
+        return None if self.padding_idx is None else (ids != self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, compression={self.compression}"
+
+
+class Embedding(_Layer):
+    """torch.nn.Embedding's call (`input` -> [*input.shape, D]) over a compressed table.
+    `padding_idx` rows read as zeros (and get no gradient); other torch options
+    (max_norm, scale_grad_by_freq, sparse) are not taken."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 *, compression: str = "none", device: Any = None, dtype: Any = None,
+                 **settings: Any) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
+                         settings)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
+        out = self.store.rows(input)
+        mask = self._pad_mask(input)
+        return out if mask is None else out * mask.unsqueeze(-1).to(out.dtype)
+
+
+class EmbeddingBag(_Layer):
+    """torch.nn.EmbeddingBag's call: `input` 2-D [B, L] (one bag a row) or 1-D with
+    `offsets`, `per_sample_weights` (mode sum), modes sum / mean / max (max: uncompressed
+    only). `padding_idx` entries are left out of each bag."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean",
+                 padding_idx: int | None = None, *, compression: str = "none",
+                 device: Any = None, dtype: Any = None, **settings: Any) -> None:
+        if mode not in ("sum", "mean", "max"):
+            raise ConfigError(f"mode '{mode}': use sum, mean or max")
+        if mode == "max" and compression not in ("none", "hash"):
+            raise ConfigError(f"mode 'max' with compression '{compression}': the max of "
+                              "combined parts is not the max of rows; use sum or mean")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
+                         settings)
+        self.mode = mode
+
+    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,  # noqa: A002
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        mask = self._pad_mask(input)
+        if mask is None:
+            return self.store.bag(input, offsets, self.mode, per_sample_weights)
+        # padding: a zero weight in a sum; for the mean, divide by the real count
+        w = mask.to(self.store.q_weight.dtype if isinstance(self.store, _QR)
+                    else self.full_dtype())
+        if per_sample_weights is not None:
+            w = w * per_sample_weights
+        if self.mode == "max":
+            raise ConfigError("EmbeddingBag mode max with padding_idx is not supported here")
+        total = self.store.bag(input, offsets, "sum", w)
+        if self.mode == "sum":
+            return total
+        ones = mask.to(total.dtype)
+        if offsets is None:
+            count = ones.sum(dim=-1, keepdim=True)
+        else:
+            count = F.embedding_bag(torch.arange(ones.numel(), device=ones.device),
+                                    ones.unsqueeze(1), offsets, mode="sum")
+        return total / count.clamp(min=1)
+
+    def full_dtype(self) -> torch.dtype:
+        return next(self.store.parameters()).dtype

@@ -1,0 +1,162 @@
+"""Constraints declared once (after scikit-learn's `utils/_param_validation.py`).
+
+A `Rule` says what one value may be and words it once: ``check(key, value)`` raises
+``ConfigError("config key 'KEY' = VALUE: must be ...")``. Config fields carry their rule in
+their dataclass metadata (`field_rule`), and `EmbeddingConfig.validate`, the search-space
+loader and the CLI all read it there. Pure Python: no torch, no YAML.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoembed.errors import ConfigError
+
+__all__ = [
+    "Rule",
+    "OneOf",
+    "Integer",
+    "Interval",
+    "CountOrShare",
+    "Flag",
+    "config_error",
+    "field_rule",
+    "is_number",
+    "plain",
+]
+
+
+def config_error(key: str, value: Any, rule: str) -> ConfigError:
+    """The one message shape: config key 'KEY' = VALUE: RULE."""
+    return ConfigError(f"config key '{key}' = {value!r}: {rule}")
+
+
+def is_number(v: Any) -> bool:
+    """A finite int or float (bools are not numbers here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a value may be. `kind` tells a search space how to range over it: "choice",
+    "int", "float" or "count_or_share"."""
+
+    kind = ""
+
+    def ok(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    @property
+    def text(self) -> str:
+        """The rule in words, "must be ..."."""
+        raise NotImplementedError
+
+    def check(self, key: str, value: Any) -> None:
+        if not self.ok(value):
+            raise config_error(key, value, self.text)
+
+
+@dataclass(frozen=True)
+class OneOf(Rule):
+    """One of `choices` (bools only match bools); `why` replaces the default wording."""
+
+    choices: tuple[Any, ...]
+    why: str = ""
+    kind = "choice"
+
+    def ok(self, value: Any) -> bool:
+        try:
+            return any(value == c and isinstance(value, bool) == isinstance(c, bool)
+                       for c in self.choices)
+        except TypeError:
+            return False
+
+    @property
+    def text(self) -> str:
+        return self.why or f"must be one of {', '.join(map(str, self.choices))}"
+
+
+@dataclass(frozen=True)
+class Flag(OneOf):
+    """true or false."""
+
+    choices: tuple[Any, ...] = (True, False)
+    why: str = "must be true or false"
+
+
+@dataclass(frozen=True)
+class Integer(Rule):
+    """An integer >= `minimum` (bools are not integers here)."""
+
+    minimum: int
+    kind = "int"
+
+    def ok(self, value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int) and value >= self.minimum
+
+    @property
+    def text(self) -> str:
+        return f"must be an integer >= {self.minimum}"
+
+
+@dataclass(frozen=True)
+class Interval(Rule):
+    """A finite number in [low, high], or (low, high] with `open_low`."""
+
+    low: float
+    high: float
+    open_low: bool = False
+    kind = "float"
+
+    def ok(self, value: Any) -> bool:
+        if not is_number(value):
+            return False
+        above = value > self.low if self.open_low else value >= self.low
+        return bool(above and value <= self.high)
+
+    @property
+    def text(self) -> str:
+        return f"must be a number in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+
+
+@dataclass(frozen=True)
+class CountOrShare(Rule):
+    """An integer count >= `minimum`, or a float share of a table's rows in (0, 1)."""
+
+    minimum: int
+    kind = "count_or_share"
+
+    def ok(self, value: Any) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value) and 0.0 < value < 1.0
+        return Integer(self.minimum).ok(value)
+
+    @property
+    def text(self) -> str:
+        return (f"must be an integer >= {self.minimum} (a count) or a float in (0, 1) "
+                "(a share of the table's rows)")
+
+
+def field_rule(rule: Rule, *, flag: str | None = None) -> dict[str, Any]:
+    """Dataclass field metadata: the field's `rule` and, when the CLI spells it otherwise,
+    its `flag` (``--batch`` for batch_size). A None value is allowed where the field's
+    default is None."""
+    meta: dict[str, Any] = {"rule": rule}
+    if flag is not None:
+        meta["flag"] = flag
+    return meta
+
+
+def plain(v: Any) -> Any:
+    """`v` as JSON-safe plain data: mappings as dicts with str keys, sequences as lists, and
+    NaN/inf as None (JSON has none). The one sanitiser for files, records and params."""
+    if isinstance(v, Mapping):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v

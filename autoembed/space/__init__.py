@@ -1,0 +1,69 @@
+"""Search spaces: a YAML file that says which `EmbeddingConfig` fields a search varies, over
+which values, on which data, for which objectives.
+
+Schema (README.md, "Search spaces"): top-level keys `data` (a DataSpec mapping), `stand_in`
+(train on scaled-down synthetic tables while pricing the full ones), `base` (fixed config
+fields), `params` (searched fields), `objectives`, `target`, `run` (RunSettings fields) and
+`trials`. Loading validates everything; an error names the file, the key and the value.
+
+Modules: `model` (Param, SearchSpace, StandIn, TableRule), `objectives`, `loader`
+(load_space, parse_space: the YAML validator, reading the config's declared rules) and
+`corners` (cheapest_config). No Optuna here: `autoembed.search.optuna_space` maps a space
+onto Optuna's distributions and trials.
+"""
+
+from __future__ import annotations
+
+from autoembed.space.corners import MAX_CHEAPEST_CORNERS, cheapest_config
+from autoembed.space.loader import load_space, parse_space
+from autoembed.space.model import (
+    BUILTIN_SPACES,
+    DEFAULT_TRIALS,
+    GRID_POINTS,
+    PARAM_KEYS,
+    RUN_KEYS,
+    SEARCHABLE,
+    SPACE_KEYS,
+    STAND_IN_KEYS,
+    Param,
+    SearchSpace,
+    StandIn,
+    TableRule,
+    apply_table_rules,
+    builtin_space_path,
+    product_size,
+)
+from autoembed.space.objectives import (
+    DEFAULT_OBJECTIVES,
+    OBJECTIVES,
+    Objective,
+    check_objective,
+    parse_objectives,
+)
+
+__all__ = [
+    "OBJECTIVES",
+    "DEFAULT_OBJECTIVES",
+    "SPACE_KEYS",
+    "PARAM_KEYS",
+    "RUN_KEYS",
+    "STAND_IN_KEYS",
+    "SEARCHABLE",
+    "DEFAULT_TRIALS",
+    "GRID_POINTS",
+    "MAX_CHEAPEST_CORNERS",
+    "Objective",
+    "Param",
+    "StandIn",
+    "TableRule",
+    "apply_table_rules",
+    "SearchSpace",
+    "load_space",
+    "parse_space",
+    "parse_objectives",
+    "check_objective",
+    "cheapest_config",
+    "builtin_space_path",
+    "product_size",
+    "BUILTIN_SPACES",
+]

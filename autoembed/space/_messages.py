@@ -1,0 +1,18 @@
+"""The one message shape of a search-space error: the file, the key, the value, the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autoembed.errors import ConfigError, did_you_mean
+
+
+def space_error(source: str, key: str, value: Any, rule: str) -> ConfigError:
+    return ConfigError(f"search space '{source}': key '{key}' = {value!r}: {rule}")
+
+
+def unknown_key(source: str, where: str, key: Any, valid: Sequence[str]) -> ConfigError:
+    prefix = f"{where}." if where else ""
+    return ConfigError(f"search space '{source}': unknown key '{prefix}{key}'"
+                       f"{did_you_mean(key, valid)}; valid: {', '.join(valid)}")

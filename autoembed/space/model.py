@@ -1,0 +1,331 @@
+"""The search-space model: which config fields a search varies (`Param`), over which values,
+on which data (`SearchSpace`), and the sampler-neutral naming of each param (``dim/8`` for a
+``multiple_of: 8`` range). No Optuna here: `autoembed.search.optuna_space` maps a space onto
+Optuna's distributions and trials."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autoembed.config import (
+    FIELD_RULES,
+    TABLE_OVERRIDES,
+    EmbeddingConfig,
+    config_from_dict,
+)
+from autoembed.errors import ConfigError
+from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
+
+__all__ = [
+    "SPACE_KEYS",
+    "SEARCHABLE",
+    "Param",
+    "StandIn",
+    "TableRule",
+    "apply_table_rules",
+    "SearchSpace",
+    "builtin_space_path",
+    "product_size",
+    "BUILTIN_SPACES",
+]
+
+SPACE_KEYS = ("description", "data", "stand_in", "base", "tables", "params", "objectives",
+              "target", "run", "trials")
+PARAM_KEYS = ("choices", "type", "low", "high", "log", "step", "multiple_of", "when", "grid")
+RUN_KEYS = ("max_steps", "max_seconds", "epochs", "eval_every", "eval_batches", "test_batches",
+            "warmup_steps", "measure_latency")
+STAND_IN_KEYS = ("vocab_scale", "rows")
+DEFAULT_TRIALS = 20  # trained trials when neither the space nor the caller says
+GRID_POINTS = 3  # points per numeric range in the grid sampler's grid (low, middle, high)
+
+# Fields the data decide (resolution writes them): never searched, never in `base`.
+DATA_FIELDS = ("task", "tables", "num_classes", "seq_len", "data")
+LIST_FIELDS = ("dense_layers",)
+# Searchable: every config field with a declared rule (config.FIELD_RULES), and the lists.
+SEARCHABLE = tuple(sorted({*(k for k in FIELD_RULES if k not in DATA_FIELDS), *LIST_FIELDS}))
+# Numeric fields that do not change memory: the cheapest corner takes their low end only.
+MEMORY_NEUTRAL = ("lr", "dense_lr", "adam_eps", "momentum", "weight_decay", "warmup_steps",
+                   "hash_seed", "seed")
+
+# Keys a space's `tables` entry may set on the tables it selects.
+TABLE_SETTING_KEYS = (*TABLE_OVERRIDES, "dim")
+
+BUILTIN_SPACES = ("default", "ctr", "text", "tiny", "host_cache")
+
+
+def builtin_space_path(name: str) -> Path:
+    """The packaged copy of a built-in space (`autoembed/search_spaces/<name>.yaml`)."""
+    return Path(__file__).resolve().parents[1] / "search_spaces" / f"{name}.yaml"
+
+
+# ===================================================================== value types
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """Train on a scaled-down copy of synthetic data while pricing the full-size tables.
+
+    vocab_scale: every vocabulary (and `hash_buckets`) is multiplied by this and rounded,
+        at least 1 (2 for text, whose id 0 is padding); compression ratios stay the same.
+    rows: rows per split (train, valid, test) of the training copy; None keeps the data's.
+    """
+
+    vocab_scale: float
+    rows: tuple[int, int, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"vocab_scale": self.vocab_scale}
+        if self.rows is not None:
+            d["rows"] = list(self.rows)
+        return d
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched config field.
+
+    Categorical: `choices` (Optuna sees labels; lists such as dense_layers become "256,64").
+    Numeric: `kind` "int" or "float" over [low, high], `log` scale, `step`, and for ints
+    `multiple_of`: Optuna then searches `name/m` over [ceil(low/m), floor(high/m)] and the
+    config gets m times the value (tensor cores want dims that are multiples of 8).
+    `when`: {param: allowed values} that must all hold for the param to be suggested.
+    """
+
+    name: str
+    kind: str  # "categorical", "int" or "float"
+    choices: tuple[Any, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    step: float | None = None
+    multiple_of: int | None = None
+    when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    grid: tuple[Any, ...] = ()
+
+    @property
+    def optuna_name(self) -> str:
+        return f"{self.name}/{self.multiple_of}" if self.multiple_of else self.name
+
+    @property
+    def labels(self) -> tuple[Any, ...]:
+        return tuple(_label(c) for c in self.choices)
+
+    def active(self, values: Mapping[str, Any]) -> bool:
+        """Whether the condition holds given the config values chosen so far."""
+        return all(name in values and values[name] in allowed for name, allowed in self.when)
+
+    def int_bounds(self) -> tuple[int, int]:
+        """The integer range the sampler searches (in units of `multiple_of`)."""
+        m = self.multiple_of or 1
+        return math.ceil(self.low / m), math.floor(self.high / m)
+
+    def from_optuna(self, raw: Any) -> Any:
+        """The config value for the value Optuna holds."""
+        if self.kind == "categorical":
+            return self.choices[self.labels.index(raw)]
+        if self.kind == "int":
+            return int(raw) * (self.multiple_of or 1)
+        return float(raw)
+
+    def to_optuna(self, value: Any) -> Any:
+        if self.kind == "categorical":
+            return _label(value)
+        if self.kind == "int":
+            return int(value) // (self.multiple_of or 1)
+        return float(value)
+
+    def grid_values(self) -> tuple[Any, ...]:
+        """Values the grid sampler visits: choices, `grid`, or GRID_POINTS across the range."""
+        if self.kind == "categorical":
+            return self.choices
+        if self.grid:
+            return self.grid
+        if self.kind == "int":
+            lo, hi = self.int_bounds()
+            pts = _spread(lo, hi, self.log, GRID_POINTS)
+            units = sorted({min(hi, max(lo, round(p))) for p in pts})
+            return tuple(u * (self.multiple_of or 1) for u in units)
+        return tuple(sorted(set(_spread(self.low, self.high, self.log, GRID_POINTS))))
+
+    def corner_values(self) -> tuple[Any, ...]:
+        """Values the cheapest-corner search tries: every choice, or the range's ends."""
+        if self.kind == "categorical":
+            return self.choices
+        ends = self.grid_values()
+        if self.name in MEMORY_NEUTRAL:
+            return ends[:1]
+        return tuple(dict.fromkeys((ends[0], ends[-1])))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.kind == "categorical":
+            d["choices"] = [list(c) if isinstance(c, tuple) else c for c in self.choices]
+        else:
+            d.update(type=self.kind, low=self.low, high=self.high, log=self.log)
+            if self.step is not None:
+                d["step"] = self.step
+            if self.multiple_of is not None:
+                d["multiple_of"] = self.multiple_of
+        if self.when:
+            d["when"] = {k: list(v) for k, v in self.when}
+        return d
+
+
+def _label(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "none"
+    return value
+
+
+def _spread(lo: float, hi: float, log: bool, n: int) -> list[float]:
+    if hi <= lo or n <= 1:
+        return [lo]
+    if log:
+        a, b = math.log(lo), math.log(hi)
+        pts = [math.exp(a + (b - a) * i / (n - 1)) for i in range(n)]
+    else:
+        pts = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+    # 6 significant digits (no 0.0020000000000000005), kept inside [lo, hi]
+    return [min(hi, max(lo, float(f"{p:.6g}"))) for p in pts]
+
+
+@dataclass(frozen=True)
+class TableRule:
+    """Per-table settings of a space (`tables:`): for the table called `name`, or for every
+    table of at least `min_rows` rows, the table keys in `settings` (e.g. compression hash,
+    hash_buckets 0.01: a share of that table's rows)."""
+
+    name: str | None
+    min_rows: int | None
+    settings: Mapping[str, Any]
+
+    def selects(self, name: str, rows: int) -> bool:
+        if self.name is not None:
+            return name == self.name
+        return self.min_rows is not None and rows >= self.min_rows
+
+    def to_dict(self) -> dict[str, Any]:
+        sel = {"name": self.name} if self.name is not None else {"min_rows": self.min_rows}
+        return {**sel, **self.settings}
+
+
+def apply_table_rules(
+    rules: tuple[TableRule, ...], config: EmbeddingConfig
+) -> EmbeddingConfig:
+    """`config` (with the data's tables) with a space's per-table settings written into the
+    tables they select, a later entry over an earlier one; a table's own setting in the
+    config wins over both."""
+    if not rules:
+        return config
+    tables = []
+    for t in config.tables:
+        settings: dict[str, Any] = {}
+        for rule in rules:
+            if rule.selects(t.name, t.vocab_size):
+                settings.update(rule.settings)
+        own = {**t.overrides, **({"dim": t.dim} if t.dim is not None else {})}
+        tables.append(replace(t, **{**settings, **own}))
+    return replace(config, tables=tuple(tables))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space; `text` is the file as read (stored with a study)."""
+
+    source: str
+    params: tuple[Param, ...]
+    data: Mapping[str, Any] = field(default_factory=lambda: {"name": "synthetic-ctr"})
+    stand_in: StandIn | None = None
+    base: Mapping[str, Any] = field(default_factory=dict)
+    objectives: tuple[Objective, ...] = tuple(Objective(n, OBJECTIVES[n])
+                                              for n in DEFAULT_OBJECTIVES)
+    target: float | None = None
+    run: Mapping[str, Any] = field(default_factory=dict)
+    trials: int = DEFAULT_TRIALS
+    description: str = ""
+    tables: tuple[TableRule, ...] = ()
+    text: str = field(default="", compare=False, repr=False)
+
+    # ------------------------------------------------------------------ configs
+    def base_config(self) -> EmbeddingConfig:
+        return config_from_dict(dict(self.base), f"{self.source}: base")
+
+    def config_for(self, values: Mapping[str, Any]) -> EmbeddingConfig:
+        """The (unresolved) config for field -> value choices; ConfigError if invalid."""
+        raw = {**self.base, **values}
+        for k in LIST_FIELDS:
+            if k in raw and isinstance(raw[k], tuple):
+                raw[k] = list(raw[k])
+        return config_from_dict(raw, f"{self.source}: proposal")
+
+    def values_from_optuna(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Config field -> value for a trial's Optuna params (inactive ones dropped)."""
+        values: dict[str, Any] = dict(self.base)
+        out: dict[str, Any] = {}
+        for p in self.params:
+            if p.optuna_name in params and p.active(values):
+                out[p.name] = values[p.name] = p.from_optuna(params[p.optuna_name])
+        return out
+
+    def optuna_params(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {p.optuna_name: p.to_optuna(values[p.name]) for p in self.params
+                if p.name in values}
+
+    def grid(self, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Every distinct combination of `grid_values` (conditions respected), as Optuna
+        params, in a fixed order."""
+        out = [self.optuna_params(v) for v in self._combinations(Param.grid_values, limit)]
+        return out
+
+    def _combinations(
+        self, values_of: Callable[[Param], tuple[Any, ...]], limit: int
+    ) -> Iterator[dict[str, Any]]:
+        count = 0
+
+        def walk(i: int, chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            nonlocal count
+            if i == len(self.params):
+                count += 1
+                if count > limit:
+                    raise ConfigError(
+                        f"{self.source}: the grid has more than {limit} points; give numeric "
+                        "params fewer `grid` values or fewer choices"
+                    )
+                yield {k: v for k, v in chosen.items() if k not in self.base}
+                return
+            p = self.params[i]
+            if not p.active(chosen):
+                yield from walk(i + 1, chosen)
+                return
+            for v in values_of(p):
+                yield from walk(i + 1, {**chosen, p.name: v})
+
+        yield from walk(0, dict(self.base))
+
+    def describe(self, values: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k}={_label(v)}" for k, v in values.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"data": dict(self.data)}
+        if self.stand_in is not None:
+            d["stand_in"] = self.stand_in.to_dict()
+        d["base"] = dict(self.base)
+        if self.tables:
+            d["tables"] = [t.to_dict() for t in self.tables]
+        d["params"] = {p.name: p.to_dict() for p in self.params}
+        d["objectives"] = [o.to_dict() for o in self.objectives]
+        d["target"] = self.target
+        d["run"] = dict(self.run)
+        d["trials"] = self.trials
+        return d
+
+
+
+
+def product_size(space: SearchSpace) -> int:
+    """Combinations of grid values (an upper bound: conditions only remove some)."""
+    return math.prod(len(p.grid_values()) for p in space.params)

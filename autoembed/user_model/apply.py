@@ -1,0 +1,178 @@
+"""Rewrite a user's model in place by a config: `apply`, `tables`, `materialize`.
+
+`apply(model, config)`: every table the config names by module path (``bert.embeddings.
+word_embeddings``) must be an nn.Embedding / nn.EmbeddingBag of the model; it becomes an
+`autoembed.nn` layer with that table's resolved settings (`config.resolved_tables`): its
+compression, and its dim (a dim below the module's makes a mixed_dim table projected back up).
+A table whose settings change nothing (compression none, same dim) keeps the user's module.
+
+Ties: another module whose parameter IS the table's weight (an output layer tied to the
+embedding: GPT heads, BERT's MLM decoder) reads the decoded [V, D] table each forward
+(`full_weight()`, priced by the trace since it is a real tensor of the step); `untie=True`
+gives it its own full weight instead. The head's parameter is removed, so a later
+`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table.
+
+`materialize(model, device)`: after building on the meta device and `apply`, allocate every
+parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from autoembed.errors import ConfigError, did_you_mean
+from autoembed.user_model.step import EMBEDDING_TYPES, embedding_modules
+
+__all__ = ["apply", "tables", "materialize"]
+
+DECODED = "_autoembed_decoded"  # set on a module whose tied weight is the decoded table
+
+
+def tables(model: nn.Module) -> tuple[Any, ...]:
+    """The model's embedding modules as config table entries (name = module path)."""
+    from autoembed.config import TableConfig
+
+    out = []
+    for path, m in embedding_modules(model):
+        m = cast(Any, m)
+        out.append(TableConfig(name=path, vocab_size=int(m.num_embeddings),
+                               dim=int(m.embedding_dim)))
+    if not out:
+        raise ConfigError(f"model {type(model).__name__} has no nn.Embedding or "
+                          "nn.EmbeddingBag; autoembed rewrites embedding tables")
+    return tuple(out)
+
+
+def _module(model: nn.Module, path: str) -> Any:
+    names = [p for p, _ in embedding_modules(model)]
+    try:
+        m = model.get_submodule(path)
+    except AttributeError:
+        hint = did_you_mean(path, names) or f"; its tables: {', '.join(names)}"
+        raise ConfigError(f"config table '{path}': the model has no module '{path}'{hint}") \
+            from None
+    if not isinstance(m, EMBEDDING_TYPES):
+        raise ConfigError(f"config table '{path}': module '{path}' is a {type(m).__name__}, not "
+                          "an nn.Embedding or nn.EmbeddingBag")
+    return m
+
+
+def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple[str, str]]:
+    """(module path, parameter name) of other modules holding `weight` itself."""
+    out = []
+    for path, m in model.named_modules():
+        if m is skip:
+            continue
+        for name, p in m.named_parameters(recurse=False):
+            if p is weight:
+                out.append((path, name))
+    return out
+
+
+def _new_layer(old: Any, ts: Any) -> Any:
+    from autoembed import nn as ae_nn
+
+    w = old.weight
+    kw: dict[str, Any] = {"device": w.device, "dtype": w.dtype}
+    comp = ts.compression
+    if comp == "hash":
+        kw.update(hash_buckets=ts.hash_buckets, hash_seed=ts.hash_seed)
+    elif comp == "qr":
+        kw.update(qr_collisions=ts.qr_collisions, qr_operation=ts.qr_operation)
+    if ts.dim != old.embedding_dim:
+        if comp != "none" or ts.dim > old.embedding_dim:
+            raise ConfigError(f"config table '{ts.name}': dim {ts.dim} differs from the "
+                              f"module's {old.embedding_dim}; a smaller dim is a mixed_dim "
+                              "table (compression none); give compression none or the same dim")
+        comp = "mixed_dim"
+        kw["small_dim"] = ts.dim
+    if isinstance(old, nn.EmbeddingBag):
+        return ae_nn.EmbeddingBag(old.num_embeddings, old.embedding_dim, mode=old.mode,
+                                  padding_idx=old.padding_idx, compression=comp, **kw)
+    return ae_nn.Embedding(old.num_embeddings, old.embedding_dim, padding_idx=old.padding_idx,
+                           compression=comp, **kw)
+
+
+def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
+    """`head.<name>` is `layer.full_weight()` during each forward (autograd keeps it for the
+    backward; it is dropped after, so no decoded copy outlives the step)."""
+    del head._parameters[name]
+
+    def load(mod: nn.Module, _args: Any) -> None:
+        object.__setattr__(mod, name, layer.full_weight())
+
+    def drop(mod: nn.Module, _args: Any, _out: Any) -> None:
+        object.__setattr__(mod, name, None)
+
+    head.register_forward_pre_hook(load)
+    head.register_forward_hook(drop)
+    object.__setattr__(head, name, None)
+    object.__setattr__(head, DECODED, True)
+
+
+def apply(model: nn.Module, config: Any, *, untie: bool = False) -> nn.Module:
+    """Rewrite the tables `config` names (by module path) in place; returns `model`."""
+    from autoembed.config import resolved_tables
+
+    plans = []
+    for ts in resolved_tables(config):
+        old = _module(model, ts.name)
+        plans.append((ts, old, _tied(model, old.weight, old)))
+    names = {ts.name for ts, _, _ in plans}
+    for ts, old, ties in plans:
+        for path, _ in ties:
+            if path in names:
+                raise ConfigError(f"tables '{ts.name}' and '{path}' share one weight; configure "
+                                  "only one of them (the other follows it)")
+        if ts.compression == "none" and ts.dim == old.embedding_dim:
+            continue  # nothing changes: keep the user's module (and its ties)
+        layer = _new_layer(old, ts)
+        parent, _, attr = ts.name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, layer)
+        for path, pname in ties:
+            head = model.get_submodule(path)
+            if untie:
+                full = layer.full_weight().detach().clone()
+                head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
+            else:
+                _decode_into(head, pname, layer)
+    return model
+
+
+def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
+    """Every (module, name) whose parameter is one an earlier (module, name) holds."""
+    first: dict[int, tuple[nn.Module, str]] = {}
+    ties = []
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            if id(p) in first:
+                ties.append((m, name, *first[id(p)]))
+            else:
+                first[id(p)] = (m, name)
+    return ties
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Module:
+    """Allocate a meta-built (and applied) model on `device`, restore the ties `to_empty`
+    breaks, and initialise each module by its own `reset_parameters`."""
+    for name, b in model.named_buffers():
+        if b.is_meta:
+            raise ConfigError(f"buffer '{name}' was built on the meta device and has no values "
+                              "to materialize; build buffers on a real device (only the "
+                              "parameters on meta), or build the model normally")
+    ties = _tie_map(model)
+    model.to_empty(device=device)
+    for m, name, src, src_name in ties:
+        m._parameters[name] = src._parameters[src_name]
+    for m in model.modules():
+        reset = getattr(m, "reset_parameters", None)
+        if getattr(m, DECODED, False):  # its weight is the table's; other parameters start at 0
+            for p in m.parameters(recurse=False):
+                p.zero_()
+        elif callable(reset):
+            reset()
+    return model

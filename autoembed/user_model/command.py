@@ -1,0 +1,92 @@
+"""`autoembed estimate --model pkg.module:factory --example pkg.module:name`: the CLI's side of
+`estimate_model` (cli.py calls `estimate_for_cli` and prints as for a config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autoembed.errors import ConfigError
+
+__all__ = ["estimate_for_cli", "render_modules"]
+
+
+def _example(spec: str) -> Any:
+    from autoembed.user_model.load import load_object
+
+    obj = load_object(spec, "--example")
+    if callable(obj) and not hasattr(obj, "shape"):
+        try:
+            return obj()
+        except Exception as e:  # noqa: BLE001 - the user's function: one line
+            raise ConfigError(f"--example '{spec}' raised {type(e).__name__}: {e}") from None
+    return obj
+
+
+def estimate_for_cli(
+    model: str | None,
+    example: str | None,
+    apply: Path | None,
+    *,
+    optimizer: str | None,
+    precision: str | None,
+    budget: int | None,
+    reserve: int,
+    refused: dict[str, Any],
+) -> Any:
+    """The MemoryEstimate `autoembed estimate --model ...` prints. `refused`: the built-in
+    model's flags that were given (flag name -> value); any one is bad input beside --model."""
+    if model is None or example is None:
+        missing = "--model" if model is None else "--example"
+        raise ConfigError(f"{missing} is missing: --model pkg.module:factory and --example "
+                          "pkg.module:name go together")
+    given = [k for k, v in refused.items() if v is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
+                          "yours: drop it (only --optimizer, --precision, --budget, --reserve, "
+                          "--device-memory and --json apply)")
+    from autoembed.user_model import estimate_model
+    from autoembed.user_model.load import load_object
+
+    factory = load_object(model, "--model")
+    if apply is not None:
+        factory = _applied(factory, apply)
+    return estimate_model(factory, _example(example), optimizer=optimizer or "adam",
+                          precision=precision or "fp32", budget=budget, reserve=reserve)
+
+
+def _applied(factory: Any, path: Path) -> Any:
+    """A factory that builds the user's model and rewrites it by the config at `path`."""
+    from autoembed import apply as apply_config
+    from autoembed.config import load_config
+
+    cfg = load_config(path)
+
+    def build() -> Any:
+        model = factory() if callable(factory) and not hasattr(factory, "forward") else factory
+        return apply_config(model, cfg)
+
+    return build
+
+
+def render_modules(est: Any) -> None:
+    """The breakdown by module path (tables, top-level modules, the step's own tensors)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from autoembed.budget import format_bytes
+
+    con = Console(highlight=False)
+    if not con.is_terminal:
+        con.width = max(con.width, 120)
+    t = Table(title="Per module (bytes live at the peak)")
+    cols = ("module", "kind", "parameters", "gradients", "optimizer state", "activations",
+            "temporaries")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("module", "kind") else "right")
+    for m in est.modules:
+        t.add_row(escape(m.name), m.kind, *(format_bytes(b) for b in (
+            m.parameters, m.gradients, m.optimizer_state, m.activations, m.temporaries)))
+    con.print(t)

@@ -1,0 +1,348 @@
+"""`estimate_model`: price a user's whole training step by tracing it on fake tensors.
+
+The model (a module, turned into a fake copy; or a factory, called under FakeTensorMode so a
+100M-row table costs nothing), its precision machinery and optimizer are built, and two
+`UserStep.step`s (forward, loss, backward, optimizer step) run under `AllocationTracker`,
+which replays each allocation and free through the CUDA caching-allocator model. The first
+step creates the optimizer state; the second is steady state.
+
+What the trace follows is torch's CPU code path for each op (see `CPU_VS_CUDA`); the
+optimizer implementation is pinned to CUDA's (foreach).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils._pytree import tree_map
+
+from autoembed.errors import ConfigError
+from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
+from autoembed.memory.types import (
+    CATEGORIES,
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    MemoryEstimate,
+    ModuleMemory,
+    TableMemory,
+    round_block,
+    traced_figures,
+)
+from autoembed.user_model.step import (
+    LossFn,
+    OptimizerSpec,
+    UserStep,
+    embedding_modules,
+)
+
+__all__ = ["estimate_model", "CPU_VS_CUDA"]
+
+TRACED_STEPS = 2
+# Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
+CPU_VS_CUDA = (
+    "traced on CPU code paths: CPU autocast casts fewer ops than CUDA's (e.g. no fp32 "
+    "softmax/layer_norm lists differ), and scaled_dot_product_attention picks CPU's math or "
+    "flash kernel, not CUDA's flash/mem-efficient one (different saved tensors)"
+)
+
+# owners of what no module owns (the phase it was allocated in) -> the name shown
+_STEP_OWNERS = {"setup": "(example inputs)", "zero_grad": "(zero_grad)", "forward": "(forward)",
+                "backward": "(loss and backward)", "step": "(optimizer step)",
+                "(optimizer)": "(optimizer)"}
+
+ModelSpec = nn.Module | Callable[[], nn.Module]
+
+
+def estimate_model(
+    model: ModelSpec,
+    example: Any,
+    *,
+    loss: LossFn | None = None,
+    optimizer: OptimizerSpec = "adam",
+    precision: str = "fp32",
+    budget: int | None = None,
+    reserve: int = 0,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+) -> MemoryEstimate:
+    """Price two training steps of `model` on `example` (contract figures, `modules`
+    breakdown). `example`: a tensor -> model(x), a tuple -> model(*x), a dict -> model(**x);
+    a list is several examples, and the largest price is returned. Tensors only give shapes
+    and dtypes. `budget` (bytes) fills in `fits`."""
+    if isinstance(example, list):
+        if not example:
+            raise ConfigError("example = []: give at least one example input")
+        ests = [estimate_model(model, x, loss=loss, optimizer=optimizer, precision=precision,
+                               budget=budget, reserve=reserve, context_bytes=context_bytes)
+                for x in example]
+        return max(ests, key=lambda e: e.device_total)
+    if not isinstance(model, nn.Module) and not callable(model):
+        raise ConfigError(f"model = {type(model).__name__}: give an nn.Module or a zero-argument "
+                          "factory that returns one")
+    tracker, step, peaks = _trace(model, example, loss, optimizer, precision)
+    return _estimate(tracker, step, peaks, reserve, context_bytes).with_budget(budget)
+
+
+def _fake_module(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose parameters and buffers are new (fake) tensors of the same
+    shapes, dtypes and sharing; call under FakeTensorMode."""
+    memo: dict[int, Any] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if id(t) in memo:
+            continue
+        new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+        memo[id(t)] = nn.Parameter(new, t.requires_grad) if isinstance(t, nn.Parameter) else new
+    return copy.deepcopy(model, memo)
+
+
+def _build(model: ModelSpec) -> nn.Module:
+    if isinstance(model, nn.Module):
+        return _fake_module(model)
+    try:
+        built = model()
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's factory: report it, one line
+        raise ConfigError(f"model factory {_qual(model)} raised {type(e).__name__}: "
+                          f"{_first_line(e)}") from None
+    if not isinstance(built, nn.Module):
+        raise ConfigError(f"model factory {_qual(model)} returned {type(built).__name__}, not an "
+                          "nn.Module")
+    return _fake_module(built) if any(not _is_fake(p) for p in built.parameters()) else built
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def _fake_example(example: Any) -> Any:
+    """The example with every tensor replaced by a CPU tensor of its shape and dtype (call
+    under FakeTensorMode: values are never read)."""
+    def fake(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.zeros(x.shape, dtype=x.dtype, device="cpu")
+        return x
+
+    return tree_map(fake, example)
+
+
+def _owner_of(model: nn.Module) -> dict[int, str]:
+    """id(parameter) -> owner: its table's path, else its top-level module's name."""
+    tables = {id(p): path for path, m in embedding_modules(model) for p in m.parameters()}
+    owners: dict[int, str] = {}
+    for name, p in model.named_parameters():
+        owners.setdefault(id(p), tables.get(id(p)) or (name.split(".")[0] if "." in name
+                                                      else "(root)"))
+    return owners
+
+
+def _classifiers(step: UserStep) -> tuple[Callable[[], dict[int, str]],
+                                           Callable[[], dict[int, str]]]:
+    model = step.model
+    owner = _owner_of(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+
+    def tensors() -> list[tuple[torch.Tensor | None, str, str]]:
+        out: list[tuple[torch.Tensor | None, str, str]] = []
+        masters = step.masters.masters if step.masters is not None else {}
+        by_id: dict[int, str] = {}
+        for p in model.parameters():
+            who = owner[id(p)]
+            out += [(p, "parameters", who), (p.grad, "gradients", who)]
+            m = masters.get(names[id(p)])
+            if m is not None:
+                out += [(m, "parameters", who), (m.grad, "gradients", who)]
+                by_id[id(m)] = who
+            by_id[id(p)] = who
+        for opt in step.optimizers:
+            for key, st in opt.state.items():
+                for v in st.values():
+                    out.append((v, "optimizer_state", by_id.get(id(key), "(optimizer)")))
+        return out
+
+    def sid(t: Any) -> int | None:
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+            return id(t.untyped_storage())
+        return None
+
+    def classify() -> dict[int, str]:
+        return {k: c for t, c, _ in tensors() if (k := sid(t)) is not None}
+
+    def owners() -> dict[int, str]:
+        return {k: w for t, _, w in tensors() if (k := sid(t)) is not None}
+
+    return classify, owners
+
+
+def _trace(
+    model: ModelSpec, example: Any, loss: LossFn | None, optimizer: OptimizerSpec, precision: str
+) -> tuple[AllocationTracker, UserStep, dict[str, PeakSnapshot]]:
+    holder: dict[str, Any] = {}
+
+    def classify() -> dict[int, str]:
+        return holder["c"][0]() if "c" in holder else {}
+
+    def owners() -> dict[int, str]:
+        return holder["c"][1]() if "c" in holder else {}
+
+    tracker = AllocationTracker(classify, owners)
+    tracker.inplace_grad_sums = True
+    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
+        built = _build(model)
+        if not embedding_modules(built):
+            raise ConfigError(
+                f"model {type(built).__name__} has no nn.Embedding or nn.EmbeddingBag; "
+                "autoembed prices and rewrites embedding tables; add one or price a model "
+                "that has them")
+        step = UserStep.build(built, precision=precision, optimizer=optimizer)
+        holder["c"] = _classifiers(step)
+        fake_x = _fake_example(example)
+        handles = _phase_hooks(built, tracker)
+        try:
+            for _ in range(TRACED_STEPS):
+                tracker.phase = "zero_grad"
+                _run_step(step, fake_x, loss)
+        finally:
+            for h in handles:
+                h.remove()
+    return tracker, step, dict(tracker.phase_peaks)
+
+
+def _phase_hooks(model: nn.Module, tracker: AllocationTracker) -> list[Any]:
+    """Phases (forward, backward, step) and labels: the top-level module running."""
+    def to_phase(name: str) -> Callable[..., None]:
+        def hook(*_: Any, **__: Any) -> None:
+            tracker.phase = name
+        return hook
+
+    def label(name: str) -> Callable[..., None]:
+        def hook(*_: Any, **__: Any) -> None:
+            tracker.label = name
+        return hook
+
+    handles = [model.register_forward_pre_hook(to_phase("forward")),
+               model.register_forward_hook(to_phase("backward")),
+               register_optimizer_step_pre_hook(to_phase("step"))]
+    for name, child in model.named_children():
+        handles.append(child.register_forward_pre_hook(label(name)))
+        handles.append(child.register_forward_hook(label("")))
+    return handles
+
+
+def _run_step(step: UserStep, example: Any, loss: LossFn | None) -> None:
+    """One step; an exception from the forward names the innermost module that raised."""
+    stack: list[str] = []
+
+    def leave(*_: Any) -> None:  # a forward hook's return value would replace the output
+        if stack:
+            stack.pop()
+
+    handles = []
+    for name, m in step.model.named_modules():
+        handles.append(m.register_forward_pre_hook(lambda *_, n=name: stack.append(n)))
+        handles.append(m.register_forward_hook(leave))
+    try:
+        step.step(example, loss)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's forward rejected the example
+        where = f"module '{stack[-1] or '(root)'}' ({_type_at(step.model, stack[-1])})" \
+            if stack else "the loss or backward"
+        raise ConfigError(f"the example does not run through the model: {where} raised "
+                          f"{type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _type_at(model: nn.Module, path: str) -> str:
+    return type(model.get_submodule(path)).__name__ if path else type(model).__name__
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _qual(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{mod}.{name}" if mod else name
+
+
+def _nbytes(t: torch.Tensor | None) -> int:
+    if t is None or t.layout != torch.strided:
+        return 0
+    return round_block(t.untyped_storage().nbytes())
+
+
+def _tables(step: UserStep) -> tuple[TableMemory, ...]:
+    """Each embedding table's own tensors (after the traced steps: steady state)."""
+    masters = step.masters.masters if step.masters is not None else {}
+    names = {id(p): n for n, p in step.model.named_parameters()}
+    state: dict[int, int] = {}
+    for opt in step.optimizers:
+        for key, st in opt.state.items():
+            state[id(key)] = sum(_nbytes(v) for v in st.values() if isinstance(v, torch.Tensor)
+                                 and v.dim() > 0)
+    out = []
+    for path, m in embedding_modules(step.model):
+        params = grads = opt_state = serving = 0
+        for w in m.parameters():
+            master = masters.get(names.get(id(w), ""))
+            serving += _nbytes(w)
+            params += _nbytes(w) + _nbytes(master)
+            grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
+            opt_state += state.get(id(master if master is not None else w), 0)
+        out.append(TableMemory(
+            name=path, rows=int(cast(Any, m).num_embeddings), dim=int(cast(Any, m).embedding_dim),
+            parameters=params,
+            gradients=grads, optimizer_state=opt_state, serving_bytes=serving))
+    return tuple(out)
+
+
+def _modules(peak: PeakSnapshot, tables: set[str]) -> tuple[ModuleMemory, ...]:
+    out = []
+    for who, cats in sorted(peak.by_owner.items(), key=lambda kv: -sum(kv[1].values())):
+        kind = "table" if who in tables else ("step" if who in _STEP_OWNERS else "module")
+        who = _STEP_OWNERS.get(who, who)
+        out.append(ModuleMemory(who, kind, *(cats.get(c, 0) for c in CATEGORIES)))
+    return tuple(out)
+
+
+def _estimate(
+    tracker: AllocationTracker, step: UserStep, peaks: dict[str, PeakSnapshot],
+    reserve: int, context_bytes: int,
+) -> MemoryEstimate:
+    if reserve < 0:
+        raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
+    # building the model (and apply's replaced tables) is not the step: build on meta
+    steps = [s for phase, s in peaks.items() if phase != "setup"] or list(peaks.values())
+    peak = max(steps, key=lambda s: s.allocated)
+    tables = _tables(step)
+    cats = peak.by_category
+    overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
+    reserved = max(peak.allocated, tracker.alloc.peak_reserved)
+    serving = sum(_nbytes(p) for p in step.model.parameters())
+    notes = ["categories and modules are the bytes live at the peak", CPU_VS_CUDA]
+    if any(getattr(m, "sparse", False) for _, m in embedding_modules(step.model)):
+        notes.append("sparse=True tables: fake sparse gradients hold 0 rows (their row count "
+                     "is data-dependent); their gradient bytes are not in this figure")
+    return traced_figures(
+        cats,
+        allocated_peak=peak.allocated,
+        reserved_peak=reserved,
+        overhead=overhead,
+        serving_bytes=serving,
+        tables=tables,
+        peak_phase=peak.phase,
+        notes=tuple(notes),
+        modules=_modules(peak, {t.name for t in tables}),
+    )

@@ -1,0 +1,79 @@
+"""Measure the peak bytes of a REAL CPU training step of a user's model, independently of the
+tracer: a fresh process (so nothing earlier shows through), glibc's mmap threshold fixed at
+64 KiB (`MALLOC_MMAP_THRESHOLD_`: a freed tensor leaves RSS at once), code paths warmed by
+two steps of a small twin model, then /proc/self/status VmHWM reset (``5`` into
+/proc/self/clear_refs) and read after building the model and running two steps. The figure is
+the high-water above the RSS just before the build. Linux only.
+
+The model and example come from a module with ``build_model(**size)`` and
+``make_example(**size)`` (the layout of `examples/`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["measure_cpu_peak", "MMAP_THRESHOLD"]
+
+MMAP_THRESHOLD = 65536
+
+_CHILD = r"""
+import gc, importlib, json, sys
+import torch
+torch.set_num_threads(1)
+from autoembed.user_model.step import UserStep
+
+def status(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(field + " not in /proc/self/status")
+
+args = json.loads(sys.argv[1])
+sys.path.insert(0, args["path"])
+mod = importlib.import_module(args["module"])
+torch.manual_seed(0)
+
+def run(size):
+    model = mod.build_model(**size)
+    step = UserStep.build(model, precision=args["precision"], optimizer=args["optimizer"])
+    example = mod.make_example(**size)
+    for _ in range(2):
+        step.step(example, getattr(mod, "loss", None))
+
+run(args["twin"])  # warm code pages, thread pools and allocator paths
+gc.collect()
+base = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+run(args["size"])
+print(json.dumps({"measured": status("VmHWM") - base, "base": base}))
+"""
+
+
+def measure_cpu_peak(
+    module: str,
+    size: Mapping[str, Any],
+    twin: Mapping[str, Any],
+    *,
+    precision: str = "fp32",
+    optimizer: str = "adam",
+    path: str = ".",
+    timeout: float = 600,
+) -> int:
+    """Peak bytes of two real CPU training steps of `module`.build_model(**size)."""
+    args = {"module": module, "size": dict(size), "twin": dict(twin), "precision": precision,
+            "optimizer": optimizer, "path": os.path.abspath(path)}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"measuring {module} {precision} {optimizer} failed: "
+                           f"{r.stderr.strip()[-1500:]}")
+    return int(json.loads(r.stdout.strip().splitlines()[-1])["measured"])

@@ -1,0 +1,132 @@
+"""autoembed.apply / tables / materialize and autoembed.nn on users' models."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import autoembed
+from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.errors import ConfigError
+from autoembed.user_model.step import UserStep
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from examples import gpt_lm, seed_mean  # noqa: E402
+
+GPT = gpt_lm.SIZES["twin"]
+
+
+def block(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+def hashed(name: str, vocab: int, buckets: int, dim: int) -> EmbeddingConfig:
+    return EmbeddingConfig(tables=(TableConfig(name, vocab, compression="hash",
+                                               hash_buckets=buckets),), dim=dim)
+
+
+def test_tables_lists_embedding_modules_by_path() -> None:
+    got = autoembed.tables(gpt_lm.build_model(**GPT))
+    assert [(t.name, t.vocab_size, t.dim) for t in got] == [
+        ("tok", GPT["vocab"], GPT["dim"]), ("pos", 1024, GPT["dim"])]
+
+
+def test_meta_build_apply_materialize_keeps_the_tie_and_trains() -> None:
+    with torch.device("meta"):
+        model = gpt_lm.build_model(**GPT)
+    autoembed.apply(model, hashed("tok", GPT["vocab"], 100, GPT["dim"]))
+    autoembed.materialize(model)
+    names = [n for n, _ in model.named_parameters()]
+    assert "tok.store.bucket_weight" in names and "lm_head.weight" not in names
+    assert model.tok.store.bucket_weight.shape == (100, GPT["dim"])  # 100 rows, not 1000
+    # the head reads the decoded V x D table: same logits as by hand
+    x = gpt_lm.make_example(**GPT)
+    from autoembed.models.hashing import hash_ids
+
+    full = model.tok.store.bucket_weight[hash_ids(torch.arange(GPT["vocab"]), 100)]
+    assert torch.equal(model.tok.full_weight(), full)
+    step = UserStep.build(model, optimizer="adam")
+    losses = [float(step.step(x)) for _ in range(30)]
+    assert losses[-1] < losses[0]
+    # state_dict round trip
+    again = gpt_lm.build_model(**GPT)
+    autoembed.apply(again, hashed("tok", GPT["vocab"], 100, GPT["dim"]))
+    again.load_state_dict(model.state_dict())
+    assert torch.equal(again(x), model(x))
+
+
+def test_untie_gives_the_head_its_own_full_weight() -> None:
+    model = gpt_lm.build_model(**GPT)
+    autoembed.apply(model, hashed("tok", GPT["vocab"], 100, GPT["dim"]), untie=True)
+    assert model.lm_head.weight.shape == (GPT["vocab"], GPT["dim"])
+    assert isinstance(model.lm_head.weight, nn.Parameter)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16_master"])
+@pytest.mark.parametrize("optimizer", ["adam", "rowwise_adagrad"])
+def test_real_bytes_after_apply_equal_the_estimate(precision: str, optimizer: str) -> None:
+    cfg = EmbeddingConfig(tables=(TableConfig("embedding", 5000, compression="qr",
+                                              qr_collisions=8),), dim=32)
+    size = {"vocab": 5000, "dim": 32, "batch": 8, "seq": 16}
+
+    def build() -> nn.Module:
+        return autoembed.apply(seed_mean.build_model(**size), cfg)
+
+    est = autoembed.estimate_model(build, seed_mean.make_example(**size),
+                                   precision=precision, optimizer=optimizer)
+    step = UserStep.build(build(), precision=precision, optimizer=optimizer)
+    for _ in range(2):
+        step.step(seed_mean.make_example(**size))
+    tensors = list(step.model.parameters())
+    if step.masters is not None:
+        tensors += list(step.masters.masters.values())
+    params = sum(block(t.untyped_storage().nbytes()) for t in tensors)
+    state = sum(block(v.untyped_storage().nbytes()) for o in step.optimizers
+                for s in o.state.values() for v in s.values())
+    assert est.parameters == params
+    assert est.optimizer_state == state
+    # by hand: QR with m=8 stores 625 + 8 rows of 32 floats instead of 5000
+    assert step.model.embedding.store.q_weight.shape == (625, 32)
+
+
+def test_autoembed_nn_layers_take_torch_call_signatures() -> None:
+    from autoembed import nn as ae
+
+    emb = ae.Embedding(50, 4, padding_idx=0)
+    ids = torch.tensor([[0, 3], [5, 0]])
+    out = emb(ids)
+    assert out.shape == (2, 2, 4) and torch.equal(out[0, 0], torch.zeros(4))
+    assert torch.equal(out[0, 1], emb.weight[3])
+    bag = ae.EmbeddingBag(50, 4, mode="mean", padding_idx=0)
+    flat, offsets = torch.tensor([1, 2, 0, 3]), torch.tensor([0, 2])
+    got = bag(flat, offsets)
+    w = bag.weight
+    assert torch.allclose(got[0], (w[1] + w[2]) / 2) and torch.allclose(got[1], w[3])
+    psw = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    s = ae.EmbeddingBag(50, 4, mode="sum", compression="hash", hash_buckets=7)
+    ref = F.embedding_bag(flat, s.weight, offsets, mode="sum", per_sample_weights=psw)
+    assert torch.allclose(s(flat, offsets, psw), ref)
+
+
+def test_bad_configs_are_one_line_errors() -> None:
+    model = gpt_lm.build_model(**GPT)
+    with pytest.raises(ConfigError, match="did you mean 'tok'") as info:
+        autoembed.apply(model, hashed("tokk", 10, 5, GPT["dim"]))
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="is a Linear"):
+        autoembed.apply(model, hashed("lm_head", 10, 5, GPT["dim"]))
+    with pytest.raises(ConfigError, match="no nn.Embedding"):
+        autoembed.tables(nn.Linear(2, 2))
+
+
+def test_materialize_refuses_buffers_without_values() -> None:
+    with torch.device("meta"):
+        model = seed_mean.build_model(vocab=100, dim=4)
+        model.register_buffer("position_ids", torch.arange(8))
+    with pytest.raises(ConfigError, match="buffer 'position_ids'"):
+        autoembed.materialize(model)

@@ -1,0 +1,157 @@
+"""estimate_model on a user's own nn.Module: bytes by hand, call conventions, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoembed import estimate_model
+from autoembed.errors import ConfigError
+
+V, D, C = 1000, 64, 4
+
+
+def block(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+        self.head = nn.Linear(D, C)
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.head(self.emb(ids).mean(1))
+        return out if y is None else F.cross_entropy(out, y)
+
+
+def example(b: int = 8, s: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randint(0, V, (b, s)), torch.randint(0, C, (b,))
+
+
+# by hand: the fp32 tensors a step holds for Tiny (each one a 512-byte-rounded block)
+PARAMS = block(V * D * 4) + block(D * C * 4) + block(C * 4)
+STEP_COUNTERS = 3 * 512  # Adam's 0-dim fp32 `step` per parameter, one block each
+
+
+def test_fp32_adam_by_hand() -> None:
+    e = estimate_model(Tiny, example())
+    assert e.peak_phase == "step"
+    assert e.parameters == PARAMS
+    assert e.gradients == PARAMS
+    assert e.optimizer_state == 2 * PARAMS + STEP_COUNTERS
+    # Adam foreach's temporaries are at least one parameter-sized buffer (sqrt of exp_avg_sq)
+    assert e.temporaries >= block(V * D * 4)
+    assert e.allocated_peak >= 4 * PARAMS + block(V * D * 4)
+    table = {m.name: m for m in e.modules}["emb"]
+    assert table.kind == "table" and table.parameters == block(V * D * 4)
+    assert table.optimizer_state == 2 * block(V * D * 4) + 512
+    assert [t.name for t in e.tables] == ["emb"] and e.tables[0].rows == V
+    assert e.device_total == e.reserved_peak + e.overhead
+
+
+def test_bf16_master_holds_half_params_and_fp32_masters() -> None:
+    e = estimate_model(Tiny, example(), precision="bf16_master")
+    half = block(V * D * 2) + block(D * C * 2) + block(C * 2)
+    assert e.parameters == half + PARAMS
+    assert e.optimizer_state == 2 * PARAMS + STEP_COUNTERS
+
+
+def test_rowwise_adagrad_state_is_one_float_per_row() -> None:
+    e = estimate_model(Tiny, example(), optimizer="rowwise_adagrad")
+    table = {m.name: m for m in e.modules}["emb"]
+    assert table.optimizer_state == block(V * 4)  # FBGEMM's row-wise sum
+    head = {m.name: m for m in e.modules}["head"]
+    # the tower takes Adagrad: state_sum per element plus a 0-dim step per parameter
+    assert head.optimizer_state == block(D * C * 4) + block(C * 4) + 2 * 512
+
+
+def test_module_factory_tuple_dict_and_loss_fn_agree() -> None:
+    ids, y = example()
+    a = estimate_model(Tiny, (ids, y))
+    b = estimate_model(Tiny(), (ids, y))
+    c = estimate_model(Tiny, {"ids": ids, "y": y})
+    d = estimate_model(Tiny, ids, loss=lambda out, x: out.float().logsumexp(1).mean())
+    assert a.allocated_peak == b.allocated_peak == c.allocated_peak
+    assert abs(d.allocated_peak - a.allocated_peak) < 64 * 1024
+
+
+def test_several_examples_take_the_largest() -> None:
+    small, big = example(8, 16), example(512, 512)
+    both = estimate_model(Tiny, [small, big])
+    assert both.allocated_peak == estimate_model(Tiny, big).allocated_peak
+    assert both.allocated_peak > estimate_model(Tiny, small).allocated_peak
+
+
+def test_a_module_is_not_touched() -> None:
+    m = Tiny()
+    before = m.emb.weight.detach().clone()
+    estimate_model(m, example())
+    assert torch.equal(m.emb.weight, before) and m.emb.weight.grad is None
+
+
+def test_100m_row_factory_traces_fast_and_small() -> None:
+    code = (
+        "import json, time, torch\n"
+        "from torch import nn\n"
+        "t = time.perf_counter()\n"
+        "from autoembed import estimate_model\n"
+        "class M(nn.Module):\n"
+        "    def __init__(s):\n"
+        "        super().__init__()\n"
+        "        s.e, s.l = nn.EmbeddingBag(100_000_000, 128), nn.Linear(128, 1)\n"
+        "    def forward(s, x): return s.l(s.e(x)).sum()\n"
+        "e = estimate_model(M, torch.zeros(4096, 8, dtype=torch.long))\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+        "print(json.dumps({'peak': e.allocated_peak, 'rss': int(hwm.split()[1]) * 1024,\n"
+        "                  's': time.perf_counter() - t}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    table = 100_000_000 * 128 * 4
+    assert d["peak"] >= 5 * table  # params, grads, 2 Adam states, 1 temporary
+    assert d["rss"] < 1e9
+
+
+class NoTables(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).sum()
+
+
+def test_bad_inputs_are_one_line_config_errors() -> None:
+    cases = [
+        (lambda: estimate_model(NoTables, torch.zeros(2, 4)), "no nn.Embedding"),
+        (lambda: estimate_model(Tiny, torch.zeros(8, 3)),  # float ids
+         "module 'emb' (Embedding) raised"),
+        (lambda: estimate_model(Tiny, (torch.zeros(8, 3, dtype=torch.long), torch.zeros(5))),
+         "raised"),
+        (lambda: estimate_model(lambda: 1 / 0, torch.zeros(1)), "raised ZeroDivisionError"),
+        (lambda: estimate_model(Tiny, example(), optimizer="adamm"), "optimizer 'adamm'"),
+        (lambda: estimate_model(Tiny, example(), precision="fp64"), "fp64"),
+        (lambda: estimate_model(Tiny, example()[0]), "not a scalar loss"),
+        (lambda: estimate_model(3, example()), "nn.Module"),  # type: ignore[arg-type]
+    ]
+    for call, text in cases:
+        with pytest.raises(ConfigError) as info:
+            call()
+        msg = str(info.value)
+        assert text in msg and "\n" not in msg, msg
+
+
+def test_estimate_given_a_module_points_to_estimate_model() -> None:
+    import autoembed
+
+    with pytest.raises(ConfigError, match="estimate_model"):
+        autoembed.estimate(Tiny())  # type: ignore[arg-type]

@@ -1,0 +1,75 @@
+"""`autoembed estimate --model ... --example ...`: same output and exit codes as for a config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autoembed.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ["--model", "examples.seed_mean:full_model", "--example", "examples.seed_mean:full_example"]
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # --model imports from the current directory, as python -m does
+
+
+def test_json_figures_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", *MODEL, "--json", "--budget", "8GB"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    table = 1_000_000 * 300 * 4  # the seed's fp32 table, by hand
+    assert d["parameters"] >= table and d["optimizer_state"] >= 2 * table
+    assert d["fits"] is True and d["tables"][0]["name"] == "embedding"
+    assert {m["name"] for m in d["modules"]} >= {"embedding", "fc"}
+    assert main(["estimate", *MODEL, "--json", "--budget", "4GB"]) == 3
+
+
+def test_seed_naive_equals_built_in_text_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's first pattern (lookup, plain mean over S, Linear) is the built-in text model
+    with pooling naive and no dense layers: the same step, so the same peak within blocks."""
+    assert main(["estimate", *MODEL, "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)["allocated_peak"]
+    assert main(["estimate", "--method", "traced", "--pooling", "naive", "--json"]) == 0
+    built_in = json.loads(capsys.readouterr().out)["allocated_peak"]
+    assert abs(mine - built_in) <= 64 * 512, (mine, built_in)
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        ([*MODEL, "--vocab", "10"], "--vocab describes the built-in model"),
+        ([*MODEL, "--gpus", "2"], "--gpus describes the built-in model"),
+        (["--model", "examples.nope:x", "--example", "examples.seed_mean:full_example"],
+         "does not import"),
+        (["--model", "examples.seed_mean:ful_model", "--example",
+          "examples.seed_mean:full_example"], "did you mean 'full_model'"),
+        (["--model", "examples.seed_mean:full_model"], "--example is missing"),
+        (["--model", "examples.seed_mean", "--example", "x:y"], "give pkg.module:name"),
+        (["--model", "examples.seed_mean:make_example", "--example",
+          "examples.seed_mean:full_example"], "returned tuple, not an nn.Module"),
+        (["--model", "examples.seed_mean:TextClassifier", "--example",
+          "examples.seed_mean:full_example"], "raised TypeError"),
+    ],
+)
+def test_bad_input_one_line_exit_2(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert text in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_runs_as_a_user_would_from_the_repo() -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "autoembed", "estimate", *MODEL, "--budget", "8GB"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Per module" in r.stdout and "fits the budget" in r.stdout

@@ -1,0 +1,55 @@
+"""Priced right: estimate_model's allocated_peak against the peak bytes of a REAL CPU training
+step, measured independently of the tracer (`autoembed.user_model.measure`: a fresh process,
+glibc's mmap threshold at 64 KiB, VmHWM reset after a warm-up on a small twin model).
+
+One precision x optimizer per example keeps this test within minutes;
+`benchmarks/estimator_accuracy.py --user-models` runs every combination."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoembed import estimate_model
+from autoembed.user_model.measure import measure_cpu_peak
+
+ROOT = Path(__file__).resolve().parent.parent
+TOLERANCE = 0.02
+
+CASES = [
+    ("seed_mean", "fp32", "adam"),
+    ("shared_table", "amp_bf16", "adam"),  # one table, two lookups: gradients sum in place
+    ("dlrm", "bf16_master", "rowwise_adagrad"),
+    ("checkpointed", "amp_bf16", "rowwise_adagrad"),
+    ("gpt_lm", "fp32", "adam"),  # tied head
+    ("bert_mlm", "fp32", "rowwise_adagrad"),  # bf16 BERT steps take >10 min on this CPU
+]
+
+
+def _needs(name: str) -> None:
+    if name == "bert_mlm" and os.environ.get("CI") != "true":
+        pytest.importorskip("transformers")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+@pytest.mark.parametrize(("name", "precision", "optimizer"), CASES)
+def test_estimate_within_2_percent_of_a_real_cpu_step(
+    name: str, precision: str, optimizer: str
+) -> None:
+    _needs(name)
+    sys.path.insert(0, str(ROOT))
+    mod = importlib.import_module(f"examples.{name}")
+    size = mod.SIZES["test"]
+    est = estimate_model(functools.partial(mod.build_model, **size), mod.make_example(**size),
+                         precision=precision, optimizer=optimizer)
+    measured = measure_cpu_peak(f"examples.{name}", size, mod.SIZES["twin"],
+                                precision=precision, optimizer=optimizer, path=str(ROOT))
+    assert measured > 200e6  # big enough that a page or an arena is well under 2%
+    err = (est.allocated_peak - measured) / measured
+    assert abs(err) < TOLERANCE, (est.allocated_peak, measured, f"{err:+.2%}")
