@@ -64,7 +64,6 @@ def test_not_importable_name_is_refused() -> None:
                       trial=0)
 
 
-@pytest.mark.skipif(not hasattr(autoembed, "apply"), reason="autoembed.apply not landed")
 def test_build_model_rebuilds_the_applied_model(written) -> None:
     out, _ = written
     autoembed.save_config(autoembed.EmbeddingConfig(tables=(

@@ -12,9 +12,6 @@ from autoembed.user.pricing import model_tables, price_proposal
 from autoembed.user.run import UserCode
 from autoembed.user.space import parse_user_space
 
-pytestmark = pytest.mark.skipif(not hasattr(autoembed, "estimate_model"),
-                                reason="autoembed.estimate_model not landed")
-
 SPACE = parse_user_space({"embedding": {"precision": "fp32", "table_optimizer": "adam"},
                           "user": {"dim": {"choices": [8, 512]}, "batch_size": 16}}, "s.yaml")
 
@@ -90,7 +87,6 @@ def test_an_example_that_raises_is_one_line() -> None:
         price_proposal(code, SPACE, values(8), apply=same)
 
 
-@pytest.mark.skipif(not hasattr(autoembed, "apply"), reason="autoembed.apply not landed")
 def test_hashing_the_table_prices_the_rewritten_layout() -> None:
     space = parse_user_space({"embedding": {"tables": {"tok": {"compression": "hash",
                                                                "hash_buckets": 0.01}}},

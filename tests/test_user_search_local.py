@@ -14,9 +14,6 @@ import autoembed
 from autoembed.user.request import UserRequest
 from autoembed.user.search import search_user
 
-pytestmark = pytest.mark.skipif(not hasattr(autoembed, "estimate_model"),
-                                reason="autoembed.estimate_model (issue 14) not landed")
-
 USER = textwrap.dedent('''
     import math
     import torch
@@ -75,9 +72,6 @@ def user(tmp_path: Path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     monkeypatch.chdir(tmp_path)
     sys.modules.pop("tinyuser.loop", None)
-    if not hasattr(autoembed, "apply"):  # until issue 14's apply lands: this space
-        # (fp32, no compression) rewrites nothing, so apply is the identity
-        monkeypatch.setattr(autoembed, "apply", lambda m, c: None, raising=False)
     return importlib.import_module("tinyuser.loop"), tmp_path
 
 
@@ -183,11 +177,7 @@ def test_sigkill_then_resume_loses_nothing(user, tmp_path) -> None:
                 _time.sleep(600)  # the second trial hangs until the driver is killed
             return _train(model, params, report)
     '''))
-    # until autoembed.apply lands: the identity (this space rewrites nothing), as above
-    launcher = ("import sys, autoembed\n"
-                "if not hasattr(autoembed, 'apply'): autoembed.apply = lambda m, c: None\n"
-                "from autoembed.cli import main; sys.exit(main(sys.argv[1:]))")
-    base = [sys.executable, "-c", launcher, "search", "--budget", "700MB", "--space",
+    base = [sys.executable, "-m", "autoembed", "search", "--budget", "700MB", "--space",
             str(root / "space.yaml"), "--model", "tinyuser.loop:build", "--example",
             "tinyuser.loop:example", "--train", "tinyuser.loop:train", "--executor", "local",
             "--study", "k", "--runs-dir", str(root / "runs"), "--tracking-uri", "none"]
@@ -251,8 +241,6 @@ def test_ray_executor_runs_the_users_loop(user, monkeypatch) -> None:
     """executor='ray': trials run in a Ray worker started elsewhere, the user's package
     arriving only through the runtime_env."""
     monkeypatch.setenv("RAY_worker_niceness", "0")
-    if not hasattr(autoembed, "apply"):
-        pytest.skip("the Ray worker needs autoembed.apply (issue 14)")
     from autoembed.tracking import NullTracker
 
     mod, root = user

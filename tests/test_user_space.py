@@ -9,6 +9,7 @@ import optuna
 import pytest
 
 from autoembed.errors import ConfigError
+from autoembed.user.search import suggest_values
 from autoembed.user.space import load_user_space, parse_user_space
 
 SPACE = textwrap.dedent("""
@@ -47,7 +48,7 @@ def test_parse_and_suggest(tmp_path: Path) -> None:
     seen_layers = set()
     for _ in range(12):
         trial = study.ask()
-        values = space.suggest_values(trial)
+        values = suggest_values(space, trial)
         params = space.params_for(values)
         assert params["batch_size"] == 64 and params["widths"] == (64, 32)
         assert params["dim"] in (16, 32) and 0.001 <= params["lr"] <= 0.1

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-import autoembed
 import examples.text_search as ts
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.user.functions import FunctionRef, record_function
@@ -36,7 +35,6 @@ def test_a_node_with_another_copy_refuses_before_building() -> None:
         run_payload(p, node="node 7")
 
 
-@pytest.mark.skipif(not hasattr(autoembed, "apply"), reason="autoembed.apply not landed")
 def test_runs_the_users_loop_and_stops_on_the_channel() -> None:
     p = json.loads(json.dumps(make_payload(1, refs(), PARAMS, CONFIG, metrics=("loss",))))
     final = run_payload(p, channel=lambda ev: ev.step < 25)

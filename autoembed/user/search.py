@@ -29,6 +29,7 @@ from autoembed.search.report import SearchReport
 from autoembed.trial import Evaluation
 from autoembed.user.pricing import Apply, price_proposal
 from autoembed.user.request import UserRequest
+from autoembed.user.space import UserSpace
 from autoembed.user.trainer import make_payload, run_payload
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class UserEngine(SearchEngine):
 
         trial = self.study.ask()
         retry_of = trial.user_attrs.get("retry_of")
-        values = self.request.space.suggest_values(trial)
+        values = suggest_values(self.request.space, trial)
         try:
             priced = price_proposal(self.request.code, self.request.space, values,
                                     self.budget, apply=self.apply)
@@ -84,6 +85,18 @@ class UserEngine(SearchEngine):
         self.trainables_started += 1
         self._emit(row)
         return proposal
+
+
+def suggest_values(space: UserSpace, trial: Any) -> dict[str, Any]:
+    """Ask `trial` for each param of `space` whose condition holds: qualified name ->
+    value, fixed values included."""
+    from autoembed.search.optuna_space import suggest_param
+
+    values: dict[str, Any] = dict(space.fixed)
+    for p in space.params:
+        if p.active(values):
+            values[p.name] = suggest_param(p, trial)
+    return values
 
 
 def _reportable(space: Any) -> list[str]:

@@ -38,15 +38,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoembed.config import TABLE_OVERRIDES, EmbeddingConfig, config_from_dict, safe_load_yaml
 from autoembed.errors import ConfigError
 from autoembed.space import DEFAULT_TRIALS, Objective, Param, parse_objectives
-
-if TYPE_CHECKING:
-    from optuna.distributions import BaseDistribution
-    from optuna.trial import BaseTrial
 
 __all__ = ["UserSpace", "TableRule", "load_user_space", "parse_user_space", "SPACE_KEYS",
            "EMBEDDING_KEYS", "TABLE_KEYS", "EMBEDDING"]
@@ -95,19 +91,7 @@ class UserSpace:
     description: str = ""
     text: str = field(default="", compare=False, repr=False)
 
-    # ------------------------------------------------------------------ Optuna
-    def distributions(self) -> dict[str, BaseDistribution]:
-        return {p.optuna_name: p.distribution() for p in self.params}
-
-    def suggest_values(self, trial: BaseTrial) -> dict[str, Any]:
-        """Ask `trial` for each param whose condition holds: qualified name -> value, fixed
-        values included."""
-        values: dict[str, Any] = dict(self.fixed)
-        for p in self.params:
-            if p.active(values):
-                values[p.name] = p.suggest(trial)
-        return values
-
+    # ------------------------------------------------------------------ Optuna params
     def values_from_optuna(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Qualified name -> value for a trial's stored Optuna params (inactive ones off)."""
         values: dict[str, Any] = dict(self.fixed)
