@@ -117,7 +117,7 @@ def test_resolve_imports_from_the_current_directory(tmp_path: Path,
 
 
 @pytest.mark.parametrize("spec, says", [
-    ("userpkg.code", "give pkg.module:function"),
+    ("userpkg.code", "give pkg.module:name"),
     ("userpkg.nope:build", "module 'userpkg.nope' does not import (ModuleNotFoundError"),
     ("userpkg.code:biuld", "has no 'biuld' (did you mean 'build'?)"),
     ("userpkg.code:not_callable", "'not_callable' is a int, not a function"),

@@ -14,9 +14,7 @@ Strings "pkg.module:name" are resolved with the current directory on `sys.path`,
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
-import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -101,37 +99,15 @@ def _lookup(module: ModuleType, qualname: str) -> Any:
     return obj
 
 
-def _cwd_on_path() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-
-
 def resolve_function(spec: str, flag: str) -> Callable[..., Any]:
-    """The callable "pkg.module:name" names (`flag`, e.g. "--train", for the message)."""
-    mod_name, sep, attr = str(spec).partition(":")
-    if not sep or not mod_name or not attr:
-        raise ConfigError(f"{flag} '{spec}': give pkg.module:function, e.g. "
-                          "examples.text_search:train")
-    _cwd_on_path()
-    try:
-        module = importlib.import_module(mod_name)
-    except Exception as e:  # noqa: BLE001 - the user's module: any error is bad input
-        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ConfigError(f"{flag} '{spec}': module '{mod_name}' does not import "
-                          f"({type(e).__name__}: {text}); run from the directory that holds "
-                          "it or install it") from None
-    obj = _lookup(module, attr)
-    if obj is None:
-        import difflib
+    """The callable "pkg.module:name" names (`flag`, e.g. "--train", for the message);
+    importing is `user_model.load.load_object`'s (the current directory on sys.path)."""
+    from autoembed.user_model.load import load_object
 
-        names = [n for n in dir(module) if not n.startswith("_")]
-        close = difflib.get_close_matches(attr, names, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{flag} '{spec}': module '{mod_name}' has no '{attr}'{hint}")
+    obj = load_object(str(spec), flag)
     if not callable(obj):
-        raise ConfigError(f"{flag} '{spec}': '{attr}' is a {type(obj).__name__}, not a "
-                          "function")
+        raise ConfigError(f"{flag} '{spec}': '{str(spec).partition(':')[2]}' is a "
+                          f"{type(obj).__name__}, not a function")
     return obj
 
 
