@@ -38,8 +38,8 @@ __all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_SPACE", "DEFAULT_EARLY_STO
 
 DEFAULT_SPACE = "default"
 # Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
-# trials) the front's hypervolume was 0.0802 with it and 0.0775 without, for 16% fewer trained
-# steps: 17% more hypervolume per wall-clock minute.
+# trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained
+# steps (a front as good for less training; within noise).
 DEFAULT_EARLY_STOP = True
 
 
