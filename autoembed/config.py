@@ -282,8 +282,13 @@ def resolved_tables(config: EmbeddingConfig) -> tuple[TableSettings, ...]:
     """Every table's settings, each table's own value winning over the config's.
 
     Under `compression: shared` (one table for all fields) the tables carry the config's
-    settings. Mixed-dim dims come from `config.resolve()` (call it first for real dims)."""
-    return tuple(table_settings(config, t) for t in config.tables)
+    settings. Mixed-dim dims come from `config.resolve()` (call it first for real dims).
+    Computed once per (frozen) config: the analytic estimate reads it several times."""
+    cached: tuple[TableSettings, ...] | None = config.__dict__.get("_resolved_tables")
+    if cached is None:
+        cached = tuple(table_settings(config, t) for t in config.tables)
+        object.__setattr__(config, "_resolved_tables", cached)
+    return cached
 
 
 def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> TableSettings:
