@@ -32,16 +32,15 @@ settings). Loading validates everything with one-line errors naming the file and
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autoembed.config import TABLE_OVERRIDES, EmbeddingConfig, config_from_dict, safe_load_yaml
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, did_you_mean
+from autoembed.rules import is_number
 from autoembed.space import DEFAULT_TRIALS, Objective, Param, parse_objectives
 
 __all__ = ["UserSpace", "TableRule", "load_user_space", "parse_user_space", "SPACE_KEYS",
@@ -124,8 +123,7 @@ class UserSpace:
         names = [str(t["name"]) for t in tables]
         for r in self.rules:
             if not any(r.matches(n) for n in names):
-                close = difflib.get_close_matches(r.pattern, names, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                hint = did_you_mean(r.pattern, names)
                 raise ConfigError(
                     f"user space '{self.source}': embedding.tables '{r.pattern}' names no "
                     f"embedding module of the built model{hint}; its embedding modules: "
@@ -167,9 +165,8 @@ def _fail(source: str, key: str, value: Any, rule: str) -> ConfigError:
 
 def _unknown(source: str, key: str, valid: Sequence[str]) -> ConfigError:
     last = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(last, list(valid), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"user space '{source}': unknown key '{key}'{hint}; valid: "
+    return ConfigError(f"user space '{source}': unknown key '{key}'"
+                       f"{did_you_mean(last, valid)}; valid: "
                        f"{', '.join(valid)}")
 
 
@@ -242,8 +239,7 @@ class _Builder:
         if kind not in ("int", "float"):
             raise _fail(src, f"{q}.type", kind, "must be int or float")
         for k, v in (("low", low), ("high", high)):
-            num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            if not num or (kind == "int" and not isinstance(v, int)):
+            if not is_number(v) or (kind == "int" and not isinstance(v, int)):
                 what = "an integer" if kind == "int" else "a number"
                 raise _fail(src, f"{q}.{k}", v, f"must be {what}")
         if low > high:
@@ -332,8 +328,7 @@ def parse_user_space(raw: Any, source: str, text: str = "") -> UserSpace:
     objectives = (parse_objectives(raw["objectives"], source) if "objectives" in raw
                   else UserSpace.objectives)
     target = raw.get("target")
-    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
-                               or not math.isfinite(target)):
+    if target is not None and not is_number(target):
         raise _fail(source, "target", target, "must be a quality (a number) or null")
     trials = raw.get("trials", DEFAULT_TRIALS)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
