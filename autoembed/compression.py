@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 from autoembed.errors import ConfigError
+from autoembed.rules import Integer, Interval
 
 __all__ = [
     "METHODS",
@@ -184,9 +185,13 @@ def tt_init_std(dim: int, rank: int) -> float:
     return float((1.0 / (dim * rank * rank)) ** (1.0 / 6.0))
 
 
+# The bounds of tt_rank and hot_share, declared once: the config's field metadata reads these.
+TT_RANK_RULE = Integer(1)
+HOT_SHARE_RULE = Interval(0.0, 1.0, open_low=True)
+
+
 def check_tt(rank: int) -> None:
-    if rank < 1:
-        raise ConfigError(f"config key 'tt_rank' = {rank}: a tensor-train rank is >= 1")
+    TT_RANK_RULE.check("tt_rank", rank)
 
 
 # --------------------------------------------------------------------------------- hot/cold
@@ -213,11 +218,7 @@ def hot_cold_state_bytes(vocab: int, share: float) -> int:
 
 
 def check_hot_cold(share: float, buckets: int) -> None:
-    ok = isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share)
-    if not ok or not 0.0 < share <= 1.0:
-        raise ConfigError(
-            f"config key 'hot_share' = {share!r}: the share of hot ids must be in (0, 1]"
-        )
+    HOT_SHARE_RULE.check("hot_share", share)
     if buckets < 1:
         raise ConfigError(
             f"config key 'hash_buckets' = {buckets}: hot_cold hashes cold ids into >= 1 bucket"

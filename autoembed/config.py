@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.compression import (
+    HOT_SHARE_RULE,
     METHODS,
+    TT_RANK_RULE,
     check_method,
     check_robe,
     hot_cold_shapes,
@@ -162,9 +164,8 @@ class TableConfig:
 
     robe_size: int | float | None = field(default=None,
                                           metadata=field_rule(CountOrShare(1)))
-    tt_rank: int | None = field(default=None, metadata=field_rule(Integer(1)))
-    hot_share: float | None = field(default=None,
-                                    metadata=field_rule(Interval(0.0, 1.0, True)))
+    tt_rank: int | None = field(default=None, metadata=field_rule(TT_RANK_RULE))
+    hot_share: float | None = field(default=None, metadata=field_rule(HOT_SHARE_RULE))
     def validate(self, where: str) -> None:
         _table_name(f"{where}.name", self.name)
         check_fields(self, where)
@@ -349,8 +350,8 @@ class EmbeddingConfig:
     # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows)
     robe_size: int | float = field(default=0.1, metadata=field_rule(CountOrShare(1)))
     robe_block: int = field(default=8, metadata=field_rule(Integer(1)))
-    tt_rank: int = field(default=8, metadata=field_rule(Integer(1)))
-    hot_share: float = field(default=0.01, metadata=field_rule(Interval(0.0, 1.0, True)))
+    tt_rank: int = field(default=8, metadata=field_rule(TT_RANK_RULE))
+    hot_share: float = field(default=0.01, metadata=field_rule(HOT_SHARE_RULE))
     # precision
     precision: str = field(default="fp32", metadata=field_rule(OneOf(PRECISIONS)))
     serving: str = field(default="none", metadata=field_rule(OneOf(SERVING)))
