@@ -471,10 +471,10 @@ def export(
     ),
 ) -> None:
     """Write a searched config, resolved, for `autoembed train --config` or load_config."""
-    from autoembed.export import export_config
+    from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
-    if format == "python":  # a search over your own model: a module that rebuilds it
+    if format_of(out, format) == "python":  # your own model: a module that rebuilds it
         from autoembed.errors import ConfigError
         from autoembed.user.export import export_python
 

@@ -37,13 +37,15 @@ from autoembed.trial import config_from_flat, decode_csv_row
 __all__ = [
     "PICK_RULES",
     "FORMATS",
+    "format_of",
     "Exported",
     "pick_member",
     "config_from_flat",
     "export_config",
 ]
 
-FORMATS = ("yaml", "json")
+# python: a module that rebuilds a search over the user's own model (autoembed.user.export)
+FORMATS = ("yaml", "json", "python")
 VOCAB_DIR = "vocab"
 # knee without objectives in pareto.json: quality against memory
 _DEFAULT_OBJECTIVES = (("quality", "maximize"), ("memory", "minimize"))
@@ -352,7 +354,8 @@ def _choose_from_study(
 # ===================================================================== writing
 
 
-def _format_of(out: Path, fmt: str | None) -> str:
+def format_of(out: Path, fmt: str | None) -> str:
+    """The export format: `fmt` (any case) checked against FORMATS, else from out's suffix."""
     if fmt is None:
         return "json" if out.suffix.lower() == ".json" else "yaml"
     f = fmt.strip().lower()
@@ -397,7 +400,10 @@ def export_config(
 
     out_path = Path(out)
     runs = Path(runs_dir).absolute()
-    fmt_name = _format_of(out_path, fmt)
+    fmt_name = format_of(out_path, fmt)
+    if fmt_name == "python":
+        raise ConfigError("--format python writes a module for a search over your own model; "
+                          "use yaml or json here")
     if out_path.is_dir():
         raise ConfigError(f"--out '{out_path}' is a directory; give a file path such as best.yaml")
     if out_path.exists() and not force:
