@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from autoembed.pareto import non_dominated
+from autoembed.runner import SERVING_BATCH
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
@@ -44,7 +45,9 @@ def objective_metrics(
 
     memory: the estimate's device_total, or, when a GPU measured the real peak and the
     trained config is the priced one (`use_measured`), measured reserved peak + overhead.
-    latency: p50 at batch 1 in ms. steps_to_target: None when never reached.
+    latency: p50 at batch 1 in ms (latency_serving: at runner.SERVING_BATCH, ms a request).
+    steps_to_target / samples_to_target: None when `target` was never reached (or none).
+    best_step: the step whose evaluation `quality` is of.
     """
     device_total = int(estimate.get("device_total", 0))
     memory: float = float(device_total)
@@ -58,7 +61,11 @@ def objective_metrics(
         "memory": memory,
         "throughput": _finite(result.throughput),
         "latency": _finite(result.latency_ms.get("p50_b1")),
+        "latency_serving": _finite(result.latency_ms.get(f"p50_b{SERVING_BATCH}")),
         "steps_to_target": _finite(result.steps_to_target),
+        "samples_to_target": _finite(result.samples_to_target),
+        "target": _finite(result.target),
+        "best_step": _finite(result.best_step),
         "device_total": float(device_total),
         "allocated_peak": float(int(estimate.get("allocated_peak", 0))),
         "measured_allocated_peak": _finite(result.measured_allocated_peak),
