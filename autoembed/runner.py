@@ -111,13 +111,16 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
     classes, sequence length and data spec written in, then resolved (mixed-dim dims).
 
     Per-table `dim`s and settings already in the config are kept when the table names
-    match (`config.with_data_tables`)."""
+    match (`config.with_data_tables`). Text: a config's own `seq_len` (above 1: searched, or
+    exported) is kept, and `run_trial` truncates or pads the documents to it; otherwise the
+    data's."""
+    text = dataset.task == "text"
     cfg = replace(
         config,
         task=dataset.task,
         tables=with_data_tables(config, dataset.tables),
-        num_classes=dataset.num_classes if dataset.task == "text" else 2,
-        seq_len=dataset.seq_len if dataset.task == "text" else 1,
+        num_classes=dataset.num_classes if text else 2,
+        seq_len=(config.seq_len if config.seq_len > 1 else dataset.seq_len) if text else 1,
         data=dataset.spec.to_dict(),
     )
     if cfg.compression == "hash" and cfg.hash_buckets is None:
@@ -282,6 +285,10 @@ def run_trial(
 
         dataset = load_dataset(DataSpec(name=data) if isinstance(data, str) else data)
     cfg = resolve_for_data(config, dataset)
+    if cfg.task == "text" and cfg.seq_len != dataset.seq_len:
+        from autoembed.data.sequence import with_seq_len
+
+        dataset = with_seq_len(dataset, cfg.seq_len)
     if s.fit_to_data:
         s = fit_settings(s, dataset.num_rows("train"), cfg.batch_size * cfg.grad_accum_steps)
     env = environment(s.device)
