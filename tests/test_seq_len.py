@@ -102,3 +102,32 @@ run: {max_steps: 20, eval_every: 10, eval_batches: 2, test_batches: 2}
     # activations at seq_len 16
     acts = {r.config.seq_len: r.estimate["activations"] for r in done}
     assert acts[16] > acts[64]
+
+
+class _Widths:
+    """Stands in for a Trainer and notes the token width of every batch it is given."""
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.model = torch.nn.Linear(1, 1)
+        self.widths: set[int] = set()
+
+    def step(self, batches: list) -> float:
+        self.widths.update(int(b.features["tokens"].shape[1]) for b in batches)
+        return 0.5
+
+    def predict(self, batch: object) -> torch.Tensor:
+        ids = batch.features["tokens"]  # type: ignore[attr-defined]
+        self.widths.add(int(ids.shape[1]))
+        return torch.zeros(ids.shape[0], 2)
+
+
+def test_a_trial_trains_and_evaluates_at_its_own_length(tmp_path: Path) -> None:
+    from autoembed.runner import RunSettings, run_trial
+
+    data = _docs(tmp_path)
+    trainer = _Widths()
+    cfg = EmbeddingConfig(task="text", dim=8, dense_layers=(), batch_size=8, seq_len=3)
+    r = run_trial(cfg, data, RunSettings(max_steps=4, eval_every=2), trainer=trainer)
+    assert r.status == "complete" and r.config.seq_len == 3
+    assert trainer.widths == {3}  # training, validation, test and latency batches
