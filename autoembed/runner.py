@@ -40,7 +40,7 @@ __all__ = [
 TARGET_SHARE = 0.9
 SERVING_BATCH = 256  # queries per request for the batched latency figure
 # Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each: a few dozen, so
-# every completed trial records its latency (about 0.1 s a trial on a CPU).
+# that every completed trial can afford to record its latency.
 LATENCY_QUERIES = (40, 20)
 
 
