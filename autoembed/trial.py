@@ -4,7 +4,8 @@ what a search knows about it (`TrialRow`), and the one codec between them and pl
 Below runner, search, tracking and export: it imports only `config` (no torch, no Optuna).
 
 Naming: a trial's *objective* quality is the validation split's primary metric at its last
-step (`objective_quality`: validation if present, else test — the rule lives here only); the
+step, or under `RunSettings.fit_to_data` (real data) at its best evaluation, `best_step`
+(`objective_quality`: validation if present, else test — the rule lives here only); the
 test split's figure is `TrialResult.test_quality`, reported and never selected on.
 
 The codec (plain JSON for Ray, Optuna and metrics.json; pareto.json members; trials.csv
@@ -81,8 +82,9 @@ class Evaluation:
 class TrialResult:
     """Everything one trial measured. `test_quality` is the primary metric on the test split:
     AUC (ctr) or accuracy (text), reported, never selected on; `valid_quality` is the same
-    metric on the validation split at the last step, which a search selects on
-    (`objective_quality`)."""
+    metric on the validation split at `best_step` (the last step, or the best evaluation's
+    under fit_to_data), which a search selects on (`objective_quality`); the test and
+    serving figures are of the same weights."""
 
     status: str
     config: EmbeddingConfig
