@@ -413,8 +413,8 @@ def train_cmd(
     from autoembed.training import stored_steps, train
 
     cfg = load_config(config)
-    if max_steps is None and epochs is None:
-        max_steps = stored_steps(config)  # the search's best evaluation, when exported
+    stored = stored_steps(config) if max_steps is None and epochs is None else None
+    max_steps = stored or max_steps  # the search's best evaluation, when exported
     _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
@@ -423,6 +423,9 @@ def train_cmd(
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
     con = _console(stderr=True)
+    if stored is not None and not as_json:
+        con.print(f"training {stored} steps: the step the search judged this config at "
+                  f"({config} train.max_steps; --max-steps or --epochs to change it)")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,
                   disable=as_json or not con.is_terminal) as prog:

@@ -5,7 +5,11 @@ data each trial trains for the data's length and exports the step it was judged 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +110,16 @@ def test_a_real_data_search_fits_the_length_and_exports_the_best_step(
     chosen = next(r for r in res.rows if r.number == res.best.number)
     assert stored_steps(exported) == chosen.result.best_step
     assert not math.isnan(float(chosen.metrics["best_step"]))
+
+    # `autoembed train --config best.yaml` trains to that step and measures its quality
+    cmd = [sys.executable, "-m", "autoembed", "train", "--config", str(exported), "--out",
+           str(tmp_path / "train"), "--json"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    again = json.loads(run.stdout)
+    assert again["steps"] == chosen.result.best_step
+    assert again["valid_quality"] == pytest.approx(chosen.metrics["quality"], abs=1e-6)
 
 
 def test_a_file_without_a_train_entry_keeps_the_default(tmp_path: Path) -> None:
