@@ -107,6 +107,8 @@ def test_small_vocabularies_are_never_hashed_and_memory_sees_the_tables(
     pairs = [(a, b) for a in done for b in done if a.config.dim < b.config.dim]
     assert pairs, [r.config.dim for r in done]
     assert all(a.metrics["memory"] != b.metrics["memory"] for a, b in pairs)
+    pareto = json.loads((res.out_dir / "pareto.json").read_text())
+    assert pareto["memory_basis"] == "allocated_peak"
 
 
 def test_the_baseline_is_sklearns_and_the_target(searched: dict[str, Any]) -> None:

@@ -111,15 +111,15 @@ def render_result(console: Any, result: SearchResult) -> None:
                     f"(budget {format_bytes(result.budget_bytes)}; * = best by {result.pick})")
     t.add_column("trial", justify="right", no_wrap=True)
     for o in shown:
-        t.add_column({"memory": "memory GB", "throughput": "samples/s",
+        t.add_column({"memory": "memory", "throughput": "samples/s",
                       "latency": "latency ms"}.get(o, o), justify="right", no_wrap=True)
     t.add_column("searched values")
     for r in sorted(result.front, key=lambda r: -(r.metrics.get("quality") or 0.0)):
         cells = [f"{r.number}{' *' if r.number == result.best.number else ''}"]
         for o in shown:
             v = r.metrics.get(o)
-            if o == "memory":
-                cells.append(_q(None if v is None else v / 1e9, "{:.2f}"))
+            if o == "memory":  # above the fixed overhead: KB on small tables, GB on big
+                cells.append("-" if v is None else format_bytes(int(v)))
             elif o == "throughput":
                 cells.append(_q(v, "{:,.0f}"))
             elif o == "latency":

@@ -47,12 +47,13 @@ class SearchReport:
     picks: Mapping[str, int]
     stop_reason: str | None = None
     noise: NoiseMeasure | None = None  # the within-noise slack, and how it was measured
+    memory_basis: str | None = None  # what `memory` is (memory.objective; None: not said)
 
     @classmethod
     def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
               budget: Budget, study: str, stop_reason: str | None = None,
               noise: Callable[[Sequence[TrialRow]], NoiseMeasure | None] | None = None,
-              ) -> SearchReport:
+              memory_basis: str | None = None) -> SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
         `noise(candidates)`: the within-noise rule's slack, measured
         (`selection.measure_noise`; None: 0)."""
@@ -79,7 +80,7 @@ class SearchReport:
                 except ConfigError:
                     pass
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
-                   stop_reason, measured)
+                   stop_reason, measured, memory_basis)
 
     # ------------------------------------------------------------------ reading
     def count(self, status: str) -> int:
@@ -131,15 +132,22 @@ class SearchReport:
             "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
             "noise": None if self.noise is None else self.noise.to_dict(),
+            "memory_basis": self.memory_basis,
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
-                 "picks", "noise", "baseline", "counts", "trainables_started", "stop_reason",
-                 "space", "data",
-                 "trained_on", "stand_in", "sampler", "seed", "early_stop", "device",
-                 "workers", "concurrency", "threads", "cpus", "versions", "recovered",
-                 "wall_seconds", "finished_at")
+                 "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
+                 "stop_reason", "space", "data", "trained_on", "stand_in", "sampler", "seed",
+                 "early_stop", "device", "workers", "concurrency", "threads", "cpus",
+                 "versions", "recovered", "wall_seconds", "finished_at")
         merged = {**context, **ours}
         return {k: merged.get(k) for k in order}
+
+    def budget_line(self) -> int:
+        """The budget on the `memory` objective's scale (pareto.png): the budget itself, or,
+        when memory is the allocated peak, the budget less the best's fixed overhead."""
+        if self.memory_basis != "allocated_peak" or self.best is None:
+            return self.budget.bytes
+        return self.budget.bytes - int(self.best.estimate.get("overhead", 0))
 
     # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
@@ -158,7 +166,7 @@ class SearchReport:
         try:
             files["pareto.png"] = outputs.write_pareto_png(
                 self.rows, self.front, self.best, self.objective_pairs, out_dir / "pareto.png",
-                self.title, self.budget.bytes)
+                self.title, self.budget_line())
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the search
             notes["plot_error"] = f"{type(e).__name__}: {e}"
         search_info = {
