@@ -178,9 +178,12 @@ def test_resume_reuses_the_stored_space_and_refuses_another(
         raise AssertionError("a resumed study derived its space again")
 
     monkeypatch.setattr(auto, "derive_space", no_derivation)
-    for space in (None, "auto"):
+    # with --data again and no --space; then --space auto alone (the study knows its data)
+    for space, data in ((None, {}), ("auto", {"data": None, "label": None,
+                                              "categorical": None})):
         events: list[tuple[str, Any]] = []
-        again, _ = _run(tmp, csv, events, resume=True, trials=len(res.rows) + 1, space=space)
+        again, _ = _run(tmp, csv, events, resume=True, trials=len(res.rows) + 1, space=space,
+                        **data)
         assert (again.out_dir / "space.yaml").read_text() == text
         assert json.loads((again.out_dir / "pareto.json").read_text())["space"] == "auto"
         res = again
