@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = ["C_GRID", "MAX_COLUMNS", "Baseline", "fit_baseline", "design_matrix"]
+__all__ = ["C_GRID", "MAX_COLUMNS", "NAMES", "Baseline", "fit_baseline", "design_matrix"]
 
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # inverse L2 strength, ~3x apart (flights: 0.03)
 # One float64 weight per column and class: above this the regression is not a five-minute

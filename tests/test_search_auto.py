@@ -78,6 +78,9 @@ def test_the_derived_space_is_printed_first_and_stored(searched: dict[str, Any])
     assert notes and notes[0].startswith("search space derived from the data and the budget")
     # 300 user ids: 1.6 x 300^0.56 = 39.1 -> dims up to 40; no table worth compressing
     assert "dim 8..40 log x8" in notes[0] and "compression" not in notes[0]
+    # then the baseline, fitted before any trial trains
+    assert notes[1].startswith("fitting the baseline (logistic regression on one-hot ids")
+    assert notes[2].startswith("baseline (logistic regression on one-hot ids, C=")
     stored = res.out_dir / "space.yaml"
     assert str(stored) in notes[0] and searched["tracker"].space_file == stored
     pareto = json.loads((res.out_dir / "pareto.json").read_text())

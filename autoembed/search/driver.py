@@ -129,10 +129,8 @@ def run_search(
     t_start = time.monotonic()
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
-    plan = SearchPlan.build(request, stored.meta)
-    if on_recovered is not None:  # the derived space and the baseline, before any trial
-        for note in plan.notes():
-            on_recovered(note)
+    # the derived space and the baseline are told as they come, before any trial
+    plan = SearchPlan.build(request, stored.meta, on_recovered)
     if tracker is None:  # an unreachable tracking server fails here, before anything is made
         from autoembed.tracking import make_tracker
 

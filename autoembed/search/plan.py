@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -91,8 +91,12 @@ class SearchPlan:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, request: SearchRequest, stored: Mapping[str, Any]) -> SearchPlan:
+    def build(cls, request: SearchRequest, stored: Mapping[str, Any],
+              note: Callable[[str], None] | None = None) -> SearchPlan:
+        """`note(line)`: told, as it happens, a derived space and the baseline (its fit
+        takes seconds on real data)."""
         r = request
+        tell = note or (lambda line: None)
         if _derives(r, stored):
             sp, spec, workload = _derived(r)
             objs = _objectives(r, sp)
@@ -109,7 +113,11 @@ class SearchPlan:
                     check_same(stored, "space_text", sp.text, f"--space {r.space}")
             workload = build_workload(spec, stand_in, sp.tables)
         _check_cheapest(sp, workload, r.budget)
-        baseline, note = _baseline(workload, stored)
+        if sp.source == AUTO_SPACE:
+            from autoembed.space_auto import summary
+
+            tell(summary(sp, r.runs_dir / r.study / DERIVED_SPACE_FILE))
+        baseline, why = _baseline(workload, stored, tell)
         gpus = 0
         if r.device == "cuda":
             import torch
@@ -129,7 +137,7 @@ class SearchPlan:
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=check_basis(str(stored.get("memory_basis", LEGACY_BASIS)))
             if stored else MEMORY_BASIS,
-            baseline=baseline, baseline_note=note,
+            baseline=baseline, baseline_note=why,
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -195,19 +203,6 @@ class SearchPlan:
         if self.target is not None:
             s["target"] = self.target
         return s
-
-    def notes(self) -> list[str]:
-        """What the user is told before the first trial: a derived space, the baseline."""
-        out = []
-        if self.derived:
-            from autoembed.space_auto import summary
-
-            out.append(summary(self.space, self.out_dir / DERIVED_SPACE_FILE))
-        if self.baseline is not None:
-            out.append(self.baseline.describe() + "; the trials' target")
-        elif self.baseline_note:
-            out.append(f"no baseline: {self.baseline_note}")
-        return out
 
     def meta(self, finished: bool = False) -> dict[str, Any]:
         """The study's stored settings (Optuna study attribute), read back by a resume."""
@@ -284,22 +279,32 @@ def _derived(r: SearchRequest) -> tuple[SearchSpace, DataSpec, Workload]:
     return sp, spec, replace(workload, tables=sp.tables)
 
 
-def _baseline(workload: Workload, stored: Mapping[str, Any]
+def _baseline(workload: Workload, stored: Mapping[str, Any], tell: Callable[[str], None]
               ) -> tuple[Baseline | None, str | None]:
-    """The study's baseline: a resumed study's stored one (None in a study stored before
-    there were baselines); in a new study fitted on real data (synthetic data have their
-    oracle). A fit the data refuse (too many ids, one class) is a note, not an error."""
+    """The study's baseline and why there is none: a resumed study's stored one (None in a
+    study stored before there were baselines); in a new study fitted on real data
+    (synthetic data have their oracle). A fit the data refuse (too many ids, one class) is
+    a note, not an error."""
     if stored:
         raw = stored.get("baseline")
-        return (Baseline.from_dict(raw) if raw else None), stored.get("baseline_note")
-    if workload.stand_in or workload.spec.name in SYNTHETIC_NAMES:
+        base = Baseline.from_dict(raw) if raw else None
+        why = stored.get("baseline_note")
+    elif workload.stand_in or workload.spec.name in SYNTHETIC_NAMES:
         return None, None
-    from autoembed.baselines import fit_baseline
+    else:
+        from autoembed.baselines import NAMES, fit_baseline
 
-    try:
-        return fit_baseline(workload.dataset), None
-    except ConfigError as e:
-        return None, str(e)
+        tell(f"fitting the baseline ({NAMES[workload.dataset.task]}, C chosen on the "
+             "validation split) ...")
+        try:
+            base, why = fit_baseline(workload.dataset), None
+        except ConfigError as e:
+            base, why = None, str(e)
+    if base is not None:
+        tell(base.describe() + "; its validation score is the trials' target")
+    elif why:
+        tell(f"no baseline: {why}")
+    return base, why
 
 
 def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) -> SearchSpace:
