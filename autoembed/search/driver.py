@@ -93,6 +93,10 @@ def search(
 ) -> SearchResult:
     """Search `space` for configs that fit `budget` ("8GB", "7.5GiB", or bytes) and are
     Pareto-best on its objectives; write `<runs_dir>/<study>/` and return the result.
+    `space`: a space file, a built-in name, a SearchSpace, or "auto" (derived from `data`
+    and the budget, `space_auto`); None: "auto" with real `data`, else the default space
+    (a resumed study: the space it stored). `result.extra` holds the baseline fitted on
+    real data and the pick's measured noise (`baseline`, `noise`; also in pareto.json).
 
     Options (keywords, checked by `SearchRequest.parse`; anything else is a TypeError):
     study, runs_dir (default "runs"), device (auto, cpu, cuda), ray_address and
