@@ -172,3 +172,17 @@ def test_counted_data_without_a_generator() -> None:
             return [Batch({"f0": f0}, torch.zeros(7))]
 
     assert hot_sets_for(cfg, Counted())["f0"].tolist() == [4, 9]  # 2 hot ids: 9 (3), 4 (2)
+
+
+def test_text_padding_never_takes_a_hot_row() -> None:
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tok", 10),), dim=4, num_classes=2,
+                          seq_len=4, compression="hot_cold", hot_share=0.2, hash_buckets=3)
+
+    class Text:
+        task = "text"
+
+        def batches(self, split: str, size: int, shuffle: bool = True) -> list[Batch]:
+            tok = torch.tensor([[7, 3, 0, 0], [7, 5, 0, 0], [3, 0, 0, 0]])  # 0: padding
+            return [Batch({"tok": tok}, torch.zeros(3))]
+
+    assert hot_sets_for(cfg, Text())["tok"].tolist() == [3, 7]

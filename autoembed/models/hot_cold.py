@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
+from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
 from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
@@ -83,10 +84,13 @@ def train_id_counts(dataset: Any, field: str, vocab: int) -> npt.NDArray[np.int6
 
 def _data_hot_ids(dataset: Any, field: str, vocab: int, hot: int) -> npt.NDArray[np.int64]:
     """The generator's hot set when the data have one (synthetic-ctr), else the most frequent
-    ids of the train split."""
+    ids of the train split (text: padding left out)."""
     if hasattr(dataset, "hot_ids"):
         return np.asarray(dataset.hot_ids(field, hot), dtype=np.int64)
-    return hot_ids_from_counts(train_id_counts(dataset, field, vocab), hot)
+    counts = train_id_counts(dataset, field, vocab)
+    if getattr(dataset, "task", None) == "text":
+        counts[PAD_ID] = -1  # padding is looked up but masked out: never worth a hot row
+    return hot_ids_from_counts(counts, hot)
 
 
 def hot_sets_for(config: Any, dataset: Any) -> dict[str, npt.NDArray[np.int64]]:
