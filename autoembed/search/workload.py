@@ -24,7 +24,13 @@ from autoembed.config import (
 )
 from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
-from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules
+from autoembed.space import (
+    SearchSpace,
+    StandIn,
+    TableRule,
+    apply_table_rules,
+    table_rules_of,
+)
 
 __all__ = ["Workload", "build_workload", "data_spec_for"]
 
@@ -84,8 +90,9 @@ class Workload:
         settings (what the budget sees)."""
         from autoembed.runner import resolve_for_data
 
+        rules = table_rules_of(config, self.tables)
         cfg = resolve_for_data(config, self.dataset)
-        return apply_table_rules(self.tables, cfg).resolve()
+        return apply_table_rules(rules, cfg).resolve()
 
     def trained(self, config: EmbeddingConfig) -> EmbeddingConfig:
         """The config a trial trains (the runner resolves it against `train_spec`).
@@ -93,9 +100,9 @@ class Workload:
         A host_cached stand-in keeps its cache_load_factor unless the scaled-down tables
         would cache fewer rows than one batch looks up: then it takes the smallest factor
         that holds a batch (the stand-in's hit rate is then higher than at full size)."""
+        config = self._per_table(config)
         if not self.stand_in:
             return config
-        config = self._per_table(config)
         config = map_bucket_counts(config, lambda n: _scaled(n, self.scale, 1))
         if config.placement == "host_cached" and self.train_dataset is not None:
             config = replace(config, cache_load_factor=_stand_in_factor(
@@ -104,18 +111,21 @@ class Workload:
 
 
     def _per_table(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The stand-in's per-table settings: the space's table rules as they select the
-        full-size tables (a rule "min_rows: 1M" picks the same tables as when priced), a
-        robe array given as a count scaled like the rows, and each hot/cold table's
-        `hot_share` set so its hot set takes the same share of lookups as at full size
-        (`compression.hot_share_at_scale`), not the same share of rows."""
-        if self.dataset is None or self.train_dataset is None:
+        """The trained per-table settings: the proposal's table rules as they select the
+        full-size tables (a rule "min_rows: 1M" picks the same tables as when priced); on a
+        stand-in also a robe array given as a count scaled like the rows, and each hot/cold
+        table's `hot_share` set so its hot set takes the same share of lookups as at full
+        size (`compression.hot_share_at_scale`), not the same share of rows."""
+        rules = table_rules_of(config, self.tables)
+        if self.dataset is None or (not rules and not self.stand_in):
             return config
         full = replace(config, tables=with_data_tables(config, self.dataset.tables))
-        full = apply_table_rules(self.tables, full)
+        full = apply_table_rules(rules, full)
+        if not self.stand_in or self.train_dataset is None:
+            return full
         methods = {ts.name: ts for ts in resolved_tables(full)
                    if ts.compression in ("robe", "hot_cold")}
-        if not self.tables and not methods:
+        if not rules and not methods:
             return config
         small = {t.name: t.vocab_size for t in self.train_dataset.tables}
         exponents = dict(zip((t.name for t in self.dataset.tables),
