@@ -46,7 +46,9 @@ __all__ = [
     "HotColdTable",
     "HOT_SETS_FILE",
     "HOT_SETS_KEY",
+    "checked_hot_ids",
     "export_hot_sets",
+    "hot_cold_rows",
     "hot_ids_from_counts",
     "hot_sets_for",
     "hot_sets_beside",
@@ -211,6 +213,33 @@ def hot_sets_beside(config_path: str | Path) -> dict[str, npt.NDArray[np.int64]]
     return load_hot_sets(p.parent / name)
 
 
+def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
+    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
+    [0, vocab) and, when `size` is given, that many."""
+    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
+    if size is not None and ids.numel() != size:
+        raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
+                          "give the hot set it was built with")
+    if ids.numel() < 1:
+        raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
+    if not is_fake(ids) and not ids.is_meta:
+        ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
+        if not ok or int(ids[-1]) >= vocab:
+            raise ConfigError(f"hot ids must be distinct, sorted and in [0, {vocab}); sort and "
+                              "deduplicate them (hot_ids_from_counts does)")
+    return ids
+
+
+def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int) -> torch.Tensor:
+    """Row of every non-negative id: its place in the sorted `hot_ids`, else hot + its hash
+    into `cold` buckets (the module docstring's map)."""
+    hot = hot_ids.shape[0]
+    pos = torch.searchsorted(hot_ids, idx).clamp(max=hot - 1)
+    if cold == 0:
+        return pos  # every id is hot
+    return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
+
+
 class HotColdTable(TableModule):
     """`weight` [len(hot_ids) + cold, dim]; ids in `hot_ids` own rows, the rest hash."""
 
@@ -241,31 +270,12 @@ class HotColdTable(TableModule):
 
     def set_hot_ids(self, hot_ids: torch.Tensor) -> None:
         """Install a hot set (sorted, distinct ids in [0, vocab)) of the built size."""
-        ids = hot_ids.to(device=self.hot_ids.device, dtype=torch.int64).reshape(-1)
-        if self.hot_ids.numel() and ids.numel() != self.hot_ids.numel():
-            raise ConfigError(
-                f"hot ids: {ids.numel()} given, the table was built for {self.hot_ids.numel()}; "
-                "give the hot set it was built with"
-            )
-        if not is_fake(ids) and ids.numel():
-            ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
-            if not ok or int(ids[-1]) >= self.vocab:
-                raise ConfigError(
-                    f"hot ids must be distinct, sorted and in [0, {self.vocab}); sort and "
-                    "deduplicate them (hot_ids_from_counts does)"
-                )
-        if ids.numel() < 1:
-            raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
-        self.hot_ids = ids
+        size = self.hot_ids.numel() or None
+        self.hot_ids = checked_hot_ids(hot_ids.to(device=self.hot_ids.device), self.vocab, size)
 
     def row_of(self, idx: torch.Tensor) -> torch.Tensor:
         """Row of every non-negative id."""
-        hot = self.hot_ids.shape[0]
-        pos = torch.searchsorted(self.hot_ids, idx).clamp(max=hot - 1)
-        is_hot = self.hot_ids[pos] == idx
-        if self.cold == 0:
-            return pos  # every id is hot
-        return torch.where(is_hot, pos, hot + hash_ids(idx, self.cold, self.seed))
+        return hot_cold_rows(idx, self.hot_ids, self.cold, self.seed)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled [B, D] of one field's [B, L] ids."""
