@@ -153,3 +153,55 @@ def test_meta_build_apply_materialize_keeps_the_hot_set() -> None:
     autoembed.materialize(model, "cpu")
     assert model.item.store.hot_ids.tolist() == list(range(7, 57))
     assert torch.isfinite(model(torch.tensor([[8, 9000 % 5000]]))).all()
+
+
+V = 216
+
+
+def _representable(compression: str) -> tuple[dict[str, object], torch.Tensor]:
+    """A [216, 8] table the method holds exactly, built from its definition here (216 =
+    6^3 rows: TT pads nothing)."""
+    torch.manual_seed(5)
+    v, d = V, 8
+    if compression == "hash":  # ids sharing a bucket share a row
+        rows = torch.randn(13, d)
+        return {"hash_buckets": 13}, rows[[hash_id_reference(i, 13, 0) for i in range(v)]]
+    if compression == "qr":  # q[i // m] * r[i % m]
+        q, r = torch.randn(22, d), torch.randn(10, d)
+        return {"qr_collisions": 10}, q[torch.arange(v) // 10] * r[torch.arange(v) % 10]
+    if compression == "mixed_dim":  # rank 4
+        return {"dim": 4}, torch.randn(v, 4) @ torch.randn(4, d)
+    if compression == "tt":  # TT ranks <= 2: a tt layer's own decoded table
+        return {"tt_rank": 2}, ae.Embedding(v, d, compression="tt", tt_rank=2).weight.detach()
+    if compression == "robe":  # read from an array of 120 values
+        src = ae.Embedding(v, d, compression="robe", robe_size=120, robe_block=4)
+        return {"robe_size": 120, "robe_block": 4}, src.weight.detach()
+    # hot_cold: hot rows anything, cold ids in a bucket share a row
+    hot = [3, 50, 199]
+    cold = torch.randn(7, d)
+    w = cold[[hash_id_reference(i, 7, 0) for i in range(v)]]
+    w[hot] = torch.randn(3, d)
+    return {"hot_share": 3 / V, "hash_buckets": 7}, w
+
+
+@pytest.mark.parametrize("compression", ["hash", "qr", "mixed_dim", "tt", "robe", "hot_cold"])
+def test_apply_from_trained_reproduces_a_representable_table(compression: str) -> None:
+    kw, w = _representable(compression)
+    dim = kw.pop("dim", None)
+    comp = "none" if compression == "mixed_dim" else compression
+    tkw = {"dim": dim} if dim else {}
+    cfg = EmbeddingConfig(tables=(TableConfig("item", V, compression=comp, **tkw),),  # type: ignore[arg-type]
+                          dim=8, **kw)  # type: ignore[arg-type]
+
+    class Trained(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.item = nn.Embedding(V, 8)
+            self.item.weight.data.copy_(w)
+
+    hot = {"item": np.array([3, 50, 199])} if compression == "hot_cold" else None
+    model = autoembed.apply(Trained(), cfg, hot_sets=hot, from_trained=True)
+    assert type(model.item).__module__ == "autoembed.nn"
+    assert torch.allclose(model.item.weight, w, atol=1e-4), compression
+    fresh = autoembed.apply(Trained(), cfg, hot_sets=hot)  # without: random, far from w
+    assert not torch.allclose(fresh.item.weight, w, atol=1e-1)

@@ -100,6 +100,15 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any = None) -> Any:
                            compression=comp, **kw)
 
 
+def _fit(layer: Any, old: Any, name: str) -> None:
+    from autoembed.models.compress_init import fit_to
+
+    if old.weight.is_meta:
+        raise ConfigError(f"config table '{name}': from_trained needs the trained table, and "
+                          "this one is on the meta device; load the trained weights first")
+    fit_to(layer.store, old.weight)
+
+
 def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
     """`head.<name>` is `layer.full_weight()` during each forward (autograd keeps it for the
     backward; it is dropped after, so no decoded copy outlives the step)."""
@@ -118,10 +127,12 @@ def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
 
 
 def apply(model: nn.Module, config: Any, *, untie: bool = False,
-          hot_sets: Any = None) -> nn.Module:
+          hot_sets: Any = None, from_trained: bool = False) -> nn.Module:
     """Rewrite the tables `config` names (by module path) in place; returns `model`.
     `hot_sets` (table -> sorted ids; `models.hot_cold.load_hot_sets` of the file saved beside
-    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1."""
+    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. `from_trained`:
+    each new layer starts fitted to the trained table it replaces
+    (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...)."""
     from autoembed.config import resolved_tables
 
     plans = []
@@ -137,6 +148,8 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         if ts.compression == "none" and ts.dim == old.embedding_dim:
             continue  # nothing changes: keep the user's module (and its ties)
         layer = _new_layer(old, ts, hot_sets)
+        if from_trained:
+            _fit(layer, old, ts.name)
         parent, _, attr = ts.name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, layer)
         for path, pname in ties:
