@@ -408,10 +408,15 @@ def train_cmd(
     """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from autoembed.config import load_config
+    from autoembed.config import load_config, resolved_tables
     from autoembed.training import train
 
     cfg = load_config(config)
+    hot_sets = None
+    if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
+        from autoembed.models.hot_cold import hot_sets_beside
+
+        hot_sets = hot_sets_beside(config)  # saved by export beside the config
     _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
@@ -430,7 +435,7 @@ def train_cmd(
 
         result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
                        device=device, checkpoint_every=checkpoint_every, resume=resume,
-                       on_step=tick, force=force)
+                       on_step=tick, force=force, hot_sets=hot_sets)
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:
