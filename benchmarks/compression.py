@@ -2,10 +2,12 @@
 and 100x (1000x where the table is large enough) less table memory than the full table.
 
 Methods: hash (hashing trick), qr (quotient-remainder, mult), robe (ROBE-Z, block 8, one
-array per table), tt (tensor-train, the largest rank that fits), hot_cold (half the budget
-for rows of the most frequent ids, half hashed buckets; the hot-id array, 8 B per hot id,
-counted in the memory), int8 / int4 (the full table trained, then served row-quantized:
-their ratio is fixed by the format). Memory: the whole table memory is 1/ratio of the full
+array per table, sized like the other methods' tables), robe_shared (ROBE-Z as in the paper:
+one array for all the compressed tables, each field hashing with its own seed), tt
+(tensor-train, the largest rank that fits), hot_cold (half the budget for rows of the most
+frequent ids, half hashed buckets; the hot-id array, 8 B per hot id, counted in the memory),
+int8 / int4 (the full table trained, then served row-quantized: their ratio is fixed by the
+format). Memory: the whole table memory is 1/ratio of the full
 one. Tables under `MIN_ROWS` rows stay full and count in it; the budget left is split over
 the others in proportion to their rows, except that a table whose method cannot go that small
 (QR needs about 2 sqrt(V) rows) takes its smallest size and the rest share what remains.
@@ -28,6 +30,9 @@ squares, hot rows copied and cold buckets averaged, int8/int4 quantised; the tow
 test AUC right after initialisation, after a short fine-tune (`--finetune` steps), and of the
 same compressed model trained from scratch for those steps (both lrs picked on validation).
 
+Part 3 (`--throughput ROUNDS`): every method trained 30 steps in turn (after 3 warm-up
+steps), ROUNDS times, so machine load hits them alike; the median samples/s per method.
+
 Resumable: every finished run is appended as one JSON line to `--store`
 (default results/compression_runs.jsonl), keyed by its settings (part, workload, method,
 ratio, lr, steps, fine-tune steps); a rerun skips the keys already there and writes the
@@ -35,6 +40,7 @@ report from the lines. `--report-only` writes the report from the store without 
 
     python benchmarks/compression.py [--workloads synthetic,movielens,flights]
         [--steps 600] [--lrs 0.001,0.003,0.01,0.03] [--ratios 10,100,1000] [--trained]
+        [--throughput 3] [--store results/compression_runs.jsonl] [--report-only]
 
 Writes benchmarks/results/compression.md and compression.png.
 """
@@ -53,14 +59,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, markdown_table, write_result  # noqa: E402
 
 DIM, BATCH, MIN_ROWS, ROBE_BLOCK = 16, 512, 200, 8
 MIN_KEPT = 32  # a ratio runs where the largest table keeps this many rows' worth
 HOT_ID_VALUES = 2  # a hot id's int64 is the bytes of 2 fp32 values
-METHODS = ("hash", "qr", "robe", "tt", "hot_cold")
+METHODS = ("hash", "qr", "robe", "robe_shared", "tt", "hot_cold")
 SERVED = ("int8", "int4")
+ORDER = ("none", *SERVED, *METHODS)  # the report's row order
 TRAINED_RATIO = 10.0
 
 
@@ -192,10 +201,9 @@ def _bytes(model: Any, served: str = "none") -> int:
         from autoembed.models.quantize import quantize
 
         model = quantize(model, served)
-    total = 0
-    for m in model.tables.values():
-        total += sum(p.nbytes for p in m.parameters()) + sum(b.nbytes for b in m.buffers())
-    return total
+    seen = {id(t): t.nbytes for m in model.tables.values()  # a shared array counts once
+            for t in (*m.parameters(), *m.buffers())}
+    return sum(seen.values())
 
 
 # --------------------------------------------------------------------------- training
@@ -235,6 +243,18 @@ def _train(model: Any, data: Any, steps: int, lr: float) -> float:
         epoch += 1
     model.eval()
     return seen / (time.perf_counter() - t0)
+
+
+class SharedField(nn.Module):
+    """Field `field` of a RobeTable that serves several fields (one array for all)."""
+
+    def __init__(self, robe: Any, field: int) -> None:
+        super().__init__()
+        self.robe, self.field = robe, field
+
+    def forward(self, ids: Any) -> Any:
+        idx, valid = self.robe._masked(ids)
+        return self.robe._pooled(idx, valid, self.field)
 
 
 class Bench:
@@ -284,6 +304,15 @@ class Bench:
         if total <= 0:  # the small tables alone exceed it: compress the large ones alone
             total = sum(t.vocab_size for t in large) * DIM / ratio
             notes.append(f"tables >= {MIN_ROWS} rows at {ratio:g}x, the rest full")
+        if method == "robe_shared":
+            from autoembed.models.robe import RobeTable
+
+            size = int(total)
+            robe = RobeTable(size, ROBE_BLOCK, (DIM,) * len(large), spec,
+                             seed=self.config.hash_seed)
+            for f, t in enumerate(large):
+                model.tables[t.name] = SharedField(robe, f)
+            return model, "; ".join([*notes, f"one array M={size} for {len(large)} tables"])
         shares = budgets(method, [t.vocab_size for t in large], total)
         if shares is None:
             return None, "cannot reach: the method's smallest tables exceed the budget"
@@ -358,8 +387,17 @@ def init_from(model: Any, trained: Any) -> None:
     from autoembed.models.tt import TTTable
 
     model.tower.load_state_dict(trained.tower.state_dict())
+    shared = [(n, t) for n, t in model.tables.items() if isinstance(t, SharedField)]
     with torch.no_grad():
+        if shared:  # every (field, id, column) reads one value: the mean of all reading it
+            robe = shared[0][1].robe
+            w = torch.cat([trained.tables[n].weight.detach() for n, _ in shared])
+            pos = torch.cat([robe.positions(torch.arange(trained.tables[n].weight.shape[0]),
+                                            t.field) for n, t in shared])
+            robe.weight.copy_(robe_init(w, pos, robe.size))
         for name, table in model.tables.items():
+            if isinstance(table, SharedField):
+                continue
             w = trained.tables[name].weight.detach()
             if isinstance(table, TTTable):
                 for p, c in zip((table.core0, table.core1, table.core2), tt_svd(w, table.rank),
@@ -430,6 +468,51 @@ def run_trained(store: Store, steps: int, finetune: int, lrs: list[float]) -> No
                 add(f"scratch:{method}", lr, scratch, samples_per_s=sps)
 
 
+# ------------------------------------------------------------- part 3: throughput side by side
+def run_throughput(store: Store, workload: str, ratios: list[float], steps: int,
+                   rounds: int) -> None:
+    """Training samples/s per method, every method once per round (after 3 warm-up steps),
+    so machine load hits all alike; a line per (method, ratio, round)."""
+    bench = Bench(WORKLOADS[workload])
+    for rnd in range(rounds):
+        for ratio in ratios_for(bench, ratios):
+            for method in ("none", *METHODS):
+                key = {"part": "throughput", "workload": workload, "method": method,
+                       "ratio": ratio, "lr": None, "steps": steps, "finetune": rnd}
+                if store.has(**key):
+                    continue
+                model, note = bench.model(method, 1.0 if method == "none" else ratio)
+                if model is None:
+                    store.add({**key, "note": note})
+                    continue
+                _train(model, bench.data, 3, 0.003)
+                store.add({**key, "samples_per_s": _train(model, bench.data, steps, 0.003),
+                           "note": note})
+
+
+def throughput_side_report(store: Store) -> str:
+    """Median samples/s per (workload, ratio, method) over the rounds, and its ratio to the
+    full table's median."""
+    import statistics
+
+    lines = [x for x in store.select(part="throughput") if x.get("samples_per_s")]
+    rows = []
+    for w, ratio, steps in sorted({(x["workload"], x["ratio"], x["steps"]) for x in lines}):
+        got = [x for x in lines if x["workload"] == w and x["ratio"] == ratio
+               and x["steps"] == steps]
+        full = statistics.median(x["samples_per_s"] for x in got if x["method"] == "none")
+        for m in ("none", *METHODS):
+            sps = [x["samples_per_s"] for x in got if x["method"] == m]
+            if sps:
+                med = statistics.median(sps)
+                rows.append((w, f"{ratio:g}x", m, len(sps), f"{med:,.0f}",
+                             f"{med / full:.2f}"))
+    if not rows:
+        return ""
+    return markdown_table(("workload", "ratio", "method", "rounds", "median samples/s",
+                           "/ full table"), rows)
+
+
 # ------------------------------------------------------------------------------- report
 def _best(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
     got = [x for x in lines if x.get("valid_auc") is not None]
@@ -445,10 +528,24 @@ def picked(store: Store, workload: str, steps: int) -> Iterator[dict[str, Any]]:
     the line saying it cannot be reached."""
     lines = store.select(part="methods", workload=workload, steps=steps)
     for method, ratio in sorted({(x["method"], x["ratio"]) for x in lines},
-                                key=lambda k: (k[1], k[0] not in ("none", *SERVED), k[0])):
+                                key=lambda k: (k[1], ORDER.index(k[0]))):
         group = [x for x in lines if x["method"] == method and x["ratio"] == ratio]
         best = _best(group)
         yield {**(best or group[0]), "lrs": sorted({x["lr"] for x in group})}
+
+
+def setup_report(store: Store, workloads: list[str], steps: int) -> str:
+    """A line per workload: its data, steps and the lrs its runs tried."""
+    out = []
+    for w in workloads:
+        lines = store.select(part="methods", workload=w, steps=steps)
+        lrs = ", ".join(f"{x:g}" for x in sorted({x["lr"] for x in lines}))
+        spec = ", ".join(f"{k} {v}" for k, v in WORKLOADS[w].spec.items())
+        out.append(f"* {w} ({spec}): {steps} steps of {BATCH}; lrs tried {lrs}; "
+                   f"{len(lines)} runs.")
+    return "\n".join(out) + (
+        "\n\n\"(edge)\" marks an lr picked at the end of the grid tried. \"target\" is the "
+        "ratio asked for, \"measured ratio\" the whole table memory's (full bytes / bytes).")
 
 
 def methods_report(store: Store, workloads: list[str], steps: int) -> tuple[str, list[Any]]:
@@ -592,8 +689,15 @@ def _plot(chosen: list[dict[str, Any]], path: Path) -> None:
 def report(store: Store, workloads: list[str], steps: int, finetune: int, trained: bool,
            command: str) -> None:
     body, chosen = methods_report(store, workloads, steps)
+    body = setup_report(store, workloads, steps) + "\n\n" + body
     body += "\n\nTraining throughput of the picked runs (samples/s on the shared machine; "
     body += "plain-torch TT is slow on a CPU):\n\n" + throughput_report(chosen)
+    side = throughput_side_report(store)
+    if side:
+        body += ("\n\nThroughput side by side (`--throughput`: each method trained "
+                 "a few steps in turn, rounds repeated, so load hits all alike; the full table "
+                 "here is dense Adam over every row, what makes it slow on the synthetic "
+                 "tables):\n\n" + side)
     if trained:
         body += "\n\n## Compressing a trained model\n\n" + trained_report(store, steps, finetune)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -613,6 +717,8 @@ def main() -> None:
     ap.add_argument("--finetune", type=int, default=150)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--store", type=Path, default=RESULTS / "compression_runs.jsonl")
+    ap.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
+                    help="also train every method 30 steps in turn, ROUNDS times, per workload")
     ap.add_argument("--report-only", action="store_true", help="no training: report the store")
     args = ap.parse_args()
     import torch
@@ -627,6 +733,8 @@ def main() -> None:
             run_methods(Bench(WORKLOADS[name]), store, args.steps, lrs, ratios)
             if args.trained and name == "movielens":
                 run_trained(store, args.steps, args.finetune, lrs)
+            if args.throughput:
+                run_throughput(store, name, ratios, 30, args.throughput)
     report(store, workloads, args.steps, args.finetune, args.trained,
            "python benchmarks/compression.py " + " ".join(sys.argv[1:]))
 
