@@ -176,8 +176,10 @@ def _table(method: str, v: int, budget: float, spec: Any, hot: Callable[[int], A
     if method == "hash":
         rows = max(1, int(budget // DIM))
         return PlainTable(rows, DIM, DIM, spec, buckets=rows, seed=seed), f"{rows} buckets"
-    if method == "qr":  # the smallest m that fits is the largest table
-        m = next(m for m in range(2, v + 1) if _qr_rows(v, m) * DIM <= budget)
+    if method == "qr":  # the most rows that fit (ties: the smaller m)
+        fits = [m for m in range(2, min(v, int(budget // DIM)) + 1)
+                if _qr_rows(v, m) * DIM <= budget]
+        m = max(fits, key=lambda m: (_qr_rows(v, m), -m))
         return QRTable(v, m, DIM, "mult", spec), f"m={m}"
     if method == "robe":
         size = max(ROBE_BLOCK, int(budget))

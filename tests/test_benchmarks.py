@@ -300,3 +300,15 @@ def test_compression_store_resumes_by_key(tmp_path: Path) -> None:
     assert not again.has(part="methods", workload="w", method="hash", ratio=10.0, lr=0.03,
                          steps=5)
     assert again.select(method="hash") == [line]
+
+
+@pytest.mark.parametrize(("v", "rows"), [(20_000, 2000), (150_000, 1500), (5_000, 500)])
+def test_compression_qr_takes_the_most_rows_that_fit(v: int, rows: int) -> None:
+    from compression import DIM, _table
+
+    from autoembed.models.embedding import LookupSpec
+
+    # brute force: every m, the most ceil(v / m) + m rows within the budget
+    best = max(-(-v // m) + m for m in range(2, v + 1) if -(-v // m) + m <= rows)
+    table, _ = _table("qr", v, rows * DIM, LookupSpec("mean", False, False), None, 0)
+    assert table.q_weight.shape[0] + table.r_weight.shape[0] == best
