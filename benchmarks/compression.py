@@ -345,36 +345,45 @@ def ratios_for(bench: Bench, ratios: list[float]) -> list[float]:
     return [r for r in ratios if bench.largest / r >= MIN_KEPT]
 
 
-def run_methods(bench: Bench, store: Store, steps: int, lrs: list[float],
-                ratios: list[float]) -> None:
-    """Every (method, ratio, lr) of part 1 not in `store` yet."""
-    full = _bytes(bench.model("none", 1)[0])
-    for lr in lrs:  # the full table, and int8/int4 serving of it
-        if store.has(part="methods", workload=bench.workload.name, method="none", ratio=1.0,
-                     lr=lr, steps=steps):
-            continue
-        model, _ = bench.model("none", 1)
-        sps = _train(model, bench.data, steps, lr)
+def _run_one(bench: Bench, store: Store, method: str, ratio: float, lr: float, steps: int,
+             full: int) -> None:
+    """One part-1 run unless `store` has it ("none" also serves its model int8/int4)."""
+    if store.has(part="methods", workload=bench.workload.name, method=method, ratio=ratio,
+                 lr=lr, steps=steps):
+        return
+    model, note = bench.model(method, ratio)
+    if model is None:
+        store.add(_line("methods", bench, method, ratio, lr, steps, full_bytes=full, note=note))
+        return
+    sps = _train(model, bench.data, steps, lr)
+    if method == "none":
         for served in SERVED:  # before "none": a stop in between redoes all three
-            store.add(_line("methods", bench, served, 1.0, lr, steps, full_bytes=full,
+            store.add(_line("methods", bench, served, ratio, lr, steps, full_bytes=full,
                             samples_per_s=sps, note="the full run served " + served,
                             **_measure(model, bench, served)))
-        store.add(_line("methods", bench, "none", 1.0, lr, steps, full_bytes=full,
-                        samples_per_s=sps, note="", **_measure(model, bench)))
-    for ratio in ratios_for(bench, ratios):
-        for method in METHODS:
-            for lr in lrs:
-                if store.has(part="methods", workload=bench.workload.name, method=method,
-                             ratio=ratio, lr=lr, steps=steps):
-                    continue
-                model, note = bench.model(method, ratio)
-                if model is None:
-                    store.add(_line("methods", bench, method, ratio, lr, steps,
-                                    full_bytes=full, note=note))
-                    continue
-                sps = _train(model, bench.data, steps, lr)
-                store.add(_line("methods", bench, method, ratio, lr, steps, full_bytes=full,
-                                samples_per_s=sps, note=note, **_measure(model, bench)))
+    store.add(_line("methods", bench, method, ratio, lr, steps, full_bytes=full,
+                    samples_per_s=sps, note=note, **_measure(model, bench)))
+
+
+def run_methods(bench: Bench, store: Store, steps: int, lrs: list[float],
+                ratios: list[float], extend: int = 0) -> None:
+    """Every (method, ratio, lr) of part 1 not in `store` yet; with `extend`, up to that many
+    more lrs per (method, ratio) while its pick (on validation) is at an end of those tried,
+    each a grid step (lrs[1] / lrs[0]) beyond it."""
+    full = _bytes(bench.model("none", 1)[0])
+    step = lrs[1] / lrs[0] if len(lrs) > 1 else 3.0
+    groups = [("none", 1.0)] + [(m, r) for r in ratios_for(bench, ratios) for m in METHODS]
+    for method, ratio in groups:
+        for lr in lrs:
+            _run_one(bench, store, method, ratio, lr, steps, full)
+        for _ in range(extend):
+            lines = store.select(part="methods", workload=bench.workload.name, method=method,
+                                 ratio=ratio, steps=steps)
+            best, tried = _best(lines), sorted({x["lr"] for x in lines})
+            if best is None or best["lr"] not in (tried[0], tried[-1]):
+                break
+            nxt = tried[0] / step if best["lr"] == tried[0] else tried[-1] * step
+            _run_one(bench, store, method, ratio, float(f"{nxt:.3g}"), steps, full)
 
 
 # ------------------------------------------------------------ part 2: a trained model
@@ -721,6 +730,8 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=RESULTS / "compression_runs.jsonl")
     ap.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
                     help="also train every method 30 steps in turn, ROUNDS times, per workload")
+    ap.add_argument("--extend-edges", type=int, default=0, metavar="N",
+                    help="up to N more lrs per method and ratio while the pick is at an end")
     ap.add_argument("--report-only", action="store_true", help="no training: report the store")
     args = ap.parse_args()
     import torch
@@ -732,7 +743,8 @@ def main() -> None:
     store = Store(args.store)
     if not args.report_only:
         for name in workloads:  # part 2 right after MovieLens' part 1 (it reads its lr)
-            run_methods(Bench(WORKLOADS[name]), store, args.steps, lrs, ratios)
+            run_methods(Bench(WORKLOADS[name]), store, args.steps, lrs, ratios,
+                        args.extend_edges)
             if args.trained and name == "movielens":
                 run_trained(store, args.steps, args.finetune, lrs)
             if args.throughput:
