@@ -661,8 +661,8 @@ def trained_report(store: Store, steps: int, finetune: int) -> str:
                      f"{init['test_auc']:.4f}",
                      f"{tuned['test_auc']:.4f} (lr {tuned['lr']:g})",
                      f"{scratch['test_auc']:.4f} (lr {scratch['lr']:g})"))
-    head = (f"MovieLens: the full model trained {steps} steps (lr {full['full_lr']:g}, picked "
-            f"in part 1), each method at {TRAINED_RATIO:g}x initialised from it "
+    head = (f"MovieLens: the full model trained {steps} steps (lr {full['full_lr']:g}: part 1's "
+            f"pick when part 2 ran), each method at {TRAINED_RATIO:g}x initialised from it "
             "(compress_init; the tower copied), then fine-tuned "
             f"{finetune} steps; against the same compressed model trained from scratch for "
             f"{finetune} steps (fine-tune and scratch lrs each picked on validation). int8/int4: "
