@@ -366,13 +366,14 @@ def _run_one(bench: Bench, store: Store, method: str, ratio: float, lr: float, s
 
 
 def run_methods(bench: Bench, store: Store, steps: int, lrs: list[float],
-                ratios: list[float], extend: int = 0) -> None:
+                ratios: list[float], extend: int = 0,
+                methods: tuple[str, ...] = METHODS) -> None:
     """Every (method, ratio, lr) of part 1 not in `store` yet; with `extend`, up to that many
     more lrs per (method, ratio) while its pick (on validation) is at an end of those tried,
     each a grid step (lrs[1] / lrs[0]) beyond it."""
     full = _bytes(bench.model("none", 1)[0])
     step = lrs[1] / lrs[0] if len(lrs) > 1 else 3.0
-    groups = [("none", 1.0)] + [(m, r) for r in ratios_for(bench, ratios) for m in METHODS]
+    groups = [("none", 1.0)] + [(m, r) for r in ratios_for(bench, ratios) for m in methods]
     for method, ratio in groups:
         for lr in lrs:
             _run_one(bench, store, method, ratio, lr, steps, full)
@@ -702,7 +703,7 @@ def _plot(chosen: list[dict[str, Any]], path: Path) -> None:
 
 
 def report(store: Store, workloads: list[str], steps: int, finetune: int, trained: bool,
-           command: str) -> None:
+           command: str, name: str = "compression") -> None:
     body, chosen = methods_report(store, workloads, steps)
     body = setup_report(store, workloads, steps) + "\n\n" + body
     body += "\n\nTraining throughput of the picked runs (samples/s on the shared machine; "
@@ -716,10 +717,9 @@ def report(store: Store, workloads: list[str], steps: int, finetune: int, traine
     if trained:
         body += "\n\n## Compressing a trained model\n\n" + trained_report(store, steps, finetune)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    _plot(chosen, RESULTS / "compression.png")
-    body += "\n\n![test AUC against table bytes](compression.png)"
-    write_result("compression", "Compression methods: quality against table memory", body,
-                 command)
+    _plot(chosen, RESULTS / f"{name}.png")
+    body += f"\n\n![test AUC against table bytes]({name}.png)"
+    write_result(name, "Compression methods: quality against table memory", body, command)
 
 
 def main() -> None:
@@ -736,6 +736,10 @@ def main() -> None:
                     help="also train every method 30 steps in turn, ROUNDS times, per workload")
     ap.add_argument("--extend-edges", type=int, default=0, metavar="N",
                     help="up to N more lrs per method and ratio while the pick is at an end")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="the compressions to run (the full table always runs)")
+    ap.add_argument("--name", default="compression",
+                    help="results file stem: results/NAME.md and NAME.png")
     ap.add_argument("--report-only", action="store_true", help="no training: report the store")
     args = ap.parse_args()
     import torch
@@ -748,13 +752,13 @@ def main() -> None:
     if not args.report_only:
         for name in workloads:  # part 2 right after MovieLens' part 1 (it reads its lr)
             run_methods(Bench(WORKLOADS[name]), store, args.steps, lrs, ratios,
-                        args.extend_edges)
+                        args.extend_edges, tuple(args.methods.split(",")))
             if args.trained and name == "movielens":
                 run_trained(store, args.steps, args.finetune, lrs)
             if args.throughput:
                 run_throughput(store, name, ratios, 30, args.throughput)
     report(store, workloads, args.steps, args.finetune, args.trained,
-           "python benchmarks/compression.py " + " ".join(sys.argv[1:]))
+           "python benchmarks/compression.py " + " ".join(sys.argv[1:]), args.name)
 
 
 if __name__ == "__main__":
