@@ -14,7 +14,8 @@ The written file is `{config: ..., source: {...}, train: {max_steps: N}}` (YAML 
 that long unless told otherwise; absent when the source did not record it); the config
 carries its `data` spec, and when the search's data have vocabulary maps
 (`<runs-dir>/<study>/vocab/`) they are copied to `vocab/` beside the file (named by the
-file's `vocab` key). Nothing is
+file's `vocab` key); a config with hot/cold tables gets its hot sets in `hot_sets.npz`
+beside it (its `hot_sets` key). Nothing is
 overwritten without `force`. Bad input (unknown study, trial or run id, unreachable tracking
 URI, an existing output) is a `ConfigError`: one line, exit status 2.
 """
@@ -32,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, save_config
+from autoembed.config import (
+    EmbeddingConfig,
+    config_from_dict,
+    parse_config_text,
+    resolved_tables,
+    save_config,
+)
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
 from autoembed.trial import config_from_flat, decode_csv_row
@@ -470,6 +477,14 @@ def export_config(
         if vocab_dst is not None:
             extra["vocab"] = VOCAB_DIR
         out_path.parent.mkdir(parents=True, exist_ok=True)
+        if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
+            from autoembed.models.hot_cold import HOT_SETS_KEY, export_hot_sets
+
+            hot, note = export_hot_sets(cfg, out_path.parent, chosen.vocab, force)
+            if hot is not None:
+                extra[HOT_SETS_KEY] = hot.name
+            if note is not None:
+                notes.append(note)
         if chosen.vocab is not None and vocab_dst is not None:
             if vocab_dst.exists() and not _same_tree(chosen.vocab, vocab_dst):
                 shutil.rmtree(vocab_dst)

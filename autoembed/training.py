@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -237,12 +237,15 @@ def train(
     eval_every: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
     force: bool = False,
+    hot_sets: Mapping[str, Any] | None = None,
 ) -> TrialResult:
     """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
 
     `on_step(step, total)` reports progress (total is None when training by epochs).
     Raises ConfigError, before training, if `out_dir` holds a finished result of another
     config and not `force`; the old result is replaced only when this run completes.
+    `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
+    sets; by default they are computed from the data (`models.hot_cold.install_hot_sets`).
     """
     from autoembed.data import DataSpec, load_dataset
     from autoembed.models import make_trainer
@@ -268,7 +271,7 @@ def train(
     _check_finished_result(out, cfg, force)
     out.mkdir(parents=True, exist_ok=True)
     trainer = make_trainer(cfg, device)
-    install_hot_sets(trainer.model, dataset)  # a resumed checkpoint restores the same set
+    install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     ckpt = out / CHECKPOINT
     start = _start_step(ckpt, trainer, cfg, force) if resume else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)

@@ -8,7 +8,8 @@ and store the table as the compression says:
 * ``qr``: ``q_weight`` [ceil(V / m), Dq] and ``r_weight`` [m, Dq], rows combined by
   ``mult`` / ``add`` / ``concat`` (Dq = D / 2 for concat); bags pool each part first, as
   DLRM's QREmbeddingBag;
-* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias).
+* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias);
+* ``robe``, ``tt``, ``hot_cold``: `autoembed.nn.methods`.
 
 `full_weight()` decodes the whole [V, D] table (a tied output layer reads it each forward);
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
@@ -29,7 +30,7 @@ from autoembed.errors import ConfigError
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS"]
 
-LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
+LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
 
 
 class _Storage(nn.Module):
@@ -164,7 +165,7 @@ class _MixedDim(_Storage):
         return self.proj(self.small_weight)
 
 
-# compression name -> storage class (the compression issue adds robe / tt / hot_cold here)
+# compression name -> storage class (robe / tt / hot_cold: `autoembed.nn.methods`, below)
 COMPRESSIONS: dict[str, type[_Storage]] = {
     "none": _Plain, "hash": _Hash, "qr": _QR, "mixed_dim": _MixedDim,
 }
@@ -270,3 +271,8 @@ class EmbeddingBag(_Layer):
 
     def full_dtype(self) -> torch.dtype:
         return next(self.store.parameters()).dtype
+
+
+from autoembed.nn.methods import METHOD_STORAGES  # noqa: E402 - they subclass _Storage
+
+COMPRESSIONS.update(METHOD_STORAGES)
