@@ -155,3 +155,33 @@ def test_estimate_given_a_module_points_to_estimate_model() -> None:
 
     with pytest.raises(ConfigError, match="estimate_model"):
         autoembed.estimate(Tiny())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16_master", "amp_bf16"])
+def test_seed_pattern_equals_the_built_in_text_estimate(precision: str) -> None:
+    """The seed's first pattern (examples/seed_mean: nn.Embedding, mean, nn.Linear) is the
+    built-in `task: text` model with `pooling: naive` and no dense layers: the two traces
+    hold the same tensors, so the peaks differ by block rounding only (a few 512-byte blocks:
+    the user's forward takes its labels as an input, the built-in batch holds them apart)."""
+    import functools
+    import importlib
+    from pathlib import Path
+
+    from autoembed import estimate
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    seed_mean = importlib.import_module("examples.seed_mean")
+    v, d, b, s = 50_000, 64, 32, 128
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tokens", v),), dim=d, seq_len=s,
+                          batch_size=b, pooling="naive", dense_layers=(), num_classes=4,
+                          precision=precision)
+    built_in = estimate(cfg, method="traced")
+    user = estimate_model(functools.partial(seed_mean.build_model, vocab=v, dim=d),
+                          seed_mean.make_example(vocab=v, batch=b, seq=s), precision=precision)
+    assert user.peak_phase == built_in.peak_phase == "step"
+    assert user.parameters == built_in.parameters
+    assert user.optimizer_state == built_in.optimizer_state
+    assert abs(user.allocated_peak - built_in.allocated_peak) <= 4 * 512
+    # the table alone (params + grads + 2 Adam states + 1 foreach temporary) is most of it
+    assert user.allocated_peak >= 5 * block(v * d * 4)
