@@ -34,6 +34,7 @@ EXAMPLES = ("seed_mean", "shared_table", "dlrm", "checkpointed", "gpt_lm", "bert
 PRECISIONS = ("fp32", "bf16_master", "amp_bf16")
 OPTIMIZERS = ("adam", "rowwise_adagrad")
 APPLY = "examples._demo:compressed_config"
+MEASURE_TIMEOUT = 400  # seconds a real step may take here (bf16 BERT on this CPU: more)
 TOLERANCE = 0.02
 GPU_NOTE = (
     "On a GPU the same trace is compared with torch.cuda.max_memory_allocated by "
@@ -53,15 +54,19 @@ def main() -> None:
     rows: list[list[str]] = []
     errs: list[float] = []
     t0 = time.time()
+    mods = {}
     for name in args.only.split(","):
         try:
-            mod = importlib.import_module(f"examples.{name}")
-            mod.build_model(**mod.SIZES["twin"])  # imports optional packages up front
+            mods[name] = importlib.import_module(f"examples.{name}")
+            mods[name].build_model(**mods[name].SIZES["twin"])  # optional packages up front
         except ImportError as e:
+            mods.pop(name, None)
             rows.append([name, "-", "-", "-", "-", "-", f"skipped: {e}", "-", "-"])
-            continue
-        for precision in args.precisions.split(","):
-            for opt in OPTIMIZERS:
+    # every example in one precision x optimizer before the next: a run stopped early still
+    # covers each model
+    for precision in args.precisions.split(","):
+        for opt in OPTIMIZERS:
+            for name, mod in mods.items():
                 for applied in (False, True):
                     rows.append(_case(name, mod, precision, opt, applied, errs))
                     print(rows[-1], flush=True)
@@ -82,9 +87,11 @@ def _case(name: str, mod: ModuleType, precision: str, opt: str, applied: bool,
     try:
         measured = measure_cpu_peak(f"examples.{name}", size, mod.SIZES["twin"],
                                     precision=precision, optimizer=opt,
-                                    apply=APPLY if applied else None, path=str(ROOT))
+                                    apply=APPLY if applied else None, path=str(ROOT),
+                                    timeout=MEASURE_TIMEOUT)
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # say so in the row, go on
-        why = "over 600 s" if isinstance(e, subprocess.TimeoutExpired) else str(e)[-80:]
+        timed_out = isinstance(e, subprocess.TimeoutExpired)
+        why = f"over {MEASURE_TIMEOUT} s" if timed_out else str(e)[-80:]
         return [name, precision, opt, tables, f"{est.allocated_peak / 1e6:.1f}",
                 f"not measured: {why}", "-", est.peak_phase, f"{t_est:.1f} s"]
     err = (est.allocated_peak - measured) / measured
