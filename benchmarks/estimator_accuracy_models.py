@@ -13,6 +13,7 @@ VmHWM reset after two warm-up steps of a small twin model). Rows are written as 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import statistics
@@ -103,16 +104,10 @@ def _case(name: str, mod: ModuleType, precision: str, opt: str, applied: bool,
 
 def _factory(mod: ModuleType, size: dict[str, Any], applied: bool) -> Callable[[], Any]:
     """The example's model at `size`, rewritten by compressed_config when `applied`."""
-    def build() -> Any:
-        import autoembed
-        from autoembed.config import config_from_dict
-        from examples._demo import compressed_config
+    from examples._demo import build_applied
 
-        model = mod.build_model(**size)
-        return autoembed.apply(model, config_from_dict(compressed_config(model))) \
-            if applied else model
-
-    return build
+    build = functools.partial(mod.build_model, **size)
+    return functools.partial(build_applied, build) if applied else build
 
 
 def _write(rows: list[list[str]], errs: list[float], seconds: float) -> None:

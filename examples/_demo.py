@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +30,13 @@ def compressed_config(model: torch.nn.Module) -> dict[str, Any]:
                                 {"compression": "hash", "hash_buckets": t.vocab_size // 4})
         out.append({"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim, **comp})
     return {"tables": out}
+
+
+def build_applied(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """`build()` rewritten by `autoembed.apply` with its `compressed_config` (a factory for
+    `estimate_model`: `functools.partial(build_applied, build)`)."""
+    model = build()
+    return autoembed.apply(model, config_from_dict(compressed_config(model)))
 
 
 def demo(mod: ModuleType, steps: int = 20) -> None:
