@@ -11,6 +11,7 @@ rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,7 +46,7 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     tables = [
         (m, n, p)
         for m in model.modules()
-        if isinstance(m, TableModule) and m.quantizable
+        if _quantizable(m)
         for n, p in m.named_parameters(recurse=False)
     ]
     for _, name, p in tables:
@@ -58,14 +59,20 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     memo: dict[int, object] = {id(p): None for _, _, p in tables}
     out = copy.deepcopy(model, memo)
     for m_old, m_new in zip(model.modules(), out.modules(), strict=True):
-        if not isinstance(m_old, TableModule) or not m_old.quantizable:
+        if not _quantizable(m_old):
             continue
-        assert isinstance(m_new, TableModule)
+        target: Any = m_new
         for name, p in list(m_old.named_parameters(recurse=False)):
             with torch.no_grad():
                 packed = _pack(p.detach(), bits)
-            m_new.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
+            target.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
     return out.eval()
+
+
+def _quantizable(m: nn.Module) -> Any:
+    """A built-in table, or an `autoembed.nn` layer's storage (`pack_weight`, `quantizable`)."""
+    return (isinstance(m, TableModule) or callable(getattr(m, "pack_weight", None))) and \
+        getattr(m, "quantizable", False)
 
 
 def serving_bytes(model: nn.Module) -> int:
