@@ -11,14 +11,13 @@ rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 from torch import nn
 
 from autoembed.config import SERVING
 from autoembed.errors import ConfigError
-from autoembed.models.embedding import TableModule
+from autoembed.models.embedding import PackedWeights
 from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
 
 __all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
@@ -61,18 +60,17 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     for m_old, m_new in zip(model.modules(), out.modules(), strict=True):
         if not _quantizable(m_old):
             continue
-        target: Any = m_new
+        assert isinstance(m_new, PackedWeights)
         for name, p in list(m_old.named_parameters(recurse=False)):
             with torch.no_grad():
                 packed = _pack(p.detach(), bits)
-            target.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
+            m_new.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
     return out.eval()
 
 
-def _quantizable(m: nn.Module) -> Any:
-    """A built-in table, or an `autoembed.nn` layer's storage (`pack_weight`, `quantizable`)."""
-    return (isinstance(m, TableModule) or callable(getattr(m, "pack_weight", None))) and \
-        getattr(m, "quantizable", False)
+def _quantizable(m: nn.Module) -> bool:
+    """A built-in table or an `autoembed.nn` layer's storage that serving packs."""
+    return isinstance(m, PackedWeights) and m.quantizable
 
 
 def serving_bytes(model: nn.Module) -> int:

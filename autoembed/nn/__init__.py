@@ -31,41 +31,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.errors import ConfigError
+from autoembed.models.embedding import PackedWeights
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS"]
 
 LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
 
 
-class _Storage(nn.Module):
+class _Storage(PackedWeights):
     """How a table's rows are stored: `rows(ids)` -> [*ids.shape, D]; `bag(...)` pooled.
     Serving (`autoembed.quantize(model, "int8" | "int4")`) replaces each weight by packed
-    rows (`pack_weight`, the built-in tables' row format), dequantized as they are read."""
-
-    quantizable = True
+    rows (`PackedWeights`, the built-in tables' own), dequantized as they are read."""
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
         super().__init__()
         self.num, self.dim, self.factory = num, dim, factory
-        # weight name -> (bits, dim, dtype) for weights replaced by packed uint8 rows
-        self.packed: dict[str, tuple[int, int, torch.dtype]] = {}
-
-    def pack_weight(
-        self, name: str, packed: torch.Tensor, bits: int, *, dim: int, dtype: torch.dtype
-    ) -> None:
-        """Replace weight `name` by packed rows (buffer `<name>_packed`)."""
-        self._parameters.pop(name, None)
-        self.packed = {**self.packed, name: (bits, dim, dtype)}
-        self.register_buffer(f"{name}_packed", packed)
 
     def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed."""
         if name not in self.packed:
             return F.embedding(ids, getattr(self, name))
-        from autoembed.models.rowformat import unpack_rows
-
-        bits, dim, dtype = self.packed[name]
-        return unpack_rows(getattr(self, f"{name}_packed")[ids], dim, bits, dtype)
+        return self.unpacked(name, ids)
 
     def _bag_of(self, name: str, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
                 psw: torch.Tensor | None) -> torch.Tensor:
