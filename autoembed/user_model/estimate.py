@@ -47,9 +47,10 @@ __all__ = ["estimate_model", "CPU_VS_CUDA"]
 TRACED_STEPS = 2
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
-    "traced on CPU code paths: CPU autocast casts fewer ops than CUDA's (e.g. no fp32 "
-    "softmax/layer_norm lists differ), and scaled_dot_product_attention picks CPU's math or "
-    "flash kernel, not CUDA's flash/mem-efficient one (different saved tensors)"
+    "traced on CPU code paths: CPU autocast's lists of ops cast to half and kept in fp32 "
+    "differ from CUDA's, and scaled_dot_product_attention picks CPU's math or flash kernel, "
+    "not CUDA's flash/mem-efficient one (different saved tensors); on a GPU the figure is "
+    "not yet checked against max_memory_allocated"
 )
 
 # owners of what no module owns (the phase it was allocated in) -> the name shown
