@@ -10,7 +10,11 @@ Ties: another module whose parameter IS the table's weight (an output layer tied
 embedding: GPT heads, BERT's MLM decoder) reads the decoded [V, D] table each forward
 (`full_weight()`, priced by the trace since it is a real tensor of the step); `untie=True`
 gives it its own full weight instead. The head's parameter is removed, so a later
-`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table.
+`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table. On a
+`transformers` model (one with `tie_weights` and `resize_token_embeddings`) whose compressed
+table is tied or is the input embedding, `tie_weights()` becomes a no-op (the tie holds by
+decoding; under `untie` the head keeps its own weight) and `resize_token_embeddings` raises
+a ConfigError naming the table (compressed storage is resized by applying a new config).
 
 `materialize(model, device)`: after building on the meta device and `apply`, allocate every
 parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
@@ -159,7 +163,31 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
                 head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
             else:
                 _decode_into(head, pname, layer)
+        _guard_transformers(model, ts.name, layer, [p for p, _ in ties])
     return model
+
+
+def _guard_transformers(model: nn.Module, path: str, layer: nn.Module, heads: list[str]) -> None:
+    """Keep transformers' tie_weights / resize_token_embeddings off a compressed table."""
+    if not (callable(getattr(model, "tie_weights", None))
+            and callable(getattr(model, "resize_token_embeddings", None))):
+        return
+    get_input = getattr(model, "get_input_embeddings", None)
+    is_input = callable(get_input) and get_input() is layer
+    if not heads and not is_input:
+        return
+    tied = f" (tied to '{', '.join(heads)}')" if heads else ""
+
+    def tie_weights(*_: Any, **__: Any) -> None:
+        """No-op: the tied head reads the decoded table each forward (or, under untie, keeps
+        its own weight); rebinding it would point it at the compressed storage."""
+
+    def resize_token_embeddings(*_: Any, **__: Any) -> Any:
+        raise ConfigError(f"resize_token_embeddings: '{path}'{tied} is compressed by autoembed; "
+                          "resize the model before autoembed.apply, then apply the config")
+
+    model.__dict__["tie_weights"] = tie_weights
+    model.__dict__["resize_token_embeddings"] = resize_token_embeddings
 
 
 def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
