@@ -15,7 +15,8 @@ called through the Python API. Nothing in the library is changed to measure it:
   loading the data in the worker;
 * Ray stops in the background while the report is written (`ray_session.release`): its
   stage holds the driver's own time in `ray.init`, in starting the stop, and in waiting for
-  the stop at the end;
+  the stop at the end. Ray prestarts no idle worker (`search.ray_tune`): the first trial's
+  "Ray" time includes starting its worker process;
 * per trial, "Ray" is the time between the driver handing Tune the proposal and Tune
   handing back the result, less the trial's own `wall_seconds`: scheduling, the worker,
   reporting. Trials stopped early by the scheduler return no timings: their in-flight
