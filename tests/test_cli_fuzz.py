@@ -745,6 +745,7 @@ def test_absurd_vocab_search_where_nothing_fits_exits_3(tmp_path: Path) -> None:
 def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> None:
     import optuna
 
+    from autoembed.budget import Budget
     from autoembed.search.engine import SearchEngine
     from autoembed.search.study import make_sampler
     from autoembed.search.workload import build_workload, data_spec_for
@@ -755,7 +756,7 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     budget = 8 * 10**9
-    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=budget,
+    eng = SearchEngine(study=study, space=space, workload=workload, budget=Budget.parse("8GB"),
                        objectives=[("quality", "maximize"), ("memory", "minimize"),
                                    ("throughput", "maximize")],
                        settings={"max_steps": 60}, trials=2)

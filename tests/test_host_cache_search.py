@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 import pytest
 
+from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec
 from autoembed.runner import RunSettings, run_trial
@@ -66,7 +67,7 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     # the 2M-row table needs 2.05M x (128 + 4 + 16) B = 303 MB on the host; allow 100 MB
-    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=700_000_000,
+    eng = SearchEngine(study=study, space=space, workload=workload, budget=Budget.parse("700MB"),
                        objectives=OBJ, settings={"max_steps": 5}, trials=10,
                        host_budget_bytes=100_000_000, host_memory=False)
     launched = [eng.propose() for _ in range(6)]

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.memory import estimate
 from autoembed.runner import Evaluation, TrialResult
@@ -23,6 +24,7 @@ from autoembed.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 800_000_000
+LIMIT = Budget(BUDGET, "800MB")  # the engine's budget
 OBJ = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]
 
 
@@ -40,7 +42,7 @@ def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: in
     study = optuna.create_study(study_name=name, storage=storage,
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", seed))
-    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=BUDGET,
+    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
                        objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
                        trials=trials, early_stop=early_stop)
     return eng, study, storage
@@ -138,7 +140,7 @@ def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: An
     assert len(waiting) == 1
     assert waiting[0].system_attrs["fixed_params"] == study.trials[p2.number].params
     # a resumed engine asks the re-queued trial first and counts it once
-    eng2 = SearchEngine(study=study, space=eng.space, workload=eng.workload, budget_bytes=BUDGET,
+    eng2 = SearchEngine(study=study, space=eng.space, workload=eng.workload, budget=LIMIT,
                         objectives=OBJ, settings={}, trials=4)
     assert eng2.trained == 1  # the interrupted trial does not count
     p3 = eng2.propose()
@@ -159,7 +161,7 @@ def test_grid_sampler_visits_distinct_points(tmp_path: Path, tiny: Any) -> None:
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("grid", 0))
     grid = space.grid()
-    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=BUDGET,
+    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
                        objectives=OBJ, settings={}, trials=5, grid=grid)
     while (p := eng.propose()) is not None:
         eng.finish(p.number, fake_final(dict(p.train_config), 0.6, 1.0))

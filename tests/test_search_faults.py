@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
@@ -23,6 +24,7 @@ from autoembed.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 800_000_000
+LIMIT = Budget(BUDGET, "800MB")  # the engine's budget
 OBJ = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]
 
 
@@ -65,7 +67,7 @@ def _engine(tmp_path: Path, tiny: Any, trials: int, seed: int) -> tuple[SearchEn
     study = optuna.create_study(study_name="oom", storage=open_storage(tmp_path),
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", seed))
-    eng = SearchEngine(study=study, space=space, workload=workload, budget_bytes=BUDGET,
+    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
                        objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
                        trials=trials, calibration_path=tmp_path / "calibration.json")
     return eng, study
@@ -109,6 +111,6 @@ def test_an_oom_makes_proposals_at_or_above_its_size_infeasible(tmp_path: Path,
                            "failed_bytes": ceiling, "measured": False,
                            "failed_over_predicted": 1.0, "error": row.reason}]
     # a resumed engine rebuilds the rule from the study's rows
-    eng2 = SearchEngine(study=study, space=tiny[0], workload=tiny[1], budget_bytes=BUDGET,
+    eng2 = SearchEngine(study=study, space=tiny[0], workload=tiny[1], budget=LIMIT,
                         objectives=OBJ, settings={}, trials=1)
     assert eng2.oom_ceiling() == (ceiling, number)

@@ -158,7 +158,7 @@ def run_search(
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
         engine = SearchEngine(
             study=study, space=plan.space, workload=plan.workload,
-            budget_bytes=plan.budget.bytes, objectives=plan.objective_pairs,
+            budget=plan.budget, objectives=plan.objective_pairs,
             settings=plan.run_settings(), trials=plan.trials,
             time_budget_s=request.time_budget, grid=_grid(plan),
             early_stop=plan.early_stop,
@@ -221,7 +221,7 @@ def _open_study(stored: studies.StoredStudy, plan: SearchPlan,
             directions=[StudyDirection.MAXIMIZE if d == "maximize"
                         else StudyDirection.MINIMIZE for d in directions])
     else:
-        study = optuna.load_study(study_name=plan.name, storage=stored.storage, sampler=smp)
+        study = stored.resumed(smp)
         if [d.name.lower() for d in study.directions] != directions:
             raise ConfigError(f"study '{plan.name}' has other objectives; start a new --study")
         recovery = _recover(study, stored, plan)

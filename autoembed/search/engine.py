@@ -127,7 +127,7 @@ class SearchEngine:
         study: optuna.Study,
         space: SearchSpace,
         workload: Workload,
-        budget_bytes: int,
+        budget: Budget,
         objectives: Sequence[tuple[str, str]],
         settings: Mapping[str, Any],
         trials: int,
@@ -152,7 +152,7 @@ class SearchEngine:
         self.study = study
         self.space = space
         self.workload = workload
-        self.budget = budget_bytes
+        self.budget = budget
         self.objectives = tuple(objectives)
         self.settings = dict(settings)
         self.trials = trials
@@ -163,7 +163,7 @@ class SearchEngine:
         self.host_memory = host_memory
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.feasibility = Feasibility.for_search(
-            Budget(budget_bytes, f"{budget_bytes} B"), host_budget_bytes, self.oom_ceiling)
+            budget, host_budget_bytes, self.oom_ceiling)
         self.progress = progress
         self.clock = clock
         self.started = clock()
@@ -352,7 +352,7 @@ class SearchEngine:
         row = TrialRow(trial.number, "failed", base, {"device_total": 0},
                        dict(trial.params), reason=f"invalid config: {reason}",
                        retry_of=retry_of)
-        values = optuna_values({}, self.objectives, self.budget, True)
+        values = optuna_values({}, self.objectives, self.budget.bytes, True)
         self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)
 

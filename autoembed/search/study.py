@@ -29,6 +29,7 @@ __all__ = [
     "storage_label",
     "open_storage",
     "find_study",
+    "study_exists",
     "make_sampler",
     "Recovery",
     "recover",
@@ -120,11 +121,20 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
         ) from None
 
 
+def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    """One lookup by name (not a read of every study's settings, which a team database
+    holds many of)."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
     import optuna
 
-    names = {s.study_name for s in storage.get_all_studies()}
-    if name not in names:
+    if not study_exists(storage, name):
         return None
     return optuna.load_study(study_name=name, storage=storage)
 
@@ -228,7 +238,8 @@ def study_meta(study: optuna.Study) -> dict[str, Any]:
 @dataclass(frozen=True)
 class StoredStudy:
     """A study's storage, and the study of that name if it exists (with its stored
-    settings, `meta`: empty for a new study)."""
+    settings, `meta`: empty for a new study). The search's one connection to the storage:
+    it is opened, and an existing study loaded, once per search."""
 
     storage: Any  # optuna.storages.RDBStorage
     name: str
@@ -257,8 +268,14 @@ class StoredStudy:
                 + (f" (studies there: {', '.join(known)})" if known else ""))
         return cls(storage, name, where, existing, meta)
 
+    def resumed(self, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+        """The existing study, as `open` loaded it, proposing with `sampler`."""
+        assert self.existing is not None, "resumed() of a new study"
+        self.existing.sampler = sampler
+        return self.existing
+
     def check_still_new(self) -> None:
         """A new study: refuse if another search created it since `open` (under the lock)."""
-        if self.existing is None and find_study(self.storage, self.name) is not None:
+        if self.existing is None and study_exists(self.storage, self.name):
             raise ConfigError(f"study '{self.name}' was just created by another search; pass "
                               "--resume to continue it, or choose another --study name")

@@ -57,7 +57,7 @@ class UserEngine(SearchEngine):
         values = suggest_values(self.request.space, trial)
         try:
             priced = price_proposal(self.request.code, self.request.space, values,
-                                    self.budget, apply=self.apply)
+                                    self.budget.bytes, apply=self.apply)
         except ConfigError:
             self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
             raise
@@ -197,7 +197,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
         tracker.start(name, {"budget": request.budget.text, "space": request.space.source},
                       Path(request.space.source))
         engine = UserEngine(request=request, apply=apply, study=opt,
-                            budget_bytes=request.budget.bytes,
+                            budget=request.budget,
                             objectives=[(o.name, o.direction) for o in objectives],
                             settings={}, trials=request.trials, progress=progress,
                             recorder=Recorder([TrackerSink(tracker)]))
