@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.pareto import parse_pick
 from autoembed.search import study as studies
-from autoembed.search.engine import HOST_BASE_BYTES, Proposal, SearchEngine, _Live
+from autoembed.search.engine import (
+    HOST_BASE_BYTES,
+    InvalidProposal,
+    PricedProposal,
+    SearchEngine,
+)
 from autoembed.search.executor import StopTrial, TrialChannel
 from autoembed.search.recorder import Recorder, TrackerSink
 from autoembed.search.records import ATTR, TrialRow
@@ -35,56 +41,63 @@ from autoembed.user.trainer import make_payload, run_payload
 if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
-__all__ = ["search_own", "search_user", "UserEngine", "LocalUserExecutor", "UserSearchResult"]
+__all__ = ["search_own", "search_user", "UserPricing", "user_engine", "LocalUserExecutor",
+           "UserSearchResult"]
 
 
-class UserEngine(SearchEngine):
-    """The engine, proposing on the user's model: `_ask_one` prices with `price_proposal`
-    and hands out a `run_payload` payload; everything else (feasibility, tell, record,
-    front, early stop) is the engine's."""
+class UserPricing:
+    """The engine's pricing stage on the user's model: `price_proposal`, and for one that
+    fits a `run_payload` payload. A ConfigError pricing a proposal before any proposal of
+    the study was priced is bad input (the trial told FAIL, the error raised: the search
+    stops before any trial); a later one is that proposal's failure, recorded with the
+    message (`placeholder`: the config its row carries, the first priced one)."""
 
-    def __init__(self, *, request: UserRequest, apply: Apply | None = None,
-                 **kw: Any) -> None:
-        super().__init__(space=request.space, workload=None, **kw)  # type: ignore[arg-type]
+    def __init__(self, request: UserRequest, budget: int, apply: Apply | None = None,
+                 placeholder: EmbeddingConfig | None = None) -> None:
         self.request = request
+        self.budget = budget
         self.apply = apply
+        self.placeholder = placeholder
 
-    def _ask_one(self) -> Proposal | None:
+    def price(self, trial: Any) -> PricedProposal | InvalidProposal:
         from optuna.trial import TrialState
 
-        trial = self.study.ask()
-        retry_of = trial.user_attrs.get("retry_of")
-        values = suggest_values(self.request.space, trial)
-        try:
-            priced = price_proposal(self.request.code, self.request.space, values,
-                                    self.budget, apply=self.apply)
-        except ConfigError:
-            self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
-            raise
-        params = dict(trial.params)
-        verdict = self.feasibility.judge(priced.estimate)
-        est = priced.estimate.to_dict()
-        if not verdict.fits:
-            row = TrialRow(trial.number, "infeasible", priced.config, est, params,
-                           metrics={"device_total": float(priced.estimate.device_total)},
-                           reason=verdict.reason, overshoot=verdict.overshoot,
-                           retry_of=retry_of)
-            self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
-            self._emit(row)
-            return None
         space = self.request.space
-        payload = make_payload(trial.number, self.request.records, priced.params,
-                               priced.config, metrics=tuple(_reportable(space)),
-                               target=space.target)
-        proposal = Proposal(trial.number, priced.config, payload, priced.estimate,
-                            HOST_BASE_BYTES)
-        row = TrialRow(trial.number, "running", priced.config, est, params,
-                       overshoot=verdict.overshoot, retry_of=retry_of)
-        self._record(row, trial)
-        self.live[trial.number] = _Live(proposal, trial)
-        self.trainables_started += 1
-        self._emit(row)
-        return proposal
+        values = suggest_values(space, trial)
+        try:
+            priced = price_proposal(self.request.code, space, values, self.budget,
+                                    apply=self.apply)
+        except ConfigError as e:
+            if self.placeholder is None:
+                trial.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
+                raise
+            return InvalidProposal(str(e), self.placeholder)
+        self.placeholder = self.placeholder or priced.config
+
+        def launch(number: int) -> tuple[dict[str, Any], int]:
+            return make_payload(number, self.request.records, priced.params, priced.config,
+                                metrics=tuple(_reportable(space)),
+                                target=space.target), HOST_BASE_BYTES
+
+        return PricedProposal(priced.config, priced.estimate, launch)
+
+
+def user_engine(request: UserRequest, study: Any, *, apply: Apply | None = None,
+                recorder: Recorder | None = None,
+                progress: Callable[[Any], None] | None = None) -> SearchEngine:
+    """The search engine of a user search: `UserPricing`, the space's objectives, and early
+    stopping when the space has `early_stop:`."""
+    space = request.space
+    rows = studies.load_rows(study)
+    first = next((r.config for r in rows.values() if r.status != "failed"), None)
+    es = space.early_stop
+    return SearchEngine(
+        study=study, space=space, workload=None,  # type: ignore[arg-type]
+        budget_bytes=request.budget.bytes, objectives=[(o.name, o.direction)
+                                                       for o in space.objectives],
+        settings={} if es is None else {"max_steps": es[0], "eval_every": es[1]},
+        trials=request.trials, early_stop=es is not None, progress=progress,
+        recorder=recorder, pricing=UserPricing(request, request.budget.bytes, apply, first))
 
 
 def suggest_values(space: UserSpace, trial: Any) -> dict[str, Any]:
@@ -196,11 +209,8 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
         out_dir.mkdir(parents=True, exist_ok=True)
         tracker.start(name, {"budget": request.budget.text, "space": request.space.source},
                       Path(request.space.source))
-        engine = UserEngine(request=request, apply=apply, study=opt,
-                            budget_bytes=request.budget.bytes,
-                            objectives=[(o.name, o.direction) for o in objectives],
-                            settings={}, trials=request.trials, progress=progress,
-                            recorder=Recorder([TrackerSink(tracker)]))
+        engine = user_engine(request, opt, apply=apply, progress=progress,
+                             recorder=Recorder([TrackerSink(tracker)]))
         try:
             if request.executor == "local":
                 LocalUserExecutor().run(engine)
