@@ -578,10 +578,10 @@ def search_cmd(
         _user_search(budget, space, model, example, train, trials=trials, executor=executor,
                      study=study, resume=resume, runs_dir=runs_dir, seed=seed or 0, pick=pick,
                      allow_changed_code=allow_changed_code, tracking_uri=tracking_uri,
+                     ray_address=ray_address, workers=workers or 1,
                      builtin_only={"--data": data, "--label": label,
                                    "--categorical": categorical, "--text-column": text_column,
-                                   "--sampler": sampler, "--workers": workers,
-                                   "--ray-address": ray_address, "--storage": storage,
+                                   "--sampler": sampler, "--storage": storage,
                                    "--host-budget": host_budget, "--objectives": objectives})
         return
     from autoembed.search import search as run_search

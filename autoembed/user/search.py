@@ -138,9 +138,11 @@ class LocalUserExecutor:
             engine.finish(p.number, None if channel.stopped else final)
 
 
-def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str) -> None:
-    """One trial at a time on a private local Ray, the user's code shipped in the
-    runtime_env and checked by hash on each node (`user.ship`)."""
+def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str,
+                address: str | None = None, workers: int = 1) -> None:
+    """`workers` trials at a time on a private local Ray, or on the cluster at `address`
+    (a trial gets its share of a node's CPUs), the user's code shipped in the runtime_env
+    and checked by hash on each node (`user.ship`)."""
     import os
 
     from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
@@ -148,10 +150,13 @@ def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name:
     from autoembed.user.trainer import tune_trainable
 
     cpus = max(1, os.cpu_count() or 1)
-    with ray_session(None, cpus, None, runtime_env(request.records.values())):
+    with ray_session(address, cpus, None, runtime_env(request.records.values())) as ray:
+        per_trial = (ray.cpus_per_trial(workers) if address
+                     else max(1, cpus // max(1, workers)))
         run_tune(engine, TuneSettings(
-            workers=1, cpus_per_trial=cpus, gpus_per_trial=0, storage_path=out_dir / "ray",
-            name="tune-" + name, train_data={}, run_settings={}, trainable=tune_trainable))
+            workers=workers, cpus_per_trial=per_trial, gpus_per_trial=0,
+            storage_path=out_dir / "ray", name="tune-" + name, train_data={},
+            run_settings={}, trainable=tune_trainable))
 
 
 @dataclass(frozen=True)
@@ -170,9 +175,13 @@ class UserSearchResult:
 def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str | Path = "runs",
                 resume: bool = False, seed: int = 0, pick: str = "knee",
                 tracker: SearchTracker | None = None, tracking_uri: str | None = None,
-                apply: Apply | None = None,
+                apply: Apply | None = None, ray_address: str | None = None,
+                workers: int = 1,
                 progress: Callable[[Any], None] | None = None) -> UserSearchResult:
-    """Run a checked user search in process (`executor="local"`)."""
+    """Run a checked user search: in this process (`executor="local"`) or on Ray, private
+    or the cluster at `ray_address`, `workers` trials at a time."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers = {workers!r}: must be an integer >= 1")
     import optuna
     from optuna.study import StudyDirection
 
@@ -215,7 +224,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
             if request.executor == "local":
                 LocalUserExecutor().run(engine)
             else:
-                _run_on_ray(engine, request, out_dir, name)
+                _run_on_ray(engine, request, out_dir, name, ray_address, workers)
         except BaseException:
             engine.abandon("interrupted")
             tracker.close("FAILED")
