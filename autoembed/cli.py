@@ -629,7 +629,7 @@ def _user_search(budget: str, space: str | None, model: str | None, example: str
     request = UserRequest.parse(budget, model, example, train, space, trials=kw.pop("trials"),
                                 executor=kw.pop("executor"),
                                 allow_changed_code=kw.pop("allow_changed_code"))
-    result = search_user(request, **kw)
+    result = search_user(request, note=lambda m: print(m, file=sys.stderr), **kw)
     print(f"study '{result.study}': {len(result.rows)} trials "
           + ", ".join(f"{result.count(s)} {s}" for s in ("complete", "infeasible", "pruned",
                                                         "failed", "diverged") if result.count(s)))

@@ -39,6 +39,7 @@ from autoembed.user.space import UserSpace
 from autoembed.user.trainer import make_payload, run_payload
 
 if TYPE_CHECKING:
+    from autoembed.search.session import StudyLock
     from autoembed.tracking import SearchTracker
 
 __all__ = ["search_own", "search_user", "UserPricing", "user_engine", "LocalUserExecutor",
@@ -139,7 +140,7 @@ class LocalUserExecutor:
 
 
 def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str,
-                address: str | None = None, workers: int = 1) -> None:
+                lock: StudyLock, address: str | None = None, workers: int = 1) -> None:
     """`workers` trials at a time on a private local Ray, or on the cluster at `address`
     (a trial gets its share of a node's CPUs), the user's code shipped in the runtime_env
     and checked by hash on each node (`user.ship`)."""
@@ -151,6 +152,7 @@ def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name:
 
     cpus = max(1, os.cpu_count() or 1)
     with ray_session(address, cpus, None, runtime_env(request.records.values())) as ray:
+        lock.ray(*ray.local_session())  # a resume after a SIGKILL stops what it left
         per_trial = (ray.cpus_per_trial(workers) if address
                      else max(1, cpus // max(1, workers)))
         run_tune(engine, TuneSettings(
@@ -176,10 +178,11 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
                 resume: bool = False, seed: int = 0, pick: str = "knee",
                 tracker: SearchTracker | None = None, tracking_uri: str | None = None,
                 apply: Apply | None = None, ray_address: str | None = None,
-                workers: int = 1,
-                progress: Callable[[Any], None] | None = None) -> UserSearchResult:
+                workers: int = 1, progress: Callable[[Any], None] | None = None,
+                note: Callable[[str], None] | None = None) -> UserSearchResult:
     """Run a checked user search: in this process (`executor="local"`) or on Ray, private
-    or the cluster at `ray_address`, `workers` trials at a time."""
+    or the cluster at `ray_address`, `workers` trials at a time. `note` gets the lock's
+    takeover message (a resume after a SIGKILLed driver)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers = {workers!r}: must be an integer >= 1")
     import optuna
@@ -199,7 +202,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
 
         tracker = make_tracker(tracking_uri, root)
     objectives = request.space.objectives
-    with StudyLock(out_dir, name, None):
+    with StudyLock(out_dir, name, note) as lock:
         stored.check_still_new()
         sampler = studies.make_sampler("tpe", seed)
         if stored.existing is None:
@@ -224,7 +227,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
             if request.executor == "local":
                 LocalUserExecutor().run(engine)
             else:
-                _run_on_ray(engine, request, out_dir, name, ray_address, workers)
+                _run_on_ray(engine, request, out_dir, name, lock, ray_address, workers)
         except BaseException:
             engine.abandon("interrupted")
             tracker.close("FAILED")
