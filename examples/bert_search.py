@@ -3,7 +3,7 @@ own loop, under a memory budget: the compression of its tied vocabulary, the pre
 batch x sequence.
 
     python -m examples.bert_search
-    autoembed search --budget 1200MB --space examples/bert_search_space.yaml \\
+    autoembed search --budget 1300MB --space examples/bert_search_space.yaml \\
         --model examples.bert_search:build --example examples.bert_search:example \\
         --train examples.bert_search:train --executor local
 
@@ -88,6 +88,6 @@ def train(model: torch.nn.Module, params: Mapping[str, Any], report: Any) -> dic
 if __name__ == "__main__":
     import autoembed
 
-    result = autoembed.search(budget="1200MB", model=build, example=example, train=train,
+    result = autoembed.search(budget="1300MB", model=build, example=example, train=train,
                               space="examples/bert_search_space.yaml", executor="local")
     print(result)
