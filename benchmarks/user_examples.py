@@ -89,19 +89,51 @@ def run_example(name: str) -> dict[str, Any]:
         "retrained": retrained, "budget": budget, "space": space, "module": module}
 
 
+def stored_example(name: str, runs: Path) -> dict[str, Any]:
+    """What a search of `name` left in `runs` (finished or not), without a retrain: the
+    rows the study recorded, its front and knee pick over the complete ones."""
+    import optuna
+
+    from autoembed.budget import Budget
+    from autoembed.pareto import parse_pick
+    from autoembed.search.report import SearchReport
+    from autoembed.search.study import load_rows
+    from autoembed.user.space import load_user_space
+
+    module, space, budget = EXAMPLES[name]
+    sp = load_user_space(ROOT / space)
+    rows = list(load_rows(optuna.load_study(study_name=name,
+                                            storage=f"sqlite:///{runs / 'optuna.db'}")).values())
+    rep = SearchReport.build(rows, sp.objectives, parse_pick("knee"), Budget.parse(budget), name)
+
+    class Res:
+        front, best = rep.front, rep.best
+
+        @staticmethod
+        def count(status: str) -> int:
+            return sum(1 for r in rows if r.status == status)
+
+    best = rep.best
+    params = sp.params_for(sp.values_from_optuna(best.params)) if best else {}
+    return {"res": Res, "over": [r for r in rows if r.status == "infeasible"],
+            "search_s": float("nan"), "mlflow": mlflow_runs(runs, name), "best": best,
+            "params": params, "retrained": [], "budget": budget, "space": space,
+            "module": module, "running": sum(1 for r in rows if r.status == "running")}
+
+
 def section(name: str, m: dict[str, Any]) -> str:
     res, best, q = m["res"], m["best"], m["retrained"]
     counts = {s: res.count(s) for s in ("complete", "infeasible", "pruned", "failed",
                                         "diverged") if res.count(s)}
     never = all(r.result is None for r in m["over"])
     over = ", ".join(f"trial {r.number} ({r.device_total / 1e6:,.0f} MB)" for r in m["over"])
-    lo, hi = min(q), max(q)
     pick_q = float(best.metrics["quality"])
+    lo, hi = (min(q), max(q)) if q else (pick_q, pick_q)
     within = lo <= pick_q <= hi
     user = {k: v for k, v in m["params"].items() if k != "embedding"}
     rows = [
-        ["search", f"`{m['module']}`, space `{m['space']}`, budget {m['budget']}, "
-                   f"{m['search_s']:.0f} s"],
+        ["search", f"`{m['module']}`, space `{m['space']}`, budget {m['budget']}"
+                   + (f", {m['search_s']:.0f} s" if m["search_s"] == m["search_s"] else "")],
         ["trials", ", ".join(f"{n} {s}" for s, n in counts.items())],
         ["over budget (priced, never trained)", f"{over or 'none'}; never trained: {never}"],
         ["front", ", ".join(f"trial {r.number}" for r in res.front)],
@@ -109,25 +141,37 @@ def section(name: str, m: dict[str, Any]) -> str:
         ["pick (knee)", f"trial {best.number}: {user}, embedding {m['params']['embedding']}, "
                         f"device_total {best.device_total / 1e6:,.0f} MB"],
         ["pick's validation quality in the search", f"{pick_q:.4f}"],
-        ["export -> apply -> your train, seeds 0/1/2",
-         " / ".join(f"{x:.4f}" for x in q) + f" (mean {statistics.mean(q):.4f}, spread "
-         f"{hi - lo:.4f})"],
-        ["search's quality within the 3 seeds' range", "yes" if within else
-         f"no ({pick_q - (hi if pick_q > hi else lo):+.4f} outside)"],
     ]
+    if q:
+        rows += [["export -> apply -> your train, seeds 0/1/2",
+                  " / ".join(f"{x:.4f}" for x in q) + f" (mean {statistics.mean(q):.4f}, "
+                  f"spread {hi - lo:.4f})"],
+                 ["search's quality within the 3 seeds' range", "yes" if within else
+                  f"no ({pick_q - (hi if pick_q > hi else lo):+.4f} outside)"]]
+    else:
+        rows += [["not run", f"stopped before the end: {m.get('running', 0)} trial(s) "
+                  "still running, no export and retrain (--from-runs)"]]
     return f"## {name}\n\n" + markdown_table(["what", "measured"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", choices=sorted(EXAMPLES))
+    ap.add_argument("--from-runs", type=Path, help="with --only: summarise the study a run "
+                    "of it left in this runs dir (stopped or not), no retrain")
     a = ap.parse_args(argv)
     names = [a.only] if a.only else list(DEFAULT)
-    body = "\n\n".join(section(n, run_example(n)) for n in names)
+    if a.from_runs is not None:
+        if not a.only:
+            ap.error("--from-runs needs --only")
+        body = section(a.only, stored_example(a.only, a.from_runs))
+    else:
+        body = "\n\n".join(section(n, run_example(n)) for n in names)
     write_result("user_examples" + (f"_{a.only}" if a.only else ""),
                  "The user-search examples, from a fresh state", body,
                  "nice -n 10 python benchmarks/user_examples.py"
-                 + (f" --only {a.only}" if a.only else ""))
+                 + (f" --only {a.only}" if a.only else "")
+                 + (f" --from-runs {a.from_runs}" if a.from_runs else ""))
     return 0
 
 
