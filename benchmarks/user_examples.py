@@ -57,8 +57,6 @@ def mlflow_runs(runs: Path, study: str) -> tuple[int, int]:
 
 def run_example(name: str) -> dict[str, Any]:
     import autoembed
-    from autoembed.user.export import export_python
-    from autoembed.user.report import Report
 
     module, space, budget = EXAMPLES[name]
     mod = importlib.import_module(module)
@@ -69,24 +67,37 @@ def run_example(name: str) -> dict[str, Any]:
                            runs_dir=work / "runs")
     search_s = time.monotonic() - t0
     over = [r for r in res.rows if r.status == "infeasible"]
-    module_file, cfg, trial = export_python(name, work / "best_model.py", runs_dir=work / "runs")
+    retrained, params, trial = retrain(name, work / "runs", work)
+    best = res.best
+    assert best is not None and best.number == trial
+    return {"res": res, "over": over, "search_s": search_s, "mlflow": mlflow_runs(
+        work / "runs", name), "best": best, "params": params,
+        "retrained": retrained, "budget": budget, "space": space, "module": module}
+
+
+def retrain(name: str, runs: Path, work: Path) -> tuple[list[float], dict[str, Any], int]:
+    """Export the study's pick (`export_python`), apply its config to the user's
+    `build(params)` at each seed and run the user's `train`: (qualities, params, trial)."""
+    import autoembed
+    from autoembed.user.export import export_python
+    from autoembed.user.report import Report
+
+    mod = importlib.import_module(EXAMPLES[name][0])
+    module_file, cfg, trial = export_python(name, work / "best_model.py", runs_dir=runs,
+                                            force=True)
     spec = importlib.util.spec_from_file_location(f"best_{name}", module_file)
     assert spec is not None and spec.loader is not None
     exported = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exported)
     config = autoembed.load_config(cfg)
-    retrained = []
+    out = []
     for seed in SEEDS:
         params = {**exported.PARAMS, "seed": seed}
         model = mod.build(params)
         applied = autoembed.apply(model, config)
         model = model if applied is None else applied
-        retrained.append(float(mod.train(model, params, Report(("loss",)))["quality"]))
-    best = res.best
-    assert best is not None and best.number == trial
-    return {"res": res, "over": over, "search_s": search_s, "mlflow": mlflow_runs(
-        work / "runs", name), "best": best, "params": exported.PARAMS,
-        "retrained": retrained, "budget": budget, "space": space, "module": module}
+        out.append(float(mod.train(model, params, Report(("loss",)))["quality"]))
+    return out, dict(exported.PARAMS), trial
 
 
 def stored_example(name: str, runs: Path) -> dict[str, Any]:
@@ -159,19 +170,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=sorted(EXAMPLES))
     ap.add_argument("--from-runs", type=Path, help="with --only: summarise the study a run "
                     "of it left in this runs dir (stopped or not), no retrain")
+    ap.add_argument("--retrain", action="store_true", help="with --from-runs: also export "
+                    "the pick and retrain it at 3 seeds")
     a = ap.parse_args(argv)
     names = [a.only] if a.only else list(DEFAULT)
     if a.from_runs is not None:
         if not a.only:
             ap.error("--from-runs needs --only")
-        body = section(a.only, stored_example(a.only, a.from_runs))
+        m = stored_example(a.only, a.from_runs)
+        if a.retrain:
+            m["retrained"] = retrain(a.only, a.from_runs, Path(tempfile.mkdtemp()))[0]
+        body = section(a.only, m)
     else:
         body = "\n\n".join(section(n, run_example(n)) for n in names)
     write_result("user_examples" + (f"_{a.only}" if a.only else ""),
                  "The user-search examples, from a fresh state", body,
                  "nice -n 10 python benchmarks/user_examples.py"
                  + (f" --only {a.only}" if a.only else "")
-                 + (f" --from-runs {a.from_runs}" if a.from_runs else ""))
+                 + (f" --from-runs {a.from_runs}" if a.from_runs else "")
+                 + (" --retrain" if a.retrain else ""))
     return 0
 
 
