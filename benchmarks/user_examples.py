@@ -160,8 +160,9 @@ def section(name: str, m: dict[str, Any]) -> str:
                  ["search's quality within the 3 seeds' range", "yes" if within else
                   f"no ({pick_q - (hi if pick_q > hi else lo):+.4f} outside)"]]
     else:
-        rows += [["not run", f"stopped before the end: {m.get('running', 0)} trial(s) "
-                  "still running, no export and retrain (--from-runs)"]]
+        rows += [["export -> apply -> your train", "not run in this summary of the stored "
+                  f"study (--from-runs without --retrain); {m.get('running', 0)} trial(s) "
+                  "were still running"]]
     return f"## {name}\n\n" + markdown_table(["what", "measured"], rows)
 
 
