@@ -34,6 +34,7 @@ __all__ = [
     "save_config",
     "build_model",
     "build_optimizer",
+    "autocast",
     "quantize",
     "search",
     "train",
@@ -45,6 +46,7 @@ __all__ = [
 _LAZY = {
     "build_model": "autoembed.models",
     "build_optimizer": "autoembed.models",
+    "autocast": "autoembed.models.precision",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "TrialStopped": "autoembed.user.report",

@@ -394,7 +394,8 @@ def estimate(
 def train_cmd(
     config: Path = typer.Option(..., "--config", help="Config file (e.g. exported best.yaml)."),
     data: str | None = typer.Option(None, help="Train on other data: a name or CSV/Parquet."),
-    max_steps: int | None = typer.Option(None, help="Optimizer steps (default 1000)."),
+    max_steps: int | None = typer.Option(
+        None, help="Optimizer steps (default: the exported file's train.max_steps, else 1000)."),
     epochs: int | None = typer.Option(None, help="Full passes over the train split."),
     out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
     device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
@@ -408,10 +409,17 @@ def train_cmd(
     """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from autoembed.config import load_config
-    from autoembed.training import train
+    from autoembed.config import load_config, resolved_tables
+    from autoembed.training import stored_steps, train
 
     cfg = load_config(config)
+    stored = stored_steps(config) if max_steps is None and epochs is None else None
+    max_steps = stored or max_steps  # the search's best evaluation, when exported
+    hot_sets = None
+    if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
+        from autoembed.models.hot_cold import hot_sets_beside
+
+        hot_sets = hot_sets_beside(config)  # saved by export beside the config
     _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
@@ -420,6 +428,9 @@ def train_cmd(
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
     con = _console(stderr=True)
+    if stored is not None and not as_json:
+        con.print(f"training {stored} steps: the step the search judged this config at "
+                  f"({config} train.max_steps; --max-steps or --epochs to change it)")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,
                   disable=as_json or not con.is_terminal) as prog:
@@ -430,7 +441,7 @@ def train_cmd(
 
         result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
                        device=device, checkpoint_every=checkpoint_every, resume=resume,
-                       on_step=tick, force=force)
+                       on_step=tick, force=force, hot_sets=hot_sets)
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:
@@ -520,8 +531,9 @@ def ui(
 def search_cmd(
     budget: str = typer.Option(..., help="Device memory budget: 8GB, 8GiB, 7500MB or 80%."),
     space: str | None = typer.Option(
-        None, help="Search space YAML, or a built-in: default, ctr, text, tiny "
-        "(default: search_spaces/default.yaml, shipped with the package)."),
+        None, help="Search space YAML, a built-in (default, ctr, text, tiny), or auto: "
+        "derived from --data and the budget (default: auto with real --data, else "
+        "search_spaces/default.yaml, shipped with the package)."),
     trials: int | None = typer.Option(
         None, help="Trials that train (over-budget proposals are free); default: the space's."),
     time_budget: float | None = typer.Option(

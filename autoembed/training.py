@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
-__all__ = ["train", "CHECKPOINT", "load_checkpoint"]
+__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps"]
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -206,6 +206,24 @@ def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) 
     return _restore(st, trainer) if _is_of(st, config) else 0
 
 
+def stored_steps(path: str | Path) -> int | None:
+    """The training length an exported config file carries (`train: {max_steps: N}`, the
+    step of the evaluation its trial was judged by); None when it has none. The config
+    itself is read by `config.load_config`; a malformed `train` entry is a ConfigError."""
+    from autoembed.config import safe_load_yaml
+    from autoembed.export import TRAIN_KEY
+
+    raw = safe_load_yaml(Path(path).read_text(), str(path))
+    entry = raw.get(TRAIN_KEY) if isinstance(raw, dict) else None
+    if entry is None:
+        return None
+    steps = entry.get("max_steps") if isinstance(entry, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"'{path}': {TRAIN_KEY} = {entry!r} must be {{max_steps: N}} with N "
+                          "an integer >= 1; fix it, or pass --max-steps / --epochs")
+    return steps
+
+
 def train(
     config: EmbeddingConfig,
     *,
@@ -219,12 +237,15 @@ def train(
     eval_every: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
     force: bool = False,
+    hot_sets: Mapping[str, Any] | None = None,
 ) -> TrialResult:
     """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
 
     `on_step(step, total)` reports progress (total is None when training by epochs).
     Raises ConfigError, before training, if `out_dir` holds a finished result of another
     config and not `force`; the old result is replaced only when this run completes.
+    `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
+    sets; by default they are computed from the data (`models.hot_cold.install_hot_sets`).
     """
     from autoembed.data import DataSpec, load_dataset
     from autoembed.models import make_trainer
@@ -250,7 +271,7 @@ def train(
     _check_finished_result(out, cfg, force)
     out.mkdir(parents=True, exist_ok=True)
     trainer = make_trainer(cfg, device)
-    install_hot_sets(trainer.model, dataset)  # a resumed checkpoint restores the same set
+    install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     ckpt = out / CHECKPOINT
     start = _start_step(ckpt, trainer, cfg, force) if resume else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import torch
 
 import autoembed
-from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.config import EmbeddingConfig, config_from_dict
+
+BIG_SHARE = 10  # `compressed_config` compresses tables of at least 1/10 the largest's rows
+
+
+def compressed_config(model: torch.nn.Module) -> dict[str, Any]:
+    """The config (plain data, as a YAML file holds it) that the examples, the priced-right
+    test and the accuracy benchmark apply: every table with at least 1/BIG_SHARE of the
+    largest table's rows compressed, an nn.Embedding hashed into a quarter of its rows, an
+    nn.EmbeddingBag by quotient-remainder (4 collisions, mult); the others keep their module."""
+    found = autoembed.tables(model)
+    big = max(t.vocab_size for t in found)
+    out = []
+    for t in found:
+        if t.vocab_size * BIG_SHARE < big:
+            continue
+        bag = isinstance(model.get_submodule(t.name), torch.nn.EmbeddingBag)
+        comp: dict[str, Any] = ({"compression": "qr", "qr_collisions": 4} if bag else
+                                {"compression": "hash", "hash_buckets": t.vocab_size // 4})
+        out.append({"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim, **comp})
+    return {"tables": out}
+
+
+def build_applied(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """`build()` rewritten by `autoembed.apply` with its `compressed_config` (a factory for
+    `estimate_model`: `functools.partial(build_applied, build)`)."""
+    model = build()
+    return autoembed.apply(model, config_from_dict(compressed_config(model)))
 
 
 def demo(mod: ModuleType, steps: int = 20) -> None:
@@ -16,12 +45,10 @@ def demo(mod: ModuleType, steps: int = 20) -> None:
           f"{est.device_total / 1e9:.2f} GB, fits 8 GB: {est.fits}")
     size = mod.SIZES["twin"]
     model = mod.build_model(**size)  # (a large model: build on meta, then materialize)
-    first = autoembed.tables(model)[0]
-    cfg = EmbeddingConfig(dim=first.dim or 16, tables=(TableConfig(
-        first.name, first.vocab_size, compression="hash",
-        hash_buckets=max(1, first.vocab_size // 4)),))
+    cfg: EmbeddingConfig = config_from_dict(compressed_config(model))
     autoembed.apply(model, cfg)
-    print(f"'{first.name}' hashed into {first.vocab_size // 4} rows")
+    for t in cfg.tables:
+        print(f"'{t.name}' ({t.vocab_size} rows) compressed: {t.compression}")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     example = mod.make_example(**size)
     args = example if isinstance(example, dict) else None

@@ -256,3 +256,59 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     report = (tmp_path / "sampler_comparison.md").read_text()
     ratio = recs[1]["hv2"] / 0.05
     assert "## tiny, 2 trained trials" in report and f"{ratio:.2f}x [nan, nan] (1)" in report
+
+
+# ------------------------------------------------------------------ compression.py
+def test_compression_budgets_split_by_rows_and_keep_a_method_minimum() -> None:
+    from compression import budgets
+
+    # all fit: shares in proportion to rows
+    assert budgets("hash", [300, 100], 800.0) == [600.0, 200.0]
+    # qr needs ceil(400 / m) + m >= 40 rows (m = 20) for 400 ids = 640 values, more than its
+    # share (12928 * 400 / 40400 = 128): it takes 640 and the other table the rest
+    got = budgets("qr", [40_000, 400], 40_400 * 16 / 50)
+    assert got == pytest.approx([40_400 * 16 / 50 - 640, 640])
+    # 40,000 ids need 400 qr rows (6400 values): 1000 values cannot hold both minimums
+    assert budgets("qr", [40_000, 400], 1000.0) is None
+
+
+@pytest.mark.parametrize("method", ["hash", "qr", "robe", "tt", "hot_cold"])
+def test_compression_tables_fit_their_budget(method: str) -> None:
+    import numpy as np
+    from compression import DIM, _table
+
+    from autoembed.models.embedding import LookupSpec
+
+    v, budget = 20_000, 20_000 * DIM / 10
+    table, _ = _table(method, v, budget, LookupSpec("mean", False, False),
+                      lambda n: np.arange(n), 0)
+    nbytes = sum(p.nbytes for p in table.parameters()) + sum(b.nbytes for b in table.buffers())
+    assert nbytes <= budget * 4  # fp32 values
+    assert nbytes >= 0.5 * budget * 4  # the largest that fits, not any that fits
+
+
+def test_compression_store_resumes_by_key(tmp_path: Path) -> None:
+    from compression import Store
+
+    path = tmp_path / "runs.jsonl"
+    store = Store(path)
+    line = {"part": "methods", "workload": "w", "method": "hash", "ratio": 10.0, "lr": 0.01,
+            "steps": 5, "finetune": None, "test_auc": 0.7}
+    store.add(line)
+    again = Store(path)
+    assert again.has(part="methods", workload="w", method="hash", ratio=10.0, lr=0.01, steps=5)
+    assert not again.has(part="methods", workload="w", method="hash", ratio=10.0, lr=0.03,
+                         steps=5)
+    assert again.select(method="hash") == [line]
+
+
+@pytest.mark.parametrize(("v", "rows"), [(20_000, 2000), (150_000, 1500), (5_000, 500)])
+def test_compression_qr_takes_the_most_rows_that_fit(v: int, rows: int) -> None:
+    from compression import DIM, _table
+
+    from autoembed.models.embedding import LookupSpec
+
+    # brute force: every m, the most ceil(v / m) + m rows within the budget
+    best = max(-(-v // m) + m for m in range(2, v + 1) if -(-v // m) + m <= rows)
+    table, _ = _table("qr", v, rows * DIM, LookupSpec("mean", False, False), None, 0)
+    assert table.q_weight.shape[0] + table.r_weight.shape[0] == best

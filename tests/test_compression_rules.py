@@ -118,3 +118,37 @@ def test_method_rules_name_known_optimizers_and_formats() -> None:
     C.check_method("hot_cold", "rowwise_adagrad", "int4")
     assert C.METHOD_RULES["tt"].dense_gradients and C.METHOD_RULES["robe"].dense_gradients
     assert not C.METHOD_RULES["hot_cold"].dense_gradients
+
+
+@pytest.mark.parametrize(
+    ("keys", "needle"),
+    [
+        ("compression: robe\nrobe_size: 100\nrobe_block: 101", "'robe_block' = 101"),
+        ("compression: tt\ntt_rank: 0", "tt_rank"),
+        ("compression: hot_cold\nhot_share: 0\nhash_buckets: 10", "hot_share"),
+        ("compression: hot_cold\nhot_share: 1.5\nhash_buckets: 10", "hot_share"),
+        ("compression: tt\nserving: int8", "'serving' = 'int8'"),
+        ("compression: robe\ntable_optimizer: rowwise_adagrad", "'table_optimizer'"),
+        ("tables:\n  - {name: a, vocab_size: 100, compression: tt, tt_rank: 0}", "tt_rank"),
+        ("tables:\n  - {name: a, vocab_size: 100, compression: robe, "
+         "table_optimizer: sparse_adam}", "'table_optimizer'"),
+    ],
+)
+def test_bad_config_files_one_line_exit_2(
+    keys: str, needle: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from autoembed.cli import main
+    from autoembed.config import load_config
+
+    p = Path(str(tmp_path)) / "c.yaml"
+    body = keys if keys.startswith("tables") else (
+        "tables:\n  - {name: a, vocab_size: 100}\n" + keys)
+    p.write_text("task: ctr\ndim: 8\n" + body + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert main(["estimate", "--config", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -155,3 +155,86 @@ def test_estimate_given_a_module_points_to_estimate_model() -> None:
 
     with pytest.raises(ConfigError, match="estimate_model"):
         autoembed.estimate(Tiny())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16_master", "amp_bf16"])
+def test_seed_pattern_equals_the_built_in_text_estimate(precision: str) -> None:
+    """The seed's first pattern (examples/seed_mean: nn.Embedding, mean, nn.Linear) is the
+    built-in `task: text` model with `pooling: naive` and no dense layers: the two traces
+    hold the same tensors, so the peaks differ by block rounding only (a few 512-byte blocks:
+    the user's forward takes its labels as an input, the built-in batch holds them apart)."""
+    import functools
+    import importlib
+    from pathlib import Path
+
+    from autoembed import estimate
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    seed_mean = importlib.import_module("examples.seed_mean")
+    v, d, b, s = 50_000, 64, 32, 128
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tokens", v),), dim=d, seq_len=s,
+                          batch_size=b, pooling="naive", dense_layers=(), num_classes=4,
+                          precision=precision)
+    built_in = estimate(cfg, method="traced")
+    user = estimate_model(functools.partial(seed_mean.build_model, vocab=v, dim=d),
+                          seed_mean.make_example(vocab=v, batch=b, seq=s), precision=precision)
+    assert user.peak_phase == built_in.peak_phase == "step"
+    assert user.parameters == built_in.parameters
+    assert user.optimizer_state == built_in.optimizer_state
+    assert abs(user.allocated_peak - built_in.allocated_peak) <= 4 * 512
+    # the table alone (params + grads + 2 Adam states + 1 foreach temporary) is most of it
+    assert user.allocated_peak >= 5 * block(v * d * 4)
+
+
+class SparseTiny(Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, D, sparse=True)
+
+
+def test_sparse_table_gradients_are_one_row_per_id_by_hand() -> None:
+    b, s = 64, 32
+    dense = estimate_model(Tiny, example(b, s), optimizer="rowwise_adagrad")
+    sparse = estimate_model(SparseTiny, example(b, s), optimizer="rowwise_adagrad")
+    n = b * s  # ids looked up: one gradient row (D fp32 values) and one int64 index each
+    want = block(n * D * 4) + block(n * 8)
+    assert {t.name: t.gradients for t in sparse.tables} == {"emb": want}
+    assert {t.name: t.gradients for t in dense.tables} == {"emb": block(V * D * 4)}
+    assert any("sparse=True" in note for note in sparse.notes)
+    # the step holds them and the coalesced copy (min(V, n) rows) plus row-wise Adagrad's
+    # scaled update: more than the gradients alone
+    assert sparse.allocated_peak >= sparse.parameters + sparse.optimizer_state + want
+
+
+@pytest.mark.parametrize(("precision", "optimizer"), [("fp32", "rowwise_adagrad"),
+                                                      ("bf16_master", "adagrad")])
+def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
+    precision: str, optimizer: str
+) -> None:
+    """The built-in text model's table takes sparse gradients under these optimizers; the
+    seed pattern with nn.Embedding(sparse=True) holds the same gradient bytes. The peaks
+    differ by small tensors only (the built-in masks pads, the user's takes labels in)."""
+    from autoembed import estimate
+    from autoembed.config import EmbeddingConfig, TableConfig, optimizer_alias
+
+    v, d, b, s = 50_000, 64, 32, 128
+
+    class Seed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(v, d, sparse=True)
+            self.fc = nn.Linear(d, 4)
+
+        def forward(self, ids: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(self.fc(self.embedding(ids).mean(dim=1)).float(), y)
+
+    alias: dict = dict(optimizer_alias(optimizer))
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tokens", v),), dim=d, seq_len=s,
+                          batch_size=b, pooling="naive", dense_layers=(), num_classes=4,
+                          precision=precision, **alias)
+    built_in = estimate(cfg, method="traced")
+    user = estimate_model(Seed, (torch.randint(0, v, (b, s)), torch.randint(0, 4, (b,))),
+                          precision=precision, optimizer=optimizer)
+    assert user.gradients == built_in.gradients
+    assert abs(user.allocated_peak - built_in.allocated_peak) <= 0.005 * built_in.allocated_peak

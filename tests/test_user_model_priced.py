@@ -2,8 +2,8 @@
 step, measured independently of the tracer (`autoembed.user_model.measure`: a fresh process,
 glibc's mmap threshold at 64 KiB, VmHWM reset after a warm-up on a small twin model).
 
-One precision x optimizer per example keeps this test within minutes;
-`benchmarks/estimator_accuracy.py --user-models` runs every combination."""
+One precision x optimizer per example (two after `autoembed.apply`) keeps this test within
+minutes; `benchmarks/estimator_accuracy_models.py` runs the whole grid."""
 
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ from autoembed.user_model.measure import measure_cpu_peak
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 0.02
 
+APPLY = "examples._demo:compressed_config"  # the big tables hashed / quotient-remainder
 CASES = [
-    ("seed_mean", "fp32", "adam"),
-    ("shared_table", "amp_bf16", "adam"),  # one table, two lookups: gradients sum in place
-    ("dlrm", "bf16_master", "rowwise_adagrad"),
-    ("checkpointed", "amp_bf16", "rowwise_adagrad"),
-    ("gpt_lm", "fp32", "adam"),  # tied head
-    ("bert_mlm", "fp32", "rowwise_adagrad"),  # bf16 BERT steps take >10 min on this CPU
+    ("seed_mean", "fp32", "adam", False),
+    ("shared_table", "amp_bf16", "adam", False),  # one table, two lookups: grads sum in place
+    ("dlrm", "bf16_master", "rowwise_adagrad", False),
+    ("checkpointed", "amp_bf16", "rowwise_adagrad", False),
+    ("gpt_lm", "fp32", "adam", False),  # tied head
+    ("bert_mlm", "fp32", "rowwise_adagrad", False),  # bf16 BERT steps take >10 min on this CPU
+    ("seed_mean", "bf16_master", "adam", True),  # hashed table
+    ("gpt_lm", "amp_bf16", "adam", True),  # hashed tied table: the head reads it decoded
 ]
 
 
@@ -38,18 +41,22 @@ def _needs(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
-@pytest.mark.parametrize(("name", "precision", "optimizer"), CASES)
+@pytest.mark.parametrize(("name", "precision", "optimizer", "applied"), CASES)
 def test_estimate_within_2_percent_of_a_real_cpu_step(
-    name: str, precision: str, optimizer: str
+    name: str, precision: str, optimizer: str, applied: bool
 ) -> None:
     _needs(name)
     sys.path.insert(0, str(ROOT))
     mod = importlib.import_module(f"examples.{name}")
     size = mod.SIZES["test"]
-    est = estimate_model(functools.partial(mod.build_model, **size), mod.make_example(**size),
-                         precision=precision, optimizer=optimizer)
+    build = functools.partial(mod.build_model, **size)
+    if applied:
+        build = functools.partial(importlib.import_module("examples._demo").build_applied, build)
+    est = estimate_model(build, mod.make_example(**size), precision=precision,
+                         optimizer=optimizer)
     measured = measure_cpu_peak(f"examples.{name}", size, mod.SIZES["twin"],
-                                precision=precision, optimizer=optimizer, path=str(ROOT))
+                                precision=precision, optimizer=optimizer,
+                                apply=APPLY if applied else None, path=str(ROOT))
     assert measured > 200e6  # big enough that a page or an arena is well under 2%
     err = (est.allocated_peak - measured) / measured
     assert abs(err) < TOLERANCE, (est.allocated_peak, measured, f"{err:+.2%}")

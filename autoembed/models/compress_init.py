@@ -17,9 +17,16 @@ compressed tensors, least-squares optimal where the method is linear in them:
   value is the mean of the entries that read it (unread values zero).
 * `hot_cold_init`: hot rows copied, each cold bucket the mean of its cold ids' rows.
 * `quantized_init`: W through int8/int4 row packing and back (what serving computes).
+* `mixed_dim_init`: the truncated SVD, small = U_d S_d and proj = V_d (exact at rank <= d).
+
+`fit_to(module, weight)` sets a compressed table in place from the trained table it
+replaces, by the function of its method: an `autoembed.nn` layer's storage (what
+`apply(..., from_trained=True)` does) or a config-built table of `autoembed.models`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -34,6 +41,8 @@ __all__ = [
     "robe_init",
     "hot_cold_init",
     "quantized_init",
+    "mixed_dim_init",
+    "fit_to",
     "bucket_means",
 ]
 
@@ -151,3 +160,63 @@ def hot_cold_init(
 def quantized_init(weight: torch.Tensor, bits: int) -> torch.Tensor:
     """W after int8 (`bits` 8) or int4 (4) row quantization and back, in W's dtype."""
     return unpack_rows(pack_rows(weight, bits), weight.shape[1], bits, weight.dtype)
+
+
+def mixed_dim_init(weight: torch.Tensor, small_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(small [V, d], proj [D, d]) with small @ proj.T the best rank-d fit of `weight`."""
+    w = weight.detach().to(torch.float64)
+    u, s, vh = torch.linalg.svd(w, full_matrices=False)
+    d = min(small_dim, s.shape[0])
+    small = torch.zeros((w.shape[0], small_dim), dtype=torch.float64, device=w.device)
+    proj = torch.zeros((w.shape[1], small_dim), dtype=torch.float64, device=w.device)
+    small[:, :d] = u[:, :d] * s[:d]
+    proj[:, :d] = vh[:d].T
+    return small.to(weight.dtype), proj.to(weight.dtype)
+
+
+@torch.no_grad()
+def fit_to(module: Any, weight: torch.Tensor) -> None:
+    """Set `module` (an `autoembed.nn` storage, or a config-built robe / tt / hot_cold / QR /
+    hashed / plain table) fitted to the trained table `weight` [V, D], in place."""
+    from autoembed.models.embedding import PlainTable, QRTable
+    from autoembed.models.hot_cold import HotColdTable
+    from autoembed.models.robe import RobeTable
+    from autoembed.models.tt import TTTable
+    from autoembed.nn import _QR, _Hash, _MixedDim, _Plain
+    from autoembed.nn.methods import _TT, _HotCold, _Robe
+
+    w = weight.detach()
+    ids = torch.arange(w.shape[0], device=w.device)
+    if isinstance(module, (TTTable, _TT)):
+        for p, c in zip((module.core0, module.core1, module.core2), tt_svd(w, module.rank),
+                        strict=True):
+            p.copy_(c)
+    elif isinstance(module, RobeTable):
+        module.weight.copy_(robe_init(w, module.positions(ids), module.size))
+    elif isinstance(module, _Robe):
+        from autoembed.models.robe import robe_positions
+
+        pos = robe_positions(ids, module.size, module.block, module.dim, module.seed)
+        module.weight.copy_(robe_init(w, pos, module.size))
+    elif isinstance(module, (HotColdTable, _HotCold)):
+        module.weight.copy_(hot_cold_init(w, module.hot_ids, module.cold, module.seed))
+    elif isinstance(module, QRTable):
+        q, r = qr_init(w, module.collisions, module.operation)
+        module.q_weight.copy_(q)
+        module.r_weight.copy_(r)
+    elif isinstance(module, _QR):
+        q, r = qr_init(w, module.m, module.op)
+        module.q_weight.copy_(q)
+        module.r_weight.copy_(r)
+    elif isinstance(module, _MixedDim):
+        small, proj = mixed_dim_init(w, module.small_weight.shape[1])
+        module.small_weight.copy_(small)
+        module.proj.weight.copy_(proj)
+    elif isinstance(module, _Hash) and module.buckets < module.num:
+        module.bucket_weight.copy_(hash_init(w, module.buckets, module.seed))
+    elif isinstance(module, PlainTable) and module.buckets is not None:
+        module.weight.copy_(hash_init(w, module.buckets, module.seed))
+    elif isinstance(module, (_Plain, PlainTable)):
+        module.weight.copy_(w)
+    else:
+        raise TypeError(f"{type(module).__name__}: no fit from a trained table")

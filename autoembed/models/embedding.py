@@ -50,7 +50,7 @@ from autoembed.batch import PAD_ID
 from autoembed.models.hashing import hash_ids, qr_indices
 from autoembed.models.rowformat import unpack_rows
 
-__all__ = ["LookupSpec", "TableModule", "PlainTable", "QRTable", "WideTable"]
+__all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable", "WideTable"]
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,14 @@ class LookupSpec:
     checkpoint: bool = False
 
 
-class TableModule(nn.Module):
-    """Base class: weight access (trainable or packed for serving) and pooling helpers."""
+class PackedWeights(nn.Module):
+    """Weights that int8/int4 serving (`models.quantize`) replaces by packed rows: the one
+    implementation the built-in tables and the `autoembed.nn` layers' storages share."""
 
     quantizable = True  # int8/int4 serving packs this module's weights into rows
 
-    def __init__(self, spec: LookupSpec) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.spec = spec
         # weight name -> (bits, dim, dtype) for weights replaced by packed uint8 rows
         self.packed: dict[str, tuple[int, int, torch.dtype]] = {}
 
@@ -84,14 +84,26 @@ class TableModule(nn.Module):
         self.packed = {**self.packed, name: (bits, dim, dtype)}
         self.register_buffer(f"{name}_packed", packed)
 
+    def unpacked(self, name: str, idx: torch.Tensor) -> torch.Tensor:
+        """Rows `idx` of packed weight `name`, dequantized: [*idx.shape, dim]."""
+        bits, dim, dtype = self.packed[name]
+        return unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
+
+
+class TableModule(PackedWeights):
+    """Base class: weight access (trainable or packed for serving) and pooling helpers."""
+
+    def __init__(self, spec: LookupSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
     # ----------------------------------------------------------------- lookups
     def _rows(
         self, name: str, idx: torch.Tensor, valid: torch.Tensor | None, pad: int | None
     ) -> torch.Tensor:
         """[B, L] rows -> [B, L, D], zero where `valid` is False."""
         if name in self.packed:
-            bits, dim, dtype = self.packed[name]
-            out = unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
+            out = self.unpacked(name, idx)
             mask = valid if pad is None else idx != pad
             return out if mask is None else out * mask.unsqueeze(-1).to(out.dtype)
         w = getattr(self, name)

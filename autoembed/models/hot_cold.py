@@ -13,11 +13,21 @@ pooling, sparse gradients and int8/int4 serving are a plain table's
 
 `hot_ids_from_counts` picks the hot set from a split's id counts (most frequent first, ties
 to the smaller id).
+
+The hot sets are state: `hot_sets_for` computes a config's from its data, `save_hot_sets`
+writes them as one ``hot_sets.npz`` (table name -> sorted int64 ids, 8 B per hot id, the
+bytes the estimate prices) beside an exported config (its ``hot_sets`` key names the file),
+`hot_sets_beside` reads them back for `autoembed train`, and `install_hot_sets` / `apply`
+take them, so an exported model rebuilds with the hot set it was searched with.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,14 +36,32 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
+from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
 from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
 
-__all__ = ["HotColdTable", "hot_ids_from_counts", "install_hot_sets", "train_id_counts"]
+__all__ = [
+    "HotColdTable",
+    "HOT_SETS_FILE",
+    "HOT_SETS_KEY",
+    "checked_hot_ids",
+    "export_hot_sets",
+    "hot_cold_rows",
+    "hot_ids_from_counts",
+    "hot_sets_for",
+    "hot_sets_beside",
+    "install_hot_sets",
+    "load_hot_sets",
+    "save_hot_sets",
+    "train_id_counts",
+]
 
 _COUNT_BATCH = 65_536  # train rows read at a time when counting ids
+HOT_SETS_FILE = "hot_sets.npz"  # beside an exported config
+HOT_SETS_KEY = "hot_sets"  # the exported file's key naming it
+HotSets = Mapping[str, npt.NDArray[np.int64]]
 
 
 def hot_ids_from_counts(counts: npt.ArrayLike, hot: int) -> npt.NDArray[np.int64]:
@@ -56,20 +84,160 @@ def train_id_counts(dataset: Any, field: str, vocab: int) -> npt.NDArray[np.int6
     return counts
 
 
-def install_hot_sets(model: nn.Module, dataset: Any) -> None:
-    """Give every hot/cold table of `model` (in its ``tables``) its data's hot set: the
-    generator's when the data has one (`hot_ids(field, count)`, synthetic-ctr), else the most
-    frequent ids of the train split."""
-    tables = getattr(model, "tables", {})
-    for field, table in tables.items():
-        if not isinstance(table, HotColdTable):
-            continue
+def _data_hot_ids(dataset: Any, field: str, vocab: int, hot: int) -> npt.NDArray[np.int64]:
+    """The generator's hot set when the data have one (synthetic-ctr), else the most frequent
+    ids of the train split (text: padding left out)."""
+    if hasattr(dataset, "hot_ids"):
+        return np.asarray(dataset.hot_ids(field, hot), dtype=np.int64)
+    counts = train_id_counts(dataset, field, vocab)
+    if getattr(dataset, "task", None) == "text":
+        counts[PAD_ID] = -1  # padding is looked up but masked out: never worth a hot row
+    return hot_ids_from_counts(counts, hot)
+
+
+def hot_sets_for(config: Any, dataset: Any) -> dict[str, npt.NDArray[np.int64]]:
+    """Every hot/cold table's hot set of `config` (resolved against `dataset`'s tables): its
+    `hot_count` ids by the data (`_data_hot_ids`). Empty when no table is hot/cold."""
+    from autoembed.compression import hot_count
+    from autoembed.config import resolved_tables
+
+    return {ts.name: _data_hot_ids(dataset, ts.name, ts.vocab_size,
+                                   hot_count(ts.vocab_size, ts.hot_share))
+            for ts in resolved_tables(config) if ts.compression == "hot_cold"}
+
+
+def export_hot_sets(
+    config: Any, directory: str | Path, vocab: str | Path | None, force: bool
+) -> tuple[Path | None, str | None]:
+    """Write the hot sets of `config` (resolved, carrying its `data` spec) to
+    ``directory/hot_sets.npz``: (the path, None), or (None, a note) when the data cannot be
+    loaded here (`autoembed train` then recomputes them from the data). An existing file that
+    differs is a ConfigError unless `force`."""
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.errors import DataError
+
+    dst = Path(directory) / HOT_SETS_FILE
+    if not config.data:
+        return None, "hot sets not written: the config has no data spec"
+    try:
+        dataset = load_dataset(DataSpec.from_dict(dict(config.data)), vocab=vocab)
+        sets = hot_sets_for(config, dataset)
+    except (DataError, OSError) as e:
+        return None, f"hot sets not written ({e}); autoembed train recomputes them from the data"
+    if dst.exists() and not force:
+        old = load_hot_sets(dst)
+        same = old.keys() == sets.keys() and all(np.array_equal(old[k], sets[k]) for k in sets)
+        if not same:
+            raise ConfigError(f"hot sets file '{dst}' exists and differs from this config's; "
+                              "pass --force to overwrite it or export elsewhere")
+    return save_hot_sets(sets, dst), None
+
+
+def _hot_tables(model: nn.Module) -> dict[str, HotColdTable]:
+    """Hot/cold tables of a built model by table name (dotted names are nested modules)."""
+    tables = getattr(model, "tables", None)
+    if not isinstance(tables, nn.Module):
+        return {}
+    return {name: m for name, m in tables.named_modules() if isinstance(m, HotColdTable)}
+
+
+def install_hot_sets(model: nn.Module, dataset: Any = None,
+                     hot_sets: HotSets | None = None) -> None:
+    """Give every hot/cold table of `model` (in its ``tables``) its hot set: the one in
+    `hot_sets` (saved beside an exported config) when given, else its data's
+    (`_data_hot_ids`). A table `hot_sets` lacks, or one of another size, is a ConfigError."""
+    for field, table in _hot_tables(model).items():
         hot = int(table.hot_ids.shape[0])
-        if hasattr(dataset, "hot_ids"):
-            ids = dataset.hot_ids(field, hot)
+        if hot_sets is not None:
+            if field not in hot_sets:
+                raise ConfigError(f"hot sets: none for table '{field}' (they hold "
+                                  f"{', '.join(sorted(hot_sets)) or 'none'}); export the "
+                                  "config again or leave the hot sets out to use the data's")
+            ids = np.asarray(hot_sets[field])
         else:
-            ids = hot_ids_from_counts(train_id_counts(dataset, field, table.vocab), hot)
-        table.set_hot_ids(torch.as_tensor(np.asarray(ids), dtype=torch.int64))
+            ids = _data_hot_ids(dataset, field, table.vocab, hot)
+        table.set_hot_ids(torch.as_tensor(ids, dtype=torch.int64))
+
+
+def save_hot_sets(hot_sets: HotSets, path: str | Path) -> Path:
+    """Write `hot_sets` (table name -> sorted ids) to one .npz file, atomically."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            arrays: dict[str, Any] = {k: np.asarray(v, dtype=np.int64)
+                                      for k, v in hot_sets.items()}
+            np.savez(fh, **arrays)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p
+
+
+def load_hot_sets(path: str | Path) -> dict[str, npt.NDArray[np.int64]]:
+    """Read a `save_hot_sets` file; a missing or unreadable one is a ConfigError."""
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            out = {k: np.asarray(z[k], dtype=np.int64) for k in z.files}
+    except FileNotFoundError:
+        raise ConfigError(f"hot sets file '{p}' does not exist; export the config again "
+                          "(it writes hot_sets.npz beside the config)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"hot sets file '{p}' cannot be read: {e}") from None
+    for k, v in out.items():
+        if v.ndim != 1:
+            raise ConfigError(f"hot sets file '{p}': table '{k}' holds a {v.ndim}-D array; "
+                              "a hot set is a 1-D array of ids")
+    return out
+
+
+def hot_sets_beside(config_path: str | Path) -> dict[str, npt.NDArray[np.int64]] | None:
+    """The hot sets an exported config file names (its `hot_sets` key, a path relative to
+    the file), or None when it names none."""
+    from autoembed.config import safe_load_yaml
+
+    p = Path(config_path)
+    try:
+        raw = safe_load_yaml(p.read_text(), str(p))
+    except (OSError, UnicodeDecodeError):
+        return None  # load_config has already said what is wrong with the file
+    name = raw.get(HOT_SETS_KEY) if isinstance(raw, Mapping) else None
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{p}: '{HOT_SETS_KEY}' = {name!r} must name a file beside it, "
+                          f"such as {HOT_SETS_FILE}")
+    return load_hot_sets(p.parent / name)
+
+
+def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
+    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
+    [0, vocab) and, when `size` is given, that many."""
+    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
+    if size is not None and ids.numel() != size:
+        raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
+                          "give the hot set it was built with")
+    if ids.numel() < 1:
+        raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
+    if not is_fake(ids) and not ids.is_meta:
+        ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
+        if not ok or int(ids[-1]) >= vocab:
+            raise ConfigError(f"hot ids must be distinct, sorted and in [0, {vocab}); sort and "
+                              "deduplicate them (hot_ids_from_counts does)")
+    return ids
+
+
+def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int) -> torch.Tensor:
+    """Row of every non-negative id: its place in the sorted `hot_ids`, else hot + its hash
+    into `cold` buckets (the module docstring's map)."""
+    hot = hot_ids.shape[0]
+    pos = torch.searchsorted(hot_ids, idx).clamp(max=hot - 1)
+    if cold == 0:
+        return pos  # every id is hot
+    return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
 class HotColdTable(TableModule):
@@ -102,31 +270,12 @@ class HotColdTable(TableModule):
 
     def set_hot_ids(self, hot_ids: torch.Tensor) -> None:
         """Install a hot set (sorted, distinct ids in [0, vocab)) of the built size."""
-        ids = hot_ids.to(device=self.hot_ids.device, dtype=torch.int64).reshape(-1)
-        if self.hot_ids.numel() and ids.numel() != self.hot_ids.numel():
-            raise ConfigError(
-                f"hot ids: {ids.numel()} given, the table was built for {self.hot_ids.numel()}; "
-                "give the hot set it was built with"
-            )
-        if not is_fake(ids) and ids.numel():
-            ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
-            if not ok or int(ids[-1]) >= self.vocab:
-                raise ConfigError(
-                    f"hot ids must be distinct, sorted and in [0, {self.vocab}); sort and "
-                    "deduplicate them (hot_ids_from_counts does)"
-                )
-        if ids.numel() < 1:
-            raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
-        self.hot_ids = ids
+        size = self.hot_ids.numel() or None
+        self.hot_ids = checked_hot_ids(hot_ids.to(device=self.hot_ids.device), self.vocab, size)
 
     def row_of(self, idx: torch.Tensor) -> torch.Tensor:
         """Row of every non-negative id."""
-        hot = self.hot_ids.shape[0]
-        pos = torch.searchsorted(self.hot_ids, idx).clamp(max=hot - 1)
-        is_hot = self.hot_ids[pos] == idx
-        if self.cold == 0:
-            return pos  # every id is hot
-        return torch.where(is_hot, pos, hot + hash_ids(idx, self.cold, self.seed))
+        return hot_cold_rows(idx, self.hot_ids, self.cold, self.seed)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled [B, D] of one field's [B, L] ids."""

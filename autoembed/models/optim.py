@@ -215,7 +215,16 @@ def build_optimizer(
 
     masters: parameter name -> fp32 master tensor to optimise instead of the parameter
     (fp16_master / bf16_master precision).
+
+    A user's own model (not autoembed's `EmbeddingModel`): its nn.Embedding / EmbeddingBag /
+    autoembed.nn tables by module path, `autoembed.user_model.step.user_optimizers`.
     """
+    from autoembed.models.model import EmbeddingModel
+
+    if not isinstance(model, EmbeddingModel):
+        from autoembed.user_model.step import user_optimizers
+
+        return user_optimizers(model, config, masters=masters)
     if not config.is_resolved:
         config = config.resolve()
     specs = {s.name: s for s in param_specs(config)}

@@ -17,7 +17,7 @@ from torch import nn
 
 from autoembed.config import SERVING
 from autoembed.errors import ConfigError
-from autoembed.models.embedding import TableModule
+from autoembed.models.embedding import PackedWeights
 from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
 
 __all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
@@ -45,7 +45,7 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     tables = [
         (m, n, p)
         for m in model.modules()
-        if isinstance(m, TableModule) and m.quantizable
+        if _quantizable(m)
         for n, p in m.named_parameters(recurse=False)
     ]
     for _, name, p in tables:
@@ -58,14 +58,19 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     memo: dict[int, object] = {id(p): None for _, _, p in tables}
     out = copy.deepcopy(model, memo)
     for m_old, m_new in zip(model.modules(), out.modules(), strict=True):
-        if not isinstance(m_old, TableModule) or not m_old.quantizable:
+        if not _quantizable(m_old):
             continue
-        assert isinstance(m_new, TableModule)
+        assert isinstance(m_new, PackedWeights)
         for name, p in list(m_old.named_parameters(recurse=False)):
             with torch.no_grad():
                 packed = _pack(p.detach(), bits)
             m_new.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
     return out.eval()
+
+
+def _quantizable(m: nn.Module) -> bool:
+    """A built-in table or an `autoembed.nn` layer's storage that serving packs."""
+    return isinstance(m, PackedWeights) and m.quantizable
 
 
 def serving_bytes(model: nn.Module) -> int:

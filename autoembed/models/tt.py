@@ -15,7 +15,7 @@ from autoembed.compression import check_tt, tt_dims, tt_init_std, tt_rows, tt_sh
 from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 
-__all__ = ["TTTable", "tt_indices"]
+__all__ = ["TTTable", "tt_indices", "tt_lookup"]
 
 
 def tt_indices(
@@ -61,12 +61,25 @@ class TTTable(ComputedRowsTable):
         self.proj = projection(dim, out_dim, device, dtype)
 
     def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
-        d1, d2, d3 = self.dim_factors
-        r = self.rank
-        i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, self.row_factors))
-        n = i1.shape[0]
-        g0 = F.embedding(i1, self.core0).view(n, d1, r)
-        g1 = F.embedding(i2, self.core1).view(n, r, d2 * r)
-        g2 = F.embedding(i3, self.core2).view(n, r, d3)
-        t = torch.bmm(g0, g1).view(n, d1 * d2, r)
-        return torch.bmm(t, g2).view(*idx.shape, self.dim)
+        return tt_lookup(idx, (self.core0, self.core1, self.core2), self.row_factors,
+                         self.dim_factors, self.rank)
+
+
+def tt_lookup(
+    idx: torch.Tensor,
+    cores: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    row_factors: tuple[int, int, int],
+    dim_factors: tuple[int, int, int],
+    rank: int,
+) -> torch.Tensor:
+    """Rows [..., d1 d2 d3] of ids `idx` from cores in `tt_shapes`' layout: G0[i1] . G1[i2]
+    . G2[i3], two batched matmuls."""
+    d1, d2, d3 = dim_factors
+    r = rank
+    i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, row_factors))
+    n = i1.shape[0]
+    g0 = F.embedding(i1, cores[0]).view(n, d1, r)
+    g1 = F.embedding(i2, cores[1]).view(n, r, d2 * r)
+    g2 = F.embedding(i3, cores[2]).view(n, r, d3)
+    t = torch.bmm(g0, g1).view(n, d1 * d2, r)
+    return torch.bmm(t, g2).view(*idx.shape, d1 * d2 * d3)

@@ -8,7 +8,13 @@ and store the table as the compression says:
 * ``qr``: ``q_weight`` [ceil(V / m), Dq] and ``r_weight`` [m, Dq], rows combined by
   ``mult`` / ``add`` / ``concat`` (Dq = D / 2 for concat); bags pool each part first, as
   DLRM's QREmbeddingBag;
-* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias).
+* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias);
+* ``robe``, ``tt``, ``hot_cold``: `autoembed.nn.methods`.
+
+Serving: `autoembed.quantize(model, "int8" | "int4")` packs each layer's stored weights
+(not mixed_dim's projection) into the built-in tables' row format, dequantized on lookup.
+Placement (`host_cached`) is not a layer setting here: the built-in models' host cache
+(`models.host_cache`) runs its own sparse optimizer step, which a user's loop does not.
 
 `full_weight()` decodes the whole [V, D] table (a tied output layer reads it each forward);
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
@@ -26,18 +32,37 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.errors import ConfigError
+from autoembed.models.embedding import PackedWeights
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS"]
 
-LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim")
+LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
 
 
-class _Storage(nn.Module):
-    """How a table's rows are stored: `rows(ids)` -> [*ids.shape, D]; `bag(...)` pooled."""
+class _Storage(PackedWeights):
+    """How a table's rows are stored: `rows(ids)` -> [*ids.shape, D]; `bag(...)` pooled.
+    Serving (`autoembed.quantize(model, "int8" | "int4")`) replaces each weight by packed
+    rows (`PackedWeights`, the built-in tables' own), dequantized as they are read."""
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
         super().__init__()
         self.num, self.dim, self.factory = num, dim, factory
+
+    def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed."""
+        if name not in self.packed:
+            return F.embedding(ids, getattr(self, name))
+        return self.unpacked(name, ids)
+
+    def _bag_of(self, name: str, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+                psw: torch.Tensor | None) -> torch.Tensor:
+        """Bags of weight `name`'s rows; packed: the looked-up rows dequantized, then pooled."""
+        if name not in self.packed:
+            return F.embedding_bag(ids, getattr(self, name), offsets, mode=mode,
+                                   per_sample_weights=psw)
+        rows = self._lookup(name, ids.reshape(-1))
+        at = torch.arange(ids.numel(), device=ids.device).view(ids.shape)
+        return F.embedding_bag(at, rows, offsets, mode=mode, per_sample_weights=psw)
 
     def _param(self, rows: int, dim: int) -> nn.Parameter:
         w = nn.Parameter(torch.empty(rows, dim, **self.factory))
@@ -59,7 +84,8 @@ class _Storage(nn.Module):
         raise NotImplementedError
 
     def full(self) -> torch.Tensor:
-        device = next(self.parameters()).device  # where it lives now (after materialize)
+        # where it lives now (after materialize); packed: its buffers
+        device = next(iter([*self.parameters(), *self.buffers()])).device
         return self.rows(torch.arange(self.num, device=device))
 
 
@@ -70,14 +96,14 @@ class _Plain(_Storage):
         self.weight = weight if weight is not None else self._param(num, dim)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.weight)
+        return self._lookup("weight", ids)
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return F.embedding_bag(ids, self.weight, offsets, mode=mode, per_sample_weights=psw)
+        return self._bag_of("weight", ids, offsets, mode, psw)
 
     def full(self) -> torch.Tensor:
-        return self.weight
+        return _Storage.full(self) if self.packed else self.weight
 
 
 class _Hash(_Plain):
@@ -100,12 +126,11 @@ class _Hash(_Plain):
         return ids if self.buckets >= self.num else hash_ids(ids, self.buckets, self.seed)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(self._map(ids), self.bucket_weight)
+        return self._lookup("bucket_weight", self._map(ids))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return F.embedding_bag(self._map(ids), self.bucket_weight, offsets, mode=mode,
-                               per_sample_weights=psw)
+        return self._bag_of("bucket_weight", self._map(ids), offsets, mode, psw)
 
     def full(self) -> torch.Tensor:
         return _Storage.full(self)
@@ -133,15 +158,15 @@ class _QR(_Storage):
         from autoembed.models.hashing import qr_indices
 
         qi, ri = qr_indices(ids, self.m)
-        return self._combine(F.embedding(qi, self.q_weight), F.embedding(ri, self.r_weight))
+        return self._combine(self._lookup("q_weight", qi), self._lookup("r_weight", ri))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
         from autoembed.models.hashing import qr_indices
 
         qi, ri = qr_indices(ids, self.m)
-        q = F.embedding_bag(qi, self.q_weight, offsets, mode=mode, per_sample_weights=psw)
-        r = F.embedding_bag(ri, self.r_weight, offsets, mode=mode, per_sample_weights=psw)
+        q = self._bag_of("q_weight", qi, offsets, mode, psw)
+        r = self._bag_of("r_weight", ri, offsets, mode, psw)
         return self._combine(q, r)
 
 
@@ -153,18 +178,17 @@ class _MixedDim(_Storage):
         self.proj = nn.Linear(small_dim, dim, bias=False, **factory)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.embedding(ids, self.small_weight))
+        return self.proj(self._lookup("small_weight", ids))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return self.proj(F.embedding_bag(ids, self.small_weight, offsets, mode=mode,
-                                         per_sample_weights=psw))
+        return self.proj(self._bag_of("small_weight", ids, offsets, mode, psw))
 
     def full(self) -> torch.Tensor:
-        return self.proj(self.small_weight)
+        return _Storage.full(self) if self.packed else self.proj(self.small_weight)
 
 
-# compression name -> storage class (the compression issue adds robe / tt / hot_cold here)
+# compression name -> storage class (robe / tt / hot_cold: `autoembed.nn.methods`, below)
 COMPRESSIONS: dict[str, type[_Storage]] = {
     "none": _Plain, "hash": _Hash, "qr": _QR, "mixed_dim": _MixedDim,
 }
@@ -196,8 +220,8 @@ class _Layer(nn.Module):
     def __getattr__(self, name: str) -> Any:
         if name == "weight":  # torch's attribute: the decoded [V, D] table
             store: Any = super().__getattr__("store")
-            return store.weight if isinstance(store, _Plain) and not isinstance(
-                store, _Hash) else store.full()
+            plain = isinstance(store, _Plain) and not isinstance(store, _Hash)
+            return store.weight if plain and not store.packed else store.full()
         return super().__getattr__(name)
 
     def full_weight(self) -> torch.Tensor:
@@ -270,3 +294,8 @@ class EmbeddingBag(_Layer):
 
     def full_dtype(self) -> torch.dtype:
         return next(self.store.parameters()).dtype
+
+
+from autoembed.nn.methods import METHOD_STORAGES  # noqa: E402 - they subclass _Storage
+
+COMPRESSIONS.update(METHOD_STORAGES)

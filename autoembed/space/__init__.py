@@ -32,6 +32,9 @@ from autoembed.space.model import (
     apply_table_rules,
     builtin_space_path,
     product_size,
+    table_param_name,
+    table_rules_of,
+    with_table_rules,
 )
 from autoembed.space.objectives import (
     DEFAULT_OBJECTIVES,
@@ -57,6 +60,9 @@ __all__ = [
     "StandIn",
     "TableRule",
     "apply_table_rules",
+    "table_param_name",
+    "table_rules_of",
+    "with_table_rules",
     "SearchSpace",
     "load_space",
     "parse_space",

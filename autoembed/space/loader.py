@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autoembed.config import (
-    FIELD_RULES,
     TABLE_RULES,
     EmbeddingConfig,
     config_from_dict,
@@ -26,17 +26,20 @@ from autoembed.space.model import (
     DEFAULT_TRIALS,
     LIST_FIELDS,
     PARAM_KEYS,
+    PARAM_RULES,
     RUN_KEYS,
     SEARCHABLE,
     SPACE_KEYS,
     STAND_IN_KEYS,
     TABLE_SETTING_KEYS,
+    TOKENS_PER_BATCH,
     Param,
     SearchSpace,
     StandIn,
     TableRule,
     _label,
     builtin_space_path,
+    table_param_name,
 )
 from autoembed.space.objectives import parse_objectives
 
@@ -78,8 +81,8 @@ def parse_space(raw: Any, source: str, text: str = "") -> SearchSpace:
     data = _parse_data(raw.get("data", {"name": "synthetic-ctr"}), source)
     stand_in = _parse_stand_in(raw.get("stand_in"), data, source)
     base = _parse_base(raw.get("base", {}) or {}, source)
-    tables = _parse_tables(raw.get("tables"), base, source)
-    params = _parse_params(raw.get("params"), base, source)
+    tables, table_params = _parse_tables(raw.get("tables"), base, source)
+    params = _parse_params(raw.get("params"), base, source, table_params)
     objectives = (parse_objectives(raw["objectives"], source) if "objectives" in raw
                   else SearchSpace.objectives)
     target = raw.get("target")
@@ -177,10 +180,15 @@ def _parse_run(raw: Any, source: str) -> dict[str, Any]:
     return dict(raw)
 
 
-def _parse_params(raw: Any, base: Mapping[str, Any], source: str) -> tuple[Param, ...]:
-    if not isinstance(raw, Mapping) or not raw:
+def _parse_params(
+    raw: Any, base: Mapping[str, Any], source: str, earlier: Sequence[Param] = ()
+) -> tuple[Param, ...]:
+    """The space's params: `earlier` (the tables' searched keys) then `params:` in order."""
+    if raw is None and earlier:
+        raw = {}
+    if not isinstance(raw, Mapping) or not (raw or earlier):
         raise space_error(source, "params", raw, "must map at least one config field to its values")
-    params: list[Param] = []
+    params: list[Param] = list(earlier)
     for name, spec in raw.items():
         key = f"params.{name}"
         if name in DATA_FIELDS:
@@ -199,14 +207,22 @@ def _parse_params(raw: Any, base: Mapping[str, Any], source: str) -> tuple[Param
             if k not in PARAM_KEYS:
                 raise unknown_key(source, key, k, PARAM_KEYS)
         params.append(_parse_param(str(name), spec, params, base, source))
+    if TOKENS_PER_BATCH in raw:
+        if "batch_size" in raw or "batch_size" in base:
+            raise space_error(source, "params.batch_size", raw.get("batch_size", base.get(
+                "batch_size")), f"follows from {TOKENS_PER_BATCH} // seq_len; drop it")
+        if "seq_len" not in raw and "seq_len" not in base:
+            raise space_error(source, f"params.{TOKENS_PER_BATCH}", raw[TOKENS_PER_BATCH],
+                              "is split by seq_len: search seq_len too (or fix it in base)")
     return tuple(params)
 
 
 def _parse_param(
     name: str, spec: Mapping[str, Any], earlier: Sequence[Param], base: Mapping[str, Any],
-    source: str,
+    source: str, key: str | None = None,
 ) -> Param:
-    key = f"params.{name}"
+    """Param `name` (a config field) from its spec; errors name `key` (default params.<name>)."""
+    key = key or f"params.{name}"
     when = _parse_when(spec.get("when"), key, earlier, base, source)
     if "choices" in spec:
         extra = [k for k in ("type", "low", "high", "log", "step", "multiple_of", "grid")
@@ -221,7 +237,7 @@ def _parse_param(
         if len(set(map(_label, values))) != len(values):
             raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
         return Param(name, "categorical", choices=values, when=when)
-    rule = FIELD_RULES.get(name)
+    rule = PARAM_RULES.get(name)
     if rule is None or rule.kind == "choice":
         raise space_error(source, key, dict(spec), "is categorical: give `choices: [...]`")
     if "low" not in spec or "high" not in spec:
@@ -312,7 +328,7 @@ def _check_choice(name: str, value: Any, key: str, source: str) -> Any:
                 isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in value):
             raise space_error(source, key, value, "each choice must be a list of layer widths")
         return tuple(value)
-    _check_rule(FIELD_RULES[name], value, key, source)
+    _check_rule(PARAM_RULES[name], value, key, source)
     return value
 
 
@@ -322,15 +338,20 @@ def _check_rule(rule: Rule, value: Any, key: str, source: str) -> None:
         raise space_error(source, key, value, rule.text)
 
 
-def _parse_tables(raw: Any, base: Mapping[str, Any], source: str) -> tuple[TableRule, ...]:
+def _parse_tables(
+    raw: Any, base: Mapping[str, Any], source: str
+) -> tuple[tuple[TableRule, ...], tuple[Param, ...]]:
     """Per-table settings: a list of {name | min_rows, and table keys}, each value checked by
-    the table key's own rule (`config.TABLE_RULES`), the whole against `base`."""
+    the table key's own rule (`config.TABLE_RULES`), the whole against `base`. A value given
+    as a param spec (`choices`, or `low`/`high`; `when` naming keys of the same entry or
+    params above) is searched: the param ``tables[i].<key>`` (`min_rows` by `choices`)."""
     if raw is None:
-        return ()
+        return (), ()
     if not isinstance(raw, list):
         raise space_error(source, "tables", raw, "must be a list of {name or min_rows, and "
                           f"settings: {', '.join(TABLE_SETTING_KEYS)}}}")
-    out = []
+    out: list[TableRule] = []
+    params: list[Param] = []
     for i, item in enumerate(raw):
         key = f"tables[{i}]"
         if not isinstance(item, Mapping):
@@ -344,19 +365,67 @@ def _parse_tables(raw: Any, base: Mapping[str, Any], source: str) -> tuple[Table
                               "select the tables by `name` or by `min_rows`, one of the two")
         if name is not None and (not isinstance(name, str) or not name):
             raise space_error(source, f"{key}.name", name, "must be a table name")
-        if min_rows is not None:
+        searched = _parse_table_params(i, item, params, base, source)
+        if min_rows is not None and "min_rows" not in searched:
             _check_rule(TABLE_RULES["vocab_size"], min_rows, f"{key}.min_rows", source)
-        settings = {k: v for k, v in item.items() if k in TABLE_SETTING_KEYS}
-        if not settings:
+        settings = {k: v for k, v in item.items() if k in TABLE_SETTING_KEYS and k not in searched}
+        if not settings and not searched:
             raise space_error(source, key, dict(item),
                               f"sets nothing; give some of {', '.join(TABLE_SETTING_KEYS)}")
         for k, v in settings.items():
             _check_rule(TABLE_RULES[k], v, f"{key}.{k}", source)
-        rule = TableRule(name, min_rows, settings)
-        probe = {"name": name or "t", "vocab_size": max(min_rows or 1, 2**31), **settings}
+        fixed_rows = None if "min_rows" in searched else min_rows
+        rule = TableRule(name, fixed_rows, settings, searched)
+        probe = {"name": name or "t", "vocab_size": max(fixed_rows or 1, 2**31), **settings}
         try:  # the settings on a table under `base`: e.g. hash needs hash_buckets somewhere
-            config_from_dict({**base, "tables": [probe]}, f"search space '{source}': {key}")
+            if settings:
+                config_from_dict({**base, "tables": [probe]}, f"search space '{source}': {key}")
         except ConfigError as e:
             raise ConfigError(str(e)) from None
         out.append(rule)
-    return tuple(out)
+    return tuple(out), tuple(params)
+
+
+def _parse_table_params(
+    i: int, item: Mapping[str, Any], params: list[Param], base: Mapping[str, Any], source: str
+) -> dict[str, str]:
+    """The searched keys of `tables[i]` (values given as param specs), appended to `params`
+    as ``tables[i].<key>``; returns key -> param name."""
+    searched: dict[str, str] = {}
+    for k, spec in item.items():
+        if not isinstance(spec, Mapping) or k == "name":
+            continue
+        key = table_param_name(i, k)
+        for sk in spec:
+            if sk not in PARAM_KEYS:
+                raise unknown_key(source, key, sk, PARAM_KEYS)
+        when = spec.get("when")
+        if isinstance(when, Mapping):  # a key of this entry means its searched param
+            when = {searched.get(r, r): v for r, v in when.items()}
+            spec = {**spec, "when": when}
+        if k == "min_rows":
+            p = _parse_min_rows(spec, key, params, base, source)
+        else:
+            p = replace(_parse_param(k, spec, params, base, source, key), name=key)
+            for v in (p.choices if p.kind == "categorical" else (p.low, p.high)):
+                _check_rule(TABLE_RULES[k], v, key, source)
+        searched[k] = key
+        params.append(p)
+    return searched
+
+
+def _parse_min_rows(
+    spec: Mapping[str, Any], key: str, earlier: Sequence[Param], base: Mapping[str, Any],
+    source: str,
+) -> Param:
+    """A searched `min_rows` threshold: `choices` of row counts."""
+    choices = spec.get("choices")
+    if not isinstance(choices, list) or not choices or set(spec) - {"choices", "when"}:
+        raise space_error(source, key, dict(spec), "a searched min_rows takes `choices: [...]` "
+                          "of row counts")
+    for c in choices:
+        _check_rule(TABLE_RULES["vocab_size"], c, key, source)
+    when = _parse_when(spec.get("when"), key, earlier, base, source)
+    return Param(key, "categorical", choices=tuple(dict.fromkeys(choices)), when=when)
+
+

@@ -18,6 +18,7 @@ from autoembed.config import (
     config_from_dict,
 )
 from autoembed.errors import ConfigError
+from autoembed.rules import Integer, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
     "StandIn",
     "TableRule",
     "apply_table_rules",
+    "table_param_name",
+    "table_rules_of",
+    "with_table_rules",
     "SearchSpace",
     "builtin_space_path",
     "product_size",
@@ -42,11 +46,18 @@ STAND_IN_KEYS = ("vocab_scale", "rows")
 DEFAULT_TRIALS = 20  # trained trials when neither the space nor the caller says
 GRID_POINTS = 3  # points per numeric range in the grid sampler's grid (low, middle, high)
 
-# Fields the data decide (resolution writes them): never searched, never in `base`.
-DATA_FIELDS = ("task", "tables", "num_classes", "seq_len", "data")
+# Fields the data decide (resolution writes them): never searched, never in `base`. (Text's
+# seq_len is searchable: documents are truncated or padded to it; runner.resolve_for_data.)
+DATA_FIELDS = ("task", "tables", "num_classes", "data")
 LIST_FIELDS = ("dense_layers",)
+# Params that are no config field: tokens_per_batch is batch_size x seq_len (text), searched
+# with seq_len (its split); batch_size = tokens_per_batch // seq_len (`config_for`).
+TOKENS_PER_BATCH = "tokens_per_batch"
+DERIVED_RULES: dict[str, Rule] = {TOKENS_PER_BATCH: Integer(1)}
+PARAM_RULES: dict[str, Rule] = {**FIELD_RULES, **DERIVED_RULES}
 # Searchable: every config field with a declared rule (config.FIELD_RULES), and the lists.
-SEARCHABLE = tuple(sorted({*(k for k in FIELD_RULES if k not in DATA_FIELDS), *LIST_FIELDS}))
+SEARCHABLE = tuple(sorted({*(k for k in FIELD_RULES if k not in DATA_FIELDS), *LIST_FIELDS,
+                           *DERIVED_RULES}))
 # Numeric fields that do not change memory: the cheapest corner takes their low end only.
 MEMORY_NEUTRAL = ("lr", "dense_lr", "adam_eps", "momentum", "weight_decay", "warmup_steps",
                    "hash_seed", "seed")
@@ -197,20 +208,53 @@ def _spread(lo: float, hi: float, log: bool, n: int) -> list[float]:
 class TableRule:
     """Per-table settings of a space (`tables:`): for the table called `name`, or for every
     table of at least `min_rows` rows, the table keys in `settings` (e.g. compression hash,
-    hash_buckets 0.01: a share of that table's rows)."""
+    hash_buckets 0.01: a share of that table's rows).
+
+    `searched`: table key -> the name of the `Param` that searches it (``tables[i].<key>``;
+    ``min_rows`` may be searched too); `with_values` writes a proposal's values in."""
 
     name: str | None
     min_rows: int | None
     settings: Mapping[str, Any]
+    searched: Mapping[str, str] = field(default_factory=dict)
 
     def selects(self, name: str, rows: int) -> bool:
         if self.name is not None:
             return name == self.name
         return self.min_rows is not None and rows >= self.min_rows
 
+    def with_values(self, values: Mapping[str, Any]) -> TableRule:
+        """The rule with the searched keys set from `values` (an inactive one is left out)."""
+        got = {k: values[p] for k, p in self.searched.items() if p in values}
+        min_rows = got.pop("min_rows", self.min_rows)
+        return TableRule(self.name, min_rows, {**self.settings, **got})
+
     def to_dict(self) -> dict[str, Any]:
         sel = {"name": self.name} if self.name is not None else {"min_rows": self.min_rows}
         return {**sel, **self.settings}
+
+
+def table_param_name(index: int, key: str) -> str:
+    """The name of the param searching key `key` of the space's `tables[index]`."""
+    return f"tables[{index}].{key}"
+
+
+_RULES_ATTR = "_space_table_rules"
+
+
+def with_table_rules(config: EmbeddingConfig, rules: tuple[TableRule, ...]) -> EmbeddingConfig:
+    """`config` carrying a proposal's table rules (searched values written in) to the
+    workload, which applies them against the data's tables (`table_rules_of`)."""
+    object.__setattr__(config, _RULES_ATTR, rules)
+    return config
+
+
+def table_rules_of(
+    config: EmbeddingConfig, default: tuple[TableRule, ...]
+) -> tuple[TableRule, ...]:
+    """The table rules `config` carries from `SearchSpace.config_for`, else `default`."""
+    rules: tuple[TableRule, ...] | None = config.__dict__.get(_RULES_ATTR)
+    return default if rules is None else rules
 
 
 def apply_table_rules(
@@ -255,12 +299,19 @@ class SearchSpace:
         return config_from_dict(dict(self.base), f"{self.source}: base")
 
     def config_for(self, values: Mapping[str, Any]) -> EmbeddingConfig:
-        """The (unresolved) config for field -> value choices; ConfigError if invalid."""
-        raw = {**self.base, **values}
+        """The (unresolved) config for field -> value choices; ConfigError if invalid. It
+        carries the proposal's table rules (`table_rules_of`): the data decide which tables
+        they select, so the workload applies them."""
+        table_keys = {p for r in self.tables for p in r.searched.values()}
+        raw = {**self.base, **{k: v for k, v in values.items() if k not in table_keys}}
+        tokens = raw.pop(TOKENS_PER_BATCH, None)
+        if tokens is not None:  # the loader made sure seq_len is searched or in base
+            raw["batch_size"] = max(1, int(tokens) // int(raw.get("seq_len", 1)))
         for k in LIST_FIELDS:
             if k in raw and isinstance(raw[k], tuple):
                 raw[k] = list(raw[k])
-        return config_from_dict(raw, f"{self.source}: proposal")
+        config = config_from_dict(raw, f"{self.source}: proposal")
+        return with_table_rules(config, tuple(r.with_values(values) for r in self.tables))
 
     def values_from_optuna(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Config field -> value for a trial's Optuna params (inactive ones dropped)."""
@@ -314,9 +365,13 @@ class SearchSpace:
         if self.stand_in is not None:
             d["stand_in"] = self.stand_in.to_dict()
         d["base"] = dict(self.base)
+        by_name = {p.name: p for p in self.params}
         if self.tables:
-            d["tables"] = [t.to_dict() for t in self.tables]
-        d["params"] = {p.name: p.to_dict() for p in self.params}
+            d["tables"] = [{**t.to_dict(), **{k: by_name[n].to_dict()
+                                              for k, n in t.searched.items()}}
+                           for t in self.tables]
+        table_params = {n for t in self.tables for n in t.searched.values()}
+        d["params"] = {p.name: p.to_dict() for p in self.params if p.name not in table_params}
         d["objectives"] = [o.to_dict() for o in self.objectives]
         d["target"] = self.target
         d["run"] = dict(self.run)

@@ -10,7 +10,11 @@ Ties: another module whose parameter IS the table's weight (an output layer tied
 embedding: GPT heads, BERT's MLM decoder) reads the decoded [V, D] table each forward
 (`full_weight()`, priced by the trace since it is a real tensor of the step); `untie=True`
 gives it its own full weight instead. The head's parameter is removed, so a later
-`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table.
+`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table. On a
+`transformers` model (one with `tie_weights` and `resize_token_embeddings`) whose compressed
+table is tied or is the input embedding, `tie_weights()` becomes a no-op (the tie holds by
+decoding; under `untie` the head keeps its own weight) and `resize_token_embeddings` raises
+a ConfigError naming the table (compressed storage is resized by applying a new config).
 
 `materialize(model, device)`: after building on the meta device and `apply`, allocate every
 parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
@@ -72,7 +76,7 @@ def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple
     return out
 
 
-def _new_layer(old: Any, ts: Any) -> Any:
+def _new_layer(old: Any, ts: Any, hot_sets: Any = None) -> Any:
     from autoembed import nn as ae_nn
 
     w = old.weight
@@ -82,6 +86,10 @@ def _new_layer(old: Any, ts: Any) -> Any:
         kw.update(hash_buckets=ts.hash_buckets, hash_seed=ts.hash_seed)
     elif comp == "qr":
         kw.update(qr_collisions=ts.qr_collisions, qr_operation=ts.qr_operation)
+    elif comp in ("robe", "tt", "hot_cold"):  # autoembed.nn.methods
+        kw.update(robe_size=ts.robe_size, robe_block=ts.robe_block, tt_rank=ts.tt_rank,
+                  hot_share=ts.hot_share, hash_buckets=ts.cold_buckets, hash_seed=ts.hash_seed,
+                  hot_ids=(hot_sets or {}).get(ts.name))
     if ts.dim != old.embedding_dim:
         if comp != "none" or ts.dim > old.embedding_dim:
             raise ConfigError(f"config table '{ts.name}': dim {ts.dim} differs from the "
@@ -94,6 +102,15 @@ def _new_layer(old: Any, ts: Any) -> Any:
                                   padding_idx=old.padding_idx, compression=comp, **kw)
     return ae_nn.Embedding(old.num_embeddings, old.embedding_dim, padding_idx=old.padding_idx,
                            compression=comp, **kw)
+
+
+def _fit(layer: Any, old: Any, name: str) -> None:
+    from autoembed.models.compress_init import fit_to
+
+    if old.weight.is_meta:
+        raise ConfigError(f"config table '{name}': from_trained needs the trained table, and "
+                          "this one is on the meta device; load the trained weights first")
+    fit_to(layer.store, old.weight)
 
 
 def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
@@ -113,8 +130,13 @@ def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
     object.__setattr__(head, DECODED, True)
 
 
-def apply(model: nn.Module, config: Any, *, untie: bool = False) -> nn.Module:
-    """Rewrite the tables `config` names (by module path) in place; returns `model`."""
+def apply(model: nn.Module, config: Any, *, untie: bool = False,
+          hot_sets: Any = None, from_trained: bool = False) -> nn.Module:
+    """Rewrite the tables `config` names (by module path) in place; returns `model`.
+    `hot_sets` (table -> sorted ids; `models.hot_cold.load_hot_sets` of the file saved beside
+    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. `from_trained`:
+    each new layer starts fitted to the trained table it replaces
+    (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...)."""
     from autoembed.config import resolved_tables
 
     plans = []
@@ -129,7 +151,9 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False) -> nn.Module:
                                   "only one of them (the other follows it)")
         if ts.compression == "none" and ts.dim == old.embedding_dim:
             continue  # nothing changes: keep the user's module (and its ties)
-        layer = _new_layer(old, ts)
+        layer = _new_layer(old, ts, hot_sets)
+        if from_trained:
+            _fit(layer, old, ts.name)
         parent, _, attr = ts.name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, layer)
         for path, pname in ties:
@@ -139,7 +163,31 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False) -> nn.Module:
                 head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
             else:
                 _decode_into(head, pname, layer)
+        _guard_transformers(model, ts.name, layer, [p for p, _ in ties])
     return model
+
+
+def _guard_transformers(model: nn.Module, path: str, layer: nn.Module, heads: list[str]) -> None:
+    """Keep transformers' tie_weights / resize_token_embeddings off a compressed table."""
+    if not (callable(getattr(model, "tie_weights", None))
+            and callable(getattr(model, "resize_token_embeddings", None))):
+        return
+    get_input = getattr(model, "get_input_embeddings", None)
+    is_input = callable(get_input) and get_input() is layer
+    if not heads and not is_input:
+        return
+    tied = f" (tied to '{', '.join(heads)}')" if heads else ""
+
+    def tie_weights(*_: Any, **__: Any) -> None:
+        """No-op: the tied head reads the decoded table each forward (or, under untie, keeps
+        its own weight); rebinding it would point it at the compressed storage."""
+
+    def resize_token_embeddings(*_: Any, **__: Any) -> Any:
+        raise ConfigError(f"resize_token_embeddings: '{path}'{tied} is compressed by autoembed; "
+                          "resize the model before autoembed.apply, then apply the config")
+
+    model.__dict__["tie_weights"] = tie_weights
+    model.__dict__["resize_token_embeddings"] = resize_token_embeddings
 
 
 def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:

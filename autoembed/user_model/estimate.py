@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
@@ -46,9 +47,10 @@ __all__ = ["estimate_model", "CPU_VS_CUDA"]
 TRACED_STEPS = 2
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
-    "traced on CPU code paths: CPU autocast casts fewer ops than CUDA's (e.g. no fp32 "
-    "softmax/layer_norm lists differ), and scaled_dot_product_attention picks CPU's math or "
-    "flash kernel, not CUDA's flash/mem-efficient one (different saved tensors)"
+    "traced on CPU code paths: CPU autocast's lists of ops cast to half and kept in fp32 "
+    "differ from CUDA's, and scaled_dot_product_attention picks CPU's math or flash kernel, "
+    "not CUDA's flash/mem-efficient one (different saved tensors); on a GPU the figure is "
+    "not yet checked against max_memory_allocated"
 )
 
 # owners of what no module owns (the phase it was allocated in) -> the name shown
@@ -84,8 +86,8 @@ def estimate_model(
     if not isinstance(model, nn.Module) and not callable(model):
         raise ConfigError(f"model = {type(model).__name__}: give an nn.Module or a zero-argument "
                           "factory that returns one")
-    tracker, step, peaks = _trace(model, example, loss, optimizer, precision)
-    return _estimate(tracker, step, peaks, reserve, context_bytes).with_budget(budget)
+    tracker, step, peaks, lookups = _trace(model, example, loss, optimizer, precision)
+    return _estimate(tracker, step, peaks, lookups, reserve, context_bytes).with_budget(budget)
 
 
 def _fake_module(model: nn.Module) -> nn.Module:
@@ -183,7 +185,7 @@ def _classifiers(step: UserStep) -> tuple[Callable[[], dict[int, str]],
 
 def _trace(
     model: ModelSpec, example: Any, loss: LossFn | None, optimizer: OptimizerSpec, precision: str
-) -> tuple[AllocationTracker, UserStep, dict[str, PeakSnapshot]]:
+) -> tuple[AllocationTracker, UserStep, dict[str, PeakSnapshot], dict[str, int]]:
     holder: dict[str, Any] = {}
 
     def classify() -> dict[int, str]:
@@ -194,6 +196,7 @@ def _trace(
 
     tracker = AllocationTracker(classify, owners)
     tracker.inplace_grad_sums = True
+    lookups: dict[str, int] = {}  # sparse table -> ids over the traced steps
     with FakeTensorMode(allow_non_fake_inputs=False), tracker:
         built = _build(model)
         if not embedding_modules(built):
@@ -204,7 +207,7 @@ def _trace(
         step = UserStep.build(built, precision=precision, optimizer=optimizer)
         holder["c"] = _classifiers(step)
         fake_x = _fake_example(example)
-        handles = _phase_hooks(built, tracker)
+        handles = _phase_hooks(built, tracker) + _lookup_hooks(built, lookups)
         try:
             for _ in range(TRACED_STEPS):
                 tracker.phase = "zero_grad"
@@ -212,7 +215,19 @@ def _trace(
         finally:
             for h in handles:
                 h.remove()
-    return tracker, step, dict(tracker.phase_peaks)
+    per_step = {k: -(-n // TRACED_STEPS) for k, n in lookups.items()}
+    return tracker, step, dict(tracker.phase_peaks), per_step
+
+
+def _lookup_hooks(model: nn.Module, lookups: dict[str, int]) -> list[Any]:
+    """Count each sparse=True table's ids (its sparse gradient holds one row per id)."""
+    def count(path: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: tuple[Any, ...]) -> None:
+            lookups[path] = lookups.get(path, 0) + args[0].numel()
+        return hook
+
+    return [m.register_forward_pre_hook(count(path)) for path, m in embedding_modules(model)
+            if getattr(m, "sparse", False)]
 
 
 def _phase_hooks(model: nn.Module, tracker: AllocationTracker) -> list[Any]:
@@ -317,32 +332,93 @@ def _modules(peak: PeakSnapshot, tables: set[str]) -> tuple[ModuleMemory, ...]:
     return tuple(out)
 
 
+# torch optimizer class -> the name whose sparse-step temporaries `analytic` prices
+_SPARSE_NAMES = {"RowWiseAdagrad": "rowwise_adagrad", "Adagrad": "adagrad", "SGD": "sgd",
+                 "SparseAdam": "sparse_adam"}
+
+
+def _sparse_terms(step: UserStep, lookups: dict[str, int]) -> tuple[dict[str, int], int, int, int]:
+    """What the trace cannot see of sparse=True tables (a fake sparse gradient's row count is
+    data-dependent), priced as the built-in models' are (`memory.analytic`: one row per id):
+    (table -> gradient bytes, gradients live from the backward to the step, the same in the
+    step (fp32 under *_master), the largest sparse step's temporaries)."""
+    from autoembed.memory.analytic import INDEX_BYTES, SPARSE_TEMPORARIES
+
+    master = step.masters is not None
+    pb, sb = step.policy.param_bytes, step.policy.state_bytes
+    grad_b = 4 if master else pb
+    opt_of = {id(p): type(o).__name__ for o in step.optimizers
+              for g in o.param_groups for p in g["params"]}
+    masters = step.masters.masters if master else {}
+    names = {id(p): n for n, p in step.model.named_parameters()}
+    per: dict[str, int] = {}
+    g_all = mg_all = 0
+    temps = [0]
+    for path, m in embedding_modules(step.model):
+        if not getattr(m, "sparse", False):
+            continue
+        w = cast(Any, m).weight
+        n, dim, rows = lookups.get(path, 0), int(w.shape[1]), int(w.shape[0])
+        g = round_block(n * dim * pb) + round_block(n * INDEX_BYTES)
+        mg = round_block(n * dim * 4) + round_block(n * INDEX_BYTES) if master else g
+        uniq = min(rows, n)
+        key = id(masters[names[id(w)]]) if master else id(w)
+        extra = SPARSE_TEMPORARIES.get(_SPARSE_NAMES.get(opt_of.get(key, ""), "sgd"), 0)
+        coalesced = round_block(uniq * dim * grad_b) + round_block(uniq * INDEX_BYTES)
+        temps.append(coalesced + extra * round_block(uniq * dim * sb))
+        per[path] = mg if master else g
+        g_all, mg_all = g_all + g, mg_all + mg
+    return per, g_all, mg_all, max(temps)
+
+
+def _with_sparse(steps: list[PeakSnapshot], sg: int, sg_step: int,
+                 s_tmp: int) -> tuple[int, str, dict[str, int], PeakSnapshot]:
+    """The peak phase once sparse gradients (backward to step) and the sparse step's
+    temporaries (step) are added to the phases they are live in."""
+    best: tuple[int, str, dict[str, int], PeakSnapshot] | None = None
+    for snap in steps:
+        cats = dict(snap.by_category)
+        extra_g = sg_step if snap.phase == "step" else (sg if snap.phase == "backward" else 0)
+        extra_t = s_tmp if snap.phase == "step" else 0
+        cats["gradients"] = cats.get("gradients", 0) + extra_g
+        cats["temporaries"] = cats.get("temporaries", 0) + extra_t
+        got = (snap.allocated + extra_g + extra_t, snap.phase, cats, snap)
+        if best is None or got[0] > best[0]:
+            best = got
+    assert best is not None
+    return best
+
+
 def _estimate(
     tracker: AllocationTracker, step: UserStep, peaks: dict[str, PeakSnapshot],
-    reserve: int, context_bytes: int,
+    lookups: dict[str, int], reserve: int, context_bytes: int,
 ) -> MemoryEstimate:
     if reserve < 0:
         raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
     # building the model (and apply's replaced tables) is not the step: build on meta
     steps = [s for phase, s in peaks.items() if phase != "setup"] or list(peaks.values())
-    peak = max(steps, key=lambda s: s.allocated)
-    tables = _tables(step)
-    cats = peak.by_category
+    per_sparse, sg, sg_step, s_tmp = _sparse_terms(step, lookups)
+    allocated, phase, cats, peak = _with_sparse(steps, sg, sg_step, s_tmp)
+    tables = tuple(replace(t, gradients=per_sparse[t.name]) if t.name in per_sparse else t
+                   for t in _tables(step))
     overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
-    reserved = max(peak.allocated, tracker.alloc.peak_reserved)
+    reserved = max(allocated, tracker.alloc.peak_reserved + round_block(sg_step)
+                   + round_block(s_tmp))
     serving = sum(_nbytes(p) for p in step.model.parameters())
     notes = ["categories and modules are the bytes live at the peak", CPU_VS_CUDA]
-    if any(getattr(m, "sparse", False) for _, m in embedding_modules(step.model)):
-        notes.append("sparse=True tables: fake sparse gradients hold 0 rows (their row count "
-                     "is data-dependent); their gradient bytes are not in this figure")
+    if per_sparse:
+        notes.append("sparse=True tables: their sparse gradients (one row per id of the "
+                     "example) and sparse-step temporaries are priced by formula, as the "
+                     "built-in models' (a fake sparse gradient's rows are data-dependent); "
+                     "the module breakdown leaves them out")
     return traced_figures(
         cats,
-        allocated_peak=peak.allocated,
+        allocated_peak=allocated,
         reserved_peak=reserved,
         overhead=overhead,
         serving_bytes=serving,
         tables=tables,
-        peak_phase=peak.phase,
+        peak_phase=phase,
         notes=tuple(notes),
         modules=_modules(peak, {t.name for t in tables}),
     )

@@ -1,12 +1,15 @@
 """Measure the peak bytes of a REAL CPU training step of a user's model, independently of the
 tracer: a fresh process (so nothing earlier shows through), glibc's mmap threshold fixed at
 64 KiB (`MALLOC_MMAP_THRESHOLD_`: a freed tensor leaves RSS at once), code paths warmed by
-two steps of a small twin model, then /proc/self/status VmHWM reset (``5`` into
-/proc/self/clear_refs) and read after building the model and running two steps. The figure is
-the high-water above the RSS just before the build. Linux only.
+two steps of a small twin model, the model built (and, given `apply`, rewritten by
+`autoembed.apply`: the uncompressed table it replaces is freed), then /proc/self/status VmHWM
+reset (``5`` into /proc/self/clear_refs) and read after two steps. The figure is the
+high-water above the RSS just before the build, as `estimate_model` leaves out building.
+Linux only.
 
 The model and example come from a module with ``build_model(**size)`` and
-``make_example(**size)`` (the layout of `examples/`).
+``make_example(**size)`` (the layout of `examples/`); `apply` names a function
+``model -> config dict`` as ``module:function`` (`examples._demo:compressed_config`).
 """
 
 from __future__ import annotations
@@ -39,20 +42,33 @@ args = json.loads(sys.argv[1])
 sys.path.insert(0, args["path"])
 mod = importlib.import_module(args["module"])
 torch.manual_seed(0)
+config_of = None
+if args["apply"]:
+    import autoembed
+    from autoembed.config import config_from_dict
+    where, _, fn = args["apply"].partition(":")
+    config_of = getattr(importlib.import_module(where), fn)
 
-def run(size):
+def build(size):
     model = mod.build_model(**size)
+    if config_of is not None:
+        autoembed.apply(model, config_from_dict(config_of(model)))
+    gc.collect()
+    return model
+
+def run(model, size):
     step = UserStep.build(model, precision=args["precision"], optimizer=args["optimizer"])
     example = mod.make_example(**size)
     for _ in range(2):
         step.step(example, getattr(mod, "loss", None))
 
-run(args["twin"])  # warm code pages, thread pools and allocator paths
+run(build(args["twin"]), args["twin"])  # warm code pages, thread pools, allocator paths
 gc.collect()
 base = status("VmRSS")
+model = build(args["size"])
 with open("/proc/self/clear_refs", "w") as fh:
     fh.write("5")
-run(args["size"])
+run(model, args["size"])
 print(json.dumps({"measured": status("VmHWM") - base, "base": base}))
 """
 
@@ -64,12 +80,14 @@ def measure_cpu_peak(
     *,
     precision: str = "fp32",
     optimizer: str = "adam",
+    apply: str | None = None,
     path: str = ".",
     timeout: float = 600,
 ) -> int:
-    """Peak bytes of two real CPU training steps of `module`.build_model(**size)."""
+    """Peak bytes of two real CPU training steps of `module`.build_model(**size), rewritten
+    by the config that `apply` (``module:function``, model -> config dict) gives it."""
     args = {"module": module, "size": dict(size), "twin": dict(twin), "precision": precision,
-            "optimizer": optimizer, "path": os.path.abspath(path)}
+            "optimizer": optimizer, "apply": apply, "path": os.path.abspath(path)}
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
     r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], capture_output=True,
                        text=True, timeout=timeout, env=env)

@@ -7,10 +7,13 @@ fp32 masters, autocast, GradScaler: `autoembed.config.precision_policy`) and the
 forward (under autocast for amp_*), the loss,
 backward, masters' gradients, optimizer step, masters copied back.
 
-Optimizer names: embedding weights (nn.Embedding / nn.EmbeddingBag / autoembed.nn tables) take
-the named optimizer; everything else takes the same, or Adagrad beside `rowwise_adagrad`
-(the built-in models' pairing). A factory ``params -> Optimizer`` gets every trainable
-parameter (the fp32 masters under *_master). Either way the implementation is pinned:
+Optimizer names: `autoembed.build_optimizer(model, config)` with the name's config
+(`config.optimizer_alias`), the built-in trainer's function grown to take a user model
+(`user_optimizers`): embedding weights (nn.Embedding / nn.EmbeddingBag / autoembed.nn tables)
+take the named optimizer, everything else a second optimizer of the same name, or Adagrad
+beside `rowwise_adagrad` (the built-in models' pairing). A factory
+``params -> Optimizer`` gets every trainable parameter (the fp32 masters under *_master).
+Either way the implementation is pinned:
 ``foreach=True`` wherever the optimizer left it to torch and did not ask for ``fused`` (what
 CUDA picks by default; CPU would pick the single-tensor loop).
 """
@@ -40,11 +43,10 @@ __all__ = [
     "embedding_modules",
     "pin_foreach",
     "resolve_loss",
+    "user_optimizers",
 ]
 
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad")
-# The dense partner of a table-only optimizer (as `autoembed estimate --optimizer` pairs them).
-_DENSE_FOR = {"rowwise_adagrad": "adagrad"}
 
 OptimizerSpec = str | Callable[[list[torch.Tensor]], Optimizer]
 LossFn = Callable[[Any, Any], torch.Tensor]
@@ -106,26 +108,64 @@ def pin_foreach(opt: Optimizer) -> Optimizer:
     return opt
 
 
+def user_optimizers(
+    model: nn.Module, config: EmbeddingConfig, *, masters: Mapping[str, torch.Tensor] | None = None
+) -> Any:  # models.optim.Optimizers; a tuple of table optimizers when nothing else trains
+    """`autoembed.build_optimizer` for a user's model: the embedding tables' parameters under
+    their table optimizer (a config table named by the module's path may set its own
+    `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
+    (name, sparse gradients) at `config.lr`; every other trainable parameter under
+    `config.dense_optimizer` at `config.effective_dense_lr`. A `sparse=True` nn.Embedding /
+    EmbeddingBag takes sparse gradients, so its optimizer must accept them. `masters`:
+    parameter name -> fp32 master to optimise instead (*_master precisions)."""
+    from autoembed.config import SPARSE_GRAD_OPTIMIZERS
+    from autoembed.models.optim import Optimizers, make_optimizer
+
+    if not config.is_resolved:
+        config = config.resolve()
+    own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
+    kind: dict[int, tuple[str, bool]] = {}
+    for path, m in embedding_modules(model):
+        name, sparse = own.get(path, config.table_optimizer), bool(getattr(m, "sparse", False))
+        if sparse and name not in SPARSE_GRAD_OPTIMIZERS:
+            raise ConfigError(f"table '{path}' has sparse=True gradients, which table_optimizer "
+                              f"'{name}' cannot step; use one of "
+                              f"{', '.join(SPARSE_GRAD_OPTIMIZERS)} or sparse=False")
+        for p in m.parameters():
+            kind.setdefault(id(p), (name, sparse))
+    tables: dict[tuple[str, bool], list[torch.Tensor]] = {}
+    dense: list[torch.Tensor] = []
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        t = masters[n] if masters is not None else p
+        if id(p) in kind:
+            tables.setdefault(kind[id(p)], []).append(t)
+        else:
+            dense.append(t)
+    table_opts = tuple(make_optimizer(name, ps, config, lr=config.lr, sparse=sp)
+                       for (name, sp), ps in tables.items())
+    if not dense:  # e.g. only the tables train: no dense optimizer to make
+        return table_opts
+    dense_opt = make_optimizer(config.dense_optimizer, dense, config,
+                               lr=config.effective_dense_lr, sparse=False)
+    return Optimizers(table_opts, dense_opt)
+
+
 def _named_optimizer(
-    name: str, tables: list[torch.Tensor], dense: list[torch.Tensor], precision: str
+    name: str, model: nn.Module, masters: Mapping[str, torch.Tensor] | None, precision: str
 ) -> tuple[Optimizer, ...]:
-    """The named optimizer over tables and dense parameters (two optimizers for a
-    table-only name: the table one first)."""
-    from autoembed.models.optim import make_optimizer
+    """The optimizers `autoembed.build_optimizer` makes for an optimizer name (the table
+    optimizer; its dense partner by `config.optimizer_alias`)."""
+    from autoembed.config import optimizer_alias
 
     if name not in OPTIMIZER_NAMES:
         raise ConfigError(f"optimizer '{name}' is not known; use one of "
                           f"{', '.join(OPTIMIZER_NAMES)} or a factory params -> Optimizer")
-    # the built-in models' optimizer settings (lr, eps, momentum, decay), one group each
-    cfg = EmbeddingConfig(precision=precision if precision in PRECISIONS else "fp32")
-    dense_name = _DENSE_FOR.get(name, name)
-    if name == dense_name:
-        return (pin_foreach(make_optimizer(name, [*tables, *dense], cfg, lr=cfg.lr,
-                                           sparse=False)),)
-    parts = [make_optimizer(name, tables, cfg, lr=cfg.lr, sparse=False)] if tables else []
-    if dense:
-        parts.append(pin_foreach(make_optimizer(dense_name, dense, cfg, lr=cfg.lr, sparse=False)))
-    return tuple(parts)
+    alias: dict[str, Any] = dict(optimizer_alias(name))
+    cfg = EmbeddingConfig(precision=precision if precision in PRECISIONS else "fp32", **alias)
+    got = user_optimizers(model, cfg, masters=masters)
+    return got if isinstance(got, tuple) else got.all
 
 
 @torch.no_grad()
@@ -145,12 +185,6 @@ def cast_floating(model: nn.Module, dtype: torch.dtype) -> None:
                 store[name] = done[id(t)]  # type: ignore[assignment]
 
 
-def _autocast_ctx(policy: PrecisionPolicy) -> contextlib.AbstractContextManager[None]:
-    if policy.autocast_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=getattr(torch, policy.autocast_dtype))
-
-
 @dataclass
 class UserStep:
     """A user's model with its optimizer and precision machinery, ready to step."""
@@ -160,26 +194,30 @@ class UserStep:
     policy: PrecisionPolicy
     masters: Any = None  # autoembed.models.MasterWeights under *_master
     scaler: torch.amp.GradScaler | None = None
+    config: EmbeddingConfig = EmbeddingConfig()  # its precision: autocast and the scaler
 
     @classmethod
     def build(
         cls, model: nn.Module, *, precision: str = "fp32", optimizer: OptimizerSpec = "adam"
     ) -> UserStep:
         """Cast `model` in place to the precision's parameter dtype; masters, optimizer, scaler."""
-        from autoembed.models.precision import MasterWeights
+        from autoembed.models.precision import MasterWeights, make_scaler
 
         policy = precision_policy(precision)
         if policy.param_dtype != "float32":
             cast_floating(model, getattr(torch, policy.param_dtype))
         masters = MasterWeights.create(model) if policy.master else None
-        named = dict(model.named_parameters())
-        target = masters.masters if masters is not None else named
-        table_ids = {id(p) for _, m in embedding_modules(model) for p in m.parameters()}
-        tables = [target[n] for n, p in named.items() if p.requires_grad and id(p) in table_ids]
-        dense = [target[n] for n, p in named.items() if p.requires_grad and id(p) not in table_ids]
         if isinstance(optimizer, str):
-            opts = _named_optimizer(optimizer, tables, dense, precision)
+            opts = _named_optimizer(optimizer, model, masters.masters if masters else None,
+                                    precision)
         else:
+            named = dict(model.named_parameters())
+            target = masters.masters if masters is not None else named
+            table_ids = {id(p) for _, m in embedding_modules(model) for p in m.parameters()}
+            tables = [target[n] for n, p in named.items()
+                      if p.requires_grad and id(p) in table_ids]
+            dense = [target[n] for n, p in named.items()
+                     if p.requires_grad and id(p) not in table_ids]
             try:
                 opt = optimizer([*tables, *dense])
             except Exception as e:  # noqa: BLE001 - the user's factory: report, one line
@@ -189,8 +227,8 @@ class UserStep:
                 raise ConfigError(f"optimizer factory {_name(optimizer)} returned "
                                   f"{type(opt).__name__}, not a torch.optim.Optimizer")
             opts = (pin_foreach(opt),)
-        scaler = torch.amp.GradScaler("cpu") if precision == "amp_fp16" else None
-        return cls(model, opts, policy, masters, scaler)
+        config = EmbeddingConfig(precision=precision)
+        return cls(model, opts, policy, masters, make_scaler(config, _device(model)), config)
 
     def cast_inputs(self, example: Any) -> Any:
         """Floating-point inputs in the parameters' dtype (fp16/bf16 models take half
@@ -207,7 +245,10 @@ class UserStep:
         return tree_map(cast, example)
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
-        return _autocast_ctx(self.policy)
+        """`autoembed.autocast` (the built-in trainer's) on the parameters' device."""
+        from autoembed.models.precision import autocast
+
+        return autocast(self.config, _device(self.model))
 
     def step(self, example: Any, loss: LossFn | None = None) -> torch.Tensor:
         """One optimizer step on `example`; the loss (detached)."""
@@ -238,6 +279,10 @@ class UserStep:
         if self.masters is not None:
             self.masters.copy_back()
         return value.detach()
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _name(fn: Any) -> str:

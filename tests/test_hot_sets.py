@@ -1,0 +1,188 @@
+"""Hot sets are state (issue 16): computed from the data, saved beside an exported config,
+read back by `autoembed train`, so the trained model holds the set it was exported with.
+
+Expected sets are worked out here: the synthetic generator's by its own permutation
+(`permute`), a counted split's by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autoembed.batch import Batch
+from autoembed.cli import main
+from autoembed.config import EmbeddingConfig, TableConfig, load_config
+from autoembed.data import DataSpec, load_dataset
+from autoembed.errors import ConfigError
+from autoembed.export import export_config
+from autoembed.models import build_model
+from autoembed.models.hot_cold import (
+    HOT_SETS_FILE,
+    hot_sets_beside,
+    hot_sets_for,
+    install_hot_sets,
+    load_hot_sets,
+    save_hot_sets,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+
+DATA = {"name": "synthetic-ctr", "vocab_sizes": [1000, 300], "rows": [200, 50, 50]}
+
+
+def _config(**kw: object) -> EmbeddingConfig:
+    base: dict[str, object] = dict(
+        tables=(TableConfig("f0", 1000), TableConfig("f1", 300, compression="hash",
+                                                      hash_buckets=30)),
+        dim=8, dense_layers=(8,), compression="hot_cold", hot_share=0.02, hash_buckets=50,
+        batch_size=32, data=DATA,
+    )
+    base.update(kw)
+    return EmbeddingConfig(**base)  # type: ignore[arg-type]
+
+
+def _generator_hot(field: str, vocab: int, count: int) -> list[int]:
+    """The ids of Zipf ranks 0..count-1, read off the data: the same spec unscrambled draws
+    the same ranks row by row, and ids there are the ranks themselves."""
+    spec = {**DATA, "rows": [3000, 10, 10]}
+    ids, ranks = (
+        next(iter(load_dataset(DataSpec.from_dict({**spec, "scramble": s})).batches(
+            "train", 3000, shuffle=False))).features[field].numpy().reshape(-1)
+        for s in (True, False)
+    )
+    id_of = dict(zip(ranks.tolist(), ids.tolist(), strict=True))
+    assert all(r in id_of for r in range(count))  # every head rank was drawn
+    assert len(set(id_of.values())) == len(id_of)  # a permutation
+    return sorted(id_of[r] for r in range(count))
+
+
+def test_hot_sets_for_a_config_come_from_its_data() -> None:
+    cfg = _config()
+    data = load_dataset(DataSpec.from_dict(DATA))
+    sets = hot_sets_for(cfg, data)
+    assert list(sets) == ["f0"]  # f1 is hashed: no hot set
+    assert sets["f0"].tolist() == _generator_hot("f0", 1000, 20)  # ceil(0.02 x 1000)
+    # and those ids are the most looked-up ones of the train split (Zipf head, permuted)
+    counts = np.zeros(1000, dtype=np.int64)
+    for b in data.batches("train", 200, shuffle=False):
+        ids = b.features["f0"].numpy().reshape(-1)
+        np.add.at(counts, ids[ids >= 0], 1)
+    assert counts[sets["f0"][:5]].sum() > counts[np.setdiff1d(np.arange(1000), sets["f0"])
+                                                  ].max() * 5
+
+
+def test_save_load_round_trip_and_bad_files(tmp_path: Path) -> None:
+    sets = {"f0": np.array([3, 9, 700], dtype=np.int64), "u.a": np.array([1], dtype=np.int64)}
+    p = save_hot_sets(sets, tmp_path / HOT_SETS_FILE)
+    got = load_hot_sets(p)
+    assert {k: v.tolist() for k, v in got.items()} == {"f0": [3, 9, 700], "u.a": [1]}
+    assert p.stat().st_size < 2000  # int64 ids, not a pickle or a remap
+    for bad, needle in ((tmp_path / "none.npz", "does not exist"),
+                        (tmp_path / "junk.npz", "cannot be read")):
+        if "junk" in bad.name:
+            bad.write_bytes(b"not a zip")
+        with pytest.raises(ConfigError, match=needle) as e:
+            load_hot_sets(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_install_takes_given_sets_and_refuses_missing_tables() -> None:
+    cfg = _config().resolve()
+    model = build_model(cfg)
+    install_hot_sets(model, None, {"f0": np.arange(100, 120)})
+    assert model.tables["f0"].hot_ids.tolist() == list(range(100, 120))
+    with pytest.raises(ConfigError, match="none for table 'f0'"):
+        install_hot_sets(model, None, {"other": np.arange(20)})
+    with pytest.raises(ConfigError, match="built for 20"):
+        install_hot_sets(model, None, {"f0": np.arange(5)})
+
+
+def _study(runs: Path, cfg: EmbeddingConfig) -> None:
+    sdir = runs / "s"
+    sdir.mkdir(parents=True)
+    member = {"trial": 0, "config": cfg.to_dict(), "metrics": {"quality": 0.7, "memory": 1.0},
+              "device_total": 1, "allocated_peak": 1}
+    (sdir / "pareto.json").write_text(json.dumps({
+        "study": "s", "budget_bytes": 10**9, "members": [member], "best": 0,
+        "objectives": [{"name": "quality", "direction": "maximize"},
+                       {"name": "memory", "direction": "minimize"}]}))
+
+
+def test_export_writes_the_hot_sets_and_train_uses_them(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _study(runs, _config())
+    out = tmp_path / "exp" / "best.yaml"
+    done = export_config(study="s", out=out, runs_dir=runs)
+    assert (out.parent / HOT_SETS_FILE).exists() and not done.notes
+    raw = out.read_text()
+    assert "hot_sets: hot_sets.npz" in raw
+    saved = hot_sets_beside(out)
+    assert saved is not None and saved["f0"].tolist() == _generator_hot("f0", 1000, 20)
+    assert load_config(out).compression == "hot_cold"
+
+    # a hand-made hot set in its place: train must use it, not recompute the data's
+    mine = np.arange(500, 520, dtype=np.int64)
+    save_hot_sets({"f0": mine}, out.parent / HOT_SETS_FILE)
+    rc = main(["train", "--config", str(out), "--max-steps", "2", "--out",
+               str(tmp_path / "t"), "--json"])
+    assert rc == 0
+    state = torch.load(tmp_path / "t" / "model.pt", weights_only=True)
+    assert state["tables.f0.hot_ids"].tolist() == mine.tolist()
+
+    # a second export over a changed file is refused without --force, then replaces it
+    with pytest.raises(ConfigError, match="hot sets file .* differs"):
+        export_config(study="s", out=tmp_path / "exp" / "again.yaml", runs_dir=runs)
+    export_config(study="s", out=tmp_path / "exp" / "again.yaml", runs_dir=runs, force=True)
+    assert load_hot_sets(out.parent / HOT_SETS_FILE)["f0"].tolist() == _generator_hot(
+        "f0", 1000, 20)
+
+
+def test_train_without_saved_sets_uses_the_datas(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text(json.dumps({"config": _config().to_dict()}))
+    assert hot_sets_beside(p) is None
+    assert main(["train", "--config", str(p), "--max-steps", "1", "--out",
+                 str(tmp_path / "t"), "--json"]) == 0
+    state = torch.load(tmp_path / "t" / "model.pt", weights_only=True)
+    assert state["tables.f0.hot_ids"].tolist() == _generator_hot("f0", 1000, 20)
+
+
+def test_a_named_file_that_is_missing_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text(json.dumps({"config": _config().to_dict(), "hot_sets": "gone.npz"}))
+    assert main(["train", "--config", str(p), "--max-steps", "1", "--out",
+                 str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gone.npz" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_counted_data_without_a_generator() -> None:
+    cfg = EmbeddingConfig(tables=(TableConfig("f0", 10),), dim=4, compression="hot_cold",
+                          hot_share=0.2, hash_buckets=3)
+
+    class Counted:
+        def batches(self, split: str, size: int, shuffle: bool = True) -> list[Batch]:
+            f0 = torch.tensor([[9], [9], [9], [4], [4], [1], [-1]])
+            return [Batch({"f0": f0}, torch.zeros(7))]
+
+    assert hot_sets_for(cfg, Counted())["f0"].tolist() == [4, 9]  # 2 hot ids: 9 (3), 4 (2)
+
+
+def test_text_padding_never_takes_a_hot_row() -> None:
+    cfg = EmbeddingConfig(task="text", tables=(TableConfig("tok", 10),), dim=4, num_classes=2,
+                          seq_len=4, compression="hot_cold", hot_share=0.2, hash_buckets=3)
+
+    class Text:
+        task = "text"
+
+        def batches(self, split: str, size: int, shuffle: bool = True) -> list[Batch]:
+            tok = torch.tensor([[7, 3, 0, 0], [7, 5, 0, 0], [3, 0, 0, 0]])  # 0: padding
+            return [Batch({"tok": tok}, torch.zeros(3))]
+
+    assert hot_sets_for(cfg, Text())["tok"].tolist() == [3, 7]

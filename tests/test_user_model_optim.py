@@ -1,0 +1,95 @@
+"""`autoembed.build_optimizer(model, config)` and `autoembed.autocast` on a user's own model:
+the built-in trainer's functions, grown to take any nn.Module with embedding tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import autoembed
+from autoembed.config import EmbeddingConfig, TableConfig, optimizer_alias
+from autoembed.errors import ConfigError
+from autoembed.models.optim import RowWiseAdagrad
+
+V, D = 500, 8
+
+
+class TwoTables(nn.Module):
+    def __init__(self, sparse: bool = False) -> None:
+        super().__init__()
+        self.users = nn.Embedding(V, D, sparse=sparse)
+        self.items = nn.EmbeddingBag(V, D, mode="sum")
+        self.head = nn.Linear(2 * D, 1)
+
+    def forward(self, u: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.users(u), self.items(i)], dim=1)
+        return self.head(x).square().mean()
+
+
+def _example() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randint(0, V, (16,)), torch.randint(0, V, (16, 3))
+
+
+def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for g in opt.param_groups for p in g["params"]]
+
+
+def test_tables_take_the_table_optimizer_the_rest_the_dense_one() -> None:
+    m = TwoTables()
+    opts = autoembed.build_optimizer(m, EmbeddingConfig(**optimizer_alias("rowwise_adagrad")))
+    assert len(opts.tables) == 1 and isinstance(opts.table, RowWiseAdagrad)
+    assert [id(p) for p in _params(opts.table)] == [id(m.users.weight), id(m.items.weight)]
+    assert isinstance(opts.dense, torch.optim.Adagrad)
+    assert [id(p) for p in _params(opts.dense)] == [id(m.head.weight), id(m.head.bias)]
+    assert opts.dense.defaults["foreach"] is True  # the implementation CUDA picks, pinned
+
+
+def test_a_config_table_named_by_module_path_sets_its_own_optimizer() -> None:
+    m = TwoTables()
+    cfg = EmbeddingConfig(table_optimizer="adam", tables=(
+        TableConfig("items", V, dim=D, table_optimizer="sgd"),))
+    opts = autoembed.build_optimizer(m, cfg)
+    by_type = {type(o).__name__: [id(p) for p in _params(o)] for o in opts.tables}
+    assert by_type == {"Adam": [id(m.users.weight)], "SGD": [id(m.items.weight)]}
+
+
+def test_sparse_tables_need_a_sparse_optimizer_and_then_train() -> None:
+    with pytest.raises(ConfigError) as info:
+        autoembed.build_optimizer(TwoTables(sparse=True), EmbeddingConfig(table_optimizer="adam"))
+    assert "'users'" in str(info.value) and "sparse" in str(info.value)
+    torch.manual_seed(0)
+    m = TwoTables(sparse=True)
+    opts = autoembed.build_optimizer(m, EmbeddingConfig(**optimizer_alias("rowwise_adagrad")))
+    before = m.users.weight.detach().clone()
+    u, i = _example()
+    m(u, i).backward()
+    assert m.users.weight.grad is not None and m.users.weight.grad.is_sparse
+    opts.step()
+    changed = (m.users.weight != before).any(dim=1).nonzero().flatten()
+    assert set(changed.tolist()) == set(u.tolist())  # only the rows looked up move
+
+
+def test_bf16_master_optimises_the_fp32_masters() -> None:
+    from autoembed.models.precision import MasterWeights
+    from autoembed.user_model.step import cast_floating
+
+    m = TwoTables()
+    cast_floating(m, torch.bfloat16)
+    masters = MasterWeights.create(m)
+    opts = autoembed.build_optimizer(m, EmbeddingConfig(precision="bf16_master"),
+                                     masters=masters.masters)
+    got = {id(p) for o in opts.all for p in _params(o)}
+    assert got == {id(t) for t in masters.masters.values()}
+    assert all(t.dtype == torch.float32 for t in masters.masters.values())
+
+
+def test_autocast_is_the_trainers_on_a_user_model() -> None:
+    m = TwoTables()
+    u, i = _example()
+    with autoembed.autocast(EmbeddingConfig(precision="amp_bf16"), "cpu"):
+        h = F.linear(torch.cat([m.users(u), m.items(i)], 1), m.head.weight, m.head.bias)
+    assert h.dtype == torch.bfloat16
+    with autoembed.autocast(EmbeddingConfig(precision="fp32"), "cpu"):
+        assert m.head(torch.ones(1, 2 * D)).dtype == torch.float32

@@ -1,0 +1,79 @@
+"""Ties after `autoembed.apply` on a transformers model: a later `tie_weights()` or
+`resize_token_embeddings` must not re-bind the MLM head to the compressed storage."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import autoembed
+from autoembed.config import config_from_dict
+from autoembed.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if os.environ.get("CI") != "true":
+    pytest.importorskip("transformers")
+bert_mlm = importlib.import_module("examples.bert_mlm")
+SIZE = bert_mlm.SIZES["twin"]
+WORDS, HEAD = "bert.embeddings.word_embeddings", "cls.predictions.decoder"
+
+
+def _hashed(untie: bool = False) -> Any:
+    torch.manual_seed(0)
+    model = bert_mlm.build_model(**SIZE)
+    cfg = config_from_dict({"tables": [{"name": WORDS, "vocab_size": SIZE["vocab"],
+                                        "dim": SIZE["hidden"], "compression": "hash",
+                                        "hash_buckets": 100}]})
+    return autoembed.apply(model, cfg, untie=untie)
+
+
+def _head_weight_in_forward(model: Any, example: dict[str, torch.Tensor]) -> torch.Tensor:
+    seen: list[torch.Tensor] = []
+    head = model.get_submodule(HEAD)
+    h = head.register_forward_pre_hook(lambda m, i: seen.append(m.weight.detach().clone()))
+    model(**example)
+    h.remove()
+    return seen[0]
+
+
+def test_tie_weights_keeps_the_head_on_the_decoded_table() -> None:
+    model = _hashed()
+    example = bert_mlm.make_example(**SIZE)
+    before = model(**example).loss.item()
+    model.tie_weights()
+    words = model.get_submodule(WORDS)
+    head = model.get_submodule(HEAD)
+    # the head holds no weight parameter of its own, and reads the whole decoded [V, D] table
+    assert "weight" not in dict(head.named_parameters(recurse=False))
+    seen = _head_weight_in_forward(model, example)
+    assert seen.shape == (SIZE["vocab"], SIZE["hidden"])
+    assert torch.equal(seen, words.full_weight().detach())
+    assert model(**example).loss.item() == pytest.approx(before)
+    # the decoded table trains the hashed buckets through the head
+    model.zero_grad()
+    model(**example).loss.backward()
+    assert words.store.bucket_weight.grad is not None
+
+
+def test_tie_weights_after_untie_keeps_the_heads_own_weight() -> None:
+    model = _hashed(untie=True)
+    head = model.get_submodule(HEAD)
+    own = head.weight
+    model.tie_weights()
+    assert head.weight is own and isinstance(own, torch.nn.Parameter)
+    assert own.shape == (SIZE["vocab"], SIZE["hidden"])
+
+
+def test_resize_token_embeddings_is_refused_in_one_line() -> None:
+    model = _hashed()
+    with pytest.raises(ConfigError) as info:
+        model.resize_token_embeddings(SIZE["vocab"] + 8)
+    msg = str(info.value)
+    assert WORDS in msg and HEAD in msg and "\n" not in msg
+    assert model.get_submodule(WORDS).num_embeddings == SIZE["vocab"]  # nothing changed
