@@ -590,10 +590,10 @@ def search_cmd(
         _user_search(budget, space, model, example, train, trials=trials, executor=executor,
                      study=study, resume=resume, runs_dir=runs_dir, seed=seed or 0, pick=pick,
                      allow_changed_code=allow_changed_code, tracking_uri=tracking_uri,
+                     ray_address=ray_address, workers=workers or 1,
                      builtin_only={"--data": data, "--label": label,
                                    "--categorical": categorical, "--text-column": text_column,
-                                   "--sampler": sampler, "--workers": workers,
-                                   "--ray-address": ray_address, "--storage": storage,
+                                   "--sampler": sampler, "--storage": storage,
                                    "--host-budget": host_budget, "--objectives": objectives})
         return
     from autoembed.search import search as run_search
@@ -641,7 +641,7 @@ def _user_search(budget: str, space: str | None, model: str | None, example: str
     request = UserRequest.parse(budget, model, example, train, space, trials=kw.pop("trials"),
                                 executor=kw.pop("executor"),
                                 allow_changed_code=kw.pop("allow_changed_code"))
-    result = search_user(request, **kw)
+    result = search_user(request, note=lambda m: print(m, file=sys.stderr), **kw)
     print(f"study '{result.study}': {len(result.rows)} trials "
           + ", ".join(f"{result.count(s)} {s}" for s in ("complete", "infeasible", "pruned",
                                                         "failed", "diverged") if result.count(s)))

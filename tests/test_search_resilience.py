@@ -329,3 +329,120 @@ def test_two_searches_share_one_runs_dir_and_a_study_opens_once(
         pareto = json.loads((runs / name / "pareto.json").read_text())
         assert pareto["study"] == name and pareto["members"]
         assert {m["trial"] for m in pareto["members"]} <= set(statuses)
+
+
+# ------------------------------------------------------------------ your own model
+
+USER_LOOP = '''
+import os, pathlib, time
+import torch
+from torch import nn
+
+
+class Bag(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.emb = nn.Embedding(1000, dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, ids, y):
+        return nn.functional.cross_entropy(self.out(self.emb(ids).mean(1)), y)
+
+
+def build(params):
+    torch.manual_seed(0)
+    return Bag(params["dim"])
+
+
+def example(params):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 1000, (32, 4), generator=g)
+    return ids, (ids < 500).sum(1).gt(1).long()
+
+
+def train(model, params, report):
+    marks = pathlib.Path(os.environ["MARKS"])
+    n = len(list(marks.iterdir()))
+    (marks / str(n)).write_text(str(os.getpid()))
+    if n == 1 and os.environ.get("HANG"):
+        time.sleep(600)  # the second trial runs until the driver is killed
+    opt = torch.optim.Adam(model.parameters(), lr=params["lr"])
+    for step in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10):
+        loss = model(*example(params))
+        opt.zero_grad(); loss.backward(); opt.step()
+    report(step=10, samples=320, quality=1.0 / (1.0 + float(loss)))
+'''
+
+
+def test_sigkilled_driver_of_a_user_search_resumes_with_every_trial_once(
+        tmp_path: Path) -> None:
+    """A search of the user's own model and loop (Ray executor, MLflow on) whose driver is
+    SIGKILLed while a trial runs: `--resume` takes over the lock and stops the killed
+    driver's Ray (the hanging trial with it), keeps every recorded trial once and unchanged,
+    marks the running one failed and retries it once, and finishes; Optuna, trials.csv and
+    MLflow agree trial by trial."""
+    import optuna
+
+    pkg = tmp_path / "src" / "resuser"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loop.py").write_text(USER_LOOP)
+    (tmp_path / "marks").mkdir()
+    (tmp_path / "space.yaml").write_text(
+        "embedding: {precision: fp32, table_optimizer: adam}\n"
+        "user:\n  dim: {choices: [4, 8, 16]}\n  lr: {choices: [0.01, 0.05]}\n"
+        "objectives: [quality, memory]\n")
+    runs = tmp_path / "runs"
+    args = ["--budget", "700MB", "--space", "space.yaml", "--model", "resuser.loop:build",
+            "--example", "resuser.loop:example", "--train", "resuser.loop:train",
+            "--trials", "3", "--study", "kill", "--runs-dir", str(runs)]
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI",
+                                                            "AUTOEMBED_FAULTS")}
+    env.update(MARKS=str(tmp_path / "marks"), RAY_worker_niceness="0",
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "src"), str(ROOT)]))
+
+    def start(extra: list[str], log: Path, **more: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "autoembed", "search", *args, *extra],
+                                stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=tmp_path, env={**env, **more})
+
+    log1, log2 = tmp_path / "first.log", tmp_path / "resumed.log"
+    first = start([], log1, HANG="1")
+    resumed: subprocess.Popen[bytes] | None = None
+    storage = f"sqlite:///{runs / 'optuna.db'}"
+    try:
+        _wait_for(lambda: (tmp_path / "marks" / "1").exists(), first, log1, 600)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(30)
+        lock = json.loads((runs / "kill" / "session.lock").read_text())
+        assert lock["pid"] == first.pid and lock["ray_session"]  # recorded for a cleanup
+        assert integrity(runs / "optuna.db") == "ok" and integrity(runs / "mlflow.db") == "ok"
+        before = optuna.load_study(study_name="kill", storage=storage).trials
+        complete_before = {t.number: t.values for t in before
+                           if t.state == optuna.trial.TrialState.COMPLETE}
+        running_before = {t.number for t in before
+                          if t.state == optuna.trial.TrialState.RUNNING}
+        assert len(complete_before) == 1 and len(running_before) == 1, before
+        resumed = start(["--resume"], log2)
+        assert resumed.wait(600) == 0, log2.read_text()[-3000:]
+        out = log2.read_text()
+        assert f"took over the lock of study 'kill' from pid {first.pid}" in out, out
+        # the killed driver's Ray, the hanging trial's worker with it, is gone
+        assert session_members(first.pid) == [], out
+        assert session_members(resumed.pid) == []
+    finally:
+        kill_session(first.pid)
+        if resumed is not None:
+            kill_session(resumed.pid)
+
+    statuses = assert_stores_agree(runs, "kill")
+    after = {t.number: t for t in optuna.load_study(study_name="kill", storage=storage).trials}
+    for n, values in complete_before.items():  # kept once, unchanged
+        assert after[n].state == optuna.trial.TrialState.COMPLETE and after[n].values == values
+    rows = {n: row for n, (_, row) in optuna_trials(runs, "kill").items()}
+    (killed,) = running_before
+    assert statuses[killed] == "failed" and rows[killed]["interrupted"]
+    retries = [m for m, r in rows.items() if r.get("retry_of") == killed]
+    assert len(retries) == 1 and after[retries[0]].params == after[killed].params
+    assert sum(1 for s in statuses.values() if s == "complete") == 3  # the search finished
+    assert len(list((tmp_path / "marks").iterdir())) == 4  # each trial trained once, + retry

@@ -127,6 +127,12 @@ def test_config_wide_values_reach_the_config() -> None:
      "is reported or measured already"),
     ({"user": {"d": {"choices": [1, 2]}}, "objectives": ["qualty"]}, "unknown objective"),
     ({"user": {"d": {"choices": [1, 2]}}, "trials": 0}, "key 'trials' = 0"),
+    ({"user": {"d": {"choices": [1, 2]}}, "early_stop": {"max_steps": 100}},
+     "key 'early_stop.eval_every' = None: must be an integer >= 1"),
+    ({"user": {"d": {"choices": [1, 2]}}, "early_stop": {"max_step": 100, "eval_every": 5}},
+     "unknown key 'early_stop.max_step' (did you mean 'max_steps'?)"),
+    ({"user": {"d": {"choices": [1, 2]}}, "early_stop": {"max_steps": 0, "eval_every": 5}},
+     "key 'early_stop.max_steps' = 0"),
     ([1, 2], "expected a mapping"),
 ])
 def test_bad_spaces_are_one_line_errors(raw, says) -> None:
@@ -161,3 +167,10 @@ def test_bad_per_table_value_names_the_rule() -> None:
         parse_user_space({"embedding": {"tables": {"emb": {"hash_buckets": {
             "choices": [0.5, 1.5]}}}}}, "s.yaml")
     assert "key 'embedding.tables.emb.hash_buckets' = 1.5" in str(e.value)
+
+
+def test_early_stop_is_off_unless_the_space_says() -> None:
+    raw = {"user": {"d": {"choices": [1, 2]}}}
+    assert parse_user_space(raw, "s.yaml").early_stop is None
+    on = parse_user_space({**raw, "early_stop": {"max_steps": 400, "eval_every": 50}}, "s.yaml")
+    assert on.early_stop == (400, 50)

@@ -1,13 +1,14 @@
 """The search's bookkeeping, independent of Ray: ask Optuna, price, reject or launch, tell.
 
 `SearchEngine.propose()` asks the sampler until a proposal fits (or the search is over):
-each proposal is priced with the analytic estimate and judged by `Feasibility` (budget, OOM
-ceiling, host budget); one that does not fit is told to Optuna at once as COMPLETE with
-placeholder values and a violated `memory` constraint, recorded as `infeasible`, and never
-reaches a trainable. `observe()` decides whether a running trial stops; `finish()` tells
-the outcome of a trial that ran. Every event goes to one `Recorder` (Optuna attributes,
-MLflow, calibration.json); the engine writes no store itself. Executors
-(`search.executor`, the Ray Tune adapters in `search.ray_tune`) drive it.
+each proposal is priced by the engine's `Pricing` stage (`BuiltinPricing`: the analytic
+estimate of autoembed's own model; `user.search.UserPricing`: the user's model traced) and
+judged by `Feasibility` (budget, OOM ceiling, host budget); one that does not fit is told
+to Optuna at once as COMPLETE with placeholder values and a violated `memory` constraint,
+recorded as `infeasible`, and never reaches a trainable. `observe()` decides whether a
+running trial stops; `finish()` tells the outcome of a trial that ran. Every event goes to
+one `Recorder` (Optuna attributes, MLflow, calibration.json); the engine writes no store
+itself. Executors (`search.executor`, the Ray Tune adapters in `search.ray_tune`) drive it.
 
 Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
 `runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 
     from autoembed.tracking import SearchTracker
 
-__all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
+__all__ = ["Proposal", "PricedProposal", "InvalidProposal", "Pricing", "BuiltinPricing",
+           "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
            "MAX_REJECTIONS_IN_A_ROW", "HOST_BASE_BYTES"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
@@ -76,6 +78,67 @@ class Proposal:
     train_config: Mapping[str, Any]  # what the trial trains (plain data)
     estimate: MemoryEstimate  # of `config`
     host_bytes: int
+
+
+@dataclass(frozen=True)
+class PricedProposal:
+    """What a pricing stage makes of one Optuna trial: the priced config and its estimate,
+    and `launch(number) -> (train_config, host_bytes)`, called only for one that fits."""
+
+    config: EmbeddingConfig
+    estimate: MemoryEstimate
+    launch: Callable[[int], tuple[Mapping[str, Any], int]]
+
+
+@dataclass(frozen=True)
+class InvalidProposal:
+    """A proposal that cannot be priced: recorded `failed` with `reason`, never trained
+    (`config`: the placeholder its row carries)."""
+
+    reason: str
+    config: EmbeddingConfig
+
+
+class Pricing(Protocol):
+    """The engine's pricing stage: suggest a trial's values and price them. Exceptions
+    propagate (bad input that must stop the search)."""
+
+    def price(self, trial: optuna.Trial) -> PricedProposal | InvalidProposal: ...
+
+
+class BuiltinPricing:
+    """Pricing for autoembed's own models: the space's config at the workload's full size,
+    the analytic estimate; the trained config at the trained size, its host memory."""
+
+    def __init__(self, space: SearchSpace, workload: Workload, host_memory: bool = True) -> None:
+        self.space = space
+        self.workload = workload
+        self.host_memory = host_memory
+
+    def price(self, trial: optuna.Trial) -> PricedProposal | InvalidProposal:
+        try:
+            values = suggest_values(self.space, trial)
+            config = self.workload.priced(self.space.config_for(values))
+        except ConfigError as e:
+            return InvalidProposal(f"invalid config: {e}", self.space.base_config())
+
+        def launch(number: int) -> tuple[Mapping[str, Any], int]:
+            del number
+            train_config = self.workload.trained(self.space.config_for(values))
+            host = HOST_BASE_BYTES
+            if self.host_memory:
+                try:
+                    host += estimate(self._train_resolved(train_config)).allocated_peak
+                except ConfigError:
+                    pass
+            return train_config.to_dict(), host
+
+        return PricedProposal(config, estimate(config), launch)
+
+    def _train_resolved(self, config: EmbeddingConfig) -> EmbeddingConfig:
+        from autoembed.runner import resolve_for_data
+
+        return resolve_for_data(config, self.workload.train_dataset)
 
 
 @dataclass(frozen=True)
@@ -143,10 +206,12 @@ class SearchEngine:
         clock: Callable[[], float] = time.monotonic,
         calibration_path: Path | None = None,
         recorder: Recorder | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         """`recorder`: where events go (default: `tracker` and `calibration_path` as its
         sinks); it is caught up with the study's rows here, so that a resumed search's
-        sinks hold every trial the study does."""
+        sinks hold every trial the study does. `pricing`: how a trial is priced (default:
+        `BuiltinPricing` of `space` and `workload`)."""
         from autoembed.search.study import load_rows
 
         self.study = study
@@ -162,6 +227,7 @@ class SearchEngine:
         self.memory_basis = check_basis(memory_basis)  # memory.objective
         self.host_memory = host_memory
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
+        self.pricing = pricing or BuiltinPricing(space, workload, host_memory)
         self.feasibility = Feasibility.for_search(
             budget, host_budget_bytes, self.oom_ceiling)
         self.progress = progress
@@ -305,33 +371,25 @@ class SearchEngine:
     def _ask_one(self) -> Proposal | None:
         trial = self.study.ask()
         retry_of = trial.user_attrs.get("retry_of")
-        try:
-            values = suggest_values(self.space, trial)
-            config = self.workload.priced(self.space.config_for(values))
-        except ConfigError as e:
-            self._reject_invalid(trial, str(e), retry_of)
+        priced = self.pricing.price(trial)
+        if isinstance(priced, InvalidProposal):
+            self._reject_invalid(trial, priced, retry_of)
             return None
+        config = priced.config
         params = dict(trial.params)
         self._grid_seen.add(self._key(params))
-        priced = estimate(config)
-        verdict = self.feasibility.judge(priced)
-        est = priced.to_dict()
+        verdict = self.feasibility.judge(priced.estimate)
+        est = priced.estimate.to_dict()
         if not verdict.fits:
             row = TrialRow(trial.number, "infeasible", config, est, params,
-                           metrics={"device_total": float(priced.device_total)},
+                           metrics={"device_total": float(priced.estimate.device_total)},
                            reason=verdict.reason, overshoot=verdict.overshoot,
                            retry_of=retry_of)
             self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
             self._emit(row)
             return None
-        train_config = self.workload.trained(self.space.config_for(values))
-        host = HOST_BASE_BYTES
-        if self.host_memory:
-            try:
-                host += estimate(self._train_resolved(train_config)).allocated_peak
-            except ConfigError:
-                pass
-        proposal = Proposal(trial.number, config, train_config.to_dict(), priced, host)
+        train_config, host = priced.launch(trial.number)
+        proposal = Proposal(trial.number, config, train_config, priced.estimate, host)
         row = TrialRow(trial.number, "running", config, est, params,
                        overshoot=verdict.overshoot, retry_of=retry_of)
         self._record(row, trial)
@@ -342,16 +400,10 @@ class SearchEngine:
         self._emit(row)
         return proposal
 
-    def _train_resolved(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        from autoembed.runner import resolve_for_data
-
-        return resolve_for_data(config, self.workload.train_dataset)
-
-    def _reject_invalid(self, trial: Any, reason: str, retry_of: int | None) -> None:
-        base = self.space.base_config()
-        row = TrialRow(trial.number, "failed", base, {"device_total": 0},
-                       dict(trial.params), reason=f"invalid config: {reason}",
-                       retry_of=retry_of)
+    def _reject_invalid(self, trial: Any, invalid: InvalidProposal,
+                        retry_of: int | None) -> None:
+        row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
+                       dict(trial.params), reason=invalid.reason, retry_of=retry_of)
         values = optuna_values({}, self.objectives, self.budget.bytes, True)
         self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)
@@ -439,7 +491,7 @@ class SearchEngine:
             predicted = p.estimate.device_total
             measured = result.measured_reserved_peak
             failed = (measured + p.estimate.overhead if measured is not None
-                      and not self.workload.stand_in else predicted)
+                      and not getattr(self.workload, "stand_in", False) else predicted)
             row = row.with_(metrics={**metrics, "oom_predicted_bytes": float(predicted),
                                      "oom_failed_bytes": float(failed)}, reason=(
                 f"{result.error}; predicted device_total {predicted:,} B, failed at "

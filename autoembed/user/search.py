@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.pareto import parse_pick
 from autoembed.search import study as studies
-from autoembed.search.engine import HOST_BASE_BYTES, Proposal, SearchEngine, _Live
+from autoembed.search.engine import (
+    HOST_BASE_BYTES,
+    InvalidProposal,
+    PricedProposal,
+    SearchEngine,
+)
 from autoembed.search.executor import StopTrial, TrialChannel
 from autoembed.search.recorder import Recorder, TrackerSink
 from autoembed.search.records import ATTR, TrialRow
@@ -33,58 +39,66 @@ from autoembed.user.space import UserSpace
 from autoembed.user.trainer import make_payload, run_payload
 
 if TYPE_CHECKING:
+    from autoembed.search.session import StudyLock
     from autoembed.tracking import SearchTracker
 
-__all__ = ["search_own", "search_user", "UserEngine", "LocalUserExecutor", "UserSearchResult"]
+__all__ = ["search_own", "search_user", "UserPricing", "user_engine", "LocalUserExecutor",
+           "UserSearchResult"]
 
 
-class UserEngine(SearchEngine):
-    """The engine, proposing on the user's model: `_ask_one` prices with `price_proposal`
-    and hands out a `run_payload` payload; everything else (feasibility, tell, record,
-    front, early stop) is the engine's."""
+class UserPricing:
+    """The engine's pricing stage on the user's model: `price_proposal`, and for one that
+    fits a `run_payload` payload. A ConfigError pricing a proposal before any proposal of
+    the study was priced is bad input (the trial told FAIL, the error raised: the search
+    stops before any trial); a later one is that proposal's failure, recorded with the
+    message (`placeholder`: the config its row carries, the first priced one)."""
 
-    def __init__(self, *, request: UserRequest, apply: Apply | None = None,
-                 **kw: Any) -> None:
-        super().__init__(space=request.space, workload=None, **kw)  # type: ignore[arg-type]
+    def __init__(self, request: UserRequest, budget: int, apply: Apply | None = None,
+                 placeholder: EmbeddingConfig | None = None) -> None:
         self.request = request
+        self.budget = budget
         self.apply = apply
+        self.placeholder = placeholder
 
-    def _ask_one(self) -> Proposal | None:
+    def price(self, trial: Any) -> PricedProposal | InvalidProposal:
         from optuna.trial import TrialState
 
-        trial = self.study.ask()
-        retry_of = trial.user_attrs.get("retry_of")
-        values = suggest_values(self.request.space, trial)
-        try:
-            priced = price_proposal(self.request.code, self.request.space, values,
-                                    self.budget.bytes, apply=self.apply)
-        except ConfigError:
-            self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
-            raise
-        params = dict(trial.params)
-        verdict = self.feasibility.judge(priced.estimate)
-        est = priced.estimate.to_dict()
-        if not verdict.fits:
-            row = TrialRow(trial.number, "infeasible", priced.config, est, params,
-                           metrics={"device_total": float(priced.estimate.device_total)},
-                           reason=verdict.reason, overshoot=verdict.overshoot,
-                           retry_of=retry_of)
-            self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
-            self._emit(row)
-            return None
         space = self.request.space
-        payload = make_payload(trial.number, self.request.records, priced.params,
-                               priced.config, metrics=tuple(_reportable(space)),
-                               target=space.target)
-        proposal = Proposal(trial.number, priced.config, payload, priced.estimate,
-                            HOST_BASE_BYTES)
-        row = TrialRow(trial.number, "running", priced.config, est, params,
-                       overshoot=verdict.overshoot, retry_of=retry_of)
-        self._record(row, trial)
-        self.live[trial.number] = _Live(proposal, trial)
-        self.trainables_started += 1
-        self._emit(row)
-        return proposal
+        values = suggest_values(space, trial)
+        try:
+            priced = price_proposal(self.request.code, space, values, self.budget,
+                                    apply=self.apply)
+        except ConfigError as e:
+            if self.placeholder is None:
+                trial.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
+                raise
+            return InvalidProposal(str(e), self.placeholder)
+        self.placeholder = self.placeholder or priced.config
+
+        def launch(number: int) -> tuple[dict[str, Any], int]:
+            return make_payload(number, self.request.records, priced.params, priced.config,
+                                metrics=tuple(_reportable(space)),
+                                target=space.target), HOST_BASE_BYTES
+
+        return PricedProposal(priced.config, priced.estimate, launch)
+
+
+def user_engine(request: UserRequest, study: Any, *, apply: Apply | None = None,
+                recorder: Recorder | None = None,
+                progress: Callable[[Any], None] | None = None) -> SearchEngine:
+    """The search engine of a user search: `UserPricing`, the space's objectives, and early
+    stopping when the space has `early_stop:`."""
+    space = request.space
+    rows = studies.load_rows(study)
+    first = next((r.config for r in rows.values() if r.status != "failed"), None)
+    es = space.early_stop
+    return SearchEngine(
+        study=study, space=space, workload=None,  # type: ignore[arg-type]
+        budget=request.budget, objectives=[(o.name, o.direction)
+                                                       for o in space.objectives],
+        settings={} if es is None else {"max_steps": es[0], "eval_every": es[1]},
+        trials=request.trials, early_stop=es is not None, progress=progress,
+        recorder=recorder, pricing=UserPricing(request, request.budget.bytes, apply, first))
 
 
 def suggest_values(space: UserSpace, trial: Any) -> dict[str, Any]:
@@ -125,9 +139,11 @@ class LocalUserExecutor:
             engine.finish(p.number, None if channel.stopped else final)
 
 
-def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str) -> None:
-    """One trial at a time on a private local Ray, the user's code shipped in the
-    runtime_env and checked by hash on each node (`user.ship`)."""
+def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name: str,
+                lock: StudyLock, address: str | None = None, workers: int = 1) -> None:
+    """`workers` trials at a time on a private local Ray, or on the cluster at `address`
+    (a trial gets its share of a node's CPUs), the user's code shipped in the runtime_env
+    and checked by hash on each node (`user.ship`)."""
     import os
 
     from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
@@ -135,10 +151,14 @@ def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name:
     from autoembed.user.trainer import tune_trainable
 
     cpus = max(1, os.cpu_count() or 1)
-    with ray_session(None, cpus, None, runtime_env(request.records.values())):
+    with ray_session(address, cpus, None, runtime_env(request.records.values())) as ray:
+        lock.ray(*ray.local_session())  # a resume after a SIGKILL stops what it left
+        per_trial = (ray.cpus_per_trial(workers) if address
+                     else max(1, cpus // max(1, workers)))
         run_tune(engine, TuneSettings(
-            workers=1, cpus_per_trial=cpus, gpus_per_trial=0, storage_path=out_dir / "ray",
-            name="tune-" + name, train_data={}, run_settings={}, trainable=tune_trainable))
+            workers=workers, cpus_per_trial=per_trial, gpus_per_trial=0,
+            storage_path=out_dir / "ray", name="tune-" + name, train_data={},
+            run_settings={}, trainable=tune_trainable))
 
 
 @dataclass(frozen=True)
@@ -157,9 +177,14 @@ class UserSearchResult:
 def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str | Path = "runs",
                 resume: bool = False, seed: int = 0, pick: str = "knee",
                 tracker: SearchTracker | None = None, tracking_uri: str | None = None,
-                apply: Apply | None = None,
-                progress: Callable[[Any], None] | None = None) -> UserSearchResult:
-    """Run a checked user search in process (`executor="local"`)."""
+                apply: Apply | None = None, ray_address: str | None = None,
+                workers: int = 1, progress: Callable[[Any], None] | None = None,
+                note: Callable[[str], None] | None = None) -> UserSearchResult:
+    """Run a checked user search: in this process (`executor="local"`) or on Ray, private
+    or the cluster at `ray_address`, `workers` trials at a time. `note` gets the lock's
+    takeover message (a resume after a SIGKILLed driver)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers = {workers!r}: must be an integer >= 1")
     import optuna
     from optuna.study import StudyDirection
 
@@ -177,7 +202,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
 
         tracker = make_tracker(tracking_uri, root)
     objectives = request.space.objectives
-    with StudyLock(out_dir, name, None):
+    with StudyLock(out_dir, name, note) as lock:
         stored.check_still_new()
         sampler = studies.make_sampler("tpe", seed)
         if stored.existing is None:
@@ -196,16 +221,13 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
         out_dir.mkdir(parents=True, exist_ok=True)
         tracker.start(name, {"budget": request.budget.text, "space": request.space.source},
                       Path(request.space.source))
-        engine = UserEngine(request=request, apply=apply, study=opt,
-                            budget=request.budget,
-                            objectives=[(o.name, o.direction) for o in objectives],
-                            settings={}, trials=request.trials, progress=progress,
-                            recorder=Recorder([TrackerSink(tracker)]))
+        engine = user_engine(request, opt, apply=apply, progress=progress,
+                             recorder=Recorder([TrackerSink(tracker)]))
         try:
             if request.executor == "local":
                 LocalUserExecutor().run(engine)
             else:
-                _run_on_ray(engine, request, out_dir, name)
+                _run_on_ray(engine, request, out_dir, name, lock, ray_address, workers)
         except BaseException:
             engine.abandon("interrupted")
             tracker.close("FAILED")

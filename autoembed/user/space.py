@@ -16,6 +16,7 @@ user:                           # passed to build, example and train as params[n
   batch_size: 64
 metrics: [loss]                 # names report(...) may log besides quality
 objectives: [quality, memory, throughput]
+early_stop: {max_steps: 2000, eval_every: 200}   # optional: stop trials that cannot reach the front
 trials: 20
 ```
 
@@ -27,7 +28,9 @@ values are Optuna params named by their place: `user.dim`, `embedding.precision`
 
 What a trial's functions receive (`params`): the `user:` values by name, and under
 `params["embedding"]` the embedding settings chosen (config-wide keys, and `tables`: rule ->
-settings). Loading validates everything with one-line errors naming the file and key.
+settings). `early_stop` turns on the search's early stopping (`search.early_stop`): the
+loop's most steps and its steps between reports, which project a running trial's quality.
+Loading validates everything with one-line errors naming the file and key.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ from autoembed.space import DEFAULT_TRIALS, Objective, Param, parse_objectives
 __all__ = ["UserSpace", "TableRule", "load_user_space", "parse_user_space", "SPACE_KEYS",
            "EMBEDDING_KEYS", "TABLE_KEYS", "EMBEDDING"]
 
-SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "target", "trials")
+SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "target", "trials",
+              "early_stop")
+EARLY_STOP_KEYS = ("max_steps", "eval_every")
 # Config-wide settings autoembed applies to a user's model (the rest describe its own models).
 EMBEDDING_KEYS = ("precision", "serving", "placement", "table_optimizer", "dense_optimizer",
                   "checkpointing", "compression", "hash_buckets", "hash_seed", "qr_collisions",
@@ -88,6 +93,7 @@ class UserSpace:
     target: float | None = None
     trials: int = DEFAULT_TRIALS
     description: str = ""
+    early_stop: tuple[int, int] | None = None  # (max_steps, eval_every); None: off
     text: str = field(default="", compare=False, repr=False)
 
     # ------------------------------------------------------------------ Optuna params
@@ -339,7 +345,26 @@ def parse_user_space(raw: Any, source: str, text: str = "") -> UserSpace:
     return UserSpace(source=source, params=tuple(b.params), fixed=b.fixed, globals_=globals_,
                      rules=tuple(rules), user=user, metrics=metrics, objectives=objectives,
                      target=None if target is None else float(target), trials=trials,
-                     description=desc, text=text)
+                     description=desc, early_stop=_early_stop(source, raw.get("early_stop")),
+                     text=text)
+
+
+def _early_stop(source: str, raw: Any) -> tuple[int, int] | None:
+    """`early_stop: {max_steps: N, eval_every: M}` -> (N, M); absent -> None (off)."""
+    if raw is None:
+        return None
+    spec = _mapping(source, "early_stop", raw)
+    for k in spec:
+        if k not in EARLY_STOP_KEYS:
+            raise _unknown(source, f"early_stop.{k}", EARLY_STOP_KEYS)
+    got = []
+    for k in EARLY_STOP_KEYS:
+        v = spec.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _fail(source, f"early_stop.{k}", v, "must be an integer >= 1 (the loop's "
+                        "most steps, and its steps between reports)")
+        got.append(v)
+    return got[0], got[1]
 
 
 def _metrics(source: str, raw: Any) -> tuple[str, ...]:
