@@ -124,6 +124,20 @@ def test_robe_shared_tables_read_one_array_at_their_own_offsets() -> None:
     assert b(ids.view(2, 3)).shape == (2, 16)
 
 
+@pytest.mark.parametrize("compression", ["robe", "tt"])
+def test_computed_table_with_its_own_dim_is_projected(compression: str) -> None:
+    """A robe / tt table of dim 8 in a dim-16 model ends in its projection (16 columns)."""
+    from autoembed.config import EmbeddingConfig, TableConfig
+    from autoembed.models import build_model
+
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 500, dim=8), TableConfig("b", 90)), dim=16,
+                          compression=compression, dense_layers=(8,))
+    model = build_model(cfg)
+    ids = torch.tensor([[1, 2], [3, MISSING_ID]])
+    assert model.table("a")(ids).shape == (2, 16)
+    assert model({"a": ids, "b": ids}).shape == (2,)
+
+
 def _shared_grad_ref(lookups: list[tuple[list[int], torch.Tensor, int, int]]) -> list[float]:
     """The array's gradient by hand: each (ids, row gradients, dim, field) adds every row
     gradient's entry k into the position the reference gives for column k."""
