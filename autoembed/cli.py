@@ -282,8 +282,13 @@ def estimate(
     qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
     mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
     robe_size: str | None = typer.Option(
-        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1)."),
+        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1); "
+        "with --robe-shared, of the one array."),
     robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
+    robe_shared: bool | None = typer.Option(
+        None, "--robe-shared/--no-robe-shared",
+        help="robe: every robe table reads one array of --robe-size values (a share: of all "
+        "robe tables' values)."),
     tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
     hot_share: float | None = typer.Option(
         None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "

@@ -203,6 +203,10 @@ class TableSettings:
     # the TT rank, the hot share and the cold buckets (hash_buckets resolved; None if unset)
     robe_size: int = 1
     robe_block: int = 1
+    # robe under robe_shared: the tables (names, config order) reading this table's array,
+    # and this table's index among them (its hash field, `models.robe.robe_seed`); else ()
+    robe_group: tuple[str, ...] = ()
+    robe_field: int = 0
     tt_rank: int = 1
     hot_share: float = 1.0
     cold_buckets: int | None = None
@@ -301,6 +305,10 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
     qc = t.qr_collisions if t.qr_collisions is not None else config.qr_collisions
     dim = t.dim if t.dim is not None else config.dim
     robe = t.robe_size if t.robe_size is not None else config.robe_size
+    values, group = t.vocab_size * dim, _robe_group(config) if comp == "robe" else ()
+    if group:  # robe_shared: one array for the group, sized once from the config's robe_size
+        robe = config.robe_size
+        values = sum(_values(config, g) for g in config.tables if g.name in group)
     return TableSettings(
         name=t.name,
         vocab_size=t.vocab_size,
@@ -314,14 +322,30 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
         table_optimizer=t.table_optimizer or config.table_optimizer,
         frequency=t.frequency,
         lookups=config.lookups_per_sample(t),
-        # a share of the table's values: at least one block; a count as given (checked)
-        robe_size=(max(config.robe_block, buckets_of(robe, t.vocab_size * dim))
+        # a share of the values (the table's, or its group's): at least one block; a count
+        # as given (checked)
+        robe_size=(max(config.robe_block, buckets_of(robe, values))
                    if isinstance(robe, float) else robe),
         robe_block=config.robe_block,
+        robe_group=group,
+        robe_field=group.index(t.name) if group else 0,
         tt_rank=t.tt_rank if t.tt_rank is not None else config.tt_rank,
         hot_share=t.hot_share if t.hot_share is not None else config.hot_share,
         cold_buckets=buckets_of(hb, t.vocab_size) if hb is not None else None,
     )
+
+
+def _robe_group(config: EmbeddingConfig) -> tuple[str, ...]:
+    """Under `robe_shared`: the names of the robe tables, in config order (they read one
+    array; a table's index here is its hash field). Otherwise ()."""
+    if not config.robe_shared:
+        return ()
+    return tuple(t.name for t in config.tables if (t.compression or config.compression) == "robe")
+
+
+def _values(config: EmbeddingConfig, t: TableConfig) -> int:
+    """V x D of a table (its own dim, else the config's)."""
+    return t.vocab_size * (t.dim if t.dim is not None else config.dim)
 
 
 @dataclass(frozen=True)
@@ -347,9 +371,12 @@ class EmbeddingConfig:
     mixed_dim_min: int = field(default=4, metadata=field_rule(Integer(1)))
     # robe / tt / hot_cold (`autoembed.compression`): robe's array per table (a count of
     # values, or a share of the table's V x D values) and its block length; the TT rank; the
-    # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows)
+    # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows).
+    # robe_shared: every robe table reads ONE array (the paper's ROBE-Z) of robe_size values
+    # (a share: of the robe tables' V x D values together), each table hashing with its own seed
     robe_size: int | float = field(default=0.1, metadata=field_rule(CountOrShare(1)))
     robe_block: int = field(default=8, metadata=field_rule(Integer(1)))
+    robe_shared: bool = field(default=False, metadata=field_rule(Flag()))
     tt_rank: int = field(default=8, metadata=field_rule(TT_RANK_RULE))
     hot_share: float = field(default=0.01, metadata=field_rule(HOT_SHARE_RULE))
     # precision
@@ -444,6 +471,7 @@ class EmbeddingConfig:
             if self.qr_collisions >= largest:
                 raise _fail("qr_collisions", self.qr_collisions,
                             f"must be below the vocab size ({largest}) or QR compresses nothing")
+        self._validate_robe_shared()
         for i, t in enumerate(self.tables):
             ts = table_settings(self, t)
             if ts.compression == "hash" and ts.hash_buckets is None:
@@ -463,6 +491,28 @@ class EmbeddingConfig:
             if ts.qr_operation == "concat" and ts.dim % 2:
                 key = "dim" if t.dim is None else f"tables[{i}].dim"
                 raise _fail(key, ts.dim, "qr_operation 'concat' needs an even dim (D/2 each)")
+
+    def _validate_robe_shared(self) -> None:
+        """robe_shared: at least one robe table; the array's one size and one optimizer."""
+        group = _robe_group(self)
+        if not self.robe_shared:
+            return
+        if not group:
+            raise _fail("robe_shared", True, "no table uses compression robe; set compression "
+                        "robe (on the config or the tables to share the array) or robe_shared "
+                        "false")
+        opts = {t.table_optimizer or self.table_optimizer for t in self.tables if t.name in group}
+        for i, t in enumerate(self.tables):
+            if t.name not in group:
+                continue
+            if t.robe_size is not None:
+                raise _fail(f"tables[{i}].robe_size", t.robe_size, "tables sharing one robe "
+                            "array (robe_shared) take the config's robe_size; drop the "
+                            "per-table value or set robe_shared false")
+            if t.table_optimizer is not None and len(opts) > 1:
+                raise _fail(f"tables[{i}].table_optimizer", t.table_optimizer, "tables sharing "
+                            "one robe array (robe_shared) are stepped by one optimizer; give "
+                            "them the same table_optimizer or set robe_shared false")
 
     def _validate_method(self, ts: TableSettings) -> None:
         """robe / tt / hot_cold: their parameters, and the optimizer and serving they take."""
@@ -869,7 +919,12 @@ def _table_storage(config: EmbeddingConfig, ts: TableSettings) -> list[ParamSpec
     if config.placement == "host_cached":  # the device holds only the cache
         shape = (cache_rows(config, ts), d)
         return [ParamSpec(f"{base}.cache_weight", shape, "table", ts.name, look, opt)]
-    if ts.compression in METHODS:
+    if ts.robe_group:  # robe_shared: the first table of the group holds the one array
+        specs = [] if ts.robe_field else [ParamSpec(
+            f"{base}.weight", (ts.robe_size,), "table", ",".join(ts.robe_group),
+            sum(config.lookups_per_sample(t) for t in config.tables if t.name in ts.robe_group),
+            opt, True)]
+    elif ts.compression in METHODS:
         specs = [
             ParamSpec(f"{base}.{name}", shape, "table", ts.name, look, opt, not ts.sparse)
             for name, shape in method_shapes(ts)

@@ -124,6 +124,7 @@ def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         ["--compression", "robe", "--serving", "int4"],
         ["--compression", "robe", "--optimizer", "rowwise_adagrad"],
         ["--compression", "tt", "--optimizer", "sparse_adam"],
+        ["--compression", "hash", "--hash-buckets", "10", "--robe-shared"],
     ],
 )
 def test_bad_input_one_line_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,6 +172,8 @@ def test_compressions_priced_from_flags(capsys: pytest.CaptureFixture[str]) -> N
         ("--compression", "robe", "--robe-size", "1600", "--robe-block", "8"): blocks(1600),
         # share 0.1 of 16,000 values
         ("--compression", "robe", "--robe-size", "0.1"): blocks(1600),
+        # one table: its shared array is its own
+        ("--compression", "robe", "--robe-size", "0.1", "--robe-shared"): blocks(1600),
         # 100 hot rows + 50 cold buckets of 16
         ("--compression", "hot_cold", "--hot-share", "0.1", "--hash-buckets", "50"):
             blocks(150 * 16),

@@ -132,6 +132,15 @@ def test_method_rules_name_known_optimizers_and_formats() -> None:
         ("tables:\n  - {name: a, vocab_size: 100, compression: tt, tt_rank: 0}", "tt_rank"),
         ("tables:\n  - {name: a, vocab_size: 100, compression: robe, "
          "table_optimizer: sparse_adam}", "'table_optimizer'"),
+        # robe_shared: one array needs robe tables, one size and one optimizer
+        ("compression: hash\nhash_buckets: 10\nrobe_shared: true", "'robe_shared' = True"),
+        ("robe_shared: true\ntables:\n  - {name: a, vocab_size: 100, compression: robe, "
+         "robe_size: 50}\n  - {name: b, vocab_size: 100, compression: robe}",
+         "'tables[0].robe_size' = 50"),
+        ("robe_shared: true\ncompression: robe\ntables:\n  - {name: a, vocab_size: 100}\n"
+         "  - {name: b, vocab_size: 100, table_optimizer: adagrad}",
+         "'tables[1].table_optimizer' = 'adagrad'"),
+        ("robe_shared: true\ncompression: robe\nrobe_size: 4\nrobe_block: 5", "'robe_block' = 5"),
     ],
 )
 def test_bad_config_files_one_line_exit_2(
@@ -143,7 +152,7 @@ def test_bad_config_files_one_line_exit_2(
     from autoembed.config import load_config
 
     p = Path(str(tmp_path)) / "c.yaml"
-    body = keys if keys.startswith("tables") else (
+    body = keys if "tables" in keys else (
         "tables:\n  - {name: a, vocab_size: 100}\n" + keys)
     p.write_text("task: ctr\ndim: 8\n" + body + "\n")
     with pytest.raises(ConfigError) as e:

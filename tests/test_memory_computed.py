@@ -58,6 +58,7 @@ def test_by_hand() -> None:
 
 @pytest.mark.parametrize(("compression", "kw"), [
     ("robe", {"robe_size": 0.01, "robe_block": 4}),
+    ("robe", {"robe_size": 0.01, "robe_block": 4, "robe_shared": True}),
     ("tt", {"tt_rank": 4}),
     ("hot_cold", {"hot_share": 0.01, "hash_buckets": 0.01}),
 ])
@@ -82,3 +83,21 @@ def test_built_bytes_equal_both_estimates(compression: str, kw: dict[str, object
     assert hot == (430 * 8 if compression == "hot_cold" else 0)
     # measured: robe 1.54, tt 1.34, hot_cold 1.22 (docs/compression.md, known limits)
     assert traced.allocated_peak <= analytic.allocated_peak <= 1.6 * traced.allocated_peak
+
+
+def test_shared_robe_array_keeps_each_tables_activations() -> None:
+    """One array for both tables changes the parameters, not what each table's lookup
+    keeps for backward: the activations equal those of per-table arrays (both methods)."""
+    from autoembed.config import EmbeddingConfig, TableConfig
+    from autoembed.memory import estimate
+
+    def acts(shared: bool, method: str) -> int:
+        cfg = EmbeddingConfig(
+            tables=(TableConfig("a", 40_000, pooling_factor=2.0), TableConfig("b", 3000)),
+            dim=16, dense_layers=(32,), compression="robe", robe_size=0.01, robe_block=4,
+            robe_shared=shared, batch_size=512,
+        ).resolve()
+        return estimate(cfg, method=method).activations
+
+    assert acts(True, "analytic") == acts(False, "analytic")
+    assert acts(True, "traced") == acts(False, "traced")

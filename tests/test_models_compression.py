@@ -87,6 +87,83 @@ def test_robe_gradient_summed_into_exact_positions() -> None:
     assert t.weight.grad.tolist() == pytest.approx(want, abs=1e-6)
 
 
+def _shared_model() -> tuple[nn.Module, RobeTable, RobeTable]:
+    """robe_shared: a (dim 16) and b (dim 8, projected) read one array of 101 values; c is
+    a plain table."""
+    from autoembed.config import EmbeddingConfig, TableConfig
+    from autoembed.models import build_model
+
+    cfg = EmbeddingConfig(
+        tables=(TableConfig("a", 3000), TableConfig("b", 700, 2.0, dim=8),
+                TableConfig("c", 90, compression="none")),
+        dim=16, compression="robe", robe_shared=True, robe_size=101, robe_block=3, hash_seed=7,
+        dense_layers=(8,), pooling="sum",
+    )
+    model = build_model(cfg)
+    a, b = model.table("a"), model.table("b")
+    assert isinstance(a, RobeTable) and isinstance(b, RobeTable)
+    return model, a, b
+
+
+def test_robe_shared_tables_read_one_array_at_their_own_offsets() -> None:
+    torch.manual_seed(0)
+    model, a, b = _shared_model()
+    # one array of 101 values, counted once: + c (90 x 16) + b's projection (16 x 8) + the
+    # tower (3 fields x 16 -> 8 -> 1, with biases)
+    assert sum(p.numel() for p in model.parameters()) == 101 + 90 * 16 + 16 * 8 + 48 * 8 + 8 + 8 + 1
+    arr = a.weight.detach().tolist()
+    ids = torch.tensor([0, 1, 2, 699, 100, 123456])
+    for table, dim, field in ((a, 16, 0), (b, 8, 1)):  # field: the table's index in the group
+        got = table.rows(ids)
+        for k, i in enumerate(ids.tolist()):
+            assert got[k].tolist() == pytest.approx(_robe_row_ref(arr, i, dim, 3, 7, field)[1],
+                                                    abs=0)
+    # the same id reads different places in the two tables (the table's field in the hash)
+    assert not torch.equal(a.positions(ids)[:, :8], b.positions(ids))
+    # b's rows are projected to the model's dim
+    assert b(ids.view(2, 3)).shape == (2, 16)
+
+
+@pytest.mark.parametrize("compression", ["robe", "tt"])
+def test_computed_table_with_its_own_dim_is_projected(compression: str) -> None:
+    """A robe / tt table of dim 8 in a dim-16 model ends in its projection (16 columns)."""
+    from autoembed.config import EmbeddingConfig, TableConfig
+    from autoembed.models import build_model
+
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 500, dim=8), TableConfig("b", 90)), dim=16,
+                          compression=compression, dense_layers=(8,))
+    model = build_model(cfg)
+    ids = torch.tensor([[1, 2], [3, MISSING_ID]])
+    assert model.table("a")(ids).shape == (2, 16)
+    assert model({"a": ids, "b": ids}).shape == (2,)
+
+
+def _shared_grad_ref(lookups: list[tuple[list[int], torch.Tensor, int, int]]) -> list[float]:
+    """The array's gradient by hand: each (ids, row gradients, dim, field) adds every row
+    gradient's entry k into the position the reference gives for column k."""
+    want = [0.0] * 101
+    for ids, g, dim, field in lookups:
+        for n, i in enumerate(ids):
+            for k, p in enumerate(_robe_row_ref(want, i, dim, 3, 7, field)[0]):
+                want[p] += float(g[n, k])
+    return want
+
+
+def test_robe_shared_gradient_lands_in_the_array_at_each_tables_positions() -> None:
+    torch.manual_seed(2)
+    _, a, b = _shared_model()
+    ia, ib = [5, 17, 5], [3, 2999]
+    ga, gb = torch.randn(3, 16), torch.randn(2, 8)
+    (a.rows(torch.tensor(ia)) * ga).sum().backward()
+    assert a.weight.grad is not None
+    assert a.weight.grad.tolist() == pytest.approx(_shared_grad_ref([(ia, ga, 16, 0)]), abs=1e-6)
+    # b's lookup adds into the same array: one gradient for both tables
+    (b.rows(torch.tensor(ib)) * gb).sum().backward()
+    assert b.weight.grad is a.weight.grad
+    both = _shared_grad_ref([(ia, ga, 16, 0), (ib, gb, 8, 1)])
+    assert a.weight.grad.tolist() == pytest.approx(both, abs=1e-6)
+
+
 def test_robe_block_longer_than_array_refused() -> None:
     with pytest.raises(ConfigError, match="robe_block' = 11"):
         RobeTable(10, 11, (4,), _spec())

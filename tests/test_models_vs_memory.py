@@ -145,3 +145,27 @@ def test_parameter_bytes_by_hand(compression: str, precision: str, wide: bool) -
         built += sum(block(m.numel() * m.element_size()) for _, m in tr.masters.items())
     assert built == hand
     assert estimate(cfg).parameters == hand
+
+
+# robe_shared: the three tables read ONE array of 0.25 x (3000 + 700 + 90) x 16 = 15,160
+# values; per table they would hold 0.25 x V x 16 = 12,000, 2,800 and 360 values.
+ROBE_ARRAYS = {True: [15_160], False: [12_000, 2_800, 360]}
+
+
+@pytest.mark.parametrize(
+    ("shared", "opt", "states"),
+    [(s, o, n) for s in (True, False) for o, n in (("adam", 2), ("adagrad", 1))],
+)
+def test_robe_shared_array_counted_once_by_hand(shared: bool, opt: str, states: int) -> None:
+    """Parameters and optimizer state after a real step, and both estimates, against the
+    array sizes written above (fp32, `states` tensors of the parameter's size per tensor)."""
+    cfg = EmbeddingConfig(
+        tables=(TableConfig("a", 3000), TableConfig("b", 700, 2.0), TableConfig("c", 90)),
+        dim=16, batch_size=64, dense_layers=(32,), compression="robe", robe_size=0.25,
+        robe_block=4, robe_shared=shared, table_optimizer=opt, dense_optimizer=opt,
+    ).resolve()
+    tower = [32 * 48, 32, 32, 1]
+    hand = sum(block(n * 4) for n in ROBE_ARRAYS[shared] + tower)
+    params, state, _ = stepped_bytes(cfg)
+    assert params == hand == estimate(cfg).parameters == estimate(cfg, method="traced").parameters
+    assert state == states * hand == estimate(cfg).optimizer_state

@@ -144,6 +144,14 @@ def test_apply_builds_what_the_config_prices(
     assert out.shape == (1, 1)
 
 
+def test_apply_refuses_a_shared_robe_array() -> None:
+    cfg = EmbeddingConfig(tables=(TableConfig("item", 5000, compression="robe"),), dim=16,
+                          robe_shared=True)
+    with pytest.raises(ConfigError, match="'robe_shared' = True") as e:
+        autoembed.apply(Users(), cfg)
+    assert "\n" not in str(e.value)
+
+
 def test_meta_build_apply_materialize_keeps_the_hot_set() -> None:
     cfg = EmbeddingConfig(tables=(TableConfig("item", 5000, compression="hot_cold"),), dim=16,
                           hot_share=0.01, hash_buckets=100)

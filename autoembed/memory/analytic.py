@@ -227,10 +227,14 @@ def _activations(
         if s.kind != "table":
             continue
         ts = settings.get(s.table or "")
-        if ts is not None and ts.compression in ("robe", "tt") and not s.name.startswith(
-            WIDE_PREFIX
+        # robe / tt fields (a shared robe array: every field of its group), once per field
+        fields = [settings[n] for n in (s.table or "").split(",") if n in settings]
+        if fields and all(f.compression in ("robe", "tt") for f in fields) and not (
+            s.name.startswith(WIDE_PREFIX)
         ):
-            if ts.name not in computed:  # once per table, not per core
+            for ts in fields:
+                if ts.name in computed:  # once per table, not per core
+                    continue
                 computed.add(ts.name)
                 saved, tmp = computed_activations(
                     ts.compression, batch=batch, width=math.ceil(ts.lookups), dim=ts.dim,

@@ -34,7 +34,7 @@ class ComputedRowsTable(TableModule):
     """Base class: subclasses define `rows(idx, field)` ([...] int64 ids -> [..., D])."""
 
     quantizable = False
-    proj: nn.Linear | None = None
+    proj: nn.Linear | None  # set by every subclass (a class default would shadow the module)
 
     def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
         raise NotImplementedError

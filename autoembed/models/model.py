@@ -2,7 +2,9 @@
 
 Layout (names as `named_parameters` yields them, in `param_specs` order):
 ``tables.<field>.weight`` (or ``q_weight`` / ``r_weight`` under QR, plus ``proj.weight`` for
-a table whose dim is not the config's `dim`; ``tables.shared.weight`` under sharing), then, with
+a table whose dim is not the config's `dim`; ``tables.shared.weight`` under sharing; under
+`robe_shared` the first robe table's ``weight`` is the one array, the same Parameter in every
+robe table, so named once), then, with
 `wide`, ``wide.<field>.weight`` (per-id logit weights added to the tower's output), then
 ``tower.<i>.weight`` / ``tower.<i>.bias``. Every parameter has the precision policy's
 `param_dtype`. See `autoembed.models.embedding` for the lookups.
@@ -108,11 +110,19 @@ def _lookup_spec(config: EmbeddingConfig, sparse: bool) -> LookupSpec:
 
 
 def _field_table(
-    config: EmbeddingConfig, ts: TableSettings, device: torch.device, dtype: torch.dtype
+    config: EmbeddingConfig, ts: TableSettings, device: torch.device, dtype: torch.dtype,
+    arrays: dict[tuple[str, ...], nn.Parameter],
 ) -> TableModule:
+    """One field's table; `arrays` holds the shared robe arrays built so far (by group)."""
     spec = _lookup_spec(config, ts.sparse)
     if config.placement == "host_cached":
         return _host_cached_table(config, ts, spec, device, dtype)
+    if ts.robe_group:  # robe_shared: the group's first table makes the array, the rest read it
+        table = RobeTable(ts.robe_size, ts.robe_block, (ts.dim,), spec, seed=ts.hash_seed,
+                          out_dim=config.dim, device=device, dtype=dtype,
+                          first_field=ts.robe_field, weight=arrays.get(ts.robe_group))
+        arrays[ts.robe_group] = table.weight
+        return table
     if ts.compression in METHODS:
         return _method_table(config, ts, spec, device, dtype)
     if ts.qr:
@@ -227,8 +237,9 @@ class EmbeddingModel(nn.Module):
                 rows, config.dim, config.dim, spec, device=dev, dtype=dtype
             )
         else:
+            arrays: dict[tuple[str, ...], nn.Parameter] = {}
             for ts in settings:
-                tables[ts.name] = _field_table(config, ts, dev, dtype)
+                tables[ts.name] = _field_table(config, ts, dev, dtype, arrays)
         self.tables = _nested(tables)
         out = 1 if config.task == "ctr" else config.num_classes
         self.wide = (

@@ -38,7 +38,12 @@ def robe_positions(
 
 
 class RobeTable(ComputedRowsTable):
-    """One array `weight` [size] read by fields of dims `dims` in blocks of `block` values."""
+    """One array `weight` [size] read by fields of dims `dims` in blocks of `block` values.
+
+    Field f hashes as field `first_field + f`. `weight`: an existing array [size] to read
+    instead of a new one (`robe_shared`: config-built tables of one group hold the same
+    Parameter, so the model has it once and its gradient sums every table's reads).
+    """
 
     def __init__(
         self,
@@ -51,14 +56,20 @@ class RobeTable(ComputedRowsTable):
         out_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        first_field: int = 0,
+        weight: nn.Parameter | None = None,
     ) -> None:
         super().__init__(spec)
         check_robe(size, block)
         self.size, self.block, self.dims = size, block, dims
-        self.seeds = tuple(robe_seed(seed, f) for f in range(len(dims)))
-        self.weight = nn.Parameter(torch.empty((size,), device=device, dtype=dtype))
-        with torch.no_grad():
-            self.weight.normal_(0.0, 1.0 / math.sqrt(max(dims)))
+        self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
+        if weight is None:
+            weight = nn.Parameter(torch.empty((size,), device=device, dtype=dtype))
+            with torch.no_grad():
+                weight.normal_(0.0, 1.0 / math.sqrt(max(dims)))
+        elif tuple(weight.shape) != (size,):
+            raise ValueError(f"a shared robe array of shape {tuple(weight.shape)}, not ({size},)")
+        self.weight = weight
         self.proj = projection(dims[0], out_dim, device, dtype)
 
     def positions(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:

@@ -139,6 +139,10 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
     (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...)."""
     from autoembed.config import resolved_tables
 
+    if config.robe_shared:  # the layers of autoembed.nn hold one array per table
+        raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
+                          "model its own robe array; set robe_shared false (one shared array "
+                          "is for config-built models)")
     plans = []
     for ts in resolved_tables(config):
         old = _module(model, ts.name)
