@@ -134,6 +134,7 @@ def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any]:
         "train_steps": trained.get("steps"), "train_seconds": train_s,
         "test": trained.get("test_quality"), "train_valid": trained.get("valid_quality"),
         "train_status": trained.get("status"),
+        "tool_baseline": res.get("baseline"), "noise": res.get("noise"),
         "load_start": load0, "load_search_end": load1, "load_end": os.getloadavg(),
     }
 
@@ -173,6 +174,7 @@ def report(records: list[dict[str, Any]]) -> str:
                 f"{q:.4f}" if isinstance(q, (int, float)) else "-",
                 f"{r['train_steps']}", f"{r['test']:.4f}" if r["test"] is not None else "-",
                 f"{r['test'] - base['test']:+.4f}" if r["test"] is not None else "-",
+                _tool_baseline(r.get("tool_baseline")),
                 "/".join(f"{x:.1f}" for x in r["load_start"]), r["commit"][:12]])
     bases = [[r["data"], f"{r['rows'][0]:,} / {r['rows'][1]:,} / {r['rows'][2]:,}",
               ", ".join(f"{t} {v:,}" for t, v in r["tables"]), r["name"], r["metric"],
@@ -186,7 +188,8 @@ def report(records: list[dict[str, Any]]) -> str:
         "average when the search started):\n\n"
         + markdown_table(["data", "seed", "search s", "counts", "pick", "pick's searched "
                           "values", "pick valid (search)", "train steps", "test (train)",
-                          "- baseline", "load", "commit"], per_seed)
+                          "- baseline", "search's own baseline: valid / test", "load",
+                          "commit"], per_seed)
         + "\n\nBaselines (autoembed.baselines.fit_baseline on the search's split):\n\n"
         + markdown_table(["data", "train / valid / test rows", "tables", "model", "metric",
                           "C", "valid", "test", "time"], bases)
@@ -195,6 +198,13 @@ def report(records: list[dict[str, Any]]) -> str:
         "and trained with `autoembed train --config best.yaml` (the steps the export carries); "
         "its test figure is that run's on the whole test split. The interval is Student's t "
         "over the seeds' paired differences (the baseline is the same split's).")
+
+
+def _tool_baseline(b: dict[str, Any] | None) -> str:
+    """The baseline the search itself printed (pareto.json), to check it against ours."""
+    if not b:
+        return "-"
+    return f"{b.get('valid', math.nan):.4f} / {b.get('test', math.nan):.4f}"
 
 
 def main(argv: list[str] | None = None) -> None:
