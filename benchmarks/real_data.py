@@ -171,7 +171,7 @@ def report(records: list[dict[str, Any]]) -> str:
                 f"{r['counts'].get('complete', 0)} / {r['counts'].get('pruned', 0)} / "
                 f"{r['counts'].get('infeasible', 0)} / {r['counts'].get('failed', 0)}",
                 f"{r['pick_rule']}: trial {r['pick_trial']}", describe(r["params"]),
-                f"{q:.4f}" if isinstance(q, (int, float)) else "-",
+                f"{q:.4f}" if isinstance(q, (int, float)) else "-", _num(sm.get("test_quality")),
                 f"{r['train_steps']}", f"{r['test']:.4f}" if r["test"] is not None else "-",
                 f"{r['test'] - base['test']:+.4f}" if r["test"] is not None else "-",
                 _tool_baseline(r.get("tool_baseline")),
@@ -187,7 +187,8 @@ def report(records: list[dict[str, Any]]) -> str:
         + "\n\nPer seed (counts: complete / pruned / over budget / failed; load: 1/5/15-min "
         "average when the search started):\n\n"
         + markdown_table(["data", "seed", "search s", "counts", "pick", "pick's searched "
-                          "values", "pick valid (search)", "train steps", "test (train)",
+                          "values", "pick valid (search)", "pick test (search)",
+                          "train steps", "test (train)",
                           "- baseline", "search's own baseline: valid / test", "load",
                           "commit"], per_seed)
         + "\n\nBaselines (autoembed.baselines.fit_baseline on the search's split):\n\n"
@@ -198,6 +199,10 @@ def report(records: list[dict[str, Any]]) -> str:
         "and trained with `autoembed train --config best.yaml` (the steps the export carries); "
         "its test figure is that run's on the whole test split. The interval is Student's t "
         "over the seeds' paired differences (the baseline is the same split's).")
+
+
+def _num(x: Any) -> str:
+    return f"{x:.4f}" if isinstance(x, (int, float)) else "-"
 
 
 def _tool_baseline(b: dict[str, Any] | None) -> str:
