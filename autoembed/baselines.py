@@ -17,6 +17,7 @@ scored once, with that C. scikit-learn and scipy are imported on the first call.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,18 @@ class Baseline:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Baseline:
+        """The inverse of `to_dict` (a study's stored baseline)."""
+        return cls(str(raw["name"]), str(raw["metric"]), float(raw["valid"]),
+                   float(raw["test"]), float(raw["c"]), float(raw["seconds"]),
+                   int(raw["columns"]))
+
+    def describe(self) -> str:
+        """One line: what it is and its scores."""
+        return (f"baseline ({self.name}, C={self.c:g}): validation {self.metric} "
+                f"{self.valid:.4f}, test {self.test:.4f} ({self.seconds:.1f} s)")
 
 
 def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray[Any]]:

@@ -520,8 +520,9 @@ def ui(
 def search_cmd(
     budget: str = typer.Option(..., help="Device memory budget: 8GB, 8GiB, 7500MB or 80%."),
     space: str | None = typer.Option(
-        None, help="Search space YAML, or a built-in: default, ctr, text, tiny "
-        "(default: search_spaces/default.yaml, shipped with the package)."),
+        None, help="Search space YAML, a built-in (default, ctr, text, tiny), or auto: "
+        "derived from --data and the budget (default: auto with real --data, else "
+        "search_spaces/default.yaml, shipped with the package)."),
     trials: int | None = typer.Option(
         None, help="Trials that train (over-budget proposals are free); default: the space's."),
     time_budget: float | None = typer.Option(

@@ -23,6 +23,8 @@ __all__ = [
     "label_counts",
     "validation_noise",
     "pick_noise",
+    "measure_noise",
+    "NoiseMeasure",
     "Point",
     "BestStep",
     "best_evaluation",
@@ -70,6 +72,48 @@ def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) 
     return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
+@dataclass(frozen=True)
+class NoiseMeasure:
+    """The `within-noise` slack and how it was measured: one standard error (`METHOD`) of
+    the best candidate's validation `quality` (its `metric`) from the `class_rows` (rows
+    per class) among the validation split's first `rows` rows, which its evaluation read."""
+
+    slack: float
+    metric: str
+    quality: float
+    trial: int | None
+    rows: int
+    class_rows: tuple[int, ...]
+
+    METHOD = ("one standard error of the best validation quality on the validation rows "
+              "its evaluation read (AUC: Hanley-McNeil; accuracy: binomial)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slack": self.slack, "metric": self.metric, "quality": self.quality,
+                "trial": self.trial, "rows": self.rows, "class_rows": list(self.class_rows),
+                "method": self.METHOD}
+
+
+def measure_noise(
+    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None
+) -> NoiseMeasure | None:
+    """`pick_noise` with how it was measured."""
+    scored = [c for c in candidates if _finite(c.values.get("quality"))]
+    if dataset is None or not scored:
+        return None
+    best = max(scored, key=lambda c: float(c.values["quality"]))
+    rows = None if eval_batches is None else eval_batches * int(best.config.batch_size)
+    metric = "auc" if dataset.task == "ctr" else "accuracy"
+    quality = float(best.values["quality"])
+    counts = label_counts(dataset, "valid", rows)
+    try:
+        slack = quality_noise(metric, quality, counts)
+    except ConfigError:
+        return None
+    return NoiseMeasure(slack, metric, quality, getattr(best, "number", None), sum(counts),
+                        counts)
+
+
 def pick_noise(
     candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None
 ) -> float | None:
@@ -77,15 +121,8 @@ def pick_noise(
     `config.batch_size`): the noise of the best quality on the rows its evaluation read
     (`eval_batches` batches of its batch size; None: the whole split). None when there is
     nothing to measure it on (no dataset, no quality, or a split without both classes)."""
-    scored = [c for c in candidates if _finite(c.values.get("quality"))]
-    if dataset is None or not scored:
-        return None
-    best = max(scored, key=lambda c: float(c.values["quality"]))
-    rows = None if eval_batches is None else eval_batches * int(best.config.batch_size)
-    try:
-        return validation_noise(dataset, float(best.values["quality"]), rows)
-    except ConfigError:
-        return None
+    m = measure_noise(candidates, dataset, eval_batches)
+    return None if m is None else m.slack
 
 
 def _finite(v: Any) -> bool:

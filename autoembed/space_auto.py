@@ -24,14 +24,17 @@ The rules (each constant below says why its value):
 * **Training length** from `selection.training_length`: epochs for data that fit
   TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
 
-`to_space_dict(per_table=True)` writes the per-table form: `tables:` pins every small table
-to `compression: none` and the config-wide `hash_buckets` / `qr_collisions` are searched as
-shares of each table's rows (config.buckets_of / collisions_of). Until the space loader reads
-`tables:` and share ranges, the default form carries one config-wide compression instead:
-`hash_buckets` as counts from the smallest big table's low share (raised to the largest small
-table's rows: a table with no more rows than buckets is not hashed, so small tables stay
-untouched) to HASH_SHARES[1] of the smallest big table's rows (so no table is offered as many
-buckets as ids); QR only when every table is big (QR applies to every table larger than m).
+`to_space_dict(per_table=True)` writes the per-table form, which `auto_space` (the search's
+`--space auto`) uses: `tables:` pins every small table to `compression: none` and the
+config-wide `hash_buckets` / `qr_collisions` are searched as shares of each table's rows
+(config.buckets_of / collisions_of). The default form carries one config-wide compression
+instead (for a loader without `tables:` and share ranges): `hash_buckets` as counts from the
+smallest big table's low share (raised to the largest small table's rows: a table with no more
+rows than buckets is not hashed, so small tables stay untouched) to HASH_SHARES[1] of the
+smallest big table's rows (so no table is offered as many buckets as ids); QR only when every
+table is big (QR applies to every table larger than m).
+
+`summary(space)` is the few lines a search prints before its first trial.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
@@ -61,6 +65,7 @@ __all__ = [
     "hash_bucket_range",
     "qr_collision_range",
     "seq_len_choices",
+    "summary",
 ]
 
 AUTO_SOURCE = "auto"  # the space's source name (`--space auto`)
@@ -81,6 +86,8 @@ EVALS_PER_TRIAL = 8
 EVAL_ROWS = 20_000  # validation rows read per evaluation (at most): AUC's s.e. ~0.004
 WEIGHT_DECAYS = (0.0, 2e-5, 2e-4, 2e-3)  # L2 (Adam's weight_decay): none to strong
 LR_RANGE = (0.001, 0.05)
+TABLE_OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
+DECAY_OPTIMIZERS = ("adam", "rowwise_adagrad")  # those of TABLE_OPTIMIZERS that take L2
 
 
 @dataclass(frozen=True)
@@ -158,9 +165,11 @@ class AutoSpace:
             params["wide"] = {"choices": [False, True]}
         else:
             params["pooling"] = {"choices": ["mean", "sum"]}
-        params["table_optimizer"] = {"choices": ["adam", "adagrad", "rowwise_adagrad"]}
+        params["table_optimizer"] = {"choices": list(TABLE_OPTIMIZERS)}
         params["lr"] = {"type": "float", "low": LR_RANGE[0], "high": LR_RANGE[1], "log": True}
-        params["weight_decay"] = {"choices": list(WEIGHT_DECAYS)}
+        # adagrad's sparse gradients take no weight decay (models.model refuses it)
+        params["weight_decay"] = {"choices": list(WEIGHT_DECAYS),
+                                  "when": {"table_optimizer": list(DECAY_OPTIMIZERS)}}
         params["batch_size"] = {"choices": list(self.batch_sizes)}
         base: dict[str, Any] = {"dense_optimizer": "adam"}
         if self.task == "text":
@@ -325,5 +334,38 @@ def auto_space(dataset: Dataset, budget_bytes: int) -> SearchSpace:
 
     from autoembed.space import parse_space
 
-    raw = derive_space(facts_of(dataset), budget_bytes).to_space_dict()
+    raw = derive_space(facts_of(dataset), budget_bytes).to_space_dict(per_table=True)
     return parse_space(raw, AUTO_SOURCE, yaml.safe_dump(raw, sort_keys=False))
+
+
+def summary(space: SearchSpace, stored_at: Path | None = None) -> str:
+    """A derived space in a few lines: its description, each searched parameter's range or
+    choices (with its condition), the per-table settings, and where it is stored."""
+    lines = ["search space derived from the data and the budget"
+             + (f" (stored in {stored_at}; --resume reuses it)" if stored_at else "") + ":",
+             f"  {space.description}"]
+    params = []
+    for p in space.params:
+        if p.kind == "categorical":
+            what = "|".join(_label(c) for c in p.choices)
+        else:
+            what = f"{p.low:g}..{p.high:g}"
+            if p.name == "qr_collisions" and p.kind == "float":
+                what = f"1/{1 / p.low:g}..1/{1 / p.high:g}"
+            if p.name in ("hash_buckets", "qr_collisions") and p.kind == "float":
+                what += " of each table's rows"
+            what += (" log" if p.log else "") + (f" x{p.multiple_of}" if p.multiple_of else "")
+        cond = "".join(f" if {k}={'|'.join(map(str, v))}" for k, v in p.when)
+        params.append(f"{p.name} {what}{cond}")
+    lines += ["  " + "; ".join(params[i:i + 4]) for i in range(0, len(params), 4)]
+    pinned = [f"{t.name or f'>={t.min_rows} rows'}: "
+              + ", ".join(f"{k} {v}" for k, v in t.settings.items()) for t in space.tables]
+    if pinned:
+        lines.append("  tables: " + "; ".join(pinned))
+    return "\n".join(lines)
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)

@@ -263,6 +263,8 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
         (["--trials", "0"], "--trials 0"),
         (["--objectives", "quality,acuracy"], "unknown objective 'acuracy'"),
         (["--data", "movielen"], "unknown data name 'movielen'"),
+        (["--space", "auto"], "--space auto derives the space from your data: give --data"),
+        (["--space", "auto", "--data", "synthetic-text"], "'synthetic-text' is synthetic"),
         (["--sampler", "cmaes"], "sampler 'cmaes'"),
         (["--pick", "best"], "pick 'best'"),
         (["--study", "../escape"], "study name '../escape'"),

@@ -157,6 +157,9 @@ def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: P
     assert old.result is not None and old.result.test_quality == 0.655
     assert old.result.objective_quality == 0.7 and old.status == "complete"
     assert len([r for r in res.rows if r.counted]) == 2  # the old trial counts: one more ran
+    # stored without a memory basis: its memory objective stays device_total, old and new
+    new = next(r for r in res.rows if r.counted and r.number != 0)
+    assert new.status == "complete" and new.metrics["memory"] == float(new.device_total)
     out = export_config("old", tmp_path / "t0.yaml", pick="trial:0", runs_dir=runs,
                         tracking_uri="none")
     assert load_config(out.path).dim == 8 and out.trial == 0

@@ -9,18 +9,54 @@ training step's `allocated_peak`: the bytes the config's own tensors (tables, gr
 optimizer state, activations, temporaries) hold at the step's peak, byte for byte, above the
 fixed context and workspace. On a GPU the measured `torch.cuda.max_memory_allocated` stands
 in for it. The budget check keeps using `device_total`.
+
+A study records the basis it was started with (`MEMORY_BASIS`, study settings key
+`memory_basis`); a study stored before there was a choice has none and keeps `LEGACY_BASIS`
+(device_total, or the measured reserved peak + overhead), so that its old and new trials
+compare on one scale when it is resumed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from autoembed.errors import ConfigError
 from autoembed.memory.types import MemoryEstimate
 
-__all__ = ["memory_objective"]
+__all__ = ["memory_objective", "memory_value", "MEMORY_BASES", "MEMORY_BASIS",
+           "LEGACY_BASIS", "check_basis"]
+
+MEMORY_BASES = ("allocated_peak", "device_total")
+MEMORY_BASIS = "allocated_peak"  # a new study's
+LEGACY_BASIS = "device_total"  # a study stored without one
+
+
+def check_basis(basis: str) -> str:
+    if basis not in MEMORY_BASES:
+        raise ConfigError(f"memory basis '{basis}' is not known; use one of "
+                          f"{', '.join(MEMORY_BASES)}")
+    return basis
 
 
 def memory_objective(est: MemoryEstimate, measured_allocated_peak: int | None = None) -> int:
     """Device bytes a config's training step holds above the fixed overhead: the measured
     allocated peak when a GPU measured one, else the estimate's `allocated_peak`."""
-    if measured_allocated_peak is not None:
-        return int(measured_allocated_peak)
-    return int(est.allocated_peak)
+    return int(memory_value({"allocated_peak": est.allocated_peak}, MEMORY_BASIS,
+                            measured_allocated=measured_allocated_peak))
+
+
+def memory_value(
+    estimate: Mapping[str, Any], basis: str = MEMORY_BASIS, *,
+    measured_allocated: int | None = None, measured_reserved: int | None = None,
+) -> float:
+    """A trial's `memory` objective from its stored estimate (`MemoryEstimate.to_dict()`)
+    on `basis`: allocated_peak (the measured allocated peak when given), or device_total
+    (the measured reserved peak + the estimate's overhead when given)."""
+    if check_basis(basis) == "allocated_peak":
+        if measured_allocated is not None:
+            return float(measured_allocated)
+        return float(int(estimate.get("allocated_peak", 0)))
+    if measured_reserved is not None:
+        return float(measured_reserved + int(estimate.get("overhead", 0)))
+    return float(int(estimate.get("device_total", 0)))

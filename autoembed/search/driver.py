@@ -130,6 +130,9 @@ def run_search(
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
     plan = SearchPlan.build(request, stored.meta)
+    if on_recovered is not None:  # the derived space and the baseline, before any trial
+        for note in plan.notes():
+            on_recovered(note)
     if tracker is None:  # an unreachable tracking server fails here, before anything is made
         from autoembed.tracking import make_tracker
 
@@ -149,6 +152,7 @@ def run_search(
         plan = executor.place(plan)
         study, recovery = _open_study(stored, plan, on_recovered)
         plan.out_dir.mkdir(parents=True, exist_ok=True)
+        plan.save_space()
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
         engine = SearchEngine(
             study=study, space=plan.space, workload=plan.workload,
@@ -158,6 +162,7 @@ def run_search(
             early_stop=plan.early_stop,
             use_measured=(plan.device == "cuda" and not plan.workload.stand_in),
             host_memory=(plan.device == "cpu"), host_budget_bytes=request.host_budget,
+            memory_basis=plan.memory_basis,
             progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
@@ -251,6 +256,7 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
         "threads": meta["threads"], "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,
         "wall_seconds": round(wall, 2),
+        "baseline": None if plan.baseline is None else plan.baseline.to_dict(),
         "finished_at": _dt.datetime.now().isoformat(timespec="seconds"),
     }
 
@@ -260,13 +266,14 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     """Report: rank, write the files (pareto.json last), mark the study finished."""
     engine.recorder.flush()
     from autoembed.runner import RunSettings
-    from autoembed.selection import pick_noise
+    from autoembed.selection import measure_noise
 
     data = plan.workload.train_dataset or plan.workload.dataset
     eval_batches = plan.space.run.get("eval_batches", RunSettings.eval_batches)
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
-        plan.name, engine.stop_reason, noise=lambda c: pick_noise(c, data, eval_batches))
+        plan.name, engine.stop_reason, noise=lambda c: measure_noise(c, data, eval_batches),
+        memory_basis=plan.memory_basis)
     meta = plan.meta()
     wall = time.monotonic() - t_start
     spec = plan.workload.spec
@@ -290,4 +297,5 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         stop_reason=engine.stop_reason, wall_seconds=wall,
         trainables_started=engine.trainables_started, workers=plan.workers,
         device=plan.device,
+        extra={"baseline": plan.baseline, "noise": report.noise},
     )

@@ -9,7 +9,7 @@ trial's optimistic projection:
 
 * quality: the last validation quality plus its latest gain per evaluation times the
   evaluations left (linear: optimistic for the usual concave curve), plus QUALITY_SLACK;
-* memory: the priced device_total (exact before training);
+* memory: the priced memory objective (`Progress.device_total`; exact before training);
 * throughput: samples / elapsed (evaluation time included) times THROUGHPUT_OPTIMISM;
 * latency: unknown until the end, so 0 (a trial is never stopped under a latency objective);
 * steps_to_target: the step it was reached at, or the next evaluation's step.

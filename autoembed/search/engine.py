@@ -36,6 +36,7 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate, estimate
+from autoembed.memory.objective import MEMORY_BASIS, check_basis, memory_value
 from autoembed.runner import RunSettings
 from autoembed.search.early_stop import Progress, cannot_reach_front
 from autoembed.search.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
@@ -136,6 +137,7 @@ class SearchEngine:
         use_measured: bool = False,
         host_memory: bool = True,
         host_budget_bytes: int | None = None,
+        memory_basis: str = MEMORY_BASIS,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -157,6 +159,7 @@ class SearchEngine:
         self.time_budget_s = time_budget_s
         self.early_stop = early_stop
         self.use_measured = use_measured
+        self.memory_basis = check_basis(memory_basis)  # memory.objective
         self.host_memory = host_memory
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.feasibility = Feasibility.for_search(
@@ -240,8 +243,12 @@ class SearchEngine:
 
     def _complete(self, row: TrialRow, *, placeholder: bool, runs: float) -> _Outcome:
         return _Outcome("complete", optuna_values(row.metrics, self.objectives,
-                                                  row.device_total, placeholder),
+                                                  self._memory(row.estimate), placeholder),
                         row.overshoot, runs)
+
+    def _memory(self, estimate: Mapping[str, Any]) -> float:
+        """The priced `memory` objective of a stored estimate (memory.objective)."""
+        return memory_value(estimate, self.memory_basis)
 
     # ------------------------------------------------------------------ proposing
     def _key(self, params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -363,7 +370,7 @@ class SearchEngine:
         s = {**_RUN_DEFAULTS, **self.settings}
         if not self.early_stop or int(evaluation["step"]) >= int(s["max_steps"]):
             return False  # off, or the last evaluation: nothing is left to save
-        target = self.space.target
+        target = self.settings.get("target", self.space.target)  # the plan's target
         reached = next((int(e["step"]) for e in live.evaluations
                         if target is not None and float(e["quality"]) >= target), None)
         prog = Progress(
@@ -371,7 +378,7 @@ class SearchEngine:
             step=int(evaluation["step"]), samples=int(evaluation.get("samples", 0)),
             elapsed_s=float(evaluation.get("elapsed_s", 0.0)),
             max_steps=int(s["max_steps"]), eval_every=int(s["eval_every"]),
-            device_total=float(live.proposal.estimate.device_total), target=target,
+            device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
             reached_at=reached,
         )
         front = [r.metrics for r in self.front()]
@@ -402,14 +409,15 @@ class SearchEngine:
             if live.stopped and final is None:
                 last = live.evaluations[-1] if live.evaluations else {}
                 return old.with_(status="pruned", metrics={
-                    "quality": last.get("quality"), "memory": float(p.estimate.device_total),
+                    "quality": last.get("quality"), "memory": self._memory(p.estimate.to_dict()),
                     "steps": float(last.get("step", 0))}, reason=(
                     f"stopped at step {last.get('step')}: a front member is at least as good "
                     "on every objective as this trial could still reach")), _Outcome("pruned")
             why = error or (final or {}).get("error") or "the trial ended without a result"
             return old.with_(status="failed", reason=str(why)), _Outcome("fail")
         result = decode_result(final["result"])
-        metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured)
+        metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured,
+                                    memory_basis=self.memory_basis)
         row = old.with_(status=result.status, metrics=metrics, reason=result.error,
                         result=result)
         if result.status == "complete":

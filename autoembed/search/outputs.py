@@ -86,7 +86,7 @@ def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path
     return out
 
 
-_LABELS = {"quality": "quality (AUC / accuracy)", "memory": "device memory (GB)",
+_LABELS = {"quality": "quality (AUC / accuracy)", "memory": "memory objective (GB)",
            "throughput": "throughput (samples/s)", "latency": "latency p50 b1 (ms)",
            "steps_to_target": "steps to target"}
 

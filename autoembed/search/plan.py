@@ -1,11 +1,16 @@
 """`SearchPlan`: everything a search decides before its first trial.
 
 `SearchPlan.build(request, stored)` loads the space (a resumed study's stored text when none
-is given), the objectives and the data, merges the request with the settings a resumed study
+is given; derived from the data and the budget for `--space auto`, the default with real
+`--data`), the objectives and the data, merges the request with the settings a resumed study
 stored (the one place that does: a value given wins where it may change, and is refused
-where it may not — budget, objectives, data, space), sizes the workers and CPUs, and prices
-the cheapest corner of the space (`NothingFitsError`, exit status 3, when even it does not
+where it may not — budget, objectives, data, space), fits the baseline on real data (a new
+study; a resumed one keeps its stored one), sizes the workers and CPUs, and prices the
+cheapest corner of the space (`NothingFitsError`, exit status 3, when even it does not
 fit). Ray's cluster may change a trial's CPUs (`with_cpus_per_trial`).
+
+The baseline's validation score is the trials' target (steps_to_target) where the space
+gives none: on real data there is no oracle (`runner.default_target`).
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autoembed.baselines import Baseline
 from autoembed.budget import Budget, format_bytes
-from autoembed.data.spec import DataSpec
-from autoembed.errors import AutoembedError
+from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
+from autoembed.errors import AutoembedError, ConfigError
+from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.search.request import SearchRequest, check_same
-from autoembed.search.workload import Workload, build_workload, data_spec_for
+from autoembed.search.workload import Workload, build_workload, data_spec_for, given_spec
 from autoembed.space import (
     BUILTIN_SPACES,
     Objective,
@@ -32,11 +39,13 @@ from autoembed.space import (
     parse_objectives,
     parse_space,
 )
+from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 
 __all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP",
            "trial_threads"]
 
 DEFAULT_SPACE = "default"
+DERIVED_SPACE_FILE = "space.yaml"  # a derived space, in the study's folder
 # Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
 # trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained
 # steps (a front as good for less training; within noise).
@@ -76,25 +85,31 @@ class SearchPlan:
     cpus: int  # this machine's
     cpus_per_trial: int
     created: str
+    memory_basis: str = MEMORY_BASIS  # memory.objective: the `memory` objective's bytes
+    baseline: Baseline | None = None  # the simple model on the same split (real data)
+    baseline_note: str | None = None  # why there is none, where one was tried
 
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, request: SearchRequest, stored: Mapping[str, Any]) -> SearchPlan:
         r = request
-        sp = _space(r.space, stored)
-        objs = parse_objectives(list(r.objectives), "--objectives") if r.objectives \
-            else sp.objectives
-        spec, stand_in = data_spec_for(sp, r.data, r.label, r.categorical, r.text_column)
-        if spec.is_file:
-            spec = replace(spec, name=str(Path(spec.name).expanduser().resolve()))
-        if stored:
-            check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}")
-            check_same(stored, "objectives", [o.name for o in objs], "--objectives")
-            check_same(stored, "data", spec.to_dict(), "--data")
-            if r.space is not None:
-                check_same(stored, "space_text", sp.text, f"--space {r.space}")
-        workload = build_workload(spec, stand_in, sp.tables)
+        if _derives(r, stored):
+            sp, spec, workload = _derived(r)
+            objs = _objectives(r, sp)
+        else:
+            sp = _space(r.space, stored)
+            objs = _objectives(r, sp)
+            spec, stand_in = data_spec_for(sp, r.data, r.label, r.categorical, r.text_column)
+            spec = _resolved(spec)
+            if stored:
+                check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}")
+                check_same(stored, "objectives", [o.name for o in objs], "--objectives")
+                check_same(stored, "data", spec.to_dict(), "--data")
+                if r.space is not None:
+                    check_same(stored, "space_text", sp.text, f"--space {r.space}")
+            workload = build_workload(spec, stand_in, sp.tables)
         _check_cheapest(sp, workload, r.budget)
+        baseline, note = _baseline(workload, stored)
         gpus = 0
         if r.device == "cuda":
             import torch
@@ -112,6 +127,9 @@ class SearchPlan:
                 stored.get("early_stop", DEFAULT_EARLY_STOP)),
             workers=workers, gpus=gpus, cpus=cpus, cpus_per_trial=max(1, cpus // workers),
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
+            memory_basis=check_basis(str(stored.get("memory_basis", LEGACY_BASIS)))
+            if stored else MEMORY_BASIS,
+            baseline=baseline, baseline_note=note,
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -139,17 +157,57 @@ class SearchPlan:
         return tuple((o.name, o.direction) for o in self.objectives)
 
     @property
+    def derived(self) -> bool:
+        """Whether the space was derived from the data (`--space auto`)."""
+        return self.space.source == AUTO_SPACE
+
+    @property
     def space_file(self) -> Path | None:
+        """The space's file (a derived space's: `space.yaml` in the study's folder, once
+        `save_space` wrote it)."""
+        if self.derived:
+            p = self.out_dir / DERIVED_SPACE_FILE
+            return p if p.is_file() else None
         return Path(self.space.source) if Path(self.space.source).is_file() else None
+
+    def save_space(self) -> Path | None:
+        """Write a derived space's YAML into the study's folder (what the study stores and
+        a resume reads back; a user may copy and edit it). None: not derived."""
+        if not self.derived:
+            return None
+        p = self.out_dir / DERIVED_SPACE_FILE
+        p.write_text(self.space.text)
+        return p
+
+    @property
+    def target(self) -> float | None:
+        """The trials' target quality: the space's, else the baseline's validation score
+        (None: the runner's default, the synthetic data's oracle)."""
+        if self.space.target is not None:
+            return self.space.target
+        return self.baseline.valid if self.baseline is not None else None
 
     def run_settings(self) -> dict[str, Any]:
         """What each trial runs with (`runner.RunSettings` fields)."""
         s = {**dict(self.space.run), "device": self.device,
              "threads": trial_threads(self.cpus_per_trial, self.device)}
         s.setdefault("measure_latency", "latency" in {o.name for o in self.objectives})
-        if self.space.target is not None:
-            s["target"] = self.space.target
+        if self.target is not None:
+            s["target"] = self.target
         return s
+
+    def notes(self) -> list[str]:
+        """What the user is told before the first trial: a derived space, the baseline."""
+        out = []
+        if self.derived:
+            from autoembed.space_auto import summary
+
+            out.append(summary(self.space, self.out_dir / DERIVED_SPACE_FILE))
+        if self.baseline is not None:
+            out.append(self.baseline.describe() + "; the trials' target")
+        elif self.baseline_note:
+            out.append(f"no baseline: {self.baseline_note}")
+        return out
 
     def meta(self, finished: bool = False) -> dict[str, Any]:
         """The study's stored settings (Optuna study attribute), read back by a resume."""
@@ -161,7 +219,9 @@ class SearchPlan:
             "train_data": self.workload.train_spec.to_dict(), "trials": self.trials,
             "early_stop": self.early_stop, "workers": self.workers, "device": self.device,
             "threads": self.run_settings()["threads"], "finished": finished,
-            "created": self.created,
+            "created": self.created, "memory_basis": self.memory_basis,
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "baseline_note": self.baseline_note,
         }
 
     def tracker_params(self) -> dict[str, str]:
@@ -172,13 +232,80 @@ class SearchPlan:
             "data": self.spec.name, "objectives": ",".join(o.name for o in self.objectives),
             "trials": str(self.trials), "workers": str(self.workers),
             "early_stop": str(self.early_stop), "device": self.device,
+            "memory_basis": self.memory_basis,
+            **({} if self.baseline is None else {
+                f"baseline.{k}": str(v) for k, v in self.baseline.to_dict().items()}),
         }
+
+
+def _objectives(r: SearchRequest, sp: SearchSpace) -> list[Objective]:
+    if r.objectives:
+        return list(parse_objectives(list(r.objectives), "--objectives"))
+    return list(sp.objectives)
+
+
+def _resolved(spec: DataSpec) -> DataSpec:
+    """A file's spec names its absolute path (what a study stores)."""
+    if spec.is_file:
+        return replace(spec, name=str(Path(spec.name).expanduser().resolve()))
+    return spec
+
+
+def _derives(r: SearchRequest, stored: Mapping[str, Any]) -> bool:
+    """Whether this search derives its space: `--space auto`, or real `--data` with no
+    `--space`, in a new study (a resumed one reads the space it stored). `--space auto`
+    without real data, or on a study started with another space, is refused."""
+    if stored:
+        if r.space == AUTO_SPACE:
+            check_same(stored, "space_source", AUTO_SPACE, f"--space {AUTO_SPACE}")
+        return False
+    if r.space == AUTO_SPACE:
+        if r.data is None:
+            raise ConfigError(
+                f"--space {AUTO_SPACE} derives the space from your data: give --data (a "
+                "CSV/Parquet file, movielens, flights or bbcnews), or a built-in space "
+                "(--space default)")
+        if r.data in SYNTHETIC_NAMES:
+            raise ConfigError(
+                f"--space {AUTO_SPACE} derives the space from real data; '{r.data}' is "
+                "synthetic and has built-in spaces: --space default, ctr or text")
+        return True
+    return r.space is None and r.data is not None and r.data not in SYNTHETIC_NAMES
+
+
+def _derived(r: SearchRequest) -> tuple[SearchSpace, DataSpec, Workload]:
+    """The space derived from `--data` and the budget, the data's spec and workload."""
+    from autoembed.space_auto import auto_space
+
+    assert r.data is not None
+    spec = _resolved(given_spec(r.data, r.label, r.categorical, r.text_column))
+    workload = build_workload(spec, None)
+    sp = auto_space(workload.dataset, r.budget.bytes)
+    return sp, spec, replace(workload, tables=sp.tables)
+
+
+def _baseline(workload: Workload, stored: Mapping[str, Any]
+              ) -> tuple[Baseline | None, str | None]:
+    """The study's baseline: a resumed study's stored one (None in a study stored before
+    there were baselines); in a new study fitted on real data (synthetic data have their
+    oracle). A fit the data refuse (too many ids, one class) is a note, not an error."""
+    if stored:
+        raw = stored.get("baseline")
+        return (Baseline.from_dict(raw) if raw else None), stored.get("baseline_note")
+    if workload.stand_in or workload.spec.name in SYNTHETIC_NAMES:
+        return None, None
+    from autoembed.baselines import fit_baseline
+
+    try:
+        return fit_baseline(workload.dataset), None
+    except ConfigError as e:
+        return None, str(e)
 
 
 def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) -> SearchSpace:
     if isinstance(space, SearchSpace):
         return space
-    if space is None and stored.get("space_text"):
+    if (space is None or space == AUTO_SPACE) and stored.get("space_text"):
         import yaml
 
         text = str(stored["space_text"])

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from autoembed.memory.objective import MEMORY_BASIS, memory_value
 from autoembed.pareto import non_dominated
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
@@ -38,19 +39,21 @@ def _finite(v: Any) -> float | None:
 
 
 def objective_metrics(
-    result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool
+    result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
+    memory_basis: str = MEMORY_BASIS,
 ) -> dict[str, float | None]:
     """Metric values by objective name (and extras) for a trained trial.
 
-    memory: the estimate's device_total, or, when a GPU measured the real peak and the
-    trained config is the priced one (`use_measured`), measured reserved peak + overhead.
+    memory: `memory.objective.memory_value` on the study's `memory_basis` (the estimate's
+    allocated peak; a study stored before: its device_total), measured where a GPU measured
+    it and the trained config is the priced one (`use_measured`).
     latency: p50 at batch 1 in ms. steps_to_target: None when never reached.
     """
     device_total = int(estimate.get("device_total", 0))
-    memory: float = float(device_total)
-    measured = result.measured_reserved_peak
-    if use_measured and measured is not None:
-        memory = float(measured + int(estimate.get("overhead", 0)))
+    memory = memory_value(
+        estimate, memory_basis,
+        measured_allocated=result.measured_allocated_peak if use_measured else None,
+        measured_reserved=result.measured_reserved_peak if use_measured else None)
     return {
         # the search selects on validation; the test split is reported only
         "quality": _finite(result.objective_quality),
@@ -87,15 +90,16 @@ def objective_vector(
 
 def optuna_values(
     metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
-    device_total: int, placeholder: bool,
+    memory: float, placeholder: bool,
 ) -> list[float]:
     """Finite values for Optuna's tell: the metrics, or WORST placeholders where missing
-    (all of them, memory aside, when `placeholder`)."""
+    (all of them, memory aside, when `placeholder`; `memory` is the priced memory
+    objective, which stands in for a missing or placeholder one)."""
     out = []
     for name, _ in objectives:
         if name == "memory":
             v = metrics.get("memory")
-            out.append(float(v) if v is not None and not placeholder else float(device_total))
+            out.append(float(v) if v is not None and not placeholder else float(memory))
             continue
         v = None if placeholder else metrics.get(name)
         if v is None or not math.isfinite(float(v)):

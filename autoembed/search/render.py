@@ -111,15 +111,15 @@ def render_result(console: Any, result: SearchResult) -> None:
                     f"(budget {format_bytes(result.budget_bytes)}; * = best by {result.pick})")
     t.add_column("trial", justify="right", no_wrap=True)
     for o in shown:
-        t.add_column({"memory": "memory GB", "throughput": "samples/s",
+        t.add_column({"memory": "memory", "throughput": "samples/s",
                       "latency": "latency ms"}.get(o, o), justify="right", no_wrap=True)
     t.add_column("searched values")
     for r in sorted(result.front, key=lambda r: -(r.metrics.get("quality") or 0.0)):
         cells = [f"{r.number}{' *' if r.number == result.best.number else ''}"]
         for o in shown:
             v = r.metrics.get(o)
-            if o == "memory":
-                cells.append(_q(None if v is None else v / 1e9, "{:.2f}"))
+            if o == "memory":  # above the fixed overhead: KB on small tables, GB on big
+                cells.append("-" if v is None else format_bytes(int(v)))
             elif o == "throughput":
                 cells.append(_q(v, "{:,.0f}"))
             elif o == "latency":
@@ -136,10 +136,29 @@ def render_result(console: Any, result: SearchResult) -> None:
         f"{len(result.rows)} trials: {c['complete']} complete, {c['infeasible']} over budget "
         f"(priced, never trained), {c['pruned']} stopped early, {c['failed']} failed; "
         f"{result.wall_seconds:.0f} s ({result.stop_reason})")
+    for line in comparison(result):
+        console.print(line, markup=False)
     if result.recovered:
         console.print(f"recovered: {result.recovered}")
     for name, path in result.files.items():
         console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
+
+
+def comparison(result: SearchResult) -> list[str]:
+    """The pick against the baseline on the same split, and the pick's noise."""
+    out = []
+    base, noise = result.extra.get("baseline"), result.extra.get("noise")
+    if base is not None:
+        m = result.best.metrics
+        valid, test = m.get("quality"), m.get("test_quality")
+        gain = "" if test is None else f" ({test - base.test:+.4f} test)"
+        out.append(f"{base.describe()}; the pick, trial {result.best.number}: validation "
+                   f"{_q(valid, '{:.4f}')}, test {_q(test, '{:.4f}')}{gain}")
+    if noise is not None:
+        out.append(f"within-noise slack {noise.slack:.4f} {noise.metric}: one standard error "
+                   f"of trial {noise.trial}'s validation {noise.quality:.4f} on {noise.rows:,} "
+                   "rows")
+    return out
 
 
 def result_json(result: SearchResult) -> dict[str, Any]:
@@ -161,4 +180,6 @@ def result_json(result: SearchResult) -> dict[str, Any]:
         "recovered": result.recovered,
         "wall_seconds": round(result.wall_seconds, 2),
         "files": {k: str(v) for k, v in result.files.items()},
+        **{k: (None if v is None else v.to_dict())
+           for k, v in result.extra.items() if k in ("baseline", "noise")},
     }

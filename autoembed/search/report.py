@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget, format_bytes
 from autoembed.errors import AutoembedError, ConfigError
@@ -16,6 +16,9 @@ from autoembed.pareto import PICK_RULES, Pick, pick
 from autoembed.search.records import front_of
 from autoembed.space import Objective
 from autoembed.trial import TrialRow
+
+if TYPE_CHECKING:
+    from autoembed.selection import NoiseMeasure
 
 __all__ = ["SearchReport", "SearchFailedError", "COUNTED_STATUSES"]
 
@@ -43,24 +46,29 @@ class SearchReport:
     best: TrialRow | None  # None: nothing completed within the budget
     picks: Mapping[str, int]
     stop_reason: str | None = None
+    noise: NoiseMeasure | None = None  # the within-noise slack, and how it was measured
+    memory_basis: str | None = None  # what `memory` is (memory.objective; None: not said)
 
     @classmethod
     def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
               budget: Budget, study: str, stop_reason: str | None = None,
-              noise: Callable[[Sequence[TrialRow]], float | None] | None = None,
-              ) -> SearchReport:
+              noise: Callable[[Sequence[TrialRow]], NoiseMeasure | None] | None = None,
+              memory_basis: str | None = None) -> SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
-        `noise(candidates)`: the within-noise rule's slack (`selection.pick_noise`)."""
+        `noise(candidates)`: the within-noise rule's slack, measured
+        (`selection.measure_noise`; None: 0)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
         pairs = [(o.name, o.direction) for o in objectives]
         front = tuple(front_of(done, pairs))
         best: TrialRow | None = None
         picks: dict[str, int] = {}
+        measured: NoiseMeasure | None = None
         if front:
             candidates: Sequence[TrialRow] = front
             if rule.rule == "trial" and all(r.number != rule.trial for r in front):
                 candidates = [r for r in done if r.status == "complete" and r.feasible]
-            slack = noise(candidates) if noise is not None else None
+            measured = noise(candidates) if noise is not None else None
+            slack = None if measured is None else measured.slack
             chosen = pick(candidates, rule, pairs, slack)
             assert isinstance(chosen, TrialRow)
             best = chosen
@@ -72,7 +80,7 @@ class SearchReport:
                 except ConfigError:
                     pass
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
-                   stop_reason)
+                   stop_reason, measured, memory_basis)
 
     # ------------------------------------------------------------------ reading
     def count(self, status: str) -> int:
@@ -109,7 +117,9 @@ class SearchReport:
 
     def pareto_body(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """pareto.json: the report's figures, with the search's `context` (data, settings,
-        environment, timings) where pareto.json has always had them."""
+        environment, timings; `baseline`: the simple model's figures or None) where
+        pareto.json has always had them. `noise`: the within-noise slack and how it was
+        measured (None: not measured, the slack was 0)."""
         from autoembed.search.outputs import member_dict
 
         assert self.best is not None
@@ -121,14 +131,23 @@ class SearchReport:
             "counts": {s: self.count(s) for s in COUNTED_STATUSES},
             "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
+            "noise": None if self.noise is None else self.noise.to_dict(),
+            "memory_basis": self.memory_basis,
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
-                 "picks", "counts", "trainables_started", "stop_reason", "space", "data",
-                 "trained_on", "stand_in", "sampler", "seed", "early_stop", "device",
-                 "workers", "concurrency", "threads", "cpus", "versions", "recovered",
-                 "wall_seconds", "finished_at")
+                 "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
+                 "stop_reason", "space", "data", "trained_on", "stand_in", "sampler", "seed",
+                 "early_stop", "device", "workers", "concurrency", "threads", "cpus",
+                 "versions", "recovered", "wall_seconds", "finished_at")
         merged = {**context, **ours}
         return {k: merged.get(k) for k in order}
+
+    def budget_line(self) -> int:
+        """The budget on the `memory` objective's scale (pareto.png): the budget itself, or,
+        when memory is the allocated peak, the budget less the best's fixed overhead."""
+        if self.memory_basis != "allocated_peak" or self.best is None:
+            return self.budget.bytes
+        return self.budget.bytes - int(self.best.estimate.get("overhead", 0))
 
     # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
@@ -147,7 +166,7 @@ class SearchReport:
         try:
             files["pareto.png"] = outputs.write_pareto_png(
                 self.rows, self.front, self.best, self.objective_pairs, out_dir / "pareto.png",
-                self.title, self.budget.bytes)
+                self.title, self.budget_line())
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the search
             notes["plot_error"] = f"{type(e).__name__}: {e}"
         search_info = {

@@ -23,7 +23,7 @@ from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
 from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules
 
-__all__ = ["Workload", "build_workload", "data_spec_for"]
+__all__ = ["Workload", "build_workload", "data_spec_for", "given_spec"]
 
 
 def data_spec_for(
@@ -42,6 +42,17 @@ def data_spec_for(
             )
         return DataSpec.from_dict(space.data, f"search space '{space.source}': data"), \
             space.stand_in
+    spec = given_spec(data, label, categorical, text_column)
+    if spec.name == space.data.get("name") and spec.name in ("synthetic-ctr", "synthetic-text"):
+        # the same synthetic generator: keep the space's parameters and stand-in
+        return DataSpec.from_dict(space.data, "--data"), space.stand_in
+    return spec, None
+
+
+def given_spec(data: str, label: str | None = None,
+               categorical: tuple[str, ...] | None = None,
+               text_column: str | None = None) -> DataSpec:
+    """The spec of `--data` (a built-in name or a file) with its column options."""
     kw: dict[str, Any] = {"name": data}
     if label is not None:
         kw["label"] = label
@@ -49,11 +60,7 @@ def data_spec_for(
         kw["categorical"] = categorical
     if text_column is not None:
         kw["text_column"] = text_column
-    spec = DataSpec.from_dict(kw, "--data")
-    if spec.name == space.data.get("name") and spec.name in ("synthetic-ctr", "synthetic-text"):
-        # the same synthetic generator: keep the space's parameters and stand-in
-        return DataSpec.from_dict(space.data, "--data"), space.stand_in
-    return spec, None
+    return DataSpec.from_dict(kw, "--data")
 
 
 def _scaled(v: int, scale: float, minimum: int) -> int:
