@@ -394,7 +394,8 @@ def estimate(
 def train_cmd(
     config: Path = typer.Option(..., "--config", help="Config file (e.g. exported best.yaml)."),
     data: str | None = typer.Option(None, help="Train on other data: a name or CSV/Parquet."),
-    max_steps: int | None = typer.Option(None, help="Optimizer steps (default 1000)."),
+    max_steps: int | None = typer.Option(
+        None, help="Optimizer steps (default: the exported file's train.max_steps, else 1000)."),
     epochs: int | None = typer.Option(None, help="Full passes over the train split."),
     out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
     device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
@@ -409,9 +410,11 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import load_config
-    from autoembed.training import train
+    from autoembed.training import stored_steps, train
 
     cfg = load_config(config)
+    if max_steps is None and epochs is None:
+        max_steps = stored_steps(config)  # the search's best evaluation, when exported
     _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")

@@ -9,9 +9,12 @@ Sources, in this order:
   the MLflow store (its `config.yaml` artifact);
 * `--run-id ID`: a trial run's `config.yaml` artifact in the MLflow store.
 
-The written file is `{config: ..., source: {...}}` (YAML or JSON): the config carries its
-`data` spec, and when the search's data have vocabulary maps (`<runs-dir>/<study>/vocab/`)
-they are copied to `vocab/` beside the file (named by the file's `vocab` key). Nothing is
+The written file is `{config: ..., source: {...}, train: {max_steps: N}}` (YAML or JSON):
+`train` is the step the trial's quality was measured at (`autoembed train --config` trains
+that long unless told otherwise; absent when the source did not record it); the config
+carries its `data` spec, and when the search's data have vocabulary maps
+(`<runs-dir>/<study>/vocab/`) they are copied to `vocab/` beside the file (named by the
+file's `vocab` key). Nothing is
 overwritten without `force`. Bad input (unknown study, trial or run id, unreachable tracking
 URI, an existing output) is a `ConfigError`: one line, exit status 2.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "export_config",
 ]
 
+TRAIN_KEY = "train"  # the exported file's training length, read by `autoembed train`
 # python: a module that rebuilds a search over the user's own model (autoembed.user.export)
 FORMATS = ("yaml", "json", "python")
 VOCAB_DIR = "vocab"
@@ -166,16 +170,17 @@ def _study_dir(runs_dir: Path, study: str) -> Path:
     return d
 
 
-def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any]] | None:
-    """(status, config) of trial `trial` in a trials.csv, read through the trial codec."""
+def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """(status, config, metrics) of trial `trial` in a trials.csv, read through the trial
+    codec (metrics it lacks a value for are left out)."""
     if not path.is_file():
         return None
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
             n = row.get("trial", row.get("number", ""))
             if n is not None and n.strip().isdigit() and int(n) == trial:
-                _, status, raw, _ = decode_csv_row(row, f"{path} trial {trial}")
-                return status, raw
+                _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
+                return status, raw, {k: v for k, v in metrics.items() if v is not None}
     return None
 
 
@@ -326,10 +331,10 @@ def _choose_from_study(
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
-        status, raw = found
+        status, raw, metrics = found
         _refuse_infeasible(status, f"trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
-        return _Chosen(raw, study, number, label, {}, vocab, data=data, notes=notes)
+        return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes)
     from autoembed.tracking.store import resolve_store
 
     store = resolve_store(tracking_uri, runs_dir)
@@ -352,6 +357,17 @@ def _choose_from_study(
 
 
 # ===================================================================== writing
+
+
+def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
+    """The file's `train` mapping: `max_steps`, the step of the evaluation the trial's
+    quality is of (`best_step`), so `autoembed train --config` reruns that trial; empty
+    when the source did not record it."""
+    step = metrics.get("best_step")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) \
+            or step < 1:
+        return {}
+    return {"max_steps": int(step)}
 
 
 def format_of(out: Path, fmt: str | None) -> str:
@@ -448,6 +464,9 @@ def export_config(
             k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))
         }
         extra: dict[str, Any] = {"source": source}
+        length = training_of(chosen.metrics)
+        if length:
+            extra[TRAIN_KEY] = length
         if vocab_dst is not None:
             extra["vocab"] = VOCAB_DIR
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
+from autoembed.selection import best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
 __all__ = [
@@ -31,13 +32,16 @@ __all__ = [
     "resolve_for_data",
     "quality_metrics",
     "default_target",
+    "fit_settings",
 ]
 
 # Share of the achievable lift over chance that counts as "converged" when no target is
 # given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.
 TARGET_SHARE = 0.9
 SERVING_BATCH = 256  # queries per request for the batched latency figure
-LATENCY_QUERIES = (200, 30)  # timed requests at batch 1 and at SERVING_BATCH
+# Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each: a few dozen, so
+# every completed trial records its latency (about 0.1 s a trial on a CPU).
+LATENCY_QUERIES = (40, 20)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class RunSettings:
     device: str = "cpu"
     threads: int | None = None
     measure_latency: bool = True
+    # Real data: the length from the data's size (`fit_settings`), and the trial judged by
+    # its best validation evaluation, whose weights the test and serving figures are of.
+    fit_to_data: bool = False
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +73,18 @@ class RunSettings:
             raise ConfigError(f"max_seconds = {self.max_seconds}: must be > 0")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError(f"epochs = {self.epochs}: must be >= 1")
+
+
+def fit_settings(s: RunSettings, train_rows: int, batch_size: int) -> RunSettings:
+    """The settings a trial of `batch_size` samples per optimizer step runs with: under
+    `fit_to_data`, `selection.training_length` of the train split's `train_rows` (its steps,
+    and its evaluations about 8 times a trial); otherwise `s` as given."""
+    if not s.fit_to_data:
+        return s
+    from autoembed.selection import training_length
+
+    length = training_length(max(train_rows, 1), batch_size)
+    return replace(s, max_steps=max(1, length.steps), epochs=None, eval_every=length.eval_every)
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -92,13 +111,16 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
     classes, sequence length and data spec written in, then resolved (mixed-dim dims).
 
     Per-table `dim`s and settings already in the config are kept when the table names
-    match (`config.with_data_tables`)."""
+    match (`config.with_data_tables`). Text: a config's own `seq_len` (above 1: searched, or
+    exported) is kept, and `run_trial` truncates or pads the documents to it; otherwise the
+    data's."""
+    text = dataset.task == "text"
     cfg = replace(
         config,
         task=dataset.task,
         tables=with_data_tables(config, dataset.tables),
-        num_classes=dataset.num_classes if dataset.task == "text" else 2,
-        seq_len=dataset.seq_len if dataset.task == "text" else 1,
+        num_classes=dataset.num_classes if text else 2,
+        seq_len=(config.seq_len if config.seq_len > 1 else dataset.seq_len) if text else 1,
         data=dataset.spec.to_dict(),
     )
     if cfg.compression == "hash" and cfg.hash_buckets is None:
@@ -207,6 +229,20 @@ def _cycle(dataset: Any, batch_size: int, seed: int, epochs: int | None) -> Iter
         epoch += 1
 
 
+def _new_best(curve: list[Evaluation], quality: float) -> bool:
+    """Whether `quality` beats every evaluation of `curve` (`selection.best_evaluation`:
+    the earliest wins ties, NaN never wins)."""
+    if not math.isfinite(quality):
+        return False
+    best = best_evaluation(curve)
+    return best is None or quality > best.quality
+
+
+def _snapshot(model: Any) -> dict[str, Any]:
+    """A host copy of the model's weights (the best evaluation's, under fit_to_data)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
 def _is_oom(e: BaseException) -> bool:
     import torch
 
@@ -249,6 +285,12 @@ def run_trial(
 
         dataset = load_dataset(DataSpec(name=data) if isinstance(data, str) else data)
     cfg = resolve_for_data(config, dataset)
+    if cfg.task == "text" and cfg.seq_len != dataset.seq_len:
+        from autoembed.data.sequence import with_seq_len
+
+        dataset = with_seq_len(dataset, cfg.seq_len)
+    if s.fit_to_data:
+        s = fit_settings(s, dataset.num_rows("train"), cfg.batch_size * cfg.grad_accum_steps)
     env = environment(s.device)
     from autoembed.memory import estimate
 
@@ -262,7 +304,7 @@ def run_trial(
     timed_seconds = 0.0
     train_seconds = 0.0
     data_seconds = eval_seconds = 0.0
-    steps_to_target = samples_to_target = None
+    best_weights: dict[str, Any] | None = None  # fit_to_data: the best evaluation's
 
     def result(status: str, **kw: Any) -> TrialResult:
         thr = (
@@ -270,6 +312,7 @@ def run_trial(
             if timed_seconds > 0
             else None
         )
+        steps_to_target, samples_to_target = to_target(curve, target) or (None, None)
         return TrialResult(
             status=status,
             curve=tuple(curve),
@@ -334,9 +377,9 @@ def run_trial(
                 eval_seconds += s.clock() - t_eval
                 q = m[primary(task)]
                 ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
+                if s.fit_to_data and _new_best(curve, q):
+                    best_weights = _snapshot(trainer.model)
                 curve.append(ev)
-                if steps_to_target is None and target is not None and q >= target:
-                    steps_to_target, samples_to_target = steps, samples
                 if report is not None and report(ev) is False:
                     return result("pruned", test_quality=q, valid_quality=q, metrics=m)
             if s.max_seconds is not None and train_seconds >= s.max_seconds:
@@ -345,11 +388,22 @@ def run_trial(
 
         cache = cache_metrics(trainer.model, steps - start_step, train_seconds)
         t_eval = s.clock()
-        if curve and curve[-1].step == steps:
-            valid_quality = curve[-1].quality
-        else:  # stopped by time or epochs between evaluations: evaluate the last weights
-            valid_quality = _evaluate(trainer, dataset, "valid", cfg.batch_size,
-                                      s.eval_batches, task)[primary(task)]
+        if not curve or curve[-1].step != steps:
+            # stopped by time or epochs between evaluations: evaluate the last weights
+            m = _evaluate(trainer, dataset, "valid", cfg.batch_size, s.eval_batches, task)
+            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start)
+            if s.fit_to_data:
+                best_weights = None if _new_best(curve, final.quality) else best_weights
+                curve.append(final)
+        else:
+            final = curve[-1]
+        chosen: Any = final
+        if s.fit_to_data:  # judged by its best evaluation: go back to its weights
+            chosen = best_evaluation(curve) or final
+            if chosen.step != steps and best_weights is not None:
+                trainer.model.load_state_dict(best_weights)
+        valid_quality = chosen.quality
+        best_step = {"best_step": chosen.step, "best_samples": chosen.samples}
         metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
         quality = metrics[primary(task)]
         metrics = {**metrics, **cache}  # host_cached: hit rate and the cost of misses
@@ -379,7 +433,7 @@ def run_trial(
         latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
         eval_seconds += s.clock() - t_eval
         return result("complete", test_quality=quality, valid_quality=valid_quality,
-                      metrics=metrics, latency_ms=latency, **extra)
+                      metrics=metrics, latency_ms=latency, **best_step, **extra)
     except UnsupportedError as e:
         return result("unsupported", error=str(e))
     except (ConfigError, DataError):

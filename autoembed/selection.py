@@ -189,6 +189,11 @@ class TrainingLength:
     samples: int
     batch_size: int
 
+    @property
+    def steps(self) -> int:
+        """Optimizer steps at the reference batch."""
+        return self.samples // self.batch_size
+
     def run_settings(self, eval_batches: int) -> dict[str, Any]:
         """The space file's `run` mapping (RUN_KEYS of autoembed.space)."""
         run: dict[str, Any] = {"eval_every": self.eval_every, "eval_batches": eval_batches,

@@ -165,6 +165,8 @@ class AutoSpace:
             params["wide"] = {"choices": [False, True]}
         else:
             params["pooling"] = {"choices": ["mean", "sum"]}
+            if len(self.seq_lens) > 1:  # documents truncated or padded to it (runner)
+                params["seq_len"] = {"choices": list(self.seq_lens)}
         params["table_optimizer"] = {"choices": list(TABLE_OPTIMIZERS)}
         params["lr"] = {"type": "float", "low": LR_RANGE[0], "high": LR_RANGE[1], "log": True}
         # adagrad's sparse gradients take no weight decay (models.model refuses it)

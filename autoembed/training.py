@@ -27,7 +27,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
-__all__ = ["train", "CHECKPOINT", "load_checkpoint"]
+__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps"]
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -204,6 +204,24 @@ def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) 
         return load_checkpoint(ckpt, trainer, config)
     st = _read_checkpoint(ckpt, trainer.device)
     return _restore(st, trainer) if _is_of(st, config) else 0
+
+
+def stored_steps(path: str | Path) -> int | None:
+    """The training length an exported config file carries (`train: {max_steps: N}`, the
+    step of the evaluation its trial was judged by); None when it has none. The config
+    itself is read by `config.load_config`; a malformed `train` entry is a ConfigError."""
+    from autoembed.config import safe_load_yaml
+    from autoembed.export import TRAIN_KEY
+
+    raw = safe_load_yaml(Path(path).read_text(), str(path))
+    entry = raw.get(TRAIN_KEY) if isinstance(raw, dict) else None
+    if entry is None:
+        return None
+    steps = entry.get("max_steps") if isinstance(entry, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"'{path}': {TRAIN_KEY} = {entry!r} must be {{max_steps: N}} with N "
+                          "an integer >= 1; fix it, or pass --max-steps / --epochs")
+    return steps
 
 
 def train(

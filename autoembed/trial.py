@@ -52,9 +52,13 @@ STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged"
 # Statuses of trials that reached a trainable (count against --trials).
 TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "failed")
 # A row's metrics as trials.csv columns (`quality`: the objective; `test_quality`: reported)
-METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency", "steps_to_target",
-                  "measured_allocated_peak", "steps", "train_seconds", "wall_seconds",
-                  "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
+# (`latency`: ms at batch 1, `latency_serving`: ms a request of runner.SERVING_BATCH;
+# `target`: the quality `steps_to_target` and `samples_to_target` count to; `best_step`: the
+# step `quality` is of)
+METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency",
+                  "latency_serving", "steps_to_target", "samples_to_target", "target",
+                  "measured_allocated_peak", "steps", "best_step", "train_seconds",
+                  "wall_seconds", "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
 
 
 def objective_quality(valid: float | None, test: float | None) -> float | None:
@@ -92,6 +96,10 @@ class TrialResult:
     steps_to_target: int | None = None
     samples_to_target: int | None = None
     target: float | None = None
+    # the evaluation `valid_quality` is of (the last, or under fit_to_data the best): what
+    # `autoembed train` reruns to reproduce the trial (export writes it)
+    best_step: int | None = None
+    best_samples: int | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
     serving_bytes: int | None = None
     quality_before_quantization: float | None = None

@@ -367,7 +367,7 @@ class SearchEngine:
         if live is None:
             return False
         live.evaluations.append(evaluation)
-        s = {**_RUN_DEFAULTS, **self.settings}
+        s = self._trial_settings(live.proposal)
         if not self.early_stop or int(evaluation["step"]) >= int(s["max_steps"]):
             return False  # off, or the last evaluation: nothing is left to save
         target = self.settings.get("target", self.space.target)  # the plan's target
@@ -386,6 +386,19 @@ class SearchEngine:
             live.stopped = True
             return True
         return False
+
+    def _trial_settings(self, proposal: Proposal) -> dict[str, Any]:
+        """The run settings of one trial (its length fitted to the data: runner.fit_settings)."""
+        from autoembed.runner import fit_settings
+
+        s = {**_RUN_DEFAULTS, **self.settings}
+        if not s.get("fit_to_data"):
+            return s
+        tc = proposal.train_config
+        batch = int(tc.get("batch_size", 1)) * int(tc.get("grad_accum_steps", 1))
+        fitted = fit_settings(RunSettings(**s), self.workload.train_dataset.num_rows("train"),
+                              batch)
+        return {**s, "max_steps": fitted.max_steps, "eval_every": fitted.eval_every}
 
     def finish(self, number: int, final: Mapping[str, Any] | None,
                error: str | None = None) -> TrialRow | None:

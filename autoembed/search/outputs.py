@@ -79,9 +79,14 @@ def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
 
 
 def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path:
+    """The picked config, with `extra` and the training length its trial was judged at
+    (`export.training_of`: what `autoembed train --config` reruns)."""
     from autoembed.config import save_config
+    from autoembed.export import TRAIN_KEY, training_of
 
-    out = save_config(row.config, path, extra=extra)
+    length = training_of(row.metrics)
+    out = save_config(row.config, path, extra={**extra, **({TRAIN_KEY: length} if length
+                                                           else {})})
     _readable(out)
     return out
 

@@ -191,7 +191,8 @@ class SearchPlan:
         """What each trial runs with (`runner.RunSettings` fields)."""
         s = {**dict(self.space.run), "device": self.device,
              "threads": trial_threads(self.cpus_per_trial, self.device)}
-        s.setdefault("measure_latency", "latency" in {o.name for o in self.objectives})
+        s.setdefault("fit_to_data", self.workload.fits_length(
+            self.space.run, given=self.request.data is not None))
         if self.target is not None:
             s["target"] = self.target
         return s

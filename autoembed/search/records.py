@@ -12,6 +12,7 @@ from typing import Any
 
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
 from autoembed.pareto import non_dominated
+from autoembed.runner import SERVING_BATCH
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
@@ -47,7 +48,9 @@ def objective_metrics(
     memory: `memory.objective.memory_value` on the study's `memory_basis` (the estimate's
     allocated peak; a study stored before: its device_total), measured where a GPU measured
     it and the trained config is the priced one (`use_measured`).
-    latency: p50 at batch 1 in ms. steps_to_target: None when never reached.
+    latency: p50 at batch 1 in ms (latency_serving: at runner.SERVING_BATCH, ms a request).
+    steps_to_target / samples_to_target: None when `target` was never reached (or none).
+    best_step: the step whose evaluation `quality` is of.
     """
     device_total = int(estimate.get("device_total", 0))
     memory = memory_value(
@@ -61,7 +64,11 @@ def objective_metrics(
         "memory": memory,
         "throughput": _finite(result.throughput),
         "latency": _finite(result.latency_ms.get("p50_b1")),
+        "latency_serving": _finite(result.latency_ms.get(f"p50_b{SERVING_BATCH}")),
         "steps_to_target": _finite(result.steps_to_target),
+        "samples_to_target": _finite(result.samples_to_target),
+        "target": _finite(result.target),
+        "best_step": _finite(result.best_step),
         "device_total": float(device_total),
         "allocated_peak": float(int(estimate.get("allocated_peak", 0))),
         "measured_allocated_peak": _finite(result.measured_allocated_peak),

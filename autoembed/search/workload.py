@@ -10,6 +10,7 @@ priced and trained data are the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -82,6 +83,14 @@ class Workload:
     @property
     def stand_in(self) -> bool:
         return self.train_spec != self.spec
+
+    def fits_length(self, run: Mapping[str, Any], given: bool) -> bool:
+        """Whether trials train for a length fitted to the data (runner.fit_settings): real
+        data trained at full size, given with --data (a space's `run` length is for its own
+        data) or named by a space whose `run` sets no `max_steps` or `epochs`."""
+        if self.stand_in or self.spec.name.startswith("synthetic-"):
+            return False
+        return given or not ({"max_steps", "epochs"} & set(run))
 
     def priced(self, config: EmbeddingConfig) -> EmbeddingConfig:
         """The config resolved against the full-size data, with the space's per-table

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.config import (
-    FIELD_RULES,
     TABLE_RULES,
     EmbeddingConfig,
     config_from_dict,
@@ -26,11 +25,13 @@ from autoembed.space.model import (
     DEFAULT_TRIALS,
     LIST_FIELDS,
     PARAM_KEYS,
+    PARAM_RULES,
     RUN_KEYS,
     SEARCHABLE,
     SPACE_KEYS,
     STAND_IN_KEYS,
     TABLE_SETTING_KEYS,
+    TOKENS_PER_BATCH,
     Param,
     SearchSpace,
     StandIn,
@@ -199,6 +200,13 @@ def _parse_params(raw: Any, base: Mapping[str, Any], source: str) -> tuple[Param
             if k not in PARAM_KEYS:
                 raise unknown_key(source, key, k, PARAM_KEYS)
         params.append(_parse_param(str(name), spec, params, base, source))
+    if TOKENS_PER_BATCH in raw:
+        if "batch_size" in raw or "batch_size" in base:
+            raise space_error(source, "params.batch_size", raw.get("batch_size", base.get(
+                "batch_size")), f"follows from {TOKENS_PER_BATCH} // seq_len; drop it")
+        if "seq_len" not in raw and "seq_len" not in base:
+            raise space_error(source, f"params.{TOKENS_PER_BATCH}", raw[TOKENS_PER_BATCH],
+                              "is split by seq_len: search seq_len too (or fix it in base)")
     return tuple(params)
 
 
@@ -221,7 +229,7 @@ def _parse_param(
         if len(set(map(_label, values))) != len(values):
             raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
         return Param(name, "categorical", choices=values, when=when)
-    rule = FIELD_RULES.get(name)
+    rule = PARAM_RULES.get(name)
     if rule is None or rule.kind == "choice":
         raise space_error(source, key, dict(spec), "is categorical: give `choices: [...]`")
     if "low" not in spec or "high" not in spec:
@@ -312,7 +320,7 @@ def _check_choice(name: str, value: Any, key: str, source: str) -> Any:
                 isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in value):
             raise space_error(source, key, value, "each choice must be a list of layer widths")
         return tuple(value)
-    _check_rule(FIELD_RULES[name], value, key, source)
+    _check_rule(PARAM_RULES[name], value, key, source)
     return value
 
 

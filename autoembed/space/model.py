@@ -18,6 +18,7 @@ from autoembed.config import (
     config_from_dict,
 )
 from autoembed.errors import ConfigError
+from autoembed.rules import Integer, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
 __all__ = [
@@ -42,11 +43,18 @@ STAND_IN_KEYS = ("vocab_scale", "rows")
 DEFAULT_TRIALS = 20  # trained trials when neither the space nor the caller says
 GRID_POINTS = 3  # points per numeric range in the grid sampler's grid (low, middle, high)
 
-# Fields the data decide (resolution writes them): never searched, never in `base`.
-DATA_FIELDS = ("task", "tables", "num_classes", "seq_len", "data")
+# Fields the data decide (resolution writes them): never searched, never in `base`. (Text's
+# seq_len is searchable: documents are truncated or padded to it; runner.resolve_for_data.)
+DATA_FIELDS = ("task", "tables", "num_classes", "data")
 LIST_FIELDS = ("dense_layers",)
+# Params that are no config field: tokens_per_batch is batch_size x seq_len (text), searched
+# with seq_len (its split); batch_size = tokens_per_batch // seq_len (`config_for`).
+TOKENS_PER_BATCH = "tokens_per_batch"
+DERIVED_RULES: dict[str, Rule] = {TOKENS_PER_BATCH: Integer(1)}
+PARAM_RULES: dict[str, Rule] = {**FIELD_RULES, **DERIVED_RULES}
 # Searchable: every config field with a declared rule (config.FIELD_RULES), and the lists.
-SEARCHABLE = tuple(sorted({*(k for k in FIELD_RULES if k not in DATA_FIELDS), *LIST_FIELDS}))
+SEARCHABLE = tuple(sorted({*(k for k in FIELD_RULES if k not in DATA_FIELDS), *LIST_FIELDS,
+                           *DERIVED_RULES}))
 # Numeric fields that do not change memory: the cheapest corner takes their low end only.
 MEMORY_NEUTRAL = ("lr", "dense_lr", "adam_eps", "momentum", "weight_decay", "warmup_steps",
                    "hash_seed", "seed")
@@ -257,6 +265,9 @@ class SearchSpace:
     def config_for(self, values: Mapping[str, Any]) -> EmbeddingConfig:
         """The (unresolved) config for field -> value choices; ConfigError if invalid."""
         raw = {**self.base, **values}
+        tokens = raw.pop(TOKENS_PER_BATCH, None)
+        if tokens is not None:  # the loader made sure seq_len is searched or in base
+            raw["batch_size"] = max(1, int(tokens) // int(raw.get("seq_len", 1)))
         for k in LIST_FIELDS:
             if k in raw and isinstance(raw[k], tuple):
                 raw[k] = list(raw[k])
