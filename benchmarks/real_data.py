@@ -19,9 +19,10 @@ The split does not depend on the search's seed, so the baseline is fitted once p
 and the difference per seed is paired with it; the 95% interval is Student's t over the
 seeds' differences.
 
-Resumable: every finished (dataset, seed) is appended to results/real_data.jsonl (one JSON
-line, with the commit and load), a rerun skips those on file, and results/real_data.md is
-rewritten from the whole file each time.
+Resumable: a search still running after --cap seconds gets Ctrl-C and the next run resumes
+its study (`--resume`), its wall time the sum of its runs; every finished (dataset, seed) is
+appended to results/real_data.jsonl (one JSON line, with the commit and load), a rerun skips
+those on file, and results/real_data.md is rewritten from the whole file each time.
 
     python benchmarks/real_data.py [--data movielens flights bbcnews] [--seeds 0 1 2]
         [--work /tmp/autoembed-real-data] [--cap 1800]
@@ -105,17 +106,31 @@ def describe(params: dict[str, Any]) -> str:
                      for k, v in sorted(params.items()))
 
 
-def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any]:
-    """Search, export the default pick, train it; the figures of one (dataset, seed)."""
+SEGMENTS = "segments.json"  # wall seconds of the earlier, capped runs of a study
+
+
+def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any] | None:
+    """Search, export the default pick, train it: the figures of one (dataset, seed), or
+    None when the search reached `cap` (stopped by Ctrl-C; a rerun resumes the study and
+    adds up the wall seconds of its runs)."""
     study = f"{name}-s{seed}"
     here = work / study
-    if here.exists():  # a run that did not finish: start it again
-        shutil.rmtree(here)
-    here.mkdir(parents=True)
+    seg_file = here / SEGMENTS
+    segments = json.loads(seg_file.read_text()) if seg_file.is_file() else []
+    if not segments:  # nothing to resume: start again
+        shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
     out, search_s, capped = cli(["search", "--data", name, "--budget", BUDGET, "--seed",
-                                 str(seed), "--study", study, "--runs-dir", "runs", "--json"],
-                                here, cap)
+                                 str(seed), "--study", study, "--runs-dir", "runs", "--json",
+                                 *(["--resume"] if segments else [])], here, cap)
+    segments.append(search_s)
+    if capped:
+        seg_file.write_text(json.dumps(segments))
+        print(f"{study}: stopped at the cap after {search_s:.0f} s (runs so far: "
+              f"{', '.join(f'{x:.0f}' for x in segments)} s); a rerun resumes it", flush=True)
+        return None
+    search_s = sum(segments)
     res = last_json(out)
     load1 = os.getloadavg()
     front = {int(m["trial"]): m for m in res["front"]}
@@ -127,7 +142,8 @@ def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any]:
     trained = last_json(train_out)
     return {
         "data": name, "seed": seed, "commit": git_commit(),
-        "search_seconds": search_s, "capped": capped, "stop_reason": res.get("stop_reason"),
+        "search_seconds": search_s, "segments": segments, "capped": len(segments) > 1,
+        "stop_reason": res.get("stop_reason"),
         "counts": res["counts"], "trials": res["trials"], "front": len(res["front"]),
         "pick_rule": res["pick"], "pick_trial": best, "params": member["params"],
         "search_metrics": member["metrics"],
@@ -165,7 +181,8 @@ def report(records: list[dict[str, Any]]) -> str:
         for r in runs:
             sm = r["search_metrics"]
             q = sm.get("quality")
-            capped = " (capped)" if r["capped"] else ""
+            capped = (f" ({len(r['segments'])} runs, capped at --cap)"
+                      if len(r.get("segments", [])) > 1 else "")
             per_seed.append([
                 name, r["seed"], f"{r['search_seconds']:.0f}{capped}",
                 f"{r['counts'].get('complete', 0)} / {r['counts'].get('pruned', 0)} / "
@@ -218,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     ap.add_argument("--work", type=Path, default=Path("/tmp/autoembed-real-data"))
     ap.add_argument("--cap", type=float, default=1800.0,
-                    help="seconds after which a search is stopped (Ctrl-C) and noted")
+                    help="seconds after which a search is stopped (Ctrl-C); a rerun resumes it")
     args = ap.parse_args(argv)
     records = load_records()
     done = {(r["kind"], r["data"], r.get("seed")) for r in records}
@@ -233,7 +250,10 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.data:
             if ("search", name, seed) in done:
                 continue
-            rec = {"kind": "search", **one(name, seed, args.work, args.cap)}
+            got = one(name, seed, args.work, args.cap)
+            if got is None:
+                continue
+            rec = {"kind": "search", **got}
             with STORE.open("a") as fh:  # one line per (dataset, seed): resumable
                 fh.write(json.dumps(rec, default=str) + "\n")
             print(f"{name} seed {seed}: search {rec['search_seconds']:.0f} s, test "
