@@ -136,6 +136,7 @@ def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any] | None:
     front = {int(m["trial"]): m for m in res["front"]}
     best = int(res["best"])
     member = front.get(best, {"metrics": {}, "params": {}})
+    top = max(res["front"], key=lambda m: m["metrics"].get("quality") or -math.inf)
     cli(["export", "--study", study, "--runs-dir", "runs", "--out", "best.yaml"], here)
     train_out, train_s, _ = cli(["train", "--config", "best.yaml", "--out", "train", "--json"],
                                 here)
@@ -147,6 +148,8 @@ def one(name: str, seed: int, work: Path, cap: float) -> dict[str, Any] | None:
         "counts": res["counts"], "trials": res["trials"], "front": len(res["front"]),
         "pick_rule": res["pick"], "pick_trial": best, "params": member["params"],
         "search_metrics": member["metrics"],
+        "top": {"trial": top["trial"], "valid": top["metrics"].get("quality"),
+                "test": top["metrics"].get("test_quality")},
         "train_steps": trained.get("steps"), "train_seconds": train_s,
         "test": trained.get("test_quality"), "train_valid": trained.get("valid_quality"),
         "train_status": trained.get("status"),
@@ -191,6 +194,7 @@ def report(records: list[dict[str, Any]]) -> str:
                 f"{q:.4f}" if isinstance(q, (int, float)) else "-", _num(sm.get("test_quality")),
                 f"{r['train_steps']}", f"{r['test']:.4f}" if r["test"] is not None else "-",
                 f"{r['test'] - base['test']:+.4f}" if r["test"] is not None else "-",
+                _top(r.get("top")),
                 _tool_baseline(r.get("tool_baseline")),
                 "/".join(f"{x:.1f}" for x in r["load_start"]), r["commit"][:12]])
     bases = [[r["data"], f"{r['rows'][0]:,} / {r['rows'][1]:,} / {r['rows'][2]:,}",
@@ -206,7 +210,8 @@ def report(records: list[dict[str, Any]]) -> str:
         + markdown_table(["data", "seed", "search s", "counts", "pick", "pick's searched "
                           "values", "pick valid (search)", "pick test (search)",
                           "train steps", "test (train)",
-                          "- baseline", "search's own baseline: valid / test", "load",
+                          "- baseline", "best-valid member: trial, valid / test",
+                          "search's own baseline: valid / test", "load",
                           "commit"], per_seed)
         + "\n\nBaselines (autoembed.baselines.fit_baseline on the search's split):\n\n"
         + markdown_table(["data", "train / valid / test rows", "tables", "model", "metric",
@@ -216,6 +221,13 @@ def report(records: list[dict[str, Any]]) -> str:
         "and trained with `autoembed train --config best.yaml` (the steps the export carries); "
         "its test figure is that run's on the whole test split. The interval is Student's t "
         "over the seeds' paired differences (the baseline is the same split's).")
+
+
+def _top(t: dict[str, Any] | None) -> str:
+    """The front's best-validation member (the max-quality pick), for comparison."""
+    if not t:
+        return "-"
+    return f"{t['trial']}: {_num(t['valid'])} / {_num(t['test'])}"
 
 
 def _num(x: Any) -> str:
