@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import markdown_table, write_result  # noqa: E402
+from _common import git_commit, markdown_table, stamp, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = "800MB"
@@ -216,6 +216,7 @@ COMPARE_SPACES = ("default", "movielens-auto")
 COMPARE_BUDGET = "8GB"
 REAL_STEPS = 300  # steps per trial on the real-data space (its derived epochs take minutes)
 BASELINE = "random"
+DEFAULT_SAMPLER = "tpe"  # the search's default sampler (autoembed/search/plan.py)
 
 
 def t_interval(xs: list[float]) -> tuple[float, float, float]:
@@ -260,7 +261,9 @@ def compare_space(name: str, tmp: Path, real_steps: int) -> tuple[Path, str]:
         from autoembed.data import load_dataset
         from autoembed.space_auto import derive_space, facts_of
 
-        raw = derive_space(facts_of(load_dataset("movielens")), budget).to_space_dict()
+        # the per-table form, as `--space auto` derives it (space_auto.auto_space)
+        raw = derive_space(facts_of(load_dataset("movielens")), budget).to_space_dict(
+            per_table=True)
         run = dict(raw["run"])
         run.pop("epochs", None)
         run.update(max_steps=real_steps, eval_every=max(1, real_steps // 6))
@@ -311,7 +314,8 @@ def compare_samplers(args: argparse.Namespace) -> None:
                            "budget_bytes": nbytes, "wall": r["wall"], "points": r["points"],
                            "front": r["front"], "infeasible": r["infeasible"],
                            "pruned": r["pruned"], "trained": r["trained"],
-                           "hv2": hv2(r["points"], nbytes)}
+                           "hv2": hv2(r["points"], nbytes), "commit": git_commit(),
+                           "load": os.getloadavg()}
                     with store.open("a") as fh:  # one line per search: resumable
                         fh.write(json.dumps(rec) + "\n")
                     print(f"{sp} {smp:9s} {t} trials seed {seed}: HV2 {rec['hv2']:.4f}, "
@@ -321,7 +325,8 @@ def compare_samplers(args: argparse.Namespace) -> None:
     body = comparison_report(load_records(store))
     (results / "sampler_comparison.md").write_text(
         f"# Samplers against random (issue 15)\n\nCommand: `python "
-        f"benchmarks/search_efficiency.py {' '.join(sys.argv[1:])}`\n\n{body}\n")
+        f"benchmarks/search_efficiency.py {' '.join(sys.argv[1:])}`\n\n{stamp()} (this "
+        f"invocation; each search's own commit and load are in the .jsonl)\n\n{body}\n")
     print(body)
 
 
@@ -335,19 +340,24 @@ def comparison_report(records: list[dict[str, Any]]) -> str:
         base = {int(r["seed"]): r["hv2"] for r in mine if r["sampler"] == BASELINE}
         rows = []
         for smp in sorted({r["sampler"] for r in mine}, key=_sampler_order):
+            label = smp + (" (default)" if smp == DEFAULT_SAMPLER else "")
             rs = sorted((r for r in mine if r["sampler"] == smp), key=lambda r: r["seed"])
             hv = [r["hv2"] for r in rs]
             m, lo, hi = t_interval(hv)
             paired = [r for r in rs if int(r["seed"]) in base]
             ratio = paired_ratio([r["hv2"] for r in paired],
                                  [base[int(r["seed"])] for r in paired])
-            rows.append([smp, len(rs), f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
+            rows.append([label, len(rs), f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
                          "-" if smp == BASELINE else
                          f"{ratio[0]:.2f}x [{ratio[1]:.2f}, {ratio[2]:.2f}] ({len(paired)})",
                          f"{statistics.mean(r['infeasible'] for r in rs):.1f}",
                          f"{statistics.mean(r['wall'] for r in rs):.0f}",
                          " ".join(f"{x:.4f}" for x in hv)])
-        out.append(f"## {space}, {trials} trained trials\n\n" + markdown_table(
+        commits = sorted({str(r.get("commit", "unstamped"))[:12] for r in mine})
+        loads = [r["load"][0] for r in mine if r.get("load")]
+        where = (f"Commits: {', '.join(commits)}; 1-min load when each search ended: "
+                 + (f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"))
+        out.append(f"## {space}, {trials} trained trials\n\n{where}\n\n" + markdown_table(
             ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
              "over budget", "wall s", "HV2 per seed"], rows))
     out.append("HV2: hypervolume over (quality, memory / budget) from (0.5, 1.0), higher is "
