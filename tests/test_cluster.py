@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from _services import PostgresServer, free_port, need_postgres, session_pids, stop_session
+from _user_code import BAG_MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -173,25 +174,7 @@ def test_cluster_search_as_the_readme_says(pg: PostgresServer, tmp_path: Path) -
 
 
 # ---------------------------------------------------------------------- your own model
-USER_LOOP = '''
-import torch
-from torch import nn
-
-
-class Bag(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.emb = nn.Embedding(1000, dim)
-        self.out = nn.Linear(dim, 2)
-
-    def forward(self, ids, y):
-        return nn.functional.cross_entropy(self.out(self.emb(ids).mean(1)), y)
-
-
-def build(params):
-    torch.manual_seed(0)
-    return Bag(params["dim"])
-
+USER_LOOP = BAG_MODEL + '''
 
 def example(params):
     ids = torch.randint(0, 1000, (16, 4))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _user_code import BAG_MODEL
 
 from autoembed.memory import estimate
 
@@ -94,6 +95,20 @@ def assert_stores_agree(runs: Path, study: str) -> dict[int, str]:
 
 # ------------------------------------------------------------------ processes
 
+
+
+def assert_kept_after_resume(runs: Path, storage: str, complete_before: dict[int, Any]
+                             ) -> tuple[dict[int, str], dict[int, Any], dict[int, Any]]:
+    """Study 'kill' after its resume: the stores agree, and every trial complete before the
+    kill is kept once, unchanged. Returns (statuses, Optuna trials, rows) by number."""
+    import optuna
+
+    statuses = assert_stores_agree(runs, "kill")
+    after = {t.number: t for t in optuna.load_study(study_name="kill", storage=storage).trials}
+    for n, values in complete_before.items():  # kept once, unchanged
+        assert after[n].state == optuna.trial.TrialState.COMPLETE and after[n].values == values
+    rows = {n: row for n, (_, row) in optuna_trials(runs, "kill").items()}
+    return statuses, after, rows
 
 def session_members(sid: int) -> list[int]:
     """Live (not zombie) processes in session `sid`."""
@@ -267,11 +282,7 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         if resumed is not None:
             kill_session(resumed.pid)
 
-    statuses = assert_stores_agree(runs, "kill")
-    after = {t.number: t for t in optuna.load_study(study_name="kill", storage=storage).trials}
-    for n, values in complete_before.items():  # kept once, unchanged
-        assert after[n].state == optuna.trial.TrialState.COMPLETE and after[n].values == values
-    rows = {n: row for n, (_, row) in optuna_trials(runs, "kill").items()}
+    statuses, after, rows = assert_kept_after_resume(runs, storage, complete_before)
     for n in running_before:  # marked failed (interrupted) and retried once
         assert statuses[n] == "failed" and rows[n]["interrupted"]
         retries = [m for m, r in rows.items() if r.get("retry_of") == n]
@@ -333,26 +344,7 @@ def test_two_searches_share_one_runs_dir_and_a_study_opens_once(
 
 # ------------------------------------------------------------------ your own model
 
-USER_LOOP = '''
-import os, pathlib, time
-import torch
-from torch import nn
-
-
-class Bag(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.emb = nn.Embedding(1000, dim)
-        self.out = nn.Linear(dim, 2)
-
-    def forward(self, ids, y):
-        return nn.functional.cross_entropy(self.out(self.emb(ids).mean(1)), y)
-
-
-def build(params):
-    torch.manual_seed(0)
-    return Bag(params["dim"])
-
+USER_LOOP = "import os, pathlib, time\n" + BAG_MODEL + '''
 
 def example(params):
     g = torch.Generator().manual_seed(0)
@@ -435,11 +427,7 @@ def test_sigkilled_driver_of_a_user_search_resumes_with_every_trial_once(
         if resumed is not None:
             kill_session(resumed.pid)
 
-    statuses = assert_stores_agree(runs, "kill")
-    after = {t.number: t for t in optuna.load_study(study_name="kill", storage=storage).trials}
-    for n, values in complete_before.items():  # kept once, unchanged
-        assert after[n].state == optuna.trial.TrialState.COMPLETE and after[n].values == values
-    rows = {n: row for n, (_, row) in optuna_trials(runs, "kill").items()}
+    statuses, after, rows = assert_kept_after_resume(runs, storage, complete_before)
     (killed,) = running_before
     assert statuses[killed] == "failed" and rows[killed]["interrupted"]
     retries = [m for m, r in rows.items() if r.get("retry_of") == killed]

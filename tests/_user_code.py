@@ -1,0 +1,23 @@
+"""Source of a user's own model module, shared by the tests that write one to disk and
+search it (the Ray cluster, the SIGKILL resume): a mean-pooled bag classifier whose forward
+returns its loss, and `build(params)` at `params["dim"]`."""
+
+BAG_MODEL = '''
+import torch
+from torch import nn
+
+
+class Bag(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.emb = nn.Embedding(1000, dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, ids, y):
+        return nn.functional.cross_entropy(self.out(self.emb(ids).mean(1)), y)
+
+
+def build(params):
+    torch.manual_seed(0)
+    return Bag(params["dim"])
+'''
