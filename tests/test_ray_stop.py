@@ -1,8 +1,9 @@
-"""How a search stops the private Ray it started: `release()` stops it in the background
-(the driver writes its report meanwhile), leaving the `with` waits for the end and raises
-what the stop raised; the autoscaler monitor this process spawned is killed first, and
-nothing is killed when the search joined a cluster or found Ray running. Ray itself is
-replaced by fakes here: these are the session's decisions, not Ray's."""
+"""How a search stops the private Ray it started: leaving the `with` stops it in the calling
+thread (never in the background: a core worker shut down while the driver still frees Ray
+objects ends the process) and raises what the stop raised; the autoscaler monitor this
+process spawned is killed first, and nothing is killed when the search joined a cluster or
+found Ray running. Ray itself is replaced by fakes here: these are the session's decisions,
+not Ray's."""
 
 from __future__ import annotations
 
@@ -67,41 +68,29 @@ def _killed(procs: dict[str, list[Any]]) -> set[str]:
     return {t for t, infos in procs.items() if infos[0].process.killed}
 
 
-def test_release_stops_ray_in_the_background_and_exit_waits(
-        monkeypatch: pytest.MonkeyPatch, node: dict[str, list[Any]]) -> None:
+def test_exit_stops_ray_in_this_thread_once(monkeypatch: pytest.MonkeyPatch,
+                                            node: dict[str, list[Any]]) -> None:
     fake = FakeRay()
+    fake.go.set()
     monkeypatch.setattr(ray_tune, "ray", fake)
     session = ray_session(None, 2, None)
     session.__enter__()
-    session.release()
-    assert fake.stopping.wait(30)  # the stop runs while this thread goes on...
-    assert fake.initialized and fake.stopped_in is None
-    assert _killed(node) == {"monitor"}  # ...after only the monitor was killed
-    fake.go.set()
-    session.__exit__(None, None, None)  # ...and leaving waits for its end
-    assert not fake.initialized and fake.stopped_in == "ray-shutdown"
+    session.__exit__(None, None, None)  # stopped here, after only the monitor was killed
+    assert not fake.initialized and fake.stopped_in == threading.current_thread().name
+    assert _killed(node) == {"monitor"}
+    fake.stopped_in = None
+    session.__exit__(None, None, None)  # a second exit stops nothing
+    assert fake.stopped_in is None
 
 
-def test_a_failed_stop_is_raised_when_leaving(monkeypatch: pytest.MonkeyPatch,
-                                             node: dict[str, list[Any]]) -> None:
+def test_a_failed_stop_is_raised(monkeypatch: pytest.MonkeyPatch,
+                                 node: dict[str, list[Any]]) -> None:
     fake = FakeRay(fails=True)
     fake.go.set()
     monkeypatch.setattr(ray_tune, "ray", fake)
-    session = ray_session(None, 2, None)
-    session.__enter__()
-    session.release()
     with pytest.raises(RuntimeError, match="would not stop"):
-        session.__exit__(None, None, None)
-
-
-def test_without_release_exit_stops_ray_in_this_thread(monkeypatch: pytest.MonkeyPatch,
-                                                      node: dict[str, list[Any]]) -> None:
-    fake = FakeRay()
-    fake.go.set()
-    monkeypatch.setattr(ray_tune, "ray", fake)
-    with ray_session(None, 2, None):
-        pass  # Ctrl-C or an error before the trials were over: no release()
-    assert fake.stopped_in == threading.current_thread().name and _killed(node) == {"monitor"}
+        with ray_session(None, 2, None):
+            pass
 
 
 def test_a_cluster_or_a_running_ray_kills_nothing(monkeypatch: pytest.MonkeyPatch,
@@ -110,11 +99,11 @@ def test_a_cluster_or_a_running_ray_kills_nothing(monkeypatch: pytest.MonkeyPatc
     fake.go.set()
     monkeypatch.setattr(ray_tune, "ray", fake)
     monkeypatch.setattr(ray_tune, "_probe", lambda address: None)
-    with ray_session("10.0.0.5:6379", 2, None) as joined:
-        joined.release()
-    assert fake.stopped_in == "ray-shutdown" and not _killed(node)  # disconnected only
+    with ray_session("10.0.0.5:6379", 2, None):
+        pass
+    assert fake.stopped_in is not None and not _killed(node)  # disconnected only
     fake = FakeRay(initialized=True)  # a notebook's Ray: used, left running
     monkeypatch.setattr(ray_tune, "ray", fake)
-    with ray_session(None, 2, None) as used:
-        used.release()
+    with ray_session(None, 2, None):
+        pass
     assert fake.initialized and fake.stopped_in is None and not _killed(node)

@@ -124,7 +124,6 @@ class RayTuneExecutor:
             train_data=plan.workload.train_spec.to_dict(), run_settings=plan.run_settings(),
             trial_resources=tuple(plan.request.trial_resources), faults=self.faults,
         ))
-        self._ray.release()  # the trials are over: Ray stops while the report is written
 
 
 Trainer = Callable[[Mapping[str, Any], TrialChannel], Mapping[str, Any] | None]

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,8 +255,6 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         self.num_gpus = num_gpus
         self.runtime_env = dict(runtime_env) if runtime_env else None  # the user's code
         self.started = False
-        self._stopping: threading.Thread | None = None
-        self._stop_error: BaseException | None = None
 
     def __enter__(self) -> ray_session:
         if self.address:
@@ -284,28 +281,13 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._stopping is None:
-            if self.started:
-                self._stop()
-            return
-        self._stopping.join()
-        self._stopping = None
-        if self._stop_error is not None:
-            raise self._stop_error
-
-    def release(self) -> None:
-        """Start stopping what this started, in a background thread (nothing here uses Ray
-        any more); `__exit__` waits for it. Does nothing for a Ray it did not start."""
-        if not self.started or self._stopping is not None:
-            return
-        self._stopping = threading.Thread(target=self._stop_quietly, name="ray-shutdown")
-        self._stopping.start()
-
-    def _stop_quietly(self) -> None:
-        try:
+        """Stop what this started, in this thread, after the report is written. Not in a
+        background thread: the driver's objects that hold Ray references (Tune's results)
+        are freed on this thread, and a core worker shut down under them ends the process
+        ("The core worker has already been shutdown ... The process will exit")."""
+        if self.started:
+            self.started = False
             self._stop()
-        except BaseException as e:  # noqa: BLE001 - raised again by __exit__
-            self._stop_error = e
 
     def _stop(self) -> None:
         """`ray.shutdown()`, after killing this private Ray's autoscaler monitor: it holds
