@@ -13,9 +13,9 @@ called through the Python API. Nothing in the library is changed to measure it:
   backward, update), `data_seconds` (fetching training batches) and `eval_seconds`
   (validation, test and latency); the rest of `wall_seconds` is building the model and
   loading the data in the worker;
-* Ray stops in the background while the report is written (`ray_session.release`): its
-  stage holds the driver's own time in `ray.init`, in starting the stop, and in waiting for
-  the stop at the end. Ray prestarts no idle worker (`search.ray_tune`): the first trial's
+* the "Ray start and shutdown" stage holds `ray.init` and `ray.shutdown` (in the driver's
+  thread, after the report: a background stop raced the driver's Ray objects). Ray
+  prestarts no idle worker (`search.ray_tune`): the first trial's
   "Ray" time includes starting its worker process;
 * per trial, "Ray" is the time between the driver handing Tune the proposal and Tune
   handing back the result, less the trial's own `wall_seconds`: scheduling, the worker,
@@ -118,8 +118,7 @@ def instrument(timer: StageTimer) -> None:
     for fn in ("open_storage", "find_study", "recover", "load_rows"):
         setattr(study, fn, timer.wrap("optuna", getattr(study, fn), fn))
     rs = ray_tune.ray_session
-    for meth, label in (("__enter__", "ray.init"), ("release", "ray.shutdown started"),
-                        ("__exit__", "ray.shutdown")):
+    for meth, label in (("__enter__", "ray.init"), ("__exit__", "ray.shutdown")):
         setattr(rs, meth, timer.wrap("ray start/stop", getattr(rs, meth), label))
     ray_tune.run_tune = timer.wrap("tune", ray_tune.run_tune, "run_tune")
     for fn in ("write_trials_csv", "write_pareto_png", "write_best_yaml", "write_pareto_json"):
