@@ -40,6 +40,8 @@ LOOP = textwrap.dedent('''
         mode = params["mode"]
         if mode == "raise":
             raise RuntimeError("my loop broke")
+        if mode == "oom":  # what the user's loop raises on a GPU that runs out
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         if mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         # quality by mode: a plateau the scheduler can judge (4 reports, 10 steps apart)
@@ -104,6 +106,25 @@ def by_mode(res) -> dict[str, list]:
     for r in res.rows:
         out.setdefault(r.params["user.mode"], []).append(r)
     return out
+
+
+def test_an_oom_in_the_users_loop_is_oom_and_sets_the_ceiling(user, monkeypatch) -> None:
+    """A trial whose loop runs out of device memory is `oom`, and every later proposal at
+    or above its priced size (here: all, one model size) is over the ceiling, never run
+    (the search gives up after 5 such proposals in a row instead of 300)."""
+    import autoembed.search.engine as engine
+
+    monkeypatch.setattr(engine, "MAX_REJECTIONS_IN_A_ROW", 5)
+    res = run(user, ["ok", "oom"], 4, study="o", seed=1)
+    statuses = [(r.params["user.mode"], r.status) for r in res.rows]
+    first = next((i for i, (m, _) in enumerate(statuses) if m == "oom"), None)
+    assert first is not None, "reseed: no oom proposal"
+    assert statuses[first][1] == "oom"
+    assert all(r.status == "complete" for r in res.rows[:first])
+    later = res.rows[first + 1:]
+    assert later and all(r.status == "infeasible" for r in later), statuses
+    assert all(r.estimate["device_total"] >= res.rows[first].estimate["device_total"]
+               for r in later)
 
 
 def test_faults_in_the_users_code_are_the_trials(user) -> None:
