@@ -243,7 +243,9 @@ def _snapshot(model: Any) -> dict[str, Any]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
-def _is_oom(e: BaseException) -> bool:
+def is_oom(e: BaseException) -> bool:
+    """Whether `e` is the device running out of memory (the `oom` status): torch's
+    OutOfMemoryError, or an allocator error that says so."""
     import torch
 
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
@@ -441,7 +443,7 @@ def run_trial(
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - a trial fault is a result, not a crash
-        if _is_oom(e):
+        if is_oom(e):
             peaks: dict[str, Any] = {}
             if s.device.startswith("cuda"):  # how far it got: the size that failed
                 peaks = {"measured_allocated_peak": int(torch.cuda.max_memory_allocated()),

@@ -225,7 +225,6 @@ class SearchEngine:
         self.early_stop = early_stop
         self.use_measured = use_measured
         self.memory_basis = check_basis(memory_basis)  # memory.objective
-        self.host_memory = host_memory
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.pricing = pricing or BuiltinPricing(space, workload, host_memory)
         self.feasibility = Feasibility.for_search(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.runner import environment
+from autoembed.runner import environment, is_oom
 from autoembed.trial import TrialResult
 from autoembed.user.functions import FunctionRef, record_function, resolve_function
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
@@ -83,12 +83,6 @@ def user_traceback(e: BaseException, skip: int = 1) -> str:
     return f"{head}\nTraceback (most recent call last):\n{body}".rstrip()
 
 
-def _is_oom(e: BaseException) -> bool:
-    import torch
-
-    return isinstance(e, torch.OutOfMemoryError)
-
-
 def run_user_trial(
     code: UserCode,
     model: Callable[[], Any],
@@ -126,7 +120,7 @@ def run_user_trial(
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - the user's fault is the trial's result
-        status = "oom" if _is_oom(e) else "failed"
+        status = "oom" if is_oom(e) else "failed"
         error = user_traceback(e)
     if report.ending is not None:  # the loop swallowed what report raised
         status, error = report.ending.status, report.ending.message
