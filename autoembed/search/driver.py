@@ -274,7 +274,8 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     eval_batches = plan.space.run.get("eval_batches", RunSettings.eval_batches)
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
-        plan.name, engine.stop_reason, noise=lambda c: measure_noise(c, data, eval_batches),
+        plan.name, engine.stop_reason,
+        noise=lambda c: measure_noise(c, data, eval_batches, engine.valid_scores),
         memory_basis=plan.memory_basis)
     meta = plan.meta()
     wall = time.monotonic() - t_start

@@ -50,6 +50,7 @@ from autoembed.search.records import (
     optuna_values,
 )
 from autoembed.search.workload import Workload
+from autoembed.selection import ValidScores
 from autoembed.space import SearchSpace
 from autoembed.trial import decode_result
 
@@ -233,6 +234,8 @@ class SearchEngine:
         self.clock = clock
         self.started = clock()
         self.rows: dict[int, TrialRow] = load_rows(study)
+        # completed trials' validation predictions, in memory for the pick (not stored)
+        self.valid_scores: dict[int, ValidScores] = {}
         self.live: dict[int, _Live] = {}
         self.rejected_in_a_row = 0
         self.trainables_started = 0
@@ -480,6 +483,9 @@ class SearchEngine:
             why = error or (final or {}).get("error") or "the trial ended without a result"
             return old.with_(status="failed", reason=str(why)), _Outcome("fail")
         result = decode_result(final["result"])
+        scores = ValidScores.decode(final.get("valid_scores"))
+        if scores is not None and result.status == "complete":
+            self.valid_scores[p.number] = scores
         metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured,
                                     memory_basis=self.memory_basis)
         row = old.with_(status=result.status, metrics=metrics, reason=result.error,
