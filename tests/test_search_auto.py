@@ -168,6 +168,17 @@ def test_pareto_json_says_how_the_picks_noise_was_measured(searched: dict[str, A
                      / (pos * neg))
     assert noise["rows"] == rows and noise["class_rows"] == [neg, pos]
     assert noise["slack"] == pytest.approx(want) and "standard error" in noise["method"]
+    # paired: every other member's lead, on the rows both read (the whole split when both
+    # read it all: then the recorded qualities' difference)
+    members = {r.number: r for r in res.front}
+    assert noise["kind"] == ("paired" if len(members) > 1 else "unpaired")
+    assert sorted(g["trial"] for g in noise["paired"]) == sorted(set(members) - {top.number})
+    split = len(data.split_rows("valid"))
+    for g in noise["paired"]:
+        m = members[g["trial"]]
+        assert g["rows"] == min(rows, eval_batches * m.config.batch_size, split)
+        if g["rows"] == rows:
+            assert g["gap"] == pytest.approx(a - m.metrics["quality"], abs=1e-6)
 
 
 def test_resume_reuses_the_stored_space_and_refuses_another(
