@@ -282,6 +282,17 @@ class NoiseMeasure:
             out[self.trial] = 0.0
         return out
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> NoiseMeasure:
+        """The inverse of `to_dict` (pareto.json's `noise`; older files have no pairs)."""
+        trial = raw.get("trial")
+        return cls(float(raw["slack"]), str(raw["metric"]), float(raw["quality"]),
+                   None if trial is None else int(trial), int(raw.get("rows") or 0),
+                   tuple(int(c) for c in raw.get("class_rows") or ()),
+                   tuple(PairedGap(int(g["trial"]), float(g["gap"]), float(g["se"]),
+                                   int(g["rows"])) for g in raw.get("paired") or ()),
+                   raw.get("unpaired_reason"))
+
     def to_dict(self) -> dict[str, Any]:
         return {"slack": self.slack, "metric": self.metric, "quality": self.quality,
                 "trial": self.trial, "rows": self.rows, "class_rows": list(self.class_rows),

@@ -223,6 +223,17 @@ def test_paired_pick_rejects_a_member_unpaired_noise_would_take(tmp_path: Path) 
     assert body["kind"] == "paired" and body["z"] == PAIRED_Z and "DeLong" in body["method"]
     assert [g["within"] for g in body["paired"]] == [False, True]
 
+    # `autoembed export --pick within-noise` reads the record pareto.json holds
+    import json
+
+    from autoembed.export import pick_member
+
+    raw = [{"trial": r.number, "metrics": r.values} for r in members]
+    objs = [{"name": n, "direction": d} for n, d in obj]
+    for measured, want in ((paired, 2), (unpaired, 1), (None, 2)):  # None: ties to cheaper
+        record = None if measured is None else json.loads(json.dumps(measured.to_dict()))
+        assert pick_member(raw, "within-noise", objs, record)["trial"] == want
+
     # one candidate without scores (a resumed trial): the unpaired measure, said so
     fallback = measure_noise(members, data, None, {0: scores[0], 2: scores[2]})
     assert fallback is not None and not fallback.paired
