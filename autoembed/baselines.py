@@ -9,9 +9,10 @@
 
 The L2 strength C is chosen from `C_GRID` by the validation split's primary metric (AUC for
 ctr, accuracy for text; ties go to the smaller C, the stronger penalty); the test split is
-scored once, with that C. The fits run on one BLAS thread: on a busy 2-core machine, BLAS
-threads waiting for a core made them 5-15x slower (62-95 s in
-benchmarks/results/real_data.md; 4-7 s of CPU on one thread, benchmarks/baseline_speed.py).
+scored once, with that C. The fits run on one BLAS thread: on a busy 2-core machine BLAS
+threads waiting for a core took 3-4x the CPU and 2.5-6x the wall time, with the same C and
+scores (benchmarks/results/baseline_speed_threads.md; 2-9 s of CPU for movielens, flights
+and bbcnews on one thread: baseline_speed.md).
 scikit-learn and scipy are imported on the first call.
 
     base = fit_baseline(dataset)   # Baseline(metric='auc', valid=..., test=..., c=..., ...)
