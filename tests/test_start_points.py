@@ -253,3 +253,31 @@ def test_infeasible_placeholders_do_not_steer_the_sampler(sampler: str) -> None:
             study.tell(t, state=TrialState.FAIL)
         proposals.append(asked)
     assert proposals[0] == proposals[1]
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@pytest.mark.parametrize(("options", "stored", "names"), [
+    ({}, {}, ["full+wide", "fm", "cheapest"]),
+    ({"start_points": False}, {}, []),
+    ({"sampler": "grid"}, {}, []),
+    ({}, {"sampler": "tpe"}, []),  # a study started before there were start points
+    ({}, {"sampler": "tpe", "start_points": True}, ["full+wide", "fm", "cheapest"]),
+])
+def test_the_plan_has_start_points_unless_turned_off(
+        tmp_path: Path, options: dict[str, Any], stored: dict[str, Any],
+        names: list[str]) -> None:
+    from autoembed.search.plan import SearchPlan
+    from autoembed.search.request import SearchRequest
+
+    request = SearchRequest.parse("8GB", "tiny", runs_dir=tmp_path, study="p", device="cpu",
+                                  **options)
+    notes: list[str] = []
+    plan = SearchPlan.build(request, stored, notes.append)
+    assert [p.name for p in plan.start] == names
+    assert plan.meta()["start_points"] == (options.get("start_points", True) if not stored
+                                           else bool(stored.get("start_points")))
+    said = [n for n in notes if n.startswith("start points")]
+    assert said == ([f"start points: 3 ({', '.join(names)}), trained first"]
+                    if names and not stored else [])
