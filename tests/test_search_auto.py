@@ -81,6 +81,8 @@ def test_the_derived_space_is_printed_first_and_stored(searched: dict[str, Any])
     # then the baseline, fitted before any trial trains
     assert notes[1].startswith("fitting the baseline (logistic regression on one-hot ids")
     assert notes[2].startswith("baseline (logistic regression on one-hot ids, C=")
+    # and the start points, trained first (space.start)
+    assert notes[3] == "start points: 3 (full+wide, fm, cheapest), trained first"
     stored = res.out_dir / "space.yaml"
     assert str(stored) in notes[0] and searched["tracker"].space_file == stored
     pareto = json.loads((res.out_dir / "pareto.json").read_text())
