@@ -20,6 +20,9 @@ Placement (`host_cached`) is not a layer setting here: the built-in models' host
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
 ``embedding.weight`` sees a V x D tensor, never the compressed storage. New compressions
 plug in through `COMPRESSIONS` (name -> storage class).
+
+The storages are the one implementation of each compression: the built-in models' QR, robe,
+tt and hot/cold tables (`autoembed.models`) subclass them and add only their pooling.
 """
 
 from __future__ import annotations
