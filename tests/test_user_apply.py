@@ -122,6 +122,11 @@ def test_bad_configs_are_one_line_errors() -> None:
         autoembed.apply(model, hashed("lm_head", 10, 5, GPT["dim"]))
     with pytest.raises(ConfigError, match="no nn.Embedding"):
         autoembed.tables(nn.Linear(2, 2))
+    cached = EmbeddingConfig(tables=(TableConfig("tok", GPT["vocab"]),), dim=GPT["dim"],
+                             placement="host_cached", table_optimizer="rowwise_adagrad",
+                             cache_load_factor=0.5)
+    with pytest.raises(ConfigError, match="'placement' = 'host_cached': host_cached tables"):
+        autoembed.apply(model, cached)  # would otherwise be silently ignored
 
 
 def test_materialize_refuses_buffers_without_values() -> None:

@@ -134,6 +134,11 @@ def test_config_wide_values_reach_the_config() -> None:
     ({"user": {"d": {"choices": [1, 2]}}, "early_stop": {"max_steps": 0, "eval_every": 5}},
      "key 'early_stop.max_steps' = 0"),
     ([1, 2], "expected a mapping"),
+    # built-in model settings a user's model would silently ignore
+    ({"embedding": {"checkpointing": {"choices": [True, False]}}},
+     "key 'embedding.checkpointing' = {'choices': [True, False]}: name the modules"),
+    ({"embedding": {"placement": "host_cached"}, "user": {"d": {"choices": [1, 2]}}},
+     "key 'embedding.placement' = 'host_cached': host_cached tables run only in"),
 ])
 def test_bad_spaces_are_one_line_errors(raw, says) -> None:
     with pytest.raises(ConfigError) as e:

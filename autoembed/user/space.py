@@ -53,10 +53,17 @@ SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "targ
               "early_stop")
 EARLY_STOP_KEYS = ("max_steps", "eval_every")
 # Config-wide settings autoembed applies to a user's model (the rest describe its own models).
-EMBEDDING_KEYS = ("precision", "serving", "placement", "table_optimizer", "dense_optimizer",
-                  "checkpointing", "compression", "hash_buckets", "hash_seed", "qr_collisions",
-                  "qr_operation", "mixed_dim_alpha", "mixed_dim_min", "cache_load_factor",
-                  "cache_policy", "lr", "dense_lr", "adam_eps", "momentum", "weight_decay")
+EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", "compression",
+                  "hash_buckets", "hash_seed", "qr_collisions", "qr_operation",
+                  "mixed_dim_alpha", "mixed_dim_min", "lr", "dense_lr", "adam_eps", "momentum",
+                  "weight_decay")
+# Built-in model settings a user's model does not take, and what to do instead.
+NOT_FOR_USER_MODELS = {
+    "checkpointing": "name the modules to checkpoint in your code: "
+                     "autoembed.apply(model, config, checkpoint=[...])",
+    **{k: "host_cached tables run only in autoembed's own models; keep your tables on the "
+          "device" for k in ("placement", "cache_load_factor", "cache_policy")},
+}
 # Settings one table may carry (its rows and dim come from the model).
 TABLE_KEYS = TABLE_OVERRIDES
 SPEC_KEYS = ("choices", "low", "high", "log", "step", "type", "when")
@@ -307,6 +314,8 @@ def parse_user_space(raw: Any, source: str, text: str = "") -> UserSpace:
     emb = dict(_mapping(source, "embedding", raw.get("embedding")))
     tables = _mapping(source, "embedding.tables", emb.pop("tables", None))
     for k in emb:
+        if k in NOT_FOR_USER_MODELS:
+            raise _fail(source, f"embedding.{k}", emb[k], NOT_FOR_USER_MODELS[k])
         if k not in EMBEDDING_KEYS:
             raise _unknown(source, f"embedding.{k}", (*EMBEDDING_KEYS, "tables"))
     globals_ = b.section("embedding", emb, _config_check(source, table=False))

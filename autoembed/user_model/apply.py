@@ -156,6 +156,9 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
                           "model its own robe array; set robe_shared false (one shared array "
                           "is for config-built models)")
+    if config.placement != "device":
+        raise ConfigError(f"config key 'placement' = {config.placement!r}: host_cached tables "
+                          "run only in autoembed's own models; set placement: device")
     plans = []
     for ts in resolved_tables(config):
         old = _module(model, ts.name)
