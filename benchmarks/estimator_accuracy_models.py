@@ -219,7 +219,11 @@ def _write(records: list[dict[str, Any]]) -> None:
         "Each row's commit and load average are its own (results/estimator_accuracy_models"
         ".jsonl, one line per cell; a rerun measures only the cells not on file). Sizes: each "
         "example's SIZES['test'] unless the tables column names a change. The commit is "
-        "the code measured; the results files themselves are what the run leaves uncommitted.",
+        "the code measured; the results files themselves are what the run leaves uncommitted. The "
+        "rows of commit d578d29 come from that commit's run (nice 10, load 8-12; its table, "
+        "to 0.1 MB, imported into the .jsonl): of the code measured since, only sparse=True "
+        "tables (none in examples/), apply's robe/tt/hot_cold layers and int8/int4 "
+        "serving (neither in the applied config) changed.",
         "Estimates are allocated_peak (what max_memory_allocated would read on CUDA, 512-byte "
         "blocks). Measured: the RSS high-water of a fresh process above its RSS before the "
         "build, two real steps, same precision machinery and pinned (foreach) optimizer. "
