@@ -9,17 +9,28 @@ file as they finish, so a time-out keeps what was measured.
 
 Needs torch alone (no Optuna, Ray, MLflow or YAML); finishes within 5 minutes on one H200.
 
+With `--examples`, the users' models instead (examples/, the grid of
+benchmarks/estimator_accuracy_models.py): `estimate_model`'s allocated_peak (traced on CPU code
+paths) against `torch.cuda.max_memory_allocated` of two real `UserStep` steps on CUDA, the
+parameters counted and the build not (as on CPU); results/gpu_validate_examples.md.
+
     python benchmarks/gpu_validate.py [--out benchmarks/results/gpu_validate.md] [--scale 1.0]
+    python benchmarks/gpu_validate.py --examples [--only gpt_lm,bert_mlm]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import importlib
+import itertools
 import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -79,13 +90,118 @@ def rel(est: int, real: int) -> str:
     return f"{100 * (est - real) / real:+.1f}%" if real else "n/a"
 
 
+def emit(out: Path, row: str) -> None:
+    """Append `row` to the results file (kept if a later case fails) and print it."""
+    with out.open("a") as f:
+        f.write(row)
+    print(row, end="", flush=True)
+
+
+def to_device(example: Any, device: str) -> Any:
+    """`example` (a tensor, tuple or dict of them, as estimate_model takes it) on `device`."""
+    if isinstance(example, torch.Tensor):
+        return example.to(device)
+    if isinstance(example, tuple):
+        return tuple(to_device(x, device) for x in example)
+    if isinstance(example, dict):
+        return {k: to_device(v, device) for k, v in example.items()}
+    return example
+
+
+def measure_example(mod: ModuleType, precision: str, optimizer: str, applied: bool) -> int:
+    """Peak CUDA bytes of two real steps of `mod`'s SIZES['test'] model: parameters, state,
+    gradients, activations and the example, above what was allocated before (not the build)."""
+    from autoembed.user_model.step import UserStep
+    from examples._demo import build_applied
+
+    size = mod.SIZES["test"]
+    torch.manual_seed(0)
+    build = functools.partial(mod.build_model, **size)
+    model = build_applied(build) if applied else build()
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    model = model.to("cuda")
+    step = UserStep.build(model, precision=precision, optimizer=optimizer)
+    example = to_device(mod.make_example(**size), "cuda")
+    for _ in range(2):
+        step.step(example, getattr(mod, "loss", None))
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del model, step, example
+    gc.collect()
+    torch.cuda.empty_cache()
+    return peak
+
+
+def examples_main(only: str, out: Path) -> None:
+    """The users'-model grid on CUDA; a row per case, appended as it finishes."""
+    from autoembed import estimate_model
+    from examples._demo import build_applied
+
+    out.write_text(
+        f"# GPU validation of estimate_model on the users' models (examples/)\n\n"
+        f"Device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}. Command: "
+        f"`python benchmarks/gpu_validate.py --examples`\n\n{stamp()}\n\nEstimates are "
+        "traced on CPU code paths (see results/estimator_accuracy_models.md for where they "
+        "differ from CUDA's); measured: torch.cuda.max_memory_allocated of two real steps.\n\n"
+        "| example | precision | optimizer | tables | estimate MB | measured CUDA MB | "
+        "estimate vs measured |\n|---|---|---|---|---|---|---|\n")
+    errs: list[float] = []
+    t0 = time.time()
+    for name in only.split(","):
+        try:
+            mod = importlib.import_module(f"examples.{name}")
+        except ImportError as e:
+            with out.open("a") as f:
+                f.write(f"| {name} | skipped: {e} | | | | | |\n")
+            continue
+        size = mod.SIZES["test"]
+        for precision, optimizer, applied in itertools.product(
+                ("fp32", "bf16_master", "amp_bf16"), ("adam", "rowwise_adagrad"), (False, True)):
+            tables = "applied" if applied else "as built"
+            if time.time() - t0 > TIME_LIMIT_S:
+                got = "skipped: time limit"
+                est_mb = err = ""
+            else:
+                build = functools.partial(mod.build_model, **size)
+                est = estimate_model(functools.partial(build_applied, build) if applied
+                                     else build, mod.make_example(**size),
+                                     precision=precision, optimizer=optimizer)
+                real = measure_example(mod, precision, optimizer, applied)
+                errs.append(abs(est.allocated_peak - real) / real)
+                got, est_mb = f"{real / 1e6:.1f}", f"{est.allocated_peak / 1e6:.1f}"
+                err = rel(est.allocated_peak, real)
+            emit(out, f"| {name} | {precision} | {optimizer} | {tables} | {est_mb} | {got} | "
+                      f"{err} |\n")
+    with out.open("a") as f:
+        if errs:
+            f.write(f"\n|estimate - measured| / measured: median "
+                    f"{100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}% over "
+                    f"{len(errs)} cases")
+        f.write(f"\n\nWall time {time.time() - t0:.0f} s.\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/gpu_validate.md"))
+    ap.add_argument("--out", default=None)
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--examples", action="store_true",
+                    help="the users' models of examples/ instead of the built-in configs")
+    ap.add_argument("--only", default="seed_mean,shared_table,dlrm,checkpointed,gpt_lm,bert_mlm",
+                    help="with --examples: which examples")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_validate: no CUDA device visible; run this on a GPU machine")
+    if args.examples:
+        a = torch.randn(64, 64, device="cuda")  # CUDA context and cuBLAS workspace first
+        (a @ a).sum().item()
+        examples_main(args.only, Path(args.out or ROOT / "benchmarks/results/"
+                                      "gpu_validate_examples.md"))
+        return
+    args.out = args.out or str(ROOT / "benchmarks/results/gpu_validate.md")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Warm-up: create the CUDA context, cuBLAS handle and workspace before the baseline.
@@ -126,9 +242,7 @@ def main() -> None:
                f"{tr_a:,} | {rel(tr_a, m_a) if tr_a else 'n/a'} | {m_r:,} | "
                f"{an.reserved_peak:,} | {rel(an.reserved_peak, m_r)} | {tr_r:,} | "
                f"{rel(tr_r, m_r) if tr_r else 'n/a'} |\n")
-        with out.open("a") as f:
-            f.write(row)
-        print(row, end="", flush=True)
+        emit(out, row)
     with out.open("a") as f:
         if errs_a:
             f.write(f"\nAllocated peak, |relative error|: analytic median "

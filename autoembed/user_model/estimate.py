@@ -48,9 +48,12 @@ TRACED_STEPS = 2
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
     "traced on CPU code paths: CPU autocast's lists of ops cast to half and kept in fp32 "
-    "differ from CUDA's, and scaled_dot_product_attention picks CPU's math or flash kernel, "
-    "not CUDA's flash/mem-efficient one (different saved tensors); on a GPU the figure is "
-    "not yet checked against max_memory_allocated"
+    "differ from CUDA's (CUDA runs layer_norm, softmax and log_softmax in fp32, CPU in bf16), "
+    "and scaled_dot_product_attention picks CPU's math or flash kernel, not CUDA's "
+    "flash/mem-efficient one (different saved tensors); transformers treats fake tensors as "
+    "tracing (it may build an all-ones attention mask a real step skips); on a GPU the "
+    "figure is not yet checked against max_memory_allocated (benchmarks/gpu_validate.py "
+    "--examples does)"
 )
 
 # owners of what no module owns (the phase it was allocated in) -> the name shown
