@@ -147,3 +147,24 @@ def test_a_trial_installs_the_train_splits_idf(tmp_path: Path) -> None:
     # a model without idf tables is left alone
     plain = build_model(replace(r.config, pooling="mean"))
     install_idf(plain, data)
+
+
+def test_derived_text_spaces_search_idf_for_uncompressed_tables() -> None:
+    from autoembed.space import parse_space
+    from autoembed.space_auto import DataFacts, TableFacts, derive_space
+
+    def pooling(rows: int) -> dict[str, object]:
+        facts = DataFacts("text", (TableFacts("tokens", rows, 64.0),), 2_000, 200, 64,
+                          (64,) * 2_000, {"name": "docs.csv"})
+        raw = derive_space(facts, 8 * 10**9).to_space_dict(per_table=True)
+        space = parse_space(raw, "auto")
+        values = {"dim": 16, "pooling": "idf", "table_optimizer": "adam", "lr": 0.01,
+                  "weight_decay": 0.0, "batch_size": 32, "compression": "none"}
+        cfg = space.config_for({k: v for k, v in values.items() if k in raw["params"]})
+        assert cfg.pooling == "idf"  # a valid config
+        return dict(raw["params"]["pooling"])
+
+    # 28k rows x 256 dims is >= 1% of 8 GB: compression is searched, idf only without it
+    assert pooling(28_000) == {"choices": ["mean", "sum", "idf"],
+                               "when": {"compression": "none"}}
+    assert pooling(3_000) == {"choices": ["mean", "sum", "idf"]}  # nothing to compress
