@@ -9,7 +9,11 @@
 
 The L2 strength C is chosen from `C_GRID` by the validation split's primary metric (AUC for
 ctr, accuracy for text; ties go to the smaller C, the stronger penalty); the test split is
-scored once, with that C. scikit-learn and scipy are imported on the first call.
+scored once, with that C. The fits run on one BLAS thread: on a busy 2-core machine BLAS
+threads waiting for a core took 3-4x the CPU and 2.5-6x the wall time, with the same C and
+scores (benchmarks/results/baseline_speed_threads.md; 2-9 s of CPU for movielens, flights
+and bbcnews on one thread: baseline_speed.md).
+scikit-learn and scipy are imported on the first call.
 
     base = fit_baseline(dataset)   # Baseline(metric='auc', valid=..., test=..., c=..., ...)
 """
@@ -131,7 +135,7 @@ def _skipped_ids(dataset: Dataset) -> tuple[int, ...]:
 def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseline:
     """Fit the task's baseline on the train split, choose C on valid, score test once."""
     from sklearn.feature_extraction.text import TfidfTransformer
-    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_limits
 
     if not c_grid or any(not c > 0 for c in c_grid):
         raise ConfigError(f"baseline C grid {c_grid!r}: give positive numbers, e.g. {C_GRID}")
@@ -146,6 +150,19 @@ def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseli
     if task == "text":
         tfidf = TfidfTransformer().fit(xtr)
         xtr, xva, xte = tfidf.transform(xtr), tfidf.transform(xva), tfidf.transform(xte)
+    with threadpool_limits(limits=1):
+        c, valid, model = _choose_c(xtr, ytr, xva, yva, metric, c_grid)
+        test = _score(model, xte, yte, metric)
+    return Baseline(NAMES[task], metric, valid, test, c, time.perf_counter() - start,
+                    int(xtr.shape[1]))
+
+
+def _choose_c(xtr: Any, ytr: np.ndarray, xva: Any, yva: np.ndarray, metric: str,
+              c_grid: tuple[float, ...]) -> tuple[float, float, Any]:
+    """(C, validation score, fitted model) of the grid's best C on validation (the first
+    best, the smaller C, on ties)."""
+    from sklearn.linear_model import LogisticRegression
+
     best: tuple[float, float, Any] | None = None
     for c in sorted(c_grid):
         model = LogisticRegression(C=c, max_iter=MAX_ITER).fit(xtr, ytr)
@@ -153,10 +170,7 @@ def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseli
         if best is None or score > best[1]:
             best = (c, score, model)
     assert best is not None
-    c, valid, model = best
-    test = _score(model, xte, yte, metric)
-    return Baseline(NAMES[task], metric, valid, test, c, time.perf_counter() - start,
-                    int(xtr.shape[1]))
+    return best
 
 
 def _require_classes(y: np.ndarray, split: str, least: int) -> None:

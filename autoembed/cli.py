@@ -574,6 +574,9 @@ def search_cmd(
     early_stop: bool | None = typer.Option(
         None, "--early-stop/--no-early-stop",
         help="Stop trials that cannot reach the front (default on; see README)."),
+    start_points: bool | None = typer.Option(
+        None, "--start-points/--no-start-points",
+        help="Train known-good configs first (default on; not with --sampler grid)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
     host_budget: str | None = typer.Option(
         None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
@@ -599,7 +602,8 @@ def search_cmd(
                      builtin_only={"--data": data, "--label": label,
                                    "--categorical": categorical, "--text-column": text_column,
                                    "--sampler": sampler, "--storage": storage,
-                                   "--host-budget": host_budget, "--objectives": objectives})
+                                   "--host-budget": host_budget, "--objectives": objectives,
+                                   "--start-points": start_points})
         return
     from autoembed.search import search as run_search
     from autoembed.search.render import SearchProgress, render_result, result_json
@@ -617,7 +621,8 @@ def search_cmd(
             tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
             pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
-            progress=prog.update, on_recovered=prog.note, host_budget=host_budget,
+            start_points=start_points, progress=prog.update, on_recovered=prog.note,
+            host_budget=host_budget,
         )
     if as_json:
         print(json.dumps(result_json(result), default=str))

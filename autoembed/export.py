@@ -102,10 +102,13 @@ def pick_member(
     members: Sequence[Mapping[str, Any]],
     rule: str,
     objectives: Sequence[Mapping[str, Any]] = (),
+    noise: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any]:
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
-    `search --pick`): knee, max-quality, min-memory, max-throughput or trial:N."""
+    `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
+    trial:N. `noise`: pareto.json's record of how the search measured it (None: 0)."""
     from autoembed.pareto import pick
+    from autoembed.selection import NoiseMeasure
 
     objs = [(str(o["name"]), str(o.get("direction", "maximize"))) for o in objectives
             if "name" in o] or list(_DEFAULT_OBJECTIVES)
@@ -115,7 +118,9 @@ def pick_member(
     ]
     if not cands:
         raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
-    chosen = pick(cands, rule, objs)
+    slack = None if not noise else NoiseMeasure.from_dict(noise).pick_noise(
+        {c.number: c.values.get("quality", math.nan) for c in cands})
+    chosen = pick(cands, rule, objs, slack)
     assert isinstance(chosen, _Member)
     return chosen.raw
 
@@ -327,7 +332,7 @@ def _choose_from_study(
                 f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
                 "use --pick trial:N or --run-id"
             )
-        m = pick_member(members, rule, pareto.get("objectives") or ())
+        m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"))
         return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
                        vocab, data=data)
     assert number is not None

@@ -10,11 +10,12 @@ Pick rules (one list for `search --pick` and `export --pick`; DEFAULT_PICK when 
 * `within-noise` (the default): the members whose validation quality is within the noise
   of the best one's (quality >= best - noise), and of those the cheapest (least `memory`),
   then the fastest (most `throughput`, then least `latency`); remaining ties by the other
-  objectives in order, then the lower trial number. `noise` is one standard error of the
-  best quality from the size of the split that measured it (`quality_noise`): the
-  one-standard-error rule of Breiman et al. (CART, 1984; Hastie, Tibshirani & Friedman,
-  ESL 7.10) with the cheapest config as the "simplest". Without a noise figure it is 0: the
-  best quality, ties to the cheapest.
+  objectives in order, then the lower trial number. `noise` is one standard error: of the
+  best quality from the size of the split that measured it (`quality_noise`), or each
+  candidate's own (a mapping by trial number: the search's paired test on the same
+  validation rows, `selection.measure_noise`): the one-standard-error rule of Breiman et al.
+  (CART, 1984; Hastie, Tibshirani & Friedman, ESL 7.10) with the cheapest config as the
+  "simplest". Without a noise figure it is 0: the best quality, ties to the cheapest.
 * `knee`: after min-max normalising each objective over the front members (best = 1,
   worst = 0; an objective on which all members agree counts as 1 for all), the member
   closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
@@ -198,11 +199,13 @@ def pick(
     candidates: Sequence[Candidate],
     rule: Pick | str,
     objectives: Sequence[tuple[str, str]],
-    noise: float | None = None,
+    noise: float | Mapping[int, float] | None = None,
 ) -> Candidate:
     """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
-    them all, the single-metric rules break ties with them. `noise` (>= 0, the quality's
-    standard error, `quality_noise`) is read by `within-noise` only; None counts as 0."""
+    them all, the single-metric rules break ties with them. `noise` is read by
+    `within-noise` only: a slack >= 0 (the quality's standard error, `quality_noise`) for
+    every candidate, or each candidate's own finite slack by trial number (a candidate is
+    near when best - its quality <= its slack; one not in the mapping has 0); None: 0."""
     r = parse_pick(rule) if isinstance(rule, str) else rule
     if not candidates:
         raise ConfigError(f"pick '{r}': there is no candidate to pick from")
@@ -227,17 +230,29 @@ def pick(
         dist = [math.sqrt(sum((1.0 - x) ** 2 for x in row)) for row in norm]
         return min(zip(dist, candidates, strict=True), key=lambda t: (t[0], t[1].number))[1]
     if r.rule == "within-noise":
-        slack = 0.0 if noise is None else float(noise)
-        if not (math.isfinite(slack) and slack >= 0):
-            raise ConfigError(f"pick 'within-noise': noise {noise!r} must be a number >= 0")
+        slack = _slacks(noise)
         best = max(vec(c, "quality", "maximize") for c in candidates)
-        near = [c for c in candidates if vec(c, "quality", "maximize") >= best - slack]
+        near = [c for c in candidates
+                if vec(c, "quality", "maximize") >= best - slack(c.number)]
         costs = list(_COST_ORDER)
         order = costs + [(n, d) for n, d in objectives if n not in {m for m, _ in costs}]
         return _lexicographic_best(near, [*order, ("quality", "maximize")], vec)
     metric, direction = _RULE_METRIC[r.rule]
     order = [(metric, direction)] + [(n, d) for n, d in objectives if n != metric]
     return _lexicographic_best(candidates, order, vec)
+
+
+def _slacks(noise: float | Mapping[int, float] | None) -> Callable[[int], float]:
+    """The within-noise slack of each trial number (checked)."""
+    if isinstance(noise, Mapping):
+        own = {int(k): float(v) for k, v in noise.items()}
+        if not all(math.isfinite(v) for v in own.values()):
+            raise ConfigError(f"pick 'within-noise': noise {noise!r} must be finite numbers")
+        return lambda n: own.get(n, 0.0)
+    flat = 0.0 if noise is None else float(noise)
+    if not (math.isfinite(flat) and flat >= 0):
+        raise ConfigError(f"pick 'within-noise': noise {noise!r} must be a number >= 0")
+    return lambda n: flat
 
 
 def _lexicographic_best(

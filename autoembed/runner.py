@@ -20,7 +20,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
-from autoembed.selection import best_evaluation, to_target
+from autoembed.selection import ValidScores, best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
 __all__ = [
@@ -160,6 +160,13 @@ def primary(task: str) -> str:
 def _evaluate(
     trainer: Any, dataset: Any, split: str, batch_size: int, limit: int | None, task: str
 ) -> dict[str, float]:
+    return _scored(trainer, dataset, split, batch_size, limit, task)[0]
+
+
+def _scored(
+    trainer: Any, dataset: Any, split: str, batch_size: int, limit: int | None, task: str
+) -> tuple[dict[str, float], ValidScores]:
+    """A split's quality metrics and the per-row predictions they are of."""
     import numpy as np
     import torch
 
@@ -173,7 +180,8 @@ def _evaluate(
         raise DataError(f"the {split} split has no rows; use more data or other split fractions")
     z = torch.cat(outs).numpy()
     y = torch.cat(labels).numpy()
-    return quality_metrics(task, z, y if task == "text" else (y > 0.5).astype(np.int64))
+    y = y if task == "text" else (y > 0.5).astype(np.int64)
+    return quality_metrics(task, z, y), ValidScores.of(task, z, y)
 
 
 def _latency(trainer: Any, dataset: Any, clock: Callable[[], float]) -> dict[str, float]:
@@ -307,6 +315,9 @@ def run_trial(
     train_seconds = 0.0
     data_seconds = eval_seconds = 0.0
     best_weights: dict[str, Any] | None = None  # fit_to_data: the best evaluation's
+    # the validation predictions of the last and of the best evaluation
+    last_scores: ValidScores | None = None
+    best_scores: ValidScores | None = None
 
     def result(status: str, **kw: Any) -> TrialResult:
         thr = (
@@ -378,12 +389,13 @@ def run_trial(
             last = max_steps is not None and steps >= max_steps
             if steps % s.eval_every == 0 or last:
                 t_eval = s.clock()
-                m = _evaluate(trainer, dataset, "valid", cfg.batch_size, s.eval_batches, task)
+                m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
+                                         s.eval_batches, task)
                 eval_seconds += s.clock() - t_eval
                 q = m[primary(task)]
                 ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
                 if s.fit_to_data and _new_best(curve, q):
-                    best_weights = _snapshot(trainer.model)
+                    best_weights, best_scores = _snapshot(trainer.model), last_scores
                 curve.append(ev)
                 if report is not None and report(ev) is False:
                     return result("pruned", test_quality=q, valid_quality=q, metrics=m)
@@ -395,16 +407,20 @@ def run_trial(
         t_eval = s.clock()
         if not curve or curve[-1].step != steps:
             # stopped by time or epochs between evaluations: evaluate the last weights
-            m = _evaluate(trainer, dataset, "valid", cfg.batch_size, s.eval_batches, task)
+            m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
+                                     s.eval_batches, task)
             final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start)
             if s.fit_to_data:
-                best_weights = None if _new_best(curve, final.quality) else best_weights
+                if _new_best(curve, final.quality):
+                    best_weights, best_scores = None, last_scores
                 curve.append(final)
         else:
             final = curve[-1]
         chosen: Any = final
+        scores = last_scores
         if s.fit_to_data:  # judged by its best evaluation: go back to its weights
             chosen = best_evaluation(curve) or final
+            scores = best_scores
             if chosen.step != steps and best_weights is not None:
                 trainer.model.load_state_dict(best_weights)
         valid_quality = chosen.quality
@@ -424,8 +440,9 @@ def run_trial(
             q_trainer = replace(trainer, model=served)  # same device and autocast
             metrics_q = _evaluate(q_trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
             # what is served is what is selected: validation of the quantized model too
-            valid_quality = _evaluate(q_trainer, dataset, "valid", cfg.batch_size,
-                                      s.eval_batches, task)[primary(task)]
+            served_valid, scores = _scored(q_trainer, dataset, "valid", cfg.batch_size,
+                                           s.eval_batches, task)
+            valid_quality = served_valid[primary(task)]
             extra["quality_before_quantization"] = before
             extra["serving_bytes"] = int(serving_bytes(served))
             metrics = {**metrics_q, **{f"{k}_before_quantization": v for k, v in metrics.items()}}
@@ -438,7 +455,8 @@ def run_trial(
         latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
         eval_seconds += s.clock() - t_eval
         return result("complete", test_quality=quality, valid_quality=valid_quality,
-                      metrics=metrics, latency_ms=latency, **best_step, **extra)
+                      metrics=metrics, latency_ms=latency, valid_scores=scores, **best_step,
+                      **extra)
     except UnsupportedError as e:
         return result("unsupported", error=str(e))
     except (ConfigError, DataError):

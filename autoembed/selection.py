@@ -1,6 +1,6 @@
-"""How a search tells trials apart on validation (issue 15): the noise of a validation figure,
-the best evaluation of a training curve and the steps to a target, and a training length
-suited to the data's size.
+"""How a search tells trials apart on validation (issue 15): the noise of a validation figure
+(paired between two trials on the same rows, or one trial's alone), the best evaluation of a
+training curve and the steps to a target, and a training length suited to the data's size.
 
 Pure functions of plain values, except `label_counts` and `validation_noise`, which read a
 split's labels from a `Dataset`.
@@ -9,7 +9,7 @@ split's labels from a `Dataset`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +17,9 @@ from autoembed.errors import ConfigError
 from autoembed.pareto import quality_noise
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from autoembed.data.dataset import Dataset
 
 __all__ = [
@@ -25,6 +28,12 @@ __all__ = [
     "pick_noise",
     "measure_noise",
     "NoiseMeasure",
+    "PairedGap",
+    "ValidScores",
+    "PAIRED_Z",
+    "paired_auc",
+    "paired_accuracy",
+    "paired_gap",
     "Point",
     "BestStep",
     "best_evaluation",
@@ -72,11 +81,175 @@ def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) 
     return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
+# within-noise, paired: a candidate is near the best when the best's lead over it on the same
+# validation rows is at most PAIRED_Z standard errors of that lead (the one-standard-error rule)
+PAIRED_Z = 1.0
+
+
+@dataclass(frozen=True)
+class ValidScores:
+    """One trial's validation predictions at the evaluation its quality is of, on the rows
+    that evaluation read (the split's first rows, unshuffled): `scores` the ctr logits
+    (float32) or the predicted class (text), and the rows' `labels`. The runner makes them;
+    the final report carries them to the driver, which keeps them in memory for the
+    within-noise pick only (no store holds them)."""
+
+    scores: npt.NDArray[Any]
+    labels: npt.NDArray[Any]
+
+    @classmethod
+    def of(cls, task: str, logits: Any, labels: Any) -> ValidScores:
+        """From an evaluation's logits (rows x 1 for ctr, rows x classes for text)."""
+        import numpy as np
+
+        z = np.asarray(logits)
+        y = np.asarray(labels).astype(np.int64)
+        if task == "ctr":
+            return cls(z.reshape(-1).astype(np.float32), y.astype(np.int8))
+        return cls(_small_int(z.argmax(axis=1)), _small_int(y))
+
+    @property
+    def rows(self) -> int:
+        return int(self.labels.size)
+
+    def encode(self) -> dict[str, Any]:
+        """Plain JSON (base64 of the arrays' bytes, little-endian)."""
+        import base64
+
+        return {k: {"dtype": a.dtype.newbyteorder("<").str,
+                    "b64": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes())
+                    .decode("ascii")}
+                for k, a in (("scores", self.scores), ("labels", self.labels))}
+
+    @classmethod
+    def decode(cls, raw: Any) -> ValidScores | None:
+        """The inverse of `encode`; None for anything else (a report without scores)."""
+        import base64
+
+        import numpy as np
+
+        try:
+            s, y = (np.frombuffer(base64.b64decode(raw[k]["b64"]), dtype=raw[k]["dtype"])
+                    for k in ("scores", "labels"))
+        except (TypeError, KeyError, ValueError):
+            return None
+        return cls(s, y) if s.size == y.size else None
+
+
+def _small_int(a: Any) -> npt.NDArray[Any]:
+    import numpy as np
+
+    return a.astype(np.int16 if a.size == 0 or int(np.abs(a).max()) < 2**15 else np.int32)
+
+
+def _midranks(x: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """1-based ranks of `x`, ties given the mean of their ranks."""
+    import numpy as np
+
+    order = np.argsort(x, kind="mergesort")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    out = np.empty(x.size, dtype=np.float64)
+    out[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return out
+
+
+def paired_auc(
+    a: npt.NDArray[Any], b: npt.NDArray[Any], labels: npt.NDArray[Any]
+) -> tuple[float, float, float]:
+    """(AUC of `a`, AUC of `b`, standard error of AUC(a) - AUC(b)) on the same rows: DeLong,
+    DeLong & Clarke-Pearson (Biometrics 44, 1988), the covariance of the two AUCs from their
+    structural components (midranks, Sun & Xu 2014). ConfigError without both classes."""
+    import numpy as np
+
+    y = np.asarray(labels) > 0
+    m, n = int(y.sum()), int((~y).sum())
+    if m < 1 or n < 1:
+        raise ConfigError(f"paired AUC needs both classes; got {m} positive and {n} negative "
+                          "rows")
+    v10, v01 = [], []
+    for s in (a, b):
+        s = np.asarray(s, dtype=np.float64)
+        x, z = s[y], s[~y]
+        tz = _midranks(np.concatenate([x, z]))
+        v10.append((tz[:m] - _midranks(x)) / n)  # per positive: share of negatives below
+        v01.append(1.0 - (tz[m:] - _midranks(z)) / m)  # per negative: share of positives above
+    var = 0.0
+    for comps, size in ((v10, m), (v01, n)):
+        if size > 1:
+            d = comps[0] - comps[1]
+            var += float(np.var(d, ddof=1)) / size
+    return float(v10[0].mean()), float(v10[1].mean()), math.sqrt(max(var, 0.0))
+
+
+def paired_accuracy(
+    correct_a: npt.NDArray[Any], correct_b: npt.NDArray[Any]
+) -> tuple[float, float]:
+    """(accuracy(a) - accuracy(b), its standard error) on the same rows, from the discordant
+    rows as McNemar's test counts them: with r rows right for a only and w right for b
+    only of n, the gap is (r - w)/n and its SE sqrt(r + w - (r - w)^2/n)/n."""
+    import numpy as np
+
+    ca, cb = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
+    n = int(ca.size)
+    if n < 1 or cb.size != n:
+        raise ConfigError(f"paired accuracy needs the same rows >= 1; got {ca.size} and "
+                          f"{cb.size}")
+    r, w = int((ca & ~cb).sum()), int((cb & ~ca).sum())
+    return (r - w) / n, math.sqrt(max(r + w - (r - w) ** 2 / n, 0.0)) / n
+
+
+@dataclass(frozen=True)
+class PairedGap:
+    """The best trial's lead over `trial` on the `rows` validation rows both evaluations
+    read, its paired standard error `se`, and whether it is within PAIRED_Z of them."""
+
+    trial: int
+    gap: float
+    se: float
+    rows: int
+
+    @property
+    def within(self) -> bool:
+        return self.gap <= PAIRED_Z * self.se
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.trial, "gap": self.gap, "se": self.se, "rows": self.rows,
+                "within": self.within}
+
+
+def paired_gap(metric: str, best: ValidScores, other: ValidScores,
+               trial: int) -> PairedGap | None:
+    """`best`'s lead over `other` (trial `trial`) on the validation rows both read (the
+    split's first rows: the shorter read's); None when their labels there differ (not the
+    same rows) or the rows cannot measure `metric` (AUC: one class only)."""
+    import numpy as np
+
+    n = min(best.rows, other.rows)
+    if n < 1 or not np.array_equal(best.labels[:n], other.labels[:n]):
+        return None
+    y = best.labels[:n]
+    if metric == "auc":
+        try:
+            qa, qb, se = paired_auc(best.scores[:n], other.scores[:n], y)
+        except ConfigError:
+            return None
+        return PairedGap(trial, qa - qb, se, n)
+    gap, se = paired_accuracy(best.scores[:n] == y, other.scores[:n] == y)
+    return PairedGap(trial, gap, se, n)
+
+
 @dataclass(frozen=True)
 class NoiseMeasure:
-    """The `within-noise` slack and how it was measured: one standard error (`METHOD`) of
-    the best candidate's validation `quality` (its `metric`) from the `class_rows` (rows
-    per class) among the validation split's first `rows` rows, which its evaluation read."""
+    """The `within-noise` slack and how it was measured.
+
+    Paired (`paired` holds a `PairedGap` for every other candidate): a candidate is near the
+    best when the best's lead over it on the validation rows both read is at most PAIRED_Z
+    paired standard errors (AUC: DeLong; accuracy: McNemar's discordant rows). Unpaired
+    (`paired` empty; where a candidate's scores are missing: trials resumed from a run
+    before scores were carried, user-model searches; `unpaired_reason` says why): `slack`,
+    one standard error of the best candidate's validation `quality` (its `metric`) from the
+    `class_rows` (rows per class) among the validation split's first `rows` rows, which its
+    evaluation read (AUC: Hanley-McNeil; accuracy: binomial)."""
 
     slack: float
     metric: str
@@ -84,20 +257,71 @@ class NoiseMeasure:
     trial: int | None
     rows: int
     class_rows: tuple[int, ...]
+    paired: tuple[PairedGap, ...] = ()
+    unpaired_reason: str | None = None
 
     METHOD = ("one standard error of the best validation quality on the validation rows "
               "its evaluation read (AUC: Hanley-McNeil; accuracy: binomial)")
+    PAIRED_METHOD = (f"paired: a candidate is within noise when the best's lead over it on "
+                     f"the validation rows both read is at most {PAIRED_Z:g} standard error "
+                     f"of that lead (AUC: DeLong; accuracy: McNemar's discordant rows)")
+
+    @property
+    def method(self) -> str:
+        return self.PAIRED_METHOD if self.paired else self.METHOD
+
+    def pick_noise(self, qualities: Mapping[int, float]) -> float | dict[int, float]:
+        """What `pareto.pick` reads: the unpaired slack, or each candidate's own slack
+        (by trial number; `qualities`: the candidates' recorded validation qualities),
+        chosen so that the recorded comparison is the paired test on the shared rows."""
+        if not self.paired:
+            return self.slack
+        out = {g.trial: PAIRED_Z * g.se + (self.quality - qualities[g.trial]) - g.gap
+               for g in self.paired if g.trial in qualities}
+        if self.trial is not None:
+            out[self.trial] = 0.0
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> NoiseMeasure:
+        """The inverse of `to_dict` (pareto.json's `noise`; older files have no pairs)."""
+        trial = raw.get("trial")
+        return cls(float(raw["slack"]), str(raw["metric"]), float(raw["quality"]),
+                   None if trial is None else int(trial), int(raw.get("rows") or 0),
+                   tuple(int(c) for c in raw.get("class_rows") or ()),
+                   tuple(PairedGap(int(g["trial"]), float(g["gap"]), float(g["se"]),
+                                   int(g["rows"])) for g in raw.get("paired") or ()),
+                   raw.get("unpaired_reason"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"slack": self.slack, "metric": self.metric, "quality": self.quality,
                 "trial": self.trial, "rows": self.rows, "class_rows": list(self.class_rows),
-                "method": self.METHOD}
+                "method": self.method, "kind": "paired" if self.paired else "unpaired",
+                "z": PAIRED_Z if self.paired else 1.0,
+                "paired": [g.to_dict() for g in self.paired],
+                "unpaired_reason": self.unpaired_reason}
+
+    def describe(self) -> str:
+        """One line for the terminal."""
+        if self.paired:
+            near = [g.trial for g in self.paired if g.within]
+            return (f"within-noise, paired on validation rows ({self.metric}): "
+                    f"{len(near)} of {len(self.paired)} other members within "
+                    f"{PAIRED_Z:g} SE of trial {self.trial}'s {self.quality:.4f}"
+                    + (f" (trials {', '.join(map(str, near))})" if near else ""))
+        why = f" ({self.unpaired_reason})" if self.unpaired_reason else ""
+        return (f"within-noise slack {self.slack:.4f} {self.metric}: one standard error of "
+                f"trial {self.trial}'s validation {self.quality:.4f} on {self.rows:,} "
+                f"rows{why}")
 
 
 def measure_noise(
-    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None
+    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None,
+    scores: Mapping[int, ValidScores] | None = None,
 ) -> NoiseMeasure | None:
-    """`pick_noise` with how it was measured."""
+    """The within-noise measure of `candidates` (rows with `number`, `values["quality"]` and
+    `config.batch_size`): paired where `scores` (by trial number) holds every candidate's,
+    else `pick_noise`'s unpaired slack, with the reason."""
     scored = [c for c in candidates if _finite(c.values.get("quality"))]
     if dataset is None or not scored:
         return None
@@ -110,17 +334,39 @@ def measure_noise(
         slack = quality_noise(metric, quality, counts)
     except ConfigError:
         return None
+    gaps, why = _paired_gaps(metric, best, scored, scores or {})
     return NoiseMeasure(slack, metric, quality, getattr(best, "number", None), sum(counts),
-                        counts)
+                        counts, gaps, why)
+
+
+def _paired_gaps(metric: str, best: Any, scored: Sequence[Any],
+                 scores: Mapping[int, ValidScores]) -> tuple[tuple[PairedGap, ...], str | None]:
+    """Every other candidate's PairedGap, or () and why not."""
+    missing = [c.number for c in scored if c.number not in scores]
+    if missing:
+        return (), (f"no validation scores for trial(s) {', '.join(map(str, missing[:5]))}"
+                    " (resumed from an older run, or a user-model search)")
+    if len(scored) == 1:
+        return (), "a single candidate"
+    gaps = []
+    for c in scored:
+        if c.number == best.number:
+            continue
+        g = paired_gap(metric, scores[best.number], scores[c.number], c.number)
+        if g is None:
+            return (), f"trials {best.number} and {c.number} share no measurable rows"
+        gaps.append(g)
+    return tuple(gaps), None
 
 
 def pick_noise(
     candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None
 ) -> float | None:
-    """The `within-noise` slack of a search's candidates (rows with `values["quality"]` and
-    `config.batch_size`): the noise of the best quality on the rows its evaluation read
-    (`eval_batches` batches of its batch size; None: the whole split). None when there is
-    nothing to measure it on (no dataset, no quality, or a split without both classes)."""
+    """The unpaired `within-noise` slack of a search's candidates (rows with
+    `values["quality"]` and `config.batch_size`): the noise of the best quality on the rows
+    its evaluation read (`eval_batches` batches of its batch size; None: the whole split).
+    None when there is nothing to measure it on (no dataset, no quality, or a split without
+    both classes)."""
     m = measure_noise(candidates, dataset, eval_batches)
     return None if m is None else m.slack
 

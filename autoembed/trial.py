@@ -116,6 +116,9 @@ class TrialResult:
     # wall time fetching training batches, and evaluating (validation, test, latency)
     data_seconds: float = 0.0
     eval_seconds: float = 0.0
+    # the validation predictions `valid_quality` is of (selection.ValidScores): carried to
+    # the driver beside the result (`final_report`) for the within-noise pick; never encoded
+    valid_scores: Any = field(default=None, compare=False, repr=False)
 
     @property
     def objective_quality(self) -> float | None:
@@ -192,7 +195,8 @@ _RESULT_RENAMED = {"quality": "test_quality"}
 
 def encode_result(r: TrialResult) -> dict[str, Any]:
     """A TrialResult as plain data (crosses Ray as JSON; stored in Optuna; metrics.json)."""
-    d = asdict(r)
+    d = asdict(replace(r, valid_scores=None))
+    del d["valid_scores"]  # in memory only (see the field)
     d["config"] = r.config.to_dict()
     d["curve"] = [asdict(e) for e in r.curve]
     return d

@@ -119,3 +119,24 @@ def test_refusals(tmp_path: Path) -> None:
                                 rows=(50, 10, 10)))
     with pytest.raises(ConfigError, match="columns"):
         fit_baseline(big)
+
+
+def test_the_fits_run_on_one_blas_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BLAS threads waiting for a busy core made the baseline 5-15x slower: one thread."""
+    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_info
+
+    seen: list[dict[str, int]] = []
+    real = LogisticRegression.fit
+
+    def fit(self: LogisticRegression, *args: object, **kw: object) -> LogisticRegression:
+        seen.append({p["filepath"]: p["num_threads"] for p in threadpool_info()})
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(LogisticRegression, "fit", fit)
+    frame = _ctr_frame(600)
+    path = tmp_path / "small.csv"
+    frame.to_csv(path, index=False)
+    fit_baseline(load_dataset(DataSpec(str(path), label="y", categorical=("user", "item"))))
+    assert len(seen) == len(C_GRID) and all(seen)
+    assert all(n == 1 for threads in seen for n in threads.values())

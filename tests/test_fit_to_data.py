@@ -91,6 +91,14 @@ def test_best_evaluation_of_an_injected_curve_is_the_trial_and_its_export(
     # the test figure is of the best evaluation's weights, not the last step's
     assert r.test_quality == pytest.approx(_auc_at(data, "test", _weight(PEAK)))
     assert r.test_quality != pytest.approx(_auc_at(data, "test", _weight(1000)))
+    # the validation predictions the driver pairs trials on are the best evaluation's
+    ys = np.concatenate([b.labels.numpy() for b in data.batches("valid", 64, shuffle=False)])
+    want = np.concatenate([(_weight(PEAK) * (2 * b.labels.double() - 1)
+                            + _noise(b.features["a"])).numpy()
+                           for b in data.batches("valid", 64, shuffle=False)])
+    assert r.valid_scores is not None and r.valid_scores.labels.tolist() == ys.tolist()
+    assert r.valid_scores.scores == pytest.approx(want.astype(np.float32))
+    assert "valid_scores" not in r.to_dict()  # never stored
 
     # the exported file carries the step; `autoembed train --config` reads it
     runs = tmp_path / "runs"

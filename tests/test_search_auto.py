@@ -81,6 +81,8 @@ def test_the_derived_space_is_printed_first_and_stored(searched: dict[str, Any])
     # then the baseline, fitted before any trial trains
     assert notes[1].startswith("fitting the baseline (logistic regression on one-hot ids")
     assert notes[2].startswith("baseline (logistic regression on one-hot ids, C=")
+    # and the start points, trained first (space.start)
+    assert notes[3] == "start points: 3 (full+wide, fm, cheapest), trained first"
     stored = res.out_dir / "space.yaml"
     assert str(stored) in notes[0] and searched["tracker"].space_file == stored
     pareto = json.loads((res.out_dir / "pareto.json").read_text())
@@ -168,6 +170,17 @@ def test_pareto_json_says_how_the_picks_noise_was_measured(searched: dict[str, A
                      / (pos * neg))
     assert noise["rows"] == rows and noise["class_rows"] == [neg, pos]
     assert noise["slack"] == pytest.approx(want) and "standard error" in noise["method"]
+    # paired: every other member's lead, on the rows both read (the whole split when both
+    # read it all: then the recorded qualities' difference)
+    members = {r.number: r for r in res.front}
+    assert noise["kind"] == ("paired" if len(members) > 1 else "unpaired")
+    assert sorted(g["trial"] for g in noise["paired"]) == sorted(set(members) - {top.number})
+    split = len(data.split_rows("valid"))
+    for g in noise["paired"]:
+        m = members[g["trial"]]
+        assert g["rows"] == min(rows, eval_batches * m.config.batch_size, split)
+        if g["rows"] == rows:
+            assert g["gap"] == pytest.approx(a - m.metrics["quality"], abs=1e-6)
 
 
 def test_resume_reuses_the_stored_space_and_refuses_another(

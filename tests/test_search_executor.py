@@ -95,6 +95,12 @@ def test_a_whole_search_in_process(tmp_path: Path) -> None:
     body = json.loads((res.out_dir / "pareto.json").read_text())
     assert body["best"] == res.best.number and body["counts"]["complete"] == len(
         [r for r in res.rows if r.status == "complete"])
+    # every member's validation scores reached the driver: the within-noise test is paired
+    noise = body["noise"]
+    if len(body["members"]) > 1:
+        assert noise["kind"] == "paired" and len(noise["paired"]) == len(body["members"]) - 1
+    else:
+        assert noise["kind"] == "unpaired" and noise["unpaired_reason"] == "a single candidate"
     assert {p.name for p in res.out_dir.iterdir()} >= {"trials.csv", "pareto.json",
                                                         "best.yaml", "pareto.png"}
     with pytest.raises(Exception, match="already exists"):

@@ -105,3 +105,150 @@ def test_training_length_follows_the_data_size() -> None:
     RunSettings(**ml.run_settings(5))
     with pytest.raises(ConfigError, match="train_rows"):
         training_length(0, 512)
+
+
+# ------------------------------------------------------------------ paired noise
+
+
+def _delong_brute(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """DeLong et al. (1988) by its definition: psi over every (positive, negative) pair."""
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+
+    def psi(x: float, z: float) -> float:
+        return 1.0 if x > z else 0.5 if x == z else 0.0
+
+    v10 = np.array([[np.mean([psi(s[i], s[j]) for j in neg]) for i in pos] for s in (a, b)])
+    v01 = np.array([[np.mean([psi(s[i], s[j]) for i in pos]) for j in neg] for s in (a, b)])
+    s10, s01 = np.cov(v10), np.cov(v01)  # 2 x 2, ddof 1
+    var = ((s10[0, 0] + s10[1, 1] - 2 * s10[0, 1]) / pos.size
+           + (s01[0, 0] + s01[1, 1] - 2 * s01[0, 1]) / neg.size)
+    return float(v10[0].mean()), float(v10[1].mean()), math.sqrt(var)
+
+
+def test_paired_auc_is_delong_by_its_definition() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from autoembed.selection import paired_auc
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(60) < 0.4).astype(int)
+    a = np.round(y + rng.normal(0, 1, 60), 1)  # rounded: ties within and across classes
+    b = np.round(a + rng.normal(0, 0.7, 60), 1)
+    got = paired_auc(a, b, y)
+    assert got == pytest.approx(_delong_brute(a, b, y), rel=1e-9)
+    assert got[:2] == pytest.approx((roc_auc_score(y, a), roc_auc_score(y, b)))
+    with pytest.raises(ConfigError, match="both classes"):
+        paired_auc(a, b, np.zeros(60))
+
+
+def test_paired_auc_se_agrees_with_a_bootstrap() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from autoembed.selection import paired_auc
+
+    rng = np.random.default_rng(1)
+    n = 400
+    y = (rng.random(n) < 0.3).astype(int)
+    a = y + rng.normal(0, 1, n)
+    b = a + rng.normal(0, 0.8, n)
+    _, _, se = paired_auc(a, b, y)
+    diffs = []
+    for _ in range(400):  # resample rows: both models on the same resampled rows
+        i = rng.integers(0, n, n)
+        diffs.append(roc_auc_score(y[i], a[i]) - roc_auc_score(y[i], b[i]))
+    assert se == pytest.approx(float(np.std(diffs)), rel=0.2)
+
+
+def test_paired_accuracy_is_the_se_of_the_per_row_difference() -> None:
+    from autoembed.selection import paired_accuracy
+
+    rng = np.random.default_rng(2)
+    ca, cb = rng.random(300) < 0.8, rng.random(300) < 0.75
+    d = ca.astype(float) - cb.astype(float)
+    gap, se = paired_accuracy(ca, cb)
+    assert gap == pytest.approx(d.mean())
+    assert se == pytest.approx(d.std() / math.sqrt(d.size))  # numpy, not the counts
+    assert paired_accuracy(ca, ca) == (0.0, 0.0)
+
+
+def test_valid_scores_round_trip_through_json() -> None:
+    import json
+
+    from autoembed.selection import ValidScores
+
+    s = ValidScores.of("ctr", np.array([[0.5], [-1.25]]), np.array([1, 0]))
+    back = ValidScores.decode(json.loads(json.dumps(s.encode())))
+    assert back is not None and back.scores.dtype == np.float32
+    assert back.scores.tolist() == [0.5, -1.25] and back.labels.tolist() == [1, 0]
+    t = ValidScores.of("text", np.array([[0.1, 0.9, 0.0], [2.0, 0.0, 1.0]]), np.array([1, 2]))
+    assert t.scores.tolist() == [1, 0] and t.labels.tolist() == [1, 2]
+    assert ValidScores.decode(None) is None and ValidScores.decode({"scores": 1}) is None
+
+
+def test_paired_pick_rejects_a_member_unpaired_noise_would_take(tmp_path: Path) -> None:
+    """A front where the rules disagree: trial 1 trails the best by less than one unpaired
+    standard error, but loses to it on the same rows far beyond the paired one; trial 2
+    makes the best's predictions (paired gap 0) at more memory than trial 1."""
+    from sklearn.metrics import roc_auc_score
+
+    from autoembed.pareto import pick
+    from autoembed.selection import PAIRED_Z, ValidScores, measure_noise
+
+    frame, data = _clicks(tmp_path, 3000)
+    yv = frame["y"].to_numpy()[data.split_rows("valid")]  # type: ignore[attr-defined]
+    rng = np.random.default_rng(4)
+    best = yv + rng.normal(0, 1.2, yv.size)
+    worse = best - 0.2 * yv * (rng.random(yv.size) < 0.5)  # half its positives a bit lower
+    scores = {n: ValidScores.of("ctr", z[:, None], yv)
+              for n, z in ((0, best), (1, worse), (2, best))}
+    q = {n: float(roc_auc_score(yv, s.scores)) for n, s in scores.items()}
+    members = [Row(0, {"quality": q[0], "memory": 3.0}),
+               Row(1, {"quality": q[1], "memory": 1.0}),
+               Row(2, {"quality": q[2], "memory": 2.0})]
+    obj = [("quality", "maximize"), ("memory", "minimize")]
+
+    unpaired = measure_noise(members, data, None)
+    paired = measure_noise(members, data, None, scores)
+    assert unpaired is not None and paired is not None
+    # the situation: within one unpaired SE, yet several paired SEs behind
+    gap = q[0] - q[1]
+    assert 0 < gap < unpaired.slack
+    g1 = next(g for g in paired.paired if g.trial == 1)
+    assert g1.gap == pytest.approx(gap) and g1.gap > 2 * g1.se and not g1.within
+    assert g1.rows == yv.size
+
+    assert pick(members, "within-noise", obj, noise=unpaired.pick_noise(q)).number == 1
+    assert pick(members, "within-noise", obj, noise=paired.pick_noise(q)).number == 2
+    body = paired.to_dict()
+    assert body["kind"] == "paired" and body["z"] == PAIRED_Z and "DeLong" in body["method"]
+    assert [g["within"] for g in body["paired"]] == [False, True]
+
+    # `autoembed export --pick within-noise` reads the record pareto.json holds
+    import json
+
+    from autoembed.export import pick_member
+
+    raw = [{"trial": r.number, "metrics": r.values} for r in members]
+    objs = [{"name": n, "direction": d} for n, d in obj]
+    for measured, want in ((paired, 2), (unpaired, 1), (None, 2)):  # None: ties to cheaper
+        record = None if measured is None else json.loads(json.dumps(measured.to_dict()))
+        assert pick_member(raw, "within-noise", objs, record)["trial"] == want
+
+    # one candidate without scores (a resumed trial): the unpaired measure, said so
+    fallback = measure_noise(members, data, None, {0: scores[0], 2: scores[2]})
+    assert fallback is not None and not fallback.paired
+    assert fallback.to_dict()["kind"] == "unpaired" and "trial(s) 1" in str(
+        fallback.unpaired_reason)
+    assert fallback.slack == unpaired.slack
+
+
+def test_paired_gap_reads_the_rows_both_read_and_refuses_other_rows() -> None:
+    from autoembed.selection import ValidScores, paired_gap
+
+    y = np.array([1, 0, 1, 0, 1, 1, 0, 0])
+    long = ValidScores.of("text", np.eye(2)[[1, 0, 1, 0, 0, 1, 1, 0]], y)  # 6 of 8 right
+    short = ValidScores.of("text", np.eye(2)[[1, 0, 0, 0]], y[:4])  # 3 of 4 right
+    g = paired_gap("accuracy", long, short, 7)
+    assert g is not None and g.rows == 4 and g.gap == pytest.approx(1 / 4)  # 4/4 vs 3/4
+    other = ValidScores.of("text", np.eye(2)[[1, 0, 0, 0]], np.array([0, 0, 0, 0]))
+    assert paired_gap("accuracy", long, other, 7) is None

@@ -178,32 +178,21 @@ def mixed_dim_init(weight: torch.Tensor, small_dim: int) -> tuple[torch.Tensor, 
 def fit_to(module: Any, weight: torch.Tensor) -> None:
     """Set `module` (an `autoembed.nn` storage, or a config-built robe / tt / hot_cold / QR /
     hashed / plain table) fitted to the trained table `weight` [V, D], in place."""
-    from autoembed.models.embedding import PlainTable, QRTable
-    from autoembed.models.hot_cold import HotColdTable
-    from autoembed.models.robe import RobeTable
-    from autoembed.models.tt import TTTable
+    from autoembed.models.embedding import PlainTable
     from autoembed.nn import _QR, _Hash, _MixedDim, _Plain
     from autoembed.nn.methods import _TT, _HotCold, _Robe
 
+    # the built-in RobeTable / TTTable / HotColdTable / QRTable are these storages
     w = weight.detach()
     ids = torch.arange(w.shape[0], device=w.device)
-    if isinstance(module, (TTTable, _TT)):
+    if isinstance(module, _TT):
         for p, c in zip((module.core0, module.core1, module.core2), tt_svd(w, module.rank),
                         strict=True):
             p.copy_(c)
-    elif isinstance(module, RobeTable):
-        module.weight.copy_(robe_init(w, module.positions(ids), module.size))
     elif isinstance(module, _Robe):
-        from autoembed.models.robe import robe_positions
-
-        pos = robe_positions(ids, module.size, module.block, module.dim, module.seed)
-        module.weight.copy_(robe_init(w, pos, module.size))
-    elif isinstance(module, (HotColdTable, _HotCold)):
+        module.weight.copy_(robe_init(w, module.positions(ids), module.size))
+    elif isinstance(module, _HotCold):
         module.weight.copy_(hot_cold_init(w, module.hot_ids, module.cold, module.seed))
-    elif isinstance(module, QRTable):
-        q, r = qr_init(w, module.collisions, module.operation)
-        module.q_weight.copy_(q)
-        module.r_weight.copy_(r)
     elif isinstance(module, _QR):
         q, r = qr_init(w, module.m, module.op)
         module.q_weight.copy_(q)

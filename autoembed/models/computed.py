@@ -13,6 +13,8 @@ stored tables. Gradients are dense over the parameters whatever `spec.sparse` sa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -31,13 +33,16 @@ def projection(
 
 
 class ComputedRowsTable(TableModule):
-    """Base class: subclasses define `rows(idx, field)` ([...] int64 ids -> [..., D])."""
+    """Base class of a table that also subclasses its compression's `autoembed.nn` storage,
+    whose `rows(idx)` ([...] int64 ids -> [..., D]) computes the rows; `field_rows` is field
+    f's (the same for a table of one field)."""
 
     quantizable = False
     proj: nn.Linear | None  # set by every subclass (a class default would shadow the module)
+    rows: Callable[..., torch.Tensor]  # the storage's (a definition would shadow it)
 
-    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
-        raise NotImplementedError
+    def field_rows(self, idx: torch.Tensor, field: int) -> torch.Tensor:
+        return self.rows(idx)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled [B, D] of one field's [B, L] ids."""
@@ -55,7 +60,7 @@ class ComputedRowsTable(TableModule):
         return out if self.proj is None else [self.proj(o) for o in out]
 
     def _pooled(self, idx: torch.Tensor, valid: torch.Tensor, field: int) -> torch.Tensor:
-        rows = self.rows(idx, field)
+        rows = self.field_rows(idx, field)
         rows = rows * valid.unsqueeze(-1).to(rows.dtype)
         if self.spec.pooling == "naive":
             return self._pool_rows(rows, valid)

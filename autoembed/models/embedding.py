@@ -46,11 +46,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
-from torch.utils.checkpoint import checkpoint
 
 from autoembed.batch import PAD_ID
+from autoembed.models.checkpointing import checkpointed
 from autoembed.models.hashing import hash_ids, qr_indices
-from autoembed.models.rowformat import unpack_rows
+from autoembed.nn import _QR, PackedWeights
 
 __all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable", "WideTable"]
 
@@ -66,34 +66,13 @@ class LookupSpec:
     checkpoint: bool = False
 
 
-class PackedWeights(nn.Module):
-    """Weights that int8/int4 serving (`models.quantize`) replaces by packed rows: the one
-    implementation the built-in tables and the `autoembed.nn` layers' storages share."""
-
-    quantizable = True  # int8/int4 serving packs this module's weights into rows
-
-    def __init__(self) -> None:
-        super().__init__()
-        # weight name -> (bits, dim, dtype) for weights replaced by packed uint8 rows
-        self.packed: dict[str, tuple[int, int, torch.dtype]] = {}
-
-    def pack_weight(
-        self, name: str, packed: torch.Tensor, bits: int, *, dim: int, dtype: torch.dtype
-    ) -> None:
-        """Replace weight `name` by packed rows (buffer `<name>_packed`) that dequantize to
-        [*, dim] in `dtype`."""
-        self._parameters.pop(name, None)
-        self.packed = {**self.packed, name: (bits, dim, dtype)}
-        self.register_buffer(f"{name}_packed", packed)
-
-    def unpacked(self, name: str, idx: torch.Tensor) -> torch.Tensor:
-        """Rows `idx` of packed weight `name`, dequantized: [*idx.shape, dim]."""
-        bits, dim, dtype = self.packed[name]
-        return unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
-
-
 class TableModule(PackedWeights):
-    """Base class: weight access (trainable or packed for serving) and pooling helpers."""
+    """Base class: weight access (trainable or packed for serving) and pooling helpers.
+    A table with a compression subclasses that compression's `autoembed.nn` storage too
+    (layout and id -> row math in one place) and calls the storage's `__init__` instead of
+    this one's; its own initialisation is its `reset_parameters`."""
+
+    draws_init = False  # the storages' N(0, 1) draw is replaced by reset_parameters
 
     def __init__(self, spec: LookupSpec) -> None:
         super().__init__()
@@ -199,18 +178,12 @@ class TableModule(PackedWeights):
         return ids.clamp(min=0), ids >= 0
 
     def _maybe_checkpoint(self, fn: Callable[..., torch.Tensor], *args: object) -> torch.Tensor:
-        if self.spec.checkpoint and torch.is_grad_enabled():
-            out: torch.Tensor = checkpoint(fn, *args, use_reentrant=False)
-            return out
-        return fn(*args)
+        return checkpointed(fn, *args) if self.spec.checkpoint else fn(*args)
 
     def _maybe_checkpoint_many(
         self, fn: Callable[..., list[torch.Tensor]], *args: object
     ) -> list[torch.Tensor]:
-        if self.spec.checkpoint and torch.is_grad_enabled():
-            out: list[torch.Tensor] = checkpoint(fn, *args, use_reentrant=False)
-            return out
-        return fn(*args)
+        return checkpointed(fn, *args) if self.spec.checkpoint else fn(*args)
 
 
 class PlainTable(TableModule):
@@ -333,9 +306,10 @@ class WideTable(PlainTable):
         self.proj = None
 
 
-class QRTable(TableModule):
-    """Quotient-remainder table (Shi et al., 2019): q_weight [ceil(V/m), Dq], r_weight [m, Dq];
-    with `out_dim` other than `dim`, ``proj`` (Linear dim -> out_dim, no bias) after combining."""
+class QRTable(TableModule, _QR):
+    """Quotient-remainder table (Shi et al., 2019): the `autoembed.nn` qr storage
+    (q_weight [ceil(V/m), Dq], r_weight [m, Dq], `_combine`); with `out_dim` other than
+    `dim`, ``proj`` (Linear dim -> out_dim, no bias) after combining."""
 
     def __init__(
         self,
@@ -349,41 +323,33 @@ class QRTable(TableModule):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(spec)
-        self.collisions = collisions
-        self.operation = operation
-        dq = dim // 2 if operation == "concat" else dim
-        q_rows = -(-vocab // collisions)
-        self.q_weight = nn.Parameter(torch.empty((q_rows, dq), device=device, dtype=dtype))
-        self.r_weight = nn.Parameter(torch.empty((collisions, dq), device=device, dtype=dtype))
+        _QR.__init__(self, vocab, dim, {"device": device, "dtype": dtype},
+                     qr_collisions=collisions, qr_operation=operation)
+        self.spec = spec
         self.proj = (
             nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
             if out_dim is not None and out_dim != dim
             else None
         )
-        std = 1.0 / math.sqrt(dim)
-        with torch.no_grad():
-            if operation == "mult":
-                # r rows start near 1, so q * r starts near q
-                self.q_weight.normal_(0.0, std)
-                self.r_weight.normal_(1.0, std)
-            elif operation == "add":
-                self.q_weight.normal_(0.0, std / math.sqrt(2.0))
-                self.r_weight.normal_(0.0, std / math.sqrt(2.0))
-            else:
-                self.q_weight.normal_(0.0, std)
-                self.r_weight.normal_(0.0, std)
+        self.reset_parameters()
 
-    def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        if self.operation == "mult":
-            return q * r
-        if self.operation == "add":
-            return q + r
-        return torch.cat((q, r), dim=-1)
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Rows of std 1/sqrt(dim) once combined (mult: r rows near 1, so q * r starts near q)."""
+        std = 1.0 / math.sqrt(self.dim)
+        if self.op == "mult":
+            self.q_weight.normal_(0.0, std)
+            self.r_weight.normal_(1.0, std)
+        elif self.op == "add":
+            self.q_weight.normal_(0.0, std / math.sqrt(2.0))
+            self.r_weight.normal_(0.0, std / math.sqrt(2.0))
+        else:
+            self.q_weight.normal_(0.0, std)
+            self.r_weight.normal_(0.0, std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         idx, valid = self._masked(ids)
-        q, r = qr_indices(idx, self.collisions)
+        q, r = qr_indices(idx, self.m)
         if self.spec.pooling == "naive":
             out = self._maybe_checkpoint(self._naive, q, r, valid)
         else:

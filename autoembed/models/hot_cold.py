@@ -41,6 +41,8 @@ from autoembed.errors import ConfigError
 from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
+from autoembed.nn import _Storage
+from autoembed.nn.methods import _HotCold
 
 __all__ = [
     "HotColdTable",
@@ -240,10 +242,10 @@ def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int
     return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
-class HotColdTable(TableModule):
-    """`weight` [len(hot_ids) + cold, dim]; ids in `hot_ids` own rows, the rest hash."""
-
-    hot_ids: torch.Tensor
+class HotColdTable(TableModule, _HotCold):
+    """The `autoembed.nn` hot_cold storage (`weight` [len(hot_ids) + cold, dim], buffer
+    ``hot_ids``, `row_of`), pooled as a built-in table: ids in `hot_ids` own rows, the rest
+    hash."""
 
     def __init__(
         self,
@@ -258,24 +260,23 @@ class HotColdTable(TableModule):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(spec)
-        self.vocab, self.cold, self.seed = vocab, cold, seed
-        self.register_buffer("hot_ids", torch.empty(0, dtype=torch.int64, device=device))
-        self.set_hot_ids(hot_ids)
-        hot = int(hot_ids.shape[0])
-        self.weight = nn.Parameter(torch.empty((hot + cold, dim), device=device, dtype=dtype))
-        with torch.no_grad():
-            self.weight.normal_(0.0, 1.0 / math.sqrt(dim))
+        # the storage's layout from a resolved hot set and cold count
+        _Storage.__init__(self, vocab, dim, {"device": device, "dtype": dtype})
+        self.vocab, self.spec = vocab, spec
+        self._layout(checked_hot_ids(hot_ids, vocab, None), cold, seed)
+        self.reset_parameters()
         self.proj = projection(dim, out_dim, device, dtype)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Rows of std 1/sqrt(dim); the hot set is left as it is."""
+        self.weight.normal_(0.0, 1.0 / math.sqrt(self.dim))
 
     def set_hot_ids(self, hot_ids: torch.Tensor) -> None:
         """Install a hot set (sorted, distinct ids in [0, vocab)) of the built size."""
-        size = self.hot_ids.numel() or None
+        size = self.hot_ids.numel()
         self.hot_ids = checked_hot_ids(hot_ids.to(device=self.hot_ids.device), self.vocab, size)
-
-    def row_of(self, idx: torch.Tensor) -> torch.Tensor:
-        """Row of every non-negative id."""
-        return hot_cold_rows(idx, self.hot_ids, self.cold, self.seed)
+        self._hot_host = self.hot_ids.cpu()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled [B, D] of one field's [B, L] ids."""

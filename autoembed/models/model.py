@@ -21,7 +21,6 @@ from collections.abc import Mapping
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from autoembed.batch import Batch
 from autoembed.compression import METHODS, cold_rows, hot_count
@@ -36,6 +35,7 @@ from autoembed.config import (
     tower_input_width,
 )
 from autoembed.errors import ConfigError, DataError, UnsupportedError
+from autoembed.models.checkpointing import checkpointed
 from autoembed.models.embedding import LookupSpec, PlainTable, QRTable, TableModule, WideTable
 from autoembed.models.hot_cold import HotColdTable
 from autoembed.models.robe import RobeTable
@@ -284,10 +284,8 @@ class EmbeddingModel(nn.Module):
     def forward(self, batch: Batch | Mapping[str, torch.Tensor]) -> torch.Tensor:
         features = batch.features if isinstance(batch, Batch) else batch
         x = self.embed(features)
-        if self.config.checkpointing and torch.is_grad_enabled():
-            logits: torch.Tensor = checkpoint(run_tower, self.tower, x, use_reentrant=False)
-        else:
-            logits = run_tower(self.tower, x)
+        logits = (checkpointed(run_tower, self.tower, x) if self.config.checkpointing
+                  else run_tower(self.tower, x))
         if self.wide is not None:
             for name in self.fields:
                 logits = logits + _at(self.wide, name)(features[name])

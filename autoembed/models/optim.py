@@ -112,6 +112,8 @@ def make_optimizer(
     """One torch optimizer for `params` (sparse: their gradients are sparse)."""
     wd = config.weight_decay
     foreach = not sparse
+    if sparse:  # torch's default (off), said explicitly: left implicit, Adagrad warns once
+        torch.sparse.check_sparse_tensor_invariants.disable()
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.0, weight_decay=wd, foreach=foreach)
     if name == "momentum":

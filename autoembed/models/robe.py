@@ -13,10 +13,12 @@ import math
 import torch
 from torch import nn
 
-from autoembed.compression import check_robe, robe_blocks
+from autoembed.compression import robe_blocks
 from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 from autoembed.models.hashing import hash_id_reference, hash_ids
+from autoembed.nn import _Storage
+from autoembed.nn.methods import _Robe
 
 __all__ = ["RobeTable", "robe_seed", "robe_positions"]
 
@@ -37,8 +39,9 @@ def robe_positions(
     return pos.flatten(-2)[..., :dim]
 
 
-class RobeTable(ComputedRowsTable):
-    """One array `weight` [size] read by fields of dims `dims` in blocks of `block` values.
+class RobeTable(ComputedRowsTable, _Robe):
+    """The `autoembed.nn` robe storage (one array `weight` [size], `positions`), read by
+    fields of dims `dims` in blocks of `block` values, pooled as a built-in table.
 
     Field f hashes as field `first_field + f`. `weight`: an existing array [size] to read
     instead of a new one (`robe_shared`: config-built tables of one group hold the same
@@ -59,10 +62,10 @@ class RobeTable(ComputedRowsTable):
         first_field: int = 0,
         weight: nn.Parameter | None = None,
     ) -> None:
-        super().__init__(spec)
-        check_robe(size, block)
-        self.size, self.block, self.dims = size, block, dims
-        self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
+        # the storage's layout from a resolved size (the config has turned shares to counts)
+        _Storage.__init__(self, 0, dims[0], {"device": device, "dtype": dtype})
+        self._layout(size, block, dims, seed, first_field)
+        self.spec = spec
         if weight is None:
             weight = nn.Parameter(torch.empty((size,), device=device, dtype=dtype))
             with torch.no_grad():
@@ -72,8 +75,5 @@ class RobeTable(ComputedRowsTable):
         self.weight = weight
         self.proj = projection(dims[0], out_dim, device, dtype)
 
-    def positions(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
-        return robe_positions(idx, self.size, self.block, self.dims[field], self.seeds[field])
-
-    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
-        return self.weight[self.positions(idx, field)]
+    def field_rows(self, idx: torch.Tensor, field: int) -> torch.Tensor:
+        return self.rows(idx, field)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from autoembed.compression import check_tt, tt_dims, tt_init_std, tt_rows, tt_shapes
+from autoembed.compression import tt_init_std
 from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
+from autoembed.nn.methods import _TT
 
 __all__ = ["TTTable", "tt_indices", "tt_lookup"]
 
@@ -30,8 +30,10 @@ def tt_indices(
     )
 
 
-class TTTable(ComputedRowsTable):
-    """Cores ``core0`` [v1, d1 r], ``core1`` [v2, r d2 r], ``core2`` [v3, r d3]."""
+class TTTable(ComputedRowsTable, _TT):
+    """The `autoembed.nn` tt storage (cores ``core0`` [v1, d1 r], ``core1`` [v2, r d2 r],
+    ``core2`` [v3, r d3], rows by `tt_lookup`), pooled as a built-in table; cores start with
+    std `tt_init_std(dim, rank)` (a row's entries have variance 1 / dim)."""
 
     def __init__(
         self,
@@ -44,25 +46,14 @@ class TTTable(ComputedRowsTable):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(spec)
-        check_tt(rank)
-        self.vocab, self.dim, self.rank = vocab, dim, rank
-        self.row_factors = tt_rows(vocab)
-        self.dim_factors = tt_dims(dim)
-        std = tt_init_std(dim, rank)
-        cores = [
-            nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
-            for _, shape in tt_shapes(vocab, dim, rank)
-        ]
-        with torch.no_grad():
-            for c in cores:
-                c.normal_(0.0, std)
-        self.core0, self.core1, self.core2 = cores
+        _TT.__init__(self, vocab, dim, {"device": device, "dtype": dtype}, tt_rank=rank)
+        self.vocab, self.spec = vocab, spec
         self.proj = projection(dim, out_dim, device, dtype)
 
-    def rows(self, idx: torch.Tensor, field: int = 0) -> torch.Tensor:
-        return tt_lookup(idx, (self.core0, self.core1, self.core2), self.row_factors,
-                         self.dim_factors, self.rank)
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for c in (self.core0, self.core1, self.core2):
+            c.normal_(0.0, tt_init_std(self.dim, self.rank))
 
 
 def tt_lookup(

@@ -20,6 +20,9 @@ Placement (`host_cached`) is not a layer setting here: the built-in models' host
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
 ``embedding.weight`` sees a V x D tensor, never the compressed storage. New compressions
 plug in through `COMPRESSIONS` (name -> storage class).
+
+The storages are the one implementation of each compression: the built-in models' QR, robe,
+tt and hot/cold tables (`autoembed.models`) subclass them and add only their pooling.
 """
 
 from __future__ import annotations
@@ -32,17 +35,51 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.errors import ConfigError
-from autoembed.models.embedding import PackedWeights
 
-__all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS"]
+__all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS", "PackedWeights"]
 
 LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
+
+
+class PackedWeights(nn.Module):
+    """Weights that int8/int4 serving (`models.quantize`) replaces by packed rows: the one
+    implementation the built-in tables and the `autoembed.nn` layers' storages share."""
+
+    quantizable = True  # int8/int4 serving packs this module's weights into rows
+
+    def __init__(self) -> None:
+        super().__init__()
+        # weight name -> (bits, dim, dtype) for weights replaced by packed uint8 rows
+        self.packed: dict[str, tuple[int, int, torch.dtype]] = {}
+
+    def pack_weight(
+        self, name: str, packed: torch.Tensor, bits: int, *, dim: int, dtype: torch.dtype
+    ) -> None:
+        """Replace weight `name` by packed rows (buffer `<name>_packed`) that dequantize to
+        [*, dim] in `dtype`."""
+        self._parameters.pop(name, None)
+        self.packed = {**self.packed, name: (bits, dim, dtype)}
+        self.register_buffer(f"{name}_packed", packed)
+
+    def unpacked(self, name: str, idx: torch.Tensor) -> torch.Tensor:
+        """Rows `idx` of packed weight `name`, dequantized: [*idx.shape, dim]."""
+        from autoembed.models.rowformat import unpack_rows
+
+        bits, dim, dtype = self.packed[name]
+        return unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
 
 
 class _Storage(PackedWeights):
     """How a table's rows are stored: `rows(ids)` -> [*ids.shape, D]; `bag(...)` pooled.
     Serving (`autoembed.quantize(model, "int8" | "int4")`) replaces each weight by packed
-    rows (`PackedWeights`, the built-in tables' own), dequantized as they are read."""
+    rows (`PackedWeights`), dequantized as they are read.
+
+    One class per compression holds its layout and its id -> row math; the built-in models'
+    tables (`autoembed.models`: `QRTable`, `RobeTable`, `TTTable`, `HotColdTable`) subclass
+    these and add only their pooling. A subclass with its own initialisation sets
+    `draws_init` False (its parameters are created empty, then its `reset_parameters`)."""
+
+    draws_init = True  # _param draws torch's N(0, 1) rows
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
         super().__init__()
@@ -66,7 +103,7 @@ class _Storage(PackedWeights):
 
     def _param(self, rows: int, dim: int) -> nn.Parameter:
         w = nn.Parameter(torch.empty(rows, dim, **self.factory))
-        if not w.is_meta:
+        if self.draws_init and not w.is_meta:
             nn.init.normal_(w)
         return w
 
@@ -148,6 +185,7 @@ class _QR(_Storage):
         self.r_weight = self._param(self.m, dq)
 
     def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """A row (or pooled bag) from its quotient and remainder parts."""
         if self.op == "mult":
             return q * r
         if self.op == "add":

@@ -70,7 +70,6 @@ class _Robe(_Computed):
                  robe_size: int | float, robe_block: int = 8, hash_seed: int = 0,
                  **_: Any) -> None:
         from autoembed.config import buckets_of
-        from autoembed.models.robe import robe_seed
 
         super().__init__(num, dim, factory)
         if isinstance(robe_size, float) and not 0.0 < robe_size < 1.0:
@@ -79,16 +78,29 @@ class _Robe(_Computed):
         size = buckets_of(robe_size, num * dim)
         if isinstance(robe_size, float):
             size = max(robe_block, size)  # at least one block, as the config resolves it
-        check_robe(size, robe_block)
-        self.size, self.block, self.seed = size, robe_block, robe_seed(hash_seed, 0)
+        self._layout(size, robe_block, (dim,), hash_seed)
         self.weight = nn.Parameter(torch.empty(size, **factory))
-        if not self.weight.is_meta:
+        if self.draws_init and not self.weight.is_meta:
             nn.init.normal_(self.weight)
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+    def _layout(self, size: int, block: int, dims: tuple[int, ...], seed: int,
+                first_field: int = 0) -> None:
+        """An array of `size` values read in blocks of `block` by fields of dims `dims`;
+        field f hashes with `robe_seed(seed, first_field + f)`."""
+        from autoembed.models.robe import robe_seed
+
+        check_robe(size, block)
+        self.size, self.block, self.dims = size, block, dims
+        self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
+
+    def positions(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
+        """Array positions [*ids.shape, D] of field `field`'s rows of `ids`."""
         from autoembed.models.robe import robe_positions
 
-        return self.weight[robe_positions(ids, self.size, self.block, self.dim, self.seed)]
+        return robe_positions(ids, self.size, self.block, self.dims[field], self.seeds[field])
+
+    def rows(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
+        return self.weight[self.positions(ids, field)]
 
 
 class _TT(_Computed):
@@ -105,6 +117,7 @@ class _TT(_Computed):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
+        """Cores of std r^(-1/3): a row's entries have variance 1, as torch's rows."""
         for p in (self.core0, self.core1, self.core2):
             nn.init.normal_(p, 0.0, tt_init_std(1, self.rank))
 
@@ -127,30 +140,35 @@ class _HotCold(_Storage):
         check_hot_cold(hot_share, hash_buckets if hash_buckets is not None else 0)
         assert hash_buckets is not None  # checked: >= 1
         hot = hot_count(num, hot_share)
-        self.cold, self.seed = cold_rows(num, hot_share, hash_buckets), hash_seed
         ids = checked_hot_ids(torch.arange(hot) if hot_ids is None else hot_ids, num, hot)
+        self._layout(ids, cold_rows(num, hot_share, hash_buckets), hash_seed)
+
+    def _layout(self, ids: torch.Tensor, cold: int, seed: int) -> None:
+        """The buffer ``hot_ids`` (checked `ids`) and ``weight`` [hot + cold, D]."""
+        self.cold, self.seed = cold, seed
         self._hot_host = ids.cpu()  # kept to restore the buffer after materialize's to_empty
-        device = factory.get("device")
+        device = self.factory.get("device")
         real = None if device is not None and torch.device(device).type == "meta" else device
         self.register_buffer("hot_ids", ids.to(real or "cpu"))
-        self.weight = self._param(hot + self.cold, dim)
+        self.weight = self._param(int(ids.shape[0]) + cold, self.dim)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self.hot_ids.copy_(self._hot_host)
 
-    def _map(self, ids: torch.Tensor) -> torch.Tensor:
+    def row_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """Row of every non-negative id (`models.hot_cold.hot_cold_rows`)."""
         from autoembed.models.hot_cold import hot_cold_rows
 
         return hot_cold_rows(ids, self.hot_ids, self.cold, self.seed)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(self._map(ids), self.weight)
+        return F.embedding(self.row_of(ids), self.weight)
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return F.embedding_bag(self._map(ids), self.weight, offsets, mode=mode,
+        return F.embedding_bag(self.row_of(ids), self.weight, offsets, mode=mode,
                                per_sample_weights=psw)
 
 

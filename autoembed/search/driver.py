@@ -109,7 +109,9 @@ def search(
     re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP); host_budget: host memory for
-    host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible).
+    host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible);
+    start_points: train the space's known-good configs first (`space.start`; default on in
+    a new study, off in one started before there were start points; never with grid).
     storage: the Optuna storage URL (default `<runs_dir>/optuna.db`; e.g.
     postgresql://user:pw@host/optuna for a team); trial_resources: Ray custom resources
     each trial asks for, "name=amount[,name=amount]"; several alternate, trial by trial
@@ -161,6 +163,7 @@ def run_search(
             budget=plan.budget, objectives=plan.objective_pairs,
             settings=plan.run_settings(), trials=plan.trials,
             time_budget_s=request.time_budget, grid=_grid(plan),
+            start=[p.params(plan.space) for p in plan.start],
             early_stop=plan.early_stop,
             use_measured=(plan.device == "cuda" and not plan.workload.stand_in),
             host_memory=(plan.device == "cpu"), host_budget_bytes=request.host_budget,
@@ -274,7 +277,8 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     eval_batches = plan.space.run.get("eval_batches", RunSettings.eval_batches)
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
-        plan.name, engine.stop_reason, noise=lambda c: measure_noise(c, data, eval_batches),
+        plan.name, engine.stop_reason,
+        noise=lambda c: measure_noise(c, data, eval_batches, engine.valid_scores),
         memory_basis=plan.memory_basis)
     meta = plan.meta()
     wall = time.monotonic() - t_start

@@ -1,6 +1,7 @@
 """The search's bookkeeping, independent of Ray: ask Optuna, price, reject or launch, tell.
 
-`SearchEngine.propose()` asks the sampler until a proposal fits (or the search is over):
+`SearchEngine.propose()` asks the sampler until a proposal fits (or the search is over); the
+start points (`space.start`: known-good configs) are enqueued first, grid points instead:
 each proposal is priced by the engine's `Pricing` stage (`BuiltinPricing`: the analytic
 estimate of autoembed's own model; `user.search.UserPricing`: the user's model traced) and
 judged by `Feasibility` (budget, OOM ceiling, host budget); one that does not fit is told
@@ -50,6 +51,7 @@ from autoembed.search.records import (
     optuna_values,
 )
 from autoembed.search.workload import Workload
+from autoembed.selection import ValidScores
 from autoembed.space import SearchSpace
 from autoembed.trial import decode_result
 
@@ -196,6 +198,7 @@ class SearchEngine:
         trials: int,
         time_budget_s: float | None = None,
         grid: Sequence[Mapping[str, Any]] | None = None,
+        start: Sequence[Mapping[str, Any]] = (),
         early_stop: bool = False,
         use_measured: bool = False,
         host_memory: bool = True,
@@ -211,7 +214,9 @@ class SearchEngine:
         """`recorder`: where events go (default: `tracker` and `calibration_path` as its
         sinks); it is caught up with the study's rows here, so that a resumed search's
         sinks hold every trial the study does. `pricing`: how a trial is priced (default:
-        `BuiltinPricing` of `space` and `workload`)."""
+        `BuiltinPricing` of `space` and `workload`). `grid`: the only points asked, in order;
+        `start`: points asked first (Optuna params, `space.start`), then the sampler's; a
+        point some trial of the study already had (a resume) is skipped."""
         from autoembed.search.study import load_rows
 
         self.study = study
@@ -233,12 +238,15 @@ class SearchEngine:
         self.clock = clock
         self.started = clock()
         self.rows: dict[int, TrialRow] = load_rows(study)
+        # completed trials' validation predictions, in memory for the pick (not stored)
+        self.valid_scores: dict[int, ValidScores] = {}
         self.live: dict[int, _Live] = {}
         self.rejected_in_a_row = 0
         self.trainables_started = 0
         self.stop_reason: str | None = None
         self._grid = list(grid) if grid is not None else None
-        self._grid_seen = {self._key(r.params) for r in self.rows.values()}
+        self._start = list(start)
+        self._seen = {self._key(r.params) for r in self.rows.values()}
         self._front_cache: list[TrialRow] | None = None
         if recorder is None:
             sinks: list[Sink] = [] if tracker is None else [TrackerSink(tracker)]
@@ -332,17 +340,17 @@ class SearchEngine:
             self.stop_reason = f"time budget of {self.time_budget_s:g} s reached"
         return self.stop_reason is not None
 
-    def _next_grid_point(self) -> bool:
-        """Enqueue the next unvisited grid point; False when the grid is exhausted."""
+    def _enqueue_next(self, points: list[Mapping[str, Any]]) -> bool:
+        """Enqueue the first unvisited point of `points` (taken off it); False when none is
+        left."""
         from optuna.trial import TrialState
 
-        assert self._grid is not None
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return True  # a re-queued trial goes first
-        while self._grid:
-            point = self._grid.pop(0)
-            if self._key(point) not in self._grid_seen:
-                self._grid_seen.add(self._key(point))
+        while points:
+            point = points.pop(0)
+            if self._key(point) not in self._seen:
+                self._seen.add(self._key(point))
                 self.study.enqueue_trial(dict(point))
                 return True
         return False
@@ -352,9 +360,11 @@ class SearchEngine:
         while True:
             if self.done():
                 return None
-            if self._grid is not None and not self._next_grid_point():
+            if self._grid is not None and not self._enqueue_next(self._grid):
                 self.stop_reason = "every grid point was tried"
                 return None
+            if self._start:
+                self._enqueue_next(self._start)
             if self.rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
                 self.stop_reason = (
                     f"the sampler proposed {MAX_REJECTIONS_IN_A_ROW} configs in a row that do "
@@ -376,7 +386,7 @@ class SearchEngine:
             return None
         config = priced.config
         params = dict(trial.params)
-        self._grid_seen.add(self._key(params))
+        self._seen.add(self._key(params))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
         if not verdict.fits:
@@ -480,6 +490,9 @@ class SearchEngine:
             why = error or (final or {}).get("error") or "the trial ended without a result"
             return old.with_(status="failed", reason=str(why)), _Outcome("fail")
         result = decode_result(final["result"])
+        scores = ValidScores.decode(final.get("valid_scores"))
+        if scores is not None and result.status == "complete":
+            self.valid_scores[p.number] = scores
         metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured,
                                     memory_basis=self.memory_basis)
         row = old.with_(status=result.status, metrics=metrics, reason=result.error,

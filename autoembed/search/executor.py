@@ -27,14 +27,22 @@ from autoembed.errors import AutoembedError
 if TYPE_CHECKING:
     from autoembed.search.engine import SearchEngine
     from autoembed.search.plan import SearchPlan
-    from autoembed.trial import Evaluation
+    from autoembed.trial import Evaluation, TrialResult
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
-           "evaluation_report"]
+           "evaluation_report", "final_report"]
 
 
 class StopTrial(AutoembedError):
     """Raised by `TrialChannel.report` inside a trial the search has decided to stop."""
+
+
+def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
+    """A trial's last report (what `engine.finish` reads): its result, and beside it the
+    validation scores the driver keeps in memory for the pick (`selection.ValidScores`)."""
+    scores = result.valid_scores
+    return {"status": result.status, "result": result.to_dict(), "error": None,
+            "valid_scores": None if scores is None else scores.encode(), **extra}
 
 
 def evaluation_report(ev: Evaluation) -> dict[str, Any]:
@@ -181,7 +189,7 @@ def run_with_runner(payload: Mapping[str, Any], channel: TrialChannel) -> dict[s
 
     result = run_trial(config_from_dict(payload["config"], f"trial {payload['number']}"),
                        dataset, RunSettings(**payload["settings"]), report)
-    return {"status": result.status, "result": result.to_dict(), "error": None}
+    return final_report(result)
 
 
 _DATASETS: dict[str, Any] = {}

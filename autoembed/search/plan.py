@@ -39,6 +39,7 @@ from autoembed.space import (
     parse_objectives,
     parse_space,
 )
+from autoembed.space.start import StartPoint, start_points
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 
 __all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP",
@@ -88,6 +89,8 @@ class SearchPlan:
     memory_basis: str = MEMORY_BASIS  # memory.objective: the `memory` objective's bytes
     baseline: Baseline | None = None  # the simple model on the same split (real data)
     baseline_note: str | None = None  # why there is none, where one was tried
+    start_points: bool = False  # known-good configs trained first (space.start)
+    start: tuple[StartPoint, ...] = ()  # those points (none for the grid sampler)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -112,12 +115,20 @@ class SearchPlan:
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space}")
             workload = build_workload(spec, stand_in, sp.tables)
-        _check_cheapest(sp, workload, r.budget)
+        cheapest = _check_cheapest(sp, workload, r.budget)
         if sp.source == AUTO_SPACE:
             from autoembed.space_auto import summary
 
             tell(summary(sp, r.runs_dir / r.study / DERIVED_SPACE_FILE))
+        sampler = r.sampler or stored.get("sampler") or "tpe"
+        use_start = r.start_points if r.start_points is not None else (
+            bool(stored.get("start_points", False)) if stored else True)
+        start = tuple(start_points(sp, spec.task, cheapest)) if (
+            use_start and sampler != "grid") else ()
         baseline, why = _baseline(workload, stored, tell)
+        if start and not stored:
+            tell(f"start points: {len(start)} ({', '.join(p.name for p in start)}), "
+                 "trained first")
         gpus = 0
         if r.device == "cuda":
             import torch
@@ -128,7 +139,7 @@ class SearchPlan:
         cpus = os.cpu_count() or 1
         return cls(
             request=r, space=sp, objectives=tuple(objs), spec=spec, workload=workload,
-            sampler=r.sampler or stored.get("sampler") or "tpe",
+            sampler=sampler,
             seed=r.seed if r.seed is not None else int(stored.get("seed", 0)),
             trials=r.trials or int(stored.get("trials", 0)) or sp.trials,
             early_stop=r.early_stop if r.early_stop is not None else bool(
@@ -137,7 +148,7 @@ class SearchPlan:
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=check_basis(str(stored.get("memory_basis", LEGACY_BASIS)))
             if stored else MEMORY_BASIS,
-            baseline=baseline, baseline_note=why,
+            baseline=baseline, baseline_note=why, start_points=use_start, start=start,
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -217,7 +228,7 @@ class SearchPlan:
             "threads": self.run_settings()["threads"], "finished": finished,
             "created": self.created, "memory_basis": self.memory_basis,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "baseline_note": self.baseline_note,
+            "baseline_note": self.baseline_note, "start_points": self.start_points,
         }
 
     def tracker_params(self) -> dict[str, str]:
@@ -329,8 +340,10 @@ def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) ->
     return load_space(p)
 
 
-def _check_cheapest(space: SearchSpace, workload: Workload, budget: Budget) -> None:
-    """Price the cheapest corner of the space; NothingFitsError when even it does not fit."""
+def _check_cheapest(space: SearchSpace, workload: Workload, budget: Budget
+                    ) -> dict[str, Any]:
+    """Price the cheapest corner of the space: its values; NothingFitsError when even it
+    does not fit."""
     from autoembed.memory import estimate
 
     def price(cfg: Any) -> int:
@@ -338,7 +351,7 @@ def _check_cheapest(space: SearchSpace, workload: Workload, budget: Budget) -> N
 
     values, cheap_cfg, cheap_cost = cheapest_config(space, price)
     if cheap_cost <= budget.bytes:
-        return
+        return values
     est = estimate(workload.priced(cheap_cfg))
     cats = {"parameters": est.parameters, "gradients": est.gradients,
             "optimizer state": est.optimizer_state, "activations": est.activations,

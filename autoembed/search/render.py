@@ -155,9 +155,7 @@ def comparison(result: SearchResult) -> list[str]:
         out.append(f"{base.describe()}; the pick, trial {result.best.number}: validation "
                    f"{_q(valid, '{:.4f}')}, test {_q(test, '{:.4f}')}{gain}")
     if noise is not None:
-        out.append(f"within-noise slack {noise.slack:.4f} {noise.metric}: one standard error "
-                   f"of trial {noise.trial}'s validation {noise.quality:.4f} on {noise.rows:,} "
-                   "rows")
+        out.append(noise.describe())
     return out
 
 

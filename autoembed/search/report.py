@@ -55,8 +55,8 @@ class SearchReport:
               noise: Callable[[Sequence[TrialRow]], NoiseMeasure | None] | None = None,
               memory_basis: str | None = None) -> SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
-        `noise(candidates)`: the within-noise rule's slack, measured
-        (`selection.measure_noise`; None: 0)."""
+        `noise(candidates)`: the within-noise rule's noise, measured (paired or not,
+        `selection.measure_noise`; None: 0)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
         pairs = [(o.name, o.direction) for o in objectives]
         front = tuple(front_of(done, pairs))
@@ -68,7 +68,8 @@ class SearchReport:
             if rule.rule == "trial" and all(r.number != rule.trial for r in front):
                 candidates = [r for r in done if r.status == "complete" and r.feasible]
             measured = noise(candidates) if noise is not None else None
-            slack = None if measured is None else measured.slack
+            slack = None if measured is None else measured.pick_noise(
+                {r.number: float(r.values.get("quality", float("nan"))) for r in candidates})
             chosen = pick(candidates, rule, pairs, slack)
             assert isinstance(chosen, TrialRow)
             best = chosen

@@ -53,6 +53,7 @@ class SearchRequest:
     text_column: str | None = None
     early_stop: bool | None = None
     host_budget: int | None = None
+    start_points: bool | None = None
 
     @classmethod
     def parse(
@@ -81,6 +82,7 @@ class SearchRequest:
         text_column: str | None = None,
         early_stop: bool | None = None,
         host_budget: str | int | None = None,
+        start_points: bool | None = None,
     ) -> SearchRequest:
         """Check every argument; the first bad one raises ConfigError."""
         name = study if study is not None else _default_study()
@@ -113,6 +115,7 @@ class SearchRequest:
             trial_resources=custom, pick=pick, data=data, label=label,
             categorical=tuple(categorical) if categorical is not None else None,
             text_column=text_column, early_stop=early_stop, host_budget=host,
+            start_points=start_points,
         )
 
 

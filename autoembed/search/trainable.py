@@ -80,7 +80,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
 
     from autoembed.config import config_from_dict
     from autoembed.runner import Evaluation, RunSettings, run_trial
-    from autoembed.search.executor import evaluation_report
+    from autoembed.search.executor import evaluation_report, final_report
 
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
@@ -99,8 +99,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
 
         result = run_trial(config, dataset, settings, report,
                            on_step=fault_hook(payload.get("fault")))
-        final = {"status": result.status, "result": result.to_dict(), "error": None,
-                 "node": node}
+        final = final_report(result, node=node)
     except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
         final = {"status": "failed", "result": None,
                  "error": f"{type(e).__name__}: {e}" + (

@@ -16,12 +16,21 @@ table is tied or is the input embedding, `tie_weights()` becomes a no-op (the ti
 decoding; under `untie` the head keeps its own weight) and `resize_token_embeddings` raises
 a ConfigError naming the table (compressed storage is resized by applying a new config).
 
+`apply(..., checkpoint=["encoder.layer.*"])` (or `checkpoint_modules`) names the modules
+(paths, or globs over paths) whose forward then runs under `torch.utils.checkpoint`
+(`models.checkpointing.checkpointed`, the built-in models' wrapper): their activations are
+dropped after the forward and recomputed in the backward, and `estimate_model` prices the
+step that way since it traces the same forward. Parameters and state_dict keys are unchanged.
+
 `materialize(model, device)`: after building on the meta device and `apply`, allocate every
 parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import types
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -30,9 +39,10 @@ from torch import nn
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.user_model.step import EMBEDDING_TYPES, embedding_modules
 
-__all__ = ["apply", "tables", "materialize"]
+__all__ = ["apply", "tables", "materialize", "checkpoint_modules"]
 
 DECODED = "_autoembed_decoded"  # set on a module whose tied weight is the decoded table
+CHECKPOINTED = "_autoembed_checkpointed"  # set on a module whose forward is checkpointed
 
 
 def tables(model: nn.Module) -> tuple[Any, ...]:
@@ -131,12 +141,15 @@ def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
 
 
 def apply(model: nn.Module, config: Any, *, untie: bool = False,
-          hot_sets: Any = None, from_trained: bool = False) -> nn.Module:
+          hot_sets: Any = None, from_trained: bool = False,
+          checkpoint: Sequence[str] = ()) -> nn.Module:
     """Rewrite the tables `config` names (by module path) in place; returns `model`.
     `hot_sets` (table -> sorted ids; `models.hot_cold.load_hot_sets` of the file saved beside
     an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. `from_trained`:
     each new layer starts fitted to the trained table it replaces
-    (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...)."""
+    (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...).
+    `checkpoint`: module paths or globs to run under gradient checkpointing
+    (`checkpoint_modules`), wrapped after the tables are rewritten."""
     from autoembed.config import resolved_tables
 
     if config.robe_shared:  # the layers of autoembed.nn hold one array per table
@@ -168,7 +181,54 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
             else:
                 _decode_into(head, pname, layer)
         _guard_transformers(model, ts.name, layer, [p for p, _ in ties])
+    if checkpoint:
+        checkpoint_modules(model, checkpoint)
     return model
+
+
+def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The module's class forward under `models.checkpointing.checkpointed`."""
+    from autoembed.models.checkpointing import checkpointed
+
+    return checkpointed(type(self).forward, self, *args, **kwargs)
+
+
+def checkpoint_modules(model: nn.Module, names: Sequence[str]) -> list[str]:
+    """Run the forward of every module a name matches (its path, or a glob such as
+    ``blocks.*``) under gradient checkpointing (`models.checkpointing.checkpointed`); returns
+    the paths wrapped (the outermost: a module inside a wrapped one is recomputed with it).
+    A name matching no module is a ConfigError (did-you-mean); so is a
+    module holding a head that reads a decoded tied table (its weight exists only between
+    its own forward hooks, so a recompute could not read it: checkpoint the blocks instead)."""
+    if isinstance(names, str):
+        names = [names]
+    paths = [p for p, _ in model.named_modules() if p]
+    hits: dict[str, str] = {}  # path -> the name that matched it
+    for name in names:
+        found = [p for p in paths if p == name or fnmatch.fnmatchcase(p, name)]
+        if not found:
+            hint = did_you_mean(name, paths) or "; give a module path such as " + (
+                paths[0] if paths else "'layer'")
+            raise ConfigError(f"checkpoint '{name}': the model has no such module{hint}")
+        hits.update({p: name for p in found if p not in hits})
+    wrapped: list[str] = []
+    for path, name in hits.items():
+        m = model.get_submodule(path)
+        heads = [f"{path}.{p}".rstrip(".") for p, sub in m.named_modules()
+                 if getattr(sub, DECODED, False)]
+        if heads:
+            raise ConfigError(f"checkpoint '{name}': module '{heads[0]}' reads a decoded "
+                              "tied table, which a recompute cannot see; checkpoint the "
+                              "blocks before it, or apply with untie=True")
+        outer = [path.rsplit(".", k)[0] for k in range(1, path.count(".") + 1)]
+        if any(o in hits or getattr(model.get_submodule(o), CHECKPOINTED, False)
+               for o in outer) or getattr(m, CHECKPOINTED, False):
+            continue  # inside a checkpointed module already (a recompute covers it)
+        # bound to the module, so a deepcopy (quantize, a saved best) wraps its copy
+        object.__setattr__(m, "forward", types.MethodType(_checkpointed_forward, m))
+        object.__setattr__(m, CHECKPOINTED, True)
+        wrapped.append(path)
+    return wrapped
 
 
 def _guard_transformers(model: nn.Module, path: str, layer: nn.Module, heads: list[str]) -> None:
