@@ -98,7 +98,10 @@ DENSE_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS
 # accept them; rowwise_adagrad and sparse_adam require them). Tables under any other
 # optimizer get dense V x D gradients.
 SPARSE_GRAD_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
-POOLINGS = ("mean", "sum", "naive")
+# idf: each token weighs its inverse document frequency on the train split (scikit-learn's
+# smooth idf, ln((1 + n) / (1 + df)) + 1; padding and OOV weigh 0), and the bag is the
+# weighted mean: TF-IDF weighting for text tables without compression (`models.idf`).
+POOLINGS = ("mean", "sum", "naive", "idf")
 INTERACTIONS = ("concat", "dot")
 # Placement (issue 9): `device` keeps whole tables on the GPU; `host_cached` keeps each full
 # table and its optimizer state in host memory and a cache of `cache_load_factor` of its rows
@@ -451,6 +454,24 @@ class EmbeddingConfig:
         if self.data is not None and not isinstance(self.data, Mapping):
             raise _fail("data", self.data, "must be a data spec mapping, e.g. {name: mydata}")
         self._validate_placement()
+        self._validate_idf()
+
+    def _validate_idf(self) -> None:
+        """pooling idf: one weight per row of an uncompressed table, on the device."""
+        if self.pooling != "idf":
+            return
+        fix = "use pooling mean, or compression none and placement device"
+        if self.placement != "device":
+            raise _fail("pooling", "idf", f"weighs the rows of tables on the device, not "
+                        f"placement {self.placement}; {fix}")
+        if self.wide:
+            raise _fail("pooling", "idf", "weighs the deep tables only; set wide false or "
+                        "use pooling mean")
+        for i, t in enumerate(self.tables):
+            c = table_settings(self, t).compression
+            if c not in ("none", "mixed_dim"):
+                key = "compression" if t.compression is None else f"tables[{i}].compression"
+                raise _fail(key, c, f"pooling idf weighs the rows of uncompressed tables; {fix}")
 
     def _validate_table_settings(self) -> None:
         """Compression rules, table by table, on each table's resolved settings."""

@@ -351,6 +351,9 @@ def run_trial(
 
             trainer = make_trainer(cfg, s.device)
             install_hot_sets(trainer.model, dataset)
+        from autoembed.models.idf import install_idf
+
+        install_idf(trainer.model, dataset)  # pooling idf: this (truncated) train split's
         if s.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         batches = _cycle(dataset, cfg.batch_size, cfg.seed, s.epochs)

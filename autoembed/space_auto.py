@@ -21,6 +21,9 @@ The rules (each constant below says why its value):
 * **Text: seq_len searched** over powers of two from SEQ_LEN_LOW up to the first one that
   holds SEQ_LEN_QUANTILE of the train documents (at most the length the data were loaded
   with, which the documents are truncated to).
+* **Text pooling** mean, sum or idf (each token weighed by its inverse document frequency
+  on the train split, as TF-IDF does); with compression searched, only uncompressed tables
+  choose (idf weighs a table's own rows), the others pool by the mean.
 * **Training length** from `selection.training_length`: epochs for data that fit
   TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
 
@@ -81,6 +84,7 @@ SEQ_LEN_LOW = 16
 SEQ_LEN_QUANTILE = 0.95
 BATCH_SIZES = (256, 512, 1024, 2048)
 TEXT_BATCH_SIZES = (32, 64, 128, 256)
+TEXT_POOLINGS = ("mean", "sum", "idf")  # idf: TF-IDF's weighting, for uncompressed tables
 MIN_STEPS_PER_EPOCH = 20  # a batch size leaves at least this many steps in an epoch
 EVALS_PER_TRIAL = 8
 EVAL_ROWS = 20_000  # validation rows read per evaluation (at most): AUC's s.e. ~0.004
@@ -158,13 +162,16 @@ class AutoSpace:
         share ranges; otherwise the config-wide counts of the module docstring."""
         params: dict[str, Any] = {"dim": {"type": "int", "low": self.dim[0], "high": self.dim[1],
                                           "log": True, "multiple_of": DIM_MULTIPLE}}
-        params.update(self.share_params() if per_table else self._compression_params())
+        compression = self.share_params() if per_table else self._compression_params()
+        params.update(compression)
         if self.task == "ctr":
             params["interaction"] = {"choices": ["concat", "dot"]}
             params["dense_layers"] = {"choices": [[], [64], [256, 64]]}
             params["wide"] = {"choices": [False, True]}
         else:
-            params["pooling"] = {"choices": ["mean", "sum"]}
+            # idf weighs the rows of uncompressed tables (compressed ones pool by the mean)
+            params["pooling"] = {"choices": list(TEXT_POOLINGS),
+                                 **({"when": {"compression": "none"}} if compression else {})}
             if len(self.seq_lens) > 1:  # documents truncated or padded to it (runner)
                 params["seq_len"] = {"choices": list(self.seq_lens)}
         params["table_optimizer"] = {"choices": list(TABLE_OPTIMIZERS)}

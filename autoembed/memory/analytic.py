@@ -188,6 +188,9 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         round_block(hot_cold_state_bytes(ts.vocab_size, ts.hot_share))
         for ts in resolved_tables(config) if ts.compression == "hot_cold" and ts.name in here
     ]
+    if config.pooling == "idf":  # each table's idf weights: a buffer of V values
+        bookkeeping += [round_block(ts.vocab_size * pb) for ts in resolved_tables(config)
+                        if ts.name in here]
     acts, transient = _activations(config, specs, batch)
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
@@ -258,6 +261,8 @@ def _activations(
             acts.append(
                 round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES)
             )
+            if config.pooling == "idf":  # the bag's weights and their sums, saved
+                acts += [round_block(lookups * emb_b), round_block(batch * emb_b)]
         acts.append(round_block(batch * dim * emb_b))  # pooled output
     f = len(config.tables)
     d = config.dim

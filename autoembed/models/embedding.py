@@ -15,6 +15,8 @@ Pooling of a field's [B, L] ids into [B, D]:
     SparseAdam). Selecting has a data-dependent size, so under fake tensors every position
     is looked up instead (same dense shapes; there are no values to get wrong, and fake
     sparse gradients have no rows anyway).
+* ``idf`` (text, identity id map): ``mode="sum"`` with each token's idf (the table's ``idf``
+  buffer, `autoembed.models.idf`) as ``per_sample_weights``, divided by the weights' sum.
 * ``naive``: `F.embedding` to [B, L, D], then the mean over dim 1 -- the seed's baseline.
   Text keeps the seed's plain mean over all S positions (pad rows are zero); CTR divides by
   the bag size. Gradient checkpointing may wrap this block, but an embedding followed by a
@@ -55,7 +57,7 @@ __all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable"
 
 @dataclass(frozen=True)
 class LookupSpec:
-    """How a table pools: `pooling` mean/sum/naive; `sparse` table gradients; `text` task
+    """How a table pools: `pooling` mean/sum/naive/idf; `sparse` table gradients; `text` task
     (pads are PAD_ID, naive is the plain mean); `checkpoint` the naive lookup block."""
 
     pooling: str
@@ -213,6 +215,12 @@ class PlainTable(TableModule):
             self.weight.normal_(0.0, 1.0 / math.sqrt(dim))
             if self.pads_in_place:
                 self.weight[PAD_ID].zero_()
+        if spec.pooling == "idf":
+            # each row's weight in the bag (`models.idf.install_idf` writes the data's); until
+            # then 1, with padding 0: the mean
+            idf = torch.ones(rows, device=device, dtype=dtype)
+            idf[PAD_ID] = 0
+            self.register_buffer("idf", idf)
 
     @property
     def pads_in_place(self) -> bool:
@@ -230,6 +238,8 @@ class PlainTable(TableModule):
             (only,) = ids  # text: one field
             if self.spec.pooling == "naive":
                 pooled = [self._maybe_checkpoint(self._naive_padded, only)]
+            elif self.spec.pooling == "idf":
+                pooled = [self._bag_idf(only)]
             else:
                 pooled = [self._bag_padded("weight", only, PAD_ID)]
         else:
@@ -247,6 +257,18 @@ class PlainTable(TableModule):
         if self.proj is None:
             return pooled
         return [self.proj(p) for p in pooled]
+
+    def _bag_idf(self, ids: torch.Tensor) -> torch.Tensor:
+        """The idf-weighted mean of each [B, S] row's rows (padding and OOV weigh 0)."""
+        idf = self.idf
+        assert isinstance(idf, torch.Tensor)  # a buffer under pooling idf
+        iw = idf[ids]
+        if "weight" in self.packed:
+            total = (self._rows("weight", ids, None, PAD_ID) * iw.unsqueeze(-1)).sum(dim=1)
+        else:
+            total = F.embedding_bag(ids, self.weight, mode="sum", per_sample_weights=iw,
+                                    sparse=self.spec.sparse, padding_idx=PAD_ID)
+        return total / iw.sum(dim=1, keepdim=True).clamp(min=torch.finfo(iw.dtype).tiny)
 
     def _naive_padded(self, ids: torch.Tensor) -> torch.Tensor:
         # the seed's baseline: F.embedding then the plain mean over the S positions

@@ -78,6 +78,9 @@ def as_device(device: torch.device | str) -> torch.device:
 def check_buildable(config: EmbeddingConfig) -> None:
     """Reject, with a ConfigError naming the value and the fix, what `config.validate` lets
     through but the model or its optimizers cannot do."""
+    if config.pooling == "idf" and config.task != "text":
+        raise ConfigError("config key 'pooling' = 'idf': weighs the tokens of text documents; "
+                          f"use pooling mean for task {config.task}")
     reserved = nn.ModuleDict()
     for i, ts in enumerate(resolved_tables(config)):
         for part in ts.name.split("."):
