@@ -66,6 +66,17 @@ def test_the_bag_is_the_idf_weighted_mean_of_its_rows() -> None:
     assert torch.allclose(served.embed({"tokens": ids}), want, rtol=0.02, atol=0.05)
 
 
+def test_serving_counts_the_idf_weights() -> None:
+    from autoembed.models import quantize, serving_bytes
+
+    config = _text(serving="int8")
+    served = quantize(build_model(config), "int8")
+    # 12 rows of align16(4 + 4) = 16 B, the idf buffer's 12 fp32 values, the linear layer
+    want = 12 * 16 + 12 * 4 + (4 * 3 + 3) * 4
+    assert serving_bytes(served) == want
+    assert estimate(config).serving_bytes == want
+
+
 def test_until_installed_idf_pooling_is_the_mean() -> None:
     idf, mean = build_model(_text()), build_model(_text("mean"))
     ids = torch.tensor([[3, 4, 4, 0, 0], [8, 2, 5, 6, 0]])

@@ -188,9 +188,12 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         round_block(hot_cold_state_bytes(ts.vocab_size, ts.hot_share))
         for ts in resolved_tables(config) if ts.compression == "hot_cold" and ts.name in here
     ]
-    if config.pooling == "idf":  # each table's idf weights: a buffer of V values
-        bookkeeping += [round_block(ts.vocab_size * pb) for ts in resolved_tables(config)
-                        if ts.name in here]
+    if config.pooling == "idf":  # each table's idf weights: a buffer of V values, served too
+        for ts in resolved_tables(config):
+            if ts.name in here:
+                bookkeeping.append(round_block(ts.vocab_size * pb))
+                serving += ts.vocab_size * pb
+                per_table[ts.name][3] += ts.vocab_size * pb
     acts, transient = _activations(config, specs, batch)
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(

@@ -4,7 +4,7 @@
 weight is one uint8 buffer [rows, row_bytes] (`<weight>_packed`); rows are dequantized as
 they are looked up. The tower, mixed-dim projections and wide (per-id bias) tables stay as
 they are.
-`serving_bytes(model)` = the packed buffers + the remaining (dense) parameters:
+`serving_bytes(model)` = the packed buffers + the remaining (dense) parameters + idf weights:
 rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
 """
 
@@ -77,4 +77,5 @@ def serving_bytes(model: nn.Module) -> int:
     """Bytes to serve `model`: packed table rows plus every remaining parameter."""
     packed = sum(b.nbytes for n, b in model.named_buffers() if n.endswith("_packed"))
     params = sum(p.nbytes for p in model.parameters())
-    return packed + params
+    idf = sum(b.nbytes for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] == "idf")
+    return packed + params + idf
