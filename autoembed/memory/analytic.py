@@ -11,7 +11,9 @@ and the largest is the peak:
              temporaries, where held is what the step's caller still holds: the last
              micro-batch (ids and labels), its logits and its loss
 
-Every tensor is priced as the CUDA caching allocator would hand it out (512 B blocks).
+Every tensor is priced as the CUDA caching allocator would hand it out (512 B blocks); the
+step adds `split_slack`, an allowance for the large-pool blocks the allocator hands out
+whole (its rest unsplit), which the order of allocations decides.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from autoembed.memory.computed import computed_activations
 from autoembed.memory.types import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
+    LARGE_SEGMENT,
+    MIN_LARGE_ALLOC,
+    SMALL_SIZE,
     GpuShare,
     MemoryEstimate,
     TableMemory,
@@ -47,6 +52,7 @@ __all__ = [
     "serving_row_bytes",
     "STATE_MULTIPLIER",
     "with_host_cache",
+    "split_slack",
 ]
 
 # Optimizer state tensors per parameter element (TorchRec shard_estimators
@@ -95,6 +101,13 @@ def optimizer_state_bytes(optimizer: str, spec: ParamSpec, state_bytes: int) -> 
     return STATE_MULTIPLIER[optimizer] * round_block(spec.numel * state_bytes)
 
 
+def _state_blocks(optimizer: str, spec: ParamSpec, state_bytes: int) -> list[int]:
+    """The blocks of `optimizer_state_bytes`, one per state tensor."""
+    if optimizer == "rowwise_adagrad":
+        return [optimizer_state_bytes(optimizer, spec, state_bytes)]
+    return [round_block(spec.numel * state_bytes)] * STATE_MULTIPLIER[optimizer]
+
+
 @dataclass(frozen=True)
 class _Priced:
     params: list[int]
@@ -138,7 +151,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         if pol.master:
             masters.append(round_block(s.numel * 4))
         st = optimizer_state_bytes(opt, s, sb)
-        state.append(st)
+        state += _state_blocks(opt, s, sb)
         dim = s.shape[1] if len(s.shape) > 1 else 1
         if s.sparse:
             lookups = math.ceil(batch * s.lookups_per_sample) * acc
@@ -289,37 +302,38 @@ def _activations(
     return [*held, *acts], [transient], held
 
 
+def split_slack(blocks: Sequence[int]) -> int:
+    """An allowance for the bytes the caching allocator adds to `blocks` by not splitting.
+
+    A large-pool request (over 1 MiB) takes a whole free block when the rest would be at most
+    1 MiB (CUDACachingAllocator.cpp `should_split`), and max_memory_allocated counts whole
+    blocks: a rest left at a segment's end, or by a freed block reused for a smaller request,
+    rides along. Which blocks get one depends on the order of allocations and frees (the
+    traced estimate replays it). Priced: 1 MiB per large block (its own segment, or a freed
+    one) and per 20 MiB of mid-size blocks of several sizes; mid-size blocks of one size r
+    reuse each other's blocks exactly and leave the end of each full segment (20 MiB mod r,
+    when at most 1 MiB) to its last block. Measured on traced steps: never above this.
+    """
+    mid = [b for b in blocks if SMALL_SIZE < b < MIN_LARGE_ALLOC]
+    large = sum(1 for b in blocks if b >= MIN_LARGE_ALLOC)
+    if len(set(mid)) > 1:
+        return SMALL_SIZE * (-(-sum(mid) // LARGE_SEGMENT) + large)
+    rest = LARGE_SEGMENT % mid[0] if mid else 0
+    full = len(mid) // (LARGE_SEGMENT // mid[0]) if mid else 0
+    return SMALL_SIZE * large + (rest * full if rest <= SMALL_SIZE else 0)
+
+
 def _phases(pr: _Priced) -> tuple[int, int, str]:
-    static = sum(pr.params) + sum(pr.masters) + sum(pr.state) + sum(pr.bookkeeping)
-    backward = static + sum(pr.activations) + sum(pr.grads) + sum(pr.backward_transient)
-    step_grads = sum(pr.master_grads) if pr.master_grads else sum(pr.grads)
-    step = static + step_grads + sum(pr.held) + sum(pr.step_temporaries)
-    if step >= backward:
-        return (
-            step,
-            reserved_for(
-                [
-                    *pr.params,
-                    *pr.masters,
-                    *pr.state,
-                    *pr.bookkeeping,
-                    *(pr.master_grads or pr.grads),
-                    *pr.held,
-                    *pr.step_temporaries,
-                ]
-            ),
-            "step",
-        )
-    return (
-        backward,
-        reserved_for(
-            [
-                *pr.params, *pr.masters, *pr.state, *pr.bookkeeping, *pr.activations, *pr.grads,
-                *pr.backward_transient,
-            ]
-        ),
-        "backward",
-    )
+    """(allocated peak, reserved peak, phase) of the larger of the backward and the step."""
+    static = [*pr.params, *pr.masters, *pr.state, *pr.bookkeeping]
+    backward = [*static, *pr.activations, *pr.grads, *pr.backward_transient]
+    step = [*static, *(pr.master_grads or pr.grads), *pr.held, *pr.step_temporaries]
+    # the allowance is priced for the step only: the backward's activations are priced as
+    # upper bounds of their own (docs/ARCHITECTURE.md, memory)
+    priced = [(sum(step) + split_slack(step), step, "step"),
+              (sum(backward), backward, "backward")]
+    peak, blocks, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
+    return peak, reserved_for(blocks), phase
 
 
 def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list[ParamSpec]]:
