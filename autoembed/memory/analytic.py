@@ -328,8 +328,7 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
     static = [*pr.params, *pr.masters, *pr.state, *pr.bookkeeping]
     backward = [*static, *pr.activations, *pr.grads, *pr.backward_transient]
     step = [*static, *(pr.master_grads or pr.grads), *pr.held, *pr.step_temporaries]
-    # the allowance is priced for the step only: the backward's activations are priced as
-    # upper bounds of their own (docs/ARCHITECTURE.md, memory)
+    # the allowance is measured and priced for the step only (docs/ARCHITECTURE.md)
     priced = [(sum(step) + split_slack(step), step, "step"),
               (sum(backward), backward, "backward")]
     peak, blocks, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
