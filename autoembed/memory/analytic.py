@@ -37,6 +37,7 @@ from autoembed.memory.types import (
     CUDA_CONTEXT_BYTES,
     LARGE_SEGMENT,
     MIN_LARGE_ALLOC,
+    ROUND_LARGE,
     SMALL_SIZE,
     GpuShare,
     MemoryEstimate,
@@ -309,18 +310,24 @@ def split_slack(blocks: Sequence[int]) -> int:
     1 MiB (CUDACachingAllocator.cpp `should_split`), and max_memory_allocated counts whole
     blocks: a rest left at a segment's end, or by a freed block reused for a smaller request,
     rides along. Which blocks get one depends on the order of allocations and frees (the
-    traced estimate replays it). Priced: 1 MiB per large block (its own segment, or a freed
-    one) and per 20 MiB of mid-size blocks of several sizes; mid-size blocks of one size r
-    reuse each other's blocks exactly and leave the end of each full segment (20 MiB mod r,
-    when at most 1 MiB) to its last block. Measured on traced steps: never above this.
+    traced estimate replays it). Priced: with large-pool blocks of several sizes, 1 MiB per
+    large block and per 20 MiB of mid-size ones; blocks of one size reuse each other's blocks
+    exactly, and only a segment's end rides along: a large block's own segment rounded up to
+    2 MiB, or the end of each full 20 MiB segment of mid-size blocks (when at most 1 MiB).
+    Measured on traced steps: never above this.
     """
     mid = [b for b in blocks if SMALL_SIZE < b < MIN_LARGE_ALLOC]
-    large = sum(1 for b in blocks if b >= MIN_LARGE_ALLOC)
-    if len(set(mid)) > 1:
-        return SMALL_SIZE * (-(-sum(mid) // LARGE_SEGMENT) + large)
-    rest = LARGE_SEGMENT % mid[0] if mid else 0
-    full = len(mid) // (LARGE_SEGMENT // mid[0]) if mid else 0
-    return SMALL_SIZE * large + (rest * full if rest <= SMALL_SIZE else 0)
+    large = [b for b in blocks if b >= MIN_LARGE_ALLOC]
+    if len(set(mid + large)) > 1:
+        return SMALL_SIZE * (-(-sum(mid) // LARGE_SEGMENT) + len(large))
+    if large:
+        rest = -large[0] % ROUND_LARGE
+        return len(large) * rest if rest <= SMALL_SIZE else 0
+    if mid:
+        rest = LARGE_SEGMENT % mid[0]
+        full = len(mid) // (LARGE_SEGMENT // mid[0])
+        return full * rest if rest <= SMALL_SIZE else 0
+    return 0
 
 
 def _phases(pr: _Priced) -> tuple[int, int, str]:
