@@ -310,24 +310,32 @@ def split_slack(blocks: Sequence[int]) -> int:
     1 MiB (CUDACachingAllocator.cpp `should_split`), and max_memory_allocated counts whole
     blocks: a rest left at a segment's end, or by a freed block reused for a smaller request,
     rides along. Which blocks get one depends on the order of allocations and frees (the
-    traced estimate replays it). Priced: with large-pool blocks of several sizes, 1 MiB per
-    large block and per 20 MiB of mid-size ones; blocks of one size reuse each other's blocks
-    exactly, and only a segment's end rides along: a large block's own segment rounded up to
-    2 MiB, or the end of each full 20 MiB segment of mid-size blocks (when at most 1 MiB).
+    traced estimate replays it). Priced: a large block (10 MiB and over) gets its segment's
+    end or 1 MiB when a block up to 20 MiB larger may be freed for it (`_large_rest`);
+    mid-size blocks of several sizes 1 MiB per 20 MiB of them; of one size, which reuse each
+    other's blocks exactly, the end of each full 20 MiB segment (when at most 1 MiB).
     Measured on traced steps: never above this.
     """
     mid = [b for b in blocks if SMALL_SIZE < b < MIN_LARGE_ALLOC]
     large = [b for b in blocks if b >= MIN_LARGE_ALLOC]
-    if len(set(mid + large)) > 1:
-        return SMALL_SIZE * (-(-sum(mid) // LARGE_SEGMENT) + len(large))
-    if large:
-        rest = -large[0] % ROUND_LARGE
-        return len(large) * rest if rest <= SMALL_SIZE else 0
+    sizes = set(mid + large)
+    total = sum(_large_rest(b, sizes) for b in large)
+    if len(set(mid)) > 1 or (mid and large):
+        return total + SMALL_SIZE * -(-sum(mid) // LARGE_SEGMENT)
     if mid:
         rest = LARGE_SEGMENT % mid[0]
         full = len(mid) // (LARGE_SEGMENT // mid[0])
-        return full * rest if rest <= SMALL_SIZE else 0
-    return 0
+        return total + (full * rest if rest <= SMALL_SIZE else 0)
+    return total
+
+
+def _large_rest(block: int, sizes: set[int]) -> int:
+    """`split_slack` of one large block: its segment's end (rounded up to 2 MiB) when at most
+    1 MiB, or 1 MiB when a block of another size up to 20 MiB larger may be freed for it."""
+    if any(block < s <= block + LARGE_SEGMENT for s in sizes):
+        return SMALL_SIZE
+    rest = -block % ROUND_LARGE
+    return rest if rest <= SMALL_SIZE else 0
 
 
 def _phases(pr: _Priced) -> tuple[int, int, str]:
