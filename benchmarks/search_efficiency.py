@@ -50,6 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import git_commit, markdown_table, stamp, write_result  # noqa: E402
 
+from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = "800MB"
 BUDGET_BYTES = 800_000_000
@@ -86,6 +88,8 @@ def one(space: Path, runs: Path, sampler: str, seed: int, trials: int,
                    and r.metrics.get("throughput") is not None],
         "front": len(res.front), "infeasible": res.count("infeasible"),
         "pruned": res.count("pruned"), "trained": sum(1 for r in res.rows if r.counted),
+        # the study's memory objective, as pareto.json states it
+        "memory_basis": json.loads(res.files["pareto.json"].read_text())["memory_basis"],
         "steps": sum(int(r.metrics.get("steps") or 0) for r in res.rows if r.counted),
     }
 
@@ -215,6 +219,7 @@ COMPARE_SETTINGS = ((20, 5), (50, 3))  # (trained trials, seeds)
 COMPARE_SPACES = ("default", "movielens-auto")
 COMPARE_BUDGET = "8GB"
 REAL_STEPS = 300  # steps per trial on the real-data space (its derived epochs take minutes)
+REAL_SPACES = ("movielens-auto",)
 BASELINE = "random"
 DEFAULT_SAMPLER = "tpe"  # the search's default sampler (autoembed/search/plan.py)
 
@@ -280,8 +285,22 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _key(r: dict[str, Any]) -> tuple[str, str, int, int]:
-    return (r["space"], r["sampler"], int(r["trials"]), int(r["seed"]))
+def _key(r: dict[str, Any]) -> tuple[str, str, int, int, str, int]:
+    """A search's identity: what it searched, and on which memory objective (records from
+    before the objective became allocated_peak have no basis and are legacy device_total)."""
+    return (r["space"], r["sampler"], int(r["trials"]), int(r["seed"]),
+            r.get("memory_basis") or LEGACY_BASIS, int(r.get("real_steps") or 0))
+
+
+def _current(records: list[dict[str, Any]], real_steps: int) -> list[dict[str, Any]]:
+    """The records the report compares: on today's memory objective and, on the real-data
+    space, at `real_steps` steps a trial."""
+    return [r for r in records if (r.get("memory_basis") or LEGACY_BASIS) == MEMORY_BASIS
+            and int(r.get("real_steps") or 0) == _steps_of(r["space"], real_steps)]
+
+
+def _steps_of(space: str, real_steps: int) -> int:
+    return real_steps if space in REAL_SPACES else 0
 
 
 def compare_samplers(args: argparse.Namespace) -> None:
@@ -297,7 +316,8 @@ def compare_samplers(args: argparse.Namespace) -> None:
     settings = [parse_setting(s) for s in args.settings]
     done = {_key(r) for r in load_records(store)}
     plan = [(sp, smp, t, seed) for sp in args.spaces for t, n in settings
-            for seed in range(n) for smp in samplers if (sp, smp, t, seed) not in done]
+            for seed in range(n) for smp in samplers
+            if (sp, smp, t, seed, MEMORY_BASIS, _steps_of(sp, args.real_steps)) not in done]
     print(f"{len(done)} searches on file, {len(plan)} to run", flush=True)
     if plan:
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
@@ -315,6 +335,8 @@ def compare_samplers(args: argparse.Namespace) -> None:
                            "front": r["front"], "infeasible": r["infeasible"],
                            "pruned": r["pruned"], "trained": r["trained"],
                            "hv2": hv2(r["points"], nbytes), "commit": git_commit(),
+                           "memory_basis": r["memory_basis"],
+                           "real_steps": _steps_of(sp, args.real_steps),
                            "load": os.getloadavg()}
                     with store.open("a") as fh:  # one line per search: resumable
                         fh.write(json.dumps(rec) + "\n")
@@ -322,7 +344,14 @@ def compare_samplers(args: argparse.Namespace) -> None:
                           f"wall {r['wall']:.0f} s", flush=True)
         finally:
             ray.shutdown()
-    body = comparison_report(load_records(store))
+    records = load_records(store)
+    body = comparison_report(_current(records, args.real_steps))
+    legacy = [r for r in records if not r.get("memory_basis")]
+    if legacy:
+        body += (f"\n\n# Legacy: memory objective `{LEGACY_BASIS}`\n\nSearches measured "
+                 "before the memory objective became allocated_peak (the fixed context and "
+                 "workspace inside every value); not comparable with the tables above.\n\n"
+                 + comparison_report(legacy, basis=LEGACY_BASIS))
     (results / "sampler_comparison.md").write_text(
         f"# Samplers against random (issue 15)\n\nCommand: `python "
         f"benchmarks/search_efficiency.py {' '.join(sys.argv[1:])}`\n\n{stamp()} (this "
@@ -330,7 +359,7 @@ def compare_samplers(args: argparse.Namespace) -> None:
     print(body)
 
 
-def comparison_report(records: list[dict[str, Any]]) -> str:
+def comparison_report(records: list[dict[str, Any]], basis: str = MEMORY_BASIS) -> str:
     """One table per (space, trials): each sampler's HV2 (mean, 95% interval) and its
     ratio to random's, paired by seed."""
     out = []
@@ -353,17 +382,31 @@ def comparison_report(records: list[dict[str, Any]]) -> str:
                          f"{statistics.mean(r['infeasible'] for r in rs):.1f}",
                          f"{statistics.mean(r['wall'] for r in rs):.0f}",
                          " ".join(f"{x:.4f}" for x in hv)])
-        commits = sorted({str(r.get("commit", "unstamped"))[:12] for r in mine})
-        loads = [r["load"][0] for r in mine if r.get("load")]
-        where = (f"Commits: {', '.join(commits)}; 1-min load when each search ended: "
-                 + (f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"))
-        out.append(f"## {space}, {trials} trained trials\n\n{where}\n\n" + markdown_table(
+        per_search = markdown_table(
+            ["sampler", "seed", "HV2", "trained", "over budget", "front", "wall s", "commit",
+             "1-min load at end"],
+            [[r["sampler"], r["seed"], f"{r['hv2']:.4f}", r["trained"], r["infeasible"],
+              r["front"], f"{r['wall']:.0f}", str(r.get("commit", "unstamped"))[:12],
+              f"{r['load'][0]:.1f}" if r.get("load") else "-"]
+             for r in sorted(mine, key=lambda r: (_sampler_order(r["sampler"]), r["seed"]))])
+        steps = {int(r.get("real_steps") or 0) for r in mine} - {0}
+        where = f" ({', '.join(map(str, sorted(steps)))} steps a trial)" if steps else ""
+        out.append(f"## {space}{where}, {trials} trained trials\n\n" + markdown_table(
             ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
-             "over budget", "wall s", "HV2 per seed"], rows))
-    out.append("HV2: hypervolume over (quality, memory / budget) from (0.5, 1.0), higher is "
-               "better. The ratio is the geometric mean of the per-seed ratios to random with "
-               "the same seed (t-interval on the logs). Over-budget proposals are not counted "
-               "as trained trials.")
+             "over budget", "wall s", "HV2 per seed"], rows) + "\n\nPer search:\n\n"
+            + per_search)
+    if basis != MEMORY_BASIS:
+        return "\n\n".join(out)
+    out.append(f"HV2: hypervolume over (validation quality, memory / budget), reference point "
+               f"(0.5, 1.0) (chance AUC, the whole budget), higher is better; memory is the "
+               f"search's memory objective, `{MEMORY_BASIS}` (memory.objective: the step's "
+               "device bytes above the fixed context and workspace), over the 8GB budget. "
+               "Only complete, feasible trials count. The ratio is the geometric mean of the "
+               "per-seed ratios to random with the same seed (t-interval on the logs). "
+               "Over-budget proposals are priced, told to the sampler as a violated constraint "
+               "and not counted as trained trials. Searches measured before the memory "
+               f"objective was `{MEMORY_BASIS}` (records without a basis: `{LEGACY_BASIS}`) "
+               "stay in the .jsonl and are left out here.")
     return "\n\n".join(out)
 
 

@@ -240,22 +240,29 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     from search_efficiency import main
 
     store = tmp_path / "sampler_comparison.jsonl"
-    store.write_text(json.dumps({  # a search an earlier run finished: not run again
+    done = {  # a search an earlier run finished: not run again
         "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
         "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
-        "hv2": 0.05}) + "\n")
+        "hv2": 0.05, "memory_basis": "allocated_peak"}
+    # two measured on the old memory objective (no basis recorded): run again, kept apart
+    legacy = [{**done, "memory_basis": None}, {**done, "sampler": "tpe", "hv2": 0.5}]
+    del legacy[1]["memory_basis"]
+    store.write_text("".join(json.dumps(r) + "\n" for r in [done, *legacy]))
     args = ["--compare-samplers", "--spaces", "tiny", "--samplers", "random", "tpe",
             "--settings", "2x1", "--results", str(tmp_path)]
     main(args)
-    assert "1 searches on file, 1 to run" in capsys.readouterr().out
+    assert "3 searches on file, 1 to run" in capsys.readouterr().out
     recs = [json.loads(x) for x in store.read_text().splitlines()]
-    assert [(r["sampler"], r["seed"]) for r in recs] == [("random", 0), ("tpe", 0)]
-    assert recs[1]["trained"] == 2 and recs[1]["hv2"] > 0
+    assert [r["sampler"] for r in recs] == ["random", "random", "tpe", "tpe"]
+    assert recs[3]["trained"] == 2 and recs[3]["hv2"] > 0
+    assert recs[3]["memory_basis"] == "allocated_peak"
     main(args)  # everything on file: nothing runs, the report is rebuilt
-    assert "2 searches on file, 0 to run" in capsys.readouterr().out
+    assert "4 searches on file, 0 to run" in capsys.readouterr().out
     report = (tmp_path / "sampler_comparison.md").read_text()
-    ratio = recs[1]["hv2"] / 0.05
-    assert "## tiny, 2 trained trials" in report and f"{ratio:.2f}x [nan, nan] (1)" in report
+    current, _, old = report.partition("# Legacy")
+    ratio = recs[3]["hv2"] / 0.05
+    assert "## tiny, 2 trained trials" in current and f"{ratio:.2f}x [nan, nan] (1)" in current
+    assert "10.00x" in old and "10.00x" not in current  # the legacy 0.5 against 0.05
 
 
 # ------------------------------------------------------------------ compression.py
