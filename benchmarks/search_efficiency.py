@@ -220,6 +220,7 @@ COMPARE_SPACES = ("default", "movielens-auto")
 COMPARE_BUDGET = "8GB"
 REAL_STEPS = 300  # steps per trial on the real-data space (its derived epochs take minutes)
 REAL_SPACES = ("movielens-auto",)
+NADIR_MARGIN = 0.1  # HV2n's reference: this share of the fronts' range beyond their nadir
 BASELINE = "random"
 DEFAULT_SAMPLER = "tpe"  # the search's default sampler (autoembed/search/plan.py)
 
@@ -360,54 +361,110 @@ def compare_samplers(args: argparse.Namespace) -> None:
 
 
 def comparison_report(records: list[dict[str, Any]], basis: str = MEMORY_BASIS) -> str:
-    """One table per (space, trials): each sampler's HV2 (mean, 95% interval) and its
-    ratio to random's, paired by seed."""
+    """One table per (space, trials): each sampler's HV2 and HV2n (mean, 95% interval) and
+    their ratios to random's, paired by seed."""
     out = []
     groups = sorted({(r["space"], int(r["trials"])) for r in records})
     for space, trials in groups:
         mine = [r for r in records if r["space"] == space and int(r["trials"]) == trials]
-        base = {int(r["seed"]): r["hv2"] for r in mine if r["sampler"] == BASELINE}
+        ref = hv2n_reference(mine)
+        mine = [{**r, "hv2n": hv2n(r, ref)} for r in mine]
         rows = []
         for smp in sorted({r["sampler"] for r in mine}, key=_sampler_order):
             label = smp + (" (default)" if smp == DEFAULT_SAMPLER else "")
             rs = sorted((r for r in mine if r["sampler"] == smp), key=lambda r: r["seed"])
-            hv = [r["hv2"] for r in rs]
-            m, lo, hi = t_interval(hv)
-            paired = [r for r in rs if int(r["seed"]) in base]
-            ratio = paired_ratio([r["hv2"] for r in paired],
-                                 [base[int(r["seed"])] for r in paired])
-            rows.append([label, len(rs), f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
-                         "-" if smp == BASELINE else
-                         f"{ratio[0]:.2f}x [{ratio[1]:.2f}, {ratio[2]:.2f}] ({len(paired)})",
+            rows.append([label, len(rs), *_against_random(rs, mine, "hv2"),
+                         *_against_random(rs, mine, "hv2n"),
                          f"{statistics.mean(r['infeasible'] for r in rs):.1f}",
-                         f"{statistics.mean(r['wall'] for r in rs):.0f}",
-                         " ".join(f"{x:.4f}" for x in hv)])
+                         f"{statistics.mean(r['wall'] for r in rs):.0f}"])
         per_search = markdown_table(
-            ["sampler", "seed", "HV2", "trained", "over budget", "front", "wall s", "commit",
-             "1-min load at end"],
-            [[r["sampler"], r["seed"], f"{r['hv2']:.4f}", r["trained"], r["infeasible"],
-              r["front"], f"{r['wall']:.0f}", str(r.get("commit", "unstamped"))[:12],
+            ["sampler", "seed", "HV2", "HV2n", "trained", "over budget", "front", "wall s",
+             "commit", "1-min load at end"],
+            [[r["sampler"], r["seed"], f"{r['hv2']:.4f}", f"{r['hv2n']:.4f}", r["trained"],
+              r["infeasible"], r["front"], f"{r['wall']:.0f}",
+              str(r.get("commit", "unstamped"))[:12],
               f"{r['load'][0]:.1f}" if r.get("load") else "-"]
              for r in sorted(mine, key=lambda r: (_sampler_order(r["sampler"]), r["seed"]))])
         steps = {int(r.get("real_steps") or 0) for r in mine} - {0}
         where = f" ({', '.join(map(str, sorted(steps)))} steps a trial)" if steps else ""
-        out.append(f"## {space}{where}, {trials} trained trials\n\n" + markdown_table(
-            ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
-             "over budget", "wall s", "HV2 per seed"], rows) + "\n\nPer search:\n\n"
-            + per_search)
+        out.append(
+            f"## {space}{where}, {trials} trained trials\n\nHV2n reference point: quality "
+            f"{ref[0]:.4f}, memory {ref[1] / 1e6:.1f} MB (the nadir of these searches' fronts "
+            f"+ {NADIR_MARGIN:.0%} of the range); ideal point {ref[2]:.4f}, {ref[3] / 1e6:.1f} MB"
+            "\n\n" + markdown_table(
+                ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
+                 "HV2n mean [95% CI]", f"HV2n / {BASELINE} [95% CI] (pairs)", "over budget",
+                 "wall s"], rows) + "\n\nPer search:\n\n" + per_search)
     if basis != MEMORY_BASIS:
         return "\n\n".join(out)
     out.append(f"HV2: hypervolume over (validation quality, memory / budget), reference point "
                f"(0.5, 1.0) (chance AUC, the whole budget), higher is better; memory is the "
                f"search's memory objective, `{MEMORY_BASIS}` (memory.objective: the step's "
                "device bytes above the fixed context and workspace), over the 8GB budget. "
-               "Only complete, feasible trials count. The ratio is the geometric mean of the "
+               "Only complete, feasible trials count. HV2n: the same front's hypervolume from "
+               "the nadir of the fronts of every search in the table (the lowest quality and "
+               "the largest memory any of them has on its front, moved 10% of the range "
+               "further out), as a share of the box from there to the ideal point (the best "
+               "quality, the least memory on those fronts): it measures the trade-off region "
+               "the searches reach, where HV2's budget-wide box is almost all quality above "
+               "chance. "
+               "The ratio is the geometric mean of the "
                "per-seed ratios to random with the same seed (t-interval on the logs). "
                "Over-budget proposals are priced, told to the sampler as a violated constraint "
                "and not counted as trained trials. Searches measured before the memory "
                f"objective was `{MEMORY_BASIS}` (records without a basis: `{LEGACY_BASIS}`) "
                "stay in the .jsonl and are left out here.")
     return "\n\n".join(out)
+
+
+def _front(points: list[list[float]]) -> list[tuple[float, float]]:
+    from autoembed.pareto import non_dominated
+
+    pts = [(float(q), float(m)) for q, m, *_ in points]
+    return [pts[i] for i in non_dominated(pts, ["maximize", "minimize"])]
+
+
+def nadir_of_fronts(records: list[dict[str, Any]]) -> tuple[float, float, float, float]:
+    """(worst quality, most memory, best quality, least memory) over the members of every
+    record's (quality, memory) front."""
+    members = [p for r in records for p in _front(r["points"])]
+    if not members:
+        return (math.nan,) * 4
+    qs, ms = [q for q, _ in members], [m for _, m in members]
+    return min(qs), max(ms), max(qs), min(ms)
+
+
+def hv2n_reference(records: list[dict[str, Any]]) -> tuple[float, float, float, float]:
+    """HV2n's (reference quality, reference memory, ideal quality, ideal memory): the nadir
+    of the records' fronts moved NADIR_MARGIN of the range further out (so that the members
+    at the nadir still count), and the ideal point."""
+    wq, wm, bq, bm = nadir_of_fronts(records)
+    return wq - NADIR_MARGIN * (bq - wq), wm + NADIR_MARGIN * (wm - bm), bq, bm
+
+
+def hv2n(record: dict[str, Any], ref: tuple[float, float, float, float]) -> float:
+    """The record's (quality, memory) hypervolume from the nadir `ref[:2]`, as a share of
+    the box from the nadir to the ideal point `ref[2:]` (0 when the box is empty)."""
+    from autoembed.pareto import hypervolume
+
+    box = (ref[2] - ref[0]) * (ref[1] - ref[3])
+    if not box > 0:
+        return 0.0
+    pts = [[q, m] for q, m in _front(record["points"])]
+    return hypervolume(pts, [ref[0], ref[1]], ["maximize", "minimize"]) / box
+
+
+def _against_random(rs: list[dict[str, Any]], table: list[dict[str, Any]],
+                    key: str) -> list[str]:
+    """[mean with 95% interval, ratio to random paired by seed] of `key` over `rs`."""
+    base = {int(r["seed"]): r[key] for r in table if r["sampler"] == BASELINE}
+    xs = [r[key] for r in rs]
+    m, lo, hi = t_interval(xs)
+    paired = [r for r in rs if int(r["seed"]) in base]
+    ratio = paired_ratio([r[key] for r in paired], [base[int(r["seed"])] for r in paired])
+    return [f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
+            "-" if rs[0]["sampler"] == BASELINE else
+            f"{ratio[0]:.2f}x [{ratio[1]:.2f}, {ratio[2]:.2f}] ({len(paired)})"]
 
 
 def _sampler_order(s: str) -> tuple[int, str]:

@@ -232,6 +232,20 @@ def test_sampler_comparison_intervals_by_hand() -> None:
     assert all(math.isnan(x) for x in paired_ratio([0.0, 1.0], [1.0, 1.0]))
 
 
+def test_sampler_comparison_hv2n_from_the_fronts_nadir_by_hand() -> None:
+    from search_efficiency import hv2n, hv2n_reference
+
+    a = {"points": [[0.8, 10.0, 1.0], [0.7, 2.0, 1.0], [0.6, 9.0, 1.0]]}  # (0.6, 9) dominated
+    b = {"points": [[0.75, 5.0, 1.0]]}
+    # fronts' nadir (0.7, 10), ideal (0.8, 2); 10% of the range out: (0.69, 10.8)
+    ref = hv2n_reference([a, b])
+    assert ref == (pytest.approx(0.69), pytest.approx(10.8), 0.8, 2.0)
+    box = 0.11 * 8.8
+    # a: 0.11 x 0.8 + 0.01 x 8.8 - their overlap 0.01 x 0.8; b: 0.06 x 5.8
+    assert hv2n(a, ref) == pytest.approx((0.088 + 0.088 - 0.008) / box)
+    assert hv2n(b, ref) == pytest.approx(0.06 * 5.8 / box)
+
+
 @pytest.mark.slow
 def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
