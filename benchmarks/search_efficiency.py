@@ -220,6 +220,8 @@ COMPARE_SPACES = ("default", "movielens-auto")
 COMPARE_BUDGET = "8GB"
 REAL_STEPS = 300  # steps per trial on the real-data space (its derived epochs take minutes)
 REAL_SPACES = ("movielens-auto",)
+NAMES = {"hv2": "HV2", "hv2n": "HV2n"}
+TARGET_RATIO = 1.2  # issue 15: the default's hypervolume against random's, at 20 trials
 NADIR_MARGIN = 0.1  # HV2n's reference: this share of the fronts' range beyond their nadir
 BASELINE = "random"
 DEFAULT_SAMPLER = "tpe"  # the search's default sampler (autoembed/search/plan.py)
@@ -394,7 +396,8 @@ def comparison_report(records: list[dict[str, Any]], basis: str = MEMORY_BASIS) 
             "\n\n" + markdown_table(
                 ["sampler", "seeds", "HV2 mean [95% CI]", f"HV2 / {BASELINE} [95% CI] (pairs)",
                  "HV2n mean [95% CI]", f"HV2n / {BASELINE} [95% CI] (pairs)", "over budget",
-                 "wall s"], rows) + "\n\nPer search:\n\n" + per_search)
+                 "wall s"], rows) + "\n\n" + verdict(mine) + "\n\nPer search:\n\n"
+            + per_search)
     if basis != MEMORY_BASIS:
         return "\n\n".join(out)
     out.append(f"HV2: hypervolume over (validation quality, memory / budget), reference point "
@@ -454,17 +457,45 @@ def hv2n(record: dict[str, Any], ref: tuple[float, float, float, float]) -> floa
     return hypervolume(pts, [ref[0], ref[1]], ["maximize", "minimize"]) / box
 
 
+def _ratio(rs: list[dict[str, Any]], table: list[dict[str, Any]],
+           key: str) -> tuple[float, float, float, int]:
+    """`key` of `rs` over random's in `table`, paired by seed: (ratio, low, high, pairs)."""
+    base = {int(r["seed"]): r[key] for r in table if r["sampler"] == BASELINE}
+    paired = [r for r in rs if int(r["seed"]) in base]
+    ratio = paired_ratio([r[key] for r in paired], [base[int(r["seed"])] for r in paired])
+    return (*ratio, len(paired))
+
+
 def _against_random(rs: list[dict[str, Any]], table: list[dict[str, Any]],
                     key: str) -> list[str]:
     """[mean with 95% interval, ratio to random paired by seed] of `key` over `rs`."""
-    base = {int(r["seed"]): r[key] for r in table if r["sampler"] == BASELINE}
-    xs = [r[key] for r in rs]
-    m, lo, hi = t_interval(xs)
-    paired = [r for r in rs if int(r["seed"]) in base]
-    ratio = paired_ratio([r[key] for r in paired], [base[int(r["seed"])] for r in paired])
+    m, lo, hi = t_interval([r[key] for r in rs])
+    ratio, rlo, rhi, n = _ratio(rs, table, key)
     return [f"{m:.4f} [{lo:.4f}, {hi:.4f}]",
-            "-" if rs[0]["sampler"] == BASELINE else
-            f"{ratio[0]:.2f}x [{ratio[1]:.2f}, {ratio[2]:.2f}] ({len(paired)})"]
+            "-" if rs[0]["sampler"] == BASELINE else f"{ratio:.2f}x [{rlo:.2f}, {rhi:.2f}] ({n})"]
+
+
+def verdict(table: list[dict[str, Any]]) -> str:
+    """What the table says of each sampler against random, on HV2 and HV2n: worse (the
+    95% interval of the ratio below 1), better (above 1), no difference shown, and whether
+    the ratio reaches TARGET_RATIO."""
+    lines = []
+    for smp in sorted({r["sampler"] for r in table} - {BASELINE}, key=_sampler_order):
+        rs = [r for r in table if r["sampler"] == smp]
+        said = []
+        for key in ("hv2", "hv2n"):
+            ratio, lo, hi, n = _ratio(rs, table, key)
+            if n < 2:
+                said.append(f"{NAMES[key]}: {n} pair(s), no interval")
+                continue
+            how = ("worse than random" if hi < 1 else "better than random" if lo > 1
+                   else "no difference shown")
+            reach = "reaches" if ratio >= TARGET_RATIO else "below"
+            said.append(f"{NAMES[key]} {ratio:.2f}x [{lo:.2f}, {hi:.2f}]: {how}, {reach} "
+                        f"{TARGET_RATIO}x")
+        lines.append(f"* {smp}{' (default)' if smp == DEFAULT_SAMPLER else ''}: "
+                     + "; ".join(said))
+    return "\n".join(lines)
 
 
 def _sampler_order(s: str) -> tuple[int, str]:
