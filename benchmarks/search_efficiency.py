@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_commit, markdown_table, stamp, write_result  # noqa: E402
 
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS  # noqa: E402
+from autoembed.search.study import DEFAULT_SAMPLER  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = "800MB"
@@ -232,7 +233,6 @@ NAMES = {"hv2": "HV2", "hv2n": "HV2n"}
 TARGET_RATIO = 1.2  # issue 15: the default's hypervolume against random's, at 20 trials
 NADIR_MARGIN = 0.1  # HV2n's reference: this share of the fronts' range beyond their nadir
 BASELINE = "random"
-DEFAULT_SAMPLER = "tpe"  # the search's default sampler (autoembed/search/plan.py)
 
 
 def t_interval(xs: list[float]) -> tuple[float, float, float]:

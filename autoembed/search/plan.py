@@ -28,6 +28,7 @@ from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import AutoembedError, ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.search.request import SearchRequest, check_same
+from autoembed.search.study import DEFAULT_SAMPLER
 from autoembed.search.workload import Workload, build_workload, data_spec_for, given_spec
 from autoembed.space import (
     BUILTIN_SPACES,
@@ -128,7 +129,7 @@ class SearchPlan:
         cpus = os.cpu_count() or 1
         return cls(
             request=r, space=sp, objectives=tuple(objs), spec=spec, workload=workload,
-            sampler=r.sampler or stored.get("sampler") or "tpe",
+            sampler=r.sampler or stored.get("sampler") or DEFAULT_SAMPLER,
             seed=r.seed if r.seed is not None else int(stored.get("seed", 0)),
             trials=r.trials or int(stored.get("trials", 0)) or sp.trials,
             early_stop=r.early_stop if r.early_stop is not None else bool(

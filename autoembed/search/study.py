@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLERS",
+    "DEFAULT_SAMPLER",
     "STUDY_NAME_RULE",
     "check_study_name",
     "storage_url",
@@ -41,6 +42,10 @@ __all__ = [
 
 # gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
 SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4")
+# The default sampler, the rule the measurements pick (benchmarks/search_efficiency.py
+# --compare-samplers, results/sampler_comparison.md): multivariate TPE, kept until a candidate
+# beats it with a 95% interval excluding 1 (none has: see that file for what was measured).
+DEFAULT_SAMPLER = "tpe"
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
 # (REFERENCES.md, Optuna 5): a small population lets it evolve within a short search.
