@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="TRIALSxSEEDS, e.g. 20x5")
     ap.add_argument("--real-steps", type=int, default=REAL_STEPS)
     ap.add_argument("--results", type=Path, default=None, help="results directory")
+    ap.add_argument("--report-only", action="store_true",
+                    help="with --compare-samplers: rewrite the report from the .jsonl, run none")
     args = ap.parse_args(argv)
     if args.compare_samplers:
         compare_samplers(args)
@@ -330,7 +332,7 @@ def compare_samplers(args: argparse.Namespace) -> None:
             for seed in range(n) for smp in samplers
             if (sp, smp, t, seed, MEMORY_BASIS, _steps_of(sp, args.real_steps)) not in done]
     print(f"{len(done)} searches on file, {len(plan)} to run", flush=True)
-    if plan:
+    if plan and not args.report_only:
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
                  log_to_driver=False)
         try:
