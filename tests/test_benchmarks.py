@@ -263,6 +263,19 @@ def test_sampler_comparison_verdict_reads_the_paired_interval() -> None:
     assert lines[2].startswith("* gp") and "worse than random, below 1.2x" in lines[2]
 
 
+def test_sampler_comparison_summary_names_who_reaches_1_2x_at_20_trials() -> None:
+    from search_efficiency import summary
+
+    def rec(sampler: str, seed: int, hv: float, trials: int = 20) -> dict[str, object]:
+        return {"space": "s", "sampler": sampler, "seed": seed, "hv2": hv, "trials": trials}
+
+    table = [rec("random", s, 1.0) for s in range(2)] + [rec("gp", 0, 1.3), rec("gp", 1, 1.1)]
+    assert "no sampler measured reaches 1.2x" in summary(table)  # geometric mean 1.196
+    table += [rec("tpe-s4", 0, 1.2), rec("tpe-s4", 1, 1.3)]
+    table += [rec("random", 0, 1.0, 50), rec("tpe", 0, 9.0, 50)]  # 50 trials: not the test
+    assert summary(table).startswith("At 20 trained trials, 1.2x random's HV2: tpe-s4 on s (1.25x")
+
+
 @pytest.mark.slow
 def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -294,6 +307,9 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     ratio = recs[3]["hv2"] / 0.05
     assert "## tiny, 2 trained trials" in current and f"{ratio:.2f}x [nan, nan] (1)" in current
     assert "10.00x" in old and "10.00x" not in current  # the legacy 0.5 against 0.05
+    main([*args[:-4], "--settings", "2x2", "--report-only", *args[-2:]])  # seed 1: not run
+    assert "4 searches on file, 2 to run" in capsys.readouterr().out
+    assert len(store.read_text().splitlines()) == 4
 
 
 # ------------------------------------------------------------------ compression.py
