@@ -232,6 +232,50 @@ def test_sampler_comparison_intervals_by_hand() -> None:
     assert all(math.isnan(x) for x in paired_ratio([0.0, 1.0], [1.0, 1.0]))
 
 
+def test_sampler_comparison_hv2n_from_the_fronts_nadir_by_hand() -> None:
+    from search_efficiency import hv2n, hv2n_reference
+
+    a = {"points": [[0.8, 10.0, 1.0], [0.7, 2.0, 1.0], [0.6, 9.0, 1.0]]}  # (0.6, 9) dominated
+    b = {"points": [[0.75, 5.0, 1.0]]}
+    # fronts' nadir (0.7, 10), ideal (0.8, 2); 10% of the range out: (0.69, 10.8)
+    ref = hv2n_reference([a, b])
+    assert ref == (pytest.approx(0.69), pytest.approx(10.8), 0.8, 2.0)
+    box = 0.11 * 8.8
+    # a: 0.11 x 0.8 + 0.01 x 8.8 - their overlap 0.01 x 0.8; b: 0.06 x 5.8
+    assert hv2n(a, ref) == pytest.approx((0.088 + 0.088 - 0.008) / box)
+    assert hv2n(b, ref) == pytest.approx(0.06 * 5.8 / box)
+
+
+def test_sampler_comparison_verdict_reads_the_paired_interval() -> None:
+    from search_efficiency import verdict
+
+    def rec(sampler: str, seed: int, hv: float) -> dict[str, object]:
+        return {"sampler": sampler, "seed": seed, "hv2": hv, "hv2n": hv}
+
+    table = [rec("random", s, 1.0) for s in range(3)]
+    table += [rec("tpe", s, x) for s, x in enumerate([1.3, 1.25, 1.35])]  # all above: better
+    table += [rec("gp", s, x) for s, x in enumerate([0.8, 0.85, 0.9])]  # all below: worse
+    table += [rec("tpe-plain", s, x) for s, x in enumerate([0.9, 1.3, 1.0])]  # straddles 1
+    lines = verdict(table).splitlines()
+    assert lines[0].startswith("* tpe (default): HV2 1.30x") and "better than random, " \
+        "reaches 1.2x" in lines[0]
+    assert lines[1].startswith("* tpe-plain") and "no difference shown, below" in lines[1]
+    assert lines[2].startswith("* gp") and "worse than random, below 1.2x" in lines[2]
+
+
+def test_sampler_comparison_summary_names_who_reaches_1_2x_at_20_trials() -> None:
+    from search_efficiency import summary
+
+    def rec(sampler: str, seed: int, hv: float, trials: int = 20) -> dict[str, object]:
+        return {"space": "s", "sampler": sampler, "seed": seed, "hv2": hv, "trials": trials}
+
+    table = [rec("random", s, 1.0) for s in range(2)] + [rec("gp", 0, 1.3), rec("gp", 1, 1.1)]
+    assert "no sampler measured reaches 1.2x" in summary(table)  # geometric mean 1.196
+    table += [rec("tpe-s4", 0, 1.2), rec("tpe-s4", 1, 1.3)]
+    table += [rec("random", 0, 1.0, 50), rec("tpe", 0, 9.0, 50)]  # 50 trials: not the test
+    assert summary(table).startswith("At 20 trained trials, 1.2x random's HV2: tpe-s4 on s (1.25x")
+
+
 @pytest.mark.slow
 def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -240,22 +284,32 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     from search_efficiency import main
 
     store = tmp_path / "sampler_comparison.jsonl"
-    store.write_text(json.dumps({  # a search an earlier run finished: not run again
+    done = {  # a search an earlier run finished: not run again
         "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
         "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
-        "hv2": 0.05}) + "\n")
+        "hv2": 0.05, "memory_basis": "allocated_peak"}
+    # two measured on the old memory objective (no basis recorded): run again, kept apart
+    legacy = [{**done, "memory_basis": None}, {**done, "sampler": "tpe", "hv2": 0.5}]
+    del legacy[1]["memory_basis"]
+    store.write_text("".join(json.dumps(r) + "\n" for r in [done, *legacy]))
     args = ["--compare-samplers", "--spaces", "tiny", "--samplers", "random", "tpe",
             "--settings", "2x1", "--results", str(tmp_path)]
     main(args)
-    assert "1 searches on file, 1 to run" in capsys.readouterr().out
+    assert "3 searches on file, 1 to run" in capsys.readouterr().out
     recs = [json.loads(x) for x in store.read_text().splitlines()]
-    assert [(r["sampler"], r["seed"]) for r in recs] == [("random", 0), ("tpe", 0)]
-    assert recs[1]["trained"] == 2 and recs[1]["hv2"] > 0
+    assert [r["sampler"] for r in recs] == ["random", "random", "tpe", "tpe"]
+    assert recs[3]["trained"] == 2 and recs[3]["hv2"] > 0
+    assert recs[3]["memory_basis"] == "allocated_peak"
     main(args)  # everything on file: nothing runs, the report is rebuilt
-    assert "2 searches on file, 0 to run" in capsys.readouterr().out
+    assert "4 searches on file, 0 to run" in capsys.readouterr().out
     report = (tmp_path / "sampler_comparison.md").read_text()
-    ratio = recs[1]["hv2"] / 0.05
-    assert "## tiny, 2 trained trials" in report and f"{ratio:.2f}x [nan, nan] (1)" in report
+    current, _, old = report.partition("# Legacy")
+    ratio = recs[3]["hv2"] / 0.05
+    assert "## tiny, 2 trained trials" in current and f"{ratio:.2f}x [nan, nan] (1)" in current
+    assert "10.00x" in old and "10.00x" not in current  # the legacy 0.5 against 0.05
+    main([*args[:-4], "--settings", "2x2", "--report-only", *args[-2:]])  # seed 1: not run
+    assert "4 searches on file, 2 to run" in capsys.readouterr().out
+    assert len(store.read_text().splitlines()) == 4
 
 
 # ------------------------------------------------------------------ compression.py

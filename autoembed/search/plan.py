@@ -28,6 +28,7 @@ from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import AutoembedError, ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.search.request import SearchRequest, check_same
+from autoembed.search.study import DEFAULT_SAMPLER
 from autoembed.search.workload import Workload, build_workload, data_spec_for, given_spec
 from autoembed.space import (
     BUILTIN_SPACES,
@@ -120,7 +121,7 @@ class SearchPlan:
             from autoembed.space_auto import summary
 
             tell(summary(sp, r.runs_dir / r.study / DERIVED_SPACE_FILE))
-        sampler = r.sampler or stored.get("sampler") or "tpe"
+        sampler = r.sampler or stored.get("sampler") or DEFAULT_SAMPLER
         use_start = r.start_points if r.start_points is not None else (
             bool(stored.get("start_points", False)) if stored else True)
         start = tuple(start_points(sp, spec.task, cheapest)) if (

@@ -204,7 +204,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
     objectives = request.space.objectives
     with StudyLock(out_dir, name, note) as lock:
         stored.check_still_new()
-        sampler = studies.make_sampler("tpe", seed)
+        sampler = studies.make_sampler(studies.DEFAULT_SAMPLER, seed)
         if stored.existing is None:
             opt = optuna.create_study(study_name=name, storage=stored.storage, sampler=sampler,
                                       directions=[StudyDirection.MAXIMIZE if o.direction ==
