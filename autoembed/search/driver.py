@@ -158,6 +158,10 @@ def run_search(
         plan.out_dir.mkdir(parents=True, exist_ok=True)
         plan.save_space()
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
+        if plan.start and not stored.meta and on_recovered is not None:
+            # told here, once every check has passed: bad input stays one line
+            names = ", ".join(p.name for p in plan.start)
+            on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
         engine = SearchEngine(
             study=study, space=plan.space, workload=plan.workload,
             budget=plan.budget, objectives=plan.objective_pairs,

@@ -127,9 +127,6 @@ class SearchPlan:
         start = tuple(start_points(sp, spec.task, cheapest)) if (
             use_start and sampler != "grid") else ()
         baseline, why = _baseline(workload, stored, tell)
-        if start and not stored:
-            tell(f"start points: {len(start)} ({', '.join(p.name for p in start)}), "
-                 "trained first")
         gpus = 0
         if r.device == "cuda":
             import torch
