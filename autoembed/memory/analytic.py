@@ -300,6 +300,8 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
         if s.sparse:  # the sparse backward's values copy of the lookup gradient
             sparse_copies.append(round_block(lookups * dim * emb_b))
         wide = s.name.startswith(WIDE_PREFIX)
+        # text ids index an unhashed table as they are (PlainTable.pads_in_place)
+        in_place = config.task == "text" and ts is not None and ts.hashed[1] is None
         if ts is not None and ts.qr and config.pooling == "naive" and not wide:
             if s.table not in computed:  # both parts at once, on the first
                 computed.add(s.table or "")
@@ -312,26 +314,39 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
         ):
             # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
             # of the lookup in backward (mean pooling's backward expands then divides).
-            transient = max(transient, 2 * round_block(lookups * dim * emb_b))
+            rows = 2 * round_block(lookups * dim * emb_b)
+            if not in_place:  # the valid mask [lookups] (bool), alive through the lookup
+                rows += round_block(lookups)
+                # saved: the ids the lookup reads (clamped or hashed) and rows * valid's mask
+                acts += [round_block(lookups * INDEX_BYTES), round_block(lookups * emb_b)]
+            transient = max(transient, rows)
         else:
             # embedding_bag bookkeeping saved for backward: indices, offset2bag, offsets,
             # bag_size, max_indices (aten/src/ATen/native/EmbeddingBag.cpp).
             acts.append(
                 round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES)
             )
+            if not in_place and not s.sparse:
+                # `_bags`: per_sample_weights (valid as the dtype) and the mean's divisor
+                acts.append(round_block(lookups * emb_b))
+                if config.pooling == "mean":
+                    acts.append(round_block(batch * emb_b))
             if config.pooling == "idf":  # the bag's weights and their sums, saved
                 acts += [round_block(lookups * emb_b), round_block(batch * emb_b)]
         acts.append(round_block(batch * dim * emb_b))  # pooled output
     f = len(config.tables)
     d = config.dim
+    width_out = 1 if config.task == "ctr" else config.num_classes
     grad_in = round_block(batch * f * d * emb_b)  # the interaction input's gradient
     dense = [round_block(batch * f * d * emb_b)]  # interaction input (concat / stack)
     dense_t = grad_in
+    for s in specs:  # a hidden layer's backward: its output's gradient and ReLU's
+        if s.name.startswith("tower.") and s.name.endswith(".weight") and s.shape[0] != width_out:
+            dense_t = max(dense_t, 2 * round_block(batch * s.shape[0] * tower_b))
     if config.task == "ctr" and config.interaction == "dot" and f > 1:
         # backward of mean(stacked) and bmm(stacked, stacked^T): the mean's gradient, the
         # two bmm gradients [B, F, D] and the gram's gradient [B, F, F] (index_put)
         dense_t = 3 * grad_in + round_block(batch * f * f * emb_b)
-    width_out = 1 if config.task == "ctr" else config.num_classes
     tower = [s for s in specs if s.name.startswith("tower.") and s.name.endswith(".weight")]
     for s in tower:
         out, inp = s.shape
