@@ -3,10 +3,15 @@
 The step is zero_grad(set_to_none) -> forward -> backward -> table step -> dense step,
 in steady state (optimizer state exists; it is created during the first step, while the
 gradients are alive, so the first step peaks at the same figure). Three phases are priced
-and the largest is the peak:
+and the largest is the peak (models/step.py):
 
   static   = parameters + fp32 masters + optimizer state            (always live)
-  backward = static + saved activations + gradients + backward transients
+  backward = static + gradients + held + what the tables saved + the larger of two stages:
+             the dense stage (interaction and tower saved blocks and their backward
+             transients) and the tables' stage, after those are freed (the interaction
+             input's gradient, the largest lookup's transient, sparse values copies);
+             under *_master also static + held + fp32 master grads + the largest half
+             gradient (the conversion after backward, one parameter at a time)
   step     = static + gradients (fp32 master grads under *_master) + held + optimizer
              temporaries, where held is what the step's caller still holds: the last
              micro-batch (ids and labels), its logits and its loss
@@ -419,6 +424,9 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
     # the allowance is measured and priced for the step only (docs/ARCHITECTURE.md)
     priced = [(sum(step) + split_slack(step), step, "step"),
               (sum(backward), backward, "backward")]
+    if pr.master_grads:  # after backward, half gradients become fp32 ones one at a time
+        to_master = [*static, *pr.held, *pr.master_grads, max(pr.grads)]
+        priced.append((sum(to_master), to_master, "backward"))
     peak, blocks, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
     return peak, reserved_for(blocks), phase
 
