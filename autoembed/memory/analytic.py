@@ -336,6 +336,9 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
                 acts.append(round_block(lookups * emb_b))
                 if config.pooling == "mean":
                     acts.append(round_block(batch * emb_b))
+            if not in_place:  # forward: the ids read (clamped or hashed), valid, the sum
+                transient = max(transient, round_block(lookups * INDEX_BYTES)
+                                + round_block(lookups) + round_block(batch * dim * emb_b))
             if config.pooling == "idf":  # the bag's weights and their sums, saved
                 acts += [round_block(lookups * emb_b), round_block(batch * emb_b)]
         acts.append(round_block(batch * dim * emb_b))  # pooled output
