@@ -306,7 +306,8 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
             sparse_copies.append(round_block(lookups * dim * emb_b))
         wide = s.name.startswith(WIDE_PREFIX)
         # text ids index an unhashed table as they are (PlainTable.pads_in_place)
-        in_place = config.task == "text" and ts is not None and ts.hashed[1] is None
+        in_place = (config.task == "text" and ts is not None and not ts.qr
+                    and ts.hashed[1] is None)
         if ts is not None and ts.qr and config.pooling == "naive" and not wide:
             if s.table not in computed:  # both parts at once, on the first
                 computed.add(s.table or "")
@@ -314,9 +315,7 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
                 acts += [*saved, round_block(batch * ts.dim * emb_b)]  # and the pooled output
                 transient = max(transient, tmp)
             continue
-        if config.pooling == "naive" or (
-            ts is not None and ts.qr and ts.qr_operation == "mult" and s.lookups_per_sample > 1
-        ):
+        if config.pooling == "naive":
             # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
             # of the lookup in backward (mean pooling's backward expands then divides).
             rows = 2 * round_block(lookups * dim * emb_b)
