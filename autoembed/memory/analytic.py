@@ -260,7 +260,7 @@ class _Saved:
     dense: list[int]  # saved by the interaction and the tower: freed before the tables' stage
     dense_transient: list[int]  # live in the dense stage: its largest transient
     table_transient: list[int]  # live in the tables' stage: the largest lookup's transient,
-    # the interaction input's gradient and each sparse gradient's values copy
+    # the interaction input's gradient and the largest sparse gradient's values copy
 
 
 def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Saved:
@@ -302,7 +302,7 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
             continue
         dim = s.shape[1]
         lookups = math.ceil(batch * s.lookups_per_sample)
-        if s.sparse:  # the sparse backward's values copy of the lookup gradient
+        if s.sparse:  # the sparse backward's values copy of the lookup gradient (one at a time)
             sparse_copies.append(round_block(lookups * dim * emb_b))
         wide = s.name.startswith(WIDE_PREFIX)
         # text ids index an unhashed table as they are (PlainTable.pads_in_place)
@@ -347,26 +347,32 @@ def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
     grad_in = round_block(batch * f * d * emb_b)  # the interaction input's gradient
     dense = [round_block(batch * f * d * emb_b)]  # interaction input (concat / stack)
     dense_t = grad_in
-    for s in specs:  # a hidden layer's backward: its output's gradient and ReLU's
+    for s in specs:  # a hidden layer's backward: its output's gradient, ReLU's, its input's
         if s.name.startswith("tower.") and s.name.endswith(".weight") and s.shape[0] != width_out:
-            dense_t = max(dense_t, 2 * round_block(batch * s.shape[0] * tower_b))
+            out, inp = s.shape
+            dense_t = max(dense_t, 2 * round_block(batch * out * tower_b)
+                          + round_block(batch * inp * tower_b))
     if config.task == "ctr" and config.interaction == "dot" and f > 1:
         # backward of mean(stacked) and bmm(stacked, stacked^T): the mean's gradient, the
         # two bmm gradients [B, F, D] and the gram's gradient [B, F, F] (index_put)
-        dense_t = 3 * grad_in + round_block(batch * f * f * emb_b)
+        dense_t = max(dense_t, 3 * grad_in + round_block(batch * f * f * emb_b))
     tower = [s for s in specs if s.name.startswith("tower.") and s.name.endswith(".weight")]
-    for s in tower:
+    # a layer's saved input is the previous layer's ReLU output, and the first layer's the
+    # concat (the interaction input above) unless dot builds it apart or autocast halves it
+    dot = config.task == "ctr" and config.interaction == "dot"
+    for k, s in enumerate(tower):
         out, inp = s.shape
         if pol.autocast_dtype:  # autocast caches a half copy of each weight for the forward
             dense.append(round_block(out * inp * 2))
-            dense.append(round_block(batch * inp * 2))  # the half input it saves
-        else:
+            if k == 0:
+                dense.append(round_block(batch * inp * 2))  # the half input it saves
+        elif k == 0 and dot:
             dense.append(round_block(batch * inp * tower_b))
         if out != width_out:
             dense.append(round_block(batch * out * tower_b))  # ReLU output
     held.append(round_block(batch * width_out * 4))  # logits (fp32 bounds the half ones)
     held.append(round_block(LOSS_BYTES))
-    return _Saved(held, acts, dense, [dense_t], [grad_in, transient, *sparse_copies])
+    return _Saved(held, acts, dense, [dense_t], [grad_in, transient, max(sparse_copies, default=0)])
 
 
 def _qr_naive(operation: str, lookups: int, part_dim: int, emb_b: int) -> tuple[list[int], int]:
