@@ -3,10 +3,15 @@
 The step is zero_grad(set_to_none) -> forward -> backward -> table step -> dense step,
 in steady state (optimizer state exists; it is created during the first step, while the
 gradients are alive, so the first step peaks at the same figure). Three phases are priced
-and the largest is the peak:
+and the largest is the peak (models/step.py):
 
   static   = parameters + fp32 masters + optimizer state            (always live)
-  backward = static + saved activations + gradients + backward transients
+  backward = static + gradients + held + what the tables saved + the larger of two stages:
+             the dense stage (interaction and tower saved blocks and their backward
+             transients) and the tables' stage, after those are freed (the interaction
+             input's gradient, the largest lookup's transient, sparse values copies);
+             under *_master also static + held + fp32 master grads + the largest half
+             gradient (the conversion after backward, one parameter at a time)
   step     = static + gradients (fp32 master grads under *_master) + held + optimizer
              temporaries, where held is what the step's caller still holds: the last
              micro-batch (ids and labels), its logits and its loss
@@ -116,8 +121,9 @@ class _Priced:
     state: list[int]
     grads: list[int]
     master_grads: list[int]
-    activations: list[int]
-    backward_transient: list[int]
+    activations: list[int]  # everything saved for backward, and what the step holds
+    backward_transient: list[int]  # the transients of the larger backward stage
+    backward_live: list[int]  # the larger backward stage's blocks beyond static and grads
     step_temporaries: list[int]
     table_rows: list[TableMemory]
     serving: int
@@ -214,7 +220,14 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
                 bookkeeping.append(round_block(ts.vocab_size * pb))
                 serving += ts.vocab_size * pb
                 per_table[ts.name][3] += ts.vocab_size * pb
-    acts, transient, held = _activations(config, specs, batch)
+    saved = _activations(config, specs, batch)
+    tower_stage = [*saved.dense, *saved.dense_transient]
+    table_stage = saved.table_transient
+    stage, transient = max(
+        [(tower_stage, saved.dense_transient), (table_stage, saved.table_transient)],
+        key=lambda st: sum(st[0]),
+    )
+    acts = [*saved.held, *saved.tables, *saved.dense]
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
         params,
@@ -224,23 +237,36 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         master_grads,
         acts,
         transient,
+        [*saved.held, *saved.tables, *stage],
         step_temps,
         rows,
         serving,
         sparse_g,
         sparse_mg,
         max(map(sum, sparse_temps), default=0),
-        held,
+        saved.held,
         bookkeeping,
     )
 
 
-def _activations(
-    config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int
-) -> tuple[list[int], list[int], list[int]]:
-    """Blocks saved for backward, the largest transient of forward/backward, and the blocks
-    of those the step's caller still holds in the optimizer step (models/step.py `Trainer.step`
-    keeps the last micro-batch, its logits and its loss until it returns)."""
+@dataclass(frozen=True)
+class _Saved:
+    """The blocks of the forward and backward, in the two stages of the backward: the dense
+    stage (tower and interaction) runs first, with everything saved still live; the tables'
+    stage follows, once the dense stage's saved blocks are freed."""
+
+    held: list[int]  # live through the step: the last micro-batch, its logits and its loss
+    tables: list[int]  # saved by the tables' lookups: live until the tables' stage
+    dense: list[int]  # saved by the interaction and the tower: freed before the tables' stage
+    dense_transient: list[int]  # live in the dense stage: its largest transient
+    table_transient: list[int]  # live in the tables' stage: the largest lookup's transient,
+    # the interaction input's gradient and the largest sparse gradient's values copy
+
+
+def _activations(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Saved:
+    """What the forward saves for backward and what each backward stage adds, as `_Saved`
+    (models/step.py `Trainer.step` holds the last micro-batch, its logits and its loss until
+    it returns)."""
     pol = precision_policy(config.precision)
     emb_b = pol.param_bytes  # autocast leaves embedding lookups in the parameter dtype
     tower_b = 2 if pol.autocast_dtype else pol.param_bytes
@@ -252,6 +278,7 @@ def _activations(
             for t in config.tables]
     held.append(round_block(batch * LABEL_BYTES[config.task]))
     computed: set[str] = set()
+    sparse_copies: list[int] = []
     for s in specs:
         if s.kind != "table":
             continue
@@ -275,40 +302,91 @@ def _activations(
             continue
         dim = s.shape[1]
         lookups = math.ceil(batch * s.lookups_per_sample)
-        if config.pooling == "naive" or (
-            ts is not None and ts.qr and ts.qr_operation == "mult" and s.lookups_per_sample > 1
-        ):
+        if s.sparse:  # the sparse backward's values copy of the lookup gradient (one at a time)
+            sparse_copies.append(round_block(lookups * dim * emb_b))
+        wide = s.name.startswith(WIDE_PREFIX)
+        # text ids index an unhashed table as they are (PlainTable.pads_in_place)
+        in_place = (config.task == "text" and ts is not None and not ts.qr
+                    and ts.hashed[1] is None)
+        if ts is not None and ts.qr and config.pooling == "naive" and not wide:
+            if s.table not in computed:  # both parts at once, on the first
+                computed.add(s.table or "")
+                saved, tmp = _qr_naive(ts.qr_operation, lookups, dim, emb_b)
+                acts += [*saved, round_block(batch * ts.dim * emb_b)]  # and the pooled output
+                transient = max(transient, tmp)
+            continue
+        if config.pooling == "naive":
             # [B, L, D] (or [lookups, D]) lookups materialised in forward and as the gradient
             # of the lookup in backward (mean pooling's backward expands then divides).
-            transient = max(transient, 2 * round_block(lookups * dim * emb_b))
+            rows = 2 * round_block(lookups * dim * emb_b)
+            if not in_place:  # the valid mask [lookups] (bool), alive through the lookup
+                rows += round_block(lookups)
+                # saved: the ids the lookup reads (clamped or hashed) and rows * valid's mask
+                acts += [round_block(lookups * INDEX_BYTES), round_block(lookups * emb_b)]
+            transient = max(transient, rows)
         else:
             # embedding_bag bookkeeping saved for backward: indices, offset2bag, offsets,
             # bag_size, max_indices (aten/src/ATen/native/EmbeddingBag.cpp).
             acts.append(
                 round_block(lookups * INDEX_BYTES) * 2 + 3 * round_block(batch * INDEX_BYTES)
             )
+            if not in_place and not s.sparse:
+                # `_bags`: per_sample_weights (valid as the dtype) and the mean's divisor
+                acts.append(round_block(lookups * emb_b))
+                if config.pooling == "mean":
+                    acts.append(round_block(batch * emb_b))
+            if not in_place:  # forward: the ids read (clamped or hashed), valid, the sum
+                transient = max(transient, round_block(lookups * INDEX_BYTES)
+                                + round_block(lookups) + round_block(batch * dim * emb_b))
             if config.pooling == "idf":  # the bag's weights and their sums, saved
                 acts += [round_block(lookups * emb_b), round_block(batch * emb_b)]
         acts.append(round_block(batch * dim * emb_b))  # pooled output
     f = len(config.tables)
     d = config.dim
-    acts.append(round_block(batch * f * d * emb_b))  # interaction input (concat / stack)
-    if config.task == "ctr" and config.interaction == "dot" and f > 1:
-        acts.append(round_block(batch * f * f * emb_b))
     width_out = 1 if config.task == "ctr" else config.num_classes
+    grad_in = round_block(batch * f * d * emb_b)  # the interaction input's gradient
+    dense = [round_block(batch * f * d * emb_b)]  # interaction input (concat / stack)
+    dense_t = grad_in
+    for s in specs:  # a hidden layer's backward: its output's gradient, ReLU's, its input's
+        if s.name.startswith("tower.") and s.name.endswith(".weight") and s.shape[0] != width_out:
+            out, inp = s.shape
+            dense_t = max(dense_t, 2 * round_block(batch * out * tower_b)
+                          + round_block(batch * inp * tower_b))
+    if config.task == "ctr" and config.interaction == "dot" and f > 1:
+        # backward of mean(stacked) and bmm(stacked, stacked^T): the mean's gradient, the
+        # two bmm gradients [B, F, D] and the gram's gradient [B, F, F] (index_put)
+        dense_t = max(dense_t, 3 * grad_in + round_block(batch * f * f * emb_b))
     tower = [s for s in specs if s.name.startswith("tower.") and s.name.endswith(".weight")]
-    for s in tower:
+    # a layer's saved input is the previous layer's ReLU output, and the first layer's the
+    # concat (the interaction input above) unless dot builds it apart or autocast halves it
+    dot = config.task == "ctr" and config.interaction == "dot"
+    for k, s in enumerate(tower):
         out, inp = s.shape
         if pol.autocast_dtype:  # autocast caches a half copy of each weight for the forward
-            acts.append(round_block(out * inp * 2))
-            acts.append(round_block(batch * inp * 2))  # the half input it saves
-        else:
-            acts.append(round_block(batch * inp * tower_b))
+            dense.append(round_block(out * inp * 2))
+            if k == 0:
+                dense.append(round_block(batch * inp * 2))  # the half input it saves
+        elif k == 0 and dot:
+            dense.append(round_block(batch * inp * tower_b))
         if out != width_out:
-            acts.append(round_block(batch * out * tower_b))  # ReLU output
+            dense.append(round_block(batch * out * tower_b))  # ReLU output
     held.append(round_block(batch * width_out * 4))  # logits (fp32 bounds the half ones)
     held.append(round_block(LOSS_BYTES))
-    return [*held, *acts], [transient], held
+    return _Saved(held, acts, dense, [dense_t], [grad_in, transient, max(sparse_copies, default=0)])
+
+
+def _qr_naive(operation: str, lookups: int, part_dim: int, emb_b: int) -> tuple[list[int], int]:
+    """(saved blocks, backward transient) of a qr table's naive lookup (models/embedding.py
+    `QRTable._naive`): each part's rows are masked (rows * valid, which saves the cast mask
+    [lookups, 1]) and the embedding saves its ids (quotient, remainder: int64 [lookups]);
+    mult saves both masked parts [lookups, Dq]. In backward the mean's gradient [lookups, D]
+    and the two parts' gradients [lookups, Dq] are live together."""
+    rows = round_block(lookups * part_dim * emb_b)
+    saved = 2 * [round_block(lookups * INDEX_BYTES), round_block(lookups * emb_b)]
+    if operation == "mult":
+        saved += [rows, rows]
+    full = 2 * part_dim if operation == "concat" else part_dim
+    return saved, round_block(lookups * full * emb_b) + 2 * rows
 
 
 def split_slack(blocks: Sequence[int]) -> int:
@@ -349,11 +427,14 @@ def _large_rest(block: int, sizes: set[int]) -> int:
 def _phases(pr: _Priced) -> tuple[int, int, str]:
     """(allocated peak, reserved peak, phase) of the larger of the backward and the step."""
     static = [*pr.params, *pr.masters, *pr.state, *pr.bookkeeping]
-    backward = [*static, *pr.activations, *pr.grads, *pr.backward_transient]
+    backward = [*static, *pr.backward_live, *pr.grads]
     step = [*static, *(pr.master_grads or pr.grads), *pr.held, *pr.step_temporaries]
     # the allowance is measured and priced for the step only (docs/ARCHITECTURE.md)
     priced = [(sum(step) + split_slack(step), step, "step"),
               (sum(backward), backward, "backward")]
+    if pr.master_grads:  # after backward, half gradients become fp32 ones one at a time
+        to_master = [*static, *pr.held, *pr.master_grads, max(pr.grads)]
+        priced.append((sum(to_master), to_master, "backward"))
     peak, blocks, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
     return peak, reserved_for(blocks), phase
 
