@@ -214,7 +214,8 @@ def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
 ) -> None:
     """The built-in text model's table takes sparse gradients under these optimizers; the
     seed pattern with nn.Embedding(sparse=True) holds the same gradient bytes. The peaks
-    differ by small tensors only (the built-in masks pads, the user's takes labels in)."""
+    differ by small tensors only (the built-in masks pads, the user's takes labels in).
+    The built-in sparse step is priced analytically (its trace is data-dependent)."""
     from autoembed import estimate
     from autoembed.config import EmbeddingConfig, TableConfig, optimizer_alias
 
@@ -237,4 +238,9 @@ def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
     user = estimate_model(Seed, (torch.randint(0, v, (b, s)), torch.randint(0, 4, (b,))),
                           precision=precision, optimizer=optimizer)
     assert user.gradients == built_in.gradients
-    assert abs(user.allocated_peak - built_in.allocated_peak) <= 0.005 * built_in.allocated_peak
+    # up to the [lookups, D] fp32 block the analytic backward keeps for CUDA's embedding
+    # backward (a CPU trace does not hold it; it counts when the peak is the backward's)
+    cuda_only = -(-b * s * d * 4 // 512) * 512
+    tol = 0.005 * built_in.allocated_peak
+    assert user.allocated_peak - tol <= built_in.allocated_peak
+    assert built_in.allocated_peak <= user.allocated_peak + cuda_only + tol
