@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,7 +87,9 @@ def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray
     from scipy.sparse import csr_matrix
 
     offsets, width = _offsets(dataset)
-    skip = _skipped_ids(dataset)
+    from autoembed.models.idf import non_terms  # the one rule for what is not a term
+
+    skip = non_terms(dataset) if dataset.task == "text" else ()
     rows, cols, labels = [], [], []
     n = 0
     for b in dataset.batches(split, READ_BATCH, shuffle=False):
@@ -122,14 +123,6 @@ def _offsets(dataset: Dataset) -> tuple[dict[str, int], int]:
             f"million ids: compare on a smaller table"
         )
     return offsets, width
-
-
-def _skipped_ids(dataset: Dataset) -> tuple[int, ...]:
-    """Ids that are not TF-IDF terms: padding, and OOV where a token map says which it is."""
-    if dataset.task != "text":
-        return ()
-    oov = tuple(m.oov_id for m in dataset.vocab_maps.values() if m.kind == "tokens")
-    return (PAD_ID, *oov)
 
 
 def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseline:
