@@ -547,7 +547,9 @@ def search_cmd(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
     sampler: str | None = typer.Option(
         None, help="tpe (default), nsga2, random, grid, gp or tpe-plain."),
-    seed: int | None = typer.Option(None, help="Sampler seed (default 0)."),
+    seed: int | None = typer.Option(
+        None, help="Seed of the sampler and of every trial's model init and data order "
+        "(a space's base `seed` wins). Default 0."),
     workers: int | None = typer.Option(
         None, help="Trials at once (default 1 on CPU, one per GPU)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),

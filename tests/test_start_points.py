@@ -280,3 +280,38 @@ def test_the_plan_has_start_points_unless_turned_off(
                                            else bool(stored.get("start_points")))
     # the driver tells them once the session's checks have passed (bad input: one line)
     assert not [n for n in notes if n.startswith("start points")]
+
+
+# ------------------------------------------------------------------ the search's seed
+
+
+@pytest.mark.parametrize(("seed", "stored", "want"), [
+    (None, {}, 0), (3, {}, 3), (None, {"seed": 5, "sampler": "tpe"}, 5)])
+def test_the_search_seed_is_every_trials_seed(
+        tmp_path: Path, seed: int | None, stored: dict[str, Any], want: int) -> None:
+    """Seeds of one search differ in what they train (model init, data order), not only
+    in what the sampler proposes; a resumed study keeps its stored seed."""
+    from autoembed.search.plan import SearchPlan
+    from autoembed.search.request import SearchRequest
+
+    request = SearchRequest.parse("8GB", "tiny", runs_dir=tmp_path, study="s", device="cpu",
+                                  seed=seed)
+    plan = SearchPlan.build(request, stored)
+    values = {p.name: p.grid_values()[0] for p in plan.space.params
+              if p.active(plan.space.base)}
+    assert plan.space.config_for(values).seed == want
+    assert all(plan.space.config_for(p.values).seed == want for p in plan.start)
+
+
+def test_a_space_that_sets_its_seed_keeps_it(tmp_path: Path) -> None:
+    from autoembed.search.plan import SearchPlan
+    from autoembed.search.request import SearchRequest
+
+    text = (ROOT / "search_spaces" / "tiny.yaml").read_text()
+    assert "\nbase:\n" in text
+    space = tmp_path / "seeded.yaml"
+    space.write_text(text.replace("\nbase:\n", "\nbase:\n  seed: 7\n", 1))
+    request = SearchRequest.parse("8GB", str(space), runs_dir=tmp_path, study="k",
+                                  device="cpu", seed=2)
+    plan = SearchPlan.build(request, {})
+    assert plan.space.base_config().seed == 7

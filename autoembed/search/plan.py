@@ -116,6 +116,8 @@ class SearchPlan:
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space}")
             workload = build_workload(spec, stand_in, sp.tables)
+        seed = r.seed if r.seed is not None else int(stored.get("seed", 0))
+        sp = _seeded(sp, seed)
         cheapest = _check_cheapest(sp, workload, r.budget)
         if sp.source == AUTO_SPACE:
             from autoembed.space_auto import summary
@@ -138,7 +140,7 @@ class SearchPlan:
         return cls(
             request=r, space=sp, objectives=tuple(objs), spec=spec, workload=workload,
             sampler=sampler,
-            seed=r.seed if r.seed is not None else int(stored.get("seed", 0)),
+            seed=seed,
             trials=r.trials or int(stored.get("trials", 0)) or sp.trials,
             early_stop=r.early_stop if r.early_stop is not None else bool(
                 stored.get("early_stop", DEFAULT_EARLY_STOP)),
@@ -315,6 +317,15 @@ def _baseline(workload: Workload, stored: Mapping[str, Any], tell: Callable[[str
     elif why:
         tell(f"no baseline: {why}")
     return base, why
+
+
+def _seeded(space: SearchSpace, seed: int) -> SearchSpace:
+    """The space with the search's seed as every trial's `seed` (model init, data order), so
+    seeds of one search differ in what they train, not only in what they propose; a space
+    whose base sets `seed`, or that searches it, keeps its own."""
+    if "seed" in space.base or any(p.name == "seed" for p in space.params):
+        return space
+    return replace(space, base={**space.base, "seed": seed})
 
 
 def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) -> SearchSpace:
