@@ -111,6 +111,8 @@ def test_state_dict_round_trip_is_exact_and_training_continues() -> None:
     opt2 = autoembed.build_optimizer(again, cached())
     assert train(again, opt2, data[8:]) == train(model, opt, data[8:])
     assert torch.equal(again.emb.weight, model.emb.weight)
+    a, b = again.emb.store.table, model.emb.store.table
+    assert torch.equal(a.slot_row, b.slot_row)  # the same rows evicted: the cache restored too
 
 
 def block(n: int) -> int:

@@ -544,12 +544,21 @@ class HostCachedTable(TableModule):
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         """`.to()`, `.cuda()`, `.half()`, `to_empty`: the device side follows `fn`; the host
         side stays on the host and takes the dtype `fn` gives."""
-        was_meta = self.slot_row.is_meta
         super()._apply(fn, recurse)
+        self.follow(fn)
+        return self
+
+    def follow(self, fn: Any) -> None:
+        """Apply `fn` (a `Module._apply` function) to the tensors outside parameters and
+        buffers, as `_apply` does: the cache's state and slots follow it; the host tensors
+        stay on the host in the dtype it gives."""
+        was_meta = self.slot_row.is_meta
         dev = self.cache_weight.device
         for name, t in self.device_bookkeeping().items():
             setattr(self, name, fn(t))
-        self.cache_state = {k: fn(t) for k, t in self.cache_state.items()}
+        # per-row state (rowwise_adagrad) stays fp32, as the host copy
+        self.cache_state = {k: fn(t) if t.dim() > 1 else fn(t).to(t.dtype)
+                            for k, t in self.cache_state.items()}
         dtype = fn(torch.empty(0, dtype=self.host_weight.dtype)).dtype
         pin = dev.type == "cuda"
         with host_allocations():
@@ -558,7 +567,6 @@ class HostCachedTable(TableModule):
                                for k, t in self.host_state.items()}
         if was_meta and not self.slot_row.is_meta:
             self._empty_cache()  # to_empty from the meta device: no values yet, start empty
-        return self
 
 
 def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any], *,

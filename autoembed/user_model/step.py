@@ -205,7 +205,7 @@ def cast_floating(model: nn.Module, dtype: torch.dtype) -> None:
     from autoembed.models.host_cache import host_cached_tables
 
     for _, table in host_cached_tables(model):  # host rows and cached state follow
-        table._apply(lambda t: t.to(dtype) if t.is_floating_point() else t, recurse=False)
+        table.follow(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 @dataclass
