@@ -194,3 +194,31 @@ def test_hashed_host_cached_bag_reads_the_rows_the_hash_layer_reads() -> None:
         x = torch.randint(0, V, (8, 6))  # up to 48 distinct rows: read around the cache
         assert torch.allclose(cached_bag(x), plain(x))
         assert torch.allclose(cached_bag(x[:2]), plain(x[:2]))  # through the cache
+
+
+def test_half_precision_and_meta_build() -> None:
+    from autoembed.user_model.step import UserStep
+
+    x = batches(1)[0]
+    est = autoembed.estimate_model(lambda: autoembed.apply(Seed(), cached()), x,
+                                   optimizer="rowwise_adagrad", precision="bf16")
+    # bf16 rows on the host, the row-wise sums fp32, two int64 a row
+    assert est.host_bytes == V * D * 2 + V * 4 + 2 * V * 8
+    step = UserStep.build(autoembed.apply(Seed(), cached()), precision="bf16",
+                          optimizer="rowwise_adagrad")
+    for b in batches(3):
+        step.step(b)
+    table = step.model.emb.store.table
+    assert table.host_weight.dtype == table.cache_weight.dtype == torch.bfloat16
+    assert est.host_bytes == table.host_bytes()
+    with torch.device("meta"):
+        model = Seed()
+    autoembed.materialize(autoembed.apply(model, cached()))
+    assert model.emb.store.table.cache_weight.device.type == "cpu"
+    assert bool((model.emb.store.table.slot_row == -1).all())  # an empty cache
+    with torch.device("meta"):
+        bare = autoembed.apply(Seed(), cached())
+    bare.to_empty(device="cpu")  # torch's own call: no values, so the cache starts empty
+    assert bool((bare.emb.store.table.slot_row == -1).all())
+    losses = train(model, autoembed.build_optimizer(model, cached()), batches(1) * 20)
+    assert losses[-1] < losses[0] / 2  # it trains from the materialized table
