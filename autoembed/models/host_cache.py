@@ -20,6 +20,13 @@ the cached rows. Training is exact -- the same as a device-resident table -- for
 under which a row that is not looked up does not change (sparse gradients: sgd, adagrad,
 rowwise_adagrad, sparse_adam; SparseAdam's step count is per table, the same in both).
 
+The same table is the store of an `autoembed.nn` layer with ``placement="host_cached"``
+(`layer_storage`, `CachedStorage`: torch's call signatures over `lookup` / `lookup_bag`); there
+a training forward requires the table bound to its optimizer (`bind_optimizer`,
+`bind_host_cached`; `autoembed.build_optimizer` does it), and under fake tensors (a traced
+estimate) the slot remap is skipped. Host tensors are created under
+`memory.tracker.host_allocations`, so a traced estimate leaves them out of device memory.
+
 A training batch must fit the cache (config validation checks C >= distinct rows a batch
 can hold). A no-grad forward whose distinct rows exceed C reads them from host and cache
 without caching them (evaluation at a larger batch).

@@ -117,8 +117,11 @@ def user_optimizers(
     `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
     (name, sparse gradients) at `config.lr`; every other trainable parameter under
     `config.dense_optimizer` at `config.effective_dense_lr`. A `sparse=True` nn.Embedding /
-    EmbeddingBag takes sparse gradients, so its optimizer must accept them. `masters`:
-    parameter name -> fp32 master to optimise instead (*_master precisions)."""
+    EmbeddingBag takes sparse gradients, so its optimizer must accept them. A host_cached
+    `autoembed.nn` layer is bound to its table optimizer (`models.host_cache.
+    bind_host_cached`: the cached rows' state moves with them), which must be the one it was
+    built for. `masters`: parameter name -> fp32 master to optimise instead (*_master
+    precisions; refused beside a host_cached layer)."""
     from autoembed.config import SPARSE_GRAD_OPTIMIZERS
     from autoembed.models.optim import Optimizers, make_optimizer
 
