@@ -190,7 +190,7 @@ def test_hashed_host_cached_bag_reads_the_rows_the_hash_layer_reads() -> None:
                                  placement="host_cached", cache_rows=40, table_optimizer="sgd")
     plain = ae.EmbeddingBag(V, D, mode="sum", compression="hash", hash_buckets=50)
     with torch.no_grad():
-        plain.store.bucket_weight.copy_(cached_bag.weight)  # [50, D]: the host table
+        plain.store.weight.copy_(cached_bag.weight)  # [50, D]: the host table
         x = torch.randint(0, V, (8, 6))  # up to 48 distinct rows: read around the cache
         assert torch.allclose(cached_bag(x), plain(x))
         assert torch.allclose(cached_bag(x[:2]), plain(x[:2]))  # through the cache
