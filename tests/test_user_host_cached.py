@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -109,6 +111,7 @@ def test_state_dict_round_trip_is_exact_and_training_continues() -> None:
     again.load_state_dict(model.state_dict())
     assert torch.equal(again.emb.weight, model.emb.weight)  # the full tables
     opt2 = autoembed.build_optimizer(again, cached())
+    opt2.load_state_dict(opt.state_dict())  # replaces its state tensors: re-bound on use
     assert train(again, opt2, data[8:]) == train(model, opt, data[8:])
     assert torch.equal(again.emb.weight, model.emb.weight)
     a, b = again.emb.store.table, model.emb.store.table
@@ -165,6 +168,8 @@ def test_an_optimizer_of_the_users_own_is_refused_unless_bound() -> None:
     model.emb.store.bind_optimizer(own)  # the documented way: bind it by hand
     model(x, y).backward()
     own.step()
+    with pytest.raises(ConfigError, match="trains only bound"):
+        copy.deepcopy(model)(x, y)  # a copy's cache is in no optimizer
     with pytest.raises(ConfigError, match="table 'emb' is host_cached for table_optimizer "
                        r"'rowwise_adagrad' \(its host state has that shape\), not 'adagrad'"):
         autoembed.build_optimizer(autoembed.apply(Seed(), cached()),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,7 +172,7 @@ class HostCachedTable(TableModule):
         self.stats = CacheStats()  # training forwards (grad enabled)
         self.eval_stats = CacheStats()  # no-grad forwards (evaluation, serving)
         self._tmp_weight: torch.Tensor | None = None
-        self.bound_to: str | None = None  # type name of the optimizer bound (bind_optimizer)
+        self._bound: weakref.ref[Optimizer] | None = None  # by bind_optimizer
 
     @torch.no_grad()
     def _draw_host(self) -> None:
@@ -244,7 +245,7 @@ class HostCachedTable(TableModule):
         if stray:  # a torch version with other state names: the rows would lose that state
             raise RuntimeError(f"{type(optimizer).__name__} keeps per-row state {stray} that "
                                "the host cache does not move; update ROW_STATE")
-        self.bound_to = kind
+        self._bound = weakref.ref(optimizer)
 
     def reset_stats(self) -> None:
         self.stats = CacheStats()
@@ -490,13 +491,8 @@ class HostCachedTable(TableModule):
         table bound to its optimizer. Under fake tensors (a traced estimate) the cache is
         read with the ids as they are: the slot remap is data-dependent, and the device
         side is priced as a cache_rows-row table, as `memory.traced` prices it."""
-        if (self.training and torch.is_grad_enabled() and self.bound_to is None
-                and self.cache_weight.requires_grad):
-            raise ConfigError(
-                "a host_cached table trains only bound to its optimizer (its state moves with "
-                "the rows); build the optimizer with autoembed.build_optimizer(model, config), "
-                f"or call <layer>.store.bind_optimizer(opt) with a "
-                f"{_OPTIMIZER_KIND[self.optimizer_name]}")
+        if self.training and torch.is_grad_enabled() and self.cache_weight.requires_grad:
+            self._check_bound()
         if is_fake(self.cache_weight):
             return self.cache_weight, ids
         flat = ids.reshape(-1)
@@ -504,6 +500,22 @@ class HostCachedTable(TableModule):
         read, got = self._resident(rows)
         w = self.cache_weight if read is None else read
         return w, got.view(ids.shape).to(w.device)
+
+    def _check_bound(self) -> None:
+        """The optimizer bound still steps `cache_weight` (else a ConfigError); if its state
+        was replaced since (`opt.load_state_dict`), bind it again: the cache's own state,
+        restored with the module's state_dict, is the one that moves with the rows."""
+        opt = self._bound() if self._bound is not None else None
+        if opt is None or not any(p is self.cache_weight
+                                  for g in opt.param_groups for p in g["params"]):
+            raise ConfigError(
+                "a host_cached table trains only bound to its optimizer (its state moves with "
+                "the rows); build the optimizer with autoembed.build_optimizer(model, config), "
+                f"or call <layer>.store.bind_optimizer(opt) with a "
+                f"{_OPTIMIZER_KIND[self.optimizer_name]}")
+        st = opt.state.get(self.cache_weight, {})
+        if any(st.get(k) is not t for k, t in self.cache_state.items()):
+            self.bind_optimizer(opt)
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """[*ids.shape, D]: torch.nn.Embedding's lookup through the cache."""
