@@ -182,6 +182,9 @@ def test_an_optimizer_of_the_users_own_is_refused_unless_bound() -> None:
     ({"cache_rows": 10, "compression": "qr"}, "compression 'qr' with placement host_cached"),
     ({"cache_rows": 10, "cache_policy": "fifo"}, "cache_policy = 'fifo': use lru or lfu"),
     ({"placement": "disk"}, "placement 'disk': use device or host_cached"),
+    ({"cache_rows": 10, "mode": "max"}, "mode 'max' with placement host_cached"),
+    ({"cache_rows": 10, "compression": "hash", "hash_buckets": 50, "dynamic_rows": 5},
+     "dynamic_rows = 5: rows for new ids extend an unhashed table"),
 ])
 def test_bad_layer_settings_are_one_line_config_errors(kw: dict, says: str) -> None:
     kw = {"placement": "host_cached", **kw}
@@ -227,3 +230,14 @@ def test_half_precision_and_meta_build() -> None:
     assert bool((bare.emb.store.table.slot_row == -1).all())
     losses = train(model, autoembed.build_optimizer(model, cached()), batches(1) * 20)
     assert losses[-1] < losses[0] / 2  # it trains from the materialized table
+
+
+def test_dynamic_rows_give_new_ids_their_own_rows() -> None:
+    emb = ae.Embedding(10, D, placement="host_cached", cache_rows=12, dynamic_rows=4,
+                       table_optimizer="sgd")
+    with torch.no_grad():
+        out = emb(torch.tensor([[3, 100, 200, 100]]))
+    w = emb.weight  # [10 + 4, D]: the known rows, then one row per new id, first come
+    assert w.shape == (14, D)
+    assert torch.equal(out[0, 0], w[3]) and torch.equal(out[0, 1], w[10])
+    assert torch.equal(out[0, 2], w[11]) and torch.equal(out[0, 3], w[10])

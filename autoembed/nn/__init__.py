@@ -325,6 +325,9 @@ class EmbeddingBag(_Layer):
         if mode == "max" and compression not in ("none", "hash"):
             raise ConfigError(f"mode 'max' with compression '{compression}': the max of "
                               "combined parts is not the max of rows; use sum or mean")
+        if mode == "max" and placement == "host_cached":
+            raise ConfigError("mode 'max' with placement host_cached: the cache takes sparse "
+                              "gradients, which torch's max bags do not give; use sum or mean")
         super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
                          {**settings, "placement": placement})
         self.mode = mode
