@@ -114,6 +114,8 @@ class HostCachedTable(TableModule):
     state moves with the rows (ROW_STATE); `state_dtype` its dtype for per-element state.
     """
 
+    quantizable = False  # serving packs device weights; this table's rows live on the host
+
     def __init__(
         self,
         vocab: int,
@@ -176,8 +178,8 @@ class HostCachedTable(TableModule):
 
     @torch.no_grad()
     def _draw_host(self) -> None:
-        """The full table's initial rows (the known rows as PlainTable initialises its
-        weight, scaled to `init_std`), its state zero."""
+        """The full table's initial rows: N(0, init_std) (PlainTable's draw at its default;
+        dynamic rows from their own generator); a text table's pad row zero."""
         host, vocab = self.host_weight, self.known_rows
         host[:vocab].normal_(0.0, self.init_std)
         if host.shape[0] > vocab:  # own stream: the known rows and the tower keep the draws
@@ -425,8 +427,6 @@ class HostCachedTable(TableModule):
         rows = self.slot_row[held].cpu()
         for k, t in self.cache_state.items():  # the cached rows' state, from the host copy
             t[held] = self.host_state[k][rows].to(t.device)
-
-    quantizable = False  # serving packs device weights; this table's rows live on the host
 
     # ----------------------------------------------------------------- lookups
     def _rows_of(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

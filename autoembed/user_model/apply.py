@@ -134,7 +134,7 @@ def _fit(layer: Any, old: Any, name: str) -> None:
     fit_to(layer.store, old.weight)
 
 
-def _start_cached(layer: Any, old: Any, ts: Any, from_trained: bool) -> None:
+def _start_cached(layer: Any, old: Any, from_trained: bool) -> None:
     """A host_cached layer starts from the module it replaces: the same rows (compression
     none), or under hash with `from_trained` the bucket means (`hash_init`)."""
     from autoembed.models.compress_init import hash_init
@@ -201,7 +201,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
             continue  # nothing changes: keep the user's module (and its ties)
         layer = _new_layer(old, ts, hot_sets, config)
         if cached:
-            _start_cached(layer, old, ts, from_trained)
+            _start_cached(layer, old, from_trained)
         elif from_trained:
             _fit(layer, old, ts.name)
         parent, _, attr = ts.name.rpartition(".")

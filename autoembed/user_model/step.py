@@ -33,7 +33,6 @@ from torch.utils._pytree import tree_map
 
 from autoembed.config import PRECISIONS, EmbeddingConfig, PrecisionPolicy, precision_policy
 from autoembed.errors import ConfigError
-from autoembed.models.host_cache import bind_host_cached
 
 __all__ = [
     "EMBEDDING_TYPES",
@@ -123,6 +122,7 @@ def user_optimizers(
     built for. `masters`: parameter name -> fp32 master to optimise instead (*_master
     precisions; refused beside a host_cached layer)."""
     from autoembed.config import SPARSE_GRAD_OPTIMIZERS
+    from autoembed.models.host_cache import bind_host_cached
     from autoembed.models.optim import Optimizers, make_optimizer
 
     if not config.is_resolved:
@@ -253,6 +253,8 @@ class UserStep:
                 raise ConfigError(f"optimizer factory {_name(optimizer)} returned "
                                   f"{type(opt).__name__}, not a torch.optim.Optimizer")
             opts = (pin_foreach(opt),)
+            from autoembed.models.host_cache import bind_host_cached
+
             bind_host_cached(model, opts)
         config = EmbeddingConfig(precision=precision)
         return cls(model, opts, policy, masters, make_scaler(config, _device(model)), config)
