@@ -125,8 +125,9 @@ def test_bad_configs_are_one_line_errors() -> None:
     cached = EmbeddingConfig(tables=(TableConfig("tok", GPT["vocab"]),), dim=GPT["dim"],
                              placement="host_cached", table_optimizer="rowwise_adagrad",
                              cache_load_factor=0.5)
-    with pytest.raises(ConfigError, match="'placement' = 'host_cached': host_cached tables"):
-        autoembed.apply(model, cached)  # would otherwise be silently ignored
+    with pytest.raises(ConfigError, match="table 'tok' is tied to 'lm_head', and a "
+                       "host_cached table's rows live on the host"):
+        autoembed.apply(model, cached)  # the head could not read the host rows
 
 
 def test_materialize_refuses_buffers_without_values() -> None:

@@ -138,7 +138,7 @@ def test_config_wide_values_reach_the_config() -> None:
     ({"embedding": {"checkpointing": {"choices": [True, False]}}},
      "key 'embedding.checkpointing' = {'choices': [True, False]}: name the modules"),
     ({"embedding": {"placement": "host_cached"}, "user": {"d": {"choices": [1, 2]}}},
-     "key 'embedding.placement' = 'host_cached': host_cached tables run only in"),
+     "key 'embedding.placement' = 'host_cached': host_cached is not searched over your"),
 ])
 def test_bad_spaces_are_one_line_errors(raw, says) -> None:
     with pytest.raises(ConfigError) as e:

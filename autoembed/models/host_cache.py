@@ -20,6 +20,13 @@ the cached rows. Training is exact -- the same as a device-resident table -- for
 under which a row that is not looked up does not change (sparse gradients: sgd, adagrad,
 rowwise_adagrad, sparse_adam; SparseAdam's step count is per table, the same in both).
 
+The same table is the store of an `autoembed.nn` layer with ``placement="host_cached"``
+(`layer_storage`, `CachedStorage`: torch's call signatures over `lookup` / `lookup_bag`); there
+a training forward requires the table bound to its optimizer (`bind_optimizer`,
+`bind_host_cached`; `autoembed.build_optimizer` does it), and under fake tensors (a traced
+estimate) the slot remap is skipped. Host tensors are created under
+`memory.tracker.host_allocations`, so a traced estimate leaves them out of device memory.
+
 A training batch must fit the cache (config validation checks C >= distinct rows a batch
 can hold). A no-grad forward whose distinct rows exceed C reads them from host and cache
 without caching them (evaluation at a larger batch).
@@ -29,22 +36,26 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.optim import Optimizer
 
 from autoembed.batch import PAD_ID
-from autoembed.errors import DataError
+from autoembed.errors import ConfigError, DataError
+from autoembed.memory.tracker import host_allocations
 from autoembed.models.dynamic_ids import DynamicIds
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
 
 __all__ = [
     "HostCachedTable", "CacheStats", "ROW_STATE", "host_cached_tables", "total_stats",
-    "cache_metrics",
+    "cache_metrics", "layer_storage", "bind_host_cached", "CachedStorage",
 ]
 
 # Per-row optimizer state tensors moved with a row: name in the torch optimizer's state ->
@@ -57,6 +68,9 @@ ROW_STATE: dict[str, tuple[tuple[str, bool], ...]] = {
     "sparse_adam": (("exp_avg", True), ("exp_avg_sq", True)),
 }
 EMPTY = -1
+# table optimizer name -> the torch optimizer class that steps it (models.optim.make_optimizer)
+_OPTIMIZER_KIND = {"sgd": "SGD", "adagrad": "Adagrad", "rowwise_adagrad": "RowWiseAdagrad",
+                   "sparse_adam": "SparseAdam"}
 
 
 @dataclass(frozen=True)
@@ -92,11 +106,15 @@ def _astuple(s: CacheStats) -> tuple[int, ...]:
 
 class HostCachedTable(TableModule):
     """A [rows, dim] table held on the host with a `cache_rows`-row cache on `device`.
+    Also the table of an `autoembed.nn` layer with placement host_cached (`CachedStorage`:
+    torch's calls, `lookup` / `lookup_bag`).
 
     rows = known rows (`vocab`) + `dynamic_rows` (ids >= vocab, `DynamicIds`); `buckets`
     hashes ids first (compression hash). `optimizer` names the table optimizer whose per-row
     state moves with the rows (ROW_STATE); `state_dtype` its dtype for per-element state.
     """
+
+    quantizable = False  # serving packs device weights; this table's rows live on the host
 
     def __init__(
         self,
@@ -112,6 +130,7 @@ class HostCachedTable(TableModule):
         dynamic_rows: int = 0,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        init_std: float | None = None,
     ) -> None:
         super().__init__(spec)
         if policy not in ("lru", "lfu"):
@@ -126,27 +145,22 @@ class HostCachedTable(TableModule):
         self.policy = policy
         self.optimizer_name = optimizer
         self.known_rows = vocab
+        # N(0, init_std) rows; default 1/sqrt(dim), PlainTable's (the nn layers: torch's 1)
+        self.init_std = 1.0 / math.sqrt(dim) if init_std is None else init_std
         rows = vocab + dynamic_rows
         pin = dev.type == "cuda"
-        # --- host: the full table, initialised exactly as PlainTable initialises its weight
-        host = torch.empty((rows, dim), dtype=dtype)
-        with torch.no_grad():
-            host[:vocab].normal_(0.0, 1.0 / math.sqrt(dim))
-            if dynamic_rows:  # own stream: the known rows and the tower keep the device draws
-                g = torch.Generator().manual_seed(seed + 1)
-                host[vocab:] = torch.randn((dynamic_rows, dim), generator=g).mul_(
-                    1.0 / math.sqrt(dim)
-                ).to(dtype)
-            if self.pads_in_place:
-                host[PAD_ID].zero_()
-        self.host_weight = _pinned(host, pin)
-        self.host_state: dict[str, torch.Tensor] = {
-            name: _pinned(_zeros_state(rows, dim, per_elem, dtype), pin)
-            for name, per_elem in ROW_STATE[optimizer]
-        }
-        self.slot_of_row = _pinned(torch.full((rows,), EMPTY, dtype=torch.int64), pin)
-        self.use_count = _pinned(torch.zeros(rows, dtype=torch.int64), pin)
-        self.dynamic = DynamicIds(vocab, dynamic_rows, seed) if dynamic_rows else None
+        with host_allocations():  # not device memory: a traced estimate leaves it out
+            host = torch.empty((rows, dim), dtype=dtype, device="cpu")
+            self.host_weight = _pinned(host, pin)
+            self.host_state: dict[str, torch.Tensor] = {
+                name: _pinned(_zeros_state(rows, dim, per_elem, dtype), pin)
+                for name, per_elem in ROW_STATE[optimizer]
+            }
+            self.slot_of_row = _pinned(torch.full((rows,), EMPTY, dtype=torch.int64,
+                                                  device="cpu"), pin)
+            self.use_count = _pinned(torch.zeros(rows, dtype=torch.int64, device="cpu"), pin)
+            self.dynamic = DynamicIds(vocab, dynamic_rows, seed) if dynamic_rows else None
+            self._draw_host()
         # --- device: the cache
         self.cache_weight = nn.Parameter(torch.zeros((cache_rows, dim), device=dev, dtype=dtype))
         self.cache_state: dict[str, torch.Tensor] = {
@@ -160,6 +174,20 @@ class HostCachedTable(TableModule):
         self.stats = CacheStats()  # training forwards (grad enabled)
         self.eval_stats = CacheStats()  # no-grad forwards (evaluation, serving)
         self._tmp_weight: torch.Tensor | None = None
+        self._bound: weakref.ref[Optimizer] | None = None  # by bind_optimizer
+
+    @torch.no_grad()
+    def _draw_host(self) -> None:
+        """The full table's initial rows: N(0, init_std) (PlainTable's draw at its default;
+        dynamic rows from their own generator); a text table's pad row zero."""
+        host, vocab = self.host_weight, self.known_rows
+        host[:vocab].normal_(0.0, self.init_std)
+        if host.shape[0] > vocab:  # own stream: the known rows and the tower keep the draws
+            g = torch.Generator().manual_seed(self.seed + 1)
+            host[vocab:] = torch.randn((host.shape[0] - vocab, host.shape[1]), generator=g,
+                                       device="cpu").mul_(self.init_std).to(host.dtype)
+        if self.pads_in_place:
+            host[PAD_ID].zero_()
 
     # ----------------------------------------------------------------- structure
     @property
@@ -193,9 +221,23 @@ class HostCachedTable(TableModule):
         return {"slot_row": self.slot_row, "slot_last": self.slot_last,
                 "slot_count": self.slot_count}
 
+    def host_bytes(self) -> int:
+        """Bytes of the host tensors (exact: `memory.cache_model` prices the same)."""
+        return sum(t.numel() * t.element_size() for t in self.host_tensors().values())
+
     def bind_optimizer(self, optimizer: Optimizer) -> None:
         """Make `optimizer`'s state for `cache_weight` the cache's state tensors (the rows move
-        with their state); creates it as the optimizer would on its first step."""
+        with their state); creates it as the optimizer would on its first step. An optimizer
+        of another kind than the table's `optimizer` is a ConfigError: its state would stay
+        with the cache slots when their rows change."""
+        kind = _OPTIMIZER_KIND[self.optimizer_name]
+        if type(optimizer).__name__ != kind or getattr(optimizer, "defaults", {}).get(
+                "momentum", 0.0):
+            raise ConfigError(
+                f"a host_cached table built for optimizer '{self.optimizer_name}' cannot be "
+                f"stepped by {type(optimizer).__name__}: its state would not move with the "
+                f"rows; step it with {kind}{' without momentum' if kind == 'SGD' else ''} "
+                "(autoembed.build_optimizer makes it)")
         st = optimizer.state[self.cache_weight]
         if self.optimizer_name == "sparse_adam" and "step" not in st:
             st["step"] = 0
@@ -205,6 +247,7 @@ class HostCachedTable(TableModule):
         if stray:  # a torch version with other state names: the rows would lose that state
             raise RuntimeError(f"{type(optimizer).__name__} keeps per-row state {stray} that "
                                "the host cache does not move; update ROW_STATE")
+        self._bound = weakref.ref(optimizer)
 
     def reset_stats(self) -> None:
         self.stats = CacheStats()
@@ -392,10 +435,14 @@ class HostCachedTable(TableModule):
             idx, valid = ids, ids != PAD_ID
         else:
             idx, valid = self._masked(ids)
-            if self.buckets is not None:
-                idx = hash_ids(idx, self.buckets, self.seed)
+        return self._host_rows(idx, valid.cpu()), valid.cpu()
+
+    def _host_rows(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Table rows of ids `idx` (hashed, then dynamic ids mapped; where `valid`), on the
+        host; an id outside the table is a DataError."""
+        if self.buckets is not None:
+            idx = hash_ids(idx, self.buckets, self.seed)
         idx = idx.cpu()
-        valid = valid.cpu()
         if self.dynamic is not None:
             idx = torch.where(valid, self.dynamic.map(idx.clamp(min=0)), idx)
         top = int(idx[valid].max()) if bool(valid.any()) else -1
@@ -404,26 +451,27 @@ class HostCachedTable(TableModule):
                 f"id {top} is outside the table's {self.rows} rows; size the vocabulary to the "
                 "data, or give placement host_cached dynamic_rows for ids never seen before"
             )
-        return idx, valid
+        return idx
+
+    def _resident(self, rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(None, slots) of host `rows` made resident; a no-grad batch with more distinct rows
+        than the cache: (their values read around it, index into those) instead."""
+        if torch.is_grad_enabled() or int(torch.unique(rows).numel()) <= self.cache_rows:
+            return None, self.resident_slots(rows, training=torch.is_grad_enabled())
+        uniq, inverse = torch.unique(rows, return_inverse=True)
+        self._count(CacheStats(lookups=int(rows.numel()), uncached_reads=int(uniq.numel())),
+                    training=False)
+        return self.read_rows(uniq), inverse
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Pooled [B, dim] of one field's [B, L] ids."""
         idx, valid = self._rows_of(ids)
         dev = self.cache_weight.device
-        real = idx[valid]
-        if not torch.is_grad_enabled() and int(torch.unique(real).numel()) > self.cache_rows:
-            # more distinct rows than the cache holds: read around it (no gradient)
-            uniq, inverse = torch.unique(real, return_inverse=True)
-            self._tmp_weight = self.read_rows(uniq)
-            self._count(CacheStats(lookups=int(real.numel()), uncached_reads=int(uniq.numel())),
-                        training=False)
-            sidx = torch.zeros_like(idx)
-            sidx[valid] = inverse
-            name = "_tmp_weight"
-        else:
-            sidx = torch.zeros_like(idx)
-            sidx[valid] = self.resident_slots(real, training=torch.is_grad_enabled())
-            name = "cache_weight"
+        read, got = self._resident(idx[valid])
+        self._tmp_weight = read
+        name = "cache_weight" if read is None else "_tmp_weight"
+        sidx = torch.zeros_like(idx)
+        sidx[valid] = got
         sidx, valid = sidx.to(dev), valid.to(dev)
         try:
             if self.spec.pooling == "naive":
@@ -435,11 +483,199 @@ class HostCachedTable(TableModule):
     def _naive(self, name: str, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         return self._pool_rows(self._rows(name, idx, valid, None), valid)
 
+    # ----------------------------------------------- an autoembed.nn layer's storage
+    # torch's calls (`autoembed.nn.Embedding(..., placement="host_cached")`): ids of any
+    # shape, every id a lookup; cache_weight takes sparse gradients.
+    def _weight_and_index(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight, index): weight[index] are the rows of `ids`. A training lookup needs the
+        table bound to its optimizer. Under fake tensors (a traced estimate) the cache is
+        read with the ids as they are: the slot remap is data-dependent, and the device
+        side is priced as a cache_rows-row table, as `memory.traced` prices it."""
+        if self.training and torch.is_grad_enabled() and self.cache_weight.requires_grad:
+            self._check_bound()
+        if is_fake(self.cache_weight):
+            return self.cache_weight, ids
+        flat = ids.reshape(-1)
+        rows = self._host_rows(flat, torch.ones(flat.shape, dtype=torch.bool))
+        read, got = self._resident(rows)
+        w = self.cache_weight if read is None else read
+        return w, got.view(ids.shape).to(w.device)
+
+    def _check_bound(self) -> None:
+        """The optimizer bound still steps `cache_weight` (else a ConfigError); if its state
+        was replaced since (`opt.load_state_dict`), bind it again: the cache's own state,
+        restored with the module's state_dict, is the one that moves with the rows."""
+        opt = self._bound() if self._bound is not None else None
+        if opt is None or not any(p is self.cache_weight
+                                  for g in opt.param_groups for p in g["params"]):
+            raise ConfigError(
+                "a host_cached table trains only bound to its optimizer (its state moves with "
+                "the rows); build the optimizer with autoembed.build_optimizer(model, config), "
+                f"or call <layer>.store.bind_optimizer(opt) with a "
+                f"{_OPTIMIZER_KIND[self.optimizer_name]}")
+        st = opt.state.get(self.cache_weight, {})
+        if any(st.get(k) is not t for k, t in self.cache_state.items()):
+            self.bind_optimizer(opt)
+
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """[*ids.shape, D]: torch.nn.Embedding's lookup through the cache."""
+        w, idx = self._weight_and_index(ids)
+        return F.embedding(idx, w, sparse=True)
+
+    def lookup_bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+                   psw: torch.Tensor | None) -> torch.Tensor:
+        """torch.nn.EmbeddingBag's pooling through the cache."""
+        w, idx = self._weight_and_index(ids)
+        return F.embedding_bag(idx, w, offsets, mode=mode, per_sample_weights=psw, sparse=True)
+
+    @torch.no_grad()
+    def load_full(self, weight: torch.Tensor) -> None:
+        """Start from `weight` [n <= rows, D] (e.g. the table it replaces): the first n host
+        rows take its values, the optimizer state is zero, the cache is emptied."""
+        with host_allocations():
+            w = weight.detach().to("cpu", self.host_weight.dtype)
+            self.host_weight[:w.shape[0]].copy_(w)
+        self._empty_cache()
+
+    @torch.no_grad()
+    def _empty_cache(self) -> None:
+        """No row cached, no row used, all optimizer state zero."""
+        with host_allocations():
+            for t in self.host_state.values():
+                t.zero_()
+            self.slot_of_row.fill_(EMPTY)
+            self.use_count.zero_()
+        self.slot_row.fill_(EMPTY)
+        self.slot_last.zero_()
+        self.slot_count.zero_()
+        self.cache_weight.zero_()
+        for t in self.cache_state.values():
+            t.zero_()
+        self.clock = 0
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """A fresh table (new draws, zero state, empty cache): `autoembed.materialize`."""
+        with host_allocations():
+            self._draw_host()
+        self._empty_cache()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """`.to()`, `.cuda()`, `.half()`, `to_empty`: the device side follows `fn`; the host
+        side stays on the host and takes the dtype `fn` gives."""
+        super()._apply(fn, recurse)
+        self.follow(fn)
+        return self
+
+    def follow(self, fn: Any) -> None:
+        """Apply `fn` (a `Module._apply` function) to the tensors outside parameters and
+        buffers, as `_apply` does: the cache's state and slots follow it; the host tensors
+        stay on the host in the dtype it gives."""
+        was_meta = self.slot_row.is_meta
+        dev = self.cache_weight.device
+        for name, t in self.device_bookkeeping().items():
+            setattr(self, name, fn(t))
+        # per-row state (rowwise_adagrad) stays fp32, as the host copy
+        self.cache_state = {k: fn(t) if t.dim() > 1 else fn(t).to(t.dtype)
+                            for k, t in self.cache_state.items()}
+        dtype = fn(torch.empty(0, dtype=self.host_weight.dtype)).dtype
+        pin = dev.type == "cuda"
+        with host_allocations():
+            self.host_weight = _pinned(self.host_weight.to(dtype), pin)
+            self.host_state = {k: _pinned(t.to(t.dtype if t.dim() == 1 else dtype), pin)
+                               for k, t in self.host_state.items()}
+        if was_meta and not self.slot_row.is_meta:
+            self._empty_cache()  # to_empty from the meta device: no values yet, start empty
+
+
+def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any], *,
+                  cache_rows: int | None = None, cache_policy: str = "lru",
+                  table_optimizer: str = "rowwise_adagrad", dynamic_rows: int = 0,
+                  hash_buckets: int | None = None, hash_seed: int = 0,
+                  **rest: Any) -> CachedStorage:
+    """The host-cached storage of an `autoembed.nn` layer of `num` ids: compression none (one
+    row per id, plus `dynamic_rows`) or hash (min(num, hash_buckets) rows, ids hashed as the
+    layer's hash storage hashes them); `cache_rows` of them on `factory`'s device; rows start
+    N(0, 1) as torch's nn.Embedding. Bad settings are one-line ConfigErrors."""
+    if rest:
+        raise ConfigError(f"placement host_cached does not take {', '.join(sorted(rest))}; "
+                          "give cache_rows, cache_policy, table_optimizer, dynamic_rows")
+    if compression not in ("none", "hash"):
+        raise ConfigError(f"compression '{compression}' with placement host_cached: the cache "
+                          "holds plain or hashed rows; use compression none or hash")
+    buckets = None
+    if compression == "hash":
+        if not hash_buckets or hash_buckets < 1:
+            raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
+        buckets = hash_buckets if hash_buckets < num else None
+    if dynamic_rows < 0 or (dynamic_rows and buckets is not None):
+        raise ConfigError(f"dynamic_rows = {dynamic_rows}: rows for new ids extend an unhashed "
+                          "table; give 0, or compression none")
+    rows = (buckets or num) + dynamic_rows
+    if not isinstance(cache_rows, int) or not 1 <= cache_rows <= rows:
+        raise ConfigError(f"cache_rows = {cache_rows!r}: the cache holds 1 to {rows} of the "
+                          f"table's {rows} rows; give an int in that range")
+    if cache_policy not in ("lru", "lfu"):
+        raise ConfigError(f"cache_policy = {cache_policy!r}: use lru or lfu")
+    if table_optimizer not in ROW_STATE:
+        raise ConfigError(f"table_optimizer = {table_optimizer!r} cannot step a host_cached "
+                          "table (a row not looked up must not change); use one of "
+                          f"{', '.join(ROW_STATE)}")
+    dtype = factory.get("dtype") or torch.get_default_dtype()
+    spec = LookupSpec(pooling="sum", sparse=True, text=False)
+    return CachedStorage(HostCachedTable(
+        buckets or num, dim, cache_rows, cache_policy, table_optimizer, spec, buckets=buckets,
+        seed=hash_seed, dynamic_rows=dynamic_rows,
+        device=factory.get("device") or torch.empty(0).device, dtype=dtype, init_std=1.0))
+
+
+class CachedStorage(nn.Module):
+    """The storage of an `autoembed.nn` layer with placement host_cached: torch's calls
+    (`rows`, `bag`, `full`, as the layers' other storages) over a `HostCachedTable`."""
+
+    quantizable = False  # see HostCachedTable
+
+    def __init__(self, table: HostCachedTable) -> None:
+        super().__init__()
+        self.table = table
+        self.packed: dict[str, Any] = {}  # never packed
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table.lookup(ids)
+
+    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
+            psw: torch.Tensor | None) -> torch.Tensor:
+        return self.table.lookup_bag(ids, offsets, mode, psw)
+
+    def full(self) -> torch.Tensor:
+        """The whole table, current (a host tensor; the cache flushed into it)."""
+        return self.table.full_weight()
+
+    def bind_optimizer(self, optimizer: Optimizer) -> None:
+        """`HostCachedTable.bind_optimizer`: for an optimizer built by hand."""
+        self.table.bind_optimizer(optimizer)
+
+
+def bind_host_cached(model: nn.Module, optimizers: Any) -> None:
+    """Bind each host-cached table of `model` to the optimizer (of `optimizers`) that steps
+    its `cache_weight`; one that none steps, or whose optimizer cannot move its state, is a
+    ConfigError."""
+    for name, table in host_cached_tables(model):
+        opt = next((o for o in optimizers if any(p is table.cache_weight
+                                                  for g in o.param_groups for p in g["params"])),
+                   None)
+        if opt is None:
+            raise ConfigError(f"host_cached table '{name}': no optimizer steps its cache_weight; "
+                              "give it to one (autoembed.build_optimizer does)")
+        table.bind_optimizer(opt)
+
 
 def _zeros_state(rows: int, dim: int, per_elem: bool, dtype: torch.dtype) -> torch.Tensor:
     # per-element state has the parameter dtype (torch.optim: zeros_like / full_like(p));
     # RowWiseAdagrad's per-row sum is fp32
-    return torch.zeros((rows, dim), dtype=dtype) if per_elem else torch.zeros(rows)
+    cpu = torch.device("cpu")
+    return torch.zeros((rows, dim), dtype=dtype, device=cpu) if per_elem else torch.zeros(
+        rows, device=cpu)
 
 
 def _pinned(t: torch.Tensor, pin: bool) -> torch.Tensor:

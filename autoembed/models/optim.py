@@ -219,7 +219,8 @@ def build_optimizer(
     (fp16_master / bf16_master precision).
 
     A user's own model (not autoembed's `EmbeddingModel`): its nn.Embedding / EmbeddingBag /
-    autoembed.nn tables by module path, `autoembed.user_model.step.user_optimizers`.
+    autoembed.nn tables by module path, `autoembed.user_model.step.user_optimizers` (which
+    also binds host_cached layers' caches to their optimizer, so `.step()` trains them).
     """
     from autoembed.models.model import EmbeddingModel
 

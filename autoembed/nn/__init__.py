@@ -13,8 +13,16 @@ and store the table as the compression says:
 
 Serving: `autoembed.quantize(model, "int8" | "int4")` packs each layer's stored weights
 (not mixed_dim's projection) into the built-in tables' row format, dequantized on lookup.
-Placement (`host_cached`) is not a layer setting here: the built-in models' host cache
-(`models.host_cache`) runs its own sparse optimizer step, which a user's loop does not.
+Placement: ``placement="host_cached"`` (compression none or hash) keeps the whole table and
+its optimizer state in host memory and ``cache_rows`` rows on the device (``cache_policy``
+lru / lfu, ``table_optimizer`` sgd / adagrad / rowwise_adagrad / sparse_adam, ``dynamic_rows``):
+the store is `models.host_cache.HostCachedTable`, the built-in models' cache, and
+``cache_weight`` [cache_rows, D] (sparse gradients) is its one parameter. A training forward
+needs the table bound to its optimizer, whose state then moves with the rows:
+`autoembed.build_optimizer(model, config)` binds it (a plain ``opt.step()`` loop then trains
+it exactly as a device table); with an optimizer of your own, ``layer.store.bind_optimizer(opt)``
+(an optimizer of another kind is a ConfigError). ``state_dict`` holds the full table (the
+cache is flushed first). Not quantized by `autoembed.quantize` (its rows live on the host).
 
 `full_weight()` decodes the whole [V, D] table (a tied output layer reads it each forward);
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
@@ -253,7 +261,18 @@ class _Layer(nn.Module):
         self.padding_idx = padding_idx
         self.compression = compression
         factory = {"device": device, "dtype": dtype}
-        self.store = _storage(num_embeddings, embedding_dim, compression, factory, **settings)
+        self.placement = settings.pop("placement", "device")
+        self.sparse = self.placement == "host_cached"  # cache_weight: sparse gradients
+        if self.placement == "host_cached":
+            from autoembed.models.host_cache import layer_storage
+
+            self.store: Any = layer_storage(num_embeddings, embedding_dim, compression, factory,
+                                            **settings)
+        elif self.placement != "device":
+            raise ConfigError(f"placement '{self.placement}': use device or host_cached")
+        else:
+            self.store = _storage(num_embeddings, embedding_dim, compression, factory,
+                                  **settings)
 
     def __getattr__(self, name: str) -> Any:
         if name == "weight":  # torch's attribute: the decoded [V, D] table
@@ -270,7 +289,9 @@ class _Layer(nn.Module):
         return None if self.padding_idx is None else (ids != self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, compression={self.compression}"
+        where = "" if self.placement == "device" else f", placement={self.placement}"
+        return (f"{self.num_embeddings}, {self.embedding_dim}, "
+                f"compression={self.compression}{where}")
 
 
 class Embedding(_Layer):
@@ -279,10 +300,10 @@ class Embedding(_Layer):
     (max_norm, scale_grad_by_freq, sparse) are not taken."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 *, compression: str = "none", device: Any = None, dtype: Any = None,
-                 **settings: Any) -> None:
+                 *, compression: str = "none", placement: str = "device", device: Any = None,
+                 dtype: Any = None, **settings: Any) -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
-                         settings)
+                         {**settings, "placement": placement})
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
         out = self.store.rows(input)
@@ -297,14 +318,18 @@ class EmbeddingBag(_Layer):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean",
                  padding_idx: int | None = None, *, compression: str = "none",
-                 device: Any = None, dtype: Any = None, **settings: Any) -> None:
+                 placement: str = "device", device: Any = None, dtype: Any = None,
+                 **settings: Any) -> None:
         if mode not in ("sum", "mean", "max"):
             raise ConfigError(f"mode '{mode}': use sum, mean or max")
         if mode == "max" and compression not in ("none", "hash"):
             raise ConfigError(f"mode 'max' with compression '{compression}': the max of "
                               "combined parts is not the max of rows; use sum or mean")
+        if mode == "max" and placement == "host_cached":
+            raise ConfigError("mode 'max' with placement host_cached: the cache takes sparse "
+                              "gradients, which torch's max bags do not give; use sum or mean")
         super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
-                         settings)
+                         {**settings, "placement": placement})
         self.mode = mode
 
     def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,  # noqa: A002

@@ -61,8 +61,11 @@ EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", 
 NOT_FOR_USER_MODELS = {
     "checkpointing": "name the modules to checkpoint in your code: "
                      "autoembed.apply(model, config, checkpoint=[...])",
-    **{k: "host_cached tables run only in autoembed's own models; keep your tables on the "
-          "device" for k in ("placement", "cache_load_factor", "cache_policy")},
+    **{k: "host_cached is not searched over your model (a trial's loop builds its own "
+          "optimizer, which the search cannot bind to a cache); keep your tables on the "
+          "device, or apply host_cached yourself with autoembed.apply and "
+          "autoembed.build_optimizer" for k in ("placement", "cache_load_factor",
+                                                "cache_policy")},
 }
 # Settings one table may carry (its rows and dim come from the model).
 TABLE_KEYS = TABLE_OVERRIDES

@@ -4,7 +4,13 @@
 word_embeddings``) must be an nn.Embedding / nn.EmbeddingBag of the model; it becomes an
 `autoembed.nn` layer with that table's resolved settings (`config.resolved_tables`): its
 compression, and its dim (a dim below the module's makes a mixed_dim table projected back up).
-A table whose settings change nothing (compression none, same dim) keeps the user's module.
+A table whose settings change nothing (compression none, same dim, placement device) keeps
+the user's module. Under ``placement: host_cached`` (config-wide, so every table the config
+names) each named table becomes a host-cached layer (`autoembed.nn`, ``placement=
+"host_cached"``) of ``cache_rows(config, table)`` device rows under its table optimizer,
+starting from the module's own rows (compression none; under hash, the bucket means with
+`from_trained`); `autoembed.build_optimizer(model, config)` then binds each cache to its
+optimizer. A tied host_cached table needs `untie=True`.
 
 Ties: another module whose parameter IS the table's weight (an output layer tied to the
 embedding: GPT heads, BERT's MLM decoder) reads the decoded [V, D] table each forward
@@ -86,12 +92,17 @@ def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple
     return out
 
 
-def _new_layer(old: Any, ts: Any, hot_sets: Any = None) -> Any:
+def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any) -> Any:
     from autoembed import nn as ae_nn
+    from autoembed.config import cache_rows
 
     w = old.weight
     kw: dict[str, Any] = {"device": w.device, "dtype": w.dtype}
     comp = ts.compression
+    if config.placement == "host_cached":  # config validation: compression none or hash
+        kw.update(placement="host_cached", cache_rows=cache_rows(config, ts),
+                  cache_policy=config.cache_policy, table_optimizer=ts.table_optimizer,
+                  dynamic_rows=config.dynamic_rows)
     if comp == "hash":
         kw.update(hash_buckets=ts.hash_buckets, hash_seed=ts.hash_seed)
     elif comp == "qr":
@@ -121,6 +132,21 @@ def _fit(layer: Any, old: Any, name: str) -> None:
         raise ConfigError(f"config table '{name}': from_trained needs the trained table, and "
                           "this one is on the meta device; load the trained weights first")
     fit_to(layer.store, old.weight)
+
+
+def _start_cached(layer: Any, old: Any, from_trained: bool) -> None:
+    """A host_cached layer starts from the module it replaces: the same rows (compression
+    none), or under hash with `from_trained` the bucket means (`hash_init`)."""
+    from autoembed.models.compress_init import hash_init
+
+    table = layer.store.table
+    w = old.weight
+    if w.is_meta:
+        return  # materialize draws it
+    if table.buckets is None and table.known_rows == w.shape[0]:
+        table.load_full(w)  # the dynamic rows beyond keep their draws
+    elif from_trained:
+        table.load_full(hash_init(w.detach().cpu(), table.buckets, table.seed))
 
 
 def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
@@ -156,9 +182,6 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
                           "model its own robe array; set robe_shared false (one shared array "
                           "is for config-built models)")
-    if config.placement != "device":
-        raise ConfigError(f"config key 'placement' = {config.placement!r}: host_cached tables "
-                          "run only in autoembed's own models; set placement: device")
     plans = []
     for ts in resolved_tables(config):
         old = _module(model, ts.name)
@@ -169,10 +192,17 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
             if path in names:
                 raise ConfigError(f"tables '{ts.name}' and '{path}' share one weight; configure "
                                   "only one of them (the other follows it)")
-        if ts.compression == "none" and ts.dim == old.embedding_dim:
+        cached = config.placement == "host_cached"
+        if cached and ties and not untie:
+            raise ConfigError(f"table '{ts.name}' is tied to '{ties[0][0]}', and a host_cached "
+                              "table's rows live on the host, where a head cannot read them "
+                              "each step; apply with untie=True or placement device")
+        if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
-        layer = _new_layer(old, ts, hot_sets)
-        if from_trained:
+        layer = _new_layer(old, ts, hot_sets, config)
+        if cached:
+            _start_cached(layer, old, from_trained)
+        elif from_trained:
             _fit(layer, old, ts.name)
         parent, _, attr = ts.name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, layer)

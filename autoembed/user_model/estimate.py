@@ -96,13 +96,34 @@ def estimate_model(
 def _fake_module(model: nn.Module) -> nn.Module:
     """A copy of `model` whose parameters and buffers are new (fake) tensors of the same
     shapes, dtypes and sharing; call under FakeTensorMode."""
+    from autoembed.memory.tracker import host_allocations
+
     memo: dict[int, Any] = {}
+
+    def fake(t: torch.Tensor) -> None:
+        if id(t) not in memo:
+            new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            memo[id(t)] = (nn.Parameter(new, t.requires_grad) if isinstance(t, nn.Parameter)
+                           else new)
+
     for t in [*model.parameters(), *model.buffers()]:
-        if id(t) in memo:
-            continue
-        new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
-        memo[id(t)] = nn.Parameter(new, t.requires_grad) if isinstance(t, nn.Parameter) else new
+        fake(t)
+    for _, table in _cached(model):  # tensors outside parameters and buffers
+        for t in [*table.cache_state.values(), *table.device_bookkeeping().values()]:
+            fake(t)
+        with host_allocations():  # host memory: not in the device figures
+            for t in table.host_tensors().values():
+                fake(t)
     return copy.deepcopy(model, memo)
+
+
+def _cached(model: nn.Module) -> list[tuple[str, Any]]:
+    """(layer path, HostCachedTable) of each host_cached `autoembed.nn` layer."""
+    from autoembed.models.host_cache import HostCachedTable
+
+    return [(path, t) for path, m in embedding_modules(model)
+            if isinstance(t := getattr(getattr(m, "store", None), "table", None),
+                          HostCachedTable)]
 
 
 def _build(model: ModelSpec) -> nn.Module:
@@ -360,7 +381,7 @@ def _sparse_terms(step: UserStep, lookups: dict[str, int]) -> tuple[dict[str, in
     for path, m in embedding_modules(step.model):
         if not getattr(m, "sparse", False):
             continue
-        w = cast(Any, m).weight
+        w = next(iter(m.parameters()))  # weight; a host_cached layer's cache_weight
         n, dim, rows = lookups.get(path, 0), int(w.shape[1]), int(w.shape[0])
         g = round_block(n * dim * pb) + round_block(n * INDEX_BYTES)
         mg = round_block(n * dim * 4) + round_block(n * INDEX_BYTES) if master else g
@@ -409,6 +430,12 @@ def _estimate(
                    + round_block(s_tmp))
     serving = sum(_nbytes(p) for p in step.model.parameters())
     notes = ["categories and modules are the bytes live at the peak", CPU_VS_CUDA]
+    cache = _cache_tables(step, lookups)
+    if cache:
+        notes.append("host_cached tables: traced as their device part (a cache_rows-row table, "
+                     "its optimizer state and 3 int64 per slot); host_bytes (the full table, "
+                     "its state and 2 int64 per row) beside the device figures; miss rates "
+                     "assume uniform rows")
     if per_sparse:
         notes.append("sparse=True tables: their sparse gradients (one row per id of the "
                      "example) and sparse-step temporaries are priced by formula, as the "
@@ -424,4 +451,24 @@ def _estimate(
         peak_phase=phase,
         notes=tuple(notes),
         modules=_modules(peak, {t.name for t in tables}),
+        host_bytes=sum(c.host_bytes for c in cache),
+        cache=cache,
     )
+
+
+def _cache_tables(step: UserStep, lookups: dict[str, int]) -> tuple[Any, ...]:
+    """Each host_cached layer's pricing (`memory.types.CacheTable`): host bytes counted from
+    its host tensors, misses per step from its ids per step at a uniform miss rate."""
+    import math
+
+    from autoembed.memory.cache_model import device_bookkeeping, miss_rate
+    from autoembed.memory.types import CacheTable
+
+    out = []
+    for path, t in _cached(step.model):
+        m = miss_rate(t.rows, t.cache_rows, t.policy, 0.0)
+        misses = lookups.get(path, 0) * m
+        out.append(CacheTable(path, t.rows, t.cache_rows, int(t.host_weight.shape[1]),
+                              t.row_bytes(), t.host_bytes(), device_bookkeeping(t.cache_rows),
+                              0.0, m, misses, math.ceil(2 * misses * t.row_bytes())))
+    return tuple(out)

@@ -116,9 +116,13 @@ def user_optimizers(
     `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
     (name, sparse gradients) at `config.lr`; every other trainable parameter under
     `config.dense_optimizer` at `config.effective_dense_lr`. A `sparse=True` nn.Embedding /
-    EmbeddingBag takes sparse gradients, so its optimizer must accept them. `masters`:
-    parameter name -> fp32 master to optimise instead (*_master precisions)."""
+    EmbeddingBag takes sparse gradients, so its optimizer must accept them. A host_cached
+    `autoembed.nn` layer is bound to its table optimizer (`models.host_cache.
+    bind_host_cached`: the cached rows' state moves with them), which must be the one it was
+    built for. `masters`: parameter name -> fp32 master to optimise instead (*_master
+    precisions; refused beside a host_cached layer)."""
     from autoembed.config import SPARSE_GRAD_OPTIMIZERS
+    from autoembed.models.host_cache import bind_host_cached
     from autoembed.models.optim import Optimizers, make_optimizer
 
     if not config.is_resolved:
@@ -127,6 +131,7 @@ def user_optimizers(
     kind: dict[int, tuple[str, bool]] = {}
     for path, m in embedding_modules(model):
         name, sparse = own.get(path, config.table_optimizer), bool(getattr(m, "sparse", False))
+        _check_cached(path, m, name, masters is not None)
         if sparse and name not in SPARSE_GRAD_OPTIMIZERS:
             raise ConfigError(f"table '{path}' has sparse=True gradients, which table_optimizer "
                               f"'{name}' cannot step; use one of "
@@ -145,11 +150,28 @@ def user_optimizers(
             dense.append(t)
     table_opts = tuple(make_optimizer(name, ps, config, lr=config.lr, sparse=sp)
                        for (name, sp), ps in tables.items())
+    bind_host_cached(model, table_opts)  # the cached rows' state moves with them
     if not dense:  # e.g. only the tables train: no dense optimizer to make
         return table_opts
     dense_opt = make_optimizer(config.dense_optimizer, dense, config,
                                lr=config.effective_dense_lr, sparse=False)
     return Optimizers(table_opts, dense_opt)
+
+
+def _check_cached(path: str, m: nn.Module, name: str, masters: bool) -> None:
+    """A host_cached layer's table optimizer is the one it was built for; no fp32 masters."""
+    store = getattr(m, "store", None)
+    table = getattr(store, "table", None)
+    built = getattr(table, "optimizer_name", None)
+    if built is None:
+        return
+    if name != built:
+        raise ConfigError(f"table '{path}' is host_cached for table_optimizer '{built}' (its "
+                          f"host state has that shape), not '{name}'; give the table "
+                          f"table_optimizer '{built}' in the config")
+    if masters:
+        raise ConfigError(f"table '{path}' is host_cached, which keeps no fp32 master rows; "
+                          "use precision fp32, fp16, bf16 or amp_*")
 
 
 def _named_optimizer(
@@ -183,6 +205,10 @@ def cast_floating(model: nn.Module, dtype: torch.dtype) -> None:
                     done[id(t)] = (nn.Parameter(new, t.requires_grad)
                                    if isinstance(t, nn.Parameter) else new)
                 store[name] = done[id(t)]  # type: ignore[assignment]
+    from autoembed.models.host_cache import host_cached_tables
+
+    for _, table in host_cached_tables(model):  # host rows and cached state follow
+        table.follow(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 @dataclass
@@ -227,6 +253,9 @@ class UserStep:
                 raise ConfigError(f"optimizer factory {_name(optimizer)} returned "
                                   f"{type(opt).__name__}, not a torch.optim.Optimizer")
             opts = (pin_foreach(opt),)
+            from autoembed.models.host_cache import bind_host_cached
+
+            bind_host_cached(model, opts)
         config = EmbeddingConfig(precision=precision)
         return cls(model, opts, policy, masters, make_scaler(config, _device(model)), config)
 
