@@ -66,7 +66,7 @@ def test_int4_halves_the_row_and_the_tied_head_decodes_it() -> None:
     torch.manual_seed(0)
     model = Model("hash").eval()
     served = quantize(model, "int4")
-    packed = served.emb.store.bucket_weight_packed
+    packed = served.emb.store.weight_packed
     assert packed.dtype == torch.uint8 and packed.shape == (64, align16(D // 2 + 4))
     full = served.emb.full_weight()  # a tied output layer's weight: V x D, decoded
     assert full.shape == (V, D)
