@@ -85,6 +85,7 @@ class _Storage(PackedWeights):
     `reset_parameters`). `old_names` maps a weight's former names to its name."""
 
     draws_init = True  # _param draws torch's N(0, 1) rows
+    pools_linearly = True  # the mean of a bag is its sum over its size
     # a weight's former name -> its name: state_dicts saved under the old names still load
     old_names: dict[str, str] = {}
 
@@ -222,6 +223,11 @@ class _QR(_Storage):
         self.q_weight = self._param(math.ceil(num / self.m), dq)
         self.r_weight = self._param(self.m, dq)
 
+    @property
+    def pools_linearly(self) -> bool:  # type: ignore[override]
+        """mult: a bag's q * r is not linear in its rows, so a mean is no scaled sum."""
+        return self.op != "mult"
+
     def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """A row (or pooled bag) from its quotient and remainder parts."""
         if self.op == "mult":
@@ -343,25 +349,46 @@ class EmbeddingBag(_Layer):
         if mask is None:
             return self.store.bag(input, offsets, self.mode, per_sample_weights)
         # padding: a zero weight in a sum; for the mean, divide by the real count
-        w = mask.to(self.store.q_weight.dtype if isinstance(self.store, _QR)
-                    else self.full_dtype())
+        w = mask.to(self.full_dtype())
         if per_sample_weights is not None:
             w = w * per_sample_weights
         if self.mode == "max":
             raise ConfigError("EmbeddingBag mode max with padding_idx is not supported here")
+        if not self.store.pools_linearly and self.mode == "mean":
+            return self._mean_of_parts(input, offsets, w, mask)
         total = self.store.bag(input, offsets, "sum", w)
         if self.mode == "sum":
             return total
-        ones = mask.to(total.dtype)
+        return total / self._counts(mask, offsets, total.dtype)
+
+    @staticmethod
+    def _counts(mask: torch.Tensor, offsets: torch.Tensor | None,
+                dtype: torch.dtype) -> torch.Tensor:
+        """Each bag's number of ids other than padding, at least 1: [bags, 1]."""
+        ones = mask.to(dtype)
         if offsets is None:
             count = ones.sum(dim=-1, keepdim=True)
         else:
             count = F.embedding_bag(torch.arange(ones.numel(), device=ones.device),
                                     ones.unsqueeze(1), offsets, mode="sum")
-        return total / count.clamp(min=1)
+        return count.clamp(min=1)
+
+    def _mean_of_parts(self, input: torch.Tensor, offsets: torch.Tensor | None,  # noqa: A002
+                       w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The mean bag of a storage that combines parts after pooling (qr mult): each
+        part's mean (weights over the bag's real count), then the combination."""
+        count = self._counts(mask, offsets, w.dtype)
+        if offsets is not None:  # each id's bag
+            at = torch.arange(input.numel(), device=input.device)
+            count = count[torch.bucketize(at, offsets, right=True) - 1].squeeze(1)
+        return self.store.bag(input, offsets, "sum", w / count)
 
     def full_dtype(self) -> torch.dtype:
-        return next(self.store.parameters()).dtype
+        """The dtype the stored rows are read in (packed rows: the one they dequantize to)."""
+        store = self.store
+        if store.packed:
+            return next(iter(store.packed.values()))[2]
+        return next(store.parameters()).dtype
 
 
 from autoembed.nn.methods import METHOD_STORAGES  # noqa: E402 - they subclass _Storage
