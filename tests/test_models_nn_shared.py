@@ -1,6 +1,7 @@
-"""The built-in models' compressed tables are the `autoembed.nn` storages (issue 14: one
+"""The built-in models' tables are the `autoembed.nn` storages (issue 14: one
 implementation): same classes, same parameter names as before (old state_dicts load), and
-the built-in pooled lookup of one id equals the public layer's row of it."""
+the built-in pooled lookup of one id equals the public layer's row of it. The layers' old
+names for the hash and mixed_dim weights still load."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 import torch
 
 from autoembed import nn as ae
+from autoembed.batch import PAD_ID
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.models import build_model
+from autoembed.models.hashing import hash_id_reference
+from autoembed.models.quantize import quantize
 
 V, D = 5000, 16
 SETTINGS: dict[str, dict[str, object]] = {
@@ -60,3 +64,109 @@ def test_built_in_lookup_equals_the_public_layers_row(compression: str) -> None:
     ids = torch.tensor([0, 1, 6, 7, 100, 101, 4321, V - 1])
     pooled = table(ids.view(-1, 1))  # one id per bag: the mean is the row
     assert torch.allclose(pooled, layer(ids), atol=1e-6)
+
+
+# none / hash / mixed_dim: the built-in PlainTable is the nn plain storage. The names and
+# shapes its tables have always had, written out: V rows; 100 buckets; V rows of dim 8 and
+# the projection 8 -> 16 (nn.Linear's weight is [out, in])
+PLAIN: dict[str, tuple[dict[str, object], dict[str, object], dict[str, tuple[int, ...]]]] = {
+    # compression: (config keys, the layer's settings, the table's state)
+    "none": ({}, {}, {"weight": (V, D)}),
+    "hash": ({"hash_buckets": 100, "hash_seed": 7}, {"hash_buckets": 100, "hash_seed": 7},
+             {"weight": (100, D)}),
+    "mixed_dim": ({}, {"small_dim": 8}, {"weight": (V, 8), "proj.weight": (D, 8)}),
+}
+
+
+def _plain_table(compression: str, task: str = "ctr") -> torch.nn.Module:
+    keys, _, _ = PLAIN[compression]
+    dim = 8 if compression == "mixed_dim" else None
+    text = {"task": "text", "num_classes": 3, "seq_len": 4} if task == "text" else {}
+    cfg = EmbeddingConfig(tables=(TableConfig("item", V, dim=dim),), dim=D,
+                          compression=compression, pooling="mean", dense_layers=(8,),
+                          **keys, **text)  # type: ignore[arg-type]
+    return build_model(cfg).table("item")
+
+
+@pytest.mark.parametrize("compression", list(PLAIN))
+def test_built_in_plain_table_is_the_nn_storage_with_its_old_names(compression: str) -> None:
+    table = _plain_table(compression)
+    assert isinstance(table, ae.COMPRESSIONS["none"])  # _Plain: none, hash and mixed_dim
+    state = PLAIN[compression][2]
+    assert {k: tuple(v.shape) for k, v in table.state_dict().items()} == state
+    old = {k: torch.randn(s) for k, s in state.items()}
+    table.load_state_dict(old)
+    assert all(torch.equal(table.state_dict()[k], v) for k, v in old.items())
+
+
+@pytest.mark.parametrize("compression", list(PLAIN))
+def test_built_in_plain_lookup_equals_the_public_layers_row(compression: str) -> None:
+    torch.manual_seed(0)
+    table = _plain_table(compression)
+    layer = ae.Embedding(V, D, compression=compression, **PLAIN[compression][1])  # type: ignore[arg-type]
+    layer.store.load_state_dict(table.state_dict())  # the same names: one layout
+    ids = torch.tensor([0, 1, 6, 7, 100, 101, 4321, V - 1])
+    w = table.state_dict()["weight"]
+    if compression == "hash":  # the rows by the hash's reference, not by the code under test
+        want = w[[hash_id_reference(int(i), 100, 7) for i in ids]]
+    else:
+        want = w[ids]
+    if compression == "mixed_dim":
+        want = want @ table.state_dict()["proj.weight"].T
+    assert torch.allclose(layer(ids), want, atol=1e-6)
+    assert torch.allclose(table(ids.view(-1, 1)), want, atol=1e-6)  # one id per bag
+
+
+def test_text_plain_table_keeps_its_padding_row_at_zero() -> None:
+    torch.manual_seed(0)
+    table = _plain_table("none", "text")
+    assert table.pads_in_place and not table.weight[PAD_ID].any()
+    assert table.weight[PAD_ID + 1].abs().sum() > 0
+
+
+# state_dicts of `autoembed.nn` layers saved before hash and mixed_dim named their stored
+# table `weight`: written by hand in the old format
+class _User(torch.nn.Module):
+    def __init__(self, compression: str, **settings: object) -> None:
+        super().__init__()
+        self.emb = ae.Embedding(300, D, compression=compression, **settings)  # type: ignore[arg-type]
+        self.head = torch.nn.Linear(D, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids))
+
+
+def test_layer_loads_a_state_dict_with_the_old_hash_and_mixed_dim_names() -> None:
+    head = {"head.weight": torch.randn(2, D), "head.bias": torch.randn(2)}
+    buckets = torch.randn(64, D)
+    model = _User("hash", hash_buckets=64)
+    model.load_state_dict({"emb.store.bucket_weight": buckets, **head})  # strict
+    ids = torch.tensor([[0, 5, 299], [17, 64, 3]])
+    rows = buckets[torch.tensor([[hash_id_reference(int(i), 64) for i in r] for r in ids])]
+    assert torch.equal(model.emb(ids), rows)
+    assert torch.equal(model.state_dict()["emb.store.weight"], buckets)
+
+    small, proj = torch.randn(300, 8), torch.randn(D, 8)
+    model = _User("mixed_dim", small_dim=8)
+    model.load_state_dict({"emb.store.small_weight": small, "emb.store.proj.weight": proj,
+                           **head})
+    assert torch.allclose(model.emb(ids), small[ids] @ proj.T, atol=1e-6)
+
+
+def test_served_layer_loads_old_packed_rows() -> None:
+    torch.manual_seed(0)
+    served = quantize(_User("hash", hash_buckets=64).eval(), "int8")
+    # int8 rows of 16 values, align16(4 + 16) = 32 bytes each: fp16 scale 1.0, fp16 bias b
+    # (row b), values 0..15, so row b reads b + (0, 1, ..., 15). An old save named them
+    # after bucket_weight.
+    b = torch.arange(64, dtype=torch.float16)
+    packed = torch.zeros((64, 32), dtype=torch.uint8)
+    packed[:, 0:2] = torch.ones(64, dtype=torch.float16).view(torch.uint8).view(64, 2)
+    packed[:, 2:4] = b.view(torch.uint8).view(64, 2)
+    packed[:, 4:20] = torch.arange(16, dtype=torch.uint8)
+    head = {k: v for k, v in served.state_dict().items() if k.startswith("head.")}
+    served.load_state_dict({"emb.store.bucket_weight_packed": packed, **head})  # strict
+    ids = torch.tensor([0, 5, 299, 17])
+    bucket = torch.tensor([hash_id_reference(int(i), 64) for i in ids], dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.equal(served.emb(ids), bucket[:, None] + torch.arange(16.0))

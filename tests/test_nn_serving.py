@@ -66,9 +66,31 @@ def test_int4_halves_the_row_and_the_tied_head_decodes_it() -> None:
     torch.manual_seed(0)
     model = Model("hash").eval()
     served = quantize(model, "int4")
-    packed = served.emb.store.bucket_weight_packed
+    packed = served.emb.store.weight_packed
     assert packed.dtype == torch.uint8 and packed.shape == (64, align16(D // 2 + 4))
     full = served.emb.full_weight()  # a tied output layer's weight: V x D, decoded
     assert full.shape == (V, D)
     ids = torch.arange(V)
     assert torch.equal(full, served.emb(ids))
+
+
+@pytest.mark.parametrize("serving", ["none", "int8"])
+@pytest.mark.parametrize("compression", [*SETTINGS, "qr add"])
+def test_bag_leaves_out_padding(compression: str, serving: str) -> None:
+    """With padding_idx, a mean bag (served or not; 2-D or by offsets) is the bag of its
+    other ids: a twin without padding_idx, given them by offsets (qr mult: the mean of each
+    part, then their product, as without padding)."""
+    torch.manual_seed(0)
+    name, *op = compression.split()
+    kw = {"mode": "mean", "compression": name, **SETTINGS[name],
+          **({"qr_operation": op[0]} if op else {})}
+    bag = ae_nn.EmbeddingBag(V, D, padding_idx=0, **kw)  # type: ignore[arg-type]
+    twin = ae_nn.EmbeddingBag(V, D, **kw)  # type: ignore[arg-type]
+    twin.load_state_dict(bag.state_dict())
+    bag, twin = quantize(bag.eval(), serving), quantize(twin.eval(), serving)
+    ids = torch.tensor([[3, 0, 7, 0], [0, 0, 0, 9], [5, 6, 8, 2]])
+    kept = torch.tensor([3, 7, 9, 5, 6, 8, 2])
+    with torch.no_grad():
+        want = twin(kept, torch.tensor([0, 2, 3]))
+        assert torch.allclose(bag(ids), want, atol=1e-5)
+        assert torch.allclose(bag(ids.view(-1), torch.tensor([0, 4, 8])), want, atol=1e-5)

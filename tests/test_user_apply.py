@@ -42,13 +42,13 @@ def test_meta_build_apply_materialize_keeps_the_tie_and_trains() -> None:
     autoembed.apply(model, hashed("tok", GPT["vocab"], 100, GPT["dim"]))
     autoembed.materialize(model)
     names = [n for n, _ in model.named_parameters()]
-    assert "tok.store.bucket_weight" in names and "lm_head.weight" not in names
-    assert model.tok.store.bucket_weight.shape == (100, GPT["dim"])  # 100 rows, not 1000
+    assert "tok.store.weight" in names and "lm_head.weight" not in names
+    assert model.tok.store.weight.shape == (100, GPT["dim"])  # 100 rows, not 1000
     # the head reads the decoded V x D table: same logits as by hand
     x = gpt_lm.make_example(**GPT)
     from autoembed.models.hashing import hash_ids
 
-    full = model.tok.store.bucket_weight[hash_ids(torch.arange(GPT["vocab"]), 100)]
+    full = model.tok.store.weight[hash_ids(torch.arange(GPT["vocab"]), 100)]
     assert torch.equal(model.tok.full_weight(), full)
     step = UserStep.build(model, optimizer="adam")
     losses = [float(step.step(x)) for _ in range(30)]

@@ -83,7 +83,7 @@ def test_checkpoint_with_a_compressed_table_and_in_the_estimate() -> None:
     wrapped = autoembed.apply(Model(), cfg, checkpoint=["blocks.0", "blocks.1"])
     assert wrapped.state_dict().keys() == plain.state_dict().keys()
     _, grads = _saved_bytes_and_grads(wrapped, _ids())
-    assert grads["emb.store.bucket_weight"].shape == (100, D)
+    assert grads["emb.store.weight"].shape == (100, D)
     est_plain = autoembed.estimate_model(plain, _ids())
     est_wrapped = autoembed.estimate_model(wrapped, _ids())
     # unwrapped: both blocks' up(x) and gelu(up(x)) ([B, S, H] fp32) live to the backward;

@@ -58,7 +58,7 @@ def test_tie_weights_keeps_the_head_on_the_decoded_table() -> None:
     # the decoded table trains the hashed buckets through the head
     model.zero_grad()
     model(**example).loss.backward()
-    assert words.store.bucket_weight.grad is not None
+    assert words.store.weight.grad is not None
 
 
 def test_tie_weights_after_untie_keeps_the_heads_own_weight() -> None:

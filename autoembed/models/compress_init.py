@@ -178,11 +178,10 @@ def mixed_dim_init(weight: torch.Tensor, small_dim: int) -> tuple[torch.Tensor, 
 def fit_to(module: Any, weight: torch.Tensor) -> None:
     """Set `module` (an `autoembed.nn` storage, or a config-built robe / tt / hot_cold / QR /
     hashed / plain table) fitted to the trained table `weight` [V, D], in place."""
-    from autoembed.models.embedding import PlainTable
-    from autoembed.nn import _QR, _Hash, _MixedDim, _Plain
+    from autoembed.nn import _QR, _Plain
     from autoembed.nn.methods import _TT, _HotCold, _Robe
 
-    # the built-in RobeTable / TTTable / HotColdTable / QRTable are these storages
+    # the built-in PlainTable / RobeTable / TTTable / HotColdTable / QRTable are these storages
     w = weight.detach()
     ids = torch.arange(w.shape[0], device=w.device)
     if isinstance(module, _TT):
@@ -197,15 +196,13 @@ def fit_to(module: Any, weight: torch.Tensor) -> None:
         q, r = qr_init(w, module.m, module.op)
         module.q_weight.copy_(q)
         module.r_weight.copy_(r)
-    elif isinstance(module, _MixedDim):
-        small, proj = mixed_dim_init(w, module.small_weight.shape[1])
-        module.small_weight.copy_(small)
-        module.proj.weight.copy_(proj)
-    elif isinstance(module, _Hash) and module.buckets < module.num:
-        module.bucket_weight.copy_(hash_init(w, module.buckets, module.seed))
-    elif isinstance(module, PlainTable) and module.buckets is not None:
-        module.weight.copy_(hash_init(w, module.buckets, module.seed))
-    elif isinstance(module, (_Plain, PlainTable)):
-        module.weight.copy_(w)
+    elif isinstance(module, _Plain):  # none / hash / mixed_dim, built-in or layer
+        rows = w if module.buckets is None else hash_init(w, module.buckets, module.seed)
+        if module.proj is None:
+            module.weight.copy_(rows)
+        else:  # mixed_dim (of the bucket means, when also hashed)
+            small, proj = mixed_dim_init(rows, module.weight.shape[1])
+            module.weight.copy_(small)
+            module.proj.weight.copy_(proj)
     else:
         raise TypeError(f"{type(module).__name__}: no fit from a trained table")

@@ -22,8 +22,10 @@ Pooling of a field's [B, L] ids into [B, D]:
   the bag size. Gradient checkpointing may wrap this block, but an embedding followed by a
   mean saves only the indices for backward, so it saves little (REFERENCES.md).
 
-Compression (storage is fixed by `autoembed.config.param_specs`):
+Compression (storage is fixed by `autoembed.config.param_specs`; each table is its
+compression's `autoembed.nn` storage, which holds the layout and the id -> row math):
 
+* none / hash / mixed_dim / shared: `PlainTable`, the nn plain storage: one ``weight``.
 * hash: ``min(V, hash_buckets)`` rows; ids go through `hash_ids` unless V <= buckets.
 * qr: ``q_weight`` [ceil(V/m), Dq] and ``r_weight`` [m, Dq]; the two rows are combined by
   ``mult`` / ``add`` / ``concat`` (Dq = D/2). Under mean/sum pooling each table is pooled
@@ -49,8 +51,8 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.batch import PAD_ID
 from autoembed.models.checkpointing import checkpointed
-from autoembed.models.hashing import hash_ids, qr_indices
-from autoembed.nn import _QR, PackedWeights
+from autoembed.models.hashing import qr_indices
+from autoembed.nn import _QR, PackedWeights, _Plain, _Storage
 
 __all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable", "WideTable"]
 
@@ -68,9 +70,9 @@ class LookupSpec:
 
 class TableModule(PackedWeights):
     """Base class: weight access (trainable or packed for serving) and pooling helpers.
-    A table with a compression subclasses that compression's `autoembed.nn` storage too
-    (layout and id -> row math in one place) and calls the storage's `__init__` instead of
-    this one's; its own initialisation is its `reset_parameters`."""
+    A table subclasses its compression's `autoembed.nn` storage too (layout and id -> row
+    math in one place; the host-cached table excepted) and calls the storage's `__init__`
+    instead of this one's; its own initialisation is its `reset_parameters`."""
 
     draws_init = False  # the storages' N(0, 1) draw is replaced by reset_parameters
 
@@ -186,9 +188,11 @@ class TableModule(PackedWeights):
         return checkpointed(fn, *args) if self.spec.checkpoint else fn(*args)
 
 
-class PlainTable(TableModule):
-    """One weight [rows, dim] (none / hash / shared / mixed_dim), optional projection to
-    `out_dim` (mixed_dim), optional hashing of ids into `buckets` rows."""
+class PlainTable(TableModule, _Plain):
+    """The `autoembed.nn` plain storage (none / hash / shared / mixed_dim): one ``weight``
+    [rows, dim], ids hashed into `buckets` rows when given (`_Plain._map`), rows projected to
+    `out_dim` by ``proj`` when `dim` differs (`_Plain._project`); `vocab` (default `rows`)
+    is the number of ids. Rows start N(0, 1/dim), the text padding row at zero."""
 
     def __init__(
         self,
@@ -199,28 +203,28 @@ class PlainTable(TableModule):
         *,
         buckets: int | None = None,
         seed: int = 0,
+        vocab: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(spec)
-        self.buckets = buckets
-        self.seed = seed
-        self.weight = nn.Parameter(torch.empty((rows, dim), device=device, dtype=dtype))
-        self.proj = (
-            nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
-            if dim != out_dim
-            else None
-        )
-        with torch.no_grad():
-            self.weight.normal_(0.0, 1.0 / math.sqrt(dim))
-            if self.pads_in_place:
-                self.weight[PAD_ID].zero_()
+        _Storage.__init__(self, rows if vocab is None else vocab, out_dim,
+                          {"device": device, "dtype": dtype})
+        self.spec = spec
+        self._plain(rows, dim, buckets, seed, proj=dim != out_dim)
+        self.reset_parameters()
         if spec.pooling == "idf":
             # each row's weight in the bag (`models.idf.install_idf` writes the data's); until
             # then 1, with padding 0: the mean
             idf = torch.ones(rows, device=device, dtype=dtype)
             idf[PAD_ID] = 0
             self.register_buffer("idf", idf)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Rows of N(0, 1/dim); with text padding in place, row PAD_ID zero."""
+        self.weight.normal_(0.0, 1.0 / math.sqrt(self.weight.shape[1]))
+        if self.pads_in_place:
+            self.weight[PAD_ID].zero_()
 
     @property
     def pads_in_place(self) -> bool:
@@ -246,17 +250,13 @@ class PlainTable(TableModule):
             idxs, valids = [], []
             for field_ids in ids:
                 idx, valid = self._masked(field_ids)
-                if self.buckets is not None:
-                    idx = hash_ids(idx, self.buckets, self.seed)
-                idxs.append(idx)
+                idxs.append(self._map(idx))
                 valids.append(valid)
             if self.spec.pooling == "naive":
                 pooled = self._maybe_checkpoint_many(self._naive, idxs, valids)
             else:
                 pooled = self._bags("weight", idxs, valids)
-        if self.proj is None:
-            return pooled
-        return [self.proj(p) for p in pooled]
+        return [self._project(p) for p in pooled]
 
     def _bag_idf(self, ids: torch.Tensor) -> torch.Tensor:
         """The idf-weighted mean of each [B, S] row's rows (padding and OOV weigh 0)."""
@@ -281,8 +281,9 @@ class PlainTable(TableModule):
 
 class WideTable(PlainTable):
     """The wide part of one field (wide & deep): `width` weights per id (1 for ctr, one per
-    class for text), pooled like the deep tables and added to the logits. Starts at zero, so
-    the model starts as its deep part; served unquantized (a 1-value row gains nothing)."""
+    class for text), pooled like the deep tables and added to the logits. Starts at zero
+    (building it draws nothing, so the deep part of a wide model is the same as without
+    it); served unquantized (a 1-value row gains nothing)."""
 
     quantizable = False
 
@@ -294,16 +295,16 @@ class WideTable(PlainTable):
         *,
         buckets: int | None = None,
         seed: int = 0,
+        vocab: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        # PlainTable's state without its random init: building the wide part draws nothing
-        # from the generator, so the deep part of a wide model is the same as without it
-        TableModule.__init__(self, spec)
-        self.buckets = buckets
-        self.seed = seed
-        self.weight = nn.Parameter(torch.zeros((rows, width), device=device, dtype=dtype))
-        self.proj = None
+        super().__init__(rows, width, width, spec, buckets=buckets, seed=seed, vocab=vocab,
+                         device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        self.weight.zero_()
 
 
 class QRTable(TableModule, _QR):

@@ -135,7 +135,7 @@ def _field_table(
     # projected to the config's dim when the table's dim differs
     rows, buckets = ts.hashed
     return PlainTable(rows, ts.dim, config.dim, spec, buckets=buckets, seed=ts.hash_seed,
-                      device=device, dtype=dtype)
+                      vocab=ts.vocab_size, device=device, dtype=dtype)
 
 
 def _method_table(
@@ -186,9 +186,8 @@ def _wide_table(
     one row per id otherwise (`config.param_specs` fixes the shapes)."""
     rows, buckets = ts.hashed
     spec = _lookup_spec(config, ts.sparse)
-    return WideTable(
-        rows, out, spec, buckets=buckets, seed=ts.hash_seed, device=device, dtype=dtype
-    )
+    return WideTable(rows, out, spec, buckets=buckets, seed=ts.hash_seed, vocab=ts.vocab_size,
+                     device=device, dtype=dtype)
 
 
 def _nested(modules: dict[str, nn.Module]) -> nn.ModuleDict:

@@ -3,12 +3,12 @@ torch's call signatures (`input`, `offsets`, `per_sample_weights`, `padding_idx`
 and store the table as the compression says:
 
 * ``none``: ``weight`` [V, D] (exactly torch's layer);
-* ``hash``: ``bucket_weight`` [min(V, buckets), D]; ids hashed (`models.hashing.hash_ids`)
-  when V > buckets;
+* ``hash``: ``weight`` [min(V, hash_buckets), D]; ids hashed (`models.hashing.hash_ids`)
+  when V > hash_buckets;
 * ``qr``: ``q_weight`` [ceil(V / m), Dq] and ``r_weight`` [m, Dq], rows combined by
   ``mult`` / ``add`` / ``concat`` (Dq = D / 2 for concat); bags pool each part first, as
   DLRM's QREmbeddingBag;
-* ``mixed_dim``: ``small_weight`` [V, d] and ``proj`` (Linear d -> D, no bias);
+* ``mixed_dim``: ``weight`` [V, d] and ``proj`` (Linear d -> D, no bias);
 * ``robe``, ``tt``, ``hot_cold``: `autoembed.nn.methods`.
 
 Serving: `autoembed.quantize(model, "int8" | "int4")` packs each layer's stored weights
@@ -29,8 +29,12 @@ for a compressed layer the attribute ``weight`` is that decoded table, so code t
 ``embedding.weight`` sees a V x D tensor, never the compressed storage. New compressions
 plug in through `COMPRESSIONS` (name -> storage class).
 
-The storages are the one implementation of each compression: the built-in models' QR, robe,
-tt and hot/cold tables (`autoembed.models`) subclass them and add only their pooling.
+The storages are the one implementation of each compression: the built-in models' plain
+(none / hash / shared / mixed_dim, and the wide part), QR, robe, tt and hot/cold tables
+(`autoembed.models`) subclass them and add only their pooling, so a weight has the same name
+in both (the names `config.param_specs` gives). The hash and mixed_dim weights were once
+named ``bucket_weight`` and ``small_weight``: state_dicts saved under those names (and
+their ``_packed`` serving rows) still load.
 """
 
 from __future__ import annotations
@@ -83,15 +87,28 @@ class _Storage(PackedWeights):
     rows (`PackedWeights`), dequantized as they are read.
 
     One class per compression holds its layout and its id -> row math; the built-in models'
-    tables (`autoembed.models`: `QRTable`, `RobeTable`, `TTTable`, `HotColdTable`) subclass
-    these and add only their pooling. A subclass with its own initialisation sets
-    `draws_init` False (its parameters are created empty, then its `reset_parameters`)."""
+    tables (`autoembed.models`: `PlainTable`, `QRTable`, `RobeTable`, `TTTable`,
+    `HotColdTable`) subclass these and add only their pooling. A subclass with its own
+    initialisation sets `draws_init` False (its parameters are created empty, then its
+    `reset_parameters`). `old_names` maps a weight's former names to its name."""
 
     draws_init = True  # _param draws torch's N(0, 1) rows
+    pools_linearly = True  # the mean of a bag is its sum over its size
+    # a weight's former name -> its name: state_dicts saved under the old names still load
+    old_names: dict[str, str] = {}
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
         super().__init__()
         self.num, self.dim, self.factory = num, dim, factory
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any) -> None:
+        for old, new in self.old_names.items():
+            for suffix in ("", "_packed"):  # the weight, or its serving rows
+                key = prefix + old + suffix
+                if key in state_dict and prefix + new + suffix not in state_dict:
+                    state_dict[prefix + new + suffix] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed."""
@@ -135,50 +152,72 @@ class _Storage(PackedWeights):
 
 
 class _Plain(_Storage):
+    """One stored table ``weight`` [rows, d]: a row is ``weight[map(id)]``, then ``proj``
+    (Linear d -> D, no bias) when d differs from D. Ids index rows as they are unless
+    `buckets` is set (hash: `models.hashing.hash_ids` into that many rows).
+
+    Compression none is this storage as it is; `_Hash` and `_MixedDim` set it up from their
+    settings; the built-in models' `PlainTable` (none / hash / shared / mixed_dim, and the
+    wide part) is this storage too."""
+
+    buckets: int | None  # ids hashed into this many rows; None: an id is its row
+    seed: int  # the hash seed
+    proj: nn.Linear | None  # set by _plain (a class default would shadow the module)
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], weight: Any = None,
                  **_: Any) -> None:
         super().__init__(num, dim, factory)
-        self.weight = weight if weight is not None else self._param(num, dim)
+        self._plain(num, dim, weight=weight)
+
+    def _plain(self, rows: int, small_dim: int, buckets: int | None = None, seed: int = 0, *,
+               weight: Any = None, proj: bool = False) -> None:
+        """``weight`` [rows, small_dim] (drawn when `draws_init`; `weight` given: that one),
+        then with `proj` ``proj`` (Linear small_dim -> D, no bias; torch's init draw)."""
+        self.buckets, self.seed = buckets, seed
+        self.weight = weight if weight is not None else self._param(rows, small_dim)
+        self.proj = (nn.Linear(small_dim, self.dim, bias=False, **self.factory) if proj
+                     else None)
+
+    def _map(self, ids: torch.Tensor) -> torch.Tensor:
+        """The row of each non-negative id."""
+        if self.buckets is None:
+            return ids
+        from autoembed.models.hashing import hash_ids
+
+        return hash_ids(ids, self.buckets, self.seed)
+
+    def _project(self, rows: torch.Tensor) -> torch.Tensor:
+        """Stored rows (or bags of them) [..., d] -> [..., D]."""
+        return rows if self.proj is None else self.proj(rows)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return self._lookup("weight", ids)
+        return self._project(self._lookup("weight", self._map(ids)))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return self._bag_of("weight", ids, offsets, mode, psw)
+        return self._project(self._bag_of("weight", self._map(ids), offsets, mode, psw))
 
     def full(self) -> torch.Tensor:
-        return _Storage.full(self) if self.packed else self.weight
+        if self.packed or self.buckets is not None:
+            return _Storage.full(self)
+        return self._project(self.weight)
 
 
 class _Hash(_Plain):
+    """``weight`` [min(V, hash_buckets), D]; ids hashed when V > hash_buckets."""
+
+    old_names = {"bucket_weight": "weight"}
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hash_buckets: int | None,
                  hash_seed: int = 0, **_: Any) -> None:
         if not hash_buckets or hash_buckets < 1:
             raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
-        self.buckets = min(num, hash_buckets)
         _Storage.__init__(self, num, dim, factory)
-        self.bucket_weight = self._param(self.buckets, dim)
-        self.seed = hash_seed
-
-    @property
-    def weight(self) -> torch.Tensor:  # type: ignore[override]
-        return self.bucket_weight
-
-    def _map(self, ids: torch.Tensor) -> torch.Tensor:
-        from autoembed.models.hashing import hash_ids
-
-        return ids if self.buckets >= self.num else hash_ids(ids, self.buckets, self.seed)
-
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return self._lookup("bucket_weight", self._map(ids))
-
-    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
-            psw: torch.Tensor | None) -> torch.Tensor:
-        return self._bag_of("bucket_weight", self._map(ids), offsets, mode, psw)
+        hashed = hash_buckets if num > hash_buckets else None
+        self._plain(min(num, hash_buckets), dim, hashed, hash_seed)
 
     def full(self) -> torch.Tensor:
-        return _Storage.full(self)
+        return _Storage.full(self)  # decoded row by row, hashed or not
 
 
 class _QR(_Storage):
@@ -191,6 +230,11 @@ class _QR(_Storage):
         dq = dim // 2 if qr_operation == "concat" else dim
         self.q_weight = self._param(math.ceil(num / self.m), dq)
         self.r_weight = self._param(self.m, dq)
+
+    @property
+    def pools_linearly(self) -> bool:  # type: ignore[override]
+        """mult: a bag's q * r is not linear in its rows, so a mean is no scaled sum."""
+        return self.op != "mult"
 
     def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """A row (or pooled bag) from its quotient and remainder parts."""
@@ -216,22 +260,15 @@ class _QR(_Storage):
         return self._combine(q, r)
 
 
-class _MixedDim(_Storage):
+class _MixedDim(_Plain):
+    """``weight`` [V, small_dim] and ``proj`` (Linear small_dim -> D, no bias)."""
+
+    old_names = {"small_weight": "weight"}
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, small_dim: int,
                  **_: Any) -> None:
-        super().__init__(num, dim, factory)
-        self.small_weight = self._param(num, small_dim)
-        self.proj = nn.Linear(small_dim, dim, bias=False, **factory)
-
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.proj(self._lookup("small_weight", ids))
-
-    def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
-            psw: torch.Tensor | None) -> torch.Tensor:
-        return self.proj(self._bag_of("small_weight", ids, offsets, mode, psw))
-
-    def full(self) -> torch.Tensor:
-        return _Storage.full(self) if self.packed else self.proj(self.small_weight)
+        _Storage.__init__(self, num, dim, factory)
+        self._plain(num, small_dim, proj=True)
 
 
 # compression name -> storage class (robe / tt / hot_cold: `autoembed.nn.methods`, below)
@@ -277,8 +314,7 @@ class _Layer(nn.Module):
     def __getattr__(self, name: str) -> Any:
         if name == "weight":  # torch's attribute: the decoded [V, D] table
             store: Any = super().__getattr__("store")
-            plain = isinstance(store, _Plain) and not isinstance(store, _Hash)
-            return store.weight if plain and not store.packed else store.full()
+            return store.full()
         return super().__getattr__(name)
 
     def full_weight(self) -> torch.Tensor:
@@ -338,25 +374,46 @@ class EmbeddingBag(_Layer):
         if mask is None:
             return self.store.bag(input, offsets, self.mode, per_sample_weights)
         # padding: a zero weight in a sum; for the mean, divide by the real count
-        w = mask.to(self.store.q_weight.dtype if isinstance(self.store, _QR)
-                    else self.full_dtype())
+        w = mask.to(self.full_dtype())
         if per_sample_weights is not None:
             w = w * per_sample_weights
         if self.mode == "max":
             raise ConfigError("EmbeddingBag mode max with padding_idx is not supported here")
+        if not self.store.pools_linearly and self.mode == "mean":
+            return self._mean_of_parts(input, offsets, w, mask)
         total = self.store.bag(input, offsets, "sum", w)
         if self.mode == "sum":
             return total
-        ones = mask.to(total.dtype)
+        return total / self._counts(mask, offsets, total.dtype)
+
+    @staticmethod
+    def _counts(mask: torch.Tensor, offsets: torch.Tensor | None,
+                dtype: torch.dtype) -> torch.Tensor:
+        """Each bag's number of ids other than padding, at least 1: [bags, 1]."""
+        ones = mask.to(dtype)
         if offsets is None:
             count = ones.sum(dim=-1, keepdim=True)
         else:
             count = F.embedding_bag(torch.arange(ones.numel(), device=ones.device),
                                     ones.unsqueeze(1), offsets, mode="sum")
-        return total / count.clamp(min=1)
+        return count.clamp(min=1)
+
+    def _mean_of_parts(self, input: torch.Tensor, offsets: torch.Tensor | None,  # noqa: A002
+                       w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The mean bag of a storage that combines parts after pooling (qr mult): each
+        part's mean (weights over the bag's real count), then the combination."""
+        count = self._counts(mask, offsets, w.dtype)
+        if offsets is not None:  # each id's bag
+            at = torch.arange(input.numel(), device=input.device)
+            count = count[torch.bucketize(at, offsets, right=True) - 1].squeeze(1)
+        return self.store.bag(input, offsets, "sum", w / count)
 
     def full_dtype(self) -> torch.dtype:
-        return next(self.store.parameters()).dtype
+        """The dtype the stored rows are read in (packed rows: the one they dequantize to)."""
+        store = self.store
+        if store.packed:
+            return next(iter(store.packed.values()))[2]
+        return next(store.parameters()).dtype
 
 
 from autoembed.nn.methods import METHOD_STORAGES  # noqa: E402 - they subclass _Storage
