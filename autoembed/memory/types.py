@@ -18,6 +18,7 @@ __all__ = [
     "CATEGORIES",
     "traced_figures",
     "reserved_for",
+    "reserved_bound",
     "CUDA_CONTEXT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
 ]
@@ -89,6 +90,33 @@ def reserved_for(blocks: Iterable[int]) -> int:
         + LARGE_SEGMENT * -(-mid // LARGE_SEGMENT)
         + large
     )
+
+
+def reserved_bound(blocks: Iterable[int]) -> int:
+    """Segment bytes that hold `blocks` if each is allocated once, in any order, and kept.
+
+    Rules (CUDACachingAllocator.cpp): a block never spans segments; a segment is added only
+    when no free block fits the request. Large blocks (>= 10 MiB) get their own segment,
+    rounded up to 2 MiB. In a pool whose blocks are never freed each segment has one free
+    block, its end, so a segment closes only when its end is below the request that opens
+    the next one: all but the last hold more than (segment - largest block) bytes, giving
+    at most floor(bytes / (segment - largest)) + 1 segments (2 MiB segments for blocks up to
+    1 MiB, 20 MiB for the mid-size ones).
+    """
+    small: list[int] = []
+    mid: list[int] = []
+    total = 0
+    for b in map(round_block, blocks):
+        if b >= MIN_LARGE_ALLOC:
+            total += ROUND_LARGE * -(-b // ROUND_LARGE)
+        elif b > SMALL_SIZE:
+            mid.append(b)
+        elif b:
+            small.append(b)
+    for pool, segment in ((small, SMALL_SEGMENT), (mid, LARGE_SEGMENT)):
+        if pool:
+            total += segment * (sum(pool) // (segment - max(pool)) + 1)
+    return total
 
 
 @dataclass(frozen=True)
