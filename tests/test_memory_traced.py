@@ -228,13 +228,22 @@ def test_reserved_bound_by_hand() -> None:
     # 600 KB blocks (3 MB) need floor(3_072_000 / 1 MiB) + 1 = 3 segments; 100 B is 512 B
     assert reserved_bound([600_000] * 5 + [100]) == 3 * 2 * MiB
     assert reserved_bound([]) == 0
+    # a large block may take a 20 MiB segment's end and push a mid block into a new one:
+    a = CachingAllocatorModel()
+    for key, size in enumerate([3 * MiB, 16 * MiB, 3 * MiB]):
+        a.malloc(key, size)
+    assert a.reserved == 40 * MiB  # 3 + 16 (+ its 1 MiB rest) in one segment, 3 in another
+    # bound: 16 MiB own + one 20 MiB segment for 6 MiB of mid blocks (at most 17 MiB each)
+    # + the displaced: K = floor((6 + 16) / 17) = 1, K x 3 + 6 = 9 MiB
+    assert reserved_bound([3 * MiB, 16 * MiB, 3 * MiB]) == 45 * MiB
 
 
 def test_analytic_reserved_of_one_adam_table_by_hand() -> None:
     """A 200k x 16 fp32 table under Adam: its weight, dense gradient, exp_avg, exp_avg_sq and
     foreach Adam's exp_avg_sq_sqrt are 12.8 MB each, a 14 MiB segment each (rounded up to
-    2 MiB); everything else (a 16-wide tower, a batch of 32) is under 1 MiB in small blocks
-    up to 512 B... so one 2 MiB segment holds it. The traced step reserves no more."""
+    2 MiB); everything else (a 16-wide tower on a batch of 32: tensors of [32, 16], [16, 16],
+    [32, 1] and their kin, a few KB each) is tens of KB in all, far below a 2 MiB segment
+    less its largest block, so one segment holds it. The traced step reserves no more."""
     cfg = EmbeddingConfig(tables=(TableConfig("t", 200_000),), dim=16, batch_size=32,
                           dense_layers=(16,), table_optimizer="adam", dense_optimizer="adam")
     assert 200_000 * 16 * 4 == 12_800_000 and -(-12_800_000 // (2 * MiB)) == 7
