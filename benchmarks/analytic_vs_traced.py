@@ -166,10 +166,9 @@ def main() -> None:
         recs = measure("small", small_config, args.small, args.seed)
         recs += measure("large", large_config, args.large, args.seed)
         line = stamp()
+        recs = [{**rec, "stamp": line} for rec in recs]
         RESULTS.mkdir(parents=True, exist_ok=True)
-        with open(store, "w") as f:
-            for rec in recs:
-                f.write(json.dumps({**rec, "stamp": line}) + "\n")
+        store.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
     command = (f"nice -n 19 python benchmarks/analytic_vs_traced.py --small {args.small} "
                f"--large {args.large} --seed {args.seed}")
     write_result("analytic_vs_traced", "Analytic against traced peaks (randomized configs)",
