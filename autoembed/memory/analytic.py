@@ -446,7 +446,8 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
     once, as if none were freed: segments are never returned, and one freed in one phase may
     not fit the next phase's blocks (a backward's 256 MiB activations cannot hold the step's
     1 GB Adam temporary), so no phase's blocks alone bound them. The sparse gradients and
-    the sparse step's temporaries, priced by formula in both estimates, are bounded apart."""
+    the sparse step's temporaries (formula in both estimates: a fake step cannot size them)
+    count among those blocks, or, where more, as the bytes the traced estimate adds."""
     static = [*pr.params, *pr.masters, *pr.state, *pr.bookkeeping]
     backward = [*static, *pr.backward_live, *pr.grads]
     step = [*static, *(pr.master_grads or pr.grads), *pr.held, *pr.step_temporaries]
@@ -456,7 +457,11 @@ def _phases(pr: _Priced) -> tuple[int, int, str]:
         to_master = [*static, *pr.held, *pr.master_grads, max(pr.grads)]
         priced.append((sum(to_master), "backward"))
     peak, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
-    return peak, reserved_bound(pr.every_block) + reserved_bound(pr.sparse_step_blocks), phase
+    blocks = pr.every_block
+    # the sparse blocks in the same segments, or (if more) added whole, as the traced adds them
+    reserved = max(reserved_bound([*blocks, *pr.sparse_step_blocks]),
+                   reserved_bound(blocks) + sum(pr.sparse_step_blocks))
+    return peak, reserved, phase
 
 
 def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list[ParamSpec]]:
