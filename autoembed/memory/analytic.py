@@ -240,6 +240,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         key=lambda st: sum(st[0]),
     )
     acts = [*saved.held, *saved.tables, *saved.dense]
+    freed = [*saved.dense_transient, *saved.table_transient]
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
         params,
@@ -258,8 +259,8 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         max(map(sum, sparse_temps), default=0),
         saved.held,
         bookkeeping,
-        [*params, *masters, *state, *bookkeeping, *dense_grads, *acts, *saved.dense_transient,
-         *saved.table_transient, *foreach_temps],
+        [*params, *masters, *_state_in_freed(state, [*saved.tables, *saved.dense, *freed]),
+         *bookkeeping, *dense_grads, *acts, *freed, *foreach_temps],
         [*sparse_blocks, *max(sparse_temps, key=sum, default=[])],
     )
 
@@ -437,6 +438,15 @@ def _large_rest(block: int, sizes: set[int]) -> int:
         return SMALL_SIZE
     rest = -block % ROUND_LARGE
     return rest if rest <= SMALL_SIZE else 0
+
+
+def _state_in_freed(state: list[int], transients: list[int]) -> list[int]:
+    """The optimizer state's blocks as the segments they may cost: state is created in the
+    first step, once the backward has freed its transients, and best fit hands a large state
+    block (>= 10 MiB) the smallest freed transient at least its size, whose tensor then needs
+    a new segment in the next step: such a state block costs that transient's block."""
+    large = sorted(b for b in transients if b >= MIN_LARGE_ALLOC)
+    return [next((b for b in large if b >= s), s) if s >= MIN_LARGE_ALLOC else s for s in state]
 
 
 def _phases(pr: _Priced) -> tuple[int, int, str]:
