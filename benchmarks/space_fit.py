@@ -27,6 +27,7 @@ def main() -> None:
     from autoembed.budget import parse_size
     from autoembed.data.spec import DataSpec
     from autoembed.memory import estimate
+    from autoembed.search.optuna_space import suggest
     from autoembed.search.workload import build_workload
     from autoembed.space import builtin_space_path, load_space
 
@@ -42,7 +43,7 @@ def main() -> None:
     fit: Counter[str] = Counter()
     for _ in range(args.proposals):
         trial = study.ask()
-        cfg = workload.priced(space.suggest(trial))
+        cfg = workload.priced(suggest(space, trial))
         ok = estimate(cfg).device_total <= budget
         study.tell(trial, 0.0)
         for key in ("all", cfg.compression):

@@ -177,11 +177,16 @@ def test_cheapest_config_is_the_cheapest_corner(tmp_path: Path) -> None:
         return int(estimate(replace(cfg, tables=tables)).device_total)
 
     values, cfg, cost = cheapest_config(space, price)
-    # by hand: the smallest dim, hashing into the fewest buckets, stateless SGD (at 1000
-    # rows x 8 dims Adam's state rounds into the same allocator segments: a tie)
+    # by hand: the smallest dim, hashing into the fewest buckets, and Adam: at 1000 rows x 8
+    # dims Adam's state fits the one 2 MiB segment every other block of the step fits, and
+    # SGD's sparse gradients (priced by formula and added whole, as the traced estimate adds
+    # them: each table's over the batch's 256 lookups, 256 x 8 x 4 B of values and 256 x 8 B
+    # of ids, and the step's coalesced copy of one) cost 3 x (8192 + 2048) B more
     assert (values["dim"], values["compression"], values["hash_buckets"]) == (8, "hash", 1000)
     by_hand = {"dim": 8, "compression": "hash", "hash_buckets": 1000,
-               "table_optimizer": "sgd", "lr": 1e-3}
+               "table_optimizer": "adam", "lr": 1e-3}
+    sgd = space.config_for({**by_hand, "table_optimizer": "sgd"})
+    assert price(sgd) == cost + 3 * (8192 + 2048)
     assert cost == price(cfg) == price(space.config_for(by_hand))
     # and no grid point is cheaper
     grid_costs = [price(space.config_for(space.values_from_optuna(g))) for g in space.grid()]

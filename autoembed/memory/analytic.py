@@ -18,7 +18,8 @@ and the largest is the peak (models/step.py):
 
 Every tensor is priced as the CUDA caching allocator would hand it out (512 B blocks); the
 step adds `split_slack`, an allowance for the large-pool blocks the allocator hands out
-whole (its rest unsplit), which the order of allocations decides.
+whole (its rest unsplit), which the order of allocations decides. The reserved peak bounds
+the allocator's segments for every block of the step, each kept once (`_phases`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from autoembed.memory.types import (
     GpuShare,
     MemoryEstimate,
     TableMemory,
-    reserved_for,
+    reserved_bound,
     round_block,
 )
 
@@ -132,6 +133,11 @@ class _Priced:
     sparse_temporaries: int  # the largest sparse optimizer step's temporaries
     held: list[int]  # live through the step: the last micro-batch, its logits and loss
     bookkeeping: list[int] = field(default_factory=list)  # host_cached: cache slot tables
+    # every block the step allocates on the traced path, each once (`reserved_bound`), and
+    # the blocks priced by formula in both estimates: the sparse gradients and the largest
+    # sparse step's temporaries
+    every_block: list[int] = field(default_factory=list)
+    sparse_step_blocks: list[int] = field(default_factory=list)
 
 
 def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _Priced:
@@ -146,6 +152,8 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
     table_temps: dict[str, list[int]] = {}  # foreach: all of each table optimizer's group
     sparse_temps: list[list[int]] = []  # per-tensor loop: only the largest is live
     sparse_g = sparse_mg = 0
+    sparse_blocks: list[int] = []  # the sparse gradients' blocks in the step
+    dense_grads: list[int] = []  # the gradients the trace sees (dense, and their masters)
     dense_temps: list[int] = []
     serving = 0
     per_table: dict[str, list[int]] = {}
@@ -172,9 +180,12 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
             ])
             sparse_g += g
             sparse_mg += mg if pol.master else g
+            sparse_blocks += [round_block(lookups * dim * (4 if pol.master else pb)),
+                              round_block(lookups * INDEX_BYTES)]
         else:
             g = round_block(s.numel * pb)
             mg = round_block(s.numel * 4)
+            dense_grads += [g, mg] if pol.master else [g]
             tmp = [round_block(s.numel * sb)] * FOREACH_TEMPORARIES[opt]
             if is_table:
                 table_temps.setdefault(opt, []).extend(tmp)
@@ -202,6 +213,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         serving += srv
     # the optimizers step one after another: the largest step's temporaries are the peak's
     step_temps = max([*table_temps.values(), *sparse_temps, dense_temps], key=sum)
+    foreach_temps = [b for group in table_temps.values() for b in group] + dense_temps
     bookkeeping = []
     if config.placement == "host_cached":
         from autoembed.memory.cache_model import SLOT_BOOKKEEPING_TENSORS
@@ -228,6 +240,7 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         key=lambda st: sum(st[0]),
     )
     acts = [*saved.held, *saved.tables, *saved.dense]
+    freed = [*saved.dense_transient, *saved.table_transient]
     rows = [TableMemory(k, table_dims[k][0], table_dims[k][1], *v) for k, v in per_table.items()]
     return _Priced(
         params,
@@ -246,6 +259,9 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         max(map(sum, sparse_temps), default=0),
         saved.held,
         bookkeeping,
+        [*params, *masters, *_state_in_freed(state, [*saved.tables, *saved.dense, *freed]),
+         *bookkeeping, *dense_grads, *acts, *freed, *foreach_temps],
+        [*sparse_blocks, *max(sparse_temps, key=sum, default=[])],
     )
 
 
@@ -424,19 +440,38 @@ def _large_rest(block: int, sizes: set[int]) -> int:
     return rest if rest <= SMALL_SIZE else 0
 
 
+def _state_in_freed(state: list[int], transients: list[int]) -> list[int]:
+    """The optimizer state's blocks as the segments they may cost: state is created in the
+    first step, once the backward has freed its transients, and best fit hands a large state
+    block (>= 10 MiB) the smallest freed transient at least its size, whose tensor then needs
+    a new segment in the next step: such a state block costs that transient's block."""
+    large = sorted(b for b in transients if b >= MIN_LARGE_ALLOC)
+    return [next((b for b in large if b >= s), s) if s >= MIN_LARGE_ALLOC else s for s in state]
+
+
 def _phases(pr: _Priced) -> tuple[int, int, str]:
-    """(allocated peak, reserved peak, phase) of the larger of the backward and the step."""
+    """(allocated peak, reserved peak, phase) of the larger of the backward and the step.
+
+    The reserved peak is `types.reserved_bound` of every block the step allocates, each
+    once, as if none were freed: segments are never returned, and one freed in one phase may
+    not fit the next phase's blocks (a backward's 256 MiB activations cannot hold the step's
+    1 GB Adam temporary), so no phase's blocks alone bound them. The sparse gradients and
+    the sparse step's temporaries (formula in both estimates: a fake step cannot size them)
+    count among those blocks, or, where more, as the bytes the traced estimate adds."""
     static = [*pr.params, *pr.masters, *pr.state, *pr.bookkeeping]
     backward = [*static, *pr.backward_live, *pr.grads]
     step = [*static, *(pr.master_grads or pr.grads), *pr.held, *pr.step_temporaries]
     # the allowance is measured and priced for the step only (docs/ARCHITECTURE.md)
-    priced = [(sum(step) + split_slack(step), step, "step"),
-              (sum(backward), backward, "backward")]
+    priced = [(sum(step) + split_slack(step), "step"), (sum(backward), "backward")]
     if pr.master_grads:  # after backward, half gradients become fp32 ones one at a time
         to_master = [*static, *pr.held, *pr.master_grads, max(pr.grads)]
-        priced.append((sum(to_master), to_master, "backward"))
-    peak, blocks, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
-    return peak, reserved_for(blocks), phase
+        priced.append((sum(to_master), "backward"))
+    peak, phase = max(priced, key=lambda p: p[0])  # a tie is the step's
+    blocks = pr.every_block
+    # the sparse blocks in the same segments, or (if more) added whole, as the traced adds them
+    reserved = max(reserved_bound([*blocks, *pr.sparse_step_blocks]),
+                   reserved_bound(blocks) + sum(pr.sparse_step_blocks))
+    return peak, reserved, phase
 
 
 def _shard_specs(config: EmbeddingConfig, gpus: int, sharding: str) -> list[list[ParamSpec]]:

@@ -18,6 +18,7 @@ __all__ = [
     "CATEGORIES",
     "traced_figures",
     "reserved_for",
+    "reserved_bound",
     "CUDA_CONTEXT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
 ]
@@ -89,6 +90,45 @@ def reserved_for(blocks: Iterable[int]) -> int:
         + LARGE_SEGMENT * -(-mid // LARGE_SEGMENT)
         + large
     )
+
+
+def reserved_bound(blocks: Iterable[int]) -> int:
+    """Segment bytes that hold `blocks` if each is allocated once, in any order, and kept.
+
+    Rules (CUDACachingAllocator.cpp, memory/tracker.py): a block never spans segments; a
+    segment is added only when no free block fits the request; blocks <= 1 MiB (small) take
+    2 MiB segments, mid-size ones (< 10 MiB) 20 MiB segments, large ones (>= 10 MiB) a
+    segment of their own rounded up to 2 MiB, or any free large-pool block that fits.
+    In a pool whose blocks are never freed each segment has one free block, its end, so a
+    segment closes only when its end is below the request that opens the next one: with m
+    the largest small (mid) block, all but the last hold more than s - m bytes (s = 2 MiB,
+    20 MiB), so n bytes need at most floor(n / (s - m)) + 1 segments. A large block may
+    land in a 20 MiB segment's end instead of its own segment (at most one per segment: it
+    leaves under 10 MiB): x bytes of them there save their own segments (>= x) and may add
+    20 MiB segments, at most 20 MiB x floor((r + x) / (20 MiB - m)) with r the mid bytes
+    past the last full (20 MiB - m); the net, maximal where a segment is just opened, is at
+    most K x m + r with K = floor((r + X) / (20 MiB - m)), X the large blocks under 20 MiB.
+    """
+    small: list[int] = []
+    mid: list[int] = []
+    roaming = 0  # large blocks that fit a 20 MiB segment
+    total = 0
+    for b in map(round_block, blocks):
+        if b >= MIN_LARGE_ALLOC:
+            total += ROUND_LARGE * -(-b // ROUND_LARGE)
+            roaming += b if b < LARGE_SEGMENT else 0
+        elif b > SMALL_SIZE:
+            mid.append(b)
+        elif b:
+            small.append(b)
+    if small:
+        total += SMALL_SEGMENT * (sum(small) // (SMALL_SEGMENT - max(small)) + 1)
+    if mid:
+        m = max(mid)
+        full, rest = divmod(sum(mid), LARGE_SEGMENT - m)
+        displaced = (rest + roaming) // (LARGE_SEGMENT - m)
+        total += LARGE_SEGMENT * (full + 1) + (displaced * m + rest if displaced else 0)
+    return total
 
 
 @dataclass(frozen=True)
