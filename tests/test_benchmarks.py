@@ -249,16 +249,18 @@ def test_sampler_comparison_hv2n_from_the_fronts_nadir_by_hand() -> None:
 def test_sampler_comparison_verdict_reads_the_paired_interval() -> None:
     from search_efficiency import verdict
 
+    from autoembed.search.study import DEFAULT_SAMPLER
+
     def rec(sampler: str, seed: int, hv: float) -> dict[str, object]:
         return {"sampler": sampler, "seed": seed, "hv2": hv, "hv2n": hv}
 
     table = [rec("random", s, 1.0) for s in range(3)]
-    table += [rec("tpe", s, x) for s, x in enumerate([1.3, 1.25, 1.35])]  # all above: better
+    table += [rec(DEFAULT_SAMPLER, s, x) for s, x in enumerate([1.3, 1.25, 1.35])]  # better
     table += [rec("gp", s, x) for s, x in enumerate([0.8, 0.85, 0.9])]  # all below: worse
     table += [rec("tpe-plain", s, x) for s, x in enumerate([0.9, 1.3, 1.0])]  # straddles 1
     lines = verdict(table).splitlines()
-    assert lines[0].startswith("* tpe (default): HV2 1.30x") and "better than random, " \
-        "reaches 1.2x" in lines[0]
+    assert lines[0].startswith(f"* {DEFAULT_SAMPLER} (default): HV2 1.30x")
+    assert "better than random, reaches 1.2x" in lines[0]
     assert lines[1].startswith("* tpe-plain") and "no difference shown, below" in lines[1]
     assert lines[2].startswith("* gp") and "worse than random, below 1.2x" in lines[2]
 
