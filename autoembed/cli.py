@@ -546,7 +546,7 @@ def search_cmd(
     objectives: str | None = typer.Option(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
     sampler: str | None = typer.Option(
-        None, help="tpe (default), nsga2, random, grid, gp or tpe-plain."),
+        None, help="tpe-mix (default), tpe, nsga2, random, grid, gp or tpe-plain."),
     seed: int | None = typer.Option(
         None, help="Seed of the sampler and of every trial's model init and data order "
         "(a space's base `seed` wins). Default 0."),

@@ -249,16 +249,18 @@ def test_sampler_comparison_hv2n_from_the_fronts_nadir_by_hand() -> None:
 def test_sampler_comparison_verdict_reads_the_paired_interval() -> None:
     from search_efficiency import verdict
 
+    from autoembed.search.study import DEFAULT_SAMPLER
+
     def rec(sampler: str, seed: int, hv: float) -> dict[str, object]:
         return {"sampler": sampler, "seed": seed, "hv2": hv, "hv2n": hv}
 
     table = [rec("random", s, 1.0) for s in range(3)]
-    table += [rec("tpe", s, x) for s, x in enumerate([1.3, 1.25, 1.35])]  # all above: better
+    table += [rec(DEFAULT_SAMPLER, s, x) for s, x in enumerate([1.3, 1.25, 1.35])]  # better
     table += [rec("gp", s, x) for s, x in enumerate([0.8, 0.85, 0.9])]  # all below: worse
     table += [rec("tpe-plain", s, x) for s, x in enumerate([0.9, 1.3, 1.0])]  # straddles 1
     lines = verdict(table).splitlines()
-    assert lines[0].startswith("* tpe (default): HV2 1.30x") and "better than random, " \
-        "reaches 1.2x" in lines[0]
+    assert lines[0].startswith(f"* {DEFAULT_SAMPLER} (default): HV2 1.30x")
+    assert "better than random, reaches 1.2x" in lines[0]
     assert lines[1].startswith("* tpe-plain") and "no difference shown, below" in lines[1]
     assert lines[2].startswith("* gp") and "worse than random, below 1.2x" in lines[2]
 
@@ -276,6 +278,28 @@ def test_sampler_comparison_summary_names_who_reaches_1_2x_at_20_trials() -> Non
     assert summary(table).startswith("At 20 trained trials, 1.2x random's HV2: tpe-s4 on s (1.25x")
 
 
+def test_sampler_comparison_keeps_searches_without_start_points_apart() -> None:
+    """A search from before there were start points is another search (not a resumed one)
+    and is compared only with its like, in a table of its own."""
+    from search_efficiency import _key, comparison_report
+
+    def rec(sampler: str, seed: int, hv: float, start: bool | None) -> dict[str, object]:
+        r = {"space": "s", "sampler": sampler, "trials": 20, "seed": seed, "hv2": hv,
+             "memory_basis": "allocated_peak", "infeasible": 0, "wall": 1.0, "front": 1,
+             "trained": 20, "points": [[0.5 + hv, 1e6, 1.0]]}
+        return r if start is None else {**r, "start_points": start}
+
+    old = [rec("random", s, 0.1, None) for s in range(2)]  # no field: measured before
+    new = [rec("random", s, 0.2, True) for s in range(2)]
+    new += [rec("tpe-mix", s, 0.3, True) for s in range(2)]
+    assert _key(old[0]) != _key(new[0]) and _key(old[0]) == _key({**old[0], "start_points": 0})
+    report = comparison_report(old + new)
+    on, _, off = report.partition("## s, 20 trained trials, no start points")
+    assert on.startswith("## s, 20 trained trials\n") and "| tpe-mix" in on
+    assert "1.50x [1.50, 1.50] (2)" in on  # 0.3 over the start-point random's 0.2
+    assert "| random | 2 | 0.1000" in off and "tpe-mix" not in off.split("HV2:")[0]
+
+
 @pytest.mark.slow
 def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -287,7 +311,7 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     done = {  # a search an earlier run finished: not run again
         "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
         "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
-        "hv2": 0.05, "memory_basis": "allocated_peak"}
+        "hv2": 0.05, "memory_basis": "allocated_peak", "start_points": True}
     # two measured on the old memory objective (no basis recorded): run again, kept apart
     legacy = [{**done, "memory_basis": None}, {**done, "sampler": "tpe", "hv2": 0.5}]
     del legacy[1]["memory_basis"]
@@ -299,7 +323,7 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     recs = [json.loads(x) for x in store.read_text().splitlines()]
     assert [r["sampler"] for r in recs] == ["random", "random", "tpe", "tpe"]
     assert recs[3]["trained"] == 2 and recs[3]["hv2"] > 0
-    assert recs[3]["memory_basis"] == "allocated_peak"
+    assert recs[3]["memory_basis"] == "allocated_peak" and recs[3]["start_points"] is True
     main(args)  # everything on file: nothing runs, the report is rebuilt
     assert "4 searches on file, 0 to run" in capsys.readouterr().out
     report = (tmp_path / "sampler_comparison.md").read_text()

@@ -36,12 +36,13 @@ def tiny() -> tuple[Any, Any]:
 
 
 def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: int = 0,
-                early_stop: bool = False, name: str = "s") -> tuple[SearchEngine, Any, Any]:
+                early_stop: bool = False, name: str = "s",
+                sampler: str = "random") -> tuple[SearchEngine, Any, Any]:
     space, workload = tiny
     storage = open_storage(tmp_path)
     study = optuna.create_study(study_name=name, storage=storage,
                                 directions=["maximize", "minimize", "maximize"],
-                                sampler=make_sampler("random", seed))
+                                sampler=make_sampler(sampler, seed))
     eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
                        objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
                        trials=trials, early_stop=early_stop)
@@ -79,6 +80,22 @@ def test_infeasible_proposals_are_told_and_never_launched(tmp_path: Path, tiny: 
     for n in launched:
         assert study.trials[n].constraints["memory"] <= 0
     assert {r.number for r in rows.values() if r.status in TRAINED_STATUSES} == set(launched)
+
+
+def test_tpe_mix_through_the_engine(tmp_path: Path, tiny: Any) -> None:
+    """tpe-mix in the engine: its start-up and every 2nd trial after it propose what random
+    with the seed proposes, trial for trial (TPE the others), over-budget ones included."""
+    params = {}
+    for kind in ("tpe-mix", "random"):
+        eng, study, _ = make_engine(tmp_path / kind, tiny, trials=12, seed=4, sampler=kind)
+        while (p := eng.propose()) is not None:
+            q = 0.6 + 0.01 * (p.number % 7)  # an outcome by trial number: the same in both
+            eng.finish(p.number, fake_final(dict(p.train_config), q, 1000.0 + p.number))
+        params[kind] = [t.params for t in study.trials]
+    mix, rnd = params["tpe-mix"], params["random"]
+    scheduled = [n for n in range(len(mix)) if n < 8 or n % 2 == 1]
+    assert len(mix) >= 14 and [mix[n] for n in scheduled] == rnd[:len(scheduled)]
+    assert all(mix[n] not in rnd for n in range(8, len(mix), 2))  # TPE's own
 
 
 def test_pruned_trials_are_told_pruned_and_never_on_the_front(tmp_path: Path,

@@ -238,7 +238,7 @@ def _history(placeholder: tuple[float, float, float]) -> optuna.Study:
     return study
 
 
-@pytest.mark.parametrize("sampler", ["tpe"])
+@pytest.mark.parametrize("sampler", ["tpe", "tpe-mix"])
 def test_infeasible_placeholders_do_not_steer_the_sampler(sampler: str) -> None:
     """Two histories that differ only in the placeholder values of infeasible trials: the
     sampler proposes the same next configs (it learns from their constraint alone)."""

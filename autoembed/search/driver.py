@@ -103,7 +103,7 @@ def search(
     tracking_uri as the CLI's options of those names;
     trials: trained trials (proposals over budget are free and not counted; default: the
     space's `trials`); time_budget: seconds after which no new trial starts; objectives:
-    names (default: the space's); sampler: tpe (default), nsga2, random or grid; seed:
+    names (default: the space's); sampler: tpe-mix (default), tpe, nsga2, random or grid; seed:
     sampler seed (default 0); workers: trials at once (default 1 on CPU, one per GPU);
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
     re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
