@@ -1,6 +1,7 @@
 """Measure the peak bytes of a REAL CPU training step of a user's model, independently of the
 tracer: a fresh process (so nothing earlier shows through), glibc's mmap threshold fixed at
-64 KiB (`MALLOC_MMAP_THRESHOLD_`: a freed tensor leaves RSS at once), code paths warmed by
+64 KiB (`MALLOC_MMAP_THRESHOLD_`: a freed tensor leaves RSS at once), oneDNN off (its bf16
+scratch buffers are library workspace, not tensors: 6-9 MB on an AMX CPU), code paths warmed by
 two steps of a small twin model, the model built (and, given `apply`, rewritten by
 `autoembed.apply`: the uncompressed table it replaces is freed), then /proc/self/status VmHWM
 reset (``5`` into /proc/self/clear_refs) and read after two steps. The figure is the
@@ -29,6 +30,9 @@ _CHILD = r"""
 import gc, importlib, json, sys
 import torch
 torch.set_num_threads(1)
+# oneDNN's bf16 kernels (CPUs with AVX-512 BF16 / AMX) keep scratch and JIT buffers that
+# are not tensors (as cuBLAS' workspace on CUDA, outside allocated_peak): measure tensors only
+torch.backends.mkldnn.enabled = False
 from autoembed.user_model.step import UserStep
 
 def status(field):
