@@ -32,7 +32,7 @@ class Model(nn.Module):
 
 def _stored(m: nn.Module) -> list[torch.Tensor]:
     """The stored table weights (the projection of mixed_dim excluded)."""
-    return [p for n, p in m.named_parameters() if n.endswith("weight") and "proj" not in n]
+    return [p.detach() for n, p in m.named_parameters() if n.endswith("weight") and "proj" not in n]
 
 
 @pytest.mark.parametrize("compression", list(SETTINGS))
@@ -48,8 +48,8 @@ def test_int8_lookups_within_the_row_quantization_step(compression: str) -> None
     # product or sum of two, mixed_dim: a projected one), a bag sums L of them
     step = max(float((w.max(1).values - w.min(1).values).max()) / 255 for w in _stored(model))
     big = max(float(w.abs().max()) for w in _stored(model)) + step
-    proj = max(float(m.store.proj.weight.abs().sum(1).max()) for m in (model.emb, model.bag)) \
-        if compression == "mixed_dim" else 1.0
+    proj = max(float(m.store.proj.weight.detach().abs().sum(1).max())
+               for m in (model.emb, model.bag)) if compression == "mixed_dim" else 1.0
     # q * r: |q| dr + |r| dq; proj(x): the row sums of |proj| times the step
     scale = {"qr": 2 * big, "mixed_dim": proj}.get(compression, 1.0)
     bag_scale = L * scale * (L if compression == "qr" else 1)  # qr pools q and r, then combines
