@@ -246,11 +246,11 @@ def _write(records: list[dict[str, Any]]) -> None:
         "Each row's commit and load average are its own (results/estimator_accuracy_models"
         ".jsonl, one line per cell; a rerun measures only the cells not on file). Sizes: each "
         "example's SIZES['test'] unless the tables column names a change. The commit is "
-        "the code measured; the results files themselves are what the run leaves uncommitted. The "
-        "rows of commit d578d29 come from that commit's run (nice 10, load 8-12; its table, "
-        "to 0.1 MB, imported into the .jsonl): of the code measured since, only sparse=True "
-        "tables (none in examples/), apply's robe/tt/hot_cold layers and int8/int4 "
-        "serving (neither in the applied config) changed.",
+        "the code measured; the results files themselves are what the run leaves uncommitted. "
+        "The measured step runs with oneDNN off (autoembed/user_model/measure.py): on a CPU "
+        "with AVX-512 BF16 / AMX its bf16 kernels keep 6-9 MB of scratch that is not tensors "
+        "(the .jsonl keeps the e05b68c rows measured with it on: bf16 cells 0.2-6.8% above "
+        "the estimate, fp32 cells unchanged); CPUs without those units never used it for bf16.",
         "Estimates are allocated_peak (what max_memory_allocated would read on CUDA, 512-byte "
         "blocks). Measured: the RSS high-water of a fresh process above its RSS before the "
         "build, two real steps, same precision machinery and pinned (foreach) optimizer. "
