@@ -36,7 +36,8 @@ CASES = [
 
 
 # the measured step runs with oneDNN off (measure.py), so a bf16 matmul takes torch's generic
-# kernel, ~17x slower than fp32 (BERT's 512 x 128 x 200k logits: 9.4 s vs 0.55 s): a smaller vocabulary keeps the case within minutes
+# kernel, ~17x slower than fp32 (BERT's 512 x 128 x 200k logits: 9.4 s vs 0.55 s): a smaller
+# vocabulary keeps the case within minutes
 SIZE_CHANGES = {("bert_mlm", "amp_bf16"): {"vocab": 50_000}}
 
 
