@@ -506,8 +506,7 @@ class HostCachedTable(TableModule):
         was replaced since (`opt.load_state_dict`), bind it again: the cache's own state,
         restored with the module's state_dict, is the one that moves with the rows."""
         opt = self._bound() if self._bound is not None else None
-        if opt is None or not any(p is self.cache_weight
-                                  for g in opt.param_groups for p in g["params"]):
+        if opt is None or not _steps(opt, self.cache_weight):
             raise ConfigError(
                 "a host_cached table trains only bound to its optimizer (its state moves with "
                 "the rows); build the optimizer with autoembed.build_optimizer(model, config), "
@@ -603,11 +602,10 @@ def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any],
     if compression not in ("none", "hash"):
         raise ConfigError(f"compression '{compression}' with placement host_cached: the cache "
                           "holds plain or hashed rows; use compression none or hash")
-    buckets = None
-    if compression == "hash":
-        if not hash_buckets or hash_buckets < 1:
-            raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
-        buckets = hash_buckets if hash_buckets < num else None
+    from autoembed.config import CACHE_POLICIES
+    from autoembed.nn import hash_layout
+
+    buckets = hash_layout(num, hash_buckets)[1] if compression == "hash" else None
     if dynamic_rows < 0 or (dynamic_rows and buckets is not None):
         raise ConfigError(f"dynamic_rows = {dynamic_rows}: rows for new ids extend an unhashed "
                           "table; give 0, or compression none")
@@ -615,8 +613,8 @@ def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any],
     if not isinstance(cache_rows, int) or not 1 <= cache_rows <= rows:
         raise ConfigError(f"cache_rows = {cache_rows!r}: the cache holds 1 to {rows} of the "
                           f"table's {rows} rows; give an int in that range")
-    if cache_policy not in ("lru", "lfu"):
-        raise ConfigError(f"cache_policy = {cache_policy!r}: use lru or lfu")
+    if cache_policy not in CACHE_POLICIES:
+        raise ConfigError(f"cache_policy = {cache_policy!r}: use {' or '.join(CACHE_POLICIES)}")
     if table_optimizer not in ROW_STATE:
         raise ConfigError(f"table_optimizer = {table_optimizer!r} cannot step a host_cached "
                           "table (a row not looked up must not change); use one of "
@@ -661,13 +659,16 @@ def bind_host_cached(model: nn.Module, optimizers: Any) -> None:
     its `cache_weight`; one that none steps, or whose optimizer cannot move its state, is a
     ConfigError."""
     for name, table in host_cached_tables(model):
-        opt = next((o for o in optimizers if any(p is table.cache_weight
-                                                  for g in o.param_groups for p in g["params"])),
-                   None)
+        opt = next((o for o in optimizers if _steps(o, table.cache_weight)), None)
         if opt is None:
             raise ConfigError(f"host_cached table '{name}': no optimizer steps its cache_weight; "
                               "give it to one (autoembed.build_optimizer does)")
         table.bind_optimizer(opt)
+
+
+def _steps(optimizer: Optimizer, param: torch.Tensor) -> bool:
+    """Whether `optimizer` steps `param` (one of its groups holds it)."""
+    return any(p is param for g in optimizer.param_groups for p in g["params"])
 
 
 def _zeros_state(rows: int, dim: int, per_elem: bool, dtype: torch.dtype) -> torch.Tensor:

@@ -203,6 +203,14 @@ class _Plain(_Storage):
         return self._project(self.weight)
 
 
+def hash_layout(num: int, hash_buckets: int | None) -> tuple[int, int | None]:
+    """(rows, buckets) of a hashed table of `num` ids: min(num, hash_buckets) rows, ids
+    hashed into `buckets` rows only when num > hash_buckets (else None: an id is its row)."""
+    if not hash_buckets or hash_buckets < 1:
+        raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
+    return min(num, hash_buckets), (hash_buckets if num > hash_buckets else None)
+
+
 class _Hash(_Plain):
     """``weight`` [min(V, hash_buckets), D]; ids hashed when V > hash_buckets."""
 
@@ -210,11 +218,9 @@ class _Hash(_Plain):
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hash_buckets: int | None,
                  hash_seed: int = 0, **_: Any) -> None:
-        if not hash_buckets or hash_buckets < 1:
-            raise ConfigError(f"compression hash needs hash_buckets >= 1, got {hash_buckets!r}")
         _Storage.__init__(self, num, dim, factory)
-        hashed = hash_buckets if num > hash_buckets else None
-        self._plain(min(num, hash_buckets), dim, hashed, hash_seed)
+        rows, buckets = hash_layout(num, hash_buckets)
+        self._plain(rows, dim, buckets, hash_seed)
 
     def full(self) -> torch.Tensor:
         return _Storage.full(self)  # decoded row by row, hashed or not

@@ -118,12 +118,11 @@ def _fake_module(model: nn.Module) -> nn.Module:
 
 
 def _cached(model: nn.Module) -> list[tuple[str, Any]]:
-    """(layer path, HostCachedTable) of each host_cached `autoembed.nn` layer."""
-    from autoembed.models.host_cache import HostCachedTable
+    """(layer path, HostCachedTable) of each host_cached `autoembed.nn` layer (its table is
+    the layer's ``store.table``)."""
+    from autoembed.models.host_cache import host_cached_tables
 
-    return [(path, t) for path, m in embedding_modules(model)
-            if isinstance(t := getattr(getattr(m, "store", None), "table", None),
-                          HostCachedTable)]
+    return [(name.removesuffix(".store.table"), t) for name, t in host_cached_tables(model)]
 
 
 def _build(model: ModelSpec) -> nn.Module:
