@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError
+from autoembed.search.study import DEFAULT_SAMPLER, SAMPLERS
 
 __all__ = ["app", "main"]
 
@@ -546,7 +547,8 @@ def search_cmd(
     objectives: str | None = typer.Option(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
     sampler: str | None = typer.Option(
-        None, help="tpe-mix (default), tpe, nsga2, random, grid, gp or tpe-plain."),
+        None, help=f"{DEFAULT_SAMPLER} (default), or one of "
+        f"{', '.join(k for k in SAMPLERS if k != DEFAULT_SAMPLER)}."),
     seed: int | None = typer.Option(
         None, help="Seed of the sampler and of every trial's model init and data order "
         "(a space's base `seed` wins). Default 0."),
