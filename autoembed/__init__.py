@@ -58,9 +58,8 @@ _LAZY = {
 
 
 def search(*args: Any, **kwargs: Any) -> Any:
-    """Run a search: `autoembed.search.search` (Ray, Optuna and MLflow load on first use)."""
-    # the callable module: it also takes model=/example=/train= (your own model and loop)
-    module: Any = importlib.import_module("autoembed.search")
+    """Run a search: `autoembed.pipeline.search` (Ray, Optuna and MLflow load on first use)."""
+    module: Any = importlib.import_module("autoembed.pipeline")
     return module(*args, **kwargs)
 
 

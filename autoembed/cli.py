@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError
-from autoembed.search.study import DEFAULT_SAMPLER, SAMPLERS
+from autoembed.pipeline.study import DEFAULT_SAMPLER, SAMPLERS
 
 __all__ = ["app", "main"]
 
@@ -609,8 +609,8 @@ def search_cmd(
                                    "--host-budget": host_budget, "--objectives": objectives,
                                    "--start-points": start_points})
         return
-    from autoembed.search import search as run_search
-    from autoembed.search.render import SearchProgress, render_result, result_json
+    from autoembed.pipeline import search as run_search
+    from autoembed.pipeline.render import SearchProgress, render_result, result_json
 
     _dir_arg(runs_dir, "--runs-dir")
     cats = None

@@ -439,7 +439,7 @@ def export_config(
     if run_id is not None and pick is not None:
         raise ConfigError("give --pick or --run-id, not both")
     if study is not None:  # a name, never a path out of the runs directory
-        from autoembed.search.study import check_study_name
+        from autoembed.pipeline.study import check_study_name
 
         check_study_name(study)
     with tempfile.TemporaryDirectory(prefix="autoembed-export-") as tmpname:

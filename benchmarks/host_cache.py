@@ -145,7 +145,7 @@ def throughput(steps: int, warmup: int) -> str:
 
 
 def search_table() -> str:
-    from autoembed.search import search
+    from autoembed.pipeline import search
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

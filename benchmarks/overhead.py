@@ -103,10 +103,10 @@ class StageTimer:
 def instrument(timer: StageTimer) -> None:
     """Wrap the driver's stage functions in place (this process only)."""
     import autoembed.memory
-    import autoembed.search.engine as engine
-    import autoembed.search.outputs as outputs
-    import autoembed.search.ray_tune as ray_tune
-    import autoembed.search.study as study
+    import autoembed.pipeline.engine as engine
+    import autoembed.pipeline.outputs as outputs
+    import autoembed.pipeline.ray_tune as ray_tune
+    import autoembed.pipeline.study as study
     import autoembed.tracking as tracking
 
     est = timer.wrap("pricing", autoembed.memory.estimate, "estimate")
@@ -177,7 +177,7 @@ def run(trials: int | None, runs: Path) -> tuple[float, StageTimer, Any]:
     timer = StageTimer()
     t0 = time.perf_counter()
     # the search imports these on its first call; timed here as part of its cost
-    import autoembed.search.ray_tune  # noqa: F401
+    import autoembed.pipeline.ray_tune  # noqa: F401
     import autoembed.tracking  # noqa: F401
 
     imports = time.perf_counter() - t0

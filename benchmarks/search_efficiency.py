@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_commit, markdown_table, stamp, write_result  # noqa: E402
 
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS  # noqa: E402
-from autoembed.search.study import DEFAULT_SAMPLER  # noqa: E402
+from autoembed.pipeline.study import DEFAULT_SAMPLER  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = "800MB"
@@ -84,7 +84,7 @@ def bench_space(tmp: Path) -> Path:
 def one(space: Path, runs: Path, sampler: str, seed: int, trials: int,
         early_stop: bool | None, budget: str = BUDGET, tag: str = "",
         start_points: bool | None = None) -> dict[str, Any]:
-    from autoembed.search import search
+    from autoembed.pipeline import search
     from autoembed.tracking import NullTracker
 
     stop = {True: "es", False: "full", None: "default"}[early_stop]
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         args.trials, args.seeds = 4, [0]
     import ray
 
-    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
              log_to_driver=False)
@@ -327,7 +327,7 @@ def _steps_of(space: str, real_steps: int) -> int:
 def compare_samplers(args: argparse.Namespace) -> None:
     import ray
 
-    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
     from autoembed.budget import Budget
 
     results = args.results or RESULTS_DIR

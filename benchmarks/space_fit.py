@@ -27,8 +27,8 @@ def main() -> None:
     from autoembed.budget import parse_size
     from autoembed.data.spec import DataSpec
     from autoembed.memory import estimate
-    from autoembed.search.optuna_space import suggest
-    from autoembed.search.workload import build_workload
+    from autoembed.pipeline.optuna_space import suggest
+    from autoembed.pipeline.workload import build_workload
     from autoembed.space import builtin_space_path, load_space
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -107,8 +107,8 @@ def stored_example(name: str, runs: Path) -> dict[str, Any]:
 
     from autoembed.budget import Budget
     from autoembed.pareto import parse_pick
-    from autoembed.search.report import SearchReport
-    from autoembed.search.study import load_rows
+    from autoembed.pipeline.report import SearchReport
+    from autoembed.pipeline.study import load_rows
     from autoembed.user.space import load_user_space
 
     module, space, budget = EXAMPLES[name]

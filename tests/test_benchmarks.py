@@ -249,7 +249,7 @@ def test_sampler_comparison_hv2n_from_the_fronts_nadir_by_hand() -> None:
 def test_sampler_comparison_verdict_reads_the_paired_interval() -> None:
     from search_efficiency import verdict
 
-    from autoembed.search.study import DEFAULT_SAMPLER
+    from autoembed.pipeline.study import DEFAULT_SAMPLER
 
     def rec(sampler: str, seed: int, hv: float) -> dict[str, object]:
         return {"sampler": sampler, "seed": seed, "hv2": hv, "hv2n": hv}

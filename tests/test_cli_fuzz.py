@@ -746,9 +746,9 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
     import optuna
 
     from autoembed.budget import Budget
-    from autoembed.search.engine import SearchEngine
-    from autoembed.search.study import make_sampler
-    from autoembed.search.workload import build_workload, data_spec_for
+    from autoembed.pipeline.engine import SearchEngine
+    from autoembed.pipeline.study import make_sampler
+    from autoembed.pipeline.workload import build_workload, data_spec_for
     from autoembed.space import load_space
 
     space = load_space(_absurd_space(tmp_path, ["none", "hash"]))

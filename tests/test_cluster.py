@@ -211,7 +211,7 @@ def test_user_search_ships_its_code_to_both_nodes_and_checks_each_copy(tmp_path:
     copy runs on both nodes; not shipped (the package found in a site-packages directory,
     as an installed package is), the hash check fails that node's trials, naming the module,
     and the head's (which has the same copy) complete."""
-    from autoembed.search.study import load_rows
+    from autoembed.pipeline.study import load_rows
 
     copies = {"src": tmp_path / "src", "installed": tmp_path / "lib" / "site-packages",
               "stale": tmp_path / "node_b"}

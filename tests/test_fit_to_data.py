@@ -19,7 +19,7 @@ from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec, load_dataset
 from autoembed.export import export_config
 from autoembed.runner import RunSettings, run_trial
-from autoembed.search.records import objective_metrics
+from autoembed.pipeline.records import objective_metrics
 from autoembed.training import stored_steps, train
 
 PEAK = 375  # the injected curve's best step

@@ -15,9 +15,9 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec
 from autoembed.runner import RunSettings, run_trial
-from autoembed.search.engine import SearchEngine
-from autoembed.search.study import make_sampler, open_storage
-from autoembed.search.workload import build_workload, data_spec_for
+from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.study import make_sampler, open_storage
+from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.space import load_space
 
 warnings.filterwarnings("ignore", message="Sparse invariant checks")

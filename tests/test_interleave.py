@@ -12,8 +12,8 @@ import pytest
 from optuna.samplers import RandomSampler
 from optuna.trial import TrialState
 
-from autoembed.search.interleave import InterleavedSampler, is_random
-from autoembed.search.study import make_sampler
+from autoembed.pipeline.interleave import InterleavedSampler, is_random
+from autoembed.pipeline.study import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

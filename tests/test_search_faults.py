@@ -16,10 +16,10 @@ from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
 from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
-from autoembed.search.engine import SearchEngine
-from autoembed.search.faults import fault_hook, parse_faults
-from autoembed.search.study import make_sampler, open_storage
-from autoembed.search.workload import build_workload, data_spec_for
+from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.faults import fault_hook, parse_faults
+from autoembed.pipeline.study import make_sampler, open_storage
+from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import optuna
 
 from autoembed.config import EmbeddingConfig
-from autoembed.search.study import load_rows, recover
+from autoembed.pipeline.study import load_rows, recover
 
 
 def test_trial_asked_but_never_recorded_gets_a_row_and_a_retry() -> None:

@@ -148,7 +148,7 @@ def driver(args: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
 def ray_local() -> Iterator[None]:
     import ray
 
-    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
@@ -157,7 +157,7 @@ def ray_local() -> Iterator[None]:
 
 def test_trial_faults_are_recorded_and_the_search_goes_on(
         ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoembed.search import search
+    from autoembed.pipeline import search
 
     runs = tmp_path / "runs"
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

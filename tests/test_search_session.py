@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from autoembed.cli import main
-from autoembed.search.session import LOCK_NAME, StudyInUseError, StudyLock
+from autoembed.pipeline.session import LOCK_NAME, StudyInUseError, StudyLock
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "search_spaces" / "tiny.yaml")
@@ -24,7 +24,7 @@ TINY = str(ROOT / "search_spaces" / "tiny.yaml")
 HOLDER = """
 import sys, time
 from pathlib import Path
-from autoembed.search.session import StudyLock
+from autoembed.pipeline.session import StudyLock
 with StudyLock(Path(sys.argv[1]), "s"):
     print("held", flush=True)
     time.sleep(120)

@@ -13,7 +13,7 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.memory.types import MemoryEstimate
 from autoembed.pareto import Pick
-from autoembed.search.feasibility import (
+from autoembed.pipeline.feasibility import (
     OOM_VIOLATION,
     Feasibility,
     Verdict,
@@ -22,9 +22,9 @@ from autoembed.search.feasibility import (
     oom_ceiling,
     oom_ceiling_rule,
 )
-from autoembed.search.plan import NothingFitsError
-from autoembed.search.recorder import ATTR, CalibrationSink, Recorder, TrackerSink
-from autoembed.search.report import SearchFailedError, SearchReport
+from autoembed.pipeline.plan import NothingFitsError
+from autoembed.pipeline.recorder import ATTR, CalibrationSink, Recorder, TrackerSink
+from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.space import Objective
 from autoembed.trial import TrialRow
 

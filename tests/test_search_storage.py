@@ -19,8 +19,8 @@ def test_a_search_and_its_resume_open_each_store_once(tmp_path: Path,
     import sqlalchemy
     import sqlalchemy.engine
 
-    from autoembed.search import search
-    from autoembed.search.executor import InProcessExecutor
+    from autoembed.pipeline import search
+    from autoembed.pipeline.executor import InProcessExecutor
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the embedded store in runs/
     engines: Counter[str] = Counter()

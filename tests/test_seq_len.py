@@ -76,8 +76,8 @@ def test_tokens_per_batch_is_split_by_seq_len() -> None:
 
 
 def test_a_text_search_trains_trials_of_different_lengths(tmp_path: Path) -> None:
-    from autoembed.search import search
-    from autoembed.search.executor import InProcessExecutor
+    from autoembed.pipeline import search
+    from autoembed.pipeline.executor import InProcessExecutor
     from autoembed.tracking import NullTracker
 
     space = tmp_path / "text.yaml"

@@ -14,7 +14,7 @@ import yaml
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
-from autoembed.search.optuna_space import distributions, suggest
+from autoembed.pipeline.optuna_space import distributions, suggest
 from autoembed.space import (
     BUILTIN_SPACES,
     builtin_space_path,

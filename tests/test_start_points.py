@@ -19,10 +19,10 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.memory import estimate
 from autoembed.runner import Evaluation, TrialResult
-from autoembed.search.engine import SearchEngine
-from autoembed.search.optuna_space import distribution
-from autoembed.search.study import load_rows, make_sampler, open_storage, recover
-from autoembed.search.workload import build_workload, data_spec_for
+from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.optuna_space import distribution
+from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
+from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.space import (
     BUILTIN_SPACES,
     Param,
@@ -268,8 +268,8 @@ def test_infeasible_placeholders_do_not_steer_the_sampler(sampler: str) -> None:
 def test_the_plan_has_start_points_unless_turned_off(
         tmp_path: Path, options: dict[str, Any], stored: dict[str, Any],
         names: list[str]) -> None:
-    from autoembed.search.plan import SearchPlan
-    from autoembed.search.request import SearchRequest
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
 
     request = SearchRequest.parse("8GB", "tiny", runs_dir=tmp_path, study="p", device="cpu",
                                   **options)
@@ -291,8 +291,8 @@ def test_the_search_seed_is_every_trials_seed(
         tmp_path: Path, seed: int | None, stored: dict[str, Any], want: int) -> None:
     """Seeds of one search differ in what they train (model init, data order), not only
     in what the sampler proposes; a resumed study keeps its stored seed."""
-    from autoembed.search.plan import SearchPlan
-    from autoembed.search.request import SearchRequest
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
 
     request = SearchRequest.parse("8GB", "tiny", runs_dir=tmp_path, study="s", device="cpu",
                                   seed=seed)
@@ -304,8 +304,8 @@ def test_the_search_seed_is_every_trials_seed(
 
 
 def test_a_space_that_sets_its_seed_keeps_it(tmp_path: Path) -> None:
-    from autoembed.search.plan import SearchPlan
-    from autoembed.search.request import SearchRequest
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
 
     text = (ROOT / "search_spaces" / "tiny.yaml").read_text()
     assert "\nbase:\n" in text

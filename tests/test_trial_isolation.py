@@ -20,8 +20,8 @@ TINY = TESTS.parent / "search_spaces" / "tiny.yaml"
 def test_trial_workers_never_import_mlflow_or_optuna(tmp_path: Path) -> None:
     import ray
 
-    import autoembed.search.ray_tune  # noqa: F401 - sets Ray's environment before it starts
-    from autoembed.search import search
+    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
+    from autoembed.pipeline import search
 
     log = tmp_path / "guard.log"
     log.touch()

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoembed.search import search
-from autoembed.search.executor import InProcessExecutor
+from autoembed.pipeline import search
+from autoembed.pipeline.executor import InProcessExecutor
 from autoembed.tracking import NullTracker
 from autoembed.training import stored_steps
 

@@ -112,7 +112,7 @@ def test_an_oom_in_the_users_loop_is_oom_and_sets_the_ceiling(user, monkeypatch)
     """A trial whose loop runs out of device memory is `oom`, and every later proposal at
     or above its priced size (here: all, one model size) is over the ceiling, never run
     (the search gives up after 5 such proposals in a row instead of 300)."""
-    import autoembed.search.engine as engine
+    import autoembed.pipeline.engine as engine
 
     monkeypatch.setattr(engine, "MAX_REJECTIONS_IN_A_ROW", 5)
     res = run(user, ["ok", "oom"], 4, study="o", seed=1)

@@ -8,7 +8,7 @@ fields), `params` (searched fields), `objectives`, `target`, `run` (RunSettings 
 
 Modules: `model` (Param, SearchSpace, StandIn, TableRule), `objectives`, `loader`
 (load_space, parse_space: the YAML validator, reading the config's declared rules) and
-`corners` (cheapest_config). No Optuna here: `autoembed.search.optuna_space` maps a space
+`corners` (cheapest_config). No Optuna here: `autoembed.pipeline.optuna_space` maps a space
 onto Optuna's distributions and trials.
 """
 

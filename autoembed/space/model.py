@@ -1,6 +1,6 @@
 """The search-space model: which config fields a search varies (`Param`), over which values,
 on which data (`SearchSpace`), and the sampler-neutral naming of each param (``dim/8`` for a
-``multiple_of: 8`` range). No Optuna here: `autoembed.search.optuna_space` maps a space onto
+``multiple_of: 8`` range). No Optuna here: `autoembed.pipeline.optuna_space` maps a space onto
 Optuna's distributions and trials."""
 
 from __future__ import annotations

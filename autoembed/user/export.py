@@ -59,8 +59,8 @@ def export_python(study: str, out: str | Path, *, runs_dir: str | Path = "runs",
     it (`<out stem>.yaml`); (module, config, trial)."""
     from autoembed.config import safe_load_yaml, save_config
     from autoembed.pareto import parse_pick
-    from autoembed.search import study as studies
-    from autoembed.search.report import SearchReport
+    from autoembed.pipeline import study as studies
+    from autoembed.pipeline.report import SearchReport
     from autoembed.space import Objective
     from autoembed.user.space import parse_user_space
 

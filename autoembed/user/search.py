@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.pareto import parse_pick
-from autoembed.search import study as studies
-from autoembed.search.engine import (
+from autoembed.pipeline import study as studies
+from autoembed.pipeline.engine import (
     HOST_BASE_BYTES,
     InvalidProposal,
     PricedProposal,
     SearchEngine,
 )
-from autoembed.search.executor import StopTrial, TrialChannel
-from autoembed.search.recorder import Recorder, TrackerSink
-from autoembed.search.records import ATTR, TrialRow
-from autoembed.search.report import SearchReport
+from autoembed.pipeline.executor import StopTrial, TrialChannel
+from autoembed.pipeline.recorder import Recorder, TrackerSink
+from autoembed.pipeline.records import ATTR, TrialRow
+from autoembed.pipeline.report import SearchReport
 from autoembed.trial import Evaluation
 from autoembed.user.pricing import Apply, price_proposal
 from autoembed.user.request import UserRequest
@@ -39,7 +39,7 @@ from autoembed.user.space import UserSpace
 from autoembed.user.trainer import make_payload, run_payload
 
 if TYPE_CHECKING:
-    from autoembed.search.session import StudyLock
+    from autoembed.pipeline.session import StudyLock
     from autoembed.tracking import SearchTracker
 
 __all__ = ["search_own", "search_user", "UserPricing", "user_engine", "LocalUserExecutor",
@@ -104,7 +104,7 @@ def user_engine(request: UserRequest, study: Any, *, apply: Apply | None = None,
 def suggest_values(space: UserSpace, trial: Any) -> dict[str, Any]:
     """Ask `trial` for each param of `space` whose condition holds: qualified name ->
     value, fixed values included."""
-    from autoembed.search.optuna_space import suggest_param
+    from autoembed.pipeline.optuna_space import suggest_param
 
     values: dict[str, Any] = dict(space.fixed)
     for p in space.params:
@@ -146,7 +146,7 @@ def _run_on_ray(engine: SearchEngine, request: UserRequest, out_dir: Path, name:
     and checked by hash on each node (`user.ship`)."""
     import os
 
-    from autoembed.search.ray_tune import TuneSettings, ray_session, run_tune
+    from autoembed.pipeline.ray_tune import TuneSettings, ray_session, run_tune
     from autoembed.user.ship import runtime_env
     from autoembed.user.trainer import tune_trainable
 
@@ -188,7 +188,7 @@ def search_user(request: UserRequest, *, study: str | None = None, runs_dir: str
     import optuna
     from optuna.study import StudyDirection
 
-    from autoembed.search.session import StudyLock
+    from autoembed.pipeline.session import StudyLock
 
     t0 = time.monotonic()
     root = Path(runs_dir).resolve()
@@ -249,7 +249,7 @@ def search_own(budget: str | int, space: Any = None, *, model: Any, example: Any
     arguments (`UserRequest.parse`), then `search_user` with the remaining options."""
     if space is None:
         raise ConfigError("space missing: give the YAML file with `embedding:` and `user:`")
-    from autoembed.search.executor import InProcessExecutor
+    from autoembed.pipeline.executor import InProcessExecutor
 
     kind = ("local" if isinstance(executor, InProcessExecutor) else
             "ray" if executor is None else executor)

@@ -65,7 +65,7 @@ def tune_trainable(tune_config: dict[str, Any]) -> None:
 
     from ray import tune
 
-    from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, node_info
+    from autoembed.pipeline.trainable import FINAL, PAYLOAD, RESOURCES, node_info
     from autoembed.trial import Evaluation
 
     payload = json.loads(tune_config[PAYLOAD])["config"]

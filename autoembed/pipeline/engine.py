@@ -40,17 +40,17 @@ from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate, estimate
 from autoembed.memory.objective import MEMORY_BASIS, check_basis, memory_value
 from autoembed.runner import RunSettings
-from autoembed.search.early_stop import Progress, cannot_reach_front
-from autoembed.search.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
-from autoembed.search.optuna_space import suggest_values
-from autoembed.search.recorder import CalibrationSink, Recorder, Sink, TrackerSink
-from autoembed.search.records import (
+from autoembed.pipeline.early_stop import Progress, cannot_reach_front
+from autoembed.pipeline.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
+from autoembed.pipeline.optuna_space import suggest_values
+from autoembed.pipeline.recorder import CalibrationSink, Recorder, Sink, TrackerSink
+from autoembed.pipeline.records import (
     TrialRow,
     front_of,
     objective_metrics,
     optuna_values,
 )
-from autoembed.search.workload import Workload
+from autoembed.pipeline.workload import Workload
 from autoembed.selection import ValidScores
 from autoembed.space import SearchSpace
 from autoembed.trial import decode_result
@@ -217,7 +217,7 @@ class SearchEngine:
         `BuiltinPricing` of `space` and `workload`). `grid`: the only points asked, in order;
         `start`: points asked first (Optuna params, `space.start`), then the sampler's; a
         point some trial of the study already had (a resume) is skipped."""
-        from autoembed.search.study import load_rows
+        from autoembed.pipeline.study import load_rows
 
         self.study = study
         self.space = space

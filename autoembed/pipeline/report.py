@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autoembed.budget import Budget, format_bytes
 from autoembed.errors import AutoembedError, ConfigError
 from autoembed.pareto import PICK_RULES, Pick, pick
-from autoembed.search.records import front_of
+from autoembed.pipeline.records import front_of
 from autoembed.space import Objective
 from autoembed.trial import TrialRow
 
@@ -102,7 +102,7 @@ class SearchReport:
         or nothing that fit completed (exit 1)."""
         if self.best is not None:
             return None
-        from autoembed.search.plan import NothingFitsError
+        from autoembed.pipeline.plan import NothingFitsError
 
         if (self.count("complete") == 0 and self.count("infeasible") > 0
                 and not any(r.counted for r in self.rows)):
@@ -121,7 +121,7 @@ class SearchReport:
         environment, timings; `baseline`: the simple model's figures or None) where
         pareto.json has always had them. `noise`: the within-noise slack and how it was
         measured (None: not measured, the slack was 0)."""
-        from autoembed.search.outputs import member_dict
+        from autoembed.pipeline.outputs import member_dict
 
         assert self.best is not None
         ours = {
@@ -156,7 +156,7 @@ class SearchReport:
         """Write the files (pareto.json last) and return them by name. No front: only
         trials.csv is written. `vocab(path)` saves the data's vocabulary (optional);
         `notes` collects errors that cost a file but not the search (plot, vocabulary)."""
-        from autoembed.search import outputs
+        from autoembed.pipeline import outputs
 
         notes = notes if notes is not None else {}
         files: dict[str, Path] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
-from autoembed.search.records import ATTR, TrialRow
+from autoembed.pipeline.records import ATTR, TrialRow
 
 if TYPE_CHECKING:
     import optuna
@@ -160,7 +160,7 @@ def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
     if kind in ("tpe", "tpe-s4"):
         return _multivariate_tpe(seed, TPE_STARTUP if kind == "tpe" else TPE_SHORT_STARTUP)
     if kind == "tpe-mix":
-        from autoembed.search.interleave import InterleavedSampler
+        from autoembed.pipeline.interleave import InterleavedSampler
 
         model = _multivariate_tpe((seed + MIX_MODEL_SEED_OFFSET) % 2**32, TPE_STARTUP)
         return InterleavedSampler(model, optuna.samplers.RandomSampler(seed=seed),

@@ -17,7 +17,7 @@ from typing import Any
 from autoembed.budget import Budget, parse_size
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
-from autoembed.search.study import SAMPLERS, check_study_name
+from autoembed.pipeline.study import SAMPLERS, check_study_name
 from autoembed.space import OBJECTIVES, SearchSpace, check_objective
 
 __all__ = ["SearchRequest", "DEVICES", "MAX_SEED"]
@@ -104,7 +104,7 @@ class SearchRequest:
         host = _host_budget(host_budget)
         bud = _budget(budget)
         objs = _objectives(objectives)
-        from autoembed.search.ray_tune import parse_trial_resources
+        from autoembed.pipeline.ray_tune import parse_trial_resources
 
         custom = parse_trial_resources(trial_resources or ())
         return cls(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autoembed.search.feasibility import oom_ceiling
+from autoembed.pipeline.feasibility import oom_ceiling
 from autoembed.trial import TrialRow, encode_row
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class CalibrationSink:
             return set()
 
     def _write(self) -> None:
-        from autoembed.search.outputs import atomic_write_text
+        from autoembed.pipeline.outputs import atomic_write_text
 
         events = []
         for row in sorted(self._ooms.values(), key=lambda r: r.number):
@@ -149,7 +149,7 @@ class CalibrationSink:
                 "error": row.reason})
         ceiling = oom_ceiling(self._ooms.values())
         body = {"rule": "proposals whose predicted device_total is at or above "
-                        "ceiling_bytes are infeasible (autoembed.search.engine)",
+                        "ceiling_bytes are infeasible (autoembed.pipeline.engine)",
                 "ceiling_bytes": ceiling[0] if ceiling else None,
                 "ceiling_trial": ceiling[1] if ceiling else None,
                 "oom": events}

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autoembed.errors import AutoembedError
 
 if TYPE_CHECKING:
-    from autoembed.search.engine import SearchEngine
-    from autoembed.search.plan import SearchPlan
+    from autoembed.pipeline.engine import SearchEngine
+    from autoembed.pipeline.plan import SearchPlan
     from autoembed.trial import Evaluation, TrialResult
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
@@ -95,7 +95,7 @@ class RayTuneExecutor:
 
     def __init__(self, ray_address: str | None, num_cpus: int, num_gpus: int | None,
                  faults: Mapping[int, str] | None = None) -> None:
-        from autoembed.search.ray_tune import ray_session
+        from autoembed.pipeline.ray_tune import ray_session
 
         self._ray = ray_session(ray_address, num_cpus, num_gpus)
         self.address = ray_address
@@ -122,7 +122,7 @@ class RayTuneExecutor:
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         import datetime as _dt
 
-        from autoembed.search.ray_tune import TuneSettings, run_tune
+        from autoembed.pipeline.ray_tune import TuneSettings, run_tune
 
         run_tune(engine, TuneSettings(
             workers=plan.workers, cpus_per_trial=plan.cpus_per_trial,

@@ -80,7 +80,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
 
     from autoembed.config import config_from_dict
     from autoembed.runner import Evaluation, RunSettings, run_trial
-    from autoembed.search.executor import evaluation_report, final_report
+    from autoembed.pipeline.executor import evaluation_report, final_report
 
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
@@ -95,7 +95,7 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
             tune.report({**evaluation_report(ev), **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
-        from autoembed.search.faults import fault_hook
+        from autoembed.pipeline.faults import fault_hook
 
         result = run_trial(config, dataset, settings, report,
                            on_step=fault_hook(payload.get("fault")))

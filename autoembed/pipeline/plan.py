@@ -27,9 +27,9 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import AutoembedError, ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
-from autoembed.search.request import SearchRequest, check_same
-from autoembed.search.study import DEFAULT_SAMPLER
-from autoembed.search.workload import Workload, build_workload, data_spec_for, given_spec
+from autoembed.pipeline.request import SearchRequest, check_same
+from autoembed.pipeline.study import DEFAULT_SAMPLER
+from autoembed.pipeline.workload import Workload, build_workload, data_spec_for, given_spec
 from autoembed.space import (
     BUILTIN_SPACES,
     Objective,

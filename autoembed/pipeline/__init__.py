@@ -1,6 +1,7 @@
-"""`autoembed.search`: find the Pareto-best embedding configs that fit a memory budget.
+"""`autoembed.pipeline`: the search pipeline, which finds the Pareto-best embedding configs
+that fit a memory budget (`autoembed.search` runs it).
 
-    from autoembed.search import search
+    from autoembed.pipeline import search
     result = search(budget="8GB", space="search_spaces/default.yaml", trials=20)
     result.front, result.best, result.files["pareto.json"]
 
@@ -11,7 +12,7 @@ before it runs (`feasibility`), an executor runs the ones that fit (Ray Tune by 
 search runs, so importing this is cheap.
 
 The module is also callable, so `autoembed.search(budget=...)` works like
-`autoembed.search.search(budget=...)` (DESIGN.md: the Python API mirrors the CLI).
+`autoembed.pipeline.search(budget=...)` (DESIGN.md: the Python API mirrors the CLI).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import types
 from typing import Any
 
-from autoembed.search.driver import (
+from autoembed.pipeline.driver import (
     DEFAULT_SPACE,
     DEVICES,
     NothingFitsError,
@@ -28,10 +29,10 @@ from autoembed.search.driver import (
     SearchResult,
     search,
 )
-from autoembed.search.engine import SearchStatus
-from autoembed.search.executor import InProcessExecutor, StopTrial
-from autoembed.search.records import TrialRow
-from autoembed.search.study import SAMPLERS
+from autoembed.pipeline.engine import SearchStatus
+from autoembed.pipeline.executor import InProcessExecutor, StopTrial
+from autoembed.pipeline.records import TrialRow
+from autoembed.pipeline.study import SAMPLERS
 
 __all__ = [
     "search",

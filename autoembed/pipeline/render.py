@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoembed.budget import format_bytes
-from autoembed.search.driver import SearchResult
-from autoembed.search.engine import SearchStatus
-from autoembed.search.records import TrialRow
+from autoembed.pipeline.driver import SearchResult
+from autoembed.pipeline.engine import SearchStatus
+from autoembed.pipeline.records import TrialRow
 
 __all__ = ["SearchProgress", "render_result", "result_json"]
 

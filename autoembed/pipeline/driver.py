@@ -29,21 +29,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
-from autoembed.search import study as studies
-from autoembed.search.engine import SearchEngine, SearchStatus
-from autoembed.search.executor import Executor, RayTuneExecutor
-from autoembed.search.faults import faults_from_env
-from autoembed.search.plan import (
+from autoembed.pipeline import study as studies
+from autoembed.pipeline.engine import SearchEngine, SearchStatus
+from autoembed.pipeline.executor import Executor, RayTuneExecutor
+from autoembed.pipeline.faults import faults_from_env
+from autoembed.pipeline.plan import (
     DEFAULT_EARLY_STOP,
     DEFAULT_SPACE,
     NothingFitsError,
     SearchPlan,
     trial_threads,
 )
-from autoembed.search.recorder import CalibrationSink, Recorder, TrackerSink
-from autoembed.search.records import ATTR, TrialRow
-from autoembed.search.report import SearchFailedError, SearchReport
-from autoembed.search.request import DEVICES, MAX_SEED, SearchRequest
+from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
+from autoembed.pipeline.records import ATTR, TrialRow
+from autoembed.pipeline.report import SearchFailedError, SearchReport
+from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
 from autoembed.space import Objective, SearchSpace
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def run_search(
         executor = RayTuneExecutor(request.ray_address, plan.cpus,
                                    plan.gpus if plan.device == "cuda" else None,
                                    faults_from_env())
-    from autoembed.search.session import StudyLock
+    from autoembed.pipeline.session import StudyLock
 
     # One driver per study (runs/<study>/session.lock; a dead driver's lock and Ray leftovers
     # are taken over, see search.session); then the executor: a bad --ray-address fails

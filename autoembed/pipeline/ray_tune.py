@@ -43,8 +43,8 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 from ray.tune.search import Searcher  # noqa: E402
 
 from autoembed.errors import ConfigError  # noqa: E402
-from autoembed.search.engine import SearchEngine  # noqa: E402
-from autoembed.search.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
+from autoembed.pipeline.engine import SearchEngine  # noqa: E402
+from autoembed.pipeline.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
 
 class _QuietDefaultTokenAuth(logging.Filter):
