@@ -47,8 +47,8 @@ CONFIGS: list[dict[str, Any]] = [
 def worker() -> None:
     """Run CONFIGS in this process (the tree on PYTHONPATH); one JSON line per trial."""
     from autoembed.config import EmbeddingConfig
-    from autoembed.runner import RunSettings, run_trial
     from autoembed.pipeline.workload import build_workload, data_spec_for
+    from autoembed.runner import RunSettings, run_trial
     from autoembed.space import builtin_space_path, load_space
 
     space = load_space(builtin_space_path("default"))

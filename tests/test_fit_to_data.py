@@ -18,8 +18,8 @@ from autoembed.batch import Batch
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec, load_dataset
 from autoembed.export import export_config
-from autoembed.runner import RunSettings, run_trial
 from autoembed.pipeline.records import objective_metrics
+from autoembed.runner import RunSettings, run_trial
 from autoembed.training import stored_steps, train
 
 PEAK = 375  # the injected curve's best step

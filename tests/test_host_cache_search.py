@@ -14,10 +14,10 @@ import pytest
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec
-from autoembed.runner import RunSettings, run_trial
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.study import make_sampler, open_storage
 from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.runner import RunSettings, run_trial
 from autoembed.space import load_space
 
 warnings.filterwarnings("ignore", message="Sparse invariant checks")

@@ -14,12 +14,12 @@ from optuna.trial import TrialState
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.memory import estimate
-from autoembed.runner import Evaluation, TrialResult
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front, optimistic_metrics
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.records import ATTR, TRAINED_STATUSES
 from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
 from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.runner import Evaluation, TrialResult
 from autoembed.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,11 +15,11 @@ from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
-from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.faults import fault_hook, parse_faults
 from autoembed.pipeline.study import make_sampler, open_storage
 from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
 from autoembed.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ import yaml
 
 from autoembed.config import resolved_tables
 from autoembed.errors import ConfigError
-from autoembed.runner import resolve_for_data
 from autoembed.pipeline.optuna_space import suggest_values
 from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.runner import resolve_for_data
 from autoembed.space import parse_space
 
 # the default space's data at full size: 40M, 10M, 4M, 1M, 200k, 20k rows; 1/1000 stand-in

@@ -18,11 +18,11 @@ from optuna.trial import TrialState, create_trial
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.memory import estimate
-from autoembed.runner import Evaluation, TrialResult
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.optuna_space import distribution
 from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
 from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.runner import Evaluation, TrialResult
 from autoembed.space import (
     BUILTIN_SPACES,
     Param,

@@ -39,7 +39,6 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate, estimate
 from autoembed.memory.objective import MEMORY_BASIS, check_basis, memory_value
-from autoembed.runner import RunSettings
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front
 from autoembed.pipeline.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
 from autoembed.pipeline.optuna_space import suggest_values
@@ -51,6 +50,7 @@ from autoembed.pipeline.records import (
     optuna_values,
 )
 from autoembed.pipeline.workload import Workload
+from autoembed.runner import RunSettings
 from autoembed.selection import ValidScores
 from autoembed.space import SearchSpace
 from autoembed.trial import decode_result

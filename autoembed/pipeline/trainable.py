@@ -79,8 +79,8 @@ def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = 
     from ray import tune
 
     from autoembed.config import config_from_dict
-    from autoembed.runner import Evaluation, RunSettings, run_trial
     from autoembed.pipeline.executor import evaluation_report, final_report
+    from autoembed.runner import Evaluation, RunSettings, run_trial
 
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
