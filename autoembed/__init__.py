@@ -57,10 +57,13 @@ _LAZY = {
 }
 
 
-def search(*args: Any, **kwargs: Any) -> Any:
-    """Run a search: `autoembed.pipeline.search` (Ray, Optuna and MLflow load on first use)."""
-    module: Any = importlib.import_module("autoembed.pipeline")
-    return module(*args, **kwargs)
+def search(budget: str | int, space: Any = None, **options: Any) -> Any:
+    """Run a search (`autoembed.pipeline.driver.search`, which documents every option):
+    autoembed's own models on data, or your own `model=`, `example=` and `train=`. Ray,
+    Optuna and MLflow load on first use."""
+    from autoembed.pipeline.driver import search as run
+
+    return run(budget, space, **options)
 
 
 def __getattr__(name: str) -> Any:

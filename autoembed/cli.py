@@ -491,16 +491,6 @@ def export(
     from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
-    if format_of(out, format) == "python":  # your own model: a module that rebuilds it
-        from autoembed.errors import ConfigError
-        from autoembed.user.export import export_python
-
-        if study is None or run_id is not None:
-            raise ConfigError("--format python needs --study (and no --run-id)")
-        module, cfg, trial = export_python(study, out, runs_dir=runs_dir, pick=pick,
-                                           force=force)
-        print(f"wrote {module} and {cfg}: study '{study}' trial {trial}")
-        return
     done = export_config(
         study,
         out,
@@ -515,6 +505,8 @@ def export(
         f" (run {done.run_id})" if done.run_id else f" ({done.pick})"
     )
     print(f"wrote {done.path}: {where}")
+    if format_of(done.path, format) == "python":
+        print(f"its config: {done.path.with_suffix('.yaml')}")
     if done.vocab is not None:
         print(f"vocabulary maps in {done.vocab}")
     for note in done.notes:
@@ -591,24 +583,20 @@ def search_cmd(
         None, help="pkg.module:example, example(params) -> one batch as the forward takes it."),
     train: str | None = typer.Option(
         None, help="pkg.module:train, train(model, params, report): your training loop."),
+    loss: str | None = typer.Option(
+        None, help="With --model: pkg.module:fn, fn(output, example) -> the scalar loss, when "
+        "your forward returns logits (default: the output is the loss, else cross-entropy "
+        "over its last dimension is priced)."),
     executor: str = typer.Option(
-        "ray", help="With --model: ray (default) or local (in this process, for a debugger)."),
+        "ray", help="ray (default: Ray Tune) or local (one trial at a time in this process, "
+        "for a debugger)."),
     allow_changed_code: bool = typer.Option(
         False, "--allow-changed-code", help="--resume although --model/--example/--train's "
         "module source changed since the study started."),
 ) -> None:
-    """Search configs that fit a memory budget; write the Pareto front and the best config."""
-    if model is not None or example is not None or train is not None:
-        _user_search(budget, space, model, example, train, trials=trials, executor=executor,
-                     study=study, resume=resume, runs_dir=runs_dir, seed=seed or 0, pick=pick,
-                     allow_changed_code=allow_changed_code, tracking_uri=tracking_uri,
-                     ray_address=ray_address, workers=workers or 1,
-                     builtin_only={"--data": data, "--label": label,
-                                   "--categorical": categorical, "--text-column": text_column,
-                                   "--sampler": sampler, "--storage": storage,
-                                   "--host-budget": host_budget, "--objectives": objectives,
-                                   "--start-points": start_points})
-        return
+    """Search configs that fit a memory budget; write the Pareto front and the best config.
+    Searches autoembed's own models on data, or your own model and loop (--model, --example,
+    --train, with a --space of `embedding:` and `user:` sections)."""
     from autoembed.pipeline import search as run_search
     from autoembed.pipeline.render import SearchProgress, render_result, result_json
 
@@ -626,42 +614,13 @@ def search_cmd(
             pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
             start_points=start_points, progress=prog.update, on_recovered=prog.note,
-            host_budget=host_budget,
+            host_budget=host_budget, model=model, example=example, train=train, loss=loss,
+            executor=executor, allow_changed_code=allow_changed_code,
         )
     if as_json:
         print(json.dumps(result_json(result), default=str))
     else:
         render_result(_console(), result)
-
-
-def _user_search(budget: str, space: str | None, model: str | None, example: str | None,
-                 train: str | None, *, builtin_only: dict[str, Any], **kw: Any) -> None:
-    """`autoembed search --model ... --example ... --train ... --space ...`."""
-    from autoembed.errors import ConfigError
-    from autoembed.user.request import UserRequest
-    from autoembed.user.search import search_user
-
-    missing = [f for f, v in (("--model", model), ("--example", example), ("--train", train))
-               if v is None]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
-                          "--model, --example and --train")
-    given = [f for f, v in builtin_only.items() if v is not None]
-    if given:
-        raise ConfigError(f"{given[0]} describes autoembed's own models and runs; with --model "
-                          "the model, data and loop are yours: remove it")
-    if space is None:
-        raise ConfigError("--space missing: give the YAML file with `embedding:` and `user:`")
-    request = UserRequest.parse(budget, model, example, train, space, trials=kw.pop("trials"),
-                                executor=kw.pop("executor"),
-                                allow_changed_code=kw.pop("allow_changed_code"))
-    result = search_user(request, note=lambda m: print(m, file=sys.stderr), **kw)
-    print(f"study '{result.study}': {len(result.rows)} trials "
-          + ", ".join(f"{result.count(s)} {s}" for s in ("complete", "infeasible", "pruned",
-                                                        "failed", "diverged") if result.count(s)))
-    if result.best is not None:
-        print(f"best: trial {result.best.number}, quality {result.best.metrics.get('quality')}, "
-              f"device_total {result.best.device_total:,} B; files in {result.out_dir}")
 
 
 def _one_line(text: str) -> str:

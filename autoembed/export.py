@@ -232,6 +232,7 @@ class _Chosen:
     run_id: str | None = None
     data: Any = None  # pareto.json's data spec, for configs that lack one
     notes: tuple[str, ...] = ()
+    params: Mapping[str, Any] | None = None  # the trial's Optuna params, where recorded
 
 
 def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
@@ -334,12 +335,13 @@ def _choose_from_study(
             )
         m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"))
         return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
-                       vocab, data=data)
+                       vocab, data=data, params=m.get("params"))
     assert number is not None
     member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
         return _Chosen(dict(member["config"]), study, number, label,
-                       member.get("metrics") or {}, vocab, data=data)
+                       member.get("metrics") or {}, vocab, data=data,
+                       params=member.get("params"))
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
@@ -429,9 +431,6 @@ def export_config(
     out_path = Path(out)
     runs = Path(runs_dir).absolute()
     fmt_name = format_of(out_path, fmt)
-    if fmt_name == "python":
-        raise ConfigError("--format python writes a module for a search over your own model; "
-                          "use yaml or json here")
     if out_path.is_dir():
         raise ConfigError(f"--out '{out_path}' is a directory; give a file path such as best.yaml")
     if out_path.exists() and not force:
@@ -451,6 +450,13 @@ def export_config(
             chosen = _choose_from_study(study, pick, tracking_uri, runs, tmp)
         else:
             raise ConfigError("--study is required (or --run-id of one trial run)")
+        own = _user_study(runs, chosen.study, fmt_name == "python")
+        if own is not None:
+            return _export_user(chosen, own, out_path, fmt_name, force)
+        if fmt_name == "python":
+            raise ConfigError(f"--format python writes a module that rebuilds a search over "
+                              f"your own model; study '{chosen.study}' searched autoembed's "
+                              "models: use --format yaml or json")
         raw, notes = dict(chosen.raw), list(chosen.notes)
         if not raw.get("data"):
             if isinstance(chosen.data, Mapping):
@@ -498,3 +504,72 @@ def export_config(
         _write(cfg, out_path, fmt_name, extra)
     return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))
+
+
+# ===================================================================== your own model
+
+
+def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any] | None:
+    """(space, the model's FunctionRef) of a study that searched the user's own model (its
+    pareto.json says so, or, for `python`, its stored settings do); None otherwise."""
+    pareto_path = runs / study / "pareto.json"
+    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
+    if pareto.get("workload", "user" if python else "builtin") != "user":
+        return None
+    from autoembed.config import safe_load_yaml
+    from autoembed.pipeline import study as studies
+    from autoembed.space import parse_space
+    from autoembed.user.functions import FunctionRef
+
+    meta = studies.StoredStudy.open(runs, None, study, resume=True).meta
+    if meta.get("kind") != "user":
+        return None
+    text = str(meta["space_text"])
+    space = parse_space(safe_load_yaml(text, "stored space", "space"),
+                        str(meta["space_source"]), text, "user")
+    return space, FunctionRef.from_dict(meta["functions"]["model"])
+
+
+def _export_user(chosen: _Chosen, own: tuple[Any, Any], out: Path, fmt: str,
+                 force: bool) -> Exported:
+    """A trial of a user search: its record (`user.space.user_record`: the embedding
+    settings and params, nothing else) as YAML/JSON, and for `python` a module that
+    rebuilds the model in the user's code with the record beside it (`<stem>.yaml`)."""
+    from autoembed.user.export import python_module
+    from autoembed.user.space import user_record
+
+    space, build = own
+    cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
+    params = _trial_params(chosen)
+    record = {**user_record(space, cfg, params),
+              "source": {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick}}
+    cfg_path = out.with_suffix(".yaml") if fmt == "python" else out
+    for p in {out, cfg_path}:
+        if p.exists() and not force:
+            raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
+    from autoembed.pipeline.outputs import atomic_write_text
+    from autoembed.rules import plain
+
+    text = (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
+            else _yaml(plain(record)))
+    atomic_write_text(cfg_path, text)
+    if fmt == "python":
+        atomic_write_text(out, python_module(build, record["params"], cfg_path.name,
+                                             study=str(chosen.study), trial=chosen.trial or 0))
+    return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
+                    None, chosen.notes)
+
+
+def _trial_params(chosen: _Chosen) -> dict[str, Any]:
+    """The chosen trial's Optuna params (pareto.json's member, else trials.csv's row)."""
+    got = chosen.params
+    if got is None:
+        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
+                          "recorded; export a front member (--pick)")
+    return dict(got)
+
+
+def _yaml(body: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(body), sort_keys=False)

@@ -6,7 +6,8 @@ examples/bert_search.py) in a new runs dir:
 `autoembed.search(model=build, example=example, train=train, space=<its space>)` in process
 with MLflow on (the default embedded store), then what came of it: trials by status, the
 proposals over budget (priced, never trained), the front, the MLflow runs; then
-`export_python` (the pick's config and params), `autoembed.apply` of the exported config to
+`export --format python` (the pick's config and params), `autoembed.apply` of the exported
+config to
 the user's `build(params)` at seeds 0, 1 and 2, and the user's `train` on each: the pick's
 validation quality in the search against those three.
 
@@ -76,15 +77,16 @@ def run_example(name: str) -> dict[str, Any]:
 
 
 def retrain(name: str, runs: Path, work: Path) -> tuple[list[float], dict[str, Any], int]:
-    """Export the study's pick (`export_python`), apply its config to the user's
+    """Export the study's pick (`export --format python`), apply its config to the user's
     `build(params)` at each seed and run the user's `train`: (qualities, params, trial)."""
     import autoembed
-    from autoembed.user.export import export_python
+    from autoembed.export import export_config
     from autoembed.user.report import Report
 
     mod = importlib.import_module(EXAMPLES[name][0])
-    module_file, cfg, trial = export_python(name, work / "best_model.py", runs_dir=runs,
-                                            force=True)
+    done = export_config(name, work / "best_model.py", fmt="python", runs_dir=runs,
+                         force=True)
+    module_file, cfg, trial = done.path, done.path.with_suffix(".yaml"), done.trial
     spec = importlib.util.spec_from_file_location(f"best_{name}", module_file)
     assert spec is not None and spec.loader is not None
     exported = importlib.util.module_from_spec(spec)

@@ -746,9 +746,11 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
     import optuna
 
     from autoembed.budget import Budget
+    from autoembed.pipeline.builtin import BuiltinWorkload
     from autoembed.pipeline.engine import SearchEngine
+    from autoembed.pipeline.priced_data import build_priced_data as build_workload
+    from autoembed.pipeline.priced_data import data_spec_for
     from autoembed.pipeline.study import make_sampler
-    from autoembed.pipeline.workload import build_workload, data_spec_for
     from autoembed.space import load_space
 
     space = load_space(_absurd_space(tmp_path, ["none", "hash"]))
@@ -756,10 +758,12 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     budget = 8 * 10**9
-    eng = SearchEngine(study=study, space=space, workload=workload, budget=Budget.parse("8GB"),
+    eng = SearchEngine(study=study,
+                       workload=BuiltinWorkload.of(space, workload, run={"max_steps": 60}),
+                       budget=Budget.parse("8GB"),
                        objectives=[("quality", "maximize"), ("memory", "minimize"),
                                    ("throughput", "maximize")],
-                       settings={"max_steps": 60}, trials=2)
+                       trials=2)
     launched = []
     for _ in range(3):  # each call prices (and tells) the infeasible ones before a launch
         prop = eng.propose()

@@ -14,7 +14,8 @@ import pytest
 
 from autoembed.compression import hot_count, hot_share_at_scale
 from autoembed.config import resolved_tables
-from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.runner import resolve_for_data
 from autoembed.space import load_space, parse_space
 

@@ -14,9 +14,11 @@ import pytest
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec
+from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.study import make_sampler, open_storage
-from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.runner import RunSettings, run_trial
 from autoembed.space import load_space
 
@@ -67,9 +69,11 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     # the 2M-row table needs 2.05M x (128 + 4 + 16) B = 303 MB on the host; allow 100 MB
-    eng = SearchEngine(study=study, space=space, workload=workload, budget=Budget.parse("700MB"),
-                       objectives=OBJ, settings={"max_steps": 5}, trials=10,
-                       host_budget_bytes=100_000_000, host_memory=False)
+    eng = SearchEngine(study=study,
+                       workload=BuiltinWorkload.of(space, workload, run={"max_steps": 5}),
+                       budget=Budget.parse("700MB"),
+                       objectives=OBJ, trials=10,
+                       host_budget_bytes=100_000_000)
     launched = [eng.propose() for _ in range(6)]
     assert all(p is not None for p in launched)
     assert all(p.estimate.host_bytes <= 100_000_000

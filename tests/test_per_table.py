@@ -273,7 +273,8 @@ def _space(tables: object) -> dict[str, object]:
 
 
 def test_space_tables_select_by_name_or_rows_and_reach_the_priced_config() -> None:
-    from autoembed.pipeline.workload import build_workload, data_spec_for
+    from autoembed.pipeline.priced_data import build_priced_data as build_workload
+    from autoembed.pipeline.priced_data import data_spec_for
     from autoembed.space import parse_space
 
     space = parse_space(_space([

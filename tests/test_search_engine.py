@@ -14,11 +14,13 @@ from optuna.trial import TrialState
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.memory import estimate
+from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front, optimistic_metrics
 from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.records import ATTR, TRAINED_STATUSES
 from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
-from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.runner import Evaluation, TrialResult
 from autoembed.space import load_space
 
@@ -43,9 +45,10 @@ def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: in
     study = optuna.create_study(study_name=name, storage=storage,
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler(sampler, seed))
-    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
-                       objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
-                       trials=trials, early_stop=early_stop)
+    run = {"max_steps": 60, "eval_every": 20}
+    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run=run),
+                       budget=LIMIT,
+                       objectives=OBJ, trials=trials, early_stop=early_stop)
     return eng, study, storage
 
 
@@ -65,7 +68,7 @@ def test_infeasible_proposals_are_told_and_never_launched(tmp_path: Path, tiny: 
         # every launched proposal fits, by an estimate computed here
         assert estimate(p.config).device_total <= BUDGET
         launched.append(p.number)
-        eng.finish(p.number, fake_final(dict(p.train_config), 0.7, 1000.0))
+        eng.finish(p.number, fake_final(dict(p.payload["config"]), 0.7, 1000.0))
     rows = eng.rows
     infeasible = [r for r in rows.values() if r.status == "infeasible"]
     assert len(launched) == 6 == eng.trainables_started
@@ -90,7 +93,7 @@ def test_tpe_mix_through_the_engine(tmp_path: Path, tiny: Any) -> None:
         eng, study, _ = make_engine(tmp_path / kind, tiny, trials=12, seed=4, sampler=kind)
         while (p := eng.propose()) is not None:
             q = 0.6 + 0.01 * (p.number % 7)  # an outcome by trial number: the same in both
-            eng.finish(p.number, fake_final(dict(p.train_config), q, 1000.0 + p.number))
+            eng.finish(p.number, fake_final(dict(p.payload["config"]), q, 1000.0 + p.number))
         params[kind] = [t.params for t in study.trials]
     mix, rnd = params["tpe-mix"], params["random"]
     scheduled = [n for n in range(len(mix)) if n < 8 or n % 2 == 1]
@@ -103,7 +106,7 @@ def test_pruned_trials_are_told_pruned_and_never_on_the_front(tmp_path: Path,
     eng, study, _ = make_engine(tmp_path, tiny, trials=4, early_stop=True)
     a = eng.propose()
     assert a is not None
-    eng.finish(a.number, fake_final(dict(a.train_config), 0.80, 5000.0))
+    eng.finish(a.number, fake_final(dict(a.payload["config"]), 0.80, 5000.0))
     b = eng.propose()
     assert b is not None
     # b's memory is what it is; make a's metrics dominate b's best reachable point
@@ -137,7 +140,7 @@ def test_failed_and_diverged_outcomes(tmp_path: Path, tiny: Any) -> None:
     assert study.trials[p.number].state == TrialState.FAIL
     q = eng.propose()
     assert q is not None
-    eng.finish(q.number, fake_final(dict(q.train_config), 0.5, 10.0, status="diverged"))
+    eng.finish(q.number, fake_final(dict(q.payload["config"]), 0.5, 10.0, status="diverged"))
     t = study.trials[q.number]
     assert t.state == TrialState.COMPLETE and t.constraints["runs"] == 1.0
     assert eng.rows[q.number].status == "diverged" and not eng.front()
@@ -147,7 +150,7 @@ def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: An
     eng, study, storage = make_engine(tmp_path, tiny, trials=4)
     p1 = eng.propose()
     assert p1 is not None
-    eng.finish(p1.number, fake_final(dict(p1.train_config), 0.7, 100.0))
+    eng.finish(p1.number, fake_final(dict(p1.payload["config"]), 0.7, 100.0))
     p2 = eng.propose()  # left RUNNING: the driver "dies" here
     assert p2 is not None
     rec = recover(study, storage, "interrupted")
@@ -157,8 +160,8 @@ def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: An
     assert len(waiting) == 1
     assert waiting[0].system_attrs["fixed_params"] == study.trials[p2.number].params
     # a resumed engine asks the re-queued trial first and counts it once
-    eng2 = SearchEngine(study=study, space=eng.space, workload=eng.workload, budget=LIMIT,
-                        objectives=OBJ, settings={}, trials=4)
+    eng2 = SearchEngine(study=study, workload=eng.workload, budget=LIMIT,
+                        objectives=OBJ, trials=4)
     assert eng2.trained == 1  # the interrupted trial does not count
     p3 = eng2.propose()
     assert p3 is not None and eng2.rows[p3.number].retry_of == p2.number
@@ -178,10 +181,10 @@ def test_grid_sampler_visits_distinct_points(tmp_path: Path, tiny: Any) -> None:
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("grid", 0))
     grid = space.grid()
-    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
-                       objectives=OBJ, settings={}, trials=5, grid=grid)
+    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run={}),
+                       budget=LIMIT, objectives=OBJ, trials=5, grid=grid)
     while (p := eng.propose()) is not None:
-        eng.finish(p.number, fake_final(dict(p.train_config), 0.6, 1.0))
+        eng.finish(p.number, fake_final(dict(p.payload["config"]), 0.6, 1.0))
     seen = [tuple(sorted(t.params.items())) for t in study.trials]
     assert len(seen) == len(set(seen))
     assert all(dict(s) in grid for s in seen)

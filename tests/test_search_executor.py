@@ -29,7 +29,7 @@ class FakeEngine:
         if not self.proposals:
             return None
         n = self.proposals.pop(0)
-        return type("P", (), {"number": n, "train_config": {"n": n}})()
+        return type("P", (), {"number": n, "payload": {"n": n}})()
 
     def observe(self, number: int, report: Mapping[str, Any]) -> bool:
         self.observed.append((number, int(report["step"])))
@@ -40,10 +40,7 @@ class FakeEngine:
 
 
 class FakePlan:
-    workload = type("W", (), {"train_spec": type("S", (), {"to_dict": lambda self: {}})()})()
-
-    def run_settings(self) -> dict[str, Any]:
-        return {"max_steps": 40}
+    device, threads = "cpu", 1
 
 
 def test_stop_reaches_the_running_loop_as_stop_trial() -> None:
@@ -118,9 +115,10 @@ def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: P
     from autoembed.export import export_config
     from autoembed.memory import estimate
     from autoembed.pipeline import search
+    from autoembed.pipeline.priced_data import build_priced_data as build_workload
+    from autoembed.pipeline.priced_data import data_spec_for
     from autoembed.pipeline.records import ATTR
     from autoembed.pipeline.study import open_storage
-    from autoembed.pipeline.workload import build_workload, data_spec_for
     from autoembed.space import load_space
     from autoembed.tracking import NullTracker
     from autoembed.trial import TrialResult

@@ -15,10 +15,12 @@ from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
+from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.faults import fault_hook, parse_faults
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.study import make_sampler, open_storage
-from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
 from autoembed.space import load_space
 
@@ -67,9 +69,11 @@ def _engine(tmp_path: Path, tiny: Any, trials: int, seed: int) -> tuple[SearchEn
     study = optuna.create_study(study_name="oom", storage=open_storage(tmp_path),
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", seed))
-    eng = SearchEngine(study=study, space=space, workload=workload, budget=LIMIT,
-                       objectives=OBJ, settings={"max_steps": 60, "eval_every": 20},
-                       trials=trials, calibration_path=tmp_path / "calibration.json")
+    run = {"max_steps": 60, "eval_every": 20}
+    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run=run),
+                       budget=LIMIT,
+                       objectives=OBJ, trials=trials,
+                       calibration_path=tmp_path / "calibration.json")
     return eng, study
 
 
@@ -88,11 +92,11 @@ def test_an_oom_makes_proposals_at_or_above_its_size_infeasible(tmp_path: Path,
         size = estimate(p.config).device_total  # recomputed here, not read from the engine
         if oom is None and size >= BUDGET // 3:
             oom = (p.number, size)
-            eng.finish(p.number, _final(dict(p.train_config), "oom",
+            eng.finish(p.number, _final(dict(p.payload["config"]), "oom",
                                         "OutOfMemoryError: CUDA out of memory"))
         else:
             assert oom is None or size < oom[1], "a proposal at/above the OOM size trained"
-            eng.finish(p.number, _final(dict(p.train_config), "complete"))
+            eng.finish(p.number, _final(dict(p.payload["config"]), "complete"))
     assert oom is not None, "seed 3 proposes a config over a third of the budget"
     number, ceiling = oom
     later = [r for r in eng.rows.values() if r.number > number]
@@ -111,6 +115,6 @@ def test_an_oom_makes_proposals_at_or_above_its_size_infeasible(tmp_path: Path,
                            "failed_bytes": ceiling, "measured": False,
                            "failed_over_predicted": 1.0, "error": row.reason}]
     # a resumed engine rebuilds the rule from the study's rows
-    eng2 = SearchEngine(study=study, space=tiny[0], workload=tiny[1], budget=LIMIT,
-                        objectives=OBJ, settings={}, trials=1)
+    eng2 = SearchEngine(study=study, workload=BuiltinWorkload.of(tiny[0], tiny[1], run={}),
+                        budget=LIMIT, objectives=OBJ, trials=1)
     assert eng2.oom_ceiling() == (ceiling, number)

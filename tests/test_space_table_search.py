@@ -15,7 +15,8 @@ import yaml
 from autoembed.config import resolved_tables
 from autoembed.errors import ConfigError
 from autoembed.pipeline.optuna_space import suggest_values
-from autoembed.pipeline.workload import build_workload, data_spec_for
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.runner import resolve_for_data
 from autoembed.space import parse_space
 

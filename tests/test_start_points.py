@@ -18,10 +18,12 @@ from optuna.trial import TrialState, create_trial
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.memory import estimate
+from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine
 from autoembed.pipeline.optuna_space import distribution
+from autoembed.pipeline.priced_data import build_priced_data as build_workload
+from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
-from autoembed.pipeline.workload import build_workload, data_spec_for
 from autoembed.runner import Evaluation, TrialResult
 from autoembed.space import (
     BUILTIN_SPACES,
@@ -181,9 +183,10 @@ def test_engine_asks_the_start_points_first_and_a_resume_skips_them(tmp_path: Pa
     def engine(trials: int) -> tuple[SearchEngine, Any]:
         study = optuna.load_study(study_name="s", storage=storage,
                                   sampler=make_sampler("random", 0))
-        return SearchEngine(study=study, space=space, workload=wl,
+        run = {"max_steps": 60, "eval_every": 20}
+        return SearchEngine(study=study, workload=BuiltinWorkload.of(space, wl, run=run),
                             budget=Budget(budget, "1.5GB"), objectives=OBJ,
-                            settings={"max_steps": 60, "eval_every": 20}, trials=trials,
+                            trials=trials,
                             start=[p.params(space) for p in pts]), study
 
     optuna.create_study(study_name="s", storage=storage,
@@ -202,7 +205,7 @@ def test_engine_asks_the_start_points_first_and_a_resume_skips_them(tmp_path: Pa
     launched = []
     while (p := eng.propose()) is not None:
         launched.append(p.number)
-        eng.finish(p.number, _final(p.train_config, 0.7))
+        eng.finish(p.number, _final(p.payload["config"], 0.7))
     trials = study.get_trials(deepcopy=False)
     assert launched == [2, 3, 4, 5]
     assert trials[2].params == pts[1].params(space)  # the retry of fm first

@@ -15,6 +15,7 @@ import pytest
 from autoembed.errors import ConfigError
 from autoembed.user.functions import (
     FunctionRef,
+    check_findable,
     check_unchanged,
     record_function,
     resolve_function,
@@ -69,40 +70,52 @@ def test_records_module_qualname_and_the_module_source_hash(usermod) -> None:
     (lambda m: m.square, "a lambda"),
     (lambda m: m.outer(), "nested in another"),
     (lambda m: functools.partial(m.build), "functools.partial"),
-    (lambda m: m.not_callable, "must be a function"),
 ])
-def test_unrecordable_functions_are_one_line_errors(usermod, what, says) -> None:
-    with pytest.raises(ConfigError, match=says) as e:
-        record_function(what(usermod), "train")
-    assert "\n" not in str(e.value) and str(e.value).startswith("train")
+def test_unfindable_functions_are_recorded_and_refused_where_they_are_looked_for(
+        usermod, what, says) -> None:
+    ref = record_function(what(usermod), "train")  # runs in this process as it is
+    assert ref.missing is not None and says in ref.missing
+    assert FunctionRef.from_dict(ref.to_dict()) == ref  # a resume reads why
+    for who, script in (("a Ray worker", False), ("a resume", True)):
+        with pytest.raises(ConfigError, match=says) as e:
+            check_findable({"train": ref}, who, script)
+        assert "\n" not in str(e.value) and str(e.value).startswith(f"train = {ref.spec}: {who}")
 
 
-def test_a_function_of_main_is_refused(tmp_path: Path) -> None:
+def test_something_not_callable_is_refused(usermod) -> None:
+    with pytest.raises(ConfigError, match="train = 3: must be a function"):
+        record_function(usermod.not_callable, "train")
+
+
+def test_a_function_of_main_is_found_by_a_resume_of_its_script_not_by_ray(
+        tmp_path: Path) -> None:
     script = tmp_path / "my_search.py"
     script.write_text(textwrap.dedent("""
         from autoembed.errors import ConfigError
-        from autoembed.user.functions import record_function
+        from autoembed.user.functions import check_findable, record_function
         def train(model, params, report):
             pass
+        ref = record_function(train, "train")
+        check_findable({"train": ref}, "a resume", script=True)
         try:
-            record_function(train, "train")
+            check_findable({"train": ref}, "a Ray worker", script=False)
         except ConfigError as e:
-            print(e)
+            print(ref.missing, e)
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          check=True).stdout
-    assert out.startswith("train = __main__:train: a function defined in the script")
+    assert out.startswith("None train = __main__:train: a Ray worker finds your functions by "
+                          "name, and it is defined in the script being run")
 
 
-def test_a_name_holding_another_object_is_refused(usermod) -> None:
+def test_a_name_holding_another_object_is_not_findable(usermod) -> None:
     usermod.build2 = usermod.build  # fine: same object under its own qualname
-    record_function(usermod.build, "model")
+    assert record_function(usermod.build, "model").missing is None
 
     def impostor(params):
         return params
     impostor.__module__, impostor.__qualname__ = "userpkg.code", "build"
-    with pytest.raises(ConfigError, match="is another object"):
-        record_function(impostor, "model")
+    assert "is another object" in (record_function(impostor, "model").missing or "")
 
 
 def test_resolve_imports_from_the_current_directory(tmp_path: Path,

@@ -8,9 +8,9 @@ from torch import nn
 
 import autoembed
 from autoembed.errors import ConfigError
-from autoembed.user.pricing import model_tables, price_proposal
+from autoembed.pipeline.user import UserWorkload, model_tables
 from autoembed.user.run import UserCode
-from autoembed.user.space import parse_user_space
+from autoembed.user.space import params_for, parse_user_space
 
 SPACE = parse_user_space({"embedding": {"precision": "fp32", "table_optimizer": "adam"},
                           "user": {"dim": {"choices": [8, 512]}, "batch_size": 16}}, "s.yaml")
@@ -35,17 +35,21 @@ def example(params):
 
 
 def values(dim: int) -> dict:
-    return {**SPACE.fixed, "user.dim": dim}
+    return {"user.dim": dim}
 
 
 def same(model, config):  # this space changes no table: the rewrite is the identity
     return None
 
 
+def price_proposal(code: UserCode, space, vals: dict, apply=None):
+    """The user workload's price of `vals` (the proposal's searched values)."""
+    return UserWorkload(space, code, code.records(), apply=apply).price(vals)
+
+
 def test_the_price_is_estimate_model_of_the_built_model_and_the_budget_binds() -> None:
     code = UserCode(build, example, lambda m, p, r: None)
-    small, large = (price_proposal(code, SPACE, values(d), 700 * 10**6, apply=same)
-                    for d in (8, 512))
+    small, large = (price_proposal(code, SPACE, values(d), apply=same) for d in (8, 512))
     for d, got in ((8, small), (512, large)):
         want = autoembed.estimate_model(lambda d=d: Model(d), example({"batch_size": 16}),
                                         optimizer="adam", precision="fp32")
@@ -55,9 +59,10 @@ def test_the_price_is_estimate_model_of_the_built_model_and_the_budget_binds() -
     # of the 512 MiB CUDA context: over 700 MB; at dim 8 the table is 6.4 MB in all
     assert large.estimate.device_total > 512 * 2**20 + 4 * 50_000 * 512 * 4 > 700 * 10**6
     assert small.estimate.device_total < 700 * 10**6
-    assert small.estimate.fits and not large.estimate.fits
-    assert small.params == {"dim": 8, "batch_size": 16,
-                            "embedding": {"precision": "fp32", "table_optimizer": "adam"}}
+    assert small.estimate.device_total <= 700 * 10**6 < large.estimate.device_total
+    assert small.launch(0).payload["params"] == params_for(SPACE, values(8)) == {
+        "dim": 8, "batch_size": 16,
+        "embedding": {"precision": "fp32", "table_optimizer": "adam"}}
 
 
 def test_the_model_is_listed_on_the_meta_device() -> None:
@@ -93,6 +98,6 @@ def test_hashing_the_table_prices_the_rewritten_layout() -> None:
                               "user": {"dim": {"choices": [512]}, "batch_size": 16}}, "s.yaml")
     code = UserCode(build, example, lambda m, p, r: None)
     full = price_proposal(code, SPACE, values(512), apply=same).estimate
-    hashed = price_proposal(code, space, {**space.fixed, "user.dim": 512}).estimate
+    hashed = price_proposal(code, space, {"user.dim": 512}).estimate
     # 1% of the rows: the table's four fp32 copies shrink by 0.99 x 409.6 MB
     assert full.device_total - hashed.device_total >= 0.99 * 4 * 50_000 * 512 * 4 - 2**21

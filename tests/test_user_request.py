@@ -1,4 +1,5 @@
-"""A user search's bad input is found before any trial: one line each."""
+"""A search over the user's model: its bad input is found before any trial, one line each,
+by the same request and plan as a built-in search's."""
 
 from __future__ import annotations
 
@@ -8,57 +9,90 @@ from pathlib import Path
 import pytest
 
 from autoembed.errors import ConfigError
-from autoembed.user.request import UserRequest
+from autoembed.pipeline.plan import SearchPlan
+from autoembed.pipeline.request import SearchRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = str(ROOT / "examples" / "text_space.yaml")
-FNS = ("examples.text_search:build", "examples.text_search:example",
-       "examples.text_search:train")
+FNS = {"model": "examples.text_search:build", "example": "examples.text_search:example",
+       "train": "examples.text_search:train"}
 
 
-def test_a_good_request_records_the_functions() -> None:
-    r = UserRequest.parse("800MB", *FNS, SPACE, executor="local")
-    assert r.budget.bytes == 800 * 10**6 and r.trials == r.space.trials == 6
-    assert {k: v.spec for k, v in r.records.items()} == dict(zip(
-        ("model", "example", "train"), FNS, strict=True))
-    r.check_resume(r.meta())  # the same code resumes
+def plan(tmp_path: Path, stored: dict | None = None, **kw) -> SearchPlan:
+    args = {"budget": "800MB", "space": SPACE, **FNS, "runs_dir": tmp_path, **kw}
+    return SearchPlan.build(SearchRequest.parse(args.pop("budget"), args.pop("space"), **args),
+                            stored or {})
+
+
+def test_a_good_request_records_the_functions(tmp_path: Path) -> None:
+    p = plan(tmp_path, executor="local")
+    assert p.budget.bytes == 800 * 10**6 and p.trials == p.space.trials == 6
+    assert p.request.kind == "user" and p.workload.kind == "user"
+    assert {k: v.spec for k, v in p.workload.records.items()} == FNS
+    assert p.request.pick.rule == "within-noise"  # the default pick of every search
+    p.workload.check_resume(p.meta())  # the same code resumes
 
 
 @pytest.mark.parametrize("kw, says", [
     ({"budget": "8XB"}, "budget '8XB' is not a size"),
-    ({"executor": "dask"}, "executor 'dask': use ray"),
+    ({"executor": "dask"}, "executor 'dask' is not known; use ray"),
     ({"model": "examples.text_search:biuld"}, "--model 'examples.text_search:biuld'"),
     ({"train": "examples.nope:train"}, "--train 'examples.nope:train': module"),
     ({"example": "examples.text_search:VOCAB"}, "'VOCAB' is a int, not a function"),
-    ({"train": lambda m, p, r: None}, "test_user_request:<lambda>: a lambda cannot"),
+    # a Ray worker finds functions by name: a lambda is refused there (not in process)
+    ({"train": lambda m, p, r: None}, "test_user_request:<lambda>: a Ray worker finds"),
     ({"space": "nope.yaml"}, "space file 'nope.yaml' does not exist"),
-    ({"trials": 0}, "trials = 0: must be an integer >= 1"),
+    ({"space": "tiny"}, "is a space of autoembed's own models"),
+    ({"trials": 0}, "--trials 0: must be an integer > 0"),
+    ({"data": "movielens"}, "--data does not apply to a search over your own model"),
+    ({"host_budget": "8GB"}, "--host-budget does not apply to a search over your own model"),
+    ({"start_points": True}, "--start-points does not apply"),
+    ({"early_stop": True}, "--early-stop: your loop's length is unknown"),
+    ({"study": "../../somewhere"}, "study name '../../somewhere' is not allowed"),
+    ({"model": None}, "--model missing"),
 ])
-def test_bad_input_is_one_line(kw, says) -> None:
-    args = {"budget": "800MB", "model": FNS[0], "example": FNS[1], "train": FNS[2],
-            "space": SPACE, **kw}
+def test_bad_input_is_one_line(tmp_path: Path, kw, says) -> None:
     with pytest.raises(ConfigError) as e:
-        UserRequest.parse(args.pop("budget"), args.pop("model"), args.pop("example"),
-                          args.pop("train"), args.pop("space"), **args)
-    assert says in str(e.value) and "\n" not in str(e.value)
+        plan(tmp_path, **kw)
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
-def test_resume_refuses_changed_code_unless_allowed() -> None:
-    r = UserRequest.parse("800MB", *FNS, SPACE)
-    meta = r.meta()
+def test_a_builtin_space_option_with_a_user_space_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="searches your own model"):
+        SearchPlan.build(SearchRequest.parse("800MB", SPACE, runs_dir=tmp_path), {})
+
+
+def test_resume_refuses_changed_code_unless_allowed(tmp_path: Path) -> None:
+    p = plan(tmp_path)
+    meta = p.meta()
     meta["functions"]["train"]["source_hash"] = "0" * 64  # the study ran an older copy
     with pytest.raises(ConfigError, match="train examples.text_search:train: module"):
-        r.check_resume(meta)
-    UserRequest.parse("800MB", *FNS, SPACE, allow_changed_code=True).check_resume(meta)
+        p.workload.check_resume(meta)
+    plan(tmp_path, allow_changed_code=True).workload.check_resume(meta)
     with pytest.raises(ConfigError, match="was not a search over your own model"):
-        r.check_resume({"space": "x"})
+        p.workload.check_resume({"space": "x"})
 
 
-def test_a_script_function_is_refused(tmp_path, monkeypatch) -> None:
+def script_module(monkeypatch) -> object:
     import types
 
     main = types.ModuleType("__main__")
     exec("def train(model, params, report):\n    pass\n", main.__dict__)
     monkeypatch.setitem(sys.modules, "__main__", main)
-    with pytest.raises(ConfigError, match="train = __main__:train: a function defined in"):
-        UserRequest.parse("800MB", FNS[0], FNS[1], main.train, SPACE)
+    return main
+
+
+def test_a_script_function_runs_in_process_and_is_refused_on_ray(tmp_path, monkeypatch) -> None:
+    main = script_module(monkeypatch)
+    local = plan(tmp_path, train=main.train, executor="local")  # type: ignore[attr-defined]
+    assert local.workload.records["train"].spec == "__main__:train"
+    # (a notebook's module has no source file; a script's does: test_user_functions)
+    with pytest.raises(ConfigError, match="train = __main__:train: a Ray worker finds your "
+                                          "functions by name, and module '__main__' has no"):
+        plan(tmp_path, train=main.train)  # type: ignore[attr-defined]
+
+
+def test_a_lambda_runs_in_process_but_a_resume_cannot_find_it(tmp_path, monkeypatch) -> None:
+    p = plan(tmp_path, train=lambda m, params, r: None, executor="local")
+    with pytest.raises(ConfigError, match="a resume finds your functions by name, and a lambda"):
+        p.workload.check_resume(p.meta())

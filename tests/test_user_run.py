@@ -155,9 +155,12 @@ def test_build_returning_no_module_fails_the_trial() -> None:
     assert r.status == "failed" and "returned dict, not an nn.Module" in r.error
 
 
-def test_no_quality_at_all_is_a_complete_trial_without_quality() -> None:
+def test_no_quality_at_all_is_a_failed_trial_that_says_so() -> None:
+    """A train that never reports and returns None gives the search nothing to rank: failed
+    (it was `complete`, on the front and the pick, before)."""
     r = run(lambda m, p, rep: None)
-    assert r.status == "complete" and r.valid_quality is None and r.curve == ()
+    assert r.status == "failed" and r.valid_quality is None and r.curve == ()
+    assert "reported no quality" in (r.error or "") and "\n" not in (r.error or "")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

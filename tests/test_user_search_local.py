@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 
 import autoembed
-from autoembed.user.request import UserRequest
-from autoembed.user.search import search_user
 
 USER = textwrap.dedent('''
     import math
@@ -87,11 +85,12 @@ def api_search(user, study: str, trials: int):
 
 
 def test_local_search_binds_and_records(user) -> None:
-    mod, root = user
-    req = UserRequest.parse("700MB", "tinyuser.loop:build", "tinyuser.loop:example",
-                            "tinyuser.loop:train", root / "space.yaml", executor="local")
+    _, root = user
     from autoembed.tracking import NullTracker
-    res = search_user(req, study="t1", runs_dir=root / "runs", tracker=NullTracker())
+    res = autoembed.search("700MB", root / "space.yaml", model="tinyuser.loop:build",
+                           example="tinyuser.loop:example", train="tinyuser.loop:train",
+                           executor="local", study="t1", runs_dir=root / "runs",
+                           tracker=NullTracker())
     by = {}
     for r in res.rows:
         by.setdefault(r.status, []).append(r)
@@ -119,7 +118,9 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
                "--runs-dir", str(root / "runs"), "--tracking-uri", "none"])
     out = capsys.readouterr()
     assert rc == 0
-    assert "infeasible" in out.out and "best: trial" in out.out
+    # the same output as a built-in search: the front table, the counts and the files
+    assert "Pareto front of study 'c1'" in out.out and "over budget" in out.out
+    assert "pareto.json" in out.out and "best.yaml" in out.out
 
 
 @pytest.mark.parametrize("args, says", [
@@ -127,7 +128,8 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
     (["--model", "tinyuser.loop:biuld", "--example", "tinyuser.loop:example", "--train",
       "tinyuser.loop:train"], "has no 'biuld' (did you mean 'build'?)"),
     (["--model", "tinyuser.loop:build", "--example", "tinyuser.loop:example", "--train",
-      "tinyuser.loop:train", "--data", "movielens"], "--data describes autoembed's own"),
+      "tinyuser.loop:train", "--data", "movielens"],
+     "--data does not apply to a search over your own model"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(user, capsys, args, says) -> None:
     from autoembed.cli import main
@@ -210,12 +212,13 @@ def test_sigkill_then_resume_loses_nothing(user, tmp_path) -> None:
 
 
 def test_export_python_rebuilds_the_pick(user) -> None:
-    from autoembed.user.export import export_python
+    from autoembed.export import export_config
 
     _, root = user
     res = api_search(user, "ex", 2)
-    module, cfg, trial = export_python("ex", root / "best_model.py", runs_dir=root / "runs")
-    assert trial == res.best.number and cfg.exists()
+    done = export_config("ex", root / "best_model.py", fmt="python", runs_dir=root / "runs")
+    module, cfg = done.path, done.path.with_suffix(".yaml")
+    assert done.trial == res.best.number and cfg.exists()
     spec = importlib.util.spec_from_file_location("best_model_x", module)
     built = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(built)

@@ -9,8 +9,9 @@ import optuna
 import pytest
 
 from autoembed.errors import ConfigError
-from autoembed.user.search import suggest_values
-from autoembed.user.space import load_user_space, parse_user_space
+from autoembed.pipeline.optuna_space import suggest_values
+from autoembed.space.loader import WHEN_RULE
+from autoembed.user.space import config_for, load_user_space, params_for, parse_user_space
 
 SPACE = textwrap.dedent("""
     description: text classifier
@@ -49,7 +50,7 @@ def test_parse_and_suggest(tmp_path: Path) -> None:
     for _ in range(12):
         trial = study.ask()
         values = suggest_values(space, trial)
-        params = space.params_for(values)
+        params = params_for(space, values)
         assert params["batch_size"] == 64 and params["widths"] == (64, 32)
         assert params["dim"] in (16, 32) and 0.001 <= params["lr"] <= 0.1
         assert params["embedding"] == {"precision": values["embedding.precision"],
@@ -69,12 +70,12 @@ def test_config_for_merges_table_rules_in_file_order() -> None:
                       "tables": {"*": {"table_optimizer": {"choices": ["adam", "sgd"]}},
                                  "enc.tok": {"table_optimizer": "adagrad"}}},
         "user": {"dim": {"choices": [8, 16]}}}, "s.yaml")
-    values = {**space.fixed, "embedding.tables.*.table_optimizer": "sgd", "user.dim": 8}
+    values = {**space.base, "embedding.tables.*.table_optimizer": "sgd", "user.dim": 8}
     tables = [{"name": "enc.tok", "vocab_size": 100}, {"name": "pos", "vocab_size": 10}]
-    params = space.params_for(values)
+    params = params_for(space, values)
     assert params["embedding"]["tables"] == {"*": {"table_optimizer": "sgd"},
                                              "enc.tok": {"table_optimizer": "adagrad"}}
-    cfg = space.config_for(values, tables)
+    cfg = config_for(space, values, tables)
     by = {t.name: t for t in cfg.tables}
     assert by["enc.tok"].table_optimizer == "adagrad" and by["pos"].table_optimizer == "sgd"
 
@@ -83,7 +84,7 @@ def test_a_rule_naming_no_module_is_one_line_with_a_suggestion() -> None:
     space = parse_user_space({"embedding": {"tables": {"item_emb": {"compression": "none"}}},
                               "user": {"dim": {"choices": [8, 16]}}}, "s.yaml")
     with pytest.raises(ConfigError) as e:
-        space.config_for(space.fixed, [{"name": "items_emb", "vocab_size": 10}])
+        config_for(space, {}, [{"name": "items_emb", "vocab_size": 10}])
     msg = str(e.value)
     assert "'item_emb' names no embedding module" in msg and "did you mean 'items_emb'" in msg
     assert "\n" not in msg
@@ -93,8 +94,8 @@ def test_config_wide_values_reach_the_config() -> None:
     space = parse_user_space({"embedding": {"precision": {"choices": ["fp32", "bf16"]},
                                             "table_optimizer": "rowwise_adagrad"},
                               "user": {"dim": 8}}, "s.yaml")
-    values = {**space.fixed, "embedding.precision": "bf16"}
-    cfg = space.config_for(values, [{"name": "emb", "vocab_size": 50}])
+    values = {**space.base, "embedding.precision": "bf16"}
+    cfg = config_for(space, values, [{"name": "emb", "vocab_size": 50}])
     assert (cfg.precision, cfg.table_optimizer) == ("bf16", "rowwise_adagrad")
     assert [(t.name, t.vocab_size) for t in cfg.tables] == [("emb", 50)]
 
@@ -104,7 +105,7 @@ def test_config_wide_values_reach_the_config() -> None:
     ({"embedding": {"precison": "fp32"}, "user": {"d": {"choices": [1, 2]}}},
      "unknown key 'embedding.precison' (did you mean 'precision'?)"),
     ({"embedding": {"precision": {"choices": ["fp32", "fp8"]}}},
-     "key 'embedding.precision' = 'fp8': must be one of"),
+     "key 'embedding.precision.choices' = 'fp8': must be one of"),
     ({"embedding": {"precision": "fp8"}, "user": {"d": {"choices": [1, 2]}}},
      "key 'embedding.precision' = 'fp8'"),
     ({"embedding": {"tables": {"*": {"dim": 8}}}, "user": {"d": {"choices": [1, 2]}}},
@@ -113,13 +114,13 @@ def test_config_wide_values_reach_the_config() -> None:
      "key 'embedding.tables.*' = {}: give settings"),
     ({"user": {"dim": 8}}, "nothing is searched"),
     ({"user": {"dim": {"choices": []}}}, "key 'user.dim.choices' = []: must be a non-empty"),
-    ({"user": {"dim": {"choices": [8, 8]}}}, "must be distinct"),
+    ({"user": {"dim": {"choices": [8, 8]}}}, "must not repeat a value"),
     ({"user": {"dim": {"low": 16, "high": 8}}}, "empty range"),
     ({"user": {"lr": {"low": 0, "high": 1, "log": True}}}, "a log-scale range needs low > 0"),
     ({"user": {"lr": {"low": 0.1, "hgh": 1}}}, "unknown key 'user.lr.hgh' (did you mean"),
     ({"user": {"n": {"low": 1, "high": 4, "type": "int", "step": 0.5}}}, "user.n.step"),
     ({"user": {"wd": {"low": 0.0, "high": 1.0, "when": {"layers": 2}}}},
-     "a condition must name a key listed above it in 'user'"),
+     WHEN_RULE),
     ({"user": {"embedding": 1, "d": {"choices": [1, 2]}}}, "is an embedding setting"),
     ({"embedding": {"precision": "fp32"}, "user": {"precision": {"choices": [1, 2]}}},
      "is an embedding setting"),
@@ -159,9 +160,9 @@ def test_share_of_rows_per_table_reaches_the_resolved_table() -> None:
         "embedding": {"tables": {"big*": {"compression": "hash",
                                           "hash_buckets": {"choices": [0.01, 0.5]}}}},
         "user": {"dim": 8}}, "s.yaml")
-    values = {**space.fixed, "embedding.tables.big*.hash_buckets": 0.01}
-    cfg = space.config_for(values, [{"name": "big_items", "vocab_size": 100_000},
-                                    {"name": "small", "vocab_size": 50}])
+    values = {**space.base, "embedding.tables.big*.hash_buckets": 0.01}
+    cfg = config_for(space, values, [{"name": "big_items", "vocab_size": 100_000},
+                                     {"name": "small", "vocab_size": 50}])
     by = {t.name: t for t in resolved_tables(cfg)}
     assert (by["big_items"].compression, by["big_items"].hash_buckets) == ("hash", 1000)
     assert (by["small"].compression, by["small"].hash_buckets) == ("none", None)
@@ -171,7 +172,7 @@ def test_bad_per_table_value_names_the_rule() -> None:
     with pytest.raises(ConfigError) as e:
         parse_user_space({"embedding": {"tables": {"emb": {"hash_buckets": {
             "choices": [0.5, 1.5]}}}}}, "s.yaml")
-    assert "key 'embedding.tables.emb.hash_buckets' = 1.5" in str(e.value)
+    assert "key 'embedding.tables.emb.hash_buckets.choices' = 1.5" in str(e.value)
 
 
 def test_early_stop_is_off_unless_the_space_says() -> None:

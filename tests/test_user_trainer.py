@@ -23,20 +23,21 @@ def refs(**over: FunctionRef) -> dict[str, FunctionRef]:
 
 
 def test_payload_is_plain_json() -> None:
-    p = make_payload(3, refs(), PARAMS, CONFIG, metrics=("loss",), target=0.5)
+    p = {**make_payload(refs(), PARAMS, CONFIG, metrics=("loss",), target=0.5), "number": 3}
     assert json.loads(json.dumps(p)) == p
     assert p["functions"]["train"]["qualname"] == "train"
 
 
 def test_a_node_with_another_copy_refuses_before_building() -> None:
     stale = FunctionRef("examples.text_search", "train", "0" * 64)
-    p = make_payload(0, refs(train=stale), PARAMS, CONFIG)
+    p = {**make_payload(refs(train=stale), PARAMS, CONFIG), "number": 0}
     with pytest.raises(StaleCode, match="node 7 has another copy of 'examples.text_search'"):
-        run_payload(p, node="node 7")
+        run_payload(p, where="node 7")
 
 
 def test_runs_the_users_loop_and_stops_on_the_channel() -> None:
-    p = json.loads(json.dumps(make_payload(1, refs(), PARAMS, CONFIG, metrics=("loss",))))
+    p = json.loads(json.dumps({**make_payload(refs(), PARAMS, CONFIG, metrics=("loss",)),
+                               "number": 1}))
     final = run_payload(p, channel=lambda ev: ev.step < 25)
     assert final["status"] == "pruned"
     assert [e["step"] for e in final["result"]["curve"]] == [25]

@@ -11,15 +11,10 @@ before it runs (`feasibility`), an executor runs the ones that fit (Ray Tune by 
 (`report`, `outputs`); docs/ARCHITECTURE.md has the stages. Ray and Optuna load only when a
 search runs, so importing this is cheap.
 
-The module is also callable, so `autoembed.search(budget=...)` works like
-`autoembed.pipeline.search(budget=...)` (DESIGN.md: the Python API mirrors the CLI).
+`autoembed.search` is this package's `search` (DESIGN.md: the Python API mirrors the CLI).
 """
 
 from __future__ import annotations
-
-import sys
-import types
-from typing import Any
 
 from autoembed.pipeline.driver import (
     DEFAULT_SPACE,
@@ -33,9 +28,11 @@ from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.executor import InProcessExecutor, StopTrial
 from autoembed.pipeline.records import TrialRow
 from autoembed.pipeline.study import SAMPLERS
+from autoembed.pipeline.workload import Workload
 
 __all__ = [
     "search",
+    "Workload",
     "SearchResult",
     "SearchStatus",
     "TrialRow",
@@ -47,15 +44,3 @@ __all__ = [
     "DEVICES",
     "DEFAULT_SPACE",
 ]
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if "model" in kwargs:  # your own model and loop (autoembed.user.search)
-            from autoembed.user.search import search_own
-
-            return search_own(*args, **kwargs)
-        return search(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

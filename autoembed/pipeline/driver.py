@@ -1,11 +1,13 @@
-"""`search(budget=..., space=...)`: the whole search, as the CLI's `autoembed search` runs it.
+"""`search(budget=..., space=...)`: the whole search, as the CLI's `autoembed search` runs it,
+for either workload (autoembed's own models; or the user's model= example= train=).
 
 The pipeline, stage by stage (docs/ARCHITECTURE.md has the table):
 
-1. `SearchRequest.parse` checks every argument (`search.request`);
-2. `StoredStudy.open` finds the study, refusing a wrong `--resume` (`search.study`);
-3. `SearchPlan.build` loads space and data, merges a resumed study's stored settings and
-   prices the cheapest corner (`search.plan`; exit 3 when even it does not fit);
+1. `SearchRequest.parse` checks every argument (`pipeline.request`);
+2. `StoredStudy.open` finds the study, refusing a wrong `--resume` (`pipeline.study`);
+3. `SearchPlan.build` builds the workload (space, data or the user's functions), merges a
+   resumed study's stored settings and checks that something fits (`pipeline.plan`; exit 3
+   when even the cheapest corner does not);
 4. under the study lock, the `Executor` starts (Ray, or in process) and places the trials;
    the Optuna study is created or resumed (`recover` fails and re-queues trials a dead
    driver left running), the tracker opened;
@@ -31,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from autoembed.errors import ConfigError
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchStatus
-from autoembed.pipeline.executor import Executor, RayTuneExecutor
+from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.plan import (
     DEFAULT_EARLY_STOP,
-    DEFAULT_SPACE,
     NothingFitsError,
     SearchPlan,
     trial_threads,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["search", "run_search", "SearchResult", "NothingFitsError", "SearchFailedError",
            "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP", "trial_threads", "MAX_SEED"]
 
+DEFAULT_SPACE = "default"
 INTERRUPTED = "interrupted: the driver stopped while this trial ran"
 
 
@@ -75,6 +77,9 @@ class SearchResult:
     trainables_started: int = 0
     workers: int = 1
     device: str = "cpu"
+    workload: str = "builtin"
+    # trial -> the values the search chose (front members), for display
+    searched: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
@@ -88,15 +93,18 @@ def search(
     tracker: SearchTracker | None = None,
     progress: Callable[[SearchStatus], None] | None = None,
     on_recovered: Callable[[str], None] | None = None,
-    executor: Executor | None = None,
     **options: Any,
 ) -> SearchResult:
     """Search `space` for configs that fit `budget` ("8GB", "7.5GiB", or bytes) and are
     Pareto-best on its objectives; write `<runs_dir>/<study>/` and return the result.
-    `space`: a space file, a built-in name, a SearchSpace, or "auto" (derived from `data`
-    and the budget, `space_auto`); None: "auto" with real `data`, else the default space
-    (a resumed study: the space it stored). `result.extra` holds the baseline fitted on
-    real data and the pick's measured noise (`baseline`, `noise`; also in pareto.json).
+
+    What is searched: autoembed's own models on data (`space`: a space file, a built-in
+    name, a SearchSpace, or "auto": derived from `data` and the budget, `space_auto`; None:
+    "auto" with real `data`, else the default space; a resumed study: the space it
+    stored), or your own model and loop (`model=build`, `example=`, `train=`, with a space
+    file of `embedding:` and `user:` sections; `loss=fn(output, example)` prices a forward
+    that returns logits). `result.extra` holds the baseline fitted on real data and the
+    pick's measured noise (`baseline`, `noise`; also in pareto.json).
 
     Options (keywords, checked by `SearchRequest.parse`; anything else is a TypeError):
     study, runs_dir (default "runs"), device (auto, cpu, cuda), ray_address and
@@ -108,19 +116,20 @@ def search(
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
     re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
-    cannot reach the front (default on: DEFAULT_EARLY_STOP); host_budget: host memory for
-    host_cached tables ("64GB" or bytes; proposals whose host_bytes exceed it are infeasible);
-    start_points: train the space's known-good configs first (`space.start`; default on in
-    a new study, off in one started before there were start points; never with grid).
-    storage: the Optuna storage URL (default `<runs_dir>/optuna.db`; e.g.
-    postgresql://user:pw@host/optuna for a team); trial_resources: Ray custom resources
-    each trial asks for, "name=amount[,name=amount]"; several alternate, trial by trial
-    (README, "Running on a cluster"). executor: how trials run (default: Ray Tune;
-    `search.executor.InProcessExecutor` runs them one by one in this process).
+    cannot reach the front (default on: DEFAULT_EARLY_STOP; your own loop: when its space
+    says `early_stop:`); host_budget: host memory for host_cached tables ("64GB" or bytes;
+    proposals whose host_bytes exceed it are infeasible); start_points: train the space's
+    known-good configs first (`space.start`; default on in a new study, off in one started
+    before there were start points; never with grid). storage: the Optuna storage URL
+    (default `<runs_dir>/optuna.db`; e.g. postgresql://user:pw@host/optuna for a team);
+    trial_resources: Ray custom resources each trial asks for,
+    "name=amount[,name=amount]"; several alternate, trial by trial (README, "Running on a
+    cluster"). executor: how trials run: "ray" (default: Ray Tune), "local" (one by one in
+    this process, `InProcessExecutor`), or an Executor object; allow_changed_code: resume
+    although your functions' module source changed.
     """
     request = SearchRequest.parse(budget, space, **options)
-    return run_search(request, tracker=tracker, progress=progress,
-                      on_recovered=on_recovered, executor=executor)
+    return run_search(request, tracker=tracker, progress=progress, on_recovered=on_recovered)
 
 
 def run_search(
@@ -129,7 +138,6 @@ def run_search(
     tracker: SearchTracker | None = None,
     progress: Callable[[SearchStatus], None] | None = None,
     on_recovered: Callable[[str], None] | None = None,
-    executor: Executor | None = None,
 ) -> SearchResult:
     """Run a checked request: the pipeline of the module docstring."""
     t_start = time.monotonic()
@@ -141,14 +149,11 @@ def run_search(
         from autoembed.tracking import make_tracker
 
         tracker = make_tracker(request.tracking_uri, request.runs_dir)
-    if executor is None:
-        executor = RayTuneExecutor(request.ray_address, plan.cpus,
-                                   plan.gpus if plan.device == "cuda" else None,
-                                   faults_from_env())
+    executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 
     # One driver per study (runs/<study>/session.lock; a dead driver's lock and Ray leftovers
-    # are taken over, see search.session); then the executor: a bad --ray-address fails
+    # are taken over, see pipeline.session); then the executor: a bad --ray-address fails
     # before a study exists
     with StudyLock(plan.out_dir, plan.name, on_recovered) as lock, executor:
         lock.ray(*executor.session())
@@ -163,14 +168,11 @@ def run_search(
             names = ", ".join(p.name for p in plan.start)
             on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
         engine = SearchEngine(
-            study=study, space=plan.space, workload=plan.workload,
-            budget=plan.budget, objectives=plan.objective_pairs,
-            settings=plan.run_settings(), trials=plan.trials,
+            study=study, workload=plan.workload, budget=plan.budget,
+            objectives=plan.objective_pairs, trials=plan.trials,
             time_budget_s=request.time_budget, grid=_grid(plan),
             start=[p.params(plan.space) for p in plan.start],
-            early_stop=plan.early_stop,
-            use_measured=(plan.device == "cuda" and not plan.workload.stand_in),
-            host_memory=(plan.device == "cpu"), host_budget_bytes=request.host_budget,
+            early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis,
             progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
@@ -193,6 +195,18 @@ def run_search(
         return _finish(engine, study, plan, tracker, recovery, t_start)
 
 
+def _executor(plan: SearchPlan) -> Executor:
+    """The request's executor: an Executor object as given, one trial at a time in this
+    process ("local"), or Ray Tune (a private Ray, or the cluster at --ray-address)."""
+    r = plan.request
+    if r.executor is not None:
+        return r.executor
+    if r.executor_kind == "local":
+        return InProcessExecutor()
+    return RayTuneExecutor(r.ray_address, plan.cpus, plan.gpus if plan.device == "cuda"
+                           else None, faults_from_env(), plan.workload.ray_options())
+
+
 def _grid(plan: SearchPlan) -> Sequence[Mapping[str, Any]] | None:
     """The grid sampler's points, shuffled by the seed (None for other samplers)."""
     if plan.sampler != "grid":
@@ -204,8 +218,7 @@ def _grid(plan: SearchPlan) -> Sequence[Mapping[str, Any]] | None:
 
 def _recover(study: Any, stored: studies.StoredStudy, plan: SearchPlan) -> studies.Recovery:
     """Fail and re-queue (once) the trials a stopped driver left running."""
-    return studies.recover(study, stored.storage, INTERRUPTED, lambda params: (
-        plan.workload.priced(plan.space.config_for(plan.space.values_from_optuna(params)))))
+    return studies.recover(study, stored.storage, INTERRUPTED, plan.workload.config_of)
 
 
 def _open_study(stored: studies.StoredStudy, plan: SearchPlan,
@@ -256,16 +269,14 @@ def _versions() -> dict[str, str]:
 def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery | None,
              wall: float) -> dict[str, Any]:
     """pareto.json's fields about the search rather than its trials."""
-    meta = plan.meta()
     return {
         "trainables_started": engine.trainables_started, "space": plan.space.source,
-        "data": plan.workload.spec.to_dict(), "trained_on": plan.workload.train_spec.to_dict(),
-        "stand_in": plan.workload.stand_in, "sampler": plan.sampler, "seed": plan.seed,
+        "workload": plan.workload.kind, **plan.workload.context(),
+        "sampler": plan.sampler, "seed": plan.seed,
         "early_stop": plan.early_stop, "device": plan.device, "workers": plan.workers,
-        "threads": meta["threads"], "cpus": os.cpu_count(), "versions": _versions(),
+        "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,
         "wall_seconds": round(wall, 2),
-        "baseline": None if plan.baseline is None else plan.baseline.to_dict(),
         "finished_at": _dt.datetime.now().isoformat(timespec="seconds"),
     }
 
@@ -274,22 +285,16 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
             recovery: studies.Recovery | None, t_start: float) -> SearchResult:
     """Report: rank, write the files (pareto.json last), mark the study finished."""
     engine.recorder.flush()
-    from autoembed.runner import RunSettings
-    from autoembed.selection import measure_noise
-
-    data = plan.workload.train_dataset or plan.workload.dataset
-    eval_batches = plan.space.run.get("eval_batches", RunSettings.eval_batches)
+    workload = plan.workload
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
         plan.name, engine.stop_reason,
-        noise=lambda c: measure_noise(c, data, eval_batches, engine.valid_scores),
+        noise=lambda c: workload.noise(c, engine.valid_scores),
         memory_basis=plan.memory_basis)
     meta = plan.meta()
     wall = time.monotonic() - t_start
-    spec = plan.workload.spec
-    vocab = (plan.workload.dataset.save_vocab if spec.is_file
-             or spec.kind in ("movielens", "flights", "bbcnews") else None)
-    files = report.write(plan.out_dir, _context(plan, engine, recovery, wall), vocab, meta)
+    files = report.write(plan.out_dir, _context(plan, engine, recovery, wall),
+                         workload.save_vocab(), meta, workload.best_record)
     failure = report.failure(files["trials.csv"])
     if failure is not None or report.best is None:
         tracker.close("FAILED")
@@ -306,6 +311,7 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         recovered=recovery.describe() if recovery is not None else None,
         stop_reason=engine.stop_reason, wall_seconds=wall,
         trainables_started=engine.trainables_started, workers=plan.workers,
-        device=plan.device,
-        extra={"baseline": plan.baseline, "noise": report.noise},
+        device=plan.device, workload=workload.kind,
+        searched={r.number: workload.searched(r) for r in report.front},
+        extra={"baseline": getattr(workload, "baseline", None), "noise": report.noise},
     )

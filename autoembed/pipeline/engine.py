@@ -2,9 +2,9 @@
 
 `SearchEngine.propose()` asks the sampler until a proposal fits (or the search is over); the
 start points (`space.start`: known-good configs) are enqueued first, grid points instead:
-each proposal is priced by the engine's `Pricing` stage (`BuiltinPricing`: the analytic
-estimate of autoembed's own model; `user.search.UserPricing`: the user's model traced) and
-judged by `Feasibility` (budget, OOM ceiling, host budget); one that does not fit is told
+each proposal is priced by its workload (`Workload.price`: the analytic estimate of
+autoembed's own model, or the user's model traced) and judged by `Feasibility` (budget,
+OOM ceiling, host budget); one that does not fit is told
 to Optuna at once as COMPLETE with placeholder values and a violated `memory` constraint,
 recorded as `infeasible`, and never reaches a trainable. `observe()` decides whether a
 running trial stops; `finish()` tells the outcome of a trial that ran. Every event goes to
@@ -32,12 +32,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.memory import MemoryEstimate, estimate
+from autoembed.memory import MemoryEstimate
 from autoembed.memory.objective import MEMORY_BASIS, check_basis, memory_value
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front
 from autoembed.pipeline.feasibility import OOM_VIOLATION, Feasibility, oom_ceiling
@@ -49,10 +49,8 @@ from autoembed.pipeline.records import (
     objective_metrics,
     optuna_values,
 )
-from autoembed.pipeline.workload import Workload
-from autoembed.runner import RunSettings
+from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
-from autoembed.space import SearchSpace
 from autoembed.trial import decode_result
 
 if TYPE_CHECKING:
@@ -60,87 +58,24 @@ if TYPE_CHECKING:
 
     from autoembed.tracking import SearchTracker
 
-__all__ = ["Proposal", "PricedProposal", "InvalidProposal", "Pricing", "BuiltinPricing",
-           "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
-           "MAX_REJECTIONS_IN_A_ROW", "HOST_BASE_BYTES"]
+__all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
+           "MAX_REJECTIONS_IN_A_ROW"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
-# Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
-# here: rss_peak 0.56 GB for tiny.yaml trials (torch 2.13 CPU), rounded up.
-HOST_BASE_BYTES = 768 * 2**20
-_RUN_DEFAULTS = {"max_steps": RunSettings().max_steps, "eval_every": RunSettings().eval_every}
 
 
 @dataclass(frozen=True)
 class Proposal:
-    """A feasible proposal, ready to train."""
+    """A feasible proposal, ready to run: its number, the priced config (full-size,
+    resolved) and estimate, the trial runner's payload (plain data), the host memory its
+    process needs, and its length for early stopping (`Launch.length`)."""
 
     number: int
-    config: EmbeddingConfig  # priced (full-size, resolved)
-    train_config: Mapping[str, Any]  # what the trial trains (plain data)
-    estimate: MemoryEstimate  # of `config`
-    host_bytes: int
-
-
-@dataclass(frozen=True)
-class PricedProposal:
-    """What a pricing stage makes of one Optuna trial: the priced config and its estimate,
-    and `launch(number) -> (train_config, host_bytes)`, called only for one that fits."""
-
     config: EmbeddingConfig
+    payload: Mapping[str, Any]
     estimate: MemoryEstimate
-    launch: Callable[[int], tuple[Mapping[str, Any], int]]
-
-
-@dataclass(frozen=True)
-class InvalidProposal:
-    """A proposal that cannot be priced: recorded `failed` with `reason`, never trained
-    (`config`: the placeholder its row carries)."""
-
-    reason: str
-    config: EmbeddingConfig
-
-
-class Pricing(Protocol):
-    """The engine's pricing stage: suggest a trial's values and price them. Exceptions
-    propagate (bad input that must stop the search)."""
-
-    def price(self, trial: optuna.Trial) -> PricedProposal | InvalidProposal: ...
-
-
-class BuiltinPricing:
-    """Pricing for autoembed's own models: the space's config at the workload's full size,
-    the analytic estimate; the trained config at the trained size, its host memory."""
-
-    def __init__(self, space: SearchSpace, workload: Workload, host_memory: bool = True) -> None:
-        self.space = space
-        self.workload = workload
-        self.host_memory = host_memory
-
-    def price(self, trial: optuna.Trial) -> PricedProposal | InvalidProposal:
-        try:
-            values = suggest_values(self.space, trial)
-            config = self.workload.priced(self.space.config_for(values))
-        except ConfigError as e:
-            return InvalidProposal(f"invalid config: {e}", self.space.base_config())
-
-        def launch(number: int) -> tuple[Mapping[str, Any], int]:
-            del number
-            train_config = self.workload.trained(self.space.config_for(values))
-            host = HOST_BASE_BYTES
-            if self.host_memory:
-                try:
-                    host += estimate(self._train_resolved(train_config)).allocated_peak
-                except ConfigError:
-                    pass
-            return train_config.to_dict(), host
-
-        return PricedProposal(config, estimate(config), launch)
-
-    def _train_resolved(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        from autoembed.runner import resolve_for_data
-
-        return resolve_for_data(config, self.workload.train_dataset)
+    host_bytes: int
+    length: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,18 +125,14 @@ class SearchEngine:
         self,
         *,
         study: optuna.Study,
-        space: SearchSpace,
         workload: Workload,
         budget: Budget,
         objectives: Sequence[tuple[str, str]],
-        settings: Mapping[str, Any],
         trials: int,
         time_budget_s: float | None = None,
         grid: Sequence[Mapping[str, Any]] | None = None,
         start: Sequence[Mapping[str, Any]] = (),
         early_stop: bool = False,
-        use_measured: bool = False,
-        host_memory: bool = True,
         host_budget_bytes: int | None = None,
         memory_basis: str = MEMORY_BASIS,
         tracker: SearchTracker | None = None,
@@ -209,29 +140,25 @@ class SearchEngine:
         clock: Callable[[], float] = time.monotonic,
         calibration_path: Path | None = None,
         recorder: Recorder | None = None,
-        pricing: Pricing | None = None,
     ) -> None:
-        """`recorder`: where events go (default: `tracker` and `calibration_path` as its
+        """`workload`: what is searched (its space, pricing, target; `pipeline.workload`).
+        `recorder`: where events go (default: `tracker` and `calibration_path` as its
         sinks); it is caught up with the study's rows here, so that a resumed search's
-        sinks hold every trial the study does. `pricing`: how a trial is priced (default:
-        `BuiltinPricing` of `space` and `workload`). `grid`: the only points asked, in order;
+        sinks hold every trial the study does. `grid`: the only points asked, in order;
         `start`: points asked first (Optuna params, `space.start`), then the sampler's; a
         point some trial of the study already had (a resume) is skipped."""
         from autoembed.pipeline.study import load_rows
 
         self.study = study
-        self.space = space
         self.workload = workload
+        self.space = workload.space
         self.budget = budget
         self.objectives = tuple(objectives)
-        self.settings = dict(settings)
         self.trials = trials
         self.time_budget_s = time_budget_s
         self.early_stop = early_stop
-        self.use_measured = use_measured
         self.memory_basis = check_basis(memory_basis)  # memory.objective
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
-        self.pricing = pricing or BuiltinPricing(space, workload, host_memory)
         self.feasibility = Feasibility.for_search(
             budget, host_budget_bytes, self.oom_ceiling)
         self.progress = progress
@@ -380,8 +307,8 @@ class SearchEngine:
     def _ask_one(self) -> Proposal | None:
         trial = self.study.ask()
         retry_of = trial.user_attrs.get("retry_of")
-        priced = self.pricing.price(trial)
-        if isinstance(priced, InvalidProposal):
+        priced = self._price(trial)
+        if isinstance(priced, Invalid):
             self._reject_invalid(trial, priced, retry_of)
             return None
         config = priced.config
@@ -397,8 +324,9 @@ class SearchEngine:
             self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
             self._emit(row)
             return None
-        train_config, host = priced.launch(trial.number)
-        proposal = Proposal(trial.number, config, train_config, priced.estimate, host)
+        launch = priced.launch(trial.number)
+        proposal = Proposal(trial.number, config, launch.payload, priced.estimate,
+                            launch.host_bytes, launch.length)
         row = TrialRow(trial.number, "running", config, est, params,
                        overshoot=verdict.overshoot, retry_of=retry_of)
         self._record(row, trial)
@@ -409,8 +337,23 @@ class SearchEngine:
         self._emit(row)
         return proposal
 
-    def _reject_invalid(self, trial: Any, invalid: InvalidProposal,
-                        retry_of: int | None) -> None:
+    def _price(self, trial: Any) -> Any:
+        """The workload's price of the trial's proposal. A ConfigError before any proposal
+        of the study was priced is bad input (the trial told FAIL, the error raised: the
+        search stops before any trial); a later one is that proposal's failure, its row
+        carrying the first priced config."""
+        from optuna.trial import TrialState
+
+        try:
+            return self.workload.price(suggest_values(self.space, trial))
+        except ConfigError as e:
+            first = next((r.config for r in self.rows.values() if r.status != "failed"), None)
+            if first is None:
+                self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
+                raise
+            return Invalid(str(e), first)
+
+    def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None) -> None:
         row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
                        dict(trial.params), reason=invalid.reason, retry_of=retry_of)
         values = optuna_values({}, self.objectives, self.budget.bytes, True)
@@ -428,17 +371,18 @@ class SearchEngine:
         if live is None:
             return False
         live.evaluations.append(evaluation)
-        s = self._trial_settings(live.proposal)
-        if not self.early_stop or int(evaluation["step"]) >= int(s["max_steps"]):
-            return False  # off, or the last evaluation: nothing is left to save
-        target = self.settings.get("target", self.space.target)  # the plan's target
+        length = live.proposal.length
+        if not self.early_stop or length is None or int(evaluation["step"]) >= length[0]:
+            return False  # off, unprojectable, or the last evaluation: nothing to save
+        max_steps, eval_every = length
+        target = self.workload.target
         reached = next((int(e["step"]) for e in live.evaluations
                         if target is not None and float(e["quality"]) >= target), None)
         prog = Progress(
             qualities=tuple(float(e["quality"]) for e in live.evaluations),
             step=int(evaluation["step"]), samples=int(evaluation.get("samples", 0)),
             elapsed_s=float(evaluation.get("elapsed_s", 0.0)),
-            max_steps=int(s["max_steps"]), eval_every=int(s["eval_every"]),
+            max_steps=max_steps, eval_every=eval_every,
             device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
             reached_at=reached,
         )
@@ -447,19 +391,6 @@ class SearchEngine:
             live.stopped = True
             return True
         return False
-
-    def _trial_settings(self, proposal: Proposal) -> dict[str, Any]:
-        """The run settings of one trial (its length fitted to the data: runner.fit_settings)."""
-        from autoembed.runner import fit_settings
-
-        s = {**_RUN_DEFAULTS, **self.settings}
-        if not s.get("fit_to_data"):
-            return s
-        tc = proposal.train_config
-        batch = int(tc.get("batch_size", 1)) * int(tc.get("grad_accum_steps", 1))
-        fitted = fit_settings(RunSettings(**s), self.workload.train_dataset.num_rows("train"),
-                              batch)
-        return {**s, "max_steps": fitted.max_steps, "eval_every": fitted.eval_every}
 
     def finish(self, number: int, final: Mapping[str, Any] | None,
                error: str | None = None) -> TrialRow | None:
@@ -493,7 +424,8 @@ class SearchEngine:
         scores = ValidScores.decode(final.get("valid_scores"))
         if scores is not None and result.status == "complete":
             self.valid_scores[p.number] = scores
-        metrics = objective_metrics(result, p.estimate.to_dict(), use_measured=self.use_measured,
+        metrics = objective_metrics(result, p.estimate.to_dict(),
+                                    use_measured=self.workload.use_measured,
                                     memory_basis=self.memory_basis)
         row = old.with_(status=result.status, metrics=metrics, reason=result.error,
                         result=result)
@@ -503,7 +435,7 @@ class SearchEngine:
             predicted = p.estimate.device_total
             measured = result.measured_reserved_peak
             failed = (measured + p.estimate.overhead if measured is not None
-                      and not getattr(self.workload, "stand_in", False) else predicted)
+                      and not self.workload.stand_in else predicted)
             row = row.with_(metrics={**metrics, "oom_predicted_bytes": float(predicted),
                                      "oom_failed_bytes": float(failed)}, reason=(
                 f"{result.error}; predicted device_total {predicted:,} B, failed at "

@@ -1,14 +1,16 @@
-"""Executors run the engine's proposals: `Executor` (the protocol), `RayTuneExecutor` (the
-default: Ray Tune, locally or on a cluster) and `InProcessExecutor` (one trial at a time in
-this process: tests, and debugging a training loop with a plain debugger).
+"""Executors run the engine's proposals, for any workload: `Executor` (the protocol),
+`RayTuneExecutor` (the default: Ray Tune, locally or on a cluster) and `InProcessExecutor`
+(one trial at a time in this process: tests, and debugging a training loop with a plain
+debugger).
 
-An executor takes proposals from `engine.propose()` until it returns None, streams each
-trial's evaluations back to `engine.observe()`, carries the engine's stop decision to the
-running trial, and ends each trial with `engine.finish()`. The channel is two-way:
+An executor takes proposals from `engine.propose()` until it returns None, runs each with
+its workload's trial runner (`Workload.runner`) on the proposal's payload plus the plan's
+placement (`trial_payload`: device, threads), streams the trial's evaluations back to
+`engine.observe()`, carries the engine's stop decision to the running trial, and ends each
+trial with `engine.finish()`. The channel is two-way:
 
-* in process, a `TrialChannel` per trial: `report(evaluation)` hands one evaluation to the
-  engine and raises `StopTrial` in the trial when the engine says stop (a user's own loop
-  lets it propagate; the runner's loop turns it into a stop);
+* in process, a `TrialChannel` per trial: calling it hands one evaluation to the engine and
+  returns False once the engine says stop (`report` raises `StopTrial` instead);
 * on Ray Tune, the trainable reports through `tune.report` and `FrontScheduler` answers
   STOP, which Tune delivers by ending the trainable.
 
@@ -18,19 +20,19 @@ executor ran it.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError
 
 if TYPE_CHECKING:
-    from autoembed.pipeline.engine import SearchEngine
+    from autoembed.pipeline.engine import Proposal, SearchEngine
     from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.workload import TrialRunner
     from autoembed.trial import Evaluation, TrialResult
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
-           "evaluation_report", "final_report"]
+           "evaluation_report", "final_report", "trial_payload"]
 
 
 class StopTrial(AutoembedError):
@@ -51,6 +53,13 @@ def evaluation_report(ev: Evaluation) -> dict[str, Any]:
             "elapsed_s": ev.elapsed_s}
 
 
+def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[str, Any]:
+    """What a trial runner gets: the proposal's payload, its number and the plan's placement
+    of a trial (device, torch threads)."""
+    return {**proposal.payload, "number": proposal.number, "device": plan.device,
+            "threads": plan.threads, **extra}
+
+
 class TrialChannel:
     """The two-way channel between one running trial and the engine (in process)."""
 
@@ -59,14 +68,22 @@ class TrialChannel:
         self.number = number
         self.stopped = False
 
-    def report(self, evaluation: Evaluation | Mapping[str, Any]) -> None:
-        """Hand one evaluation to the engine; raise StopTrial when the trial must stop."""
+    def __call__(self, evaluation: Evaluation | Mapping[str, Any]) -> bool:
+        """Hand one evaluation to the engine; False once the trial must stop."""
+        if self.stopped:
+            return False
         report = (dict(evaluation) if isinstance(evaluation, Mapping)
                   else evaluation_report(evaluation))
-        if self.engine.observe(self.number, report):
-            self.stopped = True
-            raise StopTrial(f"trial {self.number} stopped at step {report.get('step')}: it "
-                            "cannot reach the Pareto front")
+        self.stopped = bool(self.engine.observe(self.number, report))
+        return not self.stopped
+
+    def report(self, evaluation: Evaluation | Mapping[str, Any]) -> None:
+        """As calling the channel, raising StopTrial when the trial must stop."""
+        if not self(evaluation):
+            step = (evaluation.get("step") if isinstance(evaluation, Mapping)
+                    else evaluation.step)
+            raise StopTrial(f"trial {self.number} stopped at step {step}: it cannot reach "
+                            "the Pareto front")
 
 
 class Executor(Protocol):
@@ -91,13 +108,17 @@ class Executor(Protocol):
 
 
 class RayTuneExecutor:
-    """Ray Tune, as `autoembed search` has always run: a private Ray or `ray_address`."""
+    """Ray Tune: a private Ray, or the cluster at `ray_address`; the workload's code and
+    data travel as its `ray_options` say."""
 
     def __init__(self, ray_address: str | None, num_cpus: int, num_gpus: int | None,
-                 faults: Mapping[int, str] | None = None) -> None:
+                 faults: Mapping[int, str] | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
         from autoembed.pipeline.ray_tune import ray_session
 
-        self._ray = ray_session(ray_address, num_cpus, num_gpus)
+        self.options = dict(options or {})
+        self._ray = ray_session(ray_address, num_cpus, num_gpus,
+                                self.options.get("runtime_env"))
         self.address = ray_address
         self.faults = dict(faults or {})
 
@@ -116,7 +137,7 @@ class RayTuneExecutor:
         if self.address:  # a trial's share of a cluster node, not of this machine
             plan = plan.with_cpus_per_trial(self._ray.cpus_per_trial(plan.workers, custom))
         self._ray.check_resources(custom)
-        self._ray.check_nodes(plan.spec.kind)
+        self._ray.check_nodes(tuple(self.options.get("packages", ())))
         return plan
 
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
@@ -129,21 +150,20 @@ class RayTuneExecutor:
             gpus_per_trial=1 if plan.device == "cuda" else 0,
             storage_path=plan.out_dir / "ray",
             name="tune-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
-            train_data=plan.workload.train_spec.to_dict(), run_settings=plan.run_settings(),
+            placement={"device": plan.device, "threads": plan.threads},
+            runner=plan.workload.runner(local=False),
+            runner_kwargs=self.options.get("runner_kwargs") or {},
             trial_resources=tuple(plan.request.trial_resources), faults=self.faults,
         ))
-
-
-Trainer = Callable[[Mapping[str, Any], TrialChannel], Mapping[str, Any] | None]
 
 
 class InProcessExecutor:
     """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
     trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
-    the default trains with the runner. Faults are not injected here."""
+    the default is the workload's own runner. Faults are not injected here."""
 
-    def __init__(self, trainer: Trainer | None = None) -> None:
-        self.trainer = trainer or run_with_runner
+    def __init__(self, trainer: TrialRunner | None = None) -> None:
+        self.trainer = trainer
 
     def __enter__(self) -> InProcessExecutor:
         return self
@@ -158,49 +178,14 @@ class InProcessExecutor:
         return plan.with_cpus_per_trial(plan.cpus)  # one trial at a time: all of them
 
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
-        data = plan.workload.train_spec.to_dict()
+        trainer = self.trainer or plan.workload.runner(local=True)
         while (p := engine.propose()) is not None:
             channel = TrialChannel(engine, p.number)
-            payload = {"number": p.number, "config": dict(p.train_config), "data": data,
-                       "settings": plan.run_settings()}
             try:
-                final = self.trainer(payload, channel)
+                final = trainer(trial_payload(p, plan), channel)
             except StopTrial:
                 final = None
             except Exception as e:  # noqa: BLE001 - the trial's failure, not the search's
                 final = {"status": "failed", "result": None,
                          "error": f"{type(e).__name__}: {e}"}
             engine.finish(p.number, None if channel.stopped else final)
-
-
-def run_with_runner(payload: Mapping[str, Any], channel: TrialChannel) -> dict[str, Any]:
-    """Train a payload with `runner.run_trial`; a StopTrial from the channel stops it."""
-    from autoembed.config import config_from_dict
-    from autoembed.runner import RunSettings, run_trial
-
-    dataset = _dataset(json.dumps(payload["data"], sort_keys=True))
-
-    def report(ev: Evaluation) -> bool:
-        try:
-            channel.report(ev)
-        except StopTrial:
-            return False  # the runner ends the loop
-        return True
-
-    result = run_trial(config_from_dict(payload["config"], f"trial {payload['number']}"),
-                       dataset, RunSettings(**payload["settings"]), report)
-    return final_report(result)
-
-
-_DATASETS: dict[str, Any] = {}
-
-
-def _dataset(key: str) -> Any:
-    """Load a data spec (JSON) once per process: the last one is kept."""
-    if key not in _DATASETS:
-        from autoembed.data import load_dataset
-        from autoembed.data.spec import DataSpec
-
-        _DATASETS.clear()
-        _DATASETS[key] = load_dataset(DataSpec.from_dict(json.loads(key), "trial data"))
-    return _DATASETS[key]

@@ -78,17 +78,17 @@ def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
     return atomic_write_text(path, json.dumps(plain(body), indent=2, default=str) + "\n")
 
 
-def write_best_yaml(row: TrialRow, path: Path, extra: Mapping[str, Any]) -> Path:
-    """The picked config, with `extra` and the training length its trial was judged at
-    (`export.training_of`: what `autoembed train --config` reruns)."""
-    from autoembed.config import save_config
+def write_best_yaml(row: TrialRow, path: Path, body: Mapping[str, Any]) -> Path:
+    """The pick's record `body` (`config`, and what the workload adds: the params a user's
+    functions receive; `search`: the search's figures), with the training length its
+    trial was judged at (`export.training_of`: what `autoembed train --config` reruns)."""
+    import yaml
+
     from autoembed.export import TRAIN_KEY, training_of
 
     length = training_of(row.metrics)
-    out = save_config(row.config, path, extra={**extra, **({TRAIN_KEY: length} if length
-                                                           else {})})
-    _readable(out)
-    return out
+    out = {**body, **({TRAIN_KEY: length} if length else {})}
+    return atomic_write_text(path, yaml.safe_dump(plain(out), sort_keys=False))
 
 
 _LABELS = {"quality": "quality (AUC / accuracy)", "memory": "memory objective (GB)",

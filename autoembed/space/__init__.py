@@ -15,16 +15,19 @@ onto Optuna's distributions and trials.
 from __future__ import annotations
 
 from autoembed.space.corners import MAX_CHEAPEST_CORNERS, cheapest_config
-from autoembed.space.loader import load_space, parse_space
+from autoembed.space.loader import load_space, parse_space, space_kind
 from autoembed.space.model import (
     BUILTIN_SPACES,
     DEFAULT_TRIALS,
+    EMBEDDING,
+    EMBEDDING_KEYS,
     GRID_POINTS,
     PARAM_KEYS,
     RUN_KEYS,
     SEARCHABLE,
     SPACE_KEYS,
     STAND_IN_KEYS,
+    USER_SPACE_KEYS,
     Param,
     SearchSpace,
     StandIn,
@@ -66,6 +69,10 @@ __all__ = [
     "SearchSpace",
     "load_space",
     "parse_space",
+    "space_kind",
+    "EMBEDDING",
+    "EMBEDDING_KEYS",
+    "USER_SPACE_KEYS",
     "parse_objectives",
     "check_objective",
     "cheapest_config",

@@ -12,19 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.config import (
+    FIELD_RULES,
     TABLE_RULES,
     EmbeddingConfig,
     config_from_dict,
     safe_load_yaml,
 )
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.rules import Rule, is_number
+from autoembed.rules import Integer, Rule, is_number
 from autoembed.space._messages import space_error, unknown_key
 from autoembed.space.model import (
     BUILTIN_SPACES,
     DATA_FIELDS,
     DEFAULT_TRIALS,
+    EARLY_STOP_KEYS,
+    EMBEDDING,
+    EMBEDDING_KEYS,
     LIST_FIELDS,
+    NOT_FOR_USER_MODELS,
     PARAM_KEYS,
     PARAM_RULES,
     RUN_KEYS,
@@ -33,6 +38,9 @@ from autoembed.space.model import (
     STAND_IN_KEYS,
     TABLE_SETTING_KEYS,
     TOKENS_PER_BATCH,
+    USER_SECTIONS,
+    USER_SPACE_KEYS,
+    USER_TABLE_KEYS,
     Param,
     SearchSpace,
     StandIn,
@@ -41,40 +49,60 @@ from autoembed.space.model import (
     builtin_space_path,
     table_param_name,
 )
-from autoembed.space.objectives import parse_objectives
+from autoembed.space.objectives import MEASURED, parse_objectives
 
-__all__ = ["load_space", "parse_space"]
+__all__ = ["load_space", "parse_space", "space_kind", "TARGET_RULE", "WHEN_RULE"]
 
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a search space YAML file. A bare name ("tiny") means a built-in."""
+def load_space(path: str | Path, kind: str | None = None) -> SearchSpace:
+    """Read and validate a search space YAML file. A bare name ("tiny") means a built-in.
+    `kind`: "builtin" or "user" when the caller knows which search it runs (None: the file's
+    keys say: `embedding:`/`user:` sections make a space over the user's own model)."""
     p = Path(path)
-    if not p.exists() and p.suffix == "" and str(path) in BUILTIN_SPACES:
-        p = builtin_space_path(str(path))
+    if not p.exists():
+        # a built-in by name ("tiny"), or by its repository path from another directory
+        if str(path) in BUILTIN_SPACES:
+            p = builtin_space_path(str(path))
+        elif (p.stem in BUILTIN_SPACES and p.suffix == ".yaml"
+              and p.parent.name == "search_spaces" and len(p.parts) == 2):
+            p = builtin_space_path(p.stem)
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise ConfigError(
-            f"search space file '{p}' does not exist; give a YAML file or one of the built-in "
-            f"spaces: {', '.join(BUILTIN_SPACES)}"
-        ) from None
+        hint = ("the YAML file with `embedding:` and `user:` sections" if kind == "user" else
+                f"a YAML file or one of the built-in spaces: {', '.join(BUILTIN_SPACES)}")
+        raise ConfigError(f"search space file '{p}' does not exist; give {hint}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"search space file '{p}' cannot be read: {e}") from None
     raw = safe_load_yaml(text, f"search space '{p}'", "search space")
     try:
-        return parse_space(raw, str(p), text)
+        return parse_space(raw, str(p), text, kind)
     except RecursionError:
         raise ConfigError(f"search space '{p}' holds a value nested too deeply; "
                           "a space is a mapping a few levels deep") from None
 
 
-def parse_space(raw: Any, source: str, text: str = "") -> SearchSpace:
-    """Validate plain data (a parsed YAML document) into a SearchSpace."""
+def space_kind(raw: Mapping[str, Any]) -> str:
+    """"user" for a space with `embedding:` or `user:` sections, else "builtin"."""
+    return "user" if any(k in raw for k in USER_SECTIONS) else "builtin"
+
+
+def parse_space(raw: Any, source: str, text: str = "", kind: str | None = None) -> SearchSpace:
+    """Validate plain data (a parsed YAML document) into a SearchSpace (`kind` as for
+    `load_space`)."""
     if not isinstance(raw, Mapping):
+        keys = USER_SPACE_KEYS if kind == "user" else SPACE_KEYS
         raise ConfigError(
-            f"search space '{source}': expected a mapping with keys {', '.join(SPACE_KEYS)}, "
+            f"search space '{source}': expected a mapping with keys {', '.join(keys)}, "
             f"got {type(raw).__name__}"
         )
+    found = space_kind(raw)
+    builtin_only = any(k in raw for k in SPACE_KEYS if k not in USER_SPACE_KEYS)
+    if (kind == "builtin" and found == "user") or (kind == "user" and builtin_only
+                                                   and found == "builtin"):
+        raise ConfigError(_WRONG_KIND[kind].format(source=source))
+    if (kind or found) == "user":
+        return _parse_user_space(raw, source, text)
     for k in raw:
         if k not in SPACE_KEYS:
             raise unknown_key(source, "", k, SPACE_KEYS)
@@ -83,24 +111,154 @@ def parse_space(raw: Any, source: str, text: str = "") -> SearchSpace:
     base = _parse_base(raw.get("base", {}) or {}, source)
     tables, table_params = _parse_tables(raw.get("tables"), base, source)
     params = _parse_params(raw.get("params"), base, source, table_params)
+    run = _parse_run(raw.get("run", {}) or {}, source)
+    space = SearchSpace(source=source, params=params, data=data, stand_in=stand_in, base=base,
+                        tables=tables, run=run, text=text, **_common(raw, source))
+    space.base_config()  # base alone must be a valid config
+    return space
+
+
+_WRONG_KIND = {
+    "builtin": "search space '{source}' searches your own model (`embedding:` and `user:` "
+               "sections): give --model, --example and --train with it",
+    "user": "search space '{source}' is a space of autoembed's own models; a search over your "
+            "model takes a file with `embedding:` and `user:` sections",
+}
+TARGET_RULE = "must be a quality (a number; higher is better) or null"
+
+
+def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """What both kinds of space say the same way: objectives, target, trials, description."""
     objectives = (parse_objectives(raw["objectives"], source) if "objectives" in raw
                   else SearchSpace.objectives)
     target = raw.get("target")
-    if target is not None and not (is_number(target) and 0 < target <= 1):
-        raise space_error(source, "target", target, "must be a quality in (0, 1] or null")
-    run = _parse_run(raw.get("run", {}) or {}, source)
+    if target is not None and not (is_number(target) and math.isfinite(target)):
+        raise space_error(source, "target", target, TARGET_RULE)
     trials = raw.get("trials", DEFAULT_TRIALS)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise space_error(source, "trials", trials, "must be an integer >= 1")
+    if not Integer(1).ok(trials):
+        raise space_error(source, "trials", trials, Integer(1).text)
     desc = raw.get("description", "") or ""
     if not isinstance(desc, str):
         raise space_error(source, "description", desc, "must be a string")
-    space = SearchSpace(source=source, params=params, data=data, stand_in=stand_in, base=base,
-                        tables=tables,
-                        objectives=objectives, target=float(target) if target else None,
-                        run=run, trials=trials, description=desc, text=text)
-    space.base_config()  # base alone must be a valid config
-    return space
+    return {"objectives": objectives, "target": None if target is None else float(target),
+            "trials": trials, "description": desc}
+
+
+# ===================================================================== a user's own model
+
+
+def _parse_user_space(raw: Mapping[str, Any], source: str, text: str) -> SearchSpace:
+    """A space over the user's own model (`SearchSpace.kind` "user"): `embedding:` (config
+    fields autoembed applies; `tables:` rules by module path or glob), `user:` (values passed
+    to the user's functions), `metrics`, `early_stop` and the common keys. Every value is
+    fixed or searched with the same keys, checks and messages as a built-in space's params;
+    `when` names a key listed above it in the same section."""
+    for k in raw:
+        if k not in USER_SPACE_KEYS:
+            raise unknown_key(source, "", k, USER_SPACE_KEYS)
+    params: list[Param] = []
+    base: dict[str, Any] = {}
+    emb = dict(_mapping(source, "embedding", raw.get("embedding")))
+    tables_raw = _mapping(source, "embedding.tables", emb.pop("tables", None))
+    for k in emb:
+        if k in NOT_FOR_USER_MODELS:
+            raise space_error(source, f"embedding.{k}", emb[k], NOT_FOR_USER_MODELS[k])
+        if k not in EMBEDDING_KEYS:
+            raise unknown_key(source, "embedding", k, (*EMBEDDING_KEYS, "tables"))
+    sections = {"embedding": _section("embedding", emb, params, base, source, FIELD_RULES)}
+    rules = []
+    for pattern, settings in tables_raw.items():
+        where = f"embedding.tables.{pattern}"
+        settings = _mapping(source, where, settings)
+        if not settings:
+            raise space_error(source, where, settings,
+                              f"give settings: {', '.join(USER_TABLE_KEYS)}")
+        for k in settings:
+            if k not in USER_TABLE_KEYS:
+                raise unknown_key(source, where, k, USER_TABLE_KEYS)
+        names = _section(where, settings, params, base, source, TABLE_RULES)
+        rules.append(TableRule(None, None, {}, names, pattern=str(pattern)))
+    user = _mapping(source, "user", raw.get("user"))
+    for k in user:
+        if k == EMBEDDING or k in emb:
+            raise space_error(source, f"user.{k}", user[k], f"'{k}' is an embedding setting; "
+                              "keep it under `embedding:` only")
+    sections["user"] = _section("user", user, params, base, source, None)
+    if not params:
+        raise ConfigError(f"search space '{source}': nothing is searched; give at least one "
+                          "value as `choices: [...]` or a `low`/`high` range")
+    return SearchSpace(source=source, params=tuple(params), kind="user", base=base, data={},
+                       sections=sections, tables=tuple(rules),
+                       metrics=_metrics(source, raw.get("metrics")),
+                       early_stop=_early_stop(source, raw.get("early_stop")), text=text,
+                       **_common(raw, source))
+
+
+def _mapping(source: str, key: str, raw: Any) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise space_error(source, key, raw, "must be a mapping")
+    for k in raw:
+        if not isinstance(k, str) or not k:
+            raise space_error(source, f"{key}.{k}", raw[k], "keys must be non-empty strings")
+    return raw
+
+
+def _section(prefix: str, raw: Mapping[str, Any], params: list[Param], base: dict[str, Any],
+             source: str, rules: Mapping[str, Rule] | None) -> dict[str, str]:
+    """Each key of `raw` as a fixed value (into `base`) or a Param (onto `params`), named
+    `prefix.key`; a value is checked by `rules[key]` (None: a free value). Key -> name."""
+    names: dict[str, str] = {}
+    for k, spec in raw.items():
+        q = f"{prefix}.{k}"
+        rule = None if rules is None else rules[k]
+        if isinstance(spec, Mapping):
+            for sk in spec:
+                if sk not in PARAM_KEYS:
+                    raise unknown_key(source, q, sk, PARAM_KEYS)
+            params.append(_parse_param(q, spec, params, base, source, q, rule, prefix))
+        else:
+            if rule is not None:
+                _check_rule(rule, spec, q, source)
+            base[q] = tuple(spec) if isinstance(spec, list) else spec
+        names[k] = q
+    return names
+
+
+def _early_stop(source: str, raw: Any) -> tuple[int, int] | None:
+    """`early_stop: {max_steps: N, eval_every: M}` -> (N, M); absent -> None (off)."""
+    if raw is None:
+        return None
+    spec = _mapping(source, "early_stop", raw)
+    for k in spec:
+        if k not in EARLY_STOP_KEYS:
+            raise unknown_key(source, "early_stop", k, EARLY_STOP_KEYS)
+    rule = Integer(1)
+    got: list[int] = []
+    for k in EARLY_STOP_KEYS:
+        v = spec.get(k)
+        if not rule.ok(v):
+            raise space_error(source, f"early_stop.{k}", v, rule.text + " (the loop's most "
+                              "steps, and its steps between reports)")
+        got.append(v)  # type: ignore[arg-type]
+    return got[0], got[1]
+
+
+def _metrics(source: str, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(m, str) and m.isidentifier()
+                                            for m in raw):
+        raise space_error(source, "metrics", raw, "must be a list of metric names (identifiers)")
+    for m in raw:
+        if m == "quality" or m in MEASURED:
+            raise space_error(source, "metrics", m, "is reported or measured already; list "
+                              "only extra names the loop passes to report(...)")
+    return tuple(dict.fromkeys(raw))
+
+
+# ===================================================================== autoembed's own models
 
 
 def _parse_data(raw: Any, source: str) -> dict[str, Any]:
@@ -217,13 +375,21 @@ def _parse_params(
     return tuple(params)
 
 
+_FIELD_RULE = object()  # `_parse_param`'s default: the config field's declared rule
+
+
 def _parse_param(
     name: str, spec: Mapping[str, Any], earlier: Sequence[Param], base: Mapping[str, Any],
-    source: str, key: str | None = None,
+    source: str, key: str | None = None, rule: Any = _FIELD_RULE, scope: str | None = None,
 ) -> Param:
-    """Param `name` (a config field) from its spec; errors name `key` (default params.<name>)."""
+    """Param `name` from its spec; errors name `key` (default params.<name>). `rule`: the
+    value's declared rule (default: the config field's, `PARAM_RULES`); None for a value
+    no rule constrains (a user space's `user:` section), whose kind follows its bounds."""
     key = key or f"params.{name}"
-    when = _parse_when(spec.get("when"), key, earlier, base, source)
+    field_rule = rule is _FIELD_RULE
+    if field_rule:
+        rule = PARAM_RULES.get(name)
+    when = _parse_when(spec.get("when"), key, earlier, base, source, scope)
     if "choices" in spec:
         extra = [k for k in ("type", "low", "high", "log", "step", "multiple_of", "grid")
                  if k in spec]
@@ -233,28 +399,29 @@ def _parse_param(
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:
             raise space_error(source, f"{key}.choices", choices, "must be a non-empty list")
-        values = tuple(_check_choice(name, c, f"{key}.choices", source) for c in choices)
+        values = tuple(_check_choice(name, c, f"{key}.choices", source, rule) for c in choices)
         if len(set(map(_label, values))) != len(values):
             raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
         return Param(name, "categorical", choices=values, when=when)
-    rule = PARAM_RULES.get(name)
-    if rule is None or rule.kind == "choice":
+    if (rule is None and field_rule) or (rule is not None and rule.kind == "choice"):
         raise space_error(source, key, dict(spec), "is categorical: give `choices: [...]`")
     if "low" not in spec or "high" not in spec:
         raise space_error(source, key, dict(spec), "needs `choices` or both `low` and `high`")
-    natural = "float" if rule.kind == "float" else "int"
+    low, high = spec["low"], spec["high"]
+    natural = _natural_kind(rule, low, high)
     kind = spec.get("type", natural)
     if kind not in ("int", "float"):
         raise space_error(source, f"{key}.type", kind, "must be int or float")
-    if kind != natural and rule.kind != "count_or_share":  # a count, or a share range
-        raise space_error(source, f"{key}.type", kind, f"'{name}' is a{'n' * (natural == 'int')} "
-                    f"{natural} field")
-    low, high = spec["low"], spec["high"]
+    if rule is not None and kind != natural and rule.kind != "count_or_share":
+        field_name = name.rsplit(".", 1)[-1]
+        raise space_error(source, f"{key}.type", kind,
+                          f"'{field_name}' is a{'n' * (natural == 'int')} {natural} field")
     for k, v in (("low", low), ("high", high)):
         if not is_number(v) or (kind == "int" and not isinstance(v, int)):
             what = "an integer" if kind == "int" else "a number"
             raise space_error(source, f"{key}.{k}", v, f"must be {what}")
-        _check_rule(rule, v, f"{key}.{k}", source)
+        if rule is not None:
+            _check_rule(rule, v, f"{key}.{k}", source)
     if low > high:
         raise space_error(source, key, f"low={low}, high={high}",
                     "empty range: low must be <= high")
@@ -297,38 +464,58 @@ def _parse_param(
                  when=when, grid=grid_t)
 
 
+WHEN_RULE = "a condition must name a param listed above it (searched or fixed)"
+
+
 def _parse_when(
-    raw: Any, key: str, earlier: Sequence[Param], base: Mapping[str, Any], source: str
+    raw: Any, key: str, earlier: Sequence[Param], base: Mapping[str, Any], source: str,
+    scope: str | None = None,
 ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """`when: {param: value(s)}`. `scope`: a user space's section, whose keys a condition
+    names bare (`layers` is `user.layers`)."""
     if raw is None:
         return ()
     if not isinstance(raw, Mapping) or not raw:
         raise space_error(source, f"{key}.when", raw, "must map a param name to its value(s)")
     known = {p.name: p for p in earlier}
     out = []
-    for ref, allowed in raw.items():
+    for bare, allowed in raw.items():
+        ref = f"{scope}.{bare}" if scope else bare
         if ref not in known and ref not in base:
-            raise space_error(source, f"{key}.when.{ref}", allowed,
-                        "a condition must name a param listed above it (or a base field)")
+            raise space_error(source, f"{key}.when.{bare}", allowed, WHEN_RULE)
         values = tuple(allowed) if isinstance(allowed, list) else (allowed,)
         if ref in known:
             p = known[ref]
             if p.kind == "categorical":
                 for v in values:
                     if _label(v) not in p.labels:
-                        raise space_error(source, f"{key}.when.{ref}", v,
-                                    f"is not one of {ref}'s choices {list(p.labels)}")
+                        raise space_error(source, f"{key}.when.{bare}", v,
+                                    f"is not one of {bare}'s choices {list(p.labels)}")
         out.append((str(ref), values))
     return tuple(out)
 
 
-def _check_choice(name: str, value: Any, key: str, source: str) -> Any:
+def _natural_kind(rule: Rule | None, low: Any, high: Any) -> str:
+    """A range's kind: its rule's, or (no rule) int when both ends are integers."""
+    if rule is not None:
+        return "float" if rule.kind == "float" else "int"
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
+    return "int" if ints else "float"
+
+
+def _check_choice(name: str, value: Any, key: str, source: str, rule: Rule | None) -> Any:
     if name in LIST_FIELDS:
         if not isinstance(value, list) or not all(
                 isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in value):
             raise space_error(source, key, value, "each choice must be a list of layer widths")
         return tuple(value)
-    _check_rule(PARAM_RULES[name], value, key, source)
+    if rule is None:  # a free value: a scalar, or a list of scalars
+        if isinstance(value, Mapping) or (isinstance(value, list) and any(
+                isinstance(v, (Mapping, list)) for v in value)):
+            raise space_error(source, key, value, "each choice must be a scalar or a list of "
+                              "scalars")
+        return tuple(value) if isinstance(value, list) else value
+    _check_rule(rule, value, key, source)
     return value
 
 

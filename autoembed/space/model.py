@@ -5,6 +5,7 @@ Optuna's distributions and trials."""
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -66,6 +67,30 @@ MEMORY_NEUTRAL = ("lr", "dense_lr", "adam_eps", "momentum", "weight_decay", "war
 TABLE_SETTING_KEYS = (*TABLE_OVERRIDES, "dim")
 
 BUILTIN_SPACES = ("default", "ctr", "text", "tiny", "host_cache")
+
+# A space over the user's own model (`SearchSpace.kind` "user"): its top-level keys, the
+# config-wide settings `embedding:` may hold (the rest describe autoembed's own models), the
+# settings one of its tables may carry (rows and dim are the module's own), and the built-in
+# model settings a user's model would silently ignore, with what to do instead.
+USER_SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "target",
+                   "trials", "early_stop")
+USER_SECTIONS = ("embedding", "user")
+EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", "compression",
+                  "hash_buckets", "hash_seed", "qr_collisions", "qr_operation",
+                  "mixed_dim_alpha", "mixed_dim_min", "lr", "dense_lr", "adam_eps", "momentum",
+                  "weight_decay", "warmup_steps")
+USER_TABLE_KEYS = TABLE_OVERRIDES
+EARLY_STOP_KEYS = ("max_steps", "eval_every")
+NOT_FOR_USER_MODELS = {
+    "checkpointing": "name the modules to checkpoint in your code: "
+                     "autoembed.apply(model, config, checkpoint=[...])",
+    **{k: "host_cached is not searched over your model (a trial's loop builds its own "
+          "optimizer, which the search cannot bind to a cache); keep your tables on the "
+          "device, or apply host_cached yourself with autoembed.apply and "
+          "autoembed.build_optimizer" for k in ("placement", "cache_load_factor",
+                                                "cache_policy")},
+}
+EMBEDDING = "embedding"  # the params key holding the embedding settings (not a user name)
 
 
 def builtin_space_path(name: str) -> Path:
@@ -206,19 +231,24 @@ def _spread(lo: float, hi: float, log: bool, n: int) -> list[float]:
 
 @dataclass(frozen=True)
 class TableRule:
-    """Per-table settings of a space (`tables:`): for the table called `name`, or for every
-    table of at least `min_rows` rows, the table keys in `settings` (e.g. compression hash,
-    hash_buckets 0.01: a share of that table's rows).
+    """Per-table settings of a space: for the table called `name`, for every table whose name
+    matches the glob `pattern` (a user space's `embedding.tables`, keyed by module path), or for
+    every table of at least `min_rows` rows, the table keys in `settings` (e.g. compression
+    hash, hash_buckets 0.01: a share of that table's rows).
 
-    `searched`: table key -> the name of the `Param` that searches it (``tables[i].<key>``;
-    ``min_rows`` may be searched too); `with_values` writes a proposal's values in."""
+    `searched`: table key -> the name of the `Param` that searches it (``tables[i].<key>``,
+    ``embedding.tables.<pattern>.<key>``; ``min_rows`` may be searched too); `with_values`
+    writes a proposal's values in."""
 
     name: str | None
     min_rows: int | None
     settings: Mapping[str, Any]
     searched: Mapping[str, str] = field(default_factory=dict)
+    pattern: str | None = None
 
     def selects(self, name: str, rows: int) -> bool:
+        if self.pattern is not None:
+            return name == self.pattern or fnmatch.fnmatchcase(name, self.pattern)
         if self.name is not None:
             return name == self.name
         return self.min_rows is not None and rows >= self.min_rows
@@ -227,7 +257,12 @@ class TableRule:
         """The rule with the searched keys set from `values` (an inactive one is left out)."""
         got = {k: values[p] for k, p in self.searched.items() if p in values}
         min_rows = got.pop("min_rows", self.min_rows)
-        return TableRule(self.name, min_rows, {**self.settings, **got})
+        return replace(self, min_rows=min_rows, settings={**self.settings, **got}, searched={})
+
+    @property
+    def label(self) -> str:
+        """How the space names the rule: its pattern, name or row threshold."""
+        return self.pattern or self.name or f"min_rows {self.min_rows}"
 
     def to_dict(self) -> dict[str, Any]:
         sel = {"name": self.name} if self.name is not None else {"min_rows": self.min_rows}
@@ -278,10 +313,22 @@ def apply_table_rules(
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """A validated search space; `text` is the file as read (stored with a study)."""
+    """A validated search space; `text` is the file as read (stored with a study).
+
+    `kind` "builtin": autoembed's own models on `data` (`base`: fixed config fields, params
+    named by config field). `kind` "user": a search over the user's own model, from a file
+    with `embedding:` (applied by autoembed to the built model) and `user:` (passed to the
+    user's functions) sections; `base` holds the fixed values and params are named by their
+    place (`embedding.precision`, `user.dim`, `embedding.tables.<pattern>.<key>`);
+    `sections` maps each section's keys to those names; `metrics` are what the user's loop
+    may report besides quality; `early_stop` its (max_steps, eval_every), None: off."""
 
     source: str
     params: tuple[Param, ...]
+    kind: str = "builtin"
+    sections: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    early_stop: tuple[int, int] | None = None
     data: Mapping[str, Any] = field(default_factory=lambda: {"name": "synthetic-ctr"})
     stand_in: StandIn | None = None
     base: Mapping[str, Any] = field(default_factory=dict)

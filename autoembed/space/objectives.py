@@ -11,7 +11,7 @@ from typing import Any
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space._messages import space_error, unknown_key
 
-__all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "Objective", "check_objective",
+__all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "MEASURED", "Objective", "check_objective",
            "parse_objectives"]
 
 # Objective name -> the direction that makes sense for it (the only one accepted).
@@ -23,6 +23,8 @@ OBJECTIVES: dict[str, str] = {
     "steps_to_target": "minimize",  # optimizer steps until validation quality >= target
 }
 DEFAULT_OBJECTIVES = ("quality", "memory", "throughput")
+# Objectives autoembed measures itself: a user's loop may not report them.
+MEASURED = ("memory", "throughput", "steps_to_target")
 
 
 @dataclass(frozen=True)

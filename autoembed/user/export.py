@@ -1,18 +1,17 @@
-"""`autoembed export --format python` for a search over the user's model: a short module that
-rebuilds the chosen trial's model in the user's code — their `build(params)` with the
+"""The module `autoembed export --format python` writes for a search over the user's model:
+it rebuilds the chosen trial's model in the user's code — their `build(params)` with the
 trial's params, then `autoembed.apply` with the exported config (the priced layout)."""
 
 from __future__ import annotations
 
 import pprint
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from autoembed.errors import ConfigError
 from autoembed.user.functions import FunctionRef
 
-__all__ = ["python_module", "export_python"]
+__all__ = ["python_module"]
 
 _RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "build_model")
 
@@ -51,43 +50,3 @@ def build_model():
     applied = autoembed.apply(model, autoembed.load_config(CONFIG))
     return model if applied is None else applied
 '''
-
-
-def export_python(study: str, out: str | Path, *, runs_dir: str | Path = "runs",
-                  pick: str | None = None, force: bool = False) -> tuple[Path, Path, int]:
-    """Write the picked trial of a user search as `out` (the module) and its config beside
-    it (`<out stem>.yaml`); (module, config, trial)."""
-    from autoembed.config import safe_load_yaml, save_config
-    from autoembed.pareto import parse_pick
-    from autoembed.pipeline import study as studies
-    from autoembed.pipeline.report import SearchReport
-    from autoembed.space import Objective
-    from autoembed.user.space import parse_user_space
-
-    out = Path(out)
-    cfg_path = out.with_suffix(".yaml")
-    for p in (out, cfg_path):
-        if p.exists() and not force:
-            raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
-    runs = Path(runs_dir).absolute()
-    stored = studies.StoredStudy.open(runs, None, study, resume=True)
-    meta = stored.meta
-    if meta.get("kind") != "user":
-        raise ConfigError(f"study '{study}' is not a search over your own model; export it "
-                          "with --format yaml")
-    space = parse_user_space(safe_load_yaml(meta["space_text"], "stored space", "space"),
-                             str(meta["space_source"]))
-    objectives = [Objective(o["name"], o["direction"]) for o in meta["objectives"]]
-    from autoembed.budget import Budget
-
-    report = SearchReport.build(list(studies.load_rows(stored.existing).values()), objectives,
-                                parse_pick(pick or "knee"), Budget.parse(meta["budget"]),
-                                study)
-    if report.best is None:
-        raise ConfigError(f"study '{study}' has no complete trial within its budget to export")
-    row = report.best
-    params = space.params_for(space.values_from_optuna(row.params))
-    build = FunctionRef.from_dict(meta["functions"]["model"])
-    save_config(row.config, cfg_path)
-    out.write_text(python_module(build, params, cfg_path.name, study=study, trial=row.number))
-    return out, cfg_path, row.number

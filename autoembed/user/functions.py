@@ -1,11 +1,15 @@
-"""The user's functions (`build`, `example`, `train`) as records a resume can find again.
+"""The user's functions (`build`, `example`, `train`, `loss`) as records another process can
+find again.
 
 A function is recorded as `module:qualname` with the SHA-256 of its module's source (the
 whole file: a helper the function calls changes results as much as the function itself).
-A function a later process could not import by that name is refused with one line saying
-why: a lambda, a function nested in another, one defined in `__main__` (a script run as
-`python my_search.py`, or a notebook cell), a `functools.partial` or other callable object
-without a name, or a name in its module that holds another object.
+Any function runs in the process that searches (`executor="local"`); one that another
+process could not find by that name is refused, with one line saying why, only where
+another process must find it (`check_findable`): a Ray worker, or a resume. A lambda, a
+function nested in another, a `functools.partial` or other callable object without a name,
+a module without a source file, or a name in its module that holds another object is found
+by neither; a function of the script being run (`__main__`) is found by a resume run from
+that script, never by a Ray worker.
 
 Strings "pkg.module:name" are resolved with the current directory on `sys.path`, as
 `python -m` has it. Every failure is a `ConfigError` (exit 2) naming the role and the fix.
@@ -24,28 +28,37 @@ from typing import Any
 from autoembed.errors import ConfigError
 
 __all__ = ["FunctionRef", "record_function", "resolve_function", "check_unchanged",
-           "module_hash"]
+           "check_findable", "module_hash"]
 
 
 @dataclass(frozen=True)
 class FunctionRef:
-    """How a study remembers a user function: where it lives and what its module held."""
+    """How a study remembers a user function: where it lives and what its module held.
+    `missing`: why another process could not find it by that name (a lambda, a nested
+    function, one defined in a notebook ...); None when it can. Such a function runs in
+    this process only: a resume or a Ray worker refuses it (`check_findable`)."""
 
     module: str
     qualname: str
-    source_hash: str  # sha256 hex of the module's source text
+    source_hash: str  # sha256 hex of the module's source text ("" when it has none)
+    missing: str | None = None
 
     @property
     def spec(self) -> str:
         return f"{self.module}:{self.qualname}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"module": self.module, "qualname": self.qualname,
-                "source_hash": self.source_hash}
+        out = {"module": self.module, "qualname": self.qualname,
+               "source_hash": self.source_hash}
+        if self.missing is not None:
+            out["missing"] = self.missing
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> FunctionRef:
-        return cls(str(raw["module"]), str(raw["qualname"]), str(raw["source_hash"]))
+        missing = raw.get("missing")
+        return cls(str(raw["module"]), str(raw["qualname"]), str(raw["source_hash"]),
+                   None if missing is None else str(missing))
 
 
 def module_hash(module: ModuleType) -> str:
@@ -60,34 +73,55 @@ def module_hash(module: ModuleType) -> str:
 
 
 def record_function(fn: Any, role: str) -> FunctionRef:
-    """The record of `fn` (role: "model", "example" or "train", for the message), or a
-    ConfigError saying why a resume could not find it."""
+    """The record of `fn` (role: "model", "example", "train" or "loss"); `missing` says
+    why a later process could not find it again (see `FunctionRef`). ConfigError when `fn`
+    is not callable."""
     if not callable(fn):
         raise ConfigError(f"{role} = {fn!r}: must be a function")
     name = getattr(fn, "__qualname__", None)
     mod_name = getattr(fn, "__module__", None)
     if not isinstance(name, str) or not isinstance(mod_name, str):
-        raise ConfigError(f"{role} = {fn!r}: a callable without a module and name (a "
-                          "functools.partial or an object) cannot be found again on resume; "
-                          "pass a function defined at the top level of a module")
-    where = f"{role} = {mod_name}:{name}"
-    if name == "<lambda>" or name.endswith(".<lambda>"):
-        raise ConfigError(f"{where}: a lambda cannot be found again on resume; define it with "
-                          "def at the top level of a module")
-    if "<locals>" in name:
-        raise ConfigError(f"{where}: a function nested in another cannot be found again on "
-                          "resume; move it to the top level of its module")
-    if mod_name == "__main__":
-        raise ConfigError(f"{where}: a function defined in the script being run or in a "
-                          "notebook cannot be found again on resume (or on a Ray worker); "
-                          "move it to a module and import it from there")
+        return FunctionRef(str(mod_name), repr(fn), "", "a callable without a module and "
+                           "name (a functools.partial or an object) cannot be found by name")
     module = sys.modules.get(mod_name)
+    try:
+        digest = module_hash(module) if module is not None else ""
+    except ConfigError:
+        digest = ""
+    return FunctionRef(mod_name, name, digest, _why_unfindable(fn, name, mod_name, module,
+                                                               digest))
+
+
+def _why_unfindable(fn: Any, name: str, mod_name: str, module: ModuleType | None,
+                    digest: str) -> str | None:
+    """Why a later process could not import `fn` as `mod_name:name` (None: it can)."""
+    if name == "<lambda>" or name.endswith(".<lambda>"):
+        return "a lambda cannot be found by name; define it with def at the top level of a module"
+    if "<locals>" in name:
+        return ("a function nested in another cannot be found by name; move it to the top "
+                "level of its module")
     if module is None:
-        raise ConfigError(f"{where}: its module is not imported; import it from a .py file")
+        return "its module is not imported; import it from a .py file"
+    if not digest:
+        return f"module '{mod_name}' has no source file; put the function in a .py file"
     if _lookup(module, name) is not fn:
-        raise ConfigError(f"{where}: '{name}' in '{mod_name}' is another object, so a "
-                          "resume would call something else; pass the module-level function")
-    return FunctionRef(mod_name, name, module_hash(module))
+        return (f"'{name}' in '{mod_name}' is another object; pass the module-level function")
+    return None
+
+
+def check_findable(refs: Mapping[str, FunctionRef], who: str, script: bool) -> None:
+    """Refuse functions `who` (a Ray worker, a resume) cannot find again by name, one line
+    naming the function and the fix; `script`: whether `who` finds the running script's
+    functions (a resume run from the same script does; a Ray worker does not)."""
+    for role, ref in refs.items():
+        why = ref.missing
+        if why is None and ref.module == "__main__" and not script:
+            why = ("it is defined in the script being run (or a notebook), which another "
+                   "process cannot import; move it to a module and import it from there")
+        if why is not None:
+            raise ConfigError(f"{role} = {ref.spec}: {who} finds your functions by name, and "
+                              f"{why}; or search in this process (executor 'local', "
+                              "--executor local) without resuming")
 
 
 def _lookup(module: ModuleType, qualname: str) -> Any:

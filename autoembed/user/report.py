@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoembed.errors import AutoembedError
+from autoembed.space.objectives import MEASURED
 from autoembed.trial import Evaluation
 
 __all__ = ["Report", "TrialStopped", "Diverged", "ReportError", "Ending", "Channel",
            "MEASURED_BY_AUTOEMBED"]
 
-# Objectives autoembed measures itself; a loop may not report them.
-MEASURED_BY_AUTOEMBED = ("memory", "throughput", "steps_to_target")
+MEASURED_BY_AUTOEMBED = MEASURED  # objectives autoembed measures itself: never reported
 
 Channel = Callable[[Evaluation], bool]  # False: stop the trial
 

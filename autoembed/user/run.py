@@ -7,7 +7,9 @@ Faults in the user's code are the trial's, never the search's:
 * a NaN or infinite quality or metric (reported or returned) -> `diverged`;
 * a `report` with an unknown metric -> `failed` naming it;
 * the stop channel saying stop -> `pruned` (TrialStopped, raised from `report`);
-* a real out-of-memory -> `oom`.
+* a real out-of-memory -> `oom`;
+* no quality at all (train returned nothing and never reported one) -> `failed`: a trial
+  the search cannot rank is never on a front.
 
 The objective quality is the last one the loop gave: `train`'s return value, else its last
 report. On CUDA the real peak around build and `train` is measured.
@@ -41,26 +43,32 @@ MAX_TRACEBACK_FRAMES = 30
 @dataclass(frozen=True)
 class UserCode:
     """The user's functions: build(params) -> nn.Module; example(params) -> one batch as
-    the forward takes it; train(model, params, report) -> None, a quality or a mapping."""
+    the forward takes it; train(model, params, report) -> None, a quality or a mapping;
+    loss(output, example) -> a scalar tensor, for pricing a model whose forward does not
+    return its loss (None: the output is the loss, or the stated stand-in is priced)."""
 
     build: Callable[[Mapping[str, Any]], Any]
     example: Callable[[Mapping[str, Any]], Any]
     train: Callable[..., Any]
+    loss: Callable[..., Any] | None = None
 
     @classmethod
-    def resolve(cls, model: Any, example: Any, train: Any) -> UserCode:
+    def resolve(cls, model: Any, example: Any, train: Any, loss: Any = None) -> UserCode:
         """From functions or "pkg.module:name" strings (ConfigError naming the flag)."""
+        roles = (*ROLES, "loss") if loss is not None else ROLES
+        given = (model, example, train, loss)[:len(roles)]
         got = [resolve_function(v, f"--{r}") if isinstance(v, str) else v
-               for r, v in zip(ROLES, (model, example, train), strict=True)]
-        for role, fn in zip(ROLES, got, strict=True):
+               for r, v in zip(roles, given, strict=True)]
+        for role, fn in zip(roles, got, strict=True):
             if not callable(fn):
                 raise ConfigError(f"{role} = {fn!r}: must be a function")
         return cls(*got)
 
     def records(self) -> dict[str, FunctionRef]:
-        """role -> FunctionRef (ConfigError for a function a resume could not find)."""
-        return {r: record_function(fn, r) for r, fn in
-                zip(ROLES, (self.build, self.example, self.train), strict=True)}
+        """role -> FunctionRef (`loss` only when given)."""
+        fns = {"model": self.build, "example": self.example, "train": self.train,
+               "loss": self.loss}
+        return {r: record_function(fn, r) for r, fn in fns.items() if fn is not None}
 
 
 def built_module(obj: Any) -> nn.Module:
@@ -131,6 +139,10 @@ def run_user_trial(
     quality = final.pop("quality", None)
     if quality is None and last_ev is not None and not math.isnan(last_ev.quality):
         quality = last_ev.quality
+    if status == "complete" and quality is None:  # nothing to rank: never on a front
+        status, error = "failed", (
+            "the trial reported no quality: train must call report(step=, samples=, "
+            "quality=) after each validation, or return the quality")
     metrics = {**(last_ev.metrics if last_ev else {}), **final}
     extra: dict[str, Any] = {}
     if cuda:

@@ -1,0 +1,238 @@
+"""The user's own model, example and training loop: the user `Workload` of the search.
+
+A proposal's values become what the user's functions receive (`user.space.params_for`); it
+is priced on the user's model: `build(params)` on the meta device lists its embedding
+modules (no table is allocated), the space turns the values into the embedding config for
+those modules (`user.space.config_for`), and `estimate_model` traces two training steps of
+`apply(build(params), config)` on fake tensors with `example(params)` (and the user's
+`loss`, or the stated stand-in). A trial that fits runs the user's `train` on the built,
+applied model (`user.trainer.run_payload`, in this process or in a Ray worker that imports
+the recorded functions by name, shipped in Ray's `runtime_env`).
+
+The user's code failing while a proposal is priced is a ConfigError naming the function:
+bad input when it is the study's first proposal (the engine stops the search before any
+trial), that proposal's failure afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from autoembed.config import EmbeddingConfig
+from autoembed.errors import ConfigError
+from autoembed.pipeline.request import check_same
+from autoembed.pipeline.workload import HOST_BASE_BYTES, Launch, Priced, TrialRunner
+from autoembed.space import SearchSpace, load_space, parse_space
+from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
+from autoembed.user.run import ROLES, UserCode, built_module
+from autoembed.user.space import config_for, params_for, user_record
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from autoembed.budget import Budget
+    from autoembed.pipeline.request import SearchRequest
+    from autoembed.selection import NoiseMeasure, ValidScores
+    from autoembed.space.start import StartPoint
+    from autoembed.trial import TrialRow
+
+__all__ = ["UserWorkload", "FUNCTIONS_KEY", "call_user", "model_tables"]
+
+FUNCTIONS_KEY = "functions"  # the study meta key holding role -> FunctionRef dict
+Apply = Callable[["nn.Module", EmbeddingConfig], Any]
+
+
+@dataclass(frozen=True)
+class UserWorkload:
+    """The user's model and loop (the `Workload` protocol; see the module docstring).
+    `apply`: how a config rewrites the built model (default `autoembed.apply`)."""
+
+    kind: ClassVar[str] = "user"
+    stand_in: ClassVar[bool] = False
+    space: SearchSpace
+    code: UserCode
+    records: Mapping[str, FunctionRef]
+    device: str = "cpu"
+    allow_changed_code: bool = False
+    apply: Apply | None = None
+    _priced: dict[str, Priced] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def build(cls, request: SearchRequest, stored: Mapping[str, Any], seed: int,
+              tell: Callable[[str], None]) -> UserWorkload:
+        """The space (the request's, else a resumed study's stored one) and the recorded
+        functions of `request`."""
+        del seed, tell
+        code = request.code
+        assert code is not None, "a user workload needs the user's functions"
+        if isinstance(request.space, SearchSpace):
+            space = request.space
+        elif request.space is not None:
+            space = load_space(request.space, "user")
+        elif stored.get("space_text"):
+            import yaml
+
+            text = str(stored["space_text"])
+            space = parse_space(yaml.safe_load(text), str(stored.get("space_source")), text,
+                                "user")
+        else:
+            raise ConfigError("--space missing: give the YAML file with `embedding:` and "
+                              "`user:` sections")
+        if stored and request.space is not None:
+            check_same(stored, "space_text", space.text, f"--space {request.space_label}")
+        made = cls(space, code, code.records(), request.device, request.allow_changed_code,
+                   request.apply)
+        if request.executor_kind != "local":
+            check_findable(made.records, "a Ray worker", script=False)
+        return made
+
+    # ------------------------------------------------------------------ what it is
+    @property
+    def target(self) -> float | None:
+        return self.space.target
+
+    @property
+    def use_measured(self) -> bool:
+        return self.device == "cuda"
+
+    # ------------------------------------------------------------------ pricing
+    def price(self, values: Mapping[str, Any]) -> Priced:
+        """Price the proposal `values` on the user's model (cached by values: a sampler
+        that repeats a proposal pays once)."""
+        key = repr(sorted((k, repr(v)) for k, v in values.items()))
+        if key not in self._priced:
+            self._priced[key] = self._price(values)
+        return self._priced[key]
+
+    def _price(self, values: Mapping[str, Any]) -> Priced:
+        import torch
+
+        import autoembed
+
+        code, space = self.code, self.space
+        apply_fn = self.apply or autoembed.apply
+        params = params_for(space, values)
+        with torch.device("meta"):
+            probe = built_module(call_user(code.build, "model", params))
+        config = config_for(space, values, model_tables(probe))
+        example = call_user(code.example, "example", params)
+
+        def model() -> nn.Module:
+            built = built_module(code.build(params))
+            out = apply_fn(built, config)
+            return built if out is None else built_module(out)
+
+        est = autoembed.estimate_model(model, example, loss=code.loss,
+                                       optimizer=config.table_optimizer,
+                                       precision=config.precision)
+
+        def launch(number: int) -> Launch:
+            del number
+            from autoembed.user.trainer import make_payload
+
+            payload = make_payload(self.records, params, config,
+                                   metrics=tuple(_reportable(space)), target=space.target)
+            host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
+            return Launch(payload, host, space.early_stop)
+
+        return Priced(config, est, launch)
+
+    def check_fits(self, budget: Budget) -> None:
+        """Nothing up front: each price traces the user's model, so a corner search would
+        cost seconds a corner; a search where nothing fits ends with exit 3 once the
+        sampler has proposed nothing that fits (the engine's limit)."""
+        del budget
+
+    def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
+        del cheapest
+        return ()
+
+    # ------------------------------------------------------------------ running
+    def runner(self, local: bool) -> TrialRunner:
+        from autoembed.user.trainer import run_payload
+
+        return functools.partial(run_payload, code=self.code) if local else run_payload
+
+    def ray_options(self) -> dict[str, Any]:
+        from autoembed.user.ship import runtime_env
+
+        return {"runtime_env": runtime_env(self.records[r] for r in ROLES), "packages": ()}
+
+    # ------------------------------------------------------------------ the study
+    def meta(self) -> dict[str, Any]:
+        return {FUNCTIONS_KEY: {r: ref.to_dict() for r, ref in self.records.items()}}
+
+    def check_resume(self, stored: Mapping[str, Any]) -> None:
+        """A resumed study must run the code it started with (`check_unchanged`), found
+        again by name (`check_findable`)."""
+        funcs = stored.get(FUNCTIONS_KEY)
+        if stored.get("kind") != "user" or not isinstance(funcs, Mapping):
+            raise ConfigError("this study was not a search over your own model; resume it "
+                              "without --model/--example/--train, or start a new --study")
+        refs = {r: FunctionRef.from_dict(funcs[r]) for r in funcs}
+        check_findable(refs, "a resume", script=True)
+        for role in ROLES:
+            check_unchanged(refs[role], self.records[role], role, self.allow_changed_code)
+
+    def config_of(self, params: Mapping[str, Any]) -> EmbeddingConfig | None:
+        del params
+        return None
+
+    # ------------------------------------------------------------------ the report
+    def context(self) -> dict[str, Any]:
+        return {"functions": {r: ref.spec for r, ref in self.records.items()}}
+
+    def noise(self, candidates: Sequence[TrialRow],
+              scores: Mapping[int, ValidScores]) -> NoiseMeasure | None:
+        del candidates, scores
+        return None  # the user's loop reports a quality, not the predictions it is of
+
+    def best_record(self, row: TrialRow) -> dict[str, Any]:
+        return user_record(self.space, row.config, row.params)
+
+    def searched(self, row: TrialRow) -> dict[str, Any]:
+        values = self.space.values_from_optuna(row.params)
+        return {name.removeprefix("user.").removeprefix("embedding."): v
+                for name, v in values.items()}
+
+    def save_vocab(self) -> Callable[[Path], Any] | None:
+        return None
+
+    def tracker_params(self) -> dict[str, str]:
+        return {r: ref.spec for r, ref in self.records.items()}
+
+
+def call_user(fn: Callable[..., Any], role: str, *args: Any) -> Any:
+    """`fn(*args)`, a raise of the user's code turned into one ConfigError line."""
+    try:
+        return fn(*args)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code: any error is bad input here
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise ConfigError(f"{role}: {name}(params) raised {type(e).__name__}: {first}") from None
+
+
+def model_tables(model: nn.Module) -> list[dict[str, Any]]:
+    """The config's table entries for the model's embedding modules (name = module path)."""
+    from torch import nn
+
+    out = []
+    for path, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
+            out.append({"name": path, "vocab_size": int(m.num_embeddings),
+                        "dim": int(m.embedding_dim)})
+    if not out:
+        raise ConfigError(f"model: {type(model).__name__} has no nn.Embedding or "
+                          "nn.EmbeddingBag modules; autoembed searches embedding tables")
+    return out
+
+
+def _reportable(space: SearchSpace) -> list[str]:
+    """Names a loop may report: the space's metrics and `latency` when it is an objective."""
+    return [*space.metrics, *(o.name for o in space.objectives if o.name == "latency")]
