@@ -58,8 +58,8 @@ def estimate_for_cli(
 
 def _applied(factory: Any, path: Path) -> Any:
     """A factory that builds the user's model and rewrites it by the config at `path`."""
-    from autoembed import apply as apply_config
     from autoembed.config import load_config
+    from autoembed.user_model.apply import apply as apply_config
 
     cfg = load_config(path)
 
