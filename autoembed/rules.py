@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from autoembed.errors import ConfigError
@@ -24,6 +24,7 @@ __all__ = [
     "Flag",
     "config_error",
     "field_rule",
+    "check_fields",
     "is_number",
     "plain",
 ]
@@ -148,6 +149,18 @@ def field_rule(rule: Rule, *, flag: str | None = None) -> dict[str, Any]:
     if flag is not None:
         meta["flag"] = flag
     return meta
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """Check every field of a dataclass against the rule in its metadata (`field_rule`); a
+    None value passes where the field's default is None."""
+    prefix = f"{where}." if where else ""
+    for f in fields(obj):
+        rule = f.metadata.get("rule")
+        value = getattr(obj, f.name)
+        if rule is None or (value is None and f.default is None):
+            continue
+        rule.check(f"{prefix}{f.name}", value)
 
 
 def plain(v: Any) -> Any:
