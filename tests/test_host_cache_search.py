@@ -69,7 +69,7 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
     # the 2M-row table needs 2.05M x (128 + 4 + 16) B = 303 MB on the host; allow 100 MB
     eng = SearchEngine(study=study, space=space, workload=workload, budget=Budget.parse("700MB"),
                        objectives=OBJ, settings={"max_steps": 5}, trials=10,
-                       host_budget_bytes=100_000_000, host_memory=False)
+                       host_budget_bytes=Budget.of("100MB"), host_memory=False)
     launched = [eng.propose() for _ in range(6)]
     assert all(p is not None for p in launched)
     assert all(p.estimate.host_bytes <= 100_000_000

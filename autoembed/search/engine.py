@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autoembed.budget import Budget
+from autoembed.budget import Budget, MemoryBudget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate, estimate
@@ -202,7 +202,7 @@ class SearchEngine:
         early_stop: bool = False,
         use_measured: bool = False,
         host_memory: bool = True,
-        host_budget_bytes: int | None = None,
+        host_budget_bytes: Budget | None = None,
         memory_basis: str = MEMORY_BASIS,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
@@ -233,7 +233,7 @@ class SearchEngine:
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.pricing = pricing or BuiltinPricing(space, workload, host_memory)
         self.feasibility = Feasibility.for_search(
-            budget, host_budget_bytes, self.oom_ceiling)
+            MemoryBudget(budget, host_budget_bytes), self.oom_ceiling)
         self.progress = progress
         self.clock = clock
         self.started = clock()

@@ -359,7 +359,7 @@ def _check_cheapest(space: SearchSpace, workload: Workload, budget: Budget
         return int(estimate(workload.priced(cfg)).device_total)
 
     values, cheap_cfg, cheap_cost = cheapest_config(space, price)
-    if cheap_cost <= budget.bytes:
+    if budget.admits(cheap_cost):
         return values
     est = estimate(workload.priced(cheap_cfg))
     cats = {"parameters": est.parameters, "gradients": est.gradients,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoembed.budget import Budget, parse_size
+from autoembed.budget import Budget, BudgetLike, MemoryBudget
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
 from autoembed.search.study import SAMPLERS, check_study_name
@@ -52,13 +52,13 @@ class SearchRequest:
     categorical: tuple[str, ...] | None = None
     text_column: str | None = None
     early_stop: bool | None = None
-    host_budget: int | None = None
+    host_budget: Budget | None = None
     start_points: bool | None = None
 
     @classmethod
     def parse(
         cls,
-        budget: str | int,
+        budget: BudgetLike,
         space: str | Path | SearchSpace | None = None,
         *,
         trials: int | None = None,
@@ -81,7 +81,7 @@ class SearchRequest:
         categorical: Sequence[str] | None = None,
         text_column: str | None = None,
         early_stop: bool | None = None,
-        host_budget: str | int | None = None,
+        host_budget: BudgetLike | None = None,
         start_points: bool | None = None,
     ) -> SearchRequest:
         """Check every argument; the first bad one raises ConfigError."""
@@ -101,8 +101,8 @@ class SearchRequest:
             raise ConfigError(
                 f"--seed {seed!r}: must be an integer in 0..{MAX_SEED} (2**32 - 1)")
         dev = _device(device)
-        host = _host_budget(host_budget)
-        bud = _budget(budget)
+        memory = MemoryBudget.of(budget, host_budget)
+        bud, host = memory.device, memory.host
         objs = _objectives(objectives)
         from autoembed.search.ray_tune import parse_trial_resources
 
@@ -129,24 +129,6 @@ def _positive(name: str, value: float | None, integer: bool = True) -> None:
     bad = isinstance(value, bool) or (integer and not isinstance(value, int)) or not value > 0
     if bad:
         raise ConfigError(f"{name} {value!r}: must be {'an integer ' if integer else ''}> 0")
-
-
-def _budget(budget: str | int) -> Budget:
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        if budget <= 0:
-            raise ConfigError(f"budget {budget}: must be > 0 bytes")
-        return Budget(budget, str(budget))
-    return Budget.parse(str(budget))
-
-
-def _host_budget(value: str | int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            raise ConfigError(f"--host-budget {value}: must be > 0 bytes")
-        return value
-    return parse_size(str(value), "--host-budget")
 
 
 def _device(device: str) -> str:

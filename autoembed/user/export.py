@@ -81,7 +81,7 @@ def export_python(study: str, out: str | Path, *, runs_dir: str | Path = "runs",
     from autoembed.budget import Budget
 
     report = SearchReport.build(list(studies.load_rows(stored.existing).values()), objectives,
-                                parse_pick(pick or "knee"), Budget.parse(meta["budget"]),
+                                parse_pick(pick or "knee"), Budget.of(meta["budget"]),
                                 study)
     if report.best is None:
         raise ConfigError(f"study '{study}' has no complete trial within its budget to export")

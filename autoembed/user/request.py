@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoembed.budget import Budget
+from autoembed.budget import Budget, BudgetLike
 from autoembed.errors import ConfigError
 from autoembed.user.functions import FunctionRef, check_unchanged
 from autoembed.user.run import ROLES, UserCode
@@ -40,11 +40,10 @@ class UserRequest:
     allow_changed_code: bool = False
 
     @classmethod
-    def parse(cls, budget: str | int, model: Any, example: Any, train: Any,
+    def parse(cls, budget: BudgetLike, model: Any, example: Any, train: Any,
               space: str | Path | UserSpace, *, trials: int | None = None,
               executor: str = "ray", allow_changed_code: bool = False) -> UserRequest:
-        b = (Budget(budget, f"{budget} B") if isinstance(budget, int)
-             and not isinstance(budget, bool) and budget > 0 else Budget.parse(str(budget)))
+        b = Budget.of(budget)
         if executor not in EXECUTORS:
             raise ConfigError(f"executor '{executor}': use ray (the default) or local (one "
                               "trial at a time in this process, for a debugger)")
