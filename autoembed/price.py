@@ -26,6 +26,7 @@ from autoembed.config import (
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
 from autoembed.memory import estimate as estimate_memory
+from autoembed.rules import Integer
 
 __all__ = ["Priced", "price", "config_flags", "fields_of_flags", "build_config", "SEED_DEFAULTS"]
 
@@ -145,8 +146,7 @@ def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
     if not vocabs:
         raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
     for v in vocabs:
-        if v < 1:
-            raise ConfigError(f"--vocab {v}: a vocabulary size must be >= 1")
+        Integer(1).check_argument("--vocab", v)
     pooling = given.get("pooling_factor") or 1.0
     task = kw.get("task", getattr(base, "task", ""))
     names = (["tokens"] if len(vocabs) == 1 and task == "text"

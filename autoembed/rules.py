@@ -3,7 +3,9 @@
 A `Rule` says what one value may be and words it once: ``check(key, value)`` raises
 ``ConfigError("config key 'KEY' = VALUE: must be ...")``. Config fields carry their rule in
 their dataclass metadata (`field_rule`), and `EmbeddingConfig.validate`, the search-space
-loader and the CLI all read it there. Pure Python: no torch, no YAML.
+loader and the CLI all read it there. A public function's argument or a CLI option is
+checked by ``check_argument(name, value)``: ``NAME = VALUE: must be ...``, the one shape for
+those. Pure Python: no torch, no YAML.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "CountOrShare",
     "Flag",
     "config_error",
+    "argument_error",
     "field_rule",
     "check_fields",
     "is_number",
@@ -33,6 +36,12 @@ __all__ = [
 def config_error(key: str, value: Any, rule: str) -> ConfigError:
     """The one message shape: config key 'KEY' = VALUE: RULE."""
     return ConfigError(f"config key '{key}' = {value!r}: {rule}")
+
+
+def argument_error(name: str, value: Any, rule: str,
+                   error: type[ConfigError] = ConfigError) -> ConfigError:
+    """The one message shape for an argument or a CLI option: NAME = VALUE: RULE."""
+    return error(f"{name} = {value!r}: {rule}")
 
 
 def is_number(v: Any) -> bool:
@@ -56,8 +65,16 @@ class Rule:
         raise NotImplementedError
 
     def check(self, key: str, value: Any) -> None:
+        """A config key's value: raises "config key 'KEY' = VALUE: RULE"."""
         if not self.ok(value):
             raise config_error(key, value, self.text)
+
+    def check_argument(self, name: str, value: Any,
+                       error: type[ConfigError] = ConfigError) -> None:
+        """A function's argument or a CLI option (`name`: as the caller spells it):
+        raises `error` "NAME = VALUE: RULE"."""
+        if not self.ok(value):
+            raise argument_error(name, value, self.text, error)
 
 
 @dataclass(frozen=True)
@@ -90,16 +107,20 @@ class Flag(OneOf):
 
 @dataclass(frozen=True)
 class Integer(Rule):
-    """An integer >= `minimum` (bools are not integers here)."""
+    """An integer >= `minimum`, and <= `maximum` when given (bools are not integers here)."""
 
     minimum: int
+    maximum: int | None = None
     kind = "int"
 
     def ok(self, value: Any) -> bool:
-        return not isinstance(value, bool) and isinstance(value, int) and value >= self.minimum
+        return (not isinstance(value, bool) and isinstance(value, int) and value >= self.minimum
+                and (self.maximum is None or value <= self.maximum))
 
     @property
     def text(self) -> str:
+        if self.maximum is not None:
+            return f"must be an integer in {self.minimum}..{self.maximum}"
         return f"must be an integer >= {self.minimum}"
 
 

@@ -19,6 +19,7 @@ from autoembed.memory.types import (
     MemoryEstimate,
     TableMemory,
 )
+from autoembed.rules import Integer, OneOf
 
 __all__ = [
     "estimate",
@@ -58,17 +59,13 @@ def estimate(
                               "for your own model use autoembed.estimate_model(model, example)")
         raise ConfigError(f"estimate() takes an EmbeddingConfig, got {what}; build one with "
                           "autoembed.load_config or EmbeddingConfig(...)")
-    if method not in METHODS:
-        raise ConfigError(f"method '{method}' is not known; use one of {', '.join(METHODS)}")
-    if sharding not in SHARDINGS:
-        raise ConfigError(f"sharding '{sharding}' is not known; use one of {', '.join(SHARDINGS)}")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"gpus = {gpus!r}: must be an integer >= 1")
+    OneOf(METHODS).check_argument("method", method)
+    OneOf(SHARDINGS).check_argument("sharding", sharding)
+    Integer(1).check_argument("gpus", gpus)
     if gpus > MAX_GPUS:
         raise ConfigError(f"gpus = {gpus}: at most {MAX_GPUS} GPUs are priced; give the GPUs "
                           "one job shards its tables over")
-    if reserve < 0:
-        raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
+    Integer(0).check_argument("reserve", reserve)
     device_budget = None if budget is None else Budget.of(budget)
     host = None if host_budget is None else Budget.for_host(host_budget)
     if method == "traced":
