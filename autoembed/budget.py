@@ -1,4 +1,5 @@
-"""`Budget`: a device-memory budget parsed from a human string (8GB, 8GiB, 7500MB, 80%)."""
+"""`Budget`: a memory budget in bytes, parsed once (`Budget.of`: bytes, 8GB, 8GiB, 7500MB,
+80%); `MemoryBudget`: the device and host budgets as one pair."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 from autoembed.errors import BudgetError
 
-__all__ = ["Budget", "parse_size", "format_bytes"]
+__all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
@@ -35,15 +36,20 @@ def parse_size(text: str, what: str = "size") -> int:
     """Bytes in a size string; G/GB are 10**9, GiB is 2**30."""
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise BudgetError(f"{what} '{text}' is not a size; {_HINT}")
+        raise _bad(what, text, "is not a size")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0:
-        raise BudgetError(f"{what} '{text}' must be greater than zero; {_HINT}")
+        raise _bad(what, text, "must be greater than zero")
     if not math.isfinite(value):  # '1e400GB' overflows a float
-        raise BudgetError(f"{what} '{text}' is too large to be a size; {_HINT}")
+        raise _bad(what, text, "is too large to be a size")
     if value < 1:
-        raise BudgetError(f"{what} '{text}' is less than one byte; {_HINT}")
+        raise _bad(what, text, "is less than one byte")
     return int(value)
+
+
+def _bad(what: str, value: object, problem: str, fix: str = _HINT) -> BudgetError:
+    """The one message for a bad size or budget: WHAT 'VALUE' PROBLEM; FIX."""
+    return BudgetError(f"{what} '{value}' {problem}; {fix}")
 
 
 def format_bytes(n: int | float) -> str:
@@ -72,26 +78,79 @@ class Budget:
     text: str
 
     @classmethod
+    def of(cls, value: BudgetLike, device_memory: int | None = None, *,
+           what: str = "budget", share: bool = True) -> Budget:
+        """The one budget parser: a Budget as is, bytes as an int (>= 1), or a string: a size
+        ("8GB", "8GiB", "7.5G", "7500MB") or, with `share`, a percentage of the device's
+        memory ("80%": `device_memory`, else the visible GPU's). Bad input is a BudgetError
+        (exit 2) naming `what` and the fix."""
+        if isinstance(value, Budget):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise _bad(what, value, "must be at least one byte")
+            return cls(value, str(value))
+        if isinstance(value, bool) or not isinstance(value, (str, float)):
+            raise _bad(what, value, "is not a size")
+        s = str(value).strip()
+        if share and s.endswith("%"):
+            return cls(_share(what, s, device_memory), s)
+        return cls(parse_size(s, what), s)
+
+    @classmethod
+    def for_host(cls, value: BudgetLike) -> Budget:
+        """A host-memory budget: `Budget.of` without the percentage (of the GPU's memory)."""
+        return cls.of(value, what="--host-budget", share=False)
+
+    @classmethod
     def parse(cls, text: str, device_memory: int | None = None) -> Budget:
-        """Parse `text`; a percentage needs the device's memory (detected or given)."""
-        s = str(text).strip()
-        if s.endswith("%"):
-            try:
-                pct = float(s[:-1])
-            except ValueError:
-                raise BudgetError(f"budget '{text}' is not a percentage; {_HINT}") from None
-            if not 0 < pct <= 100:
-                raise BudgetError(f"budget '{text}' must be a percentage in (0, 100]")
-            total = device_memory if device_memory is not None else detect_device_memory()
-            if total is None:
-                raise BudgetError(
-                    f"budget '{text}' is a share of the GPU's memory, but no GPU is visible; "
-                    "give --device-memory 24GB (say) or an absolute budget like 8GB"
-                )
-            if total * pct / 100 < 1:
-                raise BudgetError(f"budget '{text}' is less than one byte of {total} bytes")
-            return cls(int(total * pct / 100), s)
-        return cls(parse_size(s, "budget"), s)
+        """`Budget.of` (the older name)."""
+        return cls.of(text, device_memory)
+
+    def admits(self, need: int) -> bool:
+        """The one "does it fit": `need` bytes are within the budget (equal fits)."""
+        return need <= self.bytes
+
+    def overshoot(self, need: int) -> float:
+        """(need - budget) / budget: > 0 over the budget, <= 0 the slack."""
+        return (need - self.bytes) / self.bytes
+
+
+BudgetLike = Budget | int | str  # what `Budget.of` takes (a float reads as its text)
+
+
+def _share(what: str, text: str, device_memory: int | None) -> int:
+    """Bytes of a percentage `text` ("80%") of the device's memory."""
+    try:
+        pct = float(text[:-1])
+    except ValueError:
+        raise _bad(what, text, "is not a percentage") from None
+    if not 0 < pct <= 100:
+        raise _bad(what, text, "must be a percentage in (0, 100]")
+    total = device_memory if device_memory is not None else detect_device_memory()
+    if total is None:
+        raise _bad(what, text, "is a share of the GPU's memory, but no GPU is visible",
+                   "give --device-memory 24GB (say) or an absolute budget like 8GB")
+    if total * pct / 100 < 1:
+        raise _bad(what, text, f"is less than one byte of {total} bytes")
+    return int(total * pct / 100)
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a training step may use: the device budget and the host one (host_cached
+    tables' full copies; None: not limited). One typed pair from a search's --budget and
+    --host-budget to its feasibility rules."""
+
+    device: Budget
+    host: Budget | None = None
+
+    @classmethod
+    def of(cls, device: BudgetLike, host: BudgetLike | None = None, *,
+           device_memory: int | None = None) -> MemoryBudget:
+        """Both sides parsed: `Budget.of` and `Budget.for_host`."""
+        return cls(Budget.of(device, device_memory),
+                   None if host is None else Budget.for_host(host))
 
 
 def detect_device_memory() -> int | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,38 +35,10 @@ def _root() -> None:
     """Find the best embedding-layer configuration under a GPU memory budget."""
 
 
-# The seed workload (the article's text model): V=1M tokens, D=300, batch 64, seq 512, Adam.
-SEED_DEFAULTS: dict[str, Any] = {
-    "task": "text",
-    "vocab": "1000000",
-    "dim": 300,
-    "batch": 64,
-    "seq": 512,
-    "num_classes": 4,
-    "dense_layers": "",
-}
-# `estimate` flags that are not config fields: they build the tables and the tower.
-_SHAPE_FLAGS = ("vocab", "pooling_factor", "dense_layers")
-
-
 def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    from autoembed.cli_render import console
 
-    con = Console(stderr=stderr, highlight=False)
-    if not con.is_terminal:
-        con.width = max(con.width, 120)  # pipes and CI logs: don't wrap the tables
-    return con
-
-
-def _int_list(text: str, key: str) -> tuple[int, ...]:
-    if text.strip() == "":
-        return ()
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000"
-        ) from None
+    return console(stderr)
 
 
 def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
@@ -81,176 +52,6 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
                                   "give a directory path")
             break
     return path
-
-
-def _config_flags() -> set[str]:
-    """Every `estimate` flag that sets the config: the fields' names, their CLI spellings
-    (`config.FIELD_FLAGS`), the aliases that set several (`--optimizer`) and the shape."""
-    from autoembed.config import FIELD_ALIASES, FIELD_FLAGS, FIELD_RULES
-
-    return {*FIELD_RULES, *FIELD_FLAGS, *FIELD_ALIASES, *_SHAPE_FLAGS}
-
-
-def _fields_of_flags(given: dict[str, Any]) -> dict[str, Any]:
-    """Config field -> value for the given flags, read from the config's declared flags: an
-    alias first (`--optimizer` sets both optimizers), then the fields named directly."""
-    from autoembed.config import FIELD_ALIASES, FIELD_FLAGS, FIELD_RULES
-
-    kw: dict[str, Any] = {}
-    for flag, expand in FIELD_ALIASES.items():
-        if flag in given:
-            kw.update(expand(given[flag]))
-    for flag, value in given.items():
-        name = FIELD_FLAGS.get(flag, flag)
-        if name in FIELD_RULES and flag not in FIELD_ALIASES:
-            kw[name] = value
-    return kw
-
-
-def _count_or_share(text: str | None, flag: str) -> int | float | None:
-    """A count ("65536") or a share of each table's rows ("0.01")."""
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{flag} '{text}' must be a count (e.g. 65536) or a share of each "
-                          "table's rows in (0, 1) (e.g. 0.01)") from None
-
-
-def _build_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
-    from autoembed.config import EmbeddingConfig, TableConfig, load_config
-
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if config_path is not None:
-        base = load_config(config_path)
-    else:
-        base = None
-        several = "vocab" in given and "," in str(given["vocab"])
-        for k, v in SEED_DEFAULTS.items():
-            if several and k in ("task", "seq", "num_classes"):
-                continue  # several tables: a ctr model, not the seed's text model
-            given.setdefault(k, v)
-    kw = _fields_of_flags(given)
-    if "dense_layers" in given:
-        kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers")
-    if "vocab" in given:
-        vocabs = _int_list(given["vocab"], "vocab")
-        if not vocabs:
-            raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
-        for v in vocabs:
-            if v < 1:
-                raise ConfigError(f"--vocab {v}: a vocabulary size must be >= 1")
-        pooling = given.get("pooling_factor") or 1.0
-        names = (
-            ["tokens"]
-            if len(vocabs) == 1 and kw.get("task", getattr(base, "task", "")) == "text"
-            else [f"f{i}" for i in range(len(vocabs))]
-        )
-        kw["tables"] = tuple(TableConfig(n, v, pooling) for n, v in zip(names, vocabs, strict=True))
-        if len(vocabs) > 1 and "task" not in kw:
-            kw["task"] = "ctr"
-        if kw.get("task", getattr(base, "task", "ctr")) == "ctr":
-            kw.setdefault("num_classes", 2)
-    if base is None:
-        return EmbeddingConfig(**kw)
-    return replace(base, **kw) if kw else base
-
-
-def _render_estimate(est: Any, config: Any, budget: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from autoembed.budget import format_bytes
-
-    con = _console()
-    total = est.device_total
-    t = Table(title=f"Memory for one training step ({est.method}, peak in {est.peak_phase})")
-    t.add_column("category")
-    t.add_column("bytes", justify="right")
-    t.add_column("size", justify="right")
-    t.add_column("of total", justify="right")
-    if budget is not None:
-        t.add_column("of budget", justify="right")
-    rows = [
-        ("parameters", est.parameters),
-        ("gradients", est.gradients),
-        ("optimizer state", est.optimizer_state),
-        ("activations", est.activations),
-        ("temporaries", est.temporaries),
-        ("allocated peak", est.allocated_peak),
-        ("reserved peak", est.reserved_peak),
-        ("overhead (context, workspace, reserve)", est.overhead),
-        ("device total", est.device_total),
-        ("serving bytes", est.serving_bytes),
-    ]
-    for name, b in rows:
-        cells = [name, f"{b:,}", format_bytes(b), f"{100 * b / total:.1f}%"]
-        if budget is not None:
-            cells.append(f"{100 * b / budget.bytes:.1f}%")
-        style = "bold" if name in ("allocated peak", "device total") else None
-        t.add_row(*cells, style=style)
-    con.print(t)
-    tt = Table(title="Per table")
-    for col in ("table", "rows", "dim", "parameters", "gradients", "optimizer state", "serving"):
-        tt.add_column(col, justify="left" if col == "table" else "right")
-    for r in est.tables:
-        tt.add_row(
-            escape(r.name),  # a user's name, not rich markup ("[/bold]" would raise)
-            f"{r.rows:,}",
-            str(r.dim),
-            format_bytes(r.parameters),
-            format_bytes(r.gradients),
-            format_bytes(r.optimizer_state),
-            format_bytes(r.serving_bytes),
-        )
-    con.print(tt)
-    if est.per_gpu:
-        gt = Table(title=f"Per GPU ({est.gpus} GPUs, {est.sharding}-wise sharding)")
-        for col in ("gpu", "tables", "allocated peak", "device total"):
-            gt.add_column(col)
-        for g in est.per_gpu:
-            gt.add_row(
-                str(g.gpu),
-                escape(",".join(g.tables)) or "-",
-                format_bytes(g.allocated_peak),
-                format_bytes(g.device_total),
-            )
-        con.print(gt)
-    if est.cache:
-        ct = Table(title="Host-cached tables (device cache of host rows)")
-        for col in ("table", "host rows", "cached rows", "host bytes", "bookkeeping",
-                    "zipf s", "miss rate", "moved/step"):
-            ct.add_column(col, justify="left" if col == "table" else "right")
-        for c in est.cache:
-            ct.add_row(c.name, f"{c.rows:,}", f"{c.cache_rows:,}", format_bytes(c.host_bytes),
-                       format_bytes(c.device_bookkeeping), f"{c.zipf_exponent:.2f}",
-                       f"{100 * c.miss_rate:.1f}%", format_bytes(c.transfer_bytes_per_step))
-        con.print(ct)
-        con.print(f"host memory {format_bytes(est.host_bytes)} (not in the device figures)")
-    if budget is not None:
-        verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
-        con.print(
-            f"device total {format_bytes(est.device_total)} {verdict} the budget "
-            f"{escape(budget.text)} = {format_bytes(budget.bytes)}"
-        )
-
-
-def _check_host_budget(est: Any, text: str | None) -> None:
-    """Host memory too small for the host_cached tables: bad input (issue 9), exit 2."""
-    if est.host_fits is False:
-        from autoembed.budget import format_bytes
-
-        raise ConfigError(
-            f"--host-budget {text} = {format_bytes(est.host_budget)} is smaller than the "
-            f"{format_bytes(est.host_bytes)} the host_cached tables need on the host; raise "
-            "--host-budget, lower dim or vocab, or use an optimizer with less state (sgd, "
-            "rowwise_adagrad)"
-        )
 
 
 @app.command()
@@ -318,81 +119,17 @@ def estimate(
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
-    flags = dict(locals())  # the options as given; the config's flags are picked from them
-    flags["hash_buckets"] = _count_or_share(hash_buckets, "--hash-buckets")
-    flags["robe_size"] = _count_or_share(robe_size, "--robe-size")
-    from autoembed.budget import Budget, parse_size
-    from autoembed.memory import estimate as estimate_memory
+    options = dict(locals())  # every option, by name (first: no other local yet)
+    as_json = options.pop("as_json")
+    from autoembed.cli_render import does_not_fit, print_estimate
+    from autoembed.price import price
 
-    overrides = {k: v for k, v in flags.items() if k in _config_flags()}
-    user = model is not None or example is not None or apply_cfg is not None
-    cfg: Any = None if user else _build_config(config, overrides)
-    host_b = parse_size(host_budget, "--host-budget") if host_budget is not None else None
-    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
-    bud = Budget.parse(budget, dev_mem) if budget is not None else None
-    reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
-    if user:  # your own model: autoembed.user_model.command
-        from autoembed.user_model.command import estimate_for_cli
-
-        shared = ("precision", "optimizer")
-        refused: dict[str, Any] = {k: v for k, v in overrides.items() if k not in shared}
-        refused.update(config=config, host_budget=host_budget,
-                       gpus=None if gpus == 1 else gpus, sharding=None)
-        est = estimate_for_cli(model, example, apply_cfg, optimizer=optimizer,
-                               precision=precision, budget=bud.bytes if bud else None,
-                               reserve=reserve_b, refused=refused)
-    else:
-        est = estimate_memory(
-            cfg,
-            method=method,
-            budget=bud.bytes if bud else None,
-            gpus=gpus,
-            sharding=sharding,
-            reserve=reserve_b,
-            host_budget=host_b,
-        )
-    _check_host_budget(est, host_budget)
-    if not user and est.method != method:  # e.g. a size the traced estimator cannot represent
-        print(f"autoembed: note: {est.notes[-1]}", file=sys.stderr)
-    if as_json:
-        from autoembed.memory.types import BYTE_FIGURES
-
-        d = est.to_dict()
-        print(
-            json.dumps(
-                {
-                    k: d[k]
-                    for k in (
-                        "method",
-                        *BYTE_FIGURES,
-                        "tables",
-                        "budget",
-                        "fits",
-                        "peak_phase",
-                        "gpus",
-                        "sharding",
-                        "per_gpu",
-                        "host_bytes",
-                        "host_budget",
-                        "host_fits",
-                        "cache",
-                        *(("modules",) if user else ()),
-                    )
-                }
-            )
-        )
-    else:
-        _render_estimate(est, cfg, bud)
-        if user:
-            from autoembed.user_model.command import render_modules
-
-            render_modules(est)
-    if est.fits is False:
-        from autoembed.budget import format_bytes
-
-        print(f"autoembed: does not fit: device total {format_bytes(est.device_total)} is over "
-              f"the budget {bud.text if bud else '?'} = {format_bytes(est.budget or 0)}; "
-              "raise --budget or choose a smaller config", file=sys.stderr)
+    priced = price(**options)
+    if priced.note:  # e.g. a size the traced estimator cannot represent
+        print(f"autoembed: note: {priced.note}", file=sys.stderr)
+    print_estimate(priced, as_json)
+    if priced.estimate.fits is False:
+        print(does_not_fit(priced), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
 
 

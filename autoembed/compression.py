@@ -221,10 +221,10 @@ def hot_cold_state_bytes(vocab: int, share: float) -> int:
 def hot_share_at_scale(share: float, vocab: int, scaled_vocab: int, exponent: float) -> float:
     """The hot share of a `scaled_vocab`-id table whose hot set covers the same share of
     lookups as `share` of a `vocab`-id table's does, both Zipf over ranks with `exponent`
-    (`autoembed.data.zipf`: the top k ranks take F_V(k + 1) of the lookups). Under Zipf the
+    (`autoembed.zipf`: the top k ranks take F_V(k + 1) of the lookups). Under Zipf the
     top 1% of 40M ids take far more lookups (95% at exponent 1.2) than the top 1% of 40k
     (79%): a stand-in that kept the share of rows would shrink the hot set's role."""
-    from autoembed.data.zipf import zipf_cdf, zipf_ranks  # numpy; rules stay import-light
+    from autoembed.zipf import zipf_cdf, zipf_ranks  # numpy; rules stay import-light
 
     cover = float(zipf_cdf(hot_count(vocab, share) + 1, vocab, exponent))
     k = max(1, int(zipf_ranks(min(cover, 1.0 - 1e-16), scaled_vocab, exponent)))

@@ -3,14 +3,16 @@
 A `Rule` says what one value may be and words it once: ``check(key, value)`` raises
 ``ConfigError("config key 'KEY' = VALUE: must be ...")``. Config fields carry their rule in
 their dataclass metadata (`field_rule`), and `EmbeddingConfig.validate`, the search-space
-loader and the CLI all read it there. Pure Python: no torch, no YAML.
+loader and the CLI all read it there. A public function's argument or a CLI option is
+checked by ``check_argument(name, value)``: ``NAME = VALUE: must be ...``, the one shape for
+those. Pure Python: no torch, no YAML.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from autoembed.errors import ConfigError
@@ -23,7 +25,9 @@ __all__ = [
     "CountOrShare",
     "Flag",
     "config_error",
+    "argument_error",
     "field_rule",
+    "check_fields",
     "is_number",
     "plain",
 ]
@@ -32,6 +36,12 @@ __all__ = [
 def config_error(key: str, value: Any, rule: str) -> ConfigError:
     """The one message shape: config key 'KEY' = VALUE: RULE."""
     return ConfigError(f"config key '{key}' = {value!r}: {rule}")
+
+
+def argument_error(name: str, value: Any, rule: str,
+                   error: type[ConfigError] = ConfigError) -> ConfigError:
+    """The one message shape for an argument or a CLI option: NAME = VALUE: RULE."""
+    return error(f"{name} = {value!r}: {rule}")
 
 
 def is_number(v: Any) -> bool:
@@ -55,8 +65,16 @@ class Rule:
         raise NotImplementedError
 
     def check(self, key: str, value: Any) -> None:
+        """A config key's value: raises "config key 'KEY' = VALUE: RULE"."""
         if not self.ok(value):
             raise config_error(key, value, self.text)
+
+    def check_argument(self, name: str, value: Any,
+                       error: type[ConfigError] = ConfigError) -> None:
+        """A function's argument or a CLI option (`name`: as the caller spells it):
+        raises `error` "NAME = VALUE: RULE"."""
+        if not self.ok(value):
+            raise argument_error(name, value, self.text, error)
 
 
 @dataclass(frozen=True)
@@ -89,16 +107,20 @@ class Flag(OneOf):
 
 @dataclass(frozen=True)
 class Integer(Rule):
-    """An integer >= `minimum` (bools are not integers here)."""
+    """An integer >= `minimum`, and <= `maximum` when given (bools are not integers here)."""
 
     minimum: int
+    maximum: int | None = None
     kind = "int"
 
     def ok(self, value: Any) -> bool:
-        return not isinstance(value, bool) and isinstance(value, int) and value >= self.minimum
+        return (not isinstance(value, bool) and isinstance(value, int) and value >= self.minimum
+                and (self.maximum is None or value <= self.maximum))
 
     @property
     def text(self) -> str:
+        if self.maximum is not None:
+            return f"must be an integer in {self.minimum}..{self.maximum}"
         return f"must be an integer >= {self.minimum}"
 
 
@@ -148,6 +170,18 @@ def field_rule(rule: Rule, *, flag: str | None = None) -> dict[str, Any]:
     if flag is not None:
         meta["flag"] = flag
     return meta
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """Check every field of a dataclass against the rule in its metadata (`field_rule`); a
+    None value passes where the field's default is None."""
+    prefix = f"{where}." if where else ""
+    for f in fields(obj):
+        rule = f.metadata.get("rule")
+        value = getattr(obj, f.name)
+        if rule is None or (value is None and f.default is None):
+            continue
+        rule.check(f"{prefix}{f.name}", value)
 
 
 def plain(v: Any) -> Any:

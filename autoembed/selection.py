@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import ConfigError
 from autoembed.pareto import quality_noise
+from autoembed.rules import Integer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -463,8 +464,7 @@ def training_length(
     validation evaluations at `batch_size`."""
     for name, v in (("train_rows", train_rows), ("batch_size", batch_size), ("evals", evals),
                     ("target_samples", target_samples), ("max_epochs", max_epochs)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"training length: {name} = {v!r} must be an integer >= 1")
+        Integer(1).check_argument(name, v)
     if train_rows <= target_samples:
         epochs = min(max_epochs, math.ceil(target_samples / train_rows))
         steps = epochs * (train_rows // batch_size)  # the runner drops each epoch's last

@@ -52,7 +52,7 @@ SCATTER = 2_654_435_761  # Knuth's multiplicative hash constant: spreads ranks o
 
 def zipf_ids(n: tuple[int, ...], vocab: int, gen: torch.Generator) -> torch.Tensor:
     """Ranks in [0, vocab) with P(rank) ~ rank^-s (inverse CDF of a continuous power law,
-    as autoembed.data.zipf), scattered over the table by a multiplicative hash."""
+    as autoembed.zipf), scattered over the table by a multiplicative hash."""
     u = torch.rand(n, generator=gen, dtype=torch.float64)
     a = 1.0 - ZIPF_EXPONENT
     top = math.log(vocab + 1)

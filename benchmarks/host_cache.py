@@ -52,7 +52,7 @@ def _batches(n: int, seed: int = 0) -> list[Any]:
     import torch
 
     from autoembed.batch import Batch
-    from autoembed.data.zipf import zipf_ranks
+    from autoembed.zipf import zipf_ranks
 
     # popular ids spread over the table, as in real data; one permutation for every stream
     perm = np.random.default_rng(0).permutation(VOCAB)

@@ -182,3 +182,18 @@ def test_compressions_priced_from_flags(capsys: pytest.CaptureFixture[str]) -> N
         assert main([*base, *flags]) == 0
         table = json.loads(capsys.readouterr().out)["tables"][0]
         assert table["parameters"] == want, flags
+
+
+def test_price_is_the_library_side_of_the_command() -> None:
+    """`autoembed estimate` parses, calls `price` and prints: the config, the budget and the
+    estimate come from the library; an option the command passes that `price` does not read
+    is an error, not silently dropped."""
+    from autoembed.price import price
+
+    p = price(vocab="1000,50", dim=8, budget="1GB", hash_buckets="0.5", compression="hash")
+    assert p.config is not None and not p.user
+    assert p.config.task == "ctr" and [t.vocab_size for t in p.config.tables] == [1000, 50]
+    assert p.config.hash_buckets == 0.5 and p.budget is not None and p.budget.bytes == 10**9
+    assert p.estimate.budget == 10**9 and p.estimate.fits is True and p.note is None
+    with pytest.raises(TypeError, match="does not know: loss"):
+        price(loss="pkg.module:fn")

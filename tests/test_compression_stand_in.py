@@ -2,7 +2,7 @@
 its share of rows, a hot set keeps its share of *lookups*, and the space's per-table rules
 reach the trained config as they select the full-size tables.
 
-Zipf coverage is computed here by hand from the generator's law (`autoembed.data.zipf`'s
+Zipf coverage is computed here by hand from the generator's law (`autoembed.zipf`'s
 docstring: a rank is floor(X) - 1, X with density proportional to x^-s on [1, V + 1)), so
 the top k ranks take ((k + 1)^(1-s) - 1) / ((V + 1)^(1-s) - 1) of the lookups."""
 

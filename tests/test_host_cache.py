@@ -308,7 +308,7 @@ def test_miss_rate_formulas_on_hand_worked_cases() -> None:
 
 
 def test_predicted_miss_rate_matches_a_simulated_cache() -> None:
-    from autoembed.data.zipf import zipf_ranks
+    from autoembed.zipf import zipf_ranks
 
     rows, cache, s = 2000, 200, 1.0
     ids = zipf_ranks(np.random.default_rng(0).random(6000), rows, s)

@@ -73,7 +73,7 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
                        workload=BuiltinWorkload.of(space, workload, run={"max_steps": 5}),
                        budget=Budget.parse("700MB"),
                        objectives=OBJ, trials=10,
-                       host_budget_bytes=100_000_000)
+                       host_budget_bytes=Budget.of("100MB"))
     launched = [eng.propose() for _ in range(6)]
     assert all(p is not None for p in launched)
     assert all(p.estimate.host_bytes <= 100_000_000

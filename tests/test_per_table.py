@@ -336,14 +336,14 @@ def test_one_rule_words_the_config_and_the_space_alike(field: str, bad: object) 
 
 
 def test_cli_flags_come_from_the_declared_fields(tmp_path: Path) -> None:
-    from autoembed.cli import _config_flags, _fields_of_flags
+    from autoembed.price import config_flags, fields_of_flags
 
-    assert {"batch", "seq", "grad_accum", "optimizer", "cache_policy"} <= _config_flags()
-    assert _fields_of_flags({"batch": 8, "optimizer": "sparse_adam", "seq": 3}) == {
+    assert {"batch", "seq", "grad_accum", "optimizer", "cache_policy"} <= config_flags()
+    assert fields_of_flags({"batch": 8, "optimizer": "sparse_adam", "seq": 3}) == {
         "batch_size": 8, "seq_len": 3, "table_optimizer": "sparse_adam",
         "dense_optimizer": "adam"}
     # an explicit --dense-optimizer wins over the alias
-    assert _fields_of_flags({"optimizer": "sgd", "dense_optimizer": "adam"})[
+    assert fields_of_flags({"optimizer": "sgd", "dense_optimizer": "adam"})[
         "dense_optimizer"] == "adam"
 
 

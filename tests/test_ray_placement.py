@@ -12,9 +12,9 @@ import pytest
 
 from autoembed.errors import ConfigError
 from autoembed.pipeline import ray_tune
+from autoembed.pipeline.datafile import data_file_blob, local_data
 from autoembed.pipeline.ray_tune import ray_session
 from autoembed.pipeline.resources import parse_trial_resources
-from autoembed.pipeline.trainable import data_file_blob, local_data
 
 
 def test_trial_resources_parse_into_alternatives() -> None:

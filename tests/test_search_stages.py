@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoembed.budget import Budget
+from autoembed.budget import Budget, MemoryBudget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.memory.types import MemoryEstimate
 from autoembed.pareto import Pick
@@ -52,7 +52,8 @@ def test_budget_rule_overshoot_is_relative() -> None:
 
 def test_rules_in_order_first_violation_decides() -> None:
     ceiling: list[tuple[int, int] | None] = [None]
-    f = Feasibility.for_search(Budget(8 * GB, "8GB"), 2 * GB, lambda: ceiling[0])
+    f = Feasibility.for_search(MemoryBudget(Budget(8 * GB, "8GB"), Budget(2 * GB, "2GB")),
+                               lambda: ceiling[0])
     assert f.judge(est(4 * GB)) == Verdict(True, -0.5)  # all fit: the budget's slack
     # over the device budget and the host budget: the budget (first rule) is the reason
     v = f.judge(est(9 * GB, host_bytes=3 * GB))
@@ -70,11 +71,12 @@ def test_rules_in_order_first_violation_decides() -> None:
 
 
 def test_no_host_budget_no_host_rule_and_a_rule_is_one_line() -> None:
-    f = Feasibility.for_search(Budget(8 * GB, "8GB"), None, lambda: None)
+    f = Feasibility.for_search(MemoryBudget(Budget(8 * GB, "8GB")), lambda: None)
     assert f.judge(est(GB, host_bytes=10**15)).fits
     even = Feasibility((*f.rules, lambda e: Verdict(e.device_total % 2 == 0, 0.0, "odd")))
     assert even.judge(est(GB + 1)) == Verdict(False, 0.0, "odd")
-    assert host_budget_rule(100)(est(1, host_bytes=150)).overshoot == pytest.approx(0.5)
+    assert host_budget_rule(Budget(100, "100"))(est(1, host_bytes=150)).overshoot == \
+        pytest.approx(0.5)
     assert oom_ceiling_rule(lambda: None)(est(10**18)).fits
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed import estimate_model
-from autoembed.errors import ConfigError
+from autoembed.errors import BudgetError, ConfigError
 
 V, D, C = 1000, 64, 4
 
@@ -148,6 +148,21 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
             call()
         msg = str(info.value)
         assert text in msg and "\n" not in msg, msg
+
+
+def test_budget_is_what_budget_of_takes_and_is_checked_before_the_trace() -> None:
+    built: list[int] = []
+
+    def factory() -> Tiny:
+        built.append(1)
+        return Tiny()
+
+    with pytest.raises(BudgetError, match="^budget '8XB' is not a size"):
+        estimate_model(factory, example(), budget="8XB")
+    assert not built  # refused before the model was built and traced
+    e = estimate_model(Tiny, example(), budget="8GB")
+    assert e.budget == 8 * 10**9 and e.fits is True
+    assert estimate_model(Tiny, example(), budget=e.device_total - 1).fits is False
 
 
 def test_estimate_given_a_module_points_to_estimate_model() -> None:

@@ -18,6 +18,7 @@ from autoembed.data.hashing import hash64
 from autoembed.data.spec import SPLITS, DataSpec
 from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError
+from autoembed.rules import Integer
 
 __all__ = ["BaseDataset", "InMemoryDataset", "split_index", "split_rows", "row_order"]
 
@@ -150,8 +151,7 @@ class BaseDataset(ABC):
         otherwise; the last batch is short unless `drop_last`.
         """
         s = split_index(split)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise DataError(f"batch_size {batch_size!r} must be an integer >= 1")
+        Integer(1).check_argument("batch_size", batch_size, DataError)
         n = self.num_rows(split)
         order = row_order(n, s, seed, shuffle)
         stop = n - n % batch_size if drop_last else n

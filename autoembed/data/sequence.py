@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
+from autoembed.rules import Integer
 
 if TYPE_CHECKING:
     import torch
@@ -66,8 +67,7 @@ def with_seq_len(dataset: Any, seq_len: int) -> Any:
     """`dataset` with its documents at `seq_len` tokens (itself when already so)."""
     if dataset.task != "text":
         raise ConfigError(f"seq_len = {seq_len}: only text data have a sequence length")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ConfigError(f"seq_len = {seq_len!r}: must be an integer >= 1")
+    Integer(1).check_argument("seq_len", seq_len)
     if seq_len == dataset.seq_len:
         return dataset
     base = dataset._base if isinstance(dataset, SeqLenView) else dataset

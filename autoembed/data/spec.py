@@ -6,14 +6,13 @@ config's `data` field as plain JSON types, and read back with `from_dict`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import PurePath
 from typing import Any
 
 from autoembed.errors import DataError, did_you_mean
-from autoembed.rules import plain
+from autoembed.rules import Integer, Interval, Rule, plain
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -55,14 +54,16 @@ def _fail(key: str, value: Any, rule: str) -> DataError:
 
 
 def _int(key: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(key, value, f"must be an integer >= {minimum}")
+    _check(key, value, Integer(minimum))
 
 
 def _float(key: str, value: Any, low: float, high: float) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not low <= value <= high:
-        raise _fail(key, value, f"must be a number in [{low}, {high}]")
+    _check(key, value, Interval(low, high))
+
+
+def _check(key: str, value: Any, rule: Rule) -> None:
+    if not rule.ok(value):
+        raise _fail(key, value, rule.text)
 
 
 def _columns(key: str, value: Any) -> None:

@@ -7,7 +7,7 @@ once, on first use, and its batches are index slices of it; a field of at most `
 ids tabulates its per-id draws. Both give the same rows as generating each batch alone.
 
 synthetic-ctr. Field f has V_f ids. A row draws a Zipf rank r per id slot (exponent s_f,
-`autoembed.data.zipf`) and shows id = pi_f(r), pi_f a keyed bijection of [0, V_f) (identity
+`autoembed.zipf`) and shows id = pi_f(r), pi_f a keyed bijection of [0, V_f) (identity
 without `scramble`), so popular ids are spread over the table. The label is planted:
 
     logit = ctr_bias + sum_f e_f(bag_f) + sum_{(f,g) in pairs} (scale / sqrt(k)) u_f . u_g
@@ -58,7 +58,7 @@ from autoembed.data.base import BaseDataset, IntArray, split_index
 from autoembed.data.hashing import hash64, normal, permute, uniform
 from autoembed.data.metrics import accuracy, roc_auc
 from autoembed.data.spec import DataSpec
-from autoembed.data.zipf import zipf_frequency, zipf_ranks
+from autoembed.zipf import zipf_frequency, zipf_ranks
 
 __all__ = ["SyntheticCTR", "SyntheticText", "DEFAULT_TEXT_VOCAB", "DEFAULT_TEXT_SEQ_LEN"]
 

@@ -8,6 +8,7 @@ allocator's rounding.
 
 from __future__ import annotations
 
+from autoembed.budget import Budget, BudgetLike
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory.analytic import analytic_estimate
@@ -18,6 +19,7 @@ from autoembed.memory.types import (
     MemoryEstimate,
     TableMemory,
 )
+from autoembed.rules import Integer, OneOf
 
 __all__ = [
     "estimate",
@@ -40,15 +42,16 @@ def estimate(
     config: EmbeddingConfig,
     *,
     method: str = "analytic",
-    budget: int | None = None,
+    budget: BudgetLike | None = None,
     gpus: int = 1,
     sharding: str = "table",
     reserve: int = 0,
     context_bytes: int = CUDA_CONTEXT_BYTES,
-    host_budget: int | None = None,
+    host_budget: BudgetLike | None = None,
 ) -> MemoryEstimate:
-    """Price one training step of `config` in bytes; `budget` (bytes) fills in `fits`,
-    `host_budget` (bytes of host memory, host_cached tables) `host_fits`."""
+    """Price one training step of `config` in bytes; `budget` fills in `fits`, `host_budget`
+    (host memory, host_cached tables) `host_fits`; both take what `Budget.of` takes (bytes,
+    "8GB", "80%" of the GPU's memory; the host's a size), checked before pricing."""
     if not isinstance(config, EmbeddingConfig):
         what = type(config).__name__
         if hasattr(config, "named_modules"):
@@ -56,17 +59,15 @@ def estimate(
                               "for your own model use autoembed.estimate_model(model, example)")
         raise ConfigError(f"estimate() takes an EmbeddingConfig, got {what}; build one with "
                           "autoembed.load_config or EmbeddingConfig(...)")
-    if method not in METHODS:
-        raise ConfigError(f"method '{method}' is not known; use one of {', '.join(METHODS)}")
-    if sharding not in SHARDINGS:
-        raise ConfigError(f"sharding '{sharding}' is not known; use one of {', '.join(SHARDINGS)}")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"gpus = {gpus!r}: must be an integer >= 1")
+    OneOf(METHODS).check_argument("method", method)
+    OneOf(SHARDINGS).check_argument("sharding", sharding)
+    Integer(1).check_argument("gpus", gpus)
     if gpus > MAX_GPUS:
         raise ConfigError(f"gpus = {gpus}: at most {MAX_GPUS} GPUs are priced; give the GPUs "
                           "one job shards its tables over")
-    if reserve < 0:
-        raise ConfigError(f"reserve = {reserve}: must be >= 0 bytes")
+    Integer(0).check_argument("reserve", reserve)
+    device_budget = None if budget is None else Budget.of(budget)
+    host = None if host_budget is None else Budget.for_host(host_budget)
     if method == "traced":
         from autoembed.memory.traced import traced_estimate
 
@@ -77,8 +78,8 @@ def estimate(
         est = analytic_estimate(
             config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
         )
-    if host_budget is not None:
+    if host is not None:
         from dataclasses import replace
 
-        est = replace(est, host_budget=host_budget)
-    return est.with_budget(budget)
+        est = replace(est, host_budget=host.bytes)
+    return est.with_budget(device_budget)

@@ -14,7 +14,7 @@ For a table of R rows (known + dynamic), dim D, parameter bytes b, a cache of C 
   - LFU (ideal: the C most used rows stay): m = 1 - sum_{k<C} p_k;
   - LRU (Che's approximation, Che et al. 2002): find T with sum_k (1 - exp(-p_k T)) = C,
     then m = sum_k p_k exp(-p_k T).
-  p_k is a Zipf law with exponent s (`autoembed.data.zipf`); s is solved from the table's
+  p_k is a Zipf law with exponent s (`autoembed.zipf`); s is solved from the table's
   resolved `frequency` (sum_k p_k^2, written by the data) or fitted to counted ids
   (`fit_zipf`); without either the rows are uniform (s = 0: m = 1 - C/R for both policies).
 * transfer per step: misses = lookups per step x m (an upper bound: a row missed twice in a
@@ -81,7 +81,7 @@ def device_bookkeeping(cache: int) -> int:
 def _probabilities(rows: int, exponent: float) -> tuple[npt.NDArray[np.float64], ...]:
     """(p per representative rank, how many ranks it stands for): exact for the head,
     geometric bins beyond (p at the bin's geometric middle)."""
-    from autoembed.data.zipf import zipf_probability
+    from autoembed.zipf import zipf_probability
 
     head = min(rows, _EXACT_RANKS)
     ranks = [np.arange(head, dtype=np.float64)]

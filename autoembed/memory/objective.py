@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autoembed.errors import ConfigError
 from autoembed.memory.types import MemoryEstimate
+from autoembed.rules import OneOf
 
 __all__ = ["memory_objective", "memory_value", "MEMORY_BASES", "MEMORY_BASIS",
            "LEGACY_BASIS", "check_basis"]
@@ -33,9 +33,8 @@ LEGACY_BASIS = "device_total"  # a study stored without one
 
 
 def check_basis(basis: str) -> str:
-    if basis not in MEMORY_BASES:
-        raise ConfigError(f"memory basis '{basis}' is not known; use one of "
-                          f"{', '.join(MEMORY_BASES)}")
+    """`basis` when it is one of MEMORY_BASES; ConfigError otherwise."""
+    OneOf(MEMORY_BASES).check_argument("memory_basis", basis)
     return basis
 
 

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autoembed.budget import Budget, BudgetLike
+
 __all__ = [
     "BYTE_FIGURES",
     "MemoryEstimate",
@@ -226,16 +228,19 @@ class MemoryEstimate:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.budget is None else self.device_total <= self.budget
+        """device_total within the budget (None: no budget given)."""
+        return _admits(self.budget, self.device_total)
 
     @property
     def host_fits(self) -> bool | None:
-        return None if self.host_budget is None else self.host_bytes <= self.host_budget
+        """host_bytes within the host budget (None: no host budget given)."""
+        return _admits(self.host_budget, self.host_bytes)
 
-    def with_budget(self, budget: int | None) -> MemoryEstimate:
+    def with_budget(self, budget: BudgetLike | None) -> MemoryEstimate:
+        """This estimate judged against `budget` (what `Budget.of` takes; None: none)."""
         from dataclasses import replace
 
-        return replace(self, budget=budget)
+        return replace(self, budget=None if budget is None else Budget.of(budget).bytes)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -267,3 +272,8 @@ def traced_figures(
         device_total=reserved_peak + overhead,
         **rest,
     )
+
+
+def _admits(budget: int | None, need: int) -> bool | None:
+    """`Budget.admits` for a budget stored as bytes (None: no budget, no verdict)."""
+    return None if budget is None else Budget(budget, str(budget)).admits(need)

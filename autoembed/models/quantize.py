@@ -19,6 +19,7 @@ from autoembed.config import SERVING
 from autoembed.errors import ConfigError
 from autoembed.models.embedding import PackedWeights
 from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
+from autoembed.rules import OneOf
 
 __all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
 
@@ -37,8 +38,7 @@ def _pack(weight: torch.Tensor, bits: int) -> torch.Tensor:
 
 def quantize(model: nn.Module, serving: str) -> nn.Module:
     """An inference copy of `model` with packed int8/int4 tables; `none` returns `model`."""
-    if serving not in SERVING:
-        raise ConfigError(f"serving = {serving!r}: must be one of {', '.join(SERVING)}")
+    OneOf(SERVING).check_argument("serving", serving)
     if serving == "none":
         return model
     bits = SERVING_BITS[serving]

@@ -32,7 +32,7 @@ from autoembed.pipeline.priced_data import (
     data_spec_for,
     given_spec,
 )
-from autoembed.pipeline.request import check_same
+from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
     HOST_BASE_BYTES,
     Invalid,
@@ -40,6 +40,7 @@ from autoembed.pipeline.workload import (
     NothingFitsError,
     Priced,
     TrialRunner,
+    final_report,
 )
 from autoembed.space import (
     SearchSpace,
@@ -191,7 +192,7 @@ class BuiltinWorkload:
             return int(estimate(self.data.priced(cfg)).device_total)
 
         values, cheap_cfg, cheap_cost = cheapest_config(self.space, price)
-        if cheap_cost <= budget.bytes:
+        if budget.admits(cheap_cost):
             return values
         est = estimate(self.data.priced(cheap_cfg))
         cats = {"parameters": est.parameters, "gradients": est.gradients,
@@ -220,7 +221,7 @@ class BuiltinWorkload:
         return run_builtin
 
     def ray_options(self) -> dict[str, Any]:
-        from autoembed.pipeline.trainable import data_file_blob
+        from autoembed.pipeline.datafile import data_file_blob
 
         pkg = DATA_PACKAGES.get(self.data.spec.kind)
         return {"runner_kwargs": {"data_file": data_file_blob(self.data.train_spec.to_dict())},
@@ -296,9 +297,8 @@ def run_builtin(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     data (`data_file`: a data file's bytes shipped to a Ray node, `trainable.local_data`),
     each evaluation through `channel` (False: stop), the final report back. Other keywords
     the executor passes (`where`: the node) are not needed here."""
-    from autoembed.pipeline.executor import final_report
+    from autoembed.pipeline.datafile import local_data
     from autoembed.pipeline.faults import fault_hook
-    from autoembed.pipeline.trainable import local_data
     from autoembed.runner import RunSettings, run_trial
 
     config = config_from_dict(payload["config"], f"trial {payload['number']}")

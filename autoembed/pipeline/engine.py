@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.budget import Budget
+from autoembed.budget import Budget, MemoryBudget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
@@ -133,7 +133,7 @@ class SearchEngine:
         grid: Sequence[Mapping[str, Any]] | None = None,
         start: Sequence[Mapping[str, Any]] = (),
         early_stop: bool = False,
-        host_budget_bytes: int | None = None,
+        host_budget_bytes: Budget | None = None,
         memory_basis: str = MEMORY_BASIS,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
@@ -160,7 +160,7 @@ class SearchEngine:
         self.memory_basis = check_basis(memory_basis)  # memory.objective
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.feasibility = Feasibility.for_search(
-            budget, host_budget_bytes, self.oom_ceiling)
+            MemoryBudget(budget, host_budget_bytes), self.oom_ceiling)
         self.progress = progress
         self.clock = clock
         self.started = clock()

@@ -24,12 +24,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError
+from autoembed.pipeline.workload import evaluation_report, final_report
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine
     from autoembed.pipeline.plan import SearchPlan
     from autoembed.pipeline.workload import TrialRunner
-    from autoembed.trial import Evaluation, TrialResult
+    from autoembed.trial import Evaluation
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
            "evaluation_report", "final_report", "trial_payload"]
@@ -37,20 +38,6 @@ __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTun
 
 class StopTrial(AutoembedError):
     """Raised by `TrialChannel.report` inside a trial the search has decided to stop."""
-
-
-def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
-    """A trial's last report (what `engine.finish` reads): its result, and beside it the
-    validation scores the driver keeps in memory for the pick (`selection.ValidScores`)."""
-    scores = result.valid_scores
-    return {"status": result.status, "result": result.to_dict(), "error": None,
-            "valid_scores": None if scores is None else scores.encode(), **extra}
-
-
-def evaluation_report(ev: Evaluation) -> dict[str, Any]:
-    """What a trial reports of one evaluation (what `engine.observe` reads)."""
-    return {"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
-            "elapsed_s": ev.elapsed_s}
 
 
 def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[str, Any]:
@@ -111,6 +98,8 @@ class RayTuneExecutor:
     """Ray Tune: a private Ray, or the cluster at `ray_address`; the workload's code and
     data travel as its `ray_options` say."""
 
+    kind = "ray"
+
     def __init__(self, ray_address: str | None, num_cpus: int, num_gpus: int | None,
                  faults: Mapping[int, str] | None = None,
                  options: Mapping[str, Any] | None = None) -> None:
@@ -161,6 +150,8 @@ class InProcessExecutor:
     """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
     trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
     the default is the workload's own runner. Faults are not injected here."""
+
+    kind = "local"
 
     def __init__(self, trainer: TrialRunner | None = None) -> None:
         self.trainer = trainer

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from autoembed.budget import Budget
+from autoembed.budget import Budget, MemoryBudget
 from autoembed.memory.types import MemoryEstimate
 from autoembed.trial import TrialRow
 
@@ -51,8 +51,8 @@ def oom_ceiling(rows: Iterable[TrialRow]) -> tuple[int, int] | None:
 def budget_rule(budget: Budget) -> Rule:
     """device_total within the device budget."""
     def rule(est: MemoryEstimate) -> Verdict:
-        over = (est.device_total - budget.bytes) / budget.bytes
-        return Verdict(over <= 0, over, None if over <= 0 else (
+        fits, over = budget.admits(est.device_total), budget.overshoot(est.device_total)
+        return Verdict(fits, over, None if fits else (
             f"device_total {est.device_total:,} B exceeds the budget {budget.bytes:,} B by "
             f"{100 * over:.1f}%"))
     return rule
@@ -72,13 +72,13 @@ def oom_ceiling_rule(ceiling: Ceiling) -> Rule:
     return rule
 
 
-def host_budget_rule(host_budget: int) -> Rule:
+def host_budget_rule(host_budget: Budget) -> Rule:
     """host_bytes (host_cached tables) within the host budget."""
     def rule(est: MemoryEstimate) -> Verdict:
-        over = (est.host_bytes - host_budget) / host_budget
-        return Verdict(over <= 0, over, None if over <= 0 else (
-            f"host_bytes {est.host_bytes:,} B exceeds the host budget {host_budget:,} B by "
-            f"{100 * over:.1f}%"))
+        fits, over = host_budget.admits(est.host_bytes), host_budget.overshoot(est.host_bytes)
+        return Verdict(fits, over, None if fits else (
+            f"host_bytes {est.host_bytes:,} B exceeds the host budget {host_budget.bytes:,} B "
+            f"by {100 * over:.1f}%"))
     return rule
 
 
@@ -89,11 +89,11 @@ class Feasibility:
     rules: Sequence[Rule]
 
     @classmethod
-    def for_search(cls, budget: Budget, host_budget: int | None,
-                   ceiling: Ceiling) -> Feasibility:
-        rules = [budget_rule(budget), oom_ceiling_rule(ceiling)]
-        if host_budget is not None:
-            rules.append(host_budget_rule(host_budget))
+    def for_search(cls, budget: MemoryBudget, ceiling: Ceiling) -> Feasibility:
+        """The device budget, the OOM ceiling, the host budget (where given)."""
+        rules = [budget_rule(budget.device), oom_ceiling_rule(ceiling)]
+        if budget.host is not None:
+            rules.append(host_budget_rule(budget.host))
         return cls(tuple(rules))
 
     def judge(self, estimate: MemoryEstimate) -> Verdict:

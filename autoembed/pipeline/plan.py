@@ -22,8 +22,8 @@ from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
-from autoembed.pipeline.request import SearchRequest, check_same
-from autoembed.pipeline.study import DEFAULT_SAMPLER
+from autoembed.pipeline.request import SearchRequest
+from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
 from autoembed.pipeline.user import UserWorkload
 from autoembed.pipeline.workload import NothingFitsError, Workload
 from autoembed.space import Objective, SearchSpace, parse_objectives

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.budget import Budget, parse_size
+from autoembed.budget import Budget, BudgetLike, MemoryBudget
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
 from autoembed.pipeline.study import SAMPLERS, check_study_name
@@ -69,7 +69,7 @@ class SearchRequest:
     categorical: tuple[str, ...] | None = None
     text_column: str | None = None
     early_stop: bool | None = None
-    host_budget: int | None = None
+    host_budget: Budget | None = None
     start_points: bool | None = None
     # a search over the user's own model: its functions (None: autoembed's own models)
     code: UserCode | None = None
@@ -95,7 +95,7 @@ class SearchRequest:
     @classmethod
     def parse(
         cls,
-        budget: str | int,
+        budget: BudgetLike,
         space: str | Path | SearchSpace | None = None,
         *,
         trials: int | None = None,
@@ -118,7 +118,7 @@ class SearchRequest:
         categorical: Sequence[str] | None = None,
         text_column: str | None = None,
         early_stop: bool | None = None,
-        host_budget: str | int | None = None,
+        host_budget: BudgetLike | None = None,
         start_points: bool | None = None,
         model: Any = None,
         example: Any = None,
@@ -152,8 +152,8 @@ class SearchRequest:
             raise ConfigError(
                 f"--seed {seed!r}: must be an integer in 0..{MAX_SEED} (2**32 - 1)")
         dev = _device(device)
-        host = _host_budget(host_budget)
-        bud = _budget(budget)
+        memory = MemoryBudget.of(budget, host_budget)
+        bud, host = memory.device, memory.host
         objs = _objectives(objectives)
         from autoembed.pipeline.resources import parse_trial_resources
 
@@ -217,9 +217,7 @@ def _executor(executor: Any) -> tuple[str, Any]:
     if isinstance(executor, str):
         raise ConfigError(f"executor '{executor}' is not known; use ray (the default) or "
                           "local (one trial at a time in this process, for a debugger)")
-    from autoembed.pipeline.executor import InProcessExecutor
-
-    return ("local" if isinstance(executor, InProcessExecutor) else "custom"), executor
+    return str(getattr(executor, "kind", "custom")), executor
 
 
 def _default_study() -> str:
@@ -232,24 +230,6 @@ def _positive(name: str, value: float | None, integer: bool = True) -> None:
     bad = isinstance(value, bool) or (integer and not isinstance(value, int)) or not value > 0
     if bad:
         raise ConfigError(f"{name} {value!r}: must be {'an integer ' if integer else ''}> 0")
-
-
-def _budget(budget: str | int) -> Budget:
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        if budget <= 0:
-            raise ConfigError(f"budget {budget}: must be > 0 bytes")
-        return Budget(budget, str(budget))
-    return Budget.parse(str(budget))
-
-
-def _host_budget(value: str | int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            raise ConfigError(f"--host-budget {value}: must be > 0 bytes")
-        return value
-    return parse_size(str(value), "--host-budget")
 
 
 def _device(device: str) -> str:
@@ -277,13 +257,3 @@ def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | Non
     for o in objectives:
         check_objective(o, "--objectives: ")
     return tuple(objectives) or None
-
-
-def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None:
-    """A resumed study keeps what it was started with: refuse an option that changes it."""
-    if key in stored and stored[key] != now:
-        raise ConfigError(
-            f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
-            "resumed search keeps its budget, space, objectives and data: drop the option or "
-            "start a new --study"
-        )

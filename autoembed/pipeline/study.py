@@ -38,6 +38,7 @@ __all__ = [
     "NSGA2_POPULATION",
     "study_meta",
     "StoredStudy",
+    "check_same",
 ]
 
 # gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
@@ -303,3 +304,13 @@ class StoredStudy:
         if self.existing is None and study_exists(self.storage, self.name):
             raise ConfigError(f"study '{self.name}' was just created by another search; pass "
                               "--resume to continue it, or choose another --study name")
+
+
+def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None:
+    """A resumed study keeps what it was started with: refuse an option that changes it."""
+    if key in stored and stored[key] != now:
+        raise ConfigError(
+            f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
+            "resumed search keeps its budget, space, objectives and data: drop the option or "
+            "start a new --study"
+        )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.pipeline.request import check_same
+from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import HOST_BASE_BYTES, Launch, Priced, TrialRunner
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
@@ -111,10 +111,11 @@ class UserWorkload:
     def _price(self, values: Mapping[str, Any]) -> Priced:
         import torch
 
-        import autoembed
+        from autoembed.user_model import estimate_model
+        from autoembed.user_model.apply import apply
 
         code, space = self.code, self.space
-        apply_fn = self.apply or autoembed.apply
+        apply_fn = self.apply or apply
         params = params_for(space, values)
         with torch.device("meta"):
             probe = built_module(call_user(code.build, "model", params))
@@ -126,9 +127,8 @@ class UserWorkload:
             out = apply_fn(built, config)
             return built if out is None else built_module(out)
 
-        est = autoembed.estimate_model(model, example, loss=code.loss,
-                                       optimizer=config.table_optimizer,
-                                       precision=config.precision)
+        est = estimate_model(model, example, loss=code.loss,
+                             optimizer=config.table_optimizer, precision=config.precision)
 
         def launch(number: int) -> Launch:
             del number

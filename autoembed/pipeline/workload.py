@@ -37,10 +37,10 @@ if TYPE_CHECKING:
     from autoembed.selection import NoiseMeasure, ValidScores
     from autoembed.space import SearchSpace
     from autoembed.space.start import StartPoint
-    from autoembed.trial import TrialRow
+    from autoembed.trial import TrialResult, TrialRow
 
 __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
-           "HOST_BASE_BYTES", "NothingFitsError"]
+           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
 # Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
@@ -160,3 +160,17 @@ class Workload(Protocol):
 
     def tracker_params(self) -> dict[str, str]:
         """The workload's parameters on the search's MLflow run."""
+
+
+def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
+    """A trial's last report (what `engine.finish` reads): its result, and beside it the
+    validation scores the driver keeps in memory for the pick (`selection.ValidScores`)."""
+    scores = result.valid_scores
+    return {"status": result.status, "result": result.to_dict(), "error": None,
+            "valid_scores": None if scores is None else scores.encode(), **extra}
+
+
+def evaluation_report(ev: Evaluation) -> dict[str, Any]:
+    """What a trial reports of one evaluation (what `engine.observe` reads)."""
+    return {"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
+            "elapsed_s": ev.elapsed_s}

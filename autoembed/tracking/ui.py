@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autoembed.errors import ConfigError
+from autoembed.rules import Integer
 from autoembed.tracking.store import (
     TrackingError,
     TrackingStore,
@@ -55,8 +56,7 @@ def server_command(store: TrackingStore, host: str, port: int) -> list[str]:
 
 
 def _check_port(host: str, port: int) -> None:
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port {port}: must be in 1..65535")
+    Integer(1, 65535).check_argument("--port", port)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         try:
             s.bind((host, port))

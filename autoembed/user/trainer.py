@@ -39,7 +39,7 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
                 where: str = "this node", code: UserCode | None = None,
                 **_: Any) -> dict[str, Any]:
     """Run one trial of the payload (see the module docstring)."""
-    import autoembed
+    from autoembed.user_model.apply import apply
 
     if code is None:
         refs = {r: FunctionRef.from_dict(payload["functions"][r]) for r in ROLES}
@@ -57,7 +57,7 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
 
     def model() -> Any:
         built = code.build(params)
-        applied = autoembed.apply(built, config)
+        applied = apply(built, config)
         return built if applied is None else applied
 
     result = run_user_trial(code, model, params, config,

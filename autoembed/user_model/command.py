@@ -1,14 +1,15 @@
 """`autoembed estimate --model pkg.module:factory --example pkg.module:name`: the CLI's side of
-`estimate_model` (cli.py calls `estimate_for_cli` and prints as for a config)."""
+`estimate_model` (`price.price` calls `estimate_for_cli`; the CLI prints as for a config)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 
-__all__ = ["estimate_for_cli", "render_modules"]
+__all__ = ["estimate_for_cli"]
 
 
 def _example(spec: str) -> Any:
@@ -30,7 +31,7 @@ def estimate_for_cli(
     *,
     optimizer: str | None,
     precision: str | None,
-    budget: int | None,
+    budget: Budget | None,
     reserve: int,
     refused: dict[str, Any],
 ) -> Any:
@@ -58,8 +59,8 @@ def estimate_for_cli(
 
 def _applied(factory: Any, path: Path) -> Any:
     """A factory that builds the user's model and rewrites it by the config at `path`."""
-    from autoembed import apply as apply_config
     from autoembed.config import load_config
+    from autoembed.user_model.apply import apply as apply_config
 
     cfg = load_config(path)
 
@@ -68,25 +69,3 @@ def _applied(factory: Any, path: Path) -> Any:
         return apply_config(model, cfg)
 
     return build
-
-
-def render_modules(est: Any) -> None:
-    """The breakdown by module path (tables, top-level modules, the step's own tensors)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from autoembed.budget import format_bytes
-
-    con = Console(highlight=False)
-    if not con.is_terminal:
-        con.width = max(con.width, 120)
-    t = Table(title="Per module (bytes live at the peak)")
-    cols = ("module", "kind", "parameters", "gradients", "optimizer state", "activations",
-            "temporaries")
-    for col in cols:
-        t.add_column(col, justify="left" if col in ("module", "kind") else "right")
-    for m in est.modules:
-        t.add_row(escape(m.name), m.kind, *(format_bytes(b) for b in (
-            m.parameters, m.gradients, m.optimizer_state, m.activations, m.temporaries)))
-    con.print(t)

@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_map
 
+from autoembed.budget import Budget, BudgetLike
 from autoembed.errors import ConfigError
 from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
 from autoembed.memory.types import (
@@ -71,26 +72,27 @@ def estimate_model(
     loss: LossFn | None = None,
     optimizer: OptimizerSpec = "adam",
     precision: str = "fp32",
-    budget: int | None = None,
+    budget: BudgetLike | None = None,
     reserve: int = 0,
     context_bytes: int = CUDA_CONTEXT_BYTES,
 ) -> MemoryEstimate:
     """Price two training steps of `model` on `example` (contract figures, `modules`
     breakdown). `example`: a tensor -> model(x), a tuple -> model(*x), a dict -> model(**x);
     a list is several examples, and the largest price is returned. Tensors only give shapes
-    and dtypes. `budget` (bytes) fills in `fits`."""
+    and dtypes. `budget` (what `Budget.of` takes: bytes, "8GB", "80%") fills in `fits`."""
+    limit = None if budget is None else Budget.of(budget)  # bad input before the trace
     if isinstance(example, list):
         if not example:
             raise ConfigError("example = []: give at least one example input")
         ests = [estimate_model(model, x, loss=loss, optimizer=optimizer, precision=precision,
-                               budget=budget, reserve=reserve, context_bytes=context_bytes)
+                               budget=limit, reserve=reserve, context_bytes=context_bytes)
                 for x in example]
         return max(ests, key=lambda e: e.device_total)
     if not isinstance(model, nn.Module) and not callable(model):
         raise ConfigError(f"model = {type(model).__name__}: give an nn.Module or a zero-argument "
                           "factory that returns one")
     tracker, step, peaks, lookups = _trace(model, example, loss, optimizer, precision)
-    return _estimate(tracker, step, peaks, lookups, reserve, context_bytes).with_budget(budget)
+    return _estimate(tracker, step, peaks, lookups, reserve, context_bytes).with_budget(limit)
 
 
 def _fake_module(model: nn.Module) -> nn.Module:

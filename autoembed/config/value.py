@@ -1,10 +1,7 @@
 """`EmbeddingConfig`: the one frozen, serialisable object that fully determines a model and
-its training step. It is what the search proposes, the memory model prices, `export` writes
-and `train` reads.
-
-Pure Python (no torch, no YAML at import) so the memory model and the GPU scripts can use it
-with torch alone.
-"""
+its training step; checked whole when it is made (each field against its declared rule, then
+the rules that tie fields together), and each table's settings resolved (`resolved_tables`).
+Pure Python."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from autoembed.compression import (
@@ -21,220 +17,47 @@ from autoembed.compression import (
     TT_RANK_RULE,
     check_method,
     check_robe,
-    hot_cold_shapes,
-    robe_shapes,
-    tt_shapes,
 )
-from autoembed.errors import ConfigError, did_you_mean
+from autoembed.config.choices import (
+    CACHE_POLICIES,
+    COMPRESSIONS,
+    DENSE_OPTIMIZERS,
+    FP16_MIN_ADAM_EPS,
+    HOST_CACHE_COMPRESSIONS,
+    HOST_CACHE_OPTIMIZERS,
+    INTERACTIONS,
+    OPTIMIZERS,
+    PLACEMENTS,
+    POOLINGS,
+    QR_OPERATIONS,
+    SERVING,
+    TASKS,
+)
+from autoembed.config.precision import PRECISION_RULE, precision_policy
+from autoembed.config.tables import TableConfig, TableSettings, buckets_of, collisions_of
 from autoembed.rules import (
     CountOrShare,
     Flag,
     Integer,
     Interval,
     OneOf,
-    Rule,
+    check_fields,
     config_error,
     field_rule,
     plain,
 )
 
 __all__ = [
-    "TASKS",
-    "COMPRESSIONS",
-    "QR_OPERATIONS",
-    "PRECISIONS",
-    "SERVING",
-    "OPTIMIZERS",
-    "TABLE_ONLY_OPTIMIZERS",
-    "DENSE_OPTIMIZERS",
-    "FIELD_RULES",
-    "TABLE_RULES",
-    "FIELD_FLAGS",
-    "FIELD_ALIASES",
-    "check_fields",
-    "optimizer_alias",
-    "SPARSE_GRAD_OPTIMIZERS",
-    "POOLINGS",
-    "INTERACTIONS",
-    "PLACEMENTS",
-    "CACHE_POLICIES",
-    "HOST_CACHE_OPTIMIZERS",
-    "TABLE_COMPRESSIONS",
-    "TABLE_OVERRIDES",
-    "TableConfig",
-    "TableSettings",
+    "EmbeddingConfig",
     "resolved_tables",
     "table_settings",
-    "buckets_of",
     "with_data_tables",
     "map_bucket_counts",
-    "collisions_of",
-    "EmbeddingConfig",
-    "ParamSpec",
-    "PrecisionPolicy",
-    "precision_policy",
-    "param_specs",
-    "method_shapes",
-    "cache_rows",
     "storage_rows",
-    "WIDE_PREFIX",
-    "load_config",
-    "save_config",
-    "config_from_dict",
-    "parse_config_text",
-    "safe_load_yaml",
+    "cache_rows",
 ]
 
-TASKS = ("ctr", "text")
-COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "shared", "robe", "tt", "hot_cold")
-QR_OPERATIONS = ("mult", "add", "concat")
-PRECISIONS = ("fp32", "fp16", "bf16", "fp16_master", "bf16_master", "amp_fp16", "amp_bf16")
-SERVING = ("none", "int8", "int4")
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad", "sparse_adam")
-# Optimizers that only make sense for embedding rows (they need sparse, row-indexed gradients).
-TABLE_ONLY_OPTIMIZERS = ("rowwise_adagrad", "sparse_adam")
-DENSE_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o not in TABLE_ONLY_OPTIMIZERS)
-# Table optimizers that take sparse gradients (torch.optim.SGD without momentum and Adagrad
-# accept them; rowwise_adagrad and sparse_adam require them). Tables under any other
-# optimizer get dense V x D gradients.
-SPARSE_GRAD_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
-# idf: each token weighs its inverse document frequency on the train split (scikit-learn's
-# smooth idf, ln((1 + n) / (1 + df)) + 1; padding and OOV weigh 0), and the bag is the
-# weighted mean: TF-IDF weighting for text tables without compression (`models.idf`).
-POOLINGS = ("mean", "sum", "naive", "idf")
-INTERACTIONS = ("concat", "dot")
-# Placement (issue 9): `device` keeps whole tables on the GPU; `host_cached` keeps each full
-# table and its optimizer state in host memory and a cache of `cache_load_factor` of its rows
-# (FBGEMM's UVM caching, TorchRec's cache load factor) on the device.
-PLACEMENTS = ("device", "host_cached")
-CACHE_POLICIES = ("lru", "lfu")
-# Table optimizers under which a row not looked up in a step does not change, so a row held on
-# the host between its lookups trains exactly as on the device. Dense-gradient optimizers
-# (momentum, adam, adamw) move every row every step and are refused.
-HOST_CACHE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
-HOST_CACHE_COMPRESSIONS = ("none", "hash")
-# fp16 cannot represent 1e-8 (smallest subnormal is 6e-8): Adam's default eps rounds to 0 and
-# rows a step does not touch become 0/0 = NaN (REFERENCES.md, low precision pitfalls).
-FP16_MIN_ADAM_EPS = 1e-4
-
-
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
-
-
-# Compressions a single table may carry (`shared` is one table for all fields: config-wide).
-TABLE_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
-
-
-def _table_name(key: str, name: Any) -> None:
-    """A table name: a module path, dot-separated identifiers-like parts (`encoder.tok_emb`)."""
-    if not isinstance(name, str) or not name:
-        raise _fail(key, name, "must be a non-empty string")
-    if any(not part for part in name.split(".")):
-        raise _fail(key, name, "a module path needs a name between every two dots, e.g. "
-                    "encoder.tok_emb")
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    """One categorical feature's embedding table.
-
-    `pooling_factor` is the average number of ids per sample for this field (1 for one-hot,
-    more for multi-hot bags); for the text task the sequence length is `seq_len`.
-    `frequency` is the share of this field's lookups that go to its average row, used by
-    mixed_dim (None: uniform, 1 / vocab_size). `name` may be a module path (`encoder.tok_emb`).
-
-    Per-table settings (None: the config's value of the same key):
-    `dim` (a table narrower or wider than the config's `dim` is projected to it by a bias-free
-    Linear; under mixed_dim, resolution writes the dims left None), `compression` (none, hash,
-    qr or mixed_dim), `hash_buckets` and `qr_collisions` (an int: a count; a float in (0, 1):
-    a share of this table's rows -- hash keeps ceil(share x rows) buckets, qr a quotient table
-    of at most share x rows, i.e. ceil(1 / share) collisions), `qr_operation` and
-    `table_optimizer`; `robe_size`, `tt_rank` and `hot_share` (`autoembed.compression`).
-    See `resolved_tables`.
-    """
-
-    name: str
-    vocab_size: int = field(metadata=field_rule(Integer(1)))
-    pooling_factor: float = field(default=1.0, metadata=field_rule(Interval(0.0, 1e9, True)))
-    dim: int | None = field(default=None, metadata=field_rule(Integer(1)))
-    frequency: float | None = field(default=None, metadata=field_rule(Interval(0.0, 1.0, True)))
-    compression: str | None = field(default=None, metadata=field_rule(OneOf(TABLE_COMPRESSIONS)))
-    hash_buckets: int | float | None = field(default=None, metadata=field_rule(CountOrShare(1)))
-    qr_collisions: int | float | None = field(default=None,
-                                              metadata=field_rule(CountOrShare(2)))
-    qr_operation: str | None = field(default=None, metadata=field_rule(OneOf(QR_OPERATIONS)))
-    table_optimizer: str | None = field(default=None, metadata=field_rule(OneOf(OPTIMIZERS)))
-
-    robe_size: int | float | None = field(default=None,
-                                          metadata=field_rule(CountOrShare(1)))
-    tt_rank: int | None = field(default=None, metadata=field_rule(TT_RANK_RULE))
-    hot_share: float | None = field(default=None, metadata=field_rule(HOT_SHARE_RULE))
-    def validate(self, where: str) -> None:
-        _table_name(f"{where}.name", self.name)
-        check_fields(self, where)
-
-    @property
-    def overrides(self) -> dict[str, Any]:
-        """The per-table settings this table sets (key -> value)."""
-        return {k: getattr(self, k) for k in TABLE_OVERRIDES if getattr(self, k) is not None}
-
-
-# TableConfig keys that override the config's key of the same name.
-TABLE_OVERRIDES = ("compression", "hash_buckets", "qr_collisions", "qr_operation",
-                   "table_optimizer", "robe_size", "tt_rank", "hot_share")
-
-
-@dataclass(frozen=True)
-class TableSettings:
-    """One table with every setting resolved (`resolved_tables`): what the model builds and
-    the memory model prices. `hash_buckets` is the bucket count under hash (None otherwise);
-    `qr_collisions` the count m; `lookups` the ids a sample reads (seq_len for text)."""
-
-    name: str
-    vocab_size: int
-    pooling_factor: float
-    dim: int
-    compression: str
-    hash_buckets: int | None
-    hash_seed: int
-    qr_collisions: int
-    qr_operation: str
-    table_optimizer: str
-    frequency: float | None
-    lookups: float
-    # robe / tt / hot_cold (`autoembed.compression`): the array's values (a count), its block,
-    # the TT rank, the hot share and the cold buckets (hash_buckets resolved; None if unset)
-    robe_size: int = 1
-    robe_block: int = 1
-    # robe under robe_shared: the tables (names, config order) reading this table's array,
-    # and this table's index among them (its hash field, `models.robe.robe_seed`); else ()
-    robe_group: tuple[str, ...] = ()
-    robe_field: int = 0
-    tt_rank: int = 1
-    hot_share: float = 1.0
-    cold_buckets: int | None = None
-
-    @property
-    def sparse(self) -> bool:
-        """Whether this table's gradients are sparse (one row per lookup): robe and tt
-        tables get dense gradients whatever the optimizer (`compression.METHOD_RULES`)."""
-        if self.compression in ("robe", "tt"):
-            return False
-        return self.table_optimizer in SPARSE_GRAD_OPTIMIZERS
-
-    @property
-    def hashed(self) -> tuple[int, int | None]:
-        """(rows, buckets): under hash a table larger than its buckets hashes its ids into
-        that many rows; otherwise one row per id (buckets None)."""
-        v = self.vocab_size
-        if self.hash_buckets is not None and v > self.hash_buckets:
-            return self.hash_buckets, self.hash_buckets
-        return v, None
-
-    @property
-    def qr(self) -> bool:
-        """Whether the table is stored as quotient and remainder tables (V > m)."""
-        return self.compression == "qr" and self.vocab_size > self.qr_collisions
 
 
 def with_data_tables(
@@ -269,21 +92,6 @@ def map_bucket_counts(config: EmbeddingConfig, fn: Callable[[int], int]) -> Embe
 
     tables = tuple(replace(t, hash_buckets=f(t.hash_buckets)) for t in config.tables)
     return replace(config, hash_buckets=f(config.hash_buckets), tables=tables)
-
-
-def buckets_of(value: int | float, rows: int) -> int:
-    """Hash buckets of a `hash_buckets` value: a count as is, a share as ceil(share x rows)."""
-    if isinstance(value, float):
-        return max(1, math.ceil(value * rows - 1e-9))
-    return value
-
-
-def collisions_of(value: int | float) -> int:
-    """QR collisions m of a `qr_collisions` value: a count as is, a share s as ceil(1 / s)
-    (the quotient table then holds at most s of the rows)."""
-    if isinstance(value, float):
-        return max(2, math.ceil(1.0 / value - 1e-9))
-    return value
 
 
 def resolved_tables(config: EmbeddingConfig) -> tuple[TableSettings, ...]:
@@ -383,7 +191,7 @@ class EmbeddingConfig:
     tt_rank: int = field(default=8, metadata=field_rule(TT_RANK_RULE))
     hot_share: float = field(default=0.01, metadata=field_rule(HOT_SHARE_RULE))
     # precision
-    precision: str = field(default="fp32", metadata=field_rule(OneOf(PRECISIONS)))
+    precision: str = field(default="fp32", metadata=field_rule(PRECISION_RULE))
     serving: str = field(default="none", metadata=field_rule(OneOf(SERVING)))
     # optimisation
     table_optimizer: str = field(default="adam", metadata=field_rule(OneOf(OPTIMIZERS)))
@@ -695,232 +503,6 @@ def _check_nesting(tables: tuple[TableConfig, ...]) -> None:
                             "are module paths); rename one of them")
 
 
-_TABLE_KEYS = {f.name for f in fields(TableConfig)}
-_CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
-# Each config field's (and table key's) declared rule: read by validation, the search-space
-# loader and the CLI.
-FIELD_RULES: dict[str, Rule] = {
-    f.name: f.metadata["rule"] for f in fields(EmbeddingConfig) if "rule" in f.metadata
-}
-TABLE_RULES: dict[str, Rule] = {
-    f.name: f.metadata["rule"] for f in fields(TableConfig) if "rule" in f.metadata
-}
-# CLI flag -> config field, where the flag is spelled otherwise (--batch: batch_size).
-FIELD_FLAGS: dict[str, str] = {
-    f.metadata["flag"]: f.name for f in fields(EmbeddingConfig) if "flag" in f.metadata
-}
-
-
-def check_fields(obj: Any, where: str = "") -> None:
-    """Check every field of a config or table dataclass against its declared rule; a None
-    value passes where the field's default is None."""
-    prefix = f"{where}." if where else ""
-    for f in fields(obj):
-        rule = f.metadata.get("rule")
-        value = getattr(obj, f.name)
-        if rule is None or (value is None and f.default is None):
-            continue
-        rule.check(f"{prefix}{f.name}", value)
-
-
-def optimizer_alias(name: str) -> dict[str, str]:
-    """What `--optimizer NAME` sets: the table optimizer, and the dense optimizer too where
-    NAME can train the tower (a table-only optimizer pairs with its dense relative)."""
-    return {"table_optimizer": name,
-            "dense_optimizer": {"rowwise_adagrad": "adagrad", "sparse_adam": "adam"}.get(
-                name, name)}
-
-
-# CLI flags that set several fields at once: flag -> the fields it sets for a value.
-FIELD_ALIASES: dict[str, Callable[[Any], dict[str, Any]]] = {"optimizer": optimizer_alias}
-
-
-def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> EmbeddingConfig:
-    """Build and validate a config from plain data; errors name the source, key and value."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
-    unknown = [k for k in raw if k not in _CONFIG_KEYS]
-    if unknown:
-        k = unknown[0]
-        raise ConfigError(
-            f"{source}: unknown key '{k}'{did_you_mean(k, sorted(_CONFIG_KEYS))}; "
-            f"valid keys: {', '.join(sorted(_CONFIG_KEYS))}"
-        )
-    kw: dict[str, Any] = dict(raw)
-    if "tables" in kw:
-        tables = kw["tables"]
-        if not isinstance(tables, list) or not tables:
-            raise ConfigError(f"{source}: key 'tables' = {tables!r}: must be a non-empty list")
-        built = []
-        for i, t in enumerate(tables):
-            if not isinstance(t, Mapping):
-                raise ConfigError(f"{source}: key 'tables[{i}]' = {t!r}: must be a mapping")
-            bad = [k for k in t if k not in _TABLE_KEYS]
-            if bad:
-                raise ConfigError(
-                    f"{source}: unknown key 'tables[{i}].{bad[0]}'"
-                    f"{did_you_mean(bad[0], sorted(_TABLE_KEYS))}; "
-                    f"valid: {', '.join(sorted(_TABLE_KEYS))}"
-                )
-            if "name" not in t or "vocab_size" not in t:
-                raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
-            built.append(TableConfig(**t))
-        kw["tables"] = tuple(built)
-    if "dense_layers" in kw:
-        dl = kw["dense_layers"]
-        if not isinstance(dl, (list, tuple)):
-            raise ConfigError(f"{source}: key 'dense_layers' = {dl!r}: must be a list of widths")
-        kw["dense_layers"] = tuple(dl)
-    try:
-        return EmbeddingConfig(**kw)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
-    except TypeError as e:  # pragma: no cover - defensive: dataclass signature mismatch
-        raise ConfigError(f"{source}: {e}") from None
-
-
-def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
-    """`yaml.safe_load(text)`, with a syntax error or absurd nesting as a ConfigError naming
-    `source` (and the line) and what a `kind` file should be."""
-    import yaml  # lazy: keeps `import autoembed.config` torch- and yaml-free
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
-        ) from None
-    except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise ConfigError(f"{source}: nested too deeply to be a {kind}; a {kind} is a "
-                          "mapping a few levels deep") from None
-
-
-def parse_config_text(text: str, source: str) -> EmbeddingConfig:
-    raw = safe_load_yaml(text, source)
-    if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
-        raw = raw["config"]  # exported files wrap the config with provenance
-    try:
-        return config_from_dict(raw, source)
-    except RecursionError:
-        raise ConfigError(f"{source}: a value is nested too deeply; a config is a mapping a "
-                          "few levels deep") from None
-
-
-def load_config(path: str | Path) -> EmbeddingConfig:
-    """Read a YAML or JSON config file (exported or hand-written) and validate it."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file '{p}' does not exist; give the path of a YAML file"
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
-    return parse_config_text(text, str(p))
-
-
-def save_config(
-    config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None
-) -> Path:
-    """Write the config as YAML (or JSON when the suffix is .json), atomically."""
-    import os
-    import tempfile
-
-    p = Path(path)
-    body: dict[str, Any] = {"config": config.to_dict()}
-    if extra:
-        body.update(plain(extra))
-    if p.suffix == ".json":
-        text = json.dumps(body, indent=2)
-    else:
-        import yaml
-
-        text = yaml.safe_dump(body, sort_keys=False)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, p)
-    return p
-
-
-# ===================================================================== precision and layout
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy:
-    """Exactly which tensors a training precision creates.
-
-    param_bytes: bytes per element of every parameter (tables and tower) in the model.
-    master: an fp32 master copy of every parameter exists; the optimizer steps the master,
-        its state is fp32 and, during the step, each parameter has an fp32 gradient.
-    autocast: the forward runs under torch.autocast in `autocast_dtype` (Linear layers and
-        their weight casts in half precision; embedding lookups stay fp32).
-    """
-
-    name: str
-    param_dtype: str
-    param_bytes: int
-    master: bool
-    autocast_dtype: str | None
-
-    @property
-    def state_bytes(self) -> int:
-        return 4 if self.master else self.param_bytes
-
-
-_POLICIES = {
-    "fp32": PrecisionPolicy("fp32", "float32", 4, False, None),
-    "fp16": PrecisionPolicy("fp16", "float16", 2, False, None),
-    "bf16": PrecisionPolicy("bf16", "bfloat16", 2, False, None),
-    "fp16_master": PrecisionPolicy("fp16_master", "float16", 2, True, None),
-    "bf16_master": PrecisionPolicy("bf16_master", "bfloat16", 2, True, None),
-    "amp_fp16": PrecisionPolicy("amp_fp16", "float32", 4, False, "float16"),
-    "amp_bf16": PrecisionPolicy("amp_bf16", "float32", 4, False, "bfloat16"),
-}
-
-
-def precision_policy(precision: str) -> PrecisionPolicy:
-    FIELD_RULES["precision"].check("precision", precision)
-    return _POLICIES[precision]
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One parameter tensor the built model holds.
-
-    kind: "table" (embedding rows) or "dense" (tower and projections). `optimizer` names the
-    optimizer that steps it (its table's `table_optimizer`, or `dense_optimizer`). `table`
-    names the field(s) it serves. `lookups_per_sample`: rows a sample reads from this tensor
-    (sizes sparse gradients).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    kind: str
-    table: str | None = None
-    lookups_per_sample: float = 0.0
-    optimizer: str = ""
-    dense_gradient: bool = False  # robe / tt: dense whatever the optimizer
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def rows(self) -> int:
-        return self.shape[0]
-
-    @property
-    def sparse(self) -> bool:
-        """Whether this tensor's gradient is sparse (a table under a sparse optimizer)."""
-        return (self.kind == "table" and self.optimizer in SPARSE_GRAD_OPTIMIZERS
-                and not self.dense_gradient)
-
-
 def storage_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:
     """Rows of a host_cached table's full (host) copy: the stored rows plus dynamic rows."""
     return table_settings(config, t).hashed[0] + config.dynamic_rows
@@ -930,95 +512,3 @@ def cache_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:
     """Device cache rows of a host_cached table: ceil(cache_load_factor x storage rows)."""
     rows = storage_rows(config, t)
     return max(1, min(rows, math.ceil(config.cache_load_factor * rows - 1e-9)))
-
-
-def _table_storage(config: EmbeddingConfig, ts: TableSettings) -> list[ParamSpec]:
-    """Embedding tensors of one field under its own compression; a table whose dim is not the
-    config's adds its projection `proj.weight` [dim, d] (dense)."""
-    look, v, d, opt = ts.lookups, ts.vocab_size, ts.dim, ts.table_optimizer
-    base = f"tables.{ts.name}"
-    if config.placement == "host_cached":  # the device holds only the cache
-        shape = (cache_rows(config, ts), d)
-        return [ParamSpec(f"{base}.cache_weight", shape, "table", ts.name, look, opt)]
-    if ts.robe_group:  # robe_shared: the first table of the group holds the one array
-        specs = [] if ts.robe_field else [ParamSpec(
-            f"{base}.weight", (ts.robe_size,), "table", ",".join(ts.robe_group),
-            sum(config.lookups_per_sample(t) for t in config.tables if t.name in ts.robe_group),
-            opt, True)]
-    elif ts.compression in METHODS:
-        specs = [
-            ParamSpec(f"{base}.{name}", shape, "table", ts.name, look, opt, not ts.sparse)
-            for name, shape in method_shapes(ts)
-        ]
-    elif ts.qr:
-        m = ts.qr_collisions
-        dq = d // 2 if ts.qr_operation == "concat" else d
-        specs = [
-            ParamSpec(f"{base}.q_weight", (-(-v // m), dq), "table", ts.name, look, opt),
-            ParamSpec(f"{base}.r_weight", (m, dq), "table", ts.name, look, opt),
-        ]
-    else:
-        specs = [ParamSpec(f"{base}.weight", (ts.hashed[0], d), "table", ts.name, look, opt)]
-    if d != config.dim:
-        specs.append(ParamSpec(f"{base}.proj.weight", (config.dim, d), "dense", ts.name, 0.0,
-                               config.dense_optimizer))
-    return specs
-
-
-def method_shapes(ts: TableSettings) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """The tensors (name, shape) of a robe / tt / hot_cold table (`autoembed.compression`)."""
-    if ts.compression == "robe":
-        return robe_shapes(ts.robe_size)
-    if ts.compression == "tt":
-        return tt_shapes(ts.vocab_size, ts.dim, ts.tt_rank)
-    assert ts.cold_buckets is not None  # validated: hot_cold needs hash_buckets
-    return hot_cold_shapes(ts.vocab_size, ts.dim, ts.hot_share, ts.cold_buckets)
-
-
-# Name prefix of the wide part's tensors; they are tables (table optimizer, sparse gradients)
-# but serve unquantized: a 1-value int8 row is 16 B against 4 B in fp32 (16 B row alignment).
-WIDE_PREFIX = "wide."
-
-
-def _wide_storage(ts: TableSettings, out: int) -> ParamSpec:
-    """The wide part of one field: one row of `out` weights per id (per hash bucket under
-    hash compression; every other compression keeps one row per id)."""
-    return ParamSpec(f"{WIDE_PREFIX}{ts.name}.weight", (ts.hashed[0], out), "table", ts.name,
-                     ts.lookups, ts.table_optimizer)
-
-
-def tower_input_width(config: EmbeddingConfig) -> int:
-    f = len(config.tables)
-    if config.task == "text" or config.interaction == "concat":
-        return f * config.dim
-    # dot: pairwise dot products of the F pooled embeddings plus their mean (DLRM-style)
-    return f * (f - 1) // 2 + config.dim
-
-
-def param_specs(config: EmbeddingConfig) -> tuple[ParamSpec, ...]:
-    """Every parameter tensor of `build_model(config)`, in order: the shared layout contract
-    between the model builder and the memory model (they must agree byte for byte)."""
-    if not config.is_resolved:
-        config = config.resolve()
-    specs: list[ParamSpec] = []
-    tables = resolved_tables(config)
-    if config.compression == "shared":
-        v = max(t.vocab_size for t in config.tables)
-        look = sum(ts.lookups for ts in tables)
-        names = ",".join(t.name for t in config.tables)
-        specs.append(ParamSpec("tables.shared.weight", (v, config.dim), "table", names, look,
-                               config.table_optimizer))
-    else:
-        for ts in tables:
-            specs.extend(_table_storage(config, ts))
-    out = 1 if config.task == "ctr" else config.num_classes
-    if config.wide:
-        specs.extend(_wide_storage(ts, out) for ts in tables)
-    width = tower_input_width(config)
-    for i, h in enumerate((*config.dense_layers, out)):
-        specs.append(ParamSpec(f"tower.{i}.weight", (h, width), "dense", None, 0.0,
-                               config.dense_optimizer))
-        specs.append(ParamSpec(f"tower.{i}.bias", (h,), "dense", None, 0.0,
-                               config.dense_optimizer))
-        width = h
-    return tuple(specs)

@@ -1,0 +1,133 @@
+"""Configs from plain data, YAML and JSON, and back (`load_config`, `save_config`). YAML is
+imported only when a file is read or written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from autoembed.config.tables import TableConfig
+from autoembed.config.value import EmbeddingConfig
+from autoembed.errors import ConfigError, did_you_mean
+from autoembed.rules import plain
+
+__all__ = ["config_from_dict", "safe_load_yaml", "parse_config_text", "load_config",
+           "save_config"]
+
+_TABLE_KEYS = {f.name for f in fields(TableConfig)}
+_CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> EmbeddingConfig:
+    """Build and validate a config from plain data; errors name the source, key and value."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in _CONFIG_KEYS]
+    if unknown:
+        k = unknown[0]
+        raise ConfigError(
+            f"{source}: unknown key '{k}'{did_you_mean(k, sorted(_CONFIG_KEYS))}; "
+            f"valid keys: {', '.join(sorted(_CONFIG_KEYS))}"
+        )
+    kw: dict[str, Any] = dict(raw)
+    if "tables" in kw:
+        tables = kw["tables"]
+        if not isinstance(tables, list) or not tables:
+            raise ConfigError(f"{source}: key 'tables' = {tables!r}: must be a non-empty list")
+        built = []
+        for i, t in enumerate(tables):
+            if not isinstance(t, Mapping):
+                raise ConfigError(f"{source}: key 'tables[{i}]' = {t!r}: must be a mapping")
+            bad = [k for k in t if k not in _TABLE_KEYS]
+            if bad:
+                raise ConfigError(
+                    f"{source}: unknown key 'tables[{i}].{bad[0]}'"
+                    f"{did_you_mean(bad[0], sorted(_TABLE_KEYS))}; "
+                    f"valid: {', '.join(sorted(_TABLE_KEYS))}"
+                )
+            if "name" not in t or "vocab_size" not in t:
+                raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
+            built.append(TableConfig(**t))
+        kw["tables"] = tuple(built)
+    if "dense_layers" in kw:
+        dl = kw["dense_layers"]
+        if not isinstance(dl, (list, tuple)):
+            raise ConfigError(f"{source}: key 'dense_layers' = {dl!r}: must be a list of widths")
+        kw["dense_layers"] = tuple(dl)
+    try:
+        return EmbeddingConfig(**kw)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except TypeError as e:  # pragma: no cover - defensive: dataclass signature mismatch
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
+    """`yaml.safe_load(text)`, with a syntax error or absurd nesting as a ConfigError naming
+    `source` (and the line) and what a `kind` file should be."""
+    import yaml  # lazy: keeps `import autoembed.config` torch- and yaml-free
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"{source}:{where} is not valid YAML/JSON: {getattr(e, 'problem', e)}"
+        ) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError(f"{source}: nested too deeply to be a {kind}; a {kind} is a "
+                          "mapping a few levels deep") from None
+
+
+def parse_config_text(text: str, source: str) -> EmbeddingConfig:
+    raw = safe_load_yaml(text, source)
+    if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
+        raw = raw["config"]  # exported files wrap the config with provenance
+    try:
+        return config_from_dict(raw, source)
+    except RecursionError:
+        raise ConfigError(f"{source}: a value is nested too deeply; a config is a mapping a "
+                          "few levels deep") from None
+
+
+def load_config(path: str | Path) -> EmbeddingConfig:
+    """Read a YAML or JSON config file (exported or hand-written) and validate it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file '{p}' does not exist; give the path of a YAML file"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
+    return parse_config_text(text, str(p))
+
+
+def save_config(
+    config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write the config as YAML (or JSON when the suffix is .json), atomically."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    body: dict[str, Any] = {"config": config.to_dict()}
+    if extra:
+        body.update(plain(extra))
+    if p.suffix == ".json":
+        text = json.dumps(body, indent=2)
+    else:
+        import yaml
+
+        text = yaml.safe_dump(body, sort_keys=False)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, p)
+    return p

@@ -1,0 +1,198 @@
+"""`price(...)`: what `autoembed estimate` runs. A config given as a file and/or flags (the
+seed workload's defaults filling what neither gives), or the user's own model (`--model`,
+`--example`), priced for one training step and judged against the budgets. The CLI only
+parses the options, calls `price` and prints the `Priced` it returns (`cli_render`).
+
+Bad input is a ConfigError (exit 2), raised in the order the options are read: the
+config-setting flags, the config, the budgets and sizes, then the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autoembed.budget import Budget, format_bytes, parse_size
+from autoembed.config import (
+    FIELD_ALIASES,
+    FIELD_FLAGS,
+    FIELD_RULES,
+    EmbeddingConfig,
+    TableConfig,
+    load_config,
+)
+from autoembed.errors import ConfigError
+from autoembed.memory import MemoryEstimate
+from autoembed.memory import estimate as estimate_memory
+from autoembed.rules import Integer
+
+__all__ = ["Priced", "price", "config_flags", "fields_of_flags", "build_config", "SEED_DEFAULTS"]
+
+# The seed workload (the article's text model): V=1M tokens, D=300, batch 64, seq 512, Adam.
+SEED_DEFAULTS: dict[str, Any] = {
+    "task": "text",
+    "vocab": "1000000",
+    "dim": 300,
+    "batch": 64,
+    "seq": 512,
+    "num_classes": 4,
+    "dense_layers": "",
+}
+# `estimate` flags that are not config fields: they build the tables and the tower.
+_SHAPE_FLAGS = ("vocab", "pooling_factor", "dense_layers")
+# flags read as a count or a share of each table's rows
+_COUNT_OR_SHARE = ("hash_buckets", "robe_size")
+# flags that describe the user's own model too (the rest describe the built-in one)
+_USER_FLAGS = ("precision", "optimizer")
+
+
+@dataclass(frozen=True)
+class Priced:
+    """What `autoembed estimate` prints: the estimate, the config it priced (None: the
+    user's own model), the budget it was judged against, and a note for stderr."""
+
+    estimate: MemoryEstimate
+    config: EmbeddingConfig | None
+    budget: Budget | None
+    note: str | None = None
+
+    @property
+    def user(self) -> bool:
+        return self.config is None
+
+
+def price(*, config: Path | None = None, budget: str | None = None, method: str = "analytic",
+          gpus: int = 1, sharding: str = "table", host_budget: str | None = None,
+          reserve: str = "0", device_memory: str | None = None, model: str | None = None,
+          example: str | None = None, apply_cfg: Path | None = None,
+          **flags: Any) -> Priced:
+    """Price what the options describe (`flags`: the config-setting options, `config_flags`,
+    None where not given). With `model`, `example` or `apply_cfg` it is the user's model,
+    and the built-in model's options are refused."""
+    unknown = set(flags) - config_flags()
+    if unknown:
+        raise TypeError(f"price() got options it does not know: {', '.join(sorted(unknown))}")
+    flags = {k: _count_or_share(v, k) if k in _COUNT_OR_SHARE else v for k, v in flags.items()}
+    user = model is not None or example is not None or apply_cfg is not None
+    cfg = None if user else build_config(config, flags)
+    host = None if host_budget is None else Budget.for_host(host_budget)
+    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
+    bud = Budget.of(budget, dev_mem) if budget is not None else None
+    reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
+    if cfg is None:  # your own model: autoembed.user_model.command
+        from autoembed.user_model.command import estimate_for_cli
+
+        refused = {k: v for k, v in flags.items() if k not in _USER_FLAGS}
+        refused.update(config=config, host_budget=host_budget,
+                       gpus=None if gpus == 1 else gpus, sharding=None)
+        est = estimate_for_cli(model, example, apply_cfg, optimizer=flags.get("optimizer"),
+                               precision=flags.get("precision"), budget=bud, reserve=reserve_b,
+                               refused=refused)
+    else:
+        est = estimate_memory(cfg, method=method, budget=bud, gpus=gpus, sharding=sharding,
+                              reserve=reserve_b, host_budget=host)
+    _check_host_budget(est, host_budget)
+    note = est.notes[-1] if cfg is not None and est.method != method else None
+    return Priced(est, cfg, bud, note)
+
+
+def config_flags() -> set[str]:
+    """Every `estimate` flag that sets the config: the fields' names, their CLI spellings
+    (`config.FIELD_FLAGS`), the aliases that set several (`--optimizer`) and the shape."""
+    return {*FIELD_RULES, *FIELD_FLAGS, *FIELD_ALIASES, *_SHAPE_FLAGS}
+
+
+def fields_of_flags(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Config field -> value for the given flags, read from the config's declared flags: an
+    alias first (`--optimizer` sets both optimizers), then the fields named directly."""
+    kw: dict[str, Any] = {}
+    for flag, expand in FIELD_ALIASES.items():
+        if flag in given:
+            kw.update(expand(given[flag]))
+    for flag, value in given.items():
+        name = FIELD_FLAGS.get(flag, flag)
+        if name in FIELD_RULES and flag not in FIELD_ALIASES:
+            kw[name] = value
+    return kw
+
+
+def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> EmbeddingConfig:
+    """The config file (else the seed workload's defaults) with the given flags over it."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    base = load_config(config_path) if config_path is not None else None
+    if base is None:
+        several = "vocab" in given and "," in str(given["vocab"])
+        for k, v in SEED_DEFAULTS.items():
+            if several and k in ("task", "seq", "num_classes"):
+                continue  # several tables: a ctr model, not the seed's text model
+            given.setdefault(k, v)
+    kw = fields_of_flags(given)
+    if "dense_layers" in given:
+        kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers")
+    if "vocab" in given:
+        kw.update(_tables(given, kw, base))
+    if base is None:
+        return EmbeddingConfig(**kw)
+    return replace(base, **kw) if kw else base
+
+
+def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
+            base: EmbeddingConfig | None) -> dict[str, Any]:
+    """The tables `--vocab` (one size, or a comma list) and `--pooling-factor` describe, and
+    the task they imply (several tables: ctr)."""
+    vocabs = _int_list(given["vocab"], "vocab")
+    if not vocabs:
+        raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
+    for v in vocabs:
+        Integer(1).check_argument("--vocab", v)
+    pooling = given.get("pooling_factor") or 1.0
+    task = kw.get("task", getattr(base, "task", ""))
+    names = (["tokens"] if len(vocabs) == 1 and task == "text"
+             else [f"f{i}" for i in range(len(vocabs))])
+    out: dict[str, Any] = {
+        "tables": tuple(TableConfig(n, v, pooling) for n, v in zip(names, vocabs, strict=True))}
+    if len(vocabs) > 1 and "task" not in kw:
+        out["task"] = "ctr"
+    if out.get("task", kw.get("task", getattr(base, "task", "ctr"))) == "ctr":
+        out["num_classes"] = kw.get("num_classes", 2)
+    return out
+
+
+def _int_list(text: str, key: str) -> tuple[int, ...]:
+    if text.strip() == "":
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000"
+        ) from None
+
+
+def _count_or_share(text: str | None, key: str) -> int | float | None:
+    """A count ("65536") or a share of each table's rows ("0.01")."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(f"{flag} '{text}' must be a count (e.g. 65536) or a share of each "
+                          "table's rows in (0, 1) (e.g. 0.01)") from None
+
+
+def _check_host_budget(est: MemoryEstimate, text: str | None) -> None:
+    """Host memory too small for the host_cached tables: bad input (issue 9), exit 2."""
+    if est.host_fits is False:
+        raise ConfigError(
+            f"--host-budget {text} = {format_bytes(est.host_budget or 0)} is smaller than the "
+            f"{format_bytes(est.host_bytes)} the host_cached tables need on the host; raise "
+            "--host-budget, lower dim or vocab, or use an optimizer with less state (sgd, "
+            "rowwise_adagrad)"
+        )

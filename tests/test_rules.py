@@ -1,0 +1,98 @@
+"""Checks through `autoembed.rules`: a config key's value reads "config key 'KEY' = VALUE:
+RULE", a public function's argument or a CLI option "NAME = VALUE: RULE"; each message here
+is written out by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from autoembed.errors import ConfigError, DataError
+from autoembed.rules import Integer, Interval, OneOf
+
+
+@pytest.mark.parametrize(
+    ("rule", "good", "bad", "text"),
+    [
+        (Integer(1), [1, 10**30], [0, -1, True, 1.0, "1", None], "must be an integer >= 1"),
+        (Integer(1, 65535), [1, 65535], [0, 65536, False], "must be an integer in 1..65535"),
+        (Interval(0.0, 1.0), [0, 0.5, 1], [-0.1, 1.01, float("nan"), True],
+         "must be a number in [0.0, 1.0]"),
+        (OneOf(("a", "b")), ["a", "b"], ["c", None, 1], "must be one of a, b"),
+    ],
+)
+def test_a_rule_words_itself_once(rule: Any, good: list[Any], bad: list[Any], text: str) -> None:
+    for v in good:
+        rule.check_argument("x", v)
+        rule.check("x", v)
+    for v in bad:
+        with pytest.raises(ConfigError) as arg:
+            rule.check_argument("--x", v)
+        assert str(arg.value) == f"--x = {v!r}: {text}"
+        with pytest.raises(ConfigError) as key:
+            rule.check("x", v)
+        assert str(key.value) == f"config key 'x' = {v!r}: {text}"
+    with pytest.raises(DataError):
+        rule.check_argument("x", bad[0], DataError)
+
+
+def _cfg() -> Any:
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    return EmbeddingConfig(tables=(TableConfig("a", 100),), dim=8, dense_layers=(4,))
+
+
+def _estimate(**kw: Any) -> Callable[[], Any]:
+    import autoembed
+
+    return lambda: autoembed.estimate(_cfg(), **kw)
+
+
+def _quantize() -> Any:
+    from autoembed.models import build_model, quantize
+
+    return quantize(build_model(_cfg()), "int3")
+
+
+def _length() -> Any:
+    from autoembed.selection import training_length
+
+    return training_length(1000, 0)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (_estimate(method="psychic"), "method = 'psychic': must be one of analytic, traced"),
+        (_estimate(sharding="diag"), "sharding = 'diag': must be one of table, row"),
+        (_estimate(gpus=0), "gpus = 0: must be an integer >= 1"),
+        (_estimate(gpus=True), "gpus = True: must be an integer >= 1"),
+        (_estimate(reserve=-1), "reserve = -1: must be an integer >= 0"),
+        (_quantize, "serving = 'int3': must be one of none, int8, int4"),
+        (_length, "batch_size = 0: must be an integer >= 1"),
+    ],
+)
+def test_public_functions_word_a_bad_argument_one_way(call: Callable[[], Any],
+                                                      message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["estimate", "--vocab", "-5"], "--vocab = -5: must be an integer >= 1"),
+        (["estimate", "--method", "psychic"],
+         "method = 'psychic': must be one of analytic, traced"),
+        (["ui", "--port", "70000"], "--port = 70000: must be an integer in 1..65535"),
+    ],
+)
+def test_cli_options_word_a_bad_value_the_same_way(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoembed.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"autoembed: error: {message}"
