@@ -70,7 +70,10 @@ def export_python(study: str, out: str | Path, *, runs_dir: str | Path = "runs",
         if p.exists() and not force:
             raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
     runs = Path(runs_dir).absolute()
-    stored = studies.StoredStudy.open(runs, None, study, resume=True)
+    if not (runs / "optuna.db").is_file():
+        raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
+                          f"run `autoembed search --study {study} ...` first or pass --runs-dir")
+    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study")
     meta = stored.meta
     if meta.get("kind") != "user":
         raise ConfigError(f"study '{study}' is not a search over your own model; export it "
