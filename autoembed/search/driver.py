@@ -255,12 +255,16 @@ def _versions() -> dict[str, str]:
 
 def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery | None,
              wall: float) -> dict[str, Any]:
-    """pareto.json's fields about the search rather than its trials."""
+    """pareto.json's fields about the search rather than its trials (`run`: what each
+    trial was measured with, for export's `trained_on`)."""
+    from autoembed.training import measured_with
+
     meta = plan.meta()
     return {
         "trainables_started": engine.trainables_started, "space": plan.space.source,
         "data": plan.workload.spec.to_dict(), "trained_on": plan.workload.train_spec.to_dict(),
-        "stand_in": plan.workload.stand_in, "sampler": plan.sampler, "seed": plan.seed,
+        "stand_in": plan.workload.stand_in, "run": measured_with(plan.run_settings()),
+        "sampler": plan.sampler, "seed": plan.seed,
         "early_stop": plan.early_stop, "device": plan.device, "workers": plan.workers,
         "threads": meta["threads"], "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,

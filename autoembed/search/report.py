@@ -137,7 +137,7 @@ class SearchReport:
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
-                 "stop_reason", "space", "data", "trained_on", "stand_in", "sampler", "seed",
+                 "stop_reason", "space", "data", "trained_on", "stand_in", "run", "sampler", "seed",
                  "early_stop", "device", "workers", "concurrency", "threads", "cpus",
                  "versions", "recovered", "wall_seconds", "finished_at")
         merged = {**context, **ours}
@@ -175,8 +175,14 @@ class SearchReport:
             "budget": self.budget.text, "budget_bytes": self.budget.bytes,
             "metrics": dict(self.best.metrics), "trained_on": context.get("trained_on"),
         }
-        files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml",
-                                                     {"search": search_info})
+        from autoembed.training import TRAINED_ON_KEY, trained_on
+
+        extra: dict[str, Any] = {"search": search_info}
+        block = trained_on(None if self.best.result is None else self.best.result.config
+                           .to_dict(), context.get("run"), context.get("stand_in"))
+        if block is not None:  # what `autoembed train --config best.yaml` reruns
+            extra[TRAINED_ON_KEY] = block
+        files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml", extra)
         if vocab is not None:
             try:
                 files["vocab"] = Path(vocab(out_dir / "vocab"))
