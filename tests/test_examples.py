@@ -62,11 +62,10 @@ SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
      "4 trials -> 2"),
     ("docs/own_loop.md", 'executor="local",', 'executor="local", trials=1,',
      "the space's 6 trials -> 1"),
-    ("docs/own_loop.md", "--executor local --study text",
-     "--executor local --trials 1 --study text", "the space's 6 trials -> 1"),
 ]
 NOT_RUN_REASONS = ("GPU", "cluster", "network")
 TIMEOUT = 900
+COSTS: list[tuple[float, str]] = []  # (seconds, where: what) of every command and block run
 
 
 @dataclass
@@ -271,11 +270,15 @@ def run_page(page: str, copy: Path, used: set[int], not_run: list[str]) -> float
             (copy / target).parent.mkdir(parents=True, exist_ok=True)
             (copy / target).write_text(block.text.split("\n", 1)[1])
             continue
+        t_block = time.monotonic()
         if block.lang == "bash":
             for cmd in commands(block):
+                t_cmd = time.monotonic()
                 env = run_command(block, substituted(page, cmd, used), env, copy)
+                COSTS.append((time.monotonic() - t_cmd, f"{block.where}: {cmd[:60]}"))
         elif block.lang == "python":
             run_python(block, substituted(page, block.text, used), env, copy, n)
+            COSTS.append((time.monotonic() - t_block, f"{block.where}: python block"))
         elif block.lang == "yaml":
             check_yaml(block, copy, n)
         else:
@@ -305,8 +308,10 @@ def test_every_example_runs_as_written(tmp_path: Path) -> None:
     for page in PAGES:
         copy = fresh_copy(tmp_path / Path(page).stem)
         seconds.append(f"  {page}: {run_page(page, copy, used, not_run):.0f} s")
+    costly = [f"  {t:.0f} s {what}" for t, what in sorted(COSTS, reverse=True)[:8]]
     report("examples (tests/test_examples.py)",
-           ["not run:", *(f"  {x}" for x in not_run), "seconds per page:", *seconds])
+           ["not run:", *(f"  {x}" for x in not_run), "seconds per page:", *seconds,
+            "the costliest commands and blocks:", *costly])
     unused = [SUBSTITUTIONS[i][:2] for i in range(len(SUBSTITUTIONS)) if i not in used]
     assert not unused, f"substitutions that match nothing (the page changed?): {unused}"
 

@@ -8,7 +8,7 @@ from itertools import combinations
 import pytest
 
 from autoembed.config import EmbeddingConfig
-from autoembed.search.outputs import pareto_figure, write_pareto_png
+from autoembed.search.outputs import write_pareto_png
 from autoembed.trial import TrialRow
 
 OBJECTIVES = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]
@@ -29,13 +29,23 @@ def _front() -> list[TrialRow]:
 
 
 @pytest.fixture()
-def figure():  # type: ignore[no-untyped-def]
-    import matplotlib.pyplot as plt
+def figure(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The figure pareto.png is saved from, caught as write_pareto_png saves it."""
+    from matplotlib.figure import Figure
 
+    saved = []
+    real = Figure.savefig
+
+    def keep(self, *args, **kw):  # type: ignore[no-untyped-def]
+        saved.append(self)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
     front = _front()
-    fig = pareto_figure(front, front, front[3], OBJECTIVES, "test", 8 * 10**9)
-    yield fig, front
-    plt.close(fig)
+    write_pareto_png(front, front, front[3], OBJECTIVES, tmp_path / "pareto.png", "t",
+                     8 * 10**9)
+    assert len(saved) == 1
+    return saved[0], front
 
 
 def test_memory_axis_is_logarithmic(figure) -> None:  # type: ignore[no-untyped-def]
@@ -49,7 +59,10 @@ def test_memory_axis_is_logarithmic(figure) -> None:  # type: ignore[no-untyped-
 
 
 def test_member_labels_do_not_overlap_and_none_is_lost(figure) -> None:  # type: ignore[no-untyped-def]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fig, front = figure
+    FigureCanvasAgg(fig).draw()  # the saved figure is closed: draw it on a canvas again
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
         if not (ax.get_xlabel() or ax.get_ylabel()):
