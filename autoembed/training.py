@@ -367,9 +367,10 @@ def plan_training(
         cfg = config_from_dict(block["config"], f"{path}: {TRAINED_ON_KEY}.config")
         kind = "a scaled-down stand-in of the priced tables" if block.get("stand_in") \
             else "the priced data"
+        length = f"{epochs} epochs" if epochs else f"{steps or DEFAULT_STEPS} steps"
         lines.append(f"rerunning {what} as it was measured: its trained config on "
-                     f"{_data_words(cfg.data, cfg.tables)} ({kind}), {steps or DEFAULT_STEPS} "
-                     "steps; --full-size trains the priced config on the full data instead")
+                     f"{_data_words(cfg.data, cfg.tables)} ({kind}), {length}; "
+                     "--full-size trains the priced config on the full data instead")
         expect = {k: float(metrics[k]) for k in ("quality", "test_quality")
                   if isinstance(metrics.get(k), (int, float))} if steps == stored else {}
         return TrainingPlan(cfg, steps, epochs, dict(block.get("run") or {}), tuple(lines),

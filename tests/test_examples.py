@@ -324,5 +324,7 @@ def test_every_fence_says_what_it_is() -> None:
             if block.lang.startswith("{"):
                 continue
             assert block.lang in ("bash", "python", "yaml", "text"), block.where
+            if block.first.startswith(("# not run", "# file")):  # a marker, spelled right
+                assert _marker(block, "not run") or _marker(block, "file"), block.where
             reason = _marker(block, "not run")
             assert reason is None or any(r in reason for r in NOT_RUN_REASONS), block.where
