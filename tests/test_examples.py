@@ -50,18 +50,22 @@ PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.
 # (page, as written, as run, why): each must occur in that page's blocks.
 SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
     ("README.md", "bash scripts/run.sh --study first",
-     "bash scripts/run.sh --study first --trials 2", "the default space's 20 trials -> 2"),
+     "bash scripts/run.sh --study first --trials 1", "the default space's 20 trials -> 1"),
     ("README.md", "bash scripts/test.sh",
      "bash scripts/test.sh tests/test_budget.py -q -p no:cacheprovider",
      "the suite is what is running: one quick file of it"),
     ("docs/getting_started.md", "--trials 6 --study tiny", "--trials 2 --study tiny",
      "6 trials -> 2"),
-    ("docs/getting_started.md", "--full-size --max-steps 50", "--full-size --max-steps 5",
-     "50 full-size steps (2.6M rows) -> 5"),
     ("docs/searching.md", "--trials 4 --study clicks", "--trials 2 --study clicks",
      "4 trials -> 2"),
+    ("docs/searching.md", 'trials=2, study="from-python"', 'trials=1, study="from-python"',
+     "2 trials -> 1"),
     ("docs/own_loop.md", 'executor="local",', 'executor="local", trials=1,',
      "the space's 6 trials -> 1"),
+    ("docs/own_loop.md", "train(build_model(), PARAMS,",
+     'train(build_model(), {**PARAMS, "steps": 30},', "the pick's 150 steps -> 30"),
+    ("docs/getting_started.md", "--full-size --max-steps 50", "--full-size --max-steps 2",
+     "50 full-size steps (2.6M rows) -> 2"),
 ]
 NOT_RUN_REASONS = ("GPU", "cluster", "network")
 TIMEOUT = 900
