@@ -582,7 +582,7 @@ def search_cmd(
     ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
     trial_resources: list[str] | None = typer.Option(
         None, "--trial-resources", help="Custom Ray resources per trial, NAME=AMOUNT[,...]; "
-        "repeat to alternate trials between them (README: Running on a cluster)."),
+        "repeat to alternate trials between them (docs/clusters.md)."),
     tracking_uri: str | None = typer.Option(
         None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
     storage: str | None = typer.Option(
@@ -597,7 +597,7 @@ def search_cmd(
     text_column: str | None = typer.Option(None, help="Text column of --data (a text task)."),
     early_stop: bool | None = typer.Option(
         None, "--early-stop/--no-early-stop",
-        help="Stop trials that cannot reach the front (default on; see README)."),
+        help="Stop trials that cannot reach the front (default on; docs/searching.md)."),
     start_points: bool | None = typer.Option(
         None, "--start-points/--no-start-points",
         help="Train known-good configs first (default on; not with --sampler grid)."),

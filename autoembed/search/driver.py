@@ -115,7 +115,7 @@ def search(
     storage: the Optuna storage URL (default `<runs_dir>/optuna.db`; e.g.
     postgresql://user:pw@host/optuna for a team); trial_resources: Ray custom resources
     each trial asks for, "name=amount[,name=amount]"; several alternate, trial by trial
-    (README, "Running on a cluster"). executor: how trials run (default: Ray Tune;
+    (docs/clusters.md). executor: how trials run (default: Ray Tune;
     `search.executor.InProcessExecutor` runs them one by one in this process).
     """
     request = SearchRequest.parse(budget, space, **options)

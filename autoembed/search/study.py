@@ -1,9 +1,9 @@
 """The Optuna side of a search: storage, samplers, study metadata and crash recovery.
 
 One SQLite file per runs directory (`<runs-dir>/optuna.db`) by default, or any database
-Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see README, "Running on a
-cluster"); one study per `--study` name. Only the driver process calls these functions
-(DESIGN.md, who writes the stores).
+Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see docs/clusters.md);
+one study per `--study` name. Only the driver process calls these functions (DESIGN.md,
+who writes the stores).
 """
 
 from __future__ import annotations
