@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = ["C_GRID", "MAX_COLUMNS", "NAMES", "Baseline", "fit_baseline", "design_matrix"]
+__all__ = ["C_GRID", "MAX_COLUMNS", "NAMES", "Baseline", "fit_baseline", "design_matrix",
+           "positive_class"]
 
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # inverse L2 strength, ~3x apart (flights: 0.03)
 # One float64 weight per column and class: above this the regression is not a five-minute
@@ -59,6 +60,9 @@ class Baseline:
     c: float
     seconds: float
     columns: int
+    # ctr on data with a label column: which value is the positive class (what AUC ranks
+    # first), e.g. "clicked = 'yes'"; None where the data have none to name (synthetic)
+    positive: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,12 +72,13 @@ class Baseline:
         """The inverse of `to_dict` (a study's stored baseline)."""
         return cls(str(raw["name"]), str(raw["metric"]), float(raw["valid"]),
                    float(raw["test"]), float(raw["c"]), float(raw["seconds"]),
-                   int(raw["columns"]))
+                   int(raw["columns"]), raw.get("positive"))
 
     def describe(self) -> str:
         """One line: what it is and its scores."""
+        positive = f"; positive class {self.positive}" if self.positive else ""
         return (f"baseline ({self.name}, C={self.c:g}): validation {self.metric} "
-                f"{self.valid:.4f}, test {self.test:.4f} ({self.seconds:.1f} s)")
+                f"{self.valid:.4f}, test {self.test:.4f} ({self.seconds:.1f} s){positive}")
 
 
 def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray[Any]]:
@@ -147,7 +152,22 @@ def fit_baseline(dataset: Dataset, c_grid: tuple[float, ...] = C_GRID) -> Baseli
         c, valid, model = _choose_c(xtr, ytr, xva, yva, metric, c_grid)
         test = _score(model, xte, yte, metric)
     return Baseline(NAMES[task], metric, valid, test, c, time.perf_counter() - start,
-                    int(xtr.shape[1]))
+                    int(xtr.shape[1]), positive_class(dataset))
+
+
+def positive_class(dataset: Dataset) -> str | None:
+    """"LABEL = 'VALUE'": the label value a ctr data set's 1 stands for (the second of its
+    two classes, `data.tabular.binary_labels`), or None where the data have no label values
+    (synthetic data) or are not ctr."""
+    if dataset.task != "ctr":
+        return None
+    try:
+        labels = dataset.vocabulary.labels
+    except (AttributeError, NotImplementedError):
+        return None
+    if len(labels) != 2:
+        return None
+    return f"{dataset.spec.label} = {labels[1]!r}"
 
 
 def _choose_c(xtr: Any, ytr: np.ndarray, xva: Any, yva: np.ndarray, metric: str,

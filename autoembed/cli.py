@@ -100,7 +100,9 @@ def estimate(
     dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
     num_classes: int | None = typer.Option(None, help="Classes (text)."),
     grad_accum: int | None = typer.Option(None, help="Gradient accumulation steps."),
-    checkpointing: bool | None = typer.Option(None, "--checkpointing/--no-checkpointing"),
+    checkpointing: bool | None = typer.Option(
+        None, "--checkpointing/--no-checkpointing",
+        help="Gradient checkpointing of the tower (recomputed in backward)."),
     placement: str | None = typer.Option(None, help="device or host_cached."),
     cache_load_factor: float | None = typer.Option(
         None, help="host_cached: share of rows cached on the device, in (0, 1]."),
@@ -136,9 +138,16 @@ def estimate(
 @app.command("train")
 def train_cmd(
     config: Path = typer.Option(..., "--config", help="Config file (e.g. exported best.yaml)."),
+    full_size: bool = typer.Option(
+        False, "--full-size", help="Train the priced config on its full data (a search's "
+        "file otherwise reruns its trial as measured, on the data it trained on); prints "
+        "the estimated memory and time first."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print what would train (and, with --full-size, its "
+        "estimate), then stop."),
     data: str | None = typer.Option(None, help="Train on other data: a name or CSV/Parquet."),
     max_steps: int | None = typer.Option(
-        None, help="Optimizer steps (default: the exported file's train.max_steps, else 1000)."),
+        None, help="Optimizer steps (default: the file's train.max_steps, else 1000)."),
     epochs: int | None = typer.Option(None, help="Full passes over the train split."),
     out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
     device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
@@ -152,56 +161,67 @@ def train_cmd(
     """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from autoembed.config import load_config, resolved_tables
-    from autoembed.training import stored_steps, train
+    from autoembed.config import resolved_tables
+    from autoembed.training import plan_training, train
 
-    cfg = load_config(config)
-    stored = stored_steps(config) if max_steps is None and epochs is None else None
-    max_steps = stored or max_steps  # the search's best evaluation, when exported
-    hot_sets = None
-    if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
-        from autoembed.models.hot_cold import hot_sets_beside
-
-        hot_sets = hot_sets_beside(config)  # saved by export beside the config
-    _dir_arg(out, "--out")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: must be >= 1")
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
+    plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
+                         epochs=epochs)
+    hot_sets = None
+    if not plan.rerun and any(t.compression == "hot_cold" for t in resolved_tables(plan.config)):
+        from autoembed.models.hot_cold import hot_sets_beside
+
+        hot_sets = hot_sets_beside(config)  # saved by export beside the config
+    _dir_arg(out, "--out")
     con = _console(stderr=True)
-    if stored is not None and not as_json:
-        con.print(f"training {stored} steps: the step the search judged this config at "
-                  f"({config} train.max_steps; --max-steps or --epochs to change it)")
+    for line in plan.lines:
+        (print if dry_run else con.print)(line)
+    if dry_run:
+        return
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,
                   disable=as_json or not con.is_terminal) as prog:
-        task = prog.add_task("training", total=max_steps or (None if epochs else 1000))
+        task = prog.add_task("training", total=plan.max_steps or (None if epochs else 1000))
 
         def tick(step: int, total: int) -> None:
             prog.update(task, completed=step)
 
-        result = train(cfg, data=data, out_dir=out, max_steps=max_steps, epochs=epochs,
-                       device=device, checkpoint_every=checkpoint_every, resume=resume,
-                       on_step=tick, force=force, hot_sets=hot_sets)
+        result = train(plan.config, data=data, out_dir=out, max_steps=plan.max_steps,
+                       epochs=plan.epochs, device=device, checkpoint_every=checkpoint_every,
+                       resume=resume, on_step=tick, force=force, hot_sets=hot_sets,
+                       measure=plan.measure)
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:
-        out_con = _console()
-        if result.env.get("resumed_from"):
-            out_con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
-        out_con.print(f"status {result.status} after {result.steps} steps "
-                      f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
-        if result.test_quality is not None:
-            out_con.print("test " + ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items()))
-        if result.throughput:
-            out_con.print(f"throughput {result.throughput:,.0f} samples/s")
-        out_con.print(f"checkpoints and metrics in {out.resolve()}")
+        _render_training(result, plan.expect, out)
     if result.status != "complete":
         if result.error:
             print(f"autoembed: train {result.status}: {result.error}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILURE)
+
+
+def _render_training(result: Any, expect: Any, out: Path) -> None:
+    """`autoembed train`'s summary, with the trial's figures beside a rerun's."""
+    con = _console()
+    if result.env.get("resumed_from"):
+        con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
+    con.print(f"status {result.status} after {result.steps} steps "
+              f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
+    if result.valid_quality is not None:
+        con.print(f"validation {result.valid_quality:.4f}"
+                  + (f" (the trial's: {expect['quality']:.4f})" if "quality" in expect else ""))
+    if result.test_quality is not None:
+        con.print("test " + ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+                  + (f" (the trial's: {expect['test_quality']:.4f})"
+                     if "test_quality" in expect else ""))
+    if result.throughput:
+        con.print(f"throughput {result.throughput:,.0f} samples/s")
+    con.print(f"checkpoints and metrics in {out.resolve()}")
 
 
 @app.command()
@@ -291,7 +311,7 @@ def search_cmd(
     ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
     trial_resources: list[str] | None = typer.Option(
         None, "--trial-resources", help="Custom Ray resources per trial, NAME=AMOUNT[,...]; "
-        "repeat to alternate trials between them (README: Running on a cluster)."),
+        "repeat to alternate trials between them (docs/clusters.md)."),
     tracking_uri: str | None = typer.Option(
         None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
     storage: str | None = typer.Option(
@@ -306,7 +326,7 @@ def search_cmd(
     text_column: str | None = typer.Option(None, help="Text column of --data (a text task)."),
     early_stop: bool | None = typer.Option(
         None, "--early-stop/--no-early-stop",
-        help="Stop trials that cannot reach the front (default on; see README)."),
+        help="Stop trials that cannot reach the front (default on; docs/searching.md)."),
     start_points: bool | None = typer.Option(
         None, "--start-points/--no-start-points",
         help="Train known-good configs first (default on; not with --sampler grid)."),

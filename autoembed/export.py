@@ -9,9 +9,16 @@ Sources, in this order:
   the MLflow store (its `config.yaml` artifact);
 * `--run-id ID`: a trial run's `config.yaml` artifact in the MLflow store.
 
-The written file is `{config: ..., source: {...}, train: {max_steps: N}}` (YAML or JSON):
-`train` is the step the trial's quality was measured at (`autoembed train --config` trains
-that long unless told otherwise; absent when the source did not record it); the config
+The written file is `{config: ..., source: {...}, train: {max_steps: N}, trained_on: {...}}`
+(YAML or JSON): `config` is the priced config (full-size tables: what the budget was checked
+against); `train` is the step the trial's quality was measured at; `trained_on` says what
+the trial's figures were measured on: the config it trained (resolved on that data, whose
+spec it carries: a scaled-down stand-in of the priced tables in the built-in spaces), the
+run settings it was measured with, and `stand_in`. `autoembed train --config` reruns
+exactly that by default, so it reproduces the trial's figures (`training.plan_training`);
+`--full-size` trains `config` on its own data instead. `trained_on` is absent when the
+source did not record the trained config (a trial off the front, an older study: a note
+says so), `train` when it did not record the step. The config
 carries its `data` spec, and when the search's data have vocabulary maps
 (`<runs-dir>/<study>/vocab/`) they are copied to `vocab/` beside the file (named by the
 file's `vocab` key); a config with hot/cold tables gets its hot sets in `hot_sets.npz`
@@ -42,10 +49,20 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
+from autoembed.training import (
+    TRAIN_KEY,
+    TRAINED_ON_KEY,
+    trained_on,
+    training_of,
+)
 from autoembed.trial import config_from_flat, decode_csv_row
 
 __all__ = [
     "PICK_RULES",
+    "TRAINED_ON_KEY",
+    "trained_on",
+    "TRAIN_KEY",
+    "training_of",
     "FORMATS",
     "format_of",
     "Exported",
@@ -54,7 +71,6 @@ __all__ = [
     "export_config",
 ]
 
-TRAIN_KEY = "train"  # the exported file's training length, read by `autoembed train`
 # python: a module that rebuilds a search over the user's own model (autoembed.user.export)
 FORMATS = ("yaml", "json", "python")
 VOCAB_DIR = "vocab"
@@ -233,6 +249,7 @@ class _Chosen:
     data: Any = None  # pareto.json's data spec, for configs that lack one
     notes: tuple[str, ...] = ()
     params: Mapping[str, Any] | None = None  # the trial's Optuna params, where recorded
+    trained_on: Mapping[str, Any] | None = None  # the `trained_on` block (None: unknown)
 
 
 def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
@@ -335,13 +352,15 @@ def _choose_from_study(
             )
         m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"))
         return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
-                       vocab, data=data, params=m.get("params"))
+                       vocab, data=data, params=m.get("params"),
+                       trained_on=_member_trained_on(m, pareto))
     assert number is not None
     member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
         return _Chosen(dict(member["config"]), study, number, label,
                        member.get("metrics") or {}, vocab, data=data,
-                       params=member.get("params"))
+                       params=member.get("params"),
+                       trained_on=_member_trained_on(member, pareto))
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
@@ -373,15 +392,9 @@ def _choose_from_study(
 # ===================================================================== writing
 
 
-def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
-    """The file's `train` mapping: `max_steps`, the step of the evaluation the trial's
-    quality is of (`best_step`), so `autoembed train --config` reruns that trial; empty
-    when the source did not record it."""
-    step = metrics.get("best_step")
-    if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) \
-            or step < 1:
-        return {}
-    return {"max_steps": int(step)}
+def _member_trained_on(member: Mapping[str, Any], pareto: Mapping[str, Any]
+                       ) -> dict[str, Any] | None:
+    return trained_on(member.get("trained_config"), pareto.get("run"), pareto.get("stand_in"))
 
 
 def format_of(out: Path, fmt: str | None) -> str:
@@ -485,6 +498,12 @@ def export_config(
         length = training_of(chosen.metrics)
         if length:
             extra[TRAIN_KEY] = length
+        if chosen.trained_on is not None:
+            extra[TRAINED_ON_KEY] = dict(chosen.trained_on)
+        else:
+            notes.append(f"{where}: its record holds no trained config (only pareto.json's "
+                         "members carry one), so `autoembed train` trains the priced config "
+                         "at full size, not a rerun of the trial")
         if vocab_dst is not None:
             extra["vocab"] = VOCAB_DIR
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -521,7 +540,10 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any] | None:
     from autoembed.space import parse_space
     from autoembed.user.functions import FunctionRef
 
-    meta = studies.StoredStudy.open(runs, None, study, resume=True).meta
+    if not (runs / "optuna.db").is_file():
+        raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
+                          f"run `autoembed search --study {study} ...` first or pass --runs-dir")
+    meta = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study").meta
     if meta.get("kind") != "user":
         return None
     text = str(meta["space_text"])

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,18 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
-__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps"]
+__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY",
+           "TRAINED_ON_KEY", "MEASURE_KEYS", "training_of", "measured_with", "trained_on",
+           "TrainingPlan", "plan_training"]
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 1
+DEFAULT_STEPS = 1000  # a config that carries no training length
+TRAIN_KEY = "train"  # a config file's training length: {max_steps: N}
+TRAINED_ON_KEY = "trained_on"  # what a search trial's figures were measured on
+# The `RunSettings` fields that decide a trial's figures beyond its config and data (how many
+# validation and test batches were scored, torch's threads) or its timing (warm-up steps)
+MEASURE_KEYS = ("eval_every", "eval_batches", "test_batches", "warmup_steps", "threads")
 
 
 def _device_total(device: Any) -> tuple[int, str]:
@@ -206,15 +214,54 @@ def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) 
     return _restore(st, trainer) if _is_of(st, config) else 0
 
 
-def stored_steps(path: str | Path) -> int | None:
-    """The training length an exported config file carries (`train: {max_steps: N}`, the
-    step of the evaluation its trial was judged by); None when it has none. The config
-    itself is read by `config.load_config`; a malformed `train` entry is a ConfigError."""
-    from autoembed.config import safe_load_yaml
-    from autoembed.export import TRAIN_KEY
+def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
+    """A file's `train` mapping: `max_steps`, the step of the evaluation the trial's quality
+    is of (`best_step`), so `autoembed train --config` reruns that trial; empty when the
+    source did not record it."""
+    import math
 
-    raw = safe_load_yaml(Path(path).read_text(), str(path))
-    entry = raw.get(TRAIN_KEY) if isinstance(raw, dict) else None
+    step = metrics.get("best_step")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) \
+            or step < 1:
+        return {}
+    return {"max_steps": int(step)}
+
+
+def measured_with(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The MEASURE_KEYS of a search's trial run settings (`SearchPlan.run_settings()`), each
+    as the trials ran it (`RunSettings`'s default where the space sets none)."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(RunSettings)}
+    settings = RunSettings(**{k: v for k, v in run.items() if k in known})
+    return {k: getattr(settings, k) for k in MEASURE_KEYS}
+
+
+def trained_on(config: Any, run: Any, stand_in: Any) -> dict[str, Any] | None:
+    """The `trained_on` block of a search's best.yaml or an exported file: `config`, the
+    config the trial trained (resolved on the data it trained on, whose spec it carries);
+    `run`, the settings it was measured with (MEASURE_KEYS); `stand_in`, whether that data
+    was a scaled-down copy of the priced tables. None when the trained config is unknown."""
+    if not isinstance(config, Mapping):
+        return None
+    measure = {k: v for k, v in run.items() if k in MEASURE_KEYS} \
+        if isinstance(run, Mapping) else {}
+    return {"stand_in": bool(stand_in), "config": dict(config), "run": measure}
+
+
+def _read_file(path: str | Path) -> dict[str, Any]:
+    """A config file as plain data (the config itself is read by `config.load_config`)."""
+    from autoembed.config import safe_load_yaml
+
+    try:
+        raw = safe_load_yaml(Path(path).read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file '{path}' cannot be read: {e}") from None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _steps_of(raw: Mapping[str, Any], path: str | Path) -> int | None:
+    entry = raw.get(TRAIN_KEY)
     if entry is None:
         return None
     steps = entry.get("max_steps") if isinstance(entry, dict) else None
@@ -222,6 +269,124 @@ def stored_steps(path: str | Path) -> int | None:
         raise ConfigError(f"'{path}': {TRAIN_KEY} = {entry!r} must be {{max_steps: N}} with N "
                           "an integer >= 1; fix it, or pass --max-steps / --epochs")
     return steps
+
+
+def stored_steps(path: str | Path) -> int | None:
+    """The training length an exported config file carries (`train: {max_steps: N}`, the
+    step of the evaluation its trial was judged by); None when it has none. The config
+    itself is read by `config.load_config`; a malformed `train` entry is a ConfigError."""
+    return _steps_of(_read_file(path), path)
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What `autoembed train --config FILE` trains (`plan_training`): `config` on its own
+    data spec (or `data`) for `max_steps` or `epochs`, measured with `measure` (RunSettings
+    fields; empty: `train`'s own), `lines` to say before it starts, and `expect`, the
+    source trial's figures that a rerun reproduces (empty when it is not a rerun)."""
+
+    config: EmbeddingConfig
+    max_steps: int | None
+    epochs: int | None
+    measure: Mapping[str, Any] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+    expect: Mapping[str, float] = field(default_factory=dict)
+    rerun: bool = False
+
+
+def _source(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """("trial N of study 'S'", its metrics) from an exported file's `source` or a search's
+    best.yaml `search` block."""
+    src = raw.get("source") if isinstance(raw.get("source"), Mapping) else raw.get("search")
+    src = src if isinstance(src, Mapping) else {}
+    metrics = src.get("metrics")
+    what = f"trial {src.get('trial')} of study '{src.get('study')}'" if src else "the config"
+    return what, dict(metrics) if isinstance(metrics, Mapping) else {}
+
+
+def _data_words(spec: Mapping[str, Any] | None, tables: Any) -> str:
+    name = (spec or {}).get("name", "its data")
+    rows = sum(t.vocab_size for t in tables)
+    return f"{name}, {rows:,} table rows"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mapping[str, Any],
+                     stand_in: bool) -> tuple[str, ...]:
+    """What training the priced config at full size costs: the analytic estimate, and the
+    time `steps` take at the trial's measured throughput."""
+    from autoembed.budget import format_bytes
+    from autoembed.memory import estimate
+
+    est = estimate(config)
+    lines = [f"full size: the priced config on {_data_words(config.data, config.tables)}: "
+             f"estimated device_total {format_bytes(est.device_total)} (allocated_peak "
+             f"{format_bytes(est.allocated_peak)}, parameters {format_bytes(est.parameters)})"]
+    thr = metrics.get("throughput")
+    if steps and isinstance(thr, (int, float)) and thr > 0:
+        samples = steps * config.batch_size * config.grad_accum_steps
+        lines.append(f"about {_duration(samples / thr)} for {steps:,} steps at the trial's "
+                     f"{thr:,.0f} samples/s" + (", measured on its stand-in (full-size tables "
+                                                "usually train slower)" if stand_in else ""))
+    return tuple(lines)
+
+
+def plan_training(
+    path: str | Path, *, full_size: bool = False, data: Any = None,
+    max_steps: int | None = None, epochs: int | None = None,
+) -> TrainingPlan:
+    """What `autoembed train --config path` trains.
+
+    A file a search wrote (runs/<study>/best.yaml, or `autoembed export`'s) carries
+    `trained_on`: by default the trial is rerun exactly as it was measured (the config it
+    trained, on its data, with its settings, for `train.max_steps`), so the figures are the
+    trial's. `full_size` (or `data`, or a file without `trained_on`) trains the file's
+    `config` (the priced one: full-size tables) on its own data spec (or `data`), with
+    `train`'s settings; under `full_size` the lines say what that costs first.
+    `max_steps` / `epochs` change the length either way."""
+    from autoembed.config import config_from_dict, load_config
+
+    if max_steps is not None and epochs is not None:
+        raise ConfigError("give either --max-steps or --epochs, not both")
+    config = load_config(path)  # first: its messages for a missing or broken file
+    raw = _read_file(path)
+    stored = _steps_of(raw, path)
+    steps = max_steps if max_steps is not None or epochs is not None else stored
+    what, metrics = _source(raw)
+    block = raw.get(TRAINED_ON_KEY)
+    lines: list[str] = []
+    if isinstance(block, Mapping) and isinstance(block.get("config"), Mapping) \
+            and not full_size and data is None:
+        cfg = config_from_dict(block["config"], f"{path}: {TRAINED_ON_KEY}.config")
+        kind = "a scaled-down stand-in of the priced tables" if block.get("stand_in") \
+            else "the priced data"
+        length = f"{epochs} epochs" if epochs else f"{steps or DEFAULT_STEPS} steps"
+        lines.append(f"rerunning {what} as it was measured: its trained config on "
+                     f"{_data_words(cfg.data, cfg.tables)} ({kind}), {length}; "
+                     "--full-size trains the priced config on the full data instead")
+        expect = {k: float(metrics[k]) for k in ("quality", "test_quality")
+                  if isinstance(metrics.get(k), (int, float))} if steps == stored else {}
+        return TrainingPlan(cfg, steps, epochs, dict(block.get("run") or {}), tuple(lines),
+                            expect, rerun=True)
+    if full_size:
+        if not isinstance(block, Mapping):
+            lines.append(f"{path} has no {TRAINED_ON_KEY}: its config is what trains anyway")
+        lines.extend(_full_size_lines(
+            config, None if epochs is not None else steps or DEFAULT_STEPS, metrics,
+            isinstance(block, Mapping) and bool(block.get("stand_in"))))
+    elif isinstance(block, Mapping) and data is not None:
+        lines.append(f"--data: the priced config on {data}, not a rerun of {what}")
+    if stored is not None and steps == stored and not lines:
+        lines.append(f"training {stored} steps: the step the search judged this config at "
+                     f"({path} {TRAIN_KEY}.max_steps; --max-steps or --epochs to change it)")
+    return TrainingPlan(config, steps, epochs, {}, tuple(lines))
 
 
 def train(
@@ -238,8 +403,13 @@ def train(
     on_step: Callable[[int, int], None] | None = None,
     force: bool = False,
     hot_sets: Mapping[str, Any] | None = None,
+    measure: Mapping[str, Any] | None = None,
 ) -> TrialResult:
     """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
+
+    `measure`: RunSettings fields (MEASURE_KEYS) a search trial was measured with, so a
+    rerun scores the same validation and test batches on the same threads; by default the
+    validation figure is of 50 batches and the test figure of the whole test split.
 
     `on_step(step, total)` reports progress (total is None when training by epochs).
     Raises ConfigError, before training, if `out_dir` holds a finished result of another
@@ -263,7 +433,7 @@ def train(
     if max_steps is not None and epochs is not None:
         raise ConfigError("give either --max-steps or --epochs, not both")
     if max_steps is None and epochs is None:
-        max_steps = 1000
+        max_steps = DEFAULT_STEPS
     dataset = load_dataset(data) if isinstance(data, DataSpec) else data
     cfg = resolve_for_data(config, dataset)
     check_fits_device(cfg, device)
@@ -283,13 +453,16 @@ def train(
         if on_step is not None:
             on_step(step, total or 0)
 
+    m = {k: v for k, v in (measure or {}).items() if k in MEASURE_KEYS}
     settings = RunSettings(
         max_steps=max_steps or 1,
         epochs=epochs,
         device=device,
-        eval_every=eval_every or max(1, (max_steps or 1000) // 10),
-        test_batches=None,
-        eval_batches=50,
+        eval_every=eval_every or m.get("eval_every") or max(1, (max_steps or 1000) // 10),
+        test_batches=m.get("test_batches"),  # None: the whole test split
+        eval_batches=m.get("eval_batches", 50),
+        warmup_steps=m.get("warmup_steps", RunSettings.warmup_steps),
+        threads=m.get("threads"),
     )
     if epochs is not None:
         settings = replace(settings, max_steps=10**12)

@@ -256,7 +256,8 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
 
 
 def encode_member(row: TrialRow) -> dict[str, Any]:
-    """A front member as pareto.json holds it (export reads `trial`, `config`, `metrics`)."""
+    """A front member as pareto.json holds it (export reads `trial`, `config`, `metrics`,
+    `trained_config`)."""
     return {
         "trial": row.number,
         "config": row.config.to_dict(),
@@ -267,6 +268,9 @@ def encode_member(row: TrialRow) -> dict[str, Any]:
                                     else row.result.measured_allocated_peak),
         "params": dict(row.params),
         "ray_trial_id": row.ray_trial_id,
+        # the config the trial trained, resolved on its data (a stand-in's, in the built-in
+        # spaces): what `autoembed train` reruns (export's `trained_on`)
+        "trained_config": None if row.result is None else row.result.config.to_dict(),
     }
 
 

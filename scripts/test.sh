@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up (once) and run the whole test suite.
+# Set up (once) and run the whole test suite; arguments go to pytest (a path runs only
+# that: bash scripts/test.sh tests/test_budget.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-AUTOEMBED_EXTRAS=${AUTOEMBED_EXTRAS:-dev,datasets,team,transformers} bash scripts/setup.sh
-exec .venv/bin/python -m pytest tests "$@"
+AUTOEMBED_EXTRAS=${AUTOEMBED_EXTRAS:-dev,datasets,team,transformers,docs} bash scripts/setup.sh
+# no path given: pytest runs pyproject.toml's testpaths (tests/)
+exec .venv/bin/python -m pytest "$@"

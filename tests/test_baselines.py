@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoembed.baselines import C_GRID, MAX_COLUMNS, fit_baseline
+from autoembed.baselines import C_GRID, MAX_COLUMNS, Baseline, fit_baseline
 from autoembed.data import DataSpec, load_dataset
 from autoembed.errors import ConfigError
 
@@ -140,3 +140,28 @@ def test_the_fits_run_on_one_blas_thread(tmp_path: Path, monkeypatch: pytest.Mon
     fit_baseline(load_dataset(DataSpec(str(path), label="y", categorical=("user", "item"))))
     assert len(seen) == len(C_GRID) and all(seen)
     assert all(n == 1 for threads in seen for n in threads.values())
+
+
+def test_binary_label_names_its_positive_class(tmp_path: Path) -> None:
+    """A CSV label of yes/no: the baseline's line says which value AUC ranks as positive
+    (it used to be said only in vocab.json). Checked against the file: the rows labelled 1
+    are exactly as many as its 'yes' rows (a minority here, so the other mapping differs)."""
+    from autoembed.baselines import positive_class
+
+    rng = np.random.default_rng(0)
+    n = 800
+    user = rng.integers(0, 30, n)
+    clicked = np.where(rng.random(n) < 0.1 + 0.3 * (user % 2), "yes", "no")
+    path = tmp_path / "clicks.csv"
+    pd.DataFrame({"user": user.astype(str), "clicked": clicked}).to_csv(path, index=False)
+    ds = load_dataset(DataSpec(name=str(path), label="clicked", categorical=("user",)))
+    ones = sum(float(b.labels.sum()) for split in ("train", "valid", "test")
+               for b in ds.batches(split, 256, shuffle=False))
+    assert ones == (clicked == "yes").sum() < n / 2
+    assert positive_class(ds) == "clicked = 'yes'"
+    base = fit_baseline(ds)
+    assert base.positive == "clicked = 'yes'"
+    assert "positive class clicked = 'yes'" in base.describe()
+    assert Baseline.from_dict(base.to_dict()) == base
+    old = {k: v for k, v in base.to_dict().items() if k != "positive"}  # a study stored before
+    assert Baseline.from_dict(old).positive is None

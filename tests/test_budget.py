@@ -122,9 +122,8 @@ def test_a_host_budget_is_a_size_not_a_share_of_the_gpu() -> None:
 def test_admits_is_the_one_does_it_fit(need: int, fits: bool) -> None:
     """Equal fits, one byte over does not: the budget, an estimate judged against it and
     the search's budget rule all say so (they all ask `Budget.admits`)."""
-    from autoembed.pipeline.feasibility import budget_rule
-
     from autoembed.memory.types import MemoryEstimate
+    from autoembed.pipeline.feasibility import budget_rule
 
     b = Budget.of(1000)
     assert b.admits(need) is fits

@@ -1,8 +1,8 @@
-"""README's "Running on a cluster", followed as written on one machine: a real PostgreSQL
+"""docs/clusters.md, followed as written on one machine: a real PostgreSQL
 server and a real two-node Ray cluster on 127.0.0.1, a search whose trials are placed on
 both nodes by custom resources, then every process stopped by PID.
 
-The README's commands are run as they are, with its placeholders set, and these documented
+The page's commands are run as they are, with its placeholders set, and these documented
 substitutions only (two nodes on one host, a shared machine): `sudo -u postgres` becomes
 `runuser -u postgres --` against the server this test starts; `apt-get install` is left to
 .ci/run; each `ray start` gets its own temporary directory and ports and one CPU; `ray stop`
@@ -31,24 +31,21 @@ from _user_code import BAG_MODEL
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADING = "## Running on a cluster"
+PAGE = ROOT / "docs" / "clusters.md"
 
 
 def readme_commands(text: str) -> list[str]:
-    """The shell commands of the section's ```bash blocks, continuation lines joined."""
-    start = text.index(HEADING)
-    end = text.find("\n## ", start + len(HEADING))
-    section = text[start:end if end > 0 else len(text)]
+    """The shell commands of the page's ```bash blocks, continuation lines joined."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for cmd in re.sub(r"\\\n\s*", "", block).splitlines():
             if cmd.strip() and not cmd.lstrip().startswith("#"):
                 commands.append(cmd.strip())
     return commands
 
 
-def test_readme_section_has_the_commands_this_test_follows() -> None:
-    cmds = readme_commands((ROOT / "README.md").read_text())
+def test_page_has_the_commands_this_test_follows() -> None:
+    cmds = readme_commands(PAGE.read_text())
     kinds = [c.split()[0] for c in cmds]
     assert kinds.count("ray") == 3 and kinds.count("autoembed") == 1, cmds
     assert "sudo" in kinds and "export" in kinds and cmds[-1] == "ray stop"
@@ -102,7 +99,7 @@ def test_cluster_search_as_the_readme_says(pg: PostgresServer, tmp_path: Path) -
     nodes: list[Node] = []
     search: subprocess.CompletedProcess[str] | None = None
     try:
-        for cmd in readme_commands((ROOT / "README.md").read_text()):
+        for cmd in readme_commands(PAGE.read_text()):
             word = shlex.split(cmd)[0]
             if cmd.startswith("apt-get install"):
                 continue  # .ci/run installs PostgreSQL; need_postgres() found it
@@ -134,7 +131,7 @@ def test_cluster_search_as_the_readme_says(pg: PostgresServer, tmp_path: Path) -
                 for n in nodes:
                     assert stop_session(n.sid), f"node {n.temp_dir} had no process"
             else:
-                raise AssertionError(f"README command this test does not know: {cmd}")
+                raise AssertionError(f"clusters.md command this test does not know: {cmd}")
     finally:
         for n in nodes:
             stop_session(n.sid, grace_s=5)

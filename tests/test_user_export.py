@@ -70,3 +70,25 @@ def test_build_model_rebuilds_the_applied_model(written) -> None:
         autoembed.TableConfig("embedding", 100_000, dim=16),)), out.parent / "best.yaml")
     model = load(out, "best_model_b").build_model()
     assert sum(p.numel() for p in model.parameters()) == 100_000 * 16 + 16 * 4 + 4
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_missing_study_names_only_the_flags_given(
+        with_store: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --study text --format python` of a study that was never made names --study
+    (it used to say "--resume: ...", a flag the user never gave), and creates nothing."""
+    from autoembed.cli import main
+
+    runs = tmp_path / "runs"
+    if with_store:  # a store exists (another search ran there), but not this study
+        from autoembed.pipeline.study import open_storage
+
+        open_storage(runs)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    argv = ["export", "--study", "text", "--format", "python", "--out",
+            str(tmp_path / "best_model.py"), "--runs-dir", str(runs)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--study" in err and "text" in err and "--resume" not in err, err
+    assert "\n" not in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -73,3 +73,67 @@ def test_runs_as_a_user_would_from_the_repo() -> None:
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Per module" in r.stdout and "fits the budget" in r.stdout
+
+
+TWO_TOWER = '''
+import torch
+from torch import nn
+
+
+class TwoTower(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.user = nn.Embedding(5000, 16)
+        self.item = nn.Embedding(3000, 16)
+
+    def forward(self, users, items):
+        return (self.user(users) * self.item(items)).sum(-1).sigmoid().mean()
+
+
+def build():
+    return TwoTower()
+
+
+def example():
+    return (torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long))
+'''
+
+
+def _by_hand(users: int, items: int, dim: int) -> int:
+    return (users + items) * dim * 4  # the two fp32 tables' parameter bytes, by hand
+
+
+@pytest.mark.parametrize("spec", ["./twotower.py", "twotower.py", "sub/twotower.py",
+                                  "pkg/twotower.py"])
+def test_model_from_a_file_path(spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model ./twotower.py:build`, a path as many users write it, works as
+    `pkg.module:name` does (it used to be a TypeError about relative imports); a file in a
+    package is imported under its package's name."""
+    target = tmp_path / spec.removeprefix("./")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(TWO_TOWER)
+    if spec.startswith("pkg/"):
+        (tmp_path / "pkg" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the loader adds to it
+    assert main(["estimate", "--model", f"{spec}:build", "--example", f"{spec}:example",
+                 "--json"]) == 0, capsys.readouterr().err
+    d = json.loads(capsys.readouterr().out)
+    assert d["parameters"] == _by_hand(5000, 3000, 16)
+    if spec.startswith("pkg/"):
+        assert "pkg.twotower" in __import__("sys").modules
+
+
+@pytest.mark.parametrize(("spec", "text"), [
+    ("./nothere.py:build", "there is no file './nothere.py'"),
+    ("./notes.txt:build", "is not a .py file"),
+])
+def test_bad_file_path_one_line(spec: str, text: str, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert main(["estimate", "--model", spec, "--example", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert text in err and "\n" not in err and "relative import" not in err, err

@@ -242,9 +242,14 @@ class BuiltinWorkload:
         return self.data.priced(self.space.config_for(self.space.values_from_optuna(params)))
 
     # ------------------------------------------------------------------ the report
-    def context(self) -> dict[str, Any]:
+    def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
+        """`run`: what each trial was measured with (`training.measured_with`), which
+        export's `trained_on` block carries."""
+        from autoembed.training import measured_with
+
         return {"data": self.data.spec.to_dict(), "trained_on": self.data.train_spec.to_dict(),
                 "stand_in": self.stand_in,
+                "run": measured_with({**self.run, "threads": placement.get("threads")}),
                 "baseline": None if self.baseline is None else self.baseline.to_dict()}
 
     def noise(self, candidates: Sequence[TrialRow],
@@ -256,8 +261,17 @@ class BuiltinWorkload:
         batches = self.space.run.get("eval_batches", RunSettings.eval_batches)
         return measure_noise(candidates, data, batches, scores)
 
-    def best_record(self, row: TrialRow) -> dict[str, Any]:
-        return {"config": row.config.to_dict()}
+    def best_record(self, row: TrialRow, context: Mapping[str, Any]) -> dict[str, Any]:
+        """The priced config, and what the trial trained and was measured with
+        (`trained_on`: what `autoembed train --config best.yaml` reruns)."""
+        from autoembed.training import TRAINED_ON_KEY, trained_on
+
+        record: dict[str, Any] = {"config": row.config.to_dict()}
+        block = trained_on(None if row.result is None else row.result.config.to_dict(),
+                           context.get("run"), context.get("stand_in"))
+        if block is not None:
+            record[TRAINED_ON_KEY] = block
+        return record
 
     def searched(self, row: TrialRow) -> dict[str, Any]:
         names = [str(k).split("/")[0] for k in row.params]

@@ -271,7 +271,8 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
     """pareto.json's fields about the search rather than its trials."""
     return {
         "trainables_started": engine.trainables_started, "space": plan.space.source,
-        "workload": plan.workload.kind, **plan.workload.context(),
+        "workload": plan.workload.kind,
+        **plan.workload.context({"device": plan.device, "threads": plan.threads}),
         "sampler": plan.sampler, "seed": plan.seed,
         "early_stop": plan.early_stop, "device": plan.device, "workers": plan.workers,
         "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),

@@ -33,7 +33,8 @@ from autoembed.trial import (
 )
 
 __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_best_yaml",
-           "write_pareto_png", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
+           "write_pareto_png", "pareto_figure", "label_points", "member_dict",
+           "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
 
 
@@ -81,10 +82,10 @@ def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
 def write_best_yaml(row: TrialRow, path: Path, body: Mapping[str, Any]) -> Path:
     """The pick's record `body` (`config`, and what the workload adds: the params a user's
     functions receive; `search`: the search's figures), with the training length its
-    trial was judged at (`export.training_of`: what `autoembed train --config` reruns)."""
+    trial was judged at (`training.training_of`: what `autoembed train --config` reruns)."""
     import yaml
 
-    from autoembed.export import TRAIN_KEY, training_of
+    from autoembed.training import TRAIN_KEY, training_of
 
     length = training_of(row.metrics)
     out = {**body, **({TRAIN_KEY: length} if length else {})}
@@ -102,11 +103,63 @@ def _axis(name: str, v: float | None) -> float:
     return v / 1e9 if name == "memory" else v
 
 
-def write_pareto_png(
+def _axis_scale(ax: Any, name: str, axis: str) -> None:
+    """Memory spans kB to GB across a front: a log axis keeps the small members apart."""
+    if name == "memory":
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+# Where a front member's number may go, in points from its marker: nearest first, then
+# further out in eight directions (a label moved away gets a thin line to its marker).
+_LABEL_OFFSETS = [(3, 3)] + [(round(r * dx), round(r * dy)) for r in (10, 18, 28, 40, 55, 75)
+                             for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0),
+                                            (-1, 0), (0, 1), (0, -1))]
+
+
+def label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> list[Any]:
+    """Annotate each (x, y, text) with no two labels overlapping: points within a few pixels
+    of each other share one label ("3, 7"), and each label takes the first offset in
+    `_LABEL_OFFSETS` whose box overlaps no label placed before it (none free: the group's
+    text joins the nearest placed label's). Returns the annotations."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    groups: list[tuple[float, float, list[str], Any]] = []  # x, y, texts, display xy
+    for x, y, text in points:
+        if not (math.isfinite(x) and math.isfinite(y)):
+            continue
+        disp = ax.transData.transform((x, y))
+        near = next((g for g in groups if abs(g[3][0] - disp[0]) < 6
+                     and abs(g[3][1] - disp[1]) < 6), None)
+        if near is None:
+            groups.append((x, y, [text], disp))
+        else:
+            near[2].append(text)
+    placed: list[tuple[Any, Any]] = []  # (annotation, its box in display pixels)
+    for x, y, texts, disp in groups:
+        label = ", ".join(texts)
+        for dx, dy in _LABEL_OFFSETS:
+            ann = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points",
+                              fontsize=7, arrowprops=None if (dx, dy) == (3, 3) else
+                              {"arrowstyle": "-", "lw": 0.4, "color": "0.5"})
+            box = ann.get_window_extent(renderer)
+            if not any(box.overlaps(b) for _, b in placed):
+                placed.append((ann, box))
+                break
+            ann.remove()
+        else:  # crowded out everywhere: join the nearest label
+            ann, box = min(placed, key=lambda p: (p[1].x0 - disp[0]) ** 2
+                           + (p[1].y0 - disp[1]) ** 2)
+            ann.set_text(f"{ann.get_text()}, {label}")
+            placed[[a for a, _ in placed].index(ann)] = (ann, ann.get_window_extent(renderer))
+    return [a for a, _ in placed]
+
+
+def pareto_figure(
     rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
-    objectives: Sequence[tuple[str, str]], path: Path, title: str,
-    budget_bytes: int | None = None,
-) -> Path:
+    objectives: Sequence[tuple[str, str]], title: str, budget_bytes: int | None = None,
+) -> Any:
+    """The front in objective space as a matplotlib Figure: one panel per pair of
+    objectives (at most 6), memory on a log axis, front members numbered."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,15 +179,14 @@ def write_pareto_png(
             return ([_axis(x, r.metrics.get(x)) for r in rs],
                     [_axis(y, r.metrics.get(y)) for r in rs])
 
+        _axis_scale(ax, x, "x")
+        _axis_scale(ax, y, "y")
         others = [r for r in done if r.number not in front_ids]
         ax.scatter(*xy(others), s=18, c="0.65", label="complete")
         if pruned and x != "throughput" and y != "throughput":
             ax.scatter(*xy(pruned), s=14, marker="x", c="0.8", label="pruned")
         fr = sorted(front, key=lambda r: _axis(x, r.metrics.get(x)))
         ax.scatter(*xy(fr), s=36, c="tab:blue", label="Pareto front (all objectives)")
-        for r in fr:
-            ax.annotate(str(r.number), (_axis(x, r.metrics.get(x)), _axis(y, r.metrics.get(y))),
-                        fontsize=7, xytext=(3, 3), textcoords="offset points")
         if best is not None:
             ax.scatter(*xy([best]), s=140, marker="*", c="tab:red", label=f"best (trial "
                        f"{best.number})")
@@ -149,6 +201,23 @@ def write_pareto_png(
     axes.flat[0].legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    fig.canvas.draw()  # the layout and the axes' limits fixed: labels placed in final pixels
+    for ax, (x, y) in zip(axes.flat, pairs, strict=False):
+        xs, ys = ([_axis(n, r.metrics.get(n)) for r in front] for n in (x, y))
+        label_points(ax, [(a, b, str(r.number)) for a, b, r in zip(xs, ys, front,
+                                                                      strict=True)])
+    return fig
+
+
+def write_pareto_png(
+    rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
+    objectives: Sequence[tuple[str, str]], path: Path, title: str,
+    budget_bytes: int | None = None,
+) -> Path:
+    """`pareto_figure` saved as a PNG, atomically."""
+    import matplotlib.pyplot as plt
+
+    fig = pareto_figure(rows, front, best, objectives, title, budget_bytes)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
     os.close(fd)

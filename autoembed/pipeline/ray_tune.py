@@ -333,15 +333,14 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ConfigError(
                 f"a node of the Ray cluster cannot run a Python task ({first[:200]}); give "
-                "every node the driver's Python and packages (README, Running on a cluster)"
+                "every node the driver's Python and packages (docs/clusters.md)"
             ) from None
         problems = node_problems(versions(packages), found)
         if problems:
             raise ConfigError(
                 f"the Ray cluster's nodes lack what trials need: {'; '.join(problems)}; "
                 "install the driver's environment on every node (pip install "
-                "'autoembed[team,datasets]' of the same version; README, Running on a "
-                "cluster)")
+                "'autoembed[team,datasets]' of the same version; docs/clusters.md)")
 
 
 NODE_CHECK_S = 120.0  # a worker process starts in seconds; a loaded node may take longer

@@ -137,7 +137,7 @@ class SearchReport:
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
-                 "stop_reason", "workload", "space", "data", "trained_on", "stand_in",
+                 "stop_reason", "workload", "space", "data", "trained_on", "stand_in", "run",
                  "functions", "sampler", "seed",
                  "early_stop", "device", "workers", "concurrency", "threads", "cpus",
                  "versions", "recovered", "wall_seconds", "finished_at")
@@ -154,7 +154,8 @@ class SearchReport:
     # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,
-              best_record: Callable[[TrialRow], Mapping[str, Any]] | None = None,
+              best_record: Callable[[TrialRow, Mapping[str, Any]], Mapping[str, Any]]
+              | None = None,
               ) -> dict[str, Path]:
         """Write the files (pareto.json last) and return them by name. No front: only
         trials.csv is written. `vocab(path)` saves the data's vocabulary (optional);
@@ -181,7 +182,8 @@ class SearchReport:
             "metrics": dict(self.best.metrics),
             **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
         }
-        record = (best_record or (lambda r: {"config": r.config.to_dict()}))(self.best)
+        record = (best_record or (lambda r, c: {"config": r.config.to_dict()}))(
+            self.best, context)
         files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml",
                                                      {**record, "search": search_info})
         if vocab is not None:

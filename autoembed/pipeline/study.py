@@ -1,9 +1,9 @@
 """The Optuna side of a search: storage, samplers, study metadata and crash recovery.
 
 One SQLite file per runs directory (`<runs-dir>/optuna.db`) by default, or any database
-Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see README, "Running on a
-cluster"); one study per `--study` name. Only the driver process calls these functions
-(DESIGN.md, who writes the stores).
+Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see docs/clusters.md);
+one study per `--study` name. Only the driver process calls these functions (DESIGN.md,
+who writes the stores).
 """
 
 from __future__ import annotations
@@ -273,9 +273,11 @@ class StoredStudy:
     meta: dict[str, Any]
 
     @classmethod
-    def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool) -> StoredStudy:
+    def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool,
+             flag: str = "--resume") -> StoredStudy:
         """Open the storage; refuse a new search of an existing study, and a `resume` of
-        a study that does not exist."""
+        a study that does not exist (the message names `flag`, the option the user gave
+        that needs the study)."""
         where = storage_label(runs_dir, url)
         storage = open_storage(runs_dir, url)
         existing = find_study(storage, name)
@@ -289,7 +291,7 @@ class StoredStudy:
         if resume and existing is None:
             known = sorted(s.study_name for s in storage.get_all_studies())
             raise ConfigError(
-                f"--resume: there is no study '{name}' in {where}"
+                f"{flag}: there is no study '{name}' in {where}"
                 + (f" (studies there: {', '.join(known)})" if known else ""))
         return cls(storage, name, where, existing, meta)
 

@@ -183,7 +183,8 @@ class UserWorkload:
         return None
 
     # ------------------------------------------------------------------ the report
-    def context(self) -> dict[str, Any]:
+    def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
+        del placement
         return {"functions": {r: ref.spec for r, ref in self.records.items()}}
 
     def noise(self, candidates: Sequence[TrialRow],
@@ -191,7 +192,8 @@ class UserWorkload:
         del candidates, scores
         return None  # the user's loop reports a quality, not the predictions it is of
 
-    def best_record(self, row: TrialRow) -> dict[str, Any]:
+    def best_record(self, row: TrialRow, context: Mapping[str, Any]) -> dict[str, Any]:
+        del context
         return user_record(self.space, row.config, row.params)
 
     def searched(self, row: TrialRow) -> dict[str, Any]:

@@ -142,15 +142,17 @@ class Workload(Protocol):
         """The priced config of a trial's stored Optuna params, where it is cheap to rebuild
         (a recovered trial's row); None otherwise."""
 
-    def context(self) -> dict[str, Any]:
-        """The workload's fields of pareto.json (data, trained_on, stand_in, ...)."""
+    def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
+        """The workload's fields of pareto.json (data, trained_on, stand_in, ...);
+        `placement`: how each trial ran (device, threads)."""
 
     def noise(self, candidates: Sequence[TrialRow],
               scores: Mapping[int, ValidScores]) -> NoiseMeasure | None:
         """The within-noise pick's noise among `candidates` (None: not measurable)."""
 
-    def best_record(self, row: TrialRow) -> dict[str, Any]:
-        """What best.yaml holds for the pick (`config`, and the workload's own keys)."""
+    def best_record(self, row: TrialRow, context: Mapping[str, Any]) -> dict[str, Any]:
+        """What best.yaml holds for the pick (`config`, and the workload's own keys);
+        `context`: pareto.json's fields about the search."""
 
     def searched(self, row: TrialRow) -> dict[str, Any]:
         """The values the search chose for a trial, by name (the front table)."""

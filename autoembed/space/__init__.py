@@ -1,7 +1,7 @@
 """Search spaces: a YAML file that says which `EmbeddingConfig` fields a search varies, over
 which values, on which data, for which objectives.
 
-Schema (README.md, "Search spaces"): top-level keys `data` (a DataSpec mapping), `stand_in`
+Schema (docs/search_spaces.md): top-level keys `data` (a DataSpec mapping), `stand_in`
 (train on scaled-down synthetic tables while pricing the full ones), `base` (fixed config
 fields), `params` (searched fields), `objectives`, `target`, `run` (RunSettings fields) and
 `trials`. Loading validates everything; an error names the file, the key and the value.

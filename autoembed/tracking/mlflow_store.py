@@ -1,7 +1,7 @@
 """`SearchTracker` on MLflow: one experiment per study, one parent run per search, one nested
 run per trial. Imported only by `make_tracker` and export (importing MLflow costs seconds).
 
-Layout (README, "Inspecting searches in MLflow"):
+Layout (docs/mlflow.md):
 
 * experiment = the study name (tag `autoembed.study`); on the embedded store its artifacts
   live in `<runs-dir>/mlartifacts/<study>/`.

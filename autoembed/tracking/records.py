@@ -1,7 +1,7 @@
 """What one trial becomes in MLflow: params, metrics and tags as plain values.
 
 Pure functions (no MLflow import), so the mapping is testable alone and the MLflow store only
-ships what they return. Metric names (one place, documented in README):
+ships what they return. Metric names (one place, documented in docs/mlflow.md):
 
 * curve (by step): `valid_quality` and `valid_<metric>` for each validation evaluation;
 * final: `quality`, the search's objective (validation split, last step; the test figure

@@ -1,0 +1,137 @@
+"""The documentation: the site builds in strict mode (a broken link, anchor or reference is an
+error), its config and CLI references are generated from the code and miss nothing, the
+budget grammar it documents is the parser's, and README.md stays a short front door whose
+links resolve."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "_ext"))
+
+
+def _need_sphinx() -> None:
+    """The `docs` extra (scripts/test.sh installs it): skipped without it, except in CI."""
+    try:
+        import myst_parser  # noqa: F401
+        import sphinx  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip("the docs extra is not installed (pip install -e '.[docs]')")
+
+
+@pytest.mark.slow
+def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    _need_sphinx()
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "html",
+         str(DOCS), str(tmp_path / "html"), "-d", str(tmp_path / "doctrees")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    html = (tmp_path / "html" / "config.html").read_text()
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    for f in [*dataclasses.fields(EmbeddingConfig), *dataclasses.fields(TableConfig)]:
+        assert f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{f.name}" \
+            in html, f.name
+    assert "--full-size" in (tmp_path / "html" / "cli.html").read_text()
+
+
+def test_every_config_key_has_its_rule_and_meaning() -> None:
+    _need_sphinx()
+    import autoembed_docs
+
+    from autoembed.config import FIELD_RULES, EmbeddingConfig, TableConfig
+
+    for which, cls in (("config", EmbeddingConfig), ("table", TableConfig)):
+        rows = autoembed_docs.config_rows(which)[2:]
+        assert [r.split("`")[1] for r in rows] == [f.name for f in dataclasses.fields(cls)]
+    lr = next(r for r in autoembed_docs.config_rows("config") if r.startswith("| `lr` "))
+    assert FIELD_RULES["lr"].text.removeprefix("must be ") in lr
+
+
+def test_an_undocumented_config_key_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_sphinx()
+    import autoembed_docs
+
+    real = autoembed_docs.key_meanings()
+    del real["config"]["cache_policy"]
+    monkeypatch.setattr(autoembed_docs, "key_meanings", lambda: real)
+    with pytest.raises(autoembed_docs.Undocumented, match="no meaning for cache_policy"):
+        autoembed_docs.config_rows("config")
+    real["table"]["colour"] = "not a key"
+    with pytest.raises(autoembed_docs.Undocumented, match="colour is not a TableConfig"):
+        autoembed_docs.config_rows("table")
+
+
+def test_every_cli_option_is_in_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_sphinx()
+    import autoembed_docs
+    import typer.main
+
+    from autoembed.cli import app
+
+    text = "\n".join(autoembed_docs.cli_lines())
+    group = typer.main.get_command(app)
+    for name, cmd in group.commands.items():  # type: ignore[attr-defined]
+        assert f"## `autoembed {name}`" in text
+        for p in cmd.params:
+            for opt in [*p.opts, *p.secondary_opts]:
+                assert f"`{opt}`" in text, (name, opt)
+    # an option without help fails the build
+    option = group.commands["ui"].params[0]  # type: ignore[attr-defined]
+    monkeypatch.setattr(option, "help", "")
+    monkeypatch.setattr(typer.main, "get_command", lambda _: group)
+    with pytest.raises(autoembed_docs.Undocumented, match="autoembed ui --port"):
+        autoembed_docs.cli_lines()
+
+
+def test_the_budget_grammar_table_is_the_parser() -> None:
+    """docs/memory_model.md's table of budgets: each row parsed by `Budget.parse` gives the
+    bytes it states (`80% of 24GiB`: with that device memory)."""
+    from autoembed.budget import Budget, parse_size
+
+    page = (DOCS / "memory_model.md").read_text()
+    rows = re.findall(r"^\| `([^`]+)`( of (\S+))? \| ([\d,]+) \|", page, flags=re.M)
+    assert {r[0] for r in rows} >= {"8GB", "8G", "8 gb", "8GiB", "80%"}
+    for text, _, device, stated in rows:
+        memory = parse_size(device) if device else None
+        assert Budget.parse(text, memory).bytes == int(stated.replace(",", "")), text
+
+
+def _links(text: str) -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def _anchors(md: str) -> set[str]:
+    """GitHub's heading anchors of a Markdown page (MyST's myst_heading_anchors match)."""
+    out = set()
+    for h in re.findall(r"^#{1,6} (.+)$", md, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        out.add(slug)
+    return out
+
+
+def test_readme_is_a_short_front_door_whose_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    assert "bash scripts/run.sh" in readme and "bash scripts/test.sh" in readme
+    for link in _links(readme):
+        if re.match(r"[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), link
+        if anchor:
+            assert anchor in _anchors(target.read_text()), link
+    assert "../shared" not in readme and "/work/" not in readme
