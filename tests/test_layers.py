@@ -39,9 +39,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
     ("autoembed.models.host_cache", "autoembed.memory.tracker"),
     # the built-in optimizer builder borrows the user step's (helper "step")
     ("autoembed.models.optim", "autoembed.user_model.step"),
-    # the exported file's format is read from export (helper "docs" moves it to training)
-    ("autoembed.pipeline.outputs", "autoembed.export"),
-    ("autoembed.training", "autoembed.export"),
 })
 
 
