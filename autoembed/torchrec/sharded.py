@@ -1,0 +1,230 @@
+"""Price every rank of a TorchRec plan: `estimate_sharded(model, example, topology, tables)`.
+
+The plan is TorchRec's (`plan.plan_model`: its planner under the tables' constraints). Each
+rank's step is priced in three parts, with the contract's figure names:
+
+* **Table shards and optimizer state** (persistent), per shard by formula (FBGEMM's fused
+  table kernel, `SplitTableBatchedEmbeddingBagsCodegen`, holds exactly these): weights
+  rows x cols x (4 fp32, 2 fp16); state per `OPTIMIZER_STATE` (fp32: SGD none, Adagrad one
+  value per weight, row-wise Adagrad one per row, Adam two per weight, partial row-wise Adam
+  one per weight and one per row, LAMB two per weight). `data_parallel` tables are whole on
+  every rank. Under UVM caching the table and its state are host memory (UVM) and the device
+  holds the cache: `cache_load_factor` x rows rounded up to FBGEMM's 32-way sets, each slot a
+  row of the weight's dtype plus two int64 (its set state and LRU/LFU state).
+* **The dense part** -- everything above the collections' pooled output: the traced
+  estimate (`estimate_model`) of the model with every table shrunk to one row, on this
+  rank's batch: dense parameters, their gradients (DDP's buckets hold the same bytes) and
+  optimizer state, activations, the collections' pooled output and its gradient.
+* **The sparse step's transients** (`_transients`): the ids this rank receives by the input
+  all-to-all (values int64, one length per sample and feature, from every rank), the lookup
+  output of its shards for the whole world's batch (fp32, [world x B, cols]) and, in the
+  backward, its gradient coming back; on CUDA also the backward's sort buffers (int64/int32
+  per id: unvalidated until a GPU runs `benchmarks/gpu_torchrec.py`).
+
+Beside each rank: TorchRec's own storage estimate for the same plan (the sum of the
+planner's `Shard.storage` on that rank: parameters, the optimizer state it reads from
+`_optimizer_classes`, its I/O terms) -- the optimizer given the same way (`apply`), so the
+comparison is fair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from autoembed.errors import ConfigError
+from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, round_block
+from autoembed.torchrec.estimate import batch_of, build_model, estimate_unsharded, example_ids
+from autoembed.torchrec.model import _rebuild, _set, apply, collections, table_infos
+from autoembed.torchrec.plan import PlannedTable, plan_model
+from autoembed.torchrec.settings import RankTopology, table_settings
+
+__all__ = ["RankEstimate", "ShardedEstimate", "estimate_sharded", "OPTIMIZER_STATE",
+           "shard_bytes", "CACHE_ASSOC"]
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2}
+# (fp32 values per weight, fp32 values per row) of FBGEMM's optimizer state
+OPTIMIZER_STATE = {None: (0, 0), "sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0, 1),
+                   "adam": (2, 0), "partial_rowwise_adam": (1, 1), "lamb": (2, 0)}
+CACHE_ASSOC = 32  # FBGEMM's UVM cache: 32-way set-associative
+INDEX_BYTES = 8  # KJT values (int64 ids)
+# CUDA backward of FBGEMM's TBE per id: linear indices, sorted copy (int64 each), infos and
+# sorted infos (int32 each), run-length and offsets (int32 each) -- unvalidated on a GPU
+CUDA_BACKWARD_PER_ID = 8 + 8 + 4 + 4 + 4 + 4
+
+
+def shard_bytes(rows: int, cols: int, data_type: str, optimizer: str | None) -> tuple[int, int]:
+    """(weight bytes, optimizer-state bytes) of one shard in FBGEMM's table kernel."""
+    per_weight, per_row = OPTIMIZER_STATE[optimizer]
+    return rows * cols * DTYPE_BYTES[data_type], 4 * (rows * cols * per_weight + rows * per_row)
+
+
+@dataclass(frozen=True)
+class RankEstimate:
+    """One rank's figures (bytes). `device_total` is checked against the rank's device
+    memory; `host_bytes` (UVM tables) against its host memory."""
+
+    rank: int
+    table_bytes: int  # shards' weights on the device
+    optimizer_state: int  # their fused optimizer's state on the device
+    cache_bytes: int  # UVM caches (rows + slot state)
+    host_bytes: int  # UVM tables and their state (host memory)
+    dense_peak: int  # the dense part's traced peak (its parameters, gradients, state, ...)
+    sparse_transient: int  # input ids, lookup output and its gradient
+    allocated_peak: int
+    reserved_peak: int
+    overhead: int
+    device_total: int
+    torchrec_hbm: int  # TorchRec's storage estimate for this rank's shards
+    torchrec_ddr: int
+    tables: tuple[str, ...] = ()
+
+    @property
+    def persistent(self) -> int:
+        """Shards and optimizer state: what FBGEMM's kernels hold after DMP init."""
+        return self.table_bytes + self.optimizer_state + self.cache_bytes
+
+
+@dataclass(frozen=True)
+class ShardedEstimate:
+    ranks: tuple[RankEstimate, ...]
+    plan: tuple[PlannedTable, ...]
+    topology: RankTopology
+    dense: Any  # the dense part's MemoryEstimate
+    notes: tuple[str, ...] = field(default=())
+
+    def check_fits(self) -> None:
+        """ConfigError naming the first rank over its device or host memory, by how much."""
+        for r in self.ranks:
+            over = r.device_total - self.topology.hbm
+            if over > 0:
+                raise ConfigError(f"the plan does not fit rank {r.rank}: it needs "
+                                  f"{r.device_total} B of device memory, {over} B more than "
+                                  f"its {self.topology.hbm} B; add ranks, shrink the tables "
+                                  "or cache them (fused_uvm_caching)")
+            over = r.host_bytes - self.topology.ddr
+            if over > 0:
+                raise ConfigError(f"the plan does not fit rank {r.rank}: its UVM tables need "
+                                  f"{r.host_bytes} B of host memory, {over} B more than its "
+                                  f"{self.topology.ddr} B")
+
+
+@contextmanager
+def _shrunk(model: nn.Module) -> Iterator[nn.Module]:
+    """The model with each collection's tables at one row on the CPU (restored after)."""
+    from dataclasses import replace
+
+    swapped = []
+    for path, coll in collections(model):
+        small = _rebuild(coll, [replace(c, num_embeddings=1) for c in
+                                (getattr(coll, "embedding_bag_configs", None)
+                                 or coll.embedding_configs)()], device="cpu")
+        holder = coll
+        inner = path + ".collection" if path and _is_hashed(model, path) else path
+        model = _set(model, inner, small)
+        swapped.append((inner, holder))
+    try:
+        yield model
+    finally:
+        for inner, holder in swapped:
+            model = _set(model, inner, holder)
+
+
+def _is_hashed(model: nn.Module, path: str) -> bool:
+    from autoembed.torchrec.model import HashedIds
+
+    return isinstance(model.get_submodule(path), HashedIds)
+
+
+def _cache_slots(rows: int, load_factor: float) -> int:
+    return CACHE_ASSOC * max(1, math.ceil(load_factor * rows / CACHE_ASSOC))
+
+
+def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: int,
+                ids: dict[str, int], cuda: bool) -> int:
+    """Bytes the sparse part holds at once in the step on `rank`: ids received from every
+    rank for its shards' features, their lengths, the shards' lookup output for the world's
+    batch and its gradient (fp32), and on CUDA the backward's sort buffers."""
+    total = 0
+    for t in plan:
+        for s in t.shards:
+            if s.rank != rank:
+                continue
+            senders = 1 if t.sharding_type == "data_parallel" else world
+            n = sum(ids.get(f, 0) for f in t.features) * senders
+            lengths = len(t.features) * batch * senders * INDEX_BYTES
+            out = batch * senders * s.cols * len(t.features) * 4 if t.pooled \
+                else n * s.cols * 4
+            total += round_block(n * INDEX_BYTES) + round_block(lengths) + 2 * round_block(out)
+            if cuda:
+                total += round_block(n * CUDA_BACKWARD_PER_ID)
+    return total
+
+
+def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology,
+                   dense: Any, ids: dict[str, int], batch: int) -> RankEstimate:
+    tables = state = cache = host = tr_hbm = tr_ddr = 0
+    names = []
+    for t in plan:
+        for s in t.shards:
+            if s.rank != rank:
+                continue
+            names.append(t.name)
+            tr_hbm += s.torchrec_hbm
+            tr_ddr += s.torchrec_ddr
+            w, st = shard_bytes(s.rows, s.cols, t.data_type, t.optimizer)
+            if t.compute_kernel == "fused_uvm_caching":
+                slots = _cache_slots(s.rows, t.cache_load_factor or 0.2)
+                cache += slots * s.cols * DTYPE_BYTES[t.data_type] + slots * 2 * 8
+                host += w + st
+            else:
+                tables += w
+                state += st
+    cuda = topo.compute_device == "cuda"
+    sparse = _transients(plan, rank, topo.world_size, batch, ids, cuda)
+    allocated = tables + state + cache + dense.allocated_peak + sparse
+    reserved = tables + state + cache + dense.reserved_peak + sparse
+    overhead = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES if cuda else 0
+    return RankEstimate(rank=rank, table_bytes=tables, optimizer_state=state,
+                        cache_bytes=cache, host_bytes=host, dense_peak=dense.allocated_peak,
+                        sparse_transient=sparse, allocated_peak=allocated,
+                        reserved_peak=reserved, overhead=overhead,
+                        device_total=reserved + overhead, torchrec_hbm=tr_hbm,
+                        torchrec_ddr=tr_ddr, tables=tuple(names))
+
+
+def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
+                     topology: RankTopology, tables: Any = (), *, loss: Any = None,
+                     dense_optimizer: str = "adagrad", lr: float = 0.01,
+                     check: bool = False) -> ShardedEstimate:
+    """Each rank's figures for `model` (rewritten by `tables`, `apply`) planned on
+    `topology`; `example` is one rank's batch (its KJT's stride is the batch per rank).
+    `check`: a rank over its memory is a ConfigError naming it."""
+    items = table_settings(tables)
+    built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)
+    if not table_infos(built):
+        raise ConfigError(f"model {type(built).__name__} has no EmbeddingBagCollection or "
+                          "EmbeddingCollection; autoembed's TorchRec path prices their tables")
+    _, planned = plan_model(built, topology, items)
+    batch = batch_of(example)
+    if batch != topology.batch_size:
+        raise ConfigError(f"topology.batch_size = {topology.batch_size}, but the example's "
+                          f"KJT holds {batch} samples; give the batch of one rank")
+    with _shrunk(built) as small:
+        dense = estimate_unsharded(small, example, loss=loss, optimizer=dense_optimizer)
+    ids = dict(example_ids(example))
+    ranks = tuple(_rank_estimate(r, planned, topology, dense, ids, batch)
+                  for r in range(topology.world_size))
+    notes = ("tables, optimizer state and UVM caches by formula per shard (FBGEMM's fused "
+             "kernel); the dense part traced with one-row tables; sparse transients by "
+             "formula",)
+    est = ShardedEstimate(ranks=ranks, plan=planned, topology=topology, dense=dense,
+                          notes=notes)
+    if check:
+        est.check_fits()
+    return est
