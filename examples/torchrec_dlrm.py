@@ -3,8 +3,8 @@ Criteo-shaped data: 13 dense features and 26 sparse fields with the cardinalitie
 Kaggle Display Advertising data (as published with Meta's DLRM), scaled by ``params["scale"]``
 so the tables fit this machine (1.0: 33.8M rows in all; the largest field 10.1M).
 
-    autoembed estimate --model examples.torchrec_dlrm:build \\
-        --example examples.torchrec_dlrm:example --world-size 2     # per rank, beside TorchRec
+    autoembed estimate --model examples.torchrec_dlrm:model \\
+        --example examples.torchrec_dlrm:batch --world-size 2     # per rank, beside TorchRec
 
 `build(params)`, `example(params)` and `train(model, params, report)` are the user's side of a
 search (the shape of `examples/text_search.py`): `train` receives the model rewritten and, in
@@ -30,7 +30,10 @@ CRITEO_CARDINALITIES = (
 DENSE_FEATURES = 13
 KEYS = tuple(f"cat_{i}" for i in range(len(CRITEO_CARDINALITIES)))
 DEFAULTS = {"dim": 16, "scale": 0.01, "batch_size": 512, "lr": 0.05, "steps": 60,
-            "seed": 0, "dense_arch": [64, None], "over_arch": [64, 1]}
+            "seed": 0, "dense_arch": [64, None], "over_arch": [64, 1], "device": "meta"}
+# sizes for the unsharded priced-right check (`autoembed.user_model.measure` layout)
+SIZES = {"test": {"scale": 0.02, "batch_size": 2048, "dim": 16},
+         "twin": {"scale": 0.0005, "batch_size": 64, "dim": 16}}
 EVAL_EVERY = 20
 
 
@@ -53,15 +56,16 @@ def table_configs(params: Mapping[str, Any]) -> list[Any]:
 
 
 def build(params: Mapping[str, Any]) -> Any:
-    """DLRMTrain over DLRM: the tables on the meta device (DMP, or `autoembed.torchrec`'s
-    `materialize`, allocates them), the dense part on the CPU."""
+    """DLRMTrain over DLRM: the tables on ``params["device"]`` (default meta: DMP allocates
+    each rank's shards), the dense part on the CPU."""
     from torchrec import EmbeddingBagCollection
     from torchrec.models.dlrm import DLRM, DLRMTrain
 
     torch.manual_seed(int(_p(params, "seed")))
     dim = int(_p(params, "dim"))
     dense = [int(x) if x is not None else dim for x in _p(params, "dense_arch")]
-    ebc = EmbeddingBagCollection(tables=table_configs(params), device=torch.device("meta"))
+    ebc = EmbeddingBagCollection(tables=table_configs(params),
+                                 device=torch.device(_p(params, "device")))
     return DLRMTrain(DLRM(ebc, dense_in_features=DENSE_FEATURES, dense_arch_layer_sizes=dense,
                           over_arch_layer_sizes=list(_p(params, "over_arch"))))
 
@@ -89,6 +93,28 @@ def example(params: Mapping[str, Any]) -> Any:
     """One training batch (a torchrec `Batch`) at this trial's batch size (per rank)."""
     return _batch(int(_p(params, "batch_size")), float(_p(params, "scale")),
                   int(_p(params, "seed")))
+
+
+# the CLI's zero-argument factory and example: Criteo's full cardinalities (the tables on the
+# meta device, so pricing allocates none of them), 4096 samples per rank
+FULL = {"scale": 1.0, "batch_size": 4096}
+
+
+def model() -> Any:
+    return build(FULL)
+
+
+def batch() -> Any:
+    return example(FULL)
+
+
+def build_model(**size: Any) -> Any:
+    """The unsharded model with real CPU tables (what a plain CPU step trains)."""
+    return build({**size, "device": "cpu"})
+
+
+def make_example(**size: Any) -> Any:
+    return example(size)
 
 
 def loss(output: Any, example: Any) -> torch.Tensor:

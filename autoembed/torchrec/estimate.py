@@ -16,7 +16,7 @@ fake tensors), and `autoembed.torchrec.sharded` uses them there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -44,9 +44,10 @@ def _kjt_flatten(s: _KJTSpec) -> tuple[list[Any], Any]:
     return list(s.tensors), s.meta
 
 
-def _kjt_unflatten(values: list[Any], meta: Any) -> Any:
+def _kjt_unflatten(children: Iterable[Any], meta: Any) -> Any:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+    values = list(children)
     keys, stride, lpk, opk = meta
     return KeyedJaggedTensor(keys=list(keys), values=values[0], lengths=values[1],
                              weights=values[2], stride=stride, length_per_key=list(lpk),
@@ -60,9 +61,10 @@ class _BatchSpec:
         self.parts = [batch.dense_features, _KJTSpec(batch.sparse_features), batch.labels]
 
 
-def _batch_unflatten(values: list[Any], _: Any) -> Any:
+def _batch_unflatten(children: Iterable[Any], _: Any) -> Any:
     from torchrec.datasets.utils import Batch
 
+    values = list(children)
     return Batch(dense_features=values[0], sparse_features=values[1], labels=values[2])
 
 

@@ -24,8 +24,21 @@ def available() -> bool:
     return True
 
 
+def quiet() -> None:
+    """Keep TorchRec's and torch's import- and plan-time chatter (warnings about how the
+    planner was built, torch.fx's tracing notice) off the user's terminal."""
+    import logging
+    import warnings
+
+    for name in ("torch.fx._symbolic_trace", "torchrec"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchrec\.")
+    warnings.filterwarnings("ignore", message=r".*DistributedDataParallel.*")
+
+
 def require() -> ModuleType:
     """The `torchrec` module, or a ConfigError naming the install command."""
+    quiet()
     try:
         return importlib.import_module("torchrec")
     except Exception as e:  # noqa: BLE001 - ImportError, or fbgemm's OSError (undefined symbol)

@@ -63,7 +63,7 @@ class HashedIds(nn.Module):
 class TableInfo:
     """One table of a collection: its name, config, the collection's path and kind."""
 
-    def __init__(self, path: str, collection: nn.Module, config: Any) -> None:
+    def __init__(self, path: str, collection: Any, config: Any) -> None:
         self.path = path
         self.collection = collection
         self.config = config
@@ -76,22 +76,23 @@ class TableInfo:
         return bags[self.config.name].weight
 
 
-def collections(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def collections(model: nn.Module) -> list[tuple[str, Any]]:
     """(path, collection) of every EmbeddingBagCollection / EmbeddingCollection; the path of
     one inside `HashedIds` is the wrapper's (the table names do not change with hashing)."""
     require()
     types = collection_types()
-    out = []
-    for path, m in model.named_modules():
-        if isinstance(m, types):
-            out.append((path.removesuffix(".collection") if path.endswith(".collection")
-                        and isinstance(model.get_submodule(path.rpartition(".")[0]), HashedIds)
-                        else ("" if path == "collection" and isinstance(model, HashedIds)
-                              else path), m))
-    return out
+    return [(_public_path(model, path), m) for path, m in model.named_modules()
+            if isinstance(m, types)]
 
 
-def _configs(collection: nn.Module) -> list[Any]:
+def _public_path(model: nn.Module, path: str) -> str:
+    """A collection's path, with a `HashedIds` wrapper's ``.collection`` taken off."""
+    parent, _, attr = path.rpartition(".")
+    holder = model.get_submodule(parent) if parent else model
+    return parent if attr == "collection" and isinstance(holder, HashedIds) else path
+
+
+def _configs(collection: Any) -> list[Any]:
     get = getattr(collection, "embedding_bag_configs", None) or collection.embedding_configs
     return list(get())
 
@@ -148,7 +149,7 @@ def _new_config(cfg: Any, s: TorchRecTable) -> Any:
     return replace(cfg, **kw) if kw else cfg
 
 
-def _rebuild(collection: nn.Module, new: list[Any], device: Any = None) -> nn.Module:
+def _rebuild(collection: Any, new: list[Any], device: Any = None) -> nn.Module:
     """A collection of the same kind over `new` configs, on `device` or the old one's (meta
     stays meta; real weights start from TorchRec's own init)."""
     from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
@@ -179,7 +180,7 @@ def apply(model: nn.Module, settings: Any, *, lr: float = 0.01,
     attached per table with `apply_optimizer_in_backward` (FBGEMM's fused optimizer under
     DMP, at `lr`). `compute_device` "cpu": an optimizer the CPU table kernel refuses is a
     ConfigError. Kernels and sharding types are the plan's (`constraints`)."""
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torch.distributed.optim import _apply_optimizer_in_backward
 
     items = table_settings(settings)
     infos = _by_name(model, items)
@@ -209,9 +210,9 @@ def apply(model: nn.Module, settings: Any, *, lr: float = 0.01,
                 model = _set(model, path, HashedIds(rebuilt, hashed) if hashed else rebuilt)
             del inner
     for info in table_infos(model):
-        s = given.get(info.name)
-        if s is not None and s.optimizer is not None:
-            apply_optimizer_in_backward(optimizer_class(s.optimizer), [info.weight], {"lr": lr})
+        opt = given[info.name].optimizer if info.name in given else None
+        if opt is not None:
+            _apply_optimizer_in_backward(optimizer_class(opt), [info.weight], {"lr": lr})
     return model
 
 

@@ -97,6 +97,10 @@ def plan_model(model: nn.Module, topo: RankTopology, settings: Any = (),
     planner = EmbeddingShardingPlanner(topology=torchrec_topology(topo),
                                        batch_size=topo.batch_size,
                                        constraints=constraints(items, model))
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # the planner logs its own advice to the root logger
     try:
         plan = (planner.collective_plan(model, sharders(), pg) if pg is not None
                 else planner.plan(model, sharders()))
@@ -105,6 +109,8 @@ def plan_model(model: nn.Module, topo: RankTopology, settings: Any = (),
         raise ConfigError(f"TorchRec's planner found no plan for {topo.world_size} rank(s) "
                           f"of {topo.hbm} B device and {topo.ddr} B host memory: "
                           f"{first}") from None
+    finally:
+        logging.disable(before)
     return plan, _planned(model, planner)
 
 

@@ -60,7 +60,8 @@ def _resolve(ref: str | None, path: str | None) -> Callable[..., Any] | None:
         sys.path.insert(0, path)
     mod, _, fn = ref.partition(":")
     try:
-        return getattr(importlib.import_module(mod), fn)  # type: ignore[no-any-return]
+        found: Callable[..., Any] = getattr(importlib.import_module(mod), fn)
+        return found
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"'{ref}' cannot be found ({type(e).__name__}: {e}); give "
                           "module:function importable from the trial's path") from None
@@ -141,13 +142,16 @@ def table_state_bytes(model: Any) -> int:
     return sum(seen.values())
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when the process that started it dies (Linux)."""
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when `parent` (the driver that started it) dies (Linux); if it
+    died before this ran, exit now."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _dense_optimizer(model: Any, name: str, lr: float) -> Any:
@@ -185,6 +189,10 @@ def worker(rank: int, payload: Mapping[str, Any]) -> dict[str, Any]:
     shard, then the user's loop or the measured steps. Returns this rank's plain result."""
     import torch
     import torch.distributed as dist
+
+    from autoembed.torchrec.lib import require
+
+    require()
     from torchrec.distributed import DistributedModelParallel
 
     from autoembed.torchrec.model import apply
@@ -239,15 +247,26 @@ def _measured_steps(dmp: Any, payload: Mapping[str, Any], params: dict[str, Any]
         opt.step()
         del out, value
 
+    import torch
+
+    cuda = torch.cuda.is_available() and next(dmp.parameters()).is_cuda
     step()
     gc.collect()
     live = tensor_storages(dmp, (opt,))
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     base = _reset_hwm()
     t0 = time.perf_counter()
     for _ in range(int(payload.get("steps", 1))):
         step()
-    return {"step_peak": live + _status("VmHWM") - base, "live_after_warmup": live,
-            "step_s": (time.perf_counter() - t0) / int(payload.get("steps", 1))}
+    out = {"step_peak": live + _status("VmHWM") - base, "live_after_warmup": live,
+           "step_s": (time.perf_counter() - t0) / int(payload.get("steps", 1))}
+    if cuda:  # the device's own figures (the host RSS one is then host memory)
+        torch.cuda.synchronize()
+        out.update(max_memory_allocated=int(torch.cuda.max_memory_allocated()),
+                   max_memory_reserved=int(torch.cuda.max_memory_reserved()))
+    return out
 
 
 def _free_port() -> int:
@@ -256,8 +275,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _spawned(rank: int, world: int, port: int, payload: Mapping[str, Any], conn: Any) -> None:
-    _die_with_parent()
+def _spawned(rank: int, world: int, port: int, payload: Mapping[str, Any], conn: Any,
+             parent: int) -> None:
+    _die_with_parent(parent)
     import torch
     import torch.distributed as dist
 
@@ -294,8 +314,8 @@ def run_sharded(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     try:
         for rank in range(world):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_spawned, args=(rank, world, port, dict(payload), send),
-                            daemon=True)
+            p = ctx.Process(target=_spawned, daemon=True,
+                            args=(rank, world, port, dict(payload), send, os.getpid()))
             p.start()
             send.close()
             procs.append(p)
@@ -313,8 +333,10 @@ def run_sharded(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"sharded trial timed out after {payload.get('timeout_s', 600)} s")
+                raise RuntimeError("sharded trial timed out after "
+                                   f"{payload.get('timeout_s', 600)} s")
             for c in mpc.wait(pending, timeout=min(left, 5.0)):
+                assert isinstance(c, mpc.Connection)
                 rank = conns.index(c)
                 try:
                     results[rank] = c.recv()

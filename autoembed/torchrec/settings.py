@@ -52,7 +52,8 @@ DATA_TYPES = ("fp32", "fp16")
 # EmbeddingComputeKernel values (torchrec.distributed.embedding_types)
 COMPUTE_KERNELS = ("fused", "fused_uvm_caching", "dense")
 # ShardingType values (torchrec.distributed.types)
-SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise",
+                  "data_parallel")
 # what brings TorchRec in (scripts/setup.sh: the two-step install, pinned versions)
 INSTALL = "AUTOEMBED_TORCHREC=1 bash scripts/setup.sh"
 

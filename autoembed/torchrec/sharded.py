@@ -3,14 +3,16 @@
 The plan is TorchRec's (`plan.plan_model`: its planner under the tables' constraints). Each
 rank's step is priced in three parts, with the contract's figure names:
 
-* **Table shards and optimizer state** (persistent), per shard by formula (FBGEMM's fused
+* **Table shards and optimizer state** (persistent), per fused shard by formula (FBGEMM's fused
   table kernel, `SplitTableBatchedEmbeddingBagsCodegen`, holds exactly these): weights
   rows x cols x (4 fp32, 2 fp16); state per `OPTIMIZER_STATE` (fp32: SGD none, Adagrad one
   value per weight, row-wise Adagrad one per row, Adam two per weight, partial row-wise Adam
   one per weight and one per row, LAMB two per weight). `data_parallel` tables are whole on
   every rank. Under UVM caching the table and its state are host memory (UVM) and the device
   holds the cache: `cache_load_factor` x rows rounded up to FBGEMM's 32-way sets, each slot a
-  row of the weight's dtype plus two int64 (its set state and LRU/LFU state).
+  row of the weight's dtype plus two int64 (its set state and LRU/LFU state). A
+  ``data_parallel`` table (the planner's choice for small ones; compute kernel ``dense``) is
+  whole on every rank with its gradient (DDP's bucket) and the dense optimizer's state.
 * **The dense part** -- everything above the collections' pooled output: the traced
   estimate (`estimate_model`) of the model with every table shrunk to one row, on this
   rank's batch: dense parameters, their gradients (DDP's buckets hold the same bytes) and
@@ -73,6 +75,7 @@ class RankEstimate:
     table_bytes: int  # shards' weights on the device
     optimizer_state: int  # their fused optimizer's state on the device
     cache_bytes: int  # UVM caches (rows + slot state)
+    replicated_bytes: int  # data_parallel tables: weight, gradient, dense optimizer state
     host_bytes: int  # UVM tables and their state (host memory)
     dense_peak: int  # the dense part's traced peak (its parameters, gradients, state, ...)
     sparse_transient: int  # input ids, lookup output and its gradient
@@ -119,7 +122,7 @@ def _shrunk(model: nn.Module) -> Iterator[nn.Module]:
     """The model with each collection's tables at one row on the CPU (restored after)."""
     from dataclasses import replace
 
-    swapped = []
+    swapped: list[tuple[str, Any]] = []
     for path, coll in collections(model):
         small = _rebuild(coll, [replace(c, num_embeddings=1) for c in
                                 (getattr(coll, "embedding_bag_configs", None)
@@ -148,8 +151,9 @@ def _cache_slots(rows: int, load_factor: float) -> int:
 def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: int,
                 ids: dict[str, int], cuda: bool) -> int:
     """Bytes the sparse part holds at once in the step on `rank`: ids received from every
-    rank for its shards' features, their lengths, the shards' lookup output for the world's
-    batch and its gradient (fp32), and on CUDA the backward's sort buffers."""
+    rank for its shards' features (a row-wise shard: the share of them in its rows, ids
+    taken as uniform), their lengths, the shards' lookup output for the world's batch and
+    its gradient (fp32), and on CUDA the backward's sort buffers."""
     total = 0
     for t in plan:
         for s in t.shards:
@@ -157,6 +161,8 @@ def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: in
                 continue
             senders = 1 if t.sharding_type == "data_parallel" else world
             n = sum(ids.get(f, 0) for f in t.features) * senders
+            if t.sharding_type in ("row_wise", "table_row_wise"):  # ids bucketized by row
+                n = math.ceil(n * s.rows / t.rows)  # (uniform ids: a shard's share of rows)
             lengths = len(t.features) * batch * senders * INDEX_BYTES
             out = batch * senders * s.cols * len(t.features) * 4 if t.pooled \
                 else n * s.cols * 4
@@ -166,9 +172,14 @@ def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: in
     return total
 
 
+# values per weight of the dense optimizer's state (a data_parallel table's optimizer)
+DENSE_STATE = {"sgd": 0, "adagrad": 1, "adam": 2}
+
+
 def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology,
-                   dense: Any, ids: dict[str, int], batch: int) -> RankEstimate:
-    tables = state = cache = host = tr_hbm = tr_ddr = 0
+                   dense: Any, ids: dict[str, int], batch: int,
+                   dense_optimizer: str) -> RankEstimate:
+    tables = state = cache = host = replicated = tr_hbm = tr_ddr = 0
     names = []
     for t in plan:
         for s in t.shards:
@@ -178,7 +189,10 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
             tr_hbm += s.torchrec_hbm
             tr_ddr += s.torchrec_ddr
             w, st = shard_bytes(s.rows, s.cols, t.data_type, t.optimizer)
-            if t.compute_kernel == "fused_uvm_caching":
+            if t.compute_kernel == "dense":  # DDP: its gradient, the dense optimizer's state
+                state_b = s.rows * s.cols * 4 * DENSE_STATE.get(dense_optimizer, 2)
+                replicated += round_block(w) * 2 + round_block(state_b)
+            elif t.compute_kernel == "fused_uvm_caching":
                 slots = _cache_slots(s.rows, t.cache_load_factor or 0.2)
                 cache += slots * s.cols * DTYPE_BYTES[t.data_type] + slots * 2 * 8
                 host += w + st
@@ -187,11 +201,13 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
                 state += st
     cuda = topo.compute_device == "cuda"
     sparse = _transients(plan, rank, topo.world_size, batch, ids, cuda)
-    allocated = tables + state + cache + dense.allocated_peak + sparse
-    reserved = tables + state + cache + dense.reserved_peak + sparse
+    held = tables + state + cache + replicated
+    allocated = held + dense.allocated_peak + sparse
+    reserved = held + dense.reserved_peak + sparse
     overhead = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES if cuda else 0
     return RankEstimate(rank=rank, table_bytes=tables, optimizer_state=state,
-                        cache_bytes=cache, host_bytes=host, dense_peak=dense.allocated_peak,
+                        cache_bytes=cache, replicated_bytes=replicated, host_bytes=host,
+                        dense_peak=dense.allocated_peak,
                         sparse_transient=sparse, allocated_peak=allocated,
                         reserved_peak=reserved, overhead=overhead,
                         device_total=reserved + overhead, torchrec_hbm=tr_hbm,
@@ -218,8 +234,8 @@ def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     with _shrunk(built) as small:
         dense = estimate_unsharded(small, example, loss=loss, optimizer=dense_optimizer)
     ids = dict(example_ids(example))
-    ranks = tuple(_rank_estimate(r, planned, topology, dense, ids, batch)
-                  for r in range(topology.world_size))
+    ranks = tuple(_rank_estimate(r, planned, topology, dense, ids, batch,
+                                 dense_optimizer) for r in range(topology.world_size))
     notes = ("tables, optimizer state and UVM caches by formula per shard (FBGEMM's fused "
              "kernel); the dense part traced with one-row tables; sparse transients by "
              "formula",)
