@@ -121,28 +121,44 @@ def main() -> None:
 
 EXPLAINED = """## The systematic differences
 
-1. **Optimizer state given through `fused_params`** (the column "fused_params"): TorchRec's
-   estimator reads the optimizer only from a parameter's `_optimizer_classes`; given the
-   usual way it prices parameters alone -- every Adam, Adagrad, LAMB and partial row-wise
-   Adam row above shows TorchRec at the SGD figure, short by the whole state (2 x the
-   parameters in fp32 for Adam and LAMB). With the optimizer given per table the two agree on
-   the state.
-2. **Per-shard input/output terms** (tables column, autoembed - TorchRec, fused kernels):
-   TorchRec adds to each shard's storage its input (ids) and output (pooled embeddings)
-   sizes for the whole world's batch; autoembed keeps shards and state exact (checked to
-   the byte against DMP on CPU, `results/torchrec_dmp_cpu.md`) and prices ids, outputs and
-   their gradients once per step as transients. The small negative numbers are those terms.
-3. **Dense part, step transients, CUDA context** (device_total against TorchRec HBM): not in
+Shards and optimizer state are where the two should agree: autoembed's per-shard formula is
+checked to the byte against the FBGEMM kernels' storages after DMP init on CPU
+(`results/torchrec_dmp_cpu.md`). Every difference in the column "tables: autoembed -
+TorchRec" is one of these:
+
+1. **Optimizer state given through `fused_params`** (column "TorchRec HBM (fused_params)"):
+   TorchRec's estimator reads the optimizer only from a parameter's `_optimizer_classes`;
+   given the usual way, through the sharder's fused_params, it prices parameters alone --
+   every Adam, Adagrad, LAMB and partial row-wise Adam plan shows TorchRec at the SGD
+   figure, short by the whole state (P4: 1.26 GB against 3.75 GB on rank 0; P6: 5.0 GB
+   against 15.0 GB). The other TorchRec column gives it the optimizer per table
+   (`apply_optimizer_in_backward`), the comparison below.
+2. **Per-shard input/output terms** (the small negative numbers, -8 to -60 MB on fused
+   shards): TorchRec adds to each shard's storage its input (ids) and output (pooled
+   embeddings) for the whole world's batch; autoembed keeps shards and state exact and
+   prices ids, outputs and their gradients once per step as transients (column "dense +
+   transients").
+3. **State dtype of fp16 tables** (P9, P10): FBGEMM keeps optimizer state in fp32 whatever
+   the weights' dtype (`momentum1_dtype` / `momentum2_dtype` default to torch.float32);
+   TorchRec prices it in the weights' dtype, so an fp16 table's Adam state is half what the
+   kernel allocates (P10: 15.0 GB against 25.0 GB on rank 0) and row-wise Adagrad's per-row
+   value 2 B instead of 4 (P9: +11 MB).
+4. **LAMB and partial row-wise Adam** (P7, P8): TorchRec's multiplier is 2 for Adam, 1/D
+   for row-wise Adagrad and 1 for everything else (`_get_optimizer_multipler`); FBGEMM's
+   LAMB holds two fp32 values per weight (momentum1 and momentum2: P8, +5.0 GB on rank 0)
+   and partial row-wise Adam one per weight plus one per row (P7: +50 MB, the rows x 4 B).
+5. **UVM caching** (P18-P22): TorchRec's device figure for a cached shard is the cache ratio
+   times the shard *with its optimizer state* (`hbm = ddr x ratio`); FBGEMM caches weight
+   rows only (the state is not cacheable: it stays in UVM, host memory), in 32-way sets with
+   two int64 of set and LRU state per slot. So autoembed's device figure is lower, most where
+   the state is large (P19, Adam: 1.8 GB against 3.7 GB; P21, Adagrad: 0.67 GB against 1.36
+   GB), and its host figure (column "host") holds the table and its state.
+6. **Dense part, step transients, CUDA context** (device_total against TorchRec HBM): not in
    TorchRec's per-shard figure at all. Its planner instead reserves a share of each device
-   (15% by default, `HeuristicalStorageReservation`), plus its own dense and KJT estimates,
+   (15% by default, `HeuristicalStorageReservation`) plus its own dense and KJT estimates,
    which it warns are wrong in dry runs. autoembed's device_total adds the traced dense step,
-   the sparse transients and the CUDA context and cuBLAS workspace (544 MiB by default).
-4. **UVM caching**: TorchRec's HBM figure for a cached shard is the cache ratio times the
-   whole shard *with its optimizer state* (`hbm = ddr x ratio`), and its DDR figure the
-   shard and state; FBGEMM's device cache holds weight rows only (state stays in UVM), in
-   32-way sets, with two int64 of set/LRU state per slot, so autoembed's device figure is
-   lower where the state is large (Adam) and slightly higher where rows are narrow (the
-   slot state, the rounding up to whole sets).
+   the sparse transients and the CUDA context and cuBLAS workspace (544 MiB by default). On a
+   GPU these CUDA figures are unvalidated until `benchmarks/gpu_torchrec.py` runs.
 """
 
 
