@@ -304,3 +304,36 @@ def test_cli_prints_every_rank_beside_torchrecs_figure(monkeypatch: pytest.Monke
     assert all(x["torchrec_hbm"] > 0 and x["optimizer_state"] > 0 for x in got["ranks"])
     r = CliRunner().invoke(app, [*args, "--budget", "1GB"])
     assert r.exit_code == 3 and "does not fit rank" in r.output, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("AUTOEMBED_TORCHREC_RAY") != "1",
+                    reason="a Ray Train trial takes 1-5 min on 2 busy cores, past the TorchRec "
+                    "tests' 3-minute share of the suite; AUTOEMBED_TORCHREC_RAY=1 runs it")
+def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None:
+    """2 ranks on a 1-CPU Ray: the workers hold half a CPU each, the caller none; every
+    rank's result comes back, its FBGEMM tables as priced."""
+    import ray
+
+    from autoembed.search.torchrec_trial import ray_sharded
+    from autoembed.torchrec.runner import MEASURE_ENV
+    from autoembed.torchrec.sharded import estimate_sharded
+    from examples import torchrec_dlrm as ex
+
+    params = {"scale": 0.001, "batch_size": 64}
+    tables = _small_dlrm_settings("sgd")
+    topo = {"world_size": 2, "batch_size": 64, "compute_device": "cpu"}
+    est = estimate_sharded(lambda: ex.build(params), ex.example(params), RankTopology(**topo),
+                           tables, loss=ex.loss)
+    ray.init(address="local", num_cpus=1, include_dashboard=False,
+             runtime_env={"env_vars": {**MEASURE_ENV, "PYTHONPATH": str(ROOT)}})
+    try:
+        got = ray_sharded({"build": "examples.torchrec_dlrm:build",
+                           "example": "examples.torchrec_dlrm:example",
+                           "loss": "examples.torchrec_dlrm:loss", "path": str(ROOT),
+                           "params": params, "tables": tables, "topology": topo, "steps": 1},
+                          cpus_per_worker=0.5)
+    finally:
+        ray.shutdown()
+    assert [r["rank"] for r in got] == [0, 1]
+    assert [r["table_bytes"] for r in got] == [r.persistent for r in est.ranks]
