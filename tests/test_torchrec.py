@@ -168,7 +168,8 @@ def test_each_rank_is_priced_from_torchrecs_plan() -> None:
         assert sum(shard_bytes(rows[t.features[0]], 16, "fp32", "adagrad")[1]
                    for t in mine) == r.optimizer_state
         assert r.torchrec_ddr >= r.persistent  # its estimate reads the optimizer, plus I/O
-        assert r.allocated_peak == r.persistent + r.dense_peak + r.sparse_transient
+        step = r.allocated_peak - r.persistent  # the dense peak, or the sparse part's
+        assert r.dense_peak <= step <= r.dense_peak + r.sparse_transient
 
 
 def test_a_plan_over_a_rank_names_the_rank_and_by_how_much() -> None:

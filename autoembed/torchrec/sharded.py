@@ -18,10 +18,14 @@ rank's step is priced in three parts, with the contract's figure names:
   rank's batch: dense parameters, their gradients (DDP's buckets hold the same bytes) and
   optimizer state, activations, the collections' pooled output and its gradient.
 * **The sparse step's transients** (`_transients`): the ids this rank receives by the input
-  all-to-all (values int64, one length per sample and feature, from every rank), the lookup
-  output of its shards for the whole world's batch (fp32, [world x B, cols]) and, in the
-  backward, its gradient coming back; on CUDA also the backward's sort buffers (int64/int32
-  per id: unvalidated until a GPU runs `benchmarks/gpu_torchrec.py`).
+  all-to-all (values int64, one length per sample and feature, from every rank; the fused
+  backward keeps them), the lookup output of its shards for the whole world's batch (fp32,
+  [world x B, cols]) and, in the backward, its gradient coming back; on CUDA also the
+  backward's sort buffers (int64/int32 per id: unvalidated until a GPU runs
+  `benchmarks/gpu_torchrec.py`). They are not live at the dense part's peak (its
+  activations), except the saved ids: the step peak is the larger of the dense peak with
+  the saved ids and the dense part's parameters, gradients and state with the sparse
+  part's peak (`_step_peak`).
 
 Beside each rank: TorchRec's own storage estimate for the same plan (the sum of the
 planner's `Shard.storage` on that rank: parameters, the optimizer state it reads from
@@ -78,7 +82,7 @@ class RankEstimate:
     replicated_bytes: int  # data_parallel tables: weight, gradient, dense optimizer state
     host_bytes: int  # UVM tables and their state (host memory)
     dense_peak: int  # the dense part's traced peak (its parameters, gradients, state, ...)
-    sparse_transient: int  # input ids, lookup output and its gradient
+    sparse_transient: int  # input ids, lookup output (or its gradient), backward buffers
     allocated_peak: int
     reserved_peak: int
     overhead: int
@@ -148,13 +152,32 @@ def _cache_slots(rows: int, load_factor: float) -> int:
     return CACHE_ASSOC * max(1, math.ceil(load_factor * rows / CACHE_ASSOC))
 
 
+@dataclass(frozen=True)
+class _Sparse:
+    """The sparse part's bytes on one rank: `saved` (the ids and lengths it received, which
+    the fused backward keeps from the forward to the backward), `lookup` (its shards' lookup
+    output for the world's batch, fp32; in the backward its gradient), `backward` (on CUDA,
+    FBGEMM's sort buffers)."""
+
+    saved: int = 0
+    lookup: int = 0
+    backward: int = 0
+
+    @property
+    def peak(self) -> int:
+        """What it holds at once: the saved ids, the lookup output (or its gradient) and
+        the pooled output it becomes (or that output's gradient) on the way, the backward's
+        buffers."""
+        return self.saved + 2 * self.lookup + self.backward
+
+
 def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: int,
-                ids: dict[str, int], cuda: bool) -> int:
-    """Bytes the sparse part holds at once in the step on `rank`: ids received from every
-    rank for its shards' features (a row-wise shard: the share of them in its rows, ids
-    taken as uniform), their lengths, the shards' lookup output for the world's batch and
-    its gradient (fp32), and on CUDA the backward's sort buffers."""
-    total = 0
+                ids: dict[str, int], cuda: bool) -> _Sparse:
+    """The sparse part of the step on `rank`: ids received from every rank for its shards'
+    features (a row-wise shard: the share of them in its rows, ids taken as uniform) and
+    their lengths, the shards' lookup output for the world's batch (fp32), and on CUDA the
+    backward's sort buffers."""
+    saved = lookup = backward = 0
     for t in plan:
         for s in t.shards:
             if s.rank != rank:
@@ -166,10 +189,22 @@ def _transients(plan: tuple[PlannedTable, ...], rank: int, world: int, batch: in
             lengths = len(t.features) * batch * senders * INDEX_BYTES
             out = batch * senders * s.cols * len(t.features) * 4 if t.pooled \
                 else n * s.cols * 4
-            total += round_block(n * INDEX_BYTES) + round_block(lengths) + 2 * round_block(out)
+            saved += round_block(n * INDEX_BYTES) + round_block(lengths)
+            lookup += round_block(out)
             if cuda:
-                total += round_block(n * CUDA_BACKWARD_PER_ID)
-    return total
+                backward += round_block(n * CUDA_BACKWARD_PER_ID)
+    return _Sparse(saved, lookup, backward)
+
+
+def _step_peak(dense: Any, sparse: _Sparse, reserved: bool = False) -> int:
+    """The step's bytes above the tables: the dense part's traced peak with the saved ids
+    beside it, or -- when the sparse part runs (the forward's lookups and output exchange,
+    the backward's gradient exchange and fused update, both outside the dense part's
+    activations) -- what the dense part keeps all step (its parameters, gradients and
+    state) with the sparse part's peak."""
+    resident = dense.parameters + dense.gradients + dense.optimizer_state
+    top = dense.reserved_peak if reserved else dense.allocated_peak
+    return max(top + sparse.saved, resident + sparse.peak)
 
 
 # values per weight of the dense optimizer's state (a data_parallel table's optimizer)
@@ -202,13 +237,13 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
     cuda = topo.compute_device == "cuda"
     sparse = _transients(plan, rank, topo.world_size, batch, ids, cuda)
     held = tables + state + cache + replicated
-    allocated = held + dense.allocated_peak + sparse
-    reserved = held + dense.reserved_peak + sparse
+    allocated = held + _step_peak(dense, sparse)
+    reserved = held + _step_peak(dense, sparse, reserved=True)
     overhead = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES if cuda else 0
     return RankEstimate(rank=rank, table_bytes=tables, optimizer_state=state,
                         cache_bytes=cache, replicated_bytes=replicated, host_bytes=host,
                         dense_peak=dense.allocated_peak,
-                        sparse_transient=sparse, allocated_peak=allocated,
+                        sparse_transient=sparse.peak, allocated_peak=allocated,
                         reserved_peak=reserved, overhead=overhead,
                         device_total=reserved + overhead, torchrec_hbm=tr_hbm,
                         torchrec_ddr=tr_ddr, tables=tuple(names))
