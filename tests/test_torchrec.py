@@ -62,7 +62,8 @@ def test_tables_are_named_module_path_then_table() -> None:
     model = Holder(_ebc([("a", 100, 8), ("b", 50, 4)]))
     got = [(t.name, t.vocab_size, t.dim) for t in autoembed.tables(model)]
     assert got == [("sparse.ebc.a", 100, 8), ("sparse.ebc.b", 50, 4)]
-    with pytest.raises(ConfigError, match="has no nn.Embedding or nn.EmbeddingBag"):
+    with pytest.raises(ConfigError, match="has no nn.Embedding or nn.EmbeddingBag, and no "
+                       "TorchRec EmbeddingBagCollection or EmbeddingCollection"):
         autoembed.tables(torch.nn.Linear(2, 2))
 
 
@@ -338,3 +339,18 @@ def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None
         ray.shutdown()
     assert [r["rank"] for r in got] == [0, 1]
     assert [r["table_bytes"] for r in got] == [r.persistent for r in est.ranks]
+
+
+@pytest.mark.parametrize(("setting", "says"), [
+    ({"sharding_type": "row_wise"}, "sharding_type 'row_wise' needs CUDA"),
+    ({"compute_kernel": "fused_uvm_caching", "cache_load_factor": 0.2},
+     "fused_uvm_caching needs CUDA (UVM)"),
+])
+def test_a_cpu_plan_refuses_what_needs_cuda_in_one_line(setting: dict, says: str) -> None:
+    from autoembed.torchrec.plan import plan_model
+
+    model = Holder(_ebc([("a", 100, 8), ("b", 50, 4)], device="meta"))
+    with pytest.raises(ConfigError) as e:
+        plan_model(model, RankTopology(world_size=2, batch_size=8, compute_device="cpu"),
+                   [{"name": "sparse.ebc.a", **setting}])
+    assert says in str(e.value) and "\n" not in str(e.value)

@@ -28,7 +28,15 @@ def tables(model: Any) -> tuple[Any, ...]:
     from autoembed.user_model.apply import tables as torch_tables
 
     if not is_torchrec(model):
-        return torch_tables(model)
+        try:
+            return torch_tables(model)
+        except ConfigError as e:  # name TorchRec's modules too
+            if "has no nn.Embedding" not in str(e):
+                raise
+            raise ConfigError(f"model {type(model).__name__} has no nn.Embedding or "
+                              "nn.EmbeddingBag, and no TorchRec EmbeddingBagCollection or "
+                              "EmbeddingCollection; autoembed rewrites embedding tables") \
+                from None
     from autoembed.torchrec.model import collections
     from autoembed.torchrec.model import tables as torchrec_tables
 
