@@ -40,8 +40,10 @@ if [ "$TORCHREC" = "1" ]; then
     FBGEMM=fbgemm-gpu-cpu==$TORCHREC_VERSION
   fi
   echo "autoembed setup: installing torchrec==$TORCHREC_VERSION and $FBGEMM ..." >&2
-  .venv/bin/python -m pip install -q --no-deps "torchrec==$TORCHREC_VERSION" "$FBGEMM"
+  # --no-warn-conflicts: pip would call the missing fbgemm-gpu (the CUDA build) an error
+  .venv/bin/python -m pip install -q --no-warn-conflicts --no-deps \
+    "torchrec==$TORCHREC_VERSION" "$FBGEMM"
   # shellcheck disable=SC2086
-  .venv/bin/python -m pip install -q $TORCHREC_DEPS "$TORCH_SPEC"
+  .venv/bin/python -m pip install -q --no-warn-conflicts $TORCHREC_DEPS "$TORCH_SPEC"
 fi
 echo "$want" > "$stamp"
