@@ -172,5 +172,5 @@ def train(model: Any, params: Mapping[str, Any], report: Any) -> dict[str, float
         if step % EVAL_EVERY == 0 or step == steps:
             with report.evaluating():
                 q = validate(model, params, rank)
-            report(step=step, samples=step * bs, quality=q, loss=float(out[0]))
+            report(step=step, samples=step * bs, quality=q)
     return {"quality": validate(model, params, rank)}

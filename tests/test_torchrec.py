@@ -354,3 +354,24 @@ def test_a_cpu_plan_refuses_what_needs_cuda_in_one_line(setting: dict, says: str
         plan_model(model, RankTopology(world_size=2, batch_size=8, compute_device="cpu"),
                    [{"name": "sparse.ebc.a", **setting}])
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_users_loop_runs_sharded_and_stops_on_every_rank_when_told() -> None:
+    from autoembed.torchrec.runner import run_sharded
+
+    seen = []
+
+    def channel(ev: Any) -> bool:
+        seen.append(ev)
+        return False  # stop at the first evaluation
+
+    got = run_sharded({
+        "build": "examples.torchrec_dlrm:build", "train": "examples.torchrec_dlrm:train",
+        "path": str(ROOT), "params": {"scale": 0.001, "batch_size": 64, "steps": 40},
+        "tables": _small_dlrm_settings("rowwise_adagrad"),
+        "topology": {"world_size": 2, "batch_size": 64, "compute_device": "cpu"}}, channel)
+    assert [(r["rank"], r["status"]) for r in got] == [(0, "pruned"), (1, "pruned")], got
+    assert [len(r["curve"]) for r in got] == [1, 1] and got[0]["curve"][0]["step"] == 20
+    assert len(seen) == 1 and seen[0].step == 20 and 0.0 <= seen[0].quality <= 1.0
+    assert all(r["step_peak"] > r["persistent_bytes"] for r in got)

@@ -19,13 +19,18 @@ payload = {
   "timeout_s": 600,
 }
 
-`run_sharded(payload)` returns one dict per rank: ``rank``, ``persistent_bytes`` (every
-tensor storage after DMP init: tables, optimizer state, dense part, DDP buckets),
+`run_sharded(payload, channel)` returns one dict per rank: ``rank``, ``persistent_bytes``
+(every tensor storage after DMP init: tables, optimizer state, dense part, DDP buckets),
 ``table_bytes`` (the TBE weights and optimizer state alone), ``step_peak`` (measured: the
-tensors live after a warm-up step plus the RSS high-water above them over the measured steps
-or the user's loop; /proc/self/status VmHWM reset through /proc/self/clear_refs, glibc's
-arena count 1 and mmap threshold 64 KiB, so freed tensors leave RSS), the user's ``result``
-and ``reports``, and ``estimate`` (that rank's priced figures, when given).
+tensors live after a warm-up step plus the RSS high-water above them over the measured steps,
+or persistent bytes plus the high-water over the user's loop; /proc/self/status VmHWM reset
+through /proc/self/clear_refs, glibc's arena count 1 and mmap threshold 64 KiB, so freed
+tensors leave RSS), ``max_memory_allocated`` / ``_reserved`` on CUDA, and with a user's loop
+``status`` (complete, pruned, diverged, failed: `autoembed.user.report.Report`'s),
+``message``, ``values`` (what `train` returned), ``curve`` (each evaluation as a dict) and
+``throughput``; ``estimate`` (that rank's priced figures, when given). Each evaluation of rank
+0 goes to `channel` in the driver, whose answer (False: stop) every rank's `report` receives
+at the same step.
 
 Local processes die with the driver (Linux PR_SET_PDEATHSIG: SIGKILL of the driver kills
 them). On a cluster, gloo needs the interface that reaches the other hosts: set
@@ -168,25 +173,27 @@ def _dense_optimizer(model: Any, name: str, lr: float) -> Any:
     return pin_foreach(classes[name](params, lr=lr))
 
 
-class _Report:
-    """The `report` a user's loop calls: keeps each evaluation (plain data)."""
+def _rank_channel(ask: Callable[[dict[str, Any]], bool] | None) -> Callable[[Any], bool]:
+    """The stop channel every rank's `report` calls at the same step (the loop is SPMD):
+    rank 0 asks `ask` (the driver's channel) and the answer is broadcast to every rank, so
+    all ranks stop together."""
+    from dataclasses import asdict
 
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
+    import torch.distributed as dist
 
-    def __call__(self, **kw: Any) -> None:
-        self.rows.append({k: (float(v) if isinstance(v, (int, float)) else v)
-                          for k, v in kw.items()})
+    def channel(ev: Any) -> bool:
+        box = [ask(asdict(ev)) if ask is not None and dist.get_rank() == 0 else True]
+        dist.broadcast_object_list(box, src=0)
+        return bool(box[0])
 
-    def evaluating(self) -> Any:
-        import contextlib
-
-        return contextlib.nullcontext()
+    return channel
 
 
-def worker(rank: int, payload: Mapping[str, Any]) -> dict[str, Any]:
+def worker(rank: int, payload: Mapping[str, Any],
+           ask: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
     """One rank of the trial (the process group already initialised): build, rewrite, plan,
-    shard, then the user's loop or the measured steps. Returns this rank's plain result."""
+    shard, then the user's loop or the measured steps. Returns this rank's plain result.
+    `ask` (rank 0): an evaluation as a dict -> False to stop the trial on every rank."""
     import torch
     import torch.distributed as dist
 
@@ -215,16 +222,35 @@ def worker(rank: int, payload: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": rank, "persistent_bytes": persistent, "table_bytes": tables}
     train = _resolve(payload.get("train"), path)
     if train is not None:
-        base = _reset_hwm()
-        report = _Report()
-        result = train(dmp, params, report)
-        out.update(result=result, reports=report.rows,
-                   step_peak=persistent + _status("VmHWM") - base)
+        out.update(_user_loop(train, dmp, params, payload, ask))
+        out["step_peak"] = persistent + out.pop("hwm_above_base")
     else:
         out.update(_measured_steps(dmp, payload, params, rank, path))
     if payload.get("estimate"):
         out["estimate"] = payload["estimate"][rank]
     return out
+
+
+def _user_loop(train: Callable[..., Any], dmp: Any, params: dict[str, Any],
+                payload: Mapping[str, Any], ask: Any) -> dict[str, Any]:
+    """The user's `train(model, params, report)` with autoembed's `Report` (statuses,
+    throughput, the stop channel shared by the ranks): status, curve, values, throughput."""
+    from dataclasses import asdict
+
+    from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
+
+    report = Report(payload.get("metrics") or (), _rank_channel(ask))
+    base = _reset_hwm()
+    report.start()
+    status, message, values = "complete", "", {}
+    try:
+        values = report.final(train(dmp, params, report))
+    except (TrialStopped, Diverged, ReportError) as e:
+        status, message = (report.ending.status, report.ending.message) if report.ending \
+            else ("failed", str(e))
+    return {"status": status, "message": message, "values": values,
+            "curve": [asdict(ev) for ev in report.curve], "throughput": report.throughput,
+            "hwm_above_base": _status("VmHWM") - base}
 
 
 def _measured_steps(dmp: Any, payload: Mapping[str, Any], params: dict[str, Any],
@@ -269,6 +295,12 @@ def _measured_steps(dmp: Any, payload: Mapping[str, Any], params: dict[str, Any]
     return out
 
 
+def _decide(channel: Callable[[Any], bool] | None, ev: dict[str, Any]) -> bool:
+    from autoembed.trial import Evaluation
+
+    return True if channel is None else channel(Evaluation(**ev)) is not False
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -286,8 +318,13 @@ def _spawned(rank: int, world: int, port: int, payload: Mapping[str, Any], conn:
     try:
         backend = "nccl" if payload["topology"].get("compute_device") == "cuda" else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world)
+
+        def ask(ev: dict[str, Any]) -> bool:
+            conn.send(("eval", ev))
+            return bool(conn.recv())
+
         try:
-            conn.send(("ok", worker(rank, payload)))
+            conn.send(("ok", worker(rank, payload, ask if rank == 0 else None)))
         finally:
             dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - reported to the driver in one line
@@ -297,10 +334,13 @@ def _spawned(rank: int, world: int, port: int, payload: Mapping[str, Any], conn:
         conn.close()
 
 
-def run_sharded(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+def run_sharded(payload: Mapping[str, Any],
+                channel: Callable[[Any], bool] | None = None) -> list[dict[str, Any]]:
     """Run the trial as `topology.world_size` local processes (torch.multiprocessing, spawn);
-    returns each rank's result, rank order. A rank's failure is a RuntimeError naming it;
-    bad input a ConfigError."""
+    returns each rank's result, rank order. `channel`: each evaluation rank 0's `report`
+    makes (an `autoembed.trial.Evaluation`) -> False to stop the trial (every rank's loop
+    then raises TrialStopped: status "pruned"). A rank's failure is a RuntimeError naming
+    it; bad input a ConfigError."""
     import multiprocessing.connection as mpc
 
     import torch.multiprocessing as mp
@@ -313,7 +353,7 @@ def run_sharded(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     procs, conns = [], []
     try:
         for rank in range(world):
-            recv, send = ctx.Pipe(duplex=False)
+            recv, send = ctx.Pipe(duplex=True)
             p = ctx.Process(target=_spawned, daemon=True,
                             args=(rank, world, port, dict(payload), send, os.getpid()))
             p.start()
@@ -339,7 +379,11 @@ def run_sharded(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
                 assert isinstance(c, mpc.Connection)
                 rank = conns.index(c)
                 try:
-                    results[rank] = c.recv()
+                    msg = c.recv()
+                    if msg[0] == "eval":  # rank 0's report: continue (True) or stop
+                        c.send(_decide(channel, msg[1]))
+                        continue
+                    results[rank] = msg
                 except EOFError:
                     results[rank] = ("error", f"rank {rank}: the process died "
                                      f"(exit {procs[rank].exitcode})")
