@@ -276,12 +276,27 @@ def test_the_exported_file_builds_and_plans_the_pick(tmp_path: Path) -> None:
             "print(tuple(w['t_cat_2'].weight.shape), w['t_cat_2'].weight.dtype,\n"
             "      w['t_cat_2'].weight._optimizer_classes[0].__name__)\n"
             "p = pick.plan(m).plan['model.sparse_arch.embedding_bag_collection.collection']\n"
-            "print(p['t_cat_2'].sharding_type, p['t_cat_3'].sharding_type)\n")
+            "print(p['t_cat_2'].sharding_type, p['t_cat_3'].sharding_type)\n"
+            # and it trains: one rank of DMP over gloo on its own plan, two steps
+            "import torch.distributed as dist\n"
+            "from torchrec.distributed import DistributedModelParallel\n"
+            f"dist.init_process_group('gloo', init_method='file://{tmp_path}/pg', rank=0,\n"
+            "                        world_size=1)\n"
+            "dmp = DistributedModelParallel(m, device=torch.device('cpu'),\n"
+            "                               plan=pick.plan(m, world_size=1),\n"
+            "                               sharders=pick.sharders())\n"
+            "b = ex.example({'scale': 0.001, 'batch_size': 64})\n"
+            "losses = []\n"
+            "for _ in range(2):\n"
+            "    loss = dmp(b)[0]\n"
+            "    loss.backward()\n"
+            "    losses.append(float(loss))\n"
+            "print(losses[1] < losses[0])\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split("\n")[:2] == ["(5000, 16) torch.float16 Adagrad",
-                                        "column_wise table_wise"]
+    assert r.stdout.split("\n")[:3] == ["(5000, 16) torch.float16 Adagrad",
+                                        "column_wise table_wise", "True"]
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and "column_wise" in run.stdout, run.stderr[-2000:]
@@ -313,8 +328,9 @@ def test_cli_prints_every_rank_beside_torchrecs_figure(monkeypatch: pytest.Monke
                     reason="a Ray Train trial takes 1-5 min on 2 busy cores, past the TorchRec "
                     "tests' 3-minute share of the suite; AUTOEMBED_TORCHREC_RAY=1 runs it")
 def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None:
-    """2 ranks on a 1-CPU Ray: the workers hold half a CPU each, the caller none; every
-    rank's result comes back, its FBGEMM tables as priced."""
+    """2 ranks on a 1-CPU Ray: the workers hold half a CPU each, the caller none; the user's
+    loop stops on every rank when the channel says so; every rank's result comes back, its
+    FBGEMM tables as priced."""
     import ray
 
     from autoembed.search.torchrec_trial import ray_sharded
@@ -322,22 +338,23 @@ def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None
     from autoembed.torchrec.sharded import estimate_sharded
     from examples import torchrec_dlrm as ex
 
-    params = {"scale": 0.001, "batch_size": 64}
+    params = {"scale": 0.001, "batch_size": 64, "steps": 40}
     tables = _small_dlrm_settings("sgd")
     topo = {"world_size": 2, "batch_size": 64, "compute_device": "cpu"}
     est = estimate_sharded(lambda: ex.build(params), ex.example(params), RankTopology(**topo),
                            tables, loss=ex.loss)
+    seen: list[Any] = []
     ray.init(address="local", num_cpus=1, include_dashboard=False,
              runtime_env={"env_vars": {**MEASURE_ENV, "PYTHONPATH": str(ROOT)}})
     try:
         got = ray_sharded({"build": "examples.torchrec_dlrm:build",
-                           "example": "examples.torchrec_dlrm:example",
-                           "loss": "examples.torchrec_dlrm:loss", "path": str(ROOT),
-                           "params": params, "tables": tables, "topology": topo, "steps": 1},
-                          cpus_per_worker=0.5)
+                           "train": "examples.torchrec_dlrm:train", "path": str(ROOT),
+                           "params": params, "tables": tables, "topology": topo},
+                          lambda ev: seen.append(ev) is not None, cpus_per_worker=0.5)
     finally:
         ray.shutdown()
-    assert [r["rank"] for r in got] == [0, 1]
+    assert [(r["rank"], r["status"]) for r in got] == [(0, "pruned"), (1, "pruned")]
+    assert [ev.step for ev in seen] == [20]
     assert [r["table_bytes"] for r in got] == [r.persistent for r in est.ranks]
 
 
