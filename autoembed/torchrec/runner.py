@@ -51,7 +51,8 @@ from typing import Any
 
 from autoembed.errors import ConfigError
 
-__all__ = ["run_sharded", "worker", "tensor_storages", "table_state_bytes", "MEASURE_ENV"]
+__all__ = ["run_sharded", "worker", "decide", "tensor_storages", "table_state_bytes",
+           "MEASURE_ENV"]
 
 # glibc: one arena, and blocks of 64 KiB and more from mmap (freed at once)
 MEASURE_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
@@ -295,7 +296,8 @@ def _measured_steps(dmp: Any, payload: Mapping[str, Any], params: dict[str, Any]
     return out
 
 
-def _decide(channel: Callable[[Any], bool] | None, ev: dict[str, Any]) -> bool:
+def decide(channel: Callable[[Any], bool] | None, ev: dict[str, Any]) -> bool:
+    """The channel's answer to an evaluation sent as a dict (no channel: continue)."""
     from autoembed.trial import Evaluation
 
     return True if channel is None else channel(Evaluation(**ev)) is not False
@@ -381,7 +383,7 @@ def run_sharded(payload: Mapping[str, Any],
                 try:
                     msg = c.recv()
                     if msg[0] == "eval":  # rank 0's report: continue (True) or stop
-                        c.send(_decide(channel, msg[1]))
+                        c.send(decide(channel, msg[1]))
                         continue
                     results[rank] = msg
                 except EOFError:
