@@ -107,13 +107,13 @@ def main() -> None:
                 f"{ours_tables / GB:.3f}", f"{r.device_total / GB:.3f}",
                 f"{r.torchrec_hbm / GB:.3f}", f"{bare[r.rank] / GB:.3f}",
                 f"{(ours_tables - r.torchrec_hbm) / 1e6:+.1f}",
-                f"{(r.dense_peak + r.sparse_transient) / 1e6:.1f}",
+                f"{(r.allocated_peak - ours_tables) / 1e6:.1f}",
                 f"{r.host_bytes / GB:.3f}", f"{r.torchrec_ddr / GB:.3f}"])
     body = (markdown_table(
         ["plan", "ranks", "rank", "big tables", "autoembed tables+state+cache GB",
          "autoembed device_total GB", "TorchRec HBM GB (optimizer per table)",
          "TorchRec HBM GB (fused_params)", "tables: autoembed - TorchRec MB",
-         "autoembed dense + transients MB", "autoembed host (UVM) GB", "TorchRec DDR GB"],
+         "autoembed step above the tables MB", "autoembed host (UVM) GB", "TorchRec DDR GB"],
         rows) + "\n\n" + EXPLAINED)
     write_result("torchrec_vs_planner", "autoembed vs TorchRec's planner, per rank", body,
                  "python benchmarks/torchrec_vs_planner.py")
@@ -136,8 +136,8 @@ TorchRec" is one of these:
 2. **Per-shard input/output terms** (the small negative numbers, -8 to -60 MB on fused
    shards): TorchRec adds to each shard's storage its input (ids) and output (pooled
    embeddings) for the whole world's batch; autoembed keeps shards and state exact and
-   prices ids, outputs and their gradients once per step as transients (column "dense +
-   transients").
+   prices ids, outputs and their gradients once per step as transients (in the column
+   "step above the tables", with the dense part).
 3. **State dtype of fp16 tables** (P9, P10): FBGEMM keeps optimizer state in fp32 whatever
    the weights' dtype (`momentum1_dtype` / `momentum2_dtype` default to torch.float32);
    TorchRec prices it in the weights' dtype, so an fp16 table's Adam state is half what the
