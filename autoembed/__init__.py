@@ -50,9 +50,10 @@ _LAZY = {
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "TrialStopped": "autoembed.user.report",
-    "estimate_model": "autoembed.user_model",
-    "apply": "autoembed.user_model.apply",
-    "tables": "autoembed.user_model.apply",
+    # any user model; TorchRec's go through autoembed.torchrec (the one dispatch)
+    "estimate_model": "autoembed.torchrec.public",
+    "apply": "autoembed.torchrec.public",
+    "tables": "autoembed.torchrec.public",
     "materialize": "autoembed.user_model.apply",
 }
 

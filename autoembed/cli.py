@@ -118,11 +118,24 @@ def estimate(
         None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
     apply_cfg: Path | None = typer.Option(
         None, "--apply", help="With --model: rewrite its embeddings by this config first."),
+    world_size: int | None = typer.Option(
+        None, "--world-size", help="With --model (TorchRec): price every rank of TorchRec's "
+        "plan on this many ranks, TorchRec's own storage estimate beside."),
+    plan_device: str = typer.Option("cuda", "--plan-device", help="With --world-size: cuda "
+                                    "(GPU ranks) or cpu (DMP over gloo)."),
+    torchrec_tables: Path | None = typer.Option(
+        None, "--tables", help="With --world-size: TorchRec table settings (YAML/JSON list: "
+        "name, optimizer, sharding_type, compute_kernel, ...)."),
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
     options = dict(locals())  # every option, by name (first: no other local yet)
     as_json = options.pop("as_json")
+    ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
+    if ranks["world_size"] is not None:  # a TorchRec model per rank: autoembed.torchrec
+        _estimate_ranks(model, example, ranks["torchrec_tables"], ranks["world_size"],
+                        ranks["plan_device"], budget, device_memory, optimizer, as_json)
+        return
     from autoembed.cli_render import does_not_fit, print_estimate
     from autoembed.price import price
 
@@ -133,6 +146,30 @@ def estimate(
     if priced.estimate.fits is False:
         print(does_not_fit(priced), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
+
+
+def _estimate_ranks(model: str | None, example: str | None, tables: Path | None,
+                    world_size: int, plan_device: str, budget: str | None,
+                    device_memory: str | None, optimizer: str | None, as_json: bool) -> None:
+    """`estimate --world-size N`: each rank of TorchRec's plan (exit 3: a rank over budget)."""
+    from autoembed.budget import Budget, parse_size
+    from autoembed.torchrec.command import ranks_json, render_ranks, sharded_for_cli
+
+    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
+    bud = Budget.of(budget, dev_mem) if budget is not None else None
+    est = sharded_for_cli(model, example, tables, world_size=world_size,
+                          plan_device=plan_device, device_memory=dev_mem, host_memory=None,
+                          optimizer=optimizer, budget=bud.bytes if bud else None)
+    if as_json:
+        print(json.dumps(ranks_json(est)))
+    else:
+        render_ranks(est)
+    if bud is not None:
+        try:
+            est.check_fits()
+        except ConfigError as e:
+            print(f"autoembed: does not fit: {e}", file=sys.stderr)
+            raise typer.Exit(EXIT_NO_FIT) from None
 
 
 @app.command("train")

@@ -111,8 +111,7 @@ class UserWorkload:
     def _price(self, values: Mapping[str, Any]) -> Priced:
         import torch
 
-        from autoembed.user_model import estimate_model
-        from autoembed.user_model.apply import apply
+        from autoembed.torchrec.public import apply, estimate_model
 
         code, space = self.code, self.space
         apply_fn = self.apply or apply

@@ -39,7 +39,7 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
                 where: str = "this node", code: UserCode | None = None,
                 **_: Any) -> dict[str, Any]:
     """Run one trial of the payload (see the module docstring)."""
-    from autoembed.user_model.apply import apply
+    from autoembed.torchrec.public import apply
 
     if code is None:
         refs = {r: FunctionRef.from_dict(payload["functions"][r]) for r in ROLES}

@@ -1,0 +1,58 @@
+"""TorchRec models in autoembed: a model holding `EmbeddingBagCollection` /
+`EmbeddingCollection` modules is a user model whose tables are TorchRec tables.
+
+* `tables(model)`, `apply(model, settings)` (`model.py`): tables named
+  ``module.path.table_name``; settings (`settings.TorchRecTable`) are TorchRec's own knobs.
+* `estimate_unsharded` (`estimate.py`): the traced step of the unsharded model.
+* `plan_model` (`plan.py`), `estimate_sharded` (`sharded.py`): TorchRec's plan on a
+  `RankTopology`, every rank priced, TorchRec's own storage estimate beside each.
+* `runner.run_sharded`: one trial as N processes of `DistributedModelParallel` (a layer
+  above: it runs the user's loop with its report callback, `autoembed.user`).
+* `export_torchrec` (`export.py`): the pick as runnable TorchRec code.
+
+TorchRec is optional (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`); nothing here imports it
+until a function needs it, and then a missing install is one ConfigError naming that command.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from autoembed.torchrec.settings import INSTALL, RankTopology, TorchRecTable, table_settings
+
+__all__ = [
+    "INSTALL",
+    "RankTopology",
+    "TorchRecTable",
+    "table_settings",
+    "available",
+    "has_collections",
+    "tables",
+    "apply",
+    "HashedIds",
+    "constraints",
+    "estimate_unsharded",
+    "plan_model",
+    "estimate_sharded",
+    "export_torchrec",
+]
+
+_LAZY = {
+    "available": "autoembed.torchrec.lib",
+    "has_collections": "autoembed.torchrec.lib",
+    "tables": "autoembed.torchrec.model",
+    "apply": "autoembed.torchrec.model",
+    "HashedIds": "autoembed.torchrec.model",
+    "constraints": "autoembed.torchrec.model",
+    "estimate_unsharded": "autoembed.torchrec.estimate",
+    "plan_model": "autoembed.torchrec.plan",
+    "estimate_sharded": "autoembed.torchrec.sharded",
+    "export_torchrec": "autoembed.torchrec.export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'autoembed.torchrec' has no attribute {name!r}")
