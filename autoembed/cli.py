@@ -370,6 +370,9 @@ def search_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
     host_budget: str | None = typer.Option(
         None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
+    repeatable: bool = typer.Option(
+        False, "--repeatable", help="Repeat exactly with the same --seed: one trial at a time, "
+        "and throughput/latency (wall-clock figures) never steer the proposals."),
     model: str | None = typer.Option(
         None, help="Your model: pkg.module:build, build(params) -> nn.Module (with --example "
         "and --train; the current directory is on the import path)."),
@@ -408,7 +411,8 @@ def search_cmd(
             pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
             start_points=start_points, progress=prog.update, on_recovered=prog.note,
-            host_budget=host_budget, model=model, example=example, train=train, loss=loss,
+            host_budget=host_budget, repeatable=repeatable, model=model, example=example,
+            train=train, loss=loss,
             executor=executor, allow_changed_code=allow_changed_code,
         )
     if as_json:

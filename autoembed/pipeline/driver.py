@@ -114,7 +114,9 @@ def search(
     names (default: the space's); sampler: tpe-mix (default), tpe, nsga2, random or grid; seed:
     sampler seed (default 0); workers: trials at once (default 1 on CPU, one per GPU);
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
-    re-queued once); pick_rule: a rule of pareto.PICK_RULES (default within-noise);
+    re-queued once); repeatable: one trial at a time, and nothing measured in wall-clock
+    time (throughput, latency) steers proposals or early stops, so the same seed trains the
+    same trials again; pick_rule: a rule of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP; your own loop: when its space
     says `early_stop:`); host_budget: host memory for host_cached tables ("64GB" or bytes;
@@ -173,7 +175,7 @@ def run_search(
             time_budget_s=request.time_budget, grid=_grid(plan),
             start=[p.params(plan.space) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
-            memory_basis=plan.memory_basis,
+            memory_basis=plan.memory_basis, repeatable=plan.repeatable,
             progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
@@ -274,7 +276,8 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
         "workload": plan.workload.kind,
         **plan.workload.context({"device": plan.device, "threads": plan.threads}),
         "sampler": plan.sampler, "seed": plan.seed,
-        "early_stop": plan.early_stop, "device": plan.device, "workers": plan.workers,
+        "early_stop": plan.early_stop, "repeatable": plan.repeatable,
+        "device": plan.device, "workers": plan.workers,
         "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,
         "wall_seconds": round(wall, 2),

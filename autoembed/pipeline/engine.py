@@ -135,6 +135,7 @@ class SearchEngine:
         early_stop: bool = False,
         host_budget_bytes: Budget | None = None,
         memory_basis: str = MEMORY_BASIS,
+        repeatable: bool = False,
         tracker: SearchTracker | None = None,
         progress: Callable[[SearchStatus], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -146,7 +147,10 @@ class SearchEngine:
         sinks); it is caught up with the study's rows here, so that a resumed search's
         sinks hold every trial the study does. `grid`: the only points asked, in order;
         `start`: points asked first (Optuna params, `space.start`), then the sampler's; a
-        point some trial of the study already had (a resume) is skipped."""
+        point some trial of the study already had (a resume) is skipped. `repeatable`: what
+        steers proposals and early stops never depends on wall-clock time (`TIMING`
+        objectives are told as a constant, a running trial's speed is not projected), so
+        the same seed repeats the same trials."""
         from autoembed.pipeline.study import load_rows
 
         self.study = study
@@ -158,6 +162,7 @@ class SearchEngine:
         self.time_budget_s = time_budget_s
         self.early_stop = early_stop
         self.memory_basis = check_basis(memory_basis)  # memory.objective
+        self.repeatable = repeatable
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.feasibility = Feasibility.for_search(
             MemoryBudget(budget, host_budget_bytes), self.oom_ceiling)
@@ -243,7 +248,8 @@ class SearchEngine:
 
     def _complete(self, row: TrialRow, *, placeholder: bool, runs: float) -> _Outcome:
         return _Outcome("complete", optuna_values(row.metrics, self.objectives,
-                                                  self._memory(row.estimate), placeholder),
+                                                  self._memory(row.estimate), placeholder,
+                                                  timing=not self.repeatable),
                         row.overshoot, runs)
 
     def _memory(self, estimate: Mapping[str, Any]) -> float:
@@ -381,7 +387,8 @@ class SearchEngine:
         prog = Progress(
             qualities=tuple(float(e["quality"]) for e in live.evaluations),
             step=int(evaluation["step"]), samples=int(evaluation.get("samples", 0)),
-            elapsed_s=float(evaluation.get("elapsed_s", 0.0)),
+            # 0: speed unknown (projected at its best), in a repeatable search
+            elapsed_s=0.0 if self.repeatable else float(evaluation.get("elapsed_s", 0.0)),
             max_steps=max_steps, eval_every=eval_every,
             device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
             reached_at=reached,

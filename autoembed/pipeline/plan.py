@@ -85,6 +85,7 @@ class SearchPlan:
     memory_basis: str = MEMORY_BASIS  # memory.objective: the `memory` objective's bytes
     start_points: bool = False  # known-good configs trained first (space.start)
     start: tuple[StartPoint, ...] = ()  # those points (none for the grid sampler)
+    repeatable: bool = False  # one worker; no wall-clock figure steers proposals
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -113,7 +114,8 @@ class SearchPlan:
             import torch
 
             gpus = torch.cuda.device_count()
-        workers = r.workers or int(stored.get("workers", 0)) or (
+        repeatable = r.repeatable or bool(stored.get("repeatable", False))
+        workers = 1 if repeatable else r.workers or int(stored.get("workers", 0)) or (
             max(1, gpus) if r.device == "cuda" else 1)
         cpus = os.cpu_count() or 1
         return cls(
@@ -123,6 +125,7 @@ class SearchPlan:
             workers=workers, gpus=gpus, cpus=cpus, cpus_per_trial=max(1, cpus // workers),
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=_basis(stored), start_points=use_start, start=start,
+            repeatable=repeatable,
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -192,7 +195,8 @@ class SearchPlan:
             "early_stop": self.early_stop, "workers": self.workers, "device": self.device,
             "threads": self.threads, "finished": finished,
             "created": self.created, "memory_basis": self.memory_basis,
-            "start_points": self.start_points, **self.workload.meta(),
+            "start_points": self.start_points, "repeatable": self.repeatable,
+            **self.workload.meta(),
         }
 
     def tracker_params(self) -> dict[str, str]:

@@ -13,6 +13,7 @@ from typing import Any
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
 from autoembed.pareto import non_dominated
 from autoembed.runner import SERVING_BATCH
+from autoembed.space.objectives import TIMING
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
@@ -97,16 +98,21 @@ def objective_vector(
 
 def optuna_values(
     metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
-    memory: float, placeholder: bool,
+    memory: float, placeholder: bool, timing: bool = True,
 ) -> list[float]:
     """Finite values for Optuna's tell: the metrics, or WORST placeholders where missing
     (all of them, memory aside, when `placeholder`; `memory` is the priced memory
-    objective, which stands in for a missing or placeholder one)."""
+    objective, which stands in for a missing or placeholder one). `timing` False (a
+    repeatable search): the wall-clock objectives (`TIMING`) are told as one constant, so
+    the sampler learns nothing that differs from run to run."""
     out = []
     for name, _ in objectives:
         if name == "memory":
             v = metrics.get("memory")
             out.append(float(v) if v is not None and not placeholder else float(memory))
+            continue
+        if name in TIMING and not timing:
+            out.append(WORST[name])
             continue
         v = None if placeholder else metrics.get(name)
         if v is None or not math.isfinite(float(v)):

@@ -42,7 +42,7 @@ class SearchProgress:
 
     def note(self, text: str) -> None:
         # e.g. what a resume recovered: stderr, even with --json; one line, never wrapped
-        self.console.print(text, soft_wrap=True)
+        self.console.print(text, soft_wrap=True, markup=False, highlight=False)
 
     def _panel(self, s: SearchStatus | None) -> Any:
         from rich.panel import Panel
@@ -65,8 +65,11 @@ class SearchProgress:
         if self.live is not None:
             self.live.update(self._panel(s))
         elif s.last is not None and s.last.status != "running":
+            # one whole line in a log (never wrapped at the console's width); the text is
+            # the trial's, not rich markup
             self.console.print(f"[{s.elapsed_s:5.0f} s] {s.trained}/{s.target} trained, "
-                               f"{s.infeasible} over budget, front {s.front}: {_line(s.last)}")
+                               f"{s.infeasible} over budget, front {s.front}: {_line(s.last)}",
+                               soft_wrap=True, markup=False, highlight=False)
 
 
 def _line(r: TrialRow) -> str:

@@ -71,6 +71,7 @@ class SearchRequest:
     early_stop: bool | None = None
     host_budget: Budget | None = None
     start_points: bool | None = None
+    repeatable: bool = False  # the same seed repeats the same trials (see search())
     # a search over the user's own model: its functions (None: autoembed's own models)
     code: UserCode | None = None
     executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
@@ -120,6 +121,7 @@ class SearchRequest:
         early_stop: bool | None = None,
         host_budget: BudgetLike | None = None,
         start_points: bool | None = None,
+        repeatable: bool = False,
         model: Any = None,
         example: Any = None,
         train: Any = None,
@@ -147,6 +149,11 @@ class SearchRequest:
         _positive("--trials", trials)
         _positive("--workers", workers)
         _positive("--time-budget", time_budget, integer=False)
+        if repeatable and (workers or 1) > 1:
+            raise ConfigError(f"--repeatable runs one trial at a time: drop --workers {workers}")
+        if repeatable and time_budget is not None:
+            raise ConfigError("--repeatable with --time-budget: when the time runs out depends "
+                              "on the machine; give --trials instead")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed <= MAX_SEED):
             raise ConfigError(
@@ -168,6 +175,7 @@ class SearchRequest:
             text_column=text_column, early_stop=early_stop, host_budget=host,
             start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
             allow_changed_code=bool(allow_changed_code), apply=apply, space_arg=space_arg,
+            repeatable=bool(repeatable),
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space._messages import space_error, unknown_key
 
-__all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "MEASURED", "Objective", "check_objective",
+__all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "MEASURED", "TIMING", "Objective", "check_objective",
            "parse_objectives"]
 
 # Objective name -> the direction that makes sense for it (the only one accepted).
@@ -25,6 +25,9 @@ OBJECTIVES: dict[str, str] = {
 DEFAULT_OBJECTIVES = ("quality", "memory", "throughput")
 # Objectives autoembed measures itself: a user's loop may not report them.
 MEASURED = ("memory", "throughput", "steps_to_target")
+# Objectives measured in wall-clock time: they differ from run to run of the same trial, so a
+# repeatable search never lets them steer its proposals.
+TIMING = ("throughput", "latency")
 
 
 @dataclass(frozen=True)
