@@ -1,0 +1,107 @@
+"""The replay table's file format: one gzip-compressed JSON-lines file per workload,
+appended record by record (each record its own gzip member, so a killed writer loses at
+most the record it was writing, and `read_records` drops that torn tail).
+
+Records, told apart by `kind` (benchmarks/replay/README.md describes every field):
+
+* `table`: one, first: the workload (space text, data, the search's budget and run
+  settings), the table's budget and memory axis, how rows were sampled, and the commit,
+  machine and load that created it;
+* `row`: one per configuration, in row order: the Optuna params and config values, the
+  priced estimate (`allocated_peak`, `device_total`, ...), whether it fits the table's
+  budget, and what pricing it cost;
+* `trial`: one per (row, seed) trained: the learning curve at the fine cadence (validation
+  and test quality at every evaluation), the cost of every segment (wall and thread CPU
+  seconds), the trial's fixed costs and the runner's own result fields, with the commit and
+  load it ran under.
+
+`Table.load(path)` reads a file back for a replay: rows by id, trials by (row, seed).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["append_record", "read_records", "repair", "Table"]
+
+KINDS = ("table", "row", "trial")
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one record (its own gzip member: a torn write loses only this record)."""
+    if record.get("kind") not in KINDS:
+        raise ValueError(f"record kind {record.get('kind')!r} is not one of {KINDS}")
+    line = json.dumps(record, sort_keys=True, allow_nan=True) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "at", encoding="utf-8") as f:
+        f.write(line)
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        yield from f
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Every whole record of `path` in order, and whether a torn tail was dropped (a
+    writer killed mid-record: a truncated gzip member or a partial last line)."""
+    records: list[dict[str, Any]] = []
+    torn = False
+    try:
+        for line in _lines(path):
+            if not line.endswith("\n"):
+                torn = True
+                break
+            records.append(json.loads(line))
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        torn = True
+    return records, torn
+
+
+def repair(path: Path) -> list[dict[str, Any]]:
+    """The file's whole records; a torn tail is cut off by rewriting the file (atomically)."""
+    records, torn = read_records(path)
+    if torn:
+        tmp = path.with_name(path.name + ".repair")
+        tmp.unlink(missing_ok=True)
+        for r in records:
+            append_record(tmp, r)
+        tmp.replace(path)
+    return records
+
+
+@dataclass
+class Table:
+    """One workload's table, read back: `header` (the `table` record), `rows` by row id,
+    `trials[(row, seed)]`."""
+
+    header: dict[str, Any]
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    trials: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Table:
+        records, _ = read_records(path)
+        return cls.of(records, str(path))
+
+    @classmethod
+    def of(cls, records: list[dict[str, Any]], where: str = "table") -> Table:
+        if not records or records[0].get("kind") != "table":
+            raise ValueError(f"{where}: the first record is not the table's header")
+        t = cls(records[0])
+        for r in records[1:]:
+            if r["kind"] == "row":
+                t.rows[int(r["row"])] = r
+            elif r["kind"] == "trial":
+                t.trials[(int(r["row"]), int(r["seed"]))] = r
+        return t
+
+    def seeds(self, row: int) -> list[int]:
+        """The training seeds row `row` was trained with."""
+        return sorted(s for (r, s) in self.trials if r == row)
