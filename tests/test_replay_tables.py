@@ -74,6 +74,20 @@ def test_trials_are_ordered_in_passes_with_the_seeded_rows_spread() -> None:
     ]
 
 
+def test_quality_at_a_fraction_is_the_last_evaluation_at_or_before_it() -> None:
+    from summary import quality_at
+
+    trial = {"max_steps": 90, "curve": [
+        {"step": 10, "quality": 0.6, "loop_cpu_s": 1.0},
+        {"step": 30, "quality": 0.7, "loop_cpu_s": 2.0},
+        {"step": 90, "quality": 0.8, "loop_cpu_s": 5.0}]}
+    assert quality_at(trial, 1 / 27) is None  # 3.3 steps: before the first evaluation
+    assert quality_at(trial, 1 / 9) == (0.6, 1.0)  # 10 steps: that evaluation
+    assert quality_at(trial, 1 / 3) == (0.7, 2.0)  # 30
+    assert quality_at(trial, 2 / 3) == (0.7, 2.0)  # 60: still the one at 30
+    assert quality_at(trial, 1.0) == (0.8, 5.0)
+
+
 def test_the_hooks_extra_evaluations_leave_the_search_trial_unchanged(tmp_path: Path) -> None:
     """A table row's curve at the search's cadence, its best evaluation and its test
     quality are those of the same trial run without the hook (the search's trial)."""
