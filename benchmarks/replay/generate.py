@@ -362,8 +362,8 @@ def warm_up(w: Workload, row: Mapping[str, Any]) -> tuple[float, float]:
     from autoembed.runner import RunSettings, run_trial
 
     t0 = now()
-    s = RunSettings(**{**w.settings(), "fit_to_data": False, "max_steps": WARM_UP_STEPS,
-                       "eval_every": WARM_UP_STEPS})
+    s = RunSettings(**{**w.settings(), "fit_to_data": False, "epochs": None,
+                       "max_steps": WARM_UP_STEPS, "eval_every": WARM_UP_STEPS})
     run_trial(trained_config(w, row, 0), w.dataset, s)
     return since(t0)
 
