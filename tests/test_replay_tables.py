@@ -146,3 +146,25 @@ def test_the_tiny_table_holds_what_its_format_says() -> None:
         assert tr["test_quality"] == curve[-1]["test_quality"]
         loops = [p["loop_cpu_s"] for p in curve]
         assert loops == sorted(loops)
+
+
+def test_a_proposal_snaps_to_the_nearest_trained_row() -> None:
+    import math
+
+    from table import Snapper
+
+    t = Table.load(REPLAY / "tables" / "tiny.jsonl.gz")
+    snap = Snapper(t, seed=0)
+    assert snap.rows == sorted(r for r, s in t.trials if s == 0)
+    for r in snap.rows:  # a trained row's own params are at distance 0 from it
+        assert snap.nearest(t.rows[r]["params"]) == (r, 0.0)
+    # default.yaml: lr in [0.002, 0.05] log, dim/8 in [1, 16] log, batch_size a choice
+    a = {"dim/8": 2, "lr": 0.005, "batch_size": 256, "tt_rank": 4}
+    b = {"dim/8": 4, "lr": 0.01, "batch_size": 512, "hash_buckets": 100000}
+    want = math.sqrt((math.log(2) / math.log(16)) ** 2
+                     + (math.log(2) / math.log(0.05 / 0.002)) ** 2 + 1.0)
+    assert snap.distance(a, b) == pytest.approx(want)
+    row = snap.rows[-1]  # a proposal next to a row, off the grid of rows
+    near = {**t.rows[row]["params"], "lr": t.rows[row]["params"]["lr"] * 1.01}
+    got, dist = snap.nearest(near)
+    assert got == row and 0 < dist < 0.01

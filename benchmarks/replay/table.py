@@ -15,20 +15,23 @@ Records, told apart by `kind` (benchmarks/replay/README.md describes every field
   seconds), the trial's fixed costs and the runner's own result fields, with the commit and
   load it ran under.
 
-`Table.load(path)` reads a file back for a replay: rows by id, trials by (row, seed).
+`Table.load(path)` reads a file back for a replay: rows by id, trials by (row, seed);
+`Snapper` maps a proposal's Optuna params onto the nearest trained row (README, "How a
+proposal maps onto a row").
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_record", "read_records", "repair", "Table"]
+__all__ = ["append_record", "read_records", "repair", "Table", "Snapper"]
 
 KINDS = ("table", "row", "trial")
 
@@ -105,3 +108,49 @@ class Table:
     def seeds(self, row: int) -> list[int]:
         """The training seeds row `row` was trained with."""
         return sorted(s for (r, s) in self.trials if r == row)
+
+    def space(self) -> Any:
+        """The workload's search space, as the table stored it."""
+        import yaml
+
+        from autoembed.space import parse_space
+
+        text = str(self.header["space_text"])
+        return parse_space(yaml.safe_load(text), str(self.header["space_source"]), text)
+
+
+class Snapper:
+    """A proposal's Optuna params -> the nearest row trained (complete) at `seed`: each
+    param normalized to [0, 1] by its own Optuna distribution (log scale where it is log), a
+    categorical mismatch counting 1, a param compared only where both have it (conditional
+    params), Euclidean distance, ties to the lower row id."""
+
+    def __init__(self, table: Table, seed: int = 0) -> None:
+        from autoembed.search.optuna_space import distributions
+
+        self.dists = distributions(table.space())
+        self.rows = sorted(r for (r, s), tr in table.trials.items()
+                           if s == seed and tr["status"] == "complete")
+        self.params = {r: table.rows[r]["params"] for r in self.rows}
+        if not self.rows:
+            raise ValueError(f"no complete trial at seed {seed} to snap to")
+
+    def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+        total = 0.0
+        for name in set(a) & set(b):
+            total += self._gap(name, a[name], b[name]) ** 2
+        return math.sqrt(total)
+
+    def _gap(self, name: str, x: Any, y: Any) -> float:
+        d = self.dists[name]
+        if not hasattr(d, "low"):  # categorical
+            return 0.0 if x == y else 1.0
+        lo, hi = float(d.low), float(d.high)
+        if d.log:
+            x, y, lo, hi = math.log(x), math.log(y), math.log(lo), math.log(hi)
+        return 0.0 if hi == lo else abs(float(x) - float(y)) / (hi - lo)
+
+    def nearest(self, params: Mapping[str, Any]) -> tuple[int, float]:
+        """(row, distance) of the nearest trained row."""
+        return min(((r, self.distance(params, self.params[r])) for r in self.rows),
+                   key=lambda rd: (rd[1], rd[0]))
