@@ -142,8 +142,10 @@ def test_the_tiny_table_holds_what_its_format_says() -> None:
         assert set(steps) == wanted
         assert [p["step"] for p in curve if p["search"]] == sorted(
             range(tr["search_eval_every"], tr["max_steps"] + 1, tr["search_eval_every"]))
-        # the runner's test (its own code path, last weights) is the hook's at the last step
-        assert tr["test_quality"] == curve[-1]["test_quality"]
+        # the runner's test (its own code path, on the weights of its chosen evaluation) is
+        # the hook's at that step
+        at = {p["step"]: p for p in curve}[tr["best_step"]]
+        assert tr["test_quality"] == at["test_quality"] and tr["valid_quality"] == at["quality"]
         loops = [p["loop_cpu_s"] for p in curve]
         assert loops == sorted(loops)
 
