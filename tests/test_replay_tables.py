@@ -86,6 +86,9 @@ def test_quality_at_a_fraction_is_the_last_evaluation_at_or_before_it() -> None:
     assert quality_at(trial, 1 / 3) == (0.7, 2.0)  # 30
     assert quality_at(trial, 2 / 3) == (0.7, 2.0)  # 60: still the one at 30
     assert quality_at(trial, 1.0) == (0.8, 5.0)
+    trial["curve"][1]["quality"] = 0.5  # under fit_to_data the best so far counts
+    assert quality_at(trial, 1 / 3, best=True) == (0.6, 2.0)
+    assert quality_at(trial, 1 / 3) == (0.5, 2.0)
 
 
 def test_the_hooks_extra_evaluations_leave_the_search_trial_unchanged(tmp_path: Path) -> None:

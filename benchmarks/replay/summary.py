@@ -3,8 +3,9 @@
 Per table: rows (priced, fitting, trained), trials per seed, CPU seconds per trial and where
 they go, the spread of validation quality, the seed-to-seed noise, and how well the ranking of
 configs at a fraction f of their training agrees with the ranking at full length (Spearman
-rho of validation quality at the last evaluation at or before f x max_steps against the
-trial's validation quality, seed 0) next to how well two training seeds agree (rho of seed 0
+rho of validation quality at the last evaluation at or before f x max_steps, or the best up
+to there where the trials are judged by their best evaluation (`fit_to_data`), against the
+same at full length, seed 0) next to how well two training seeds agree (rho of seed 0
 against seed 1, same rows): the smallest f whose rho reaches the seeds' rho is where an early
 ranking stops being worse than noise (README, "Brackets and rungs from the data").
 
@@ -32,12 +33,17 @@ FRACTIONS = (1 / 27, 1 / 9, 1 / 3, 2 / 3, 1.0)
 MIN_PAIRS = 5  # rows with both seeds before a seed rho is shown
 
 
-def quality_at(trial: dict[str, Any], fraction: float) -> tuple[float, float] | None:
+def quality_at(trial: dict[str, Any], fraction: float, best: bool = False
+               ) -> tuple[float, float] | None:
     """(validation quality, loop CPU seconds) at the last evaluation at or before
-    `fraction` of the trial's steps; None before the first evaluation."""
+    `fraction` of the trial's steps (`best`: the best quality up to there, as a trial under
+    `fit_to_data` is judged); None before the first evaluation."""
     limit = fraction * trial["max_steps"] + 1e-9
     points = [p for p in trial["curve"] if p["step"] <= limit]
-    return (points[-1]["quality"], points[-1]["loop_cpu_s"]) if points else None
+    if not points:
+        return None
+    q = max(p["quality"] for p in points) if best else points[-1]["quality"]
+    return q, points[-1]["loop_cpu_s"]
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -66,16 +72,22 @@ def table_rows(t: Table) -> dict[str, Any]:
         return statistics.median(parts) if parts else None
 
     fid = {}
+    best = bool(t.header["run_settings"].get("fit_to_data"))
+
+    def final(tr: dict[str, Any]) -> float:
+        q = quality_at(tr, 1.0, best)
+        assert q is not None  # a complete trial evaluates at its last step
+        return q[0]
+
     for f in FRACTIONS:
-        pairs = [(quality_at(tr, f), tr["valid_quality"], tr["cost"]["total_cpu_s"])
+        pairs = [(quality_at(tr, f, best), final(tr), tr["cost"]["total_cpu_s"])
                  for tr in seed0.values()]
         pairs = [(q, v, c) for q, v, c in pairs if q is not None]
         rho = spearman([q[0] for q, _, _ in pairs], [v for _, v, _ in pairs])
         cost = statistics.median(q[1] / c for q, _, c in pairs) if pairs else None
         fid[f] = (rho, cost, len(pairs))
-    rho_seeds = spearman([seed0[r]["valid_quality"] for r in both],
-                         [seed1[r]["valid_quality"] for r in both])
-    diffs = [abs(seed0[r]["valid_quality"] - seed1[r]["valid_quality"]) for r in both]
+    rho_seeds = spearman([final(seed0[r]) for r in both], [final(seed1[r]) for r in both])
+    diffs = [abs(final(seed0[r]) - final(seed1[r])) for r in both]
     r_min = next((f for f in FRACTIONS if rho_seeds is not None and fid[f][0] is not None
                   and fid[f][0] >= rho_seeds), None)
     qualities = [tr["valid_quality"] for tr in seed0.values()]
