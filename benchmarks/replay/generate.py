@@ -509,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--configs", type=int, default=300, help="rows trained per table")
     ap.add_argument("--seeded", type=int, default=80,
                     help="sampled rows also trained at seeds 1 and 2 (start points always)")
-    ap.add_argument("--chunk", type=int, default=50, help="rows per pass")
+    ap.add_argument("--chunk", type=int, default=20, help="rows per pass")
     ap.add_argument("--name", default=None, help="table name (default: the workload's)")
     ap.add_argument("--out", type=Path, default=TABLES)
     ap.add_argument("--probe", type=int, default=0,
