@@ -91,7 +91,13 @@ def table_rows(t: Table) -> dict[str, Any]:
     r_min = next((f for f in FRACTIONS if rho_seeds is not None and fid[f][0] is not None
                   and fid[f][0] >= rho_seeds), None)
     qualities = [tr["valid_quality"] for tr in seed0.values()]
+    from generate import SEEDED, tasks
+
+    planned = len(tasks(t, SEEDED, 1))
+    per = [tr["cost"]["total_cpu_s"] + tr["cost"]["extra_cpu_s"] for tr in done]
     return {
+        "planned": planned,
+        "to_go_h": (planned - len(t.trials)) * statistics.mean(per) / 3600 if per else None,
         "rows": len(t.rows), "fitting": sum(1 for r in t.rows.values() if r["fits"]),
         "trials": len(t.trials), "complete": len(done),
         "per_seed": {s: sum(1 for (_, s2) in t.trials if s2 == s) for s in (0, 1, 2)},
@@ -113,7 +119,8 @@ def table_rows(t: Table) -> dict[str, Any]:
 def report(names: Sequence[str]) -> str:
     out = []
     head = ["table", "rows (fitting)", "trials (seed 0/1/2)", "CPU s per trial (median)",
-            "CPU h (+ extras)", "steps / search evals / startup / final (median share)",
+            "CPU h (+ extras)", "planned trials, CPU h to go (est.)",
+            "steps / search evals / startup / final (median share)",
             "wall / CPU", "validation quality min / median / max"]
     rows, fids = [], []
     for n in names:
@@ -127,6 +134,7 @@ def report(names: Sequence[str]) -> str:
                      f"{s['trials']} ({'/'.join(str(s['per_seed'][k]) for k in (0, 1, 2))})",
                      _fmt(s["cpu_median"], 1),
                      f"{s['cpu_total_h']:.2f} (+{s['extra_total_h']:.2f})",
+                     f"{s['planned']}, {_fmt(s['to_go_h'], 1)}",
                      " / ".join(_fmt(sh[k], 2) for k in sh), _fmt(s["wall_per_cpu"], 1),
                      "—" if q is None else " / ".join(f"{x:.4f}" for x in q)])
         fids.append([n, f"{_fmt(s['rho_seeds'])} ({s['seed_pairs']} rows)",
