@@ -1,0 +1,156 @@
+"""The replay table's file format: one gzip-compressed JSON-lines file per workload,
+appended record by record (each record its own gzip member, so a killed writer loses at
+most the record it was writing, and `read_records` drops that torn tail).
+
+Records, told apart by `kind` (benchmarks/replay/README.md describes every field):
+
+* `table`: one, first: the workload (space text, data, the search's budget and run
+  settings), the table's budget and memory axis, how rows were sampled, and the commit,
+  machine and load that created it;
+* `row`: one per configuration, in row order: the Optuna params and config values, the
+  priced estimate (`allocated_peak`, `device_total`, ...), whether it fits the table's
+  budget, and what pricing it cost;
+* `trial`: one per (row, seed) trained: the learning curve at the fine cadence (validation
+  and test quality at every evaluation), the cost of every segment (wall and thread CPU
+  seconds), the trial's fixed costs and the runner's own result fields, with the commit and
+  load it ran under.
+
+`Table.load(path)` reads a file back for a replay: rows by id, trials by (row, seed);
+`Snapper` maps a proposal's Optuna params onto the nearest trained row (README, "How a
+proposal maps onto a row").
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["append_record", "read_records", "repair", "Table", "Snapper"]
+
+KINDS = ("table", "row", "trial")
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one record (its own gzip member: a torn write loses only this record)."""
+    if record.get("kind") not in KINDS:
+        raise ValueError(f"record kind {record.get('kind')!r} is not one of {KINDS}")
+    line = json.dumps(record, sort_keys=True, allow_nan=True) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "at", encoding="utf-8") as f:
+        f.write(line)
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        yield from f
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Every whole record of `path` in order, and whether a torn tail was dropped (a
+    writer killed mid-record: a truncated gzip member or a partial last line)."""
+    records: list[dict[str, Any]] = []
+    torn = False
+    try:
+        for line in _lines(path):
+            if not line.endswith("\n"):
+                torn = True
+                break
+            records.append(json.loads(line))
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        torn = True
+    return records, torn
+
+
+def repair(path: Path) -> list[dict[str, Any]]:
+    """The file's whole records; a torn tail is cut off by rewriting the file (atomically)."""
+    records, torn = read_records(path)
+    if torn:
+        tmp = path.with_name(path.name + ".repair")
+        tmp.unlink(missing_ok=True)
+        for r in records:
+            append_record(tmp, r)
+        tmp.replace(path)
+    return records
+
+
+@dataclass
+class Table:
+    """One workload's table, read back: `header` (the `table` record), `rows` by row id,
+    `trials[(row, seed)]`."""
+
+    header: dict[str, Any]
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    trials: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Table:
+        records, _ = read_records(path)
+        return cls.of(records, str(path))
+
+    @classmethod
+    def of(cls, records: list[dict[str, Any]], where: str = "table") -> Table:
+        if not records or records[0].get("kind") != "table":
+            raise ValueError(f"{where}: the first record is not the table's header")
+        t = cls(records[0])
+        for r in records[1:]:
+            if r["kind"] == "row":
+                t.rows[int(r["row"])] = r
+            elif r["kind"] == "trial":
+                t.trials[(int(r["row"]), int(r["seed"]))] = r
+        return t
+
+    def seeds(self, row: int) -> list[int]:
+        """The training seeds row `row` was trained with."""
+        return sorted(s for (r, s) in self.trials if r == row)
+
+    def space(self) -> Any:
+        """The workload's search space, as the table stored it."""
+        import yaml
+
+        from autoembed.space import parse_space
+
+        text = str(self.header["space_text"])
+        return parse_space(yaml.safe_load(text), str(self.header["space_source"]), text)
+
+
+class Snapper:
+    """A proposal's Optuna params -> the nearest row trained (complete) at `seed`: each
+    param normalized to [0, 1] by its own Optuna distribution (log scale where it is log), a
+    categorical mismatch counting 1, a param compared only where both have it (conditional
+    params), Euclidean distance, ties to the lower row id."""
+
+    def __init__(self, table: Table, seed: int = 0) -> None:
+        from autoembed.search.optuna_space import distributions
+
+        self.dists = distributions(table.space())
+        self.rows = sorted(r for (r, s), tr in table.trials.items()
+                           if s == seed and tr["status"] == "complete")
+        self.params = {r: table.rows[r]["params"] for r in self.rows}
+        if not self.rows:
+            raise ValueError(f"no complete trial at seed {seed} to snap to")
+
+    def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+        total = 0.0
+        for name in set(a) & set(b):
+            total += self._gap(name, a[name], b[name]) ** 2
+        return math.sqrt(total)
+
+    def _gap(self, name: str, x: Any, y: Any) -> float:
+        d = self.dists[name]
+        if not hasattr(d, "low"):  # categorical
+            return 0.0 if x == y else 1.0
+        lo, hi = float(d.low), float(d.high)
+        if d.log:
+            x, y, lo, hi = math.log(x), math.log(y), math.log(lo), math.log(hi)
+        return 0.0 if hi == lo else abs(float(x) - float(y)) / (hi - lo)
+
+    def nearest(self, params: Mapping[str, Any]) -> tuple[int, float]:
+        """(row, distance) of the nearest trained row."""
+        return min(((r, self.distance(params, self.params[r])) for r in self.rows),
+                   key=lambda rd: (rd[1], rd[0]))
