@@ -98,9 +98,9 @@ def test_the_hooks_extra_evaluations_leave_the_search_trial_unchanged(tmp_path: 
 
     from generate import Pricer, Workload, run_one, trained_config
 
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
     from autoembed.runner import RunSettings, run_trial
-    from autoembed.search.plan import SearchPlan
-    from autoembed.search.request import SearchRequest
     from autoembed.space import builtin_space_path, load_space
 
     space = load_space(builtin_space_path("tiny"))

@@ -12,8 +12,8 @@ gives a trial one core fewer than its share), and the curve's cadence (below).
 
 Rows: the start points first (`space.start`), then configurations drawn by Optuna's
 `RandomSampler(seed=SAMPLE_SEED)` through the search's own suggest code, each priced by the
-search's pricing stage (`search.engine.BuiltinPricing`: the analytic estimate at full size)
-with its cost timed. The table's budget is the search's when that rules out at least
+search's pricing stage (`pipeline.builtin.BuiltinWorkload.price`: the analytic estimate at
+full size) with its cost timed. The table's budget is the search's when that rules out at least
 MIN_RULED_OUT of a pilot of PILOT sampled configs; otherwise the pilot's device_total
 quantile that rules out TARGET_RULED_OUT of it (rounded up to three significant digits:
 device_total carries a fixed overhead of about 570 MB, so two would move the share ruled
@@ -111,12 +111,12 @@ class Workload:
     """One table's workload: the search's plan and what the generator adds to it."""
 
     name: str
-    plan: Any  # autoembed.search.plan.SearchPlan
+    plan: Any  # autoembed.pipeline.plan.SearchPlan
 
     @classmethod
     def build(cls, name: str, runs_dir: Path) -> Workload:
-        from autoembed.search.plan import SearchPlan
-        from autoembed.search.request import SearchRequest
+        from autoembed.pipeline.plan import SearchPlan
+        from autoembed.pipeline.request import SearchRequest
 
         w = WORKLOADS[name]
         req = SearchRequest.parse(SEARCH_BUDGET, space=w["space"], data=w["data"],
@@ -130,11 +130,11 @@ class Workload:
 
     @property
     def dataset(self) -> Any:
-        return self.plan.workload.train_dataset
+        return self.plan.workload.data.train_dataset
 
     def settings(self) -> dict[str, Any]:
         """The search's run settings, at one torch thread."""
-        return {**self.plan.run_settings(), "threads": THREADS}
+        return {**self.plan.workload.run, "device": "cpu", "threads": THREADS}
 
     def fitted(self, batch: int) -> tuple[int, int]:
         """(max_steps, the search's eval_every) of a trial at `batch` samples per step."""
@@ -179,16 +179,13 @@ def table_budget(totals: Sequence[float], search_bytes: int) -> tuple[int, str]:
 
 
 class Pricer:
-    """Suggest and price configs as the search does (`BuiltinPricing`), timed."""
+    """Suggest and price configs as the search does (the built-in workload's `price`), timed."""
 
     def __init__(self, w: Workload) -> None:
         import optuna
 
-        from autoembed.search.engine import BuiltinPricing
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.w = w
-        self.pricing = BuiltinPricing(w.space, w.plan.workload, host_memory=False)
         self.random = optuna.create_study(sampler=optuna.samplers.RandomSampler(SAMPLE_SEED))
         self.fixed = optuna.create_study(sampler=optuna.samplers.RandomSampler(SAMPLE_SEED))
 
@@ -200,14 +197,15 @@ class Pricer:
         return self._price(self.fixed, self.fixed.ask())
 
     def _price(self, study: Any, trial: Any) -> dict[str, Any]:
-        from autoembed.search.engine import InvalidProposal
+        from autoembed.pipeline.optuna_space import suggest_values
+        from autoembed.pipeline.workload import Invalid
 
         t0 = now()
-        priced = self.pricing.price(trial)
+        priced = self.w.plan.workload.price(suggest_values(self.w.space, trial))
         wall, cpu = since(t0)
         params = dict(trial.params)
         row: dict[str, Any] = {"params": params, "price_wall_s": wall, "price_cpu_s": cpu}
-        if isinstance(priced, InvalidProposal):
+        if isinstance(priced, Invalid):
             return {**row, "values": None, "invalid": priced.reason, "estimate": None}
         est = priced.estimate.to_dict()
         values = self.w.space.values_from_optuna(params)
@@ -352,7 +350,7 @@ def trained_config(w: Workload, row: Mapping[str, Any], seed: int) -> Any:
     from autoembed.config import config_from_dict
 
     space = replace(w.space, base={**w.space.base, "seed": seed})  # plan._seeded's rule
-    train = w.plan.workload.trained(space.config_for(row["values"])).to_dict()
+    train = w.plan.workload.data.trained(space.config_for(row["values"])).to_dict()
     return config_from_dict(train, f"{w.name} row {row['row']}")
 
 

@@ -126,7 +126,7 @@ class Snapper:
     params), Euclidean distance, ties to the lower row id."""
 
     def __init__(self, table: Table, seed: int = 0) -> None:
-        from autoembed.search.optuna_space import distributions
+        from autoembed.pipeline.optuna_space import distributions
 
         self.dists = distributions(table.space())
         self.rows = sorted(r for (r, s), tr in table.trials.items()
