@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from autoembed.compression import tt_dims, tt_rows
-from autoembed.models.hashing import hash_ids
-from autoembed.models.rowformat import pack_rows, unpack_rows
+from autoembed.nn.hashing import hash_ids
+from autoembed.nn.rowformat import pack_rows, unpack_rows
 
 __all__ = [
     "hash_init",

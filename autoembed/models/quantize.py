@@ -18,7 +18,7 @@ from torch import nn
 from autoembed.config import SERVING
 from autoembed.errors import ConfigError
 from autoembed.models.embedding import PackedWeights
-from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
+from autoembed.nn.rowformat import SERVING_BITS, pack_rows, row_bytes
 
 __all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
 

@@ -3,7 +3,7 @@ torch's call signatures (`input`, `offsets`, `per_sample_weights`, `padding_idx`
 and store the table as the compression says:
 
 * ``none``: ``weight`` [V, D] (exactly torch's layer);
-* ``hash``: ``weight`` [min(V, hash_buckets), D]; ids hashed (`models.hashing.hash_ids`)
+* ``hash``: ``weight`` [min(V, hash_buckets), D]; ids hashed (`autoembed.nn.hashing.hash_ids`)
   when V > hash_buckets;
 * ``qr``: ``q_weight`` [ceil(V / m), Dq] and ``r_weight`` [m, Dq], rows combined by
   ``mult`` / ``add`` / ``concat`` (Dq = D / 2 for concat); bags pool each part first, as
@@ -16,7 +16,7 @@ Serving: `autoembed.quantize(model, "int8" | "int4")` packs each layer's stored 
 Placement: ``placement="host_cached"`` (compression none or hash) keeps the whole table and
 its optimizer state in host memory and ``cache_rows`` rows on the device (``cache_policy``
 lru / lfu, ``table_optimizer`` sgd / adagrad / rowwise_adagrad / sparse_adam, ``dynamic_rows``):
-the store is `models.host_cache.HostCachedTable`, the built-in models' cache, and
+the store is `autoembed.nn.host_cache.HostCache`, the built-in models' cache too, and
 ``cache_weight`` [cache_rows, D] (sparse gradients) is its one parameter. A training forward
 needs the table bound to its optimizer, whose state then moves with the rows:
 `autoembed.build_optimizer(model, config)` binds it (a plain ``opt.step()`` loop then trains
@@ -47,6 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.errors import ConfigError
+from autoembed.nn.hashing import hash_ids, qr_indices
+from autoembed.nn.rowformat import unpack_rows
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS", "PackedWeights"]
 
@@ -54,7 +56,7 @@ LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold
 
 
 class PackedWeights(nn.Module):
-    """Weights that int8/int4 serving (`models.quantize`) replaces by packed rows: the one
+    """Weights that int8/int4 serving (`autoembed.quantize`) replaces by packed rows: the one
     implementation the built-in tables and the `autoembed.nn` layers' storages share."""
 
     quantizable = True  # int8/int4 serving packs this module's weights into rows
@@ -75,8 +77,6 @@ class PackedWeights(nn.Module):
 
     def unpacked(self, name: str, idx: torch.Tensor) -> torch.Tensor:
         """Rows `idx` of packed weight `name`, dequantized: [*idx.shape, dim]."""
-        from autoembed.models.rowformat import unpack_rows
-
         bits, dim, dtype = self.packed[name]
         return unpack_rows(getattr(self, f"{name}_packed")[idx], dim, bits, dtype)
 
@@ -154,7 +154,7 @@ class _Storage(PackedWeights):
 class _Plain(_Storage):
     """One stored table ``weight`` [rows, d]: a row is ``weight[map(id)]``, then ``proj``
     (Linear d -> D, no bias) when d differs from D. Ids index rows as they are unless
-    `buckets` is set (hash: `models.hashing.hash_ids` into that many rows).
+    `buckets` is set (hash: `hash_ids` into that many rows).
 
     Compression none is this storage as it is; `_Hash` and `_MixedDim` set it up from their
     settings; the built-in models' `PlainTable` (none / hash / shared / mixed_dim, and the
@@ -182,8 +182,6 @@ class _Plain(_Storage):
         """The row of each non-negative id."""
         if self.buckets is None:
             return ids
-        from autoembed.models.hashing import hash_ids
-
         return hash_ids(ids, self.buckets, self.seed)
 
     def _project(self, rows: torch.Tensor) -> torch.Tensor:
@@ -251,15 +249,11 @@ class _QR(_Storage):
         return torch.cat([q, r], dim=-1)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        from autoembed.models.hashing import qr_indices
-
         qi, ri = qr_indices(ids, self.m)
         return self._combine(self._lookup("q_weight", qi), self._lookup("r_weight", ri))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        from autoembed.models.hashing import qr_indices
-
         qi, ri = qr_indices(ids, self.m)
         q = self._bag_of("q_weight", qi, offsets, mode, psw)
         r = self._bag_of("r_weight", ri, offsets, mode, psw)
@@ -307,7 +301,7 @@ class _Layer(nn.Module):
         self.placement = settings.pop("placement", "device")
         self.sparse = self.placement == "host_cached"  # cache_weight: sparse gradients
         if self.placement == "host_cached":
-            from autoembed.models.host_cache import layer_storage
+            from autoembed.nn.host_cache import layer_storage
 
             self.store: Any = layer_storage(num_embeddings, embedding_dim, compression, factory,
                                             **settings)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.compression import (
     check_hot_cold,
@@ -30,6 +31,7 @@ from autoembed.compression import (
     check_tt,
     cold_rows,
     hot_count,
+    robe_blocks,
     tt_dims,
     tt_init_std,
     tt_rows,
@@ -37,8 +39,92 @@ from autoembed.compression import (
 )
 from autoembed.errors import ConfigError
 from autoembed.nn import _Storage
+from autoembed.nn.hashing import hash_id_reference, hash_ids
 
-__all__ = ["METHOD_STORAGES"]
+__all__ = [
+    "METHOD_STORAGES",
+    "robe_seed",
+    "robe_positions",
+    "tt_indices",
+    "tt_lookup",
+    "checked_hot_ids",
+    "hot_cold_rows",
+]
+
+
+def robe_seed(hash_seed: int, field: int) -> int:
+    """Hash seed of field `field`: the splitmix64 output of (field, hash_seed), 63 bits."""
+    return hash_id_reference(field, 1 << 63, hash_seed)
+
+
+def robe_positions(
+    idx: torch.Tensor, size: int, block: int, dim: int, seed: int
+) -> torch.Tensor:
+    """Array positions [..., dim] of the rows of ids `idx` (see `autoembed.compression`)."""
+    blocks = robe_blocks(dim, block)
+    keys = idx.unsqueeze(-1) * blocks + torch.arange(blocks, device=idx.device)
+    start = hash_ids(keys, size, seed)  # [..., blocks]
+    pos = torch.remainder(start.unsqueeze(-1) + torch.arange(block, device=idx.device), size)
+    return pos.flatten(-2)[..., :dim]
+
+
+def tt_indices(
+    idx: torch.Tensor, factors: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(i1, i2, i3) of ids: i = i1 * v2 * v3 + i2 * v3 + i3."""
+    _, v2, v3 = factors
+    return (
+        torch.div(idx, v2 * v3, rounding_mode="floor"),
+        torch.remainder(torch.div(idx, v3, rounding_mode="floor"), v2),
+        torch.remainder(idx, v3),
+    )
+
+
+def tt_lookup(
+    idx: torch.Tensor,
+    cores: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    row_factors: tuple[int, int, int],
+    dim_factors: tuple[int, int, int],
+    rank: int,
+) -> torch.Tensor:
+    """Rows [..., d1 d2 d3] of ids `idx` from cores in `tt_shapes`' layout: G0[i1] . G1[i2]
+    . G2[i3], two batched matmuls."""
+    d1, d2, d3 = dim_factors
+    r = rank
+    i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, row_factors))
+    n = i1.shape[0]
+    g0 = F.embedding(i1, cores[0]).view(n, d1, r)
+    g1 = F.embedding(i2, cores[1]).view(n, r, d2 * r)
+    g2 = F.embedding(i3, cores[2]).view(n, r, d3)
+    t = torch.bmm(g0, g1).view(n, d1 * d2, r)
+    return torch.bmm(t, g2).view(*idx.shape, d1 * d2 * d3)
+
+
+def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
+    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
+    [0, vocab) and, when `size` is given, that many."""
+    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
+    if size is not None and ids.numel() != size:
+        raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
+                          "give the hot set it was built with")
+    if ids.numel() < 1:
+        raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
+    if not is_fake(ids) and not ids.is_meta:
+        ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
+        if not ok or int(ids[-1]) >= vocab:
+            raise ConfigError(f"hot ids must be distinct, sorted and in [0, {vocab}); sort and "
+                              "deduplicate them (hot_ids_from_counts does)")
+    return ids
+
+
+def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int) -> torch.Tensor:
+    """Row of every non-negative id: p = searchsorted(hot_ids, id), the row p when
+    hot_ids[p] == id (a hot id), else hot + hash_ids(id, cold, seed) (a cold id)."""
+    hot = hot_ids.shape[0]
+    pos = torch.searchsorted(hot_ids, idx).clamp(max=hot - 1)
+    if cold == 0:
+        return pos  # every id is hot
+    return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
 def _pool(rows: torch.Tensor, offsets: torch.Tensor | None, mode: str,
@@ -87,16 +173,12 @@ class _Robe(_Computed):
                 first_field: int = 0) -> None:
         """An array of `size` values read in blocks of `block` by fields of dims `dims`;
         field f hashes with `robe_seed(seed, first_field + f)`."""
-        from autoembed.models.robe import robe_seed
-
         check_robe(size, block)
         self.size, self.block, self.dims = size, block, dims
         self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
 
     def positions(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
         """Array positions [*ids.shape, D] of field `field`'s rows of `ids`."""
-        from autoembed.models.robe import robe_positions
-
         return robe_positions(ids, self.size, self.block, self.dims[field], self.seeds[field])
 
     def rows(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
@@ -122,8 +204,6 @@ class _TT(_Computed):
             nn.init.normal_(p, 0.0, tt_init_std(1, self.rank))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        from autoembed.models.tt import tt_lookup
-
         return tt_lookup(ids, (self.core0, self.core1, self.core2), self.row_factors,
                          self.dim_factors, self.rank)
 
@@ -134,8 +214,6 @@ class _HotCold(_Storage):
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hot_share: float = 0.01,
                  hash_buckets: int | None = None, hash_seed: int = 0, hot_ids: Any = None,
                  **_: Any) -> None:
-        from autoembed.models.hot_cold import checked_hot_ids
-
         super().__init__(num, dim, factory)
         check_hot_cold(hot_share, hash_buckets if hash_buckets is not None else 0)
         assert hash_buckets is not None  # checked: >= 1
@@ -158,9 +236,7 @@ class _HotCold(_Storage):
         self.hot_ids.copy_(self._hot_host)
 
     def row_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """Row of every non-negative id (`models.hot_cold.hot_cold_rows`)."""
-        from autoembed.models.hot_cold import hot_cold_rows
-
+        """Row of every non-negative id (`hot_cold_rows`)."""
         return hot_cold_rows(ids, self.hot_ids, self.cold, self.seed)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
