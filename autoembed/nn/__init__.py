@@ -1,6 +1,7 @@
-"""Drop-in embedding layers with autoembed's compressions: `Embedding` and `EmbeddingBag` take
-torch's call signatures (`input`, `offsets`, `per_sample_weights`, `padding_idx`, bag modes)
-and store the table as the compression says:
+"""Drop-in embedding layers with autoembed's compressions: `Embedding` and `EmbeddingBag`
+(`autoembed.nn.layers`) take torch's constructor options and calls, honouring each option or
+refusing it in one line, and check ids as torch does (`autoembed.nn.lookup`); this module
+holds the storages, which store the table as the compression says:
 
 * ``none``: ``weight`` [V, D] (exactly torch's layer);
 * ``hash``: ``weight`` [min(V, hash_buckets), D]; ids hashed (`autoembed.nn.hashing.hash_ids`)
@@ -12,7 +13,8 @@ and store the table as the compression says:
 * ``robe``, ``tt``, ``hot_cold``: `autoembed.nn.methods`.
 
 Serving: `autoembed.quantize(model, "int8" | "int4")` packs each layer's stored weights
-(not mixed_dim's projection) into the built-in tables' row format, dequantized on lookup.
+(not mixed_dim's projection) into the built-in tables' row format, dequantized on lookup;
+robe, tt and host_cached layers are refused (`why_not_packed`).
 Placement: ``placement="host_cached"`` (compression none or hash) keeps the whole table and
 its optimizer state in host memory and ``cache_rows`` rows on the device (``cache_policy``
 lru / lfu, ``table_optimizer`` sgd / adagrad / rowwise_adagrad / sparse_adam, ``dynamic_rows``):
@@ -22,7 +24,7 @@ needs the table bound to its optimizer, whose state then moves with the rows:
 `autoembed.build_optimizer(model, config)` binds it (a plain ``opt.step()`` loop then trains
 it exactly as a device table); with an optimizer of your own, ``layer.store.bind_optimizer(opt)``
 (an optimizer of another kind is a ConfigError). ``state_dict`` holds the full table (the
-cache is flushed first). Not quantized by `autoembed.quantize` (its rows live on the host).
+cache is flushed first).
 
 `full_weight()` decodes the whole [V, D] table (a tied output layer reads it each forward);
 for a compressed layer the attribute ``weight`` is that decoded table, so code that reads
@@ -48,6 +50,7 @@ from torch import nn
 
 from autoembed.errors import ConfigError
 from autoembed.nn.hashing import hash_ids, qr_indices
+from autoembed.nn.lookup import sparse_bag_weights
 from autoembed.nn.rowformat import unpack_rows
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS", "PackedWeights"]
@@ -60,6 +63,9 @@ class PackedWeights(nn.Module):
     implementation the built-in tables and the `autoembed.nn` layers' storages share."""
 
     quantizable = True  # int8/int4 serving packs this module's weights into rows
+    # why serving cannot pack this module ("": it can, or it is left as it is on purpose):
+    # `autoembed.quantize` refuses a model holding one, naming it
+    why_not_packed = ""
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,7 +99,14 @@ class _Storage(PackedWeights):
     `reset_parameters`). `old_names` maps a weight's former names to its name."""
 
     draws_init = True  # _param draws torch's N(0, 1) rows
-    pools_linearly = True  # the mean of a bag is its sum over its size
+    pools_linearly = True  # a bag is the pool of its ids' rows (so its mean is sum / size)
+    one_row_per_id = True  # a lookup reads one row of one weight (sparse gradients possible)
+    stored_rows = False  # a row is a stored row as it is (max_norm renormalises it in place)
+    identity = False  # id i reads stored row i (padding_idx is that row, as in torch)
+    # torch's options, set by the layer (`autoembed.nn.layers`) where the storage honours them
+    sparse = False
+    max_norm: float | None = None
+    norm_type = 2.0
     # a weight's former name -> its name: state_dicts saved under the old names still load
     old_names: dict[str, str] = {}
 
@@ -111,9 +124,11 @@ class _Storage(PackedWeights):
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed."""
+        """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed (serving
+        packs rows already renormalised to `max_norm`)."""
         if name not in self.packed:
-            return F.embedding(ids, getattr(self, name))
+            return F.embedding(ids, getattr(self, name), max_norm=self.max_norm,
+                               norm_type=self.norm_type, sparse=self.sparse)
         return self.unpacked(name, ids)
 
     def _bag_of(self, name: str, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
@@ -121,7 +136,9 @@ class _Storage(PackedWeights):
         """Bags of weight `name`'s rows; packed: the looked-up rows dequantized, then pooled."""
         if name not in self.packed:
             return F.embedding_bag(ids, getattr(self, name), offsets, mode=mode,
-                                   per_sample_weights=psw)
+                                   per_sample_weights=sparse_bag_weights(psw, ids, self.sparse),
+                                   max_norm=self.max_norm, norm_type=self.norm_type,
+                                   sparse=self.sparse)
         rows = self._lookup(name, ids.reshape(-1))
         at = torch.arange(ids.numel(), device=ids.device).view(ids.shape)
         return F.embedding_bag(at, rows, offsets, mode=mode, per_sample_weights=psw)
@@ -146,9 +163,15 @@ class _Storage(PackedWeights):
         raise NotImplementedError
 
     def full(self) -> torch.Tensor:
+        """The decoded [V, D] table as stored: decoding renormalises no row (max_norm acts on
+        the rows a lookup reads, as torch's)."""
         # where it lives now (after materialize); packed: its buffers
         device = next(iter([*self.parameters(), *self.buffers()])).device
-        return self.rows(torch.arange(self.num, device=device))
+        max_norm, self.max_norm = self.max_norm, None
+        try:
+            return self.rows(torch.arange(self.num, device=device))
+        finally:
+            self.max_norm = max_norm
 
 
 class _Plain(_Storage):
@@ -163,18 +186,40 @@ class _Plain(_Storage):
     buckets: int | None  # ids hashed into this many rows; None: an id is its row
     seed: int  # the hash seed
     proj: nn.Linear | None  # set by _plain (a class default would shadow the module)
+    pad_row: int | None = None  # a row kept at zero by reset_parameters (torch's padding)
 
-    def __init__(self, num: int, dim: int, factory: dict[str, Any], weight: Any = None,
-                 **_: Any) -> None:
+    def __init__(self, num: int, dim: int, factory: dict[str, Any]) -> None:
         super().__init__(num, dim, factory)
-        self._plain(num, dim, weight=weight)
+        self._plain(num, dim)
+
+    @property
+    def identity(self) -> bool:  # type: ignore[override]
+        return self.buckets is None
+
+    @property
+    def stored_rows(self) -> bool:  # type: ignore[override]
+        return self.proj is None
+
+    @torch.no_grad()
+    def zero_row(self, row: int) -> None:
+        """Row `row` starts, and restarts after `reset_parameters`, at zero (torch's
+        padding row)."""
+        self.pad_row = row
+        if not self.weight.is_meta:
+            self.weight[row].zero_()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.pad_row is not None:
+            self.weight[self.pad_row].zero_()
 
     def _plain(self, rows: int, small_dim: int, buckets: int | None = None, seed: int = 0, *,
-               weight: Any = None, proj: bool = False) -> None:
-        """``weight`` [rows, small_dim] (drawn when `draws_init`; `weight` given: that one),
-        then with `proj` ``proj`` (Linear small_dim -> D, no bias; torch's init draw)."""
+               proj: bool = False) -> None:
+        """``weight`` [rows, small_dim] (drawn when `draws_init`), then with `proj` ``proj``
+        (Linear small_dim -> D, no bias; torch's init draw)."""
         self.buckets, self.seed = buckets, seed
-        self.weight = weight if weight is not None else self._param(rows, small_dim)
+        self.weight = self._param(rows, small_dim)
         self.proj = (nn.Linear(small_dim, self.dim, bias=False, **self.factory) if proj
                      else None)
 
@@ -215,7 +260,7 @@ class _Hash(_Plain):
     old_names = {"bucket_weight": "weight"}
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hash_buckets: int | None,
-                 hash_seed: int = 0, **_: Any) -> None:
+                 hash_seed: int = 0) -> None:
         _Storage.__init__(self, num, dim, factory)
         rows, buckets = hash_layout(num, hash_buckets)
         self._plain(rows, dim, buckets, hash_seed)
@@ -225,8 +270,10 @@ class _Hash(_Plain):
 
 
 class _QR(_Storage):
+    one_row_per_id = False  # a quotient row and a remainder row
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, qr_collisions: int = 4,
-                 qr_operation: str = "mult", **_: Any) -> None:
+                 qr_operation: str = "mult") -> None:
         super().__init__(num, dim, factory)
         if qr_operation == "concat" and dim % 2:
             raise ConfigError(f"qr_operation concat needs an even dim, got {dim}")
@@ -265,8 +312,7 @@ class _MixedDim(_Plain):
 
     old_names = {"small_weight": "weight"}
 
-    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, small_dim: int,
-                 **_: Any) -> None:
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, small_dim: int) -> None:
         _Storage.__init__(self, num, dim, factory)
         self._plain(num, small_dim, proj=True)
 
@@ -277,145 +323,11 @@ COMPRESSIONS: dict[str, type[_Storage]] = {
 }
 
 
-def _storage(num: int, dim: int, compression: str, factory: dict[str, Any],
-             **settings: Any) -> _Storage:
-    cls = COMPRESSIONS.get(compression)
-    if cls is None:
-        raise ConfigError(f"compression '{compression}' is not one an autoembed layer takes; "
-                          f"use one of {', '.join(COMPRESSIONS)}")
-    return cls(num, dim, factory, **settings)
-
-
-class _Layer(nn.Module):
-    """What Embedding and EmbeddingBag share: storage, decoded weight, padding."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None,
-                 compression: str, device: Any, dtype: Any, settings: dict[str, Any]) -> None:
-        super().__init__()
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        if padding_idx is not None and padding_idx < 0:
-            padding_idx += num_embeddings
-        self.padding_idx = padding_idx
-        self.compression = compression
-        factory = {"device": device, "dtype": dtype}
-        self.placement = settings.pop("placement", "device")
-        self.sparse = self.placement == "host_cached"  # cache_weight: sparse gradients
-        if self.placement == "host_cached":
-            from autoembed.nn.host_cache import layer_storage
-
-            self.store: Any = layer_storage(num_embeddings, embedding_dim, compression, factory,
-                                            **settings)
-        elif self.placement != "device":
-            raise ConfigError(f"placement '{self.placement}': use device or host_cached")
-        else:
-            self.store = _storage(num_embeddings, embedding_dim, compression, factory,
-                                  **settings)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "weight":  # torch's attribute: the decoded [V, D] table
-            store: Any = super().__getattr__("store")
-            return store.full()
-        return super().__getattr__(name)
-
-    def full_weight(self) -> torch.Tensor:
-        """The whole table decoded to [V, D] (a tied output layer's weight)."""
-        return self.store.full()
-
-    def _pad_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
-        return None if self.padding_idx is None else (ids != self.padding_idx)
-
-    def extra_repr(self) -> str:
-        where = "" if self.placement == "device" else f", placement={self.placement}"
-        return (f"{self.num_embeddings}, {self.embedding_dim}, "
-                f"compression={self.compression}{where}")
-
-
-class Embedding(_Layer):
-    """torch.nn.Embedding's call (`input` -> [*input.shape, D]) over a compressed table.
-    `padding_idx` rows read as zeros (and get no gradient); other torch options
-    (max_norm, scale_grad_by_freq, sparse) are not taken."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 *, compression: str = "none", placement: str = "device", device: Any = None,
-                 dtype: Any = None, **settings: Any) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
-                         {**settings, "placement": placement})
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
-        out = self.store.rows(input)
-        mask = self._pad_mask(input)
-        return out if mask is None else out * mask.unsqueeze(-1).to(out.dtype)
-
-
-class EmbeddingBag(_Layer):
-    """torch.nn.EmbeddingBag's call: `input` 2-D [B, L] (one bag a row) or 1-D with
-    `offsets`, `per_sample_weights` (mode sum), modes sum / mean / max (max: uncompressed
-    only). `padding_idx` entries are left out of each bag."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean",
-                 padding_idx: int | None = None, *, compression: str = "none",
-                 placement: str = "device", device: Any = None, dtype: Any = None,
-                 **settings: Any) -> None:
-        if mode not in ("sum", "mean", "max"):
-            raise ConfigError(f"mode '{mode}': use sum, mean or max")
-        if mode == "max" and compression not in ("none", "hash"):
-            raise ConfigError(f"mode 'max' with compression '{compression}': the max of "
-                              "combined parts is not the max of rows; use sum or mean")
-        if mode == "max" and placement == "host_cached":
-            raise ConfigError("mode 'max' with placement host_cached: the cache takes sparse "
-                              "gradients, which torch's max bags do not give; use sum or mean")
-        super().__init__(num_embeddings, embedding_dim, padding_idx, compression, device, dtype,
-                         {**settings, "placement": placement})
-        self.mode = mode
-
-    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,  # noqa: A002
-                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
-        mask = self._pad_mask(input)
-        if mask is None:
-            return self.store.bag(input, offsets, self.mode, per_sample_weights)
-        # padding: a zero weight in a sum; for the mean, divide by the real count
-        w = mask.to(self.full_dtype())
-        if per_sample_weights is not None:
-            w = w * per_sample_weights
-        if self.mode == "max":
-            raise ConfigError("EmbeddingBag mode max with padding_idx is not supported here")
-        if not self.store.pools_linearly and self.mode == "mean":
-            return self._mean_of_parts(input, offsets, w, mask)
-        total = self.store.bag(input, offsets, "sum", w)
-        if self.mode == "sum":
-            return total
-        return total / self._counts(mask, offsets, total.dtype)
-
-    @staticmethod
-    def _counts(mask: torch.Tensor, offsets: torch.Tensor | None,
-                dtype: torch.dtype) -> torch.Tensor:
-        """Each bag's number of ids other than padding, at least 1: [bags, 1]."""
-        ones = mask.to(dtype)
-        if offsets is None:
-            count = ones.sum(dim=-1, keepdim=True)
-        else:
-            count = F.embedding_bag(torch.arange(ones.numel(), device=ones.device),
-                                    ones.unsqueeze(1), offsets, mode="sum")
-        return count.clamp(min=1)
-
-    def _mean_of_parts(self, input: torch.Tensor, offsets: torch.Tensor | None,  # noqa: A002
-                       w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The mean bag of a storage that combines parts after pooling (qr mult): each
-        part's mean (weights over the bag's real count), then the combination."""
-        count = self._counts(mask, offsets, w.dtype)
-        if offsets is not None:  # each id's bag
-            at = torch.arange(input.numel(), device=input.device)
-            count = count[torch.bucketize(at, offsets, right=True) - 1].squeeze(1)
-        return self.store.bag(input, offsets, "sum", w / count)
-
-    def full_dtype(self) -> torch.dtype:
-        """The dtype the stored rows are read in (packed rows: the one they dequantize to)."""
-        store = self.store
-        if store.packed:
-            return next(iter(store.packed.values()))[2]
-        return next(store.parameters()).dtype
-
-
 from autoembed.nn.methods import METHOD_STORAGES  # noqa: E402 - they subclass _Storage
 
 COMPRESSIONS.update(METHOD_STORAGES)
+
+from autoembed.nn.layers import Embedding, EmbeddingBag  # noqa: E402 - they use the storages
+
+# their public home (pickles and reprs name it; models saved before refer to it)
+Embedding.__module__ = EmbeddingBag.__module__ = __name__

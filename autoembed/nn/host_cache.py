@@ -55,6 +55,7 @@ from autoembed.errors import ConfigError, DataError
 from autoembed.nn import PackedWeights
 from autoembed.nn.dynamic_ids import DynamicIds
 from autoembed.nn.hashing import hash_ids
+from autoembed.nn.lookup import sparse_bag_weights
 
 __all__ = [
     "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables", "layer_storage",
@@ -142,6 +143,7 @@ class HostCache(PackedWeights):
     """
 
     quantizable = False  # serving packs device weights; this table's rows live on the host
+    why_not_packed = "placement host_cached serves the table as trained (its rows live on the host)"
 
     def __init__(
         self,
@@ -521,7 +523,8 @@ class HostCache(PackedWeights):
                    psw: torch.Tensor | None) -> torch.Tensor:
         """torch.nn.EmbeddingBag's pooling through the cache."""
         w, idx = self._weight_and_index(ids)
-        return F.embedding_bag(idx, w, offsets, mode=mode, per_sample_weights=psw, sparse=True)
+        return F.embedding_bag(idx, w, offsets, mode=mode, sparse=True,
+                               per_sample_weights=sparse_bag_weights(psw, idx, True))
 
     @torch.no_grad()
     def load_full(self, weight: torch.Tensor) -> None:
@@ -627,11 +630,34 @@ class CachedStorage(nn.Module):
     (`rows`, `bag`, `full`, as the layers' other storages) over a `HostCache`."""
 
     quantizable = False  # see HostCache
+    # what the layer asks of a storage (`autoembed.nn._Storage`): a lookup reads one row
+    # (sparse), bags are pools of rows; rows move, so max_norm has no stored row to renormalise
+    pools_linearly = True
+    one_row_per_id = True
+    stored_rows = False
 
     def __init__(self, table: HostCache) -> None:
         super().__init__()
         self.table = table
         self.packed: dict[str, Any] = {}  # never packed
+
+    @property
+    def identity(self) -> bool:
+        """Id i reads table row i (compression none)."""
+        return self.table.buckets is None
+
+    @property
+    def takes_new_ids(self) -> bool:
+        """Ids beyond the table's get rows of their own (dynamic_rows)."""
+        return self.table.dynamic is not None
+
+    @torch.no_grad()
+    def zero_row(self, row: int) -> None:
+        """Row `row` starts, and restarts after `reset_parameters`, at zero (torch's padding
+        row)."""
+        self.table.pad_row = row
+        with host_allocations():
+            self.table.host_weight[row].zero_()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         return self.table.lookup(ids)

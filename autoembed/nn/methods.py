@@ -26,6 +26,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.compression import (
+    METHOD_RULES,
     check_hot_cold,
     check_robe,
     check_tt,
@@ -40,6 +41,7 @@ from autoembed.compression import (
 from autoembed.errors import ConfigError
 from autoembed.nn import _Storage
 from autoembed.nn.hashing import hash_id_reference, hash_ids
+from autoembed.nn.lookup import pool_rows
 
 __all__ = [
     "METHOD_STORAGES",
@@ -127,34 +129,22 @@ def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int
     return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
-def _pool(rows: torch.Tensor, offsets: torch.Tensor | None, mode: str,
-          psw: torch.Tensor | None) -> torch.Tensor:
-    """Bags of per-id rows: [B, L, D] (no offsets) or [N, D] cut at `offsets`."""
-    if psw is not None:
-        rows = rows * psw.unsqueeze(-1).to(rows.dtype)
-    if offsets is None:
-        return rows.sum(dim=-2) if mode == "sum" else rows.mean(dim=-2)
-    n = rows.shape[0]
-    bag = torch.bucketize(torch.arange(n, device=rows.device), offsets, right=True) - 1
-    out = rows.new_zeros(offsets.shape[0], rows.shape[-1]).index_add(0, bag, rows)
-    if mode == "mean":
-        count = torch.bincount(bag, minlength=offsets.shape[0]).clamp(min=1)
-        out = out / count.unsqueeze(1).to(out.dtype)
-    return out
-
-
 class _Computed(_Storage):
-    """Rows computed per id (robe, tt): bags pool the computed rows."""
+    """Rows computed per id (robe, tt) from parameters every lookup reads (dense gradients,
+    nothing row-wise to pack): bags pool the computed rows."""
+
+    one_row_per_id = False
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return _pool(self.rows(ids), offsets, mode, psw)
+        return pool_rows(self.rows(ids), offsets, mode, psw)
 
 
 class _Robe(_Computed):
+    why_not_packed = METHOD_RULES["robe"].why_serving
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *,
-                 robe_size: int | float, robe_block: int = 8, hash_seed: int = 0,
-                 **_: Any) -> None:
+                 robe_size: int | float, robe_block: int = 8, hash_seed: int = 0) -> None:
         from autoembed.config import buckets_of
 
         super().__init__(num, dim, factory)
@@ -186,8 +176,9 @@ class _Robe(_Computed):
 
 
 class _TT(_Computed):
-    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, tt_rank: int = 8,
-                 **_: Any) -> None:
+    why_not_packed = METHOD_RULES["tt"].why_serving
+
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, tt_rank: int = 8) -> None:
         super().__init__(num, dim, factory)
         check_tt(tt_rank)
         self.rank, self.row_factors, self.dim_factors = tt_rank, tt_rows(num), tt_dims(dim)
@@ -210,10 +201,11 @@ class _TT(_Computed):
 
 class _HotCold(_Storage):
     hot_ids: torch.Tensor
+    stored_rows = True  # an id reads one row of ``weight`` as it is
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hot_share: float = 0.01,
-                 hash_buckets: int | None = None, hash_seed: int = 0, hot_ids: Any = None,
-                 **_: Any) -> None:
+                 hash_buckets: int | None = None, hash_seed: int = 0,
+                 hot_ids: Any = None) -> None:
         super().__init__(num, dim, factory)
         check_hot_cold(hot_share, hash_buckets if hash_buckets is not None else 0)
         assert hash_buckets is not None  # checked: >= 1
@@ -240,12 +232,11 @@ class _HotCold(_Storage):
         return hot_cold_rows(ids, self.hot_ids, self.cold, self.seed)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(self.row_of(ids), self.weight)
+        return self._lookup("weight", self.row_of(ids))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return F.embedding_bag(self.row_of(ids), self.weight, offsets, mode=mode,
-                               per_sample_weights=psw)
+        return self._bag_of("weight", self.row_of(ids), offsets, mode, psw)
 
 
 METHOD_STORAGES: dict[str, type[_Storage]] = {"robe": _Robe, "tt": _TT, "hot_cold": _HotCold}
