@@ -295,6 +295,25 @@ def test_a_given_weight_frozen_and_its_padding_row_as_torch() -> None:
         ae.Embedding(V, D, compression="hash", hash_buckets=5, _weight=w)
 
 
+def test_apply_refuses_a_table_whose_class_has_its_own_forward() -> None:
+    class Scaled(nn.Embedding):  # as transformers' scaled word embeddings
+        def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002
+            return super().forward(input) * 8.0
+
+    class Plain(nn.Embedding):
+        pass
+
+    for cls, refused in ((Scaled, True), (Plain, False)):
+        model = nn.Sequential()
+        model.add_module("feat", cls(V, D))
+        if refused:
+            with pytest.raises(ConfigError, match="module 'feat' is a Scaled, whose forward is "
+                               "its own"):
+                autoembed.apply(model, hashed("feat", V, 7))
+        else:
+            assert isinstance(autoembed.apply(model, hashed("feat", V, 7)).feat, ae.Embedding)
+
+
 # ------------------------------------------------------------------ shared modules
 class Shared(nn.Module):
     """One module under two paths."""

@@ -98,6 +98,19 @@ def _module(model: nn.Module, path: str) -> Any:
     return m
 
 
+def _check_forward(old: nn.Module, path: str) -> None:
+    """A module whose class has a forward of its own (a scaled embedding, say) is refused: the
+    rewritten layer would drop what that forward adds."""
+    from autoembed import nn as ae_nn
+
+    own = type(old).forward
+    if own not in (nn.Embedding.forward, nn.EmbeddingBag.forward, ae_nn.Embedding.forward,
+                   ae_nn.EmbeddingBag.forward):
+        raise ConfigError(f"config table '{path}': module '{path}' is a {type(old).__name__}, "
+                          "whose forward is its own, which a rewritten layer would drop; "
+                          "compress a plain nn.Embedding / nn.EmbeddingBag, or leave it out")
+
+
 def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple[str, str]]:
     """(module path, parameter name) of other modules holding `weight` itself."""
     out = []
@@ -268,6 +281,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
                               "each step; apply with untie=True or placement device")
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
+        _check_forward(old, ts.name)
         layer = _new_layer(old, ts, hot_sets, config)
         if cached:
             _start_cached(layer, old, from_trained)
