@@ -79,6 +79,7 @@ __all__ = [
     "storage_rows",
     "WIDE_PREFIX",
     "load_config",
+    "as_config",
     "save_config",
     "config_from_dict",
     "parse_config_text",
@@ -820,6 +821,21 @@ def load_config(path: str | Path) -> EmbeddingConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
     return parse_config_text(text, str(p))
+
+
+def as_config(value: Any, what: str = "config") -> EmbeddingConfig:
+    """An EmbeddingConfig from the forms the public functions take: a config, a dict of its
+    keys, or the path of a YAML/JSON config file; anything else is a ConfigError."""
+    import os
+
+    if isinstance(value, EmbeddingConfig):
+        return value
+    if isinstance(value, Mapping):
+        return config_from_dict(value)
+    if isinstance(value, (str, os.PathLike)):
+        return load_config(Path(value))
+    raise ConfigError(f"{what} = {type(value).__name__}: give an EmbeddingConfig, a dict of "
+                      "config keys, or the path of a config file such as best.yaml")
 
 
 def save_config(

@@ -380,6 +380,16 @@ def test_apply_takes_a_config_a_dict_or_a_path_with_its_hot_sets(tmp_path: Path)
     assert by_dict.tok.store.weight.shape == (9, D)
     with pytest.raises(ConfigError, match="config = int: give an EmbeddingConfig, a dict"):
         autoembed.apply(LM(), 3)
+    # the built-in model takes the same forms
+    tables = [{"name": "f0", "vocab_size": 50}]
+    built = autoembed.build_model({"tables": tables, "dim": 4, "dense_layers": [8]})
+    assert built.table("f0").weight.shape == (50, 4)
+    for fn, call in [("tables", lambda: autoembed.tables(3)),
+                     ("materialize", lambda: autoembed.materialize("model")),
+                     ("quantize", lambda: autoembed.quantize(None, "int8")),
+                     ("apply", lambda: autoembed.apply(cfg, cfg))]:
+        with pytest.raises(ConfigError, match=f"{fn}: model = \\w+; give the torch.nn.Module"):
+            call()
 
 
 def test_materialize_refuses_a_model_with_nothing_on_meta() -> None:

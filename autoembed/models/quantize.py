@@ -43,6 +43,8 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
     """An inference copy of `model` with packed int8/int4 tables; `none` returns `model`."""
     if serving not in SERVING:
         raise ConfigError(f"serving = {serving!r}: must be one of {', '.join(SERVING)}")
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"quantize: model = {type(model).__name__}; give the torch.nn.Module")
     if serving == "none":
         return model
     bits = SERVING_BITS[serving]

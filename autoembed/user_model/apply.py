@@ -52,7 +52,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,6 +73,7 @@ def tables(model: nn.Module) -> tuple[Any, ...]:
     """The model's embedding modules as config table entries (name = module path)."""
     from autoembed.config import TableConfig
 
+    _a_module(model, "tables")
     out = []
     for path, m in embedding_modules(model):
         m = cast(Any, m)
@@ -220,21 +221,20 @@ def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
 
 
 def _config_of(config: Any, hot_sets: Any) -> tuple[Any, Any]:
-    """(EmbeddingConfig, hot sets) of the forms `apply` takes: a config, a dict of its keys,
-    or the path of a config file (its hot sets file too, unless `hot_sets` is given)."""
-    from autoembed.config import EmbeddingConfig, config_from_dict, load_config
+    """(EmbeddingConfig, hot sets) of the forms `apply` takes (`config.as_config`); a config
+    file's hot sets file comes with it, unless `hot_sets` is given."""
+    from autoembed.config import as_config
 
-    if isinstance(config, EmbeddingConfig):
-        return config, hot_sets
-    if isinstance(config, Mapping):
-        return config_from_dict(config), hot_sets
-    if isinstance(config, (str, os.PathLike)):
+    if hot_sets is None and isinstance(config, (str, os.PathLike)):
         from autoembed.models.hot_cold import hot_sets_beside
 
-        path = Path(config)
-        return load_config(path), hot_sets if hot_sets is not None else hot_sets_beside(path)
-    raise ConfigError(f"config = {type(config).__name__}: give an EmbeddingConfig, a dict of "
-                      "config keys, or the path of a config file such as best.yaml")
+        hot_sets = hot_sets_beside(Path(config))
+    return as_config(config), hot_sets
+
+
+def _a_module(model: Any, fn: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{fn}: model = {type(model).__name__}; give the torch.nn.Module")
 
 
 def _paths(model: nn.Module, module: nn.Module) -> list[str]:
@@ -255,6 +255,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
     EmbeddingConfig, a dict, or a config file's path (see the module docstring)."""
     from autoembed.config import resolved_tables
 
+    _a_module(model, "apply")
     config, hot_sets = _config_of(config, hot_sets)
     if config.robe_shared:  # the layers of autoembed.nn hold one array per table
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
@@ -317,6 +318,7 @@ def checkpoint_modules(model: nn.Module, names: Sequence[str]) -> list[str]:
     A name matching no module is a ConfigError (did-you-mean); so is a
     module holding a head that reads a decoded tied table (its weight exists only between
     its own forward hooks, so a recompute could not read it: checkpoint the blocks instead)."""
+    _a_module(model, "checkpoint_modules")
     if isinstance(names, str):
         names = [names]
     paths = [p for p, _ in model.named_modules() if p]
@@ -390,6 +392,7 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
     breaks, and initialise each module by its own `reset_parameters`. Refused (ConfigError)
     when no parameter is on the meta device, or only some are: it would re-initialise
     weights that have values."""
+    _a_module(model, "materialize")
     params = list(model.named_parameters())
     meta = [n for n, p in params if p.is_meta]
     real = [n for n, p in params if not p.is_meta]
