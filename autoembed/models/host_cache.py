@@ -11,6 +11,7 @@ the cache. A text table without hashing pads in place: row PAD_ID starts at zero
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,26 +39,12 @@ class HostCachedTable(TableModule, HostCache):
     """A `HostCache` of `vocab` (+ `dynamic_rows`) rows pooled by `spec`; rows start
     N(0, init_std), by default 1/sqrt(dim) (PlainTable's draw)."""
 
-    def __init__(
-        self,
-        vocab: int,
-        dim: int,
-        cache_rows: int,
-        policy: str,
-        optimizer: str,
-        spec: LookupSpec,
-        *,
-        buckets: int | None = None,
-        seed: int = 0,
-        dynamic_rows: int = 0,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        init_std: float | None = None,
-    ) -> None:
-        pad = PAD_ID if spec.text and buckets is None else None
-        HostCache.__init__(self, vocab, dim, cache_rows, policy, optimizer, buckets=buckets,
-                           seed=seed, dynamic_rows=dynamic_rows, device=device, dtype=dtype,
-                           init_std=init_std, pad_row=pad)
+    def __init__(self, vocab: int, dim: int, cache_rows: int, policy: str, optimizer: str,
+                 spec: LookupSpec, **kw: Any) -> None:
+        """`HostCache`'s arguments (`buckets`, `seed`, `dynamic_rows`, `device`, `dtype`,
+        `init_std` by keyword), pooled by `spec`."""
+        pad = PAD_ID if spec.text and kw.get("buckets") is None else None
+        HostCache.__init__(self, vocab, dim, cache_rows, policy, optimizer, pad_row=pad, **kw)
         self.spec = spec
 
     @property
