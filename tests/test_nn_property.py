@@ -163,8 +163,12 @@ def cases(draw: Any) -> tuple[tuple[Table, ...], bool, bool, str, str]:
     cached = draw(st.integers(0, 4)) == 0  # placement host_cached now and then
     drawn = tuple(draw(st.lists(tables(cached), min_size=1, max_size=3)))
     sparse = any(dict(t.options).get("sparse") for t in drawn)
-    optimizer = "rowwise_adagrad" if cached else draw(st.sampled_from(
-        ["sgd", "rowwise_adagrad"] if sparse else ["adam", "sgd", "rowwise_adagrad"]))
+    # robe's array and tt's cores take dense optimizers only (compression.METHOD_RULES)
+    dense = any(dict(t.entry)["compression"] in ("robe", "tt") for t in drawn)
+    choices = [o for o in (["sgd", "rowwise_adagrad"] if sparse else
+                           ["adam", "sgd", "rowwise_adagrad"])
+               if not (dense and o == "rowwise_adagrad")]
+    optimizer = "rowwise_adagrad" if cached else draw(st.sampled_from(choices))
     precision = "fp32" if cached else draw(st.sampled_from(["fp32", "bf16_master"]))
     return drawn, draw(st.booleans()), cached, optimizer, precision
 
