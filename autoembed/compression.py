@@ -6,7 +6,7 @@ construction. Every function takes plain integers; a table's settings are passed
 
 ROBE-Z (Desai et al., MLSys 2022): the tables read one shared 1-D array of `size` (M) values.
 A row of dim D is ceil(D / Z) blocks of Z values; block c of id i in table t starts at
-offset h_t(i * blocks + c) in [0, M) (splitmix64, `autoembed.models.hashing.hash_ids`, with a
+offset h_t(i * blocks + c) in [0, M) (splitmix64, `autoembed.nn.hashing.hash_ids`, with a
 per-table seed) and reads the Z values from there, wrapping around the end of the array; the
 row is the first D values of its blocks. Blocks of different rows overlap at arbitrary
 offsets, so an array value is read by many (row, column) places and its gradient is their

@@ -39,6 +39,7 @@ from autoembed.config.fields import (
     optimizer_alias,
 )
 from autoembed.config.io import (
+    as_config,
     config_from_dict,
     load_config,
     parse_config_text,
@@ -117,6 +118,7 @@ __all__ = [
     "storage_rows",
     "WIDE_PREFIX",
     "load_config",
+    "as_config",
     "save_config",
     "config_from_dict",
     "parse_config_text",

@@ -15,7 +15,7 @@ from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import plain
 
 __all__ = ["config_from_dict", "safe_load_yaml", "parse_config_text", "load_config",
-           "save_config"]
+           "as_config", "save_config"]
 
 _TABLE_KEYS = {f.name for f in fields(TableConfig)}
 _CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
@@ -106,6 +106,21 @@ def load_config(path: str | Path) -> EmbeddingConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
     return parse_config_text(text, str(p))
+
+
+def as_config(value: Any, what: str = "config") -> EmbeddingConfig:
+    """An EmbeddingConfig from the forms the public functions take: a config, a dict of its
+    keys, or the path of a YAML/JSON config file; anything else is a ConfigError."""
+    import os
+
+    if isinstance(value, EmbeddingConfig):
+        return value
+    if isinstance(value, Mapping):
+        return config_from_dict(value)
+    if isinstance(value, (str, os.PathLike)):
+        return load_config(Path(value))
+    raise ConfigError(f"{what} = {type(value).__name__}: give an EmbeddingConfig, a dict of "
+                      "config keys, or the path of a config file such as best.yaml")
 
 
 def save_config(

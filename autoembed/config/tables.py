@@ -111,7 +111,7 @@ class TableSettings:
     robe_size: int = 1
     robe_block: int = 1
     # robe under robe_shared: the tables (names, config order) reading this table's array,
-    # and this table's index among them (its hash field, `models.robe.robe_seed`); else ()
+    # and this table's index among them (its hash field, `nn.methods.robe_seed`); else ()
     robe_group: tuple[str, ...] = ()
     robe_field: int = 0
     tt_rank: int = 1

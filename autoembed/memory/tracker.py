@@ -10,10 +10,8 @@ best-fit reuse, splitting and merging), giving both `allocated_peak` and `reserv
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,23 +27,9 @@ from autoembed.memory.types import (
     SMALL_SIZE,
     round_block,
 )
+from autoembed.nn.host_cache import host_allocations, in_host_allocations
 
 __all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot", "host_allocations"]
-
-_HOST = threading.local()
-
-
-@contextlib.contextmanager
-def host_allocations() -> Iterator[None]:
-    """Tensors created in this context live in host memory, not on the device (a host-cached
-    table's full copy): a tracker does not count them."""
-    before = getattr(_HOST, "on", False)
-    _HOST.on = True
-    try:
-        yield
-    finally:
-        _HOST.on = before
-
 
 @dataclass
 class _Block:
@@ -206,7 +190,7 @@ class AllocationTracker(TorchDispatchMode):
         """Count a tensor's storage once (also for tensors created before tracking began)."""
         if t.layout != torch.strided:
             return  # sparse tensors expose no storage; they are priced by formula
-        if getattr(_HOST, "on", False):
+        if in_host_allocations():
             return  # host memory (`host_allocations`)
         st = t.untyped_storage()
         sid = id(st)

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from autoembed.compression import tt_dims, tt_rows
-from autoembed.models.hashing import hash_ids
-from autoembed.models.rowformat import pack_rows, unpack_rows
+from autoembed.nn.hashing import hash_ids
+from autoembed.nn.rowformat import pack_rows, unpack_rows
 
 __all__ = [
     "hash_init",
@@ -178,8 +178,8 @@ def mixed_dim_init(weight: torch.Tensor, small_dim: int) -> tuple[torch.Tensor, 
 def fit_to(module: Any, weight: torch.Tensor) -> None:
     """Set `module` (an `autoembed.nn` storage, or a config-built robe / tt / hot_cold / QR /
     hashed / plain table) fitted to the trained table `weight` [V, D], in place."""
-    from autoembed.nn import _QR, _Plain
     from autoembed.nn.methods import _TT, _HotCold, _Robe
+    from autoembed.nn.storage import _QR, _Plain
 
     # the built-in PlainTable / RobeTable / TTTable / HotColdTable / QRTable are these storages
     w = weight.detach()

@@ -51,8 +51,8 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.batch import PAD_ID
 from autoembed.models.checkpointing import checkpointed
-from autoembed.models.hashing import qr_indices
-from autoembed.nn import _QR, PackedWeights, _Plain, _Storage
+from autoembed.nn.hashing import qr_indices
+from autoembed.nn.storage import _QR, PackedWeights, _Plain, _Storage
 
 __all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable", "WideTable"]
 

@@ -34,15 +34,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
 from autoembed.models.computed import projection
 from autoembed.models.embedding import LookupSpec, TableModule
-from autoembed.models.hashing import hash_ids
-from autoembed.nn import _Storage
-from autoembed.nn.methods import _HotCold
+from autoembed.nn.methods import _HotCold, checked_hot_ids, hot_cold_rows
+from autoembed.nn.storage import _Storage
 
 __all__ = [
     "HotColdTable",
@@ -213,33 +211,6 @@ def hot_sets_beside(config_path: str | Path) -> dict[str, npt.NDArray[np.int64]]
         raise ConfigError(f"{p}: '{HOT_SETS_KEY}' = {name!r} must name a file beside it, "
                           f"such as {HOT_SETS_FILE}")
     return load_hot_sets(p.parent / name)
-
-
-def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
-    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
-    [0, vocab) and, when `size` is given, that many."""
-    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
-    if size is not None and ids.numel() != size:
-        raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
-                          "give the hot set it was built with")
-    if ids.numel() < 1:
-        raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
-    if not is_fake(ids) and not ids.is_meta:
-        ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
-        if not ok or int(ids[-1]) >= vocab:
-            raise ConfigError(f"hot ids must be distinct, sorted and in [0, {vocab}); sort and "
-                              "deduplicate them (hot_ids_from_counts does)")
-    return ids
-
-
-def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int) -> torch.Tensor:
-    """Row of every non-negative id: its place in the sorted `hot_ids`, else hot + its hash
-    into `cold` buckets (the module docstring's map)."""
-    hot = hot_ids.shape[0]
-    pos = torch.searchsorted(hot_ids, idx).clamp(max=hot - 1)
-    if cold == 0:
-        return pos  # every id is hot
-    return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
 class HotColdTable(TableModule, _HotCold):

@@ -17,6 +17,7 @@ is ``tables.encoder.tok_emb.weight``; `EmbeddingModel.table(name)` finds it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import torch
@@ -28,6 +29,7 @@ from autoembed.config import (
     WIDE_PREFIX,
     EmbeddingConfig,
     TableSettings,
+    as_config,
     cache_rows,
     param_specs,
     precision_policy,
@@ -300,12 +302,15 @@ def _check_layout(model: nn.Module, config: EmbeddingConfig) -> None:
         raise RuntimeError(f"model layout differs from param_specs: built {got}, specs {want}")
 
 
-def build_model(config: EmbeddingConfig, device: torch.device | str = "cpu") -> EmbeddingModel:
-    """Build the model for `config` on `device`, seeded by `config.seed`.
+def build_model(config: EmbeddingConfig | Mapping[str, object] | str | os.PathLike[str],
+                device: torch.device | str = "cpu") -> EmbeddingModel:
+    """Build the model for `config` (a config, a dict of its keys, or a config file's path:
+    `config.as_config`) on `device`, seeded by `config.seed`.
 
     Works under `FakeTensorMode` (no memory for the tables): only shape-driven control flow
     and ordinary init ops (`normal_`, Linear's `kaiming_uniform_`).
     """
+    config = as_config(config)
     if not config.is_resolved:
         config = config.resolve()
     check_buildable(config)

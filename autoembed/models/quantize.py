@@ -3,7 +3,11 @@
 `quantize(model, serving)` returns a copy of the model for inference in which every table
 weight is one uint8 buffer [rows, row_bytes] (`<weight>_packed`); rows are dequantized as
 they are looked up. The tower, mixed-dim projections and wide (per-id bias) tables stay as
-they are.
+they are. A table serving cannot pack (robe's array, tt's cores, a host_cached table: the
+module's `why_not_packed`) is refused, one line naming it. A layer with `max_norm` packs its
+rows renormalised (every lookup would renormalise them first, and renormalising twice
+changes nothing). The copy is self-contained: a head that reads a tied table decoded
+(`autoembed.apply`) reads the copy's.
 `serving_bytes(model)` = the packed buffers + the remaining (dense) parameters + idf weights:
 rows * align16(D + 4) per int8 table, rows * align16(D/2 + 4) per int4 table.
 """
@@ -18,7 +22,7 @@ from torch import nn
 from autoembed.config import SERVING
 from autoembed.errors import ConfigError
 from autoembed.models.embedding import PackedWeights
-from autoembed.models.rowformat import SERVING_BITS, pack_rows, row_bytes
+from autoembed.nn.rowformat import SERVING_BITS, pack_rows, row_bytes
 from autoembed.rules import OneOf
 
 __all__ = ["quantize", "serving_bytes", "QUANTIZE_CHUNK_ROWS"]
@@ -39,9 +43,12 @@ def _pack(weight: torch.Tensor, bits: int) -> torch.Tensor:
 def quantize(model: nn.Module, serving: str) -> nn.Module:
     """An inference copy of `model` with packed int8/int4 tables; `none` returns `model`."""
     OneOf(SERVING).check_argument("serving", serving)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"quantize: model = {type(model).__name__}; give the torch.nn.Module")
     if serving == "none":
         return model
     bits = SERVING_BITS[serving]
+    _refuse_unpackable(model, serving)
     tables = [
         (m, n, p)
         for m in model.modules()
@@ -63,9 +70,28 @@ def quantize(model: nn.Module, serving: str) -> nn.Module:
         assert isinstance(m_new, PackedWeights)
         for name, p in list(m_old.named_parameters(recurse=False)):
             with torch.no_grad():
-                packed = _pack(p.detach(), bits)
+                packed = _pack(_renormed(m_old, p.detach()), bits)
             m_new.pack_weight(name, packed, bits, dim=int(p.shape[1]), dtype=p.dtype)
     return out.eval()
+
+
+def _refuse_unpackable(model: nn.Module, serving: str) -> None:
+    for path, m in model.named_modules():
+        why = getattr(m, "why_not_packed", "")
+        if why:
+            raise ConfigError(f"serving '{serving}': '{path or type(m).__name__}' cannot be "
+                              f"packed ({why}); serve it with 'none', or apply a config whose "
+                              "tables serving packs (none, hash, qr, mixed_dim, hot_cold)")
+
+
+def _renormed(m: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """`weight`'s rows as a layer with `max_norm` reads them (torch's renormalisation of
+    every row), or `weight` itself."""
+    max_norm = getattr(m, "max_norm", None)
+    if max_norm is None:
+        return weight
+    rows = torch.arange(weight.shape[0], device=weight.device)
+    return torch.embedding_renorm_(weight.clone(), rows, max_norm, getattr(m, "norm_type", 2.0))
 
 
 def _quantizable(m: nn.Module) -> bool:

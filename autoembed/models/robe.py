@@ -13,30 +13,12 @@ import math
 import torch
 from torch import nn
 
-from autoembed.compression import robe_blocks
 from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
-from autoembed.models.hashing import hash_id_reference, hash_ids
-from autoembed.nn import _Storage
-from autoembed.nn.methods import _Robe
+from autoembed.nn.methods import _Robe, robe_positions, robe_seed
+from autoembed.nn.storage import _Storage
 
 __all__ = ["RobeTable", "robe_seed", "robe_positions"]
-
-
-def robe_seed(hash_seed: int, field: int) -> int:
-    """Hash seed of field `field`: the splitmix64 output of (field, hash_seed), 63 bits."""
-    return hash_id_reference(field, 1 << 63, hash_seed)
-
-
-def robe_positions(
-    idx: torch.Tensor, size: int, block: int, dim: int, seed: int
-) -> torch.Tensor:
-    """Array positions [..., dim] of the rows of ids `idx` (see `autoembed.compression`)."""
-    blocks = robe_blocks(dim, block)
-    keys = idx.unsqueeze(-1) * blocks + torch.arange(blocks, device=idx.device)
-    start = hash_ids(keys, size, seed)  # [..., blocks]
-    pos = torch.remainder(start.unsqueeze(-1) + torch.arange(block, device=idx.device), size)
-    return pos.flatten(-2)[..., :dim]
 
 
 class RobeTable(ComputedRowsTable, _Robe):

@@ -8,26 +8,13 @@ Row i = (i1, i2, i3) is G0[i1] (d1 x r) . G1[i2] (r x d2*r, read as r x (d2, r))
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from autoembed.compression import tt_init_std
 from autoembed.models.computed import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
-from autoembed.nn.methods import _TT
+from autoembed.nn.methods import _TT, tt_indices, tt_lookup
 
 __all__ = ["TTTable", "tt_indices", "tt_lookup"]
-
-
-def tt_indices(
-    idx: torch.Tensor, factors: tuple[int, int, int]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(i1, i2, i3) of ids: i = i1 * v2 * v3 + i2 * v3 + i3."""
-    _, v2, v3 = factors
-    return (
-        torch.div(idx, v2 * v3, rounding_mode="floor"),
-        torch.remainder(torch.div(idx, v3, rounding_mode="floor"), v2),
-        torch.remainder(idx, v3),
-    )
 
 
 class TTTable(ComputedRowsTable, _TT):
@@ -55,22 +42,3 @@ class TTTable(ComputedRowsTable, _TT):
         for c in (self.core0, self.core1, self.core2):
             c.normal_(0.0, tt_init_std(self.dim, self.rank))
 
-
-def tt_lookup(
-    idx: torch.Tensor,
-    cores: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    row_factors: tuple[int, int, int],
-    dim_factors: tuple[int, int, int],
-    rank: int,
-) -> torch.Tensor:
-    """Rows [..., d1 d2 d3] of ids `idx` from cores in `tt_shapes`' layout: G0[i1] . G1[i2]
-    . G2[i3], two batched matmuls."""
-    d1, d2, d3 = dim_factors
-    r = rank
-    i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, row_factors))
-    n = i1.shape[0]
-    g0 = F.embedding(i1, cores[0]).view(n, d1, r)
-    g1 = F.embedding(i2, cores[1]).view(n, r, d2 * r)
-    g2 = F.embedding(i3, cores[2]).view(n, r, d3)
-    t = torch.bmm(g0, g1).view(n, d1 * d2, r)
-    return torch.bmm(t, g2).view(*idx.shape, d1 * d2 * d3)

@@ -23,52 +23,128 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.compression import (
+    METHOD_RULES,
     check_hot_cold,
     check_robe,
     check_tt,
     cold_rows,
     hot_count,
+    robe_blocks,
     tt_dims,
     tt_init_std,
     tt_rows,
     tt_shapes,
 )
 from autoembed.errors import ConfigError
-from autoembed.nn import _Storage
+from autoembed.nn.hashing import hash_id_reference, hash_ids
+from autoembed.nn.lookup import pool_rows
+from autoembed.nn.storage import _Storage
 
-__all__ = ["METHOD_STORAGES"]
+__all__ = [
+    "METHOD_STORAGES",
+    "robe_seed",
+    "robe_positions",
+    "tt_indices",
+    "tt_lookup",
+    "checked_hot_ids",
+    "hot_cold_rows",
+]
 
 
-def _pool(rows: torch.Tensor, offsets: torch.Tensor | None, mode: str,
-          psw: torch.Tensor | None) -> torch.Tensor:
-    """Bags of per-id rows: [B, L, D] (no offsets) or [N, D] cut at `offsets`."""
-    if psw is not None:
-        rows = rows * psw.unsqueeze(-1).to(rows.dtype)
-    if offsets is None:
-        return rows.sum(dim=-2) if mode == "sum" else rows.mean(dim=-2)
-    n = rows.shape[0]
-    bag = torch.bucketize(torch.arange(n, device=rows.device), offsets, right=True) - 1
-    out = rows.new_zeros(offsets.shape[0], rows.shape[-1]).index_add(0, bag, rows)
-    if mode == "mean":
-        count = torch.bincount(bag, minlength=offsets.shape[0]).clamp(min=1)
-        out = out / count.unsqueeze(1).to(out.dtype)
-    return out
+def robe_seed(hash_seed: int, field: int) -> int:
+    """Hash seed of field `field`: the splitmix64 output of (field, hash_seed), 63 bits."""
+    return hash_id_reference(field, 1 << 63, hash_seed)
+
+
+def robe_positions(
+    idx: torch.Tensor, size: int, block: int, dim: int, seed: int
+) -> torch.Tensor:
+    """Array positions [..., dim] of the rows of ids `idx` (see `autoembed.compression`)."""
+    blocks = robe_blocks(dim, block)
+    keys = idx.unsqueeze(-1) * blocks + torch.arange(blocks, device=idx.device)
+    start = hash_ids(keys, size, seed)  # [..., blocks]
+    pos = torch.remainder(start.unsqueeze(-1) + torch.arange(block, device=idx.device), size)
+    return pos.flatten(-2)[..., :dim]
+
+
+def tt_indices(
+    idx: torch.Tensor, factors: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(i1, i2, i3) of ids: i = i1 * v2 * v3 + i2 * v3 + i3."""
+    _, v2, v3 = factors
+    return (
+        torch.div(idx, v2 * v3, rounding_mode="floor"),
+        torch.remainder(torch.div(idx, v3, rounding_mode="floor"), v2),
+        torch.remainder(idx, v3),
+    )
+
+
+def tt_lookup(
+    idx: torch.Tensor,
+    cores: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    row_factors: tuple[int, int, int],
+    dim_factors: tuple[int, int, int],
+    rank: int,
+) -> torch.Tensor:
+    """Rows [..., d1 d2 d3] of ids `idx` from cores in `tt_shapes`' layout: G0[i1] . G1[i2]
+    . G2[i3], two batched matmuls."""
+    d1, d2, d3 = dim_factors
+    r = rank
+    i1, i2, i3 = (i.reshape(-1) for i in tt_indices(idx, row_factors))
+    n = i1.shape[0]
+    g0 = F.embedding(i1, cores[0]).view(n, d1, r)
+    g1 = F.embedding(i2, cores[1]).view(n, r, d2 * r)
+    g2 = F.embedding(i3, cores[2]).view(n, r, d3)
+    t = torch.bmm(g0, g1).view(n, d1 * d2, r)
+    return torch.bmm(t, g2).view(*idx.shape, d1 * d2 * d3)
+
+
+def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
+    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
+    [0, vocab) and, when `size` is given, that many."""
+    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
+    if size is not None and ids.numel() != size:
+        raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
+                          "give the hot set it was built with")
+    if ids.numel() < 1:
+        raise ConfigError("hot ids: none given; a hot/cold table needs at least 1")
+    if not is_fake(ids) and not ids.is_meta:
+        ok = bool((ids[1:] > ids[:-1]).all()) and int(ids[0]) >= 0
+        if not ok or int(ids[-1]) >= vocab:
+            raise ConfigError(f"hot ids must be distinct, sorted and in [0, {vocab}); sort and "
+                              "deduplicate them (hot_ids_from_counts does)")
+    return ids
+
+
+def hot_cold_rows(idx: torch.Tensor, hot_ids: torch.Tensor, cold: int, seed: int) -> torch.Tensor:
+    """Row of every non-negative id: p = searchsorted(hot_ids, id), the row p when
+    hot_ids[p] == id (a hot id), else hot + hash_ids(id, cold, seed) (a cold id)."""
+    hot = hot_ids.shape[0]
+    pos = torch.searchsorted(hot_ids, idx).clamp(max=hot - 1)
+    if cold == 0:
+        return pos  # every id is hot
+    return torch.where(hot_ids[pos] == idx, pos, hot + hash_ids(idx, cold, seed))
 
 
 class _Computed(_Storage):
-    """Rows computed per id (robe, tt): bags pool the computed rows."""
+    """Rows computed per id (robe, tt) from parameters every lookup reads (dense gradients,
+    nothing row-wise to pack): bags pool the computed rows."""
+
+    one_row_per_id = False
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return _pool(self.rows(ids), offsets, mode, psw)
+        return pool_rows(self.rows(ids), offsets, mode, psw)
 
 
 class _Robe(_Computed):
+    why_not_packed = METHOD_RULES["robe"].why_serving
+
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *,
-                 robe_size: int | float, robe_block: int = 8, hash_seed: int = 0,
-                 **_: Any) -> None:
+                 robe_size: int | float, robe_block: int = 8, hash_seed: int = 0) -> None:
         from autoembed.config import buckets_of
 
         super().__init__(num, dim, factory)
@@ -87,16 +163,12 @@ class _Robe(_Computed):
                 first_field: int = 0) -> None:
         """An array of `size` values read in blocks of `block` by fields of dims `dims`;
         field f hashes with `robe_seed(seed, first_field + f)`."""
-        from autoembed.models.robe import robe_seed
-
         check_robe(size, block)
         self.size, self.block, self.dims = size, block, dims
         self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
 
     def positions(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
         """Array positions [*ids.shape, D] of field `field`'s rows of `ids`."""
-        from autoembed.models.robe import robe_positions
-
         return robe_positions(ids, self.size, self.block, self.dims[field], self.seeds[field])
 
     def rows(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
@@ -104,8 +176,9 @@ class _Robe(_Computed):
 
 
 class _TT(_Computed):
-    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, tt_rank: int = 8,
-                 **_: Any) -> None:
+    why_not_packed = METHOD_RULES["tt"].why_serving
+
+    def __init__(self, num: int, dim: int, factory: dict[str, Any], *, tt_rank: int = 8) -> None:
         super().__init__(num, dim, factory)
         check_tt(tt_rank)
         self.rank, self.row_factors, self.dim_factors = tt_rank, tt_rows(num), tt_dims(dim)
@@ -122,20 +195,17 @@ class _TT(_Computed):
             nn.init.normal_(p, 0.0, tt_init_std(1, self.rank))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        from autoembed.models.tt import tt_lookup
-
         return tt_lookup(ids, (self.core0, self.core1, self.core2), self.row_factors,
                          self.dim_factors, self.rank)
 
 
 class _HotCold(_Storage):
     hot_ids: torch.Tensor
+    stored_rows = True  # an id reads one row of ``weight`` as it is
 
     def __init__(self, num: int, dim: int, factory: dict[str, Any], *, hot_share: float = 0.01,
-                 hash_buckets: int | None = None, hash_seed: int = 0, hot_ids: Any = None,
-                 **_: Any) -> None:
-        from autoembed.models.hot_cold import checked_hot_ids
-
+                 hash_buckets: int | None = None, hash_seed: int = 0,
+                 hot_ids: Any = None) -> None:
         super().__init__(num, dim, factory)
         check_hot_cold(hot_share, hash_buckets if hash_buckets is not None else 0)
         assert hash_buckets is not None  # checked: >= 1
@@ -158,18 +228,15 @@ class _HotCold(_Storage):
         self.hot_ids.copy_(self._hot_host)
 
     def row_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """Row of every non-negative id (`models.hot_cold.hot_cold_rows`)."""
-        from autoembed.models.hot_cold import hot_cold_rows
-
+        """Row of every non-negative id (`hot_cold_rows`)."""
         return hot_cold_rows(ids, self.hot_ids, self.cold, self.seed)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(self.row_of(ids), self.weight)
+        return self._lookup("weight", self.row_of(ids))
 
     def bag(self, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
             psw: torch.Tensor | None) -> torch.Tensor:
-        return F.embedding_bag(self.row_of(ids), self.weight, offsets, mode=mode,
-                               per_sample_weights=psw)
+        return self._bag_of("weight", self.row_of(ids), offsets, mode, psw)
 
 
 METHOD_STORAGES: dict[str, type[_Storage]] = {"robe": _Robe, "tt": _TT, "hot_cold": _HotCold}

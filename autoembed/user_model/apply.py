@@ -28,15 +28,32 @@ a ConfigError naming the table (compressed storage is resized by applying a new 
 dropped after the forward and recomputed in the backward, and `estimate_model` prices the
 step that way since it traces the same forward. Parameters and state_dict keys are unchanged.
 
+The config is an `EmbeddingConfig`, a dict of its keys, or the path of a YAML/JSON config
+file (an exported ``best.yaml``: the hot sets its ``hot_sets`` key names come with it).
+The rewritten layer keeps the module's torch options or refuses them, one line naming the
+option and the module (`autoembed.nn.layers`: padding_idx, max_norm, norm_type,
+scale_grad_by_freq, sparse, mode, include_last_offset); a frozen table stays frozen. A module
+reachable by several paths (``self.tower.emb = self.emb``) is one table: `tables` lists it
+once (its first path), `apply` replaces it at every path, and a config naming two of its
+paths is refused.
+
+A head that reads a tied table decoded holds the layer it reads (an attribute its forward
+hooks read, not a closure), so a copy of the model (`copy.deepcopy`, `autoembed.quantize`,
+the fake copy `estimate_model` traces) reads its own table.
+
 `materialize(model, device)`: after building on the meta device and `apply`, allocate every
-parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise.
+parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise. A model with no
+parameter on the meta device (or with some real and some on meta) is refused: materialize
+would re-initialise its weights.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -47,7 +64,8 @@ from autoembed.user_model.step import EMBEDDING_TYPES, embedding_modules
 
 __all__ = ["apply", "tables", "materialize", "checkpoint_modules"]
 
-DECODED = "_autoembed_decoded"  # set on a module whose tied weight is the decoded table
+# set on a module whose tied weight(s) are decoded tables: parameter name -> the layer
+DECODED = "_autoembed_decoded"
 CHECKPOINTED = "_autoembed_checkpointed"  # set on a module whose forward is checkpointed
 
 
@@ -55,6 +73,7 @@ def tables(model: nn.Module) -> tuple[Any, ...]:
     """The model's embedding modules as config table entries (name = module path)."""
     from autoembed.config import TableConfig
 
+    _a_module(model, "tables")
     out = []
     for path, m in embedding_modules(model):
         m = cast(Any, m)
@@ -80,6 +99,19 @@ def _module(model: nn.Module, path: str) -> Any:
     return m
 
 
+def _check_forward(old: nn.Module, path: str) -> None:
+    """A module whose class has a forward of its own (a scaled embedding, say) is refused: the
+    rewritten layer would drop what that forward adds."""
+    from autoembed import nn as ae_nn
+
+    own = type(old).forward
+    if own not in (nn.Embedding.forward, nn.EmbeddingBag.forward, ae_nn.Embedding.forward,
+                   ae_nn.EmbeddingBag.forward):
+        raise ConfigError(f"config table '{path}': module '{path}' is a {type(old).__name__}, "
+                          "whose forward is its own, which a rewritten layer would drop; "
+                          "compress a plain nn.Embedding / nn.EmbeddingBag, or leave it out")
+
+
 def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple[str, str]]:
     """(module path, parameter name) of other modules holding `weight` itself."""
     out = []
@@ -92,25 +124,36 @@ def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple
     return out
 
 
+# compression -> (layer setting, resolved table setting) it takes from the config
+_SETTINGS = {
+    "hash": (("hash_buckets", "hash_buckets"), ("hash_seed", "hash_seed")),
+    "qr": (("qr_collisions", "qr_collisions"), ("qr_operation", "qr_operation")),
+    "robe": (("robe_size", "robe_size"), ("robe_block", "robe_block"), ("hash_seed", "hash_seed")),
+    "tt": (("tt_rank", "tt_rank"),),
+    "hot_cold": (("hot_share", "hot_share"), ("hash_buckets", "cold_buckets"),
+                 ("hash_seed", "hash_seed")),
+}
+# torch's options a rewritten layer keeps (`autoembed.nn.layers` honours or refuses each)
+_OPTIONS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+_BAG_OPTIONS = ("mode", "include_last_offset")
+
+
 def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any) -> Any:
     from autoembed import nn as ae_nn
     from autoembed.config import cache_rows
 
     w = old.weight
-    kw: dict[str, Any] = {"device": w.device, "dtype": w.dtype}
+    bag = isinstance(old, (nn.EmbeddingBag, ae_nn.EmbeddingBag))
+    kw: dict[str, Any] = {k: getattr(old, k) for k in (*_OPTIONS, *(_BAG_OPTIONS if bag else ()))}
+    kw.update(device=w.device, dtype=w.dtype)
     comp = ts.compression
     if config.placement == "host_cached":  # config validation: compression none or hash
         kw.update(placement="host_cached", cache_rows=cache_rows(config, ts),
                   cache_policy=config.cache_policy, table_optimizer=ts.table_optimizer,
                   dynamic_rows=config.dynamic_rows)
-    if comp == "hash":
-        kw.update(hash_buckets=ts.hash_buckets, hash_seed=ts.hash_seed)
-    elif comp == "qr":
-        kw.update(qr_collisions=ts.qr_collisions, qr_operation=ts.qr_operation)
-    elif comp in ("robe", "tt", "hot_cold"):  # autoembed.nn.methods
-        kw.update(robe_size=ts.robe_size, robe_block=ts.robe_block, tt_rank=ts.tt_rank,
-                  hot_share=ts.hot_share, hash_buckets=ts.cold_buckets, hash_seed=ts.hash_seed,
-                  hot_ids=(hot_sets or {}).get(ts.name))
+    kw.update({key: getattr(ts, field) for key, field in _SETTINGS.get(comp, ())})
+    if comp == "hot_cold":
+        kw["hot_ids"] = (hot_sets or {}).get(ts.name)
     if ts.dim != old.embedding_dim:
         if comp != "none" or ts.dim > old.embedding_dim:
             raise ConfigError(f"config table '{ts.name}': dim {ts.dim} differs from the "
@@ -118,11 +161,14 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any) -> Any:
                               "table (compression none); give compression none or the same dim")
         comp = "mixed_dim"
         kw["small_dim"] = ts.dim
-    if isinstance(old, nn.EmbeddingBag):
-        return ae_nn.EmbeddingBag(old.num_embeddings, old.embedding_dim, mode=old.mode,
-                                  padding_idx=old.padding_idx, compression=comp, **kw)
-    return ae_nn.Embedding(old.num_embeddings, old.embedding_dim, padding_idx=old.padding_idx,
-                           compression=comp, **kw)
+    cls = ae_nn.EmbeddingBag if bag else ae_nn.Embedding
+    try:
+        layer = cls(old.num_embeddings, old.embedding_dim, compression=comp, **kw)
+    except ConfigError as e:
+        raise ConfigError(f"table '{ts.name}' ({type(old).__name__}): {e}") from None
+    if not w.requires_grad:
+        layer.requires_grad_(False)  # a frozen table stays frozen
+    return layer
 
 
 def _fit(layer: Any, old: Any, name: str) -> None:
@@ -149,21 +195,51 @@ def _start_cached(layer: Any, old: Any, from_trained: bool) -> None:
         table.load_full(hash_init(w.detach().cpu(), table.buckets, table.seed))
 
 
+def _load_decoded(head: nn.Module, _args: Any) -> None:
+    """Before the head's forward: each tied weight is its layer's decoded table."""
+    for name, layer in getattr(head, DECODED).items():
+        object.__setattr__(head, name, layer.full_weight())
+
+
+def _drop_decoded(head: nn.Module, _args: Any, _out: Any) -> None:
+    """After it: dropped (autograd keeps what the backward needs)."""
+    for name in getattr(head, DECODED):
+        object.__setattr__(head, name, None)
+
+
 def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
-    """`head.<name>` is `layer.full_weight()` during each forward (autograd keeps it for the
-    backward; it is dropped after, so no decoded copy outlives the step)."""
+    """`head.<name>` is `layer.full_weight()` during each forward. The head holds `layer` in
+    an attribute that its hooks read, so a copy of the model reads its own layer."""
     del head._parameters[name]
-
-    def load(mod: nn.Module, _args: Any) -> None:
-        object.__setattr__(mod, name, layer.full_weight())
-
-    def drop(mod: nn.Module, _args: Any, _out: Any) -> None:
-        object.__setattr__(mod, name, None)
-
-    head.register_forward_pre_hook(load)
-    head.register_forward_hook(drop)
+    decoded = getattr(head, DECODED, None)
+    if decoded is None:
+        decoded = {}
+        head.register_forward_pre_hook(_load_decoded)
+        head.register_forward_hook(_drop_decoded)
+    object.__setattr__(head, DECODED, {**decoded, name: layer})
     object.__setattr__(head, name, None)
-    object.__setattr__(head, DECODED, True)
+
+
+def _config_of(config: Any, hot_sets: Any) -> tuple[Any, Any]:
+    """(EmbeddingConfig, hot sets) of the forms `apply` takes (`config.as_config`); a config
+    file's hot sets file comes with it, unless `hot_sets` is given."""
+    from autoembed.config import as_config
+
+    if hot_sets is None and isinstance(config, (str, os.PathLike)):
+        from autoembed.models.hot_cold import hot_sets_beside
+
+        hot_sets = hot_sets_beside(Path(config))
+    return as_config(config), hot_sets
+
+
+def _a_module(model: Any, fn: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{fn}: model = {type(model).__name__}; give the torch.nn.Module")
+
+
+def _paths(model: nn.Module, module: nn.Module) -> list[str]:
+    """Every path at which `module` sits in `model` (a module can be reached by several)."""
+    return [p for p, m in model.named_modules(remove_duplicate=False) if m is module]
 
 
 def apply(model: nn.Module, config: Any, *, untie: bool = False,
@@ -175,16 +251,23 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
     each new layer starts fitted to the trained table it replaces
     (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...).
     `checkpoint`: module paths or globs to run under gradient checkpointing
-    (`checkpoint_modules`), wrapped after the tables are rewritten."""
+    (`checkpoint_modules`), wrapped after the tables are rewritten. `config`: an
+    EmbeddingConfig, a dict, or a config file's path (see the module docstring)."""
     from autoembed.config import resolved_tables
 
+    _a_module(model, "apply")
+    config, hot_sets = _config_of(config, hot_sets)
     if config.robe_shared:  # the layers of autoembed.nn hold one array per table
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
                           "model its own robe array; set robe_shared false (one shared array "
                           "is for config-built models)")
-    plans = []
+    plans: list[tuple[Any, Any, list[tuple[str, str]]]] = []
     for ts in resolved_tables(config):
         old = _module(model, ts.name)
+        same = next((t.name for t, o, _ in plans if o is old), None)
+        if same is not None:
+            raise ConfigError(f"tables '{same}' and '{ts.name}' are one module (two paths to "
+                              "it); configure it once")
         plans.append((ts, old, _tied(model, old.weight, old)))
     names = {ts.name for ts, _, _ in plans}
     for ts, old, ties in plans:
@@ -199,13 +282,15 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
                               "each step; apply with untie=True or placement device")
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
+        _check_forward(old, ts.name)
         layer = _new_layer(old, ts, hot_sets, config)
         if cached:
             _start_cached(layer, old, from_trained)
         elif from_trained:
             _fit(layer, old, ts.name)
-        parent, _, attr = ts.name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, layer)
+        for path in _paths(model, old):  # every path to it: one table, replaced everywhere
+            parent, _, attr = path.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, layer)
         for path, pname in ties:
             head = model.get_submodule(path)
             if untie:
@@ -233,6 +318,7 @@ def checkpoint_modules(model: nn.Module, names: Sequence[str]) -> list[str]:
     A name matching no module is a ConfigError (did-you-mean); so is a
     module holding a head that reads a decoded tied table (its weight exists only between
     its own forward hooks, so a recompute could not read it: checkpoint the blocks instead)."""
+    _a_module(model, "checkpoint_modules")
     if isinstance(names, str):
         names = [names]
     paths = [p for p, _ in model.named_modules() if p]
@@ -303,7 +389,21 @@ def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
 @torch.no_grad()
 def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Module:
     """Allocate a meta-built (and applied) model on `device`, restore the ties `to_empty`
-    breaks, and initialise each module by its own `reset_parameters`."""
+    breaks, and initialise each module by its own `reset_parameters`. Refused (ConfigError)
+    when no parameter is on the meta device, or only some are: it would re-initialise
+    weights that have values."""
+    _a_module(model, "materialize")
+    params = list(model.named_parameters())
+    meta = [n for n, p in params if p.is_meta]
+    real = [n for n, p in params if not p.is_meta]
+    if not meta:
+        raise ConfigError("materialize: no parameter of the model is on the meta device, so "
+                          "there is nothing to allocate (it would re-initialise every weight); "
+                          "call it on a model built under torch.device('meta')")
+    if real:
+        raise ConfigError(f"materialize: parameter '{real[0]}' has values and '{meta[0]}' is "
+                          "on the meta device; materialize re-initialises every parameter: "
+                          "build the whole model on meta, or load the real values afterwards")
     for name, b in model.named_buffers():
         if b.is_meta:
             raise ConfigError(f"buffer '{name}' was built on the meta device and has no values "
