@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -130,6 +131,12 @@ class NoTables(nn.Module):
         return self.lin(x).sum()
 
 
+class TwoOutputs(Tiny):
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> Any:
+        out = self.head(self.emb(ids).mean(1))
+        return out, out
+
+
 def test_bad_inputs_are_one_line_config_errors() -> None:
     cases = [
         (lambda: estimate_model(NoTables, torch.zeros(2, 4)), "no nn.Embedding"),
@@ -140,7 +147,9 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
         (lambda: estimate_model(lambda: 1 / 0, torch.zeros(1)), "raised ZeroDivisionError"),
         (lambda: estimate_model(Tiny, example(), optimizer="adamm"), "optimizer 'adamm'"),
         (lambda: estimate_model(Tiny, example(), precision="fp64"), "fp64"),
-        (lambda: estimate_model(Tiny, example()[0]), "not a scalar loss"),
+        # logits are priced with the stand-in loss; a tuple of them is no loss at all
+        (lambda: estimate_model(TwoOutputs, example()[0]), "not a scalar loss"),
+        (lambda: estimate_model(Tiny, example()[0], loss=3), "loss = int"),  # type: ignore
         (lambda: estimate_model(3, example()), "nn.Module"),  # type: ignore[arg-type]
     ]
     for call, text in cases:

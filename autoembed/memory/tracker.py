@@ -3,17 +3,16 @@
 `AllocationTracker` is a TorchDispatchMode: every op's output storage is registered when it
 is created and released (through a weakref finalizer) when Python drops it, so run under
 FakeTensorMode it sees a real training step's allocations and frees without allocating
-anything. Each allocation is replayed through `CachingAllocatorModel`, a small model of
+anything (tensors made under `memory.types.host_allocations` live on the host and are
+not counted). Each allocation is replayed through `CachingAllocatorModel`, a small model of
 c10/cuda/CUDACachingAllocator.cpp (block rounding, small/large pools, segment sizes,
 best-fit reuse, splitting and merging), giving both `allocated_peak` and `reserved_peak`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,24 +26,12 @@ from autoembed.memory.types import (
     ROUND_LARGE,
     SMALL_SEGMENT,
     SMALL_SIZE,
+    host_allocations,
+    on_host,
     round_block,
 )
 
 __all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot", "host_allocations"]
-
-_HOST = threading.local()
-
-
-@contextlib.contextmanager
-def host_allocations() -> Iterator[None]:
-    """Tensors created in this context live in host memory, not on the device (a host-cached
-    table's full copy): a tracker does not count them."""
-    before = getattr(_HOST, "on", False)
-    _HOST.on = True
-    try:
-        yield
-    finally:
-        _HOST.on = before
 
 
 @dataclass
@@ -206,7 +193,7 @@ class AllocationTracker(TorchDispatchMode):
         """Count a tensor's storage once (also for tensors created before tracking began)."""
         if t.layout != torch.strided:
             return  # sparse tensors expose no storage; they are priced by formula
-        if getattr(_HOST, "on", False):
+        if on_host():
             return  # host memory (`host_allocations`)
         st = t.untyped_storage()
         sid = id(st)

@@ -25,7 +25,7 @@ The same table is the store of an `autoembed.nn` layer with ``placement="host_ca
 a training forward requires the table bound to its optimizer (`bind_optimizer`,
 `bind_host_cached`; `autoembed.build_optimizer` does it), and under fake tensors (a traced
 estimate) the slot remap is skipped. Host tensors are created under
-`memory.tracker.host_allocations`, so a traced estimate leaves them out of device memory.
+`memory.types.host_allocations`, so a traced estimate leaves them out of device memory.
 
 A training batch must fit the cache (config validation checks C >= distinct rows a batch
 can hold). A no-grad forward whose distinct rows exceed C reads them from host and cache
@@ -48,7 +48,7 @@ from torch.optim import Optimizer
 
 from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError, DataError
-from autoembed.memory.tracker import host_allocations
+from autoembed.memory.types import host_allocations
 from autoembed.models.dynamic_ids import DynamicIds
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.models.hashing import hash_ids
