@@ -315,6 +315,9 @@ def estimate(
         None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
     apply_cfg: Path | None = typer.Option(
         None, "--apply", help="With --model: rewrite its embeddings by this config first."),
+    loss_spec: str | None = typer.Option(
+        None, "--loss", help="With --model whose forward returns logits: the loss, "
+        "pkg.module:fn (output, example) -> scalar (else a stated cross-entropy stand-in)."),
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
@@ -325,7 +328,7 @@ def estimate(
     from autoembed.memory import estimate as estimate_memory
 
     overrides = {k: v for k, v in flags.items() if k in _config_flags()}
-    user = model is not None or example is not None or apply_cfg is not None
+    user = any(v is not None for v in (model, example, apply_cfg, loss_spec))
     cfg: Any = None if user else _build_config(config, overrides)
     host_b = parse_size(host_budget, "--host-budget") if host_budget is not None else None
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
@@ -340,7 +343,7 @@ def estimate(
                        gpus=None if gpus == 1 else gpus, sharding=None)
         est = estimate_for_cli(model, example, apply_cfg, optimizer=optimizer,
                                precision=precision, budget=bud.bytes if bud else None,
-                               reserve=reserve_b, refused=refused)
+                               reserve=reserve_b, refused=refused, loss=loss_spec)
     else:
         est = estimate_memory(
             cfg,

@@ -49,7 +49,7 @@ from autoembed.models.user_step import (
     standin_loss,
 )
 
-__all__ = ["model_estimate", "CPU_VS_CUDA", "ModelSpec"]
+__all__ = ["model_estimate", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
 
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
@@ -61,6 +61,9 @@ CPU_VS_CUDA = (
     "figure is not yet checked against max_memory_allocated (benchmarks/gpu_validate.py "
     "--examples does)"
 )
+
+# how the note on a step priced with the stand-in loss (`STANDIN_LOSS`) begins
+STANDIN_NOTE = "the model's forward returns no loss and none was given"
 
 # owners of what no module owns (the phase it was allocated in) -> the name shown
 _STEP_OWNERS = {"setup": "(example inputs)", "zero_grad": "(zero_grad)", "forward": "(forward)",
@@ -84,7 +87,10 @@ def model_estimate(
     standin = _StandIn()
 
     def run(step: TrainStep, micros: Sequence[Any]) -> None:
-        _run_step(cast(UserStep, step), micros[0], loss or standin)
+        try:
+            _run_step(cast(UserStep, step), micros[0], loss or standin)
+        finally:
+            standin.held = None  # held through the step, not into the next one
 
     trace = trace_step(lambda: _user_step(model, optimizer, precision),
                        lambda: [_fake_example(example)], run)
@@ -94,16 +100,19 @@ def model_estimate(
 
 
 class _StandIn:
-    """`standin_loss` where the output is a floating tensor (and `used` records it); any
-    other output is the one-line error of a model whose output is no loss."""
+    """The stand-in loss (`STANDIN_LOSS`) where the output is a floating tensor: `standin_loss`
+    of an fp32 copy of it, which `held` keeps until `_run_step` ends (`used` records that it
+    ran); any other output is the one-line error of a model whose output is no loss."""
 
     used = False
+    held: torch.Tensor | None = None
 
     def __call__(self, output: Any, example: Any) -> torch.Tensor:
         if not (isinstance(output, torch.Tensor) and output.is_floating_point()):
             return resolve_loss(output, example, None)  # raises: not a loss, none given
         self.used = True
-        return standin_loss(output, example)
+        self.held = output.to(torch.float32, copy=True)
+        return standin_loss(self.held, example)
 
 
 def _user_step(model: ModelSpec, optimizer: OptimizerSpec, precision: str) -> UserStep:
@@ -273,9 +282,8 @@ def _figures(trace: Trace, sparse: SparseTerms, peak: StepPeak, standin: bool) -
                      "built-in models' (a fake sparse gradient's rows are data-dependent); "
                      "the module breakdown leaves them out")
     if standin:
-        notes.append(f"the model's output is not a loss and no loss was given: priced a "
-                     f"stand-in, {STANDIN_LOSS}; give loss=fn(output, example) (CLI: --loss "
-                     "pkg.module:fn) to price yours")
+        notes.append(f"{STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; give "
+                     "loss=fn(output, example) (CLI: --loss pkg.module:fn) to price yours")
     return traced_figures(
         peak.categories,
         allocated_peak=peak.allocated,

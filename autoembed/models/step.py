@@ -6,16 +6,18 @@ runs one optimizer step over the micro-batches:
 
 1. zero_grad(set_to_none=True) on the model (and the masters);
 2. per micro-batch: `micro_loss(micro)` (the seam: forward, under autocast for amp_*, and
-   the loss), divided by the number of micro-batches when there are several, backward (of
-   the scaled loss for amp_fp16); sparse gradients accumulate by concatenation;
+   the loss; it returns the loss and what the loop holds until the step is done), the loss
+   divided by the number of micro-batches when there are several, backward (of the scaled
+   loss for amp_fp16); sparse gradients accumulate by concatenation;
 3. *_master: half gradients -> fp32 master gradients, one parameter at a time;
 4. table optimizer step, then dense optimizer step (through the scaler for amp_fp16);
 5. *_master: masters copied back into the half parameters; then the warm-up schedule.
 
 The seam has two sides. `Trainer` (here; `make_trainer(config, device)`) is autoembed's
 `EmbeddingModel` on `Batch`es with `loss_fn(config)` over `config.grad_accum_steps`
-micro-batches; `models.user_step.UserStep` is a user's module on its example with the
-loss its forward returns (or `loss(output, example)`).
+micro-batches, holding the last micro-batch's logits through the step as its loop always
+has (`memory.analytic` prices them); `models.user_step.UserStep` is a user's module on its
+example with the loss its forward returns (or `loss(output, example)`), holding nothing.
 
 Gradient checkpointing (`config.checkpointing`) recomputes the dense tower and the naive
 [B, S, D] lookup + mean block (`torch.utils.checkpoint`, use_reentrant=False). An embedding
@@ -52,6 +54,9 @@ from autoembed.models.precision import (
 )
 
 __all__ = ["TrainStep", "Trainer", "make_trainer", "supports_fake", "fake_caveats"]
+
+# the seam: one micro-batch -> (its loss, what the loop holds until the step is done)
+MicroLoss = Callable[[Any], tuple[torch.Tensor, Any]]
 
 
 def fake_caveats(config: EmbeddingConfig) -> tuple[str, ...]:
@@ -103,18 +108,16 @@ class TrainStep:
         """torch.autocast for amp_* precisions on the step's device, else a no-op."""
         return autocast(self.config, self.device)
 
-    def run(
-        self, micros: Sequence[Any], micro_loss: Callable[[Any], torch.Tensor]
-    ) -> torch.Tensor:
+    def run(self, micros: Sequence[Any], micro_loss: MicroLoss) -> torch.Tensor:
         """One optimizer step over `micros` (steps 1-5 of the module docstring); the mean
         loss, detached."""
         n = len(micros)
         self.model.train()
         self.model.zero_grad(set_to_none=True)
         self.optimizers.zero_grad(set_to_none=True)
-        total = None
-        for micro in micros:
-            loss = micro_loss(micro)
+        total = held = None
+        for micro in micros:  # the previous micro-batch's loss and held stay till replaced
+            loss, held = micro_loss(micro)
             if n > 1:
                 loss = loss / n
             if self.scaler is not None:
@@ -125,6 +128,7 @@ class TrainStep:
         if total is None:
             raise ValueError("a step needs at least one micro-batch")
         self._step_optimizers()
+        del held
         return total
 
     def _step_optimizers(self) -> None:
@@ -165,12 +169,13 @@ class Trainer(TrainStep):
         total = self.run(batches, self._batch_loss)
         return math.nan if self.fake else float(total)
 
-    def _batch_loss(self, batch: Batch) -> torch.Tensor:
-        """The seam: the model on one `Batch` (under autocast), its loss in fp32."""
+    def _batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The seam: the model on one `Batch` (under autocast), its loss in fp32; the logits
+        are held until the step is done."""
         batch = batch.to(self.device)
         with self.autocast():
             logits = self.model(batch)
-        return self.loss(logits.float(), batch.labels)
+        return self.loss(logits.float(), batch.labels), logits
 
     @torch.no_grad()
     def predict(self, batch: Batch) -> torch.Tensor:

@@ -60,8 +60,9 @@ OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagr
 OptimizerSpec = str | Callable[[list[torch.Tensor]], Optimizer]
 LossFn = Callable[[Any, Any], torch.Tensor]
 
-STANDIN_LOSS = ("cross-entropy over the output's last dimension in fp32 (an fp32 copy of the "
-                "output, its log-softmax and their gradients)")
+STANDIN_LOSS = ("cross-entropy over the output's last dimension in fp32: an fp32 copy of the "
+                "output held through the backward and the optimizer step (as a loop that keeps "
+                "its logits holds them), its log-softmax and their gradients")
 
 
 def call_model(model: nn.Module, example: Any) -> Any:
@@ -74,12 +75,10 @@ def call_model(model: nn.Module, example: Any) -> Any:
 
 
 def standin_loss(output: torch.Tensor, example: Any) -> torch.Tensor:
-    """The loss priced for a forward that returns logits when none is given (`STANDIN_LOSS`):
-    cross-entropy over the last dimension of an fp32 copy of `output`, against class 0. It
-    holds at least what cross-entropy, BCE or MSE on those logits hold in fp32: a copy of
-    the output beside its log-softmax (saved for backward), and their gradients."""
+    """Cross-entropy over the last dimension of `output` in fp32, against class 0: the loss
+    priced for a forward that returns logits when no loss is given (`STANDIN_LOSS`)."""
     del example
-    logits = output.to(torch.float32, copy=True)
+    logits = output.float()
     flat = logits.reshape(-1, logits.shape[-1]) if logits.dim() > 0 else logits.reshape(1, 1)
     target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return F.cross_entropy(flat, target)
@@ -214,13 +213,13 @@ class UserStep(TrainStep):
         return tree_map(cast, example)
 
     def step(self, example: Any, loss: LossFn | None = None) -> torch.Tensor:
-        """One optimizer step on `example`; the loss (detached)."""
-        def micro_loss(x: Any) -> torch.Tensor:
-            x = self.cast_inputs(x)
+        """One optimizer step on `example` (its floating inputs cast first and held through
+        the step); the loss (detached)."""
+        def micro_loss(x: Any) -> tuple[torch.Tensor, None]:
             with self.autocast():
-                return resolve_loss(call_model(self.model, x), x, loss)
+                return resolve_loss(call_model(self.model, x), x, loss), None
 
-        return self.run([example], micro_loss)
+        return self.run([self.cast_inputs(example)], micro_loss)
 
 
 def _device(model: nn.Module) -> torch.device:
