@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from autoembed import nn as ae_nn
+from autoembed.nn import Embedding as AeEmbedding
+from autoembed.nn import EmbeddingBag as AeEmbeddingBag
 
 __all__ = ["EMBEDDING_TYPES", "embedding_modules"]
 
 EMBEDDING_TYPES: tuple[type[nn.Module], ...] = (
-    nn.Embedding, nn.EmbeddingBag, ae_nn.Embedding, ae_nn.EmbeddingBag)
+    nn.Embedding, nn.EmbeddingBag, AeEmbedding, AeEmbeddingBag)
 
 
 def embedding_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
