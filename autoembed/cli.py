@@ -126,6 +126,9 @@ def estimate(
     torchrec_tables: Path | None = typer.Option(
         None, "--tables", help="With --world-size: TorchRec table settings (YAML/JSON list: "
         "name, optimizer, sharding_type, compute_kernel, ...)."),
+    loss_spec: str | None = typer.Option(
+        None, "--loss", help="With --model whose forward returns logits: the loss, "
+        "pkg.module:fn (output, example) -> scalar (else a stated cross-entropy stand-in)."),
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""

@@ -40,7 +40,9 @@ def build_applied(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
 
 
 def demo(mod: ModuleType, steps: int = 20) -> None:
-    est = autoembed.estimate_model(mod.full_model, mod.full_example(), budget=8 * 10**9)
+    loss_fn = getattr(mod, "loss", None)  # a forward that returns logits: the loop's loss
+    est = autoembed.estimate_model(mod.full_model, mod.full_example(), loss=loss_fn,
+                                   budget=8 * 10**9)
     print(f"full size: allocated peak {est.allocated_peak / 1e9:.2f} GB, device total "
           f"{est.device_total / 1e9:.2f} GB, fits 8 GB: {est.fits}")
     size = mod.SIZES["twin"]
@@ -56,7 +58,8 @@ def demo(mod: ModuleType, steps: int = 20) -> None:
         opt.zero_grad()
         out = model(**args) if args is not None else (
             model(*example) if isinstance(example, tuple) else model(example))
-        loss = out.loss if hasattr(out, "loss") else out
+        loss = out.loss if hasattr(out, "loss") else (
+            loss_fn(out, example) if loss_fn is not None else out)
         loss.backward()
         opt.step()
         if step in (0, steps - 1):

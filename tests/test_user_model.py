@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -130,6 +131,12 @@ class NoTables(nn.Module):
         return self.lin(x).sum()
 
 
+class TwoOutputs(Tiny):
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> Any:
+        out = self.head(self.emb(ids).mean(1))
+        return out, out
+
+
 def test_bad_inputs_are_one_line_config_errors() -> None:
     cases = [
         (lambda: estimate_model(NoTables, torch.zeros(2, 4)), "no nn.Embedding"),
@@ -140,7 +147,9 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
         (lambda: estimate_model(lambda: 1 / 0, torch.zeros(1)), "raised ZeroDivisionError"),
         (lambda: estimate_model(Tiny, example(), optimizer="adamm"), "optimizer 'adamm'"),
         (lambda: estimate_model(Tiny, example(), precision="fp64"), "fp64"),
-        (lambda: estimate_model(Tiny, example()[0]), "not a scalar loss"),
+        # logits are priced with the stand-in loss; a tuple of them is no loss at all
+        (lambda: estimate_model(TwoOutputs, example()[0]), "not a scalar loss"),
+        (lambda: estimate_model(Tiny, example()[0], loss=3), "loss = int"),  # type: ignore
         (lambda: estimate_model(3, example()), "nn.Module"),  # type: ignore[arg-type]
     ]
     for call, text in cases:
@@ -259,3 +268,61 @@ def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
     tol = 0.005 * built_in.allocated_peak
     assert user.allocated_peak - tol <= built_in.allocated_peak
     assert built_in.allocated_peak <= user.allocated_peak + cuda_only + tol
+
+
+def test_a_factory_that_builds_on_meta_prices_as_one_built_on_cpu() -> None:
+    """A factory may build its model under torch.device("meta") (nothing allocated, as
+    before `materialize`): its meta tensors are traced as CPU ones, so it is priced as the
+    same model built on CPU (before: FakeTensorDeviceMismatchError, blamed on the example)."""
+    import functools
+    import importlib
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    seed_mean = importlib.import_module("examples.seed_mean")
+    v, d = 50_000, 64
+
+    def on_meta() -> nn.Module:
+        with torch.device("meta"):
+            return seed_mean.build_model(vocab=v, dim=d)
+
+    ex = seed_mean.make_example(vocab=v, batch=8, seq=16)
+    meta = estimate_model(on_meta, ex)
+    cpu = estimate_model(functools.partial(seed_mean.build_model, vocab=v, dim=d), ex)
+    assert meta.parameters == block(v * d * 4) + block(d * 4 * 4) + block(4 * 4)  # by hand
+    assert (meta.allocated_peak, meta.reserved_peak) == (cpu.allocated_peak, cpu.reserved_peak)
+
+
+class Logits(Tiny):
+    """Tiny with a bigger table (its step is the peak) whose forward returns its logits: the
+    loss lives in the training loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20 * V, D)
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.emb(ids).mean(1))
+
+
+def test_logits_without_a_loss_price_the_stated_stand_in() -> None:
+    """No `loss` for a forward that returns logits: the stand-in is cross-entropy over the
+    last dimension on an fp32 copy of the logits held through the step, said in a note. At
+    Adam's step peak it holds exactly that copy more than cross-entropy on the logits does
+    (one [B, C] fp32 block, by hand); a non-floating output is still no loss."""
+    b = 64
+    ex = example(b)
+    real = estimate_model(Logits, ex, loss=lambda out, x: F.cross_entropy(out, x[1]))
+    stand = estimate_model(Logits, ex)
+    assert real.peak_phase == stand.peak_phase == "step"
+    assert stand.allocated_peak - real.allocated_peak == block(b * C * 4)
+    assert [n for n in stand.notes if "stand-in" in n] == [n for n in stand.notes
+                                                            if "cross-entropy" in n]
+    assert not any("stand-in" in n for n in real.notes)
+
+    class Ids(Tiny):
+        def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+            return self.head(self.emb(ids).mean(1)).argmax(1)
+
+    with pytest.raises(ConfigError, match="not a scalar loss"):
+        estimate_model(Ids, ex)

@@ -137,3 +137,46 @@ def test_bad_file_path_one_line(spec: str, text: str, tmp_path: Path,
     assert main(["estimate", "--model", spec, "--example", spec]) == 2
     err = capsys.readouterr().err.strip()
     assert text in err and "\n" not in err and "relative import" not in err, err
+
+
+LOGITS = ["--model", "examples.next_item:full_model", "--example",
+          "examples.next_item:full_example"]
+
+
+def test_loss_prices_a_forward_that_returns_logits(capsys: pytest.CaptureFixture[str]) -> None:
+    """--loss names the loss of a forward that returns logits; without it the stand-in
+    (cross-entropy on an fp32 copy of the [B, catalog] logits held through the step) is
+    priced and one stderr line says so. At Adam's step peak the two differ by that copy."""
+    assert main(["estimate", *LOGITS, "--loss", "examples.next_item:cross_entropy",
+                 "--json"]) == 0
+    out = capsys.readouterr()
+    mine = json.loads(out.out)
+    assert "stand-in" not in out.err
+    assert main(["estimate", *LOGITS, "--json"]) == 0
+    out = capsys.readouterr()
+    stand = json.loads(out.out)
+    notes = out.err.strip().splitlines()
+    assert len(notes) == 1 and "stand-in" in notes[0] and "--loss" in notes[0], out.err
+    assert mine["peak_phase"] == stand["peak_phase"] == "step"
+    b, catalog = 1024, 50_000  # examples.next_item SIZES["full"], by hand
+    copy = b * catalog * 4
+    # the caching allocator hands a large block out whole when its rest is at most 1 MiB
+    assert copy <= stand["allocated_peak"] - mine["allocated_peak"] <= copy + 2**20
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        ([*LOGITS, "--loss", "examples.next_item:SIZES"], "not a function"),
+        ([*LOGITS, "--loss", "examples.next_item:crossentropy"], "did you mean 'cross_entropy'"),
+        ([*LOGITS, "--loss", "examples.next_item"], "give pkg.module:name"),
+        (["--loss", "examples.next_item:cross_entropy"], "--model is missing"),
+        ([*LOGITS, "--loss", "examples.next_item:bce"], "loss or backward raised KeyError"),
+    ],
+)
+def test_bad_loss_one_line_exit_2(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert text in err and "\n" not in err and "Traceback" not in err, err

@@ -93,3 +93,46 @@ def test_autocast_is_the_trainers_on_a_user_model() -> None:
     assert h.dtype == torch.bfloat16
     with autoembed.autocast(EmbeddingConfig(precision="fp32"), "cpu"):
         assert m.head(torch.ones(1, 2 * D)).dtype == torch.float32
+
+
+def test_only_tables_training_still_gives_the_optimizers_type() -> None:
+    """A model whose only trainable parameters are its tables (here: a frozen head) gets the
+    `Optimizers` a built-in model gets (before: a bare tuple), without a dense optimizer;
+    its step trains the tables, its state round-trips."""
+    from autoembed.models.optim import Optimizers
+
+    torch.manual_seed(0)
+    m = TwoTables()
+    m.head.requires_grad_(False)
+    cfg = EmbeddingConfig(**optimizer_alias("adam"))
+    opts = autoembed.build_optimizer(m, cfg)
+    assert isinstance(opts, Optimizers) and opts.dense is None
+    assert [type(o) for o in opts.all] == [torch.optim.Adam] == [type(o) for o in opts]
+    before = m.users.weight.detach().clone()
+    u, i = _example()
+    m(u, i).backward()
+    opts.step()
+    assert not torch.equal(m.users.weight, before)
+    again = autoembed.build_optimizer(m, cfg)
+    again.load_state_dict(opts.state_dict())
+    got, want = again.table.state[m.users.weight], opts.table.state[m.users.weight]
+    assert torch.equal(got["exp_avg_sq"], want["exp_avg_sq"])
+
+
+def test_warmup_steps_ramp_a_user_models_learning_rates() -> None:
+    """`warmup_steps` ramps every optimizer of a user's model as the built-in trainer's:
+    optimizer step k (from 0) runs at lr * min(1, (k + 1) / warmup_steps) (by hand), the
+    tables at `lr`, the rest at `dense_lr` (before: the user path ignored it)."""
+    m = TwoTables()
+    cfg = EmbeddingConfig(lr=0.1, dense_lr=0.02, warmup_steps=4, **optimizer_alias("adam"))
+    opts = autoembed.build_optimizer(m, cfg)
+    u, i = _example()
+    seen = []
+    for _ in range(6):
+        assert opts.dense is not None
+        seen += [opts.table.param_groups[0]["lr"], opts.dense.param_groups[0]["lr"]]
+        m(u, i).backward()
+        opts.step()
+        opts.zero_grad()
+    ramp = [min(1.0, (k + 1) / 4) for k in range(6)]
+    assert seen == pytest.approx([lr * r for r in ramp for lr in (0.1, 0.02)])

@@ -39,7 +39,6 @@ from autoembed.config import (
 )
 from autoembed.memory.computed import computed_activations
 from autoembed.memory.types import (
-    CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     LARGE_SEGMENT,
     MIN_LARGE_ALLOC,
@@ -48,6 +47,7 @@ from autoembed.memory.types import (
     GpuShare,
     MemoryEstimate,
     TableMemory,
+    overhead_bytes,
     reserved_bound,
     round_block,
 )
@@ -55,6 +55,8 @@ from autoembed.memory.types import (
 __all__ = [
     "analytic_estimate",
     "sparse_terms",
+    "sparse_gradient",
+    "SparseGradient",
     "optimizer_state_bytes",
     "serving_row_bytes",
     "STATE_MULTIPLIER",
@@ -170,18 +172,12 @@ def _price(config: EmbeddingConfig, specs: Sequence[ParamSpec], batch: int) -> _
         dim = s.shape[1] if len(s.shape) > 1 else 1
         if s.sparse:
             lookups = math.ceil(batch * s.lookups_per_sample) * acc
-            g = round_block(lookups * dim * pb) + round_block(lookups * INDEX_BYTES)
-            mg = round_block(lookups * dim * 4) + round_block(lookups * INDEX_BYTES)
-            uniq = min(s.rows, lookups)
-            grad_b = 4 if pol.master else pb
-            sparse_temps.append([
-                round_block(uniq * dim * grad_b), round_block(uniq * INDEX_BYTES),  # coalesced
-                *[round_block(uniq * dim * sb)] * SPARSE_TEMPORARIES[opt],
-            ])
+            sg = sparse_gradient(lookups, dim, s.rows, opt, config.precision)
+            g, mg = sg.backward, sg.step  # mg: the fp32 master gradient under *_master
+            sparse_temps.append(list(sg.temporaries))
             sparse_g += g
-            sparse_mg += mg if pol.master else g
-            sparse_blocks += [round_block(lookups * dim * (4 if pol.master else pb)),
-                              round_block(lookups * INDEX_BYTES)]
+            sparse_mg += sg.step
+            sparse_blocks += sg.step_blocks
         else:
             g = round_block(s.numel * pb)
             mg = round_block(s.numel * 4)
@@ -512,7 +508,7 @@ def analytic_estimate(
     """Price `config` in closed form. With gpus > 1 the figures are those of the fullest GPU."""
     config = config.resolve()
     _check_host_cached_gpus(config, gpus)
-    overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
+    overhead = overhead_bytes(reserve, context_bytes)
     shares: list[tuple[_Priced, int, int, str, list[ParamSpec]]] = []
     shard_lists = [list(param_specs(config))] if gpus == 1 else _shard_specs(config, gpus, sharding)
     for specs in shard_lists:
@@ -573,6 +569,41 @@ def with_host_cache(est: MemoryEstimate, config: EmbeddingConfig) -> MemoryEstim
 
     cache = cache_tables(config)
     return replace(est, host_bytes=sum(c.host_bytes for c in cache), cache=cache)
+
+
+@dataclass(frozen=True)
+class SparseGradient:
+    """One table's sparse gradient (one row per id looked up: REFERENCES.md) and its sparse
+    optimizer step, in 512 B blocks: `backward`, its values (parameter dtype) and int64
+    indices, live from the backward; `step_blocks`, the same in the step (fp32 values under
+    *_master); `temporaries`, the step's coalesced copy (values and indices of the distinct
+    rows) and the optimizer's row-sized temporaries (`SPARSE_TEMPORARIES`)."""
+
+    backward: int
+    step_blocks: tuple[int, int]
+    temporaries: tuple[int, ...]
+
+    @property
+    def step(self) -> int:
+        return sum(self.step_blocks)
+
+
+def sparse_gradient(
+    lookups: int, dim: int, rows: int, optimizer: str, precision: str
+) -> SparseGradient:
+    """`SparseGradient` of a [rows, dim] table looked up `lookups` times in a step and stepped
+    by `optimizer` (a name of `SPARSE_TEMPORARIES`; another steps like sgd) at `precision`."""
+    pol = precision_policy(precision)
+    pb, sb = pol.param_bytes, pol.state_bytes
+    grad_b = 4 if pol.master else pb
+    index = round_block(lookups * INDEX_BYTES)
+    uniq = min(rows, lookups)
+    return SparseGradient(
+        backward=round_block(lookups * dim * pb) + index,
+        step_blocks=(round_block(lookups * dim * grad_b), index),
+        temporaries=(round_block(uniq * dim * grad_b), round_block(uniq * INDEX_BYTES),
+                     *[round_block(uniq * dim * sb)] * SPARSE_TEMPORARIES.get(optimizer, 0)),
+    )
 
 
 def sparse_terms(config: EmbeddingConfig) -> tuple[int, int, int]:

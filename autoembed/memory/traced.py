@@ -1,21 +1,32 @@
-"""Traced memory model: one real training step of the built model on fake tensors.
+"""Traced memory model: one real training step on fake tensors, for a config or any model.
 
-The model, its optimizers, fp32 masters and a batch are built under FakeTensorMode (no
-table is allocated: a 100M-row table traces in about a second), and two steps of the shared
-`Trainer.step` run under `AllocationTracker`, which replays every allocation and free
-through a model of the CUDA caching allocator. Code paths follow CUDA's defaults because
-the optimizers are built with the implementation CUDA selects (foreach). What a fake step
-cannot see is added by formula: sparse gradients (their row count is data-dependent) and
-the sparse optimizer step's temporaries (`analytic.sparse_terms`).
+The step (`models.step.TrainStep`: a config's `Trainer`, or a user's `UserStep`), its
+optimizers, fp32 masters and micro-batches are built under FakeTensorMode (no table is
+allocated: a 100M-row table traces in about a second), and `TRACED_STEPS` steps run under
+`AllocationTracker`, which replays every allocation and free through a model of the CUDA
+caching allocator. Phase hooks mark forward, backward and the optimizer step; every storage
+is classed (parameters, gradients, optimizer state; else activations, or temporaries in the
+step) and owned (its table's module path, else its top-level module). Code paths follow
+CUDA's defaults because the optimizers are built with the implementation CUDA selects
+(foreach). What a fake step cannot see is added by formula: sparse gradients (their row
+count is data-dependent) and the sparse optimizer step's temporaries
+(`analytic.sparse_gradient`).
+
+`trace_step` is the one tracer and `step_peak` the one reading of its trace. A config is
+traced here (`traced_estimate`: its `Trainer` on fake batches, plus what only a config
+knows: serving bytes, per-table rows, sparse lookups per table, host_cached placement); a
+user's model in `memory.traced_model` (`autoembed.estimate_model`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -25,14 +36,25 @@ from autoembed.errors import ConfigError
 from autoembed.memory.analytic import analytic_estimate, sparse_terms
 from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
 from autoembed.memory.types import (
-    CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     MemoryEstimate,
+    overhead_bytes,
     round_block,
     traced_figures,
 )
+from autoembed.models.step import TrainStep
+from autoembed.models.tables import embedding_modules
 
-__all__ = ["traced_estimate", "fake_batch"]
+__all__ = [
+    "TRACED_STEPS",
+    "Trace",
+    "SparseTerms",
+    "StepPeak",
+    "trace_step",
+    "step_peak",
+    "traced_estimate",
+    "fake_batch",
+]
 
 TRACED_STEPS = 2  # the first step creates optimizer state; the second is steady state
 # Torch sizes a tensor's storage in signed 64-bit bytes (c10 `computeStorageNbytes` raises
@@ -41,6 +63,172 @@ TRACED_STEPS = 2  # the first step creates optimizer state; the second is steady
 # uses, or whose activations could) is priced analytically instead.
 TENSOR_LIMIT_BYTES = 2**63 - 1
 WIDEST_ELEMENT_BYTES = 8  # int64 ids, fp64 never: 8 bytes is an upper bound per element
+
+
+@dataclass
+class Trace:
+    """What `trace_step` saw: the tracker (phase peaks, the allocator's reserved peak), the
+    step after its traced steps (steady state), and each sparse=True embedding module's ids
+    per step (module path -> ids)."""
+
+    tracker: AllocationTracker
+    step: TrainStep
+    lookups: dict[str, int]
+
+    @property
+    def phases(self) -> list[PeakSnapshot]:
+        """Each phase's peak; building the step ("setup") is not the step and is left out."""
+        peaks = self.tracker.phase_peaks
+        return [s for p, s in peaks.items() if p != "setup"] or list(peaks.values())
+
+
+def trace_step(
+    build: Callable[[], TrainStep],
+    micros: Callable[[], Sequence[Any]],
+    run: Callable[[TrainStep, Sequence[Any]], object],
+) -> Trace:
+    """`build()` a step and `micros()` its fake micro-batches under FakeTensorMode, then
+    `run(step, micros)` `TRACED_STEPS` times under an `AllocationTracker`."""
+    roles: list[_Roles] = []
+    tracker = AllocationTracker(lambda: roles[0].classes() if roles else {},
+                                lambda: roles[0].owners() if roles else {})
+    tracker.inplace_grad_sums = True
+    lookups: dict[str, int] = {}
+    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
+        step = build()
+        roles.append(_Roles(step))
+        batch = micros()
+        handles = _phase_hooks(step.model, tracker) + _lookup_hooks(step.model, lookups)
+        try:
+            for _ in range(TRACED_STEPS):
+                tracker.phase = "zero_grad"
+                run(step, batch)
+        finally:
+            for h in handles:
+                h.remove()
+    return Trace(tracker, step, {k: -(-n // TRACED_STEPS) for k, n in lookups.items()})
+
+
+class _Roles:
+    """Each live storage's category (parameters, gradients, optimizer state) and owner (its
+    table's module path, else its top-level module's name) among the step's tensors."""
+
+    def __init__(self, step: TrainStep) -> None:
+        self.step = step
+        model = step.model
+        tables = {id(p): path for path, m in embedding_modules(model) for p in m.parameters()}
+        self.owner: dict[int, str] = {}
+        for name, p in model.named_parameters():
+            top = name.split(".")[0] if "." in name else "(root)"
+            self.owner.setdefault(id(p), tables.get(id(p)) or top)
+        self.names = {id(p): n for n, p in model.named_parameters()}
+
+    def _tensors(self) -> list[tuple[Any, str, str]]:
+        out: list[tuple[Any, str, str]] = []
+        masters = self.step.masters.masters if self.step.masters is not None else {}
+        by_id: dict[int, str] = {}
+        for p in self.step.model.parameters():
+            who = self.owner[id(p)]
+            out += [(p, "parameters", who), (p.grad, "gradients", who)]
+            m = masters.get(self.names[id(p)])
+            if m is not None:
+                out += [(m, "parameters", who), (m.grad, "gradients", who)]
+                by_id[id(m)] = who
+            by_id[id(p)] = who
+        for opt in self.step.optimizers.all:
+            for key, st in opt.state.items():
+                for v in st.values():
+                    out.append((v, "optimizer_state", by_id.get(id(key), "(optimizer)")))
+        return out
+
+    def classes(self) -> dict[int, str]:
+        return {k: c for t, c, _ in self._tensors() if (k := _storage_id(t)) is not None}
+
+    def owners(self) -> dict[int, str]:
+        return {k: w for t, _, w in self._tensors() if (k := _storage_id(t)) is not None}
+
+
+def _storage_id(t: Any) -> int | None:
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+        return id(t.untyped_storage())
+    return None
+
+
+def _phase_hooks(model: nn.Module, tracker: AllocationTracker) -> list[Any]:
+    """Phases (forward, backward, step) and labels: the top-level module running."""
+    def to_phase(name: str) -> Callable[..., None]:
+        def hook(*_: Any, **__: Any) -> None:
+            tracker.phase = name
+        return hook
+
+    def label(name: str) -> Callable[..., None]:
+        def hook(*_: Any, **__: Any) -> None:
+            tracker.label = name
+        return hook
+
+    handles = [model.register_forward_pre_hook(to_phase("forward")),
+               model.register_forward_hook(to_phase("backward")),
+               register_optimizer_step_pre_hook(to_phase("step"))]
+    for name, child in model.named_children():
+        handles.append(child.register_forward_pre_hook(label(name)))
+        handles.append(child.register_forward_hook(label("")))
+    return handles
+
+
+def _lookup_hooks(model: nn.Module, lookups: dict[str, int]) -> list[Any]:
+    """Count each sparse=True embedding module's ids (its sparse gradient: a row per id)."""
+    def count(path: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: tuple[Any, ...]) -> None:
+            lookups[path] = lookups.get(path, 0) + args[0].numel()
+        return hook
+
+    return [m.register_forward_pre_hook(count(path)) for path, m in embedding_modules(model)
+            if getattr(m, "sparse", False)]
+
+
+@dataclass(frozen=True)
+class SparseTerms:
+    """What a trace cannot see of sparse gradients, in bytes: the gradients live from the
+    backward to the step, the same in the step (fp32 under *_master), the largest sparse
+    step's temporaries; `per_table`: each table's step gradient bytes (by module path)."""
+
+    gradients: int = 0
+    step_gradients: int = 0
+    temporaries: int = 0
+    per_table: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The traced step's figures: the peak phase's bytes (sparse terms added where they
+    live) by category, its snapshot, the reserved peak and the fixed overhead."""
+
+    allocated: int
+    phase: str
+    categories: dict[str, int]
+    snapshot: PeakSnapshot
+    reserved: int
+    overhead: int
+
+
+def step_peak(trace: Trace, sparse: SparseTerms, *, reserve: int, context_bytes: int) -> StepPeak:
+    """The peak phase once sparse gradients (backward to step) and the sparse step's
+    temporaries (step) are added to the phases they are live in."""
+    best: tuple[int, str, dict[str, int], PeakSnapshot] | None = None
+    for snap in trace.phases:
+        cats = dict(snap.by_category)
+        extra_g = {"step": sparse.step_gradients, "backward": sparse.gradients}.get(snap.phase, 0)
+        extra_t = sparse.temporaries if snap.phase == "step" else 0
+        cats["gradients"] = cats.get("gradients", 0) + extra_g
+        cats["temporaries"] = cats.get("temporaries", 0) + extra_t
+        got = (snap.allocated + extra_g + extra_t, snap.phase, cats, snap)
+        if best is None or got[0] > best[0]:
+            best = got
+    assert best is not None
+    allocated, phase, cats, snap = best
+    reserved = max(allocated, trace.tracker.alloc.peak_reserved
+                   + round_block(sparse.step_gradients) + round_block(sparse.temporaries))
+    return StepPeak(allocated, phase, cats, snap, reserved, overhead_bytes(reserve, context_bytes))
 
 
 def _traceable(config: EmbeddingConfig, activations: int) -> bool:
@@ -65,56 +253,17 @@ def fake_batch(config: EmbeddingConfig) -> Batch:
     return Batch(feats, labels)
 
 
-def _classifier(trainer: Any) -> dict[int, str]:
-    known: dict[int, str] = {}
+def trace_config(config: EmbeddingConfig) -> Trace:
+    """`trace_step` of the config's `Trainer` (built for CPU, unchecked: a config is traced
+    for a device one need not have) on `config.grad_accum_steps` fake batches."""
+    from autoembed.models.step import Trainer, make_trainer
 
-    def mark(t: Any, cat: str) -> None:
-        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
-            known[id(t.untyped_storage())] = cat
+    def run(step: TrainStep, batches: Sequence[Any]) -> object:
+        assert isinstance(step, Trainer)
+        return step.step(batches)
 
-    for p in trainer.model.parameters():
-        mark(p, "parameters")
-        mark(p.grad, "gradients")
-    if trainer.masters is not None:
-        for _, m in trainer.masters.items():
-            mark(m, "parameters")
-            mark(m.grad, "gradients")
-    for opt in trainer.optimizers.all:
-        for st in opt.state.values():
-            for v in st.values():
-                mark(v, "optimizer_state")
-    return known
-
-
-def _trace(config: EmbeddingConfig) -> tuple[AllocationTracker, dict[str, PeakSnapshot]]:
-    from autoembed.models import make_trainer
-
-    holder: dict[str, Any] = {}
-    tracker = AllocationTracker(lambda: _classifier(holder["t"]) if "t" in holder else {})
-    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
-        trainer = make_trainer(config, "cpu", check_device=False)
-        holder["t"] = trainer
-        batches = [fake_batch(config) for _ in range(config.grad_accum_steps)]
-
-        def to_phase(name: str) -> Any:
-            def hook(*_: Any, **__: Any) -> None:
-                tracker.phase = name
-
-            return hook
-
-        handles = [
-            trainer.model.register_forward_pre_hook(to_phase("forward")),
-            trainer.model.register_forward_hook(to_phase("backward")),
-            register_optimizer_step_pre_hook(to_phase("step")),
-        ]
-        try:
-            for _ in range(TRACED_STEPS):
-                tracker.phase = "zero_grad"
-                trainer.step(batches)
-        finally:
-            for h in handles:
-                h.remove()
-    return tracker, dict(tracker.phase_peaks)
+    return trace_step(lambda: make_trainer(config, "cpu", check_device=False),
+                      lambda: [fake_batch(config) for _ in range(config.grad_accum_steps)], run)
 
 
 def traced_estimate(
@@ -143,7 +292,7 @@ def traced_estimate(
     from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
     try:
-        tracker, peaks = _trace(config)
+        trace = trace_config(config)
     except DynamicOutputShapeException as e:
         # e.g. nn.Embedding's sparse backward drops padding ids with a boolean mask, whose
         # size fake tensors cannot know: the data decide it, as for every sparse gradient
@@ -155,28 +304,16 @@ def traced_estimate(
         if "overflow" not in str(e).lower():
             raise
         return impossible
-    sg, sg_step, s_tmp = sparse_terms(config)
-    # Sparse gradients live from the backward through the step; their step temporaries live
-    # only in the step. Add them to the phase peaks they belong to and take the largest.
-    candidates: list[tuple[int, str, dict[str, int]]] = []
-    for phase, snap in peaks.items():
-        cats = dict(snap.by_category)
-        extra_g = sg_step if phase == "step" else (sg if phase == "backward" else 0)
-        extra_t = s_tmp if phase == "step" else 0
-        cats["gradients"] = cats.get("gradients", 0) + extra_g
-        cats["temporaries"] = cats.get("temporaries", 0) + extra_t
-        candidates.append((snap.allocated + extra_g + extra_t, phase, cats))
-    peak, phase, cats = max(candidates, key=lambda c: c[0])
-    reserved = max(peak, tracker.alloc.peak_reserved + round_block(sg_step) + round_block(s_tmp))
-    overhead = context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
+    peak = step_peak(trace, SparseTerms(*sparse_terms(config)), reserve=reserve,
+                     context_bytes=context_bytes)
     return traced_figures(
-        cats,
-        allocated_peak=peak,
-        reserved_peak=reserved,
-        overhead=overhead,
+        peak.categories,
+        allocated_peak=peak.allocated,
+        reserved_peak=peak.reserved,
+        overhead=peak.overhead,
         serving_bytes=ana.serving_bytes,
         tables=ana.tables,
-        peak_phase=phase,
+        peak_phase=peak.phase,
         notes=("categories are the bytes live at the peak",),
     )
 
@@ -188,8 +325,6 @@ def _traced_host_cached(
     optimizer state, plus the cache's slot bookkeeping: trace that table (the data-dependent
     slot remap cannot run on fake tensors), add the bookkeeping by formula, and take the host
     bytes and miss rates from the cache model."""
-    from dataclasses import replace
-
     from autoembed.config import cache_rows
     from autoembed.memory.analytic import with_host_cache
     from autoembed.memory.cache_model import device_bookkeeping

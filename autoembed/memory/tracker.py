@@ -3,7 +3,8 @@
 `AllocationTracker` is a TorchDispatchMode: every op's output storage is registered when it
 is created and released (through a weakref finalizer) when Python drops it, so run under
 FakeTensorMode it sees a real training step's allocations and frees without allocating
-anything. Each allocation is replayed through `CachingAllocatorModel`, a small model of
+anything (tensors made under `memory.types.host_allocations` live on the host and are
+not counted). Each allocation is replayed through `CachingAllocatorModel`, a small model of
 c10/cuda/CUDACachingAllocator.cpp (block rounding, small/large pools, segment sizes,
 best-fit reuse, splitting and merging), giving both `allocated_peak` and `reserved_peak`.
 """
@@ -25,11 +26,13 @@ from autoembed.memory.types import (
     ROUND_LARGE,
     SMALL_SEGMENT,
     SMALL_SIZE,
+    host_allocations,
+    on_host,
     round_block,
 )
-from autoembed.nn.host_cache import host_allocations, in_host_allocations
 
 __all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot", "host_allocations"]
+
 
 @dataclass
 class _Block:
@@ -190,7 +193,7 @@ class AllocationTracker(TorchDispatchMode):
         """Count a tensor's storage once (also for tensors created before tracking began)."""
         if t.layout != torch.strided:
             return  # sparse tensors expose no storage; they are priced by formula
-        if in_host_allocations():
+        if on_host():
             return  # host memory (`host_allocations`)
         st = t.untyped_storage()
         sid = id(st)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +25,9 @@ __all__ = [
     "reserved_bound",
     "CUDA_CONTEXT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
+    "overhead_bytes",
+    "host_allocations",
+    "on_host",
 ]
 
 # c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 B.
@@ -252,6 +257,32 @@ class MemoryEstimate:
         d["modules"] = [asdict(m) for m in self.modules]
         d["host_fits"] = self.host_fits
         return d
+
+
+_HOST = threading.local()
+
+
+@contextlib.contextmanager
+def host_allocations() -> Iterator[None]:
+    """Tensors created in this context live in host memory, not on the device (a host-cached
+    table's full copy): the traced estimate's `AllocationTracker` does not count them."""
+    before = on_host()
+    _HOST.on = True
+    try:
+        yield
+    finally:
+        _HOST.on = before
+
+
+def on_host() -> bool:
+    """Whether this thread is inside `host_allocations`."""
+    return bool(getattr(_HOST, "on", False))
+
+
+def overhead_bytes(reserve: int, context_bytes: int = CUDA_CONTEXT_BYTES) -> int:
+    """The fixed overhead beside the allocator's bytes: the CUDA context, cuBLAS' workspace
+    and the `reserve` for the rest of the user's process."""
+    return context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
 
 
 def traced_figures(

@@ -9,11 +9,16 @@ default, and what the memory model prices, e.g. Adam foreach = one parameter-siz
 temporary); sparse gradients take the single-tensor path (``foreach=False``), which torch's
 sparse-capable optimizers need. Learning rate: `config.lr` for tables,
 `config.effective_dense_lr` for the tower, ramped linearly over `config.warmup_steps`.
+
+A user's own model (not autoembed's `EmbeddingModel`) is grouped by module instead of by
+`param_specs`: its embedding tables (`models.tables.embedding_modules`) under their table
+optimizer, every other trainable parameter under the dense one (`user_optimizers`); the
+result is the same `Optimizers`, warm-up included (`dense` is None when only tables train).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +27,14 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from autoembed.config import FP16_MIN_ADAM_EPS, EmbeddingConfig, param_specs
+from autoembed.config import (
+    FP16_MIN_ADAM_EPS,
+    SPARSE_GRAD_OPTIMIZERS,
+    EmbeddingConfig,
+    param_specs,
+)
+from autoembed.errors import ConfigError
+from autoembed.models.tables import embedding_modules
 
 __all__ = [
     "ROWWISE_ADAGRAD_EPS",
@@ -30,6 +42,7 @@ __all__ = [
     "RowWiseAdagrad",
     "Optimizers",
     "build_optimizer",
+    "user_optimizers",
     "make_optimizer",
     "state_bytes",
 ]
@@ -146,10 +159,12 @@ def _warmup(steps: int) -> Callable[[int], float]:
 @dataclass(frozen=True)
 class Optimizers:
     """The table optimizers (one per distinct table optimizer) and the dense optimizer,
-    stepped in that order, plus warm-up."""
+    stepped in that order, plus warm-up. `dense` is None when nothing but tables trains (a
+    user's model; a user's one optimizer factory is `tables[0]` and steps every parameter).
+    Iterating gives every optimizer in step order (`all`)."""
 
     tables: tuple[Optimizer, ...]
-    dense: Optimizer
+    dense: Optimizer | None
     schedulers: tuple[LambdaLR, ...] = ()
 
     @property
@@ -168,7 +183,10 @@ class Optimizers:
 
     @property
     def all(self) -> tuple[Optimizer, ...]:
-        return (*self.tables, self.dense)
+        return (*self.tables, *((self.dense,) if self.dense is not None else ()))
+
+    def __iter__(self) -> Iterator[Optimizer]:
+        return iter(self.all)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for opt in self.all:
@@ -186,10 +204,11 @@ class Optimizers:
 
     def state_dict(self) -> dict[str, Any]:
         """{"table": first table optimizer, "dense", "schedulers"} (the one-optimizer layout
-        of earlier checkpoints), plus "more_tables" when the tables have several."""
+        of earlier checkpoints; None for one that is not there), plus "more_tables" when the
+        tables have several."""
         out = {
-            "table": self.tables[0].state_dict(),
-            "dense": self.dense.state_dict(),
+            "table": self.tables[0].state_dict() if self.tables else None,
+            "dense": self.dense.state_dict() if self.dense is not None else None,
             "schedulers": [s.state_dict() for s in self.schedulers],
         }
         if len(self.tables) > 1:
@@ -198,11 +217,24 @@ class Optimizers:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         more = state.get("more_tables", [])
-        for opt, sd in zip(self.tables, [state["table"], *more], strict=True):
+        firsts = [state["table"]] if self.tables else []
+        for opt, sd in zip(self.tables, [*firsts, *more], strict=True):
             opt.load_state_dict(sd)
-        self.dense.load_state_dict(state["dense"])
+        if self.dense is not None:
+            self.dense.load_state_dict(state["dense"])
         for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(sd)
+
+
+def _warmed(
+    tables: tuple[Optimizer, ...], dense: Optimizer | None, config: EmbeddingConfig
+) -> Optimizers:
+    """`Optimizers` with the linear warm-up of `config.warmup_steps` on each (none at 0)."""
+    opts = (*tables, *((dense,) if dense is not None else ()))
+    schedulers: tuple[LambdaLR, ...] = ()
+    if config.warmup_steps > 0:
+        schedulers = tuple(LambdaLR(o, _warmup(config.warmup_steps)) for o in opts)
+    return Optimizers(tables, dense, schedulers)
 
 
 def build_optimizer(
@@ -219,17 +251,15 @@ def build_optimizer(
     (fp16_master / bf16_master precision).
 
     A user's own model (not autoembed's `EmbeddingModel`): its nn.Embedding / EmbeddingBag /
-    autoembed.nn tables by module path, `autoembed.user_model.step.user_optimizers` (which
-    also binds host_cached layers' caches to their optimizer, so `.step()` trains them).
+    autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
+    layers' caches to their optimizer, so `.step()` trains them).
     """
     from autoembed.models.model import EmbeddingModel
 
-    if not isinstance(model, EmbeddingModel):
-        from autoembed.user_model.step import user_optimizers
-
-        return user_optimizers(model, config, masters=masters)
     if not config.is_resolved:
         config = config.resolve()
+    if not isinstance(model, EmbeddingModel):
+        return user_optimizers(model, config, masters=masters)
     specs = {s.name: s for s in param_specs(config)}
     # (optimizer, sparse gradients): robe / tt tables get dense gradients under any optimizer
     tables: dict[tuple[str, bool], list[torch.Tensor]] = {}
@@ -244,19 +274,84 @@ def build_optimizer(
             dense.append(t)
     if not tables:  # every model has tables
         raise ValueError("the model has no table parameters")
+    return _grouped(tables, dense, config)
+
+
+def _grouped(
+    tables: Mapping[tuple[str, bool], list[torch.Tensor]],
+    dense: list[torch.Tensor],
+    config: EmbeddingConfig,
+) -> Optimizers:
+    """One table optimizer per (name, sparse gradients) at `config.lr`, the dense optimizer
+    at `config.effective_dense_lr` (none without dense parameters), warm-up on each."""
     table_opts = tuple(
         make_optimizer(name, params, config, lr=config.lr, sparse=sparse)
         for (name, sparse), params in tables.items()
     )
     dense_opt = make_optimizer(
         config.dense_optimizer, dense, config, lr=config.effective_dense_lr, sparse=False
-    )
-    schedulers: tuple[LambdaLR, ...] = ()
-    if config.warmup_steps > 0:
-        schedulers = tuple(
-            LambdaLR(o, _warmup(config.warmup_steps)) for o in (*table_opts, dense_opt)
-        )
-    return Optimizers(table_opts, dense_opt, schedulers)
+    ) if dense else None
+    return _warmed(table_opts, dense_opt, config)
+
+
+def user_optimizers(
+    model: nn.Module, config: EmbeddingConfig, *, masters: Mapping[str, torch.Tensor] | None = None
+) -> Optimizers:
+    """`build_optimizer` for a user's model: the embedding tables' parameters under their
+    table optimizer (a config table named by the module's path may set its own
+    `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
+    (name, sparse gradients) at `config.lr`; every other trainable parameter under
+    `config.dense_optimizer` at `config.effective_dense_lr` (no dense optimizer when there is
+    none); warm-up over `config.warmup_steps`. A `sparse=True` nn.Embedding / EmbeddingBag
+    takes sparse gradients, so its optimizer must accept them. A host_cached `autoembed.nn`
+    layer is bound to its table optimizer (`models.host_cache.bind_host_cached`: the cached
+    rows' state moves with them), which must be the one it was built for. `masters`:
+    parameter name -> fp32 master to optimise instead (*_master precisions; refused beside a
+    host_cached layer)."""
+    from autoembed.models.host_cache import bind_host_cached
+
+    if not config.is_resolved:
+        config = config.resolve()
+    own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
+    kind: dict[int, tuple[str, bool]] = {}
+    for path, m in embedding_modules(model):
+        name, sparse = own.get(path, config.table_optimizer), bool(getattr(m, "sparse", False))
+        _check_cached(path, m, name, masters is not None)
+        if sparse and name not in SPARSE_GRAD_OPTIMIZERS:
+            raise ConfigError(f"table '{path}' has sparse=True gradients, which table_optimizer "
+                              f"'{name}' cannot step; use one of "
+                              f"{', '.join(SPARSE_GRAD_OPTIMIZERS)} or sparse=False")
+        for p in m.parameters():
+            kind.setdefault(id(p), (name, sparse))
+    tables: dict[tuple[str, bool], list[torch.Tensor]] = {}
+    dense: list[torch.Tensor] = []
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        t = masters[n] if masters is not None else p
+        if id(p) in kind:
+            tables.setdefault(kind[id(p)], []).append(t)
+        else:
+            dense.append(t)
+    opts = _grouped(tables, dense, config)
+    bind_host_cached(model, opts.tables)  # the cached rows' state moves with them
+    return opts
+
+
+def _check_cached(path: str, m: nn.Module, name: str, masters: bool) -> None:
+    """A host_cached layer's table optimizer is the one it was built for; no fp32 masters."""
+    store = getattr(m, "store", None)
+    table = getattr(store, "table", None)
+    built = getattr(table, "optimizer_name", None)
+    if built is None:
+        return
+    if name != built:
+        raise ConfigError(f"table '{path}' is host_cached for table_optimizer '{built}' (its "
+                          f"host state has that shape), not '{name}'; give the table "
+                          f"table_optimizer '{built}' in the config")
+    if masters:
+        raise ConfigError(f"table '{path}' is host_cached, which keeps no fp32 master rows; "
+                          "use precision fp32, fp16, bf16 or amp_*")
 
 
 def state_bytes(optimizer: Optimizer) -> int:

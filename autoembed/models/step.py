@@ -1,15 +1,23 @@
-"""The one training step, shared by the trial runner and the traced memory estimator.
+"""The one training step: autoembed's own models and a user's model run the same class.
 
-`make_trainer(config, device)` builds model, optimizers, GradScaler (amp_fp16) and fp32
-masters (*_master); `Trainer.step(batches)` runs one optimizer step over
-`config.grad_accum_steps` micro-batches:
+`TrainStep` holds a model, its `Optimizers` (table and dense, warm-up), GradScaler
+(amp_fp16) and fp32 masters (*_master) on one device; `TrainStep.run(micros, micro_loss)`
+runs one optimizer step over the micro-batches:
 
 1. zero_grad(set_to_none=True) on the model (and the masters);
-2. per micro-batch: forward (under autocast for amp_*), loss / grad_accum_steps, backward
-   (of the scaled loss for amp_fp16); sparse gradients accumulate by concatenation;
+2. per micro-batch: `micro_loss(micro)` (the seam: forward, under autocast for amp_*, and
+   the loss; it returns the loss and what the loop holds until the step is done), the loss
+   divided by the number of micro-batches when there are several, backward (of the scaled
+   loss for amp_fp16); sparse gradients accumulate by concatenation;
 3. *_master: half gradients -> fp32 master gradients, one parameter at a time;
 4. table optimizer step, then dense optimizer step (through the scaler for amp_fp16);
 5. *_master: masters copied back into the half parameters; then the warm-up schedule.
+
+The seam has two sides. `Trainer` (here; `make_trainer(config, device)`) is autoembed's
+`EmbeddingModel` on `Batch`es with `loss_fn(config)` over `config.grad_accum_steps`
+micro-batches, holding the last micro-batch's logits through the step as its loop always
+has (`memory.analytic` prices them); `models.user_step.UserStep` is a user's module on its
+example with the loss its forward returns (or `loss(output, example)`), holding nothing.
 
 Gradient checkpointing (`config.checkpointing`) recomputes the dense tower and the naive
 [B, S, D] lookup + mean block (`torch.utils.checkpoint`, use_reentrant=False). An embedding
@@ -19,14 +27,16 @@ off only over the tower and materialised intermediates (REFERENCES.md).
 Fake tensors (`torch._subclasses.fake_tensor.FakeTensorMode`): `make_trainer` and `step`
 run with every parameter, batch and state fake, so the traced memory estimator sees one
 real step without allocating tables. See `fake_caveats` for what a fake step measures
-differently; `step` returns NaN there (a fake loss has no value).
+differently; `Trainer.step` returns NaN there (a fake loss has no value).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,7 +53,10 @@ from autoembed.models.precision import (
     make_scaler,
 )
 
-__all__ = ["Trainer", "make_trainer", "supports_fake", "fake_caveats"]
+__all__ = ["TrainStep", "Trainer", "make_trainer", "supports_fake", "fake_caveats"]
+
+# the seam: one micro-batch -> (its loss, what the loop holds until the step is done)
+MicroLoss = Callable[[Any], tuple[torch.Tensor, Any]]
 
 
 def fake_caveats(config: EmbeddingConfig) -> tuple[str, ...]:
@@ -76,21 +89,75 @@ def supports_fake(config: EmbeddingConfig) -> bool:
     return True
 
 
-@dataclass
-class Trainer:
-    """Model, optimizers and precision machinery for one config on one device."""
+@dataclass(kw_only=True)
+class TrainStep:
+    """A model with its optimizers and precision machinery on one device, ready to step."""
 
-    config: EmbeddingConfig
-    model: EmbeddingModel
+    model: nn.Module
     optimizers: Optimizers
+    config: EmbeddingConfig  # its precision: autocast and the scaler
     device: torch.device
-    loss: nn.Module
     scaler: torch.amp.GradScaler | None = None
     masters: MasterWeights | None = None
 
     @property
     def fake(self) -> bool:
         return any(is_fake(p) for p in self.model.parameters())
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """torch.autocast for amp_* precisions on the step's device, else a no-op."""
+        return autocast(self.config, self.device)
+
+    def run(self, micros: Sequence[Any], micro_loss: MicroLoss) -> torch.Tensor:
+        """One optimizer step over `micros` (steps 1-5 of the module docstring); the mean
+        loss, detached."""
+        n = len(micros)
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        self.optimizers.zero_grad(set_to_none=True)
+        total = held = None
+        for micro in micros:  # the previous micro-batch's loss and held stay till replaced
+            loss, held = micro_loss(micro)
+            if n > 1:
+                loss = loss / n
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        if total is None:
+            raise ValueError("a step needs at least one micro-batch")
+        self._step_optimizers()
+        del held
+        return total
+
+    def _step_optimizers(self) -> None:
+        if self.masters is not None:
+            self.masters.grads_to_master()
+        opts = self.optimizers.all
+        if self.scaler is None:
+            for opt in opts:
+                opt.step()
+        else:
+            fake = self.fake
+            for opt in opts:
+                if fake:  # the inf check reads a value (host sync): step anyway
+                    self.scaler.unscale_(opt)
+                    opt.step()
+                else:
+                    self.scaler.step(opt)
+            self.scaler.update()
+        if self.masters is not None:
+            self.masters.copy_back()
+        self.optimizers.advance_schedule()
+
+
+@dataclass(kw_only=True)
+class Trainer(TrainStep):
+    """The step of autoembed's own model for one config: `Batch`es, `loss_fn(config)`."""
+
+    model: EmbeddingModel
+    loss: nn.Module
 
     def step(self, batches: Sequence[Batch]) -> float:
         """One optimizer step over `config.grad_accum_steps` micro-batches; the mean loss."""
@@ -99,39 +166,16 @@ class Trainer:
             raise ValueError(
                 f"step got {len(batches)} micro-batches; config.grad_accum_steps is {n}"
             )
-        self.model.train()
-        self.model.zero_grad(set_to_none=True)
-        self.optimizers.zero_grad(set_to_none=True)
-        total = None
-        for batch in batches:
-            batch = batch.to(self.device)
-            with autocast(self.config, self.device):
-                logits = self.model(batch)
-            loss = self.loss(logits.float(), batch.labels) / n
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            total = loss.detach() if total is None else total + loss.detach()
-        if self.masters is not None:
-            self.masters.grads_to_master()
-        if self.scaler is None:
-            for opt in self.optimizers.all:
-                opt.step()
-        elif self.fake:
-            for opt in self.optimizers.all:
-                self.scaler.unscale_(opt)
-                opt.step()
-            self.scaler.update()
-        else:
-            for opt in self.optimizers.all:
-                self.scaler.step(opt)
-            self.scaler.update()
-        if self.masters is not None:
-            self.masters.copy_back()
-        self.optimizers.advance_schedule()
-        assert total is not None
+        total = self.run(batches, self._batch_loss)
         return math.nan if self.fake else float(total)
+
+    def _batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The seam: the model on one `Batch` (under autocast), its loss in fp32; the logits
+        are held until the step is done."""
+        batch = batch.to(self.device)
+        with self.autocast():
+            logits = self.model(batch)
+        return self.loss(logits.float(), batch.labels), logits
 
     @torch.no_grad()
     def predict(self, batch: Batch) -> torch.Tensor:
@@ -139,7 +183,7 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         try:
-            with autocast(self.config, self.device):
+            with self.autocast():
                 logits = self.model(batch.to(self.device))
             return logits.float()
         finally:

@@ -36,12 +36,9 @@ without caching them (evaluation at a larger batch).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 import time
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +49,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.optim import Optimizer
 
 from autoembed.errors import ConfigError, DataError
+from autoembed.memory.types import host_allocations
 from autoembed.nn.dynamic_ids import DynamicIds
 from autoembed.nn.hashing import hash_ids
 from autoembed.nn.lookup import sparse_bag_weights
@@ -59,29 +57,8 @@ from autoembed.nn.storage import PackedWeights
 
 __all__ = [
     "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables", "layer_storage",
-    "bind_host_cached", "CachedStorage", "host_allocations", "in_host_allocations",
+    "bind_host_cached", "CachedStorage", "host_allocations",
 ]
-
-_HOST = threading.local()
-
-
-@contextlib.contextmanager
-def host_allocations() -> Iterator[None]:
-    """Tensors created in this context live in host memory, not on the device (a host-cached
-    table's full copy): an allocation tracker (`autoembed.memory.tracker`) does not count
-    them."""
-    before = in_host_allocations()
-    _HOST.on = True
-    try:
-        yield
-    finally:
-        _HOST.on = before
-
-
-def in_host_allocations() -> bool:
-    """Whether this thread is inside `host_allocations`."""
-    return bool(getattr(_HOST, "on", False))
-
 
 # Per-row optimizer state tensors moved with a row: name in the torch optimizer's state ->
 # per-element (True: [rows, D]) or per-row (False: [rows]) (torch.optim.Adagrad `sum`,

@@ -1,8 +1,10 @@
-"""`autoembed estimate --model pkg.module:factory --example pkg.module:name`: the CLI's side of
-`estimate_model` (`price.price` calls `estimate_for_cli`; the CLI prints as for a config)."""
+"""`autoembed estimate --model pkg.module:factory --example pkg.module:name [--loss
+pkg.module:fn]`: the CLI's side of `estimate_model` (`price.price` calls `estimate_for_cli`;
+the CLI prints as for a config)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,12 @@ def estimate_for_cli(
     budget: Budget | None,
     reserve: int,
     refused: dict[str, Any],
+    loss: str | None = None,
 ) -> Any:
     """The MemoryEstimate `autoembed estimate --model ...` prints. `refused`: the built-in
-    model's flags that were given (flag name -> value); any one is bad input beside --model."""
+    model's flags that were given (flag name -> value); any one is bad input beside --model.
+    `loss` (``pkg.module:fn``): the loss of a forward that returns logits; without it such a
+    forward is priced with the stand-in loss, and a line on stderr says so."""
     if model is None or example is None:
         missing = "--model" if model is None else "--example"
         raise ConfigError(f"{missing} is missing: --model pkg.module:factory and --example "
@@ -45,16 +50,36 @@ def estimate_for_cli(
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
-                          "yours: drop it (only --optimizer, --precision, --budget, --reserve, "
-                          "--device-memory and --json apply)")
+                          "yours: drop it (only --optimizer, --precision, --loss, --budget, "
+                          "--reserve, --device-memory and --json apply)")
+    from autoembed.memory.traced_model import STANDIN_NOTE
+    from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.user_model import estimate_model
     from autoembed.user_model.load import load_object
 
     factory = load_object(model, "--model")
     if apply is not None:
         factory = _applied(factory, apply)
-    return estimate_model(factory, _example(example), optimizer=optimizer or "adam",
-                          precision=precision or "fp32", budget=budget, reserve=reserve)
+    est = estimate_model(factory, _example(example), loss=_loss(loss),
+                         optimizer=optimizer or "adam", precision=precision or "fp32",
+                         budget=budget, reserve=reserve)
+    if any(n.startswith(STANDIN_NOTE) for n in est.notes):
+        print(f"autoembed: note: {STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; "
+              "give --loss pkg.module:fn to price yours", file=sys.stderr)
+    return est
+
+
+def _loss(spec: str | None) -> Any:
+    """The function `--loss pkg.module:fn` names (None without one)."""
+    if spec is None:
+        return None
+    from autoembed.user_model.load import load_object
+
+    fn = load_object(spec, "--loss")
+    if not callable(fn):
+        raise ConfigError(f"--loss '{spec}' is a {type(fn).__name__}, not a function; give "
+                          "pkg.module:fn, fn(output, example) -> scalar tensor")
+    return fn
 
 
 def _applied(factory: Any, path: Path) -> Any:

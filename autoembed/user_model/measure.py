@@ -10,7 +10,9 @@ Linux only.
 
 The model and example come from a module with ``build_model(**size)`` and
 ``make_example(**size)`` (the layout of `examples/`); `apply` names a function
-``model -> config dict`` as ``module:function`` (`examples._demo:compressed_config`).
+``model -> config dict`` as ``module:function`` (`examples._demo:compressed_config`), `loss`
+the loss ``(output, example) -> scalar`` of a forward that returns no loss (default: the
+module's ``loss``, if it has one).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ sys.path.insert(0, args["path"])
 mod = importlib.import_module(args["module"])
 torch.manual_seed(0)
 config_of = None
+loss = getattr(mod, "loss", None)
+if args["loss"]:
+    where, _, fn = args["loss"].partition(":")
+    loss = getattr(importlib.import_module(where), fn)
 if args["apply"]:
     import autoembed
     from autoembed.config import config_from_dict
@@ -64,7 +70,7 @@ def run(model, size):
     step = UserStep.build(model, precision=args["precision"], optimizer=args["optimizer"])
     example = mod.make_example(**size)
     for _ in range(2):
-        step.step(example, getattr(mod, "loss", None))
+        step.step(example, loss)
 
 run(build(args["twin"]), args["twin"])  # warm code pages, thread pools, allocator paths
 gc.collect()
@@ -85,13 +91,16 @@ def measure_cpu_peak(
     precision: str = "fp32",
     optimizer: str = "adam",
     apply: str | None = None,
+    loss: str | None = None,
     path: str = ".",
     timeout: float = 600,
 ) -> int:
     """Peak bytes of two real CPU training steps of `module`.build_model(**size), rewritten
-    by the config that `apply` (``module:function``, model -> config dict) gives it."""
+    by the config that `apply` (``module:function``, model -> config dict) gives it, with
+    the `loss` (``module:function``) where the forward returns no loss."""
     args = {"module": module, "size": dict(size), "twin": dict(twin), "precision": precision,
-            "optimizer": optimizer, "apply": apply, "path": os.path.abspath(path)}
+            "optimizer": optimizer, "apply": apply, "loss": loss,
+            "path": os.path.abspath(path)}
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
     r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], capture_output=True,
                        text=True, timeout=timeout, env=env)
