@@ -19,11 +19,28 @@ TORCHREC=${AUTOEMBED_TORCHREC:-0}
 TORCHREC_VERSION=1.8.0
 # torchrec 1.8.0's Requires-Dist less fbgemm-gpu (the versions tested with torch 2.13)
 TORCHREC_DEPS="tensordict==0.15.3 torchmetrics==1.0.3 tqdm pyre-extensions==0.0.32"
+# The stamp records what is installed: pyproject's hash, the torch pin, the extras and
+# TorchRec. A re-run asking for no more than that (fewer extras, say `run.sh` after
+# `test.sh`) installs nothing; a changed pyproject.toml or a new extra installs again.
 stamp=.venv/.autoembed-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) $TORCH_SPEC $EXTRAS torchrec=$TORCHREC"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+hash=$(sha256sum pyproject.toml | cut -c1-16)
+had_hash="" had_torch="" had_extras="" had_torchrec="torchrec=0"
+if [ -f "$stamp" ]; then
+  read -r had_hash had_torch had_extras had_torchrec < "$stamp" || true
+fi
+covered=1
+for extra in ${EXTRAS//,/ }; do
+  case ",$had_extras," in *",$extra,"*) ;; *) covered=0 ;; esac
+done
+if [ "$had_hash" = "$hash" ] && [ "$had_torch" = "$TORCH_SPEC" ] && [ "$covered" = 1 ] \
+    && { [ "$TORCHREC" != "1" ] || [ "$had_torchrec" = "torchrec=1" ]; }; then
   exit 0
 fi
+if [ "$had_hash" = "$hash" ] && [ "$had_torch" = "$TORCH_SPEC" ] && [ -n "$had_extras" ]; then
+  EXTRAS="$had_extras,$EXTRAS"  # keep what is there: pip does not remove an extra's packages
+  [ "$had_torchrec" = "torchrec=1" ] && TORCHREC=1
+fi
+EXTRAS=$(echo "$EXTRAS" | tr ',' '\n' | sort -u | paste -sd, -)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
@@ -46,4 +63,4 @@ if [ "$TORCHREC" = "1" ]; then
   # shellcheck disable=SC2086
   .venv/bin/python -m pip install -q --no-warn-conflicts $TORCHREC_DEPS "$TORCH_SPEC"
 fi
-echo "$want" > "$stamp"
+echo "$hash $TORCH_SPEC $EXTRAS torchrec=$TORCHREC" > "$stamp"

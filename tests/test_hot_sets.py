@@ -117,7 +117,9 @@ def test_export_writes_the_hot_sets_and_train_uses_them(tmp_path: Path) -> None:
     _study(runs, _config())
     out = tmp_path / "exp" / "best.yaml"
     done = export_config(study="s", out=out, runs_dir=runs)
-    assert (out.parent / HOT_SETS_FILE).exists() and not done.notes
+    assert (out.parent / HOT_SETS_FILE).exists()
+    assert not [n for n in done.notes if "hot" in n]  # (this hand-made front has no trained
+    # config: a note says train trains the priced config, not a rerun of the trial)
     raw = out.read_text()
     assert "hot_sets: hot_sets.npz" in raw
     saved = hot_sets_beside(out)

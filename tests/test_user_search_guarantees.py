@@ -188,6 +188,7 @@ HONOURED = {
     "storage": (["--storage", "sqlite:///x.db"], lambda p: p.request.storage == "sqlite:///x.db"),
     "pick": (["--pick", "knee"], lambda p: str(p.request.pick) == "knee"),
     "early_stop": (["--no-early-stop"], lambda p: p.early_stop is False),
+    "repeatable": (["--repeatable"], lambda p: p.repeatable and p.workers == 1),
     "as_json": (["--json"], lambda p: True),  # the result printed as JSON (the CLI's part)
     "model": ([], lambda p: p.workload.records["model"].spec == "gloop.loop:build"),
     "example": ([], lambda p: p.workload.records["example"].spec == "gloop.loop:example"),
