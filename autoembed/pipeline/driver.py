@@ -85,6 +85,18 @@ class SearchResult:
     def count(self, status: str) -> int:
         return sum(1 for r in self.rows if r.status == status)
 
+    def show(self, file: Any = None) -> None:
+        """Print the front table, the counts, the pick and the files, as `autoembed search`
+        does (to `file`, default stdout)."""
+        from rich.console import Console
+
+        from autoembed.pipeline.render import render_result
+
+        console = Console(file=file, highlight=False)
+        if not console.is_terminal:
+            console.width = max(console.width, 120)  # pipes and notebooks: whole rows
+        render_result(console, self)
+
 
 def search(
     budget: str | int,

@@ -1,5 +1,6 @@
 """What `autoembed search` shows: live progress on stderr (a rich Live panel on a terminal,
-one line per finished trial otherwise), then the Pareto table and the files on stdout."""
+one line per finished trial otherwise), then the Pareto table and the files on stdout (also
+`SearchResult.show`; `result` below is a `driver.SearchResult`, read by its fields)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoembed.budget import format_bytes
-from autoembed.pipeline.driver import SearchResult
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.records import TrialRow
 
@@ -104,7 +104,7 @@ def searched(values: Mapping[str, Any]) -> str:
     return " ".join(f"{n}={_short(v)}" for n, v in values.items())
 
 
-def render_result(console: Any, result: SearchResult) -> None:
+def render_result(console: Any, result: Any) -> None:
     from rich.table import Table
 
     objs = [o.name for o in result.objectives]
@@ -146,7 +146,7 @@ def render_result(console: Any, result: SearchResult) -> None:
         console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
 
 
-def comparison(result: SearchResult) -> list[str]:
+def comparison(result: Any) -> list[str]:
     """The pick against the baseline on the same split, and the pick's noise."""
     out = []
     base, noise = result.extra.get("baseline"), result.extra.get("noise")
@@ -161,7 +161,7 @@ def comparison(result: SearchResult) -> list[str]:
     return out
 
 
-def result_json(result: SearchResult) -> dict[str, Any]:
+def result_json(result: Any) -> dict[str, Any]:
     def member(r: TrialRow) -> Mapping[str, Any]:
         return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params)}
 
