@@ -84,6 +84,14 @@ def test_module_factory_tuple_dict_and_loss_fn_agree() -> None:
     assert abs(d.allocated_peak - a.allocated_peak) < 64 * 1024
 
 
+def test_a_factory_class_prices_with_torchrec_loaded() -> None:
+    """A class is a factory, not a model, also once torchrec is imported (CI's order)."""
+    pytest.importorskip("torchrec")
+    ids, y = example()
+    assert estimate_model(Tiny, (ids, y)).allocated_peak == \
+        estimate_model(Tiny(), (ids, y)).allocated_peak
+
+
 def test_several_examples_take_the_largest() -> None:
     small, big = example(8, 16), example(512, 512)
     both = estimate_model(Tiny, [small, big])

@@ -59,7 +59,7 @@ def collection_types() -> tuple[type, ...]:
 
 def has_collections(model: Any) -> bool:
     """Whether `model` (an nn.Module) holds a TorchRec table collection."""
-    if "torchrec" not in sys.modules or not hasattr(model, "modules"):
-        return False
+    if "torchrec" not in sys.modules or isinstance(model, type) or not hasattr(model, "modules"):
+        return False  # a class is a factory: nothing built yet
     types = collection_types()
     return any(isinstance(m, types) for m in model.modules())
