@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from autoembed.user.functions import FunctionRef
     from autoembed.user.run import UserCode
 
-__all__ = ["Sharded", "run_local_trial", "run_ray_trial", "sharded_result", "TRIAL_KEY"]
+__all__ = ["Sharded", "run_local_trial", "run_ray_trial", "sharded_result", "export_pick",
+           "TRIAL_KEY", "TOPOLOGY_KEY"]
 
 TRIAL_KEY = "torchrec"  # the payload's key holding the sharded trial's settings
+TOPOLOGY_KEY = "torchrec_topology"  # the study meta's key: the topology planned on
 
 
 @dataclass(frozen=True)
@@ -75,18 +77,13 @@ class Sharded:
         """Price `values` (see the module docstring). `probe`: the model built on the meta
         device; `launch_payload(params, config)`: the user workload's trial payload."""
         from autoembed.torchrec.estimate import batch_of
-        from autoembed.torchrec.model import tables as torchrec_tables
         from autoembed.torchrec.plan import NoPlanError
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
         from autoembed.user.run import built_module
-        from autoembed.user.space import params_for, table_settings_for, torchrec_config
+        from autoembed.user.space import params_for
 
-        tables = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim}
-                  for t in torchrec_tables(probe)]
-        settings = table_settings_for(space, values, [t["name"] for t in tables])
-        items = [{"name": t["name"], **s} for t, s in zip(tables, settings, strict=True) if s]
-        config = torchrec_config(space, values, tables, settings)
+        items, config = _settings(space, values, probe)
         topo = RankTopology(batch_size=batch_of(example), **self.topology)
         params = params_for(space, values)
         try:
@@ -121,6 +118,43 @@ class Sharded:
         return {**base, "runtime_env": env, "packages": (*base.get("packages", ()),
                                                          "torchrec"),
                 "trial_cpus": 0, "trial_gpus": 0}
+
+
+def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
+              ) -> tuple[list[dict[str, Any]], Any]:
+    """The proposal's TorchRec settings of each table of the built model `probe` that a
+    rule selects (`user.space.table_settings_for`), and the trial record's config."""
+    from autoembed.torchrec.model import tables as torchrec_tables
+    from autoembed.user.space import table_settings_for, torchrec_config
+
+    tables = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim}
+              for t in torchrec_tables(probe)]
+    settings = table_settings_for(space, values, [t["name"] for t in tables])
+    items = [{"name": t["name"], **s} for t, s in zip(tables, settings, strict=True) if s]
+    return items, torchrec_config(space, values, tables, settings)
+
+
+def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
+                topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
+                out: Any) -> Any:
+    """A TorchRec study's trial as TorchRec code (`torchrec.export_torchrec`, written to
+    `out`): the user's model built with the trial's params, its tables set as the trial set
+    them, planned on the study's `topology` (the batch: the example's)."""
+    from autoembed.torchrec.estimate import batch_of
+    from autoembed.torchrec.export import export_torchrec
+    from autoembed.torchrec.settings import RankTopology
+    from autoembed.user.functions import resolve_function
+    from autoembed.user.run import built_module
+    from autoembed.user.space import params_for
+
+    values = space.values_from_optuna(optuna_params)
+    params = params_for(space, values)
+    build = resolve_function(refs["model"].spec, "--model")
+    example = resolve_function(refs["example"].spec, "--example")
+    model = built_module(build(params))
+    items, config = _settings(space, values, model)
+    topo = RankTopology(batch_size=batch_of(example(params)), **topology)
+    return export_torchrec(model, items, topo, out, lr=config.lr)
 
 
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.pipeline.sharded import Sharded
+from autoembed.pipeline.sharded import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, TrialRunner
 from autoembed.space import SearchSpace, load_space, parse_space
@@ -185,7 +185,13 @@ class UserWorkload:
 
     # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
-        return {FUNCTIONS_KEY: {r: ref.to_dict() for r, ref in self.records.items()}}
+        """The functions; for a TorchRec model's space also the topology its proposals were
+        planned on (`Sharded.topology`: what export plans the pick for)."""
+        out: dict[str, Any] = {FUNCTIONS_KEY: {r: ref.to_dict()
+                                               for r, ref in self.records.items()}}
+        if self.sharded is not None:
+            out[TOPOLOGY_KEY] = dict(self.sharded.topology)
+        return out
 
     def check_resume(self, stored: Mapping[str, Any]) -> None:
         """A resumed study must run the code it started with (`check_unchanged`), found

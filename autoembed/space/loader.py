@@ -85,8 +85,9 @@ def load_space(path: str | Path, kind: str | None = None) -> SearchSpace:
 
 
 def space_kind(raw: Mapping[str, Any]) -> str:
-    """"user" for a space with `embedding:` or `user:` sections, else "builtin"."""
-    return "user" if any(k in raw for k in USER_SECTIONS) else "builtin"
+    """"user" for a space with `embedding:` or `user:` sections or a `topology:` (only a
+    TorchRec model's space has one), else "builtin"."""
+    return "user" if any(k in raw for k in (*USER_SECTIONS, TOPOLOGY)) else "builtin"
 
 
 def parse_space(raw: Any, source: str, text: str = "", kind: str | None = None) -> SearchSpace:
