@@ -233,3 +233,21 @@ def test_a_bad_topology_is_one_line(tmp_path: Path, topology: str, says: str) ->
     with pytest.raises(ConfigError) as e:
         load_space(_space(tmp_path, f"topology: {topology}\n"))
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(os.environ.get("AUTOEMBED_TORCHREC_RAY") != "1",
+                    reason="a search on Ray Train workers takes 1-3 min on 2 busy cores, past "
+                    "the TorchRec tests' share of the suite; AUTOEMBED_TORCHREC_RAY=1 runs it")
+def test_a_dlrm_search_on_ray_runs_each_trial_on_train_workers(tmp_path: Path) -> None:
+    """The default executor: the Tune trial holds no CPU, its 2 Train workers half a CPU
+    each, so a 2-rank trial runs on this 2-core machine."""
+    import autoembed
+    from autoembed.tracking import NullTracker
+
+    res = autoembed.search("2GB", _space(tmp_path), model=FUNCS["model"],
+                           example=FUNCS["example"], train=FUNCS["train"], loss=FUNCS["loss"],
+                           study="r", runs_dir=tmp_path / "runs", tracker=NullTracker())
+    (row,) = [r for r in res.rows if r.status == "complete"]
+    assert row.ray_trial_id and [r["rank"] for r in row.result.ranks] == [0, 1]
+    assert sum(r["measured_table_bytes"] for r in row.result.ranks) == \
+        _table_bytes_by_hand(row.params)
