@@ -251,3 +251,16 @@ def test_a_dlrm_search_on_ray_runs_each_trial_on_train_workers(tmp_path: Path) -
     assert row.ray_trial_id and [r["rank"] for r in row.result.ranks] == [0, 1]
     assert sum(r["measured_table_bytes"] for r in row.result.ranks) == \
         _table_bytes_by_hand(row.params)
+
+
+def test_ray_trials_hold_no_cpu_and_carry_the_gloo_interface(monkeypatch) -> None:
+    from autoembed.pipeline.sharded import Sharded
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    got = Sharded({"world_size": 2}).ray_options(
+        {"runtime_env": {"env_vars": {"MINE": "1"}}, "packages": ()})
+    assert (got["trial_cpus"], got["trial_gpus"]) == (0, 0)
+    env = got["runtime_env"]["env_vars"]
+    assert env["GLOO_SOCKET_IFNAME"] == "eth7" and env["MINE"] == "1"
+    assert "NCCL_SOCKET_IFNAME" not in env and "torchrec" in got["packages"]

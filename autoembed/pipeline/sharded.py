@@ -40,6 +40,8 @@ __all__ = ["Sharded", "run_local_trial", "run_ray_trial", "sharded_result", "exp
 
 TRIAL_KEY = "torchrec"  # the payload's key holding the sharded trial's settings
 TOPOLOGY_KEY = "torchrec_topology"  # the study meta's key: the topology planned on
+# the interface gloo / NCCL bind to on a cluster: passed on to the Train workers when set here
+INTERFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,16 @@ class Sharded:
     def ray_options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         """The user workload's Ray options for sharded trials: the Tune trial holds no CPU
         and no GPU (its Train workers have their own), the workers' environment carries
-        the measurement settings (`torchrec.runner.MEASURE_ENV`), nodes need TorchRec."""
+        the measurement settings (`torchrec.runner.MEASURE_ENV`) and the network interface
+        gloo and NCCL bind to where this process sets one (`INTERFACE_ENV`), nodes need
+        TorchRec."""
+        import os
+
         from autoembed.torchrec.runner import MEASURE_ENV
 
         env = dict(base.get("runtime_env") or {})
-        env["env_vars"] = {**MEASURE_ENV, **dict(env.get("env_vars") or {})}
+        ifnames = {k: os.environ[k] for k in INTERFACE_ENV if os.environ.get(k)}
+        env["env_vars"] = {**MEASURE_ENV, **ifnames, **dict(env.get("env_vars") or {})}
         return {**base, "runtime_env": env, "packages": (*base.get("packages", ()),
                                                          "torchrec"),
                 "trial_cpus": 0, "trial_gpus": 0}
