@@ -98,20 +98,16 @@ def _kill_during_a_trial(cmd: list[str], cwd: Path) -> list[int]:
     return ranks
 
 
-def test_a_dlrm_search_runs_each_trial_on_two_ranks_python_kill_cli_export(
+def test_a_dlrm_search_runs_each_trial_on_two_ranks_kill_cli_python_export(
         tmp_path: Path, capsys) -> None:
     import autoembed
     from autoembed.cli import main
     from autoembed.tracking import NullTracker
 
     space, runs = _space(tmp_path), tmp_path / "runs"
-    autoembed.search("2GB", space, model=FUNCS["model"], example=FUNCS["example"],
-                     train=FUNCS["train"], loss=FUNCS["loss"], executor="local", study="d",
-                     runs_dir=runs, tracker=NullTracker())
     cli = ["search", "--budget", "2GB", "--space", str(space), "--model", FUNCS["model"],
            "--example", FUNCS["example"], "--train", FUNCS["train"], "--loss", FUNCS["loss"],
-           "--executor", "local", "--study", "d", "--runs-dir", str(runs), "--resume",
-           "--trials", "2"]
+           "--executor", "local", "--study", "d", "--runs-dir", str(runs), "--trials", "1"]
     # SIGKILL of the driver mid-trial leaves no rank behind
     ranks = _kill_during_a_trial([sys.executable, "-m", "autoembed", *cli, "--tracking-uri",
                                   "none"], tmp_path)
@@ -119,14 +115,15 @@ def test_a_dlrm_search_runs_each_trial_on_two_ranks_python_kill_cli_export(
     while time.time() < deadline and any(_alive(r) for r in ranks):
         time.sleep(0.2)
     assert not [r for r in ranks if _alive(r)]
-    # --resume from the CLI re-queues the killed trial and completes the search
+    # --resume from the CLI re-queues the killed trial and completes it
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main([*cli, "--tracking-uri", mlflow_uri]) == 0, capsys.readouterr()
+    assert main([*cli, "--resume", "--tracking-uri", mlflow_uri]) == 0, capsys.readouterr()
     assert "Pareto front of study 'd'" in capsys.readouterr().out
+    # and from Python, one more trial
     res = autoembed.search("2GB", space, model=FUNCS["model"], example=FUNCS["example"],
                            train=FUNCS["train"], loss=FUNCS["loss"], executor="local",
                            study="d", runs_dir=runs, resume=True, trials=2,
-                           tracker=NullTracker())  # nothing left to train: the stored study
+                           tracker=NullTracker())
     done = [r for r in res.rows if r.status == "complete"]
     assert len(done) == 2 and res.best is not None
     for row in done:
