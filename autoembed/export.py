@@ -528,9 +528,10 @@ def export_config(
 # ===================================================================== your own model
 
 
-def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any] | None:
-    """(space, the model's FunctionRef) of a study that searched the user's own model (its
-    pareto.json says so, or, for `python`, its stored settings do); None otherwise."""
+def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:
+    """(space, the functions' FunctionRefs by role, the stored settings) of a study that
+    searched the user's own model (its pareto.json says so, or, for `python`, its stored
+    settings do); None otherwise."""
     pareto_path = runs / study / "pareto.json"
     pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
     if pareto.get("workload", "user" if python else "builtin") != "user":
@@ -549,18 +550,22 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any] | None:
     text = str(meta["space_text"])
     space = parse_space(safe_load_yaml(text, "stored space", "space"),
                         str(meta["space_source"]), text, "user")
-    return space, FunctionRef.from_dict(meta["functions"]["model"])
+    refs = {r: FunctionRef.from_dict(f) for r, f in meta["functions"].items()}
+    return space, refs, meta
 
 
-def _export_user(chosen: _Chosen, own: tuple[Any, Any], out: Path, fmt: str,
+def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str,
                  force: bool) -> Exported:
     """A trial of a user search: its record (`user.space.user_record`: the embedding
     settings and params, nothing else) as YAML/JSON, and for `python` a module that
-    rebuilds the model in the user's code with the record beside it (`<stem>.yaml`)."""
+    rebuilds the model in the user's code with the record beside it (`<stem>.yaml`); for a
+    TorchRec model's study (`pipeline.sharded`), the pick as TorchRec code instead
+    (`pipeline.sharded.export_pick`)."""
+    from autoembed.pipeline.sharded import TOPOLOGY_KEY, export_pick
     from autoembed.user.export import python_module
     from autoembed.user.space import user_record
 
-    space, build = own
+    space, refs, meta = own
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
     params = _trial_params(chosen)
     record = {**user_record(space, cfg, params),
@@ -575,8 +580,10 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any], out: Path, fmt: str,
     text = (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
             else _yaml(plain(record)))
     atomic_write_text(cfg_path, text)
-    if fmt == "python":
-        atomic_write_text(out, python_module(build, record["params"], cfg_path.name,
+    if fmt == "python" and TOPOLOGY_KEY in meta:
+        export_pick(space, refs, meta[TOPOLOGY_KEY], params, out)
+    elif fmt == "python":
+        atomic_write_text(out, python_module(refs["model"], record["params"], cfg_path.name,
                                              study=str(chosen.study), trial=chosen.trial or 0))
     return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     None, chosen.notes)

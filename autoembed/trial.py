@@ -42,6 +42,8 @@ __all__ = [
     "encode_csv_row",
     "decode_csv_row",
     "ESTIMATE_COLUMNS",
+    "rank_entry",
+    "rank_figures",
     "config_from_flat",
     "plain",
 ]
@@ -116,6 +118,9 @@ class TrialResult:
     # wall time fetching training batches, and evaluating (validation, test, latency)
     data_seconds: float = 0.0
     eval_seconds: float = 0.0
+    # a trial that ran as several processes (a sharded TorchRec trial): each rank's figures,
+    # its measured step peak beside its estimate (`rank_entry`)
+    ranks: tuple[Mapping[str, Any], ...] = ()
     # the validation predictions `valid_quality` is of (selection.ValidScores): carried to
     # the driver beside the result (`final_report`) for the within-noise pick; never encoded
     valid_scores: Any = field(default=None, compare=False, repr=False)
@@ -212,6 +217,7 @@ def decode_result(d: Mapping[str, Any]) -> TrialResult:
     kw["curve"] = tuple(Evaluation(**e) for e in kw.get("curve") or ())
     for k in ("metrics", "latency_ms", "estimate", "env"):
         kw[k] = dict(kw.get(k) or {})
+    kw["ranks"] = tuple(dict(r) for r in kw.get("ranks") or ())
     return TrialResult(**kw)
 
 
@@ -286,8 +292,31 @@ def csv_header(params: Sequence[str]) -> list[str]:
     """trials.csv's columns, for rows whose Optuna params are `params`."""
     return ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
             "concurrency", "overshoot", *METRIC_COLUMNS,
-            *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), *(f"param.{p}" for p in params),
-            "config_json"]
+            *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), "ranks",
+            *(f"param.{p}" for p in params), "config_json"]
+
+
+def rank_entry(rank: int, estimate: Mapping[str, Any], measured: Mapping[str, Any]
+               ) -> dict[str, Any]:
+    """One rank of a trial that ran as several processes: its priced figures (a
+    `RankEstimate`'s) beside what it measured (`autoembed.torchrec.runner`'s result)."""
+    out: dict[str, Any] = {"rank": rank}
+    out.update({f"estimate_{k}": estimate[k] for k in
+                ("allocated_peak", "device_total", "persistent") if k in estimate})
+    out.update({f"measured_{k}": measured[k] for k in
+                ("step_peak", "persistent_bytes", "table_bytes", "max_memory_allocated")
+                if measured.get(k) is not None})
+    return out
+
+
+def rank_figures(row: TrialRow) -> list[dict[str, Any]]:
+    """Each rank's figures of a row (trials.csv's `ranks`): measured beside priced where the
+    trial ran (`TrialResult.ranks`), else the estimate's per-rank shares (`per_gpu`)."""
+    if row.result is not None and row.result.ranks:
+        return [dict(r) for r in row.result.ranks]
+    return [{"rank": g.get("gpu"), "estimate_allocated_peak": g.get("allocated_peak"),
+             "estimate_device_total": g.get("device_total")}
+            for g in row.estimate.get("per_gpu") or ()]
 
 
 def _cell(v: Any) -> str:
@@ -308,6 +337,7 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
         row.concurrency, f"{row.overshoot:.6g}",
         *(_cell(row.metrics.get(m)) for m in METRIC_COLUMNS),
         *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
+        json.dumps(rank_figures(row)) if rank_figures(row) else "",
         *(_cell(row.params.get(p)) for p in params),
         json.dumps(row.config.to_dict(), sort_keys=True),
     ]

@@ -10,7 +10,12 @@ so the tables fit this machine (1.0: 33.8M rows in all; the largest field 10.1M)
 search (the shape of `examples/text_search.py`): `train` receives the model rewritten and, in
 a sharded trial, wrapped by `DistributedModelParallel`; it steps the dense part with its own
 optimizer (the tables' fused optimizer runs inside the backward) and reports validation
-AUC. Needs TorchRec (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`).
+AUC. Needs TorchRec (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`). A search over it, each
+trial as 2 ranks (`examples/torchrec_dlrm_space.yaml`; docs/torchrec.md, "Search"):
+
+    autoembed search --budget 2GB --space examples/torchrec_dlrm_space.yaml \\
+        --model examples.torchrec_dlrm:build --example examples.torchrec_dlrm:example \\
+        --train examples.torchrec_dlrm:train --loss examples.torchrec_dlrm:loss
 """
 
 from __future__ import annotations

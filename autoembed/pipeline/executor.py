@@ -135,8 +135,9 @@ class RayTuneExecutor:
         from autoembed.pipeline.ray_tune import TuneSettings, run_tune
 
         run_tune(engine, TuneSettings(
-            workers=plan.workers, cpus_per_trial=plan.cpus_per_trial,
-            gpus_per_trial=1 if plan.device == "cuda" else 0,
+            workers=plan.workers,
+            cpus_per_trial=self.options.get("trial_cpus", plan.cpus_per_trial),
+            gpus_per_trial=self.options.get("trial_gpus", 1 if plan.device == "cuda" else 0),
             storage_path=plan.out_dir / "ray",
             name="tune-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
             placement={"device": plan.device, "threads": plan.threads},

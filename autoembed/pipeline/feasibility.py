@@ -6,7 +6,7 @@ device budget's slack, negative). Adding a rule is one line in `Feasibility.for_
 
 Overshoot is relative and > 0 means infeasible (Optuna's `memory` constraint):
 
-* budget: (device_total - budget) / budget;
+* budget: (device_total - budget) / budget (of the largest rank, for a sharded plan);
 * OOM ceiling (the calibration rule, see `search.engine`): a proposal whose device_total is
   at or above the smallest predicted size that ran out of memory gets
   (device_total - ceiling) / ceiling + OOM_VIOLATION;
@@ -49,13 +49,25 @@ def oom_ceiling(rows: Iterable[TrialRow]) -> tuple[int, int] | None:
 
 
 def budget_rule(budget: Budget) -> Rule:
-    """device_total within the device budget."""
+    """device_total within the device budget; an estimate of several ranks (`per_gpu`, each
+    rank against the budget: a sharded plan) names the largest rank over it."""
     def rule(est: MemoryEstimate) -> Verdict:
         fits, over = budget.admits(est.device_total), budget.overshoot(est.device_total)
-        return Verdict(fits, over, None if fits else (
-            f"device_total {est.device_total:,} B exceeds the budget {budget.bytes:,} B by "
-            f"{100 * over:.1f}%"))
+        return Verdict(fits, over, None if fits else _over_budget(est, budget, over))
     return rule
+
+
+def _over_budget(est: MemoryEstimate, budget: Budget, over: float) -> str:
+    excess = f"by {est.device_total - budget.bytes:,} B ({100 * over:.1f}%)"
+    ranks = sorted((g for g in est.per_gpu if not budget.admits(g.device_total)),
+                   key=lambda g: (-g.device_total, g.gpu))
+    if not ranks:
+        return (f"device_total {est.device_total:,} B exceeds the budget {budget.bytes:,} B by "
+                f"{100 * over:.1f}%")
+    also = (f"; rank{'s' if len(ranks) > 2 else ''} {', '.join(str(g.gpu) for g in ranks[1:])}"
+            " too" if len(ranks) > 1 else "")
+    return (f"rank {ranks[0].gpu} of {est.gpus} needs {est.device_total:,} B of device memory, "
+            f"over the per-device budget {budget.bytes:,} B {excess}{also}")
 
 
 def oom_ceiling_rule(ceiling: Ceiling) -> Rule:

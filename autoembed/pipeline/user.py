@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
+from autoembed.pipeline.sharded import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
-from autoembed.pipeline.workload import HOST_BASE_BYTES, Launch, Priced, TrialRunner
+from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, TrialRunner
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
 from autoembed.user.run import ROLES, UserCode, built_module
@@ -59,7 +60,9 @@ class UserWorkload:
     device: str = "cpu"
     allow_changed_code: bool = False
     apply: Apply | None = None
-    _priced: dict[str, Priced] = field(default_factory=dict, compare=False, repr=False)
+    sharded: Sharded | None = None  # a TorchRec model's space (`topology:`): planned per rank
+    _priced: dict[str, Priced | Invalid] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
     @classmethod
     def build(cls, request: SearchRequest, stored: Mapping[str, Any], seed: int,
@@ -84,8 +87,10 @@ class UserWorkload:
                               "`user:` sections")
         if stored and request.space is not None:
             check_same(stored, "space_text", space.text, f"--space {request.space_label}")
-        made = cls(space, code, code.records(), request.device, request.allow_changed_code,
-                   request.apply)
+        records = code.records()
+        made = cls(space, code, records, request.device, request.allow_changed_code,
+                   request.apply, Sharded.of(space, request.budget.bytes, request.device,
+                                             records))
         if request.executor_kind != "local":
             check_findable(made.records, "a Ray worker", script=False)
         return made
@@ -100,7 +105,7 @@ class UserWorkload:
         return self.device == "cuda"
 
     # ------------------------------------------------------------------ pricing
-    def price(self, values: Mapping[str, Any]) -> Priced:
+    def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the proposal `values` on the user's model (cached by values: a sampler
         that repeats a proposal pays once)."""
         key = repr(sorted((k, repr(v)) for k, v in values.items()))
@@ -108,18 +113,24 @@ class UserWorkload:
             self._priced[key] = self._price(values)
         return self._priced[key]
 
-    def _price(self, values: Mapping[str, Any]) -> Priced:
+    def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         import torch
 
-        from autoembed.torchrec.public import apply, estimate_model
+        from autoembed.torchrec.public import apply, estimate_model, is_torchrec
 
         code, space = self.code, self.space
         apply_fn = self.apply or apply
         params = params_for(space, values)
         with torch.device("meta"):
             probe = built_module(call_user(code.build, "model", params))
-        config = config_for(space, values, model_tables(probe))
         example = call_user(code.example, "example", params)
+        if self.sharded is not None:
+            return self.sharded.price(space, code, values, probe, example, self._payload)
+        if is_torchrec(probe, example):
+            raise ConfigError(f"model: {type(probe).__name__} holds TorchRec collections; a "
+                              "search over it plans them per rank: give the space a "
+                              "`topology:` (world_size, ...) and TorchRec's table keys")
+        config = config_for(space, values, model_tables(probe))
 
         def model() -> nn.Module:
             built = built_module(code.build(params))
@@ -131,14 +142,18 @@ class UserWorkload:
 
         def launch(number: int) -> Launch:
             del number
-            from autoembed.user.trainer import make_payload
-
-            payload = make_payload(self.records, params, config,
-                                   metrics=tuple(_reportable(space)), target=space.target)
             host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            return Launch(payload, host, space.early_stop)
+            return Launch(self._payload(params, config), host, space.early_stop)
 
         return Priced(config, est, launch)
+
+    def _payload(self, params: Mapping[str, Any], config: EmbeddingConfig) -> dict[str, Any]:
+        """A trial's payload (`user.trainer.make_payload`): the recorded functions, the
+        proposal's params and config, what the loop may report, the target."""
+        from autoembed.user.trainer import make_payload
+
+        return make_payload(self.records, params, config,
+                            metrics=tuple(_reportable(self.space)), target=self.space.target)
 
     def check_fits(self, budget: Budget) -> None:
         """Nothing up front: each price traces the user's model, so a corner search would
@@ -152,18 +167,31 @@ class UserWorkload:
 
     # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
+        """The user's loop in one process (`run_payload`), or on every rank of a sharded
+        TorchRec trial (`pipeline.sharded`: local processes, or Ray Train workers)."""
+        from autoembed.pipeline.sharded import run_local_trial, run_ray_trial
         from autoembed.user.trainer import run_payload
 
+        if self.sharded is not None:
+            return functools.partial(run_local_trial, code=self.code) if local \
+                else run_ray_trial
         return functools.partial(run_payload, code=self.code) if local else run_payload
 
     def ray_options(self) -> dict[str, Any]:
         from autoembed.user.ship import runtime_env
 
-        return {"runtime_env": runtime_env(self.records[r] for r in ROLES), "packages": ()}
+        base = {"runtime_env": runtime_env(self.records[r] for r in ROLES), "packages": ()}
+        return base if self.sharded is None else self.sharded.ray_options(base)
 
     # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
-        return {FUNCTIONS_KEY: {r: ref.to_dict() for r, ref in self.records.items()}}
+        """The functions; for a TorchRec model's space also the topology its proposals were
+        planned on (`Sharded.topology`: what export plans the pick for)."""
+        out: dict[str, Any] = {FUNCTIONS_KEY: {r: ref.to_dict()
+                                               for r, ref in self.records.items()}}
+        if self.sharded is not None:
+            out[TOPOLOGY_KEY] = dict(self.sharded.topology)
+        return out
 
     def check_resume(self, stored: Mapping[str, Any]) -> None:
         """A resumed study must run the code it started with (`check_unchanged`), found

@@ -11,8 +11,8 @@ what differs:
   final report`` that an executor calls in this process (`local`) or in a Ray worker, with
   the plain-data payload `Priced.launch(number)` made; evaluations stream out through
   ``channel(evaluation) -> Decision`` and the final report carries the trial's
-  `TrialResult` (`executor.final_report`), or one per rank (`ranks`) for a trial that ran
-  as several processes;
+  `TrialResult` (`executor.final_report`), with one entry per rank (`TrialResult.ranks`)
+  for a trial that ran as several processes (`pipeline.sharded`);
 * what a study stores for a resume (`meta`, `check_resume`) and what the report shows and
   writes (`context`, `best_record`, `noise`, `searched`).
 
@@ -129,7 +129,9 @@ class Workload(Protocol):
 
     def ray_options(self) -> Mapping[str, Any]:
         """What Ray needs for this workload's trials: `runtime_env` (code to ship),
-        `data_file` (bytes for the object store), `packages` each node must have."""
+        `data_file` (bytes for the object store), `packages` each node must have, and
+        where a trial's own resources differ from the plan's, `trial_cpus` / `trial_gpus`
+        (a sharded trial's Tune trial holds none: its Train workers have their own)."""
 
     def meta(self) -> dict[str, Any]:
         """The workload's part of the study's stored settings (read back on resume)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from autoembed.space.model import (
     STAND_IN_KEYS,
     TABLE_SETTING_KEYS,
     TOKENS_PER_BATCH,
+    TOPOLOGY,
+    TORCHREC_EMBEDDING_KEYS,
     USER_SECTIONS,
     USER_SPACE_KEYS,
     USER_TABLE_KEYS,
@@ -83,8 +85,9 @@ def load_space(path: str | Path, kind: str | None = None) -> SearchSpace:
 
 
 def space_kind(raw: Mapping[str, Any]) -> str:
-    """"user" for a space with `embedding:` or `user:` sections, else "builtin"."""
-    return "user" if any(k in raw for k in USER_SECTIONS) else "builtin"
+    """"user" for a space with `embedding:` or `user:` sections or a `topology:` (only a
+    TorchRec model's space has one), else "builtin"."""
+    return "user" if any(k in raw for k in (*USER_SECTIONS, TOPOLOGY)) else "builtin"
 
 
 def parse_space(raw: Any, source: str, text: str = "", kind: str | None = None) -> SearchSpace:
@@ -150,21 +153,21 @@ def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
 def _parse_user_space(raw: Mapping[str, Any], source: str, text: str) -> SearchSpace:
     """A space over the user's own model (`SearchSpace.kind` "user"): `embedding:` (config
     fields autoembed applies; `tables:` rules by module path or glob), `user:` (values passed
-    to the user's functions), `metrics`, `early_stop` and the common keys. Every value is
+    to the user's functions), `metrics`, `early_stop`, `topology` (a TorchRec model's: its
+    tables then take TorchRec's knobs, `_Keys.torchrec`) and the common keys. Every value is
     fixed or searched with the same keys, checks and messages as a built-in space's params;
     `when` names a key listed above it in the same section."""
     for k in raw:
         if k not in USER_SPACE_KEYS:
             raise unknown_key(source, "", k, USER_SPACE_KEYS)
+    topology = _topology(source, raw[TOPOLOGY]) if TOPOLOGY in raw else None
+    keys = _Keys.torchrec() if topology is not None else _Keys.torch()
     params: list[Param] = []
     base: dict[str, Any] = {}
     emb = dict(_mapping(source, "embedding", raw.get("embedding")))
     tables_raw = _mapping(source, "embedding.tables", emb.pop("tables", None))
     for k in emb:
-        if k in NOT_FOR_USER_MODELS:
-            raise space_error(source, f"embedding.{k}", emb[k], NOT_FOR_USER_MODELS[k])
-        if k not in EMBEDDING_KEYS:
-            raise unknown_key(source, "embedding", k, (*EMBEDDING_KEYS, "tables"))
+        keys.check_embedding(source, k, emb[k])
     sections = {"embedding": _section("embedding", emb, params, base, source, FIELD_RULES)}
     rules = []
     for pattern, settings in tables_raw.items():
@@ -172,12 +175,13 @@ def _parse_user_space(raw: Mapping[str, Any], source: str, text: str) -> SearchS
         settings = _mapping(source, where, settings)
         if not settings:
             raise space_error(source, where, settings,
-                              f"give settings: {', '.join(USER_TABLE_KEYS)}")
+                              f"give settings: {', '.join(keys.table)}")
         for k in settings:
-            if k not in USER_TABLE_KEYS:
-                raise unknown_key(source, where, k, USER_TABLE_KEYS)
-        names = _section(where, settings, params, base, source, TABLE_RULES)
+            keys.check_table(source, where, k, settings[k])
+        names = _section(where, settings, params, base, source, keys.table_rules)
         rules.append(TableRule(None, None, {}, names, pattern=str(pattern)))
+        if topology is not None and not any(isinstance(v, Mapping) for v in settings.values()):
+            _probe_torchrec(source, where, settings)
     user = _mapping(source, "user", raw.get("user"))
     for k in user:
         if k == EMBEDDING or k in emb:
@@ -190,8 +194,84 @@ def _parse_user_space(raw: Mapping[str, Any], source: str, text: str) -> SearchS
     return SearchSpace(source=source, params=tuple(params), kind="user", base=base, data={},
                        sections=sections, tables=tuple(rules),
                        metrics=_metrics(source, raw.get("metrics")),
-                       early_stop=_early_stop(source, raw.get("early_stop")), text=text,
-                       **_common(raw, source))
+                       early_stop=_early_stop(source, raw.get("early_stop")),
+                       topology=topology, text=text, **_common(raw, source))
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """What a user space's `embedding:` section and its tables may set: autoembed's config
+    keys (`torch`), or a TorchRec model's knobs (`torchrec`: `autoembed.torchrec.settings`)."""
+
+    embedding: tuple[str, ...]
+    table: tuple[str, ...]
+    table_rules: Mapping[str, Rule]
+    torchrec_space: bool
+
+    @classmethod
+    def torch(cls) -> _Keys:
+        return cls(EMBEDDING_KEYS, USER_TABLE_KEYS, TABLE_RULES, False)
+
+    @classmethod
+    def torchrec(cls) -> _Keys:
+        from autoembed.torchrec import settings
+
+        return cls(TORCHREC_EMBEDDING_KEYS, settings.TABLE_KEYS, settings.TABLE_RULES, True)
+
+    def check_embedding(self, source: str, k: str, value: Any) -> None:
+        if self.torchrec_space and k in self.table:
+            raise space_error(source, f"embedding.{k}", value, "is a TorchRec table setting: "
+                              "give it under embedding.tables.<pattern> (\"*\": every table)")
+        if not self.torchrec_space and k in NOT_FOR_USER_MODELS:
+            raise space_error(source, f"embedding.{k}", value, NOT_FOR_USER_MODELS[k])
+        if k not in self.embedding:
+            raise unknown_key(source, "embedding", k, (*self.embedding, "tables"))
+
+    def check_table(self, source: str, where: str, k: str, value: Any) -> None:
+        if self.torchrec_space and k in (*USER_TABLE_KEYS, "dim", "vocab_size"):
+            raise space_error(source, f"{where}.{k}", value, "TorchRec's tables cannot "
+                              f"express it; a TorchRec table takes {', '.join(self.table)}")
+        if k not in self.table:
+            raise unknown_key(source, where, k, self.table)
+
+
+def _topology(source: str, raw: Any) -> dict[str, Any]:
+    """`topology:` of a TorchRec model's space: fixed values, sizes as bytes or "16GB"."""
+    from autoembed.budget import BudgetError, parse_size
+    from autoembed.torchrec.settings import TOPOLOGY_KEYS, TOPOLOGY_RULES
+
+    spec = _mapping(source, TOPOLOGY, raw)
+    if "world_size" not in spec:
+        raise space_error(source, TOPOLOGY, dict(spec), "give world_size: the ranks a trial "
+                          "runs as (and hbm, ddr, compute_device where the defaults differ)")
+    out: dict[str, Any] = {}
+    for k, v in spec.items():
+        key = f"{TOPOLOGY}.{k}"
+        if k not in TOPOLOGY_KEYS:
+            raise unknown_key(source, TOPOLOGY, k, TOPOLOGY_KEYS)
+        if isinstance(v, (Mapping, list)):
+            raise space_error(source, key, v, "the machines a search plans for are fixed: "
+                              "give one value")
+        if k in ("hbm", "ddr") and isinstance(v, str):
+            try:
+                v = parse_size(v)
+            except BudgetError:
+                raise space_error(source, key, v, "must be a size: bytes, or e.g. 16GB, "
+                                  "16GiB") from None
+        _check_rule(TOPOLOGY_RULES[k], v, key, source)
+        out[k] = v
+    return out
+
+
+def _probe_torchrec(source: str, where: str, settings: Mapping[str, Any]) -> None:
+    """Fixed TorchRec settings that contradict each other, refused when the space loads."""
+    from autoembed.torchrec.settings import TorchRecTable
+
+    try:
+        TorchRecTable("t", **dict(settings))
+    except ConfigError as e:
+        why = str(e).split(": ", 1)[-1]
+        raise space_error(source, where, dict(settings), why) from None
 
 
 def _mapping(source: str, key: str, raw: Any) -> Mapping[str, Any]:

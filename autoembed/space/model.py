@@ -73,7 +73,7 @@ BUILTIN_SPACES = ("default", "ctr", "text", "tiny", "host_cache")
 # settings one of its tables may carry (rows and dim are the module's own), and the built-in
 # model settings a user's model would silently ignore, with what to do instead.
 USER_SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "target",
-                   "trials", "early_stop")
+                   "trials", "early_stop", "topology")
 USER_SECTIONS = ("embedding", "user")
 EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", "compression",
                   "hash_buckets", "hash_seed", "qr_collisions", "qr_operation",
@@ -81,6 +81,11 @@ EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", 
                   "weight_decay", "warmup_steps")
 USER_TABLE_KEYS = TABLE_OVERRIDES
 EARLY_STOP_KEYS = ("max_steps", "eval_every")
+# A space over a TorchRec model (`topology:`, the machines it is planned for): its tables take
+# TorchRec's knobs (`autoembed.torchrec.settings.TABLE_KEYS`), and `embedding:` besides them
+# the fused table optimizer's learning rate and the dense optimizer the loop steps (priced)
+TOPOLOGY = "topology"
+TORCHREC_EMBEDDING_KEYS = ("lr", "dense_optimizer")
 NOT_FOR_USER_MODELS = {
     "checkpointing": "name the modules to checkpoint in your code: "
                      "autoembed.apply(model, config, checkpoint=[...])",
@@ -321,7 +326,9 @@ class SearchSpace:
     user's functions) sections; `base` holds the fixed values and params are named by their
     place (`embedding.precision`, `user.dim`, `embedding.tables.<pattern>.<key>`);
     `sections` maps each section's keys to those names; `metrics` are what the user's loop
-    may report besides quality; `early_stop` its (max_steps, eval_every), None: off."""
+    may report besides quality; `early_stop` its (max_steps, eval_every), None: off;
+    `topology` (a TorchRec model's space): the ranks a trial runs as and their memory
+    (`autoembed.torchrec.settings.TOPOLOGY_KEYS`, fixed values), None for any other model."""
 
     source: str
     params: tuple[Param, ...]
@@ -329,6 +336,7 @@ class SearchSpace:
     sections: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     metrics: tuple[str, ...] = ()
     early_stop: tuple[int, int] | None = None
+    topology: Mapping[str, Any] | None = None
     data: Mapping[str, Any] = field(default_factory=lambda: {"name": "synthetic-ctr"})
     stand_in: StandIn | None = None
     base: Mapping[str, Any] = field(default_factory=dict)

@@ -10,8 +10,10 @@ into fewer rows, and the topology planned for. Functions in it:
 * ``rewrite(model)``: put every collection into a model built by your own code (the hashed
   features behind a modulo module, as `autoembed.torchrec.HashedIds` does);
 * ``plan(module, world_size=..., ...)``: TorchRec's planner under the constraints;
+* ``train_step(coll, path)``: one step of that collection (built on the CPU) on
+  ``random_ids(path)``;
 * run as a script: builds the collections on the meta device, plans them for the recorded
-  topology and prints the plan.
+  topology and prints the plan; with ``--train`` also trains each collection one step.
 """
 
 from __future__ import annotations
@@ -117,9 +119,44 @@ def plan(module: nn.Module, world_size: int = TOPOLOGY["world_size"],
     return planner.plan(module, sharders())
 
 
+def random_ids(path: str, batch_size: int = 8, seed: int = 0) -> KeyedJaggedTensor:
+    """One id per sample for each feature of the collection at `path`, drawn below its
+    table's rows."""
+    g = torch.Generator().manual_seed(seed)
+    keys, ids = [], []
+    for t in COLLECTIONS[path]:
+        for f in t.feature_names:
+            keys.append(f)
+            ids.append(torch.randint(0, t.num_embeddings, (batch_size,), generator=g))
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.cat(ids),
+        lengths=torch.ones(len(keys) * batch_size, dtype=torch.int64))
+
+
+def train_step(coll: nn.Module, path: str, batch_size: int = 8, seed: int = 0) -> float:
+    """One training step of `coll` (`collection(path, "cpu")`) on `random_ids`: the loss
+    is the mean square of what it looks up; each table's fused optimizer steps inside the
+    backward. Returns the loss."""
+    out = coll(random_ids(path, batch_size, seed))
+    looked = [out.values()] if POOLED[path] else [j.values() for j in out.values()]
+    loss = sum(v.float().square().mean() for v in looked)
+    loss.backward()
+    return float(loss.detach())
+
+
 if __name__ == "__main__":
+    import sys
+
     holder = nn.ModuleDict({{f"c{{i}}": collection(p) for i, p in enumerate(COLLECTIONS)}})
     print(plan(holder))
+    if "--train" in sys.argv[1:]:  # one step of each collection on the CPU (allocates it)
+        for path in COLLECTIONS:
+            coll = collection(path, "cpu")
+            before = {{k: v.clone() for k, v in coll.state_dict().items()}}
+            loss = train_step(coll, path)
+            moved = sum(not torch.equal(before[k], v) for k, v in coll.state_dict().items())
+            print(f"trained {{path or 'the model'}} one step: loss {{loss:.6g}}, "
+                  f"{{moved}} of {{len(before)}} tables updated")
 '''
 
 _OPT_CLASSES = {"sgd": "torch.optim.SGD", "adagrad": "torch.optim.Adagrad",

@@ -20,10 +20,16 @@ from autoembed.torchrec.model import constraints, table_infos
 from autoembed.torchrec.settings import RankTopology, table_settings
 
 __all__ = ["PlannedShard", "PlannedTable", "plan_model", "sharders", "torchrec_topology",
-           "CPU_SHARDING_TYPES"]
+           "CPU_SHARDING_TYPES", "NoPlanError"]
 
 # what EmbeddingBagCollectionSharder offers for compute_device "cpu" (row-wise needs CUDA)
 CPU_SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "table_column_wise")
+
+
+class NoPlanError(ConfigError):
+    """TorchRec's planner found no plan (most often: the tables do not fit the topology's
+    memory by its own estimate). A search records such a proposal as failed, with this
+    line, and goes on."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ def plan_model(model: nn.Module, topo: RankTopology, settings: Any = (),
                 else planner.plan(model, sharders()))
     except Exception as e:  # noqa: BLE001 - the planner's own words, one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"TorchRec's planner found no plan for {topo.world_size} rank(s) "
+        raise NoPlanError(f"TorchRec's planner found no plan for {topo.world_size} rank(s) "
                           f"of {topo.hbm} B device and {topo.ddr} B host memory: "
                           f"{first}") from None
     finally:

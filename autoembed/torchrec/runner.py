@@ -16,7 +16,8 @@ payload = {
   "lr": 0.01, "dense_optimizer": "adagrad",
   "steps": 1,                          # measured steps when there is no train
   "estimate": [{rank figures}] | None, # per-rank estimates, placed beside what is measured
-  "timeout_s": 600,
+  "timeout_s": 600,                    # None: no deadline (a search's trial)
+  "metrics": [...], "threads": 1,      # names report may take; torch threads per rank
 }
 
 `run_sharded(payload, channel)` returns one dict per rank: ``rank``, ``persistent_bytes``
@@ -223,8 +224,13 @@ def worker(rank: int, payload: Mapping[str, Any],
     out: dict[str, Any] = {"rank": rank, "persistent_bytes": persistent, "table_bytes": tables}
     train = _resolve(payload.get("train"), path)
     if train is not None:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         out.update(_user_loop(train, dmp, params, payload, ask))
         out["step_peak"] = persistent + out.pop("hwm_above_base")
+        if device.type == "cuda":  # the device's own figures
+            out.update(max_memory_allocated=int(torch.cuda.max_memory_allocated(device)),
+                       max_memory_reserved=int(torch.cuda.max_memory_reserved(device)))
     else:
         out.update(_measured_steps(dmp, payload, params, rank, path))
     if payload.get("estimate"):
@@ -369,14 +375,14 @@ def run_sharded(payload: Mapping[str, Any],
             else:
                 os.environ[k] = v
     results: dict[int, Any] = {}
-    deadline = time.monotonic() + float(payload.get("timeout_s", 600))
+    timeout = payload.get("timeout_s", 600)
+    deadline = time.monotonic() + (float("inf") if timeout is None else float(timeout))
     try:
         pending = list(conns)
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError("sharded trial timed out after "
-                                   f"{payload.get('timeout_s', 600)} s")
+                raise RuntimeError(f"sharded trial timed out after {timeout} s")
             for c in mpc.wait(pending, timeout=min(left, 5.0)):
                 assert isinstance(c, mpc.Connection)
                 rank = conns.index(c)

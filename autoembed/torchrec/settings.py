@@ -35,6 +35,10 @@ __all__ = [
     "SHARDING_TYPES",
     "INSTALL",
     "table_settings",
+    "TABLE_KEYS",
+    "TABLE_RULES",
+    "TOPOLOGY_KEYS",
+    "TOPOLOGY_RULES",
 ]
 
 # autoembed's name -> torchrec.distributed.embedding_types / fbgemm EmbOptimType member
@@ -149,3 +153,13 @@ class RankTopology:
     @property
     def per_host(self) -> int:
         return self.local_world_size or self.world_size
+
+
+# A search space's per-table TorchRec keys (every setting but the name) and their rules, and
+# the topology keys a space gives (`batch_size` is the example's: the KJT's stride)
+TABLE_RULES: dict[str, Any] = {f.name: f.metadata["rule"] for f in fields(TorchRecTable)
+                               if "rule" in f.metadata}
+TABLE_KEYS = tuple(TABLE_RULES)
+TOPOLOGY_RULES: dict[str, Any] = {f.name: f.metadata["rule"] for f in fields(RankTopology)
+                                  if "rule" in f.metadata and f.name != "batch_size"}
+TOPOLOGY_KEYS = tuple(TOPOLOGY_RULES)

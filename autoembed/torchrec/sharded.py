@@ -44,7 +44,12 @@ from typing import Any
 from torch import nn
 
 from autoembed.errors import ConfigError
-from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, round_block
+from autoembed.memory.types import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    MemoryEstimate,
+    round_block,
+)
 from autoembed.torchrec.estimate import batch_of, build_model, estimate_unsharded, example_ids
 from autoembed.torchrec.model import _rebuild, _set, apply, collections, table_infos
 from autoembed.torchrec.plan import PlannedTable, plan_model
@@ -96,6 +101,11 @@ class RankEstimate:
         """Shards and optimizer state: what FBGEMM's kernels hold after DMP init."""
         return self.table_bytes + self.optimizer_state + self.cache_bytes
 
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self), "tables": list(self.tables), "persistent": self.persistent}
+
 
 @dataclass(frozen=True)
 class ShardedEstimate:
@@ -104,6 +114,39 @@ class ShardedEstimate:
     topology: RankTopology
     dense: Any  # the dense part's MemoryEstimate
     notes: tuple[str, ...] = field(default=())
+
+    def largest(self) -> RankEstimate:
+        """The rank that needs the most device memory (the lowest such rank)."""
+        return max(self.ranks, key=lambda r: (r.device_total, -r.rank))
+
+    def memory_estimate(self) -> MemoryEstimate:
+        """The plan as one `MemoryEstimate` (what a search judges and stores): the largest
+        rank's figures, the dense part's categories beside its tables, shards and state,
+        every rank's share in `per_gpu` (`gpus` = the world size, `sharding` "torchrec"),
+        and the UVM tables' host bytes of the rank that holds the most. Its categories:
+        `parameters` the dense part's with the rank's shards, UVM caches and data_parallel
+        tables (their gradient and state included), `optimizer_state` the dense part's with
+        the shards' fused state, `temporaries` the dense part's with the sparse step's."""
+        from dataclasses import replace
+
+        from autoembed.memory.types import GpuShare, TableMemory
+
+        top, d = self.largest(), self.dense
+        tables = tuple(TableMemory(t.name, t.rows, t.dim, *_whole(t)) for t in self.plan)
+        return replace(
+            d, method="torchrec-sharded", parameters=d.parameters + top.table_bytes
+            + top.cache_bytes + top.replicated_bytes,
+            optimizer_state=d.optimizer_state + top.optimizer_state,
+            temporaries=d.temporaries + top.sparse_transient,
+            allocated_peak=top.allocated_peak, reserved_peak=top.reserved_peak,
+            overhead=top.overhead, device_total=top.device_total, serving_bytes=sum(
+                t.serving_bytes for t in tables), tables=tables, budget=None,
+            gpus=self.topology.world_size, sharding="torchrec", per_gpu=tuple(
+                GpuShare(r.rank, r.tables, r.allocated_peak, r.device_total)
+                for r in self.ranks),
+            notes=(*self.notes, f"the figures of rank {top.rank}, the largest of "
+                   f"{self.topology.world_size}"),
+            host_bytes=max(r.host_bytes for r in self.ranks), modules=())
 
     def check_fits(self) -> None:
         """ConfigError naming the first rank over its device or host memory, by how much."""
@@ -119,6 +162,12 @@ class ShardedEstimate:
                 raise ConfigError(f"the plan does not fit rank {r.rank}: its UVM tables need "
                                   f"{r.host_bytes} B of host memory, {over} B more than its "
                                   f"{self.topology.ddr} B")
+
+
+def _whole(t: PlannedTable) -> tuple[int, int, int, int]:
+    """(parameters, gradients, optimizer state, serving bytes) of a whole planned table."""
+    w, st = shard_bytes(t.rows, t.dim, t.data_type, t.optimizer)
+    return w, 0, st, w
 
 
 @contextmanager
@@ -208,7 +257,7 @@ def _step_peak(dense: Any, sparse: _Sparse, reserved: bool = False) -> int:
 
 
 # values per weight of the dense optimizer's state (a data_parallel table's optimizer)
-DENSE_STATE = {"sgd": 0, "adagrad": 1, "adam": 2}
+DENSE_STATE = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2}
 
 
 def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology,

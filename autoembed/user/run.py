@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import environment, is_oom
-from autoembed.trial import TrialResult
+from autoembed.trial import Evaluation, TrialResult
 from autoembed.user.functions import FunctionRef, record_function, resolve_function
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UserCode", "run_user_trial", "user_traceback", "ROLES"]
+__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES"]
 
 ROLES = ("model", "example", "train")  # the CLI flags --model, --example, --train
 MAX_TRACEBACK_FRAMES = 30
@@ -133,9 +133,30 @@ def run_user_trial(
     if report.ending is not None:  # the loop swallowed what report raised
         status, error = report.ending.status, report.ending.message
     train_s = clock() - t_train
-    if status != "complete":
-        final = {}
-    last_ev = report.curve[-1] if report.curve else None
+    extra: dict[str, Any] = {}
+    if cuda:
+        import torch
+
+        extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
+        extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
+    return user_result(
+        config, status, error, final, tuple(report.curve), throughput=report.throughput,
+        target=target, estimate=estimate, train_seconds=train_s,
+        wall_seconds=clock() - wall0, eval_seconds=report.eval_seconds, device=device,
+        **extra)
+
+
+def user_result(config: EmbeddingConfig, status: str, error: str | None,
+                final: Mapping[str, float], curve: tuple[Evaluation, ...], *,
+                throughput: float | None, target: float | None,
+                estimate: Mapping[str, Any] | None, train_seconds: float,
+                wall_seconds: float, eval_seconds: float, device: str,
+                **extra: Any) -> TrialResult:
+    """The record of a run of the user's loop: `status` and `error` as it ended, `final`
+    (what `train` returned, checked), the `curve` of its reports. The objective quality is
+    `final`'s, else the last report's; a complete trial without one is `failed`."""
+    final = dict(final) if status == "complete" else {}
+    last_ev = curve[-1] if curve else None
     quality = final.pop("quality", None)
     if quality is None and last_ev is not None and not math.isnan(last_ev.quality):
         quality = last_ev.quality
@@ -144,19 +165,13 @@ def run_user_trial(
             "the trial reported no quality: train must call report(step=, samples=, "
             "quality=) after each validation, or return the quality")
     metrics = {**(last_ev.metrics if last_ev else {}), **final}
-    extra: dict[str, Any] = {}
-    if cuda:
-        import torch
-
-        extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
-        extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
-    reached = next((e for e in report.curve if target is not None and e.quality >= target), None)
+    reached = next((e for e in curve if target is not None and e.quality >= target), None)
     return TrialResult(
         status=status, config=config, valid_quality=quality, metrics=metrics,
-        curve=tuple(report.curve), steps=last_ev.step if last_ev else 0,
-        samples=last_ev.samples if last_ev else 0, throughput=report.throughput,
+        curve=curve, steps=last_ev.step if last_ev else 0,
+        samples=last_ev.samples if last_ev else 0, throughput=throughput,
         steps_to_target=reached.step if reached else None,
         samples_to_target=reached.samples if reached else None, target=target,
-        estimate=dict(estimate or {}), error=error, train_seconds=train_s,
-        wall_seconds=clock() - wall0, eval_seconds=report.eval_seconds,
+        estimate=dict(estimate or {}), error=error, train_seconds=train_seconds,
+        wall_seconds=wall_seconds, eval_seconds=eval_seconds,
         env=environment(device), **extra)

@@ -39,8 +39,9 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space, parse_space
 
-__all__ = ["params_for", "config_for", "user_record", "load_user_space", "parse_user_space",
-           "EMBEDDING"]
+__all__ = ["params_for", "config_for", "table_settings_for", "torchrec_config", "user_record",
+           "check_plan_device",
+           "load_user_space", "parse_user_space", "EMBEDDING"]
 
 
 def _all(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,8 +68,16 @@ def config_for(space: SearchSpace, values: Mapping[str, Any],
                tables: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
     """The embedding config for the built model's `tables` (config table entries: name =
     module path, vocab_size, ...). ConfigError when a rule matches no table."""
+    settings = table_settings_for(space, values, [str(t["name"]) for t in tables])
+    rows = [{**t, **s} for t, s in zip(tables, settings, strict=True)]
+    return _config(space, values, rows)
+
+
+def table_settings_for(space: SearchSpace, values: Mapping[str, Any],
+                       names: Sequence[str]) -> list[dict[str, Any]]:
+    """Each table's settings (`names`: the built model's tables): the space's table rules
+    that select it, merged in file order. ConfigError when a rule selects no table."""
     got = _all(space, values)
-    names = [str(t["name"]) for t in tables]
     rules = [r.with_values(got) for r in space.tables]
     for r in rules:
         if not any(r.selects(n, 0) for n in names):
@@ -76,29 +85,83 @@ def config_for(space: SearchSpace, values: Mapping[str, Any],
                 f"search space '{space.source}': embedding.tables '{r.label}' names no "
                 f"embedding module of the built model{did_you_mean(r.label, names)}; its "
                 f"embedding modules: {', '.join(names) or 'none'}")
-    rows = []
-    for t in tables:
-        row = dict(t)
+    out = []
+    for n in names:
+        merged: dict[str, Any] = {}
         for r in rules:
-            if r.selects(row["name"], 0):
-                row.update(r.settings)
-        rows.append(row)
+            if r.selects(n, 0):
+                merged.update(r.settings)
+        out.append(merged)
+    return out
+
+
+def torchrec_config(space: SearchSpace, values: Mapping[str, Any],
+                    tables: Sequence[Mapping[str, Any]],
+                    settings: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
+    """The trial record's config of a TorchRec proposal: each table's name, rows and dim
+    after its TorchRec settings (`settings`, aligned with `tables`), and the `embedding:`
+    keys; the settings themselves are the record's `torchrec` part (`user_record`)."""
+    rows = [{"name": t["name"], "vocab_size": s.get("num_embeddings", t["vocab_size"]),
+             "dim": s.get("embedding_dim", t["dim"])} for t, s in zip(tables, settings,
+                                                                     strict=True)]
+    return _config(space, values, rows)
+
+
+def _config(space: SearchSpace, values: Mapping[str, Any],
+            rows: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
+    got = _all(space, values)
     emb = space.sections.get("embedding", {})
     raw = {k: got[q] for k, q in emb.items() if q in got}
-    return config_from_dict({**raw, "tables": rows}, f"search space '{space.source}'")
+    return config_from_dict({**raw, "tables": list(rows)}, f"search space '{space.source}'")
 
 
 def user_record(space: SearchSpace, config: EmbeddingConfig,
                 optuna_params: Mapping[str, Any]) -> dict[str, Any]:
     """What a trial of a user search is, and nothing it is not (best.yaml, export): the
     embedding settings the space names (config-wide keys, and each table's rows, dim and
-    own settings) and the params the user's functions received."""
-    params = params_for(space, space.values_from_optuna(optuna_params))
+    own settings) and the params the user's functions received; for a TorchRec model's
+    space also `torchrec`: its topology and each table rule's TorchRec settings (pattern ->
+    settings, the trial's values written in)."""
+    values = space.values_from_optuna(optuna_params)
+    params = params_for(space, values)
     keys = space.sections.get("embedding", {})
     cfg: dict[str, Any] = {k: getattr(config, k) for k in keys}
     cfg["tables"] = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim, **t.overrides}
                      for t in config.tables]
-    return {"config": cfg, "params": params}
+    out = {"config": cfg, "params": params}
+    if space.topology is not None:
+        got = _all(space, values)
+        out["torchrec"] = {"topology": dict(space.topology), "tables": {
+            r.label: dict(r.with_values(got).settings) for r in space.tables}}
+    return out
+
+
+def check_plan_device(space: SearchSpace, compute_device: str) -> None:
+    """Refuse (one ConfigError) a TorchRec table value a plan on `compute_device` cannot
+    train: on "cpu", an optimizer FBGEMM's CPU table kernel refuses, a sharding type that
+    needs CUDA, UVM caching. Every value a rule may take is checked (fixed or a choice)."""
+    from autoembed.space._messages import space_error
+    from autoembed.torchrec.plan import CPU_SHARDING_TYPES
+    from autoembed.torchrec.settings import CPU_OPTIMIZERS
+
+    if compute_device != "cpu":
+        return
+    allowed = {"optimizer": (CPU_OPTIMIZERS, "FBGEMM's CPU table kernel (fbgemm-gpu-cpu "
+                             "1.8.0) takes"),
+               "sharding_type": (CPU_SHARDING_TYPES, "needs CUDA; a CPU plan offers"),
+               "compute_kernel": (("fused", "dense"), "needs CUDA (UVM); a CPU plan takes")}
+    by_name = {p.name: p for p in space.params}
+    for r in space.tables:
+        for key, (ok, why) in allowed.items():
+            name = r.searched.get(key)
+            if name is None:
+                continue
+            values = by_name[name].choices if name in by_name else (
+                (space.base[name],) if name in space.base else ())
+            for v in values:
+                if v not in ok:
+                    raise space_error(space.source, name, v, f"{why} "
+                                      f"{', '.join(ok)} (topology.compute_device cpu)")
 
 
 def load_user_space(path: str | Path) -> SearchSpace:

@@ -22,7 +22,7 @@ from autoembed.user.report import Report
 from autoembed.user.run import ROLES, UserCode, run_user_trial
 from autoembed.user.ship import check_node
 
-__all__ = ["make_payload", "run_payload"]
+__all__ = ["make_payload", "run_payload", "checked_functions"]
 
 _CHECKED: set[tuple[str, str]] = set()  # (module, source hash) checked in this process
 
@@ -35,6 +35,16 @@ def make_payload(refs: Mapping[str, FunctionRef], params: Mapping[str, Any],
             "config": config.to_dict(), "metrics": list(metrics), "target": target}
 
 
+def checked_functions(payload: Mapping[str, Any], where: str) -> dict[str, FunctionRef]:
+    """The payload's recorded functions, their modules checked on this node once per
+    process (`ship.check_node`: this node imports the copy the driver recorded)."""
+    refs = {r: FunctionRef.from_dict(payload["functions"][r]) for r in ROLES}
+    fresh = [ref for ref in refs.values() if (ref.module, ref.source_hash) not in _CHECKED]
+    check_node(fresh, where)
+    _CHECKED.update((ref.module, ref.source_hash) for ref in fresh)
+    return refs
+
+
 def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool] | None = None,
                 where: str = "this node", code: UserCode | None = None,
                 **_: Any) -> dict[str, Any]:
@@ -42,10 +52,7 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     from autoembed.torchrec.public import apply
 
     if code is None:
-        refs = {r: FunctionRef.from_dict(payload["functions"][r]) for r in ROLES}
-        fresh = [ref for ref in refs.values() if (ref.module, ref.source_hash) not in _CHECKED]
-        check_node(fresh, where)
-        _CHECKED.update((ref.module, ref.source_hash) for ref in fresh)
+        refs = checked_functions(payload, where)
         code = UserCode.resolve(*(refs[r].spec for r in ROLES))
     threads = payload.get("threads")
     if threads:

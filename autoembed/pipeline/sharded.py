@@ -1,0 +1,235 @@
+"""A TorchRec model's part of the user workload (`pipeline.user.UserWorkload` over a space
+with `topology:`): a proposal priced per rank on TorchRec's plan, and its trial run as one
+process per rank.
+
+* `Sharded.of` reads the space's topology (each rank's device memory `hbm` defaults to the
+  search's per-device budget, the plan's `compute_device` to the search's device) and
+  refuses what the plan's device cannot train (`user.space.check_plan_device`), TorchRec
+  missing, and functions a rank process could not find by name.
+* `Sharded.price`: the proposal's TorchRec settings per table (`user.space.
+  table_settings_for`: the space's table rules by module path or glob), the model rewritten
+  and planned by TorchRec's planner, every rank priced (`torchrec.estimate_sharded`); what
+  the search judges is the largest rank (`ShardedEstimate.memory_estimate`: `per_gpu` holds
+  every rank, so a rank over the budget is named). No plan from TorchRec's planner: the
+  proposal fails with its line, the search goes on.
+* A trial (`run_local_trial`: `torchrec.runner.run_sharded`, N local processes;
+  `run_ray_trial`: `torchrec_trial.ray_sharded`, N Ray Train workers, the Tune trial
+  holding no CPU) runs the user's loop on every rank under DMP with the priced plan; rank
+  0's evaluations go through the executor's channel and its stop comes back to every
+  rank. The final report is rank 0's record (`user.run.user_result`) with each rank's
+  measured peak beside its estimate (`TrialResult.ranks`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from autoembed.errors import ConfigError
+from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, final_report
+
+if TYPE_CHECKING:
+    from autoembed.space import SearchSpace
+    from autoembed.user.functions import FunctionRef
+    from autoembed.user.run import UserCode
+
+__all__ = ["Sharded", "run_local_trial", "run_ray_trial", "sharded_result", "export_pick",
+           "TRIAL_KEY", "TOPOLOGY_KEY"]
+
+TRIAL_KEY = "torchrec"  # the payload's key holding the sharded trial's settings
+TOPOLOGY_KEY = "torchrec_topology"  # the study meta's key: the topology planned on
+# the interface gloo / NCCL bind to on a cluster: passed on to the Train workers when set here
+INTERFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class Sharded:
+    """How a TorchRec model's proposals are planned: `topology` (`RankTopology`'s fields
+    but the batch, which is the example's)."""
+
+    topology: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, space: SearchSpace, budget_bytes: int, device: str,
+           records: Mapping[str, FunctionRef]) -> Sharded | None:
+        """None for a space without `topology:`; ConfigError for one a search cannot run
+        here (see the module docstring)."""
+        if space.topology is None:
+            return None
+        from autoembed.torchrec.lib import require
+        from autoembed.user.functions import check_findable
+        from autoembed.user.space import check_plan_device
+
+        require()
+        topo = {"hbm": budget_bytes, "compute_device": device, **space.topology}
+        if topo["compute_device"] == "cuda" and device != "cuda":
+            raise ConfigError(f"search space '{space.source}': key 'topology.compute_device' "
+                              f"= 'cuda': the trials run on this machine's {device} (--device "
+                              f"{device}); plan for cpu, or search where GPUs are")
+        check_plan_device(space, str(topo["compute_device"]))
+        check_findable(records, "each rank's process", script=False)
+        return cls(topo)
+
+    def price(self, space: SearchSpace, code: UserCode, values: Mapping[str, Any],
+              probe: Any, example: Any,
+              launch_payload: Callable[[Mapping[str, Any], Any], dict[str, Any]]
+              ) -> Priced | Invalid:
+        """Price `values` (see the module docstring). `probe`: the model built on the meta
+        device; `launch_payload(params, config)`: the user workload's trial payload."""
+        from autoembed.torchrec.estimate import batch_of
+        from autoembed.torchrec.plan import NoPlanError
+        from autoembed.torchrec.settings import RankTopology
+        from autoembed.torchrec.sharded import estimate_sharded
+        from autoembed.user.run import built_module
+        from autoembed.user.space import params_for
+
+        items, config = _settings(space, values, probe)
+        topo = RankTopology(batch_size=batch_of(example), **self.topology)
+        params = params_for(space, values)
+        try:
+            est = estimate_sharded(lambda: built_module(code.build(params)), example, topo,
+                                   items, loss=code.loss, dense_optimizer=config.dense_optimizer,
+                                   lr=config.lr)
+        except NoPlanError as e:
+            return Invalid(str(e), config)
+        ranks = [r.to_dict() for r in est.ranks]
+        cpu = topo.compute_device == "cpu"
+        host = sum(HOST_BASE_BYTES + r.host_bytes + (r.allocated_peak if cpu else 0)
+                   for r in est.ranks)
+
+        def launch(number: int) -> Launch:
+            del number
+            payload = launch_payload(params, config)
+            payload[TRIAL_KEY] = {"tables": items, "topology": asdict(topo), "lr": config.lr,
+                                  "dense_optimizer": config.dense_optimizer,
+                                  "estimate": ranks}
+            return Launch(payload, host, space.early_stop)
+
+        return Priced(config, est.memory_estimate(), launch)
+
+    def ray_options(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        """The user workload's Ray options for sharded trials: the Tune trial holds no CPU
+        and no GPU (its Train workers have their own), the workers' environment carries
+        the measurement settings (`torchrec.runner.MEASURE_ENV`) and the network interface
+        gloo and NCCL bind to where this process sets one (`INTERFACE_ENV`), nodes need
+        TorchRec."""
+        import os
+
+        from autoembed.torchrec.runner import MEASURE_ENV
+
+        env = dict(base.get("runtime_env") or {})
+        ifnames = {k: os.environ[k] for k in INTERFACE_ENV if os.environ.get(k)}
+        env["env_vars"] = {**MEASURE_ENV, **ifnames, **dict(env.get("env_vars") or {})}
+        return {**base, "runtime_env": env, "packages": (*base.get("packages", ()),
+                                                         "torchrec"),
+                "trial_cpus": 0, "trial_gpus": 0}
+
+
+def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
+              ) -> tuple[list[dict[str, Any]], Any]:
+    """The proposal's TorchRec settings of each table of the built model `probe` that a
+    rule selects (`user.space.table_settings_for`), and the trial record's config."""
+    from autoembed.torchrec.model import tables as torchrec_tables
+    from autoembed.user.space import table_settings_for, torchrec_config
+
+    tables = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim}
+              for t in torchrec_tables(probe)]
+    settings = table_settings_for(space, values, [t["name"] for t in tables])
+    items = [{"name": t["name"], **s} for t, s in zip(tables, settings, strict=True) if s]
+    return items, torchrec_config(space, values, tables, settings)
+
+
+def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
+                topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
+                out: Any) -> Any:
+    """A TorchRec study's trial as TorchRec code (`torchrec.export_torchrec`, written to
+    `out`): the user's model built with the trial's params, its tables set as the trial set
+    them, planned on the study's `topology` (the batch: the example's)."""
+    from autoembed.torchrec.estimate import batch_of
+    from autoembed.torchrec.export import export_torchrec
+    from autoembed.torchrec.settings import RankTopology
+    from autoembed.user.functions import resolve_function
+    from autoembed.user.run import built_module
+    from autoembed.user.space import params_for
+
+    values = space.values_from_optuna(optuna_params)
+    params = params_for(space, values)
+    build = resolve_function(refs["model"].spec, "--model")
+    example = resolve_function(refs["example"].spec, "--example")
+    model = built_module(build(params))
+    items, config = _settings(space, values, model)
+    topo = RankTopology(batch_size=batch_of(example(params)), **topology)
+    return export_torchrec(model, items, topo, out, lr=config.lr)
+
+
+def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]
+                  ) -> dict[str, Any]:
+    """What every rank runs (`torchrec.runner.worker`'s payload): the user's functions by
+    name, the trial's params, tables, topology and per-rank estimates; no deadline."""
+    trial = payload[TRIAL_KEY]
+    return {"build": refs["model"].spec, "example": refs["example"].spec,
+            "train": refs["train"].spec, "params": dict(payload["params"]),
+            "tables": trial["tables"], "topology": trial["topology"], "lr": trial["lr"],
+            "dense_optimizer": trial["dense_optimizer"], "estimate": trial["estimate"],
+            "metrics": list(payload.get("metrics") or ()),
+            "threads": int(payload.get("threads") or 1), "timeout_s": None}
+
+
+def _run(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None, where: str,
+         checked: bool, ranks_of: Callable[..., list[Any]]) -> dict[str, Any]:
+    from autoembed.user.functions import FunctionRef
+    from autoembed.user.run import ROLES
+    from autoembed.user.trainer import checked_functions
+
+    refs = ({r: FunctionRef.from_dict(payload["functions"][r]) for r in ROLES} if checked
+            else checked_functions(payload, where))
+    t0 = time.perf_counter()
+    ranks = ranks_of(_rank_payload(payload, refs), channel)
+    return final_report(sharded_result(payload, ranks, time.perf_counter() - t0))
+
+
+def run_local_trial(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None = None,
+                    where: str = "this node", code: UserCode | None = None,
+                    **_: Any) -> dict[str, Any]:
+    """One sharded trial as local processes (`run_sharded`); `code`: the searching
+    process's own functions (its modules need no check)."""
+    from autoembed.torchrec.runner import run_sharded
+
+    return _run(payload, channel, where, code is not None, run_sharded)
+
+
+def run_ray_trial(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None = None,
+                  where: str = "this node", **_: Any) -> dict[str, Any]:
+    """One sharded trial inside a Tune trial, on Ray Train workers (`ray_sharded`)."""
+    from autoembed.pipeline.torchrec_trial import ray_sharded
+
+    return _run(payload, channel, where, False, ray_sharded)
+
+
+def sharded_result(payload: Mapping[str, Any], ranks: list[Mapping[str, Any]],
+                   seconds: float) -> Any:
+    """The trial's `TrialResult`: rank 0's loop (status, curve, what `train` returned,
+    throughput; every rank stopped at the same step), each rank's measured peak beside its
+    estimate (`ranks`), and on CUDA the largest rank's measured allocator peaks."""
+    from autoembed.config import config_from_dict
+    from autoembed.trial import Evaluation, rank_entry
+    from autoembed.user.run import user_result
+
+    first = ranks[0]
+    cuda = payload[TRIAL_KEY]["topology"].get("compute_device") == "cuda"
+    extra: dict[str, Any] = {"ranks": tuple(
+        rank_entry(int(r["rank"]), r.get("estimate") or {}, r) for r in ranks)}
+    if cuda:
+        extra["measured_allocated_peak"] = max(int(r["max_memory_allocated"]) for r in ranks
+                                               if "max_memory_allocated" in r)
+        extra["measured_reserved_peak"] = max(int(r["max_memory_reserved"]) for r in ranks
+                                              if "max_memory_reserved" in r)
+    config = config_from_dict(payload["config"], f"trial {payload.get('number')} config")
+    return user_result(
+        config, str(first.get("status", "complete")), first.get("message") or None,
+        dict(first.get("values") or {}), tuple(Evaluation(**e) for e in first.get("curve") or ()),
+        throughput=first.get("throughput"), target=payload.get("target"), estimate=None,
+        train_seconds=seconds, wall_seconds=seconds, eval_seconds=0.0,
+        device="cuda" if cuda else "cpu", **extra)
