@@ -393,7 +393,7 @@ def run_trial(
                                          s.eval_batches, task)
                 eval_seconds += s.clock() - t_eval
                 q = m[primary(task)]
-                ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
+                ev = Evaluation(steps, samples, q, m, s.clock() - t_start, train_seconds)
                 if s.fit_to_data and _new_best(curve, q):
                     best_weights, best_scores = _snapshot(trainer.model), last_scores
                 curve.append(ev)
@@ -409,7 +409,8 @@ def run_trial(
             # stopped by time or epochs between evaluations: evaluate the last weights
             m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
                                      s.eval_batches, task)
-            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start)
+            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start,
+                               train_seconds)
             if s.fit_to_data:
                 if _new_best(curve, final.quality):
                     best_weights, best_scores = None, last_scores
