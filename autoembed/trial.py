@@ -127,6 +127,8 @@ class TrialResult:
     error: str | None = None
     train_seconds: float = 0.0
     wall_seconds: float = 0.0
+    # CPU seconds of the process in the optimizer steps (its torch threads too); 0: unknown
+    train_cpu_seconds: float = 0.0
     env: dict[str, Any] = field(default_factory=dict)
     # wall time fetching training batches, and evaluating (validation, test, latency)
     data_seconds: float = 0.0
