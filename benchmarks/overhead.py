@@ -22,9 +22,10 @@ called through the Python API. Nothing in the library is changed to measure it:
   reporting. Trials stopped early by the scheduler have no final result: their optimizer
   and wall seconds are their last evaluation's (the row's `train_seconds`, `wall_seconds`);
 * CPU seconds, which load on a shared machine inflates far less than wall seconds: the
-  whole search's (this process and every child it reaped: Ray's processes and its trial
-  workers, `getrusage`), the trials' (`cpu_seconds` of each row) and their optimizer
-  steps' (`train_cpu_seconds`; a trial stopped early: its steps' wall seconds).
+  driver process's (`getrusage`: imports, Ray's driver side, Tune, Optuna, MLflow,
+  outputs), the trials' (`cpu_seconds` of each row) and their optimizer steps'
+  (`train_cpu_seconds`; a trial stopped early: its steps' wall seconds). Ray's own daemons
+  (GCS, raylet) are not counted.
 
     python benchmarks/overhead.py [--trials 20] [--quick]
 
@@ -177,12 +178,11 @@ def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process and of every child process it has reaped."""
+    """CPU seconds of this process (all its threads)."""
     import resource
 
     own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime
 
 
 def by_call(timer: StageTimer) -> list[list[str]]:
@@ -291,6 +291,21 @@ def loadavg() -> str:
         return "n/a"
 
 
+IDLE_LOAD = 0.5  # the 1-min load average below which this machine counts as idle
+
+
+def idle_text(*loads: str) -> str:
+    """How far from idle the run was, by its 1-min load averages."""
+    try:
+        worst = max(float(x.split()[0]) for x in loads)
+    except (ValueError, IndexError):
+        return ""
+    if worst < IDLE_LOAD:
+        return f" (idle: below {IDLE_LOAD})"
+    return (f" (not idle: up to {worst:.1f} against {IDLE_LOAD} for idle, {worst / 2:.1f} "
+            "runnable processes per core)")
+
+
 def commit() -> str:
     import subprocess
 
@@ -382,17 +397,18 @@ def main() -> None:
     counts = {s: result.count(s) for s in ("complete", "pruned", "infeasible", "failed")}
     trial_cpu = sum(d["cpu"] for d in trows)
     steps_cpu = sum(d.get("train_cpu", 0.0) for d in trows)
+    all_cpu = cpu_total + trial_cpu
     cpu_text = (
-        f"CPU seconds (less inflated by the load than wall seconds): the whole search "
-        f"{cpu_total:.1f} s (this process and the Ray processes and trial workers it "
-        f"reaped), of which the trials {trial_cpu:.1f} s and their optimizer steps "
-        f"{steps_cpu:.1f} s: **{100 * (1 - steps_cpu / cpu_total):.0f}% of the CPU "
-        f"outside the optimizer steps**; the trials' own CPU outside their steps "
-        f"{100 * (1 - steps_cpu / trial_cpu):.0f}%." if cpu_total > 0 and trial_cpu > 0
-        else "CPU seconds: not measured.")
+        f"CPU seconds (less inflated by the load than wall seconds): the driver process "
+        f"{cpu_total:.1f} s, the trials {trial_cpu:.1f} s, of which their optimizer steps "
+        f"{steps_cpu:.1f} s: **{100 * (1 - steps_cpu / all_cpu):.0f}% of the CPU (driver "
+        f"and trials) outside the optimizer steps**; the trials' own CPU outside their "
+        f"steps {100 * (1 - steps_cpu / trial_cpu):.0f}%; Ray's daemons not counted."
+        if trial_cpu > 0 else "CPU seconds: not measured.")
     body = "\n\n".join([
         f"Commit {commit()}; load average (1, 5, 15 min) {load0} at the start, {load1} at "
-        "the end: other work on this machine inflates the seconds, read the shares.",
+        f"the end{idle_text(load0, load1)}: other work on this machine inflates the "
+        "seconds, read the shares (and the CPU seconds, which load inflates less).",
         f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, TPE seed 0, "
         f"{len(trows)} trials launched, early stopping on, MLflow on an embedded SQLite "
         f"store), through the Python API. Counts: {counts}. "

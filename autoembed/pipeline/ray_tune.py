@@ -34,6 +34,12 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # ray.init 4-6 s shorter, the first actor 1-3 s longer, the two together 2.5-3 s shorter.
 # Joining a cluster starts no raylet here: its nodes keep their own setting.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# Tune's own records of a search that autoembed never reads (the study and trials.csv are the
+# record; Tuner.restore is not used): no CSV/JSON/TensorBoard result file per trial, and the
+# experiment state written once at the end rather than every few seconds. Its error files
+# (error.txt per failed trial) are kept.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(10**9))
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
