@@ -139,3 +139,38 @@ def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> No
         "train_seconds": 2 * STEP, "wall_seconds": BUILD + 2 * (STEP + EVAL),
         "cpu_seconds": CPU_BUILD + 2 * CPU_SEGMENT, "ask_seconds": ASK,
         "pricing_seconds": PRICE, "overhead_seconds": ASK + PRICE + BUILD + 2 * EVAL})
+
+
+def test_the_ray_trainable_stamps_every_report(monkeypatch: Any) -> None:
+    """On Ray, each `tune.report` carries the trial's seconds so far (a trial Tune stops
+    costs its last one) and the final report its totals; Tune itself is not started."""
+    import ray.tune
+
+    from autoembed.pipeline import trainable
+
+    wall, cpu = Clock(), Clock()
+    reports: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray.tune, "report", lambda r: reports.append(dict(r)))
+    monkeypatch.setattr(trainable, "node_info", lambda res: {"ray_node_ip": "10.0.0.1",
+                                                             "ray_node_id": "n1"})
+    monkeypatch.setattr("autoembed.pipeline.workload.CostClock",
+                        lambda: CostClock(wall, cpu))
+
+    def run(payload: Mapping[str, Any], channel: Any, **kw: Any) -> dict[str, Any]:
+        wall.t += BUILD
+        cpu.t += CPU_BUILD
+        for k in (1, 2):
+            wall.t += STEP + EVAL
+            cpu.t += CPU_SEGMENT
+            channel(Evaluation(20 * k, 160 * k, 0.5, {}, k * (STEP + EVAL), k * STEP))
+        return {"status": "complete", "result": {"done": True}}
+
+    trainable.train_trial({trainable.PAYLOAD: json.dumps({"number": 0})}, run)
+    *evaluations, final = reports
+    assert [(e["step"], e["train_s"], e["wall_s"], e["cpu_s"]) for e in evaluations] == [
+        (20 * k, pytest.approx(k * STEP), pytest.approx(BUILD + k * (STEP + EVAL)),
+         pytest.approx(CPU_BUILD + k * CPU_SEGMENT)) for k in (1, 2)]
+    assert all(e["ray_node_ip"] == "10.0.0.1" for e in evaluations)
+    cost = json.loads(final[trainable.FINAL])["cost"]
+    assert cost == pytest.approx({"wall_s": BUILD + 2 * (STEP + EVAL),
+                                  "cpu_s": CPU_BUILD + 2 * CPU_SEGMENT})
