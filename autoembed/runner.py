@@ -63,6 +63,9 @@ class RunSettings:
     # its best validation evaluation, whose weights the test and serving figures are of.
     fit_to_data: bool = False
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
+    # the process's CPU seconds (train_cpu_seconds: the optimizer steps' share)
+    cpu_clock: Callable[[], float] = field(default=time.process_time, compare=False,
+                                           repr=False)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -312,7 +315,7 @@ def run_trial(
     steps = samples = 0
     timed_steps = 0
     timed_seconds = 0.0
-    train_seconds = 0.0
+    train_seconds = train_cpu = 0.0
     data_seconds = eval_seconds = 0.0
     best_weights: dict[str, Any] | None = None  # fit_to_data: the best evaluation's
     # the validation predictions of the last and of the best evaluation
@@ -336,6 +339,7 @@ def run_trial(
             samples_to_target=samples_to_target,
             target=target,
             train_seconds=train_seconds,
+            train_cpu_seconds=train_cpu,
             wall_seconds=s.clock() - wall0,
             data_seconds=data_seconds,
             eval_seconds=eval_seconds,
@@ -373,9 +377,10 @@ def run_trial(
             data_seconds += s.clock() - t_data
             if len(micro) < cfg.grad_accum_steps:
                 break  # the epochs are done
-            t0 = s.clock()
+            t0, c0 = s.clock(), s.cpu_clock()
             loss = trainer.step(micro)
             dt = s.clock() - t0
+            train_cpu += s.cpu_clock() - c0
             steps += 1
             samples += cfg.batch_size * cfg.grad_accum_steps
             train_seconds += dt
@@ -393,7 +398,7 @@ def run_trial(
                                          s.eval_batches, task)
                 eval_seconds += s.clock() - t_eval
                 q = m[primary(task)]
-                ev = Evaluation(steps, samples, q, m, s.clock() - t_start)
+                ev = Evaluation(steps, samples, q, m, s.clock() - t_start, train_seconds)
                 if s.fit_to_data and _new_best(curve, q):
                     best_weights, best_scores = _snapshot(trainer.model), last_scores
                 curve.append(ev)
@@ -409,7 +414,8 @@ def run_trial(
             # stopped by time or epochs between evaluations: evaluate the last weights
             m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
                                      s.eval_batches, task)
-            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start)
+            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start,
+                               train_seconds)
             if s.fit_to_data:
                 if _new_best(curve, final.quality):
                     best_weights, best_scores = None, last_scores

@@ -29,6 +29,7 @@ __all__ = [
     "STATUSES",
     "TRAINED_STATUSES",
     "METRIC_COLUMNS",
+    "COST_COLUMNS",
     "Evaluation",
     "TrialResult",
     "TrialRow",
@@ -57,11 +58,22 @@ TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "fai
 # A row's metrics as trials.csv columns (`quality`: the objective; `test_quality`: reported)
 # (`latency`: ms at batch 1, `latency_serving`: ms a request of runner.SERVING_BATCH;
 # `target`: the quality `steps_to_target` and `samples_to_target` count to; `best_step`: the
-# step `quality` is of)
+# step `quality` is of; the `*_seconds`: what the trial cost, `COST_COLUMNS`)
 METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency",
                   "latency_serving", "steps_to_target", "samples_to_target", "target",
                   "measured_allocated_peak", "steps", "best_step", "train_seconds",
-                  "wall_seconds", "cache_hit_rate", "cache_time_share", "cache_bytes_per_step")
+                  "wall_seconds", "cpu_seconds", "ask_seconds", "pricing_seconds",
+                  "overhead_seconds", "cache_hit_rate", "cache_time_share",
+                  "cache_bytes_per_step")
+# What a trial cost the search, on every row (a trial stopped early or crashed: up to its
+# last evaluation; a proposal never trained: its ask and pricing only):
+# train_seconds: its optimizer steps (a user's loop: the loop's time);
+# wall_seconds / cpu_seconds: wall and CPU seconds of its process while it ran;
+# ask_seconds: the sampler's decision; pricing_seconds: pricing and judging the proposal;
+# overhead_seconds: the driver's seconds from the ask to the trial's end reaching it, less
+# train_seconds (start, data, build, evaluation, test, latency, Ray, Optuna, MLflow).
+COST_COLUMNS = ("train_seconds", "wall_seconds", "cpu_seconds", "ask_seconds",
+                "pricing_seconds", "overhead_seconds")
 
 
 def objective_quality(valid: float | None, test: float | None) -> float | None:
@@ -71,13 +83,16 @@ def objective_quality(valid: float | None, test: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One validation evaluation during training (what a scheduler sees)."""
+    """One validation evaluation during training (what a scheduler sees). `elapsed_s`:
+    seconds since the training loop started; `train_s`: of them, in optimizer steps so far
+    (None: not known apart, a user's loop)."""
 
     step: int
     samples: int
     quality: float
     metrics: dict[str, float]
     elapsed_s: float
+    train_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,8 @@ class TrialResult:
     error: str | None = None
     train_seconds: float = 0.0
     wall_seconds: float = 0.0
+    # CPU seconds of the process in the optimizer steps (its torch threads too); 0: unknown
+    train_cpu_seconds: float = 0.0
     env: dict[str, Any] = field(default_factory=dict)
     # wall time fetching training batches, and evaluating (validation, test, latency)
     data_seconds: float = 0.0

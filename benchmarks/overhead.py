@@ -19,9 +19,13 @@ called through the Python API. Nothing in the library is changed to measure it:
   "Ray" time includes starting its worker process;
 * per trial, "Ray" is the time between the driver handing Tune the proposal and Tune
   handing back the result, less the trial's own `wall_seconds`: scheduling, the worker,
-  reporting. Trials stopped early by the scheduler return no timings: their in-flight
-  time is reported whole, split by their last evaluation's `elapsed_s` (loop time, steps
-  and validation together) where one was seen.
+  reporting. Trials stopped early by the scheduler have no final result: their optimizer
+  and wall seconds are their last evaluation's (the row's `train_seconds`, `wall_seconds`);
+* CPU seconds, which load on a shared machine inflates far less than wall seconds: the
+  driver process's (`getrusage`: imports, Ray's driver side, Tune, Optuna, MLflow,
+  outputs), the trials' (`cpu_seconds` of each row) and their optimizer steps'
+  (`train_cpu_seconds`; a trial stopped early: its steps' wall seconds). Ray's own daemons
+  (GCS, raylet) are not counted.
 
     python benchmarks/overhead.py [--trials 20] [--quick]
 
@@ -140,7 +144,6 @@ def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:
     proposed: dict[int, float] = {}
     driver_s: dict[int, float] = defaultdict(float)
     finished: dict[int, float] = {}
-    last_eval: dict[int, float] = {}
     for stage, label, t0, t1, args, out in sorted(timer.calls, key=lambda c: c[2]):
         if stage != "optuna":
             continue
@@ -151,8 +154,6 @@ def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:
             number = int(args[1])
             finished[number] = t0
             driver_s[number] += t1 - t0
-        elif label == "observe":
-            last_eval[int(args[1])] = float(args[2].get("elapsed_s", 0.0))
     out_rows = []
     for r in rows:
         if r.number not in proposed:
@@ -160,22 +161,45 @@ def per_trial(timer: StageTimer, rows: Any) -> list[dict[str, Any]]:
         span = finished.get(r.number, proposed[r.number]) - proposed[r.number]
         res = r.result
         d: dict[str, Any] = {"trial": r.number, "status": r.status, "span": span,
-                             "driver": driver_s[r.number]}
+                             "driver": driver_s[r.number],
+                             "cpu": float(r.metrics.get("cpu_seconds") or 0.0)}
         if res is not None:
             d.update(steps=res.steps, train=res.train_seconds, data=res.data_seconds,
-                     eval=res.eval_seconds,
+                     eval=res.eval_seconds, train_cpu=res.train_cpu_seconds,
                      setup=res.wall_seconds - res.train_seconds - res.data_seconds
                      - res.eval_seconds, wall=res.wall_seconds,
                      ray=span - res.wall_seconds)
-        else:
-            d.update(steps=int(r.metrics.get("steps") or 0), loop=last_eval.get(r.number))
+        else:  # stopped early: its steps' seconds up to its last evaluation
+            d.update(steps=int(r.metrics.get("steps") or 0),
+                     loop=float(r.metrics.get("train_seconds") or 0.0),
+                     train_cpu=float(r.metrics.get("train_seconds") or 0.0))
         out_rows.append(d)
     return out_rows
 
 
-def run(trials: int | None, runs: Path) -> tuple[float, StageTimer, Any]:
+def cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def by_call(timer: StageTimer) -> list[list[str]]:
+    """Calls of the driver's stages, by function: count and inclusive seconds."""
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for stage, label, t0, t1, _, _ in timer.calls:
+        seconds[stage, label] += t1 - t0
+        count[stage, label] += 1
+    return [[stage, label, str(count[stage, label]), f"{v:.2f}"]
+            for (stage, label), v in sorted(seconds.items(), key=lambda kv: -kv[1])]
+
+
+def run(trials: int | None, runs: Path) -> tuple[float, float, StageTimer, Any]:
+    """(wall seconds, CPU seconds, the driver's stage timer, the SearchResult)."""
     timer = StageTimer()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     # the search imports these on its first call; timed here as part of its cost
     import autoembed.pipeline.ray_tune  # noqa: F401
     import autoembed.tracking  # noqa: F401
@@ -189,7 +213,7 @@ def run(trials: int | None, runs: Path) -> tuple[float, StageTimer, Any]:
     tracker = TimedTracker(make_tracker(None, runs), timer)
     result = search(budget=BUDGET, runs_dir=runs, study="overhead", trials=trials,
                     tracker=tracker)
-    return time.perf_counter() - t0, timer, result
+    return time.perf_counter() - t0, cpu_seconds() - c0, timer, result
 
 
 def fmt(v: float | None, nd: int = 2) -> str:
@@ -267,6 +291,21 @@ def loadavg() -> str:
         return "n/a"
 
 
+IDLE_LOAD = 0.5  # the 1-min load average below which this machine counts as idle
+
+
+def idle_text(*loads: str) -> str:
+    """How far from idle the run was, by its 1-min load averages."""
+    try:
+        worst = max(float(x.split()[0]) for x in loads)
+    except (ValueError, IndexError):
+        return ""
+    if worst < IDLE_LOAD:
+        return f" (idle: below {IDLE_LOAD})"
+    return (f" (not idle: up to {worst:.1f} against {IDLE_LOAD} for idle, {worst / 2:.1f} "
+            "runnable processes per core)")
+
+
 def commit() -> str:
     import subprocess
 
@@ -289,7 +328,7 @@ def main() -> None:
     before = parse_results(previous.read_text()) if previous.is_file() else {}
     load0 = loadavg()
     with tempfile.TemporaryDirectory(prefix="autoembed-overhead-") as tmp:
-        total, timer, result = run(trials, Path(tmp))
+        total, cpu_total, timer, result = run(trials, Path(tmp))
     load1 = loadavg()
     trows = per_trial(timer, result.rows)
     # time inside the trainables' training steps (the only time that is not overhead)
@@ -308,7 +347,7 @@ def main() -> None:
         ("fetching training batches (complete trials)", data),
         ("evaluation: validation, test, latency (complete trials)", evals),
         ("model build and data loading in the trial", setup),
-        ("trials stopped early: loop up to the last evaluation", pruned_loop),
+        ("trials stopped early: steps up to the last evaluation", pruned_loop),
         ("trials stopped early: the rest of their time in flight", pruned_span - pruned_loop),
         ("Ray Tune per trial: scheduling, worker, reporting", ray_gap),
         ("Ray Tune otherwise (start of fit, between trials)", tune_rest),
@@ -337,7 +376,7 @@ def main() -> None:
     now[WHOLE] = 100 * outside_steps / total
     now[STARTUP] = startup
     header = ["trial", "status", "steps", "in flight s", "steps s", "batches s", "eval s",
-              "build/load s", "Ray s", "driver s", "outside loop / steps"]
+              "build/load s", "Ray s", "driver s", "CPU s", "outside loop / steps"]
     rows = []
     for d in trows:
         busy = d["span"] + d["driver"]
@@ -345,10 +384,10 @@ def main() -> None:
         loop_share = (1 - (d["train"] + d["data"]) / busy) if share is not None else None
         rows.append([d["trial"], d["status"], d["steps"], fmt(d["span"]), fmt(d.get("train")),
                      fmt(d.get("data")), fmt(d.get("eval")), fmt(d.get("setup")),
-                     fmt(d.get("ray")), fmt(d["driver"], 3),
+                     fmt(d.get("ray")), fmt(d["driver"], 3), fmt(d["cpu"]),
                      f"{100 * loop_share:.0f}% / {100 * share:.0f}%"
                      if share is not None and loop_share is not None else
-                     f"loop {fmt(d.get('loop'))} s of {fmt(d['span'])}"])
+                     f"steps {fmt(d.get('loop'))} s of {fmt(d['span'])}"])
     done = [d for d in trows if "train" in d and d["train"] > 0]
 
     def per_step(key: str) -> str:
@@ -356,15 +395,26 @@ def main() -> None:
         return "n/a" if m is None else f"{m:.2f}"
 
     counts = {s: result.count(s) for s in ("complete", "pruned", "infeasible", "failed")}
+    trial_cpu = sum(d["cpu"] for d in trows)
+    steps_cpu = sum(d.get("train_cpu", 0.0) for d in trows)
+    all_cpu = cpu_total + trial_cpu
+    cpu_text = (
+        f"CPU seconds (less inflated by the load than wall seconds): the driver process "
+        f"{cpu_total:.1f} s, the trials {trial_cpu:.1f} s, of which their optimizer steps "
+        f"{steps_cpu:.1f} s: **{100 * (1 - steps_cpu / all_cpu):.0f}% of the CPU (driver "
+        f"and trials) outside the optimizer steps**; the trials' own CPU outside their "
+        f"steps {100 * (1 - steps_cpu / trial_cpu):.0f}%; Ray's daemons not counted."
+        if trial_cpu > 0 else "CPU seconds: not measured.")
     body = "\n\n".join([
         f"Commit {commit()}; load average (1, 5, 15 min) {load0} at the start, {load1} at "
-        "the end: other work on this machine inflates the seconds, read the shares.",
+        f"the end{idle_text(load0, load1)}: other work on this machine inflates the "
+        "seconds, read the shares (and the CPU seconds, which load inflates less).",
         f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, TPE seed 0, "
         f"{len(trows)} trials launched, early stopping on, MLflow on an embedded SQLite "
         f"store), through the Python API. Counts: {counts}. "
         f"Wall time {total:.1f} s, of which {inside:.1f} s "
         f"({100 * inside / total:.0f}%) inside the trainables' training loops (optimizer "
-        f"steps and fetching their batches; for trials stopped early, their loop up to the "
+        f"steps and fetching their batches; for trials stopped early, their steps up to the "
         f"last evaluation) and **{outside:.1f} s ({100 * outside / total:.0f}%) outside**. "
         f"Counting only the optimizer steps as useful work, "
         f"{100 * outside_steps / total:.0f}% is outside.",
@@ -373,6 +423,7 @@ def main() -> None:
         f"{startup:.1f} s. Per completed trial (median of the ratio to its optimizer steps' "
         f"seconds): fetching batches {per_step('data')}, evaluation {per_step('eval')}, "
         f"build/load {per_step('setup')}, Ray {per_step('ray')}, driver {per_step('driver')}.",
+        cpu_text,
         summary,
         "How it moved against the previous results file (shares of the wall time, "
         "percentage points; start-up in seconds):" if before else
@@ -386,6 +437,9 @@ def main() -> None:
         "'outside loop / steps': 1 - (steps + batches) / (in flight + driver), and "
         "1 - steps / (in flight + driver).",
         markdown_table(header, rows),
+        "The driver's stages by function (inclusive seconds: a call's time includes the "
+        "wrapped calls it makes):",
+        markdown_table(["stage", "function", "calls", "seconds"], by_call(timer)),
         "Exclusive times: a stage's share excludes the stages it calls (Optuna's "
         "excludes pricing and MLflow). The machine is a shared 2-core CPU, so absolute "
         "seconds vary by ±20% between runs; the shares are the figure to read.",

@@ -229,11 +229,12 @@ def test_time_split_into_steps_data_and_evaluation() -> None:
     r = run_trial(
         cfg(), data,
         RunSettings(max_steps=10, eval_every=5, eval_batches=2, test_batches=3, clock=clock,
-                    measure_latency=False),
+                    cpu_clock=clock, measure_latency=False),
         trainer=tr,
     )
     assert r.status == "complete"
     assert r.train_seconds == pytest.approx(10 * 0.5)  # 10 steps of 0.5 s
+    assert r.train_cpu_seconds == pytest.approx(10 * 0.5)  # the steps' only: not fetching
     assert r.data_seconds == pytest.approx(10 * 2.0)  # 10 training batches of 2 s
     # two validation evaluations of 2 batches and one test pass of 3, 1 s per prediction
     assert r.eval_seconds == pytest.approx(2 * 2 + 3)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from autoembed.pipeline.executor import InProcessExecutor, StopTrial, TrialChannel
+from autoembed.pipeline.workload import CostClock
 from autoembed.trial import Evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +44,14 @@ class FakePlan:
     device, threads = "cpu", 1
 
 
+ZERO = {"wall_s": 0.0, "cpu_s": 0.0}
+
+
+def ZeroClock() -> CostClock:  # noqa: N802 - stands for the class
+    """A trial clock that never moves (these trials cost nothing)."""
+    return CostClock(lambda: 0.0, lambda: 0.0)
+
+
 def test_stop_reaches_the_running_loop_as_stop_trial() -> None:
     seen: dict[int, list[int]] = {}
 
@@ -54,11 +63,12 @@ def test_stop_reaches_the_running_loop_as_stop_trial() -> None:
         return {"status": "complete", "result": {"done": n}}
 
     engine = FakeEngine()
-    InProcessExecutor(user_loop).run(engine, FakePlan())  # type: ignore[arg-type]
+    InProcessExecutor(user_loop, cost_clock=ZeroClock).run(engine, FakePlan())  # type: ignore[arg-type]
     assert seen == {0: [10, 20], 1: [10, 20, 30, 40]}  # trial 0 never ran step 30
     assert engine.observed == [(0, 10), (0, 20), (1, 10), (1, 20), (1, 30), (1, 40)]
     # a stopped trial ends with no final report, as on Ray Tune; the other with its own
-    assert engine.finished == {0: None, 1: {"status": "complete", "result": {"done": 1}}}
+    assert engine.finished == {0: None, 1: {"status": "complete", "result": {"done": 1},
+                                            "cost": ZERO}}
 
 
 def test_a_loop_that_swallows_the_stop_is_still_stopped_and_errors_fail() -> None:
@@ -72,10 +82,10 @@ def test_a_loop_that_swallows_the_stop_is_still_stopped_and_errors_fail() -> Non
         return {"status": "complete", "result": {}}
 
     engine = FakeEngine()
-    InProcessExecutor(stubborn).run(engine, FakePlan())  # type: ignore[arg-type]
+    InProcessExecutor(stubborn, cost_clock=ZeroClock).run(engine, FakePlan())  # type: ignore[arg-type]
     assert engine.finished[0] is None
     assert engine.finished[1] == {"status": "failed", "result": None,
-                                  "error": "ValueError: bad batch"}
+                                  "error": "ValueError: bad batch", "cost": ZERO}
 
 
 def test_a_whole_search_in_process(tmp_path: Path) -> None:

@@ -116,6 +116,23 @@ class _Live:
     evaluations: list[Mapping[str, Any]] = field(default_factory=list)
     concurrency: int = 1
     stopped: bool = False
+    cost: _Asked | None = None
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """When a proposal was asked (the engine's clock), and the seconds of its ask (the
+    sampler's decision) and of its pricing (price and judge)."""
+
+    at: float
+    ask_s: float
+    pricing_s: float
+
+    def metrics(self, now: float, train_s: float | None = None) -> dict[str, float]:
+        """Its cost columns known to the driver (`trial.COST_COLUMNS`): overhead is the
+        seconds from the ask to `now` less `train_s`."""
+        return {"ask_seconds": self.ask_s, "pricing_seconds": self.pricing_s,
+                "overhead_seconds": now - self.at - (train_s or 0.0)}
 
 
 class SearchEngine:
@@ -311,20 +328,25 @@ class SearchEngine:
             self.rejected_in_a_row += 1
 
     def _ask_one(self) -> Proposal | None:
+        t0 = self.clock()
         trial = self.study.ask()
+        t1 = self.clock()
         retry_of = trial.user_attrs.get("retry_of")
         priced = self._price(trial)
         if isinstance(priced, Invalid):
-            self._reject_invalid(trial, priced, retry_of)
+            asked = _Asked(t0, t1 - t0, self.clock() - t1)
+            self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()))
             return None
         config = priced.config
         params = dict(trial.params)
         self._seen.add(self._key(params))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
+        asked = _Asked(t0, t1 - t0, self.clock() - t1)
         if not verdict.fits:
             row = TrialRow(trial.number, "infeasible", config, est, params,
-                           metrics={"device_total": float(priced.estimate.device_total)},
+                           metrics={"device_total": float(priced.estimate.device_total),
+                                    **asked.metrics(self.clock())},
                            reason=verdict.reason, overshoot=verdict.overshoot,
                            retry_of=retry_of)
             self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
@@ -336,7 +358,7 @@ class SearchEngine:
         row = TrialRow(trial.number, "running", config, est, params,
                        overshoot=verdict.overshoot, retry_of=retry_of)
         self._record(row, trial)
-        self.live[trial.number] = _Live(proposal, trial)
+        self.live[trial.number] = _Live(proposal, trial, cost=asked)
         for live in self.live.values():
             live.concurrency = max(live.concurrency, len(self.live))
         self.trainables_started += 1
@@ -359,9 +381,11 @@ class SearchEngine:
                 raise
             return Invalid(str(e), first)
 
-    def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None) -> None:
+    def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
+                        cost: Mapping[str, float]) -> None:
         row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
-                       dict(trial.params), reason=invalid.reason, retry_of=retry_of)
+                       dict(trial.params), metrics=dict(cost), reason=invalid.reason,
+                       retry_of=retry_of)
         values = optuna_values({}, self.objectives, self.budget.bytes, True)
         self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)
@@ -417,23 +441,25 @@ class SearchEngine:
         p = live.proposal
         old = self.rows[p.number].with_(ray_trial_id=live.ray_trial_id,
                                         concurrency=live.concurrency, node=_node(final, live))
+        cost = self._cost(live, final)
         if final is None or final.get("result") is None:
             if live.stopped and final is None:
                 last = live.evaluations[-1] if live.evaluations else {}
                 return old.with_(status="pruned", metrics={
                     "quality": last.get("quality"), "memory": self._memory(p.estimate.to_dict()),
-                    "steps": float(last.get("step", 0))}, reason=(
+                    "steps": float(last.get("step", 0)), **cost}, reason=(
                     f"stopped at step {last.get('step')}: a front member is at least as good "
                     "on every objective as this trial could still reach")), _Outcome("pruned")
             why = error or (final or {}).get("error") or "the trial ended without a result"
-            return old.with_(status="failed", reason=str(why)), _Outcome("fail")
+            return (old.with_(status="failed", metrics=cost, reason=str(why)),
+                    _Outcome("fail"))
         result = decode_result(final["result"])
         scores = ValidScores.decode(final.get("valid_scores"))
         if scores is not None and result.status == "complete":
             self.valid_scores[p.number] = scores
-        metrics = objective_metrics(result, p.estimate.to_dict(),
-                                    use_measured=self.workload.use_measured,
-                                    memory_basis=self.memory_basis)
+        metrics = {**objective_metrics(result, p.estimate.to_dict(),
+                                       use_measured=self.workload.use_measured,
+                                       memory_basis=self.memory_basis), **cost}
         row = old.with_(status=result.status, metrics=metrics, reason=result.error,
                         result=result)
         if result.status == "complete":
@@ -456,6 +482,21 @@ class SearchEngine:
         return (row.with_(status="pruned" if pruned else "failed"),
                 _Outcome("pruned" if pruned else "fail"))
 
+    def _cost(self, live: _Live, final: Mapping[str, Any] | None) -> dict[str, float | None]:
+        """What a launched trial cost (`trial.COST_COLUMNS`): its final report's seconds, or
+        (stopped early, crashed) its last evaluation's."""
+        last = live.evaluations[-1] if live.evaluations else {}
+        stamp = (final or {}).get("cost") or last
+        result = (final or {}).get("result") or {}
+        train = result.get("train_seconds", last.get("train_s"))
+        wall = result.get("wall_seconds", stamp.get("wall_s"))
+        out: dict[str, float | None] = {
+            "train_seconds": _seconds(train), "wall_seconds": _seconds(wall),
+            "cpu_seconds": _seconds(stamp.get("cpu_s"))}
+        if live.cost is not None:
+            out.update(live.cost.metrics(self.clock(), out["train_seconds"]))
+        return out
+
     def abandon(self, reason: str) -> list[int]:
         """The driver is stopping with trials still running (Ctrl-C, an error): forget them;
         the driver then calls `study.recover` (FAIL + one retry), as a resume does after a
@@ -468,6 +509,10 @@ class SearchEngine:
     # ------------------------------------------------------------------ finishing
     def feasible_rows(self) -> list[TrialRow]:
         return [r for r in self.rows.values() if r.status == "complete" and r.feasible]
+
+
+def _seconds(v: Any) -> float | None:
+    return None if v is None else float(v)
 
 
 NODE_KEYS = ("ray_node_id", "ray_node_ip", "ray_resources")

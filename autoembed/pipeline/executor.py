@@ -15,16 +15,17 @@ trial with `engine.finish()`. The channel is two-way:
   STOP, which Tune delivers by ending the trainable.
 
 A trial stopped by the engine ends with no final report (`finish(number, None)`), whichever
-executor ran it.
+executor ran it: what it cost is its last evaluation's stamp. Every report carries the
+trial's wall and CPU seconds so far (`workload.CostClock`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError
-from autoembed.pipeline.workload import evaluation_report, final_report
+from autoembed.pipeline.workload import CostClock, evaluation_report, final_report
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine
@@ -50,17 +51,19 @@ def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[st
 class TrialChannel:
     """The two-way channel between one running trial and the engine (in process)."""
 
-    def __init__(self, engine: SearchEngine, number: int) -> None:
+    def __init__(self, engine: SearchEngine, number: int,
+                 cost: CostClock | None = None) -> None:
         self.engine = engine
         self.number = number
         self.stopped = False
+        self.cost = cost or CostClock()  # started with the trial
 
     def __call__(self, evaluation: Evaluation | Mapping[str, Any]) -> bool:
         """Hand one evaluation to the engine; False once the trial must stop."""
         if self.stopped:
             return False
-        report = (dict(evaluation) if isinstance(evaluation, Mapping)
-                  else evaluation_report(evaluation))
+        report = {**(dict(evaluation) if isinstance(evaluation, Mapping)
+                     else evaluation_report(evaluation)), **self.cost.stamp()}
         self.stopped = bool(self.engine.observe(self.number, report))
         return not self.stopped
 
@@ -150,12 +153,15 @@ class RayTuneExecutor:
 class InProcessExecutor:
     """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
     trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
-    the default is the workload's own runner. Faults are not injected here."""
+    the default is the workload's own runner; `cost_clock` times each trial (its wall and
+    CPU seconds). Faults are not injected here."""
 
     kind = "local"
 
-    def __init__(self, trainer: TrialRunner | None = None) -> None:
+    def __init__(self, trainer: TrialRunner | None = None,
+                 cost_clock: Callable[[], CostClock] = CostClock) -> None:
         self.trainer = trainer
+        self.cost_clock = cost_clock
 
     def __enter__(self) -> InProcessExecutor:
         return self
@@ -172,7 +178,8 @@ class InProcessExecutor:
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         trainer = self.trainer or plan.workload.runner(local=True)
         while (p := engine.propose()) is not None:
-            channel = TrialChannel(engine, p.number)
+            channel = TrialChannel(engine, p.number, self.cost_clock())
+            final: Mapping[str, Any] | None
             try:
                 final = trainer(trial_payload(p, plan), channel)
             except StopTrial:
@@ -180,4 +187,6 @@ class InProcessExecutor:
             except Exception as e:  # noqa: BLE001 - the trial's failure, not the search's
                 final = {"status": "failed", "result": None,
                          "error": f"{type(e).__name__}: {e}"}
+            if final is not None:
+                final = {**final, "cost": channel.cost.stamp()}
             engine.finish(p.number, None if channel.stopped else final)

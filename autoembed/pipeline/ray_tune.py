@@ -34,6 +34,12 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # ray.init 4-6 s shorter, the first actor 1-3 s longer, the two together 2.5-3 s shorter.
 # Joining a cluster starts no raylet here: its nodes keep their own setting.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# Tune's own records of a search, which autoembed does not read (the study and trials.csv are
+# the record; Tuner.restore is not used): of its loggers only the JSON one (each trial's
+# params.json and result.json, `run_tune`), no CSV or TensorBoard files, and the experiment
+# state written once at the end rather than every few seconds. Error files stay.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(10**9))
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
@@ -382,6 +388,7 @@ def _alive_nodes() -> list[dict[str, Any]]:
 def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
     """Run trials until the engine says stop. Raises KeyboardInterrupt on Ctrl-C."""
     from ray.tune import PlacementGroupFactory
+    from ray.tune.logger import JsonLoggerCallback
 
     def resources(config: dict[str, Any]) -> PlacementGroupFactory:
         bundle: dict[str, float] = {"CPU": settings.cpus_per_trial,
@@ -410,6 +417,7 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
             name=settings.name,
             storage_path=str(settings.storage_path),
             verbose=0,
+            callbacks=[JsonLoggerCallback()],  # a trial's params.json: what Tune ran
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )

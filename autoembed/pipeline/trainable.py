@@ -35,18 +35,19 @@ def train_trial(tune_config: dict[str, Any], run: Callable[..., Mapping[str, Any
                 runner_kwargs: Mapping[str, Any] | None = None) -> None:
     """Tune function trainable: `run(payload, channel, where=..., **runner_kwargs)` on the
     payload (JSON) of the Tune config; every evaluation and the final report carry the node
-    the trial ran on."""
+    the trial ran on and its seconds so far (`CostClock`)."""
     from ray import tune
 
-    from autoembed.pipeline.workload import evaluation_report
+    from autoembed.pipeline.workload import CostClock, evaluation_report
 
+    cost = CostClock()
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
     try:
         node = node_info(dict(tune_config.get(RESOURCES) or {}))
 
         def channel(ev: Any) -> bool:
-            tune.report({**evaluation_report(ev), **node})
+            tune.report({**evaluation_report(ev), **cost.stamp(), **node})
             return True  # the scheduler stops the trial through Tune, not through us
 
         final = {**run(payload, channel, where=f"Ray node {node['ray_node_ip']}",
@@ -56,4 +57,4 @@ def train_trial(tune_config: dict[str, Any], run: Callable[..., Mapping[str, Any
                  "error": f"{type(e).__name__}: {e}" + (
                      f" (on Ray node {node['ray_node_ip']})" if node else ""),
                  "traceback": traceback.format_exc(limit=8), "node": node}
-    tune.report({FINAL: json.dumps(final, default=str)})
+    tune.report({FINAL: json.dumps({**final, "cost": cost.stamp()}, default=str)})

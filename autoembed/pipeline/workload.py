@@ -22,6 +22,7 @@ and `pipeline.user.UserWorkload` (the user's model, example and training loop).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from autoembed.trial import TrialResult, TrialRow
 
 __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
-           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report"]
+           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report",
+           "CostClock"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
 # Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
@@ -175,6 +177,24 @@ def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
 
 
 def evaluation_report(ev: Evaluation) -> dict[str, Any]:
-    """What a trial reports of one evaluation (what `engine.observe` reads)."""
+    """What a trial reports of one evaluation (what `engine.observe` reads); `train_s`: its
+    optimizer seconds so far (a user's loop: the loop's seconds), so that a trial stopped
+    after it costs what its last report says."""
     return {"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
-            "elapsed_s": ev.elapsed_s}
+            "elapsed_s": ev.elapsed_s,
+            "train_s": ev.elapsed_s if ev.train_s is None else ev.train_s}
+
+
+class CostClock:
+    """A trial's wall and CPU seconds in its process since the executor started it; every
+    report the executor sends carries `stamp()` (the final one under `cost`). CPU is the
+    process's (its torch threads too); in the driver's process, the driver's as well."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self.t0, self.c0 = clock(), cpu_clock()
+
+    def stamp(self) -> dict[str, float]:
+        """{"wall_s": ..., "cpu_s": ...} so far."""
+        return {"wall_s": self.clock() - self.t0, "cpu_s": self.cpu_clock() - self.c0}

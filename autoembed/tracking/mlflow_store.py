@@ -105,8 +105,7 @@ def open_client(store: TrackingStore) -> MlflowClient:
 
             guard = (store.db_path.parent / (store.db_path.name + ".init-lock")).open("a")
             fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
-        client = MlflowClient(tracking_uri=store.uri)
-        client.search_experiments(max_results=1)  # creates / migrates the schema now
+        client = _open_schema(store)
     except Exception as e:  # noqa: BLE001 - any store fault is one clear line
         raise TrackingError(
             f"MLflow store '{masked(store.uri)}' cannot be opened: {_one_line(e)}") from e
@@ -116,6 +115,76 @@ def open_client(store: TrackingStore) -> MlflowClient:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
     return client
+
+
+def _open_schema(store: TrackingStore) -> MlflowClient:
+    """A client whose store's schema exists. A new SQLite file starts as a copy of
+    `schema_template()` when there is one (MLflow's migrations of an empty database take
+    5-10 s here; the copy milliseconds); a new one made here becomes that template."""
+    db = store.db_path
+    new = db is not None and (not db.exists() or db.stat().st_size == 0)
+    template = schema_template()
+    copied = new and db is not None and _copy_template(template, db)
+    client = MlflowClient(tracking_uri=store.uri)
+    client.search_experiments(max_results=1)  # creates / migrates the schema now
+    if new and not copied and db is not None:
+        _save_template(db, template)
+    return client
+
+
+def schema_template() -> Path:
+    """An empty SQLite store of this MLflow and SQLAlchemy (its schema, no experiment), in
+    the user's cache (XDG_CACHE_HOME, else ~/.cache)."""
+    import mlflow
+    import sqlalchemy
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return (cache / "autoembed" /
+            f"mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}-schema.db")
+
+
+def _copy_template(template: Path, db: Path) -> bool:
+    """Start `db` as a copy of `template`; False when there is none, or it is no MLflow
+    store (then it is dropped, and made again from the new store)."""
+    import shutil
+    import sqlite3
+
+    if not template.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"{template.as_uri()}?mode=ro", uri=True)) as c:
+            c.execute("SELECT version_num FROM alembic_version").fetchall()
+    except sqlite3.Error as e:
+        log.warning("MLflow schema template %s did not open (%s); making the schema anew",
+                    template, e)
+        template.unlink(missing_ok=True)
+        return False
+    try:
+        shutil.copyfile(template, db)
+    except OSError:
+        db.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _save_template(db: Path, template: Path) -> None:
+    """Keep a copy of the new store `db` without its experiments (MLflow makes its Default
+    experiment again where it opens the copy) as `template`; nothing when the cache is not
+    writable."""
+    import sqlite3
+
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        tmp = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+        with contextlib.closing(sqlite3.connect(db)) as src, \
+                contextlib.closing(sqlite3.connect(tmp)) as out:
+            src.backup(out)
+            out.execute("DELETE FROM experiment_tags")
+            out.execute("DELETE FROM experiments")
+            out.commit()
+        os.replace(tmp, template)  # readers see the old file or the whole new one
+    except (OSError, sqlite3.Error) as e:
+        log.debug("MLflow schema template not saved: %s", e)
 
 
 def experiment_for(client: MlflowClient, study: str, store: TrackingStore) -> str:
