@@ -195,10 +195,11 @@ def train_cmd(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
     force: bool = typer.Option(
-        False, "--force", help="Replace a finished result of another config in --out "
-        "(only once this run completes)."),
+        False, "--force", help="Retrain from step 0, replacing the finished result in --out "
+        "(of this config or another) once this run completes."),
 ) -> None:
-    """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
+    """Train a config for real: progress, periodic checkpoints, resume, final metrics.
+    A finished run asked for again (same config and length, same --out) is a no-op."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import resolved_tables
@@ -213,10 +214,13 @@ def train_cmd(
     plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
                          epochs=epochs)
     hot_sets = None
-    if not plan.rerun and any(t.compression == "hot_cold" for t in resolved_tables(plan.config)):
-        from autoembed.models.hot_cold import hot_sets_beside
+    hot = [t.name for t in resolved_tables(plan.config) if t.compression == "hot_cold"]
+    if not plan.rerun and hot:
+        from autoembed.models.hot_cold import check_hot_set_names, hot_sets_beside
 
         hot_sets = hot_sets_beside(config)  # saved by export beside the config
+        if hot_sets is not None:
+            check_hot_set_names(hot_sets, hot)
     _dir_arg(out, "--out")
     con = _console(stderr=True)
     for line in plan.lines:
@@ -248,6 +252,10 @@ def train_cmd(
 def _render_training(result: Any, expect: Any, out: Path) -> None:
     """`autoembed train`'s summary, with the trial's figures beside a rerun's."""
     con = _console()
+    if result.env.get("already_complete"):
+        con.print(f"already complete: {out.resolve()} holds this config's finished run of "
+                  f"{result.steps} steps; nothing trained (--force retrains it)")
+        return
     if result.env.get("resumed_from"):
         con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
     con.print(f"status {result.status} after {result.steps} steps "
