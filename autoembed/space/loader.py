@@ -38,6 +38,7 @@ from autoembed.space.model import (
     STAND_IN_KEYS,
     TABLE_SETTING_KEYS,
     TOKENS_PER_BATCH,
+    TRIAL_TIME_LIMIT,
     USER_SECTIONS,
     USER_SPACE_KEYS,
     USER_TABLE_KEYS,
@@ -140,8 +141,13 @@ def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     desc = raw.get("description", "") or ""
     if not isinstance(desc, str):
         raise space_error(source, "description", desc, "must be a string")
+    limit = raw.get("trial_time_limit")
+    if limit is not None and not TRIAL_TIME_LIMIT.ok(limit):
+        raise space_error(source, "trial_time_limit", limit,
+                          TRIAL_TIME_LIMIT.text + " (seconds)")
     return {"objectives": objectives, "target": None if target is None else float(target),
-            "trials": trials, "description": desc}
+            "trials": trials, "description": desc,
+            "trial_time_limit": None if limit is None else float(limit)}
 
 
 # ===================================================================== a user's own model
