@@ -6,15 +6,17 @@ Exit status (DESIGN.md, Contracts): 0 done; 1 failure while running; 2 bad input
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from autoembed.errors import AutoembedError, ConfigError
+from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.pipeline.study import DEFAULT_SAMPLER, SAMPLERS
 
 __all__ = ["app", "main"]
@@ -195,10 +197,11 @@ def train_cmd(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
     force: bool = typer.Option(
-        False, "--force", help="Replace a finished result of another config in --out "
-        "(only once this run completes)."),
+        False, "--force", help="Retrain from step 0, replacing the finished result in --out "
+        "(of this config or another) once this run completes."),
 ) -> None:
-    """Train a config for real: progress, periodic checkpoints, resume, final metrics."""
+    """Train a config for real: progress, periodic checkpoints, resume, final metrics.
+    A finished run asked for again (same config and length, same --out) is a no-op."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import resolved_tables
@@ -213,10 +216,13 @@ def train_cmd(
     plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
                          epochs=epochs)
     hot_sets = None
-    if not plan.rerun and any(t.compression == "hot_cold" for t in resolved_tables(plan.config)):
-        from autoembed.models.hot_cold import hot_sets_beside
+    hot = [t.name for t in resolved_tables(plan.config) if t.compression == "hot_cold"]
+    if not plan.rerun and hot:
+        from autoembed.models.hot_cold import check_hot_set_names, hot_sets_beside
 
         hot_sets = hot_sets_beside(config)  # saved by export beside the config
+        if hot_sets is not None:
+            check_hot_set_names(hot_sets, hot)
     _dir_arg(out, "--out")
     con = _console(stderr=True)
     for line in plan.lines:
@@ -248,6 +254,10 @@ def train_cmd(
 def _render_training(result: Any, expect: Any, out: Path) -> None:
     """`autoembed train`'s summary, with the trial's figures beside a rerun's."""
     con = _console()
+    if result.env.get("already_complete"):
+        con.print(f"already complete: {out.resolve()} holds this config's finished run of "
+                  f"{result.steps} steps; nothing trained (--force retrains it)")
+        return
     if result.env.get("resumed_from"):
         con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
     con.print(f"status {result.status} after {result.steps} steps "
@@ -332,7 +342,12 @@ def search_cmd(
     trials: int | None = typer.Option(
         None, help="Trials that train (over-budget proposals are free); default: the space's."),
     time_budget: float | None = typer.Option(
-        None, help="Seconds after which no new trial starts (running ones finish)."),
+        None, help="Seconds after which no new trial starts (running ones finish, each by "
+        "its --trial-time-limit)."),
+    trial_time_limit: float | None = typer.Option(
+        None, "--trial-time-limit", help="Seconds a trial may run; one past it ends as "
+        "timeout and the search goes on (default: derived, stated when the search starts; "
+        "docs/searching.md)."),
     objectives: str | None = typer.Option(
         None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
     sampler: str | None = typer.Option(
@@ -405,9 +420,10 @@ def search_cmd(
     if categorical is not None:
         cats = tuple(c.strip() for c in categorical.split(",") if c.strip())
     err = _console(stderr=True)
-    with SearchProgress(err, enabled=not as_json) as prog:
+    with _interrupt_said(), SearchProgress(err, enabled=not as_json) as prog:
         result = run_search(
-            budget, space, trials=trials, time_budget=time_budget, objectives=objectives,
+            budget, space, trials=trials, time_budget=time_budget,
+            trial_time_limit=trial_time_limit, objectives=objectives,
             sampler=sampler, seed=seed, workers=workers, device=device, study=study,
             resume=resume, runs_dir=runs_dir, ray_address=ray_address,
             tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
@@ -437,6 +453,23 @@ def _usage_line(e: Any) -> str:
     return _one_line(f"autoembed: error: {msg}; see '{cmd} --help'")
 
 
+def _interrupted(e: BaseException | None) -> int:
+    """Ctrl-C: one line, with what a search kept and how to resume (errors.Interrupted)."""
+    said = str(e) if isinstance(e, KeyboardInterrupt) else ""
+    print(_one_line(f"autoembed: interrupted{': ' + said if said else ''}"), file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def _interrupt_said() -> Iterator[None]:
+    """Say a search's Ctrl-C (`Interrupted`: what it kept) in one line and exit 130 (typer
+    would turn it into a silent exit 130 before `main` sees it)."""
+    try:
+        yield
+    except Interrupted as e:
+        raise typer.Exit(_interrupted(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and map errors to exit codes with one clear line."""
     debug = os.environ.get("AUTOEMBED_DEBUG") == "1"
@@ -450,14 +483,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(_one_line(f"autoembed: error: {e}"), file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("autoembed: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
     except Exception as e:  # noqa: BLE001 - usage errors and failures while running
         # typer vendors its own click: recognise its exceptions by shape, not by class.
-        if type(e).__name__ == "Abort":
-            print("autoembed: interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        if type(e).__name__ == "Abort":  # click's form of Ctrl-C: the interrupt its cause
+            return _interrupted(e.__cause__)
         code = getattr(e, "exit_code", None)
         if code == 2 and hasattr(e, "format_message") and type(e).__name__ != "NoArgsIsHelpError":
             print(_usage_line(e), file=sys.stderr)  # one line, as for every other bad input

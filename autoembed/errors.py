@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError",
-           "DoesNotFitError", "did_you_mean"]
+           "DoesNotFitError", "TrialTimeout", "Interrupted", "did_you_mean"]
 
 
 def did_you_mean(given: object, valid: Iterable[str]) -> str:
@@ -47,3 +47,14 @@ class DoesNotFitError(AutoembedError):
     """A config needs more memory than the device it would train on has (exit status 3)."""
 
     exit_code = 3
+
+
+class TrialTimeout(BaseException):  # noqa: N818 - named for what happened, as TimeoutError
+    """Raised inside a trial that runs in the searching process when it passes its time
+    limit. A BaseException, so that a training loop's `except Exception` does not swallow
+    it; the executor records the trial `timeout`."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended a search; the message says what was kept and how to resume (exit
+    status 130)."""

@@ -20,21 +20,22 @@ exactly that by default, so it reproduces the trial's figures (`training.plan_tr
 source did not record the trained config (a trial off the front, an older study: a note
 says so), `train` when it did not record the step. The config
 carries its `data` spec, and when the search's data have vocabulary maps
-(`<runs-dir>/<study>/vocab/`) they are copied to `vocab/` beside the file (named by the
-file's `vocab` key); a config with hot/cold tables gets its hot sets in `hot_sets.npz`
-beside it (its `hot_sets` key). Nothing is
-overwritten without `force`. Bad input (unknown study, trial or run id, unreachable tracking
-URI, an existing output) is a `ConfigError`: one line, exit status 2.
+(`<runs-dir>/<study>/vocab/`) they are copied beside the file; a config with hot/cold
+tables gets its hot sets beside it. Both are named by their content (`vocab-HASH/`, named
+by the file's `vocab` key; `hot_sets-HASH.npz`, by its `hot_sets` key), so exports into one
+directory never share a file that one of them could change: `--force` replaces only
+`out`, and an earlier export beside it keeps reading its own. Every file is written
+atomically with the user's umask. Bad input (unknown study, trial or run id, unreachable
+tracking URI, an existing output) is a `ConfigError`: one line, exit status 2.
 """
 
 from __future__ import annotations
 
 import csv
 import filecmp
+import hashlib
 import json
 import math
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,6 @@ from autoembed.config import (
     config_from_dict,
     parse_config_text,
     resolved_tables,
-    save_config,
 )
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
@@ -418,13 +418,35 @@ def _same_tree(a: Path, b: Path) -> bool:
 
 
 def _write(cfg: EmbeddingConfig, out: Path, fmt: str, extra: Mapping[str, Any]) -> None:
-    # save_config picks JSON by suffix: write a temporary file of the chosen format, then move
-    tmp = out.parent / f".{out.name}.export.{fmt}"
-    try:
-        save_config(cfg, tmp, extra=extra)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """`save_config` in format `fmt` whatever `out`'s suffix (it picks JSON by suffix)."""
+    from autoembed.config.io import config_text
+    from autoembed.files import atomic_write_text
+
+    atomic_write_text(out, config_text(cfg, fmt, extra))
+
+
+def _tree_digest(root: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of a folder's files (relative paths and
+    bytes, in path order)."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _copy_vocab(src: Path, directory: Path) -> Path:
+    """`src` copied to `directory/vocab-HASH/` (named by its content); a copy already
+    there is kept."""
+    from autoembed.files import copy_tree_new
+
+    dst = directory / f"{VOCAB_DIR}-{_tree_digest(src)}"
+    if dst.is_dir() and _same_tree(src, dst):
+        return dst
+    if dst.exists():
+        raise ConfigError(f"vocabulary directory '{dst}' differs from its name's content "
+                          "(changed by hand?); remove it and export again")
+    return copy_tree_new(src, dst)
 
 
 def export_config(
@@ -480,13 +502,6 @@ def export_config(
                 notes.append("no data spec was recorded with this config; add a `data:` key")
         where = f"study '{chosen.study}' trial {chosen.trial}"
         cfg = config_from_dict(raw, where).resolve()
-        vocab_dst = out_path.parent / VOCAB_DIR if chosen.vocab is not None else None
-        if chosen.vocab is not None and vocab_dst is not None and vocab_dst.exists():
-            if not force and not _same_tree(chosen.vocab, vocab_dst):
-                raise ConfigError(
-                    f"vocabulary directory '{vocab_dst}' exists and differs from the one of "
-                    f"study '{chosen.study}'; pass --force to overwrite it or export elsewhere"
-                )
         source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
                                   "pick": chosen.pick}
         if chosen.run_id is not None:
@@ -504,22 +519,19 @@ def export_config(
             notes.append(f"{where}: its record holds no trained config (only pareto.json's "
                          "members carry one), so `autoembed train` trains the priced config "
                          "at full size, not a rerun of the trial")
-        if vocab_dst is not None:
-            extra["vocab"] = VOCAB_DIR
         out_path.parent.mkdir(parents=True, exist_ok=True)
+        vocab_dst = None
+        if chosen.vocab is not None:
+            vocab_dst = _copy_vocab(chosen.vocab, out_path.parent)
+            extra["vocab"] = vocab_dst.name
         if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
             from autoembed.models.hot_cold import HOT_SETS_KEY, export_hot_sets
 
-            hot, note = export_hot_sets(cfg, out_path.parent, chosen.vocab, force)
+            hot, note = export_hot_sets(cfg, out_path.parent, chosen.vocab)
             if hot is not None:
                 extra[HOT_SETS_KEY] = hot.name
             if note is not None:
                 notes.append(note)
-        if chosen.vocab is not None and vocab_dst is not None:
-            if vocab_dst.exists() and not _same_tree(chosen.vocab, vocab_dst):
-                shutil.rmtree(vocab_dst)
-            if not vocab_dst.exists():
-                shutil.copytree(chosen.vocab, vocab_dst)
         _write(cfg, out_path, fmt_name, extra)
     return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))

@@ -4,27 +4,34 @@ periodic checkpoints, resume, and a final metrics file.
 Outputs under `out_dir`: `checkpoint.pt` (model, optimizers, masters, scaler, step; written
 atomically every `checkpoint_every` steps and loaded back with `weights_only=True`),
 `model.pt` (final weights) and `metrics.json` (the TrialResult) — the last two only when
-training completes, so nothing half-written looks like a finished result.
+training completes, so nothing half-written looks like a finished result. Every file is
+created with the user's umask (`autoembed.files`).
 
-A finished result is never lost to a run that has not finished: a run writes `model.pt` and
-`metrics.json` under temporary names and renames them over the old ones only on completion
-(`metrics.json`, the mark of a finished result, last). A directory whose `metrics.json` is of
-another config is refused (ConfigError) unless `force`; a forced run still replaces the old
-result only when it completes (its checkpoints do replace the old `checkpoint.pt`).
+A run's `model.pt` and `metrics.json` are published as one unit (`files.publish`: a new
+folder `.result-TOKEN/` holding both, named by the `result` link, which one rename
+switches; `model.pt` and `metrics.json` are links into it), so a kill at any step leaves
+the old run's pair or the new run's, never one of each; what a killed run left is swept
+when the next one starts. A finished result is never lost to a run that has not finished:
+a directory whose result is of another config is refused (ConfigError) unless `force`; a
+forced run retrains from step 0 and replaces the old result only when it completes (its
+checkpoints do replace the old `checkpoint.pt`). The same config asked for the same length
+again is a no-op that says so (`already_complete`); a longer one continues from the
+checkpoint. One `train` at a time holds a directory (`.lock`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
+from autoembed.files import atomic_write, publish, sweep
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY",
@@ -32,6 +39,8 @@ __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY"
            "TrainingPlan", "plan_training"]
 
 CHECKPOINT = "checkpoint.pt"
+RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
+LOCK = ".lock"  # held (flock) by the one `train` writing the directory
 FORMAT_VERSION = 1
 DEFAULT_STEPS = 1000  # a config that carries no training length
 TRAIN_KEY = "train"  # a config file's training length: {max_steps: N}
@@ -91,14 +100,7 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def _state(trainer: Any, step: int, config: EmbeddingConfig) -> dict[str, Any]:
@@ -170,48 +172,98 @@ def _json_form(config: EmbeddingConfig) -> Any:
     return json.loads(json.dumps(config.to_dict(), default=str))
 
 
-def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool) -> None:
-    """Refuse to train into `out` when it holds a finished result (`metrics.json`) of another
-    config, or one that cannot be read, unless `force`."""
+def _held_result(out: Path) -> dict[str, Any] | None:
+    """The finished result `out` publishes (its metrics.json), {} when it cannot be read,
+    None when there is none."""
     metrics = out / "metrics.json"
-    if force or not metrics.exists():
-        return
+    if not metrics.exists():
+        return None
     try:
-        held = json.loads(metrics.read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        held = None
-    if held != _json_form(config):
+        held = json.loads(metrics.read_text())
+    except (OSError, ValueError):
+        return {}
+    return held if isinstance(held, dict) else {}
+
+
+def _length_words(length: Mapping[str, Any]) -> str:
+    if "epochs" in length:
+        return f"{length['epochs']} epochs"
+    return f"{length.get('max_steps')} steps"
+
+
+def _finished_length(held: Mapping[str, Any]) -> dict[str, Any]:
+    """What a finished result was trained for: its `trained_for`, else (written before it
+    was recorded) its steps."""
+    env = held.get("env")
+    got = env.get("trained_for") if isinstance(env, Mapping) else None
+    return dict(got) if isinstance(got, Mapping) else {"max_steps": held.get("steps")}
+
+
+def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
+                           length: Mapping[str, Any]) -> TrialResult | None:
+    """What `out`'s finished result means for a run of `config` for `length`: None (train);
+    the result itself when it is this config's, trained for this length (a no-op); a
+    ConfigError when it is of another config, unreadable, or this config's of a longer
+    run (unless `force`: then train from scratch)."""
+    from autoembed.trial import decode_result
+
+    held = None if force else _held_result(out)
+    if held is None:
+        return None
+    if held.get("config") != _json_form(config):
         raise ConfigError(
             f"--out '{out}' holds a finished result of another config (metrics.json, "
             "model.pt); train into a new --out directory, or pass --force to replace it "
             "once this run completes"
         )
+    done = _finished_length(held)
+    if done == dict(length):
+        result = decode_result(held)
+        return replace(result, env={**result.env, "already_complete": True})
+    steps, asked = done.get("max_steps"), length.get("max_steps")
+    if isinstance(steps, int) and isinstance(asked, int) and asked < steps:
+        raise ConfigError(
+            f"--out '{out}' holds this config's finished run of {steps} steps; --max-steps "
+            f"{asked} is fewer: train into a new --out directory, or pass --force to retrain"
+        )
+    return None
 
 
 def _publish(out: Path, trainer: Any, result: TrialResult) -> None:
-    """Write `model.pt`, then `metrics.json`, each under a temporary name first, so the old
-    finished result stands until the new one is whole."""
-    _atomic_torch_save(trainer.model.state_dict(), out / "model.pt")
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.")
+    """`model.pt` and `metrics.json` of this run, published as one unit (files.publish)."""
+    import torch
+
+    state = trainer.model.state_dict()
+    text = json.dumps(result.to_dict(), indent=2, default=str).encode("utf-8")
+    publish(out, {"model.pt": lambda fh: torch.save(state, fh),
+                  "metrics.json": lambda fh: fh.write(text)})
+
+
+@contextmanager
+def _holding(out: Path) -> Iterator[None]:
+    """Hold `out` for one `train` (flock on `.lock`): a second one is refused."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(result.to_dict(), fh, indent=2, default=str)
-        os.replace(tmp, out / "metrics.json")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"--out '{out}' is being written by another `autoembed train`; "
+                              "wait for it, or train into a new --out directory") from None
+        yield
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.close(fd)
 
 
 def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) -> int:
     """The step to resume from: the checkpoint's if it is of `config`; a checkpoint of
-    another config is refused, or under `force` ignored (the run's own checkpoints replace
-    it)."""
-    if not ckpt.exists():
+    another config is refused. Under `force` a run starts at 0 (its own checkpoints
+    replace the old one)."""
+    if force or not ckpt.exists():
         return 0
-    if not force:
-        return load_checkpoint(ckpt, trainer, config)
-    st = _read_checkpoint(ckpt, trainer.device)
-    return _restore(st, trainer) if _is_of(st, config) else 0
+    return load_checkpoint(ckpt, trainer, config)
 
 
 def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
@@ -413,13 +465,13 @@ def train(
 
     `on_step(step, total)` reports progress (total is None when training by epochs).
     Raises ConfigError, before training, if `out_dir` holds a finished result of another
-    config and not `force`; the old result is replaced only when this run completes.
+    config and not `force`; the old result is replaced only when this run completes. When
+    it holds this config's result of the same length nothing trains: that result comes
+    back with `env["already_complete"]` True.
     `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
     sets; by default they are computed from the data (`models.hot_cold.install_hot_sets`).
     """
     from autoembed.data import DataSpec, load_dataset
-    from autoembed.models import make_trainer
-    from autoembed.models.hot_cold import install_hot_sets
 
     if data is None:
         if config.data is None:
@@ -438,20 +490,43 @@ def train(
     cfg = resolve_for_data(config, dataset)
     check_fits_device(cfg, device)
     out = Path(out_dir).resolve()
-    _check_finished_result(out, cfg, force)
-    out.mkdir(parents=True, exist_ok=True)
+    length = {"epochs": epochs} if epochs is not None else {"max_steps": max_steps}
+    with _holding(out):
+        sweep(out, (*RESULT_FILES, CHECKPOINT))
+        done = _check_finished_result(out, cfg, force, length)
+        if done is not None:
+            return done
+        result, trainer = _train_into(out, cfg, dataset, length, device=device,
+                                      checkpoint_every=checkpoint_every, resume=resume,
+                                      eval_every=eval_every, on_step=on_step, force=force,
+                                      hot_sets=hot_sets, measure=measure)
+        if result.status == "complete":
+            _atomic_torch_save(_state(trainer, result.steps, cfg), out / CHECKPOINT)
+            _publish(out, trainer, result)
+    return result
+
+
+def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[str, Any], *,
+                device: str, checkpoint_every: int | None, resume: bool,
+                eval_every: int | None, on_step: Callable[[int, int], None] | None,
+                force: bool, hot_sets: Mapping[str, Any] | None,
+                measure: Mapping[str, Any] | None) -> tuple[TrialResult, Any]:
+    """Train `cfg` for `length` with checkpoints in `out`: (the result, the trainer)."""
+    from autoembed.models import make_trainer
+    from autoembed.models.hot_cold import install_hot_sets
+
+    max_steps, epochs = length.get("max_steps"), length.get("epochs")
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     ckpt = out / CHECKPOINT
     start = _start_step(ckpt, trainer, cfg, force) if resume else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)
-    total = max_steps
 
     def save(tr: Any, step: int) -> None:
         if step % every == 0:
             _atomic_torch_save(_state(tr, step, cfg), ckpt)
         if on_step is not None:
-            on_step(step, total or 0)
+            on_step(step, max_steps or 0)
 
     m = {k: v for k, v in (measure or {}).items() if k in MEASURE_KEYS}
     settings = RunSettings(
@@ -467,8 +542,5 @@ def train(
     if epochs is not None:
         settings = replace(settings, max_steps=10**12)
     result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)
-    result = replace(result, env={**result.env, "resumed_from": start})
-    if result.status == "complete":
-        _atomic_torch_save(_state(trainer, result.steps, cfg), ckpt)
-        _publish(out, trainer, result)
-    return result
+    env = {**result.env, "resumed_from": start, "trained_for": dict(length)}
+    return replace(result, env=env), trainer

@@ -51,10 +51,13 @@ __all__ = [
 
 # complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
 # budget, never trained (set by the search); unsupported: the device cannot run the precision;
-# oom: a real out-of-memory; diverged: NaN/inf loss; failed: any other error.
-STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "failed")
+# oom: a real out-of-memory; diverged: NaN/inf loss; timeout: ran past its time limit and
+# was ended (set by the search); failed: any other error.
+STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "timeout",
+            "failed")
 # Statuses of trials that reached a trainable (count against --trials).
-TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "failed")
+TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "timeout",
+                    "failed")
 # A row's metrics as trials.csv columns (`quality`: the objective; `test_quality`: reported)
 # (`latency`: ms at batch 1, `latency_serving`: ms a request of runner.SERVING_BATCH;
 # `target`: the quality `steps_to_target` and `samples_to_target` count to; `best_step`: the

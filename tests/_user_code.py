@@ -21,3 +21,20 @@ def build(params):
     torch.manual_seed(0)
     return Bag(params["dim"])
 '''
+
+
+def install_loop(root, package: str, source: str, monkeypatch):
+    """Write `source` as `<root>/src/<package>/loop.py`, importable (and found again by
+    Ray workers, which start in `root`); returns the fresh module."""
+    import importlib
+    import sys
+
+    pkg = root / "src" / package
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loop.py").write_text(source)
+    monkeypatch.setenv("RAY_worker_niceness", "0")
+    monkeypatch.syspath_prepend(str(root / "src"))
+    monkeypatch.chdir(root)
+    sys.modules.pop(f"{package}.loop", None)
+    return importlib.import_module(f"{package}.loop")

@@ -97,12 +97,16 @@ def test_default_is_the_searchs_own_pick(runs: Path, tmp_path: Path) -> None:
     assert done.trial == 5 and done.pick == "search pick min-memory = trial:5"
     cfg = load_config(out)
     assert cfg == config(4) and cfg.data == config(4).data
-    # vocabulary copied beside the file and named in it
-    assert (out.parent / "vocab" / "vocab.json").read_text() == '{"format": "autoembed-vocab/1"}'
+    # vocabulary copied beside the file, named by its content, and named in the file
+    import hashlib
+
     import yaml
 
+    text = '{"format": "autoembed-vocab/1"}'
+    digest = hashlib.sha256(f"vocab.json\0{len(text)}\0{text}".encode()).hexdigest()[:16]
     body = yaml.safe_load(out.read_text())
-    assert body["vocab"] == "vocab" and body["source"]["study"] == STUDY
+    assert body["vocab"] == f"vocab-{digest}" and body["source"]["study"] == STUDY
+    assert (out.parent / body["vocab"] / "vocab.json").read_text() == text
     assert body["source"]["metrics"]["quality"] == 0.70
 
 
@@ -147,16 +151,25 @@ def test_refuses_to_overwrite_without_force(runs: Path, tmp_path: Path) -> None:
     assert load_config(out) == config(4)
 
 
-def test_a_different_vocab_beside_the_output_is_kept_without_force(
+def test_exports_beside_each_other_never_change_each_others_vocab(
     runs: Path, tmp_path: Path
 ) -> None:
+    """A vocab folder beside the output (another study's) is left as it is, and `--force`
+    replaces only the output file: an earlier export keeps the vocabulary it names."""
+    import yaml
+
     (tmp_path / "vocab").mkdir()
     (tmp_path / "vocab" / "vocab.json").write_text("other study")
-    with pytest.raises(ConfigError, match="vocabulary directory.*differs.*--force"):
-        export_config(STUDY, tmp_path / "best.yaml", runs_dir=runs)
-    assert not (tmp_path / "best.yaml").exists()
-    export_config(STUDY, tmp_path / "best.yaml", runs_dir=runs, force=True)
-    assert (tmp_path / "vocab" / "vocab.json").read_text().startswith('{"format"')
+    export_config(STUDY, tmp_path / "a.yaml", runs_dir=runs)
+    first = yaml.safe_load((tmp_path / "a.yaml").read_text())["vocab"]
+    (runs / STUDY / "vocab" / "vocab.json").write_text('{"format": "autoembed-vocab/1", "v": 2}')
+    export_config(STUDY, tmp_path / "b.yaml", runs_dir=runs)
+    export_config(STUDY, tmp_path / "b.yaml", runs_dir=runs, force=True)
+    second = yaml.safe_load((tmp_path / "b.yaml").read_text())["vocab"]
+    assert first != second
+    assert (tmp_path / "vocab" / "vocab.json").read_text() == "other study"
+    assert (tmp_path / first / "vocab.json").read_text() == '{"format": "autoembed-vocab/1"}'
+    assert json.loads((tmp_path / second / "vocab.json").read_text())["v"] == 2
 
 
 def test_bad_input_errors(runs: Path, tmp_path: Path) -> None:

@@ -7,11 +7,13 @@ Expected sets are worked out here: the synthetic generator's by its own permutat
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from autoembed.batch import Batch
 from autoembed.cli import main
@@ -21,7 +23,7 @@ from autoembed.errors import ConfigError
 from autoembed.export import export_config
 from autoembed.models import build_model
 from autoembed.models.hot_cold import (
-    HOT_SETS_FILE,
+    HotColdTable,
     hot_sets_beside,
     hot_sets_for,
     install_hot_sets,
@@ -75,19 +77,71 @@ def test_hot_sets_for_a_config_come_from_its_data() -> None:
                                                   ].max() * 5
 
 
-def test_save_load_round_trip_and_bad_files(tmp_path: Path) -> None:
+def test_save_load_round_trip(tmp_path: Path) -> None:
     sets = {"f0": np.array([3, 9, 700], dtype=np.int64), "u.a": np.array([1], dtype=np.int64)}
-    p = save_hot_sets(sets, tmp_path / HOT_SETS_FILE)
+    p = save_hot_sets(sets, tmp_path / "h.npz")
     got = load_hot_sets(p)
     assert {k: v.tolist() for k, v in got.items()} == {"f0": [3, 9, 700], "u.a": [1]}
     assert p.stat().st_size < 2000  # int64 ids, not a pickle or a remap
-    for bad, needle in ((tmp_path / "none.npz", "does not exist"),
-                        (tmp_path / "junk.npz", "cannot be read")):
-        if "junk" in bad.name:
-            bad.write_bytes(b"not a zip")
-        with pytest.raises(ConfigError, match=needle) as e:
-            load_hot_sets(bad)
-        assert "\n" not in str(e.value)
+
+
+def _bad_files(d: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (a bad hot sets file, what its one-line message says)."""
+    good = save_hot_sets({"f0": np.arange(20)}, d / "good.npz").read_bytes()
+    (d / "truncated.npz").write_bytes(good[: len(good) // 2])
+    (d / "text.npz").write_text("f0: [1, 2, 3]\n")
+    with (d / "npy.npz").open("wb") as fh:
+        np.save(fh, np.arange(20))  # one .npy array, no archive (np.load: an array)
+    with (d / "floats.npz").open("wb") as fh:
+        np.savez(fh, f0=np.arange(20) + 0.5)
+    with (d / "extra.npz").open("wb") as fh:
+        np.savez(fh, f0=np.arange(20), nosuch=np.arange(3))
+    with (d / "twod.npz").open("wb") as fh:
+        np.savez(fh, f0=np.arange(20).reshape(4, 5))
+    return {"truncated": (d / "truncated.npz", "not a whole .npz archive"),
+            "text": (d / "text.npz", "not a whole .npz archive"),
+            "npy": (d / "npy.npz", "not a whole .npz archive"),
+            "floats": (d / "floats.npz", "float64 array; a hot set is a 1-D array of integer"),
+            "extra": (d / "extra.npz", "'nosuch' named, but the config has no such hot/cold"),
+            "twod": (d / "twod.npz", "2-D int64 array")}
+
+
+@pytest.mark.parametrize("bad", ["truncated", "text", "npy", "floats", "extra", "twod"])
+def test_a_bad_hot_sets_file_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    """Each bad file named by a config is exit 2 with one line naming the problem, before
+    anything trains (before: BadZipFile exit 1, 'pickled data', floats truncated to ids,
+    extra tables ignored)."""
+    path, needle = _bad_files(tmp_path)[bad]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps({"config": _config().to_dict(), "hot_sets": path.name}))
+    out = tmp_path / "t"
+    assert main(["train", "--config", str(cfg), "--max-steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (out / "model.pt").exists()
+
+
+def test_given_hot_ids_are_checked_as_built_ones(tmp_path: Path) -> None:
+    """Float ids are refused, not truncated; a state_dict's hot set is checked (sorted, in
+    range, of the built size) and becomes the set `reset_parameters` keeps."""
+    cfg = _config().resolve()
+    model = build_model(cfg)
+    with pytest.raises(ConfigError, match="float64 values given"):
+        install_hot_sets(model, None, {"f0": np.arange(20) + 0.5})
+    table = model.tables["f0"]
+    assert isinstance(table, HotColdTable)
+    state = model.state_dict()
+    for ids, needle in ((torch.arange(20).flip(0), "sorted"), (torch.arange(990, 1010),
+                                                              r"in \[0, 1000\)"),
+                        (torch.arange(5), "built for 20")):
+        with pytest.raises(ConfigError, match=needle):
+            model.load_state_dict({**state, "tables.f0.hot_ids": ids})
+    mine = torch.arange(300, 320)
+    model.load_state_dict({**state, "tables.f0.hot_ids": mine})
+    table.reset_parameters()  # keeps the hot set it holds: the loaded one
+    assert table.hot_ids.tolist() == mine.tolist()
 
 
 def test_install_takes_given_sets_and_refuses_missing_tables() -> None:
@@ -117,30 +171,65 @@ def test_export_writes_the_hot_sets_and_train_uses_them(tmp_path: Path) -> None:
     _study(runs, _config())
     out = tmp_path / "exp" / "best.yaml"
     done = export_config(study="s", out=out, runs_dir=runs)
-    assert (out.parent / HOT_SETS_FILE).exists()
     assert not [n for n in done.notes if "hot" in n]  # (this hand-made front has no trained
     # config: a note says train trains the priced config, not a rerun of the trial)
-    raw = out.read_text()
-    assert "hot_sets: hot_sets.npz" in raw
+    body = yaml.safe_load(out.read_text())
+    assert re.fullmatch(r"hot_sets-[0-9a-f]{16}\.npz", body["hot_sets"])
     saved = hot_sets_beside(out)
     assert saved is not None and saved["f0"].tolist() == _generator_hot("f0", 1000, 20)
     assert load_config(out).compression == "hot_cold"
 
     # a hand-made hot set in its place: train must use it, not recompute the data's
     mine = np.arange(500, 520, dtype=np.int64)
-    save_hot_sets({"f0": mine}, out.parent / HOT_SETS_FILE)
+    save_hot_sets({"f0": mine}, out.parent / body["hot_sets"])
     rc = main(["train", "--config", str(out), "--max-steps", "2", "--out",
                str(tmp_path / "t"), "--json"])
     assert rc == 0
     state = torch.load(tmp_path / "t" / "model.pt", weights_only=True)
     assert state["tables.f0.hot_ids"].tolist() == mine.tolist()
 
-    # a second export over a changed file is refused without --force, then replaces it
-    with pytest.raises(ConfigError, match="hot sets file .* differs"):
-        export_config(study="s", out=tmp_path / "exp" / "again.yaml", runs_dir=runs)
-    export_config(study="s", out=tmp_path / "exp" / "again.yaml", runs_dir=runs, force=True)
-    assert load_hot_sets(out.parent / HOT_SETS_FILE)["f0"].tolist() == _generator_hot(
-        "f0", 1000, 20)
+
+def test_exports_into_one_directory_keep_their_own_hot_sets(tmp_path: Path) -> None:
+    """Issue 26: `export --force` of another config into a directory holding an earlier
+    export overwrote the one shared hot_sets.npz, and the earlier best.yaml then failed
+    ('hot ids: 10000 given, the table was built for 2000'). Each export's sets are named by
+    their content: both configs keep loading their own."""
+    from torch import nn
+
+    import autoembed
+
+    runs = tmp_path / "runs"
+    _study(runs, _config())
+    a, b = tmp_path / "exp" / "a.yaml", tmp_path / "exp" / "b.yaml"
+    export_config(study="s", out=a, runs_dir=runs)
+    pareto = runs / "s" / "pareto.json"
+    body = json.loads(pareto.read_text())
+    body["members"][0]["config"] = _config(hot_share=0.05).to_dict()  # 50 hot ids, not 20
+    pareto.write_text(json.dumps(body))
+    export_config(study="s", out=b, runs_dir=runs)
+    export_config(study="s", out=a, runs_dir=runs, force=True)  # a: now the 0.05 config
+    export_config(study="s", out=b, runs_dir=runs, force=True)
+    pareto.write_text(json.dumps({**body, "members": [{**body["members"][0],
+                                                        "config": _config().to_dict()}]}))
+    export_config(study="s", out=a, runs_dir=runs, force=True)  # a: the 0.02 config again
+    for path, hot in ((a, 20), (b, 50)):
+        sets = hot_sets_beside(path)
+        assert sets is not None and sets["f0"].tolist() == _generator_hot("f0", 1000, hot)
+
+        class Two(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.f0, self.f1 = nn.Embedding(1000, 8), nn.Embedding(300, 8)
+
+        model = autoembed.apply(Two(), str(path))  # a file's path: its own hot sets with it
+        assert model.f0.store.hot_ids.tolist() == _generator_hot("f0", 1000, hot)
+    names = sorted(p.name for p in (tmp_path / "exp").iterdir())
+    assert names == sorted(["a.yaml", "b.yaml", hot_sets_beside_name(a),
+                            hot_sets_beside_name(b)]), names
+
+
+def hot_sets_beside_name(path: Path) -> str:
+    return str(yaml.safe_load(path.read_text())["hot_sets"])
 
 
 def test_train_without_saved_sets_uses_the_datas(tmp_path: Path) -> None:

@@ -39,6 +39,15 @@ class FakeEngine:
     def finish(self, number: int, final: Any, error: str | None = None) -> None:
         self.finished[number] = final
 
+    def trial_started(self, number: int) -> None:
+        pass
+
+    def remaining(self, number: int) -> float | None:
+        return None  # no time limit
+
+    def time_out(self, number: int) -> None:
+        raise AssertionError("no trial runs past a limit here")
+
 
 class FakePlan:
     device, threads = "cpu", 1

@@ -3,12 +3,11 @@ logs the loop's learning curve: in process and on Ray."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _user_code import install_loop
 
 import autoembed
 from autoembed.errors import ConfigError
@@ -62,17 +61,9 @@ LOOP = textwrap.dedent('''
 
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch):
-    pkg = tmp_path / "src" / "faultyuser"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "loop.py").write_text(LOOP)
     (tmp_path / "stopped").mkdir()
     monkeypatch.setenv("STOPPED", str(tmp_path / "stopped"))
-    monkeypatch.setenv("RAY_worker_niceness", "0")
-    monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    monkeypatch.chdir(tmp_path)
-    sys.modules.pop("faultyuser.loop", None)
-    return importlib.import_module("faultyuser.loop"), tmp_path
+    return install_loop(tmp_path, "faultyuser", LOOP, monkeypatch), tmp_path
 
 
 def space(root: Path, modes: list[str], trials: int, early_stop: bool = False) -> Path:

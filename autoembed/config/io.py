@@ -15,7 +15,7 @@ from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import plain
 
 __all__ = ["config_from_dict", "safe_load_yaml", "parse_config_text", "load_config",
-           "as_config", "save_config"]
+           "as_config", "save_config", "config_text"]
 
 _TABLE_KEYS = {f.name for f in fields(TableConfig)}
 _CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
@@ -123,26 +123,26 @@ def as_config(value: Any, what: str = "config") -> EmbeddingConfig:
                       "config keys, or the path of a config file such as best.yaml")
 
 
-def save_config(
-    config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None
-) -> Path:
-    """Write the config as YAML (or JSON when the suffix is .json), atomically."""
-    import os
-    import tempfile
-
-    p = Path(path)
+def config_text(config: EmbeddingConfig, fmt: str,
+                extra: Mapping[str, Any] | None = None) -> str:
+    """A config file's text, `fmt` "json" or "yaml": `{config: ..., **extra}`."""
     body: dict[str, Any] = {"config": config.to_dict()}
     if extra:
         body.update(plain(extra))
-    if p.suffix == ".json":
-        text = json.dumps(body, indent=2)
-    else:
-        import yaml
+    if fmt == "json":
+        return json.dumps(body, indent=2)
+    import yaml
 
-        text = yaml.safe_dump(body, sort_keys=False)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, p)
-    return p
+    return str(yaml.safe_dump(body, sort_keys=False))
+
+
+def save_config(
+    config: EmbeddingConfig, path: str | Path, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write the config as YAML (or JSON when the suffix is .json), atomically, with the
+    user's umask (`files.atomic_write_text`)."""
+    from autoembed.files import atomic_write_text
+
+    p = Path(path)
+    return atomic_write_text(p, config_text(config, "json" if p.suffix == ".json" else "yaml",
+                                            extra))

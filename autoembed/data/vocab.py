@@ -8,8 +8,6 @@ for OOV, tokens get 2..n+1. Saved as one JSON file beside an exported config.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -94,12 +92,9 @@ class Vocabulary:
         """Write `<directory>/vocab.json` atomically; return its path."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        path = d / VOCAB_FILE
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{VOCAB_FILE}.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.to_dict(), fh)
-        os.replace(tmp, path)
-        return path
+        from autoembed.files import atomic_write_text
+
+        return atomic_write_text(d / VOCAB_FILE, json.dumps(self.to_dict()))
 
 
 def load_vocab(path: str | Path) -> Vocabulary:

@@ -15,17 +15,22 @@ pooling, sparse gradients and int8/int4 serving are a plain table's
 to the smaller id).
 
 The hot sets are state: `hot_sets_for` computes a config's from its data, `save_hot_sets`
-writes them as one ``hot_sets.npz`` (table name -> sorted int64 ids, 8 B per hot id, the
-bytes the estimate prices) beside an exported config (its ``hot_sets`` key names the file),
-`hot_sets_beside` reads them back for `autoembed train`, and `install_hot_sets` / `apply`
-take them, so an exported model rebuilds with the hot set it was searched with.
+writes them as one .npz file (table name -> sorted int64 ids, 8 B per hot id, the bytes the
+estimate prices); beside an exported config the file is named by its content
+(``hot_sets-HASH.npz``, `hot_sets_name`; the config's ``hot_sets`` key names it), so two
+exports into one directory never share or overwrite each other's sets. `hot_sets_beside`
+reads them back for `autoembed train` (`load_hot_sets`: a damaged file, float ids or a
+table the config has no hot/cold table for is one ConfigError line), and
+`install_hot_sets` / `apply` take them, so an exported model rebuilds with the hot set it
+was searched with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import os
-import tempfile
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +57,7 @@ __all__ = [
     "hot_ids_from_counts",
     "hot_sets_for",
     "hot_sets_beside",
+    "hot_sets_name",
     "install_hot_sets",
     "load_hot_sets",
     "save_hot_sets",
@@ -59,7 +65,7 @@ __all__ = [
 ]
 
 _COUNT_BATCH = 65_536  # train rows read at a time when counting ids
-HOT_SETS_FILE = "hot_sets.npz"  # beside an exported config
+HOT_SETS_FILE = "hot_sets.npz"  # the name exports gave before names were by content
 HOT_SETS_KEY = "hot_sets"  # the exported file's key naming it
 HotSets = Mapping[str, npt.NDArray[np.int64]]
 
@@ -106,17 +112,31 @@ def hot_sets_for(config: Any, dataset: Any) -> dict[str, npt.NDArray[np.int64]]:
             for ts in resolved_tables(config) if ts.compression == "hot_cold"}
 
 
+def hot_sets_name(hot_sets: HotSets) -> str:
+    """``hot_sets-HASH.npz``: HASH the first 16 hex digits of the SHA-256 of the tables'
+    names and int64 ids, so the name is a pure function of the content."""
+    h = hashlib.sha256()
+    for name in sorted(hot_sets):
+        ids = np.ascontiguousarray(np.asarray(hot_sets[name], dtype=np.int64))
+        h.update(f"{name}\0{ids.size}\0".encode())
+        h.update(ids.tobytes())
+    return f"hot_sets-{h.hexdigest()[:16]}.npz"
+
+
+def _same_sets(a: HotSets, b: HotSets) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def export_hot_sets(
-    config: Any, directory: str | Path, vocab: str | Path | None, force: bool
+    config: Any, directory: str | Path, vocab: str | Path | None
 ) -> tuple[Path | None, str | None]:
     """Write the hot sets of `config` (resolved, carrying its `data` spec) to
-    ``directory/hot_sets.npz``: (the path, None), or (None, a note) when the data cannot be
-    loaded here (`autoembed train` then recomputes them from the data). An existing file that
-    differs is a ConfigError unless `force`."""
+    ``directory/hot_sets-HASH.npz`` (`hot_sets_name`): (the path, None), or (None, a note)
+    when the data cannot be loaded here (`autoembed train` then recomputes them from the
+    data). A file of that name already holding these sets is kept as it is."""
     from autoembed.data import DataSpec, load_dataset
     from autoembed.errors import DataError
 
-    dst = Path(directory) / HOT_SETS_FILE
     if not config.data:
         return None, "hot sets not written: the config has no data spec"
     try:
@@ -124,12 +144,13 @@ def export_hot_sets(
         sets = hot_sets_for(config, dataset)
     except (DataError, OSError) as e:
         return None, f"hot sets not written ({e}); autoembed train recomputes them from the data"
-    if dst.exists() and not force:
-        old = load_hot_sets(dst)
-        same = old.keys() == sets.keys() and all(np.array_equal(old[k], sets[k]) for k in sets)
-        if not same:
-            raise ConfigError(f"hot sets file '{dst}' exists and differs from this config's; "
-                              "pass --force to overwrite it or export elsewhere")
+    dst = Path(directory) / hot_sets_name(sets)
+    if dst.exists():
+        try:
+            if _same_sets(load_hot_sets(dst), sets):
+                return dst, None
+        except ConfigError:
+            pass  # a damaged copy: written again below
     return save_hot_sets(sets, dst), None
 
 
@@ -145,53 +166,65 @@ def install_hot_sets(model: nn.Module, dataset: Any = None,
                      hot_sets: HotSets | None = None) -> None:
     """Give every hot/cold table of `model` (in its ``tables``) its hot set: the one in
     `hot_sets` (saved beside an exported config) when given, else its data's
-    (`_data_hot_ids`). A table `hot_sets` lacks, or one of another size, is a ConfigError."""
-    for field, table in _hot_tables(model).items():
-        hot = int(table.hot_ids.shape[0])
-        if hot_sets is not None:
-            if field not in hot_sets:
-                raise ConfigError(f"hot sets: none for table '{field}' (they hold "
-                                  f"{', '.join(sorted(hot_sets)) or 'none'}); export the "
-                                  "config again or leave the hot sets out to use the data's")
-            ids = np.asarray(hot_sets[field])
-        else:
-            ids = _data_hot_ids(dataset, field, table.vocab, hot)
-        table.set_hot_ids(torch.as_tensor(ids, dtype=torch.int64))
+    (`_data_hot_ids`). A table `hot_sets` lacks or names that is no hot/cold table of the
+    model, or a set of another size, is a ConfigError."""
+    tables = _hot_tables(model)
+    if hot_sets is not None:
+        missing = [f for f in tables if f not in hot_sets]
+        if missing:
+            raise ConfigError(f"hot sets: none for table '{missing[0]}' (they hold "
+                              f"{', '.join(sorted(hot_sets)) or 'none'}); export the "
+                              "config again or leave the hot sets out to use the data's")
+        check_hot_set_names(hot_sets, tables)
+    for field, table in tables.items():
+        ids = hot_sets[field] if hot_sets is not None else _data_hot_ids(
+            dataset, field, table.vocab, int(table.hot_ids.shape[0]))
+        table.set_hot_ids(torch.as_tensor(np.asarray(ids)))  # checked there, dtype too
+
+
+def check_hot_set_names(hot_sets: HotSets, tables: Any) -> None:
+    """Refuse hot sets naming a table that `tables` (the hot/cold tables' names) lacks."""
+    extra = sorted(set(hot_sets) - set(tables))
+    if extra:
+        raise ConfigError(f"hot sets: {', '.join(map(repr, extra))} named, but the config has "
+                          f"no such hot/cold table (it has {', '.join(sorted(tables)) or 'none'}"
+                          "); export the config again, or give the sets of its own tables")
 
 
 def save_hot_sets(hot_sets: HotSets, path: str | Path) -> Path:
-    """Write `hot_sets` (table name -> sorted ids) to one .npz file, atomically."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            arrays: dict[str, Any] = {k: np.asarray(v, dtype=np.int64)
-                                      for k, v in hot_sets.items()}
-            np.savez(fh, **arrays)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
+    """Write `hot_sets` (table name -> sorted ids) to one .npz file, atomically, with the
+    user's umask."""
+    from autoembed.files import atomic_write
+
+    arrays: dict[str, Any] = {k: np.asarray(v, dtype=np.int64) for k, v in hot_sets.items()}
+    return atomic_write(path, lambda fh: np.savez(fh, **arrays))
+
+
+_DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 def load_hot_sets(path: str | Path) -> dict[str, npt.NDArray[np.int64]]:
-    """Read a `save_hot_sets` file; a missing or unreadable one is a ConfigError."""
+    """Read a `save_hot_sets` file: table name -> 1-D int64 ids. A missing, damaged or
+    truncated file, one that is no .npz archive, or one holding anything but 1-D integer
+    arrays is a ConfigError (one line, exit status 2)."""
     p = Path(path)
+    again = "export the config again (it writes the hot sets beside the config)"
+    if not p.is_file():
+        raise ConfigError(f"hot sets file '{p}' does not exist; {again}")
+    if not zipfile.is_zipfile(p):
+        raise ConfigError(f"hot sets file '{p}' is not a whole .npz archive (truncated, or "
+                          f"another format); {again}")
     try:
         with np.load(p, allow_pickle=False) as z:
-            out = {k: np.asarray(z[k], dtype=np.int64) for k in z.files}
-    except FileNotFoundError:
-        raise ConfigError(f"hot sets file '{p}' does not exist; export the config again "
-                          "(it writes hot_sets.npz beside the config)") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"hot sets file '{p}' cannot be read: {e}") from None
-    for k, v in out.items():
-        if v.ndim != 1:
-            raise ConfigError(f"hot sets file '{p}': table '{k}' holds a {v.ndim}-D array; "
-                              "a hot set is a 1-D array of ids")
-    return out
+            raw = {k: z[k] for k in z.files}
+    except _DAMAGED as e:
+        raise ConfigError(f"hot sets file '{p}' is damaged ({type(e).__name__}); "
+                          f"{again}") from None
+    for k, v in raw.items():
+        if v.ndim != 1 or v.dtype.kind not in "iu":
+            raise ConfigError(f"hot sets file '{p}': table '{k}' holds a {v.ndim}-D {v.dtype} "
+                              "array; a hot set is a 1-D array of integer ids")
+    return {k: v.astype(np.int64) for k, v in raw.items()}
 
 
 def hot_sets_beside(config_path: str | Path) -> dict[str, npt.NDArray[np.int64]] | None:
@@ -209,7 +242,7 @@ def hot_sets_beside(config_path: str | Path) -> dict[str, npt.NDArray[np.int64]]
         return None
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{p}: '{HOT_SETS_KEY}' = {name!r} must name a file beside it, "
-                          f"such as {HOT_SETS_FILE}")
+                          "such as hot_sets-HASH.npz")
     return load_hot_sets(p.parent / name)
 
 

@@ -103,9 +103,13 @@ def tt_lookup(
 
 
 def checked_hot_ids(hot_ids: Any, vocab: int, size: int | None) -> torch.Tensor:
-    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless sorted, distinct, in
-    [0, vocab) and, when `size` is given, that many."""
-    ids = torch.as_tensor(hot_ids, dtype=torch.int64).reshape(-1)
+    """`hot_ids` as a 1-D int64 tensor, refused (ConfigError) unless integers, sorted,
+    distinct, in [0, vocab) and, when `size` is given, that many."""
+    given = torch.as_tensor(hot_ids)
+    if given.dtype.is_floating_point or given.dtype.is_complex or given.dtype == torch.bool:
+        raise ConfigError(f"hot ids: {given.dtype} values given; hot ids are integer ids "
+                          "(int64), as hot_ids_from_counts gives them")
+    ids = given.to(torch.int64).reshape(-1)
     if size is not None and ids.numel() != size:
         raise ConfigError(f"hot ids: {ids.numel()} given, the table was built for {size}; "
                           "give the hot set it was built with")
@@ -226,6 +230,17 @@ class _HotCold(_Storage):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self.hot_ids.copy_(self._hot_host)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any) -> None:
+        """A loaded hot set is checked as a built one is (`checked_hot_ids`), and kept as
+        the set `reset_parameters` restores."""
+        loaded = state_dict.get(prefix + "hot_ids")
+        if loaded is not None:
+            checked_hot_ids(loaded, self.num, self.hot_ids.numel())
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        if not is_fake(self.hot_ids) and not self.hot_ids.is_meta:
+            self._hot_host = self.hot_ids.detach().cpu().clone()
 
     def row_of(self, ids: torch.Tensor) -> torch.Tensor:
         """Row of every non-negative id (`hot_cold_rows`)."""

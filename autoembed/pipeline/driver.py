@@ -25,12 +25,12 @@ import os
 import platform
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, Interrupted
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
@@ -177,10 +177,12 @@ def run_search(
         plan.out_dir.mkdir(parents=True, exist_ok=True)
         plan.save_space()
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
-        if plan.start and not stored.meta and on_recovered is not None:
-            # told here, once every check has passed: bad input stays one line
-            names = ", ".join(p.name for p in plan.start)
-            on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
+        if on_recovered is not None:  # told once every check has passed: bad input is one line
+            if plan.start and not stored.meta:
+                names = ", ".join(p.name for p in plan.start)
+                on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
+            for line in (plan.time_limit.describe(), *_notes(executor, plan)):
+                on_recovered(line)
         engine = SearchEngine(
             study=study, workload=plan.workload, budget=plan.budget,
             objectives=plan.objective_pairs, trials=plan.trials,
@@ -188,7 +190,7 @@ def run_search(
             start=[p.params(plan.space) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
-            progress=progress, recorder=Recorder([
+            time_limit=plan.time_limit, progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
         try:
@@ -199,14 +201,37 @@ def run_search(
             engine.abandon(INTERRUPTED)
             try:
                 rec = _recover(study, stored, plan)
-                engine.recorder.catch_up(studies.load_rows(study).values())
+                rows = studies.load_rows(study)
+                engine.recorder.catch_up(rows.values())
+                line = _stopped_line(plan, rows.values(), rec)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise Interrupted(line) from None  # the CLI's one line
                 if on_recovered is not None:
-                    on_recovered(f"stopped ({type(exc).__name__}): {rec.describe()}; "
-                                 f"continue with --study {plan.name} --resume")
+                    on_recovered(f"stopped ({type(exc).__name__}): {line}")
             finally:
                 tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
+
+
+def _notes(executor: Executor, plan: SearchPlan) -> list[str]:
+    """The executor's lines before the first trial (an Executor object may have none)."""
+    notes = getattr(executor, "notes", None)
+    return list(notes(plan)) if callable(notes) else []
+
+
+def _kept(rows: Iterable[TrialRow]) -> tuple[int, str]:
+    """The finished trials a study keeps: (how many, "a complete, b failed, ...")."""
+    kept = [r.status for r in rows if not r.interrupted and r.status != "running"]
+    return len(kept), ", ".join(f"{kept.count(s)} {s}" for s in dict.fromkeys(kept)) or "none"
+
+
+def _stopped_line(plan: SearchPlan, rows: Iterable[TrialRow], rec: studies.Recovery) -> str:
+    """What a stopped search kept and how to continue it."""
+    n, by = _kept(rows)
+    return (f"study '{plan.name}' kept {n} trials ({by}) in {plan.out_dir}; "
+            f"{rec.describe()}; continue with: autoembed search --study {plan.name} "
+            f"--resume (and this command's other options)")
 
 
 def _executor(plan: SearchPlan) -> Executor:
@@ -260,10 +285,9 @@ def _open_study(stored: studies.StoredStudy, plan: SearchPlan,
             raise ConfigError(f"study '{plan.name}' has other objectives; start a new --study")
         recovery = _recover(study, stored, plan)
         if on_recovered is not None:
-            kept = [r.status for r in studies.load_rows(study).values() if not r.interrupted]
-            by = ", ".join(f"{kept.count(x)} {x}" for x in sorted(set(kept), key=kept.index))
+            n, by = _kept(studies.load_rows(study).values())
             on_recovered(f"resumed study '{plan.name}': {recovery.describe()}; kept the "
-                         f"{len(kept)} trials it had recorded ({by or 'none'})")
+                         f"{n} trials it had recorded ({by})")
     study.set_user_attr(ATTR, plan.meta())
     return study, recovery
 
@@ -289,6 +313,7 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
         **plan.workload.context({"device": plan.device, "threads": plan.threads}),
         "sampler": plan.sampler, "seed": plan.seed,
         "early_stop": plan.early_stop, "repeatable": plan.repeatable,
+        "trial_time_limit": plan.time_limit.describe(),
         "device": plan.device, "workers": plan.workers,
         "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,

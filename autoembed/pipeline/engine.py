@@ -7,7 +7,11 @@ autoembed's own model, or the user's model traced) and judged by `Feasibility` (
 OOM ceiling, host budget); one that does not fit is told
 to Optuna at once as COMPLETE with placeholder values and a violated `memory` constraint,
 recorded as `infeasible`, and never reaches a trainable. `observe()` decides whether a
-running trial stops; `finish()` tells the outcome of a trial that ran. Every event goes to
+running trial stops; `finish()` tells the outcome of a trial that ran. Each launched trial
+has a time limit (`pipeline.time_limit`): executors mark it `trial_started()`, end what
+`overdue()` lists and say so with `time_out()`; a trial ended that way is `timeout`, told
+to Optuna as a diverged one is (COMPLETE with placeholder values and the `runs`
+constraint violated, so constrained samplers steer away from it). Every event goes to
 one `Recorder` (Optuna attributes, MLflow, calibration.json); the engine writes no store
 itself. Executors (`search.executor`, the Ray Tune adapters in `search.ray_tune`) drive it.
 
@@ -49,6 +53,7 @@ from autoembed.pipeline.records import (
     objective_metrics,
     optuna_values,
 )
+from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
 from autoembed.trial import decode_result
@@ -68,7 +73,8 @@ MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the searc
 class Proposal:
     """A feasible proposal, ready to run: its number, the priced config (full-size,
     resolved) and estimate, the trial runner's payload (plain data), the host memory its
-    process needs, and its length for early stopping (`Launch.length`)."""
+    process needs, its length for early stopping (`Launch.length`) and the seconds it may
+    run (`time_limit`)."""
 
     number: int
     config: EmbeddingConfig
@@ -76,6 +82,7 @@ class Proposal:
     estimate: MemoryEstimate
     host_bytes: int
     length: tuple[int, int] | None = None
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,8 @@ class _Live:
     concurrency: int = 1
     stopped: bool = False
     cost: _Asked | None = None
+    started: float | None = None  # the engine's clock when its executor started it
+    timed_out: bool = False  # ended by its executor for running past its time limit
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,7 @@ class SearchEngine:
         clock: Callable[[], float] = time.monotonic,
         calibration_path: Path | None = None,
         recorder: Recorder | None = None,
+        time_limit: TrialTimeLimit | None = None,
     ) -> None:
         """`workload`: what is searched (its space, pricing, target; `pipeline.workload`).
         `recorder`: where events go (default: `tracker` and `calibration_path` as its
@@ -167,7 +177,8 @@ class SearchEngine:
         point some trial of the study already had (a resume) is skipped. `repeatable`: what
         steers proposals and early stops never depends on wall-clock time (`TIMING`
         objectives are told as a constant, a running trial's speed is not projected), so
-        the same seed repeats the same trials."""
+        the same seed repeats the same trials. `time_limit`: how long a trial may run
+        (default: derived, `pipeline.time_limit`)."""
         from autoembed.pipeline.study import load_rows
 
         self.study = study
@@ -180,6 +191,7 @@ class SearchEngine:
         self.early_stop = early_stop
         self.memory_basis = check_basis(memory_basis)  # memory.objective
         self.repeatable = repeatable
+        self.time_limit = time_limit or TrialTimeLimit(user=workload.kind == "user")
         self.host_budget = host_budget_bytes  # host_cached tables' host memory (issue 9)
         self.feasibility = Feasibility.for_search(
             MemoryBudget(budget, host_budget_bytes), self.oom_ceiling)
@@ -218,7 +230,7 @@ class SearchEngine:
         qs = [r.metrics.get("quality") for r in front]
         best = max((q for q in qs if q is not None), default=None)
         failed = sum(1 for r in self.rows.values()
-                     if r.status in ("failed", "oom", "diverged", "unsupported"))
+                     if r.status in ("failed", "oom", "diverged", "unsupported", "timeout"))
         return SearchStatus(
             trained=self.trained, target=self.trials, running=len(self.live),
             complete=self.count("complete"), infeasible=self.count("infeasible"),
@@ -353,8 +365,12 @@ class SearchEngine:
             self._emit(row)
             return None
         launch = priced.launch(trial.number)
+        walls = [r.metrics.get("wall_seconds") for r in self.rows.values()
+                 if r.status == "complete"]
+        limit = self.time_limit.for_trial(launch.length[0] if launch.length else None,
+                                          [float(w) for w in walls if w is not None])
         proposal = Proposal(trial.number, config, launch.payload, priced.estimate,
-                            launch.host_bytes, launch.length)
+                            launch.host_bytes, launch.length, limit)
         row = TrialRow(trial.number, "running", config, est, params,
                        overshoot=verdict.overshoot, retry_of=retry_of)
         self._record(row, trial)
@@ -394,6 +410,32 @@ class SearchEngine:
     def attach(self, number: int, ray_trial_id: str) -> None:
         if number in self.live:
             self.live[number].ray_trial_id = ray_trial_id
+
+    def trial_started(self, number: int) -> None:
+        """Its executor started trial `number`: its time limit counts from now (once)."""
+        live = self.live.get(number)
+        if live is not None and live.started is None:
+            live.started = self.clock()
+
+    def remaining(self, number: int) -> float | None:
+        """Seconds trial `number` may still run (None: not running, or no limit)."""
+        live = self.live.get(number)
+        limit = None if live is None else live.proposal.time_limit
+        if live is None or limit is None:
+            return None
+        return limit - (self.clock() - live.started if live.started is not None else 0.0)
+
+    def overdue(self) -> list[int]:
+        """Started trials past their time limit, not yet timed out: the executor ends them
+        and calls `time_out`."""
+        return sorted(n for n, live in self.live.items() if live.started is not None
+                      and not live.timed_out and (self.remaining(n) or 0.0) <= 0.0)
+
+    def time_out(self, number: int) -> None:
+        """Its executor ended trial `number` for running past its limit: when it finishes
+        without a result it is `timeout`."""
+        if number in self.live:
+            self.live[number].timed_out = True
 
     def observe(self, number: int, evaluation: Mapping[str, Any]) -> bool:
         """Note an intermediate evaluation; True when the trial should stop (early stop)."""
@@ -443,6 +485,8 @@ class SearchEngine:
                                         concurrency=live.concurrency, node=_node(final, live))
         cost = self._cost(live, final)
         if final is None or final.get("result") is None:
+            if live.timed_out:
+                return self._timeout(old, live, cost)
             if live.stopped and final is None:
                 last = live.evaluations[-1] if live.evaluations else {}
                 return old.with_(status="pruned", metrics={
@@ -496,6 +540,21 @@ class SearchEngine:
         if live.cost is not None:
             out.update(live.cost.metrics(self.clock(), out["train_seconds"]))
         return out
+
+    def _timeout(self, old: TrialRow, live: _Live,
+                 cost: Mapping[str, float | None]) -> tuple[TrialRow, _Outcome]:
+        """The row of a trial its executor ended past its time limit (with what it cost up
+        to its last report), told to Optuna as a diverged one (placeholder values, `runs`
+        violated)."""
+        last = live.evaluations[-1] if live.evaluations else {}
+        limit = live.proposal.time_limit or 0.0
+        row = old.with_(status="timeout", metrics={
+            "steps": float(last.get("step", 0)),
+            "memory": self._memory(live.proposal.estimate.to_dict()), **cost}, reason=(
+            f"ran past its time limit of {limit:g} s and was ended (at step "
+            f"{last.get('step', 0)}); --trial-time-limit or the space's trial_time_limit "
+            "sets the limit"))
+        return row, self._complete(row, placeholder=True, runs=1.0)
 
     def abandon(self, reason: str) -> list[int]:
         """The driver is stopping with trials still running (Ctrl-C, an error): forget them;

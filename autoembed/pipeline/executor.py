@@ -16,16 +16,29 @@ trial with `engine.finish()`. The channel is two-way:
 
 A trial stopped by the engine ends with no final report (`finish(number, None)`), whichever
 executor ran it: what it cost is its last evaluation's stamp. Every report carries the
-trial's wall and CPU seconds so far (`workload.CostClock`).
+trial's wall and CPU seconds so far (`workload.CostClock`). Every trial ends: each
+executor marks it `engine.trial_started` and ends it once
+`engine.overdue` lists it (its time limit, `pipeline.time_limit`): Ray Tune by killing its
+worker process (`ray_tune.TimeLimits`), in process by SIGALRM raising `TrialTimeout` in it
+(`time_limit`); `engine.time_out` then makes it `timeout`. A trial that raises, or calls
+`sys.exit` (SystemExit), is that trial's failure, never the search's end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autoembed.errors import AutoembedError
-from autoembed.pipeline.workload import CostClock, evaluation_report, final_report
+from autoembed.errors import AutoembedError, TrialTimeout
+from autoembed.pipeline.workload import (
+    CostClock,
+    evaluation_report,
+    failed_report,
+    final_report,
+)
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine
@@ -34,7 +47,10 @@ if TYPE_CHECKING:
     from autoembed.trial import Evaluation
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
-           "evaluation_report", "final_report", "trial_payload"]
+           "evaluation_report", "final_report", "trial_payload", "time_limit", "failed_report",
+           "LOG_DIR"]
+
+LOG_DIR = "logs"  # a study's folder for its trials' output on Ray (trial-NNNN.log)
 
 
 class StopTrial(AutoembedError):
@@ -46,6 +62,26 @@ def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[st
     of a trial (device, torch threads)."""
     return {**proposal.payload, "number": proposal.number, "device": plan.device,
             "threads": plan.threads, **extra}
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise `TrialTimeout` in this thread once `seconds` pass (SIGALRM; the main thread
+    only: elsewhere, and with `seconds` None, nothing is armed)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise TrialTimeout(f"past its time limit of {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 class TrialChannel:
@@ -96,6 +132,10 @@ class Executor(Protocol):
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         """Run trials until `engine.propose()` returns None. KeyboardInterrupt on Ctrl-C."""
 
+    def notes(self, plan: SearchPlan) -> list[str]:
+        """Lines said before the first trial: what this executor does with the trials'
+        output, and what it cannot isolate."""
+
 
 class RayTuneExecutor:
     """Ray Tune: a private Ray, or the cluster at `ray_address`; the workload's code and
@@ -132,18 +172,25 @@ class RayTuneExecutor:
         self._ray.check_nodes(tuple(self.options.get("packages", ())))
         return plan
 
+    def notes(self, plan: SearchPlan) -> list[str]:
+        where = " on this machine" if self.address else ""
+        return [f"trial output (print, warnings){where} goes to "
+                f"{plan.out_dir / LOG_DIR}/trial-NNNN.log"]
+
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         import datetime as _dt
 
         from autoembed.pipeline.ray_tune import TuneSettings, run_tune
 
+        (plan.out_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         run_tune(engine, TuneSettings(
             workers=plan.workers,
             cpus_per_trial=self.options.get("trial_cpus", plan.cpus_per_trial),
             gpus_per_trial=self.options.get("trial_gpus", 1 if plan.device == "cuda" else 0),
             storage_path=plan.out_dir / "ray",
             name="tune-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"),
-            placement={"device": plan.device, "threads": plan.threads},
+            placement={"device": plan.device, "threads": plan.threads,
+                       "log_dir": str(plan.out_dir / LOG_DIR)},
             runner=plan.workload.runner(local=False),
             runner_kwargs=self.options.get("runner_kwargs") or {},
             trial_resources=tuple(plan.request.trial_resources), faults=self.faults,
@@ -175,18 +222,31 @@ class InProcessExecutor:
     def place(self, plan: SearchPlan) -> SearchPlan:
         return plan.with_cpus_per_trial(plan.cpus)  # one trial at a time: all of them
 
+    def notes(self, plan: SearchPlan) -> list[str]:
+        del plan
+        out = ["--executor local runs each trial in this process: one that calls os._exit or "
+               "dies of a signal ends the search (--executor ray runs each in its own process)"]
+        if threading.current_thread() is not threading.main_thread():
+            out.append("--executor local off the main thread: a trial's time limit cannot be "
+                       "enforced here (SIGALRM reaches only the main thread)")
+        return out
+
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         trainer = self.trainer or plan.workload.runner(local=True)
         while (p := engine.propose()) is not None:
             channel = TrialChannel(engine, p.number, self.cost_clock())
+            engine.trial_started(p.number)
             final: Mapping[str, Any] | None
             try:
-                final = trainer(trial_payload(p, plan), channel)
+                with time_limit(engine.remaining(p.number)):
+                    final = trainer(trial_payload(p, plan), channel)
             except StopTrial:
                 final = None
-            except Exception as e:  # noqa: BLE001 - the trial's failure, not the search's
-                final = {"status": "failed", "result": None,
-                         "error": f"{type(e).__name__}: {e}"}
+            except TrialTimeout:
+                engine.time_out(p.number)
+                final = None
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the trial's, not the search's
+                final = failed_report(e)
             if final is not None:
                 final = {**final, "cost": channel.cost.stamp()}
             engine.finish(p.number, None if channel.stopped else final)

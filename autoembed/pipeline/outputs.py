@@ -15,8 +15,6 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
@@ -38,25 +36,11 @@ __all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_
 
 
 
-def _readable(path: str | Path) -> None:
-    """mkstemp makes 0600 files; give them the mode a plain open() would (0666 - umask)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
-
-
 def atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        _readable(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """`files.atomic_write_text`: whole or not at all, with the user's umask."""
+    from autoembed.files import atomic_write_text as write
+
+    return write(path, text)
 
 
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
@@ -217,15 +201,10 @@ def write_pareto_png(
     """`pareto_figure` saved as a PNG, atomically."""
     import matplotlib.pyplot as plt
 
+    from autoembed.files import atomic_write
+
     fig = pareto_figure(rows, front, best, objectives, title, budget_bytes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        _readable(tmp)
-        os.replace(tmp, path)
+        return atomic_write(path, lambda fh: fig.savefig(fh, dpi=110, format="png"))
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path

@@ -24,6 +24,7 @@ from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
+from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.user import UserWorkload
 from autoembed.pipeline.workload import NothingFitsError, Workload
 from autoembed.space import Objective, SearchSpace, parse_objectives
@@ -86,6 +87,7 @@ class SearchPlan:
     start_points: bool = False  # known-good configs trained first (space.start)
     start: tuple[StartPoint, ...] = ()  # those points (none for the grid sampler)
     repeatable: bool = False  # one worker; no wall-clock figure steers proposals
+    time_limit: TrialTimeLimit = TrialTimeLimit()  # how long a trial may run
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -125,7 +127,7 @@ class SearchPlan:
             workers=workers, gpus=gpus, cpus=cpus, cpus_per_trial=max(1, cpus // workers),
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=_basis(stored), start_points=use_start, start=start,
-            repeatable=repeatable,
+            repeatable=repeatable, time_limit=_time_limit(r, stored, workload.space),
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -196,6 +198,7 @@ class SearchPlan:
             "threads": self.threads, "finished": finished,
             "created": self.created, "memory_basis": self.memory_basis,
             "start_points": self.start_points, "repeatable": self.repeatable,
+            "trial_time_limit": self.time_limit.seconds,
             **self.workload.meta(),
         }
 
@@ -225,6 +228,18 @@ def _basis(stored: Mapping[str, Any]) -> str:
         return MEMORY_BASIS
     default = MEMORY_BASIS if stored.get("kind") == "user" else LEGACY_BASIS
     return check_basis(str(stored.get("memory_basis", default)))
+
+
+def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
+                space: SearchSpace) -> TrialTimeLimit:
+    """A trial's time limit: as asked, else as a resumed study stored it, else the space's,
+    else derived (`pipeline.time_limit`)."""
+    given = r.trial_time_limit
+    if given is None and stored.get("trial_time_limit") is not None:
+        given = float(stored["trial_time_limit"])
+    if given is None:
+        given = space.trial_time_limit
+    return TrialTimeLimit(given, user=r.kind == "user")
 
 
 def _early_stop(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:

@@ -2,10 +2,11 @@
 driver), a scheduler that stops trials that cannot reach the front, and the Ray lifecycle.
 
 Ray starts private (`address="local"`) unless an address is given, and is shut down on the
-way out, also after Ctrl-C or an error; a Ray already initialised in this process (tests,
-notebooks) is used as is and left running. Once the trials are over, `ray_session.release`
-stops it in the background while the driver writes its report; leaving the `with` waits for
-the end. Imported by `search.executor.RayTuneExecutor`
+way out, also after Ctrl-C or an error, its session folder (Ray's logs, under the temporary
+directory) removed with it; a Ray already initialised in this process (tests, notebooks) or
+a cluster joined with --ray-address is used as is, left running and its files left alone.
+`TimeLimits` ends a trial past its time limit by killing its worker process. Imported by
+`pipeline.executor.RayTuneExecutor`
 (the default executor).
 """
 
@@ -49,6 +50,7 @@ from ray.tune.search import Searcher  # noqa: E402
 from autoembed.errors import ConfigError  # noqa: E402
 from autoembed.pipeline.engine import SearchEngine  # noqa: E402
 from autoembed.pipeline.resources import OWN_RESOURCES  # noqa: E402
+from autoembed.pipeline.session import remove_session  # noqa: E402
 from autoembed.pipeline.trainable import FINAL, PAYLOAD, RESOURCES, train_trial  # noqa: E402
 
 
@@ -63,8 +65,8 @@ class _QuietDefaultTokenAuth(logging.Filter):
 logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
     _QuietDefaultTokenAuth())
 
-__all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "run_tune", "ray_session",
-           "node_problems"]
+__all__ = ["TuneSettings", "BudgetSearcher", "FrontScheduler", "TimeLimits", "run_tune",
+           "ray_session", "node_problems"]
 
 # Host memory is reserved in power-of-two steps from this size, so that trials of similar
 # size ask for the same resources and Tune can reuse their worker processes.
@@ -181,6 +183,32 @@ class FrontScheduler(FIFOScheduler):
         return str(TrialScheduler.CONTINUE)
 
 
+class TimeLimits(tune.Callback):
+    """Every step of Tune's loop: running trials are `engine.trial_started`, and each trial
+    `engine.overdue` lists is told `time_out` and its actor killed: its worker process ends
+    (whatever the trial was doing, a hung C call included) and its resources are free for
+    the next trial; Tune records the trial's error and the engine its `timeout`."""
+
+    def __init__(self, engine: SearchEngine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "engine"}
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        running = {int(t.config["number"]): t for t in trials
+                   if t.status == "RUNNING" and "number" in t.config}
+        for number in running:
+            self.engine.trial_started(number)
+        for number in self.engine.overdue():
+            self.engine.time_out(number)
+            trial = running.get(number)
+            actor = trial.temporary_state.ray_actor if trial is not None else None
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+
+
 PROBE_TIMEOUT_S = 3.0  # Ray itself retries an unreachable address for minutes
 
 
@@ -214,6 +242,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         self.num_gpus = num_gpus
         self.runtime_env = dict(runtime_env) if runtime_env else None  # the user's code
         self.started = False
+        self.session_dir: str | None = None  # the private Ray's, removed when it stops
 
     def __enter__(self) -> ray_session:
         if self.address:
@@ -237,6 +266,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         else:
             ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus, **kw)
         self.started = True
+        self.session_dir = self.local_session()[0]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -255,6 +285,9 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         if not self.address:
             _kill_own_monitor()
         ray.shutdown()
+        if self.session_dir is not None:
+            remove_session(self.session_dir)
+            self.session_dir = None
 
     def local_session(self) -> tuple[str | None, int | None]:
         """(session directory, raylet PID) of the private Ray this started, else (None,
@@ -417,7 +450,8 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
             name=settings.name,
             storage_path=str(settings.storage_path),
             verbose=0,
-            callbacks=[JsonLoggerCallback()],  # a trial's params.json: what Tune ran
+            # a trial's params.json (what Tune ran); trials past their time limit ended
+            callbacks=[JsonLoggerCallback(), TimeLimits(engine)],
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )

@@ -133,10 +133,11 @@ def render_result(console: Any, result: Any) -> None:
         cells.append(searched(result.searched.get(r.number, {})))
         t.add_row(*cells)
     console.print(t)
-    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed")}
+    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed", "timeout")}
+    late = f", {c['timeout']} past their time limit" if c["timeout"] else ""
     console.print(
         f"{len(result.rows)} trials: {c['complete']} complete, {c['infeasible']} over budget "
-        f"(priced, never trained), {c['pruned']} stopped early, {c['failed']} failed; "
+        f"(priced, never trained), {c['pruned']} stopped early, {c['failed']} failed{late}; "
         f"{result.wall_seconds:.0f} s ({result.stop_reason})")
     for line in comparison(result):
         console.print(line, markup=False)
@@ -174,7 +175,8 @@ def result_json(result: Any) -> dict[str, Any]:
         "pick": result.pick,
         "picks": dict(result.picks),
         "front": [member(r) for r in result.front],
-        "counts": {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed")},
+        "counts": {s: result.count(s)
+                   for s in ("complete", "infeasible", "pruned", "failed", "timeout")},
         "trials": len(result.rows),
         "stop_reason": result.stop_reason,
         "recovered": result.recovered,

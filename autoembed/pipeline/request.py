@@ -54,6 +54,7 @@ class SearchRequest:
     space: str | Path | SearchSpace | None = None
     trials: int | None = None
     time_budget: float | None = None
+    trial_time_limit: float | None = None  # seconds (pipeline.time_limit)
     objectives: tuple[str, ...] | None = None
     sampler: str | None = None
     seed: int | None = None
@@ -101,6 +102,7 @@ class SearchRequest:
         *,
         trials: int | None = None,
         time_budget: float | None = None,
+        trial_time_limit: float | None = None,
         objectives: str | Sequence[str] | None = None,
         sampler: str | None = None,
         seed: int | None = None,
@@ -149,6 +151,10 @@ class SearchRequest:
         _positive("--trials", trials)
         _positive("--workers", workers)
         _positive("--time-budget", time_budget, integer=False)
+        if trial_time_limit is not None:
+            from autoembed.space.model import TRIAL_TIME_LIMIT
+
+            TRIAL_TIME_LIMIT.check_argument("--trial-time-limit", trial_time_limit)
         if repeatable and (workers or 1) > 1:
             raise ConfigError(f"--repeatable runs one trial at a time: drop --workers {workers}")
         if repeatable and time_budget is not None:
@@ -167,7 +173,9 @@ class SearchRequest:
         custom = parse_trial_resources(trial_resources or ())
         return cls(
             budget=bud, study=name, runs_dir=Path(runs_dir).expanduser().resolve(), device=dev,
-            space=space, trials=trials, time_budget=time_budget, objectives=objs,
+            space=space, trials=trials, time_budget=time_budget,
+            trial_time_limit=None if trial_time_limit is None else float(trial_time_limit),
+            objectives=objs,
             sampler=sampler, seed=seed, workers=workers, resume=resume,
             ray_address=ray_address, tracking_uri=tracking_uri, storage=storage,
             trial_resources=custom, pick=pick, data=data, label=label,

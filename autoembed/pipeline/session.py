@@ -14,7 +14,9 @@ process dies, even by SIGKILL, so a study can never have two drivers on one host
   then SIGKILL), and only after checking that each one belongs to that session: its
   command line names the session directory, or its command line is a Ray one and it holds
   a file of the session directory open (its logs) or carries `RAY_RAYLET_PID=<the recorded
-  raylet>` in its environment. Processes of other users are never touched.
+  raylet>` in its environment. Processes of other users are never touched. Once none is
+  left, the dead session's folder (Ray's logs) is removed (`remove_session`), as a driver
+  that ends normally removes its own.
 * A record written on another host (a shared filesystem) cannot be checked from here: it is
   refused until removed by hand, and the message says so.
 
@@ -27,6 +29,7 @@ import datetime as _dt
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -38,7 +41,7 @@ from typing import IO, Any
 from autoembed.errors import ConfigError
 
 __all__ = ["LOCK_NAME", "Holder", "StudyLock", "StudyInUseError", "session_processes",
-           "stop_processes"]
+           "stop_processes", "remove_session"]
 
 LOCK_NAME = "session.lock"
 STOP_GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL for a stale session's processes
@@ -200,6 +203,19 @@ def stop_processes(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
     return done
 
 
+def remove_session(path: str) -> None:
+    """Delete the session folder of a private Ray that is no longer running (its logs and
+    the code it shipped; 97 MB for 3 trials of a search), and `session_latest` when that
+    names it. Only a folder named like Ray's sessions (`session_*`) is touched."""
+    p = Path(path)
+    if not p.name.startswith("session_") or p.name == "session_latest" or not p.is_dir():
+        return
+    latest = p.parent / "session_latest"
+    if latest.is_symlink() and Path(os.readlink(latest)).name == p.name:
+        latest.unlink(missing_ok=True)
+    shutil.rmtree(p, ignore_errors=True)
+
+
 class StudyLock:
     """`with StudyLock(study_dir, name, note) as lock:` hold the study; `lock.ray(...)`
     records the private Ray session once it runs. `note` gets the takeover message."""
@@ -249,6 +265,8 @@ class StudyLock:
             if old.ray_session and old.local:
                 self.stopped = stop_processes(session_processes(old.ray_session,
                                                                 old.raylet_pid))
+                if not session_processes(old.ray_session, old.raylet_pid):
+                    remove_session(old.ray_session)
             if self.note is not None:
                 ray = (f"; stopped {len(self.stopped)} leftover process(es) of its Ray "
                        f"session {Path(old.ray_session or '').name} (pid "

@@ -5,7 +5,9 @@ It never opens the Optuna or MLflow stores (DESIGN.md: only the driver writes th
 the payload as plain data in the Tune config and the workload's runner (a module-level
 function Ray pickles by reference) and sends back every validation evaluation
 (`tune.report`, which a scheduler may answer by stopping the trial) and one final report
-carrying the whole TrialResult as JSON.
+carrying the whole TrialResult as JSON. The trial's output goes to the study's
+`logs/trial-NNNN.log` (`trial_output`); a `sys.exit` in it is the trial's failure (Tune's
+own stop, a SystemExit raised from `tune.report`, still ends the trial as Tune means).
 """
 
 from __future__ import annotations
@@ -38,23 +40,31 @@ def train_trial(tune_config: dict[str, Any], run: Callable[..., Mapping[str, Any
     the trial ran on and its seconds so far (`CostClock`)."""
     from ray import tune
 
-    from autoembed.pipeline.workload import CostClock, evaluation_report
+    from autoembed.pipeline.trial_output import trial_output
+    from autoembed.pipeline.workload import CostClock, evaluation_report, failed_report
 
     cost = CostClock()
     payload = json.loads(tune_config[PAYLOAD])
     node: dict[str, Any] = {}
-    try:
-        node = node_info(dict(tune_config.get(RESOURCES) or {}))
+    stopped: list[SystemExit] = []  # Tune's stop: `tune.report` raised SystemExit(0)
+    with trial_output(payload.get("log_dir"), payload.get("number")):
+        try:
+            node = node_info(dict(tune_config.get(RESOURCES) or {}))
 
-        def channel(ev: Any) -> bool:
-            tune.report({**evaluation_report(ev), **cost.stamp(), **node})
-            return True  # the scheduler stops the trial through Tune, not through us
+            def channel(ev: Any) -> bool:
+                try:
+                    tune.report({**evaluation_report(ev), **cost.stamp(), **node})
+                except SystemExit as e:  # the scheduler stopped the trial: Tune ends it
+                    stopped.append(e)
+                    raise
+                return True
 
-        final = {**run(payload, channel, where=f"Ray node {node['ray_node_ip']}",
-                       **dict(runner_kwargs or {})), "node": node}
-    except Exception as e:  # noqa: BLE001 - reported as the trial's failure, not a crash
-        final = {"status": "failed", "result": None,
-                 "error": f"{type(e).__name__}: {e}" + (
-                     f" (on Ray node {node['ray_node_ip']})" if node else ""),
-                 "traceback": traceback.format_exc(limit=8), "node": node}
+            final = {**run(payload, channel, where=f"Ray node {node['ray_node_ip']}",
+                           **dict(runner_kwargs or {})), "node": node}
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the trial's failure, not a crash
+            if stopped:  # Tune's own stop, not the user's sys.exit: let Tune end the trial
+                raise
+            where = f" (on Ray node {node['ray_node_ip']})" if node else ""
+            final = {**failed_report(e, where), "traceback": traceback.format_exc(limit=8),
+                     "node": node}
     tune.report({FINAL: json.dumps({**final, "cost": cost.stamp()}, default=str)})

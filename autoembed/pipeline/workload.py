@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
            "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report",
-           "CostClock"]
+           "CostClock", "failed_report"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
 # Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
@@ -174,6 +174,13 @@ def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
     scores = result.valid_scores
     return {"status": result.status, "result": result.to_dict(), "error": None,
             "valid_scores": None if scores is None else scores.encode(), **extra}
+
+
+def failed_report(e: BaseException, where: str = "") -> dict[str, Any]:
+    """The final report of a trial that raised `e` (a `sys.exit` included)."""
+    what = (f"SystemExit: the trial called sys.exit({e.code!r})" if isinstance(e, SystemExit)
+            else f"{type(e).__name__}: {e}")
+    return {"status": "failed", "result": None, "error": what + where}
 
 
 def evaluation_report(ev: Evaluation) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from autoembed.space.model import (
     TOKENS_PER_BATCH,
     TOPOLOGY,
     TORCHREC_EMBEDDING_KEYS,
+    TRIAL_TIME_LIMIT,
     USER_SECTIONS,
     USER_SPACE_KEYS,
     USER_TABLE_KEYS,
@@ -143,8 +144,13 @@ def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     desc = raw.get("description", "") or ""
     if not isinstance(desc, str):
         raise space_error(source, "description", desc, "must be a string")
+    limit = raw.get("trial_time_limit")
+    if limit is not None and not TRIAL_TIME_LIMIT.ok(limit):
+        raise space_error(source, "trial_time_limit", limit,
+                          TRIAL_TIME_LIMIT.text + " (seconds)")
     return {"objectives": objectives, "target": None if target is None else float(target),
-            "trials": trials, "description": desc}
+            "trials": trials, "description": desc,
+            "trial_time_limit": None if limit is None else float(limit)}
 
 
 # ===================================================================== a user's own model

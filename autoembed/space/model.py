@@ -19,7 +19,7 @@ from autoembed.config import (
     config_from_dict,
 )
 from autoembed.errors import ConfigError
-from autoembed.rules import Integer, Rule
+from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
 __all__ = [
@@ -39,12 +39,14 @@ __all__ = [
 ]
 
 SPACE_KEYS = ("description", "data", "stand_in", "base", "tables", "params", "objectives",
-              "target", "run", "trials")
+              "target", "run", "trials", "trial_time_limit")
 PARAM_KEYS = ("choices", "type", "low", "high", "log", "step", "multiple_of", "when", "grid")
 RUN_KEYS = ("max_steps", "max_seconds", "epochs", "eval_every", "eval_batches", "test_batches",
             "warmup_steps", "measure_latency")
 STAND_IN_KEYS = ("vocab_scale", "rows")
 DEFAULT_TRIALS = 20  # trained trials when neither the space nor the caller says
+# seconds a trial may run before it is ended as `timeout` (pipeline.time_limit); 30 days at most
+TRIAL_TIME_LIMIT = Interval(0, 30 * 86400, open_low=True)
 GRID_POINTS = 3  # points per numeric range in the grid sampler's grid (low, middle, high)
 
 # Fields the data decide (resolution writes them): never searched, never in `base`. (Text's
@@ -73,7 +75,7 @@ BUILTIN_SPACES = ("default", "ctr", "text", "tiny", "host_cache")
 # settings one of its tables may carry (rows and dim are the module's own), and the built-in
 # model settings a user's model would silently ignore, with what to do instead.
 USER_SPACE_KEYS = ("description", "embedding", "user", "metrics", "objectives", "target",
-                   "trials", "early_stop", "topology")
+                   "trials", "early_stop", "topology", "trial_time_limit")
 USER_SECTIONS = ("embedding", "user")
 EMBEDDING_KEYS = ("precision", "serving", "table_optimizer", "dense_optimizer", "compression",
                   "hash_buckets", "hash_seed", "qr_collisions", "qr_operation",
@@ -347,6 +349,7 @@ class SearchSpace:
     trials: int = DEFAULT_TRIALS
     description: str = ""
     tables: tuple[TableRule, ...] = ()
+    trial_time_limit: float | None = None  # seconds (None: derived, pipeline.time_limit)
     text: str = field(default="", compare=False, repr=False)
 
     # ------------------------------------------------------------------ configs
@@ -431,6 +434,8 @@ class SearchSpace:
         d["target"] = self.target
         d["run"] = dict(self.run)
         d["trials"] = self.trials
+        if self.trial_time_limit is not None:
+            d["trial_time_limit"] = self.trial_time_limit
         return d
 
 

@@ -43,7 +43,7 @@ ESTIMATE_FIGURES = BYTE_FIGURES
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 8000
 # Statuses whose MLflow run ends FAILED (the trial tried to train and could not finish).
-_FAILED_STATUSES = frozenset({"unsupported", "oom", "diverged", "failed"})
+_FAILED_STATUSES = frozenset({"unsupported", "oom", "diverged", "timeout", "failed"})
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,11 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
 
     _a_module(model, "apply")
     config, hot_sets = _config_of(config, hot_sets)
+    if hot_sets is not None:
+        from autoembed.models.hot_cold import check_hot_set_names
+
+        check_hot_set_names(hot_sets, [ts.name for ts in resolved_tables(config)
+                                       if ts.compression == "hot_cold"])
     if config.robe_shared:  # the layers of autoembed.nn hold one array per table
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
                           "model its own robe array; set robe_shared false (one shared array "
