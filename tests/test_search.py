@@ -230,9 +230,11 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     notes: list[str] = []
     res = search(BUDGET, study="kill", resume=True, runs_dir=runs, tracker=NullTracker(),
                  on_recovered=notes.append)
-    # the dead driver's lock is taken over, then what was recovered is said
-    assert len(notes) == 2 and f"from pid {proc.pid}" in notes[0]
+    # the dead driver's lock is taken over, then what was recovered is said, then the
+    # trials' time limit and where their output goes
+    assert len(notes) == 4 and f"from pid {proc.pid}" in notes[0]
     assert "resumed study 'kill'" in notes[1]
+    assert notes[2].startswith("trial time limit: ") and "trial-NNNN.log" in notes[3]
     after = optuna.load_study(study_name="kill", storage=storage).trials
     by_number = {t.number: t for t in after}
     for n, values in complete_before.items():  # nothing completed is lost or changed
