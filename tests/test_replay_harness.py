@@ -72,3 +72,22 @@ def test_the_schedule_stops_trials_at_a_rung_and_charges_them_up_to_it(tiny: Tab
                    if p.get("search") and int(p["step"]) >= max_steps / 3)
         assert t.steps == rung < max_steps
         assert t.cost < _total(tiny, t.row, t.seed)
+
+
+def test_the_yardstick_normalises_quality_and_log_memory(tiny: Table) -> None:
+    from compare import Yardstick
+
+    stick = Yardstick(tiny)
+    axis = tiny.header["memory_axis"]
+    lo, hi = float(axis["low_bytes"]), float(axis["high_bytes"])
+    q_lo, q_hi = stick.q_lo, stick.q_best
+    # the best quality at the cheapest memory dominates the whole unit square
+    assert stick.volume([(q_hi, lo)]) == pytest.approx(1.0)
+    # half the quality span at the geometric middle of the memory axis: a quarter
+    mid = (lo * hi) ** 0.5
+    assert stick.volume([((q_lo + q_hi) / 2, mid)]) == pytest.approx(0.25)
+    # two staircase points: 0.5 x 1 + 0.5 x 0.5 (by hand)
+    assert stick.volume([((q_lo + q_hi) / 2, lo), (q_hi, mid)]) == pytest.approx(0.75)
+    seed0 = [(float(r["valid_quality"]), tiny.rows[row]["estimate"]["allocated_peak"])
+             for (row, s), r in tiny.trials.items() if s == 0]
+    assert stick.volume(seed0) == pytest.approx(stick.reference)
