@@ -45,6 +45,7 @@ from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
+from autoembed.pipeline.scheduler import ON_BY_DEFAULT as ASHA_ON
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.space import Objective, SearchSpace
 
@@ -177,7 +178,8 @@ def run_search(
             start=[p.params(plan.space) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
-            scheduler=AshaScheduler(plan.objective_pairs) if plan.early_stop else None,
+            scheduler=AshaScheduler(plan.objective_pairs)
+            if plan.early_stop and ASHA_ON else None,
             progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
