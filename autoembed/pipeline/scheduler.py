@@ -57,8 +57,9 @@ __all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "ON_BY_DEFAULT", "
            "SETTLE_TRIALS", "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
 
 RUNGS_ATTR = "autoembed_rungs"  # Optuna trial attribute: the trial's RungPoints
-# Whether a search's early stopping runs MO-ASHA beside the front rule. Off: on the replay
-# tables it did not beat the front rule alone (benchmarks/results/search_efficiency_replay.md)
+# Whether a search's early stopping runs MO-ASHA beside the front rule. Off: replayed with
+# the default sampler (tpe-mix) it did not beat the front rule alone; with random sampling
+# it did (benchmarks/results/search_efficiency_replay.md)
 ON_BY_DEFAULT = False
 ETA = 3  # successive halving's reduction factor: 1/ETA of a rung's trials go on
 RUNG_COUNT = 3  # candidate rungs: ETA**-1 .. ETA**-RUNG_COUNT of a trial's length
