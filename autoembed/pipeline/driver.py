@@ -45,6 +45,8 @@ from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
+from autoembed.pipeline.scheduler import ON_BY_DEFAULT as ASHA_ON
+from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.space import Objective, SearchSpace
 
 if TYPE_CHECKING:
@@ -190,7 +192,10 @@ def run_search(
             start=[p.params(plan.space) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
-            time_limit=plan.time_limit, progress=progress, recorder=Recorder([
+            time_limit=plan.time_limit,
+            scheduler=AshaScheduler(plan.objective_pairs)
+            if plan.early_stop and ASHA_ON else None,
+            progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
         try:

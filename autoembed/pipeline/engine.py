@@ -53,6 +53,7 @@ from autoembed.pipeline.records import (
     objective_metrics,
     optuna_values,
 )
+from autoembed.pipeline.scheduler import RUNGS_ATTR, AshaScheduler, RungPoint
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
@@ -126,6 +127,8 @@ class _Live:
     cost: _Asked | None = None
     started: float | None = None  # the engine's clock when its executor started it
     timed_out: bool = False  # ended by its executor for running past its time limit
+    rungs: list[RungPoint] = field(default_factory=list)  # the scheduler's decisions
+    stop_reason: str | None = None  # why the search stopped it (None: the front rule's)
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class SearchEngine:
         calibration_path: Path | None = None,
         recorder: Recorder | None = None,
         time_limit: TrialTimeLimit | None = None,
+        scheduler: AshaScheduler | None = None,
     ) -> None:
         """`workload`: what is searched (its space, pricing, target; `pipeline.workload`).
         `recorder`: where events go (default: `tracker` and `calibration_path` as its
@@ -178,7 +182,9 @@ class SearchEngine:
         steers proposals and early stops never depends on wall-clock time (`TIMING`
         objectives are told as a constant, a running trial's speed is not projected), so
         the same seed repeats the same trials. `time_limit`: how long a trial may run
-        (default: derived, `pipeline.time_limit`)."""
+        (default: derived, `pipeline.time_limit`). `scheduler`: multi-fidelity stops at
+        rungs (`pipeline.scheduler`; rebuilt here from the study's recorded rung points and
+        finished trials), beside `early_stop`'s front rule."""
         from autoembed.pipeline.study import load_rows
 
         self.study = study
@@ -216,6 +222,9 @@ class SearchEngine:
             recorder = Recorder(sinks)
         self.recorder = recorder
         recorder.catch_up(self.rows.values())
+        self.scheduler = scheduler
+        if scheduler is not None:
+            self._restore_rungs(scheduler)
 
     # ------------------------------------------------------------------ counts
     @property
@@ -438,14 +447,22 @@ class SearchEngine:
             self.live[number].timed_out = True
 
     def observe(self, number: int, evaluation: Mapping[str, Any]) -> bool:
-        """Note an intermediate evaluation; True when the trial should stop (early stop)."""
+        """Note an intermediate evaluation; True when the trial should stop: at a rung the
+        scheduler stops it at (its decision recorded first), or by the front rule."""
         live = self.live.get(number)
         if live is None:
             return False
         live.evaluations.append(evaluation)
         length = live.proposal.length
-        if not self.early_stop or length is None or int(evaluation["step"]) >= length[0]:
-            return False  # off, unprojectable, or the last evaluation: nothing to save
+        if length is None or int(evaluation["step"]) >= length[0]:
+            return False  # unprojectable, or the last evaluation: nothing to save
+        if self.scheduler is not None and not self._at_rungs(live, evaluation, length):
+            live.stopped = True
+            live.stop_reason = (f"stopped at step {evaluation['step']}: outside the top "
+                                f"1/{self.scheduler.eta} of its rung (multi-fidelity)")
+            return True
+        if not self.early_stop:
+            return False
         max_steps, eval_every = length
         target = self.workload.target
         reached = next((int(e["step"]) for e in live.evaluations
@@ -465,6 +482,47 @@ class SearchEngine:
             return True
         return False
 
+    def _at_rungs(self, live: _Live, evaluation: Mapping[str, Any],
+                  length: tuple[int, int]) -> bool:
+        """The scheduler's decision at each rung this evaluation reaches (False: stop),
+        every rung point recorded on the trial before it is acted on."""
+        assert self.scheduler is not None
+        step = int(evaluation["step"])
+        due = self.scheduler.due(step, length)
+        if not due:
+            return True
+        values = {"quality": max(float(e["quality"]) for e in live.evaluations),
+                  "memory": self._memory(live.proposal.estimate.to_dict())}
+        elapsed = float(evaluation.get("elapsed_s", 0.0))
+        if not self.repeatable and elapsed > 0:
+            values["throughput"] = float(evaluation.get("samples", 0)) / elapsed
+        decided = [self.scheduler.decide(live.proposal.number, f, step, values) for f in due]
+        live.rungs.extend(decided)
+        self.recorder.note(live.trial, RUNGS_ATTR, [p.encode() for p in live.rungs])
+        for p in decided:
+            self.scheduler.add(p)
+        return all(p.go_on for p in decided)
+
+    def _restore_rungs(self, scheduler: AshaScheduler) -> None:
+        """The scheduler's state from the study: every recorded rung point, and the curves
+        of the trials that ran to their full length."""
+        for t in self.study.get_trials(deepcopy=False):
+            raw = t.user_attrs.get(RUNGS_ATTR)
+            if isinstance(raw, list):
+                scheduler.restore(RungPoint.decode(t.number, p) for p in raw)
+        for row in self.rows.values():
+            self._learn(row)
+
+    def _learn(self, row: TrialRow) -> None:
+        """Tell the scheduler a trial that ran to its full length (its curve)."""
+        result = row.result
+        if self.scheduler is None or row.status != "complete" or result is None:
+            return
+        curve = [(e.step, e.quality) for e in result.curve]
+        if len(curve) >= 2:
+            length = (max(result.steps, curve[-1][0]), curve[0][0])
+            self.scheduler.learn(row.number, curve, length, row.metrics.get("quality"))
+
     def finish(self, number: int, final: Mapping[str, Any] | None,
                error: str | None = None) -> TrialRow | None:
         """Tell the outcome of a launched trial. `final`: the trainable's last report
@@ -473,7 +531,11 @@ class SearchEngine:
         if live is None:
             return None
         row, outcome = self._outcome(live, final, error)
+        if row.status == "pruned" and live.stop_reason:
+            row = row.with_(reason=live.stop_reason)
         self._record(row, live.trial, outcome)
+        if not live.stopped:
+            self._learn(row)
         self._emit(row)
         return row
 

@@ -60,6 +60,11 @@ class Recorder:
             for sink in self.sinks:
                 sink.record(row)
 
+    def note(self, trial: Any, key: str, value: Any) -> None:
+        """Store `value` as the running trial's attribute `key` (the study is the search's
+        record: a scheduler's decision is noted before it is acted on)."""
+        trial.set_user_attr(key, value)
+
     def catch_up(self, rows: Iterable[TrialRow]) -> None:
         done = sorted((r for r in rows if r.status != "running"), key=lambda r: r.number)
         for sink in self.sinks:

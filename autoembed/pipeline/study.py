@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 # gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
-SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4")
+SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",
+            "tpe-cost", "tpe-mix-cost")
 # The default sampler, the rule the measurements pick (benchmarks/search_efficiency.py
 # --compare-samplers, results/sampler_comparison.md): TPE alone was worse than random at 50
 # trained trials on the default space (its fronts miss the extremes random reaches); TPE with
@@ -154,16 +155,22 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
-    """A seeded sampler. `grid` is random sampling here: the driver enqueues grid points."""
+def make_sampler(kind: str, seed: int,
+                 prior: Sequence[Mapping[str, Any]] = ()) -> optuna.samplers.BaseSampler:
+    """A seeded sampler. `grid` is random sampling here: the driver enqueues grid points.
+    `prior`: Optuna params of start points that the TPE kinds' model leans towards early
+    (`pipeline.prior.PriorTPE`, piBO); other kinds ignore it."""
     import optuna
 
-    if kind in ("tpe", "tpe-s4"):
-        return _multivariate_tpe(seed, TPE_STARTUP if kind == "tpe" else TPE_SHORT_STARTUP)
-    if kind == "tpe-mix":
+    cost = kind.endswith("-cost")  # TPE's acquisition per predicted second: cost_aware.py
+    if kind in ("tpe", "tpe-s4", "tpe-cost"):
+        return _multivariate_tpe(seed, TPE_SHORT_STARTUP if kind == "tpe-s4" else TPE_STARTUP,
+                                 cost, prior)
+    if kind in ("tpe-mix", "tpe-mix-cost"):
         from autoembed.pipeline.interleave import InterleavedSampler
 
-        model = _multivariate_tpe((seed + MIX_MODEL_SEED_OFFSET) % 2**32, TPE_STARTUP)
+        model = _multivariate_tpe((seed + MIX_MODEL_SEED_OFFSET) % 2**32, TPE_STARTUP, cost,
+                                  prior)
         return InterleavedSampler(model, optuna.samplers.RandomSampler(seed=seed),
                                   TPE_STARTUP, MIX_EVERY)
     if kind == "tpe-plain":  # Optuna's TPE defaults: each parameter on its own
@@ -178,14 +185,26 @@ def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
     raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
 
 
-def _multivariate_tpe(seed: int, startup: int) -> optuna.samplers.TPESampler:
-    """TPE, multivariate + group: joint and conditional params modelled together."""
+def _multivariate_tpe(seed: int, startup: int, cost: bool = False,
+                      prior: Sequence[Mapping[str, Any]] = ()) -> optuna.samplers.TPESampler:
+    """TPE, multivariate + group: joint and conditional params modelled together; `cost`:
+    its acquisition per predicted second (`pipeline.cost_aware.CostAwareTPE`); `prior`:
+    start points it leans towards (`pipeline.prior.PriorTPE`)."""
     import optuna
 
+    kw: dict[str, Any] = {"seed": seed, "multivariate": True, "group": True,
+                          "constant_liar": True, "n_startup_trials": startup}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          constant_liar=True, n_startup_trials=startup)
+        if prior:
+            from autoembed.pipeline.prior import PriorTPE
+
+            return PriorTPE(prior=prior, cost=cost, **kw)
+        if cost:
+            from autoembed.pipeline.cost_aware import CostAwareTPE
+
+            return CostAwareTPE(**kw)
+        return optuna.samplers.TPESampler(**kw)
 
 
 def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
