@@ -171,6 +171,8 @@ HONOURED = {
     "space": ([], lambda p: p.space.kind == "user"),
     "trials": (["--trials", "5"], lambda p: p.trials == 5),
     "time_budget": (["--time-budget", "7"], lambda p: p.request.time_budget == 7),
+    "trial_time_limit": (["--trial-time-limit", "30"],
+                         lambda p: p.time_limit.seconds == 30 and p.time_limit.user),
     "objectives": (["--objectives", "quality,memory"],
                    lambda p: [o.name for o in p.objectives] == ["quality", "memory"]),
     "sampler": (["--sampler", "nsga2"], lambda p: p.sampler == "nsga2"),
