@@ -586,7 +586,7 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     for p in {out, cfg_path}:
         if p.exists() and not force:
             raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
-    from autoembed.pipeline.outputs import atomic_write_text
+    from autoembed.files import atomic_write_text
     from autoembed.rules import plain
 
     text = (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"

@@ -20,6 +20,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from autoembed.files import atomic_write_text
 from autoembed.trial import (
     ESTIMATE_COLUMNS,
     METRIC_COLUMNS,
@@ -30,17 +31,10 @@ from autoembed.trial import (
     plain,
 )
 
-__all__ = ["atomic_write_text", "write_trials_csv", "write_pareto_json", "write_best_yaml",
+__all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml",
            "write_pareto_png", "pareto_figure", "label_points", "member_dict",
            "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """`files.atomic_write_text`: whole or not at all, with the user's umask."""
-    from autoembed.files import atomic_write_text as write
-
-    return write(path, text)
 
 
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:

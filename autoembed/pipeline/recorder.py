@@ -140,7 +140,7 @@ class CalibrationSink:
             return set()
 
     def _write(self) -> None:
-        from autoembed.pipeline.outputs import atomic_write_text
+        from autoembed.files import atomic_write_text
 
         events = []
         for row in sorted(self._ooms.values(), key=lambda r: r.number):
