@@ -391,6 +391,9 @@ def search_cmd(
     repeatable: bool = typer.Option(
         False, "--repeatable", help="Repeat exactly with the same --seed: one trial at a time, "
         "and throughput/latency (wall-clock figures) never steer the proposals."),
+    multi_fidelity: bool = typer.Option(
+        False, "--multi-fidelity", help="Stop trials outside the top third at rungs of their "
+        "length (MO-ASHA; default off; docs/searching.md)."),
     model: str | None = typer.Option(
         None, help="Your model: pkg.module:build, build(params) -> nn.Module (with --example "
         "and --train; the current directory is on the import path)."),
@@ -430,7 +433,8 @@ def search_cmd(
             pick_rule=pick, data=data, label=label,
             categorical=cats, text_column=text_column, early_stop=early_stop,
             start_points=start_points, progress=prog.update, on_recovered=prog.note,
-            host_budget=host_budget, repeatable=repeatable, model=model, example=example,
+            host_budget=host_budget, repeatable=repeatable, multi_fidelity=multi_fidelity,
+            model=model, example=example,
             train=train, loss=loss,
             executor=executor, allow_changed_code=allow_changed_code,
         )

@@ -196,3 +196,20 @@ def test_engine_records_each_rung_decision_before_acting_and_resumes_it(
     assert got[a.number].values["quality"] == pytest.approx(0.9)
     assert math.isclose(got[b.number].values["memory"], mem_b)
     assert a.number in fresh.finished  # the finished curve is learnt again
+
+
+def test_multi_fidelity_is_asked_for_and_kept_by_a_resume() -> None:
+    """Off by default; `multi_fidelity=True` turns it on, and a resume (the stored meta)
+    keeps it without being asked again."""
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+
+    plain = SearchPlan.build(SearchRequest.parse("1GB", "tiny", tracking_uri="none"), {})
+    asked = SearchPlan.build(
+        SearchRequest.parse("1GB", "tiny", tracking_uri="none", multi_fidelity=True), {})
+    resumed = SearchPlan.build(
+        SearchRequest.parse("1GB", "tiny", tracking_uri="none", study=asked.name,
+                            resume=True), asked.meta())
+    assert not plain.multi_fidelity
+    assert asked.multi_fidelity and asked.meta()["multi_fidelity"] is True
+    assert resumed.multi_fidelity

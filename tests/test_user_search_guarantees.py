@@ -65,6 +65,8 @@ def user(tmp_path: Path, monkeypatch) -> tuple[Any, Path]:
     (pkg / "__init__.py").write_text("")
     (pkg / "loop.py").write_text(LOOP)
     (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "space_length.yaml").write_text(
+        SPACE + "early_stop: {max_steps: 4, eval_every: 1}\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     monkeypatch.chdir(tmp_path)
     sys.modules.pop("gloop.loop", None)
@@ -191,6 +193,8 @@ HONOURED = {
     "pick": (["--pick", "knee"], lambda p: str(p.request.pick) == "knee"),
     "early_stop": (["--no-early-stop"], lambda p: p.early_stop is False),
     "repeatable": (["--repeatable"], lambda p: p.repeatable and p.workers == 1),
+    "multi_fidelity": (["--multi-fidelity", "--space", "space_length.yaml"],
+                       lambda p: p.multi_fidelity and p.meta(False)["multi_fidelity"]),
     "as_json": (["--json"], lambda p: True),  # the result printed as JSON (the CLI's part)
     "model": ([], lambda p: p.workload.records["model"].spec == "gloop.loop:build"),
     "example": ([], lambda p: p.workload.records["example"].spec == "gloop.loop:example"),
@@ -235,3 +239,12 @@ def test_every_search_option_is_honoured_or_refused_with_model(user, monkeypatch
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1, (name, err)
         assert f"--{name.replace('_', '-')} does not apply to a search over your own" in err
+
+
+def test_multi_fidelity_without_a_loop_length_is_one_line(user, capsys) -> None:
+    _, root = user
+    rc = main([*cli(root, "--budget", "700MB", "--train", "gloop.loop:train"),
+               "--multi-fidelity"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--multi-fidelity: your loop's length is unknown" in err

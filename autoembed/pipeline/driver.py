@@ -45,7 +45,6 @@ from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
-from autoembed.pipeline.scheduler import ON_BY_DEFAULT as ASHA_ON
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.space import Objective, SearchSpace
 
@@ -130,7 +129,9 @@ def search(
     resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
     re-queued once); repeatable: one trial at a time, and nothing measured in wall-clock
     time (throughput, latency) steers proposals or early stops, so the same seed trains the
-    same trials again; pick_rule: a rule of pareto.PICK_RULES (default within-noise);
+    same trials again; multi_fidelity: MO-ASHA stops trials outside the top third of a rung
+    (shares of each trial's length; `pipeline.scheduler`; default off); pick_rule: a rule
+    of pareto.PICK_RULES (default within-noise);
     data/label/categorical/text_column: train on other data; early_stop: stop trials that
     cannot reach the front (default on: DEFAULT_EARLY_STOP; your own loop: when its space
     says `early_stop:`); host_budget: host memory for host_cached tables ("64GB" or bytes;
@@ -194,7 +195,7 @@ def run_search(
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
             time_limit=plan.time_limit,
             scheduler=AshaScheduler(plan.objective_pairs)
-            if plan.early_stop and ASHA_ON else None,
+            if plan.multi_fidelity else None,
             progress=progress, recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )

@@ -87,6 +87,7 @@ class SearchPlan:
     start_points: bool = False  # known-good configs trained first (space.start)
     start: tuple[StartPoint, ...] = ()  # those points (none for the grid sampler)
     repeatable: bool = False  # one worker; no wall-clock figure steers proposals
+    multi_fidelity: bool = False  # MO-ASHA at rungs of each trial's length
     time_limit: TrialTimeLimit = TrialTimeLimit()  # how long a trial may run
 
     # ------------------------------------------------------------------ building
@@ -128,6 +129,7 @@ class SearchPlan:
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=_basis(stored), start_points=use_start, start=start,
             repeatable=repeatable, time_limit=_time_limit(r, stored, workload.space),
+            multi_fidelity=_multi_fidelity(r, stored, workload.space),
         )
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
@@ -198,6 +200,7 @@ class SearchPlan:
             "threads": self.threads, "finished": finished,
             "created": self.created, "memory_basis": self.memory_basis,
             "start_points": self.start_points, "repeatable": self.repeatable,
+            "multi_fidelity": self.multi_fidelity,
             "trial_time_limit": self.time_limit.seconds,
             **self.workload.meta(),
         }
@@ -240,6 +243,18 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
     if given is None:
         given = space.trial_time_limit
     return TrialTimeLimit(given, user=r.kind == "user")
+
+
+def _multi_fidelity(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:
+    """MO-ASHA (`pipeline.scheduler`): as asked or as stored; off by default (replayed, it
+    did not beat the front rule alone: benchmarks/results/search_efficiency_replay.md). Its
+    rungs are shares of a trial's length, which a user space must state."""
+    on = r.multi_fidelity or bool(stored.get("multi_fidelity", False))
+    if on and r.kind == "user" and space.early_stop is None:
+        raise ConfigError(
+            "--multi-fidelity: your loop's length is unknown; add `early_stop: {max_steps: N, "
+            "eval_every: M}` to the space (its rungs are shares of max_steps)")
+    return on
 
 
 def _early_stop(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:

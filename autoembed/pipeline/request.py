@@ -73,6 +73,7 @@ class SearchRequest:
     host_budget: Budget | None = None
     start_points: bool | None = None
     repeatable: bool = False  # the same seed repeats the same trials (see search())
+    multi_fidelity: bool = False  # MO-ASHA stops at rungs (pipeline.scheduler)
     # a search over the user's own model: its functions (None: autoembed's own models)
     code: UserCode | None = None
     executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
@@ -124,6 +125,7 @@ class SearchRequest:
         host_budget: BudgetLike | None = None,
         start_points: bool | None = None,
         repeatable: bool = False,
+        multi_fidelity: bool = False,
         model: Any = None,
         example: Any = None,
         train: Any = None,
@@ -183,7 +185,7 @@ class SearchRequest:
             text_column=text_column, early_stop=early_stop, host_budget=host,
             start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
             allow_changed_code=bool(allow_changed_code), apply=apply, space_arg=space_arg,
-            repeatable=bool(repeatable),
+            repeatable=bool(repeatable), multi_fidelity=bool(multi_fidelity),
         )
 
 

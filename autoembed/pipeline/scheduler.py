@@ -53,14 +53,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "ON_BY_DEFAULT", "RUNG_COUNT",
+__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT",
            "SETTLE_TRIALS", "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
 
 RUNGS_ATTR = "autoembed_rungs"  # Optuna trial attribute: the trial's RungPoints
-# Whether a search's early stopping runs MO-ASHA beside the front rule. Off: replayed with
-# the default sampler (tpe-mix) it did not beat the front rule alone; with random sampling
-# it did (benchmarks/results/search_efficiency_replay.md)
-ON_BY_DEFAULT = False
+# A search runs MO-ASHA beside the front rule when asked (`--multi-fidelity`). Not by
+# default: replayed with the default sampler (tpe-mix) it did not beat the front rule
+# alone; with random sampling it did (benchmarks/results/search_efficiency_replay.md).
 ETA = 3  # successive halving's reduction factor: 1/ETA of a rung's trials go on
 RUNG_COUNT = 3  # candidate rungs: ETA**-1 .. ETA**-RUNG_COUNT of a trial's length
 # A rung is trusted once this many trials ran to their full length and their ranks at the
