@@ -1,7 +1,7 @@
 """Every command and code block of README.md and the guides (docs/*.md), run as written, in
-order, page by page, each page in its own copy of the repository's files (`git ls-files`:
-what a fresh clone holds) with this environment's `.venv` linked in, as
-`bash scripts/setup.sh` would have left it.
+order, page by page (two pages at a time), each page in its own copy of the repository's
+files (`git ls-files`: what a fresh clone holds) with this environment's `.venv` linked in,
+as `bash scripts/setup.sh` would have left it.
 
 What a block is, by its fence:
 
@@ -71,6 +71,11 @@ SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
      "50 full-size steps (2.6M rows) -> 2"),
 ]
 NOT_RUN_REASONS = ("GPU", "cluster", "network")
+# Pages run two at a time (CI has 2 cores; a page is mostly one process waiting on another),
+# the longest first: seconds per page as measured here (a guess only orders them).
+LANES = 2
+LONGEST = {"docs/getting_started.md": 56, "README.md": 50, "docs/own_loop.md": 45,
+           "docs/searching.md": 31, "docs/own_model.md": 16}
 TIMEOUT = 900
 COSTS: list[tuple[float, str]] = []  # (seconds, where: what) of every command and block run
 
@@ -294,6 +299,24 @@ def run_page(page: str, copy: Path, used: set[int], not_run: list[str]) -> float
     return time.monotonic() - t0
 
 
+def run_pages(tmp_path: Path, used: set[int], not_run: list[str],
+              ) -> list[tuple[str, float]]:
+    """Every page in its own copy, LANES pages at a time (each page's commands are separate
+    processes; the pages share nothing), the longest first as the last run measured them.
+    After a failure no page starts; it is raised once the page beside it has finished."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(page: str) -> tuple[str, float]:
+        return page, run_page(page, fresh_copy(tmp_path / Path(page).stem), used, not_run)
+
+    order = sorted(PAGES, key=lambda p: -LONGEST.get(p, 0))
+    pool = ThreadPoolExecutor(max_workers=LANES)
+    try:
+        return [f.result() for f in [pool.submit(one, page) for page in order]]
+    finally:  # after a failure no further page starts
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.slow
 def test_every_example_runs_as_written(tmp_path: Path) -> None:
     stamp = VENV / ".autoembed-installed"
@@ -311,13 +334,12 @@ def test_every_example_runs_as_written(tmp_path: Path) -> None:
     lines += [f"  {page}: '{old}' -> '{new}' ({why})" for page, old, new, why in SUBSTITUTIONS]
     lines.append("  every page: `autoembed ui` on a free port, fetched once, then Ctrl-C")
     report("examples (tests/test_examples.py)", lines)
-    seconds = []
-    for page in PAGES:
-        copy = fresh_copy(tmp_path / Path(page).stem)
-        seconds.append(f"  {page}: {run_page(page, copy, used, not_run):.0f} s")
+    seconds = {page: run for page, run in run_pages(tmp_path, used, not_run)}
+    seconds_lines = [f"  {page}: {seconds[page]:.0f} s" for page in PAGES]
     costly = [f"  {t:.0f} s {what}" for t, what in sorted(COSTS, reverse=True)[:8]]
     report("examples (tests/test_examples.py)",
-           ["not run:", *(f"  {x}" for x in not_run), "seconds per page:", *seconds,
+           ["not run:", *(f"  {x}" for x in sorted(not_run)),
+            f"seconds per page ({LANES} at a time):", *seconds_lines,
             "the costliest commands and blocks:", *costly])
     unused = [SUBSTITUTIONS[i][:2] for i in range(len(SUBSTITUTIONS)) if i not in used]
     assert not unused, f"substitutions that match nothing (the page changed?): {unused}"

@@ -158,14 +158,16 @@ def run_search(
 ) -> SearchResult:
     """Run a checked request: the pipeline of the module docstring."""
     t_start = time.monotonic()
+    pending: Callable[[], SearchTracker] | None = None
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
     # the derived space and the baseline are told as they come, before any trial
     plan = SearchPlan.build(request, stored.meta, on_recovered)
     if tracker is None:  # an unreachable tracking server fails here, before anything is made
-        from autoembed.tracking import make_tracker
+        from autoembed.tracking import open_tracker
 
-        tracker = make_tracker(request.tracking_uri, request.runs_dir)
+        # the store opens (MLflow's import, its schema) while the executor starts Ray
+        pending = open_tracker(request.tracking_uri, request.runs_dir)
     executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 
@@ -179,6 +181,8 @@ def run_search(
         study, recovery = _open_study(stored, plan, on_recovered)
         plan.out_dir.mkdir(parents=True, exist_ok=True)
         plan.save_space()
+        tracker = pending() if pending is not None else tracker
+        assert tracker is not None
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
         if on_recovered is not None:  # told once every check has passed: bad input is one line
             if plan.start and not stored.meta:

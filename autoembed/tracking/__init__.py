@@ -10,13 +10,16 @@ MLflow is imported only inside the MLflow implementation, lazily.
 the embedded `sqlite:///<runs-dir>/mlflow.db`; "none" -> `NullTracker`; any other MLflow URI
 as given. An http(s) server that does not answer `/health` within 3 s raises
 `TrackingUnreachableError` (exit status 2) before anything runs; a store that cannot be
-opened raises `TrackingError` (exit status 1). Once made, a tracker never raises: a failure
-mid-search is a warning (see `autoembed.tracking.mlflow_store`).
+opened raises `TrackingError` (exit status 1); `open_tracker` does the same with the store
+opened on a thread, so that a search's Ray starts meanwhile. Once made, a tracker never
+raises: a failure mid-search is a warning (see `autoembed.tracking.mlflow_store`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -35,6 +38,7 @@ __all__ = [
     "NullTracker",
     "TrialRecord",
     "make_tracker",
+    "open_tracker",
     "resolve_store",
     "check_reachable",
     "TrackingStore",
@@ -95,13 +99,38 @@ def make_tracker(tracking_uri: str | None, runs_dir: Path) -> SearchTracker:
     Resolves and probes the URI first (milliseconds, no MLflow import), then opens the store
     and initialises its schema in this process before any trial is logged.
     """
+    return open_tracker(tracking_uri, runs_dir, wait=True)()
+
+
+def open_tracker(tracking_uri: str | None, runs_dir: Path, *, wait: bool = False,
+                 ) -> Callable[[], SearchTracker]:
+    """As `make_tracker`, but the store is opened (MLflow imported, its schema made) on a
+    thread of its own unless `wait`, so that it overlaps what the caller does next (a
+    private Ray's start: seconds of waiting on other processes). The probes run before this
+    returns; calling the result waits for the tracker and raises what `make_tracker` would.
+    The thread is not a daemon: a process that ends first waits for it."""
     store = resolve_store(tracking_uri, runs_dir)
     if store.kind == "none":
-        return NullTracker()
+        return NullTracker
     if store.kind == "http":
         check_reachable(store.uri)  # fail in seconds, before paying for `import mlflow`
     if store.is_database:
         check_database(store.uri)  # MLflow would retry an unreachable database for minutes
-    from autoembed.tracking.mlflow_store import MlflowTracker
 
-    return MlflowTracker.open(store, runs_dir)
+    def opened() -> SearchTracker:
+        from autoembed.tracking.mlflow_store import MlflowTracker
+
+        return MlflowTracker.open(store, runs_dir)
+
+    if wait:
+        return opened
+    done: Future[SearchTracker] = Future()
+
+    def work() -> None:
+        try:
+            done.set_result(opened())
+        except BaseException as e:  # noqa: BLE001 - raised where the tracker is taken
+            done.set_exception(e)
+
+    threading.Thread(target=work, name="autoembed-tracker-open").start()
+    return done.result
