@@ -91,3 +91,37 @@ def test_the_yardstick_normalises_quality_and_log_memory(tiny: Table) -> None:
     seed0 = [(float(r["valid_quality"]), tiny.rows[row]["estimate"]["allocated_peak"])
              for (row, s), r in tiny.trials.items() if s == 0]
     assert stick.volume(seed0) == pytest.approx(stick.reference)
+
+
+def test_a_live_searchs_trials_csv_is_charged_on_both_clocks(tiny: Table) -> None:
+    """live.py: trials.csv rows in trial order, charged on the replay's clock (CPU seconds,
+    ask and pricing, the fixed charges) and on the driver's wall clock; targets counted in
+    completed trials."""
+    from compare import Yardstick
+    from live import _times, _trials_to, clocks
+
+    stick = Yardstick(tiny)
+    axis = tiny.header["memory_axis"]
+    best, cheap = stick.q_best, float(axis["low_bytes"])
+
+    def row(n: int, status: str, q: float | None, cpu: float) -> dict[str, str]:
+        return {"trial": str(n), "status": status, "quality": "" if q is None else str(q),
+                "memory": "" if q is None else str(cheap), "cpu_seconds": str(cpu),
+                "ask_seconds": "0.5", "pricing_seconds": "0.25", "train_seconds": str(cpu),
+                "overhead_seconds": "1"}
+
+    rows = [row(0, "infeasible", None, 0.0), row(1, "complete", stick.q_lo, 2.0),
+            row(2, "pruned", None, 1.0), row(3, "complete", best, 4.0)]
+    logs = clocks(rows, startup_s=10.0)
+    c = Costs()
+    # by hand: 0.75 decision each; a trained trial adds its CPU seconds and the per-trial charge
+    want = [c.per_search_s + 0.75, c.per_search_s + 1.5 + 2.0 + c.per_trial_s]
+    want += [want[1] + 0.75 + 1.0 + c.per_trial_s]
+    want += [want[2] + 0.75 + 4.0 + c.per_trial_s]
+    assert [t.end for t in logs["replay_clock"]] == pytest.approx(want)
+    # wall: start-up, then ask + pricing + train + overhead of each row
+    assert [t.end for t in logs["wall"]] == pytest.approx([11.75, 15.5, 18.25, 24.0])
+    times = _times(stick, logs["replay_clock"])
+    # the best quality at the cheapest memory is the whole reference: every target at trial 3
+    assert times["hv95"] == pytest.approx(want[3]) and times["best"] == pytest.approx(want[3])
+    assert _trials_to(times["curve"], times, "hv95") == 2  # the second completed trial

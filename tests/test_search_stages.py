@@ -4,6 +4,7 @@ SearchReport (no Optuna, no Ray, no MLflow: hand-made estimates, rows and fakes)
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ class FakeTracker:
 def test_attributes_before_tell_then_the_sinks() -> None:
     log: list[str] = []
     tracker = FakeTracker()
-    rec = Recorder([TrackerSink(tracker, flush_rows=1)])
+    rec = Recorder([TrackerSink(tracker, flush_rows=1, background=False)])
     trial = FakeTrial(log)
     rec.record(row(5, "complete", 10), trial, lambda: log.append("tell"))
     assert log == ["attr", "tell"] and trial.attrs[ATTR]["status"] == "complete"
@@ -130,15 +131,62 @@ def test_attributes_before_tell_then_the_sinks() -> None:
     assert tracker.calls == [[5]]
 
 
-def test_tracker_sink_batches_and_flushes() -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_tracker_sink_batches_and_flushes(background: bool) -> None:
     tracker = FakeTracker()
-    sink = TrackerSink(tracker, flush_rows=3)
+    sink = TrackerSink(tracker, flush_rows=3, background=background)
     for n in range(4):
         sink.record(row(n, "infeasible"))
-    assert tracker.calls == [[0, 1, 2]]  # one write of three rows; trial 3 waits
+    if not background:
+        assert tracker.calls == [[0, 1, 2]]  # one write of three rows; trial 3 waits
     sink.flush()
     sink.flush()  # nothing left: no empty write
     assert tracker.calls == [[0, 1, 2], [3]]
+
+
+class SlowTracker(FakeTracker):
+    """Its batch write waits for `go`; `fail` makes it raise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(recorded=set())
+        self.go = threading.Event()
+        self.fail = fail
+
+    def trials(self, records: list[TrialRow]) -> None:
+        assert self.go.wait(10)
+        if self.fail:
+            raise RuntimeError("store gone")
+        super().trials(records)
+        self._recorded = (self._recorded or set()) | {r.number for r in records}
+
+
+def test_a_full_batch_is_written_behind_and_flush_waits_for_it() -> None:
+    tracker = SlowTracker()
+    sink = TrackerSink(tracker, flush_rows=2)
+    sink.record(row(0, "complete"))
+    sink.record(row(1, "complete"))  # returns while the write waits
+    sink.record(row(2, "complete"))
+    assert tracker.calls == []
+    tracker.go.set()
+    sink.flush()
+    assert tracker.calls == [[0, 1], [2]]  # in order, nothing twice
+    # a batch in flight counts as recorded for catch_up: written once
+    tracker.go.clear()
+    sink.record(row(3, "complete"))
+    sink.record(row(4, "complete"))
+    threading.Timer(0.05, tracker.go.set).start()
+    sink.catch_up([row(n, "complete") for n in range(5)])
+    assert tracker.calls == [[0, 1], [2], [3, 4]]
+
+
+def test_a_failed_write_behind_is_raised_on_the_next_flush() -> None:
+    tracker = SlowTracker(fail=True)
+    sink = TrackerSink(tracker, flush_rows=1)
+    tracker.go.set()
+    sink.record(row(0, "complete"))
+    with pytest.raises(RuntimeError, match="store gone"):
+        sink.flush()
+    sink.flush()  # raised once
 
 
 def test_resume_re_records_what_the_tracker_lacks() -> None:

@@ -2,9 +2,10 @@
 
 * the Optuna study: the row as the trial's user attribute `autoembed`, written before `tell`
   (a finished trial cannot be updated); the study storage is the search's record;
-* MLflow (`TrackerSink`): rows are buffered and written in batches (`FLUSH_ROWS`, and at
-  `flush`); a resume first re-records whatever the tracker lacks (`catch_up`), so that after a
-  SIGKILL the stores agree trial by trial again;
+* MLflow (`TrackerSink`): rows are buffered and written in batches (`FLUSH_ROWS`, written
+  behind on a thread, one batch at a time; the rest at `flush`, which waits); a resume
+  first re-records whatever the tracker lacks (`catch_up`), so that after a SIGKILL the
+  stores agree trial by trial again;
 * calibration.json (`CalibrationSink`): every OOM against its prediction (see `search.engine`).
 
 The driver calls `catch_up` once after resuming, the engine `record` for each event, and the
@@ -14,6 +15,7 @@ driver `finish` / `close` at the end. Nothing else writes these sinks.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,19 +78,35 @@ class Recorder:
 
 
 class TrackerSink:
-    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows."""
+    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows. A full batch is
+    written behind, on a thread (`background`), while the search goes on: its rows are
+    seconds of store writes that would otherwise hold the driver while workers wait. One
+    batch at a time, in order; `flush` and `catch_up` wait for it, and raise what it
+    raised."""
 
-    def __init__(self, tracker: SearchTracker, flush_rows: int = FLUSH_ROWS) -> None:
+    def __init__(self, tracker: SearchTracker, flush_rows: int = FLUSH_ROWS,
+                 background: bool = True) -> None:
         self.tracker = tracker
         self.flush_rows = flush_rows
+        self.background = background
         self._buffer: list[TrialRow] = []
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def record(self, row: TrialRow) -> None:
         self._buffer.append(row)
         if len(self._buffer) >= self.flush_rows:
-            self.flush()
+            if self.background:
+                self._join()
+                batch, self._buffer = self._buffer, []
+                self._writer = threading.Thread(target=self._write_behind, args=(batch,),
+                                                name="autoembed-tracker-write")
+                self._writer.start()
+            else:
+                self.flush()
 
     def catch_up(self, rows: Sequence[TrialRow]) -> None:
+        self._join()  # a batch in flight is recorded before the tracker is asked
         recorded = getattr(self.tracker, "recorded", lambda: None)()
         if recorded is None:  # a tracker that cannot say: nothing to compare
             return
@@ -97,7 +115,25 @@ class TrackerSink:
         self.flush()
 
     def flush(self) -> None:
+        self._join()
         batch, self._buffer = self._buffer, []
+        self._write(batch)
+
+    def _join(self) -> None:
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _write_behind(self, batch: list[TrialRow]) -> None:
+        try:
+            self._write(batch)
+        except BaseException as e:  # noqa: BLE001 - raised on the driver's thread at _join
+            self._error = e
+
+    def _write(self, batch: list[TrialRow]) -> None:
         if not batch:
             return
         many = getattr(self.tracker, "trials", None)
