@@ -58,6 +58,24 @@ def test_memory_axis_is_logarithmic(figure) -> None:  # type: ignore[no-untyped-
             assert scale == ("log" if label.startswith("memory") else "linear"), (label, scale)
 
 
+def test_memory_ticks_read_as_bytes(figure) -> None:  # type: ignore[no-untyped-def]
+    """The members span 1 kB to 10 MB (and the budget line 8 GB): the memory axis's labelled
+    ticks are decades in decimal byte units, plain text."""
+    fig, _ = figure
+    ax = next(a for a in fig.axes if a.get_ylabel().startswith("memory"))
+    shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert {"1 kB", "1 MB", "1 GB"} <= set(shown), shown
+    assert not any("$" in t for t in shown), shown  # no mathtext
+
+
+@pytest.mark.parametrize("b, text", [(999.0, "999 B"), (1e3, "1 kB"), (2e7, "20 MB"),
+                                     (1.5e9, "1.5 GB"), (3e12, "3 TB")])
+def test_bytes_label(b: float, text: str) -> None:
+    from autoembed.pipeline.outputs import _bytes_label
+
+    assert _bytes_label(b) == text
+
+
 def test_member_labels_do_not_overlap_and_none_is_lost(figure) -> None:  # type: ignore[no-untyped-def]
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -70,7 +70,7 @@ def write_best_yaml(row: TrialRow, path: Path, body: Mapping[str, Any]) -> Path:
     return atomic_write_text(path, yaml.safe_dump(plain(out), sort_keys=False))
 
 
-_LABELS = {"quality": "quality (AUC / accuracy)", "memory": "memory objective (GB)",
+_LABELS = {"quality": "quality (AUC / accuracy)", "memory": "memory objective",
            "throughput": "throughput (samples/s)", "latency": "latency p50 b1 (ms)",
            "steps_to_target": "steps to target"}
 
@@ -82,9 +82,28 @@ def _axis(name: str, v: float | None) -> float:
 
 
 def _axis_scale(ax: Any, name: str, axis: str) -> None:
-    """Memory spans kB to GB across a front: a log axis keeps the small members apart."""
-    if name == "memory":
-        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    """Memory spans kB to GB across a front: a log axis keeps the small members apart; its
+    ticks read as bytes ("10 MB"), in plain text (no mathtext to typeset)."""
+    if name != "memory":
+        return
+    from matplotlib.ticker import LogFormatter
+
+    class _Bytes(LogFormatter):
+        def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+            return _bytes_label(x * 1e9)
+
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    which.set_major_formatter(_Bytes(10))
+    which.set_minor_formatter(_Bytes(10, labelOnlyBase=False))
+
+
+def _bytes_label(b: float) -> str:
+    """A tick's bytes, decimal units: 1 kB, 20 MB, 1.5 GB."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= size * (1 - 1e-6):  # a tick at 1e-6 GB is 999.9999... bytes
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.3g} B"
 
 
 # Where a front member's number may go, in points from its marker: nearest first, then

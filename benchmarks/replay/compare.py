@@ -146,6 +146,7 @@ def run_one(table: Table, stick: Yardstick, name: str, seed: int,
     return {
         "table": table.header["name"], "method": name, "seed": seed,
         "start_points": start_points, "budget_s": stick.budget_s, "clock_s": result.clock_s,
+        "rows": sum(s == 0 for _, s in table.trials),  # trained rows: the table's density
         "decision_s": result.decision_s, "trial_s": result.trial_s,
         "overhead_s": result.overhead_s, "trials": len(trained),
         "pruned": sum(t.status == "pruned" for t in result.trials),
@@ -259,8 +260,10 @@ def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]
     for table, by in _by_table(recs).items():
         seeds = sorted({s for _, s in by})
         methods = [m for m in METHODS if any((m, s) in by for s in seeds)]
-        budget = next(iter(by.values()))["budget_s"]
-        lines += [f"### {table} ({len(seeds)} seeds, budget {budget:.0f} CPU s)", "",
+        first = next(iter(by.values()))
+        budget, rows = first["budget_s"], first.get("rows")
+        density = f", {rows} rows trained" if rows else ""
+        lines += [f"### {table} ({len(seeds)} seeds, budget {budget:.0f} CPU s{density})", "",
                   "| method | trials | pruned | repeats | engine s | reached hv90/95/99/best "
                   "| mean s to hv95 | hv95 vs random-full | hv95 vs random-asha "
                   "| hv99 vs random-full | best vs random-full |",
