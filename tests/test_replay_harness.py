@@ -125,3 +125,15 @@ def test_a_live_searchs_trials_csv_is_charged_on_both_clocks(tiny: Table) -> Non
     # the best quality at the cheapest memory is the whole reference: every target at trial 3
     assert times["hv95"] == pytest.approx(want[3]) and times["best"] == pytest.approx(want[3])
     assert _trials_to(times["curve"], times, "hv95") == 2  # the second completed trial
+
+
+def test_the_ehvi_sampler_prices_through_the_engine_and_stays_in_budget(tiny: Table) -> None:
+    """The engine binds the `ehvi` sampler to its pricing: on the tiny table (start-up 8,
+    then the model) a replay runs to its budget and no trained trial is over it."""
+    result = Replay(tiny, seed=0, budget_s=400.0).run(Method("ehvi", "ehvi", front_rule=True))
+    trained = [t for t in result.trials if t.status in ("complete", "pruned")]
+    assert len(trained) > 8  # past the start-up: the model proposed
+    budget = int(tiny.header["budget_bytes"])
+    for t in trained:
+        assert t.row is not None
+        assert tiny.rows[t.row]["estimate"]["device_total"] <= budget

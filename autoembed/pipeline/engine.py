@@ -225,6 +225,14 @@ class SearchEngine:
         self.scheduler = scheduler
         if scheduler is not None:
             self._restore_rungs(scheduler)
+        bind = getattr(getattr(study, "sampler", None), "bind", None)
+        if callable(bind):  # a sampler that prices its candidates (pipeline.priced_ehvi)
+            from autoembed.pipeline.priced_ehvi import Pricing
+
+            bind(Pricing(price=self.price_candidate,
+                         suggest=lambda t: suggest_values(self.space, t),
+                         objectives=self.objectives, budget_bytes=float(budget.bytes),
+                         repeatable=repeatable))
 
     # ------------------------------------------------------------------ counts
     @property
@@ -405,6 +413,18 @@ class SearchEngine:
                 self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
                 raise
             return Invalid(str(e), first)
+
+    def price_candidate(self, values: Mapping[str, Any]) -> tuple[float, bool] | None:
+        """A candidate's memory objective and whether it fits, as a proposal of it would be
+        judged; None when it cannot be priced. Nothing is recorded."""
+        try:
+            priced = self.workload.price(values)
+        except ConfigError:
+            return None
+        if isinstance(priced, Invalid):
+            return None
+        fits = self.feasibility.judge(priced.estimate).fits
+        return memory_value(priced.estimate.to_dict(), self.memory_basis), fits
 
     def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
                         cost: Mapping[str, float]) -> None:

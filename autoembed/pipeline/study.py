@@ -43,7 +43,7 @@ __all__ = [
 
 # gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
 SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",
-            "tpe-cost", "tpe-mix-cost")
+            "tpe-cost", "tpe-mix-cost", "ehvi")
 # The default sampler, the rule the measurements pick (benchmarks/search_efficiency.py
 # --compare-samplers, results/sampler_comparison.md): TPE alone was worse than random at 50
 # trained trials on the default space (its fronts miss the extremes random reaches); TPE with
@@ -182,6 +182,10 @@ def make_sampler(kind: str, seed: int,
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if kind in ("random", "grid"):
         return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "ehvi":  # candidates priced before proposing: pipeline/priced_ehvi.py
+        from autoembed.pipeline.priced_ehvi import PricedEHVI
+
+        return PricedEHVI(seed=seed, startup=TPE_STARTUP)
     raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
 
 

@@ -78,6 +78,8 @@ METHODS = {
                                 front_rule=True),
     "tpe-mix-prior-asha": Method("tpe-mix-prior-asha", _prior_sampler, schedule=True,
                                  front_rule=True),
+    "ehvi-front": Method("ehvi-front", "ehvi", front_rule=True),
+    "ehvi-asha": Method("ehvi-asha", "ehvi", schedule=True, front_rule=True),
 }
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha")  # the prior needs start points: reported beside

@@ -2,17 +2,18 @@
 workload reach the targets when and as the replay of the same method says it does?
 
     nice -n 10 .venv/bin/python benchmarks/replay/live.py [--table default] [--seeds 5]
-        [--trials 40] [--start-points]
+        [--trials 40] [--start-points] [--sampler tpe-mix|ehvi]
     .venv/bin/python benchmarks/replay/live.py --report       # write only
 
-Each seed runs the default search as a user runs it (`autoembed search`, its defaults: the
-`tpe-mix` sampler with the front rule, MLflow on), on the table's request (`--budget` of the
-table, its space), one trial at a time (`--workers 1`, the replay's one worker), with start
-points off (`--no-start-points`, as the replay's headline figures) or, `--start-points`, on
-(the default, trained first; the replay's second section). Every search is appended to
-results/search_live_vs_replay.jsonl as it ends (a rerun skips the seeds held); then
-results/search_live_vs_replay.md is written beside the replay's records of the same method
-and start points (results/search_efficiency_replay.jsonl: `tpe-mix-front`).
+Each seed runs a search as a user runs it (`autoembed search`: the default `tpe-mix`
+sampler, or `--sampler ehvi`; the front rule and MLflow on, as by default), on the table's
+request (`--budget` of the table, its space), one trial at a time (`--workers 1`, the
+replay's one worker), with start points off (`--no-start-points`, as the replay's headline
+figures) or, `--start-points`, on (the default, trained first; the replay's second
+section). Every search is appended to results/search_live_vs_replay.jsonl as it ends (a
+rerun skips the seeds held); then results/search_live_vs_replay.md is written beside the
+replay's records of the same method (`tpe-mix-front`, `ehvi-front`) and start points in
+results/search_efficiency_replay.jsonl.
 
 The yardstick is compare.py's (`Yardstick`: the table's reference front, memory axis and
 noise unit), applied to the search's trials.csv in trial order:
@@ -56,7 +57,8 @@ from table import Table  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 JSONL = RESULTS / "search_live_vs_replay.jsonl"
-METHOD = "tpe-mix-front"  # the default search's sampler and rule, as compare.py names it
+# --sampler -> the replay's method of the same sampler with the default front rule
+METHODS = {"tpe-mix": "tpe-mix-front", "ehvi": "ehvi-front"}
 KEYS = [f"hv{round(f * 100)}" for f in FRACTIONS] + ["best"]
 
 
@@ -64,14 +66,14 @@ def _num(v: str | None) -> float:
     return float(v) if v not in (None, "") else 0.0
 
 
-def search(table: Table, seed: int, trials: int, start_points: bool,
+def search(table: Table, seed: int, trials: int, start_points: bool, sampler: str,
            work: Path) -> tuple[list[dict[str, str]], float]:
     """Run one live search; (its trials.csv rows, the process's wall seconds outside the
     driver's per-trial seconds: start-up and the end)."""
     study = f"live-{table.header['name']}-{seed}"
     cmd = [str(Path(sys.prefix) / "bin" / "autoembed"), "search",
            "--budget", str(table.header["budget_bytes"]), "--seed", str(seed),
-           "--workers", "1", "--trials", str(trials),
+           "--workers", "1", "--trials", str(trials), "--sampler", sampler,
            "--study", study, "--runs-dir", str(work / "runs")]
     if not start_points:
         cmd.append("--no-start-points")
@@ -112,7 +114,7 @@ def clocks(rows: Sequence[Mapping[str, str]], startup_s: float) -> dict[str, lis
 
 
 def _times(stick: Yardstick, logs: list[TrialLog]) -> dict[str, Any]:
-    return stick.times(ReplayResult(METHOD, 0, logs, 0.0, 0.0, 0.0, 0.0, None))
+    return stick.times(ReplayResult("live", 0, logs, 0.0, 0.0, 0.0, 0.0, None))
 
 
 def _trials_to(curve: Sequence[Sequence[float]], stick_times: Mapping[str, Any],
@@ -126,14 +128,14 @@ def _trials_to(curve: Sequence[Sequence[float]], stick_times: Mapping[str, Any],
 
 
 def measure(table: Table, stick: Yardstick, seed: int, trials: int,
-            start_points: bool) -> dict[str, Any]:
+            start_points: bool, sampler: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="autoembed-live-") as tmp:
-        rows, startup = search(table, seed, trials, start_points, Path(tmp))
+        rows, startup = search(table, seed, trials, start_points, sampler, Path(tmp))
     logs = clocks(rows, startup)
     replay_clock, wall = _times(stick, logs["replay_clock"]), _times(stick, logs["wall"])
     rec: dict[str, Any] = {
         "table": table.header["name"], "seed": seed, "trials": trials,
-        "start_points": start_points,
+        "start_points": start_points, "method": METHODS[sampler],
         "budget_bytes": table.header["budget_bytes"],
         "launched": len(rows), "complete": sum(r["status"] == "complete" for r in rows),
         "pruned": sum(r["status"] == "pruned" for r in rows),
@@ -151,9 +153,9 @@ def measure(table: Table, stick: Yardstick, seed: int, trials: int,
     return rec
 
 
-def _replay_side(table: str, start_points: bool) -> list[dict[str, Any]]:
+def _replay_side(table: str, method: str, start_points: bool) -> list[dict[str, Any]]:
     recs = [r for r in _records(compare.JSONL) if r["table"] == table
-            and r["method"] == METHOD and r["start_points"] == start_points]
+            and r["method"] == method and r["start_points"] == start_points]
     for r in recs:
         for key in KEYS:
             r[f"{key}_trials"] = _trials_to(r["curve"], r, key)
@@ -174,15 +176,17 @@ def report(table: str) -> str:
     lines = ["# Live searches against the replay (issue 25)", "",
              "Written by `benchmarks/replay/live.py` (its docstring says what is measured) "
              "from `search_live_vs_replay.jsonl` and the replay's records of the same method "
-             f"(`{METHOD}`) in `search_efficiency_replay.jsonl`.", "",
+             "in `search_efficiency_replay.jsonl`.", "",
              "Mean ± standard deviation over the seeds that reached the target (a seed that "
              "did not is counted in the 'reached' figure, not in the mean).", ""]
     if not recs:
         return "\n".join(lines + ["No live searches recorded yet."])
-    for sp in (False, True):
-        live = [r for r in recs if r.get("start_points", False) == sp]
-        if live:
-            lines += _section(table, live, _replay_side(table, sp), sp)
+    for method in METHODS.values():
+        for sp in (False, True):
+            live = [r for r in recs if r.get("start_points", False) == sp
+                    and r.get("method", "tpe-mix-front") == method]
+            if live:
+                lines += _section(table, live, _replay_side(table, method, sp), sp)
     lines += ["The replay's budget is longer than a live search of this many trials: a "
               "target the replay reaches after the live search's last trial shows as "
               "not reached live, not as a disagreement."]
@@ -194,9 +198,13 @@ def _section(table: str, live: Sequence[Mapping[str, Any]],
     commits = sorted({r["commit"] for r in live})
     loads = [r["load"][0] for r in live]
     seeds = ", ".join(str(r["seed"]) for r in live)
-    lines = [f"## Start points {'on' if start_points else 'off'}", "",
+    method = live[0].get("method", "tpe-mix-front")
+    sampler = next(k for k, v in METHODS.items() if v == method)
+    lines = [f"## `{method}` (`--sampler {sampler}`), start points "
+             f"{'on' if start_points else 'off'}", "",
              f"Table `{table}`; live: {len(live)} seeds ({seeds}), `autoembed search --budget "
-             f"{live[0]['budget_bytes']} --workers 1 --trials {live[0]['trials']} --seed S"
+             f"{live[0]['budget_bytes']} --sampler {sampler} --workers 1 --trials "
+             f"{live[0]['trials']} --seed S"
              f"{'' if start_points else ' --no-start-points'}`, commits {', '.join(commits)}, "
              f"1-min load {min(loads):.1f}-{max(loads):.1f} on 2 cores; replay: {len(replay)} "
              "seeds.", "",
@@ -227,17 +235,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tables-dir", type=Path, default=HERE / "tables")
     ap.add_argument("--start-points", action="store_true",
                     help="start points on (the default search's), trained first")
+    ap.add_argument("--sampler", choices=list(METHODS), default="tpe-mix")
     ap.add_argument("--report", action="store_true", help="write the results file only")
     a = ap.parse_args(argv)
     if not a.report:
         table = Table.load(a.tables_dir / f"{a.table}.jsonl.gz")
         stick = Yardstick(table)
         held = {r["seed"] for r in _records(JSONL) if r["table"] == a.table
-                and r.get("start_points", False) == a.start_points} if JSONL.exists() else set()
+                and r.get("start_points", False) == a.start_points
+                and r.get("method", "tpe-mix-front") == METHODS[a.sampler]} \
+            if JSONL.exists() else set()
         for seed in range(a.seeds):
             if seed in held:
                 continue
-            rec = measure(table, stick, seed, a.trials, a.start_points)
+            rec = measure(table, stick, seed, a.trials, a.start_points, a.sampler)
             with JSONL.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(f"seed {seed}: hv95 after {rec['hv95_trials']} trials "

@@ -1,0 +1,308 @@
+"""Priced EHVI: each proposal is the candidate whose expected gain in the (quality, memory)
+front is largest per predicted second, with its memory priced exactly before it is chosen
+(issue 25; sampler `ehvi`).
+
+A search knows a proposal's memory objective before it trains (the analytic pricing) and its
+quality only after. So, at each ask once STARTUP trials have finished:
+
+1. draw CANDIDATES configs at random from the space (the space's own suggest code on a
+   random trial, conditional params as the space has them), skipping configs already tried;
+2. price each (`bind`: the workload's pricing, the memory objective, the budget's verdict);
+   drop those over budget or invalid — they are never proposed;
+3. predict each one's validation quality from the finished trials: extra trees over the
+   encoded params and the log of the priced memory (mean and spread over the trees);
+4. score it by the expected hypervolume improvement (EHVI) over the current front in the
+   unit square of (quality, log memory): memory exact, quality Gaussian; divided by its
+   predicted seconds (extra trees on the same features, log wall seconds of the finished
+   trials) once MIN_COSTS trials have one;
+5. propose the best (its values are handed out by `sample_independent`).
+
+Random proposals: the first STARTUP trials, every RANDOM_EVERY-th after them (as
+`interleave.is_random`), and every trial when nothing is bound (a study opened outside the
+engine). Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in
+milliseconds to seconds): fewer candidates then, never more time. A repeatable search
+(`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
+not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
+noise to a model); it stays an objective of the front.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from optuna.distributions import (
+    BaseDistribution,
+)
+from optuna.samplers import BaseSampler, RandomSampler
+
+from autoembed.pipeline.interleave import is_random
+from autoembed.pipeline.records import ATTR
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial, TrialState
+
+__all__ = ["PricedEHVI", "Pricing", "ehvi_2d", "STARTUP", "CANDIDATES"]
+
+STARTUP = 8  # finished trials before the model is used (as TPE's start-up)
+RANDOM_EVERY = 4  # after the start-up, every 4th proposal is random
+CANDIDATES = 128  # random candidates priced and scored per ask
+PRICE_BUDGET_S = 1.0  # at most this long pricing candidates per ask
+MIN_COSTS = 5  # trials with a cost before the acquisition is per second
+GRID = 256  # quality grid of the EHVI integral
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What the engine binds: `price(values)` -> (memory objective in bytes, fits the
+    budget) or None (invalid); `suggest(trial)` -> the space's values of a trial (the
+    space's suggest code); the objectives' names and directions; `budget_bytes`: the top
+    of the memory axis."""
+
+    price: Callable[[Mapping[str, Any]], tuple[float, bool] | None]
+    suggest: Callable[[Any], Mapping[str, Any]]
+    objectives: Sequence[tuple[str, str]]
+    budget_bytes: float
+    repeatable: bool = False  # every candidate priced, however long (no clock decides)
+
+
+class _RandomTrial:
+    """A stand-in trial for the space's suggest code: each suggestion drawn at random;
+    `params` holds them under their Optuna names."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.params: dict[str, Any] = {}
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        self.params[name] = v = choices[int(self.rng.integers(len(choices)))]
+        return v
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1,
+                    log: bool = False) -> int:
+        if log:
+            v = int(round(math.exp(self.rng.uniform(math.log(low - 0.5 + 1e-9),
+                                                    math.log(high + 0.5)))))
+            v = min(max(v, low), high)
+        else:
+            v = low + step * int(self.rng.integers((high - low) // step + 1))
+        self.params[name] = v
+        return v
+
+    def suggest_float(self, name: str, low: float, high: float, step: float | None = None,
+                      log: bool = False) -> float:
+        if log:
+            v = math.exp(self.rng.uniform(math.log(low), math.log(high)))
+        elif step:
+            v = low + step * int(self.rng.integers(int(round((high - low) / step)) + 1))
+        else:
+            v = float(self.rng.uniform(low, high))
+        self.params[name] = v
+        return v
+
+
+class PricedEHVI(BaseSampler):
+    """The sampler of the module docstring. `bind(pricing)` before the first ask."""
+
+    def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
+                 price_budget_s: float = PRICE_BUDGET_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seed = seed
+        self.clock = clock
+        self.startup = startup
+        self.candidates = candidates
+        self.price_budget_s = price_budget_s
+        self._random = RandomSampler(seed=seed)
+        self._pricing: Pricing | None = None
+        self._chosen: dict[int, dict[str, Any]] = {}
+
+    def bind(self, pricing: Pricing) -> None:
+        self._pricing = pricing
+
+    # ---------------------------------------------------------------- Optuna's protocol
+    def infer_relative_search_space(self, study: Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._random.before_trial(study, trial)
+        if self._pricing is None or is_random(trial.number, self.startup, RANDOM_EVERY):
+            return
+        done = _finished(study, self._pricing.objectives)
+        if len(done) < self.startup:
+            return
+        chosen = self._choose(study, trial.number, done)
+        if chosen is not None:
+            self._chosen[trial.number] = chosen
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        v = self._chosen.get(trial.number, {}).get(param_name)
+        if v is not None and _contains(param_distribution, v):
+            return v
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._chosen.pop(trial.number, None)
+        self._random.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+
+    # ---------------------------------------------------------------- the choice
+    def _choose(self, study: Study, number: int,
+                done: list[tuple[dict[str, Any], float, float, float | None]],
+                ) -> dict[str, Any] | None:
+        assert self._pricing is not None
+        rng = np.random.default_rng((self.seed, number))
+        tried = {_key(t.params) for t in study.get_trials(deepcopy=False)}
+        cands = self._priced_candidates(rng, tried)
+        if not cands:
+            return None
+        names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
+        x_done = _encode([p for p, *_ in done], [m for _, _, m, _ in done], names)
+        x_cand = _encode([p for p, _ in cands], [m for _, m in cands], names)
+        q = np.array([q for _, q, _, _ in done])
+        mu, sd = _forest(x_done, q, x_cand, rng)
+        sd = np.maximum(sd, 0.05 * float(q.std()) + 1e-9)
+        lo = math.log(min([m for _, _, m, _ in done] + [m for _, m in cands]))
+        hi = math.log(max(self._pricing.budget_bytes, math.exp(lo) * 10))
+        q_lo, q_span = float(q.min()), float(np.ptp(q)) + 1e-9
+
+        def x_of(mem: float) -> float:  # memory on the unit interval, larger is better
+            return (hi - math.log(mem)) / (hi - lo)
+
+        front = [(x_of(m), (qq - q_lo) / q_span) for _, qq, m, _ in done]
+        score = ehvi_2d(front, np.array([x_of(m) for _, m in cands]),
+                        (mu - q_lo) / q_span, sd / q_span)
+        secs = [(i, s) for i, (*_, s) in enumerate(done) if s]
+        if len(secs) >= MIN_COSTS and not self._pricing.repeatable:  # seconds are timing
+            log_s, _ = _forest(x_done[[i for i, _ in secs]], np.log([s for _, s in secs]),
+                               x_cand, rng)
+            score = score / np.exp(log_s)
+        return dict(cands[int(np.argmax(score))][0])
+
+    def _priced_candidates(self, rng: np.random.Generator, tried: set[tuple[Any, ...]],
+                           ) -> list[tuple[dict[str, Any], float]]:
+        """Random candidates that fit the budget: (Optuna params, memory objective)."""
+        assert self._pricing is not None
+        out: list[tuple[dict[str, Any], float]] = []
+        deadline = self.clock() + self.price_budget_s
+        for _ in range(self.candidates):
+            if self.clock() > deadline and not self._pricing.repeatable:
+                break
+            fake = _RandomTrial(rng)
+            values = self._pricing.suggest(fake)
+            if _key(fake.params) in tried:
+                continue
+            priced = self._pricing.price(values)
+            if priced is not None and priced[1]:
+                out.append((fake.params, priced[0]))
+        return out
+
+
+def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
+
+
+def _contains(dist: BaseDistribution, v: Any) -> bool:
+    try:
+        return bool(dist._contains(dist.to_internal_repr(v)))
+    except (ValueError, TypeError):
+        return False
+
+
+def _finished(study: Study, objectives: Sequence[tuple[str, str]],
+              ) -> list[tuple[dict[str, Any], float, float, float | None]]:
+    """(params, quality (larger is better), memory, wall seconds or None) of every trial
+    trained to its end."""
+    names = [n for n, _ in objectives]
+    if "quality" not in names or "memory" not in names:
+        return []
+    iq, im = names.index("quality"), names.index("memory")
+    sign = -1.0 if dict(objectives)["quality"] == "minimize" else 1.0  # larger is better
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        row = t.user_attrs.get(ATTR)
+        if not isinstance(row, Mapping) or row.get("status") != "complete" or not t.values:
+            continue
+        q, m = t.values[iq], t.values[im]
+        if not (math.isfinite(q) and math.isfinite(m) and m > 0):
+            continue
+        secs = (row.get("metrics") or {}).get("wall_seconds")
+        wall = float(secs) if isinstance(secs, (int, float)) and secs > 0 else None
+        out.append((dict(t.params), sign * float(q), float(m),
+                    wall if wall is not None and math.isfinite(wall) else None))
+    return out
+
+
+def _encode(params: Sequence[Mapping[str, Any]], memory: Sequence[float],
+            names: Sequence[str]) -> np.ndarray:
+    """Features: per param its value (numbers, log10 where positive) or a hash of its
+    label (categoricals: trees split on them), -1 where absent; then log10(memory)."""
+    rows = []
+    for p, m in zip(params, memory, strict=True):
+        row = []
+        for n in names:
+            v = p.get(n)
+            if v is None:
+                row.append(-1.0)
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                row.append(float(_label_code(v)))
+            else:
+                row.append(math.log10(v) if v > 0 else float(v))
+        row.append(math.log10(m))
+        rows.append(row)
+    return np.array(rows, dtype=float)
+
+
+def _label_code(v: Any) -> int:
+    """A stable code for a categorical label (the same in every process)."""
+    import zlib
+
+    return zlib.crc32(repr(v).encode()) % 1000
+
+
+def _forest(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
+            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and spread over the trees of an extra-trees fit of y on x, at x_new."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    model = ExtraTreesRegressor(n_estimators=64, bootstrap=True, min_samples_leaf=1,
+                                random_state=int(rng.integers(2**31)))
+    model.fit(x, y)
+    per_tree = np.stack([t.predict(x_new) for t in model.estimators_])
+    return per_tree.mean(axis=0), per_tree.std(axis=0)
+
+
+def ehvi_2d(front: Sequence[tuple[float, float]], x: np.ndarray, mu: np.ndarray,
+            sd: np.ndarray) -> np.ndarray:
+    """Expected hypervolume improvement of candidates at exact `x` (memory: larger is
+    better, the unit interval) with quality ~ N(mu, sd) (larger is better), over the points
+    `front` (x, y), reference (0, 0). A point (x, y) adds the integral over t in [0, y] of
+    max(0, x - G(t)), G(t) the largest x of a front point with y >= t."""
+    top = float(max([1.0, *(mu + 4 * sd)]))
+    t = np.linspace(0.0, top, GRID)
+    g = np.zeros_like(t)
+    for fx, fy in front:
+        g = np.where(t <= fy, np.maximum(g, fx), g)
+    gain = np.maximum(0.0, x[:, None] - g[None, :])  # (candidates, grid)
+    dt = t[1] - t[0]
+    h = np.concatenate([np.zeros((len(x), 1)), np.cumsum(gain[:, :-1] * dt, axis=1)], axis=1)
+    from scipy.stats import norm
+
+    edges = np.concatenate([t[:-1] + dt / 2, [np.inf]])
+    cdf = norm.cdf((edges[None, :] - mu[:, None]) / sd[:, None])
+    # the mass of each grid point's bin (the first takes all below, the last all above)
+    p = np.diff(np.concatenate([np.zeros((len(x), 1)), cdf], axis=1), axis=1)
+    return np.asarray((h * p).sum(axis=1))

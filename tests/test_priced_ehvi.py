@@ -1,0 +1,142 @@
+"""The `ehvi` sampler (pipeline/priced_ehvi.py): its expected hypervolume improvement against
+areas worked out by hand, and its proposals: priced before they are made, never over the
+budget, never a config already tried."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+import pytest
+
+from autoembed.pipeline.interleave import is_random
+from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, PricedEHVI, Pricing, ehvi_2d
+from autoembed.pipeline.records import ATTR
+
+SURE = np.array([1e-6])  # a quality known almost exactly
+
+
+def test_ehvi_of_a_sure_point_is_the_area_it_adds() -> None:
+    # nothing yet: the point's own rectangle, 0.5 x 0.5
+    assert ehvi_2d([], np.array([0.5]), np.array([0.5]), SURE)[0] == pytest.approx(0.25, abs=3e-3)
+    # a front point (1.0, 0.5) covers quality up to 0.5 at every memory; (0.5, 0.8) adds
+    # the strip above it: 0.5 x (0.8 - 0.5)
+    got = ehvi_2d([(1.0, 0.5)], np.array([0.5]), np.array([0.8]), SURE)[0]
+    assert got == pytest.approx(0.15, abs=3e-3)
+    # a dominated point adds nothing
+    assert ehvi_2d([(0.9, 0.9)], np.array([0.5]), np.array([0.5]), SURE)[0] == pytest.approx(0.0)
+
+
+def test_ehvi_is_the_expected_area_under_an_uncertain_quality() -> None:
+    # x = 1, nothing yet: the area is max(Y, 0); E = mu*Phi(mu/sd) + sd*phi(mu/sd)
+    mu, sd = 0.1, 0.2
+    z = mu / sd
+    want = mu * 0.5 * (1 + math.erf(z / math.sqrt(2))) + sd * math.exp(-z * z / 2) / math.sqrt(
+        2 * math.pi)
+    got = ehvi_2d([], np.array([1.0]), np.array([mu]), np.array([sd]))[0]
+    assert got == pytest.approx(want, abs=5e-3)
+    # more spread, same mean: more expected gain where the front caps the sure gain
+    narrow, wide = ehvi_2d([(1.0, 0.5)], np.array([0.5, 0.5]), np.array([0.4, 0.4]),
+                           np.array([0.01, 0.3]))
+    assert narrow == pytest.approx(0.0, abs=1e-3) and wide > 0.01
+
+
+OBJECTIVES = [("quality", "maximize"), ("memory", "minimize")]
+BUDGET = 50e6  # x <= 50 fits
+
+
+def _suggest(trial: optuna.trial.BaseTrial) -> dict[str, object]:
+    return {"x": trial.suggest_int("x", 1, 100), "c": trial.suggest_categorical("c", ["a", "b"])}
+
+
+def _price(values: dict[str, object]) -> tuple[float, bool]:
+    mem = float(values["x"]) * 1e6  # type: ignore[arg-type]
+    return mem, mem <= BUDGET
+
+
+def test_proposals_are_priced_first_never_over_budget_nor_repeated() -> None:
+    sampler = PricedEHVI(seed=3, startup=6)
+    calls = []
+
+    def price(values: dict[str, object]) -> tuple[float, bool]:
+        calls.append(values)
+        return _price(values)
+
+    sampler.bind(Pricing(price=price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    chosen, finished = [], 0
+    for _ in range(30):
+        trial = study.ask()
+        values = _suggest(trial)
+        mem, fits = _price(values)
+        # the model's turn: not a random trial number, and 6 trials trained to their end
+        if finished >= 6 and not is_random(trial.number, 6, RANDOM_EVERY):
+            chosen.append(values)
+        if not fits:  # over budget: never trained, told as in a search (a placeholder)
+            trial.set_user_attr(ATTR, {"status": "infeasible"})
+            study.tell(trial, [0.0, mem])
+            continue
+        quality = math.log(float(values["x"])) + (0.3 if values["c"] == "b" else 0.0)
+        trial.set_user_attr(ATTR, {"status": "complete", "metrics": {"wall_seconds": 1.0}})
+        study.tell(trial, [quality, mem])
+        finished += 1
+    assert len(chosen) >= 10 and calls  # the model proposed, after pricing candidates
+    assert all(_price(v)[1] for v in chosen)  # none over the budget
+    keys = [tuple(sorted(v.items())) for v in chosen]
+    assert len(set(keys)) == len(keys)  # none repeated
+
+
+def test_unbound_it_is_random_sampling() -> None:
+    a = optuna.create_study(sampler=PricedEHVI(seed=1, startup=0))
+    b = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for s in (a, b):
+        s.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+
+
+def _drive(sampler: PricedEHVI, n: int, calls: list[int] | None = None,
+           ) -> tuple[list[dict[str, object]], list[int]]:
+    """n trials told as a search tells them; (their values, price calls made by each ask)."""
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    out, per_ask = [], []
+    for _ in range(n):
+        before = calls[0] if calls else 0
+        trial = study.ask()
+        values = _suggest(trial)
+        per_ask.append((calls[0] if calls else 0) - before)
+        out.append(values)
+        mem, fits = _price(values)
+        ok = {"status": "complete" if fits else "infeasible",
+              "metrics": {"wall_seconds": 1.0 + len(out) % 3}}
+        trial.set_user_attr(ATTR, ok)
+        quality = math.log(float(values["x"])) if fits else 0.0  # type: ignore[arg-type]
+        study.tell(trial, [quality, mem])
+    return out, per_ask
+
+
+def test_a_repeatable_search_lets_no_clock_decide() -> None:
+    """Pricing that takes longer than the per-ask cap (a clock that moves 1 s per price):
+    a search prices 1 candidate per ask; a repeatable one prices them all, and two runs
+    propose the same configs."""
+
+    def run(repeatable: bool) -> tuple[list[dict[str, object]], list[int]]:
+        now, calls = [0.0], [0]
+
+        def slow(values: dict[str, object]) -> tuple[float, bool]:
+            now[0] += 1.0
+            calls[0] += 1
+            return _price(values)
+
+        s = PricedEHVI(seed=5, startup=6, candidates=24, price_budget_s=0.5,
+                       clock=lambda: now[0])
+        s.bind(Pricing(price=slow, suggest=_suggest, objectives=OBJECTIVES,
+                       budget_bytes=BUDGET, repeatable=repeatable))
+        return _drive(s, 16, calls)
+
+    (_, capped), (again, every), (twice, _) = run(False), run(True), run(True)
+    assert [c for c in capped if c] and all(c == 1 for c in capped if c)  # the cap
+    # every candidate not tried before (24 drawn, a few repeat a trial)
+    assert [c for c in every if c] and all(c >= 18 for c in every if c)
+    assert again == twice
