@@ -140,3 +140,25 @@ def test_a_repeatable_search_lets_no_clock_decide() -> None:
     # every candidate not tried before (24 drawn, a few repeat a trial)
     assert [c for c in every if c] and all(c >= 18 for c in every if c)
     assert again == twice
+
+
+def test_without_a_memory_objective_it_improves_quality_alone() -> None:
+    """Objectives quality only: every candidate at the same memory, so the gain is the
+    expected improvement of quality; still priced (never over budget). Quality rises with
+    x up to the budget's 50, so the model's proposals sit high in [1, 50]."""
+    sampler = PricedEHVI(seed=2, startup=6)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=[("quality", "maximize")],
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    chosen, finished = [], 0
+    for _ in range(30):
+        trial = study.ask()
+        values = _suggest(trial)
+        _, fits = _price(values)
+        if finished >= 6 and not is_random(trial.number, 6, RANDOM_EVERY):
+            chosen.append(int(values["x"]))  # type: ignore[call-overload]
+        trial.set_user_attr(ATTR, {"status": "complete" if fits else "infeasible"})
+        study.tell(trial, math.log(float(values["x"])) if fits else 0.0)  # type: ignore[arg-type]
+        finished += fits
+    assert len(chosen) >= 10 and all(x <= 50 for x in chosen)
+    assert sorted(chosen)[len(chosen) // 2] >= 35, chosen  # random's median would be ~25

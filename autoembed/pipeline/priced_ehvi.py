@@ -23,7 +23,9 @@ engine). Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model pr
 milliseconds to seconds): fewer candidates then, never more time. A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
 not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
-noise to a model); it stays an objective of the front.
+noise to a model); it stays an objective of the front. Without a memory objective the gain
+is the expected improvement of quality alone (every candidate at the same memory); without a
+quality objective proposals are random.
 """
 
 from __future__ import annotations
@@ -207,8 +209,13 @@ class PricedEHVI(BaseSampler):
                 continue
             priced = self._pricing.price(values)
             if priced is not None and priced[1]:
-                out.append((fake.params, priced[0]))
+                memory = priced[0] if _has_memory(self._pricing.objectives) else 1.0
+                out.append((fake.params, memory))
         return out
+
+
+def _has_memory(objectives: Sequence[tuple[str, str]]) -> bool:
+    return any(n == "memory" for n, _ in objectives)
 
 
 def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -224,19 +231,19 @@ def _contains(dist: BaseDistribution, v: Any) -> bool:
 
 def _finished(study: Study, objectives: Sequence[tuple[str, str]],
               ) -> list[tuple[dict[str, Any], float, float, float | None]]:
-    """(params, quality (larger is better), memory, wall seconds or None) of every trial
-    trained to its end."""
+    """(params, quality (larger is better), memory (1 when it is no objective), wall seconds
+    or None) of every trial trained to its end; none without a quality objective."""
     names = [n for n, _ in objectives]
-    if "quality" not in names or "memory" not in names:
+    if "quality" not in names:
         return []
-    iq, im = names.index("quality"), names.index("memory")
+    iq, im = names.index("quality"), names.index("memory") if "memory" in names else None
     sign = -1.0 if dict(objectives)["quality"] == "minimize" else 1.0  # larger is better
     out = []
     for t in study.get_trials(deepcopy=False):
         row = t.user_attrs.get(ATTR)
         if not isinstance(row, Mapping) or row.get("status") != "complete" or not t.values:
             continue
-        q, m = t.values[iq], t.values[im]
+        q, m = t.values[iq], (t.values[im] if im is not None else 1.0)
         if not (math.isfinite(q) and math.isfinite(m) and m > 0):
             continue
         secs = (row.get("metrics") or {}).get("wall_seconds")

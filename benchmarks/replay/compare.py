@@ -176,8 +176,8 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
-        methods: Sequence[str], start_points: bool) -> None:
-    held = _held(JSONL)
+        methods: Sequence[str], start_points: bool, jsonl: Path = JSONL) -> None:
+    held = _held(jsonl)
     for name in tables:
         table = Table.load(tables_dir / f"{name}.jsonl.gz")
         stick = Yardstick(table)
@@ -188,7 +188,7 @@ def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
                 rec = run_one(table, stick, m, seed, start_points)
                 rec["commit"] = _commit()
                 rec["load"] = list(os.getloadavg())
-                with JSONL.open("a") as f:
+                with jsonl.open("a") as f:
                     f.write(json.dumps(rec) + "\n")
                 print(f"{name} {m} seed {seed}: {rec['trials']} trials, hv95 {rec['hv95']}, "
                       f"best {rec['best']}, {rec['harness_s']:.1f} s", flush=True)
@@ -391,12 +391,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="*", default=list(METHODS))
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
+    ap.add_argument("--jsonl", type=Path, default=JSONL,
+                    help="append the replays here (one file per process when several run)")
     args = ap.parse_args(argv)
     if not args.report:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        run(args.tables, args.tables_dir, range(args.seeds), args.methods, args.start_points)
+        run(args.tables, args.tables_dir, range(args.seeds), args.methods, args.start_points,
+            args.jsonl)
+        if args.jsonl != JSONL:
+            return 0  # merged into JSONL and reported by a later --report
     (RESULTS / "search_efficiency_replay.md").write_text(report())
     figure()
     return 0

@@ -137,6 +137,7 @@ def measure(table: Table, stick: Yardstick, seed: int, trials: int,
         "table": table.header["name"], "seed": seed, "trials": trials,
         "start_points": start_points, "method": METHODS[sampler],
         "budget_bytes": table.header["budget_bytes"],
+        "rows": sum(s == 0 for _, s in table.trials),  # the table's density: its yardstick
         "launched": len(rows), "complete": sum(r["status"] == "complete" for r in rows),
         "pruned": sum(r["status"] == "pruned" for r in rows),
         "infeasible": sum(r["status"] == "infeasible" for r in rows),
@@ -153,9 +154,16 @@ def measure(table: Table, stick: Yardstick, seed: int, trials: int,
     return rec
 
 
-def _replay_side(table: str, method: str, start_points: bool) -> list[dict[str, Any]]:
-    recs = [r for r in _records(compare.JSONL) if r["table"] == table
-            and r["method"] == method and r["start_points"] == start_points]
+SPARSE = compare.RESULTS / "search_efficiency_replay_81rows.jsonl"  # the tables at ~80 rows
+
+
+def _replay_side(table: str, method: str, start_points: bool,
+                 rows: int) -> list[dict[str, Any]]:
+    """The replays of `method` on the table as dense as the live searches' yardstick was
+    (records before densities were recorded: the 81-row tables)."""
+    recs = [r for path in (compare.JSONL, SPARSE) if path.exists() for r in _records(path)
+            if r["table"] == table and r["method"] == method
+            and r["start_points"] == start_points and r.get("rows", 81) == rows]
     for r in recs:
         for key in KEYS:
             r[f"{key}_trials"] = _trials_to(r["curve"], r, key)
@@ -183,10 +191,12 @@ def report(table: str) -> str:
         return "\n".join(lines + ["No live searches recorded yet."])
     for method in METHODS.values():
         for sp in (False, True):
-            live = [r for r in recs if r.get("start_points", False) == sp
-                    and r.get("method", "tpe-mix-front") == method]
-            if live:
-                lines += _section(table, live, _replay_side(table, method, sp), sp)
+            for rows in sorted({r.get("rows", 81) for r in recs}):
+                live = [r for r in recs if r.get("start_points", False) == sp
+                        and r.get("method", "tpe-mix-front") == method
+                        and r.get("rows", 81) == rows]
+                if live:
+                    lines += _section(table, live, _replay_side(table, method, sp, rows), sp)
     lines += ["The replay's budget is longer than a live search of this many trials: a "
               "target the replay reaches after the live search's last trial shows as "
               "not reached live, not as a disagreement."]
@@ -202,7 +212,8 @@ def _section(table: str, live: Sequence[Mapping[str, Any]],
     sampler = next(k for k, v in METHODS.items() if v == method)
     lines = [f"## `{method}` (`--sampler {sampler}`), start points "
              f"{'on' if start_points else 'off'}", "",
-             f"Table `{table}`; live: {len(live)} seeds ({seeds}), `autoembed search --budget "
+             f"Table `{table}` ({live[0].get('rows', 81)} rows trained: its reference front "
+             f"and noise unit); live: {len(live)} seeds ({seeds}), `autoembed search --budget "
              f"{live[0]['budget_bytes']} --sampler {sampler} --workers 1 --trials "
              f"{live[0]['trials']} --seed S"
              f"{'' if start_points else ' --no-start-points'}`, commits {', '.join(commits)}, "
