@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # ============================================================ sampler comparison (issue 15)
 
-COMPARE_SAMPLERS = ("random", "tpe", "tpe-mix", "tpe-plain", "gp")
+COMPARE_SAMPLERS = ("random", "ehvi", "tpe", "tpe-mix", "tpe-plain", "gp")
 COMPARE_SETTINGS = ((20, 5), (50, 3))  # (trained trials, seeds)
 COMPARE_SPACES = ("default", "movielens-auto")
 COMPARE_BUDGET = "8GB"

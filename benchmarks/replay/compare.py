@@ -82,7 +82,7 @@ METHODS = {
     "ehvi-asha": Method("ehvi-asha", "ehvi", schedule=True, front_rule=True),
 }
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
-              "tpe-mix-cost-asha")  # the prior needs start points: reported beside
+              "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha")  # the prior: reported beside
 
 
 class Yardstick:
@@ -388,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tables", nargs="*", default=list(TABLES))
     ap.add_argument("--tables-dir", type=Path, default=HERE / "tables")
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--seed-from", type=int, default=0, help="first seed (split a run)")
     ap.add_argument("--methods", nargs="*", default=list(METHODS))
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
@@ -398,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        run(args.tables, args.tables_dir, range(args.seeds), args.methods, args.start_points,
-            args.jsonl)
+        run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
+            args.start_points, args.jsonl)
         if args.jsonl != JSONL:
             return 0  # merged into JSONL and reported by a later --report
     (RESULTS / "search_efficiency_replay.md").write_text(report())
