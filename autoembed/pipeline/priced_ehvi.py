@@ -306,10 +306,10 @@ def ehvi_2d(front: Sequence[tuple[float, float]], x: np.ndarray, mu: np.ndarray,
     gain = np.maximum(0.0, x[:, None] - g[None, :])  # (candidates, grid)
     dt = t[1] - t[0]
     h = np.concatenate([np.zeros((len(x), 1)), np.cumsum(gain[:, :-1] * dt, axis=1)], axis=1)
-    from scipy.stats import norm
+    from scipy.special import ndtr  # the normal CDF (scipy.stats costs 0.8 s to import)
 
     edges = np.concatenate([t[:-1] + dt / 2, [np.inf]])
-    cdf = norm.cdf((edges[None, :] - mu[:, None]) / sd[:, None])
+    cdf = ndtr((edges[None, :] - mu[:, None]) / sd[:, None])
     # the mass of each grid point's bin (the first takes all below, the last all above)
     p = np.diff(np.concatenate([np.zeros((len(x), 1)), cdf], axis=1), axis=1)
     return np.asarray((h * p).sum(axis=1))
