@@ -311,7 +311,7 @@ def _leave_one_out(recs: Sequence[Mapping[str, Any]]) -> list[str]:
                 r = ratio(recs_t, m, "random-full", "hv95", seeds) if t != held else None
                 if r is not None and r[0] > 0:
                     logs.append(math.log(r[0]))
-            if logs:
+            if logs and len(logs) == len(by) - 1:  # replayed on every other table
                 scores[m] = statistics.fmean(logs)
         if not scores:
             continue
