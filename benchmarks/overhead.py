@@ -2,9 +2,9 @@
 training steps (Ray start and Tune's scheduling, Optuna ask/tell, pricing, MLflow logging,
 evaluation, writing outputs), per trial and in total.
 
-The search is `autoembed search --budget 8GB` with every default (default.yaml, TPE, seed 0,
-20 trials, early stopping on, MLflow on an embedded SQLite store in a temporary runs dir),
-called through the Python API. Nothing in the library is changed to measure it:
+The search is `autoembed search --budget 8GB` with every default (default.yaml, the default
+sampler, seed 0, 20 trials, early stopping on, MLflow on an embedded SQLite store in a
+temporary runs dir), called through the Python API. Nothing in the library is changed to measure it:
 
 * in the driver, the functions of each stage are wrapped with timers that attribute time
   to the innermost running stage (exclusive time), so Optuna's share excludes the pricing
@@ -317,6 +317,8 @@ def commit() -> str:
 
 
 def main() -> None:
+    from autoembed.pipeline.study import DEFAULT_SAMPLER
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=None,
                     help="trained trials (default: the default space's 20)")
@@ -409,7 +411,8 @@ def main() -> None:
         f"Commit {commit()}; load average (1, 5, 15 min) {load0} at the start, {load1} at "
         f"the end{idle_text(load0, load1)}: other work on this machine inflates the "
         "seconds, read the shares (and the CPU seconds, which load inflates less).",
-        f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, TPE seed 0, "
+        f"A default search (`autoembed search --budget {BUDGET}`: default.yaml, the "
+        f"`{DEFAULT_SAMPLER}` sampler (its decision time is in the Optuna stage), seed 0, "
         f"{len(trows)} trials launched, early stopping on, MLflow on an embedded SQLite "
         f"store), through the Python API. Counts: {counts}. "
         f"Wall time {total:.1f} s, of which {inside:.1f} s "
