@@ -162,3 +162,23 @@ def test_without_a_memory_objective_it_improves_quality_alone() -> None:
         finished += fits
     assert len(chosen) >= 10 and all(x <= 50 for x in chosen)
     assert sorted(chosen)[len(chosen) // 2] >= 35, chosen  # random's median would be ~25
+
+
+def test_a_model_failure_falls_back_to_a_random_proposal(caplog: pytest.LogCaptureFixture,
+                                                         ) -> None:
+    """Pricing that raises inside the model's turn: the trial is proposed at random, with a
+    warning, and the search goes on."""
+    def broken(values: dict[str, object]) -> tuple[float, bool]:
+        raise RuntimeError("pricing broke")
+
+    sampler = PricedEHVI(seed=4, startup=3)
+    sampler.bind(Pricing(price=broken, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for _ in range(8):
+        trial = study.ask()
+        values = _suggest(trial)
+        trial.set_user_attr(ATTR, {"status": "complete"})
+        study.tell(trial, [float(values["x"]), float(values["x"])])  # type: ignore[arg-type]
+    assert len(study.trials) == 8
+    assert "no model proposal" in caplog.text

@@ -30,6 +30,7 @@ quality objective proposals are random.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["PricedEHVI", "Pricing", "ehvi_2d", "STARTUP", "CANDIDATES"]
+
+log = logging.getLogger(__name__)
 
 STARTUP = 8  # finished trials before the model is used (as TPE's start-up)
 RANDOM_EVERY = 4  # after the start-up, every 4th proposal is random
@@ -142,7 +145,12 @@ class PricedEHVI(BaseSampler):
         done = _finished(study, self._pricing.objectives)
         if len(done) < self.startup:
             return
-        chosen = self._choose(study, trial.number, done)
+        try:
+            chosen = self._choose(study, trial.number, done)
+        except Exception as e:  # noqa: BLE001 - a model failure must not end a search
+            log.warning("ehvi: no model proposal for trial %d (%s); a random one instead",
+                        trial.number, e)
+            return
         if chosen is not None:
             self._chosen[trial.number] = chosen
 
@@ -210,7 +218,7 @@ class PricedEHVI(BaseSampler):
             priced = self._pricing.price(values)
             if priced is not None and priced[1]:
                 memory = priced[0] if _has_memory(self._pricing.objectives) else 1.0
-                out.append((fake.params, memory))
+                out.append((fake.params, max(memory, 1.0)))  # bytes: the axis is log
         return out
 
 
