@@ -4,7 +4,7 @@ is 0, 2 or 3; for 2 and 3 stderr holds one `autoembed:` line (plus any `autoembe
 never a traceback.
 
 The CLI runs in process (`autoembed.cli.main`). Where a command would start real work, a
-sentinel stops it: `search` at `make_tracker` (after every check, the pricing of the space's
+sentinel stops it: `search` at `open_tracker` (after every check, the pricing of the space's
 cheapest corner and the study store; before Ray); `train` at `make_trainer` (after the
 config, the data and the device checks; a traced estimate's fake trainer still runs); `ui`
 where the MLflow store or server would start. Reaching a sentinel means "validated, would
@@ -79,7 +79,7 @@ def sentinels() -> Iterator[None]:
         raise WouldRun("train")
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(tracking, "make_tracker", _stop("search"))
+    mp.setattr(tracking, "open_tracker", _stop("search"))
     mp.setattr(models, "make_trainer", make_trainer)
     mp.setattr(ui, "server_command", _stop("ui"))
     mp.setattr(mlflow_store, "open_client", _stop("ui"))  # creating the store comes first

@@ -175,14 +175,16 @@ def run_search(
     # are taken over, see pipeline.session); then the executor: a bad --ray-address fails
     # before a study exists
     with StudyLock(plan.out_dir, plan.name, on_recovered) as lock, executor:
+        # the store opened while Ray started; a store that failed fails here, before the
+        # study is made
+        tracker = pending() if pending is not None else tracker
+        assert tracker is not None
         lock.ray(*executor.session())
         stored.check_still_new()
         plan = executor.place(plan)
         study, recovery = _open_study(stored, plan, on_recovered)
         plan.out_dir.mkdir(parents=True, exist_ok=True)
         plan.save_space()
-        tracker = pending() if pending is not None else tracker
-        assert tracker is not None
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
         if on_recovered is not None:  # told once every check has passed: bad input is one line
             if plan.start and not stored.meta:
