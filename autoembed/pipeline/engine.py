@@ -52,6 +52,7 @@ from autoembed.pipeline.records import (
     front_of,
     objective_metrics,
     optuna_values,
+    params_key,
 )
 from autoembed.pipeline.scheduler import RUNGS_ATTR, AshaScheduler, RungPoint
 from autoembed.pipeline.time_limit import TrialTimeLimit
@@ -213,7 +214,7 @@ class SearchEngine:
         self.stop_reason: str | None = None
         self._grid = list(grid) if grid is not None else None
         self._start = list(start)
-        self._seen = {self._key(r.params) for r in self.rows.values()}
+        self._seen = {params_key(r.params) for r in self.rows.values()}
         self._front_cache: list[TrialRow] | None = None
         if recorder is None:
             sinks: list[Sink] = [] if tracker is None else [TrackerSink(tracker)]
@@ -303,9 +304,6 @@ class SearchEngine:
         return memory_value(estimate, self.memory_basis)
 
     # ------------------------------------------------------------------ proposing
-    def _key(self, params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
-
     def _out_of_time(self) -> bool:
         return self.time_budget_s is not None and self.clock() - self.started >= self.time_budget_s
 
@@ -328,8 +326,8 @@ class SearchEngine:
             return True  # a re-queued trial goes first
         while points:
             point = points.pop(0)
-            if self._key(point) not in self._seen:
-                self._seen.add(self._key(point))
+            if params_key(point) not in self._seen:
+                self._seen.add(params_key(point))
                 self.study.enqueue_trial(dict(point))
                 return True
         return False
@@ -368,7 +366,7 @@ class SearchEngine:
             return None
         config = priced.config
         params = dict(trial.params)
-        self._seen.add(self._key(params))
+        self._seen.add(params_key(params))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
         asked = _Asked(t0, t1 - t0, self.clock() - t1)

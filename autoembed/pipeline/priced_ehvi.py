@@ -44,7 +44,7 @@ from optuna.distributions import (
 from optuna.samplers import BaseSampler, RandomSampler
 
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.records import ATTR
+from autoembed.pipeline.records import ATTR, params_key
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -175,7 +175,7 @@ class PricedEHVI(BaseSampler):
                 ) -> dict[str, Any] | None:
         assert self._pricing is not None
         rng = np.random.default_rng((self.seed, number))
-        tried = {_key(t.params) for t in study.get_trials(deepcopy=False)}
+        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
         cands = self._priced_candidates(rng, tried)
         if not cands:
             return None
@@ -202,32 +202,29 @@ class PricedEHVI(BaseSampler):
             score = score / np.exp(log_s)
         return dict(cands[int(np.argmax(score))][0])
 
-    def _priced_candidates(self, rng: np.random.Generator, tried: set[tuple[Any, ...]],
+    def _priced_candidates(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
                            ) -> list[tuple[dict[str, Any], float]]:
         """Random candidates that fit the budget: (Optuna params, memory objective)."""
         assert self._pricing is not None
         out: list[tuple[dict[str, Any], float]] = []
         deadline = self.clock() + self.price_budget_s
+        has_memory = _has_memory(self._pricing.objectives)
         for _ in range(self.candidates):
             if self.clock() > deadline and not self._pricing.repeatable:
                 break
             fake = _RandomTrial(rng)
             values = self._pricing.suggest(fake)
-            if _key(fake.params) in tried:
+            if params_key(fake.params) in tried:
                 continue
             priced = self._pricing.price(values)
             if priced is not None and priced[1]:
-                memory = priced[0] if _has_memory(self._pricing.objectives) else 1.0
+                memory = priced[0] if has_memory else 1.0
                 out.append((fake.params, max(memory, 1.0)))  # bytes: the axis is log
         return out
 
 
 def _has_memory(objectives: Sequence[tuple[str, str]]) -> bool:
     return any(n == "memory" for n, _ in objectives)
-
-
-def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
 
 
 def _contains(dist: BaseDistribution, v: Any) -> bool:

@@ -17,6 +17,7 @@ from autoembed.space.objectives import TIMING
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
 __all__ = [
+    "params_key",
     "TRAINED_STATUSES",
     "TrialRow",
     "objective_metrics",
@@ -27,6 +28,11 @@ __all__ = [
 ]
 
 ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
+
+
+def params_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A proposal's identity: its Optuna params, order-free (what "already tried" means)."""
+    return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
 # Optuna needs finite numbers for every objective of a COMPLETE trial. Placeholders for
 # trials that produced none (infeasible, oom, diverged, unsupported): worse than any real
 # value. Memory is the estimate itself (known even for those that never ran).
