@@ -136,6 +136,22 @@ def test_splits_are_disjoint_80_10_10_and_fixed(tmp_path: Path) -> None:
     assert not np.array_equal(parts[1], other.split_rows("valid"))
 
 
+def test_an_evaluation_prefix_is_a_uniform_sample_of_a_sorted_file(tmp_path: Path) -> None:
+    # a file sorted by its label (or by date, by user): an evaluation of the first k rows of
+    # valid or test must not read only the first class (a prefix of ascending rows did)
+    n = 4000
+    frame = pd.DataFrame({"c": np.arange(n) % 7, "label": (np.arange(n) >= n // 2).astype(int)})
+    data = _load(DataSpec(str(_write(frame, tmp_path / "sorted.csv"))))
+    for split in ("valid", "test"):
+        _, labels = _all(data, split)
+        rows = data.split_rows(split)
+        assert np.array_equal(labels, frame["label"].to_numpy()[rows])  # batch order = rows
+        first = labels[:100]
+        # 100 draws without replacement from a 50/50 split: 35..65 positives is > 99.6%
+        assert 35 <= int(first.sum()) <= 65, first.sum()
+    assert np.all(np.diff(data.split_rows("train")) > 0)  # train stays ascending
+
+
 def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
     frame = pd.DataFrame({"c": ["x", "y"] * 20, "label": ["yes", "no", "no", "yes"] * 10})
     data = _load(DataSpec(str(_write(frame, tmp_path / "yn.csv"))))

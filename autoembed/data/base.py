@@ -40,13 +40,17 @@ def split_rows(n: int, fractions: tuple[float, float, float], seed: int) -> tupl
     """Deterministic disjoint train/valid/test row positions of an n-row table.
 
     Sizes: valid = floor(n * f_valid), test = floor(n * f_test), train the rest; rows are
-    assigned by a permutation drawn from `seed`, each split's positions sorted.
+    assigned by a permutation drawn from `seed`. Train's positions are sorted; valid's and
+    test's stay in the permutation's order, so that the first k rows of either (what an
+    evaluation of `eval_batches` batches reads) are a uniform sample of it, whatever order
+    the source table is in (by date, by user, by label).
     """
     n_valid = int(n * fractions[1])
     n_test = int(n * fractions[2])
     perm = np.random.default_rng([seed, 0x5B17]).permutation(n)
     bounds = (0, n - n_valid - n_test, n - n_test, n)
-    return tuple(np.sort(perm[bounds[i] : bounds[i + 1]]) for i in range(3))
+    parts = [perm[bounds[i] : bounds[i + 1]] for i in range(3)]
+    return (np.sort(parts[0]), parts[1], parts[2])
 
 
 def row_order(n: int, split: int, seed: int, shuffle: bool) -> IntArray | tuple[int, int]:
@@ -190,7 +194,8 @@ class InMemoryDataset(BaseDataset):
         return int(self._splits[split_index(split)].size)
 
     def split_rows(self, split: str) -> IntArray:
-        """Positions in the source table (after dropped rows) of the split's rows, ascending."""
+        """Positions in the source table (after dropped rows) of the split's rows, in batch
+        order: ascending for train, a seeded random order for valid and test (`split_rows`)."""
         return self._splits[split_index(split)].copy()
 
     def split_labels(self, split: str) -> npt.NDArray[Any]:
