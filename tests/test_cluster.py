@@ -154,6 +154,7 @@ def test_cluster_search_as_the_readme_says(pg: PostgresServer, tmp_path: Path) -
     # the study and the runs are complete in PostgreSQL, as user autoembed with its password
     db = f"postgresql://autoembed:{env['DB_PASSWORD']}@127.0.0.1:{pg.port}"
     study = optuna.load_study(study_name="team-tiny", storage=f"{db}/autoembed_optuna")
+    assert study.user_attrs["autoembed"]["multi_fidelity"] is True  # the page's MO-ASHA
     trained = {t.number for t in study.trials
                if (t.user_attrs.get("autoembed") or {}).get("status") in ("complete", "pruned")}
     assert trained == {int(r["trial"]) for r in rows}

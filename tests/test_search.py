@@ -21,6 +21,7 @@ import pytest
 from autoembed.cli import main
 from autoembed.config import config_from_dict, load_config
 from autoembed.memory import estimate
+from autoembed.pipeline.records import ATTR
 
 pytestmark = pytest.mark.slow
 
@@ -192,8 +193,9 @@ def _kill_session(sid: int) -> None:
             pass
 
 
+@pytest.mark.parametrize("multi_fidelity", [False, True], ids=["full", "multi-fidelity"])
 def test_resume_after_sigkill_keeps_every_completed_trial_once(
-        ray_cluster: None, tmp_path: Path) -> None:
+        ray_cluster: None, tmp_path: Path, multi_fidelity: bool) -> None:
     import optuna
 
     from autoembed.pipeline import search
@@ -205,7 +207,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     proc = subprocess.Popen(
         [sys.executable, "-m", "autoembed", "search", "--budget", BUDGET, "--space", TINY,
          "--trials", "8", "--study", "kill", "--runs-dir", str(runs), "--tracking-uri", "none",
-         "--seed", "1"],
+         "--seed", "1", *(["--multi-fidelity"] if multi_fidelity else [])],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
     )
     try:
@@ -235,7 +237,10 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     assert len(notes) == 4 and f"from pid {proc.pid}" in notes[0]
     assert "resumed study 'kill'" in notes[1]
     assert notes[2].startswith("trial time limit: ") and "trial-NNNN.log" in notes[3]
-    after = optuna.load_study(study_name="kill", storage=storage).trials
+    resumed = optuna.load_study(study_name="kill", storage=storage)
+    # the resume ran the search the killed driver was asked for (its stored plan)
+    assert resumed.user_attrs[ATTR]["multi_fidelity"] is multi_fidelity
+    after = resumed.trials
     by_number = {t.number: t for t in after}
     for n, values in complete_before.items():  # nothing completed is lost or changed
         assert by_number[n].state == optuna.trial.TrialState.COMPLETE
