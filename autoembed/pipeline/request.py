@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from autoembed.budget import Budget, BudgetLike, MemoryBudget
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
-from autoembed.pipeline.study import SAMPLERS, check_study_name
+from autoembed.pipeline.study import check_sampler, check_study_name
 from autoembed.space import OBJECTIVES, SearchSpace, check_objective, load_space
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 
@@ -147,9 +147,8 @@ class SearchRequest:
         if resume and study is None:
             raise ConfigError("--resume needs --study NAME (the study to continue)")
         pick = parse_pick(pick_rule)
-        if sampler is not None and sampler not in SAMPLERS:
-            raise ConfigError(
-                f"sampler '{sampler}' is not known; use one of {', '.join(SAMPLERS)}")
+        if sampler is not None:
+            check_sampler(sampler)
         _positive("--trials", trials)
         _positive("--workers", workers)
         _positive("--time-budget", time_budget, integer=False)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLERS",
+    "check_sampler",
     "DEFAULT_SAMPLER",
     "STUDY_NAME_RULE",
     "check_study_name",
@@ -162,6 +163,7 @@ def make_sampler(kind: str, seed: int,
     (`pipeline.prior.PriorTPE`, piBO); other kinds ignore it."""
     import optuna
 
+    check_sampler(kind)
     cost = kind.endswith("-cost")  # TPE's acquisition per predicted second: cost_aware.py
     if kind in ("tpe", "tpe-s4", "tpe-cost"):
         return _multivariate_tpe(seed, TPE_SHORT_STARTUP if kind == "tpe-s4" else TPE_STARTUP,
@@ -186,7 +188,13 @@ def make_sampler(kind: str, seed: int,
         from autoembed.pipeline.priced_ehvi import PricedEHVI
 
         return PricedEHVI(seed=seed, startup=TPE_STARTUP)
-    raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
+    raise AssertionError(f"sampler '{kind}' is in SAMPLERS but has no maker here")
+
+
+def check_sampler(kind: str) -> None:
+    """ConfigError unless `kind` is one of SAMPLERS."""
+    if kind not in SAMPLERS:
+        raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
 
 
 def _multivariate_tpe(seed: int, startup: int, cost: bool = False,
