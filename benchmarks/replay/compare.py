@@ -45,6 +45,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import peers  # noqa: E402 - imports neither flaml nor syne-tune until a peer is built
 from harness import Method, Replay, ReplayResult  # noqa: E402
 from table import Table  # noqa: E402
 
@@ -81,7 +82,32 @@ METHODS = {
                                  front_rule=True),
     "ehvi-front": Method("ehvi-front", "ehvi", front_rule=True),
     "ehvi-asha": Method("ehvi-asha", "ehvi", schedule=True, front_rule=True),
+    # Peers (peers.py; README, "The peers"), not candidates for the default.
+    "st-moasha": Method(
+        "st-moasha", "random", scheduler_factory=peers.moasha(rank_fix=False),
+        note="syne-tune 0.16.0 MOASHA as shipped (its NonDominatedPriority rank read as "
+             "Bracket reads it), metrics -quality and log10 memory minimized, time_attr = "
+             "search evaluations, grace 1, rf 3, max_t = a trial's evaluations, 1 bracket; "
+             "random proposals"),
+    "st-moasha-rankfix": Method(
+        "st-moasha-rankfix", "random", scheduler_factory=peers.moasha(rank_fix=True),
+        note="st-moasha with syne-tune's rank bug fixed (each item's position in the "
+             "non-dominated order)"),
+    "flaml-cfo": Method(
+        "flaml-cfo", peers.flaml_sampler("cfo", "quality"),
+        note="FLAML 2.8.0 CFO, one metric: validation quality maximized (memory only "
+             "through the budget rule), no low_cost_partial_config, full fidelity"),
+    "flaml-cfo-scal": Method(
+        "flaml-cfo-scal", peers.flaml_sampler("cfo", "scalarized"),
+        note="FLAML 2.8.0 CFO on quality - 0.01 * log10(memory bytes), full fidelity"),
+    "flaml-bs": Method(
+        "flaml-bs", peers.flaml_sampler("blendsearch", "quality"),
+        note="FLAML 2.8.0 BlendSearch (CFO + its Optuna TPE global search), validation "
+             "quality maximized, full fidelity"),
 }
+# the package each peer needs (peers.PEERS: what to pip install)
+PEER_NEEDS = {"st-moasha": "syne_tune", "st-moasha-rankfix": "syne_tune",
+              "flaml-cfo": "flaml", "flaml-cfo-scal": "flaml", "flaml-bs": "flaml"}
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha")  # the prior: reported beside
 
@@ -146,8 +172,9 @@ def run_one(table: Table, stick: Yardstick, name: str, seed: int,
     result = Replay(table, seed=seed, budget_s=stick.budget_s,
                     start_points=start_points).run(METHODS[name])
     trained = [t for t in result.trials if t.status in ("complete", "pruned")]
+    note = {"note": METHODS[name].note} if METHODS[name].note else {}
     return {
-        "table": table.header["name"], "method": name, "seed": seed,
+        "table": table.header["name"], "method": name, "seed": seed, **note,
         "start_points": start_points, "budget_s": stick.budget_s, "clock_s": result.clock_s,
         "rows": sum(s == 0 for _, s in table.trials),  # trained rows: the table's density
         "decision_s": result.decision_s, "trial_s": result.trial_s,
@@ -346,7 +373,12 @@ CAVEATS = """## How to read this, and what is not here
 * `ehvi` and its constants (128 candidates, 8 start-up trials, every 4th random, 64 trees)
   were set before any replay and not changed after; the leave-one-out above picks among the
   methods replayed here.
-* Peers (syne-tune MOASHA, FLAML CFO/BlendSearch, DEHB) were not replayed (not installed).
+* Peers (`peers.py`, README "The peers"): syne-tune's MOASHA with random proposals
+  (`st-moasha` as shipped, `st-moasha-rankfix` with its rank bug fixed), FLAML's CFO on
+  validation quality alone (`flaml-cfo`: a single-objective user's setup, memory only
+  through the budget rule) or on quality - 0.01 log10(memory) (`flaml-cfo-scal`), and
+  BlendSearch (`flaml-bs`); each record's `note` says how it was set up. DEHB is not
+  replayed.
 """
 
 
@@ -404,6 +436,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="append the replays here (one file per process when several run)")
     args = ap.parse_args(argv)
     if not args.report:
+        for m in args.methods:
+            try:
+                if m in PEER_NEEDS:
+                    peers.require(PEER_NEEDS[m])
+            except peers.PeerMissing as e:
+                print(f"compare.py: {m}: {e}", file=sys.stderr)
+                return 2
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -71,7 +71,10 @@ class Costs:
 class Method:
     """A search to replay: `sampler` (a `make_sampler` kind, or a function (seed, context)
     -> Optuna sampler), MO-ASHA on or off (`schedule`, with fixed `rungs` or None: from the
-    data), the front rule (`front_rule`: `early_stop`'s), start points trained first."""
+    data), the front rule (`front_rule`: `early_stop`'s), start points trained first.
+    `scheduler_factory`: another scheduler with `AshaScheduler`'s interface, built as
+    factory(objectives, seed) (a peer's, `peers.py`; it replaces `schedule`); `note`: how
+    the method is set up, written beside its results."""
 
     name: str
     sampler: str | Callable[[int, Any], Any] = "random"
@@ -79,6 +82,8 @@ class Method:
     front_rule: bool = False
     rungs: tuple[float, ...] | None = None
     scheduler_kw: Mapping[str, Any] = field(default_factory=dict)
+    scheduler_factory: Callable[[list[tuple[str, str]], int], Any] | None = None
+    note: str = ""
 
 
 @dataclass
@@ -383,8 +388,11 @@ class Replay:
             directions=[d for _, d in objectives], sampler=sampler,
             storage=optuna.storages.InMemoryStorage())
         clock = [0.0]
-        scheduler = (AshaScheduler(objectives, rungs=method.rungs, **method.scheduler_kw)
-                     if method.schedule else None)
+        if method.scheduler_factory is not None:
+            scheduler = method.scheduler_factory(objectives, self.seed)
+        else:
+            scheduler = (AshaScheduler(objectives, rungs=method.rungs, **method.scheduler_kw)
+                         if method.schedule else None)
         engine = SearchEngine(
             study=study, workload=workload,  # type: ignore[arg-type]
             budget=Budget.of(int(self.table.header["budget_bytes"])),
