@@ -340,7 +340,8 @@ def search_cmd(
         "derived from --data and the budget (default: auto with real --data, else "
         "search_spaces/default.yaml, shipped with the package)."),
     trials: int | None = typer.Option(
-        None, help="Trials that train (over-budget proposals are free); default: the space's."),
+        None, help="Trials that train (over-budget proposals are free); default: the space's, "
+        "or no count when --time-budget is given."),
     time_budget: float | None = typer.Option(
         None, help="Seconds after which no new trial starts (running ones finish, each by "
         "its --trial-time-limit)."),

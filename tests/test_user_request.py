@@ -96,3 +96,16 @@ def test_a_lambda_runs_in_process_but_a_resume_cannot_find_it(tmp_path, monkeypa
     p = plan(tmp_path, train=lambda m, params, r: None, executor="local")
     with pytest.raises(ConfigError, match="a resume finds your functions by name, and a lambda"):
         p.workload.check_resume(p.meta())
+
+
+def test_a_time_budget_alone_bounds_the_search_by_time(tmp_path: Path) -> None:
+    from autoembed.pipeline.engine import TIME_BOXED_TRIALS
+
+    boxed = plan(tmp_path, time_budget=60)
+    assert boxed.trials == TIME_BOXED_TRIALS  # no count: as optimize(timeout=) without n_trials
+    assert plan(tmp_path, time_budget=60, trials=3).trials == 3
+    # resumed: a time-boxed study trains the space's 6 without a time budget, none with one
+    assert plan(tmp_path, stored=boxed.meta()).trials == 6
+    assert plan(tmp_path, stored=boxed.meta(), time_budget=30).trials == TIME_BOXED_TRIALS
+    # a study with a count keeps it under a new time budget
+    assert plan(tmp_path, stored=plan(tmp_path, trials=4).meta(), time_budget=30).trials == 4

@@ -22,6 +22,7 @@ from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
+from autoembed.pipeline.engine import TIME_BOXED_TRIALS
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
 from autoembed.pipeline.time_limit import TrialTimeLimit
@@ -123,7 +124,7 @@ class SearchPlan:
         cpus = os.cpu_count() or 1
         return cls(
             request=r, workload=workload, objectives=tuple(objs), sampler=sampler, seed=seed,
-            trials=r.trials or int(stored.get("trials", 0)) or workload.space.trials,
+            trials=_trials(r, stored, workload.space),
             early_stop=_early_stop(r, stored, workload.space),
             workers=workers, gpus=gpus, cpus=cpus, cpus_per_trial=max(1, cpus // workers),
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
@@ -243,6 +244,18 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
     if given is None:
         given = space.trial_time_limit
     return TrialTimeLimit(given, user=r.kind == "user")
+
+
+def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> int:
+    """--trials; else the study's own count (a resume); else no count when a time budget
+    bounds the search (TIME_BOXED_TRIALS); else the space's. A time-boxed study resumed
+    without --time-budget trains the space's count."""
+    if r.trials:
+        return r.trials
+    kept = int(stored.get("trials", 0))
+    if kept and kept < TIME_BOXED_TRIALS:
+        return kept
+    return TIME_BOXED_TRIALS if r.time_budget is not None else space.trials
 
 
 def _multi_fidelity(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:

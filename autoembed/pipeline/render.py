@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoembed.budget import format_bytes
-from autoembed.pipeline.engine import SearchStatus
+from autoembed.pipeline.engine import TIME_BOXED_TRIALS, SearchStatus
 from autoembed.pipeline.records import TrialRow
 
 __all__ = ["SearchProgress", "render_result", "result_json"]
@@ -50,7 +50,7 @@ class SearchProgress:
         if s is None:
             return Panel("starting: pricing the space, starting Ray ...", title="autoembed search")
         best = _q(s.best_quality)
-        text = (f"trained {s.trained}/{s.target}   running {s.running}   complete {s.complete}"
+        text = (f"trained {_trained(s)}   running {s.running}   complete {s.complete}"
                 f"   over budget (never trained) {s.infeasible}   pruned {s.pruned}   failed "
                 f"{s.failed}\nPareto front {s.front}   best quality so far {best}   elapsed "
                 f"{s.elapsed_s:.0f} s")
@@ -67,9 +67,14 @@ class SearchProgress:
         elif s.last is not None and s.last.status != "running":
             # one whole line in a log (never wrapped at the console's width); the text is
             # the trial's, not rich markup
-            self.console.print(f"[{s.elapsed_s:5.0f} s] {s.trained}/{s.target} trained, "
+            self.console.print(f"[{s.elapsed_s:5.0f} s] {_trained(s)} trained, "
                                f"{s.infeasible} over budget, front {s.front}: {_line(s.last)}",
                                soft_wrap=True, markup=False, highlight=False)
+
+
+def _trained(s: SearchStatus) -> str:
+    """Trials trained, out of the count when the search has one (not a time-boxed one's)."""
+    return f"{s.trained}/{s.target}" if s.target < TIME_BOXED_TRIALS else str(s.trained)
 
 
 def _line(r: TrialRow) -> str:
