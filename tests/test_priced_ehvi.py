@@ -182,3 +182,23 @@ def test_a_model_failure_falls_back_to_a_random_proposal(caplog: pytest.LogCaptu
         study.tell(trial, [float(values["x"]), float(values["x"])])  # type: ignore[arg-type]
     assert len(study.trials) == 8
     assert "no model proposal" in caplog.text
+
+
+def test_warm_sampler_imports_the_trees_on_a_thread_of_its_own() -> None:
+    # a fresh interpreter: the driver calls it before Ray starts, so the first ask finds
+    # scikit-learn loaded (about 3 s of import otherwise charged to the search's first ask)
+    code = (
+        "import sys, threading\n"
+        "from autoembed.pipeline.study import warm_sampler\n"
+        "warm_sampler('random')\n"
+        "assert threading.active_count() == 1 and 'sklearn' not in sys.modules\n"
+        "warm_sampler('ehvi')\n"
+        "[t] = [t for t in threading.enumerate() if t.name == 'autoembed-sampler-warm']\n"
+        "assert not t.daemon\n"
+        "t.join()\n"
+        "assert 'sklearn.ensemble' in sys.modules and 'scipy.special' in sys.modules\n")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -168,6 +168,7 @@ def run_search(
 
         # the store opens (MLflow's import, its schema) while the executor starts Ray
         pending = open_tracker(request.tracking_uri, request.runs_dir)
+    studies.warm_sampler(plan.sampler)  # its imports load while Ray starts, too
     executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 

@@ -60,6 +60,7 @@ CANDIDATES = 128  # random candidates priced and scored per ask
 PRICE_BUDGET_S = 1.0  # at most this long pricing candidates per ask
 MIN_COSTS = 5  # trials with a cost before the acquisition is per second
 GRID = 256  # quality grid of the EHVI integral
+HEAVY_IMPORTS = ("sklearn.ensemble", "scipy.special")  # what an ask imports: study.warm_sampler
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SAMPLERS",
     "check_sampler",
+    "warm_sampler",
     "DEFAULT_SAMPLER",
     "STUDY_NAME_RULE",
     "check_study_name",
@@ -154,6 +155,29 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
     if not study_exists(storage, name):
         return None
     return optuna.load_study(study_name=name, storage=storage)
+
+
+def warm_sampler(kind: str) -> None:
+    """Import what sampler `kind` needs on a thread of its own (`ehvi`: scikit-learn's trees,
+    about 3 s), so that it loads while the executor starts Ray instead of in the first ask.
+    An import that fails here is left to `make_sampler`'s sampler to raise. The thread is not
+    a daemon (an import cut off at exit can crash the interpreter)."""
+    if kind != "ehvi":
+        return
+    import threading
+
+    def work() -> None:
+        import importlib
+
+        try:
+            from autoembed.pipeline.priced_ehvi import HEAVY_IMPORTS
+
+            for name in HEAVY_IMPORTS:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S110 - the sampler imports it again and raises there
+            pass
+
+    threading.Thread(target=work, name="autoembed-sampler-warm").start()
 
 
 def make_sampler(kind: str, seed: int,
