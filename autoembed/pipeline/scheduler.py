@@ -58,8 +58,8 @@ __all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT",
 
 RUNGS_ATTR = "autoembed_rungs"  # Optuna trial attribute: the trial's RungPoints
 # A search runs MO-ASHA beside the front rule when asked (`--multi-fidelity`). Not by
-# default: replayed with the default sampler (tpe-mix) it did not beat the front rule
-# alone; with random sampling it did (benchmarks/results/search_efficiency_replay.md).
+# default: replayed with the default sampler (ehvi) it beat the front rule alone on one
+# table of four; with random sampling on three (benchmarks/results/search_efficiency_replay.md).
 ETA = 3  # successive halving's reduction factor: 1/ETA of a rung's trials go on
 RUNG_COUNT = 3  # candidate rungs: ETA**-1 .. ETA**-RUNG_COUNT of a trial's length
 # A rung is trusted once this many trials ran to their full length and their ranks at the
