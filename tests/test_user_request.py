@@ -99,7 +99,7 @@ def test_a_lambda_runs_in_process_but_a_resume_cannot_find_it(tmp_path, monkeypa
 
 
 def test_a_time_budget_alone_bounds_the_search_by_time(tmp_path: Path) -> None:
-    from autoembed.pipeline.engine import TIME_BOXED_TRIALS
+    from autoembed.pipeline.plan import TIME_BOXED_TRIALS
 
     boxed = plan(tmp_path, time_budget=60)
     assert boxed.trials == TIME_BOXED_TRIALS  # no count: as optimize(timeout=) without n_trials

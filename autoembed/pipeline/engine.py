@@ -87,11 +87,6 @@ class Proposal:
     time_limit: float | None = None
 
 
-# The trial count of a search bounded only by its time budget (--time-budget, no --trials):
-# as Optuna's optimize(timeout=...) without n_trials, time is the limit, not a count.
-TIME_BOXED_TRIALS = 100_000
-
-
 @dataclass(frozen=True)
 class SearchStatus:
     """Counts and the best so far, for progress displays."""

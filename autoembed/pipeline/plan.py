@@ -22,7 +22,6 @@ from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
-from autoembed.pipeline.engine import TIME_BOXED_TRIALS
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
 from autoembed.pipeline.time_limit import TrialTimeLimit
@@ -32,7 +31,7 @@ from autoembed.space import Objective, SearchSpace, parse_objectives
 from autoembed.space.start import StartPoint
 
 __all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads",
-           "workload_for"]
+           "workload_for", "TIME_BOXED_TRIALS"]
 
 # Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
 # trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained
@@ -244,6 +243,11 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
     if given is None:
         given = space.trial_time_limit
     return TrialTimeLimit(given, user=r.kind == "user")
+
+
+# The trial count of a search bounded only by its time budget (--time-budget, no --trials):
+# as Optuna's optimize(timeout=...) without n_trials, time is the limit, not a count.
+TIME_BOXED_TRIALS = 100_000
 
 
 def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> int:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoembed.budget import format_bytes
-from autoembed.pipeline.engine import TIME_BOXED_TRIALS, SearchStatus
+from autoembed.pipeline.engine import SearchStatus
+from autoembed.pipeline.plan import TIME_BOXED_TRIALS
 from autoembed.pipeline.records import TrialRow
 
 __all__ = ["SearchProgress", "render_result", "result_json"]
