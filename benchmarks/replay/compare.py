@@ -85,29 +85,28 @@ METHODS = {
     # Peers (peers.py; README, "The peers"), not candidates for the default.
     "st-moasha": Method(
         "st-moasha", "random", scheduler_factory=peers.moasha(rank_fix=False),
+        needs="syne_tune",
         note="syne-tune 0.16.0 MOASHA as shipped (its NonDominatedPriority rank read as "
              "Bracket reads it), metrics -quality and log10 memory minimized, time_attr = "
              "search evaluations, grace 1, rf 3, max_t = a trial's evaluations, 1 bracket; "
              "random proposals"),
     "st-moasha-rankfix": Method(
         "st-moasha-rankfix", "random", scheduler_factory=peers.moasha(rank_fix=True),
+        needs="syne_tune",
         note="st-moasha with syne-tune's rank bug fixed (each item's position in the "
              "non-dominated order)"),
     "flaml-cfo": Method(
-        "flaml-cfo", peers.flaml_sampler("cfo", "quality"),
+        "flaml-cfo", peers.flaml_sampler("cfo", "quality"), needs="flaml",
         note="FLAML 2.8.0 CFO, one metric: validation quality maximized (memory only "
              "through the budget rule), no low_cost_partial_config, full fidelity"),
     "flaml-cfo-scal": Method(
-        "flaml-cfo-scal", peers.flaml_sampler("cfo", "scalarized"),
+        "flaml-cfo-scal", peers.flaml_sampler("cfo", "scalarized"), needs="flaml",
         note="FLAML 2.8.0 CFO on quality - 0.01 * log10(memory bytes), full fidelity"),
     "flaml-bs": Method(
-        "flaml-bs", peers.flaml_sampler("blendsearch", "quality"),
+        "flaml-bs", peers.flaml_sampler("blendsearch", "quality"), needs="flaml",
         note="FLAML 2.8.0 BlendSearch (CFO + its Optuna TPE global search), validation "
              "quality maximized, full fidelity"),
 }
-# the package each peer needs (peers.PEERS: what to pip install)
-PEER_NEEDS = {"st-moasha": "syne_tune", "st-moasha-rankfix": "syne_tune",
-              "flaml-cfo": "flaml", "flaml-cfo-scal": "flaml", "flaml-bs": "flaml"}
 # the anytime figure's methods (the tables hold every method): a readable legend
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
                   "st-moasha-rankfix", "flaml-bs")
@@ -417,7 +416,7 @@ def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.p
             if not curves:
                 continue
             med = [statistics.median(_frac_at(c, x) for c in curves) for x in grid]
-            ax.plot(grid, med, label=m, linestyle="--" if m in PEER_NEEDS else "-")
+            ax.plot(grid, med, label=m, linestyle="--" if METHODS[m].needs else "-")
         ax.set_title(table)
         ax.set_xlabel("compute (CPU s)")
         ax.set_ylim(0, 1.02)
@@ -451,8 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.report:
         for m in args.methods:
             try:
-                if m in PEER_NEEDS:
-                    peers.require(PEER_NEEDS[m])
+                needs = METHODS[m].needs
+                if needs is not None:
+                    peers.require(needs)
             except peers.PeerMissing as e:
                 print(f"compare.py: {m}: {e}", file=sys.stderr)
                 return 2

@@ -85,6 +85,7 @@ class Method:
     scheduler_kw: Mapping[str, Any] = field(default_factory=dict)
     scheduler_factory: Callable[[list[tuple[str, str]], int], Any] | None = None
     note: str = ""
+    needs: str | None = None  # a peer's package (peers.PEERS: what to pip install)
 
 
 @dataclass
