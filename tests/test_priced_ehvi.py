@@ -202,3 +202,31 @@ def test_warm_sampler_imports_the_trees_on_a_thread_of_its_own() -> None:
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_expected_improvement_is_the_closed_form() -> None:
+    from autoembed.pipeline.priced_ehvi import expected_improvement
+
+    def want(mu: float, sd: float, best: float) -> float:  # E[max(Y - best, 0)], by hand
+        z = (mu - best) / sd
+        return (mu - best) * 0.5 * (1 + math.erf(z / math.sqrt(2))) + sd * math.exp(
+            -z * z / 2) / math.sqrt(2 * math.pi)
+
+    mu, sd = np.array([0.5, 0.2, 0.9]), np.array([0.1, 0.3, 1e-6])
+    got = expected_improvement(mu, sd, 0.6)
+    assert got == pytest.approx([want(m, s, 0.6) for m, s in zip(mu, sd, strict=True)])
+    assert got[2] == pytest.approx(0.3)  # a sure gain is the gain
+
+
+def test_quality_turns_chase_the_best_quality() -> None:
+    """quality_turns=1: the first model turn of each run of RANDOM_EVERY takes the expected
+    improvement of quality alone. Quality and memory both rise with x, so EHVI turns spread
+    over x while quality turns sit high in [1, 50] (the budget's end)."""
+    sampler = PricedEHVI(seed=4, startup=6, quality_turns=1)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    out, _ = _drive(sampler, 46)
+    turns = [n for n in range(6, 46) if (n - 6) % RANDOM_EVERY == 0]
+    assert not any(is_random(n, 6, RANDOM_EVERY) for n in turns)
+    quality = [int(out[n]["x"]) for n in turns]  # type: ignore[call-overload]
+    assert len(quality) == 10 and sorted(quality)[len(quality) // 2] >= 40, quality

@@ -118,6 +118,7 @@ class ReplayResult:
     trial_s: float
     overhead_s: float
     stop_reason: str | None
+    rows: tuple[Any, ...] = ()  # the engine's TrialRows, in trial order (what a pick reads)
 
 
 def table_workload(table: Table) -> Any:
@@ -409,4 +410,5 @@ class Replay:
         executor.run(engine)
         return ReplayResult(method.name, self.seed, executor.log, clock[0],
                             executor.decision_s, executor.trial_s, executor.overhead_s,
-                            engine.stop_reason)
+                            engine.stop_reason,
+                            tuple(engine.rows[n] for n in sorted(engine.rows)))
