@@ -3,6 +3,7 @@ pruned trials and crash recovery. Trial outcomes are fabricated, so these run in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,24 @@ def test_early_stop_keeps_the_cheap_end() -> None:
     # a latency objective is unknown until the end: never stopped
     assert not cannot_reach_front(dear, [{**front[0], "latency": 0.05}],
                                   [*obj, ("latency", "minimize")])
+
+
+def test_early_stop_counts_the_best_evaluation_a_trial_keeps() -> None:
+    # a curve that peaked at 0.79 and fell to 0.76: judged by its last evaluation it cannot
+    # pass the member's 0.78 (0.76 + 0 gain + slack); judged by its best (validation
+    # selection) it already has 0.79, so the member does not dominate it
+    curve = (0.77, 0.79, 0.785, 0.77, 0.76)
+    front = [{"quality": 0.78, "memory": 1e8, "throughput": 1e9}]
+    last = Progress(qualities=curve, step=100, samples=1_000, elapsed_s=2.0, max_steps=160,
+                    eval_every=20, device_total=2e8)
+    assert optimistic_metrics(last)["quality"] == pytest.approx(0.76 + 0.005)
+    assert cannot_reach_front(last, front, OBJ)
+    best = dataclasses.replace(last, keeps_best=True)
+    assert optimistic_metrics(best)["quality"] == pytest.approx(0.79 + 0.005)
+    assert not cannot_reach_front(best, front, OBJ)
+
+
+def test_the_builtin_workload_keeps_the_best_under_fit_to_data() -> None:
+    space = load_space(ROOT / "search_spaces" / "tiny.yaml")
+    assert BuiltinWorkload.of(space, run={"fit_to_data": True}).keeps_best
+    assert not BuiltinWorkload.of(space, run={"fit_to_data": False}).keeps_best

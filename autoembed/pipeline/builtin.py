@@ -128,6 +128,11 @@ class BuiltinWorkload:
         return self.device == "cuda" and not self.stand_in
 
     @property
+    def keeps_best(self) -> bool:
+        """Under `fit_to_data` the runner judges a trial by its best evaluation."""
+        return bool(self.run.get("fit_to_data", False))
+
+    @property
     def target(self) -> float | None:
         """The space's target, else the baseline's validation score (None: the runner's
         default, the synthetic data's oracle)."""

@@ -8,7 +8,10 @@ if a member at least as cheap is also better on quality (and throughput, ...) th
 trial's optimistic projection:
 
 * quality: the last validation quality plus its latest gain per evaluation times the
-  evaluations left (linear: optimistic for the usual concave curve), plus QUALITY_SLACK;
+  evaluations left (linear: optimistic for the usual concave curve), plus QUALITY_SLACK; where
+  the trial is judged by its best evaluation (`keeps_best`: validation selection, the
+  runner's `fit_to_data`), at least the best quality it has shown, which it has reached
+  already (a curve that peaks and then overfits is not stopped for its decline);
 * memory: the priced memory objective (`Progress.device_total`; exact before training);
 * throughput: samples / elapsed (evaluation time included) times THROUGHPUT_OPTIMISM;
 * latency: unknown until the end, so 0 (a trial is never stopped under a latency objective);
@@ -46,6 +49,7 @@ class Progress:
     device_total: float
     target: float | None = None
     reached_at: int | None = None
+    keeps_best: bool = False  # its final quality is its best evaluation's (module docstring)
 
 
 def optimistic_metrics(p: Progress) -> dict[str, float]:
@@ -53,7 +57,10 @@ def optimistic_metrics(p: Progress) -> dict[str, float]:
     q = p.qualities[-1]
     gain = max(0.0, q - p.qualities[-2]) if len(p.qualities) >= 2 else 1.0
     left = max(0, math.ceil((p.max_steps - p.step) / p.eval_every))
-    quality = min(1.0, q + gain * left + QUALITY_SLACK)
+    reach = q + gain * left
+    if p.keeps_best:
+        reach = max(reach, *p.qualities)
+    quality = min(1.0, reach + QUALITY_SLACK)
     throughput = (p.samples / p.elapsed_s * THROUGHPUT_OPTIMISM) if p.elapsed_s > 0 else math.inf
     steps = float(p.reached_at) if p.reached_at is not None else float(
         min(p.max_steps, p.step + p.eval_every))

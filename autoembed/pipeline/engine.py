@@ -492,7 +492,7 @@ class SearchEngine:
             elapsed_s=0.0 if self.repeatable else float(evaluation.get("elapsed_s", 0.0)),
             max_steps=max_steps, eval_every=eval_every,
             device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
-            reached_at=reached,
+            reached_at=reached, keeps_best=self.workload.keeps_best,
         )
         front = [r.metrics for r in self.front()]
         if cannot_reach_front(prog, front, self.objectives):

@@ -104,6 +104,11 @@ class UserWorkload:
     def use_measured(self) -> bool:
         return self.device == "cuda"
 
+    @property
+    def keeps_best(self) -> bool:
+        """The user's loop reports its final quality itself: the last evaluation stands."""
+        return False
+
     # ------------------------------------------------------------------ pricing
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the proposal `values` on the user's model (cached by values: a sampler

@@ -115,6 +115,11 @@ class Workload(Protocol):
     def stand_in(self) -> bool:
         """Whether trials train a scaled-down copy of what is priced."""
 
+    @property
+    def keeps_best(self) -> bool:
+        """Whether a trial's quality is its best evaluation's (validation selection), so
+        the best it has shown is reached already (the front rule reads it)."""
+
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price a proposal (the space's values). Raises ConfigError for bad input that
         must stop the search before any trial (the user's code failing on the first one)."""

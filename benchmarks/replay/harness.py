@@ -150,6 +150,7 @@ class ReplayWorkload:
     space = property(lambda self: self.real.space)
     target = property(lambda self: self.real.target)
     stand_in = property(lambda self: self.real.stand_in)
+    keeps_best = property(lambda self: self.real.keeps_best)
     use_measured = False
 
     def price(self, values: Mapping[str, Any]) -> Any:
