@@ -125,10 +125,9 @@ class PricedEHVI(BaseSampler):
     def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
                  price_budget_s: float = PRICE_BUDGET_S,
                  clock: Callable[[], float] = time.monotonic,
-                 quality_turns: int = 0, per_second: bool = True) -> None:
+                 quality_turns: int = 0) -> None:
         self.seed = seed
         self.quality_turns = quality_turns
-        self.per_second = per_second
         self.clock = clock
         self.startup = startup
         self.candidates = candidates
@@ -210,8 +209,7 @@ class PricedEHVI(BaseSampler):
             score = ehvi_2d(front, np.array([x_of(m) for _, m in cands]),
                             (mu - q_lo) / q_span, sd / q_span)
         secs = [(i, s) for i, (*_, s) in enumerate(done) if s]
-        if (self.per_second and len(secs) >= MIN_COSTS
-                and not self._pricing.repeatable):  # seconds are timing
+        if len(secs) >= MIN_COSTS and not self._pricing.repeatable:  # seconds are timing
             log_s, _ = _forest(x_done[[i for i, _ in secs]], np.log([s for _, s in secs]),
                                x_cand, rng)
             score = score / np.exp(log_s)

@@ -71,31 +71,32 @@ EXPERIMENTS = {
     "ehvi-q3-front": Method("ehvi-q3-front", _ehvi(quality_turns=3), front_rule=True),
     "random-front": Method("random-front", "random", front_rule=True),
     "ehvi-full": Method("ehvi-full", "ehvi"),
-    "ehvi-nosec-front": Method("ehvi-nosec-front", _ehvi(per_second=False), front_rule=True),
 }
 compare.METHODS.update(EXPERIMENTS)
 BUDGET_S = 120.0  # matched to the live 120-s searches by trial count (module docstring)
 
 
 def picks(table: Table, result: Any, real: Any) -> dict[str, Any]:
-    """Each rule's pick of a replayed search, with its validation and test quality."""
+    """Each rule's pick of a replayed search (`SearchReport.build` picks by every rule at
+    once), with its validation and test quality."""
     from autoembed.budget import Budget
     from autoembed.pareto import parse_pick
     from autoembed.pipeline.report import SearchReport
     from autoembed.space import Objective
 
     objectives = [Objective(n, d) for n, d in table.header["objectives"]]
+    rep = SearchReport.build(list(result.rows), objectives, parse_pick(RULES[0]),
+                             Budget.of(int(table.header["budget_bytes"])), "replay",
+                             noise=lambda c: real.noise(c, {}))
+    rows = {r.number: r for r in rep.rows}
     out: dict[str, Any] = {}
     for rule in RULES:
-        rep = SearchReport.build(list(result.rows), objectives, parse_pick(rule),
-                                 Budget.of(int(table.header["budget_bytes"])), "replay",
-                                 noise=lambda c: real.noise(c, {}))
-        best = rep.best
-        if best is None:
+        number = rep.picks.get(rule)
+        if number is None:
             out[rule] = None
             continue
-        rec = _record(table, result, best.number)
-        out[rule] = {"trial": best.number, "valid": best.values.get("quality"),
+        rec = _record(table, result, number)
+        out[rule] = {"trial": number, "valid": rows[number].values.get("quality"),
                      "test": rec.get("test_quality")}
     return out
 
