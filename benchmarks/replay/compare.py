@@ -468,12 +468,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tables-dir", type=Path, default=HERE / "tables")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--seed-from", type=int, default=0, help="first seed (split a run)")
-    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
+                    metavar="METHOD")
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
     ap.add_argument("--jsonl", type=Path, default=JSONL,
                     help="append the replays here (one file per process when several run)")
     args = ap.parse_args(argv)
+    missing = [t for t in args.tables if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
+    if missing and not args.report:
+        ap.error(f"--tables {' '.join(missing)}: no such table in {args.tables_dir}; "
+                 f"use the names of its *.jsonl.gz files")
     if not args.report:
         for m in args.methods:
             try:

@@ -222,8 +222,10 @@ def turns_report() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tables", nargs="*", default=list(TABLES))
-    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    known = sorted(p.name.removesuffix(".jsonl.gz") for p in (HERE / "tables").glob("*.jsonl.gz"))
+    ap.add_argument("--tables", nargs="*", default=list(TABLES), choices=known, metavar="TABLE")
+    ap.add_argument("--methods", nargs="*", default=list(METHODS),
+                    choices=list(compare.METHODS), metavar="METHOD")
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--budget-s", type=float, nargs="*", default=[BUDGET_S])
     ap.add_argument("--report", action="store_true", help="write the results only")
