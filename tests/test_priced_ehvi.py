@@ -230,3 +230,21 @@ def test_quality_turns_chase_the_best_quality() -> None:
     assert not any(is_random(n, 6, RANDOM_EVERY) for n in turns)
     quality = [int(out[n]["x"]) for n in turns]  # type: ignore[call-overload]
     assert len(quality) == 10 and sorted(quality)[len(quality) // 2] >= 40, quality
+
+
+def test_the_forest_spread_is_that_of_its_trees_predictions() -> None:
+    """`_forest` reads each tree directly; scikit-learn's own per-tree predict, refitted
+    with the same seed, gives the same mean and spread."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    from autoembed.pipeline.priced_ehvi import _forest
+
+    gen = np.random.default_rng(3)
+    x, x_new = gen.random((40, 5)), gen.random((30, 5))
+    y = x[:, 0] * 2 + gen.normal(0, 0.1, 40)
+    seed = int(np.random.default_rng(11).integers(2**31))  # what _forest draws first
+    mu, sd = _forest(x, y, x_new, np.random.default_rng(11))
+    ref = ExtraTreesRegressor(n_estimators=64, bootstrap=True, random_state=seed).fit(x, y)
+    per_tree = np.stack([t.predict(x_new) for t in ref.estimators_])
+    np.testing.assert_array_equal(mu, per_tree.mean(axis=0))
+    np.testing.assert_array_equal(sd, per_tree.std(axis=0))

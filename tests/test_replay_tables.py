@@ -173,3 +173,24 @@ def test_a_proposal_snaps_to_the_nearest_trained_row() -> None:
     near = {**t.rows[row]["params"], "lr": t.rows[row]["params"]["lr"] * 1.01}
     got, dist = snap.nearest(near)
     assert got == row and 0 < dist < 0.01
+
+
+def test_nearest_is_the_row_of_least_distance() -> None:
+    """`nearest` (every row at once) against `distance` row by row, on proposals that mix
+    params of different rows (conditional params present in some rows only)."""
+    import random
+
+    from table import Snapper
+
+    t = Table.load(REPLAY / "tables" / "tiny.jsonl.gz")
+    snap = Snapper(t, seed=0)
+    rng = random.Random(7)
+    for _ in range(50):
+        a, b = (t.rows[r]["params"] for r in rng.sample(snap.rows, 2))
+        names = sorted(set(a) | set(b))
+        prop = {n: (a if n in a and (n not in b or rng.random() < 0.5) else b)[n]
+                for n in names}
+        want = min((snap.distance(prop, snap.params[r]), r) for r in snap.rows)
+        row, dist = snap.nearest(prop)
+        assert snap.distance(prop, snap.params[row]) == pytest.approx(want[0])
+        assert dist == pytest.approx(want[0])

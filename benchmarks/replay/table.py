@@ -134,6 +134,29 @@ class Snapper:
         self.params = {r: table.rows[r]["params"] for r in self.rows}
         if not self.rows:
             raise ValueError(f"no complete trial at seed {seed} to snap to")
+        self._columns = {name: self._column(name) for name in self.dists}
+
+    def _column(self, name: str) -> tuple[Any, Any, dict[Any, int] | None]:
+        """The rows' values of one param, for `nearest`: (values, present), values on the
+        [0, 1] scale of `_gap` (numeric) or as codes (categorical, with the code table)."""
+        import numpy as np
+
+        have = [name in self.params[r] for r in self.rows]
+        raw = [self.params[r].get(name) for r in self.rows]
+        if not hasattr(self.dists[name], "low"):
+            codes: dict[Any, int] = {}
+            col = [codes.setdefault(v, len(codes)) if h else -1
+                   for v, h in zip(raw, have, strict=True)]
+            return np.array(col, dtype=np.int64), np.array(have), codes
+        col = [self._scaled(name, v) if h else 0.0 for v, h in zip(raw, have, strict=True)]
+        return np.array(col, dtype=np.float64), np.array(have), None
+
+    def _scaled(self, name: str, x: Any) -> float:
+        d = self.dists[name]
+        lo, hi = float(d.low), float(d.high)
+        if d.log:
+            x, lo, hi = math.log(x), math.log(lo), math.log(hi)
+        return 0.0 if hi == lo else (float(x) - lo) / (hi - lo)
 
     def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
         total = 0.0
@@ -151,6 +174,18 @@ class Snapper:
         return 0.0 if hi == lo else abs(float(x) - float(y)) / (hi - lo)
 
     def nearest(self, params: Mapping[str, Any]) -> tuple[int, float]:
-        """(row, distance) of the nearest trained row."""
-        return min(((r, self.distance(params, self.params[r])) for r in self.rows),
-                   key=lambda rd: (rd[1], rd[0]))
+        """(row, distance) of the nearest trained row: `distance` to every row at once."""
+        import numpy as np
+
+        total = np.zeros(len(self.rows))
+        for name, x in params.items():
+            if name not in self._columns:
+                continue
+            col, have, codes = self._columns[name]
+            if codes is not None:
+                gap = (col != codes.get(x, -2)).astype(np.float64)
+            else:
+                gap = np.abs(col - self._scaled(name, x))
+            total += np.where(have, gap * gap, 0.0)
+        i = int(np.argmin(total))  # the first of equal minima: the lowest row id
+        return self.rows[i], math.sqrt(float(total[i]))
