@@ -16,6 +16,10 @@ Pick rules (one list for `search --pick` and `export --pick`; DEFAULT_PICK when 
   validation rows, `selection.measure_noise`): the one-standard-error rule of Breiman et al.
   (CART, 1984; Hastie, Tibshirani & Friedman, ESL 7.10) with the cheapest config as the
   "simplest". Without a noise figure it is 0: the best quality, ties to the cheapest.
+  With a `floor` (the quality the search must reach: its target, by default the baseline's
+  validation score) that the best member reaches, only the members that reach it too: a
+  cheaper config within noise of the best is no pick when it falls short of what a simple
+  model already scores.
 * `knee`: after min-max normalising each objective over the front members (best = 1,
   worst = 0; an objective on which all members agree counts as 1 for all), the member
   closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
@@ -132,6 +136,8 @@ def _hv(points: list[list[float]], ref: list[float]) -> float:
     if len(ref) == 1:
         return ref[0] - min(p[0] for p in points)
     pts = sorted(points, key=lambda p: p[0])
+    if len(ref) == 2:
+        return _hv2(pts, ref)
     volume = 0.0
     for i, p in enumerate(pts):
         upper = pts[i + 1][0] if i + 1 < len(pts) else ref[0]
@@ -139,6 +145,19 @@ def _hv(points: list[list[float]], ref: list[float]) -> float:
         if width <= 0:
             continue
         volume += width * _hv([q[1:] for q in pts[: i + 1]], ref[1:])
+    return volume
+
+
+def _hv2(pts: list[list[float]], ref: list[float]) -> float:
+    """`_hv` in two objectives, `pts` sorted on the first: the same slices and sums, each
+    slice's one-objective volume from a running minimum (O(n), not O(n^2))."""
+    volume, low = 0.0, math.inf
+    for i, p in enumerate(pts):
+        low = min(low, p[1])
+        upper = pts[i + 1][0] if i + 1 < len(pts) else ref[0]
+        width = upper - p[0]
+        if width > 0:
+            volume += width * (ref[1] - low)
     return volume
 
 
@@ -200,12 +219,14 @@ def pick(
     rule: Pick | str,
     objectives: Sequence[tuple[str, str]],
     noise: float | Mapping[int, float] | None = None,
+    floor: float | None = None,
 ) -> Candidate:
     """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
-    them all, the single-metric rules break ties with them. `noise` is read by
+    them all, the single-metric rules break ties with them. `noise` and `floor` are read by
     `within-noise` only: a slack >= 0 (the quality's standard error, `quality_noise`) for
     every candidate, or each candidate's own finite slack by trial number (a candidate is
-    near when best - its quality <= its slack; one not in the mapping has 0); None: 0."""
+    near when best - its quality <= its slack; one not in the mapping has 0); None: 0.
+    `floor`: a quality the pick must reach when the best does (None: none)."""
     r = parse_pick(rule) if isinstance(rule, str) else rule
     if not candidates:
         raise ConfigError(f"pick '{r}': there is no candidate to pick from")
@@ -234,6 +255,8 @@ def pick(
         best = max(vec(c, "quality", "maximize") for c in candidates)
         near = [c for c in candidates
                 if vec(c, "quality", "maximize") >= best - slack(c.number)]
+        if floor is not None and math.isfinite(floor) and best >= floor:
+            near = [c for c in near if vec(c, "quality", "maximize") >= floor]
         costs = list(_COST_ORDER)
         order = costs + [(n, d) for n, d in objectives if n not in {m for m, _ in costs}]
         return _lexicographic_best(near, [*order, ("quality", "maximize")], vec)
