@@ -119,10 +119,12 @@ def pick_member(
     rule: str,
     objectives: Sequence[Mapping[str, Any]] = (),
     noise: Mapping[str, Any] | None = None,
+    floor: float | None = None,
 ) -> Mapping[str, Any]:
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
     `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
-    trial:N. `noise`: pareto.json's record of how the search measured it (None: 0)."""
+    trial:N. `noise`: pareto.json's record of how the search measured it (None: 0);
+    `floor`: its `floor` (the quality the within-noise pick keeps to; None: none)."""
     from autoembed.pareto import pick
     from autoembed.selection import NoiseMeasure
 
@@ -136,7 +138,7 @@ def pick_member(
         raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
     slack = None if not noise else NoiseMeasure.from_dict(noise).pick_noise(
         {c.number: c.values.get("quality", math.nan) for c in cands})
-    chosen = pick(cands, rule, objs, slack)
+    chosen = pick(cands, rule, objs, slack, _as_float(floor) if floor is not None else None)
     assert isinstance(chosen, _Member)
     return chosen.raw
 
@@ -350,7 +352,8 @@ def _choose_from_study(
                 f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
                 "use --pick trial:N or --run-id"
             )
-        m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"))
+        m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"),
+                        pareto.get("floor"))
         return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
                        vocab, data=data, params=m.get("params"),
                        trained_on=_member_trained_on(m, pareto))

@@ -78,6 +78,18 @@ def test_picks_by_hand() -> None:
     assert got == {"knee": 3, "max-quality": 0, "min-memory": 5, "max-throughput": 7}
 
 
+def test_within_noise_reads_the_searchs_floor() -> None:
+    """pareto.json's `floor`: of the members within noise of the best (0.80; an unpaired
+    slack of 0.2 takes all four), the cheapest that reaches it."""
+    members = [member(n) for n in FRONT]
+    noise = {"slack": 0.2, "metric": "auc", "quality": 0.80, "trial": 0, "rows": 1000,
+             "class_rows": [500, 500]}
+    assert pick_member(members, "within-noise", OBJECTIVES, noise)["trial"] == 5  # 100 B
+    assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.71)["trial"] == 3
+    assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.76)["trial"] == 0
+    assert pick_member(members, "within-noise", OBJECTIVES, noise, None)["trial"] == 5
+
+
 def test_pick_ties_go_to_the_lowest_trial() -> None:
     a, b = member(3), member(3)
     b["trial"] = 1

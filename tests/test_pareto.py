@@ -180,6 +180,18 @@ def test_within_noise_takes_the_cheapest_then_fastest_near_the_best() -> None:
         pick(NOISY, "within-noise", OBJ, noise=-0.1)
 
 
+def test_within_noise_keeps_to_a_floor_the_best_reaches() -> None:
+    # noise 0.02 lets every member in (the cheapest: 2, 0.8034); a floor of 0.815 (say the
+    # baseline's validation score) leaves 0, 1 and 3 (quality >= 0.815), of which 1 and 3 tie
+    # on memory and 3 is faster
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.815).number == 3
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.8100).number == 4  # 0.81 reaches
+    # a floor above the best (0.8205) cannot be kept to: the rule without it
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.83).number == 2
+    # other rules do not read it
+    assert pick(NOISY, "min-memory", OBJ, floor=0.815).number == 2
+
+
 def test_auc_noise_is_hanley_mcneil() -> None:
     # by hand: A = 0.8, 100 + 100 rows: Q1 = 0.8/1.2, Q2 = 1.28/1.8,
     # var = (0.16 + 99 (2/3 - 0.64) + 99 (0.71111 - 0.64)) / 10^4 = 9.84 / 10^4

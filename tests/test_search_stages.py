@@ -261,6 +261,22 @@ def test_report_front_best_and_picks_by_hand(tmp_path: Path) -> None:
     assert last.name == "pareto.json"
 
 
+def test_the_within_noise_pick_keeps_to_the_floor() -> None:
+    from autoembed.selection import NoiseMeasure
+
+    # front 0 (0.70, 200), 4 (0.75, 300), 1 (0.80, 900); a slack of 0.2 lets all three in
+    rows = [scored(0, 0.70, 200), scored(1, 0.80, 900), scored(4, 0.75, 300)]
+    def noise(c: Any) -> NoiseMeasure:
+        return NoiseMeasure(0.2, "auc", 0.80, 1, 1000, (500, 500))
+    free = SearchReport.build(rows, OBJS, Pick("within-noise"), Budget(1000, "1000"), "s",
+                              noise=noise)
+    assert free.best is not None and free.best.number == 0  # the cheapest
+    kept = SearchReport.build(rows, OBJS, Pick("within-noise"), Budget(1000, "1000"), "s",
+                              noise=noise, floor=0.72)  # 0 falls short of it: 4
+    assert kept.best is not None and kept.best.number == 4
+    assert kept.picks["within-noise"] == 4 and kept.picks["min-memory"] == 0
+
+
 def test_report_failures_name_why(tmp_path: Path) -> None:
     over = [scored(0, 0.9, 2000, status="infeasible", overshoot=1.0)]
     rep = SearchReport.build(over, OBJS, Pick("knee"), Budget(1000, "1000"), "s", "gave up")

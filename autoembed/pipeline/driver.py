@@ -344,7 +344,7 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
         plan.name, engine.stop_reason,
         noise=lambda c: workload.noise(c, engine.valid_scores),
-        memory_basis=plan.memory_basis)
+        memory_basis=plan.memory_basis, floor=workload.target)
     meta = plan.meta()
     wall = time.monotonic() - t_start
     files = report.write(plan.out_dir, _context(plan, engine, recovery, wall),

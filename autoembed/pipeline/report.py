@@ -48,15 +48,17 @@ class SearchReport:
     stop_reason: str | None = None
     noise: NoiseMeasure | None = None  # the within-noise slack, and how it was measured
     memory_basis: str | None = None  # what `memory` is (memory.objective; None: not said)
+    floor: float | None = None  # the quality the within-noise pick keeps to (pareto.pick)
 
     @classmethod
     def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
               budget: Budget, study: str, stop_reason: str | None = None,
               noise: Callable[[Sequence[TrialRow]], NoiseMeasure | None] | None = None,
-              memory_basis: str | None = None) -> SearchReport:
+              memory_basis: str | None = None, floor: float | None = None) -> SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
         `noise(candidates)`: the within-noise rule's noise, measured (paired or not,
-        `selection.measure_noise`; None: 0)."""
+        `selection.measure_noise`; None: 0); `floor`: the quality the within-noise pick
+        reaches when the best member does (`pareto.pick`; the workload's target)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
         pairs = [(o.name, o.direction) for o in objectives]
         front = tuple(front_of(done, pairs))
@@ -70,18 +72,18 @@ class SearchReport:
             measured = noise(candidates) if noise is not None else None
             slack = None if measured is None else measured.pick_noise(
                 {r.number: float(r.values.get("quality", float("nan"))) for r in candidates})
-            chosen = pick(candidates, rule, pairs, slack)
+            chosen = pick(candidates, rule, pairs, slack, floor)
             assert isinstance(chosen, TrialRow)
             best = chosen
             for r in PICK_RULES:
                 if r == "trial:N":
                     continue
                 try:
-                    picks[r] = pick(front, r, pairs, slack).number
+                    picks[r] = pick(front, r, pairs, slack, floor).number
                 except ConfigError:
                     pass
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
-                   stop_reason, measured, memory_basis)
+                   stop_reason, measured, memory_basis, floor)
 
     # ------------------------------------------------------------------ reading
     def count(self, status: str) -> int:
@@ -133,11 +135,12 @@ class SearchReport:
             "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
             "noise": None if self.noise is None else self.noise.to_dict(),
-            "memory_basis": self.memory_basis,
+            "floor": self.floor, "memory_basis": self.memory_basis,
         }
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
-                 "picks", "noise", "baseline", "memory_basis", "counts", "trainables_started",
-                 "stop_reason", "workload", "space", "data", "trained_on", "stand_in", "run",
+                 "picks", "noise", "floor", "baseline", "memory_basis", "counts",
+                 "trainables_started", "stop_reason", "workload", "space", "data",
+                 "trained_on", "stand_in", "run",
                  "functions", "sampler", "seed", "repeatable",
                  "early_stop", "device", "workers", "concurrency", "threads", "cpus",
                  "versions", "recovered", "wall_seconds", "finished_at")

@@ -18,7 +18,8 @@ not keep; the unpaired slack is the wider one). Also `max-quality` for compariso
 test score is the trained record's (`test_quality`).
 
 Writes benchmarks/results/search_time_box_replay.{md,jsonl}. `--front` also replays
-`ehvi-q1-front` with compare.py's yardstick (its budget, 8 seeds, start points off) on the
+`ehvi-q1-front` with compare.py's yardstick (8 seeds, start points off, at the budget of
+80 median trials that compare.py used then) on the
 tables with a baseline and the default table, into search_efficiency_quality_turns.jsonl,
 and reports it beside compare.py's ehvi-front and random-full: what the quality turns cost
 the front.
@@ -48,6 +49,10 @@ JSONL = RESULTS / "search_time_box_replay.jsonl"
 TURNS_JSONL = RESULTS / "search_efficiency_quality_turns.jsonl"
 TURNS_TABLES = ("movielens", "flights", "default")
 LAST_RULE_JSONL = RESULTS / "search_efficiency_replay_last_rule.jsonl"
+# the quality turns were replayed at compare.py's budget of then (80 median trials), beside
+# its replays at that budget
+TURNS_BUDGET_TRIALS = 80
+COMPARE_80_JSONL = RESULTS / "search_efficiency_replay_budget80.jsonl"
 # the issue's two tables (BBC News has a baseline, but none of its 301 configs reaches it)
 TABLES = ("movielens", "flights")
 METHODS = ("random-full", "random-asha", "ehvi-front", "ehvi-asha")
@@ -85,9 +90,12 @@ def picks(table: Table, result: Any, real: Any) -> dict[str, Any]:
     from autoembed.space import Objective
 
     objectives = [Objective(n, d) for n, d in table.header["objectives"]]
+    floor = real.space.target  # the search's floor: the workload's target (driver._finish)
+    if floor is None and table.header.get("baseline"):
+        floor = table.header["baseline"]["valid"]
     rep = SearchReport.build(list(result.rows), objectives, parse_pick(RULES[0]),
                              Budget.of(int(table.header["budget_bytes"])), "replay",
-                             noise=lambda c: real.noise(c, {}))
+                             noise=lambda c: real.noise(c, {}), floor=floor)
     rows = {r.number: r for r in rep.rows}
     out: dict[str, Any] = {}
     for rule in RULES:
@@ -196,7 +204,7 @@ def turns_report() -> str:
     older = {(r["table"], r["method"], r["seed"]): r for r in compare._records(LAST_RULE_JSONL)
              if not r["start_points"]}
     recs = [older.get((r["table"], r["method"], r["seed"]), r)
-            for r in compare._records(compare.JSONL) + compare._records(TURNS_JSONL)
+            for r in compare._records(COMPARE_80_JSONL) + compare._records(TURNS_JSONL)
             if not r["start_points"]]
     lines = ["# Quality turns and the front (issue 25)", "",
              "Written by `benchmarks/replay/time_box.py --front`: `ehvi-q1-front` (`ehvi` with "
@@ -234,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.front:
         if not args.report:
+            compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
             compare.run(TURNS_TABLES, HERE / "tables", range(8), ["ehvi-q1-front"], False,
                         TURNS_JSONL)
         (RESULTS / "search_efficiency_quality_turns.md").write_text(turns_report())
