@@ -270,7 +270,7 @@ def report(path: Path = JSONL) -> str:
     recs = _records(path)
     lines = ["# Search efficiency on the replay tables (issue 25)", "",
              "Written by `benchmarks/replay/compare.py` (its docstring defines the yardstick)"
-             " from `search_efficiency_replay.jsonl`.", ""]
+             f" from `{path.name}`.", ""]
     commits = sorted({r.get("commit", "?") for r in recs})
     loads = [r["load"][0] for r in recs if r.get("load")]
     lines += [f"Commits: {', '.join(commits)}; 1-min load while replaying "
@@ -282,7 +282,7 @@ def report(path: Path = JSONL) -> str:
         if sub:
             lines += _section(sub, sp)
     lines += _leave_one_out([r for r in recs if not r["start_points"]])
-    lines += ["![anytime HV](search_efficiency_replay.png)", "", CAVEATS]
+    lines += [f"![anytime HV]({path.with_suffix('.png').name})", "", CAVEATS]
     return "\n".join(lines)
 
 
@@ -473,7 +473,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
     ap.add_argument("--jsonl", type=Path, default=JSONL,
-                    help="append the replays here (one file per process when several run)")
+                    help="append the replays here (one file per process when several run); "
+                         "with --report: report this file (beside it, .md and .png)")
     args = ap.parse_args(argv)
     missing = [t for t in args.tables if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
     if missing and not args.report:
@@ -495,8 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.start_points, args.jsonl)
         if args.jsonl != JSONL:
             return 0  # merged into JSONL and reported by a later --report
-    (RESULTS / "search_efficiency_replay.md").write_text(report())
-    figure()
+    (args.jsonl.with_suffix(".md")).write_text(report(args.jsonl))
+    figure(args.jsonl, args.jsonl.with_suffix(".png"))
     return 0
 
 
