@@ -69,6 +69,23 @@ def test_front_ranks_match_peeling() -> None:
         assert _front_ranks(np.array(pts)).tolist() == _peel(pts)
 
 
+def test_contributions_are_what_leaving_each_point_out_loses() -> None:
+    """Against the definition: HV of the front less HV without the point (3 objectives,
+    random fronts with shared coordinates and twins)."""
+    from autoembed.pareto import hypervolume
+
+    gen = np.random.default_rng(5)
+    for n in (1, 2, 7, 30):
+        pts = np.round(gen.random((n, 3)), 1)  # shared coordinates on a coarse grid
+        if n > 2:
+            pts[1] = pts[0]
+        ref, dirs = [-0.1] * 3, ["maximize"] * 3
+        whole = hypervolume(pts.tolist(), ref, dirs)
+        want = [whole - hypervolume(np.delete(pts, i, axis=0).tolist(), ref, dirs)
+                for i in range(n)]
+        assert _contributions(pts).tolist() == pytest.approx(want, abs=1e-12)
+
+
 def test_contributions_are_exclusive_rectangle_areas() -> None:
     # a 2-D staircase, reference (-0.1, -0.1): each point's exclusive area by hand
     front = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
@@ -213,3 +230,12 @@ def test_multi_fidelity_is_asked_for_and_kept_by_a_resume() -> None:
     assert not plain.multi_fidelity
     assert asked.multi_fidelity and asked.meta()["multi_fidelity"] is True
     assert resumed.multi_fidelity
+
+
+def test_a_twin_adds_nothing_exactly() -> None:
+    gen = np.random.default_rng(9)
+    for _ in range(20):
+        pts = gen.random((6, 3))
+        pts[3] = pts[0]
+        got = _contributions(pts)
+        assert got[0] == 0.0 and got[3] == 0.0

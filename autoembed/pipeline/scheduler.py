@@ -260,12 +260,23 @@ def _front_ranks(pts: np.ndarray) -> np.ndarray:
 
 def _contributions(front: np.ndarray) -> np.ndarray:
     """Each point's exclusive hypervolume contribution to `front` (larger is better, in
-    [0, 1], the reference 0.1 below the worst on every axis)."""
+    [0, 1], the reference 0.1 below the worst on every axis): its box less the part the
+    others cover, which is the volume of the others clipped to its box (their componentwise
+    minimum with it), of which only the non-dominated count."""
     from autoembed.pareto import hypervolume
 
-    ref = [-0.1] * front.shape[1]
-    dirs = ["maximize"] * front.shape[1]
-    pts = front.tolist()
-    whole = hypervolume(pts, ref, dirs)
-    return np.array([whole - hypervolume(pts[:i] + pts[i + 1:], ref, dirs)
-                     for i in range(len(pts))])
+    k = front.shape[1]
+    ref, dirs = [-0.1] * k, ["maximize"] * k
+    out = np.empty(len(front))
+    for i, p in enumerate(front):
+        clipped = np.minimum(np.delete(front, i, axis=0), p)
+        covered = hypervolume(_undominated(clipped).tolist(), ref, dirs)
+        out[i] = hypervolume([p.tolist()], ref, dirs) - covered  # a twin's: exactly 0
+    return out
+
+
+def _undominated(pts: np.ndarray) -> np.ndarray:
+    """The rows no other row dominates (larger is better)."""
+    ge = np.all(pts[:, None, :] >= pts[None, :, :], axis=2)
+    gt = np.any(pts[:, None, :] > pts[None, :, :], axis=2)
+    return pts[~np.any(ge & gt, axis=0)]
