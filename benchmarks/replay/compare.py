@@ -482,6 +482,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "with --report: report this file (beside it, .md and .png)")
     args = ap.parse_args(argv)
     missing = [t for t in args.tables if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
+    if args.report and not args.jsonl.exists():
+        held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl"))
+        ap.error(f"--jsonl {args.jsonl}: no such file of replays; run the replays first, or "
+                 f"name one in {RESULTS}: {', '.join(held)}")
     if missing and not args.report:
         ap.error(f"--tables {' '.join(missing)}: no such table in {args.tables_dir}; "
                  f"use the names of its *.jsonl.gz files")
