@@ -243,9 +243,7 @@ def _normalised(raw: np.ndarray, scales: Sequence[str], signs: np.ndarray) -> np
 
 def _front_ranks(pts: np.ndarray) -> np.ndarray:
     """Non-dominated sorting (larger is better on every column): 0 for the first front."""
-    ge = np.all(pts[:, None, :] >= pts[None, :, :], axis=2)
-    gt = np.any(pts[:, None, :] > pts[None, :, :], axis=2)
-    dominated_by = ge & gt  # [i, j]: i dominates j
+    dominated_by = _dominance(pts)
     ranks = np.full(len(pts), -1)
     left = np.ones(len(pts), dtype=bool)
     r = 0
@@ -277,6 +275,11 @@ def _contributions(front: np.ndarray) -> np.ndarray:
 
 def _undominated(pts: np.ndarray) -> np.ndarray:
     """The rows no other row dominates (larger is better)."""
+    return pts[~np.any(_dominance(pts), axis=0)]
+
+
+def _dominance(pts: np.ndarray) -> np.ndarray:
+    """[i, j]: row i dominates row j (at least as large everywhere, larger somewhere)."""
     ge = np.all(pts[:, None, :] >= pts[None, :, :], axis=2)
     gt = np.any(pts[:, None, :] > pts[None, :, :], axis=2)
-    return pts[~np.any(ge & gt, axis=0)]
+    return np.asarray(ge & gt)
