@@ -11,7 +11,13 @@ import optuna
 import pytest
 
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, PricedEHVI, Pricing, ehvi_2d
+from autoembed.pipeline.priced_ehvi import (
+    RANDOM_EVERY,
+    PricedEHVI,
+    Pricing,
+    ehvi_2d,
+    van_der_corput,
+)
 from autoembed.pipeline.records import ATTR
 
 SURE = np.array([1e-6])  # a quality known almost exactly
@@ -248,3 +254,49 @@ def test_the_forest_spread_is_that_of_its_trees_predictions() -> None:
     per_tree = np.stack([t.predict(x_new) for t in ref.estimators_])
     np.testing.assert_array_equal(mu, per_tree.mean(axis=0))
     np.testing.assert_array_equal(sd, per_tree.std(axis=0))
+
+
+def test_van_der_corput_mirrors_the_binary_digits() -> None:
+    # k = 1, 2, 3, 6 in binary: 1, 10, 11, 110 -> 0.1, 0.01, 0.11, 0.011
+    got = [van_der_corput(k) for k in (0, 1, 2, 3, 6)]
+    assert got == [0.0, 0.5, 0.25, 0.75, 0.375]
+
+
+def test_the_start_up_spans_the_memory_axis_and_fits() -> None:
+    """Start-up 4 of a space whose memory is x MB (x log-uniform on [1, 100], x <= 50 fits):
+    four random draws land in four different quarters of [log 1, log 50] with chance
+    4!/4**4 = 0.09, all four fit with chance 1/16; the start-up puts one in each quarter
+    and none over the budget."""
+
+    def suggest(trial: optuna.trial.BaseTrial) -> dict[str, object]:
+        return {"x": trial.suggest_float("x", 1.0, 100.0, log=True)}
+
+    sampler = PricedEHVI(seed=7, startup=4)
+    sampler.bind(Pricing(price=_price, suggest=suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    xs = []
+    for _ in range(4):
+        trial = study.ask()
+        x = float(suggest(trial)["x"])  # type: ignore[arg-type]
+        xs.append(x)
+        trial.set_user_attr(ATTR, {"status": "complete", "metrics": {"wall_seconds": 1.0}})
+        study.tell(trial, [math.log(x), x * 1e6])
+    assert all(x <= 50 for x in xs)
+    quarters = sorted(min(int(4 * math.log(x) / math.log(50)), 3) for x in xs)
+    assert quarters == [0, 1, 2, 3], xs
+
+
+def test_without_a_memory_objective_the_start_up_is_random() -> None:
+    sampler = PricedEHVI(seed=2, startup=4)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=[("quality", "maximize")],
+                         budget_bytes=BUDGET))
+    a = optuna.create_study(sampler=sampler)
+    b = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    for s in (a, b):
+        for _ in range(4):
+            t = s.ask()
+            _suggest(t)
+            t.set_user_attr(ATTR, {"status": "complete"})
+            s.tell(t, 0.5)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]

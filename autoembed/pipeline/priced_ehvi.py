@@ -24,10 +24,20 @@ front's quality end, where the default pick lies, gets a fixed share of the prop
 Measured and left off (benchmarks/results/search_time_box_replay.md): it finds better picks in
 a short time box and reaches 95% of the front's hypervolume later.
 
-Random proposals: the first STARTUP trials, every RANDOM_EVERY-th after them (as
-`interleave.is_random`), and every trial when nothing is bound (a study opened outside the
-engine). Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in
-milliseconds to seconds): fewer candidates then, never more time. A repeatable search
+The start-up (the first STARTUP trial numbers) spreads over the memory axis, the one
+objective known before training: each start-up ask draws and prices candidates as above and
+proposes the fitting one nearest the k-th point of a stratified sequence over their log memory
+(`spread_point`: van der Corput's sequence, each point jittered within 1/STARTUP), so
+the first few trials already span the front's memory range and none is over budget (measured
+against random start-up trials: benchmarks/results/search_efficiency_replay.md). Without a
+memory objective the start-up is random.
+
+Random proposals: every RANDOM_EVERY-th trial after the start-up (as `interleave.is_random`),
+model turns before STARTUP trials have finished, and every trial when nothing is bound (a
+study opened outside the engine).
+
+Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in milliseconds
+to seconds): fewer candidates then, never more time. A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
 not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
 noise to a model); it stays an objective of the front. Without a memory objective the gain
@@ -57,11 +67,13 @@ if TYPE_CHECKING:
     from optuna.study import Study
     from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["PricedEHVI", "Pricing", "ehvi_2d", "STARTUP", "CANDIDATES"]
+__all__ = ["PricedEHVI", "Pricing", "ehvi_2d", "spread_point", "STARTUP", "CANDIDATES"]
 
 log = logging.getLogger(__name__)
 
-STARTUP = 8  # finished trials before the model is used (as TPE's start-up)
+# start-up proposals (spread over the memory axis) and finished trials before the model is
+# used: 5 against TPE's 8 random ones (the replays: benchmarks/results/search_efficiency_replay.md)
+STARTUP = 5
 RANDOM_EVERY = 4  # after the start-up, every 4th proposal is random
 CANDIDATES = 128  # random candidates priced and scored per ask
 PRICE_BUDGET_S = 1.0  # at most this long pricing candidates per ask
@@ -150,13 +162,17 @@ class PricedEHVI(BaseSampler):
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._random.before_trial(study, trial)
-        if self._pricing is None or is_random(trial.number, self.startup, RANDOM_EVERY):
+        if self._pricing is None:
             return
-        done = _finished(study, self._pricing.objectives)
-        if len(done) < self.startup:
+        spread = trial.number < self.startup
+        if not spread and is_random(trial.number, self.startup, RANDOM_EVERY):
+            return
+        done = [] if spread else _finished(study, self._pricing.objectives)
+        if not spread and len(done) < self.startup:
             return
         try:
-            chosen = self._choose(study, trial.number, done)
+            chosen = (self._spread(study, trial.number) if spread
+                      else self._choose(study, trial.number, done))
         except Exception as e:  # noqa: BLE001 - a model failure must not end a search
             log.warning("ehvi: no model proposal for trial %d (%s); a random one instead",
                         trial.number, e)
@@ -180,6 +196,21 @@ class PricedEHVI(BaseSampler):
         self._random.reseed_rng()
 
     # ---------------------------------------------------------------- the choice
+    def _spread(self, study: Study, number: int) -> dict[str, Any] | None:
+        """A start-up proposal: the fitting candidate nearest `spread_point(number)` on the
+        candidates' log-memory range (random without a memory objective)."""
+        assert self._pricing is not None
+        if not _has_memory(self._pricing.objectives):
+            return None
+        rng = np.random.default_rng((self.seed, number))
+        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
+        cands = self._priced_candidates(rng, tried)
+        if not cands:
+            return None
+        mem = np.log([m for _, m in cands])
+        target = mem.min() + spread_point(number, self.startup, rng) * float(np.ptp(mem))
+        return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
+
     def _choose(self, study: Study, number: int,
                 done: list[tuple[dict[str, Any], float, float, float | None]],
                 ) -> dict[str, Any] | None:
@@ -234,6 +265,22 @@ class PricedEHVI(BaseSampler):
                 memory = priced[0] if has_memory else 1.0
                 out.append((fake.params, max(memory, 1.0)))  # bytes: the axis is log
         return out
+
+
+def spread_point(k: int, strata: int, rng: np.random.Generator) -> float:
+    """The k-th start-up point on [0, 1): van der Corput's k-th point (0, 1/2, 1/4, 3/4,
+    1/8, ...) plus a uniform jitter of 1/`strata`, modulo 1. With a power of two for
+    `strata`, points 0..strata-1 fall one in each of its equal strata; any first few are
+    spread over the interval."""
+    return float((van_der_corput(k) + rng.uniform() / max(strata, 1)) % 1.0)
+
+
+def van_der_corput(k: int) -> float:
+    """k's base-2 digits mirrored about the point: 0, 1/2, 1/4, 3/4, 1/8, ..."""
+    out, scale = 0.0, 0.5
+    while k:
+        out, k, scale = out + scale * (k & 1), k >> 1, scale / 2
+    return out
 
 
 def _has_memory(objectives: Sequence[tuple[str, str]]) -> bool:

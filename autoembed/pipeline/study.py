@@ -211,7 +211,7 @@ def make_sampler(kind: str, seed: int,
     if kind == "ehvi":  # candidates priced before proposing: pipeline/priced_ehvi.py
         from autoembed.pipeline.priced_ehvi import PricedEHVI
 
-        return PricedEHVI(seed=seed, startup=TPE_STARTUP)
+        return PricedEHVI(seed=seed)  # its own start-up: priced_ehvi.STARTUP
     raise AssertionError(f"sampler '{kind}' is in SAMPLERS but has no maker here")
 
 

@@ -123,12 +123,16 @@ class ReplayResult:
 
 def table_workload(table: Table) -> Any:
     """The table's workload for pricing (the search's `BuiltinWorkload` on the table's space
-    and data, with its run settings)."""
+    and data, with its run settings and the baseline the table was made with, so its
+    `target` is the search's)."""
+    from autoembed.baselines import Baseline
     from autoembed.pipeline.builtin import BuiltinWorkload
 
     run = {k: v for k, v in table.header.get("run_settings", {}).items()
            if k not in ("device", "threads")}
-    return BuiltinWorkload.of(table.space(), run=run, given=bool(run.get("fit_to_data")))
+    raw = table.header.get("baseline")
+    return BuiltinWorkload.of(table.space(), run=run, given=bool(run.get("fit_to_data")),
+                              baseline=Baseline.from_dict(raw) if raw else None)
 
 
 class ReplayWorkload:

@@ -90,12 +90,10 @@ def picks(table: Table, result: Any, real: Any) -> dict[str, Any]:
     from autoembed.space import Objective
 
     objectives = [Objective(n, d) for n, d in table.header["objectives"]]
-    floor = real.space.target  # the search's floor: the workload's target (driver._finish)
-    if floor is None and table.header.get("baseline"):
-        floor = table.header["baseline"]["valid"]
     rep = SearchReport.build(list(result.rows), objectives, parse_pick(RULES[0]),
                              Budget.of(int(table.header["budget_bytes"])), "replay",
-                             noise=lambda c: real.noise(c, {}), floor=floor)
+                             noise=lambda c: real.noise(c, {}),
+                             floor=real.target)  # the search's floor, as driver._finish
     rows = {r.number: r for r in rep.rows}
     out: dict[str, Any] = {}
     for rule in RULES:
