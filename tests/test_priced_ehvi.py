@@ -287,16 +287,21 @@ def test_the_start_up_spans_the_memory_axis_and_fits() -> None:
     assert quarters == [0, 1, 2, 3], xs
 
 
-def test_without_a_memory_objective_the_start_up_is_random() -> None:
-    sampler = PricedEHVI(seed=2, startup=4)
-    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=[("quality", "maximize")],
+@pytest.mark.parametrize("objectives, spread", [([("quality", "maximize")], True),
+                                                 (OBJECTIVES, False)])
+def test_the_start_up_is_random_without_a_memory_objective_or_spread(
+        objectives: list[tuple[str, str]], spread: bool) -> None:
+    sampler = PricedEHVI(seed=2, startup=4, spread=spread)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=objectives,
                          budget_bytes=BUDGET))
-    a = optuna.create_study(sampler=sampler)
-    b = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    directions = [d for _, d in objectives]
+    a = optuna.create_study(directions=directions, sampler=sampler)
+    b = optuna.create_study(directions=directions,
+                            sampler=optuna.samplers.RandomSampler(seed=2))
     for s in (a, b):
         for _ in range(4):
             t = s.ask()
-            _suggest(t)
+            x = float(_suggest(t)["x"])  # type: ignore[arg-type]
             t.set_user_attr(ATTR, {"status": "complete"})
-            s.tell(t, 0.5)
+            s.tell(t, [0.5, x * 1e6][:len(directions)])
     assert [t.params for t in a.trials] == [t.params for t in b.trials]

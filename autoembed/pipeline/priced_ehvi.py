@@ -137,9 +137,10 @@ class PricedEHVI(BaseSampler):
     def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
                  price_budget_s: float = PRICE_BUDGET_S,
                  clock: Callable[[], float] = time.monotonic,
-                 quality_turns: int = 0) -> None:
+                 quality_turns: int = 0, spread: bool = True) -> None:
         self.seed = seed
         self.quality_turns = quality_turns
+        self.spread = spread  # False: a random start-up (the default before da0e799)
         self.clock = clock
         self.startup = startup
         self.candidates = candidates
@@ -164,7 +165,7 @@ class PricedEHVI(BaseSampler):
         self._random.before_trial(study, trial)
         if self._pricing is None:
             return
-        spread = trial.number < self.startup
+        spread = self.spread and trial.number < self.startup
         if not spread and is_random(trial.number, self.startup, RANDOM_EVERY):
             return
         done = [] if spread else _finished(study, self._pricing.objectives)

@@ -70,6 +70,20 @@ def _prior_sampler(seed: int, workload: Any) -> Any:
     return make_sampler("tpe-mix", seed, prior=start)
 
 
+def _random_startup(seed: int, workload: Any) -> Any:
+    """`ehvi` as it was before da0e799: 8 random start-up proposals."""
+    from autoembed.pipeline.priced_ehvi import PricedEHVI
+
+    return PricedEHVI(seed=seed, startup=8, spread=False)
+
+
+def _quality_turn(seed: int, workload: Any) -> Any:
+    """`ehvi` with one quality turn in each run of 4 (`PricedEHVI.quality_turns`)."""
+    from autoembed.pipeline.priced_ehvi import PricedEHVI
+
+    return PricedEHVI(seed=seed, quality_turns=1)
+
+
 # name -> the search it replays; "-front": the front rule (main's early stop before MO-ASHA).
 # The TPE kinds are Optuna's multi-objective TPE on the search's three objectives (quality,
 # memory, throughput: no scalarization), over-budget proposals told through the memory
@@ -86,6 +100,14 @@ METHODS = {
                                  front_rule=True),
     "ehvi-front": Method("ehvi-front", "ehvi", front_rule=True),
     "ehvi-asha": Method("ehvi-asha", "ehvi", schedule=True, front_rule=True),
+    # ehvi's start-up before da0e799: 8 random proposals (not spread over the memory axis)
+    "ehvi-rs-front": Method("ehvi-rs-front", _random_startup, front_rule=True,
+                            note="ehvi with 8 random start-up proposals (before da0e799)"),
+    "ehvi-q1-front": Method("ehvi-q1-front", _quality_turn, front_rule=True,
+                            note="ehvi with quality_turns=1: the first model turn of each "
+                                 "run of 4 by the expected improvement of quality alone"),
+    "ehvi-rs-asha": Method("ehvi-rs-asha", _random_startup, schedule=True, front_rule=True,
+                           note="ehvi-asha with 8 random start-up proposals (before da0e799)"),
     # Peers (peers.py; README, "The peers"), not candidates for the default.
     "st-moasha": Method(
         "st-moasha", "random", scheduler_factory=peers.moasha(rank_fix=False),
@@ -115,7 +137,8 @@ METHODS = {
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
                   "st-moasha-rankfix", "flaml-bs")
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
-              "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha")  # the prior: reported beside
+              "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha", "ehvi-rs-front",
+              "ehvi-q1-front", "ehvi-rs-asha")  # the prior: reported beside
 
 
 class Yardstick:
@@ -405,17 +428,31 @@ CAVEATS = """## How to read this, and what is not here
   MovieLens and the default table here ran after it, at 320 (commits from ef42e9b on). On
   BBC News `ehvi-front` and `ehvi-asha` with start points off were replayed after it; its
   start-points-on rows and `tpe-mix-front` are from before it.
-* BBC News's replays ran before 81994d6 and 67539de, which made `ehvi`'s asks and MO-ASHA's
-  tie-break cheaper (the same proposals, less decision time on the clock; on flights an
-  `ehvi` replay charged 30 s of decisions before and 22 s after): BBC News charges `ehvi`
-  and the MO-ASHA methods the older, larger decision time. b6bd7ff, after every replay
-  here, made the tie-break cheaper again (5 ms against 12 ms on a 31-member front).
-  `st-moasha` as shipped was not replayed at 320 on flights, MovieLens and the default
-  table (at 80 it was 1.1-1.7x random: search_efficiency_replay_budget80.md).
+* `ehvi-front` (the default) ran at da0e799, start points off and on: `ehvi` with 5
+  start-up proposals spread over the memory axis. `ehvi-rs-front` and `ehvi-rs-asha` are
+  `ehvi` before it (8 random start-up proposals), replayed then as `ehvi-front` and
+  `ehvi-asha`; `ehvi-q1-front` is today's with one quality turn in each run of 4. The
+  spread start-up and its 5 proposals were chosen on a scratch replay of the four tables
+  (8 seeds, the budget cut at random-full's slowest hv95; not a results file): hv95 /
+  random-full with 5 spread proposals 0.42 / 0.10 / 0.25 / 0.18 (default, MovieLens,
+  flights, BBC News), with 8 spread 0.49 / 0.10 / 0.25 / 0.34, with 8 random 0.56 / 0.15 /
+  0.23 / 0.39; 3, 4 and 6 spread on the default table 0.41 / 0.42 / 0.51, 4 and 6 on BBC
+  News 0.25 / 0.27. Each table left out, the other three pick 5 spread. The spread
+  start-up reaches the single best quality (`best`) later on the default table and
+  MovieLens, sooner on flights (the tables above): the hypervolume rewards the front's
+  memory range, and a quality turn (`ehvi-q1-front`) gives some of that back.
+* BBC News's `random-asha`, `tpe-*`, `st-moasha*` and FLAML rows ran before 81994d6 and
+  67539de, which made `ehvi`'s asks and MO-ASHA's tie-break cheaper (the same proposals,
+  less decision time on the clock; on flights an `ehvi` replay charged 30 s of decisions
+  before and 22 s after): there they charge the older, larger decision time, as do
+  `ehvi-rs-*` on BBC News. b6bd7ff made the tie-break cheaper again (5 ms against 12 ms
+  on a 31-member front). `st-moasha` as shipped was not replayed at 320 on flights,
+  MovieLens and the default table (at 80 it was 1.1-1.7x random:
+  search_efficiency_replay_budget80.md).
 * `ehvi` prices 128 candidates and fits two tree ensembles an ask: its decision time (0.1 to
   0.3 s of thread time an ask) is on the clock, as every method's is.
-* `ehvi` and its constants (128 candidates, 8 start-up trials, every 4th random, 64 trees)
-  were set before any replay and not changed after; the leave-one-out above picks among the
+* `ehvi`'s other constants (128 candidates, every 4th proposal random, 64 trees) were set
+  before any replay and not changed after; the leave-one-out above picks among the
   methods replayed here.
 * Peers (`peers.py`, README "The peers"): syne-tune's MOASHA with random proposals
   (`st-moasha` as shipped, `st-moasha-rankfix` with its rank bug fixed), FLAML's CFO on

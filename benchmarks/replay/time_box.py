@@ -57,6 +57,7 @@ COMPARE_80_JSONL = RESULTS / "search_efficiency_replay_budget80.jsonl"
 TABLES = ("movielens", "flights")
 METHODS = ("random-full", "random-asha", "ehvi-front", "ehvi-asha")
 RULES = ("within-noise", "max-quality")
+BEFORE = ("ehvi-rs-front", "ehvi-rs-asha")  # compare.py's: ehvi's random start-up
 
 
 def _ehvi(**kw: Any) -> Any:
@@ -76,6 +77,11 @@ EXPERIMENTS = {
     "ehvi-q3-front": Method("ehvi-q3-front", _ehvi(quality_turns=3), front_rule=True),
     "random-front": Method("random-front", "random", front_rule=True),
     "ehvi-full": Method("ehvi-full", "ehvi"),
+    # as before da0e799: 8 random start-up proposals
+    "ehvi-rs-q1-front": Method("ehvi-rs-q1-front",
+                               _ehvi(quality_turns=1, startup=8, spread=False),
+                               front_rule=True),
+    "ehvi-rs-full": Method("ehvi-rs-full", _ehvi(startup=8, spread=False)),
 }
 compare.METHODS.update(EXPERIMENTS)
 BUDGET_S = 120.0  # matched to the live 120-s searches by trial count (module docstring)
@@ -150,7 +156,7 @@ def report(recs: Sequence[Mapping[str, Any]], live: str) -> str:
               "within-noise at or above | 3 of 3 | max-quality at or above |",
               "|---|---|---|---|---|---|---|---|"]
     for tab, budget in keys:
-        for m in [*METHODS, *EXPERIMENTS]:
+        for m in [*METHODS, *BEFORE, *EXPERIMENTS]:
             rs = [r for r in recs if r["table"] == tab and r["budget_s"] == budget
                   and r["method"] == m]
             if not rs:
@@ -197,7 +203,11 @@ CAVEATS = """## How to read this
   `ehvi-front` was at or above the baseline in 0.17 (within-noise) and 0.30 (max-quality).
 * Methods: compare.py's, and this script's EXPERIMENTS (`ehvi-qK`: `PricedEHVI`'s
   `quality_turns=K`, the first K of each run of 3 model turns by the expected improvement
-  of quality alone; `random-front`: random proposals with the front rule)."""
+  of quality alone; `random-front`: random proposals with the front rule).
+* `ehvi-rs-front` and `ehvi-rs-asha` are `ehvi` before da0e799 (8 random start-up
+  proposals; these rows ran then as `ehvi-front` and `ehvi-asha`); `ehvi-front` and
+  `ehvi-asha` are today's (5 start-up proposals spread over the memory axis). The
+  `-rs-` rows of EXPERIMENTS likewise (`ehvi-rs-q1-front`, `ehvi-rs-full`)."""
 
 
 def turns_report() -> str:
@@ -268,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             continue
                         rec = one(table, m, seed, budget)
                         rec["load"] = list(os.getloadavg())
+                        rec["commit"] = compare._commit()
                         with JSONL.open("a") as f:
                             f.write(json.dumps(rec) + "\n")
                         print(f"{name} {budget:g} {m} {seed}: {rec['complete']}/"
