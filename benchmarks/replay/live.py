@@ -252,10 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.report:
         table = Table.load(a.tables_dir / f"{a.table}.jsonl.gz")
         stick = Yardstick(table)
+        rows = sum(s == 0 for _, s in table.trials)  # a seed is held at this density
         held = {r["seed"] for r in _records(JSONL) if r["table"] == a.table
                 and r.get("start_points", False) == a.start_points
-                and r.get("method", "tpe-mix-front") == METHODS[a.sampler]} \
-            if JSONL.exists() else set()
+                and r.get("method", "tpe-mix-front") == METHODS[a.sampler]
+                and r.get("rows", 81) == rows} if JSONL.exists() else set()
         for seed in range(a.seeds):
             if seed in held:
                 continue
