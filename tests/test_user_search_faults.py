@@ -106,7 +106,7 @@ def test_an_oom_in_the_users_loop_is_oom_and_sets_the_ceiling(user, monkeypatch)
     import autoembed.pipeline.engine as engine
 
     monkeypatch.setattr(engine, "MAX_REJECTIONS_IN_A_ROW", 5)
-    res = run(user, ["ok", "oom"], 4, study="o", seed=2)  # an ok trial first
+    res = run(user, ["ok", "oom"], 4, study="o", seed=1)  # an ok trial first
     statuses = [(r.params["user.mode"], r.status) for r in res.rows]
     first = next((i for i, (m, _) in enumerate(statuses) if m == "oom"), None)
     assert first is not None, "reseed: no oom proposal"
