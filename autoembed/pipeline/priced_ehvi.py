@@ -167,15 +167,21 @@ class PricedEHVI(BaseSampler):
         self._random.before_trial(study, trial)
         if self._pricing is None:
             return
-        spread = self.spread and trial.number < self.startup
-        if not spread and is_random(trial.number, self.startup, RANDOM_EVERY):
+        number = trial.number
+        if self.spread and number < self.startup:
+            def propose() -> dict[str, Any] | None:
+                return self._spread(study, number)
+        elif is_random(number, self.startup, RANDOM_EVERY):
             return
-        done = [] if spread else _finished(study, self._pricing.objectives)
-        if not spread and len(done) < self.startup:
-            return
+        else:
+            done = _finished(study, self._pricing.objectives)
+            if len(done) < self.startup:
+                return
+
+            def propose() -> dict[str, Any] | None:
+                return self._choose(study, number, done)
         try:
-            chosen = (self._spread(study, trial.number) if spread
-                      else self._choose(study, trial.number, done))
+            chosen = propose()
         except Exception as e:  # noqa: BLE001 - a model failure must not end a search
             log.warning("ehvi: no model proposal for trial %d (%s); a random one instead",
                         trial.number, e)
@@ -205,9 +211,7 @@ class PricedEHVI(BaseSampler):
         assert self._pricing is not None
         if not _has_memory(self._pricing.objectives):
             return None
-        rng = np.random.default_rng((self.seed, number))
-        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
-        cands = self._priced_candidates(rng, tried)
+        rng, cands = self._candidates(study, number)
         if not cands:
             return None
         mem = np.log([m for _, m in cands])
@@ -218,9 +222,7 @@ class PricedEHVI(BaseSampler):
                 done: list[tuple[dict[str, Any], float, float, float | None]],
                 ) -> dict[str, Any] | None:
         assert self._pricing is not None
-        rng = np.random.default_rng((self.seed, number))
-        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
-        cands = self._priced_candidates(rng, tried)
+        rng, cands = self._candidates(study, number)
         if not cands:
             return None
         names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
@@ -248,6 +250,13 @@ class PricedEHVI(BaseSampler):
                                x_cand, rng)
             score = score / np.exp(log_s)
         return dict(cands[int(np.argmax(score))][0])
+
+    def _candidates(self, study: Study, number: int,
+                    ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:
+        """Trial `number`'s generator and its priced candidates, none tried before."""
+        rng = np.random.default_rng((self.seed, number))
+        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
+        return rng, self._priced_candidates(rng, tried)
 
     def _priced_candidates(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
                            ) -> list[tuple[dict[str, Any], float]]:

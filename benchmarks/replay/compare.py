@@ -70,11 +70,14 @@ def _prior_sampler(seed: int, workload: Any) -> Any:
     return make_sampler("tpe-mix", seed, prior=start)
 
 
+RANDOM_STARTUP = {"startup": 8, "spread": False}  # `ehvi`'s start-up before da0e799
+
+
 def _random_startup(seed: int, workload: Any) -> Any:
     """`ehvi` as it was before da0e799: 8 random start-up proposals."""
     from autoembed.pipeline.priced_ehvi import PricedEHVI
 
-    return PricedEHVI(seed=seed, startup=8, spread=False)
+    return PricedEHVI(seed=seed, **RANDOM_STARTUP)  # type: ignore[arg-type]
 
 
 def _quality_turn(seed: int, workload: Any) -> Any:

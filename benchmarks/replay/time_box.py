@@ -57,7 +57,8 @@ COMPARE_80_JSONL = RESULTS / "search_efficiency_replay_budget80.jsonl"
 TABLES = ("movielens", "flights")
 METHODS = ("random-full", "random-asha", "ehvi-front", "ehvi-asha")
 RULES = ("within-noise", "max-quality")
-BEFORE = ("ehvi-rs-front", "ehvi-rs-asha")  # compare.py's: ehvi's random start-up
+# compare.py's: a quality turn, and ehvi's random start-up (before da0e799)
+VARIANTS = ("ehvi-q1-front", "ehvi-rs-front", "ehvi-rs-asha")
 
 
 def _ehvi(**kw: Any) -> Any:
@@ -71,7 +72,6 @@ def _ehvi(**kw: Any) -> Any:
 # ehvi-qK: quality_turns=K of each run of 4 trials (1 random, 3 model turns); -front / -full:
 # with or without the front rule
 EXPERIMENTS = {
-    "ehvi-q1-front": Method("ehvi-q1-front", _ehvi(quality_turns=1), front_rule=True),
     "ehvi-q2-front": Method("ehvi-q2-front", _ehvi(quality_turns=2), front_rule=True),
     "ehvi-q2-full": Method("ehvi-q2-full", _ehvi(quality_turns=2)),
     "ehvi-q3-front": Method("ehvi-q3-front", _ehvi(quality_turns=3), front_rule=True),
@@ -79,9 +79,9 @@ EXPERIMENTS = {
     "ehvi-full": Method("ehvi-full", "ehvi"),
     # as before da0e799: 8 random start-up proposals
     "ehvi-rs-q1-front": Method("ehvi-rs-q1-front",
-                               _ehvi(quality_turns=1, startup=8, spread=False),
+                               _ehvi(quality_turns=1, **compare.RANDOM_STARTUP),
                                front_rule=True),
-    "ehvi-rs-full": Method("ehvi-rs-full", _ehvi(startup=8, spread=False)),
+    "ehvi-rs-full": Method("ehvi-rs-full", _ehvi(**compare.RANDOM_STARTUP)),
 }
 compare.METHODS.update(EXPERIMENTS)
 BUDGET_S = 120.0  # matched to the live 120-s searches by trial count (module docstring)
@@ -156,7 +156,7 @@ def report(recs: Sequence[Mapping[str, Any]], live: str) -> str:
               "within-noise at or above | 3 of 3 | max-quality at or above |",
               "|---|---|---|---|---|---|---|---|"]
     for tab, budget in keys:
-        for m in [*METHODS, *BEFORE, *EXPERIMENTS]:
+        for m in [*METHODS, *VARIANTS, *EXPERIMENTS]:
             rs = [r for r in recs if r["table"] == tab and r["budget_s"] == budget
                   and r["method"] == m]
             if not rs:
