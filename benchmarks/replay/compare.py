@@ -24,7 +24,8 @@ a censored method's ratio is then a lower bound, a censored baseline's an upper 
 the table says how many seeds reached it.
 
 **Ratios** are paired by seed: mean compute of a method over mean compute of the baseline on
-the same seeds, with a 95% interval from 2000 bootstrap resamples of the seeds.
+the same seeds, with a 95% interval from 2000 bootstrap resamples of the seeds. Methods may
+hold different numbers of seeds (the `seeds` column): each ratio pairs the seeds both hold.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import peers  # noqa: E402 - imports neither flaml nor syne-tune until a peer is built
+import peers  # noqa: E402 - imports no peer's package until a peer is built
 from harness import Method, Replay, ReplayResult  # noqa: E402
 from table import Table  # noqa: E402
 
@@ -86,6 +87,8 @@ def _quality_turn(seed: int, workload: Any) -> Any:
 
     return PricedEHVI(seed=seed, quality_turns=1)
 
+
+_DEHB, _DEHB_SCAL = peers.dehb("quality"), peers.dehb("scalarized")
 
 # name -> the search it replays; "-front": the front rule (main's early stop before MO-ASHA).
 # The TPE kinds are Optuna's multi-objective TPE on the search's three objectives (quality,
@@ -131,6 +134,15 @@ METHODS = {
     "flaml-cfo-scal": Method(
         "flaml-cfo-scal", peers.flaml_sampler("cfo", "scalarized"), needs="flaml",
         note="FLAML 2.8.0 CFO on quality - 0.01 * log10(memory bytes), full fidelity"),
+    "dehb": Method(
+        "dehb", _DEHB[0], scheduler_factory=_DEHB[1], needs="dehb",
+        note="DEHB 0.1.2 ask/tell, one metric: validation quality maximized (memory only "
+             "through the budget rule); fidelity = share of a trial's length, 1/9 to 1, eta "
+             "3; a promoted config retrains from its start; over-budget proposals told "
+             "fitness +inf at cost 0"),
+    "dehb-scal": Method(
+        "dehb-scal", _DEHB_SCAL[0], scheduler_factory=_DEHB_SCAL[1], needs="dehb",
+        note="dehb on quality - 0.01 * log10(memory bytes)"),
     "flaml-bs": Method(
         "flaml-bs", peers.flaml_sampler("blendsearch", "quality"), needs="flaml",
         note="FLAML 2.8.0 BlendSearch (CFO + its Optuna TPE global search), validation "
@@ -138,7 +150,7 @@ METHODS = {
 }
 # the anytime figure's methods (the tables hold every method): a readable legend
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
-                  "st-moasha-rankfix", "flaml-bs")
+                  "st-moasha-rankfix", "flaml-bs", "dehb")
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha", "ehvi-rs-front",
               "ehvi-q1-front", "ehvi-rs-asha")  # the prior: reported beside
@@ -334,16 +346,16 @@ def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]
         budget, rows = first["budget_s"], first.get("rows")
         density = f", {rows} rows trained" if rows else ""
         lines += [f"### {table} ({len(seeds)} seeds, budget {budget:.0f} CPU s{density})", "",
-                  "| method | trials | pruned | repeats | engine s | reached hv90/95/99/best "
-                  "| mean s to hv95 | hv95 vs random-full | hv95 vs random-asha "
-                  "| hv99 vs random-full | best vs random-full |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | seeds | trials | pruned | repeats | engine s "
+                  "| reached hv90/95/99/best | mean s to hv95 | hv95 vs random-full "
+                  "| hv95 vs random-asha | hv99 vs random-full | best vs random-full |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m in methods:
             rs = [by[(m, s)] for s in seeds if (m, s) in by]
             reached = "/".join(str(sum(r[k] is not None for r in rs))
                                for k in ("hv90", "hv95", "hv99", "best"))
             lines.append(
-                f"| {m} | {statistics.fmean(r['trials'] for r in rs):.0f} "
+                f"| {m} | {len(rs)} | {statistics.fmean(r['trials'] for r in rs):.0f} "
                 f"| {statistics.fmean(r['pruned'] for r in rs):.0f} "
                 f"| {statistics.fmean(r['repeats'] for r in rs):.0f} "
                 f"| {statistics.fmean(r['decision_s'] for r in rs):.1f} | {reached} "
@@ -356,9 +368,16 @@ def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]
     return lines
 
 
+def _shared_seeds(by: Mapping[tuple[str, int], Any], methods: Sequence[str]) -> list[int]:
+    """The seeds every one of `methods` replayed on a table has (those it holds)."""
+    sets = [{s for m2, s in by if m2 == m} for m in methods if any(m2 == m for m2, _ in by)]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
 def _leave_one_out(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The default picked on the other tables (lowest mean log ratio to random-full at
-    hv95), reported on the held-out one."""
+    hv95, on the seeds every candidate has there: more seeds of one method do not move the
+    choice), reported on the held-out one (all the pick's seeds)."""
     by = _by_table(recs)
     if len(by) < 2:
         return []
@@ -374,7 +393,7 @@ def _leave_one_out(recs: Sequence[Mapping[str, Any]]) -> list[str]:
         for m in CANDIDATES:
             logs = []
             for t, recs_t in by.items():
-                seeds = sorted({s for _, s in recs_t})
+                seeds = _shared_seeds(recs_t, (*CANDIDATES, "random-full"))
                 r = ratio(recs_t, m, "random-full", "hv95", seeds) if t != held else None
                 if r is not None and r[0] > 0:
                     logs.append(math.log(r[0]))
@@ -461,8 +480,9 @@ CAVEATS = """## How to read this, and what is not here
   (`st-moasha` as shipped, `st-moasha-rankfix` with its rank bug fixed), FLAML's CFO on
   validation quality alone (`flaml-cfo`: a single-objective user's setup, memory only
   through the budget rule) or on quality - 0.01 log10(memory) (`flaml-cfo-scal`), and
-  BlendSearch (`flaml-bs`); each record's `note` says how it was set up. DEHB is not
-  replayed.
+  BlendSearch (`flaml-bs`), DEHB on validation quality (`dehb`: config and fidelity from its
+  ask/tell, fidelity a share of the trial's length, 1/9 to 1, eta 3) or on the same
+  scalarization (`dehb-scal`); each record's `note` says how it was set up.
 """
 
 

@@ -10,8 +10,13 @@ decision time are identical (README, "The peers").
 * `FlamlSampler`: an Optuna sampler that asks a FLAML searcher (`CFO`, or `BlendSearch`)
   for a config when a trial starts, answers each `suggest_*` from it and reports the outcome
   to the searcher when the trial is told.
+* `DehbSampler` + `DehbScheduler`: DEHB (`dehb.DEHB`, 0.1.2) through its ask/tell
+  interface: each ask is a config and a fidelity (a share of the trial's length); the
+  sampler answers the trial's `suggest_*` from the config, the scheduler stops the trial at
+  its first search evaluation at or past the fidelity, and the sampler tells DEHB the
+  outcome when the trial is told.
 
-Neither package is a project dependency: both are imported only when a peer is built, and
+No peer's package is a project dependency: each is imported only when a peer is built, and
 a missing one raises `PeerMissing` (one line: the package and its `pip install`).
 """
 
@@ -33,12 +38,13 @@ from optuna.distributions import (
 from optuna.samplers import BaseSampler, RandomSampler
 
 __all__ = ["PEERS", "PeerMissing", "require", "MoashaScheduler", "FlamlSampler",
-           "discover_space", "flaml_space", "flaml_sampler", "moasha"]
+           "DehbSampler", "DehbScheduler", "discover_space", "flaml_space", "flaml_sampler",
+           "moasha", "dehb"]
 
 log = logging.getLogger(__name__)
 
 # package import name -> what to install (the versions the replays were made with)
-PEERS = {"syne_tune": "syne-tune==0.16.0", "flaml": "flaml==2.8.0"}
+PEERS = {"syne_tune": "syne-tune==0.16.0", "flaml": "flaml==2.8.0", "dehb": "dehb==0.1.2"}
 
 
 class PeerMissing(RuntimeError):
@@ -295,7 +301,64 @@ def _fit(dist: BaseDistribution, v: Any) -> Any:
     return None
 
 
-class FlamlSampler(BaseSampler):
+def _told(trial: Any, values: Sequence[float] | None, objectives: Sequence[tuple[str, str]],
+          score: str, memory_weight: float) -> tuple[float, float, float] | None:
+    """(quality, score, seconds) of a told trial for a one-metric peer, quality larger is
+    better: a complete trial's values, a pruned one's last (best-so-far) quality; `score`
+    `quality`, or `scalarized` = quality - memory_weight * log10(memory bytes). None: an
+    infeasible (over budget), failed or otherwise scoreless trial."""
+    from autoembed.pipeline.records import ATTR
+
+    row = trial.user_attrs.get(ATTR) or {}
+    metrics = row.get("metrics") or {}
+    names = [n for n, _ in objectives]
+    quality = memory = None
+    if row.get("status") == "complete" and values:
+        quality = float(values[names.index("quality")])
+        memory = float(values[names.index("memory")]) if "memory" in names else None
+    elif row.get("status") == "pruned" and metrics.get("quality") is not None:
+        quality, memory = float(metrics["quality"]), metrics.get("memory")
+    if quality is None or not math.isfinite(quality):
+        return None
+    if dict(objectives)["quality"] == "minimize":
+        quality = -quality
+    scored = quality
+    if score == "scalarized":
+        scored -= memory_weight * math.log10(max(float(memory or 1.0), 1.0))
+    return quality, scored, float(metrics.get("wall_seconds") or 0.0)
+
+
+class _PeerSampler(BaseSampler):
+    """What the peers' Optuna samplers share: no relative sampling; a param the peer gave
+    no value for (or a trial not its own) is drawn by `RandomSampler` (`_random`)."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: Any, trial: Any,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+
+    def _value(self, number: int, name: str, dist: BaseDistribution) -> Any:
+        """Trial `number`'s value of param `name` from the peer (None: it gave none)."""
+        return None
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        v = self._value(trial.number, param_name, param_distribution)
+        if v is not None and param_distribution._contains(
+                param_distribution.to_internal_repr(v)):
+            return v
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+
+class FlamlSampler(_PeerSampler):
     """FLAML's CFO (or BlendSearch) as an Optuna sampler, one metric.
 
     * When a trial starts (`before_trial`), the searcher is asked for a config (FLAML trial
@@ -322,11 +385,11 @@ class FlamlSampler(BaseSampler):
         require("flaml")
         if algo not in ("cfo", "blendsearch") or score not in ("quality", "scalarized"):
             raise ValueError(f"unknown FLAML setup {algo!r} / {score!r}")
+        super().__init__(seed)
         self.seed = seed
         self.algo = algo
         self.score = score
         self.memory_weight = memory_weight
-        self._random = RandomSampler(seed=seed)
         self._pricing: Any = None
         self._searcher: Any = None
         self._asked: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -346,14 +409,6 @@ class FlamlSampler(BaseSampler):
         self._searcher = cls(metric="score", mode="max", space=space, seed=self.seed,
                              cost_attr="time_total_s")
 
-    # ---------------------------------------------------------------- Optuna's protocol
-    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, BaseDistribution]:
-        return {}
-
-    def sample_relative(self, study: Any, trial: Any,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        return {}
-
     def before_trial(self, study: Any, trial: Any) -> None:
         self._random.before_trial(study, trial)
         if "fixed_params" in trial.system_attrs:
@@ -369,50 +424,25 @@ class FlamlSampler(BaseSampler):
                 return
         self.fallbacks += 1
 
-    def sample_independent(self, study: Any, trial: Any, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        asked = self._asked.get(trial.number)
-        if asked is not None:
-            v = _fit(param_distribution, asked[1].get(flaml_key(param_name)))
-            if v is not None and param_distribution._contains(
-                    param_distribution.to_internal_repr(v)):
-                return v
-        return self._random.sample_independent(study, trial, param_name, param_distribution)
+    def _value(self, number: int, name: str, dist: BaseDistribution) -> Any:
+        asked = self._asked.get(number)
+        return None if asked is None else _fit(dist, asked[1].get(flaml_key(name)))
 
     def after_trial(self, study: Any, trial: Any, state: Any,
                     values: Sequence[float] | None) -> None:
-        from autoembed.pipeline.records import ATTR
-
         self._random.after_trial(study, trial, state, values)
         asked = self._asked.pop(trial.number, None)
         if asked is None or self._searcher is None:
             return
         tid, config = asked
-        row = trial.user_attrs.get(ATTR) or {}
-        metrics = row.get("metrics") or {}
-        status = row.get("status")
-        names = [n for n, _ in self._pricing.objectives]
-        quality = memory = None
-        if status == "complete" and values:
-            quality = float(values[names.index("quality")])
-            memory = float(values[names.index("memory")]) if "memory" in names else None
-        elif status == "pruned" and metrics.get("quality") is not None:
-            quality, memory = float(metrics["quality"]), metrics.get("memory")
-        if quality is None or not math.isfinite(quality):
+        told = _told(trial, values, self._pricing.objectives, self.score, self.memory_weight)
+        if told is None:
             self._searcher.on_trial_complete(tid, None, error=True)
             return
-        if dict(self._pricing.objectives)["quality"] == "minimize":
-            quality = -quality  # FLAML's mode is max
-        score = quality
-        if self.score == "scalarized":
-            score -= self.memory_weight * math.log10(max(float(memory or 1.0), 1.0))
-        cost = metrics.get("wall_seconds")
+        quality, score, cost = told
         self._searcher.on_trial_complete(tid, {
             "score": score, "quality": quality,
-            "time_total_s": float(cost) if cost else 1.0, "config": config})
-
-    def reseed_rng(self) -> None:
-        self._random.reseed_rng()
+            "time_total_s": cost if cost else 1.0, "config": config})
 
 
 def flaml_sampler(algo: str = "cfo", score: str = "quality"
@@ -430,3 +460,150 @@ def moasha(rank_fix: bool = False) -> Callable[[Sequence[tuple[str, str]], int],
     def make(objectives: Sequence[tuple[str, str]], seed: int) -> MoashaScheduler:
         return MoashaScheduler(objectives, seed, rank_fix=rank_fix)
     return make
+
+
+# ====================================================================== DEHB
+DEHB_ETA = 3  # DEHB's default reduction factor
+DEHB_MIN_FIDELITY = 1 / 9  # of a trial's length: st-moasha's rungs (grace 1 of 9, rf 3)
+
+
+class DehbSampler(_PeerSampler):
+    """DEHB's proposals as an Optuna sampler, one metric (its scheduler: `DehbScheduler`).
+
+    * The space: `discover_space` on the bound suggest code (the union of a conditional
+      space's params, as FLAML's), each categorical as the index of its choice (ConfigSpace
+      refuses unhashable choices such as layer lists), ints and floats with their bounds and
+      log flag; values snapped back by `_fit`.
+    * Fidelity: a share of the trial's length, DEHB_MIN_FIDELITY to 1 with eta DEHB_ETA (its
+      brackets: 1/9, 1/3, 1). A promoted config is asked again at a higher fidelity and
+      trains from its start (DEHB's own protocol: no checkpoint), as a repeat of its row.
+    * Told (`after_trial`): fitness = -score (DEHB minimizes); `score` as FlamlSampler's
+      (`quality`, or `scalarized` = quality - MEMORY_WEIGHT * log10 memory); cost = the
+      trial's seconds. An infeasible (over budget) or failed proposal is told fitness +inf at
+      cost 0 (never trained: priced only).
+    Enqueued trials (start points) are not DEHB's: not asked, not told."""
+
+    def __init__(self, seed: int, score: str = "quality",
+                 memory_weight: float = MEMORY_WEIGHT) -> None:
+        require("dehb")
+        if score not in ("quality", "scalarized"):
+            raise ValueError(f"unknown DEHB score {score!r}")
+        logging.getLogger("dehb").setLevel(logging.WARNING)
+        import dehb  # noqa: F401 - imported here (dask: seconds), not in an ask
+
+        super().__init__(seed)
+        self.seed = seed
+        self.score = score
+        self.memory_weight = memory_weight
+        self._pricing: Any = None
+        self._dehb: Any = None
+        self._dists: dict[str, BaseDistribution] = {}
+        self._jobs: dict[int, dict[str, Any]] = {}
+        self.fidelity: dict[int, float] = {}  # trial number -> its share of a full trial
+
+    def bind(self, pricing: Any) -> None:
+        """Build DEHB on the bound space (setup: not on the search's clock)."""
+        import tempfile
+
+        import ConfigSpace as CS
+        from dehb import DEHB
+        from loguru import logger
+
+        logger.remove()  # DEHB logs through loguru to stderr: every ask otherwise
+        self._pricing = pricing
+        self._dists = discover_space(pricing.suggest, self.seed)
+        cs = CS.ConfigurationSpace(seed=self.seed)
+        for name, d in self._dists.items():
+            if isinstance(d, CategoricalDistribution):
+                cs.add(CS.CategoricalHyperparameter(name, list(range(len(d.choices)))))
+            elif isinstance(d, IntDistribution):
+                cs.add(CS.UniformIntegerHyperparameter(name, d.low, d.high, log=d.log))
+            elif isinstance(d, FloatDistribution):
+                cs.add(CS.UniformFloatHyperparameter(name, d.low, d.high, log=d.log))
+            else:
+                raise TypeError(f"{name}: no ConfigSpace hyperparameter for {d!r}")
+        self._dehb = DEHB(cs=cs, dimensions=len(self._dists), min_fidelity=DEHB_MIN_FIDELITY,
+                          max_fidelity=1.0, eta=DEHB_ETA, n_workers=1, seed=self.seed,
+                          output_path=tempfile.mkdtemp(prefix="dehb-"), save_freq=None)
+
+    def _value(self, number: int, name: str, dist: BaseDistribution) -> Any:
+        job = self._jobs.get(number)
+        raw = None if job is None else job["config"].get(name)
+        if raw is None:
+            return None
+        if isinstance(dist, CategoricalDistribution):
+            return dist.choices[int(raw)]
+        return _fit(dist, raw)
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self._random.before_trial(study, trial)
+        if "fixed_params" in trial.system_attrs or self._dehb is None:
+            return  # a start point, or not bound to an engine: not DEHB's
+        job = self._dehb.ask()
+        self._jobs[trial.number] = job
+        self.fidelity[trial.number] = float(job["fidelity"])
+
+
+    def after_trial(self, study: Any, trial: Any, state: Any,
+                    values: Sequence[float] | None) -> None:
+        self._random.after_trial(study, trial, state, values)
+        job = self._jobs.pop(trial.number, None)
+        self.fidelity.pop(trial.number, None)
+        if job is None or self._dehb is None:
+            return
+        told = _told(trial, values, self._pricing.objectives, self.score, self.memory_weight)
+        _, score, cost = told if told is not None else (None, -math.inf, 0.0)
+        self._dehb.tell(job, {"fitness": -score, "cost": cost})
+
+
+class DehbScheduler:
+    """The engine's scheduler for `DehbSampler`'s trials: a trial stops at its first search
+    evaluation at or past its DEHB fidelity (a share of its length); one at fidelity 1, or
+    not DEHB's (a start point), runs to its end. Not resumable (a replay never resumes)."""
+
+    eta = DEHB_ETA
+
+    def __init__(self, sampler: DehbSampler) -> None:
+        self.sampler = sampler
+        self.stopped = 0
+
+    def due(self, step: int, length: tuple[int, int]) -> list[float]:
+        return [step / length[0]]
+
+    def decide(self, number: int, rung: float, step: int,
+               values: Mapping[str, float]) -> Any:
+        from autoembed.pipeline.scheduler import RungPoint
+
+        fidelity = self.sampler.fidelity.get(number, 1.0)
+        go_on = fidelity >= 1.0 or rung < fidelity - 1e-9
+        self.stopped += not go_on
+        return RungPoint(number, rung, step, {"quality": float(values["quality"]),
+                                              "memory": float(values["memory"])}, go_on)
+
+    def add(self, point: Any) -> None:
+        del point
+
+    def restore(self, points: Any) -> None:
+        del points
+
+    def learn(self, number: int, curve: Any, length: tuple[int, int],
+              final: float | None) -> None:
+        del number, curve, length, final  # the sampler tells DEHB when the trial is told
+
+
+def dehb(score: str = "quality") -> tuple[Callable[[int, Any], DehbSampler],
+                                          Callable[[Sequence[tuple[str, str]], int],
+                                                   DehbScheduler]]:
+    """A `harness.Method`'s sampler and scheduler factory for DEHB, sharing the sampler (the
+    harness builds both with the same seed, the sampler first)."""
+    built: dict[int, DehbSampler] = {}
+
+    def sampler(seed: int, workload: Any) -> DehbSampler:
+        del workload  # the engine binds the space's suggest code
+        built[seed] = DehbSampler(seed, score=score)
+        return built[seed]
+
+    def scheduler(objectives: Sequence[tuple[str, str]], seed: int) -> DehbScheduler:
+        del objectives
+        return DehbScheduler(built.pop(seed))
+    return sampler, scheduler
