@@ -25,6 +25,7 @@ __all__ = [
     "SAMPLERS",
     "check_sampler",
     "warm_sampler",
+    "import_sampler",
     "DEFAULT_SAMPLER",
     "STUDY_NAME_RULE",
     "check_study_name",
@@ -167,17 +168,25 @@ def warm_sampler(kind: str) -> None:
     import threading
 
     def work() -> None:
-        import importlib
-
         try:
-            from autoembed.pipeline.priced_ehvi import HEAVY_IMPORTS
-
-            for name in HEAVY_IMPORTS:
-                importlib.import_module(name)
+            import_sampler(kind)
         except Exception:  # noqa: BLE001, S110 - the sampler imports it again and raises there
             pass
 
     threading.Thread(target=work, name="autoembed-sampler-warm").start()
+
+
+def import_sampler(kind: str) -> None:
+    """Import, here and now, what sampler `kind`'s first ask imports (`ehvi`: scikit-learn's
+    trees; nothing for the others)."""
+    if kind != "ehvi":
+        return
+    import importlib
+
+    from autoembed.pipeline.priced_ehvi import HEAVY_IMPORTS
+
+    for name in HEAVY_IMPORTS:
+        importlib.import_module(name)
 
 
 def make_sampler(kind: str, seed: int,

@@ -384,10 +384,12 @@ class Replay:
         from autoembed.budget import Budget
         from autoembed.pipeline.engine import SearchEngine
         from autoembed.pipeline.scheduler import AshaScheduler
-        from autoembed.pipeline.study import make_sampler
+        from autoembed.pipeline.study import import_sampler, make_sampler
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        _warm_imports()
+        # before the clock starts, as a search imports it while Ray starts (study.warm_sampler:
+        # in the per-search overhead); else only a process's first replay would pay it
+        import_sampler("ehvi")
         objectives = [tuple(o) for o in self.table.header["objectives"]]
         rng = random.Random(f"{self.table.header['name']}/{self.seed}")
         workload = ReplayWorkload(self.real, self.table, rng)
@@ -418,15 +420,3 @@ class Replay:
                             executor.decision_s, executor.trial_s, executor.overhead_s,
                             engine.stop_reason,
                             tuple(engine.rows[n] for n in sorted(engine.rows)))
-
-
-def _warm_imports() -> None:
-    """What a sampler's first ask imports, imported before the clock starts: a search
-    imports it on a thread while Ray starts (`study.warm_sampler`: in the per-search
-    overhead), so only the first replay of a process would otherwise pay it."""
-    import importlib
-
-    from autoembed.pipeline.priced_ehvi import HEAVY_IMPORTS
-
-    for name in HEAVY_IMPORTS:
-        importlib.import_module(name)

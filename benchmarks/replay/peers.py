@@ -202,6 +202,7 @@ class MoashaScheduler:
 MAX_SUGGEST_TRIES = 100  # flaml.tune.run's max_failure: suggestions of None in a row
 DISCOVER_DRAWS = 256  # random runs of the space's suggest code to learn its params
 MEMORY_WEIGHT = 0.01  # the scalarized variant: quality - 0.01 * log10(memory bytes)
+SCORES = ("quality", "scalarized")  # what a one-metric peer maximizes (`_told`)
 
 
 def _random_trial() -> type:
@@ -383,7 +384,7 @@ class FlamlSampler(_PeerSampler):
     def __init__(self, seed: int, algo: str = "cfo", score: str = "quality",
                  memory_weight: float = MEMORY_WEIGHT) -> None:
         require("flaml")
-        if algo not in ("cfo", "blendsearch") or score not in ("quality", "scalarized"):
+        if algo not in ("cfo", "blendsearch") or score not in SCORES:
             raise ValueError(f"unknown FLAML setup {algo!r} / {score!r}")
         super().__init__(seed)
         self.seed = seed
@@ -486,7 +487,7 @@ class DehbSampler(_PeerSampler):
     def __init__(self, seed: int, score: str = "quality",
                  memory_weight: float = MEMORY_WEIGHT) -> None:
         require("dehb")
-        if score not in ("quality", "scalarized"):
+        if score not in SCORES:
             raise ValueError(f"unknown DEHB score {score!r}")
         logging.getLogger("dehb").setLevel(logging.WARNING)
         import dehb  # noqa: F401 - imported here (dask: seconds), not in an ask
@@ -498,8 +499,7 @@ class DehbSampler(_PeerSampler):
         self._pricing: Any = None
         self._dehb: Any = None
         self._dists: dict[str, BaseDistribution] = {}
-        self._jobs: dict[int, dict[str, Any]] = {}
-        self.fidelity: dict[int, float] = {}  # trial number -> its share of a full trial
+        self._jobs: dict[int, dict[str, Any]] = {}  # trial number -> DEHB's job (ask)
 
     def bind(self, pricing: Any) -> None:
         """Build DEHB on the bound space (setup: not on the search's clock)."""
@@ -526,6 +526,11 @@ class DehbSampler(_PeerSampler):
                           max_fidelity=1.0, eta=DEHB_ETA, n_workers=1, seed=self.seed,
                           output_path=tempfile.mkdtemp(prefix="dehb-"), save_freq=None)
 
+    def fidelity(self, number: int) -> float:
+        """Trial `number`'s share of a full trial (1: not DEHB's, or not asked)."""
+        job = self._jobs.get(number)
+        return 1.0 if job is None else float(job["fidelity"])
+
     def _value(self, number: int, name: str, dist: BaseDistribution) -> Any:
         job = self._jobs.get(number)
         raw = None if job is None else job["config"].get(name)
@@ -539,16 +544,13 @@ class DehbSampler(_PeerSampler):
         self._random.before_trial(study, trial)
         if "fixed_params" in trial.system_attrs or self._dehb is None:
             return  # a start point, or not bound to an engine: not DEHB's
-        job = self._dehb.ask()
-        self._jobs[trial.number] = job
-        self.fidelity[trial.number] = float(job["fidelity"])
+        self._jobs[trial.number] = self._dehb.ask()
 
 
     def after_trial(self, study: Any, trial: Any, state: Any,
                     values: Sequence[float] | None) -> None:
         self._random.after_trial(study, trial, state, values)
         job = self._jobs.pop(trial.number, None)
-        self.fidelity.pop(trial.number, None)
         if job is None or self._dehb is None:
             return
         told = _told(trial, values, self._pricing.objectives, self.score, self.memory_weight)
@@ -574,7 +576,7 @@ class DehbScheduler:
                values: Mapping[str, float]) -> Any:
         from autoembed.pipeline.scheduler import RungPoint
 
-        fidelity = self.sampler.fidelity.get(number, 1.0)
+        fidelity = self.sampler.fidelity(number)
         go_on = fidelity >= 1.0 or rung < fidelity - 1e-9
         self.stopped += not go_on
         return RungPoint(number, rung, step, {"quality": float(values["quality"]),
