@@ -43,8 +43,11 @@ __all__ = ["PEERS", "PeerMissing", "require", "MoashaScheduler", "FlamlSampler",
 
 log = logging.getLogger(__name__)
 
-# package import name -> what to install (the versions the replays were made with)
-PEERS = {"syne_tune": "syne-tune==0.16.0", "flaml": "flaml==2.8.0", "dehb": "dehb==0.1.2"}
+# package import name -> what to install (the versions the replays were made with); DEHB's
+# metadata pins numpy<2, so it goes in without its dependencies, after the ones it needs
+PEERS = {"syne_tune": "syne-tune==0.16.0", "flaml": "flaml==2.8.0",
+         "dehb": "ConfigSpace==1.2.2 loguru dask distributed, then pip install --no-deps "
+                 "dehb==0.1.2"}
 
 
 class PeerMissing(RuntimeError):
@@ -56,7 +59,7 @@ def require(module: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
-        raise PeerMissing(f"this peer needs {PEERS[module].split('==')[0]}: "
+        raise PeerMissing(f"this peer needs {module.replace('_', '-')}: "
                           f"pip install {PEERS[module]} (in a venv beside the project's, "
                           "benchmarks/replay/README.md)")
 
