@@ -131,6 +131,27 @@ def test_a_live_searchs_trials_csv_is_charged_on_both_clocks(tiny: Table) -> Non
     assert _trials_to(times["curve"], times, "hv95") == 2  # the second completed trial
 
 
+def test_live_ratios_pair_seeds_and_count_a_short_search_at_its_last_trial() -> None:
+    """live.py `ratios`: a live method's compute to a target over live random search's, a
+    ratio of the means over the seeds both hold; a search short of the target counts at
+    its last trial (`total_s`); a seed only one side holds is left out."""
+    from live import ratios
+
+    def rec(method: str, seed: int, hv95: float | None, total: float) -> dict[str, object]:
+        return {"table": "no-such-table", "method": method, "seed": seed, "rows": 10,
+                "start_points": False, "hv90_s": None, "hv95_s": hv95, "hv99_s": None,
+                "best_s": None, "total_s": total}
+
+    recs = [rec("ehvi-front", 0, 10.0, 50.0), rec("ehvi-front", 1, 20.0, 50.0),
+            rec("ehvi-front", 2, 1.0, 50.0), rec("random-full", 0, 40.0, 90.0),
+            rec("random-full", 1, None, 60.0)]
+    lines = ratios(recs)
+    hv95 = next(line for line in lines if line.startswith("| hv95 |"))
+    # by hand: (10 + 20) / (40 + 60); one search short of it; no replay of this table
+    assert hv95.startswith("| hv95 | 0.30 [") and hv95.endswith("| n/a | 1 |")
+    assert any("Paired seeds 0, 1:" in line for line in lines)
+
+
 def test_the_ehvi_sampler_prices_through_the_engine_and_stays_in_budget(tiny: Table) -> None:
     """The engine binds the `ehvi` sampler to its pricing: on the tiny table (start-up 8,
     then the model) a replay runs to its budget and no trained trial is over it."""

@@ -2,18 +2,21 @@
 workload reach the targets when and as the replay of the same method says it does?
 
     nice -n 10 .venv/bin/python benchmarks/replay/live.py [--table default] [--seeds 5]
-        [--trials 40] [--start-points] [--sampler tpe-mix|ehvi]
+        [--trials 40] [--start-points] [--sampler tpe-mix|ehvi|random]
     .venv/bin/python benchmarks/replay/live.py --report       # write only
 
-Each seed runs a search as a user runs it (`autoembed search`: the default `tpe-mix`
-sampler, or `--sampler ehvi`; the front rule and MLflow on, as by default), on the table's
+Each seed runs a search as a user runs it (`autoembed search`: `--sampler tpe-mix` or
+`ehvi` with the front rule and MLflow on, as by default; or `--sampler random` with
+`--no-early-stop`, the replay's `random-full`, the baseline of its ratios), on the table's
 request (`--budget` of the table, its space), one trial at a time (`--workers 1`, the
 replay's one worker), with start points off (`--no-start-points`, as the replay's headline
 figures) or, `--start-points`, on (the default, trained first; the replay's second
 section). Every search is appended to results/search_live_vs_replay.jsonl as it ends (a
 rerun skips the seeds held); then results/search_live_vs_replay.md is written beside the
-replay's records of the same method (`tpe-mix-front`, `ehvi-front`) and start points in
-results/search_efficiency_replay.jsonl.
+replay's records of the same method (`tpe-mix-front`, `ehvi-front`, `random-full`) and
+start points in results/search_efficiency_replay.jsonl, and each live method's compute to
+the targets over live random search's on the seeds both hold (`ratios`), beside the
+replay's ratio on the same seeds.
 
 The yardstick is compare.py's (`Yardstick`: the table's reference front, memory axis and
 noise unit), applied to the search's trials.csv in trial order:
@@ -57,8 +60,10 @@ from table import Table  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 JSONL = RESULTS / "search_live_vs_replay.jsonl"
-# --sampler -> the replay's method of the same sampler with the default front rule
-METHODS = {"tpe-mix": "tpe-mix-front", "ehvi": "ehvi-front"}
+# --sampler -> the replay's method of the same sampler: with the default front rule, or
+# (random) random search at full fidelity, the baseline of the replay's ratios
+METHODS = {"tpe-mix": "tpe-mix-front", "ehvi": "ehvi-front", "random": "random-full"}
+FLAGS = {"random": ["--no-early-stop"]}  # what else a sampler's search is run with
 KEYS = [f"hv{round(f * 100)}" for f in FRACTIONS] + ["best"]
 
 
@@ -77,6 +82,7 @@ def search(table: Table, seed: int, trials: int, start_points: bool, sampler: st
            "--study", study, "--runs-dir", str(work / "runs")]
     if not start_points:
         cmd.append("--no-start-points")
+    cmd += FLAGS.get(sampler, [])
     if table.header.get("space") not in (None, "default"):
         cmd += ["--space", str(table.header["space"])]
     if table.header.get("data"):
@@ -141,7 +147,8 @@ def measure(table: Table, stick: Yardstick, seed: int, trials: int,
         "launched": len(rows), "complete": sum(r["status"] == "complete" for r in rows),
         "pruned": sum(r["status"] == "pruned" for r in rows),
         "infeasible": sum(r["status"] == "infeasible" for r in rows),
-        "startup_s": round(startup, 2), "final_frac": (replay_clock["curve"] or [[0, 0]])[-1][1],
+        "startup_s": round(startup, 2), "total_s": logs["replay_clock"][-1].end,
+        "final_frac": (replay_clock["curve"] or [[0, 0]])[-1][1],
         "commit": _commit(), "load": list(os.getloadavg()),
     }
     rec["points"] = [[int(r["trial"]), r["status"], _num(r["quality"]) or None,
@@ -197,10 +204,57 @@ def report(table: str) -> str:
                         and r.get("rows", 81) == rows]
                 if live:
                     lines += _section(table, live, _replay_side(table, method, sp, rows), sp)
+    lines += ratios(recs)
     lines += ["The replay's budget is longer than a live search of this many trials: a "
               "target the replay reaches after the live search's last trial shows as "
               "not reached live, not as a disagreement."]
     return "\n".join(lines) + "\n"
+
+
+def ratios(recs: Sequence[Mapping[str, Any]], base: str = "random-full") -> list[str]:
+    """Each live method's compute to each target over the live baseline's on the seeds both
+    hold (compare.py's paired ratio of means; a search that did not reach a target counts
+    at its last trial: a censored baseline makes the ratio an upper bound), beside the
+    replay's on the same seeds."""
+    out: list[str] = []
+    for sp in (False, True):
+        by = {(r["method"], r["seed"]): r for r in recs if r.get("start_points", False) == sp
+              and r.get("rows", 81) == max(x.get("rows", 81) for x in recs)}
+        for method in sorted({m for m, _ in by if m != base}):
+            seeds = sorted(s for m, s in by if m == method and (base, s) in by)
+            if len(seeds) < 2:
+                continue
+            table = by[(base, seeds[0])]["table"]
+            replay = {(r["method"], r["seed"]): r for m in (method, base)
+                      for r in _replay_side(table, m, sp, by[(base, seeds[0])]["rows"])}
+            rows = []
+            for key in KEYS:
+                live = {k: {key: v.get(f"{key}_s"), "budget_s": _total(v)}
+                        for k, v in by.items()}
+                got = compare.ratio(live, method, base, key, seeds)
+                rep = compare.ratio(replay, method, base, key, seeds)
+                censored = sum(by[(m, s)].get(f"{key}_s") is None for m in (method, base)
+                               for s in seeds)
+                rows.append(f"| {key} | {compare._fmt_ratio(got)} | {compare._fmt_ratio(rep)} "
+                            f"| {censored} |")
+            out += [f"## Live `{method}` over live `{base}`, start points "
+                    f"{'on' if sp else 'off'}", "",
+                    f"Paired seeds {', '.join(map(str, seeds))}: compute on the replay's clock "
+                    "to each target, ratio of the means with a 95% bootstrap interval.", "",
+                    "| target | live | replay, the same seeds | searches short of it |",
+                    "|---|---|---|---|", *rows, ""]
+    return out
+
+
+def _total(rec: Mapping[str, Any]) -> float:
+    """A live search's compute at its last trial on the replay's clock (records before
+    `total_s` was kept: from their trials' CPU seconds and the fixed charges, without the
+    ask and pricing seconds)."""
+    if rec.get("total_s") is not None:
+        return float(rec["total_s"])
+    costs = Costs()
+    return costs.per_search_s + sum(cpu + costs.per_trial_s for _, status, _, _, cpu
+                                    in rec["points"] if status != "infeasible")
 
 
 def _section(table: str, live: Sequence[Mapping[str, Any]],
@@ -216,7 +270,8 @@ def _section(table: str, live: Sequence[Mapping[str, Any]],
              f"and noise unit); live: {len(live)} seeds ({seeds}), `autoembed search --budget "
              f"{live[0]['budget_bytes']} --sampler {sampler} --workers 1 --trials "
              f"{live[0]['trials']} --seed S"
-             f"{'' if start_points else ' --no-start-points'}`, commits {', '.join(commits)}, "
+             f"{'' if start_points else ' --no-start-points'}"
+             f"{''.join(' ' + f for f in FLAGS.get(sampler, []))}`, commits {', '.join(commits)}, "
              f"1-min load {min(loads):.1f}-{max(loads):.1f} on 2 cores; replay: {len(replay)} "
              "seeds.", "",
              "| target | live: trials | replay: trials | live: compute s (replay's clock) "
