@@ -20,7 +20,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError
-from autoembed.selection import ValidScores, best_evaluation, to_target
+from autoembed.selection import BestStep, ValidScores, best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
 __all__ = [
@@ -292,6 +292,32 @@ def run_trial(
     wall0 = s.clock()
     if s.threads is not None:
         torch.set_num_threads(s.threads)
+    cfg, dataset, s = _prepare(config, data, s)
+    run = _Trial.of(cfg, dataset, s, wall0, start_step)
+    try:
+        if trainer is None:
+            trainer = _new_trainer(cfg, dataset, s.device)
+        from autoembed.models.idf import install_idf
+
+        install_idf(trainer.model, dataset)  # pooling idf: this (truncated) train split's
+        if s.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        stopped = run.train(trainer, report, on_step)
+        return stopped if stopped is not None else run.finish(trainer)
+    except UnsupportedError as e:
+        return run.result("unsupported", error=str(e))
+    except (ConfigError, DataError):
+        raise  # bad input is the caller's to report, not a trial fault
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - a trial fault is a result, not a crash
+        return run.fault(e)
+
+
+def _prepare(config: EmbeddingConfig, data: Any,
+             s: RunSettings) -> tuple[EmbeddingConfig, Any, RunSettings]:
+    """The data loaded, the config resolved for it, the text data at the config's sequence
+    length, and the settings for the data's size (`fit_settings`)."""
     dataset = data
     if not hasattr(data, "batches"):  # a data name or a DataSpec, not a loaded Dataset
         from autoembed.data import DataSpec, load_dataset
@@ -304,178 +330,251 @@ def run_trial(
         dataset = with_seq_len(dataset, cfg.seq_len)
     if s.fit_to_data:
         s = fit_settings(s, dataset.num_rows("train"), cfg.batch_size * cfg.grad_accum_steps)
-    env = environment(s.device)
-    from autoembed.memory import estimate
+    return cfg, dataset, s
 
-    est = estimate(cfg).to_dict()
-    base: dict[str, Any] = {"config": cfg, "estimate": est, "env": env}
-    task = cfg.task
-    target = s.target if s.target is not None else default_target(dataset, task)
-    curve: list[Evaluation] = []
-    steps = samples = 0
-    timed_steps = 0
-    timed_seconds = 0.0
-    train_seconds = train_cpu = 0.0
-    data_seconds = eval_seconds = 0.0
+
+def _new_trainer(cfg: EmbeddingConfig, dataset: Any, device: str) -> Any:
+    from autoembed.models import make_trainer
+    from autoembed.models.hot_cold import install_hot_sets
+
+    trainer = make_trainer(cfg, device)
+    install_hot_sets(trainer.model, dataset)
+    return trainer
+
+
+@dataclass
+class _Loop:
+    """A trial's training so far: its curve and counters (what its result reports), and the
+    validation predictions of its last and of its best evaluation."""
+
+    start_step: int  # where this run began (a resumed trial's checkpoint)
+    t_start: float = 0.0  # the clock when the training loop began
+    curve: list[Evaluation] = field(default_factory=list)
+    steps: int = 0
+    samples: int = 0
+    timed_steps: int = 0  # the steps after the warm-up: throughput's
+    timed_seconds: float = 0.0
+    train_seconds: float = 0.0
+    train_cpu: float = 0.0
+    data_seconds: float = 0.0
+    eval_seconds: float = 0.0
     best_weights: dict[str, Any] | None = None  # fit_to_data: the best evaluation's
-    # the validation predictions of the last and of the best evaluation
     last_scores: ValidScores | None = None
     best_scores: ValidScores | None = None
 
-    def result(status: str, **kw: Any) -> TrialResult:
-        thr = (
-            timed_steps * cfg.batch_size * cfg.grad_accum_steps / timed_seconds
-            if timed_seconds > 0
-            else None
-        )
-        steps_to_target, samples_to_target = to_target(curve, target) or (None, None)
+
+@dataclass
+class _Trial:
+    """One `run_trial`: the resolved config, its data and settings, what every result
+    carries (`base`: config, estimate, environment) and the loop's state."""
+
+    cfg: EmbeddingConfig
+    dataset: Any
+    s: RunSettings
+    wall0: float
+    base: dict[str, Any]
+    target: float | None
+    loop: _Loop
+
+    @classmethod
+    def of(cls, cfg: EmbeddingConfig, dataset: Any, s: RunSettings, wall0: float,
+           start_step: int) -> _Trial:
+        from autoembed.memory import estimate
+
+        env = environment(s.device)
+        base = {"config": cfg, "estimate": estimate(cfg).to_dict(), "env": env}
+        target = s.target if s.target is not None else default_target(dataset, cfg.task)
+        return cls(cfg, dataset, s, wall0, base, target, _Loop(start_step))
+
+    def result(self, status: str, **kw: Any) -> TrialResult:
+        p, per_step = self.loop, self.cfg.batch_size * self.cfg.grad_accum_steps
+        thr = p.timed_steps * per_step / p.timed_seconds if p.timed_seconds > 0 else None
+        steps_to_target, samples_to_target = to_target(p.curve, self.target) or (None, None)
         return TrialResult(
             status=status,
-            curve=tuple(curve),
-            steps=steps,
-            samples=samples,
+            curve=tuple(p.curve),
+            steps=p.steps,
+            samples=p.samples,
             throughput=thr,
             steps_to_target=steps_to_target,
             samples_to_target=samples_to_target,
-            target=target,
-            train_seconds=train_seconds,
-            train_cpu_seconds=train_cpu,
-            wall_seconds=s.clock() - wall0,
-            data_seconds=data_seconds,
-            eval_seconds=eval_seconds,
+            target=self.target,
+            train_seconds=p.train_seconds,
+            train_cpu_seconds=p.train_cpu,
+            wall_seconds=self.s.clock() - self.wall0,
+            data_seconds=p.data_seconds,
+            eval_seconds=p.eval_seconds,
             rss_peak=_rss_peak(),
-            **base,
+            **self.base,
             **kw,
         )
 
-    try:
-        if trainer is None:
-            from autoembed.models import make_trainer
-            from autoembed.models.hot_cold import install_hot_sets
+    def fault(self, e: Exception) -> TrialResult:
+        """A trial fault as its result: `oom` (on CUDA with the peaks it reached: the size
+        that failed) or `failed`."""
+        if not is_oom(e):
+            return self.result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")
+        peaks = _peaks(self.s.device)
+        if peaks:
+            import torch
 
-            trainer = make_trainer(cfg, s.device)
-            install_hot_sets(trainer.model, dataset)
-        from autoembed.models.idf import install_idf
+            torch.cuda.empty_cache()
+        return self.result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                           **peaks)
 
-        install_idf(trainer.model, dataset)  # pooling idf: this (truncated) train split's
-        if s.device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats()
-        batches = _cycle(dataset, cfg.batch_size, cfg.seed, s.epochs)
-        for _ in range(start_step * cfg.grad_accum_steps):  # resume: the same data order
+    # ---------------------------------------------------------------- training
+    def train(self, trainer: Any, report: Callable[[Evaluation], bool] | None,
+              on_step: Callable[[Any, int], None] | None) -> TrialResult | None:
+        """Train from the loop's start step to the settings' end (steps, epochs or seconds),
+        evaluating on validation every `eval_every` steps and at the last; the result when
+        the trial ends early (diverged, or pruned by `report`), else None."""
+        cfg, s, p = self.cfg, self.s, self.loop
+        batches = _cycle(self.dataset, cfg.batch_size, cfg.seed, s.epochs)
+        for _ in range(p.start_step * cfg.grad_accum_steps):  # resume: the same data order
             next(batches, None)
-        t_start = s.clock()
-        steps = start_step
+        p.t_start = s.clock()
+        p.steps = p.start_step
         max_steps = s.max_steps if s.epochs is None else None
-        while max_steps is None or steps < max_steps:
-            micro = []
-            t_data = s.clock()
-            for _ in range(cfg.grad_accum_steps):
-                b = next(batches, None)
-                if b is None:
-                    break
-                micro.append(b)
-            data_seconds += s.clock() - t_data
-            if len(micro) < cfg.grad_accum_steps:
+        while max_steps is None or p.steps < max_steps:
+            micro = self._micro_batches(batches)
+            if micro is None:
                 break  # the epochs are done
-            t0, c0 = s.clock(), s.cpu_clock()
-            loss = trainer.step(micro)
-            dt = s.clock() - t0
-            train_cpu += s.cpu_clock() - c0
-            steps += 1
-            samples += cfg.batch_size * cfg.grad_accum_steps
-            train_seconds += dt
-            if steps - start_step > s.warmup_steps:
-                timed_steps += 1
-                timed_seconds += dt
+            loss = self._step(trainer, micro)
             if not math.isfinite(loss):
-                return result("diverged", error=f"loss became {loss} at step {steps}")
+                return self.result("diverged", error=f"loss became {loss} at step {p.steps}")
             if on_step is not None:
-                on_step(trainer, steps)
-            last = max_steps is not None and steps >= max_steps
-            if steps % s.eval_every == 0 or last:
-                t_eval = s.clock()
-                m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
-                                         s.eval_batches, task)
-                eval_seconds += s.clock() - t_eval
-                q = m[primary(task)]
-                ev = Evaluation(steps, samples, q, m, s.clock() - t_start, train_seconds)
-                if s.fit_to_data and _new_best(curve, q):
-                    best_weights, best_scores = _snapshot(trainer.model), last_scores
-                curve.append(ev)
+                on_step(trainer, p.steps)
+            last = max_steps is not None and p.steps >= max_steps
+            if p.steps % s.eval_every == 0 or last:
+                ev = self._evaluation(trainer)
                 if report is not None and report(ev) is False:
-                    return result("pruned", test_quality=q, valid_quality=q, metrics=m)
-            if s.max_seconds is not None and train_seconds >= s.max_seconds:
+                    return self.result("pruned", test_quality=ev.quality,
+                                       valid_quality=ev.quality, metrics=ev.metrics)
+            if s.max_seconds is not None and p.train_seconds >= s.max_seconds:
                 break
+        return None
+
+    def _micro_batches(self, batches: Iterator[Any]) -> list[Any] | None:
+        """The next step's micro-batches (timed as data); None when the epochs are done."""
+        t = self.s.clock()
+        micro = []
+        for _ in range(self.cfg.grad_accum_steps):
+            b = next(batches, None)
+            if b is None:
+                break
+            micro.append(b)
+        self.loop.data_seconds += self.s.clock() - t
+        return micro if len(micro) == self.cfg.grad_accum_steps else None
+
+    def _step(self, trainer: Any, micro: list[Any]) -> float:
+        """One optimizer step, timed (throughput counts the steps after the warm-up)."""
+        s, p = self.s, self.loop
+        t0, c0 = s.clock(), s.cpu_clock()
+        loss = trainer.step(micro)
+        dt = s.clock() - t0
+        p.train_cpu += s.cpu_clock() - c0
+        p.steps += 1
+        p.samples += self.cfg.batch_size * self.cfg.grad_accum_steps
+        p.train_seconds += dt
+        if p.steps - p.start_step > s.warmup_steps:
+            p.timed_steps += 1
+            p.timed_seconds += dt
+        return loss
+
+    def _valid(self, trainer: Any) -> tuple[dict[str, float], ValidScores]:
+        return _scored(trainer, self.dataset, "valid", self.cfg.batch_size,
+                       self.s.eval_batches, self.cfg.task)
+
+    def _evaluation(self, trainer: Any) -> Evaluation:
+        """A validation evaluation, appended to the curve (under fit_to_data a new best's
+        weights and predictions are kept)."""
+        s, p = self.s, self.loop
+        t = s.clock()
+        m, p.last_scores = self._valid(trainer)
+        p.eval_seconds += s.clock() - t
+        q = m[primary(self.cfg.task)]
+        ev = Evaluation(p.steps, p.samples, q, m, s.clock() - p.t_start, p.train_seconds)
+        if s.fit_to_data and _new_best(p.curve, q):
+            p.best_weights, p.best_scores = _snapshot(trainer.model), p.last_scores
+        p.curve.append(ev)
+        return ev
+
+    # ---------------------------------------------------------------- the measurement
+    def finish(self, trainer: Any) -> TrialResult:
+        """The completed trial measured: the evaluation it is judged by, test quality, the
+        host cache's figures, CUDA's peaks, serving bytes (of the quantized model when the
+        config serves quantized: `_served`) and latency."""
         from autoembed.models.host_cache import cache_metrics
 
-        cache = cache_metrics(trainer.model, steps - start_step, train_seconds)
+        s, p, task = self.s, self.loop, self.cfg.task
+        cache = cache_metrics(trainer.model, p.steps - p.start_step, p.train_seconds)
         t_eval = s.clock()
-        if not curve or curve[-1].step != steps:
-            # stopped by time or epochs between evaluations: evaluate the last weights
-            m, last_scores = _scored(trainer, dataset, "valid", cfg.batch_size,
-                                     s.eval_batches, task)
-            final = Evaluation(steps, samples, m[primary(task)], m, s.clock() - t_start,
-                               train_seconds)
-            if s.fit_to_data:
-                if _new_best(curve, final.quality):
-                    best_weights, best_scores = None, last_scores
-                curve.append(final)
-        else:
-            final = curve[-1]
-        chosen: Any = final
-        scores = last_scores
-        if s.fit_to_data:  # judged by its best evaluation: go back to its weights
-            chosen = best_evaluation(curve) or final
-            scores = best_scores
-            if chosen.step != steps and best_weights is not None:
-                trainer.model.load_state_dict(best_weights)
-        valid_quality = chosen.quality
-        best_step = {"best_step": chosen.step, "best_samples": chosen.samples}
-        metrics = _evaluate(trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
-        quality = metrics[primary(task)]
-        metrics = {**metrics, **cache}  # host_cached: hit rate and the cost of misses
-        extra: dict[str, Any] = {}
-        if s.device.startswith("cuda"):
-            extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
-            extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
-        if cfg.serving != "none":
-            from autoembed.models import quantize, serving_bytes
-
-            served = quantize(trainer.model, cfg.serving)
-            before = quality
-            q_trainer = replace(trainer, model=served)  # same device and autocast
-            metrics_q = _evaluate(q_trainer, dataset, "test", cfg.batch_size, s.test_batches, task)
-            # what is served is what is selected: validation of the quantized model too
-            served_valid, scores = _scored(q_trainer, dataset, "valid", cfg.batch_size,
-                                           s.eval_batches, task)
-            valid_quality = served_valid[primary(task)]
-            extra["quality_before_quantization"] = before
-            extra["serving_bytes"] = int(serving_bytes(served))
-            metrics = {**metrics_q, **{f"{k}_before_quantization": v for k, v in metrics.items()}}
-            quality = metrics_q[primary(task)]
-            trainer = q_trainer
+        chosen, scores = self._chosen(trainer)
+        test = _evaluate(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
+                         task)
+        metrics = {**test, **cache}  # host_cached: hit rate and the cost of misses
+        measured: dict[str, Any] = {"valid_quality": chosen.quality, "valid_scores": scores,
+                                    "best_step": chosen.step, "best_samples": chosen.samples,
+                                    **_peaks(s.device)}
+        if self.cfg.serving != "none":
+            trainer, metrics, served = self._served(trainer, metrics)
+            measured.update(served)
         else:
             from autoembed.models import serving_bytes
 
-            extra["serving_bytes"] = int(serving_bytes(trainer.model))
-        latency = _latency(trainer, dataset, s.clock) if s.measure_latency else {}
-        eval_seconds += s.clock() - t_eval
-        return result("complete", test_quality=quality, valid_quality=valid_quality,
-                      metrics=metrics, latency_ms=latency, valid_scores=scores, **best_step,
-                      **extra)
-    except UnsupportedError as e:
-        return result("unsupported", error=str(e))
-    except (ConfigError, DataError):
-        raise  # bad input is the caller's to report, not a trial fault
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:  # noqa: BLE001 - a trial fault is a result, not a crash
-        if is_oom(e):
-            peaks: dict[str, Any] = {}
-            if s.device.startswith("cuda"):  # how far it got: the size that failed
-                peaks = {"measured_allocated_peak": int(torch.cuda.max_memory_allocated()),
-                         "measured_reserved_peak": int(torch.cuda.max_memory_reserved())}
-                torch.cuda.empty_cache()
-            return result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                          **peaks)
-        return result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")
+            measured["serving_bytes"] = int(serving_bytes(trainer.model))
+        latency = _latency(trainer, self.dataset, s.clock) if s.measure_latency else {}
+        p.eval_seconds += s.clock() - t_eval
+        return self.result("complete", test_quality=metrics[primary(task)], metrics=metrics,
+                           latency_ms=latency, **measured)
+
+    def _chosen(self, trainer: Any) -> tuple[Evaluation | BestStep, ValidScores | None]:
+        """The evaluation the trial is judged by and its validation predictions: the last
+        (evaluated now when training stopped between evaluations), or under fit_to_data the
+        best, whose weights go back into the model."""
+        s, p = self.s, self.loop
+        if p.curve and p.curve[-1].step == p.steps:
+            final = p.curve[-1]
+        else:  # stopped by time or epochs between evaluations: evaluate the last weights
+            m, p.last_scores = self._valid(trainer)
+            final = Evaluation(p.steps, p.samples, m[primary(self.cfg.task)], m,
+                               s.clock() - p.t_start, p.train_seconds)
+            if s.fit_to_data:
+                if _new_best(p.curve, final.quality):
+                    p.best_weights, p.best_scores = None, p.last_scores
+                p.curve.append(final)
+        if not s.fit_to_data:
+            return final, p.last_scores
+        chosen = best_evaluation(p.curve) or final
+        if chosen.step != p.steps and p.best_weights is not None:
+            trainer.model.load_state_dict(p.best_weights)
+        return chosen, p.best_scores
+
+    def _served(self, trainer: Any, metrics: dict[str, float],
+                ) -> tuple[Any, dict[str, float], dict[str, Any]]:
+        """The model at the config's serving precision: its trainer, its test metrics (the
+        full-precision ones beside them, `_before_quantization`), and what the result
+        records of it (validation too: what is served is what is selected)."""
+        from autoembed.models import quantize, serving_bytes
+
+        cfg, task = self.cfg, self.cfg.task
+        served = quantize(trainer.model, cfg.serving)
+        q_trainer = replace(trainer, model=served)  # same device and autocast
+        test = _evaluate(q_trainer, self.dataset, "test", cfg.batch_size, self.s.test_batches,
+                         task)
+        valid, scores = self._valid(q_trainer)
+        record = {"quality_before_quantization": metrics[primary(task)],
+                  "serving_bytes": int(serving_bytes(served)),
+                  "valid_quality": valid[primary(task)], "valid_scores": scores}
+        both = {**test, **{f"{k}_before_quantization": v for k, v in metrics.items()}}
+        return q_trainer, both, record
+
+
+def _peaks(device: str) -> dict[str, int]:
+    """CUDA's measured peaks since the trial's reset; none off CUDA."""
+    if not device.startswith("cuda"):
+        return {}
+    import torch
+
+    return {"measured_allocated_peak": int(torch.cuda.max_memory_allocated()),
+            "measured_reserved_peak": int(torch.cuda.max_memory_reserved())}
