@@ -387,23 +387,23 @@ class _Trial:
         return cls(cfg, dataset, s, wall0, base, target, _Loop(start_step))
 
     def result(self, status: str, **kw: Any) -> TrialResult:
-        p, per_step = self.loop, self.cfg.batch_size * self.cfg.grad_accum_steps
-        thr = p.timed_steps * per_step / p.timed_seconds if p.timed_seconds > 0 else None
-        steps_to_target, samples_to_target = to_target(p.curve, self.target) or (None, None)
+        loop, per_step = self.loop, self.cfg.batch_size * self.cfg.grad_accum_steps
+        thr = loop.timed_steps * per_step / loop.timed_seconds if loop.timed_seconds > 0 else None
+        steps_to_target, samples_to_target = to_target(loop.curve, self.target) or (None, None)
         return TrialResult(
             status=status,
-            curve=tuple(p.curve),
-            steps=p.steps,
-            samples=p.samples,
+            curve=tuple(loop.curve),
+            steps=loop.steps,
+            samples=loop.samples,
             throughput=thr,
             steps_to_target=steps_to_target,
             samples_to_target=samples_to_target,
             target=self.target,
-            train_seconds=p.train_seconds,
-            train_cpu_seconds=p.train_cpu,
+            train_seconds=loop.train_seconds,
+            train_cpu_seconds=loop.train_cpu,
             wall_seconds=self.s.clock() - self.wall0,
-            data_seconds=p.data_seconds,
-            eval_seconds=p.eval_seconds,
+            data_seconds=loop.data_seconds,
+            eval_seconds=loop.eval_seconds,
             rss_peak=_rss_peak(),
             **self.base,
             **kw,
@@ -415,7 +415,7 @@ class _Trial:
         if not is_oom(e):
             return self.result("failed", error=f"{type(e).__name__}: {str(e)[:500]}")
         peaks = _peaks(self.s.device)
-        if peaks:
+        if self.s.device.startswith("cuda"):
             import torch
 
             torch.cuda.empty_cache()
@@ -428,29 +428,29 @@ class _Trial:
         """Train from the loop's start step to the settings' end (steps, epochs or seconds),
         evaluating on validation every `eval_every` steps and at the last; the result when
         the trial ends early (diverged, or pruned by `report`), else None."""
-        cfg, s, p = self.cfg, self.s, self.loop
+        cfg, s, loop = self.cfg, self.s, self.loop
         batches = _cycle(self.dataset, cfg.batch_size, cfg.seed, s.epochs)
-        for _ in range(p.start_step * cfg.grad_accum_steps):  # resume: the same data order
+        for _ in range(loop.start_step * cfg.grad_accum_steps):  # resume: the same data order
             next(batches, None)
-        p.t_start = s.clock()
-        p.steps = p.start_step
+        loop.t_start = s.clock()
+        loop.steps = loop.start_step
         max_steps = s.max_steps if s.epochs is None else None
-        while max_steps is None or p.steps < max_steps:
+        while max_steps is None or loop.steps < max_steps:
             micro = self._micro_batches(batches)
             if micro is None:
                 break  # the epochs are done
             loss = self._step(trainer, micro)
             if not math.isfinite(loss):
-                return self.result("diverged", error=f"loss became {loss} at step {p.steps}")
+                return self.result("diverged", error=f"loss became {loss} at step {loop.steps}")
             if on_step is not None:
-                on_step(trainer, p.steps)
-            last = max_steps is not None and p.steps >= max_steps
-            if p.steps % s.eval_every == 0 or last:
+                on_step(trainer, loop.steps)
+            last = max_steps is not None and loop.steps >= max_steps
+            if loop.steps % s.eval_every == 0 or last:
                 ev = self._evaluation(trainer)
                 if report is not None and report(ev) is False:
                     return self.result("pruned", test_quality=ev.quality,
                                        valid_quality=ev.quality, metrics=ev.metrics)
-            if s.max_seconds is not None and p.train_seconds >= s.max_seconds:
+            if s.max_seconds is not None and loop.train_seconds >= s.max_seconds:
                 break
         return None
 
@@ -468,17 +468,17 @@ class _Trial:
 
     def _step(self, trainer: Any, micro: list[Any]) -> float:
         """One optimizer step, timed (throughput counts the steps after the warm-up)."""
-        s, p = self.s, self.loop
+        s, loop = self.s, self.loop
         t0, c0 = s.clock(), s.cpu_clock()
         loss = trainer.step(micro)
         dt = s.clock() - t0
-        p.train_cpu += s.cpu_clock() - c0
-        p.steps += 1
-        p.samples += self.cfg.batch_size * self.cfg.grad_accum_steps
-        p.train_seconds += dt
-        if p.steps - p.start_step > s.warmup_steps:
-            p.timed_steps += 1
-            p.timed_seconds += dt
+        loop.train_cpu += s.cpu_clock() - c0
+        loop.steps += 1
+        loop.samples += self.cfg.batch_size * self.cfg.grad_accum_steps
+        loop.train_seconds += dt
+        if loop.steps - loop.start_step > s.warmup_steps:
+            loop.timed_steps += 1
+            loop.timed_seconds += dt
         return loss
 
     def _valid(self, trainer: Any) -> tuple[dict[str, float], ValidScores]:
@@ -488,15 +488,16 @@ class _Trial:
     def _evaluation(self, trainer: Any) -> Evaluation:
         """A validation evaluation, appended to the curve (under fit_to_data a new best's
         weights and predictions are kept)."""
-        s, p = self.s, self.loop
+        s, loop = self.s, self.loop
         t = s.clock()
-        m, p.last_scores = self._valid(trainer)
-        p.eval_seconds += s.clock() - t
+        m, loop.last_scores = self._valid(trainer)
+        loop.eval_seconds += s.clock() - t
         q = m[primary(self.cfg.task)]
-        ev = Evaluation(p.steps, p.samples, q, m, s.clock() - p.t_start, p.train_seconds)
-        if s.fit_to_data and _new_best(p.curve, q):
-            p.best_weights, p.best_scores = _snapshot(trainer.model), p.last_scores
-        p.curve.append(ev)
+        ev = Evaluation(loop.steps, loop.samples, q, m, s.clock() - loop.t_start,
+                        loop.train_seconds)
+        if s.fit_to_data and _new_best(loop.curve, q):
+            loop.best_weights, loop.best_scores = _snapshot(trainer.model), loop.last_scores
+        loop.curve.append(ev)
         return ev
 
     # ---------------------------------------------------------------- the measurement
@@ -506,10 +507,10 @@ class _Trial:
         config serves quantized: `_served`) and latency."""
         from autoembed.models.host_cache import cache_metrics
 
-        s, p, task = self.s, self.loop, self.cfg.task
-        cache = cache_metrics(trainer.model, p.steps - p.start_step, p.train_seconds)
+        s, loop, task = self.s, self.loop, self.cfg.task
+        cache = cache_metrics(trainer.model, loop.steps - loop.start_step, loop.train_seconds)
         t_eval = s.clock()
-        chosen, scores = self._chosen(trainer)
+        chosen, scores = self._choose_evaluation(trainer)
         test = _evaluate(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
                          task)
         metrics = {**test, **cache}  # host_cached: hit rate and the cost of misses
@@ -518,37 +519,38 @@ class _Trial:
                                     **_peaks(s.device)}
         if self.cfg.serving != "none":
             trainer, metrics, served = self._served(trainer, metrics)
-            measured.update(served)
+            measured.update(served)  # its validation too: what is served is what is selected
         else:
             from autoembed.models import serving_bytes
 
             measured["serving_bytes"] = int(serving_bytes(trainer.model))
         latency = _latency(trainer, self.dataset, s.clock) if s.measure_latency else {}
-        p.eval_seconds += s.clock() - t_eval
+        loop.eval_seconds += s.clock() - t_eval
         return self.result("complete", test_quality=metrics[primary(task)], metrics=metrics,
                            latency_ms=latency, **measured)
 
-    def _chosen(self, trainer: Any) -> tuple[Evaluation | BestStep, ValidScores | None]:
+    def _choose_evaluation(self, trainer: Any,
+                           ) -> tuple[Evaluation | BestStep, ValidScores | None]:
         """The evaluation the trial is judged by and its validation predictions: the last
         (evaluated now when training stopped between evaluations), or under fit_to_data the
         best, whose weights go back into the model."""
-        s, p = self.s, self.loop
-        if p.curve and p.curve[-1].step == p.steps:
-            final = p.curve[-1]
+        s, loop = self.s, self.loop
+        if loop.curve and loop.curve[-1].step == loop.steps:
+            final = loop.curve[-1]
         else:  # stopped by time or epochs between evaluations: evaluate the last weights
-            m, p.last_scores = self._valid(trainer)
-            final = Evaluation(p.steps, p.samples, m[primary(self.cfg.task)], m,
-                               s.clock() - p.t_start, p.train_seconds)
+            m, loop.last_scores = self._valid(trainer)
+            final = Evaluation(loop.steps, loop.samples, m[primary(self.cfg.task)], m,
+                               s.clock() - loop.t_start, loop.train_seconds)
             if s.fit_to_data:
-                if _new_best(p.curve, final.quality):
-                    p.best_weights, p.best_scores = None, p.last_scores
-                p.curve.append(final)
+                if _new_best(loop.curve, final.quality):
+                    loop.best_weights, loop.best_scores = None, loop.last_scores
+                loop.curve.append(final)
         if not s.fit_to_data:
-            return final, p.last_scores
-        chosen = best_evaluation(p.curve) or final
-        if chosen.step != p.steps and p.best_weights is not None:
-            trainer.model.load_state_dict(p.best_weights)
-        return chosen, p.best_scores
+            return final, loop.last_scores
+        chosen = best_evaluation(loop.curve) or final
+        if chosen.step != loop.steps and loop.best_weights is not None:
+            trainer.model.load_state_dict(loop.best_weights)
+        return chosen, loop.best_scores
 
     def _served(self, trainer: Any, metrics: dict[str, float],
                 ) -> tuple[Any, dict[str, float], dict[str, Any]]:
