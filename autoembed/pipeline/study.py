@@ -26,6 +26,7 @@ __all__ = [
     "check_sampler",
     "warm_sampler",
     "import_sampler",
+    "HEAVY_SAMPLERS",
     "DEFAULT_SAMPLER",
     "STUDY_NAME_RULE",
     "check_study_name",
@@ -158,12 +159,15 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
     return optuna.load_study(study_name=name, storage=storage)
 
 
+HEAVY_SAMPLERS = ("ehvi",)  # samplers whose first ask imports heavy modules (import_sampler)
+
+
 def warm_sampler(kind: str) -> None:
     """Import what sampler `kind` needs on a thread of its own (`ehvi`: scikit-learn's trees,
     about 3 s), so that it loads while the executor starts Ray instead of in the first ask.
     An import that fails here is left to `make_sampler`'s sampler to raise. The thread is not
     a daemon (an import cut off at exit can crash the interpreter)."""
-    if kind != "ehvi":
+    if kind not in HEAVY_SAMPLERS:
         return
     import threading
 
@@ -179,7 +183,7 @@ def warm_sampler(kind: str) -> None:
 def import_sampler(kind: str) -> None:
     """Import, here and now, what sampler `kind`'s first ask imports (`ehvi`: scikit-learn's
     trees; nothing for the others)."""
-    if kind != "ehvi":
+    if kind not in HEAVY_SAMPLERS:
         return
     import importlib
 
