@@ -437,15 +437,16 @@ CAVEATS = """## How to read this, and what is not here
 * The tables' validation read the earliest rows of a split (README, "Validation order"):
   the replay measures a search against the objective the table holds. Live searches
   (live.py, live_time_budget.py) run today's code.
-* Live searches of the default table (search_live_vs_replay.md, start points off, 5 seeds):
-  today's `ehvi` (ad7d062, against the 301-row table) reached hv95 on 5 of 5 after 9.8 +-
-  4.4 trials (the replay, 50 seeds: 6.9 +- 2.5), at more compute (46 s against 28 s on the
-  replay's clock, live under load 4-5), and hv99 on 5 of 5 after 14 trials (the replay: 48
-  of 50, after 52). Live random search at full fidelity (`live.py --sampler random
-  --trials 60`, the same 5 seeds, load 1.1-1.6) gives the live ratio: `ehvi` reached hv95
-  in 0.43x [0.25, 0.83] of its compute on the replay's clock (the replay on those seeds:
-  0.41x [0.30, 0.67]); 2 of the 5 random searches fell short of hv95 in 60 trials and count
-  at their last, so the live ratio is an upper bound.
+* Live searches of the default table (search_live_vs_replay.md, start points off, 5 seeds,
+  load 1.0-1.6): today's `ehvi` (06f198e, against the 301-row table) reached hv95 on 5 of 5
+  after 9.8 +- 3.4 trials (the replay, 50 seeds: 6.9 +- 2.5), at 34 s on the replay's clock
+  (the replay: 28 s), and hv99 on 5 of 5 after 14 trials (the replay: 48 of 50, after 52).
+  Live random search at full fidelity (`live.py --sampler random --trials 60`, 39710fe, the
+  same seeds) gives the live ratio: `ehvi` reached hv95 in 0.32x [0.21, 0.57] of its
+  compute on the replay's clock (the replay on those seeds: 0.41x [0.30, 0.67]); 2 of the 5
+  random searches fell short of hv95 in 60 trials and count at their last, so the live
+  ratio is an upper bound. The same `ehvi` seeds run before under load 4-5 (02cc6ba and
+  eda5873: search_live_vs_replay_ehvi_loaded.jsonl) took the same 9.8 trials and 46 s.
   Before its spread start-up (the 81-row table) `ehvi` reached hv95 after 11 trials (the
   replay: 10).
   `tpe-mix` reached hv95 on 2 of 5 within 40 trials (the replay: 17 of 20): the replay

@@ -214,12 +214,16 @@ def report(table: str) -> str:
 def ratios(recs: Sequence[Mapping[str, Any]], base: str = "random-full") -> list[str]:
     """Each live method's compute to each target over the live baseline's on the seeds both
     hold (compare.py's paired ratio of means; a search that did not reach a target counts
-    at its last trial: a censored baseline makes the ratio an upper bound), beside the
-    replay's on the same seeds."""
+    at its last trial, `total_s`: a censored baseline makes the ratio an upper bound),
+    beside the replay's on the same seeds. The records at the densest table (those that
+    keep `total_s`) are paired."""
     out: list[str] = []
+    densest = max((r.get("rows", 81) for r in recs), default=0)
     for sp in (False, True):
         by = {(r["method"], r["seed"]): r for r in recs if r.get("start_points", False) == sp
-              and r.get("rows", 81) == max(x.get("rows", 81) for x in recs)}
+              and r.get("rows", 81) == densest}
+        live = {k: {**{key: v.get(f"{key}_s") for key in KEYS}, "budget_s": v["total_s"]}
+                for k, v in by.items()}
         for method in sorted({m for m, _ in by if m != base}):
             seeds = sorted(s for m, s in by if m == method and (base, s) in by)
             if len(seeds) < 2:
@@ -229,8 +233,6 @@ def ratios(recs: Sequence[Mapping[str, Any]], base: str = "random-full") -> list
                       for r in _replay_side(table, m, sp, by[(base, seeds[0])]["rows"])}
             rows = []
             for key in KEYS:
-                live = {k: {key: v.get(f"{key}_s"), "budget_s": _total(v)}
-                        for k, v in by.items()}
                 got = compare.ratio(live, method, base, key, seeds)
                 rep = compare.ratio(replay, method, base, key, seeds)
                 censored = sum(by[(m, s)].get(f"{key}_s") is None for m in (method, base)
@@ -244,17 +246,6 @@ def ratios(recs: Sequence[Mapping[str, Any]], base: str = "random-full") -> list
                     "| target | live | replay, the same seeds | searches short of it |",
                     "|---|---|---|---|", *rows, ""]
     return out
-
-
-def _total(rec: Mapping[str, Any]) -> float:
-    """A live search's compute at its last trial on the replay's clock (records before
-    `total_s` was kept: from their trials' CPU seconds and the fixed charges, without the
-    ask and pricing seconds)."""
-    if rec.get("total_s") is not None:
-        return float(rec["total_s"])
-    costs = Costs()
-    return costs.per_search_s + sum(cpu + costs.per_trial_s for _, status, _, _, cpu
-                                    in rec["points"] if status != "infeasible")
 
 
 def _section(table: str, live: Sequence[Mapping[str, Any]],
