@@ -295,8 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sampler", choices=list(METHODS), default="tpe-mix")
     ap.add_argument("--report", action="store_true", help="write the results file only")
     a = ap.parse_args(argv)
+    path = a.tables_dir / f"{a.table}.jsonl.gz"
+    if not a.report and not path.exists():
+        ap.error(f"--table {a.table}: no such table in {a.tables_dir}; use the name of one of "
+                 "its *.jsonl.gz files")
     if not a.report:
-        table = Table.load(a.tables_dir / f"{a.table}.jsonl.gz")
+        table = Table.load(path)
         stick = Yardstick(table)
         rows = sum(s == 0 for _, s in table.trials)  # a seed is held at this density
         held = {r["seed"] for r in _records(JSONL) if r["table"] == a.table
