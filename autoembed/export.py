@@ -124,7 +124,8 @@ def pick_member(
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
     `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
     trial:N. `noise`: pareto.json's record of how the search measured it (None: 0);
-    `floor`: its `floor` (the quality the within-noise pick keeps to; None: none)."""
+    `floor`: its `floor` (the quality the within-noise pick clears by the noise's
+    `floor_noise`; None: none)."""
     from autoembed.pareto import pick
     from autoembed.selection import NoiseMeasure
 
@@ -136,9 +137,11 @@ def pick_member(
     ]
     if not cands:
         raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
-    slack = None if not noise else NoiseMeasure.from_dict(noise).pick_noise(
+    measure = NoiseMeasure.from_dict(noise) if noise else None
+    slack = None if measure is None else measure.pick_noise(
         {c.number: c.values.get("quality", math.nan) for c in cands})
-    chosen = pick(cands, rule, objs, slack, _as_float(floor) if floor is not None else None)
+    chosen = pick(cands, rule, objs, slack, _as_float(floor) if floor is not None else None,
+                  0.0 if measure is None else measure.floor_noise)
     assert isinstance(chosen, _Member)
     return chosen.raw
 

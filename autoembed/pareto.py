@@ -17,9 +17,10 @@ Pick rules (one list for `search --pick` and `export --pick`; DEFAULT_PICK when 
   (CART, 1984; Hastie, Tibshirani & Friedman, ESL 7.10) with the cheapest config as the
   "simplest". Without a noise figure it is 0: the best quality, ties to the cheapest.
   With a `floor` (the quality the search must reach: its target, by default the baseline's
-  validation score) that the best member reaches, only the members that reach it too: a
-  cheaper config within noise of the best is no pick when it falls short of what a simple
-  model already scores.
+  validation score) that the best member reaches, only the members that clear it by
+  `floor_noise` (one standard error of a validation score): a cheaper config within noise of
+  the best is no pick when it cannot be told apart from what a simple model already scores.
+  Where no member clears it so, the best quality (ties to the cheapest).
 * `knee`: after min-max normalising each objective over the front members (best = 1,
   worst = 0; an objective on which all members agree counts as 1 for all), the member
   closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
@@ -220,13 +221,15 @@ def pick(
     objectives: Sequence[tuple[str, str]],
     noise: float | Mapping[int, float] | None = None,
     floor: float | None = None,
+    floor_noise: float = 0.0,
 ) -> Candidate:
     """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
-    them all, the single-metric rules break ties with them. `noise` and `floor` are read by
-    `within-noise` only: a slack >= 0 (the quality's standard error, `quality_noise`) for
-    every candidate, or each candidate's own finite slack by trial number (a candidate is
-    near when best - its quality <= its slack; one not in the mapping has 0); None: 0.
-    `floor`: a quality the pick must reach when the best does (None: none)."""
+    them all, the single-metric rules break ties with them. `noise`, `floor` and
+    `floor_noise` are read by `within-noise` only: a slack >= 0 (the quality's standard
+    error, `quality_noise`) for every candidate, or each candidate's own finite slack by
+    trial number (a candidate is near when best - its quality <= its slack; one not in the
+    mapping has 0); None: 0. `floor`: a quality the pick must clear by `floor_noise` (>= 0)
+    when the best reaches it, else the pick is the best (None: none)."""
     r = parse_pick(rule) if isinstance(rule, str) else rule
     if not candidates:
         raise ConfigError(f"pick '{r}': there is no candidate to pick from")
@@ -256,13 +259,25 @@ def pick(
         near = [c for c in candidates
                 if vec(c, "quality", "maximize") >= best - slack(c.number)]
         if floor is not None and math.isfinite(floor) and best >= floor:
-            near = [c for c in near if vec(c, "quality", "maximize") >= floor]
+            near = _clear_of_floor(near, floor, floor_noise, best, vec)
         costs = list(_COST_ORDER)
         order = costs + [(n, d) for n, d in objectives if n not in {m for m, _ in costs}]
         return _lexicographic_best(near, [*order, ("quality", "maximize")], vec)
     metric, direction = _RULE_METRIC[r.rule]
     order = [(metric, direction)] + [(n, d) for n, d in objectives if n != metric]
     return _lexicographic_best(candidates, order, vec)
+
+
+def _clear_of_floor(
+    near: Sequence[Candidate], floor: float, floor_noise: float, best: float,
+    vec: Callable[[Candidate, str, str], float],
+) -> list[Candidate]:
+    """The members of `near` that clear `floor` by `floor_noise`, else the best ones."""
+    if not (math.isfinite(floor_noise) and floor_noise >= 0):
+        raise ConfigError(f"pick 'within-noise': floor noise {floor_noise!r} must be a "
+                          "number >= 0")
+    clear = [c for c in near if vec(c, "quality", "maximize") >= floor + floor_noise]
+    return clear or [c for c in near if vec(c, "quality", "maximize") >= best]
 
 
 def _slacks(noise: float | Mapping[int, float] | None) -> Callable[[int], float]:

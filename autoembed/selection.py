@@ -283,6 +283,13 @@ class NoiseMeasure:
             out[self.trial] = 0.0
         return out
 
+    @property
+    def floor_noise(self) -> float:
+        """What `pareto.pick` reads as `floor_noise`: how far a cheaper member must clear
+        the floor (the target, a fixed number, not paired with any trial's predictions):
+        one unpaired standard error, `slack`."""
+        return self.slack
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NoiseMeasure:
         """The inverse of `to_dict` (pareto.json's `noise`; older files have no pairs)."""

@@ -80,12 +80,16 @@ def test_picks_by_hand() -> None:
 
 def test_within_noise_reads_the_searchs_floor() -> None:
     """pareto.json's `floor`: of the members within noise of the best (0.80; an unpaired
-    slack of 0.2 takes all four), the cheapest that reaches it."""
+    slack of 0.2 takes all four), the cheapest that clears it by that slack, else the
+    best."""
     members = [member(n) for n in FRONT]
     noise = {"slack": 0.2, "metric": "auc", "quality": 0.80, "trial": 0, "rows": 1000,
              "class_rows": [500, 500]}
     assert pick_member(members, "within-noise", OBJECTIVES, noise)["trial"] == 5  # 100 B
-    assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.71)["trial"] == 3
+    # 0.55 + 0.2 = 0.75: 0 (0.80, 900 B) and 3 (0.75, 500 B) clear it
+    assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.55)["trial"] == 3
+    # 0.71 + 0.2: none clears it, the best reaches 0.71: the best
+    assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.71)["trial"] == 0
     assert pick_member(members, "within-noise", OBJECTIVES, noise, 0.76)["trial"] == 0
     assert pick_member(members, "within-noise", OBJECTIVES, noise, None)["trial"] == 5
 

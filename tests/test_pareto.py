@@ -192,6 +192,22 @@ def test_within_noise_keeps_to_a_floor_the_best_reaches() -> None:
     assert pick(NOISY, "min-memory", OBJ, floor=0.815).number == 2
 
 
+def test_within_noise_takes_a_cheaper_member_only_where_it_clears_the_floor_by_its_noise() -> None:
+    # floor 0.815 + 0.004 = 0.819: 0 (0.8205), 1 and 3 (0.8190) clear it; 1 and 3 tie on
+    # memory, 3 is faster
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.815, floor_noise=0.004).number == 3
+    # + 0.005 = 0.820: only the best clears it
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.815, floor_noise=0.005).number == 0
+    # floor 0.81 reached by 4 (0.8100, the cheaper) but not cleared by 0.006: 3 instead
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.81, floor_noise=0.006).number == 3
+    # the best reaches 0.818 and nothing clears 0.828: the best, not the cheapest near it
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.818, floor_noise=0.01).number == 0
+    # a floor the best does not reach is not kept to, whatever its noise
+    assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.83, floor_noise=0.01).number == 2
+    with pytest.raises(ConfigError, match="floor noise -0.1"):
+        pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.815, floor_noise=-0.1)
+
+
 def test_auc_noise_is_hanley_mcneil() -> None:
     # by hand: A = 0.8, 100 + 100 rows: Q1 = 0.8/1.2, Q2 = 1.28/1.8,
     # var = (0.16 + 99 (2/3 - 0.64) + 99 (0.71111 - 0.64)) / 10^4 = 9.84 / 10^4

@@ -58,7 +58,8 @@ class SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
         `noise(candidates)`: the within-noise rule's noise, measured (paired or not,
         `selection.measure_noise`; None: 0); `floor`: the quality the within-noise pick
-        reaches when the best member does (`pareto.pick`; the workload's target)."""
+        clears by the noise's `floor_noise` when the best member reaches it (`pareto.pick`;
+        the workload's target)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
         pairs = [(o.name, o.direction) for o in objectives]
         front = tuple(front_of(done, pairs))
@@ -72,14 +73,15 @@ class SearchReport:
             measured = noise(candidates) if noise is not None else None
             slack = None if measured is None else measured.pick_noise(
                 {r.number: float(r.values.get("quality", float("nan"))) for r in candidates})
-            chosen = pick(candidates, rule, pairs, slack, floor)
+            margin = 0.0 if measured is None else measured.floor_noise
+            chosen = pick(candidates, rule, pairs, slack, floor, margin)
             assert isinstance(chosen, TrialRow)
             best = chosen
             for r in PICK_RULES:
                 if r == "trial:N":
                     continue
                 try:
-                    picks[r] = pick(front, r, pairs, slack, floor).number
+                    picks[r] = pick(front, r, pairs, slack, floor, margin).number
                 except ConfigError:
                     pass
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
