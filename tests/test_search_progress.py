@@ -58,3 +58,27 @@ def test_a_repeatable_search_repeats_its_trials_and_pick(tmp_path) -> None:
     first, again = run("a"), run("b")
     assert first == again
     assert len(first[0]) >= 11  # past the 8 random start-up proposals: TPE's too
+
+
+def test_the_summary_says_when_the_pick_does_not_clearly_beat_the_baseline() -> None:
+    from types import SimpleNamespace
+
+    from autoembed.baselines import Baseline
+    from autoembed.pipeline.render import comparison
+    from autoembed.selection import NoiseMeasure
+
+    base = Baseline("logistic regression", "auc", 0.7842, 0.7822, 1.0, 45.0, 9186)
+    noise = NoiseMeasure(0.0031, "auc", 0.7858, 16, 20480, (10240, 10240))
+
+    def lines(valid: float, base: Baseline = base) -> list[str]:
+        best = SimpleNamespace(number=16, metrics={"quality": valid, "test_quality": 0.7814})
+        return comparison(SimpleNamespace(best=best, extra={"baseline": base, "noise": noise}))
+
+    # 0.7858 - 0.7842 = +0.0016 < 0.0031: said, with both figures
+    said = lines(0.7858)
+    assert len(said) == 3 and "by +0.0016" in said[2] and "(0.0031)" in said[2]
+    assert "-0.0008 test" in said[0]
+    assert len(lines(0.7874)) == 2  # + 0.0032: over one standard error, clear
+    assert "by -0.0042" in lines(0.7800)[2]  # below the baseline: said too
+    other = Baseline("majority", "accuracy", 0.5, 0.5, 1.0, 1.0, 1)
+    assert len(lines(0.7858, other)) == 2  # another metric: no comparison

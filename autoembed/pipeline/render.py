@@ -165,7 +165,21 @@ def comparison(result: Any) -> list[str]:
                    f"{_q(valid, '{:.4f}')}, test {_q(test, '{:.4f}')}{gain}")
     if noise is not None:
         out.append(noise.describe())
+    lead = _unclear_lead(result.best.metrics.get("quality"), base, noise)
+    if lead is not None:
+        out.append(f"the pick leads the baseline on validation by {lead:+.4f}, less than one "
+                   f"standard error ({noise.floor_noise:.4f}): no member clearly beats it; "
+                   "a longer search (--time-budget, --trials) may find one")
     return out
+
+
+def _unclear_lead(valid: Any, base: Any, noise: Any) -> float | None:
+    """The pick's validation lead over the baseline where it is under one standard error
+    (the noise's `floor_noise`) on the same metric, else None."""
+    if base is None or noise is None or not isinstance(valid, (int, float)):
+        return None
+    lead = float(valid) - base.valid
+    return lead if base.metric == noise.metric and lead < noise.floor_noise else None
 
 
 def result_json(result: Any) -> dict[str, Any]:
