@@ -79,6 +79,6 @@ def test_the_summary_says_when_the_pick_does_not_clearly_beat_the_baseline() -> 
     assert len(said) == 3 and "by +0.0016" in said[2] and "(0.0031)" in said[2]
     assert "-0.0008 test" in said[0]
     assert len(lines(0.7874)) == 2  # + 0.0032: over one standard error, clear
-    assert "by -0.0042" in lines(0.7800)[2]  # below the baseline: said too
+    assert "below the baseline on validation (-0.0042)" in lines(0.7800)[2]  # said too
     other = Baseline("majority", "accuracy", 0.5, 0.5, 1.0, 1.0, 1)
     assert len(lines(0.7858, other)) == 2  # another metric: no comparison

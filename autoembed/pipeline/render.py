@@ -167,9 +167,11 @@ def comparison(result: Any) -> list[str]:
         out.append(noise.describe())
     lead = _unclear_lead(result.best.metrics.get("quality"), base, noise)
     if lead is not None:
-        out.append(f"the pick leads the baseline on validation by {lead:+.4f}, less than one "
-                   f"standard error ({noise.floor_noise:.4f}): no member clearly beats it; "
-                   "a longer search (--time-budget, --trials) may find one")
+        how = (f"is below the baseline on validation ({lead:+.4f}): no member beats it"
+               if lead < 0 else
+               f"leads the baseline on validation by {lead:+.4f}, less than one standard "
+               f"error ({noise.floor_noise:.4f}): no member clearly beats it")
+        out.append(f"the pick {how}; a longer search (--time-budget, --trials) may find one")
     return out
 
 
