@@ -17,7 +17,7 @@ quality only after. So, at each ask once STARTUP trials have finished:
    trials) once MIN_COSTS trials have one;
 5. propose the best (its values are handed out by `sample_independent`).
 
-Quality turns (`quality_turns` = k, 0 by default): in each run of RANDOM_EVERY trials after
+Quality turns (`quality_turns` = k, 0 by default): in each run of `random_every` trials after
 the start-up, the first k model turns score candidates by the expected improvement of quality
 alone (`expected_improvement`, per predicted second as above) instead of EHVI, so the
 front's quality end, where the default pick lies, gets a fixed share of the proposals.
@@ -34,7 +34,8 @@ the first few trials already span the front's memory range and none is over budg
 reaches 95% of the front sooner on three tables of four and the single best quality later on
 two. Without a memory objective the start-up is random.
 
-Random proposals: every RANDOM_EVERY-th trial after the start-up (as `interleave.is_random`),
+Random proposals: every `random_every`-th trial after the start-up (RANDOM_EVERY by default;
+as `interleave.is_random`),
 model turns before STARTUP trials have finished, and every trial when nothing is bound (a
 study opened outside the engine).
 
@@ -139,8 +140,10 @@ class PricedEHVI(BaseSampler):
     def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
                  price_budget_s: float = PRICE_BUDGET_S,
                  clock: Callable[[], float] = time.monotonic,
-                 quality_turns: int = 0, spread: bool = True) -> None:
+                 quality_turns: int = 0, spread: bool = True,
+                 random_every: int = RANDOM_EVERY) -> None:
         self.seed = seed
+        self.random_every = random_every  # after the start-up, every k-th proposal random
         self.quality_turns = quality_turns
         self.spread = spread  # False: a random start-up (the default before da0e799)
         self.clock = clock
@@ -171,7 +174,7 @@ class PricedEHVI(BaseSampler):
         if self.spread and number < self.startup:
             def propose() -> dict[str, Any] | None:
                 return self._spread(study, number)
-        elif is_random(number, self.startup, RANDOM_EVERY):
+        elif is_random(number, self.startup, self.random_every):
             return
         else:
             done = _finished(study, self._pricing.objectives)
@@ -239,7 +242,7 @@ class PricedEHVI(BaseSampler):
             return (hi - math.log(mem)) / (hi - lo)
 
         front = [(x_of(m), (qq - q_lo) / q_span) for _, qq, m, _ in done]
-        if (number - self.startup) % RANDOM_EVERY < self.quality_turns:  # a quality turn
+        if (number - self.startup) % self.random_every < self.quality_turns:  # a quality turn
             score = expected_improvement(mu, sd, float(q.max()))
         else:
             score = ehvi_2d(front, np.array([x_of(m) for _, m in cands]),
