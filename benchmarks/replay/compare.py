@@ -88,6 +88,13 @@ def _quality_turn(seed: int, workload: Any) -> Any:
     return PricedEHVI(seed=seed, quality_turns=1)
 
 
+def _two_quality_turns(seed: int, workload: Any) -> Any:
+    """`ehvi` with two quality turns in each run of 4."""
+    from autoembed.pipeline.priced_ehvi import PricedEHVI
+
+    return PricedEHVI(seed=seed, quality_turns=2)
+
+
 _DEHB, _DEHB_SCAL = peers.dehb("quality"), peers.dehb("scalarized")
 
 # name -> the search it replays; "-front": the front rule (main's early stop before MO-ASHA).
@@ -112,6 +119,9 @@ METHODS = {
     "ehvi-q1-front": Method("ehvi-q1-front", _quality_turn, front_rule=True,
                             note="ehvi with quality_turns=1: the first model turn of each "
                                  "run of 4 by the expected improvement of quality alone"),
+    "ehvi-q2-front": Method("ehvi-q2-front", _two_quality_turns, front_rule=True,
+                            note="ehvi with quality_turns=2: the first two model turns of "
+                                 "each run of 4 by the expected improvement of quality alone"),
     "ehvi-rs-asha": Method("ehvi-rs-asha", _random_startup, schedule=True, front_rule=True,
                            note="ehvi-asha with 8 random start-up proposals (before da0e799)"),
     # Peers (peers.py; README, "The peers"), not candidates for the default.
