@@ -51,6 +51,7 @@ __all__ = [
     "normalise",
     "parse_pick",
     "pick",
+    "clears_floor",
     "quality_noise",
     "auc_standard_error",
     "accuracy_standard_error",
@@ -268,6 +269,11 @@ def pick(
     return _lexicographic_best(candidates, order, vec)
 
 
+def clears_floor(quality: float, floor: float, floor_noise: float) -> bool:
+    """Whether `quality` clears `floor` by `floor_noise` (the within-noise pick's rule)."""
+    return quality >= floor + floor_noise
+
+
 def _clear_of_floor(
     near: Sequence[Candidate], floor: float, floor_noise: float, best: float,
     vec: Callable[[Candidate, str, str], float],
@@ -276,7 +282,7 @@ def _clear_of_floor(
     if not (math.isfinite(floor_noise) and floor_noise >= 0):
         raise ConfigError(f"pick 'within-noise': floor noise {floor_noise!r} must be a "
                           "number >= 0")
-    clear = [c for c in near if vec(c, "quality", "maximize") >= floor + floor_noise]
+    clear = [c for c in near if clears_floor(vec(c, "quality", "maximize"), floor, floor_noise)]
     return clear or [c for c in near if vec(c, "quality", "maximize") >= best]
 
 

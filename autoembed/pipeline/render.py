@@ -180,8 +180,11 @@ def _unclear_lead(valid: Any, base: Any, noise: Any) -> float | None:
     (the noise's `floor_noise`) on the same metric, else None."""
     if base is None or noise is None or not isinstance(valid, (int, float)):
         return None
-    lead = float(valid) - base.valid
-    return lead if base.metric == noise.metric and lead < noise.floor_noise else None
+    from autoembed.pareto import clears_floor
+
+    if base.metric != noise.metric or clears_floor(float(valid), base.valid, noise.floor_noise):
+        return None
+    return float(valid) - base.valid
 
 
 def result_json(result: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +81,13 @@ def _random_startup(seed: int, workload: Any) -> Any:
     return PricedEHVI(seed=seed, **RANDOM_STARTUP)  # type: ignore[arg-type]
 
 
-def _quality_turn(seed: int, workload: Any) -> Any:
-    """`ehvi` with one quality turn in each run of 4 (`PricedEHVI.quality_turns`)."""
-    from autoembed.pipeline.priced_ehvi import PricedEHVI
+def _quality_turns(k: int) -> Callable[[int, Any], Any]:
+    """`ehvi` with k quality turns in each run of 4 (`PricedEHVI.quality_turns`)."""
+    def make(seed: int, workload: Any) -> Any:
+        from autoembed.pipeline.priced_ehvi import PricedEHVI
 
-    return PricedEHVI(seed=seed, quality_turns=1)
-
-
-def _two_quality_turns(seed: int, workload: Any) -> Any:
-    """`ehvi` with two quality turns in each run of 4."""
-    from autoembed.pipeline.priced_ehvi import PricedEHVI
-
-    return PricedEHVI(seed=seed, quality_turns=2)
+        return PricedEHVI(seed=seed, quality_turns=k)
+    return make
 
 
 _DEHB, _DEHB_SCAL = peers.dehb("quality"), peers.dehb("scalarized")
@@ -116,10 +111,10 @@ METHODS = {
     # ehvi's start-up before da0e799: 8 random proposals (not spread over the memory axis)
     "ehvi-rs-front": Method("ehvi-rs-front", _random_startup, front_rule=True,
                             note="ehvi with 8 random start-up proposals (before da0e799)"),
-    "ehvi-q1-front": Method("ehvi-q1-front", _quality_turn, front_rule=True,
+    "ehvi-q1-front": Method("ehvi-q1-front", _quality_turns(1), front_rule=True,
                             note="ehvi with quality_turns=1: the first model turn of each "
                                  "run of 4 by the expected improvement of quality alone"),
-    "ehvi-q2-front": Method("ehvi-q2-front", _two_quality_turns, front_rule=True,
+    "ehvi-q2-front": Method("ehvi-q2-front", _quality_turns(2), front_rule=True,
                             note="ehvi with quality_turns=2: the first two model turns of "
                                  "each run of 4 by the expected improvement of quality alone"),
     "ehvi-rs-asha": Method("ehvi-rs-asha", _random_startup, schedule=True, front_rule=True,
