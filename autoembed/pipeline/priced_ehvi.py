@@ -141,8 +141,9 @@ class PricedEHVI(BaseSampler):
                  price_budget_s: float = PRICE_BUDGET_S,
                  clock: Callable[[], float] = time.monotonic,
                  quality_turns: int = 0, spread: bool = True,
-                 random_every: int = RANDOM_EVERY) -> None:
+                 random_every: int = RANDOM_EVERY, onehot: bool = False) -> None:
         self.seed = seed
+        self.onehot = onehot  # categoricals one column per label (else one hashed code)
         self.random_every = random_every  # after the start-up, every k-th proposal random
         self.quality_turns = quality_turns
         self.spread = spread  # False: a random start-up (the default before da0e799)
@@ -229,8 +230,9 @@ class PricedEHVI(BaseSampler):
         if not cands:
             return None
         names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
-        x_done = _encode([p for p, *_ in done], [m for _, _, m, _ in done], names)
-        x_cand = _encode([p for p, _ in cands], [m for _, m in cands], names)
+        labels = _labels([p for p, *_ in done] + [p for p, _ in cands]) if self.onehot else {}
+        x_done = _encode([p for p, *_ in done], [m for _, _, m, _ in done], names, labels)
+        x_cand = _encode([p for p, _ in cands], [m for _, m in cands], names, labels)
         q = np.array([q for _, q, _, _ in done])
         mu, sd = _forest(x_done, q, x_cand, rng)
         sd = np.maximum(sd, 0.05 * float(q.std()) + 1e-9)
@@ -333,16 +335,31 @@ def _finished(study: Study, objectives: Sequence[tuple[str, str]],
     return out
 
 
+def _labels(params: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per categorical param (a label, not a number), its labels in a stable order."""
+    out: dict[str, set[str]] = {}
+    for p in params:
+        for n, v in p.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                out.setdefault(n, set()).add(repr(v))
+    return {n: sorted(v) for n, v in out.items()}
+
+
 def _encode(params: Sequence[Mapping[str, Any]], memory: Sequence[float],
-            names: Sequence[str]) -> np.ndarray:
+            names: Sequence[str], labels: Mapping[str, Sequence[str]] | None = None,
+            ) -> np.ndarray:
     """Features: per param its value (numbers, log10 where positive) or a hash of its
-    label (categoricals: trees split on them), -1 where absent; then log10(memory)."""
+    label (categoricals: trees split on them), -1 where absent; then log10(memory). A param
+    in `labels`: one 0/1 column per label instead (absent: all 0)."""
+    labels = labels or {}
     rows = []
     for p, m in zip(params, memory, strict=True):
-        row = []
+        row: list[float] = []
         for n in names:
             v = p.get(n)
-            if v is None:
+            if n in labels:
+                row.extend(float(repr(v) == lab) for lab in labels[n])
+            elif v is None:
                 row.append(-1.0)
             elif isinstance(v, bool) or not isinstance(v, (int, float)):
                 row.append(float(_label_code(v)))

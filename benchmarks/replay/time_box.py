@@ -80,6 +80,10 @@ EXPERIMENTS = {
     "ehvi-r2-front": Method("ehvi-r2-front", _ehvi(random_every=2), front_rule=True),
     "ehvi-r3-front": Method("ehvi-r3-front", _ehvi(random_every=3), front_rule=True),
     "ehvi-full": Method("ehvi-full", "ehvi"),
+    # categoricals one-hot in the trees' features (`onehot`; a hashed code by default)
+    "ehvi-oh-front": Method("ehvi-oh-front", _ehvi(onehot=True), front_rule=True),
+    "ehvi-oh-q2-front": Method("ehvi-oh-q2-front", _ehvi(onehot=True, quality_turns=2),
+                               front_rule=True),
     # as before da0e799: 8 random start-up proposals
     "ehvi-rs-q1-front": Method("ehvi-rs-q1-front",
                                _ehvi(quality_turns=1, **compare.RANDOM_STARTUP),
