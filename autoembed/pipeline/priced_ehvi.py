@@ -141,8 +141,10 @@ class PricedEHVI(BaseSampler):
                  price_budget_s: float = PRICE_BUDGET_S,
                  clock: Callable[[], float] = time.monotonic,
                  quality_turns: int = 0, spread: bool = True,
-                 random_every: int = RANDOM_EVERY, onehot: bool = False) -> None:
+                 random_every: int = RANDOM_EVERY, onehot: bool = False,
+                 per_second: bool = True) -> None:
         self.seed = seed
+        self.per_second = per_second  # the acquisition per predicted second (step 4)
         self.onehot = onehot  # categoricals one column per label (else one hashed code)
         self.random_every = random_every  # after the start-up, every k-th proposal random
         self.quality_turns = quality_turns
@@ -250,7 +252,7 @@ class PricedEHVI(BaseSampler):
             score = ehvi_2d(front, np.array([x_of(m) for _, m in cands]),
                             (mu - q_lo) / q_span, sd / q_span)
         secs = [(i, s) for i, (*_, s) in enumerate(done) if s]
-        if len(secs) >= MIN_COSTS and not self._pricing.repeatable:  # seconds are timing
+        if self.per_second and len(secs) >= MIN_COSTS and not self._pricing.repeatable:
             log_s, _ = _forest(x_done[[i for i, _ in secs]], np.log([s for _, s in secs]),
                                x_cand, rng)
             score = score / np.exp(log_s)

@@ -82,6 +82,10 @@ EXPERIMENTS = {
     "ehvi-full": Method("ehvi-full", "ehvi"),
     # categoricals one-hot in the trees' features (`onehot`; a hashed code by default)
     "ehvi-oh-front": Method("ehvi-oh-front", _ehvi(onehot=True), front_rule=True),
+    # the acquisition not divided by the predicted seconds (`per_second`; divided by default)
+    "ehvi-ns-front": Method("ehvi-ns-front", _ehvi(per_second=False), front_rule=True),
+    "ehvi-ns-q2-front": Method("ehvi-ns-q2-front", _ehvi(per_second=False, quality_turns=2),
+                               front_rule=True),
     "ehvi-oh-q2-front": Method("ehvi-oh-q2-front", _ehvi(onehot=True, quality_turns=2),
                                front_rule=True),
     # as before da0e799: 8 random start-up proposals
