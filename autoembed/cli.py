@@ -358,7 +358,8 @@ def search_cmd(
         None, help="Seed of the sampler and of every trial's model init and data order "
         "(a space's base `seed` wins). Default 0."),
     workers: int | None = typer.Option(
-        None, help="Trials at once (default 1 on CPU, one per GPU)."),
+        None, help="Trials at once (default: one per GPU; on a CPU 1, or one per core "
+        "under --time-budget)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     study: str | None = typer.Option(
         None, help="Study name (default search-<date>-<time>); letters, digits, _ - ."),

@@ -109,3 +109,22 @@ def test_a_time_budget_alone_bounds_the_search_by_time(tmp_path: Path) -> None:
     assert plan(tmp_path, stored=boxed.meta(), time_budget=30).trials == TIME_BOXED_TRIALS
     # a study with a count keeps it under a new time budget
     assert plan(tmp_path, stored=plan(tmp_path, trials=4).meta(), time_budget=30).trials == 4
+
+
+def test_a_time_box_on_a_cpu_runs_one_trial_per_core(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    boxed = plan(tmp_path, time_budget=60, device="cpu")
+    assert boxed.workers == 6 and boxed.threads == 1  # one torch thread each
+    assert plan(tmp_path, device="cpu").workers == 1  # no time box: one, on 5 threads
+    assert plan(tmp_path, device="cpu").threads == 5
+    assert plan(tmp_path, time_budget=60, device="cpu", workers=2).workers == 2  # as asked
+    # in process, or on a cluster the driver's cores say nothing of: one
+    assert plan(tmp_path, time_budget=60, device="cpu", executor="local").workers == 1
+    assert plan(tmp_path, time_budget=60, device="cpu",
+                ray_address="10.0.0.1:6379").workers == 1
+    # a resumed study keeps its own count, with or without a time box
+    assert plan(tmp_path, stored=boxed.meta(), device="cpu").workers == 6
+    assert plan(tmp_path, stored=plan(tmp_path, device="cpu").meta(), time_budget=60,
+                device="cpu").workers == 1

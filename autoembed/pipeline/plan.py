@@ -118,9 +118,8 @@ class SearchPlan:
 
             gpus = torch.cuda.device_count()
         repeatable = r.repeatable or bool(stored.get("repeatable", False))
-        workers = 1 if repeatable else r.workers or int(stored.get("workers", 0)) or (
-            max(1, gpus) if r.device == "cuda" else 1)
         cpus = os.cpu_count() or 1
+        workers = _workers(r, stored, repeatable, gpus, cpus)
         return cls(
             request=r, workload=workload, objectives=tuple(objs), sampler=sampler, seed=seed,
             trials=_trials(r, stored, workload.space),
@@ -243,6 +242,23 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
     if given is None:
         given = space.trial_time_limit
     return TrialTimeLimit(given, user=r.kind == "user")
+
+
+def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus: int,
+             cpus: int) -> int:
+    """Trials at once: one in a repeatable search; else --workers, else a resumed study's
+    count; else one per GPU; on a CPU one (trials side by side distort each other's
+    throughput), except in a time-boxed search on a private Ray: one per core, each on one
+    torch thread (`trial_threads`). A time box buys trials, not seconds, and one thread does
+    most of two's work on these models (`trial_threads`' figures)."""
+    if repeatable:
+        return 1
+    if r.workers or stored.get("workers"):
+        return int(r.workers or stored["workers"])
+    if r.device == "cuda":
+        return max(1, gpus)
+    private_ray = r.executor is None and r.executor_kind == "ray" and r.ray_address is None
+    return cpus if r.time_budget is not None and private_ray else 1
 
 
 # The trial count of a search bounded only by its time budget (--time-budget, no --trials):
