@@ -305,3 +305,20 @@ def test_the_start_up_is_random_without_a_memory_objective_or_spread(
             t.set_user_attr(ATTR, {"status": "complete"})
             s.tell(t, [0.5, x * 1e6][:len(directions)])
     assert [t.params for t in a.trials] == [t.params for t in b.trials]
+
+
+
+@pytest.mark.parametrize("cooling, spent, weight", [
+    (False, 0.7, 1.0),  # per second throughout
+    (True, 0.0, 1.0),  # nothing spent: per second
+    (True, 0.25, 0.75),  # the share of the budget left
+    (True, 1.0, 0.0),  # all spent: the gain alone
+    (True, 1.5, 0.0),  # a budget overrun (a trial ending late) is all spent
+])
+def test_cost_cooling_weighs_the_seconds_by_the_budget_left(cooling: bool, spent: float,
+                                                             weight: float) -> None:
+    """The predicted seconds' exponent in the acquisition (CArBO's cost cooling)."""
+    sampler = PricedEHVI(seed=2, cost_cooling=cooling)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET, spent=lambda: spent))
+    assert sampler._cost_weight() == pytest.approx(weight)

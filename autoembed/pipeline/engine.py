@@ -233,7 +233,7 @@ class SearchEngine:
             bind(Pricing(price=self.price_candidate,
                          suggest=lambda t: suggest_values(self.space, t),
                          objectives=self.objectives, budget_bytes=float(budget.bytes),
-                         repeatable=repeatable))
+                         repeatable=repeatable, spent=self.spent))
 
     # ------------------------------------------------------------------ counts
     @property
@@ -302,6 +302,14 @@ class SearchEngine:
     def _memory(self, estimate: Mapping[str, Any]) -> float:
         """The priced `memory` objective of a stored estimate (memory.objective)."""
         return memory_value(estimate, self.memory_basis)
+
+    def spent(self) -> float:
+        """The share of the search's budget spent: trials trained of its count or seconds of
+        its time budget, whichever is further (at most 1)."""
+        share = self.trained / self.trials
+        if self.time_budget_s:
+            share = max(share, (self.clock() - self.started) / self.time_budget_s)
+        return min(1.0, share)
 
     # ------------------------------------------------------------------ proposing
     def _out_of_time(self) -> bool:

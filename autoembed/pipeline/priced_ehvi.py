@@ -97,6 +97,7 @@ class Pricing:
     objectives: Sequence[tuple[str, str]]
     budget_bytes: float
     repeatable: bool = False  # every candidate priced, however long (no clock decides)
+    spent: Callable[[], float] = lambda: 0.0  # the share of the search's budget spent, 0..1
 
 
 class _RandomTrial:
@@ -142,8 +143,9 @@ class PricedEHVI(BaseSampler):
                  clock: Callable[[], float] = time.monotonic,
                  quality_turns: int = 0, spread: bool = True,
                  random_every: int = RANDOM_EVERY, onehot: bool = False,
-                 per_second: bool = True) -> None:
+                 per_second: bool = True, cost_cooling: bool = False) -> None:
         self.seed = seed
+        self.cost_cooling = cost_cooling  # seconds weigh less as the budget is spent
         self.per_second = per_second  # the acquisition per predicted second (step 4)
         self.onehot = onehot  # categoricals one column per label (else one hashed code)
         self.random_every = random_every  # after the start-up, every k-th proposal random
@@ -255,8 +257,16 @@ class PricedEHVI(BaseSampler):
         if self.per_second and len(secs) >= MIN_COSTS and not self._pricing.repeatable:
             log_s, _ = _forest(x_done[[i for i, _ in secs]], np.log([s for _, s in secs]),
                                x_cand, rng)
-            score = score / np.exp(log_s)
+            score = score / np.exp(log_s * self._cost_weight())
         return dict(cands[int(np.argmax(score))][0])
+
+    def _cost_weight(self) -> float:
+        """The exponent of the predicted seconds in the acquisition: 1, or with cost cooling
+        the share of the budget left (CArBO's, Lee et al. 2020: cheap trials explore early,
+        the acquisition alone decides at the end)."""
+        if not self.cost_cooling or self._pricing is None:
+            return 1.0
+        return min(1.0, max(0.0, 1.0 - float(self._pricing.spent())))
 
     def _candidates(self, study: Study, number: int,
                     ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:

@@ -81,6 +81,13 @@ def _random_startup(seed: int, workload: Any) -> Any:
     return PricedEHVI(seed=seed, **RANDOM_STARTUP)  # type: ignore[arg-type]
 
 
+def _cost_cooling(seed: int, workload: Any) -> Any:
+    """`ehvi` with cost cooling (`PricedEHVI.cost_cooling`)."""
+    from autoembed.pipeline.priced_ehvi import PricedEHVI
+
+    return PricedEHVI(seed=seed, cost_cooling=True)
+
+
 def _quality_turns(k: int) -> Callable[[int, Any], Any]:
     """`ehvi` with k quality turns in each run of 4 (`PricedEHVI.quality_turns`)."""
     def make(seed: int, workload: Any) -> Any:
@@ -117,6 +124,9 @@ METHODS = {
     "ehvi-q2-front": Method("ehvi-q2-front", _quality_turns(2), front_rule=True,
                             note="ehvi with quality_turns=2: the first two model turns of "
                                  "each run of 4 by the expected improvement of quality alone"),
+    "ehvi-cc-front": Method("ehvi-cc-front", _cost_cooling, front_rule=True,
+                            note="ehvi with cost cooling: the predicted seconds' exponent "
+                                 "is the share of the budget left (CArBO)"),
     "ehvi-rs-asha": Method("ehvi-rs-asha", _random_startup, schedule=True, front_rule=True,
                            note="ehvi-asha with 8 random start-up proposals (before da0e799)"),
     # Peers (peers.py; README, "The peers"), not candidates for the default.

@@ -59,7 +59,7 @@ METHODS = ("random-full", "random-asha", "ehvi-front", "ehvi-asha")
 RULES = ("within-noise", "max-quality")
 REACHED = "floor-reached"  # the within-noise rule before 0e1c81d (`_floor_reached`)
 # compare.py's: a quality turn, and ehvi's random start-up (before da0e799)
-VARIANTS = ("ehvi-q1-front", "ehvi-q2-front", "ehvi-rs-front", "ehvi-rs-asha")
+VARIANTS = ("ehvi-q1-front", "ehvi-q2-front", "ehvi-rs-front", "ehvi-rs-asha", "ehvi-cc-front")
 
 
 def _ehvi(**kw: Any) -> Any:
