@@ -5,11 +5,11 @@ or above the baseline's in 3 of 3 seeds on each).
     nice -n 10 .venv/bin/python benchmarks/live_time_budget.py [--seeds 3] [--budget-s 120]
 
 Each search is the default one (`autoembed search --data DATA --space auto --budget 8GB
---time-budget 120 --no-start-points --seed SEED`: the default sampler, the front rule, the
-default pick), in a temporary runs dir. Writes benchmarks/results/search_live_120s.md: per
-search the load at its start and end, the trials, the pick (pareto.json `best`), its
-validation and test quality, the baseline's test quality (pareto.json `baseline`) and
-whether the pick is at or above it.
+--time-budget 120 --no-start-points --seed SEED`: the default sampler, workers (one trial
+per core under a time budget), the front rule and pick), in a temporary runs dir. Writes
+benchmarks/results/search_live_120s.md: per search the load at its start and end, the
+trials, the pick (pareto.json `best`), its validation and test quality, the baseline's test
+quality (pareto.json `baseline`) and whether the pick is at or above it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ def one(data: str, seed: int, budget_s: int) -> dict[str, Any]:
     test = pick["metrics"].get("test_quality")
     return {"data": data, "seed": seed, "load_start": start, "load_end": _load(),
             "complete": out["counts"]["complete"], "pruned": out["counts"]["pruned"],
-            "pick": out["best"], "rule": out["pick"], "valid": pick["metrics"].get("quality"),
+            "pick": out["best"], "rule": out["pick"],
+            "valid": pick["metrics"].get("quality"),
             "test": test, "baseline": base.get("test"), "sampler": out.get("sampler"),
+            "workers": out.get("workers"),
             "at_or_above": test is not None and base.get("test") is not None
             and test >= base["test"]}
 
@@ -60,13 +62,14 @@ def _commit() -> str:
 
 def report(rows: list[dict[str, Any]], budget_s: int) -> str:
     sampler = rows[0]["sampler"] if rows else "?"
+    workers = rows[0].get("workers") if rows else "?"
     lines = [f"# Live: `--time-budget {budget_s} --no-start-points` against the baseline "
              "(issue 25)", "",
              "Written by `benchmarks/live_time_budget.py` (its docstring says what it runs). "
-             f"Commit {_commit()}; the default search (sampler `{sampler}`, the front rule, "
-             "MO-ASHA off); 2 cores, the load (1/5/15 min) at each start and end below. The "
-             "baseline is the search's own (logistic regression on one-hot ids, pareto.json "
-             "`baseline`).", "",
+             f"Commit {_commit()}; the default search (sampler `{sampler}`, {workers} trials "
+             "at once, the front rule, MO-ASHA off); 2 cores, the load (1/5/15 min) at each "
+             "start and end below. The baseline is the search's own (logistic regression on "
+             "one-hot ids, pareto.json `baseline`).", "",
              "| data | seed | load start | load end | trials (complete/pruned) | pick | pick "
              "validation | pick test | baseline test | at or above |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -228,3 +228,25 @@ def test_the_builtin_workload_keeps_the_best_under_fit_to_data() -> None:
     space = load_space(ROOT / "search_spaces" / "tiny.yaml")
     assert BuiltinWorkload.of(space, run={"fit_to_data": True}).keeps_best
     assert not BuiltinWorkload.of(space, run={"fit_to_data": False}).keeps_best
+
+
+def test_spent_is_the_further_of_trials_and_seconds(tmp_path: Path, tiny: Any) -> None:
+    """The share of the budget a sampler's cost cooling reads: trials proposed of the count,
+    or seconds of the time budget, whichever is further, at most 1."""
+    space, workload = tiny
+    now = [100.0]
+    study = optuna.create_study(storage=open_storage(tmp_path), study_name="spent",
+                                directions=["maximize", "minimize", "maximize"],
+                                sampler=make_sampler("random", 0))
+    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run={}),
+                       budget=LIMIT, objectives=OBJ, trials=4, time_budget_s=50.0,
+                       clock=lambda: now[0])
+    assert eng.spent() == 0.0
+    now[0] += 10.0  # 10 of 50 s
+    assert eng.spent() == pytest.approx(0.2)
+    assert eng.propose() is not None and eng.trained == 1  # 1 of 4 trials
+    assert eng.spent() == pytest.approx(0.25)
+    now[0] += 30.0  # 40 of 50 s
+    assert eng.spent() == pytest.approx(0.8)
+    now[0] += 60.0  # past the time budget
+    assert eng.spent() == 1.0

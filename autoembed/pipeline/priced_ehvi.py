@@ -39,6 +39,11 @@ as `interleave.is_random`),
 model turns before STARTUP trials have finished, and every trial when nothing is bound (a
 study opened outside the engine).
 
+Measured in the time-boxed replays and left off (benchmarks/results/
+search_time_box_replay.md): `onehot` (categoricals one 0/1 feature per label, not a hashed
+code), `per_second=False` (the acquisition alone) and `cost_cooling` (the predicted
+seconds' exponent is the share of the search's budget left, `Pricing.spent`: CArBO).
+
 Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in milliseconds
 to seconds): fewer candidates then, never more time. A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is

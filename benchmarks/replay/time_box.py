@@ -405,8 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     live = ("Live (benchmarks/results/search_live_120s.md, 3 seeds each, 120 s wall on 2 "
             "cores) is what these budgets are matched to by trial count: 120 CPU s holds "
             "the 11-17 complete trials of the live searches up to 19e0ae7, 240 CPU s the "
-            "17-35 of the later ones (search_live_120s_6525ab2.md and after), whose trials "
-            "got cheaper.")
+            "17-35 of the later ones (search_live_120s_6525ab2.md to _0e1c81d.md), whose "
+            "trials got cheaper; since a7d479b a time-boxed search on 2 cores runs two "
+            "trials at once and completes 40-46 (MovieLens) and 25-29 (flights), between "
+            "240 and 480 CPU s of the replay (`ehvi` completes 67 and 36 there).")
     (RESULTS / "search_time_box_replay.md").write_text(report(recs, live))
     return 0
 
