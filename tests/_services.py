@@ -45,24 +45,28 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def stop_session(sid: int, grace_s: float = 15.0) -> list[int]:
-    """SIGTERM every process of session `sid`, SIGKILL what is left after `grace_s`.
-    Returns the PIDs it signalled."""
+def stop_session(sid: int, grace_s: float = 15.0, kill_s: float = 10.0) -> list[int]:
+    """SIGTERM every process of session `sid`, SIGKILL what is left after `grace_s`, and
+    again, for up to `kill_s`, whatever the session still holds (a process it started while
+    stopping, or one the kernel has not torn down yet). Returns the PIDs it signalled."""
     pids = session_pids(sid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _signal(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and session_pids(sid):
         time.sleep(0.2)
-    for pid in session_pids(sid):
+    deadline = time.monotonic() + kill_s
+    while (left := session_pids(sid)) and time.monotonic() < deadline:
+        _signal(left, signal.SIGKILL)
+        time.sleep(0.1)
+    return pids
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
-    return pids
 
 
 def postgres_bin() -> Path | None:
