@@ -322,3 +322,29 @@ def test_cost_cooling_weighs_the_seconds_by_the_budget_left(cooling: bool, spent
     sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
                          budget_bytes=BUDGET, spent=lambda: spent))
     assert sampler._cost_weight() == pytest.approx(weight)
+
+
+def test_per_second_off_is_cost_cooling_with_the_budget_spent() -> None:
+    """Two ways to drop the seconds from the acquisition (`per_second=False`, and cost
+    cooling's exponent at 0) propose the same configs; per second, others."""
+    def run(**kw: object) -> list[dict[str, object]]:
+        spent = float(kw.pop("spent", 0.0))  # type: ignore[arg-type]
+        s = PricedEHVI(seed=7, startup=6, **kw)  # type: ignore[arg-type]
+        s.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                       budget_bytes=BUDGET, spent=lambda: spent))
+        return _drive(s, 20)[0]
+
+    off = run(per_second=False)
+    assert off == run(cost_cooling=True, spent=1.0)
+    assert off != run()
+
+
+def test_onehot_features_are_one_column_per_label() -> None:
+    from autoembed.pipeline.priced_ehvi import _encode, _labels
+
+    params = [{"opt": "adam", "x": 10}, {"opt": "sgd", "x": 100}, {"x": 1}]
+    labels = _labels(params)
+    assert labels == {"opt": ["'adam'", "'sgd'"]}
+    x = _encode(params, [1e3, 1e4, 1e5], ["opt", "x"], labels)
+    # opt=adam, opt=sgd, log10 x, log10 memory (absent: no label set)
+    assert x.tolist() == [[1, 0, 1, 3], [0, 1, 2, 4], [0, 0, 0, 5]]
