@@ -74,27 +74,16 @@ def _prior_sampler(seed: int, workload: Any) -> Any:
 RANDOM_STARTUP = {"startup": 8, "spread": False}  # `ehvi`'s start-up before da0e799
 
 
-def _random_startup(seed: int, workload: Any) -> Any:
-    """`ehvi` as it was before da0e799: 8 random start-up proposals."""
-    from autoembed.pipeline.priced_ehvi import PricedEHVI
-
-    return PricedEHVI(seed=seed, **RANDOM_STARTUP)  # type: ignore[arg-type]
-
-
-def _cost_cooling(seed: int, workload: Any) -> Any:
-    """`ehvi` with cost cooling (`PricedEHVI.cost_cooling`)."""
-    from autoembed.pipeline.priced_ehvi import PricedEHVI
-
-    return PricedEHVI(seed=seed, cost_cooling=True)
-
-
-def _quality_turns(k: int) -> Callable[[int, Any], Any]:
-    """`ehvi` with k quality turns in each run of 4 (`PricedEHVI.quality_turns`)."""
+def ehvi(**kw: Any) -> Callable[[int, Any], Any]:
+    """`ehvi` with `PricedEHVI`'s keyword arguments `kw` (its defaults otherwise)."""
     def make(seed: int, workload: Any) -> Any:
         from autoembed.pipeline.priced_ehvi import PricedEHVI
 
-        return PricedEHVI(seed=seed, quality_turns=k)
+        return PricedEHVI(seed, **kw)
     return make
+
+
+_random_startup = ehvi(**RANDOM_STARTUP)  # `ehvi` as it was before da0e799
 
 
 _DEHB, _DEHB_SCAL = peers.dehb("quality"), peers.dehb("scalarized")
@@ -118,13 +107,13 @@ METHODS = {
     # ehvi's start-up before da0e799: 8 random proposals (not spread over the memory axis)
     "ehvi-rs-front": Method("ehvi-rs-front", _random_startup, front_rule=True,
                             note="ehvi with 8 random start-up proposals (before da0e799)"),
-    "ehvi-q1-front": Method("ehvi-q1-front", _quality_turns(1), front_rule=True,
+    "ehvi-q1-front": Method("ehvi-q1-front", ehvi(quality_turns=1), front_rule=True,
                             note="ehvi with quality_turns=1: the first model turn of each "
                                  "run of 4 by the expected improvement of quality alone"),
-    "ehvi-q2-front": Method("ehvi-q2-front", _quality_turns(2), front_rule=True,
+    "ehvi-q2-front": Method("ehvi-q2-front", ehvi(quality_turns=2), front_rule=True,
                             note="ehvi with quality_turns=2: the first two model turns of "
                                  "each run of 4 by the expected improvement of quality alone"),
-    "ehvi-cc-front": Method("ehvi-cc-front", _cost_cooling, front_rule=True,
+    "ehvi-cc-front": Method("ehvi-cc-front", ehvi(cost_cooling=True), front_rule=True,
                             note="ehvi with cost cooling: the predicted seconds' exponent "
                                  "is the share of the budget left (CArBO)"),
     "ehvi-rs-asha": Method("ehvi-rs-asha", _random_startup, schedule=True, front_rule=True,

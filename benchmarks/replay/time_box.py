@@ -62,37 +62,29 @@ REACHED = "floor-reached"  # the within-noise rule before 0e1c81d (`_floor_reach
 VARIANTS = ("ehvi-q1-front", "ehvi-q2-front", "ehvi-rs-front", "ehvi-rs-asha", "ehvi-cc-front")
 
 
-def _ehvi(**kw: Any) -> Any:
-    def make(seed: int, workload: Any) -> Any:
-        from autoembed.pipeline.priced_ehvi import PricedEHVI
-
-        return PricedEHVI(seed, **kw)
-    return make
-
-
 # ehvi-qK: quality_turns=K of each run of 4 trials (1 random, 3 model turns); -front / -full:
 # with or without the front rule
 EXPERIMENTS = {
-    "ehvi-q2-full": Method("ehvi-q2-full", _ehvi(quality_turns=2)),
-    "ehvi-q3-front": Method("ehvi-q3-front", _ehvi(quality_turns=3), front_rule=True),
+    "ehvi-q2-full": Method("ehvi-q2-full", compare.ehvi(quality_turns=2)),
+    "ehvi-q3-front": Method("ehvi-q3-front", compare.ehvi(quality_turns=3), front_rule=True),
     "random-front": Method("random-front", "random", front_rule=True),
     # every 2nd or 3rd proposal after the start-up random (`random_every`; 4 by default)
-    "ehvi-r2-front": Method("ehvi-r2-front", _ehvi(random_every=2), front_rule=True),
-    "ehvi-r3-front": Method("ehvi-r3-front", _ehvi(random_every=3), front_rule=True),
+    "ehvi-r2-front": Method("ehvi-r2-front", compare.ehvi(random_every=2), front_rule=True),
+    "ehvi-r3-front": Method("ehvi-r3-front", compare.ehvi(random_every=3), front_rule=True),
     "ehvi-full": Method("ehvi-full", "ehvi"),
     # categoricals one-hot in the trees' features (`onehot`; a hashed code by default)
-    "ehvi-oh-front": Method("ehvi-oh-front", _ehvi(onehot=True), front_rule=True),
+    "ehvi-oh-front": Method("ehvi-oh-front", compare.ehvi(onehot=True), front_rule=True),
     # the acquisition not divided by the predicted seconds (`per_second`; divided by default)
-    "ehvi-ns-front": Method("ehvi-ns-front", _ehvi(per_second=False), front_rule=True),
-    "ehvi-ns-q2-front": Method("ehvi-ns-q2-front", _ehvi(per_second=False, quality_turns=2),
+    "ehvi-ns-front": Method("ehvi-ns-front", compare.ehvi(per_second=False), front_rule=True),
+    "ehvi-ns-q2-front": Method("ehvi-ns-q2-front", compare.ehvi(per_second=False, quality_turns=2),
                                front_rule=True),
-    "ehvi-oh-q2-front": Method("ehvi-oh-q2-front", _ehvi(onehot=True, quality_turns=2),
+    "ehvi-oh-q2-front": Method("ehvi-oh-q2-front", compare.ehvi(onehot=True, quality_turns=2),
                                front_rule=True),
     # as before da0e799: 8 random start-up proposals
     "ehvi-rs-q1-front": Method("ehvi-rs-q1-front",
-                               _ehvi(quality_turns=1, **compare.RANDOM_STARTUP),
+                               compare.ehvi(quality_turns=1, **compare.RANDOM_STARTUP),
                                front_rule=True),
-    "ehvi-rs-full": Method("ehvi-rs-full", _ehvi(**compare.RANDOM_STARTUP)),
+    "ehvi-rs-full": Method("ehvi-rs-full", compare.ehvi(**compare.RANDOM_STARTUP)),
 }
 compare.METHODS.update(EXPERIMENTS)
 BUDGET_S = 120.0  # matched to the live 120-s searches by trial count (module docstring)
