@@ -15,6 +15,8 @@ from autoembed.pipeline.priced_ehvi import (
     RANDOM_EVERY,
     PricedEHVI,
     Pricing,
+    _front,
+    _NeighborTrial,
     ehvi_2d,
     van_der_corput,
 )
@@ -348,3 +350,55 @@ def test_onehot_features_are_one_column_per_label() -> None:
     x = _encode(params, [1e3, 1e4, 1e5], ["opt", "x"], labels)
     # opt=adam, opt=sgd, log10 x, log10 memory (absent: no label set)
     assert x.tolist() == [[1, 0, 1, 3], [0, 1, 2, 4], [0, 0, 0, 5]]
+
+
+def test_a_neighbor_keeps_the_parent_or_moves_within_the_range() -> None:
+    parent = {"c": "b", "n": 48, "f": 0.01}
+
+    def draw(rate: float, seed: int) -> dict[str, object]:
+        t = _NeighborTrial(np.random.default_rng(seed), parent, rate)
+        return {"c": t.suggest_categorical("c", ["a", "b", "z"]),
+                "n": t.suggest_int("n", 8, 256, step=8),
+                "f": t.suggest_float("f", 0.001, 0.1, log=True),
+                "new": t.suggest_int("new", 1, 3)}  # the parent lacks it: a random draw
+
+    kept = draw(0.0, 0)
+    assert {k: kept[k] for k in parent} == parent and kept["new"] in (1, 2, 3)
+    for seed in range(50):
+        moved = draw(1.0, seed)
+        assert moved["c"] in ("a", "z")  # another label, always
+        n, f = moved["n"], moved["f"]
+        assert isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0
+        assert isinstance(f, float) and 0.001 <= f <= 0.1
+    # a move is a step of 0.2 of the (log) range: within 4 of them nearly always
+    fs = [draw(1.0, s)["f"] for s in range(200)]
+    span = math.log(0.1 / 0.001)
+    assert all(abs(math.log(f / 0.01)) <= 0.8 * span + 1e-9 for f in fs)  # type: ignore[arg-type]
+    assert len({round(f, 9) for f in fs}) > 100  # type: ignore[arg-type]
+
+
+def test_the_front_is_the_non_dominated_members_best_quality_first() -> None:
+    done = [({"i": 0}, 0.70, 5.0, None), ({"i": 1}, 0.80, 9.0, None),
+            ({"i": 2}, 0.75, 9.5, None), ({"i": 3}, 0.60, 1.0, None),
+            ({"i": 4}, 0.70, 6.0, None)]
+    # 2 is beaten by 1 (better and smaller), 4 by 0 (as good and smaller)
+    assert _front(done) == [{"i": 1}, {"i": 0}, {"i": 3}]
+
+
+def test_neighbor_candidates_lie_near_the_front_members() -> None:
+    sampler = PricedEHVI(seed=0, candidates=0, neighbors=40)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    parent = {"x": 30, "c": "a"}
+    study.enqueue_trial(parent)
+    tried = study.ask()
+    assert _suggest(tried) == parent
+    study.tell(tried, [1.0, 3e7])  # the parent is tried: never a candidate
+    _, cands = sampler._candidates(study, 1, [parent])
+    assert cands and all(p != parent for p, _ in cands)
+    assert len({tuple(sorted(p.items())) for p, _ in cands}) == len(cands)  # each once
+    assert all(_price(p)[1] for p, _ in cands)  # priced, within the budget
+    one_moved = [p for p, _ in cands if p["x"] == 30 or p["c"] == "a"]
+    assert len(one_moved) >= len(cands) // 2  # most keep one of the two params
+    assert sampler._candidates(study, 1, [])[1] == []  # no parents, no neighbors

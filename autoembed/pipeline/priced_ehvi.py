@@ -17,6 +17,12 @@ quality only after. So, at each ask once STARTUP trials have finished:
    trials) once MIN_COSTS trials have one;
 5. propose the best (its values are handed out by `sample_independent`).
 
+Neighbors (`neighbors` = n, 0 by default): besides the random candidates, n more near the
+members of the current (quality, memory) front, in turn, best quality first, mixed in evenly
+(`_NeighborTrial`: each param kept, or with probability 1/(its params) moved: another label,
+a normal step of 0.2 of a number's (log) range), so the acquisition can weigh small moves
+from what already works (SMAC's local search around its incumbents does this).
+
 Quality turns (`quality_turns` = k, 0 by default): in each run of `random_every` trials after
 the start-up, the first k model turns score candidates by the expected improvement of quality
 alone (`expected_improvement`, per predicted second as above) instead of EHVI, so the
@@ -140,6 +146,61 @@ class _RandomTrial:
         return v
 
 
+class _NeighborTrial(_RandomTrial):
+    """A stand-in trial that stays near `parent` (Optuna params): each suggestion keeps the
+    parent's value, except with probability `rate` (or when the parent lacks it or its value
+    is out of range) a new one: another label, or a number moved by a normal step of
+    SIGMA of its (log) range. SMAC's local search moves one param of an incumbent so."""
+
+    SIGMA = 0.2
+
+    def __init__(self, rng: np.random.Generator, parent: Mapping[str, Any], rate: float) -> None:
+        super().__init__(rng)
+        self.parent, self.rate = parent, rate
+
+    def _keep(self, name: str) -> bool:
+        return name in self.parent and self.rng.uniform() >= self.rate
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        v = self.parent.get(name)
+        if self._keep(name) and v in choices:
+            self.params[name] = v
+            return v
+        others = [c for c in choices if c != v] or list(choices)
+        self.params[name] = c = others[int(self.rng.integers(len(others)))]
+        return c
+
+    def _moved(self, name: str, low: float, high: float, log: bool) -> float | None:
+        v = self.parent.get(name)
+        if not isinstance(v, (int, float)) or not low <= v <= high:
+            return None
+        if self._keep(name):
+            return float(v)
+        f = math.log if log else float
+        lo, hi = f(low), f(high)
+        x = min(max(f(v) + self.rng.normal() * self.SIGMA * (hi - lo), lo), hi)
+        return math.exp(x) if log else x
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1,
+                    log: bool = False) -> int:
+        x = self._moved(name, low, high, log)
+        if x is None:
+            return super().suggest_int(name, low, high, step, log)
+        v = min(max(low + step * int(round((x - low) / step)), low), high)
+        self.params[name] = v
+        return v
+
+    def suggest_float(self, name: str, low: float, high: float, step: float | None = None,
+                      log: bool = False) -> float:
+        x = self._moved(name, low, high, log)
+        if x is None:
+            return super().suggest_float(name, low, high, step, log)
+        if step:
+            x = min(max(low + step * round((x - low) / step), low), high)
+        self.params[name] = x
+        return x
+
+
 class PricedEHVI(BaseSampler):
     """The sampler of the module docstring. `bind(pricing)` before the first ask."""
 
@@ -148,8 +209,10 @@ class PricedEHVI(BaseSampler):
                  clock: Callable[[], float] = time.monotonic,
                  quality_turns: int = 0, spread: bool = True,
                  random_every: int = RANDOM_EVERY, onehot: bool = False,
-                 per_second: bool = True, cost_cooling: bool = False) -> None:
+                 per_second: bool = True, cost_cooling: bool = False,
+                 neighbors: int = 0) -> None:
         self.seed = seed
+        self.neighbors = neighbors  # candidates near the front's members, besides the random
         self.cost_cooling = cost_cooling  # seconds weigh less as the budget is spent
         self.per_second = per_second  # the acquisition per predicted second (step 4)
         self.onehot = onehot  # categoricals one column per label (else one hashed code)
@@ -235,7 +298,7 @@ class PricedEHVI(BaseSampler):
                 done: list[tuple[dict[str, Any], float, float, float | None]],
                 ) -> dict[str, Any] | None:
         assert self._pricing is not None
-        rng, cands = self._candidates(study, number)
+        rng, cands = self._candidates(study, number, _front(done))
         if not cands:
             return None
         names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
@@ -274,26 +337,43 @@ class PricedEHVI(BaseSampler):
         return min(1.0, max(0.0, 1.0 - float(self._pricing.spent())))
 
     def _candidates(self, study: Study, number: int,
+                    parents: Sequence[Mapping[str, Any]] = (),
                     ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:
-        """Trial `number`'s generator and its priced candidates, none tried before."""
+        """Trial `number`'s generator and its priced candidates, none tried before: the
+        random ones and, mixed in evenly, `neighbors` near `parents` in turn (none without
+        parents)."""
         rng = np.random.default_rng((self.seed, number))
         tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
-        return rng, self._priced_candidates(rng, tried)
+        deadline = self.clock() + self.price_budget_s
+        keyed: list[tuple[float, _RandomTrial]] = [
+            ((i + 0.5) / self.candidates, _RandomTrial(rng)) for i in range(self.candidates)]
+        if parents:  # a generator of their own: the random candidates are the same without
+            near = np.random.default_rng((self.seed, number, 1))
+            keyed += [((i + 0.5) / self.neighbors,
+                       _NeighborTrial(near, p, 1.0 / max(len(p), 1)))
+                      for i, p in enumerate(parents[k % len(parents)]
+                                            for k in range(self.neighbors))]
+        # the two kinds evenly mixed, so a pricing deadline cuts both alike
+        trials = [t for _, t in sorted(keyed, key=lambda kt: kt[0])]
+        return rng, self._priced_candidates(trials, tried, deadline)
 
-    def _priced_candidates(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
+    def _priced_candidates(self, trials: Sequence[_RandomTrial],
+                           tried: set[tuple[tuple[str, str], ...]], deadline: float,
                            ) -> list[tuple[dict[str, Any], float]]:
-        """Random candidates that fit the budget: (Optuna params, memory objective)."""
+        """The stand-in trials' configs that fit the budget, each once: (Optuna params,
+        memory objective); pricing stops at `deadline` unless the search is repeatable."""
         assert self._pricing is not None
         out: list[tuple[dict[str, Any], float]] = []
-        deadline = self.clock() + self.price_budget_s
         has_memory = _has_memory(self._pricing.objectives)
-        for _ in range(self.candidates):
+        seen = set(tried)
+        for fake in trials:
             if self.clock() > deadline and not self._pricing.repeatable:
                 break
-            fake = _RandomTrial(rng)
             values = self._pricing.suggest(fake)
-            if params_key(fake.params) in tried:
+            key = params_key(fake.params)
+            if key in seen:
                 continue
+            seen.add(key)
             priced = self._pricing.price(values)
             if priced is not None and priced[1]:
                 memory = priced[0] if has_memory else 1.0
@@ -350,6 +430,15 @@ def _finished(study: Study, objectives: Sequence[tuple[str, str]],
         out.append((dict(t.params), sign * float(q), float(m),
                     wall if wall is not None and math.isfinite(wall) else None))
     return out
+
+
+def _front(done: Sequence[tuple[dict[str, Any], float, float, float | None]],
+           ) -> list[dict[str, Any]]:
+    """The params of the finished trials no other beats on both quality (larger) and memory
+    (smaller), by quality, best first."""
+    out = [(p, q) for p, q, m, _ in done
+           if not any(q2 >= q and m2 <= m and (q2 > q or m2 < m) for _, q2, m2, _ in done)]
+    return [p for p, _ in sorted(out, key=lambda pq: -pq[1])]
 
 
 def _labels(params: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:

@@ -80,6 +80,10 @@ EXPERIMENTS = {
                                front_rule=True),
     "ehvi-oh-q2-front": Method("ehvi-oh-q2-front", compare.ehvi(onehot=True, quality_turns=2),
                                front_rule=True),
+    # candidates near the front's members besides the random ones (`neighbors`; 0 by default)
+    "ehvi-nb-front": Method("ehvi-nb-front", compare.ehvi(neighbors=64), front_rule=True),
+    "ehvi-nb-q2-front": Method("ehvi-nb-q2-front", compare.ehvi(neighbors=64, quality_turns=2),
+                               front_rule=True),
     # as before da0e799: 8 random start-up proposals
     "ehvi-rs-q1-front": Method("ehvi-rs-q1-front",
                                compare.ehvi(quality_turns=1, **compare.RANDOM_STARTUP),
