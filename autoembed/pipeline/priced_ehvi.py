@@ -49,6 +49,8 @@ Measured in the time-boxed replays and left off (benchmarks/results/
 search_time_box_replay.md): `onehot` (categoricals one 0/1 feature per label, not a hashed
 code), `per_second=False` (the acquisition alone) and `cost_cooling` (the predicted
 seconds' exponent is the share of the search's budget left, `Pricing.spent`: CArBO).
+`neighbors=64` picked better in the time box on flights, as well on MovieLens, but reached
+95% of BBC News's front 1.75x later (benchmarks/results/search_efficiency_front_experiments.md).
 
 Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in milliseconds
 to seconds): fewer candidates then, never more time. A repeatable search

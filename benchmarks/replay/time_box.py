@@ -53,6 +53,9 @@ LAST_RULE_JSONL = RESULTS / "search_efficiency_replay_last_rule.jsonl"
 # its replays at that budget
 TURNS_BUDGET_TRIALS = 80
 COMPARE_80_JSONL = RESULTS / "search_efficiency_replay_budget80.jsonl"
+# `--front-methods`: experiments replayed beside a fresh ehvi-front as compare.py replays
+FRONT_JSONL = RESULTS / "search_efficiency_front_experiments.jsonl"
+FRONT_TABLES = ("movielens", "flights", "default", "bbcnews")
 # the issue's two tables (BBC News has a baseline, but none of its 301 configs reaches it)
 TABLES = ("movielens", "flights")
 METHODS = ("random-full", "random-asha", "ehvi-front", "ehvi-asha")
@@ -318,6 +321,13 @@ CAVEATS = """## How to read this
   score) with max-quality's. More random proposals (`ehvi-r2-front`, `ehvi-r3-front`:
   every 2nd or 3rd after the start-up, against every 4th) move the shares by no more than
   the seeds' noise, either way.
+* `ehvi-nb-front`: 64 candidates an ask near the front's members besides the 128 random ones
+  (`PricedEHVI(neighbors=64)`, SMAC's local search). It picked above the baseline more
+  often on flights (240 CPU s: 0.43 against `ehvi-front`'s 0.23; 480: 0.23 against 0.10)
+  and as often on MovieLens (0.70 against 0.67; 480: 0.90 against 0.93), but it is left
+  off: replayed as compare.py replays it reached 95% of the front 1.75x later than `ehvi`
+  on BBC News, a table it was not chosen on (0.87-0.96x on the other three;
+  search_efficiency_front_experiments.md).
 * `ehvi-rs-front` and `ehvi-rs-asha` are `ehvi` before da0e799 (8 random start-up
   proposals; these rows ran then as `ehvi-front` and `ehvi-asha`); `ehvi-front` and
   `ehvi-asha` are today's (5 start-up proposals spread over the memory axis). The
@@ -356,6 +366,37 @@ def turns_report() -> str:
     return "\n".join(lines) + "\n"
 
 
+def front_report() -> str:
+    """hv95 and best-within-noise of each `--front-methods` experiment against ehvi-front
+    replayed beside it (the same commit) and random-full at compare.py's 80-trial budget
+    (paired ratios, 95% bootstrap intervals)."""
+    recs = [r for r in compare._records(COMPARE_80_JSONL) + compare._records(FRONT_JSONL)
+            if not r["start_points"] and r["method"] != "ehvi-front"]
+    recs += [r for r in compare._records(FRONT_JSONL) if r["method"] == "ehvi-front"]
+    lines = ["# Sampler experiments and the front (issue 25)", "",
+             "Written by `benchmarks/replay/time_box.py --front --front-methods ...`: each "
+             "experiment replayed as compare.py replays (8 seeds, start points off, the "
+             "budget of 80 median trials), beside `ehvi-front` (the default) replayed at the "
+             "same commit and compare.py's `random-full` at that budget "
+             "(search_efficiency_replay_budget80.jsonl). Compute to the target as a paired "
+             "ratio, 95% bootstrap interval; below 1 the experiment is sooner.", "",
+             "| table | method | seeds | / random-full hv95 | ehvi / random-full hv95 "
+             "| / ehvi hv95 | / ehvi best-within-noise |", "|---|---|---|---|---|---|---|"]
+    tried = sorted({r["method"] for r in compare._records(FRONT_JSONL)} - {"ehvi-front"})
+    for tab in FRONT_TABLES:
+        by = {(r["method"], r["seed"]): r for r in recs if r["table"] == tab}
+        for m in tried:
+            seeds = sorted({s for mm, s in by if mm == m} & {s for mm, s in by
+                                                             if mm == "ehvi-front"})
+            if not seeds:
+                continue
+            cells = [compare._fmt_ratio(compare.ratio(by, a, b, k, seeds)) for a, b, k in (
+                (m, "random-full", "hv95"), ("ehvi-front", "random-full", "hv95"),
+                (m, "ehvi-front", "hv95"), (m, "ehvi-front", "best"))]
+            lines.append(f"| {tab} | {m} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     known = sorted(p.name.removesuffix(".jsonl.gz") for p in (HERE / "tables").glob("*.jsonl.gz"))
@@ -367,7 +408,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true", help="write the results only")
     ap.add_argument("--front", action="store_true",
                     help="replay ehvi-q1-front with compare.py's yardstick (module docstring)")
+    ap.add_argument("--front-methods", nargs="*", choices=list(compare.METHODS),
+                    metavar="METHOD", help="with --front: these (and ehvi-front) on the four "
+                    "tables into search_efficiency_front_experiments.{jsonl,md}")
     args = ap.parse_args(argv)
+    if args.front and args.front_methods is not None:
+        if not args.report:
+            compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
+            compare.run(FRONT_TABLES, HERE / "tables", range(8),
+                        ["ehvi-front", *args.front_methods], False, FRONT_JSONL)
+        (RESULTS / "search_efficiency_front_experiments.md").write_text(front_report())
+        return 0
     if args.front:
         if not args.report:
             compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
