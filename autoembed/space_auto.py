@@ -14,6 +14,10 @@ The rules (each constant below says why its value):
   (fp32 weight, gradient and two Adam moments: 16 B per value) are at least BIG_TABLE_SHARE
   of the budget; the others stay uncompressed (what TorchRec users do). With no big table,
   compression is not searched at all.
+* **Row-wise Adagrad only with a big table.** `rowwise_adagrad` is Adagrad with its state cut
+  to one value per row: a memory saving for big tables (FBGEMM's default for them), nothing
+  worth a third of the trials where no table is big (the rule above); there the table
+  optimizers are Adam and Adagrad.
 * **Compression sizes relative to the table.** Hash buckets are a share of the table's rows
   in HASH_SHARES (log scale), so never more buckets than ids; QR collisions m in
   [2, min(QR_MAX_COLLISIONS, floor(sqrt(V)))] (past sqrt(V) the remainder table outgrows the
@@ -92,6 +96,7 @@ WEIGHT_DECAYS = (0.0, 2e-5, 2e-4, 2e-3)  # L2 (Adam's weight_decay): none to str
 LR_RANGE = (0.001, 0.05)
 TABLE_OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 DECAY_OPTIMIZERS = ("adam", "rowwise_adagrad")  # those of TABLE_OPTIMIZERS that take L2
+BIG_TABLE_OPTIMIZERS = ("rowwise_adagrad",)  # memory savers: searched only with a big table
 
 
 @dataclass(frozen=True)
@@ -174,11 +179,12 @@ class AutoSpace:
                                  **({"when": {"compression": "none"}} if compression else {})}
             if len(self.seq_lens) > 1:  # documents truncated or padded to it (runner)
                 params["seq_len"] = {"choices": list(self.seq_lens)}
-        params["table_optimizer"] = {"choices": list(TABLE_OPTIMIZERS)}
+        optimizers = self.table_optimizers()
+        params["table_optimizer"] = {"choices": list(optimizers)}
         params["lr"] = {"type": "float", "low": LR_RANGE[0], "high": LR_RANGE[1], "log": True}
         # adagrad's sparse gradients take no weight decay (models.model refuses it)
-        params["weight_decay"] = {"choices": list(WEIGHT_DECAYS),
-                                  "when": {"table_optimizer": list(DECAY_OPTIMIZERS)}}
+        params["weight_decay"] = {"choices": list(WEIGHT_DECAYS), "when": {"table_optimizer": [
+            o for o in DECAY_OPTIMIZERS if o in optimizers]}}
         params["batch_size"] = {"choices": list(self.batch_sizes)}
         base: dict[str, Any] = {"dense_optimizer": "adam"}
         if self.task == "text":
@@ -195,6 +201,12 @@ class AutoSpace:
                            {"name": "throughput", "direction": "maximize"}],
             "run": self.length.run_settings(self.eval_batches),
         }
+
+    def table_optimizers(self) -> tuple[str, ...]:
+        """TABLE_OPTIMIZERS, less BIG_TABLE_OPTIMIZERS when no table is big."""
+        if self.big_tables:
+            return TABLE_OPTIMIZERS
+        return tuple(o for o in TABLE_OPTIMIZERS if o not in BIG_TABLE_OPTIMIZERS)
 
     def table_rules(self) -> list[dict[str, Any]]:
         """Per-table settings: every small table uncompressed (when any table is big)."""

@@ -162,3 +162,17 @@ def test_the_ehvi_sampler_prices_through_the_engine_and_stays_in_budget(tiny: Ta
     for t in trained:
         assert t.row is not None
         assert tiny.rows[t.row]["estimate"]["device_total"] <= budget
+
+
+def test_a_table_without_an_optimizer_drops_its_rows_and_its_choice(tiny: Table) -> None:
+    lean = tiny.without("table_optimizer", "rowwise_adagrad")
+    assert lean.header["name"] == "tiny without rowwise_adagrad"
+    # tiny holds one rowwise_adagrad row (row 5) among its 9
+    assert sorted(lean.rows) == [r for r in sorted(tiny.rows) if r != 5]
+    assert all(row != 5 for row, _ in lean.trials)
+    assert len(lean.trials) == len(tiny.trials) - len(tiny.seeds(5))
+    choices = next(p.choices for p in lean.space().params if p.name == "table_optimizer")
+    assert list(choices) == ["adam", "adagrad", "sgd"]
+    assert Table.named(REPLAY / "tables", "tiny without rowwise_adagrad").rows == lean.rows
+    with pytest.raises(ValueError, match="no choice 'lion'"):
+        tiny.without("table_optimizer", "lion")

@@ -52,6 +52,9 @@ def test_small_user_tables_get_no_compression_and_dims_bounded_by_cardinality() 
     # 600k samples / 40k rows = 15 epochs; eval every (15 x 78 steps at 512) // 8
     assert raw["run"]["epochs"] == 15 and raw["run"]["eval_every"] == 15 * 78 // 8
     assert raw["run"]["eval_batches"] == 20  # the whole 5,000-row split at batch 256
+    # no big table: row-wise Adagrad (a memory saver for big tables) is not searched
+    assert raw["params"]["table_optimizer"]["choices"] == ["adam", "adagrad"]
+    assert raw["params"]["weight_decay"]["when"] == {"table_optimizer": ["adam"]}
 
 
 def test_big_tables_are_compressed_by_shares_and_small_ones_left_alone() -> None:
@@ -71,6 +74,9 @@ def test_big_tables_are_compressed_by_shares_and_small_ones_left_alone() -> None
     assert (params["hash_buckets"]["low"], params["hash_buckets"]["high"]) == (100_000,
                                                                                5_000_000)
     parse_space(auto.to_space_dict(), "auto")
+    # a big table: row-wise Adagrad too, and it takes weight decay
+    assert params["table_optimizer"]["choices"] == ["adam", "adagrad", "rowwise_adagrad"]
+    assert params["weight_decay"]["when"] == {"table_optimizer": ["adam", "rowwise_adagrad"]}
 
 
 def test_all_big_tables_search_qr_too() -> None:

@@ -105,6 +105,32 @@ class Table:
                 t.trials[(int(r["row"]), int(r["seed"]))] = r
         return t
 
+    def without(self, param: str, value: Any) -> Table:
+        """This table as if its space had no `value` among `param`'s choices: the rows that
+        take it and their trials dropped, the choice taken out of the stored space (and of
+        the `when` lists that name it); the header's name says so (`NAME without VALUE`)."""
+        import yaml
+
+        raw = yaml.safe_load(str(self.header["space_text"]))
+        for spec in raw["params"].values():
+            if value in spec.get("when", {}).get(param, []):
+                spec["when"][param] = [v for v in spec["when"][param] if v != value]
+        choices = raw["params"][param]["choices"]
+        if value not in choices:
+            raise ValueError(f"{self.header['name']}: {param} has no choice {value!r}")
+        raw["params"][param]["choices"] = [v for v in choices if v != value]
+        header = {**self.header, "name": f"{self.header['name']} without {value}",
+                  "space_text": yaml.safe_dump(raw, sort_keys=False)}
+        rows = {r: v for r, v in self.rows.items() if v["params"].get(param) != value}
+        return Table(header, rows, {k: v for k, v in self.trials.items() if k[0] in rows})
+
+    @classmethod
+    def named(cls, tables_dir: Path, name: str) -> Table:
+        """`NAME` or `NAME without VALUE` (of the table_optimizer: `without`)."""
+        base, _, value = name.partition(" without ")
+        table = cls.load(tables_dir / f"{base}.jsonl.gz")
+        return table.without("table_optimizer", value) if value else table
+
     def seeds(self, row: int) -> list[int]:
         """The training seeds row `row` was trained with."""
         return sorted(s for (r, s) in self.trials if r == row)

@@ -229,7 +229,7 @@ def base_rates(recs: Sequence[Mapping[str, Any]]) -> list[str]:
              "baseline's test | random-full's complete trials | chance one of them is |",
              "|---|---|---|---|---|---|"]
     for name, budget in sorted({(r["table"], r["budget_s"]) for r in recs}):
-        table = Table.load(HERE / "tables" / f"{name}.jsonl.gz")
+        table = Table.named(HERE / "tables", name)
         base = (table.header.get("baseline") or {}).get("test")
         tests = [t["test_quality"] for t in table.trials.values()
                  if t.get("status") == "complete" and t.get("test_quality") is not None]
@@ -406,6 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--budget-s", type=float, nargs="*", default=[BUDGET_S])
     ap.add_argument("--report", action="store_true", help="write the results only")
+    ap.add_argument("--without", metavar="OPTIMIZER",
+                    help="replay each table without this table optimizer (`Table.without`: "
+                    "its rows dropped, the choice out of the space)")
     ap.add_argument("--front", action="store_true",
                     help="replay ehvi-q1-front with compare.py's yardstick (module docstring)")
     ap.add_argument("--front-methods", nargs="*", choices=list(compare.METHODS),
@@ -434,8 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         held = {(r["table"], r["method"], r["seed"], r["budget_s"])
                 for r in map(json.loads, JSONL.read_text().splitlines())}
     if not args.report:
-        for name in args.tables:
-            table = Table.load(HERE / "tables" / f"{name}.jsonl.gz")
+        for base_name in args.tables:
+            table = Table.load(HERE / "tables" / f"{base_name}.jsonl.gz")
+            if args.without:
+                table = table.without("table_optimizer", args.without)
+            name = table.header["name"]
             for budget in args.budget_s:
                 for seed in range(args.seeds):
                     for m in args.methods:
