@@ -328,6 +328,14 @@ CAVEATS = """## How to read this
   off: replayed as compare.py replays it reached 95% of the front 1.75x later than `ehvi`
   on BBC News, a table it was not chosen on (0.87-0.96x on the other three;
   search_efficiency_front_experiments.md).
+* `TABLE without rowwise_adagrad` (`--without rowwise_adagrad`): the table as today's
+  `--space auto` would have made it (4dadd92: row-wise Adagrad only where some table is big,
+  which none of MovieLens's or flights' is; `Table.without` drops its rows and the choice).
+  `ehvi` picks above the baseline more often there on both tables at both budgets
+  (MovieLens 0.77 and 1.00 against 0.67 and 0.93; flights 0.43 and 0.23 against 0.23 and
+  0.10); random search as often or more on MovieLens (0.87 and 1.00 against 0.87 and 0.93)
+  and less often on flights (0.20 and 0.10 against 0.40 and 0.27), whose row-wise Adagrad
+  rows were among its better ones.
 * `ehvi-rs-front` and `ehvi-rs-asha` are `ehvi` before da0e799 (8 random start-up
   proposals; these rows ran then as `ehvi-front` and `ehvi-asha`); `ehvi-front` and
   `ehvi-asha` are today's (5 start-up proposals spread over the memory axis). The
