@@ -76,6 +76,7 @@ from optuna.distributions import (
 )
 from optuna.samplers import BaseSampler, RandomSampler
 
+from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.records import ATTR, params_key
 
@@ -300,7 +301,7 @@ class PricedEHVI(BaseSampler):
                 done: list[tuple[dict[str, Any], float, float, float | None]],
                 ) -> dict[str, Any] | None:
         assert self._pricing is not None
-        rng, cands = self._candidates(study, number, _front(done))
+        rng, cands = self._candidates(study, number, _front(done) if self.neighbors else ())
         if not cands:
             return None
         names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
@@ -436,11 +437,10 @@ def _finished(study: Study, objectives: Sequence[tuple[str, str]],
 
 def _front(done: Sequence[tuple[dict[str, Any], float, float, float | None]],
            ) -> list[dict[str, Any]]:
-    """The params of the finished trials no other beats on both quality (larger) and memory
-    (smaller), by quality, best first."""
-    out = [(p, q) for p, q, m, _ in done
-           if not any(q2 >= q and m2 <= m and (q2 > q or m2 < m) for _, q2, m2, _ in done)]
-    return [p for p, _ in sorted(out, key=lambda pq: -pq[1])]
+    """The params of the finished trials on the (quality, memory) front
+    (`pareto.non_dominated`), by quality, best first."""
+    on = non_dominated([(q, m) for _, q, m, _ in done], ["maximize", "minimize"])
+    return [done[i][0] for i in sorted(on, key=lambda i: -done[i][1])]
 
 
 def _labels(params: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
