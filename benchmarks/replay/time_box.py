@@ -450,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for base_name in args.tables:
             table = Table.load(HERE / "tables" / f"{base_name}.jsonl.gz")
             if args.without:
-                table = table.without("table_optimizer", args.without)
+                try:
+                    table = table.without("table_optimizer", args.without)
+                except ValueError as e:
+                    ap.error(f"--without {args.without}: {e}")
             name = table.header["name"]
             for budget in args.budget_s:
                 for seed in range(args.seeds):
