@@ -1,6 +1,6 @@
 """The `autoembed` command line: parse, call one library function, print.
 
-Exit status (DESIGN.md, Contracts): 0 done; 1 failure while running; 2 bad input;
+Exit status (docs/contracts.md#exit-status): 0 done; 1 failure while running; 2 bad input;
 3 does not fit the budget; 130 interrupted. Bad input never shows a traceback.
 """
 

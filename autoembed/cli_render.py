@@ -13,7 +13,7 @@ from autoembed.price import Priced
 
 __all__ = ["console", "print_estimate", "estimate_json", "does_not_fit"]
 
-# the JSON object's keys, in order (DESIGN.md's contract figures first)
+# the JSON object's keys, in order (the contract's figures first: docs/contracts.md#memory-figures)
 _JSON_KEYS = ("method", *BYTE_FIGURES, "tables", "budget", "fits", "peak_phase", "gpus",
               "sharding", "per_gpu", "host_bytes", "host_budget", "host_fits", "cache")
 

@@ -1,4 +1,5 @@
-"""Error types shared by every stage; the CLI maps them to DESIGN.md's exit codes."""
+"""Error types shared by every stage; the CLI maps them to the exit codes
+(docs/contracts.md#exit-status)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Measurement rules: torch threads are pinned (`RunSettings.threads`); the first
 `warmup_steps` steps and all evaluation are excluded from throughput; device, versions and
 thread count are recorded with every result. On CUDA, peak memory is measured with
 `torch.cuda.max_memory_allocated/reserved`; on CPU the estimate stands in for device memory
-and the process RSS high-water has its own field (DESIGN.md, Contracts).
+and the process RSS high-water has its own field (docs/contracts.md#memory-figures).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A guard Ray runs in every worker process (runtime_env `worker_process_setup_hook`): any
 import of mlflow or optuna there raises ImportError and is logged, so a trial that opened
-the study's stores (DESIGN.md: only the driver writes them) fails and is seen to."""
+the study's stores (docs/contracts.md: only the driver writes them) fails and is seen to."""
 
 from __future__ import annotations
 

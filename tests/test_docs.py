@@ -134,4 +134,41 @@ def test_readme_is_a_short_front_door_whose_links_resolve() -> None:
         assert target.exists(), link
         if anchor:
             assert anchor in _anchors(target.read_text()), link
-    assert "../shared" not in readme and "/work/" not in readme
+    assert _OUTSIDE[2] not in readme and "/work/" not in readme
+
+
+# Files a clone does not have, spelled in pieces so that this file does not name them.
+_OUTSIDE = ("DESIGN" + ".md", "REFERENCES" + ".md", ".." + "/shared")
+_OWN_TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ".cfg", ".rst"}
+
+
+def _own_text_files() -> list[Path]:
+    """The project's own text files: the package, tests, docs, spaces, scripts, benchmarks'
+    code and the README (the benchmarks' results are data, and runs/ is output)."""
+    files = [ROOT / "README.md", ROOT / "pyproject.toml"]
+    for top in ("autoembed", "tests", "docs", "search_spaces", "scripts", "examples",
+                "benchmarks"):
+        files += [p for p in (ROOT / top).rglob("*") if p.suffix in _OWN_TEXT
+                  and "results" not in p.parts and "__pycache__" not in p.parts]
+    return files
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    """The contracts live in docs/contracts.md; no file sends a reader to a document a
+    clone does not contain."""
+    found = [f"{p.relative_to(ROOT)}:{n}: {name}"
+             for p in _own_text_files()
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             for name in _OUTSIDE if name in line]
+    assert not found, "\n".join(found)
+
+
+def test_every_pointer_to_the_contracts_names_one_of_its_headings() -> None:
+    """`docs/contracts.md#<heading>` in a comment or docstring must name a heading of that page,
+    so a pointer cannot go stale when a section is renamed."""
+    anchors = _anchors((DOCS / "contracts.md").read_text())
+    pointers = [(p, a) for p in _own_text_files()
+                for a in re.findall(r"contracts\.md#([\w-]+)", p.read_text(errors="replace"))]
+    assert len(pointers) >= 15
+    stale = [f"{p.relative_to(ROOT)}: #{a}" for p, a in pointers if a not in anchors]
+    assert not stale, stale

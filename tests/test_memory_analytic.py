@@ -129,7 +129,8 @@ def test_hash_qr_mixed_shared_parameters() -> None:
 
 
 def test_serving_bytes_fbgemm_rows() -> None:
-    # 10M x 128 (REFERENCES.md): int8 rows 128 + 4 -> 144 B aligned; int4 64 + 4 -> 80 B.
+    # 10M x 128 (docs/contracts.md#fbgemm-row-formats): int8 rows 128 + 4 -> 144 B aligned;
+    # int4 64 + 4 -> 80 B.
     for serving, row in (("int8", 144), ("int4", 80), ("none", 512)):
         e = estimate(
             text(10_000_000, 128, serving=serving, table_optimizer="sgd", dense_optimizer="sgd")

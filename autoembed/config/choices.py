@@ -50,7 +50,7 @@ CACHE_POLICIES = ("lru", "lfu")
 HOST_CACHE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
 HOST_CACHE_COMPRESSIONS = ("none", "hash")
 # fp16 cannot represent 1e-8 (smallest subnormal is 6e-8): Adam's default eps rounds to 0 and
-# rows a step does not touch become 0/0 = NaN (REFERENCES.md, low precision pitfalls).
+# rows a step does not touch become 0/0 = NaN (docs/contracts.md#low-precision).
 FP16_MIN_ADAM_EPS = 1e-4
 
 # Compressions a single table may carry (`shared` is one table for all fields: config-wide).

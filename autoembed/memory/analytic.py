@@ -75,7 +75,7 @@ STATE_MULTIPLIER = {
     "sparse_adam": 2,
     "rowwise_adagrad": 0,
 }
-# FBGEMM row-wise Adagrad keeps one fp32 accumulator per row (REFERENCES.md).
+# FBGEMM row-wise Adagrad keeps one fp32 accumulator per row (docs/contracts.md#optimizer-state).
 ROWWISE_STATE_BYTES = 4
 # Param-sized temporaries of the foreach (multi-tensor) step on dense gradients, the path
 # CUDA takes by default (torch/optim/*.py `_multi_tensor_*`): Adam/AdamW allocate
@@ -573,7 +573,8 @@ def with_host_cache(est: MemoryEstimate, config: EmbeddingConfig) -> MemoryEstim
 
 @dataclass(frozen=True)
 class SparseGradient:
-    """One table's sparse gradient (one row per id looked up: REFERENCES.md) and its sparse
+    """One table's sparse gradient (one row per id looked up:
+    docs/contracts.md#sparse-gradients) and its sparse
     optimizer step, in 512 B blocks: `backward`, its values (parameter dtype) and int64
     indices, live from the backward; `step_blocks`, the same in the step (fp32 values under
     *_master); `temporaries`, the step's coalesced copy (values and indices of the distinct
@@ -609,7 +610,7 @@ def sparse_gradient(
 def sparse_terms(config: EmbeddingConfig) -> tuple[int, int, int]:
     """(sparse gradients, the same during the step, largest sparse-step temporaries) in
     bytes: what a fake-tensor trace cannot see, since a sparse gradient's row count is
-    data-dependent (REFERENCES.md: one row per lookup)."""
+    data-dependent (docs/contracts.md#sparse-gradients)."""
     config = config.resolve()
     pr = _price(config, param_specs(config), config.batch_size)
     return pr.sparse_grads, pr.sparse_step_grads, pr.sparse_temporaries

@@ -1,4 +1,5 @@
-"""Memory figures (DESIGN.md, Contracts) and the CUDA caching allocator's rounding rules."""
+"""Memory figures (docs/contracts.md#memory-figures) and the CUDA caching allocator's rounding
+rules."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ LARGE_SEGMENT = 20 << 20
 # Larger requests are rounded up to kRoundLarge (2 MiB).
 ROUND_LARGE = 2 << 20
 # CUDA context + kernels loaded by torch, outside both allocator figures. Driver- and
-# GPU-dependent: 300-600 MB on A100/H100 class GPUs with CUDA 12 (REFERENCES.md, allocator);
+# GPU-dependent: 300-600 MB on A100/H100 class GPUs with CUDA 12 (docs/contracts.md#cuda-context);
 # the default takes the high end so that `fits` errs on the safe side. Override with
 # --context-bytes.
 CUDA_CONTEXT_BYTES = 512 * 2**20
@@ -199,7 +200,7 @@ class GpuShare:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes by category for one training step, and the figures DESIGN.md names.
+    """Bytes by category for one training step, and the figures docs/contracts.md names.
 
     Each category is its own high-water mark; `allocated_peak` is the concurrent peak (what
     torch.cuda.max_memory_allocated would read), `reserved_peak` the allocator segments,

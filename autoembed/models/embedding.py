@@ -20,7 +20,8 @@ Pooling of a field's [B, L] ids into [B, D]:
 * ``naive``: `F.embedding` to [B, L, D], then the mean over dim 1 -- the seed's baseline.
   Text keeps the seed's plain mean over all S positions (pad rows are zero); CTR divides by
   the bag size. Gradient checkpointing may wrap this block, but an embedding followed by a
-  mean saves only the indices for backward, so it saves little (REFERENCES.md).
+  mean saves only the indices for backward, so it saves little
+  (docs/contracts.md#checkpointing-after-mean-pooling).
 
 Compression (storage is fixed by `autoembed.config.param_specs`; each table is its
 compression's `autoembed.nn` storage, which holds the layout and the id -> row math):

@@ -22,7 +22,8 @@ example with the loss its forward returns (or `loss(output, example)`), holding 
 Gradient checkpointing (`config.checkpointing`) recomputes the dense tower and the naive
 [B, S, D] lookup + mean block (`torch.utils.checkpoint`, use_reentrant=False). An embedding
 lookup followed by mean pooling saves only the indices for backward, so checkpointing pays
-off only over the tower and materialised intermediates (REFERENCES.md).
+off only over the tower and materialised intermediates
+(docs/contracts.md#checkpointing-after-mean-pooling).
 
 Fake tensors (`torch._subclasses.fake_tensor.FakeTensorMode`): `make_trainer` and `step`
 run with every parameter, batch and state fake, so the traced memory estimator sees one

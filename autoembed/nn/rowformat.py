@@ -1,7 +1,8 @@
 """FBGEMM-style row-wise quantized embedding rows (int8 and int4), packed into uint8 bytes.
 
 Layout of one row, as FBGEMM's inference table-batched embeddings store it
-(`IntNBitTableBatchedEmbeddingBagsCodegen`, SparseType.INT8 / INT4; REFERENCES.md):
+(`IntNBitTableBatchedEmbeddingBagsCodegen`, SparseType.INT8 / INT4;
+docs/contracts.md#fbgemm-row-formats):
 
     [ scale: fp16 (2 B) | bias: fp16 (2 B) | D values of `bits` bits | zero padding ]
 
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 # FBGEMM aligns every quantized row to 16 bytes (kINT8QparamsBytes / row alignment in
-# fbgemm_gpu split_table_batched_embeddings, REFERENCES.md).
+# fbgemm_gpu split_table_batched_embeddings, docs/contracts.md#fbgemm-row-formats).
 ROW_ALIGN_BYTES = 16
 # fp16 scale + fp16 bias in front of every row, bytes.
 QPARAM_BYTES = 4

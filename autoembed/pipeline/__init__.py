@@ -11,7 +11,8 @@ before it runs (`feasibility`), an executor runs the ones that fit (Ray Tune by 
 (`report`, `outputs`); docs/ARCHITECTURE.md has the stages. Ray and Optuna load only when a
 search runs, so importing this is cheap.
 
-`autoembed.search` is this package's `search` (DESIGN.md: the Python API mirrors the CLI).
+`autoembed.search` is this package's `search` (the Python API mirrors the CLI:
+docs/contracts.md#imports-and-the-python-api).
 """
 
 from __future__ import annotations

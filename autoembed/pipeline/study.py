@@ -2,8 +2,8 @@
 
 One SQLite file per runs directory (`<runs-dir>/optuna.db`) by default, or any database
 Optuna's RDBStorage takes (`--storage postgresql://...` for a team: see docs/clusters.md);
-one study per `--study` name. Only the driver process calls these functions (DESIGN.md,
-who writes the stores).
+one study per `--study` name. Only the driver process calls these functions
+(docs/contracts.md#who-writes-each-store-and-file).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe
 DEFAULT_SAMPLER = "ehvi"
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
-# (REFERENCES.md, Optuna 5): a small population lets it evolve within a short search.
+# (docs/contracts.md#nsga-iis-population): a small population lets it evolve within a short search.
 NSGA2_POPULATION = 8
 # TPE: random proposals before the model is used; infeasible proposals count as
 # observations too, so this is reached within the first few trained trials.

@@ -1,7 +1,7 @@
 """The Ray Tune trainable: runs in a Ray worker, runs one trial with its workload's trial
 runner, reports through Tune. One trainable for every workload.
 
-It never opens the Optuna or MLflow stores (DESIGN.md: only the driver writes them): it gets
+It never opens the Optuna or MLflow stores (docs/contracts.md: only the driver writes them): it gets
 the payload as plain data in the Tune config and the workload's runner (a module-level
 function Ray pickles by reference) and sends back every validation evaluation
 (`tune.report`, which a scheduler may answer by stopping the trial) and one final report

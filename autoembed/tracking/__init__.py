@@ -1,6 +1,6 @@
 """Tracking: where a search's runs are recorded (MLflow by default).
 
-The search — only its driver process (DESIGN.md, Contracts: who writes the stores) — calls
+The search — only its driver process (docs/contracts.md#who-writes-each-store-and-file) — calls
 a `SearchTracker`: `start` once, `trial`/`trials` for finished or rejected trials (through
 the recorder's `TrackerSink`, in batches), `finish` once with the Pareto front, `close`
 always. `NullTracker` records nothing.
