@@ -12,7 +12,6 @@ large ones (hundreds of MB to GBs, where a budget binds); fake tensors make size
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections.abc import Callable, Sequence
@@ -20,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, markdown_table, stamp, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS,
+    markdown_table,
+    read_jsonl,
+    stamp,
+    write_jsonl,
+    write_result,
+)
 
 from autoembed.config import EmbeddingConfig, TableConfig  # noqa: E402
 from autoembed.memory import estimate  # noqa: E402
@@ -147,7 +153,7 @@ def report(recs: list[dict[str, Any]], command: str) -> str:
         ["ratio", "analytic MB", "traced MB", "config"],
         [[f"{ratio(r, 'reserved'):.3f}", f"{r['analytic_reserved'] / 1e6:.1f}",
           f"{r['traced_reserved'] / 1e6:.1f}", describe(r)] for r in loose[:5]]), ""]
-    body.append(f"Every config: `{command}` writes results/analytic_vs_traced.jsonl.")
+    body.append(f"Every config: `{command}` writes results/analytic_vs_traced.jsonl.gz.")
     return "\n".join(body)
 
 
@@ -159,16 +165,16 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the .md from the .jsonl on file, measuring nothing")
     args = ap.parse_args()
-    store = RESULTS / "analytic_vs_traced.jsonl"
+    store = RESULTS / "analytic_vs_traced.jsonl.gz"
     if args.report_only:
-        recs = [json.loads(line) for line in store.read_text().splitlines()]
+        recs = read_jsonl(store)
     else:
         recs = measure("small", small_config, args.small, args.seed)
         recs += measure("large", large_config, args.large, args.seed)
         line = stamp()
         recs = [{**rec, "stamp": line} for rec in recs]
         RESULTS.mkdir(parents=True, exist_ok=True)
-        store.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
+        write_jsonl(store, recs)
     command = (f"nice -n 19 python benchmarks/analytic_vs_traced.py --small {args.small} "
                f"--large {args.large} --seed {args.seed}")
     write_result("analytic_vs_traced", "Analytic against traced peaks (randomized configs)",

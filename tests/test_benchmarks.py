@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -390,3 +391,51 @@ def test_compression_qr_takes_the_most_rows_that_fit(v: int, rows: int) -> None:
     best = max(-(-v // m) + m for m in range(2, v + 1) if -(-v // m) + m <= rows)
     table, _ = _table("qr", v, rows * DIM, LookupSpec("mean", False, False), None, 0)
     assert table.q_weight.shape[0] + table.r_weight.shape[0] == best
+
+
+RESULTS = BENCH / "results"
+DOCS_PAGE = BENCH.parent / "docs" / "benchmarks.md"
+
+
+def _listed_results() -> list[str]:
+    """The first column of docs/benchmarks.md's "Every results file" table."""
+    page = DOCS_PAGE.read_text()
+    section = page.split("## Every results file", 1)[1]
+    return re.findall(r"^\| `([^`]+)` \|", section, flags=re.M)
+
+
+def test_every_results_file_is_listed_once_as_current_and_nothing_else_is() -> None:
+    listed = _listed_results()
+    assert len(listed) == len(set(listed)), sorted(n for n in listed if listed.count(n) > 1)
+    held = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    assert sorted(listed) == held
+
+
+def test_results_stay_under_two_megabytes() -> None:
+    size = sum(p.stat().st_size for p in RESULTS.iterdir() if p.is_file())
+    assert size < 2 * 2**20, f"benchmarks/results/ holds {size:,} bytes"
+
+
+def test_every_results_link_in_the_docs_resolves() -> None:
+    root = BENCH.parent
+    pages = [root / "README.md", BENCH / "README.md", BENCH / "replay" / "README.md",
+             *sorted((root / "docs").glob("*.md"))]
+    broken = [f"{page.relative_to(root)}: {link}" for page in pages
+              for link in re.findall(r"\]\(([^)\s#]*results/[^)\s#]+)", page.read_text())
+              if not (page.parent / link).exists()]
+    assert not broken, broken
+
+
+def test_results_jsonl_reads_plain_and_gzipped_and_drops_a_torn_tail(tmp_path: Path) -> None:
+    from _common import append_jsonl, read_jsonl, results_stem, write_jsonl
+
+    for name in ("r.jsonl", "r.jsonl.gz"):
+        path = tmp_path / name
+        write_jsonl(path, [{"a": 1}, {"a": 2}])
+        before = path.stat().st_size
+        append_jsonl(path, {"a": 3})
+        assert read_jsonl(path) == [{"a": 1}, {"a": 2}, {"a": 3}]
+        data = path.read_bytes()
+        path.write_bytes(data[:(before + len(data)) // 2])  # killed inside the last record
+        assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
+        assert results_stem(path) == tmp_path / "r"

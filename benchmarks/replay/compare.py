@@ -4,7 +4,7 @@
     nice -n 10 .venv/bin/python benchmarks/replay/compare.py --seeds 8      # run, then write
     .venv/bin/python benchmarks/replay/compare.py --report                  # write only
 
-Every replay is appended to results/search_efficiency_replay.jsonl as it ends (a rerun skips
+Every replay is appended to results/search_efficiency_replay.jsonl.gz as it ends (a rerun skips
 those held), then results/search_efficiency_replay.md and .png are written from it.
 
 **The yardstick.** Compute = the replay's clock with one worker: every trial's CPU seconds
@@ -31,7 +31,6 @@ hold different numbers of seeds (the `seeds` column): each ratio pairs the seeds
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -44,20 +43,22 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402 - imports no peer's package until a peer is built
+from _common import append_jsonl, read_jsonl, results_stem  # noqa: E402
 from harness import Method, Replay, ReplayResult  # noqa: E402
 from table import Table  # noqa: E402
 
 RESULTS = HERE.parent / "results"
-JSONL = RESULTS / "search_efficiency_replay.jsonl"
+JSONL = RESULTS / "search_efficiency_replay.jsonl.gz"
 TABLES = ("default", "movielens", "flights", "bbcnews")
 FRACTIONS = (0.90, 0.95, 0.99)
 # A replay's budget: this many median full-length trials of the table. The baseline of every
 # ratio, random search at full fidelity, must reach the targets within it, or the ratios are
 # only upper bounds: at 80 it reached hv95 in 4 of 8 seeds on flights, 2 of 8 on MovieLens
-# and 1 of 8 on BBC News (search_efficiency_replay_budget80.jsonl); at 320 in 8, 8 and 7.
+# and 1 of 8 on BBC News (those replays: git history, fbf29c6); at 320 in 8, 8 and 7.
 BUDGET_TRIALS = 320
 
 
@@ -244,13 +245,7 @@ def _held(path: Path) -> dict[tuple[str, str, int, bool], float]:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-    return out
+    return read_jsonl(path)  # a torn last record of a killed run dropped
 
 
 def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
@@ -267,8 +262,7 @@ def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
                 rec = run_one(table, stick, m, seed, start_points)
                 rec["commit"] = _commit()
                 rec["load"] = list(os.getloadavg())
-                with jsonl.open("a") as f:
-                    f.write(json.dumps(rec) + "\n")
+                append_jsonl(jsonl, rec)
                 print(f"{name} {m} seed {seed}: {rec['trials']} trials, hv95 {rec['hv95']}, "
                       f"best {rec['best']}, {rec['harness_s']:.1f} s", flush=True)
 
@@ -324,7 +318,7 @@ def report(path: Path = JSONL) -> str:
         if sub:
             lines += _section(sub, sp)
     lines += _leave_one_out([r for r in recs if not r["start_points"]])
-    lines += [f"![anytime HV]({path.with_suffix('.png').name})", "", CAVEATS]
+    lines += [f"![anytime HV]({results_stem(path).name}.png)", "", CAVEATS]
     return "\n".join(lines)
 
 
@@ -422,17 +416,17 @@ CAVEATS = """## How to read this, and what is not here
 * The quality axis of HV starts at the table's worst seed-0 row, so a search's first decent
   trial already holds 70-80% of the reference HV (the figure): hv90/95 separate methods
   little, hv99 and `best` more.
-* A proposal is snapped to the nearest trained row (about 300 per table here; earlier runs:
-  search_efficiency_replay_160rows.md on the tables at about 160 rows, and
-  search_efficiency_replay_81rows.md at about 80, with the prior, cost-aware TPE and plain
-  TPE beside); a repeat of a row is charged as a new trial at another training seed.
-  Replay seed k seeds its sampler 1000 + k (the tables' rows were drawn at seed 0; the
-  earlier runs used k, so their seed 0 of a random method retraced the rows).
+* A proposal is snapped to the nearest trained row (about 300 per table here; earlier runs
+  on the tables at about 160 and about 80 rows, the latter with the prior, cost-aware TPE
+  and plain TPE beside, are in the git history at fbf29c6); a repeat of a row is charged
+  as a new trial at another training seed. Replay seed k seeds its sampler 1000 + k (the
+  tables' rows were drawn at seed 0; the earlier runs used k, so their seed 0 of a random
+  method retraced the rows).
 * Censoring: a search that does not reach a target within the budget (320 median trials
   of the table, `BUDGET_TRIALS`) counts at the budget. At 80, the budget before ef42e9b,
   random search at full fidelity, the baseline of every ratio, reached hv95 in 4 of 8
   seeds on flights, 2 of 8 on MovieLens and 1 of 8 on BBC News, so the ratios to it were
-  upper bounds (those replays: search_efficiency_replay_budget80.jsonl; ehvi-front's hv95
+  upper bounds (those replays: git history at fbf29c6; ehvi-front's hv95
   there: 0.41 [0.29, 0.58] flights, 0.27 [0.18, 0.44] MovieLens, 0.57 [0.44, 0.76] default,
   0.74 [0.55, 0.91] BBC News). At 320 random-full reaches it in every seed but one on BBC
   News (start points off), so the ratios to random-full are nearly uncensored. With 300
@@ -450,7 +444,7 @@ CAVEATS = """## How to read this, and what is not here
   compute on the replay's clock (the replay on those seeds: 0.41x [0.30, 0.67]); 2 of the 5
   random searches fell short of hv95 in 60 trials and count at their last, so the live
   ratio is an upper bound. The same `ehvi` seeds run before under load 4-5 (02cc6ba and
-  eda5873: search_live_vs_replay_ehvi_loaded.jsonl) took the same 9.8 trials and 46 s.
+  eda5873; git history at fbf29c6) took the same 9.8 trials and 46 s.
   Before its spread start-up (the 81-row table) `ehvi` reached hv95 after 11 trials (the
   replay: 10).
   `tpe-mix` reached hv95 on 2 of 5 within 40 trials (the replay: 17 of 20): the replay
@@ -477,7 +471,7 @@ CAVEATS = """## How to read this, and what is not here
 * The front rule (`-front`, and `ehvi-asha`, `tpe-mix-*-asha`) counts, since 3e6b99b, the
   best evaluation a trial keeps (validation selection, the real-data tables): before, a
   curve that peaked and then overfit was stopped for its decline and its best lost (the
-  replays before it: search_efficiency_replay_last_rule.jsonl). Every replay of flights,
+  replays before it: git history at fbf29c6). Every replay of flights,
   MovieLens and the default table here ran after it, at 320 (commits from ef42e9b on). On
   BBC News `ehvi-front` and `ehvi-asha` with start points off were replayed after it; its
   start-points-on rows and `tpe-mix-front` are from before it.
@@ -500,8 +494,8 @@ CAVEATS = """## How to read this, and what is not here
   before and 22 s after): there they charge the older, larger decision time, as do
   `ehvi-rs-*` on BBC News. b6bd7ff made the tie-break cheaper again (5 ms against 12 ms
   on a 31-member front). `st-moasha` as shipped was not replayed at 320 on flights,
-  MovieLens and the default table (at 80 it was 1.1-1.7x random:
-  search_efficiency_replay_budget80.md).
+  MovieLens and the default table (at 80 it was 1.1-1.7x random; that report is in the
+  git history at fbf29c6).
 * `ehvi` prices 128 candidates and fits two tree ensembles an ask: its decision time (0.1 to
   0.3 s of thread time an ask) is on the clock, as every method's is.
 * `ehvi`'s other constants (128 candidates, every 4th proposal random, 64 trees) were set
@@ -574,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     missing = [t for t in args.tables if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
     if args.report and not args.jsonl.exists():
-        held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl"))
+        held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl*"))
         ap.error(f"--jsonl {args.jsonl}: no such file of replays; run the replays first, or "
                  f"name one in {RESULTS}: {', '.join(held)}")
     if missing and not args.report:
@@ -596,8 +590,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.start_points, args.jsonl)
         if args.jsonl != JSONL:
             return 0  # merged into JSONL and reported by a later --report
-    (args.jsonl.with_suffix(".md")).write_text(report(args.jsonl))
-    figure(args.jsonl, args.jsonl.with_suffix(".png"))
+    stem = results_stem(args.jsonl)
+    stem.with_suffix(".md").write_text(report(args.jsonl))
+    figure(args.jsonl, stem.with_suffix(".png"))
     return 0
 
 

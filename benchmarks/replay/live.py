@@ -14,7 +14,7 @@ figures) or, `--start-points`, on (the default, trained first; the replay's seco
 section). Every search is appended to results/search_live_vs_replay.jsonl as it ends (a
 rerun skips the seeds held); then results/search_live_vs_replay.md is written beside the
 replay's records of the same method (`tpe-mix-front`, `ehvi-front`, `random-full`) and
-start points in results/search_efficiency_replay.jsonl, and each live method's compute to
+start points in results/search_efficiency_replay.jsonl.gz, and each live method's compute to
 the targets over live random search's on the seeds both hold (`ratios`), beside the
 replay's ratio on the same seeds.
 
@@ -161,14 +161,18 @@ def measure(table: Table, stick: Yardstick, seed: int, trials: int,
     return rec
 
 
-SPARSE = compare.RESULTS / "search_efficiency_replay_81rows.jsonl"  # the tables at ~80 rows
+# Files of compare.py's replays the report reads (`--replays`): the current one by default.
+# The live searches against the tables at about 80 rows were set beside the replays of
+# those tables, which are in the git history at fbf29c6
+# (benchmarks/results/search_efficiency_replay_81rows.jsonl there): name it to report them.
+REPLAYS: list[Path] = [compare.JSONL]
 
 
 def _replay_side(table: str, method: str, start_points: bool,
                  rows: int) -> list[dict[str, Any]]:
     """The replays of `method` on the table as dense as the live searches' yardstick was
     (records before densities were recorded: the 81-row tables)."""
-    recs = [r for path in (compare.JSONL, SPARSE) if path.exists() for r in _records(path)
+    recs = [r for path in REPLAYS if path.exists() for r in _records(path)
             if r["table"] == table and r["method"] == method
             and r["start_points"] == start_points and r.get("rows", 81) == rows]
     for r in recs:
@@ -191,7 +195,7 @@ def report(table: str) -> str:
     lines = ["# Live searches against the replay (issue 25)", "",
              "Written by `benchmarks/replay/live.py` (its docstring says what is measured) "
              "from `search_live_vs_replay.jsonl` and the replay's records of the same method "
-             "in `search_efficiency_replay.jsonl`.", "",
+             f"in {', '.join(f'`{p.name}`' for p in REPLAYS)}.", "",
              "Mean ± standard deviation over the seeds that reached the target (a seed that "
              "did not is counted in the 'reached' figure, not in the mean).", ""]
     if not recs:
@@ -294,7 +298,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="start points on (the default search's), trained first")
     ap.add_argument("--sampler", choices=list(METHODS), default="tpe-mix")
     ap.add_argument("--report", action="store_true", help="write the results file only")
+    ap.add_argument("--replays", type=Path, nargs="+", default=REPLAYS, metavar="JSONL",
+                    help="compare.py's replay records to report beside the live searches "
+                         "(default: the current results file)")
     a = ap.parse_args(argv)
+    missing = [str(p) for p in a.replays if not p.exists()]
+    if missing:
+        ap.error(f"--replays {' '.join(missing)}: no such file of replays")
+    REPLAYS[:] = a.replays
     path = a.tables_dir / f"{a.table}.jsonl.gz"
     if not a.report and not path.exists():
         ap.error(f"--table {a.table}: no such table in {a.tables_dir}; use the name of one of "

@@ -17,18 +17,18 @@ unpaired noise (the live search pairs trials on their validation scores, which t
 not keep; the unpaired slack is the wider one). Also `max-quality` for comparison. The pick's
 test score is the trained record's (`test_quality`).
 
-Writes benchmarks/results/search_time_box_replay.{md,jsonl}. `--front` also replays
+Writes benchmarks/results/search_time_box_replay.{md,jsonl.gz}. `--front` replays
 `ehvi-q1-front` with compare.py's yardstick (8 seeds, start points off, at the budget of
-80 median trials that compare.py used then) on the
-tables with a baseline and the default table, into search_efficiency_quality_turns.jsonl,
-and reports it beside compare.py's ehvi-front and random-full: what the quality turns cost
-the front.
+80 median trials that compare.py used then) on the tables with a baseline and the default
+table, beside `ehvi-front` and `random-full` replayed the same way, into
+search_efficiency_quality_turns.jsonl.gz, and reports what the quality turns cost the
+front; `--front --front-methods M ...` does the same for other variants, into
+search_efficiency_front_experiments.jsonl.gz. Each report reads its own file alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -38,23 +38,24 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import compare  # noqa: E402
+from _common import append_jsonl, read_jsonl  # noqa: E402
 from harness import Method, Replay  # noqa: E402
 from table import Table  # noqa: E402
 
 RESULTS = HERE.parent / "results"
-JSONL = RESULTS / "search_time_box_replay.jsonl"
-TURNS_JSONL = RESULTS / "search_efficiency_quality_turns.jsonl"
+JSONL = RESULTS / "search_time_box_replay.jsonl.gz"
+TURNS_JSONL = RESULTS / "search_efficiency_quality_turns.jsonl.gz"
 TURNS_TABLES = ("movielens", "flights", "default")
-LAST_RULE_JSONL = RESULTS / "search_efficiency_replay_last_rule.jsonl"
-# the quality turns were replayed at compare.py's budget of then (80 median trials), beside
-# its replays at that budget
+# the quality turns were replayed at compare.py's budget of then (80 median trials)
 TURNS_BUDGET_TRIALS = 80
-COMPARE_80_JSONL = RESULTS / "search_efficiency_replay_budget80.jsonl"
+# what a `--front` experiment is set beside, replayed into the experiment's own file
+FRONT_BASES = ("ehvi-front", "random-full")
 # `--front-methods`: experiments replayed beside a fresh ehvi-front as compare.py replays
-FRONT_JSONL = RESULTS / "search_efficiency_front_experiments.jsonl"
+FRONT_JSONL = RESULTS / "search_efficiency_front_experiments.jsonl.gz"
 FRONT_TABLES = ("movielens", "flights", "default", "bbcnews")
 # the issue's two tables (BBC News has a baseline, but none of its 301 configs reaches it)
 TABLES = ("movielens", "flights")
@@ -182,7 +183,9 @@ def report(recs: Sequence[Mapping[str, Any]], live: str) -> str:
              "Written by `benchmarks/replay/time_box.py` (its docstring says how). Each row: "
              "searches replayed at one budget with start points off; the share of seeds whose "
              "pick's test score is at or above the table's logistic-regression baseline, with a "
-             "95% Wilson interval, and the chance of 3 of 3 (share cubed).", ""]
+             "95% Wilson interval, and the chance of 3 of 3 (share cubed). Records: "
+             "`search_time_box_replay.jsonl.gz`; `time_box.py --report` rewrites this file "
+             "from them.", *_stamp(recs), ""]
     keys = sorted({(r["table"], r["budget_s"]) for r in recs})
     lines += ["| table | budget (CPU s) | method | seeds | trials (complete/pruned) | "
               "within-noise at or above | 3 of 3 | max-quality at or above | trained one "
@@ -281,22 +284,21 @@ CAVEATS = """## How to read this
   other bound.
 * The within-noise pick keeps to the search's floor (0ddcd9d; `pareto.pick`): where the
   best member reaches the baseline's validation score, so must the pick. Before it (picks
-  kept in search_time_box_replay_nofloor.jsonl) the rule could choose a cheaper member
+  in the git history at fbf29c6) the rule could choose a cheaper member
   within noise of the best but below the baseline on validation: `ehvi-front` was at or
   above the baseline's test score in 11 of 30 MovieLens seeds (14 with the floor),
   `random-full` in 15 (17). The floor changes no `max-quality` pick. Since 0e1c81d a
   cheaper member must clear the floor by one standard error of a validation score, else
   the best member is the pick (the table above: both rules on the same replays; the
-  records before it, at da0e799 and earlier, are in
-  search_time_box_replay_floor_reached.jsonl).
+  records before it, at da0e799 and earlier, are in the git history at fbf29c6).
 * The tables were trained before the validation split was read in random order (8144725;
   benchmarks/replay/README.md, "Validation order"): flights' validation then read the
   earliest dates (a batch-size-dependent bias between validation and test), so its shares
   here are those of the old objective; live flights searches after the fix picked at or
   above the baseline in 3 of 3 seeds.
 * The front-rule methods (`-front`, `ehvi-asha`) ran after 3e6b99b, when the front rule
-  began to count the best evaluation a trial keeps; before it (rows kept in
-  search_time_box_replay_last_rule.jsonl) the rule stopped curves that peaked and then
+  began to count the best evaluation a trial keeps; before it (rows in the git history at
+  fbf29c6) the rule stopped curves that peaked and then
   overfit and lost their best: on MovieLens `random-front` lost the best pick of
   `random-full` (the same proposals) in 9 of 30 seeds and gained it in none, and
   `ehvi-front` was at or above the baseline in 0.17 (within-noise) and 0.30 (max-quality).
@@ -305,14 +307,14 @@ CAVEATS = """## How to read this
   of quality alone; `random-front`: random proposals with the front rule).
 * Quality turns pick better in the box (at 240 CPU s on MovieLens `ehvi-q2-front` as
   often as random search), but the front pays: with every model turn a quality turn
-  (`ehvi-q3-front`, replayed as compare.py replays at 37e9d90, the same sampler code:
-  search_efficiency_replay_q3.jsonl, seeds 0-7 of the default table and 0-3 of BBC News)
+  (`ehvi-q3-front`, replayed as compare.py replays at 37e9d90, the same sampler code;
+  seeds 0-7 of the default table and 0-3 of BBC News; git history at fbf29c6)
   95% of the reference front took 923 s of compute over the 8 default seeds against
   `ehvi-front`'s 227 s and random search's 541 s, and was not reached within the budget
   in 3 of 4 BBC News seeds. `ehvi` keeps its
   turns on the front (issue 25 picks the default by compute to the front). With two of
-  three (`ehvi-q2-front`, seeds 0-7 of the four tables at df7ad0f:
-  search_efficiency_replay_q2.jsonl; compare.ratio on the same seeds) 95% of the front
+  three (`ehvi-q2-front`, seeds 0-7 of the four tables at df7ad0f, git history at
+  fbf29c6; compare.ratio on the same seeds) 95% of the front
   took 0.49x [0.39, 0.66] random search's compute on the default table (`ehvi` 0.42x),
   0.46x [0.20, 1.00] on BBC News (0.18x), 0.13x on MovieLens (0.10x) and 0.41x
   [0.26, 0.76] on flights (0.25x).
@@ -342,24 +344,29 @@ CAVEATS = """## How to read this
   `-rs-` rows of EXPERIMENTS likewise (`ehvi-rs-q1-front`, `ehvi-rs-full`)."""
 
 
+def _stamp(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's line on what it measured: the replays' commits and load."""
+    commits = sorted({str(r.get("commit", "?")) for r in recs})
+    loads = [r["load"][0] for r in recs if r.get("load")]
+    return ["", f"Commits: {', '.join(commits)}; 1-min load while replaying "
+            f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} on 2 cores (CPU seconds "
+            "from the tables and the engine's thread time: load changes them little)."]
+
+
 def turns_report() -> str:
     """hv95 and best-within-noise of ehvi-q1-front against compare.py's ehvi-front and
     random-full on the same seeds (paired ratios, 95% bootstrap intervals)."""
-    # ehvi-q1-front ran before the front rule counted a trial's best evaluation (3e6b99b):
-    # it is set beside ehvi-front's replays from before it too (kept in LAST_RULE_JSONL)
-    older = {(r["table"], r["method"], r["seed"]): r for r in compare._records(LAST_RULE_JSONL)
-             if not r["start_points"]}
-    recs = [older.get((r["table"], r["method"], r["seed"]), r)
-            for r in compare._records(COMPARE_80_JSONL) + compare._records(TURNS_JSONL)
-            if not r["start_points"]]
+    # ehvi-q1-front ran before the front rule counted a trial's best evaluation (3e6b99b),
+    # and the file's ehvi-front replays are from before it too
+    recs = [r for r in read_jsonl(TURNS_JSONL) if not r["start_points"]]
     lines = ["# Quality turns and the front (issue 25)", "",
              "Written by `benchmarks/replay/time_box.py --front`: `ehvi-q1-front` (`ehvi` with "
              "`quality_turns=1`) replayed as compare.py replays (same budget, seeds, clock), "
-             "beside compare.py's results for `ehvi-front` (the default) and `random-full`. "
+             "beside `ehvi-front` (the default) and `random-full` replayed the same way, all "
+             "in `search_efficiency_quality_turns.jsonl.gz`. "
              "Compute to the target as a paired ratio, 95% bootstrap interval. Both `ehvi` "
              "rows ran before the front rule counted the best evaluation a trial keeps "
-             "(3e6b99b; compare.py's replays from before it are in "
-             "search_efficiency_replay_last_rule.jsonl).", "",
+             "(3e6b99b).", *_stamp(recs), "",
              "| table | seeds | q1 / random-full hv95 | ehvi / random-full hv95 | q1 / ehvi hv95 "
              "| q1 / ehvi best-within-noise |", "|---|---|---|---|---|---|"]
     for tab in TURNS_TABLES:
@@ -375,19 +382,18 @@ def front_report() -> str:
     """hv95 and best-within-noise of each `--front-methods` experiment against ehvi-front
     replayed beside it (the same commit) and random-full at compare.py's 80-trial budget
     (paired ratios, 95% bootstrap intervals)."""
-    recs = [r for r in compare._records(COMPARE_80_JSONL) + compare._records(FRONT_JSONL)
-            if not r["start_points"] and r["method"] != "ehvi-front"]
-    recs += [r for r in compare._records(FRONT_JSONL) if r["method"] == "ehvi-front"]
+    recs = [r for r in read_jsonl(FRONT_JSONL) if not r["start_points"]]
     lines = ["# Sampler experiments and the front (issue 25)", "",
              "Written by `benchmarks/replay/time_box.py --front --front-methods ...`: each "
              "experiment replayed as compare.py replays (8 seeds, start points off, the "
              "budget of 80 median trials), beside `ehvi-front` (the default) replayed at the "
-             "same commit and compare.py's `random-full` at that budget "
-             "(search_efficiency_replay_budget80.jsonl). Compute to the target as a paired "
-             "ratio, 95% bootstrap interval; below 1 the experiment is sooner.", "",
+             "same commit and `random-full` at that budget, all in "
+             "`search_efficiency_front_experiments.jsonl.gz`. Compute to the target as a "
+             "paired ratio, 95% bootstrap interval; below 1 the experiment is sooner.",
+             *_stamp(recs), "",
              "| table | method | seeds | / random-full hv95 | ehvi / random-full hv95 "
              "| / ehvi hv95 | / ehvi best-within-noise |", "|---|---|---|---|---|---|---|"]
-    tried = sorted({r["method"] for r in compare._records(FRONT_JSONL)} - {"ehvi-front"})
+    tried = sorted({r["method"] for r in recs} - set(FRONT_BASES))
     for tab in FRONT_TABLES:
         by = {(r["method"], r["seed"]): r for r in recs if r["table"] == tab}
         for m in tried:
@@ -429,14 +435,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.report:
             compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
             compare.run(FRONT_TABLES, HERE / "tables", range(8),
-                        ["ehvi-front", *args.front_methods], False, FRONT_JSONL)
+                        [*FRONT_BASES, *args.front_methods], False, FRONT_JSONL)
         (RESULTS / "search_efficiency_front_experiments.md").write_text(front_report())
         return 0
     if args.front:
         if not args.report:
             compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
-            compare.run(TURNS_TABLES, HERE / "tables", range(8), ["ehvi-q1-front"], False,
-                        TURNS_JSONL)
+            compare.run(TURNS_TABLES, HERE / "tables", range(8),
+                        ["ehvi-q1-front", *FRONT_BASES], False, TURNS_JSONL)
         (RESULTS / "search_efficiency_quality_turns.md").write_text(turns_report())
         return 0
     import optuna
@@ -444,8 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     held = set()
     if JSONL.exists():
-        held = {(r["table"], r["method"], r["seed"], r["budget_s"])
-                for r in map(json.loads, JSONL.read_text().splitlines())}
+        held = {(r["table"], r["method"], r["seed"], r["budget_s"]) for r in read_jsonl(JSONL)}
     if not args.report:
         for base_name in args.tables:
             table = Table.load(HERE / "tables" / f"{base_name}.jsonl.gz")
@@ -463,15 +468,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         rec = one(table, m, seed, budget)
                         rec["load"] = list(os.getloadavg())
                         rec["commit"] = compare._commit()
-                        with JSONL.open("a") as f:
-                            f.write(json.dumps(rec) + "\n")
+                        append_jsonl(JSONL, rec)
                         print(f"{name} {budget:g} {m} {seed}: {rec['complete']}/"
                               f"{rec['pruned']} ok {rec['within-noise_ok']}", flush=True)
-    recs = [json.loads(x) for x in JSONL.read_text().splitlines()]
+    recs = read_jsonl(JSONL)
     live = ("Live (benchmarks/results/search_live_120s.md, 3 seeds each, 120 s wall on 2 "
             "cores) is what these budgets are matched to by trial count: 120 CPU s holds "
             "the 11-17 complete trials of the live searches up to 19e0ae7, 240 CPU s the "
-            "17-35 of the later ones (search_live_120s_6525ab2.md to _0e1c81d.md), whose "
+            "17-35 of the later ones (6525ab2 to 0e1c81d: git history at fbf29c6), whose "
             "trials got cheaper; since a7d479b a time-boxed search on 2 cores runs two "
             "trials at once and completes 40-46 (MovieLens) and 25-29 (flights), between "
             "240 and 480 CPU s of the replay (`ehvi` completes 67 and 36 there).")
