@@ -21,8 +21,11 @@ _TABLE_KEYS = {f.name for f in fields(TableConfig)}
 _CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
 
 
-def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> EmbeddingConfig:
-    """Build and validate a config from plain data; errors name the source, key and value."""
+def config_from_dict(raw: Mapping[str, Any], source: str = "config",
+                     table_dims: Mapping[str, int] | None = None) -> EmbeddingConfig:
+    """Build and validate a config from plain data; errors name the source, key and value.
+    `table_dims` (table name -> dim; `autoembed.apply` gives the modules'): a table's dim
+    where neither it nor the config gives one (not under mixed_dim, which resolves dims)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
     unknown = [k for k in raw if k not in _CONFIG_KEYS]
@@ -50,7 +53,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Embeddin
                 )
             if "name" not in t or "vocab_size" not in t:
                 raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
-            built.append(TableConfig(**t))
+            built.append(TableConfig(**_dim_of(t, raw, table_dims)))
         kw["tables"] = tuple(built)
     if "dense_layers" in kw:
         dl = kw["dense_layers"]
@@ -63,6 +66,15 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Embeddin
         raise ConfigError(f"{source}: {e}") from None
     except TypeError as e:  # pragma: no cover - defensive: dataclass signature mismatch
         raise ConfigError(f"{source}: {e}") from None
+
+
+def _dim_of(t: Mapping[str, Any], raw: Mapping[str, Any],
+            table_dims: Mapping[str, int] | None) -> Mapping[str, Any]:
+    """Table entry `t` with its dim from `table_dims` when none is given (`config_from_dict`)."""
+    mixed = "mixed_dim" in (t.get("compression"), raw.get("compression"))
+    if not table_dims or "dim" in t or "dim" in raw or mixed or t["name"] not in table_dims:
+        return t
+    return {**t, "dim": table_dims[t["name"]]}
 
 
 def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
@@ -83,19 +95,22 @@ def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
                           "mapping a few levels deep") from None
 
 
-def parse_config_text(text: str, source: str) -> EmbeddingConfig:
+def parse_config_text(text: str, source: str,
+                      table_dims: Mapping[str, int] | None = None) -> EmbeddingConfig:
     raw = safe_load_yaml(text, source)
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     try:
-        return config_from_dict(raw, source)
+        return config_from_dict(raw, source, table_dims)
     except RecursionError:
         raise ConfigError(f"{source}: a value is nested too deeply; a config is a mapping a "
                           "few levels deep") from None
 
 
-def load_config(path: str | Path) -> EmbeddingConfig:
-    """Read a YAML or JSON config file (exported or hand-written) and validate it."""
+def load_config(path: str | Path,
+                table_dims: Mapping[str, int] | None = None) -> EmbeddingConfig:
+    """Read a YAML or JSON config file (exported or hand-written) and validate it
+    (`table_dims`: as `config_from_dict`'s)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -105,20 +120,22 @@ def load_config(path: str | Path) -> EmbeddingConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file '{p}' cannot be read: {e}") from None
-    return parse_config_text(text, str(p))
+    return parse_config_text(text, str(p), table_dims)
 
 
-def as_config(value: Any, what: str = "config") -> EmbeddingConfig:
+def as_config(value: Any, what: str = "config",
+              table_dims: Mapping[str, int] | None = None) -> EmbeddingConfig:
     """An EmbeddingConfig from the forms the public functions take: a config, a dict of its
-    keys, or the path of a YAML/JSON config file; anything else is a ConfigError."""
+    keys, or the path of a YAML/JSON config file; anything else is a ConfigError.
+    `table_dims`: the dims of tables a dict or file leaves without one (`config_from_dict`)."""
     import os
 
     if isinstance(value, EmbeddingConfig):
         return value
     if isinstance(value, Mapping):
-        return config_from_dict(value)
+        return config_from_dict(value, table_dims=table_dims)
     if isinstance(value, (str, os.PathLike)):
-        return load_config(Path(value))
+        return load_config(Path(value), table_dims)
     raise ConfigError(f"{what} = {type(value).__name__}: give an EmbeddingConfig, a dict of "
                       "config keys, or the path of a config file such as best.yaml")
 

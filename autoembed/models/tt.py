@@ -34,6 +34,8 @@ class TTTable(ComputedRowsTable, _TT):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         _TT.__init__(self, vocab, dim, {"device": device, "dtype": dtype}, tt_rank=rank)
+        if not self.core0.is_meta:
+            self.reset_parameters()
         self.vocab, self.spec = vocab, spec
         self.proj = projection(dim, out_dim, device, dtype)
 

@@ -137,6 +137,7 @@ class HostCache(PackedWeights):
         dtype: torch.dtype = torch.float32,
         init_std: float | None = None,
         pad_row: int | None = None,
+        init_mean: float = 0.0,
     ) -> None:
         super().__init__()
         if policy not in ("lru", "lfu"):
@@ -152,8 +153,10 @@ class HostCache(PackedWeights):
         self.optimizer_name = optimizer
         self.known_rows = vocab
         self.pad_row = pad_row
-        # N(0, init_std) rows; default 1/sqrt(dim), PlainTable's (the nn layers: torch's 1)
+        # N(init_mean, init_std^2) rows; default std 1/sqrt(dim), PlainTable's (the nn
+        # layers: the layer's init moments, torch's (0, 1) by default)
         self.init_std = 1.0 / math.sqrt(dim) if init_std is None else init_std
+        self.init_mean = init_mean
         rows = vocab + dynamic_rows
         pin = dev.type == "cuda"
         with host_allocations():  # not device memory: a traced estimate leaves it out
@@ -185,14 +188,15 @@ class HostCache(PackedWeights):
 
     @torch.no_grad()
     def _draw_host(self) -> None:
-        """The full table's initial rows: N(0, init_std) (PlainTable's draw at its default;
-        dynamic rows from their own generator); a text table's pad row zero."""
+        """The full table's initial rows: N(init_mean, init_std^2) (PlainTable's draw at its
+        default; dynamic rows from their own generator); a text table's pad row zero."""
         host, vocab = self.host_weight, self.known_rows
-        host[:vocab].normal_(0.0, self.init_std)
+        host[:vocab].normal_(self.init_mean, self.init_std)
         if host.shape[0] > vocab:  # own stream: the known rows and the tower keep the draws
             g = torch.Generator().manual_seed(self.seed + 1)
             host[vocab:] = torch.randn((host.shape[0] - vocab, host.shape[1]), generator=g,
-                                       device="cpu").mul_(self.init_std).to(host.dtype)
+                                       device="cpu").mul_(self.init_std).add_(
+                                           self.init_mean).to(host.dtype)
         if self.pad_row is not None:
             host[self.pad_row].zero_()
 
@@ -571,7 +575,8 @@ def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any],
     """The host-cached storage of an `autoembed.nn` layer of `num` ids: compression none (one
     row per id, plus `dynamic_rows`) or hash (min(num, hash_buckets) rows, ids hashed as the
     layer's hash storage hashes them); `cache_rows` of them on `factory`'s device; rows start
-    N(0, 1) as torch's nn.Embedding. Bad settings are one-line ConfigErrors."""
+    N(0, 1) as torch's nn.Embedding (other `init` moments: `CachedStorage.start`). Bad
+    settings are one-line ConfigErrors."""
     if rest:
         raise ConfigError(f"placement host_cached does not take {', '.join(sorted(rest))}; "
                           "give cache_rows, cache_policy, table_optimizer, dynamic_rows")
@@ -627,6 +632,21 @@ class CachedStorage(nn.Module):
     def takes_new_ids(self) -> bool:
         """Ids beyond the table's get rows of their own (dynamic_rows)."""
         return self.table.dynamic is not None
+
+    def start(self, init: Any) -> None:
+        """The host rows start N(mean, std^2), `init` = (mean, std) (drawn again only when
+        it differs from the draw they hold)."""
+        table = self.table
+        mean, std = float(init[0]), float(init[1])
+        if (mean, std) != (table.init_mean, table.init_std):
+            table.init_mean, table.init_std = mean, std
+            with host_allocations():
+                table._draw_host()
+
+    @property
+    def takes_init_fn(self) -> bool:
+        """A torch init function is matched in mean and std (the rows live on the host)."""
+        return False
 
     @torch.no_grad()
     def zero_row(self, row: int) -> None:

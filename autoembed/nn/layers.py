@@ -28,6 +28,17 @@ is built (a ConfigError naming the option and the reason; `autoembed.apply` adds
   (and `requires_grad_(False)`) freezes any storage. A compressed table starts from a
   trained one through `autoembed.apply(model, config, from_trained=True)`.
 
+How the rows start (``init``, keyword; `autoembed.nn.draws`): by default as torch's, rows of
+N(0, 1) entries, the padding row zero where id i reads stored row i. Under a compression
+the draws give the composed rows (hash bucket, QR product or sum, mixed-dim projection, TT
+product, ROBE window, hot/cold row) that mean and std. ``init=(mean, std)`` asks for other
+moments; ``init=fn`` (a torch init function, such as ``torch.nn.init.xavier_uniform_`` or
+``functools.partial(torch.nn.init.normal_, std=0.05)``) is applied to the weight itself
+where the weight is the [V, D] table (compression none, or hash with no more ids than
+buckets, on the device), and elsewhere gives the moments of the [V, D] table it draws (on a
+CPU scratch table, freed after). `reset_parameters` (as `autoembed.materialize` calls it)
+draws again the same way. ``init`` and ``_weight`` together are refused.
+
 A setting the compression does not take (a typo such as ``hash_bucket``) is refused with the
 settings it takes. Ids are checked as torch checks them (`autoembed.nn.lookup.check_ids`).
 """
@@ -42,6 +53,7 @@ from torch import nn
 
 from autoembed.errors import ConfigError, DataError, did_you_mean
 from autoembed.nn.compressions import COMPRESSIONS
+from autoembed.nn.draws import init_moments
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
 
 __all__ = ["Embedding", "EmbeddingBag", "MODES", "TORCH_OPTIONS", "storage_settings"]
@@ -80,7 +92,7 @@ class _Layer(nn.Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int, options: dict[str, Any],
                  compression: str, placement: str, factory: dict[str, Any],
-                 settings: dict[str, Any]) -> None:
+                 settings: dict[str, Any], init: Any) -> None:
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.compression, self.placement = compression, placement
@@ -98,7 +110,8 @@ class _Layer(nn.Module):
                               f"use {' or '.join(PLACEMENTS)}")
         else:
             self.store = _storage(num_embeddings, embedding_dim, compression, factory, settings)
-        self._take_options(bool(options["sparse"]), options["_weight"], options["_freeze"])
+        self._take_options(bool(options["sparse"]), options["_weight"], options["_freeze"],
+                           init)
 
     def _padding(self, padding_idx: int | None) -> int | None:
         n = self.num_embeddings
@@ -112,8 +125,9 @@ class _Layer(nn.Module):
     def _refuse(self, option: str, value: Any, why: str) -> NoReturn:
         raise ConfigError(f"{option} = {value!r} with {why}")
 
-    def _take_options(self, sparse: bool, weight: torch.Tensor | None, freeze: bool) -> None:
-        """Give the storage the options it honours; refuse the others."""
+    def _take_options(self, sparse: bool, weight: torch.Tensor | None, freeze: bool,
+                      init: Any) -> None:
+        """Give the storage the options it honours; refuse the others; draw the rows."""
         store, where = self.store, self._where()
         if self.max_norm is not None:
             if self.placement != "device" or not store.stored_rows:
@@ -130,9 +144,15 @@ class _Layer(nn.Module):
                              "table per id; use sparse=False (a dense optimizer)")
             store.sparse = True
         if weight is not None:
+            if init is not None:
+                self._refuse("init", init, "_weight given: the given table is where the rows "
+                             "start; give one of them")
             self._take_weight(weight)
-        elif self.padding_idx is not None and store.identity:
-            store.zero_row(self.padding_idx)  # torch's padding row starts at zero
+        else:
+            store.start(init if callable(init) and store.takes_init_fn else init_moments(
+                init, self.num_embeddings, self.embedding_dim, self.padding_idx))
+            if self.padding_idx is not None and store.identity:
+                store.zero_row(self.padding_idx)  # torch's padding row starts at zero
         if freeze:
             store.requires_grad_(False)
 
@@ -189,12 +209,12 @@ class Embedding(_Layer):
                  scale_grad_by_freq: bool = False, sparse: bool = False,
                  _weight: torch.Tensor | None = None, _freeze: bool = False, device: Any = None,
                  dtype: Any = None, *, compression: str = "none", placement: str = "device",
-                 **settings: Any) -> None:
+                 init: Any = None, **settings: Any) -> None:
         options = {"padding_idx": padding_idx, "max_norm": max_norm, "norm_type": norm_type,
                    "scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse,
                    "_weight": _weight, "_freeze": _freeze}
         super().__init__(num_embeddings, embedding_dim, options, compression, placement,
-                         {"device": device, "dtype": dtype}, settings)
+                         {"device": device, "dtype": dtype}, settings, init)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
         self._check(input)
@@ -219,14 +239,14 @@ class EmbeddingBag(_Layer):
                  sparse: bool = False, _weight: torch.Tensor | None = None,
                  include_last_offset: bool = False, padding_idx: int | None = None,
                  device: Any = None, dtype: Any = None, *, compression: str = "none",
-                 placement: str = "device", **settings: Any) -> None:
+                 placement: str = "device", init: Any = None, **settings: Any) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode '{mode}'{did_you_mean(mode, MODES)}: use sum, mean or max")
         options = {"padding_idx": padding_idx, "max_norm": max_norm, "norm_type": norm_type,
                    "scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse,
                    "_weight": _weight, "_freeze": False}
         super().__init__(num_embeddings, embedding_dim, options, compression, placement,
-                         {"device": device, "dtype": dtype}, settings)
+                         {"device": device, "dtype": dtype}, settings, init)
         self.mode, self.include_last_offset = mode, bool(include_last_offset)
         if mode == "max" and self.sparse:
             why = ("placement host_cached: the cache takes sparse gradients" if

@@ -11,9 +11,10 @@ into exactly what the config prices:
   given, e.g. the hot sets saved beside an exported config, else ids 0..hot-1), cold ids
   hashed into `hash_buckets` rows.
 
-Bags pool the looked-up rows (sum, mean; per-sample weights in sum). Initialisation is
-torch's for an embedding: rows of N(0, 1) entries (tt: cores with std r^(-1/3), so a row's
-entries have variance 1).
+Bags pool the looked-up rows (sum, mean; per-sample weights in sum). The layer draws the
+parameters so that the rows' entries have the mean and std it starts from (torch's (0, 1)
+unless given; `autoembed.nn.draws`): robe's array and hot/cold's rows N(mean, std^2), tt's
+cores by `draws.draw_tt`.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from autoembed.compression import (
     hot_count,
     robe_blocks,
     tt_dims,
-    tt_init_std,
     tt_rows,
     tt_shapes,
 )
 from autoembed.errors import ConfigError
+from autoembed.nn.draws import draw_tt
 from autoembed.nn.hashing import hash_id_reference, hash_ids
 from autoembed.nn.lookup import pool_rows
 from autoembed.nn.storage import _Storage
@@ -160,8 +161,6 @@ class _Robe(_Computed):
             size = max(robe_block, size)  # at least one block, as the config resolves it
         self._layout(size, robe_block, (dim,), hash_seed)
         self.weight = nn.Parameter(torch.empty(size, **factory))
-        if self.draws_init and not self.weight.is_meta:
-            nn.init.normal_(self.weight)
 
     def _layout(self, size: int, block: int, dims: tuple[int, ...], seed: int,
                 first_field: int = 0) -> None:
@@ -189,14 +188,11 @@ class _TT(_Computed):
         shapes = tt_shapes(num, dim, tt_rank)
         self.core0, self.core1, self.core2 = (
             nn.Parameter(torch.empty(shape, **factory)) for _, shape in shapes)
-        if not self.core0.is_meta:
-            self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Cores of std r^(-1/3): a row's entries have variance 1, as torch's rows."""
-        for p in (self.core0, self.core1, self.core2):
-            nn.init.normal_(p, 0.0, tt_init_std(1, self.rank))
+    def _draw(self, mean: float, std: float) -> None:
+        """Cores whose products have entries of `mean` and `std` (`draws.draw_tt`; at the
+        default (0, 1) every core N(0, r^(-2/3)))."""
+        draw_tt((self.core0, self.core1, self.core2), self.dim_factors, self.rank, mean, std)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         return tt_lookup(ids, (self.core0, self.core1, self.core2), self.row_factors,

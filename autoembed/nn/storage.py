@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoembed.errors import ConfigError
+from autoembed.nn.draws import call_init, draw_projected, mean_one_factors
 from autoembed.nn.hashing import hash_ids, qr_indices
 from autoembed.nn.lookup import sparse_bag_weights
 from autoembed.nn.rowformat import unpack_rows
@@ -56,11 +57,17 @@ class _Storage(PackedWeights):
 
     One class per compression holds its layout and its id -> row math; the built-in models'
     tables (`autoembed.models`: `PlainTable`, `QRTable`, `RobeTable`, `TTTable`,
-    `HotColdTable`) subclass these and add only their pooling. A subclass with its own
-    initialisation sets `draws_init` False (its parameters are created empty, then its
-    `reset_parameters`). `old_names` maps a weight's former names to its name."""
+    `HotColdTable`) subclass these and add only their pooling. Parameters are created empty:
+    an `autoembed.nn` layer draws them (`start`), so that the composed rows have the
+    entries' mean and std `init_moments` (`autoembed.nn.draws`); a built-in table by its
+    own `reset_parameters` (`draws_init` False). `old_names` maps a weight's former names to
+    its name."""
 
-    draws_init = True  # _param draws torch's N(0, 1) rows
+    # the layer's storage: `start` and `reset_parameters` draw to `init_moments`, sub-modules
+    # (mixed_dim's proj) included; False: a built-in table's own reset_parameters
+    draws_init = True
+    init_moments = (0.0, 1.0)  # mean and std of the composed rows' entries
+    init_fn: Any = None  # a torch init function applied to the weight itself (`start`)
     pools_linearly = True  # a bag is the pool of its ids' rows (so its mean is sum / size)
     one_row_per_id = True  # a lookup reads one row of one weight (sparse gradients possible)
     stored_rows = False  # a row is a stored row as it is (max_norm renormalises it in place)
@@ -106,16 +113,33 @@ class _Storage(PackedWeights):
         return F.embedding_bag(at, rows, offsets, mode=mode, per_sample_weights=psw)
 
     def _param(self, rows: int, dim: int) -> nn.Parameter:
-        w = nn.Parameter(torch.empty(rows, dim, **self.factory))
-        if self.draws_init and not w.is_meta:
-            nn.init.normal_(w)
-        return w
+        return nn.Parameter(torch.empty(rows, dim, **self.factory))
+
+    def start(self, init: Any) -> None:
+        """Set how the rows start and draw them (a meta storage: at `reset_parameters`):
+        `init` (mean, std) of the composed rows' entries, or a torch init function for the
+        weight itself (a storage whose weight is the [V, D] table: `takes_init_fn`)."""
+        if callable(init):
+            self.init_fn = init
+        else:
+            self.init_moments = (float(init[0]), float(init[1]))
+        if not any(p.is_meta for p in self.parameters()):
+            self.reset_parameters()
+
+    @property
+    def takes_init_fn(self) -> bool:
+        """The weight is the [V, D] table itself (id i reads row i, as stored)."""
+        return self.identity and self.stored_rows
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """N(0, 1) rows, as torch.nn.Embedding initialises its weight."""
+        """Draw the parameters: the composed rows' entries have `init_moments` (`_draw`)."""
+        self._draw(*self.init_moments)
+
+    def _draw(self, mean: float, std: float) -> None:
+        """Rows read as stored (robe's array values, hot/cold rows): N(mean, std^2)."""
         for p in self.parameters(recurse=False):
-            nn.init.normal_(p)
+            p.normal_(mean, std)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -176,10 +200,20 @@ class _Plain(_Storage):
         if self.pad_row is not None:
             self.weight[self.pad_row].zero_()
 
+    def _draw(self, mean: float, std: float) -> None:
+        """Stored rows N(mean, std^2), or the init function on the weight; projected rows:
+        `draws.draw_projected`."""
+        if self.proj is not None:
+            draw_projected(self.weight, self.proj.weight, mean, std)
+        elif self.init_fn is not None and self.takes_init_fn:
+            call_init(self.init_fn, self.weight)
+        else:
+            self.weight.normal_(mean, std)
+
     def _plain(self, rows: int, small_dim: int, buckets: int | None = None, seed: int = 0, *,
                proj: bool = False) -> None:
-        """``weight`` [rows, small_dim] (drawn when `draws_init`), then with `proj` ``proj``
-        (Linear small_dim -> D, no bias; torch's init draw)."""
+        """``weight`` [rows, small_dim], then with `proj` ``proj`` (Linear small_dim -> D,
+        no bias)."""
         self.buckets, self.seed = buckets, seed
         self.weight = self._param(rows, small_dim)
         self.proj = (nn.Linear(small_dim, self.dim, bias=False, **self.factory) if proj
@@ -248,6 +282,21 @@ class _QR(_Storage):
     def pools_linearly(self) -> bool:  # type: ignore[override]
         """mult: a bag's q * r is not linear in its rows, so a mean is no scaled sum."""
         return self.op != "mult"
+
+    def _draw(self, mean: float, std: float) -> None:
+        """concat: both parts N(mean, std^2); add: each N(mean / 2, std^2 / 2); mult: q
+        N(mean, s^2) times r N(1, tau^2) (`draws.mean_one_factors`)."""
+        q, r = self.q_weight, self.r_weight
+        if self.op == "concat":
+            q.normal_(mean, std)
+            r.normal_(mean, std)
+        elif self.op == "add":
+            q.normal_(mean / 2, std / math.sqrt(2.0))
+            r.normal_(mean / 2, std / math.sqrt(2.0))
+        else:
+            s, tau = mean_one_factors(mean, std, 2)
+            q.normal_(mean, s)
+            r.normal_(1.0, tau)
 
     def _combine(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """A row (or pooled bag) from its quotient and remainder parts."""

@@ -49,6 +49,7 @@ would re-initialise its weights.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import os
 import types
@@ -138,7 +139,34 @@ _OPTIONS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "spars
 _BAG_OPTIONS = ("mode", "include_last_offset")
 
 
-def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any) -> Any:
+def _start_moments(old: Any) -> tuple[float, float] | None:
+    """(mean, std) the rewritten rows start with: the module's own table's
+    (`nn.draws.table_moments`, padding row left out); on the meta device, what its
+    `reset_parameters` draws (torch's nn.Embedding / EmbeddingBag: N(0, 1); a class's own
+    `reset_parameters` run on a CPU copy); fake tensors (a trace): None (nothing is drawn)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    from autoembed.nn.draws import DEFAULT, table_moments
+
+    w = old.weight
+    if is_fake(w):
+        return None
+    pad = getattr(old, "padding_idx", None)
+    if not w.is_meta:
+        return table_moments(w, pad)
+    store = getattr(old, "store", None)  # an autoembed.nn layer: the moments it draws
+    if store is not None:
+        return getattr(store, "init_moments", DEFAULT)
+    if type(old).reset_parameters in (nn.Embedding.reset_parameters,
+                                      nn.EmbeddingBag.reset_parameters):
+        return DEFAULT
+    probe = copy.deepcopy(old).to_empty(device="cpu")
+    with torch.no_grad():
+        probe.reset_parameters()
+    return table_moments(probe.weight, pad)
+
+
+def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool) -> Any:
     from autoembed import nn as ae_nn
     from autoembed.config import cache_rows
 
@@ -162,6 +190,8 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any) -> Any:
         comp = "mixed_dim"
         kw["small_dim"] = ts.dim
     cls = ae_nn.EmbeddingBag if bag else ae_nn.Embedding
+    if not from_trained:
+        kw["init"] = _start_moments(old)
     try:
         layer = cls(old.num_embeddings, old.embedding_dim, compression=comp, **kw)
     except ConfigError as e:
@@ -220,16 +250,19 @@ def _decode_into(head: nn.Module, name: str, layer: Any) -> None:
     object.__setattr__(head, name, None)
 
 
-def _config_of(config: Any, hot_sets: Any) -> tuple[Any, Any]:
+def _config_of(config: Any, hot_sets: Any, model: nn.Module) -> tuple[Any, Any]:
     """(EmbeddingConfig, hot sets) of the forms `apply` takes (`config.as_config`); a config
-    file's hot sets file comes with it, unless `hot_sets` is given."""
+    file's hot sets file comes with it, unless `hot_sets` is given. A dict or file that
+    gives a table no dim (nor the config one) takes the module's."""
     from autoembed.config import as_config
 
     if hot_sets is None and isinstance(config, (str, os.PathLike)):
         from autoembed.models.hot_cold import hot_sets_beside
 
         hot_sets = hot_sets_beside(Path(config))
-    return as_config(config), hot_sets
+    dims = {p: int(cast(Any, m).embedding_dim) for p, m in model.named_modules(
+        remove_duplicate=False) if isinstance(m, EMBEDDING_TYPES)}
+    return as_config(config, table_dims=dims), hot_sets
 
 
 def _a_module(model: Any, fn: str) -> None:
@@ -256,7 +289,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
     from autoembed.config import resolved_tables
 
     _a_module(model, "apply")
-    config, hot_sets = _config_of(config, hot_sets)
+    config, hot_sets = _config_of(config, hot_sets, model)
     if hot_sets is not None:
         from autoembed.models.hot_cold import check_hot_set_names
 
@@ -288,7 +321,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
         _check_forward(old, ts.name)
-        layer = _new_layer(old, ts, hot_sets, config)
+        layer = _new_layer(old, ts, hot_sets, config, from_trained)
         if cached:
             _start_cached(layer, old, from_trained)
         elif from_trained:
@@ -418,7 +451,9 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
     model.to_empty(device=device)
     for m, name, src, src_name in ties:
         m._parameters[name] = src._parameters[src_name]
-    for m in model.modules():
+    # a layer's storage draws its sub-modules too (mixed_dim's proj): it resets after them
+    stores = [m for m in model.modules() if getattr(m, "draws_init", False)]
+    for m in [*(m for m in model.modules() if not getattr(m, "draws_init", False)), *stores]:
         reset = getattr(m, "reset_parameters", None)
         if getattr(m, DECODED, False):  # its weight is the table's; other parameters start at 0
             for p in m.parameters(recurse=False):
