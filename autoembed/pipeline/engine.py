@@ -6,7 +6,11 @@ each proposal is priced by its workload (`Workload.price`: the analytic estimate
 autoembed's own model, or the user's model traced) and judged by `Feasibility` (budget,
 OOM ceiling, host budget); one that does not fit is told
 to Optuna at once as COMPLETE with placeholder values and a violated `memory` constraint,
-recorded as `infeasible`, and never reaches a trainable. `observe()` decides whether a
+recorded as `infeasible`, and never reaches a trainable. A proposal of a config the study
+has tried already (a re-queued retry aside) is neither priced nor trained again
+(`_repeated`: told FAIL, no row); an untried config that fits is queued instead, or, the
+space enumerated (`pipeline.untried`) and none left, the search ends: "every fitting config
+tried: N" (so too when the sampler raises `SpaceExhausted`). `observe()` decides whether a
 running trial stops; `finish()` tells the outcome of a trial that ran. Each launched trial
 has a time limit (`pipeline.time_limit`): executors mark it `trial_started()`, end what
 `overdue()` lists and say so with `time_out()`; a trial ended that way is `timeout`, told

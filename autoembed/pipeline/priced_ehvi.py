@@ -52,8 +52,13 @@ seconds' exponent is the share of the search's budget left, `Pricing.spent`: CAr
 `neighbors=64` picked better in the time box on flights, as well on MovieLens, but reached
 95% of BBC News's front 1.75x later (benchmarks/results/search_efficiency_front_experiments.md).
 
-Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in milliseconds
-to seconds): fewer candidates then, never more time. A repeatable search
+Candidate pricing stops after PRICE_BUDGET_S per ask once a candidate fits (a user's model
+prices in milliseconds to seconds): fewer candidates then. An ask with none that fits by
+then prices on until one does (`_keep_pricing`: the rest of its candidates, then the space's
+untried configs, `pipeline.untried`): a slow model makes a slow ask, never an unpriced
+proposal; a finite space with no untried config that fits raises `SpaceExhausted`, which
+ends the search ("every fitting config tried: N"). What it proposes is the candidate it
+priced, value for value (None included). A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
 not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
 noise to a model); it stays an objective of the front. Without a memory objective the gain
