@@ -5,6 +5,7 @@ budget, never a config already tried."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import optuna
@@ -96,6 +97,64 @@ def test_proposals_are_priced_first_never_over_budget_nor_repeated() -> None:
     assert len(set(keys)) == len(keys)  # none repeated
 
 
+def _priced_turns(sampler: PricedEHVI, suggest: Any, price: Any, n: int,
+                  startup: int) -> list[dict[str, object]]:
+    """n trials told as a search tells them (over budget: a placeholder); the values of
+    those the sampler priced: its start-up and model turns."""
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    priced = []
+    for _ in range(n):
+        trial = study.ask()
+        values = suggest(trial)
+        if trial.number < startup or not is_random(trial.number, startup, RANDOM_EVERY):
+            priced.append(values)
+        mem, fits = price(values)
+        trial.set_user_attr(ATTR, {"status": "complete" if fits else "infeasible",
+                                   "metrics": {"wall_seconds": 1.0}})
+        study.tell(trial, [math.log(float(values["x"])) if fits else 0.0, mem])
+    return priced
+
+
+def test_a_chosen_none_is_handed_out_as_the_candidate_priced() -> None:
+    """`big` in {None, 1}, every config with big = 1 over budget: each proposal the sampler
+    priced (start-up and model turns) is the candidate it priced, big = None included,
+    so none is over budget."""
+    def suggest(trial: optuna.trial.BaseTrial) -> dict[str, object]:
+        return {"big": trial.suggest_categorical("big", [None, 1]),
+                "x": trial.suggest_int("x", 1, 40)}
+
+    def price(values: dict[str, Any]) -> tuple[float, bool]:
+        mem = float(values["x"]) * 1e6 * (100.0 if values["big"] == 1 else 1.0)
+        return mem, mem <= BUDGET
+
+    sampler = PricedEHVI(seed=1, startup=4)
+    sampler.bind(Pricing(price=price, suggest=suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    priced = _priced_turns(sampler, suggest, price, 20, 4)
+    assert len(priced) >= 15 and all(v["big"] is None for v in priced), priced
+
+
+def test_an_ask_prices_past_its_window_until_a_candidate_fits() -> None:
+    """Every price takes 2 s of a 1-s window, and 1 config in 10 fits: the first candidate
+    priced is mostly over budget, yet every priced proposal fits (priced on, never an
+    unpriced random one)."""
+    now = [0.0]
+
+    def price(values: dict[str, Any]) -> tuple[float, bool]:
+        mem = float(values["x"]) * 1e6
+        return mem, mem <= 10e6
+
+    def slow(values: dict[str, Any]) -> tuple[float, bool]:
+        now[0] += 2.0
+        return price(values)
+
+    sampler = PricedEHVI(seed=3, startup=4, clock=lambda: now[0])
+    sampler.bind(Pricing(price=slow, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=10e6))
+    priced = _priced_turns(sampler, _suggest, price, 12, 4)
+    assert len(priced) >= 9 and all(int(v["x"]) <= 10 for v in priced), priced  # type: ignore[call-overload]
+
+
 def test_unbound_it_is_random_sampling() -> None:
     a = optuna.create_study(sampler=PricedEHVI(seed=1, startup=0))
     b = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -126,25 +185,32 @@ def _drive(sampler: PricedEHVI, n: int, calls: list[int] | None = None,
 
 def test_a_repeatable_search_lets_no_clock_decide() -> None:
     """Pricing that takes longer than the per-ask cap (a clock that moves 1 s per price):
-    a search prices 1 candidate per ask; a repeatable one prices them all, and two runs
-    propose the same configs."""
+    an ask prices until its first candidate that fits, then stops; a repeatable one prices
+    them all, and two runs propose the same configs."""
 
-    def run(repeatable: bool) -> tuple[list[dict[str, object]], list[int]]:
-        now, calls = [0.0], [0]
+    def run(repeatable: bool) -> tuple[list[dict[str, object]], list[int], list[bool]]:
+        now, calls, fits = [0.0], [0], []
 
         def slow(values: dict[str, object]) -> tuple[float, bool]:
             now[0] += 1.0
             calls[0] += 1
+            fits.append(_price(values)[1])
             return _price(values)
 
         s = PricedEHVI(seed=5, startup=6, candidates=24, price_budget_s=0.5,
                        clock=lambda: now[0])
         s.bind(Pricing(price=slow, suggest=_suggest, objectives=OBJECTIVES,
                        budget_bytes=BUDGET, repeatable=repeatable))
-        return _drive(s, 16, calls)
+        return (*_drive(s, 16, calls), fits)
 
-    (_, capped), (again, every), (twice, _) = run(False), run(True), run(True)
-    assert [c for c in capped if c] and all(c == 1 for c in capped if c)  # the cap
+    (_, capped, fits), (again, every, _), (twice, _, _) = run(False), run(True), run(True)
+    asks, at = [], 0
+    for c in capped:
+        asks.append(fits[at:at + c])
+        at += c
+    # the cap: over budget ones priced on, and the first that fits the last priced
+    assert [a for a in asks if a] and all(a[-1] and not any(a[:-1]) for a in asks if a)
+    assert any(len(a) > 1 for a in asks)  # x > 50 first, priced past the window
     # every candidate not tried before (24 drawn, a few repeat a trial)
     assert [c for c in every if c] and all(c >= 18 for c in every if c)
     assert again == twice

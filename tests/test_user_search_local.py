@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib
 import importlib.util
 import sys
@@ -121,6 +122,12 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
     # the same output as a built-in search: the front table, the counts and the files
     assert "Pareto front of study 'c1'" in out.out and "over budget" in out.out
     assert "pareto.json" in out.out and "best.yaml" in out.out
+    # 2 of the 4 configs fit (dim 8), 3 trials asked: each trains once, and the search
+    # ends saying so, exit 0 with its files written
+    assert "(every fitting config tried: 2)" in " ".join(out.out.split())
+    rows = list(csv.DictReader((root / "runs" / "c1" / "trials.csv").open()))
+    assert sorted((r["param.user.dim"], r["param.user.lr"]) for r in rows) == [
+        ("8", "0.05"), ("8", "0.9")]
 
 
 @pytest.mark.parametrize("args, says", [

@@ -6,7 +6,11 @@ each proposal is priced by its workload (`Workload.price`: the analytic estimate
 autoembed's own model, or the user's model traced) and judged by `Feasibility` (budget,
 OOM ceiling, host budget); one that does not fit is told
 to Optuna at once as COMPLETE with placeholder values and a violated `memory` constraint,
-recorded as `infeasible`, and never reaches a trainable. `observe()` decides whether a
+recorded as `infeasible`, and never reaches a trainable. A proposal of a config the study
+has tried already (a re-queued retry aside) is neither priced nor trained again
+(`_repeated`: told FAIL, no row); an untried config that fits is queued instead, or, the
+space enumerated (`pipeline.untried`) and none left, the search ends: "every fitting config
+tried: N" (so too when the sampler raises `SpaceExhausted`). `observe()` decides whether a
 running trial stops; `finish()` tells the outcome of a trial that ran. Each launched trial
 has a time limit (`pipeline.time_limit`): executors mark it `trial_started()`, end what
 `overdue()` lists and say so with `time_out()`; a trial ended that way is `timeout`, told
@@ -38,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from autoembed.budget import Budget, MemoryBudget
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
@@ -56,6 +62,12 @@ from autoembed.pipeline.records import (
 )
 from autoembed.pipeline.scheduler import RUNGS_ATTR, AshaScheduler, RungPoint
 from autoembed.pipeline.time_limit import TrialTimeLimit
+from autoembed.pipeline.untried import (
+    SpaceExhausted,
+    exhausted_reason,
+    space_configs,
+    untried_fitting,
+)
 from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
 from autoembed.trial import decode_result
@@ -215,6 +227,12 @@ class SearchEngine:
         self._grid = list(grid) if grid is not None else None
         self._start = list(start)
         self._seen = {params_key(r.params) for r in self.rows.values()}
+        # configs the study was proposed (an interrupted trial's is re-queued, not tried):
+        # a sampler's proposal of one again is never priced or trained again (`_repeated`)
+        self._told = {params_key(r.params) for r in self.rows.values() if not r.interrupted}
+        self._enumerated = False  # the space's configs (`_repeated`), enumerated once
+        self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+        self._unfit: set[tuple[tuple[str, str], ...]] = set()
         self._front_cache: list[TrialRow] | None = None
         if recorder is None:
             sinks: list[Sink] = [] if tracker is None else [TrackerSink(tracker)]
@@ -353,7 +371,8 @@ class SearchEngine:
             if self.rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
                 self.stop_reason = (
                     f"the sampler proposed {MAX_REJECTIONS_IN_A_ROW} configs in a row that do "
-                    "not fit or are invalid; narrow the space towards cheaper configs"
+                    "not fit, are invalid or were tried; narrow the space towards cheaper "
+                    "configs"
                 )
                 return None
             proposal = self._ask_one()
@@ -363,11 +382,23 @@ class SearchEngine:
             self.rejected_in_a_row += 1
 
     def _ask_one(self) -> Proposal | None:
+        from optuna.trial import TrialState
+
         t0 = self.clock()
-        trial = self.study.ask()
+        try:
+            trial = self.study.ask()
+        except SpaceExhausted as e:  # the sampler found nothing untried that fits
+            self.study.tell(e.number, state=TrialState.FAIL)
+            self.stop_reason = exhausted_reason(self._tried_fitting())
+            return None
         t1 = self.clock()
         retry_of = trial.user_attrs.get("retry_of")
-        priced = self._price(trial)
+        values = suggest_values(self.space, trial)
+        if retry_of is None and params_key(trial.params) in self._told:
+            self._repeated(trial)
+            return None
+        self._told.add(params_key(trial.params))
+        priced = self._price(trial, values)
         if isinstance(priced, Invalid):
             asked = _Asked(t0, t1 - t0, self.clock() - t1)
             self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()))
@@ -404,7 +435,40 @@ class SearchEngine:
         self._emit(row)
         return proposal
 
-    def _price(self, trial: Any) -> Any:
+    def _repeated(self, trial: Any) -> None:
+        """The sampler proposed a config the study has tried: it is not priced or trained
+        again (told FAIL, no row). An untried config that fits goes next instead
+        (enqueued; `untried.untried_fitting`), or, the space's configs enumerated and none
+        of them left, the search ends."""
+        from optuna.trial import TrialState
+
+        self.study.tell(trial, state=TrialState.FAIL)
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return  # a queued trial goes next
+
+        def suggest(t: Any) -> dict[str, Any]:
+            return suggest_values(self.space, t)
+
+        def fitting(values: Mapping[str, Any]) -> float | None:
+            priced = self.price_candidate(values)
+            return priced[0] if priced is not None and priced[1] else None
+
+        if not self._enumerated:
+            self._configs, self._enumerated = space_configs(suggest), True
+        found = untried_fitting(self._configs, suggest, self._told | self._seen, self._unfit,
+                                fitting, np.random.default_rng(trial.number))
+        if found is not None:
+            self._seen.add(params_key(found[0]))
+            self.study.enqueue_trial(dict(found[0]))
+        elif self._configs is not None:
+            self.stop_reason = exhausted_reason(self._tried_fitting())
+
+    def _tried_fitting(self) -> int:
+        """Distinct configs the study trained or is training."""
+        return len({params_key(r.params) for r in self.rows.values()
+                    if r.counted or r.status == "running"})
+
+    def _price(self, trial: Any, values: Mapping[str, Any]) -> Any:
         """The workload's price of the trial's proposal. A ConfigError before any proposal
         of the study was priced is bad input (the trial told FAIL, the error raised: the
         search stops before any trial); a later one is that proposal's failure, its row
@@ -412,7 +476,7 @@ class SearchEngine:
         from optuna.trial import TrialState
 
         try:
-            return self.workload.price(suggest_values(self.space, trial))
+            return self.workload.price(values)
         except ConfigError as e:
             first = next((r.config for r in self.rows.values() if r.status != "failed"), None)
             if first is None:

@@ -52,8 +52,13 @@ seconds' exponent is the share of the search's budget left, `Pricing.spent`: CAr
 `neighbors=64` picked better in the time box on flights, as well on MovieLens, but reached
 95% of BBC News's front 1.75x later (benchmarks/results/search_efficiency_front_experiments.md).
 
-Candidate pricing stops after PRICE_BUDGET_S per ask (a user's model prices in milliseconds
-to seconds): fewer candidates then, never more time. A repeatable search
+Candidate pricing stops after PRICE_BUDGET_S per ask once a candidate fits (a user's model
+prices in milliseconds to seconds): fewer candidates then. An ask with none that fits by
+then prices on until one does (`_keep_pricing`: the rest of its candidates, then the space's
+untried configs, `pipeline.untried`): a slow model makes a slow ask, never an unpriced
+proposal; a finite space with no untried config that fits raises `SpaceExhausted`, which
+ends the search ("every fitting config tried: N"). What it proposes is the candidate it
+priced, value for value (None included). A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
 not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
 noise to a model); it stays an objective of the front. Without a memory objective the gain
@@ -79,6 +84,8 @@ from optuna.samplers import BaseSampler, RandomSampler
 from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.records import ATTR, params_key
+from autoembed.pipeline.untried import RandomTrial as _RandomTrial
+from autoembed.pipeline.untried import SpaceExhausted, space_configs, untried_fitting
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -93,7 +100,7 @@ log = logging.getLogger(__name__)
 STARTUP = 5
 RANDOM_EVERY = 4  # after the start-up, every 4th proposal is random
 CANDIDATES = 128  # random candidates priced and scored per ask
-PRICE_BUDGET_S = 1.0  # at most this long pricing candidates per ask
+PRICE_BUDGET_S = 1.0  # pricing candidates stops after this long once one fits
 MIN_COSTS = 5  # trials with a cost before the acquisition is per second
 GRID = 256  # quality grid of the EHVI integral
 HEAVY_IMPORTS = ("sklearn.ensemble", "scipy.special")  # what an ask imports: study.warm_sampler
@@ -112,41 +119,6 @@ class Pricing:
     budget_bytes: float
     repeatable: bool = False  # every candidate priced, however long (no clock decides)
     spent: Callable[[], float] = lambda: 0.0  # the share of the search's budget spent, 0..1
-
-
-class _RandomTrial:
-    """A stand-in trial for the space's suggest code: each suggestion drawn at random;
-    `params` holds them under their Optuna names."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.params: dict[str, Any] = {}
-
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        self.params[name] = v = choices[int(self.rng.integers(len(choices)))]
-        return v
-
-    def suggest_int(self, name: str, low: int, high: int, step: int = 1,
-                    log: bool = False) -> int:
-        if log:
-            v = int(round(math.exp(self.rng.uniform(math.log(low - 0.5 + 1e-9),
-                                                    math.log(high + 0.5)))))
-            v = min(max(v, low), high)
-        else:
-            v = low + step * int(self.rng.integers((high - low) // step + 1))
-        self.params[name] = v
-        return v
-
-    def suggest_float(self, name: str, low: float, high: float, step: float | None = None,
-                      log: bool = False) -> float:
-        if log:
-            v = math.exp(self.rng.uniform(math.log(low), math.log(high)))
-        elif step:
-            v = low + step * int(self.rng.integers(int(round((high - low) / step)) + 1))
-        else:
-            v = float(self.rng.uniform(low, high))
-        self.params[name] = v
-        return v
 
 
 class _NeighborTrial(_RandomTrial):
@@ -229,6 +201,11 @@ class PricedEHVI(BaseSampler):
         self._random = RandomSampler(seed=seed)
         self._pricing: Pricing | None = None
         self._chosen: dict[int, dict[str, Any]] = {}
+        # the space's configs once enumerated (None: not finite or too many), and the keys
+        # of those priced over budget (`untried.first_fitting`)
+        self._enumerated = False
+        self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+        self._unfit: set[tuple[tuple[str, str], ...]] = set()
 
     def bind(self, pricing: Pricing) -> None:
         self._pricing = pricing
@@ -244,8 +221,8 @@ class PricedEHVI(BaseSampler):
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._random.before_trial(study, trial)
-        if self._pricing is None:
-            return
+        if self._pricing is None or "fixed_params" in trial.system_attrs:
+            return  # unbound, or an enqueued trial: its params are given
         number = trial.number
         if self.spread and number < self.startup:
             def propose() -> dict[str, Any] | None:
@@ -254,13 +231,19 @@ class PricedEHVI(BaseSampler):
             return
         else:
             done = _finished(study, self._pricing.objectives)
-            if len(done) < self.startup:
-                return
+            if len(done) < self.startup:  # start-up trials still running or failed
+                if not self.spread:
+                    return
 
-            def propose() -> dict[str, Any] | None:
-                return self._choose(study, number, done)
+                def propose() -> dict[str, Any] | None:
+                    return self._spread(study, number)
+            else:
+                def propose() -> dict[str, Any] | None:
+                    return self._choose(study, number, done)
         try:
             chosen = propose()
+        except SpaceExhausted:
+            raise
         except Exception as e:  # noqa: BLE001 - a model failure must not end a search
             log.warning("ehvi: no model proposal for trial %d (%s); a random one instead",
                         trial.number, e)
@@ -270,9 +253,10 @@ class PricedEHVI(BaseSampler):
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        v = self._chosen.get(trial.number, {}).get(param_name)
-        if v is not None and _contains(param_distribution, v):
-            return v
+        chosen = self._chosen.get(trial.number, {})
+        # a chosen value is handed out as it is, None included
+        if param_name in chosen and _contains(param_distribution, chosen[param_name]):
+            return chosen[param_name]
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
@@ -346,7 +330,8 @@ class PricedEHVI(BaseSampler):
         random ones and, mixed in evenly, `neighbors` near `parents` in turn (none without
         parents)."""
         rng = np.random.default_rng((self.seed, number))
-        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)}
+        tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)
+                 if t.number != number and t.state.name != "WAITING"}  # no params yet
         deadline = self.clock() + self.price_budget_s
         keyed: list[tuple[float, _RandomTrial]] = [
             ((i + 0.5) / self.candidates, _RandomTrial(rng)) for i in range(self.candidates)]
@@ -358,30 +343,58 @@ class PricedEHVI(BaseSampler):
                                             for k in range(self.neighbors))]
         # the two kinds evenly mixed, so a pricing deadline cuts both alike
         trials = [t for _, t in sorted(keyed, key=lambda kt: kt[0])]
-        return rng, self._priced_candidates(trials, tried, deadline)
+        cands = self._priced_candidates(trials, tried, deadline)
+        if cands or not trials:
+            return rng, cands
+        return rng, self._keep_pricing(rng, tried, number)
 
     def _priced_candidates(self, trials: Sequence[_RandomTrial],
                            tried: set[tuple[tuple[str, str], ...]], deadline: float,
                            ) -> list[tuple[dict[str, Any], float]]:
         """The stand-in trials' configs that fit the budget, each once: (Optuna params,
-        memory objective); pricing stops at `deadline` unless the search is repeatable."""
+        memory objective); pricing stops at `deadline` once one fits, unless the search is
+        repeatable."""
         assert self._pricing is not None
         out: list[tuple[dict[str, Any], float]] = []
-        has_memory = _has_memory(self._pricing.objectives)
         seen = set(tried)
         for fake in trials:
-            if self.clock() > deadline and not self._pricing.repeatable:
+            if out and self.clock() > deadline and not self._pricing.repeatable:
                 break
             values = self._pricing.suggest(fake)
             key = params_key(fake.params)
             if key in seen:
                 continue
             seen.add(key)
-            priced = self._pricing.price(values)
-            if priced is not None and priced[1]:
-                memory = priced[0] if has_memory else 1.0
-                out.append((fake.params, max(memory, 1.0)))  # bytes: the axis is log
+            memory = self._memory_if_fits(values)
+            if memory is not None:
+                out.append((fake.params, memory))
         return out
+
+    def _memory_if_fits(self, values: Mapping[str, Any]) -> float | None:
+        """A config's memory objective (bytes, at least 1: the axis is log; 1 without a
+        memory objective) when it fits the budget, else None."""
+        assert self._pricing is not None
+        priced = self._pricing.price(values)
+        if priced is None or not priced[1]:
+            return None
+        return max(priced[0] if _has_memory(self._pricing.objectives) else 1.0, 1.0)
+
+    def _keep_pricing(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
+                      number: int) -> list[tuple[dict[str, Any], float]]:
+        """No candidate of the ask fits: price on, past the ask's window, until one does
+        (`untried.untried_fitting`: a finite space's untried configs, else random ones);
+        SpaceExhausted when a finite space has none left; [] (a random proposal) when
+        random ones found none."""
+        assert self._pricing is not None
+        if not self._enumerated:
+            self._configs, self._enumerated = space_configs(self._pricing.suggest), True
+        found = untried_fitting(self._configs, self._pricing.suggest, tried, self._unfit,
+                                self._memory_if_fits, rng)
+        if found is not None:
+            return [found]
+        if self._configs is not None:
+            raise SpaceExhausted(number)
+        return []
 
 
 def spread_point(k: int, strata: int, rng: np.random.Generator) -> float:
