@@ -414,7 +414,8 @@ class SearchEngine:
         try:
             return self.workload.price(suggest_values(self.space, trial))
         except ConfigError as e:
-            first = next((r.config for r in self.rows.values() if r.status != "failed"), None)
+            first = next((r.config for r in self.rows.values()
+                          if r.status not in ("failed", "interrupted")), None)
             if first is None:
                 self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
                 raise

@@ -79,7 +79,8 @@ class TrialChannel:
     def __init__(self, number: int, cost: CostClock | None = None) -> None:
         self.number = number
         self.stopped = False
-        self.ended = False
+        self.ended = False  # by the driver (its limit, Ctrl-C)
+        self.done = False  # the trial's thread posted its end
         self.cost = cost or CostClock()  # started with the trial
         # ("report", report) and ("end", final report) to the driver; the answers back
         self.to_driver: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -265,16 +266,20 @@ class InProcessExecutor:
 def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
                channel: TrialChannel) -> None:
     """A trial's thread: run it, and post its final report (None: stopped by the search) to
-    the driver. Whatever it raises is the trial's failure, never the search's."""
-    final: Mapping[str, Any] | None = None
+    the driver. Whatever it raises is the trial's failure, never the search's, except a
+    KeyboardInterrupt of its own (Ctrl-C reaching it): posted as such, the driver raises it."""
+    out: tuple[str, Mapping[str, Any] | None] = ("end", None)
     try:
-        final = trainer(payload, channel)
+        out = ("end", trainer(payload, channel))
     except StopTrial:
-        final = None
+        pass
+    except KeyboardInterrupt:
+        out = ("interrupt", None)
     except BaseException as e:  # noqa: BLE001 - the trial's (sys.exit and timeouts included)
-        final = failed_report(e)
+        out = ("end", failed_report(e))
     finally:
-        channel.to_driver.put(("end", final))
+        channel.done = True
+        channel.to_driver.put(out)
 
 
 def _serve(engine: SearchEngine, number: int,
@@ -292,6 +297,8 @@ def _serve(engine: SearchEngine, number: int,
             kind, body = channel.to_driver.get(timeout=wait)
         except queue.Empty:
             continue
+        if kind == "interrupt" and not channel.ended:
+            raise KeyboardInterrupt
         if kind != "report":
             return body, False
         channel.answers.put(bool(engine.observe(number, body)))
@@ -304,7 +311,7 @@ def end_trial(channel: TrialChannel, thread: threading.Thread,
     ended."""
     channel.end()
     deadline = time.monotonic() + GRACE_S
-    while thread.is_alive():
+    while thread.is_alive() and not channel.done:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
