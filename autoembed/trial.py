@@ -52,9 +52,10 @@ __all__ = [
 # complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
 # budget, never trained (set by the search); unsupported: the device cannot run the precision;
 # oom: a real out-of-memory; diverged: NaN/inf loss; timeout: ran past its time limit and
-# was ended (set by the search); failed: any other error.
+# was ended (set by the search); failed: any other error; interrupted: the driver stopped
+# while it was asked or ran (set by the search; not counted, re-queued once).
 STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "timeout",
-            "failed")
+            "failed", "interrupted")
 # Statuses of trials that reached a trainable (count against --trials).
 TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "timeout",
                     "failed")
@@ -263,9 +264,11 @@ def encode_row(row: TrialRow) -> dict[str, Any]:
 def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
     """Rebuild a TrialRow from `encode_row` output (any version's)."""
     result = raw.get("result")
+    interrupted = bool(raw.get("interrupted", False))
     return TrialRow(
         number=number,
-        status=str(raw["status"]),
+        # a version before the `interrupted` status stored such a trial as failed
+        status="interrupted" if interrupted else str(raw["status"]),
         config=config_from_dict(raw["config"], f"trial {number} config"),
         estimate=dict(raw.get("estimate") or {}),
         params=dict(raw.get("params") or {}),
@@ -276,7 +279,7 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
         overshoot=float(raw.get("overshoot", 0.0)),
         concurrency=int(raw.get("concurrency", 0)),
         retry_of=raw.get("retry_of"),
-        interrupted=bool(raw.get("interrupted", False)),
+        interrupted=interrupted,
         node=dict(raw.get("node") or {}),
     )
 

@@ -147,7 +147,7 @@ def test_failed_and_diverged_outcomes(tmp_path: Path, tiny: Any) -> None:
     assert eng.rows[q.number].status == "diverged" and not eng.front()
 
 
-def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: Any) -> None:
+def test_recover_interrupts_running_trials_and_requeues_once(tmp_path: Path, tiny: Any) -> None:
     eng, study, storage = make_engine(tmp_path, tiny, trials=4)
     p1 = eng.propose()
     assert p1 is not None
@@ -155,7 +155,7 @@ def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: An
     p2 = eng.propose()  # left RUNNING: the driver "dies" here
     assert p2 is not None
     rec = recover(study, storage, "interrupted")
-    assert rec.failed == (p2.number,) and rec.requeued == (p2.number,)
+    assert rec.interrupted == (p2.number,) and rec.requeued == (p2.number,)
     assert study.trials[p2.number].state == TrialState.FAIL
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert len(waiting) == 1
@@ -169,7 +169,8 @@ def test_recover_fails_running_trials_and_requeues_once(tmp_path: Path, tiny: An
     assert study.trials[p3.number].params == study.trials[p2.number].params
     # the retry dies too: it is not re-queued a second time
     rec2 = recover(study, storage, "interrupted")
-    assert rec2.failed == (p3.number,) and rec2.requeued == ()
+    assert rec2.interrupted == (p3.number,) and rec2.requeued == ()
+    assert rec2.retried == (p3.number,)
     rows = load_rows(study)
     assert rows[p1.number].status == "complete" and rows[p2.number].interrupted
     assert study.trials[p1.number].user_attrs[ATTR]["status"] == "complete"

@@ -45,6 +45,9 @@ class FakeEngine:
     def remaining(self, number: int) -> float | None:
         return None  # no time limit
 
+    def overdue(self) -> list[int]:
+        return []
+
     def time_out(self, number: int) -> None:
         raise AssertionError("no trial runs past a limit here")
 

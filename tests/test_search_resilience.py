@@ -267,8 +267,8 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         assert resumed.wait(600) == 0, log2.read_text()[-3000:]
         out = log2.read_text()
         assert f"took over the lock of study 'kill' from pid {first.pid}" in out, out
-        said = re.search(r"resumed study 'kill': .* marked failed; .*; kept the (\d+) trials "
-                         r"it had recorded \((.*)\)", out)
+        said = re.search(r"resumed study 'kill': .* recorded as interrupted .*; kept the "
+                         r"(\d+) trials it had recorded \((.*)\)", out)
         assert said, out
         # the killed driver's Ray leftovers are gone: stopped by the resumed run (it says
         # how many) or exited on their own before it looked; the resumed run left nothing
@@ -283,8 +283,8 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
             kill_session(resumed.pid)
 
     statuses, after, rows = assert_kept_after_resume(runs, storage, complete_before)
-    for n in running_before:  # marked failed (interrupted) and retried once
-        assert statuses[n] == "failed" and rows[n]["interrupted"]
+    for n in running_before:  # interrupted and retried once
+        assert statuses[n] == "interrupted" and rows[n]["interrupted"]
         retries = [m for m, r in rows.items() if r.get("retry_of") == n]
         assert len(retries) == (1 if after[n].params else 0)
         for m in retries:
@@ -296,7 +296,7 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
     assert len(counted) == 6
     assert (runs / "kill" / "session.lock").read_text() == ""  # released cleanly
     pareto = json.loads((runs / "kill" / "pareto.json").read_text())
-    assert pareto["recovered"] and "marked failed" in pareto["recovered"]
+    assert pareto["recovered"] and "recorded as interrupted" in pareto["recovered"]
 
 
 # ------------------------------------------------------------------ shared stores
@@ -429,7 +429,7 @@ def test_sigkilled_driver_of_a_user_search_resumes_with_every_trial_once(
 
     statuses, after, rows = assert_kept_after_resume(runs, storage, complete_before)
     (killed,) = running_before
-    assert statuses[killed] == "failed" and rows[killed]["interrupted"]
+    assert statuses[killed] == "interrupted" and rows[killed]["interrupted"]
     retries = [m for m, r in rows.items() if r.get("retry_of") == killed]
     assert len(retries) == 1 and after[retries[0]].params == after[killed].params
     assert sum(1 for s in statuses.values() if s == "complete") == 3  # the search finished

@@ -478,7 +478,8 @@ class SearchEngine:
         try:
             return self.workload.price(values)
         except ConfigError as e:
-            first = next((r.config for r in self.rows.values() if r.status != "failed"), None)
+            first = next((r.config for r in self.rows.values()
+                          if r.status not in ("failed", "interrupted")), None)
             if first is None:
                 self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
                 raise
@@ -638,9 +639,9 @@ class SearchEngine:
         old = self.rows[p.number].with_(ray_trial_id=live.ray_trial_id,
                                         concurrency=live.concurrency, node=_node(final, live))
         cost = self._cost(live, final)
+        if live.timed_out:  # past its limit: whatever it returned
+            return self._timeout(old, live, cost)
         if final is None or final.get("result") is None:
-            if live.timed_out:
-                return self._timeout(old, live, cost)
             if live.stopped and final is None:
                 last = live.evaluations[-1] if live.evaluations else {}
                 return old.with_(status="pruned", metrics={
@@ -697,18 +698,33 @@ class SearchEngine:
 
     def _timeout(self, old: TrialRow, live: _Live,
                  cost: Mapping[str, float | None]) -> tuple[TrialRow, _Outcome]:
-        """The row of a trial its executor ended past its time limit (with what it cost up
-        to its last report), told to Optuna as a diverged one (placeholder values, `runs`
-        violated)."""
+        """The row of a trial its executor ended past its time limit, told to Optuna as a
+        diverged one (placeholder values, `runs` violated). What it cost is the seconds it
+        ran until it was ended (`_ran`)."""
         last = live.evaluations[-1] if live.evaluations else {}
         limit = live.proposal.time_limit or 0.0
         row = old.with_(status="timeout", metrics={
             "steps": float(last.get("step", 0)),
-            "memory": self._memory(live.proposal.estimate.to_dict()), **cost}, reason=(
+            "memory": self._memory(live.proposal.estimate.to_dict()),
+            **self._ran(live, cost)}, reason=(
             f"ran past its time limit of {limit:g} s and was ended (at step "
             f"{last.get('step', 0)}); --trial-time-limit or the space's trial_time_limit "
             "sets the limit"))
         return row, self._complete(row, placeholder=True, runs=1.0)
+
+    def _ran(self, live: _Live, cost: Mapping[str, float | None]) -> dict[str, float | None]:
+        """A timed-out trial's cost: its wall seconds from its start to its end reaching the
+        driver (at least what its process stamped), the seconds after its last report
+        counted as training (where it was when it was ended)."""
+        last = live.evaluations[-1] if live.evaluations else {}
+        ran = self.clock() - live.started if live.started is not None else 0.0
+        wall = max(float(cost.get("wall_seconds") or 0.0), ran)
+        train = float(last.get("train_s") or 0.0) + max(
+            wall - float(last.get("wall_s") or 0.0), 0.0)
+        out = {**cost, "wall_seconds": wall, "train_seconds": train}
+        if live.cost is not None:
+            out.update(live.cost.metrics(self.clock(), train))
+        return out
 
     def abandon(self, reason: str) -> list[int]:
         """The driver is stopping with trials still running (Ctrl-C, an error): forget them;

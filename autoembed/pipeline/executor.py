@@ -9,8 +9,9 @@ placement (`trial_payload`: device, threads), streams the trial's evaluations ba
 `engine.observe()`, carries the engine's stop decision to the running trial, and ends each
 trial with `engine.finish()`. The channel is two-way:
 
-* in process, a `TrialChannel` per trial: calling it hands one evaluation to the engine and
-  returns False once the engine says stop (`report` raises `StopTrial` instead);
+* in process, a `TrialChannel` per trial: calling it hands one evaluation to the driver's
+  thread, which asks the engine, and returns False once the engine says stop (`report`
+  raises `StopTrial` instead);
 * on Ray Tune, the trainable reports through `tune.report` and `FrontScheduler` answers
   STOP, which Tune delivers by ending the trainable.
 
@@ -19,17 +20,18 @@ executor ran it: what it cost is its last evaluation's stamp. Every report carri
 trial's wall and CPU seconds so far (`workload.CostClock`). Every trial ends: each
 executor marks it `engine.trial_started` and ends it once
 `engine.overdue` lists it (its time limit, `pipeline.time_limit`): Ray Tune by killing its
-worker process (`ray_tune.TimeLimits`), in process by SIGALRM raising `TrialTimeout` in it
-(`time_limit`); `engine.time_out` then makes it `timeout`. A trial that raises, or calls
-`sys.exit` (SystemExit), is that trial's failure, never the search's end.
+worker process (`ray_tune.TimeLimits`), in process by raising `TrialTimeout` in the trial's
+thread and abandoning it after `GRACE_S` (`InProcessExecutor`); `engine.time_out` then makes
+it `timeout`, whatever it returns. A trial that raises, or calls `sys.exit` (SystemExit), is
+that trial's failure, never the search's end.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
+import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError, TrialTimeout
@@ -47,10 +49,14 @@ if TYPE_CHECKING:
     from autoembed.trial import Evaluation
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
-           "evaluation_report", "final_report", "trial_payload", "time_limit", "failed_report",
-           "LOG_DIR"]
+           "evaluation_report", "final_report", "trial_payload", "failed_report", "end_trial",
+           "raise_in", "LOG_DIR", "GRACE_S"]
 
 LOG_DIR = "logs"  # a study's folder for its trials' output on Ray (trial-NNNN.log)
+# In process: the seconds a trial past its time limit has to end (TrialTimeout is raised in
+# it once a second) before it is abandoned, still running, and the search goes on
+GRACE_S = 10.0
+POLL_S = 1.0  # the driver's longest wait for a trial's message between looks at its limit
 
 
 class StopTrial(AutoembedError):
@@ -64,43 +70,35 @@ def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[st
             "threads": plan.threads, **extra}
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise `TrialTimeout` in this thread once `seconds` pass (SIGALRM; the main thread
-    only: elsewhere, and with `seconds` None, nothing is armed)."""
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def ring(signum: int, frame: Any) -> None:
-        raise TrialTimeout(f"past its time limit of {seconds:g} s")
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 class TrialChannel:
-    """The two-way channel between one running trial and the engine (in process)."""
+    """The trial's end of its two-way channel with the driver (in process): calling it hands
+    one evaluation to the driver's thread, which asks the engine, and returns False once the
+    engine says stop (`report` raises `StopTrial` instead). Once the driver has ended the
+    trial (its time limit, Ctrl-C), every call raises `TrialTimeout`."""
 
-    def __init__(self, engine: SearchEngine, number: int,
-                 cost: CostClock | None = None) -> None:
-        self.engine = engine
+    def __init__(self, number: int, cost: CostClock | None = None) -> None:
         self.number = number
         self.stopped = False
+        self.ended = False  # by the driver (its limit, Ctrl-C)
+        self.done = False  # the trial's thread posted its end
         self.cost = cost or CostClock()  # started with the trial
+        # ("report", report) and ("end", final report) to the driver; the answers back
+        self.to_driver: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.answers: queue.SimpleQueue[bool | None] = queue.SimpleQueue()
 
     def __call__(self, evaluation: Evaluation | Mapping[str, Any]) -> bool:
         """Hand one evaluation to the engine; False once the trial must stop."""
+        if self.ended:
+            raise TrialTimeout(f"trial {self.number} was ended by the search")
         if self.stopped:
             return False
         report = {**(dict(evaluation) if isinstance(evaluation, Mapping)
                      else evaluation_report(evaluation)), **self.cost.stamp()}
-        self.stopped = bool(self.engine.observe(self.number, report))
+        self.to_driver.put(("report", report))
+        answer = self.answers.get()
+        if answer is None:
+            raise TrialTimeout(f"trial {self.number} was ended by the search")
+        self.stopped = answer
         return not self.stopped
 
     def report(self, evaluation: Evaluation | Mapping[str, Any]) -> None:
@@ -110,6 +108,11 @@ class TrialChannel:
                     else evaluation.step)
             raise StopTrial(f"trial {self.number} stopped at step {step}: it cannot reach "
                             "the Pareto front")
+
+    def end(self) -> None:
+        """The driver ended the trial: later reports raise, and one waiting is woken."""
+        self.ended = True
+        self.answers.put(None)
 
 
 class Executor(Protocol):
@@ -201,7 +204,14 @@ class InProcessExecutor:
     """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
     trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
     the default is the workload's own runner; `cost_clock` times each trial (its wall and
-    CPU seconds). Faults are not injected here."""
+    CPU seconds). Faults are not injected here.
+
+    Each trial runs on a daemon thread of its own while the driver's thread serves its
+    channel (the engine is called on the driver's thread only) and watches its time limit:
+    past it, the trial is `timeout` whatever it returns; `TrialTimeout` is raised in it
+    (CPython's asynchronous exception, once a second) and it has `GRACE_S` seconds to end,
+    after which it is abandoned (left to finish or to end with the process; its results
+    are never read) and the search goes on."""
 
     kind = "local"
 
@@ -224,29 +234,103 @@ class InProcessExecutor:
 
     def notes(self, plan: SearchPlan) -> list[str]:
         del plan
-        out = ["--executor local runs each trial in this process: one that calls os._exit or "
-               "dies of a signal ends the search (--executor ray runs each in its own process)"]
-        if threading.current_thread() is not threading.main_thread():
-            out.append("--executor local off the main thread: a trial's time limit cannot be "
-                       "enforced here (SIGALRM reaches only the main thread)")
-        return out
+        return ["--executor local runs each trial in this process: one that calls os._exit or "
+                "dies of a signal ends the search, and one that does not end within "
+                f"{GRACE_S:g} s of its time limit is abandoned, still running (--executor ray "
+                "runs each in its own process)"]
 
     def run(self, engine: SearchEngine, plan: SearchPlan) -> None:
         trainer = self.trainer or plan.workload.runner(local=True)
         while (p := engine.propose()) is not None:
-            channel = TrialChannel(engine, p.number, self.cost_clock())
+            channel = TrialChannel(p.number, self.cost_clock())
             engine.trial_started(p.number)
-            final: Mapping[str, Any] | None
+            thread = threading.Thread(target=_run_trial, name=f"autoembed-trial-{p.number}",
+                                      args=(trainer, trial_payload(p, plan), channel),
+                                      daemon=True)
+            thread.start()
             try:
-                with time_limit(engine.remaining(p.number)):
-                    final = trainer(trial_payload(p, plan), channel)
-            except StopTrial:
-                final = None
-            except TrialTimeout:
-                engine.time_out(p.number)
-                final = None
-            except (Exception, SystemExit) as e:  # noqa: BLE001 - the trial's, not the search's
-                final = failed_report(e)
+                final, late = _serve(engine, p.number, channel)
+            except BaseException:  # Ctrl-C or the driver's own error: the trial ends too
+                end_trial(channel, thread, KeyboardInterrupt)
+                raise
+            if late:
+                end_trial(channel, thread, TrialTimeout)
+                engine.finish(p.number, {"status": "timeout", "result": None, "error": None,
+                                         "cost": channel.cost.stamp()})
+                continue
             if final is not None:
                 final = {**final, "cost": channel.cost.stamp()}
             engine.finish(p.number, None if channel.stopped else final)
+
+
+def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
+               channel: TrialChannel) -> None:
+    """A trial's thread: run it, and post its final report (None: stopped by the search) to
+    the driver. Whatever it raises is the trial's failure, never the search's, except a
+    KeyboardInterrupt of its own (Ctrl-C reaching it): posted as such, the driver raises it."""
+    out: tuple[str, Mapping[str, Any] | None] = ("end", None)
+    try:
+        out = ("end", trainer(payload, channel))
+    except StopTrial:
+        pass
+    except KeyboardInterrupt:
+        out = ("interrupt", None)
+    except BaseException as e:  # noqa: BLE001 - the trial's (sys.exit and timeouts included)
+        out = ("end", failed_report(e))
+    finally:
+        channel.done = True
+        channel.to_driver.put(out)
+
+
+def _serve(engine: SearchEngine, number: int,
+           channel: TrialChannel) -> tuple[Mapping[str, Any] | None, bool]:
+    """On the driver's thread: answer trial `number`'s reports with the engine's decision
+    until it ends; (its final report, False), or (None, True) once `engine.overdue` lists it
+    (then told `time_out`)."""
+    while True:
+        if number in engine.overdue():
+            engine.time_out(number)
+            return None, True
+        remaining = engine.remaining(number)
+        wait = POLL_S if remaining is None else min(max(remaining, 0.0), POLL_S)
+        try:
+            kind, body = channel.to_driver.get(timeout=wait)
+        except queue.Empty:
+            continue
+        if kind == "interrupt" and not channel.ended:
+            raise KeyboardInterrupt
+        if kind != "report":
+            return body, False
+        channel.answers.put(bool(engine.observe(number, body)))
+
+
+def end_trial(channel: TrialChannel, thread: threading.Thread,
+              exc: type[BaseException]) -> bool:
+    """End a trial's thread: its later reports raise `TrialTimeout`, and `exc` is raised in it
+    once a second until it ends or `GRACE_S` pass (then it is abandoned). True when it
+    ended."""
+    channel.end()
+    deadline = time.monotonic() + GRACE_S
+    while thread.is_alive() and not channel.done:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        raise_in(thread, exc)
+        try:
+            kind, _ = channel.to_driver.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            continue
+        if kind != "report":
+            return True
+        channel.answers.put(None)  # a report made as it was ended: raises in the trial
+    return True
+
+
+def raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Raise `exc` in `thread` at its next Python instruction (CPython's asynchronous
+    exception: a C call in progress, a sleep included, finishes first)."""
+    import ctypes
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                   ctypes.py_object(exc))

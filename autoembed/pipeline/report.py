@@ -24,7 +24,7 @@ __all__ = ["SearchReport", "SearchFailedError", "COUNTED_STATUSES"]
 
 # the statuses pareto.json counts, in its order
 COUNTED_STATUSES = ("complete", "infeasible", "pruned", "failed", "oom", "diverged",
-                    "unsupported", "timeout")
+                    "unsupported", "timeout", "interrupted")
 
 
 class SearchFailedError(AutoembedError):

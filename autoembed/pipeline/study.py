@@ -268,19 +268,39 @@ def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
 
 @dataclass(frozen=True)
 class Recovery:
-    """What `recover` did: trials found RUNNING (now FAIL) and those re-queued."""
+    """What `recover` did: the trials found RUNNING (now FAIL in Optuna, their rows
+    `interrupted`); of them, those re-queued, those stopped in their ask before any value
+    was drawn (nothing to re-queue: the next ask replaces them) and those that were a
+    retry already (not re-queued again)."""
 
-    failed: tuple[int, ...]
+    interrupted: tuple[int, ...]
     requeued: tuple[int, ...]
+    in_ask: tuple[int, ...] = ()
+    retried: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        if not self.failed:
+        if not self.interrupted:
             return "nothing was left running"
-        again = (f"re-queued {len(self.requeued)} of them once (trial "
-                 f"{', '.join(map(str, self.requeued))})" if self.requeued
-                 else "none re-queued (each had been retried once already)")
-        return (f"{len(self.failed)} trial(s) left running by the interrupted driver "
-                f"({', '.join(map(str, self.failed))}) marked failed; {again}")
+        parts = [f"{len(self.interrupted)} trial(s) left running by the stopped driver "
+                 f"({_numbers(self.interrupted)}) recorded as interrupted (not counted)"]
+        if self.requeued:
+            parts.append(f"re-queued {len(self.requeued)} of them once (trial "
+                         f"{_numbers(self.requeued)})")
+        if self.in_ask:
+            parts.append(f"trial {_numbers(self.in_ask)} stopped in its ask before any value "
+                         "was drawn (the next ask replaces it)")
+        if self.retried:
+            parts.append(f"trial {_numbers(self.retried)} was a retry already (not "
+                         "re-queued again)")
+        return "; ".join(parts)
+
+
+def _numbers(numbers: Sequence[int]) -> str:
+    return ", ".join(map(str, numbers))
+
+
+IN_ASK = ("interrupted: the driver stopped while this trial was asked and priced (it never "
+          "trained)")
 
 
 def recover(
@@ -289,38 +309,65 @@ def recover(
     reason: str,
     config_for: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> Recovery:
-    """Mark trials left RUNNING as FAIL and enqueue each one's params once more (a trial
-    that is itself a retry is not retried again).
+    """Mark trials left RUNNING as FAIL in Optuna and `interrupted` in their rows (with
+    `reason`; not counted against --trials), and enqueue each one's params once more (a
+    retry that trained is not retried again, one stopped in its ask is; one stopped before
+    any param was drawn has nothing to re-queue).
 
-    A trial killed between Optuna's ask and its first row (while it was being priced) gets a
-    row here, its config rebuilt from its params by `config_for` (the space's base config
-    when the kill came before any param was drawn: then there is nothing to re-queue), so
-    every trial keeps one row."""
+    A trial stopped between Optuna's ask and its first row (while it was asked or priced)
+    gets a row here, so that every trial keeps one (trials.csv, MLflow): its config rebuilt
+    from its params by `config_for`, or where that cannot be done (a user model's, the
+    kill came before any param was drawn) the study's first recorded config, standing in
+    (the row's params are what was drawn)."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
-    failed, requeued = [], []
+    rows = load_rows(study)
+    stand_in = next((rows[n].config for n in sorted(rows)), None)
+    done: dict[str, list[int]] = {"interrupted": [], "requeued": [], "in_ask": [],
+                                  "retried": []}
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         raw = dict(t.user_attrs.get(ATTR) or {})
         retry_of = raw.get("retry_of", t.user_attrs.get("retry_of"))
-        if not raw and config_for is not None:
-            try:
-                cfg = config_for(t.params)
-                raw = {"config": cfg.to_dict(), "params": dict(t.params),
-                       "estimate": {}, "retry_of": retry_of}
-            except Exception:  # noqa: BLE001 - an unrebuildable proposal keeps no row
-                raw = {}
-        if raw:  # the row first: a finished trial can no longer be updated
-            raw.update(status="failed", reason=reason, interrupted=True)
-            storage.set_trial_user_attr(trial_id, ATTR, raw)
+        in_ask = not raw
+        # what was drawn, or what a re-queued trial stopped in its ask was given
+        params = dict(t.params) or dict(t.system_attrs.get("fixed_params") or {})
+        if in_ask:
+            raw = _ask_row(params, retry_of, config_for, stand_in)
+        # the row first: a finished trial can no longer be updated
+        raw.update(status="interrupted", reason=IN_ASK if in_ask else reason,
+                   interrupted=True)
+        storage.set_trial_user_attr(trial_id, ATTR, raw)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        failed.append(t.number)
-        if retry_of is None and t.params:
-            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number},
-                                skip_if_exists=False)
-            requeued.append(t.number)
-    return Recovery(tuple(failed), tuple(requeued))
+        done["interrupted"].append(t.number)
+        if not params:
+            done["in_ask"].append(t.number)
+        elif retry_of is not None and not in_ask:  # a retry that trained: not again
+            done["retried"].append(t.number)
+        else:  # a trial, or a retry that never trained
+            study.enqueue_trial(params, user_attrs={
+                "retry_of": t.number if retry_of is None else retry_of},
+                skip_if_exists=False)
+            done["requeued"].append(t.number)
+    return Recovery(**{k: tuple(v) for k, v in done.items()})
+
+
+def _ask_row(params: Mapping[str, Any], retry_of: Any,
+             config_for: Callable[[Mapping[str, Any]], Any] | None,
+             stand_in: Any) -> dict[str, Any]:
+    """The row of a trial stopped in its ask (see `recover`)."""
+    from autoembed.config import EmbeddingConfig
+
+    cfg = None
+    if config_for is not None:
+        try:
+            cfg = config_for(params)
+        except Exception:  # noqa: BLE001, S110 - not rebuildable: the stand-in below
+            pass
+    cfg = cfg or stand_in or EmbeddingConfig()
+    return {"config": cfg.to_dict(), "params": dict(params), "estimate": {},
+            "retry_of": retry_of}
 
 
 def study_meta(study: optuna.Study) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """How long a trial may run: `TrialTimeLimit`. A trial past its limit is ended by its
-executor (Ray: its worker process is killed, which frees the worker; in process: SIGALRM
-raises `TrialTimeout` inside it) and recorded `timeout`.
+executor (Ray: its worker process is killed, which frees the worker; in process:
+`TrialTimeout` is raised in its thread, which is abandoned after `executor.GRACE_S`) and
+recorded `timeout`, whatever it returns.
 
 The limit is given (`--trial-time-limit`, `search(trial_time_limit=)`, the space's
 `trial_time_limit` key, or what a resumed study stored), else derived from the workload:

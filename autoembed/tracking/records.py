@@ -197,6 +197,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
         params=params,
         metrics=tuple(metrics),
         tags=tags,
-        run_status="FAILED" if record.status in _FAILED_STATUSES else "FINISHED",
+        run_status=("FAILED" if record.status in _FAILED_STATUSES else
+                    "KILLED" if record.status == "interrupted" else "FINISHED"),
         duration_ms=duration,
     )
