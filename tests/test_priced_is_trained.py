@@ -159,6 +159,30 @@ def test_a_custom_apply_travels_to_a_worker_by_name(user, monkeypatch) -> None:
     assert_trained_as_priced(trained, priced.estimate.to_dict())
 
 
+def test_a_resume_applies_as_the_study_started(user) -> None:
+    """A study's trials were priced and trained with one apply: a resume with another (or
+    without it) is refused in one line."""
+    from autoembed.pipeline.user import UserWorkload
+    from autoembed.space import load_space
+    from autoembed.user.run import UserCode
+
+    mod, root = user
+    space = load_space(root / "space.yaml", "user")
+    plain = UserCode(mod.build, mod.example, mod.train)
+    custom = UserCode(mod.build, mod.example, mod.train, apply=mod.shrink)
+
+    def resume(started: UserCode, now: UserCode) -> None:
+        meta = UserWorkload(space, started, started.records()).meta()
+        UserWorkload(space, now, now.records()).check_resume({"kind": "user", **meta})
+
+    resume(custom, custom)
+    with pytest.raises(ConfigError, match=r"^apply: the study was run with apply = "
+                       r".*:shrink; resume autoembed.search with apply='.*:shrink'$"):
+        resume(custom, plain)
+    with pytest.raises(ConfigError, match=r"^apply: .*with autoembed.apply; resume without"):
+        resume(plain, custom)
+
+
 def test_an_apply_a_ray_worker_cannot_find_is_one_line(user) -> None:
     with pytest.raises(ConfigError, match=r"^apply = .*<lambda>.*a lambda cannot be found"):
         user_search(user, "l", executor="ray", apply=lambda m, c: None)

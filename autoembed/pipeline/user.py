@@ -204,7 +204,8 @@ class UserWorkload:
         check_findable(refs, "a resume", script=True)
         if ("apply" in refs) != ("apply" in self.records):
             raise ConfigError("apply: the study was run " + (
-                f"with apply = {refs['apply'].spec}; resume with it" if "apply" in refs else
+                f"with apply = {refs['apply'].spec}; resume autoembed.search with "
+                f"apply='{refs['apply'].spec}'" if "apply" in refs else
                 "with autoembed.apply; resume without apply"))
         for role in (r for r in TRIAL_ROLES if r in refs):
             check_unchanged(refs[role], self.records[role], role, self.allow_changed_code)
