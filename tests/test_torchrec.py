@@ -323,6 +323,33 @@ def test_cli_prints_every_rank_beside_torchrecs_figure(monkeypatch: pytest.Monke
     assert r.exit_code == 3 and "does not fit rank" in r.output, r.output
 
 
+def test_the_cli_prices_a_torchrec_model_as_estimate_model_does(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`autoembed estimate --model` and `autoembed.estimate_model` are one entry point: the
+    same figure for TorchRec's DLRM at Criteo's sizes (its KJTs made traceable, not a
+    FakeTensor error), and without a loss the same one line for its tuple output."""
+    import autoembed
+    import examples.torchrec_dlrm as dlrm
+    from autoembed.cli import main
+
+    monkeypatch.chdir(ROOT)
+    args = ["estimate", "--model", "examples.torchrec_dlrm:model", "--example",
+            "examples.torchrec_dlrm:batch", "--optimizer", "adagrad"]
+    assert main([*args, "--loss", "examples.torchrec_dlrm:loss", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = autoembed.estimate_model(dlrm.model, dlrm.batch(), optimizer="adagrad",
+                                   loss=dlrm.loss)
+    assert cli["device_total"] == api.device_total
+    # by hand: 26 fp32 tables of dim 16 at Criteo's cardinalities, in 512-byte blocks
+    assert sorted(t["parameters"] for t in cli["tables"]) == sorted(
+        -(-n * 16 * 4 // 512) * 512 for n in dlrm.CRITEO_CARDINALITIES)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    with pytest.raises(ConfigError) as e:
+        autoembed.estimate_model(dlrm.model, dlrm.batch(), optimizer="adagrad")
+    assert err == f"autoembed: error: {e.value}" and "\n" not in err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTOEMBED_TORCHREC_RAY") != "1",
                     reason="a Ray Train trial takes 1-5 min on 2 busy cores, past the TorchRec "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -44,7 +46,8 @@ def same(model, config):  # this space changes no table: the rewrite is the iden
 
 def price_proposal(code: UserCode, space, vals: dict, apply=None):
     """The user workload's price of `vals` (the proposal's searched values)."""
-    return UserWorkload(space, code, code.records(), apply=apply).price(vals)
+    code = replace(code, apply=apply)
+    return UserWorkload(space, code, code.records()).price(vals)
 
 
 def test_the_price_is_estimate_model_of_the_built_model_and_the_budget_binds() -> None:

@@ -90,12 +90,16 @@ def swallowing_loop(model, params, report):
     return 0.99
 
 
+def keep(model, config):  # CONFIG rewrites no table
+    return None
+
+
 PARAMS = {"dim": 8, "lr": 0.05, "batch_size": 32, "steps": 100}
 
 
 def run(fn, channel=None, metrics=("loss",), **kw):
-    code = UserCode(build, example, fn)
-    return run_user_trial(code, lambda: build(PARAMS), PARAMS, CONFIG,
+    code = UserCode(build, example, fn, apply=keep)
+    return run_user_trial(code, PARAMS, CONFIG,
                           Report(metrics=metrics, channel=channel), **kw)
 
 
@@ -150,8 +154,8 @@ def test_a_loop_that_swallows_the_stop_is_still_pruned() -> None:
 
 
 def test_build_returning_no_module_fails_the_trial() -> None:
-    code = UserCode(build, example, train)
-    r = run_user_trial(code, lambda: {"not": "a model"}, PARAMS, CONFIG, Report())
+    code = UserCode(lambda p: {"not": "a model"}, example, train)
+    r = run_user_trial(code, PARAMS, CONFIG, Report())
     assert r.status == "failed" and "returned dict, not an nn.Module" in r.error
 
 

@@ -116,7 +116,9 @@ def search(
     "auto" with real `data`, else the default space; a resumed study: the space it
     stored), or your own model and loop (`model=build`, `example=`, `train=`, with a space
     file of `embedding:` and `user:` sections; `loss=fn(output, example)` prices a forward
-    that returns logits). `result.extra` holds the baseline fitted on real data and the
+    that returns logits; `apply=fn(model, config)` rewrites the built model instead of
+    `autoembed.apply`: each proposal is priced and trained on the same build + apply).
+    `result.extra` holds the baseline fitted on real data and the
     pick's measured noise (`baseline`, `noise`; also in pareto.json).
 
     Options (keywords, checked by `SearchRequest.parse`; anything else is a TypeError):

@@ -79,7 +79,6 @@ class SearchRequest:
     executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
     executor: Any = None  # an Executor object given to `autoembed.search`
     allow_changed_code: bool = False
-    apply: Any = None  # how a config rewrites the user's model (default autoembed.apply)
 
     space_arg: str | None = None  # the space as the user named it (messages)
 
@@ -135,7 +134,7 @@ class SearchRequest:
         apply: Any = None,
     ) -> SearchRequest:
         """Check every argument; the first bad one raises ConfigError."""
-        code = _user_code(model, example, train, loss, {
+        code = _user_code(model, example, train, loss, apply, {
             "data": data, "label": label, "categorical": categorical,
             "text_column": text_column, "host_budget": host_budget,
             "start_points": start_points or None})
@@ -183,12 +182,12 @@ class SearchRequest:
             categorical=tuple(categorical) if categorical is not None else None,
             text_column=text_column, early_stop=early_stop, host_budget=host,
             start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
-            allow_changed_code=bool(allow_changed_code), apply=apply, space_arg=space_arg,
+            allow_changed_code=bool(allow_changed_code), space_arg=space_arg,
             repeatable=bool(repeatable), multi_fidelity=bool(multi_fidelity),
         )
 
 
-def _user_code(model: Any, example: Any, train: Any, loss: Any,
+def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,
                builtin_only: Mapping[str, Any]) -> UserCode | None:
     """The user's functions, when any of model/example/train is given (all three must be);
     an option that describes autoembed's own models beside them is refused."""
@@ -197,6 +196,9 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any,
         if loss is not None:
             raise ConfigError("--loss prices your own model's step: give it with --model, "
                               "--example and --train")
+        if apply is not None:
+            raise ConfigError("apply rewrites your own model: give it with model=, example= "
+                              "and train=")
         return None
     missing = [f"--{k}" for k, v in given.items() if v is None]
     if missing:
@@ -209,7 +211,7 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any,
                               f"({USER_REFUSED[key]}): remove it")
     from autoembed.user.run import UserCode
 
-    return UserCode.resolve(model, example, train, loss)
+    return UserCode.resolve(model, example, train, loss, apply)
 
 
 def _space(space: str | Path | SearchSpace | None, kind: str,

@@ -5,9 +5,10 @@ is priced on the user's model: `build(params)` on the meta device lists its embe
 modules (no table is allocated), the space turns the values into the embedding config for
 those modules (`user.space.config_for`), and `estimate_model` traces two training steps of
 `apply(build(params), config)` on fake tensors with `example(params)` (and the user's
-`loss`, or the stated stand-in). A trial that fits runs the user's `train` on the built,
-applied model (`user.trainer.run_payload`, in this process or in a Ray worker that imports
-the recorded functions by name, shipped in Ray's `runtime_env`).
+`loss`, or the stated stand-in). A trial that fits runs the user's `train` on the model
+built and applied the same way (`UserCode.model_for`: the user's `apply` when given, else
+`autoembed.apply`; `user.trainer.run_payload`, in this process or in a Ray worker that
+imports the recorded functions, `apply` included, by name, shipped in Ray's `runtime_env`).
 
 The user's code failing while a proposal is priced is a ConfigError naming the function:
 bad input when it is the study's first proposal (the engine stops the search before any
@@ -29,7 +30,7 @@ from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, TrialRunner
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
-from autoembed.user.run import ROLES, UserCode, built_module
+from autoembed.user.run import TRIAL_ROLES, UserCode, built_module
 from autoembed.user.space import config_for, params_for, user_record
 
 if TYPE_CHECKING:
@@ -44,13 +45,11 @@ if TYPE_CHECKING:
 __all__ = ["UserWorkload", "FUNCTIONS_KEY", "call_user", "model_tables"]
 
 FUNCTIONS_KEY = "functions"  # the study meta key holding role -> FunctionRef dict
-Apply = Callable[["nn.Module", EmbeddingConfig], Any]
 
 
 @dataclass(frozen=True)
 class UserWorkload:
-    """The user's model and loop (the `Workload` protocol; see the module docstring).
-    `apply`: how a config rewrites the built model (default `autoembed.apply`)."""
+    """The user's model and loop (the `Workload` protocol; see the module docstring)."""
 
     kind: ClassVar[str] = "user"
     stand_in: ClassVar[bool] = False
@@ -59,7 +58,6 @@ class UserWorkload:
     records: Mapping[str, FunctionRef]
     device: str = "cpu"
     allow_changed_code: bool = False
-    apply: Apply | None = None
     sharded: Sharded | None = None  # a TorchRec model's space (`topology:`): planned per rank
     _priced: dict[str, Priced | Invalid] = field(default_factory=dict, compare=False,
                                                  repr=False)
@@ -89,8 +87,10 @@ class UserWorkload:
             check_same(stored, "space_text", space.text, f"--space {request.space_label}")
         records = code.records()
         made = cls(space, code, records, request.device, request.allow_changed_code,
-                   request.apply, Sharded.of(space, request.budget.bytes, request.device,
-                                             records))
+                   Sharded.of(space, request.budget.bytes, request.device, records))
+        if made.sharded is not None and code.apply is not None:
+            raise ConfigError(f"apply = {records['apply'].spec}: a space with `topology:` "
+                              "rewrites TorchRec's tables by its own settings; drop apply")
         if request.executor_kind != "local":
             check_findable(made.records, "a Ray worker", script=False)
         return made
@@ -121,10 +121,9 @@ class UserWorkload:
     def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         import torch
 
-        from autoembed.torchrec.public import apply, estimate_model, is_torchrec
+        from autoembed.torchrec.public import estimate_model, is_torchrec
 
         code, space = self.code, self.space
-        apply_fn = self.apply or apply
         params = params_for(space, values)
         with torch.device("meta"):
             probe = built_module(call_user(code.build, "model", params))
@@ -136,14 +135,9 @@ class UserWorkload:
                               "search over it plans them per rank: give the space a "
                               "`topology:` (world_size, ...) and TorchRec's table keys")
         config = config_for(space, values, model_tables(probe))
-
-        def model() -> nn.Module:
-            built = built_module(code.build(params))
-            out = apply_fn(built, config)
-            return built if out is None else built_module(out)
-
-        est = estimate_model(model, example, loss=code.loss,
-                             optimizer=config.table_optimizer, precision=config.precision)
+        est = estimate_model(functools.partial(code.model_for, params, config), example,
+                             loss=code.loss, optimizer=config.table_optimizer,
+                             precision=config.precision)
 
         def launch(number: int) -> Launch:
             del number
@@ -185,7 +179,8 @@ class UserWorkload:
     def ray_options(self) -> dict[str, Any]:
         from autoembed.user.ship import runtime_env
 
-        base = {"runtime_env": runtime_env(self.records[r] for r in ROLES), "packages": ()}
+        base = {"runtime_env": runtime_env(self.records[r] for r in TRIAL_ROLES
+                                           if r in self.records), "packages": ()}
         return base if self.sharded is None else self.sharded.ray_options(base)
 
     # ------------------------------------------------------------------ the study
@@ -207,7 +202,12 @@ class UserWorkload:
                               "without --model/--example/--train, or start a new --study")
         refs = {r: FunctionRef.from_dict(funcs[r]) for r in funcs}
         check_findable(refs, "a resume", script=True)
-        for role in ROLES:
+        if ("apply" in refs) != ("apply" in self.records):
+            raise ConfigError("apply: the study was run " + (
+                f"with apply = {refs['apply'].spec}; resume autoembed.search with "
+                f"apply='{refs['apply'].spec}'" if "apply" in refs else
+                "with autoembed.apply; resume without apply"))
+        for role in (r for r in TRIAL_ROLES if r in refs):
             check_unchanged(refs[role], self.records[role], role, self.allow_changed_code)
 
     def config_of(self, params: Mapping[str, Any]) -> EmbeddingConfig | None:

@@ -131,14 +131,14 @@ def estimate_unsharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     """`autoembed.estimate_model` of a TorchRec model (unsharded: its collections' tables
     are nn.EmbeddingBag / nn.Embedding trained by the optimizer named), `example` holding
     KeyedJaggedTensors; keyword arguments as `estimate_model`'s."""
-    from autoembed.user_model.estimate import estimate_model
+    from autoembed.user_model.estimate import estimate_torch_model
 
     require()
     built = build_model(model)
     if isinstance(example, list):
         return max((estimate_unsharded(built, x, **kwargs) for x in example),
                    key=lambda e: e.device_total)
-    return _renamed(estimate_model(built, traceable(example), **kwargs), built)
+    return _renamed(estimate_torch_model(built, traceable(example), **kwargs), built)
 
 
 def example_ids(example: Any) -> Mapping[str, int]:

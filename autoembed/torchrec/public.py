@@ -50,9 +50,9 @@ def tables(model: Any) -> tuple[Any, ...]:
 
 
 def estimate_model(model: Any, example: Any, **kwargs: Any) -> Any:
-    """`autoembed.user_model.estimate_model`; a TorchRec model's KJTs made traceable
-    (`autoembed.torchrec.estimate_unsharded`)."""
-    from autoembed.user_model.estimate import estimate_model as torch_estimate
+    """The one `estimate_model` (the API's and the CLI's): `user_model.estimate_torch_model`;
+    a TorchRec model's KJTs made traceable (`autoembed.torchrec.estimate_unsharded`)."""
+    from autoembed.user_model.estimate import estimate_torch_model as torch_estimate
 
     if is_torchrec(model, example):
         from autoembed.torchrec.estimate import estimate_unsharded

@@ -34,9 +34,11 @@ from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES"]
+__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES",
+           "TRIAL_ROLES"]
 
 ROLES = ("model", "example", "train")  # the CLI flags --model, --example, --train
+TRIAL_ROLES = (*ROLES, "apply")  # what a trial runs (`apply` when given), shipped to workers
 MAX_TRACEBACK_FRAMES = 30
 
 
@@ -45,38 +47,54 @@ class UserCode:
     """The user's functions: build(params) -> nn.Module; example(params) -> one batch as
     the forward takes it; train(model, params, report) -> None, a quality or a mapping;
     loss(output, example) -> a scalar tensor, for pricing a model whose forward does not
-    return its loss (None: the output is the loss, or the stated stand-in is priced)."""
+    return its loss (None: the output is the loss, or the stated stand-in is priced);
+    apply(model, config) -> the rewritten model, or None having rewritten it in place
+    (None: `autoembed.apply`)."""
 
     build: Callable[[Mapping[str, Any]], Any]
     example: Callable[[Mapping[str, Any]], Any]
     train: Callable[..., Any]
     loss: Callable[..., Any] | None = None
+    apply: Callable[..., Any] | None = None
 
     @classmethod
-    def resolve(cls, model: Any, example: Any, train: Any, loss: Any = None) -> UserCode:
+    def resolve(cls, model: Any, example: Any, train: Any, loss: Any = None,
+                apply: Any = None) -> UserCode:
         """From functions or "pkg.module:name" strings (ConfigError naming the flag)."""
-        roles = (*ROLES, "loss") if loss is not None else ROLES
-        given = (model, example, train, loss)[:len(roles)]
-        got = [resolve_function(v, f"--{r}") if isinstance(v, str) else v
-               for r, v in zip(roles, given, strict=True)]
-        for role, fn in zip(roles, got, strict=True):
+        given = {"model": model, "example": example, "train": train, "loss": loss,
+                 "apply": apply}
+        got = {r: resolve_function(v, f"--{r}") if isinstance(v, str) else v
+               for r, v in given.items() if v is not None or r in ROLES}
+        for role, fn in got.items():
             if not callable(fn):
                 raise ConfigError(f"{role} = {fn!r}: must be a function")
-        return cls(*got)
+        return cls(got["model"], got["example"], got["train"], got.get("loss"),
+                   got.get("apply"))
 
     def records(self) -> dict[str, FunctionRef]:
-        """role -> FunctionRef (`loss` only when given)."""
+        """role -> FunctionRef (`loss` and `apply` only when given)."""
         fns = {"model": self.build, "example": self.example, "train": self.train,
-               "loss": self.loss}
+               "loss": self.loss, "apply": self.apply}
         return {r: record_function(fn, r) for r, fn in fns.items() if fn is not None}
 
+    def model_for(self, params: Mapping[str, Any], config: Any) -> nn.Module:
+        """The model a proposal is priced on and its trial trains, the one way both make
+        it: `build(params)`, then `apply` (the user's, else `autoembed.apply`) with the
+        proposal's `config`. ConfigError when either returns something not a module."""
+        from autoembed.torchrec.public import apply as default_apply
 
-def built_module(obj: Any) -> nn.Module:
-    """`build`'s return value, which must be an nn.Module (ConfigError otherwise)."""
+        built = built_module(self.build(params))
+        out = (self.apply or default_apply)(built, config)
+        return built if out is None else built_module(out, "apply(model, config)")
+
+
+def built_module(obj: Any, call: str = "build(params)") -> nn.Module:
+    """What `call` (the user's build, or apply) returned, which must be an nn.Module
+    (ConfigError otherwise)."""
     from torch import nn
 
     if not isinstance(obj, nn.Module):
-        raise ConfigError(f"model: build(params) returned {type(obj).__name__}, not an "
+        raise ConfigError(f"model: {call} returned {type(obj).__name__}, not an "
                           "nn.Module; return the model")
     return obj
 
@@ -93,7 +111,6 @@ def user_traceback(e: BaseException, skip: int = 1) -> str:
 
 def run_user_trial(
     code: UserCode,
-    model: Callable[[], Any],
     params: Mapping[str, Any],
     config: EmbeddingConfig,
     report: Report,
@@ -103,8 +120,8 @@ def run_user_trial(
     device: str = "cpu",
     clock: Callable[[], float] = time.perf_counter,
 ) -> TrialResult:
-    """Build the model (`model()`: build then apply, on `device`), run `train` with `report`
-    and return the trial's record. Never raises for faults in the user's code."""
+    """Build the model as it was priced (`code.model_for(params, config)`), run `train` with
+    `report` and return the trial's record. Never raises for faults in the user's code."""
     wall0 = clock()
     cuda = device.startswith("cuda")
     if cuda:
@@ -115,7 +132,7 @@ def run_user_trial(
     status, error = "complete", None
     t_train = wall0
     try:
-        built = built_module(model())
+        built = code.model_for(params, config)
         report.start()
         t_train = clock()
         final = report.final(code.train(built, params, report))

@@ -3,7 +3,8 @@ step with autoembed's precision machinery (`UserStep`)."""
 
 from __future__ import annotations
 
-from autoembed.user_model.estimate import CPU_VS_CUDA, estimate_model
+from autoembed.torchrec.public import estimate_model  # the one entry point (TorchRec's too)
+from autoembed.user_model.estimate import CPU_VS_CUDA
 from autoembed.user_model.step import UserStep, embedding_modules
 
 __all__ = ["estimate_model", "UserStep", "embedding_modules", "CPU_VS_CUDA"]

@@ -54,7 +54,7 @@ def estimate_for_cli(
                           "--reserve, --device-memory and --json apply)")
     from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
-    from autoembed.user_model import estimate_model
+    from autoembed.torchrec.public import estimate_model
     from autoembed.user_model.load import load_object
 
     factory = load_object(model, "--model")
@@ -85,7 +85,7 @@ def _loss(spec: str | None) -> Any:
 def _applied(factory: Any, path: Path) -> Any:
     """A factory that builds the user's model and rewrites it by the config at `path`."""
     from autoembed.config import load_config
-    from autoembed.user_model.apply import apply as apply_config
+    from autoembed.torchrec.public import apply as apply_config
 
     cfg = load_config(path)
 

@@ -1,4 +1,6 @@
-"""`estimate_model`: price a user's whole training step by tracing it on fake tensors.
+"""`estimate_torch_model`: price a plain-torch user model's whole training step by tracing it
+on fake tensors. `autoembed.estimate_model` (`torchrec.public`, the one entry point of the
+API and the CLI) calls it for every model but TorchRec's; call that one.
 
 The tracer is the one the built-in configs use (`memory.traced.trace_step`, on the user's
 model by `memory.traced_model`): the model is built fake (a module copied, a factory called
@@ -24,10 +26,10 @@ from autoembed.memory.traced_model import CPU_VS_CUDA, ModelSpec, model_estimate
 from autoembed.memory.types import CUDA_CONTEXT_BYTES, MemoryEstimate
 from autoembed.models.user_step import LossFn, OptimizerSpec
 
-__all__ = ["estimate_model", "CPU_VS_CUDA"]
+__all__ = ["estimate_torch_model", "CPU_VS_CUDA"]
 
 
-def estimate_model(
+def estimate_torch_model(
     model: ModelSpec,
     example: Any,
     *,
@@ -49,8 +51,9 @@ def estimate_model(
     if isinstance(example, list):
         if not example:
             raise ConfigError("example = []: give at least one example input")
-        ests = [estimate_model(model, x, loss=loss, optimizer=optimizer, precision=precision,
-                               budget=limit, reserve=reserve, context_bytes=context_bytes)
+        ests = [estimate_torch_model(model, x, loss=loss, optimizer=optimizer,
+                                     precision=precision, budget=limit, reserve=reserve,
+                                     context_bytes=context_bytes)
                 for x in example]
         return max(ests, key=lambda e: e.device_total)
     if not isinstance(model, nn.Module) and not callable(model):
