@@ -28,7 +28,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import environment, is_oom
 from autoembed.trial import Evaluation, TrialResult
-from autoembed.user.functions import FunctionRef, record_function, resolve_function
+from autoembed.user.functions import FunctionRef, record_function, resolve_function, with_params
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ MAX_TRACEBACK_FRAMES = 30
 @dataclass(frozen=True)
 class UserCode:
     """The user's functions: build(params) -> nn.Module; example(params) -> one batch as
-    the forward takes it; train(model, params, report) -> None, a quality or a mapping;
+    the forward takes it (either may take no argument: `resolve` wraps it);
+    train(model, params, report) -> None, a quality or a mapping;
     loss(output, example) -> a scalar tensor, for pricing a model whose forward does not
     return its loss (None: the output is the loss, or the stated stand-in is priced)."""
 
@@ -62,6 +63,7 @@ class UserCode:
         for role, fn in zip(roles, got, strict=True):
             if not callable(fn):
                 raise ConfigError(f"{role} = {fn!r}: must be a function")
+        got[0], got[1] = with_params(got[0]), with_params(got[1])  # build() / example() too
         return cls(*got)
 
     def records(self) -> dict[str, FunctionRef]:
