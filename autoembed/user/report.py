@@ -144,6 +144,12 @@ class Report:
             out[name] = float(v)
         return out
 
+    def refuse(self, message: str) -> None:
+        """End the trial `failed` with `message` (raises ReportError; a later report raises
+        it again): what autoembed calls when the loop does what the trial was not priced
+        for (`user.guard`)."""
+        self._end("failed", message)
+
     def _end(self, status: str, message: str) -> None:
         self.ending = Ending(status, message)
         self._raise(self.ending)

@@ -6,6 +6,8 @@ Faults in the user's code are the trial's, never the search's:
 * `train` (or `build`) raising -> `failed`, the user's traceback in `error`;
 * a NaN or infinite quality or metric (reported or returned) -> `diverged`;
 * a `report` with an unknown metric -> `failed` naming it;
+* an optimizer or precision other than the trial was priced with -> `failed` naming both
+  (`user.guard`);
 * the stop channel saying stop -> `pruned` (TrialStopped, raised from `report`);
 * a real out-of-memory -> `oom`;
 * no quality at all (train returned nothing and never reported one) -> `failed`: a trial
@@ -29,6 +31,7 @@ from autoembed.errors import ConfigError
 from autoembed.runner import environment, is_oom
 from autoembed.trial import Evaluation, TrialResult
 from autoembed.user.functions import FunctionRef, record_function, resolve_function, with_params
+from autoembed.user.guard import watch_loop
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 
 if TYPE_CHECKING:
@@ -120,7 +123,8 @@ def run_user_trial(
         built = built_module(model())
         report.start()
         t_train = clock()
-        final = report.final(code.train(built, params, report))
+        with watch_loop(built, config, report):  # the loop trains what was priced
+            final = report.final(code.train(built, params, report))
     except TrialStopped as e:
         status, error = "pruned", str(e)
     except Diverged as e:
