@@ -27,6 +27,7 @@ __all__ = [
     "UnsupportedError",
     "estimate",
     "estimate_model",
+    "Example",
     "apply",
     "tables",
     "materialize",
@@ -55,6 +56,7 @@ _LAZY = {
     "apply": "autoembed.torchrec.public",
     "tables": "autoembed.torchrec.public",
     "materialize": "autoembed.user_model.apply",
+    "Example": "autoembed.example",
 }
 
 

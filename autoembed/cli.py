@@ -131,6 +131,9 @@ def estimate(
     loss_spec: str | None = typer.Option(
         None, "--loss", help="With --model whose forward returns logits: the loss, "
         "pkg.module:fn (output, example) -> scalar (else a stated cross-entropy stand-in)."),
+    user_space: Path | None = typer.Option(
+        None, "--space", help="With --model: a search space; a build(params) / example(params) "
+        "gets its reference values, and its embedding optimizer and precision apply."),
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""

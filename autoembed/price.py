@@ -67,16 +67,18 @@ def price(*, config: Path | None = None, budget: str | None = None, method: str 
           gpus: int = 1, sharding: str = "table", host_budget: str | None = None,
           reserve: str = "0", device_memory: str | None = None, model: str | None = None,
           example: str | None = None, apply_cfg: Path | None = None,
-          loss_spec: str | None = None, **flags: Any) -> Priced:
+          loss_spec: str | None = None, user_space: Path | None = None,
+          **flags: Any) -> Priced:
     """Price what the options describe (`flags`: the config-setting options, `config_flags`,
     None where not given). With `model`, `example`, `apply_cfg` or `loss_spec` (the loss of
     a forward that returns logits, ``pkg.module:fn``) it is the user's model, and the
-    built-in model's options are refused."""
+    built-in model's options are refused; `user_space` (``--space``): the search space whose
+    reference values a ``build(params)`` receives."""
     unknown = set(flags) - config_flags()
     if unknown:
         raise TypeError(f"price() got options it does not know: {', '.join(sorted(unknown))}")
     flags = {k: _count_or_share(v, k) if k in _COUNT_OR_SHARE else v for k, v in flags.items()}
-    user = any(v is not None for v in (model, example, apply_cfg, loss_spec))
+    user = any(v is not None for v in (model, example, apply_cfg, loss_spec, user_space))
     cfg = None if user else build_config(config, flags)
     host = None if host_budget is None else Budget.for_host(host_budget)
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
@@ -90,7 +92,7 @@ def price(*, config: Path | None = None, budget: str | None = None, method: str 
                        gpus=None if gpus == 1 else gpus, sharding=None)
         est = estimate_for_cli(model, example, apply_cfg, optimizer=flags.get("optimizer"),
                                precision=flags.get("precision"), budget=bud, reserve=reserve_b,
-                               refused=refused, loss=loss_spec)
+                               refused=refused, loss=loss_spec, space=user_space)
     else:
         est = estimate_memory(cfg, method=method, budget=bud, gpus=gpus, sharding=sharding,
                               reserve=reserve_b, host_budget=host)

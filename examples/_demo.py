@@ -53,13 +53,16 @@ def demo(mod: ModuleType, steps: int = 20) -> None:
         print(f"'{t.name}' ({t.vocab_size} rows) compressed: {t.compression}")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     example = mod.make_example(**size)
-    args = example if isinstance(example, dict) else None
+    if not isinstance(example, autoembed.Example):  # a tuple, a dict or one tensor: the
+        example = autoembed.Example(  # forward's arguments, and the loss gets all of it
+            args=example if isinstance(example, tuple) else () if isinstance(example, dict)
+            else (example,), kwargs=example if isinstance(example, dict) else {},
+            targets=example)
     for step in range(steps):
         opt.zero_grad()
-        out = model(**args) if args is not None else (
-            model(*example) if isinstance(example, tuple) else model(example))
+        out = model(*example.args, **example.kwargs)
         loss = out.loss if hasattr(out, "loss") else (
-            loss_fn(out, example) if loss_fn is not None else out)
+            loss_fn(out, example.targets) if loss_fn is not None else out)
         loss.backward()
         opt.step()
         if step in (0, steps - 1):

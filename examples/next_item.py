@@ -2,7 +2,8 @@
 the training loop. A user table and the user's recent items (an nn.EmbeddingBag, mean) go
 through an MLP to scores over the whole catalog (a full softmax). Three losses a training
 loop puts on those logits: `cross_entropy` (the next item), `bce` (multi-hot clicks) and
-`mse` (ratings); `loss` is the first. Price it with yours:
+`mse` (ratings); `loss` is the first. The example is an `autoembed.Example`: the forward
+gets the inputs (`kwargs`), the loss the targets. Price it with yours:
 
     autoembed estimate --model examples.next_item:full_model \\
         --example examples.next_item:full_example --loss examples.next_item:cross_entropy
@@ -18,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import autoembed
+
 SIZES: dict[str, dict[str, Any]] = {
     "full": {"users": 2_000_000, "items": 1_000_000, "dim": 64, "hidden": 256,
              "catalog": 50_000, "batch": 1024, "history": 20},
@@ -26,7 +29,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "twin": {"users": 100, "items": 100, "dim": 8, "hidden": 8, "catalog": 50, "batch": 8,
              "history": 3},
 }
-TARGETS = ("next", "clicked", "ratings")  # what make_example(target=...) adds for each loss
+TARGETS = ("next", "clicked", "ratings")  # the target make_example(target=...) holds
 
 
 class NextItem(nn.Module):
@@ -37,23 +40,21 @@ class NextItem(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU())
         self.scores = nn.Linear(hidden, catalog)
 
-    def forward(self, user: torch.Tensor, history: torch.Tensor,
-                **targets: torch.Tensor) -> torch.Tensor:
-        """Logits over the catalog; the example's targets are the loop's, not the model's."""
-        del targets
+    def forward(self, user: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+        """Logits over the catalog."""
         return self.scores(self.mlp(torch.cat([self.users(user), self.history(history)], 1)))
 
 
-def cross_entropy(output: torch.Tensor, example: dict[str, torch.Tensor]) -> torch.Tensor:
-    return F.cross_entropy(output, example["next"])
+def cross_entropy(output: torch.Tensor, targets: dict[str, torch.Tensor]) -> torch.Tensor:
+    return F.cross_entropy(output, targets["next"])
 
 
-def bce(output: torch.Tensor, example: dict[str, torch.Tensor]) -> torch.Tensor:
-    return F.binary_cross_entropy_with_logits(output, example["clicked"])
+def bce(output: torch.Tensor, targets: dict[str, torch.Tensor]) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(output, targets["clicked"])
 
 
-def mse(output: torch.Tensor, example: dict[str, torch.Tensor]) -> torch.Tensor:
-    return F.mse_loss(output, example["ratings"])
+def mse(output: torch.Tensor, targets: dict[str, torch.Tensor]) -> torch.Tensor:
+    return F.mse_loss(output, targets["ratings"])
 
 
 loss = cross_entropy
@@ -67,26 +68,27 @@ def build_model(users: int = 2_000_000, items: int = 1_000_000, dim: int = 64,
 
 def make_example(users: int = 2_000_000, items: int = 1_000_000, catalog: int = 50_000,
                  batch: int = 1024, history: int = 20, target: str = "next",
-                 **_: Any) -> dict[str, torch.Tensor]:
-    """A batch: user ids, each user's recent items, and the target one loss reads."""
-    out = {"user": torch.randint(0, users, (batch,)),
-           "history": torch.randint(0, items, (batch, history))}
+                 **_: Any) -> autoembed.Example:
+    """A batch: user ids and each user's recent items (the forward's), and the target one
+    loss reads (the loss's)."""
+    inputs = {"user": torch.randint(0, users, (batch,)),
+              "history": torch.randint(0, items, (batch, history))}
     if target == "next":
-        out["next"] = torch.randint(0, catalog, (batch,))
+        y = torch.randint(0, catalog, (batch,))
     elif target == "clicked":
-        out["clicked"] = (torch.rand(batch, catalog) < 0.01).float()
+        y = (torch.rand(batch, catalog) < 0.01).float()
     elif target == "ratings":
-        out["ratings"] = torch.rand(batch, catalog) * 5
+        y = torch.rand(batch, catalog) * 5
     else:
         raise ValueError(f"target '{target}': use one of {', '.join(TARGETS)}")
-    return out
+    return autoembed.Example(kwargs=inputs, targets={target: y})
 
 
 def full_model() -> NextItem:
     return build_model(**SIZES["full"])
 
 
-def full_example() -> dict[str, torch.Tensor]:
+def full_example() -> autoembed.Example:
     return make_example(**SIZES["full"])
 
 

@@ -116,3 +116,13 @@ def test_tensor_like_values_and_final() -> None:
         Report().final({"auc": 0.5})
     with pytest.raises(ReportError, match="must be a number"):
         Report().final("high")
+
+
+def test_loss_is_reportable_without_declaring_it() -> None:
+    """A loop's `report(loss=...)` needs no `metrics: [loss]` in the space (issue 42)."""
+    r = Report()
+    r(step=1, samples=4, quality=0.5, loss=0.25)
+    assert r.curve[0].metrics == {"loss": 0.25}
+    assert Report().final({"quality": 0.5, "loss": 1}) == {"quality": 0.5, "loss": 1.0}
+    with pytest.raises(ReportError, match="unknown metric 'los'; known: loss, quality"):
+        Report()(step=1, samples=4, los=0.3)

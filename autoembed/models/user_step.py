@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import register_pytree_node, tree_map
 
 from autoembed.config import (
     PRECISIONS,
@@ -38,6 +38,7 @@ from autoembed.config import (
     precision_policy,
 )
 from autoembed.errors import ConfigError
+from autoembed.example import Example
 from autoembed.models.host_cache import bind_host_cached, host_cached_tables
 from autoembed.models.optim import Optimizers, user_optimizers
 from autoembed.models.precision import MasterWeights, make_scaler
@@ -65,8 +66,17 @@ STANDIN_LOSS = ("cross-entropy over the output's last dimension in fp32: an fp32
                 "its logits holds them), its log-softmax and their gradients")
 
 
+register_pytree_node(  # tree_map reaches an Example's tensors (fake copies, casts)
+    Example, lambda e: ([e.args, dict(e.kwargs), e.targets], None),
+    lambda children, _: Example(*children),
+    serialized_type_name="autoembed.Example")
+
+
 def call_model(model: nn.Module, example: Any) -> Any:
-    """tensor -> model(x); tuple -> model(*x); dict -> model(**x); anything else -> model(x)."""
+    """Example -> model(*args, **kwargs); tensor -> model(x); tuple -> model(*x); dict ->
+    model(**x); anything else -> model(x)."""
+    if isinstance(example, Example):
+        return model(*example.args, **example.kwargs)
     if isinstance(example, tuple):
         return model(*example)
     if isinstance(example, Mapping):
@@ -86,7 +96,7 @@ def standin_loss(output: torch.Tensor, example: Any) -> torch.Tensor:
 
 def resolve_loss(output: Any, example: Any, loss: LossFn | None) -> torch.Tensor:
     """The output when it is a scalar tensor; else its `.loss` (or ['loss']); else
-    `loss(output, example)`."""
+    `loss(output, example)` (an `Example`'s `targets` in place of the example)."""
     if isinstance(output, torch.Tensor) and output.dim() == 0:
         return output
     got = getattr(output, "loss", None)
@@ -100,7 +110,7 @@ def resolve_loss(output: Any, example: Any, loss: LossFn | None) -> torch.Tensor
             f"the model's output ({shape}) is not a scalar loss and has no .loss; pass "
             "loss=fn(output, example) (CLI: --loss pkg.module:fn)"
         )
-    value = loss(output, example)
+    value = loss(output, example.targets if isinstance(example, Example) else example)
     if not isinstance(value, torch.Tensor) or value.dim() != 0:
         raise ConfigError(f"loss(output, example) returned {type(value).__name__} "
                           f"{tuple(getattr(value, 'shape', ()))}, not a scalar tensor")

@@ -46,7 +46,7 @@ PARAMS = {plain}
 
 
 def build_model():
-    model = {call}(PARAMS)
+    model = {call}({"PARAMS" if build.takes_params else ""})
     applied = autoembed.apply(model, autoembed.load_config(CONFIG))
     return model if applied is None else applied
 '''

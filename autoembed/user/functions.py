@@ -28,7 +28,7 @@ from typing import Any
 from autoembed.errors import ConfigError
 
 __all__ = ["FunctionRef", "record_function", "resolve_function", "check_unchanged",
-           "check_findable", "module_hash"]
+           "check_findable", "module_hash", "takes_params", "with_params"]
 
 
 @dataclass(frozen=True)
@@ -42,23 +42,27 @@ class FunctionRef:
     qualname: str
     source_hash: str  # sha256 hex of the module's source text ("" when it has none)
     missing: str | None = None
+    takes_params: bool = True  # False: a zero-argument build/example (`takes_params`)
 
     @property
     def spec(self) -> str:
         return f"{self.module}:{self.qualname}"
 
-    def to_dict(self) -> dict[str, str]:
-        out = {"module": self.module, "qualname": self.qualname,
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"module": self.module, "qualname": self.qualname,
                "source_hash": self.source_hash}
         if self.missing is not None:
             out["missing"] = self.missing
+        if not self.takes_params:
+            out["takes_params"] = False
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> FunctionRef:
         missing = raw.get("missing")
         return cls(str(raw["module"]), str(raw["qualname"]), str(raw["source_hash"]),
-                   None if missing is None else str(missing))
+                   None if missing is None else str(missing),
+                   bool(raw.get("takes_params", True)))
 
 
 def module_hash(module: ModuleType) -> str:
@@ -78,6 +82,7 @@ def record_function(fn: Any, role: str) -> FunctionRef:
     is not callable."""
     if not callable(fn):
         raise ConfigError(f"{role} = {fn!r}: must be a function")
+    fn = getattr(fn, _ORIGINAL, fn)  # `with_params`' wrapper records the user's function
     name = getattr(fn, "__qualname__", None)
     mod_name = getattr(fn, "__module__", None)
     if not isinstance(name, str) or not isinstance(mod_name, str):
@@ -89,7 +94,41 @@ def record_function(fn: Any, role: str) -> FunctionRef:
     except ConfigError:
         digest = ""
     return FunctionRef(mod_name, name, digest, _why_unfindable(fn, name, mod_name, module,
-                                                               digest))
+                                                               digest), takes_params(fn))
+
+
+_ORIGINAL = "_autoembed_original"  # the attribute `with_params` keeps the user's function in
+
+
+def takes_params(fn: Any, required: bool = False) -> bool:
+    """Whether `fn` takes params, read from its signature (one that cannot be read: it
+    does): a search calls `fn(params)` when it accepts one positional argument, else `fn()`;
+    with `required`, only when it cannot be called without one (`estimate --model` calls a
+    factory whose arguments all have defaults with none, as before)."""
+    fn = getattr(fn, _ORIGINAL, fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        sig.bind() if required else sig.bind(None)
+    except TypeError:
+        return required
+    return not required
+
+
+def with_params(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as a function of params: itself when it takes them, else a wrapper that calls
+    `fn()` (the user's function kept for `record_function`)."""
+    if takes_params(fn):
+        return fn
+
+    def call(params: Any) -> Any:
+        del params
+        return fn()
+
+    setattr(call, _ORIGINAL, fn)
+    return call
 
 
 def _why_unfindable(fn: Any, name: str, mod_name: str, module: ModuleType | None,

@@ -32,9 +32,10 @@ from autoembed.space.objectives import MEASURED
 from autoembed.trial import Evaluation
 
 __all__ = ["Report", "TrialStopped", "Diverged", "ReportError", "Ending", "Channel",
-           "MEASURED_BY_AUTOEMBED"]
+           "MEASURED_BY_AUTOEMBED", "ALWAYS_REPORTABLE"]
 
 MEASURED_BY_AUTOEMBED = MEASURED  # objectives autoembed measures itself: never reported
+ALWAYS_REPORTABLE = ("loss",)  # a training loop's own loss: reportable without `metrics:`
 
 Channel = Callable[[Evaluation], bool]  # False: stop the trial
 
@@ -65,13 +66,13 @@ class Report:
     """The `report` object `train(model, params, report)` receives.
 
     metrics: names the loop may report besides `quality` (the space's `metrics` and the
-    objectives it does not measure itself); channel: the stop channel (None: never stop);
-    clock: seconds (injectable for tests).
+    objectives it does not measure itself; `loss` always, declared or not); channel: the
+    stop channel (None: never stop); clock: seconds (injectable for tests).
     """
 
     def __init__(self, metrics: Collection[str] = (), channel: Channel | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.metrics = frozenset(metrics)
+        self.metrics = frozenset((*metrics, *ALWAYS_REPORTABLE))
         self.channel = channel
         self.clock = clock
         self.curve: list[Evaluation] = []
@@ -142,6 +143,12 @@ class Report:
                 self._end("diverged", f"report({name}={v}) is not finite")
             out[name] = float(v)
         return out
+
+    def refuse(self, message: str) -> None:
+        """End the trial `failed` with `message` (raises ReportError; a later report raises
+        it again): what autoembed calls when the loop does what the trial was not priced
+        for (`user.guard`)."""
+        self._end("failed", message)
 
     def _end(self, status: str, message: str) -> None:
         self.ending = Ending(status, message)

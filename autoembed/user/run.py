@@ -6,6 +6,8 @@ Faults in the user's code are the trial's, never the search's:
 * `train` (or `build`) raising -> `failed`, the user's traceback in `error`;
 * a NaN or infinite quality or metric (reported or returned) -> `diverged`;
 * a `report` with an unknown metric -> `failed` naming it;
+* an optimizer or precision other than the trial was priced with -> `failed` naming both
+  (`user.guard`);
 * the stop channel saying stop -> `pruned` (TrialStopped, raised from `report`);
 * a real out-of-memory -> `oom`;
 * no quality at all (train returned nothing and never reported one) -> `failed`: a trial
@@ -28,7 +30,8 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.runner import environment, is_oom
 from autoembed.trial import Evaluation, TrialResult
-from autoembed.user.functions import FunctionRef, record_function, resolve_function
+from autoembed.user.functions import FunctionRef, record_function, resolve_function, with_params
+from autoembed.user.guard import watch_loop
 from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 
 if TYPE_CHECKING:
@@ -45,7 +48,8 @@ MAX_TRACEBACK_FRAMES = 30
 @dataclass(frozen=True)
 class UserCode:
     """The user's functions: build(params) -> nn.Module; example(params) -> one batch as
-    the forward takes it; train(model, params, report) -> None, a quality or a mapping;
+    the forward takes it (either may take no argument: `resolve` wraps it);
+    train(model, params, report) -> None, a quality or a mapping;
     loss(output, example) -> a scalar tensor, for pricing a model whose forward does not
     return its loss (None: the output is the loss, or the stated stand-in is priced);
     apply(model, config) -> the rewritten model, or None having rewritten it in place
@@ -68,6 +72,8 @@ class UserCode:
         for role, fn in got.items():
             if not callable(fn):
                 raise ConfigError(f"{role} = {fn!r}: must be a function")
+        for role in ("model", "example"):  # build() / example() too
+            got[role] = with_params(got[role])
         return cls(got["model"], got["example"], got["train"], got.get("loss"),
                    got.get("apply"))
 
@@ -135,7 +141,8 @@ def run_user_trial(
         built = code.model_for(params, config)
         report.start()
         t_train = clock()
-        final = report.final(code.train(built, params, report))
+        with watch_loop(built, config, report):  # the loop trains what was priced
+            final = report.final(code.train(built, params, report))
     except TrialStopped as e:
         status, error = "pruned", str(e)
     except Diverged as e:

@@ -39,7 +39,8 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space, parse_space
 
-__all__ = ["params_for", "config_for", "table_settings_for", "torchrec_config", "user_record",
+__all__ = ["params_for", "config_for", "reference_values", "embedding_value",
+           "table_settings_for", "torchrec_config", "user_record",
            "check_plan_device",
            "load_user_space", "parse_user_space", "EMBEDDING"]
 
@@ -62,6 +63,27 @@ def params_for(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
         emb["tables"] = tables
     out[EMBEDDING] = emb
     return out
+
+
+def reference_values(space: SearchSpace, prefix: str = "") -> dict[str, Any]:
+    """The space's reference values (searched param name -> value; those named `prefix...`
+    only): the first of each `choices`, the middle of each range's grid (its geometric
+    middle under `log`), conditions respected. What the model as written is built with
+    (trial 0 of a search) and what `estimate --model ... --space` gives a `build(params)`."""
+    values: dict[str, Any] = dict(space.base)
+    out: dict[str, Any] = {}
+    for p in space.params:
+        if p.name.startswith(prefix) and p.active(values):
+            grid = p.grid_values()
+            out[p.name] = values[p.name] = grid[0] if p.kind == "categorical" \
+                else grid[len(grid) // 2]
+    return out
+
+
+def embedding_value(space: SearchSpace, values: Mapping[str, Any], key: str) -> Any:
+    """The `embedding:` section's config-wide `key` for `values` (None: not in the space)."""
+    name = space.sections.get(EMBEDDING, {}).get(key)
+    return None if name is None else _all(space, values).get(name)
 
 
 def config_for(space: SearchSpace, values: Mapping[str, Any],

@@ -4,7 +4,9 @@ the CLI prints as for a config)."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +16,50 @@ from autoembed.errors import ConfigError
 __all__ = ["estimate_for_cli"]
 
 
-def _example(spec: str) -> Any:
+def _example(spec: str, params: Mapping[str, Any] | None) -> Any:
     from autoembed.user_model.load import load_object
 
     obj = load_object(spec, "--example")
     if callable(obj) and not hasattr(obj, "shape"):
+        args = _args(obj, "--example", spec, params)
         try:
-            return obj()
+            return obj(*args)
         except Exception as e:  # noqa: BLE001 - the user's function: one line
             raise ConfigError(f"--example '{spec}' raised {type(e).__name__}: {e}") from None
     return obj
+
+
+def _args(fn: Any, flag: str, spec: str, params: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """() for a zero-argument function, (params,) for one that takes params (the one
+    factory shape of a search); ConfigError when it takes params and no --space gave them."""
+    from autoembed.user.functions import takes_params
+
+    if not takes_params(fn, required=True):
+        return ()
+    if params is None:
+        raise ConfigError(f"{flag} '{spec}' takes params, as in a search; give --space "
+                          "FILE (its reference values are passed) or a zero-argument function")
+    return (params,)
+
+
+def _space_params(path: Path | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The params a `build(params)` receives from the space at `path` (its reference
+    values, `user.space.reference_values`), and its `embedding:` optimizer and precision
+    for those values (absent keys left out). (None, {}) without a space."""
+    if path is None:
+        return None, {}
+    from autoembed.user.space import (
+        embedding_value,
+        load_user_space,
+        params_for,
+        reference_values,
+    )
+
+    space = load_user_space(path)
+    values = reference_values(space)
+    keys = {"optimizer": "table_optimizer", "precision": "precision"}
+    found = {flag: embedding_value(space, values, key) for flag, key in keys.items()}
+    return params_for(space, values), {k: v for k, v in found.items() if v is not None}
 
 
 def estimate_for_cli(
@@ -37,11 +73,15 @@ def estimate_for_cli(
     reserve: int,
     refused: dict[str, Any],
     loss: str | None = None,
+    space: Path | None = None,
 ) -> Any:
     """The MemoryEstimate `autoembed estimate --model ...` prints. `refused`: the built-in
     model's flags that were given (flag name -> value); any one is bad input beside --model.
     `loss` (``pkg.module:fn``): the loss of a forward that returns logits; without it such a
-    forward is priced with the stand-in loss, and a line on stderr says so."""
+    forward is priced with the stand-in loss, and a line on stderr says so. `space` (a
+    search's space file): a `build(params)` / `example(params)` gets its reference values,
+    and its `embedding:` optimizer and precision stand where --optimizer / --precision are
+    not given (the search's factories price as the search's trial 0 is priced)."""
     if model is None or example is None:
         missing = "--model" if model is None else "--example"
         raise ConfigError(f"{missing} is missing: --model pkg.module:factory and --example "
@@ -50,18 +90,24 @@ def estimate_for_cli(
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
-                          "yours: drop it (only --optimizer, --precision, --loss, --budget, "
-                          "--reserve, --device-memory and --json apply)")
+                          "yours: drop it (only --optimizer, --precision, --loss, --space, "
+                          "--budget, --reserve, --device-memory and --json apply)")
     from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
     from autoembed.user_model.load import load_object
 
+    params, from_space = _space_params(space)
     factory = load_object(model, "--model")
+    if callable(factory) and not hasattr(factory, "forward"):
+        args = _args(factory, "--model", model, params)
+        if args:
+            factory = functools.partial(factory, *args)
     if apply is not None:
         factory = _applied(factory, apply)
-    est = estimate_model(factory, _example(example), loss=_loss(loss),
-                         optimizer=optimizer or "adam", precision=precision or "fp32",
+    est = estimate_model(factory, _example(example, params), loss=_loss(loss),
+                         optimizer=optimizer or from_space.get("optimizer", "adam"),
+                         precision=precision or from_space.get("precision", "fp32"),
                          budget=budget, reserve=reserve)
     if any(n.startswith(STANDIN_NOTE) for n in est.notes):
         print(f"autoembed: note: {STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; "

@@ -1,0 +1,128 @@
+"""The loop trains what was priced: a trial of the user's loop is watched for the two things
+its price assumed and the loop decides itself.
+
+* The optimizer: a trial was priced with the config's `table_optimizer` (a table's own, by
+  module path, first), but the loop builds its own. After the first optimizer step that
+  moves a table's weight (a global `torch.optim` step hook), the state that optimizer keeps
+  for that weight is counted (its tensors of one or more dimensions: a step counter is not
+  state) and compared with what the priced optimizer keeps: none (`sgd`), one value per
+  weight (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
+  (`rowwise_adagrad`).
+* The precision: at the first forward with gradients on, the tables' dtype and the
+  autocast in force on their device are compared with the priced precision's
+  (`config.precision_policy`).
+
+A difference ends the trial `failed` with one line naming both (raised in the loop as
+`ReportError`, and remembered by the report, so a loop that swallows it still fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from autoembed.config import EmbeddingConfig, precision_policy
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from autoembed.user.report import Report
+
+__all__ = ["watch_loop", "priced_state", "STATE_PER_WEIGHT"]
+
+# values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
+STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
+                    "sparse_adam": 2}
+_FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
+        "or build the loop's optimizer with autoembed.build_optimizer")
+
+
+def priced_state(name: str, weight: torch.Tensor) -> int:
+    """Values of state the optimizer `name` keeps for the table weight `weight`."""
+    if name == "rowwise_adagrad":
+        return int(weight.shape[0])
+    return STATE_PER_WEIGHT[name] * weight.numel()
+
+
+def _names_for(count: int, weight: torch.Tensor) -> str:
+    """The optimizers that keep `count` values of state for `weight` ('' when none does)."""
+    names = [n for n in (*STATE_PER_WEIGHT, "rowwise_adagrad") if priced_state(n, weight) == count]
+    return f" (as {' or '.join(names)} does)" if names else ""
+
+
+class _Watch:
+    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report) -> None:
+        from autoembed.models.tables import embedding_modules
+
+        own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
+        self.tables: dict[int, tuple[str, str, torch.Tensor]] = {}
+        for path, m in embedding_modules(model):
+            for p in m.parameters():
+                self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
+        self.pending = set(self.tables)
+        self.config = config
+        self.report = report
+        self.forward_seen = False
+
+    def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
+        """The optimizer hook: check each table weight this step moved for the first time."""
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if id(p) in self.pending and p.grad is not None:
+                    self.pending.discard(id(p))
+                    self._check_state(opt, p)
+
+    def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
+        path, name, _ = self.tables[id(p)]
+        kept = [t for t in opt.state.get(p, {}).values()
+                if hasattr(t, "dim") and t.dim() > 0]
+        got, want = sum(t.numel() for t in kept), priced_state(name, p)
+        if got != want:
+            nbytes = sum(t.numel() * t.element_size() for t in kept)
+            self.report.refuse(
+                f"table '{path}': the loop's {type(opt).__name__} keeps {got:,} values of "
+                f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
+                f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
+                f"'{name}' ({want:,}); {_FIX}")
+
+    def before_forward(self, *args: Any) -> None:
+        """The model's forward pre-hook: the first forward with gradients on is checked."""
+        import torch
+
+        del args
+        if self.forward_seen or not torch.is_grad_enabled() or not self.tables:
+            return
+        self.forward_seen = True
+        path, _name, weight = next(iter(self.tables.values()))
+        device = weight.device.type
+        on = torch.is_autocast_enabled(device)
+        got = str(torch.get_autocast_dtype(device)).removeprefix("torch.") if on else None
+        policy = precision_policy(self.config.precision)
+        dtype = str(weight.dtype).removeprefix("torch.")
+        if got != policy.autocast_dtype or dtype != policy.param_dtype:
+            self.report.refuse(
+                f"the loop trains table '{path}' in {dtype} {_autocast(got)}, but the "
+                f"trial was priced at precision '{policy.name}' ({policy.param_dtype} "
+                f"{_autocast(policy.autocast_dtype)}); {_FIX}")
+
+
+def _autocast(dtype: str | None) -> str:
+    return f"under {dtype} autocast" if dtype else "without autocast"
+
+
+@contextmanager
+def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report) -> Iterator[None]:
+    """Within the block, the loop's optimizer and precision are checked against `config`
+    (module docstring); the hooks are gone after it."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    watch = _Watch(model, config, report)
+    handles = [register_optimizer_step_post_hook(watch.after_step),
+               model.register_forward_pre_hook(watch.before_forward)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

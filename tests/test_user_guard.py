@@ -1,0 +1,141 @@
+"""The loop trains what was priced (issue 42): a user loop whose optimizer keeps other state
+for a table than the trial's priced `table_optimizer`, or whose precision is not the priced
+one, is refused in one line naming both, never priced as the space says."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from _user_code import BAG_MODEL, install_loop
+from torch import nn
+
+from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.models.optim import RowWiseAdagrad
+from autoembed.user.report import Report
+from autoembed.user.run import UserCode, run_user_trial
+
+VOCAB, DIM = 20, 8
+
+
+class Bag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.out = nn.Linear(DIM, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(ids).mean(1))
+
+
+def loop(make_opt, autocast: bool = False, swallow: bool = False):
+    """A training loop with the optimizer `make_opt(model)` (and bf16 autocast)."""
+    def train(model, params, report):
+        opt = make_opt(model)
+        ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
+        y = (ids < 10).sum(1).gt(2).long()
+        for step in range(1, 4):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = nn.functional.cross_entropy(model(ids).float(), y)
+            opt.zero_grad()
+            loss.backward()
+            try:
+                opt.step()
+            except Exception:  # noqa: BLE001 - a loop that catches everything
+                if not swallow:
+                    raise
+            report(step=step, samples=16 * step, quality=0.5, loss=loss.item())
+        return 0.5
+    return train
+
+
+def run(config: EmbeddingConfig, train):
+    return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), Bag, {}, config,
+                          Report())
+
+
+def adam(model):
+    return torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def test_sgd_priced_adam_in_the_loop_fails_naming_both() -> None:
+    r = run(EmbeddingConfig(table_optimizer="sgd"), loop(adam))
+    assert r.status == "failed"
+    # Adam's state for the 20 x 8 table, by hand: exp_avg and exp_avg_sq, 2 x 160 fp32
+    assert r.error == (
+        "table 'emb': the loop's Adam keeps 320 values of state (1,280 bytes) for its 160 "
+        "weights (as adam or adamw or sparse_adam does), but the trial was priced with "
+        "table_optimizer 'sgd' (0); set the space's embedding table_optimizer (and "
+        "precision) to what the loop does, or build the loop's optimizer with "
+        "autoembed.build_optimizer")
+
+
+def test_a_loop_that_swallows_the_refusal_still_fails() -> None:
+    r = run(EmbeddingConfig(table_optimizer="sgd"), loop(adam, swallow=True))
+    assert r.status == "failed" and "priced with table_optimizer 'sgd'" in r.error
+
+
+@pytest.mark.parametrize(("priced", "make_opt"), [
+    ("sgd", lambda m: torch.optim.SGD(m.parameters(), lr=0.1)),
+    ("momentum", lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)),
+    ("adam", lambda m: torch.optim.AdamW(m.parameters(), lr=0.01)),  # the same state
+    ("adagrad", lambda m: torch.optim.Adagrad(m.parameters(), lr=0.1)),
+    ("rowwise_adagrad", lambda m: RowWiseAdagrad([m.emb.weight], lr=0.1)),
+])
+def test_the_loops_optimizer_as_priced_trains(priced: str, make_opt) -> None:
+    r = run(EmbeddingConfig(table_optimizer=priced), loop(make_opt))
+    assert r.status == "complete", r.error
+
+
+def test_a_tables_own_optimizer_is_the_one_compared() -> None:
+    own = EmbeddingConfig(table_optimizer="adam", tables=(
+        TableConfig("emb", VOCAB, dim=DIM, table_optimizer="rowwise_adagrad"),))
+    r = run(own, loop(adam))
+    assert r.status == "failed" and "priced with table_optimizer 'rowwise_adagrad' (20)" \
+        in r.error  # one value per row
+
+
+def test_precision_other_than_priced_fails_naming_both() -> None:
+    r = run(EmbeddingConfig(precision="fp32"), loop(adam, autocast=True))
+    assert r.status == "failed"
+    assert r.error.startswith("the loop trains table 'emb' in float32 under bfloat16 autocast, "
+                              "but the trial was priced at precision 'fp32' (float32 "
+                              "without autocast)")
+    amp = run(EmbeddingConfig(precision="amp_bf16"), loop(adam, autocast=True))
+    assert amp.status == "complete", amp.error
+    plain = run(EmbeddingConfig(precision="amp_bf16"), loop(adam))
+    assert plain.status == "failed" and "without autocast, but" in plain.error
+
+
+ADAM_LOOP = BAG_MODEL + textwrap.dedent('''
+    def example(params):
+        return torch.zeros(8, 4, dtype=torch.long), torch.zeros(8, dtype=torch.long)
+
+    def train(model, params, report):
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        ids, y = example(params)
+        for step in range(1, 3):
+            loss = model(ids, y)
+            opt.zero_grad(); loss.backward(); opt.step()
+            report(step=step, samples=8 * step, quality=0.5)
+''')
+
+
+def test_a_search_with_sgd_in_the_space_refuses_an_adam_loop(tmp_path, monkeypatch) -> None:
+    import autoembed
+    from autoembed.tracking import NullTracker
+
+    mod = install_loop(tmp_path, "guarded", ADAM_LOOP, monkeypatch)
+    (tmp_path / "space.yaml").write_text(
+        "embedding: {precision: fp32, table_optimizer: sgd}\n"
+        "user: {dim: {choices: [8]}}\ntrials: 1\n")
+    from autoembed.pipeline.report import SearchFailedError
+
+    with pytest.raises(SearchFailedError) as e:  # exit 1: no trial completed
+        autoembed.search("700MB", tmp_path / "space.yaml", model=mod.build,
+                         example=mod.example, train=mod.train, executor="local", study="g",
+                         runs_dir=tmp_path / "runs", tracker=NullTracker())
+    said = str(e.value)
+    assert "table 'emb': the loop's Adam keeps 16,000 values of state (64,000 bytes)" in said
+    assert "priced with table_optimizer 'sgd' (0)" in said
