@@ -11,7 +11,7 @@ from typing import Any
 from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 
-__all__ = ["estimate_for_cli"]
+__all__ = ["estimate_for_cli", "resolve_for_cli", "applied"]
 
 
 def _example(spec: str) -> Any:
@@ -55,18 +55,28 @@ def estimate_for_cli(
     from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.user_model import estimate_model
-    from autoembed.user_model.load import load_object
 
-    factory = load_object(model, "--model")
-    if apply is not None:
-        factory = _applied(factory, apply)
-    est = estimate_model(factory, _example(example), loss=_loss(loss),
+    obj, ex, loss_fn, cfg = resolve_for_cli(model, example, apply, loss)
+    est = estimate_model(obj if cfg is None else applied(obj, cfg), ex, loss=loss_fn,
                          optimizer=optimizer or "adam", precision=precision or "fp32",
                          budget=budget, reserve=reserve)
     if any(n.startswith(STANDIN_NOTE) for n in est.notes):
         print(f"autoembed: note: {STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; "
               "give --loss pkg.module:fn to price yours", file=sys.stderr)
     return est
+
+
+def resolve_for_cli(model: str, example: str, apply: Path | None,
+                    loss: str | None) -> tuple[Any, Any, Any, Any]:
+    """What --model, --example, --apply and --loss name: the model or its zero-argument
+    factory, the example, the loss function (None: none given) and the --apply config
+    (None: none given)."""
+    from autoembed.config import load_config
+    from autoembed.user_model.load import load_object
+
+    obj = load_object(model, "--model")
+    cfg = None if apply is None else load_config(apply)
+    return obj, _example(example), _loss(loss), cfg
 
 
 def _loss(spec: str | None) -> Any:
@@ -82,12 +92,9 @@ def _loss(spec: str | None) -> Any:
     return fn
 
 
-def _applied(factory: Any, path: Path) -> Any:
-    """A factory that builds the user's model and rewrites it by the config at `path`."""
-    from autoembed.config import load_config
+def applied(factory: Any, cfg: Any) -> Any:
+    """A factory that builds the user's model and rewrites it by the config `cfg`."""
     from autoembed.user_model.apply import apply as apply_config
-
-    cfg = load_config(path)
 
     def build() -> Any:
         model = factory() if callable(factory) and not hasattr(factory, "forward") else factory
