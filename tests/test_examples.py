@@ -130,11 +130,11 @@ def _marker(block: Block, name: str) -> str | None:
 
 
 def fresh_copy(dest: Path) -> Path:
-    """The repository's files as a clone has them (tracked, and new files git does not
-    ignore), symlinks kept, and this environment's .venv linked in."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    """The repository's files as a clone has them (tracked ones only: a file the README's
+    commands left in the working tree is not the clone's), symlinks kept, and this
+    environment's .venv linked in."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src, dst = ROOT / rel, dest / rel
         if not src.exists() and not src.is_symlink():

@@ -178,7 +178,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def report(recs: Sequence[Mapping[str, Any]], live: str) -> str:
-    lines = ["# The time-boxed reference use, replayed (issue 25)", "",
+    lines = ["# The time-boxed reference use, replayed", "",
              "Written by `benchmarks/replay/time_box.py` (its docstring says how). Each row: "
              "searches replayed at one budget with start points off; the share of seeds whose "
              "pick's test score is at or above the table's logistic-regression baseline, with a "
@@ -310,7 +310,7 @@ CAVEATS = """## How to read this
   95% of the reference front took 923 s of compute over the 8 default seeds against
   `ehvi-front`'s 227 s and random search's 541 s, and was not reached within the budget
   in 3 of 4 BBC News seeds. `ehvi` keeps its
-  turns on the front (issue 25 picks the default by compute to the front). With two of
+  turns on the front (the default is picked by compute to the front). With two of
   three (`ehvi-q2-front`, seeds 0-7 of the four tables at df7ad0f:
   search_efficiency_replay_q2.jsonl; compare.ratio on the same seeds) 95% of the front
   took 0.49x [0.39, 0.66] random search's compute on the default table (`ehvi` 0.42x),
@@ -352,7 +352,7 @@ def turns_report() -> str:
     recs = [older.get((r["table"], r["method"], r["seed"]), r)
             for r in compare._records(COMPARE_80_JSONL) + compare._records(TURNS_JSONL)
             if not r["start_points"]]
-    lines = ["# Quality turns and the front (issue 25)", "",
+    lines = ["# Quality turns and the front", "",
              "Written by `benchmarks/replay/time_box.py --front`: `ehvi-q1-front` (`ehvi` with "
              "`quality_turns=1`) replayed as compare.py replays (same budget, seeds, clock), "
              "beside compare.py's results for `ehvi-front` (the default) and `random-full`. "
@@ -378,7 +378,7 @@ def front_report() -> str:
     recs = [r for r in compare._records(COMPARE_80_JSONL) + compare._records(FRONT_JSONL)
             if not r["start_points"] and r["method"] != "ehvi-front"]
     recs += [r for r in compare._records(FRONT_JSONL) if r["method"] == "ehvi-front"]
-    lines = ["# Sampler experiments and the front (issue 25)", "",
+    lines = ["# Sampler experiments and the front", "",
              "Written by `benchmarks/replay/time_box.py --front --front-methods ...`: each "
              "experiment replayed as compare.py replays (8 seeds, start points off, the "
              "budget of 80 median trials), beside `ehvi-front` (the default) replayed at the "
