@@ -203,8 +203,11 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
         cfg = base if c[2] is None else c[2]
         if time.monotonic() > deadline:
             return None
+        # a model object (not a factory) was rewritten by --apply in place when it was
+        # priced: it is priced as it now is
+        model = obj if cfg is None or hasattr(obj, "forward") else applied(obj, cfg)
         try:
-            return estimate_model(obj if cfg is None else applied(obj, cfg), example, loss=loss,
+            return estimate_model(model, example, loss=loss,
                                   optimizer=c[1].get("optimizer", opt),
                                   precision=c[1].get("precision", prec),
                                   reserve=reserve).device_total
@@ -213,7 +216,14 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
 
     # a model object (not a factory) is rewritten in place: only its own tables are offered
     tables = [] if hasattr(obj, "forward") else _table_candidates(obj, base)
-    return total, _user_candidates(opt, prec) + tables
+    return total, _by_turns(_user_candidates(opt, prec) + tables)
+
+
+def _by_turns(cands: Sequence[Candidate]) -> list[Candidate]:
+    """One of each kind in turn (each kind's own order kept), so that the candidates priced
+    before USER_SECONDS runs out cover every kind."""
+    kinds = [[c for c in cands if c[0] == k] for k in KINDS]
+    return [c for turn in itertools.zip_longest(*kinds) for c in turn if c is not None]
 
 
 def _user_candidates(opt: str, prec: str) -> list[Candidate]:

@@ -357,3 +357,19 @@ def test_every_fence_says_what_it_is() -> None:
                 assert _marker(block, "not run") or _marker(block, "file"), block.where
             reason = _marker(block, "not run")
             assert reason is None or any(r in reason for r in NOT_RUN_REASONS), block.where
+
+
+def test_the_copy_holds_tracked_files_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file README's commands leave in the working tree (an export's best.yaml) is not
+    the clone's: the copy leaves it out, so a later run does not trip over it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "tracked.md").write_text("kept\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "tracked.md"], cwd=repo, check=True)
+    (repo / "best.yaml").write_text("left by an export\n")  # untracked, not ignored
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", repo)
+    copy = fresh_copy(tmp_path / "copy")
+    assert (copy / "tracked.md").read_text() == "kept\n"
+    assert not (copy / "best.yaml").exists()
