@@ -82,6 +82,21 @@ def test_front_table_and_pick_line_show_the_judged_memory_and_say_which_is_which
     assert pick.endswith("device total 897.58 MB (89.8% of the budget)")
 
 
+def test_json_result_gives_each_members_device_total_and_share() -> None:
+    from autoembed.pipeline.render import result_json
+
+    rep = _report()
+    result = SimpleNamespace(
+        study="s", out_dir=Path("x"), front=rep.front, best=rep.best,
+        budget_bytes=BUDGET.bytes, pick="max-quality", picks={}, objectives=OBJS, rows=rep.rows,
+        count=rep.count, wall_seconds=1.0, stop_reason="done", recovered=None, files={},
+        extra={"memory_basis": "allocated_peak"})
+    body = result_json(result)
+    by_trial = {m["trial"]: m for m in body["front"]}
+    assert by_trial[3]["device_total"] == 897_580_000 and by_trial[3]["budget_share"] == 0.8976
+    assert body["memory_note"].startswith("memory = the allocated peak, the objective")
+
+
 def test_best_yaml_and_png_legend_carry_the_judged_memory(tmp_path: Path) -> None:
     rep = _report()
     files = rep.write(tmp_path, {})

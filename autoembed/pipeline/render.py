@@ -204,7 +204,9 @@ def _unclear_lead(valid: Any, base: Any, noise: Any) -> float | None:
 
 def result_json(result: Any) -> dict[str, Any]:
     def member(r: TrialRow) -> Mapping[str, Any]:
-        return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params)}
+        return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params),
+                "device_total": r.device_total,
+                "budget_share": round(r.device_total / result.budget_bytes, 4)}
 
     return {
         "study": result.study,
@@ -212,6 +214,7 @@ def result_json(result: Any) -> dict[str, Any]:
         "budget_bytes": result.budget_bytes,
         "objectives": [o.to_dict() for o in result.objectives],
         "best": result.best.number,
+        "memory_note": memory_note(result.extra.get("memory_basis")),
         "pick": result.pick,
         "picks": dict(result.picks),
         "front": [member(r) for r in result.front],
