@@ -134,11 +134,14 @@ def estimate(
     user_space: Path | None = typer.Option(
         None, "--space", help="With --model: a search space; a build(params) / example(params) "
         "gets its reference values, and its embedding optimizer and precision apply."),
+    suggest: bool = typer.Option(
+        False, "--suggest", help="Also when it fits: the changes the budget leaves room for "
+        "(over the budget they are always printed)."),
 ) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
     options = dict(locals())  # every option, by name (first: no other local yet)
-    as_json = options.pop("as_json")
+    as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
     if ranks["world_size"] is not None:  # a TorchRec model per rank: autoembed.torchrec
         _estimate_ranks(model, example, ranks["torchrec_tables"], ranks["world_size"],
@@ -146,11 +149,13 @@ def estimate(
         return
     from autoembed.cli_render import does_not_fit, print_estimate
     from autoembed.price import price
+    from autoembed.suggest import suggest as changes_that_fit
 
     priced = price(**options)
     if priced.note:  # e.g. a size the traced estimator cannot represent
         print(f"autoembed: note: {priced.note}", file=sys.stderr)
-    print_estimate(priced, as_json)
+    over = priced.estimate.fits is False
+    print_estimate(priced, as_json, changes_that_fit(options, priced) if asked or over else None)
     if priced.estimate.fits is False:
         print(does_not_fit(priced), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)

@@ -4,14 +4,23 @@ the does-not-fit line; and the consoles every command prints to."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget, format_bytes
 from autoembed.memory import MemoryEstimate
-from autoembed.memory.types import BYTE_FIGURES
+from autoembed.memory.types import (
+    BYTE_FIGURES,
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    overhead_bytes,
+)
 from autoembed.price import Priced
 
-__all__ = ["console", "print_estimate", "estimate_json", "does_not_fit"]
+if TYPE_CHECKING:
+    from autoembed.suggest import Suggestion
+
+__all__ = ["console", "print_estimate", "estimate_json", "does_not_fit", "overhead_line"]
 
 # the JSON object's keys, in order (the contract's figures first: docs/contracts.md#memory-figures)
 _JSON_KEYS = ("method", *BYTE_FIGURES, "tables", "budget", "fits", "peak_phase", "gpus",
@@ -28,15 +37,21 @@ def console(stderr: bool = False) -> Any:
     return con
 
 
-def print_estimate(priced: Priced, as_json: bool) -> None:
+def print_estimate(priced: Priced, as_json: bool,
+                   suggestions: Sequence[Suggestion] | None = None) -> None:
     """The estimate as one JSON object, or as tables (and the per-module breakdown of the
-    user's own model)."""
+    user's own model); `suggestions` (None: not asked): the changes that fit the budget."""
     if as_json:
-        print(json.dumps(estimate_json(priced)))
+        d = estimate_json(priced)
+        if suggestions is not None:
+            d["suggestions"] = [s.to_dict() for s in suggestions]
+        print(json.dumps(d))
         return
     _render_estimate(priced.estimate, priced.budget)
     if priced.user:
         _render_modules(priced.estimate)
+    if suggestions is not None and priced.budget is not None:
+        _render_suggestions(suggestions, priced)
 
 
 def estimate_json(priced: Priced) -> dict[str, Any]:
@@ -49,7 +64,42 @@ def does_not_fit(priced: Priced) -> str:
     est, bud = priced.estimate, priced.budget
     return (f"autoembed: does not fit: device total {format_bytes(est.device_total)} is over "
             f"the budget {bud.text if bud else '?'} = {format_bytes(est.budget or 0)}; "
-            "raise --budget or choose a smaller config")
+            "raise --budget or make one of the changes listed under 'What would fit'")
+
+
+def overhead_line(est: MemoryEstimate) -> str:
+    """What the fixed overhead is, and the flag that sets its variable part."""
+    reserve = est.overhead - overhead_bytes(0)
+    return (f"overhead {format_bytes(est.overhead)} = CUDA context "
+            f"{format_bytes(CUDA_CONTEXT_BYTES)} + cuBLAS workspace "
+            f"{format_bytes(CUBLAS_WORKSPACE_BYTES)} (fixed per process) + --reserve "
+            f"{format_bytes(reserve)} (the rest of your process: set it with --reserve)")
+
+
+def _render_suggestions(suggestions: Sequence[Suggestion], priced: Priced) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    assert priced.budget is not None
+    budget = priced.budget
+    over = priced.estimate.fits is False
+    how = "by tracing your model" if priced.user else "by the analytic model"
+    title = (f"{'What would fit' if over else 'What fits'} the budget {budget.text}"
+             f"{'' if over else ' beyond this'} (changes to the flags given, each priced on "
+             f"its own {how})")
+    if not suggestions:
+        why = (f": the fixed overhead alone, {format_bytes(priced.estimate.overhead)}, is over "
+               "it" if priced.estimate.overhead >= budget.bytes else "")
+        console().print(f"{title}: no single change or pair of changes tried fits{why}",
+                        markup=False, soft_wrap=True)
+        return
+    t = Table(title=escape(title))
+    for col in ("change", "flags to add", "device total", "of budget"):
+        t.add_column(col, justify="right" if col in ("device total", "of budget") else "left")
+    for s in suggestions:
+        t.add_row(escape(s.kind), escape(s.command_line), format_bytes(s.device_total),
+                  f"{100 * s.device_total / budget.bytes:.1f}%")
+    console().print(t)
 
 
 def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
@@ -121,6 +171,8 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
                        f"{100 * c.miss_rate:.1f}%", format_bytes(c.transfer_bytes_per_step))
         con.print(ct)
         con.print(f"host memory {format_bytes(est.host_bytes)} (not in the device figures)")
+    if est.overhead:
+        con.print(overhead_line(est), markup=False, soft_wrap=True)
     if budget is not None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
         con.print(

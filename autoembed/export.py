@@ -255,6 +255,7 @@ class _Chosen:
     notes: tuple[str, ...] = ()
     params: Mapping[str, Any] | None = None  # the trial's Optuna params, where recorded
     trained_on: Mapping[str, Any] | None = None  # the `trained_on` block (None: unknown)
+    memory: Mapping[str, Any] | None = None  # `source.memory` (None: not recorded)
 
 
 def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
@@ -359,14 +360,15 @@ def _choose_from_study(
                         pareto.get("floor"))
         return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
                        vocab, data=data, params=m.get("params"),
-                       trained_on=_member_trained_on(m, pareto))
+                       trained_on=_member_trained_on(m, pareto), memory=_memory(m, pareto))
     assert number is not None
     member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
         return _Chosen(dict(member["config"]), study, number, label,
                        member.get("metrics") or {}, vocab, data=data,
                        params=member.get("params"),
-                       trained_on=_member_trained_on(member, pareto))
+                       trained_on=_member_trained_on(member, pareto),
+                       memory=_memory(member, pareto))
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
@@ -401,6 +403,17 @@ def _choose_from_study(
 def _member_trained_on(member: Mapping[str, Any], pareto: Mapping[str, Any]
                        ) -> dict[str, Any] | None:
     return trained_on(member.get("trained_config"), pareto.get("run"), pareto.get("stand_in"))
+
+
+def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The member's memory as the search's best.yaml holds it (`memory.objective.judged`);
+    None where pareto.json has no device total for it (an older file)."""
+    from autoembed.memory.objective import judged
+
+    if not member.get("device_total"):
+        return None
+    return judged(member, pareto.get("budget_bytes"), pareto.get("budget"),
+                  pareto.get("memory_basis"))
 
 
 def format_of(out: Path, fmt: str | None) -> str:
@@ -515,6 +528,8 @@ def export_config(
         source["metrics"] = {
             k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))
         }
+        if chosen.memory is not None:
+            source["memory"] = dict(chosen.memory)
         extra: dict[str, Any] = {"source": source}
         length = training_of(chosen.metrics)
         if length:
@@ -586,8 +601,9 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     space, refs, meta = own
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
     params = _trial_params(chosen)
-    record = {**user_record(space, cfg, params),
-              "source": {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick}}
+    source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
+              **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
+    record = {**user_record(space, cfg, params), "source": source}
     cfg_path = out.with_suffix(".yaml") if fmt == "python" else out
     for p in {out, cfg_path}:
         if p.exists() and not force:

@@ -64,8 +64,8 @@ def _commit() -> str:
 def report(rows: list[dict[str, Any]], budget_s: int) -> str:
     sampler = rows[0]["sampler"] if rows else "?"
     workers = rows[0].get("workers") if rows else "?"
-    lines = [f"# Live: `--time-budget {budget_s} --no-start-points` against the baseline "
-             "(issue 25)", "",
+    lines = [f"# Live: `--time-budget {budget_s} --no-start-points` against the baseline",
+             "",
              "Written by `benchmarks/live_time_budget.py` (its docstring says what it runs). "
              f"Commit {_commit()}; the default search (sampler `{sampler}`, {workers} trials "
              "at once, the front rule, MO-ASHA off); 2 cores, the load (1/5/15 min) at each "
@@ -83,7 +83,7 @@ def report(rows: list[dict[str, Any]], budget_s: int) -> str:
     tally = "; ".join(f"{d} {sum(r['at_or_above'] for r in rows if r['data'] == d)} of "
                       f"{sum(r['data'] == d for r in rows)}" for d in DATA
                       if any(r["data"] == d for r in rows))
-    lines += ["", f"Target (issue 25): at or above the baseline's test score in 3 of 3 seeds "
+    lines += ["", f"Target: at or above the baseline's test score in 3 of 3 seeds "
               f"on each: {tally}.", ""]
     return "\n".join(lines)
 

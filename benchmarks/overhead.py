@@ -421,7 +421,7 @@ def main() -> None:
         f"last evaluation) and **{outside:.1f} s ({100 * outside / total:.0f}%) outside**. "
         f"Counting only the optimizer steps as useful work, "
         f"{100 * outside_steps / total:.0f}% is outside.",
-        f"Headline (issue 13's targets: at most 35%, at most 50%, at most 10 s): {PER_TRIAL} "
+        f"Headline (targets: at most 35%, at most 50%, at most 10 s): {PER_TRIAL} "
         f"**{now[PER_TRIAL]:.0f}%**; {WHOLE} **{now[WHOLE]:.0f}%**; fixed start-up "
         f"{startup:.1f} s. Per completed trial (median of the ratio to its optimizer steps' "
         f"seconds): fetching batches {per_step('data')}, evaluation {per_step('eval')}, "

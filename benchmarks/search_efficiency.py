@@ -378,7 +378,7 @@ def compare_samplers(args: argparse.Namespace) -> None:
                  "workspace inside every value); not comparable with the tables above.\n\n"
                  + comparison_report(legacy, basis=LEGACY_BASIS))
     (results / "sampler_comparison.md").write_text(
-        f"# Samplers against random (issue 15)\n\nCommand: `python "
+        f"# Samplers against random\n\nCommand: `python "
         f"benchmarks/search_efficiency.py {' '.join(sys.argv[1:])}`\n\n{stamp()} (this "
         f"invocation; each search's own commit and load are in the .jsonl)\n\n{body}\n")
     print(body)

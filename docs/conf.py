@@ -32,6 +32,9 @@ exclude_patterns = ["_build", "_ext", "config_keys.yaml"]
 # checked) as they do on GitHub.
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
+# No typographic rewriting: `--model` stays two hyphens (an en dash is a copy-paste trap in
+# the CLI reference), quotes stay straight.
+smartquotes = False
 suppress_warnings: list[str] = []
 
 # The API reference: the public `autoembed` names, from their docstrings. Type hints stay

@@ -44,7 +44,18 @@ def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
     for f in [*dataclasses.fields(EmbeddingConfig), *dataclasses.fields(TableConfig)]:
         assert f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{f.name}" \
             in html, f.name
-    assert "--full-size" in (tmp_path / "html" / "cli.html").read_text()
+    cli = (tmp_path / "html" / "cli.html").read_text()
+    assert "--full-size" in cli
+    # every option as typed: two hyphens, never a typographic dash (a copy-paste trap)
+    assert "--model" in cli and "\u2013model" not in cli and "\u2014model" not in cli
+    pages = {p: p.read_text() for p in (tmp_path / "html").rglob("*.html")}
+    numbered = {p.name: m.group(0) for p, t in pages.items()
+                if (m := re.search(r"\bissue\s+\d+", t, re.IGNORECASE))}
+    assert not numbered, numbered  # the site speaks for itself, not of the tracker
+    # a results file renders as a page of the site, not a raw download
+    bench = pages[tmp_path / "html" / "benchmarks.html"]
+    assert 'href="_results/seed_case.html"' in bench and "seed_case.md\"" not in bench
+    assert "<h1>" in pages[tmp_path / "html" / "_results" / "seed_case.html"]
 
 
 def test_every_config_key_has_its_rule_and_meaning() -> None:

@@ -130,11 +130,11 @@ def _marker(block: Block, name: str) -> str | None:
 
 
 def fresh_copy(dest: Path) -> Path:
-    """The repository's files as a clone has them (tracked, and new files git does not
-    ignore), symlinks kept, and this environment's .venv linked in."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    """The repository's files as a clone has them (tracked ones only: a file the README's
+    commands left in the working tree is not the clone's), symlinks kept, and this
+    environment's .venv linked in."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src, dst = ROOT / rel, dest / rel
         if not src.exists() and not src.is_symlink():
@@ -357,3 +357,19 @@ def test_every_fence_says_what_it_is() -> None:
                 assert _marker(block, "not run") or _marker(block, "file"), block.where
             reason = _marker(block, "not run")
             assert reason is None or any(r in reason for r in NOT_RUN_REASONS), block.where
+
+
+def test_the_copy_holds_tracked_files_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file README's commands leave in the working tree (an export's best.yaml) is not
+    the clone's: the copy leaves it out, so a later run does not trip over it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "tracked.md").write_text("kept\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "tracked.md"], cwd=repo, check=True)
+    (repo / "best.yaml").write_text("left by an export\n")  # untracked, not ignored
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", repo)
+    copy = fresh_copy(tmp_path / "copy")
+    assert (copy / "tracked.md").read_text() == "kept\n"
+    assert not (copy / "best.yaml").exists()

@@ -369,5 +369,6 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         trainables_started=engine.trainables_started, workers=plan.workers,
         device=plan.device, workload=workload.kind,
         searched={r.number: workload.searched(r) for r in report.front},
-        extra={"baseline": getattr(workload, "baseline", None), "noise": report.noise},
+        extra={"baseline": getattr(workload, "baseline", None), "noise": report.noise,
+               "memory_basis": report.memory_basis},
     )

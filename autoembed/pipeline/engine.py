@@ -115,6 +115,7 @@ class SearchStatus:
     elapsed_s: float
     last: TrialRow | None = None
     message: str | None = None
+    budget_bytes: int | None = None  # what each trial's device total is judged against
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class SearchEngine:
             complete=self.count("complete"), infeasible=self.count("infeasible"),
             pruned=self.count("pruned"), failed=failed, front=len(front), best_quality=best,
             elapsed_s=self.clock() - self.started, last=last, message=message,
+            budget_bytes=self.budget.bytes,
         )
 
     def _emit(self, last: TrialRow | None = None, message: str | None = None) -> None:

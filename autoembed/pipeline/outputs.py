@@ -154,9 +154,11 @@ def label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> list[An
 def pareto_figure(
     rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
     objectives: Sequence[tuple[str, str]], title: str, budget_bytes: int | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Any:
     """The front in objective space as a matplotlib Figure: one panel per pair of
-    objectives (at most 6), memory on a log axis, front members numbered."""
+    objectives (at most 6), memory on a log axis, front members numbered. `labels`: the
+    legend's text for the `budget` line and the `best` marker (what the budget judges)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,11 +187,12 @@ def pareto_figure(
         fr = sorted(front, key=lambda r: _axis(x, r.metrics.get(x)))
         ax.scatter(*xy(fr), s=36, c="tab:blue", label="Pareto front (all objectives)")
         if best is not None:
-            ax.scatter(*xy([best]), s=140, marker="*", c="tab:red", label=f"best (trial "
-                       f"{best.number})")
+            ax.scatter(*xy([best]), s=140, marker="*", c="tab:red", label=(labels or {}).get(
+                "best", f"best (trial {best.number})"))
         if budget_bytes is not None and "memory" in (x, y):
             line = ax.axvline if x == "memory" else ax.axhline
-            line(budget_bytes / 1e9, color="tab:red", lw=0.8, ls="--", label="budget")
+            line(budget_bytes / 1e9, color="tab:red", lw=0.8, ls="--",
+                 label=(labels or {}).get("budget", "budget"))
         ax.set_xlabel(_LABELS.get(x, x))
         ax.set_ylabel(_LABELS.get(y, y))
         ax.grid(alpha=0.3)
@@ -209,14 +212,14 @@ def pareto_figure(
 def write_pareto_png(
     rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
     objectives: Sequence[tuple[str, str]], path: Path, title: str,
-    budget_bytes: int | None = None,
+    budget_bytes: int | None = None, labels: Mapping[str, str] | None = None,
 ) -> Path:
     """`pareto_figure` saved as a PNG, atomically."""
     import matplotlib.pyplot as plt
 
     from autoembed.files import atomic_write
 
-    fig = pareto_figure(rows, front, best, objectives, title, budget_bytes)
+    fig = pareto_figure(rows, front, best, objectives, title, budget_bytes, labels)
     try:
         return atomic_write(path, lambda fh: fig.savefig(fh, dpi=110, format="png"))
     finally:

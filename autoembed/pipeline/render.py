@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoembed.budget import format_bytes
+from autoembed.memory.objective import judged_text, memory_note
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.plan import TIME_BOXED_TRIALS
 from autoembed.pipeline.records import TrialRow
@@ -56,7 +57,7 @@ class SearchProgress:
                 f"{s.failed}\nPareto front {s.front}   best quality so far {best}   elapsed "
                 f"{s.elapsed_s:.0f} s")
         if s.last is not None:
-            text += f"\nlast: {_line(s.last)}"
+            text += f"\nlast: {_line(s.last, s.budget_bytes)}"
         return Panel(text, title="autoembed search")
 
     def update(self, s: SearchStatus) -> None:
@@ -69,7 +70,8 @@ class SearchProgress:
             # one whole line in a log (never wrapped at the console's width); the text is
             # the trial's, not rich markup
             self.console.print(f"[{s.elapsed_s:5.0f} s] {_trained(s)} trained, "
-                               f"{s.infeasible} over budget, front {s.front}: {_line(s.last)}",
+                               f"{s.infeasible} over budget, front {s.front}: "
+                               f"{_line(s.last, s.budget_bytes)}",
                                soft_wrap=True, markup=False, highlight=False)
 
 
@@ -78,16 +80,17 @@ def _trained(s: SearchStatus) -> str:
     return f"{s.trained}/{s.target}" if s.target < TIME_BOXED_TRIALS else str(s.trained)
 
 
-def _line(r: TrialRow) -> str:
+def _line(r: TrialRow, budget_bytes: int | None = None) -> str:
     m = r.metrics
+    judged = judged_text(r.device_total, budget_bytes)
     if r.status == "infeasible":
-        return f"trial {r.number} over budget ({format_bytes(r.device_total)})"
+        return f"trial {r.number} over budget ({judged})"
     if r.status == "complete":
         return (f"trial {r.number} complete: quality {_q(m.get('quality'))}, memory "
-                f"{format_bytes(m.get('memory') or 0)}, {_q(m.get('throughput'), '{:,.0f}')} "
-                "samples/s")
+                f"{format_bytes(m.get('memory') or 0)}, {judged}, "
+                f"{_q(m.get('throughput'), '{:,.0f}')} samples/s")
     if r.status == "running":
-        return f"trial {r.number} started ({format_bytes(r.device_total)})"
+        return f"trial {r.number} started ({judged})"
     return f"trial {r.number} {r.status}: {r.reason or ''}"[:160]
 
 
@@ -121,6 +124,7 @@ def render_result(console: Any, result: Any) -> None:
     for o in shown:
         t.add_column({"memory": "memory", "throughput": "samples/s",
                       "latency": "latency ms"}.get(o, o), justify="right", no_wrap=True)
+    t.add_column("device total (of budget)", justify="right", no_wrap=True)
     t.add_column("searched values")
     for r in sorted(result.front, key=lambda r: -(r.metrics.get("quality") or 0.0)):
         cells = [f"{r.number}{' *' if r.number == result.best.number else ''}"]
@@ -136,9 +140,14 @@ def render_result(console: Any, result: Any) -> None:
                 cells.append(_q(v, "{:.0f}"))
             else:
                 cells.append(_q(v))
+        cells.append(_judged_cell(r, result.budget_bytes))
         cells.append(searched(result.searched.get(r.number, {})))
         t.add_row(*cells)
     console.print(t)
+    console.print(memory_note(result.extra.get("memory_basis")), markup=False)
+    b = result.best
+    console.print(f"the pick, trial {b.number}: memory {format_bytes(b.metrics.get('memory') or 0)}"
+                  f", {judged_text(b.device_total, result.budget_bytes)}", markup=False)
     c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed", "timeout")}
     late = f", {c['timeout']} past their time limit" if c["timeout"] else ""
     console.print(
@@ -151,6 +160,12 @@ def render_result(console: Any, result: Any) -> None:
         console.print(f"recovered: {result.recovered}")
     for name, path in result.files.items():
         console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
+
+
+def _judged_cell(r: TrialRow, budget_bytes: int) -> str:
+    """`897.58 MB (89.8%)`: the device total the budget judged, and its share."""
+    return judged_text(r.device_total, budget_bytes).removeprefix("device total ").replace(
+        " of the budget", "")
 
 
 def comparison(result: Any) -> list[str]:
@@ -189,7 +204,9 @@ def _unclear_lead(valid: Any, base: Any, noise: Any) -> float | None:
 
 def result_json(result: Any) -> dict[str, Any]:
     def member(r: TrialRow) -> Mapping[str, Any]:
-        return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params)}
+        return {"trial": r.number, "metrics": dict(r.metrics), "params": dict(r.params),
+                "device_total": r.device_total,
+                "budget_share": round(r.device_total / result.budget_bytes, 4)}
 
     return {
         "study": result.study,
@@ -197,6 +214,7 @@ def result_json(result: Any) -> dict[str, Any]:
         "budget_bytes": result.budget_bytes,
         "objectives": [o.to_dict() for o in result.objectives],
         "best": result.best.number,
+        "memory_note": memory_note(result.extra.get("memory_basis")),
         "pick": result.pick,
         "picks": dict(result.picks),
         "front": [member(r) for r in result.front],

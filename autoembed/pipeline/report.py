@@ -156,6 +156,34 @@ class SearchReport:
             return self.budget.bytes
         return self.budget.bytes - int(self.best.estimate.get("overhead", 0))
 
+    def plot_labels(self) -> dict[str, str]:
+        """pareto.png's legend for the budget line and the pick: what the budget judges."""
+        from autoembed.memory.objective import judged_text
+
+        assert self.best is not None
+        less = self.budget.bytes - self.budget_line()
+        budget = f"budget {self.budget.text}" + (
+            f" less the {format_bytes(less).split(' (')[0]} fixed overhead" if less else "")
+        best = (f"best (trial {self.best.number}: "
+                f"{judged_text(self.best.device_total, self.budget.bytes)})")
+        return {"budget": budget, "best": best}
+
+    def source(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """best.yaml's `source` block (an exported file's has the same name): the study,
+        the trial, the pick, the budget, the pick's metrics and its memory as the budget
+        judged it (`memory.objective.judged`)."""
+        from autoembed.memory.objective import judged
+
+        assert self.best is not None
+        return {
+            "study": self.study, "trial": self.best.number, "pick": str(self.rule),
+            "budget": self.budget.text, "budget_bytes": self.budget.bytes,
+            "metrics": dict(self.best.metrics),
+            "memory": judged(self.best.estimate, self.budget.bytes, self.budget.text,
+                             self.memory_basis),
+            **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
+        }
+
     # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,
@@ -178,19 +206,13 @@ class SearchReport:
         try:
             files["pareto.png"] = outputs.write_pareto_png(
                 self.rows, self.front, self.best, self.objective_pairs, out_dir / "pareto.png",
-                self.title, self.budget_line())
+                self.title, self.budget_line(), self.plot_labels())
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the search
             notes["plot_error"] = f"{type(e).__name__}: {e}"
-        search_info = {
-            "study": self.study, "trial": self.best.number, "pick": str(self.rule),
-            "budget": self.budget.text, "budget_bytes": self.budget.bytes,
-            "metrics": dict(self.best.metrics),
-            **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
-        }
         record = (best_record or (lambda r, c: {"config": r.config.to_dict()}))(
             self.best, context)
         files["best.yaml"] = outputs.write_best_yaml(self.best, out_dir / "best.yaml",
-                                                     {**record, "search": search_info})
+                                                     {**record, "source": self.source(context)})
         if vocab is not None:
             try:
                 files["vocab"] = Path(vocab(out_dir / "vocab"))

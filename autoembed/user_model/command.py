@@ -13,7 +13,7 @@ from typing import Any
 from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 
-__all__ = ["estimate_for_cli"]
+__all__ = ["estimate_for_cli", "resolve_for_cli", "applied"]
 
 
 def _example(spec: str, params: Mapping[str, Any] | None) -> Any:
@@ -95,17 +95,10 @@ def estimate_for_cli(
     from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
-    from autoembed.user_model.load import load_object
 
-    params, from_space = _space_params(space)
-    factory = load_object(model, "--model")
-    if callable(factory) and not hasattr(factory, "forward"):
-        args = _args(factory, "--model", model, params)
-        if args:
-            factory = functools.partial(factory, *args)
-    if apply is not None:
-        factory = _applied(factory, apply)
-    est = estimate_model(factory, _example(example, params), loss=_loss(loss),
+    obj, ex, loss_fn, cfg = resolve_for_cli(model, example, apply, loss, space)
+    from_space = _space_params(space)[1]
+    est = estimate_model(obj if cfg is None else applied(obj, cfg), ex, loss=loss_fn,
                          optimizer=optimizer or from_space.get("optimizer", "adam"),
                          precision=precision or from_space.get("precision", "fp32"),
                          budget=budget, reserve=reserve)
@@ -128,12 +121,28 @@ def _loss(spec: str | None) -> Any:
     return fn
 
 
-def _applied(factory: Any, path: Path) -> Any:
-    """A factory that builds the user's model and rewrites it by the config at `path`."""
+def resolve_for_cli(model: str, example: str, apply: Path | None, loss: str | None,
+                    space: Path | None = None) -> tuple[Any, Any, Any, Any]:
+    """What --model, --example, --apply and --loss name: the model or its zero-argument
+    factory (a `build(params)` bound to `space`'s reference values), the example, the loss
+    function (None: none given) and the --apply config (None: none given)."""
     from autoembed.config import load_config
-    from autoembed.torchrec.public import apply as apply_config
+    from autoembed.user_model.load import load_object
 
-    cfg = load_config(path)
+    params = _space_params(space)[0]
+    factory = load_object(model, "--model")
+    if callable(factory) and not hasattr(factory, "forward"):
+        args = _args(factory, "--model", model, params)
+        if args:
+            factory = functools.partial(factory, *args)
+    cfg = None if apply is None else load_config(apply)
+    return factory, _example(example, params), _loss(loss), cfg
+
+
+def applied(factory: Any, cfg: Any) -> Any:
+    """A factory that builds the user's model and rewrites it by the config `cfg` (the
+    apply that dispatches TorchRec's collections, as pricing and trials use)."""
+    from autoembed.torchrec.public import apply as apply_config
 
     def build() -> Any:
         model = factory() if callable(factory) and not hasattr(factory, "forward") else factory

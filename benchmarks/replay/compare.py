@@ -304,7 +304,7 @@ def _fmt_ratio(r: tuple[float, float, float] | None) -> str:
 
 def report(path: Path = JSONL) -> str:
     recs = _records(path)
-    lines = ["# Search efficiency on the replay tables (issue 25)", "",
+    lines = ["# Search efficiency on the replay tables", "",
              "Written by `benchmarks/replay/compare.py` (its docstring defines the yardstick)"
              f" from `{path.name}`.", ""]
     commits = sorted({r.get("commit", "?") for r in recs})

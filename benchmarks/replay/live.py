@@ -192,7 +192,7 @@ def _summary(values: Sequence[float | None], n: int) -> str:
 
 def report(table: str) -> str:
     recs = [r for r in _records(JSONL) if r["table"] == table] if JSONL.exists() else []
-    lines = ["# Live searches against the replay (issue 25)", "",
+    lines = ["# Live searches against the replay", "",
              "Written by `benchmarks/replay/live.py` (its docstring says what is measured) "
              "from `search_live_vs_replay.jsonl` and the replay's records of the same method "
              f"in {', '.join(f'`{p.name}`' for p in REPLAYS)}.", "",

@@ -1,4 +1,4 @@
-"""The time-boxed reference use, replayed (issue 25): how often does a `--time-budget` search
+"""The time-boxed reference use, replayed: how often does a `--time-budget` search
 with start points off pick a config whose TEST score is at or above the search's own
 baseline (logistic regression), on the tables that hold a baseline?
 
@@ -179,7 +179,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def report(recs: Sequence[Mapping[str, Any]], live: str) -> str:
-    lines = ["# The time-boxed reference use, replayed (issue 25)", "",
+    lines = ["# The time-boxed reference use, replayed", "",
              "Written by `benchmarks/replay/time_box.py` (its docstring says how). Each row: "
              "searches replayed at one budget with start points off; the share of seeds whose "
              "pick's test score is at or above the table's logistic-regression baseline, with a "
@@ -312,7 +312,7 @@ CAVEATS = """## How to read this
   95% of the reference front took 923 s of compute over the 8 default seeds against
   `ehvi-front`'s 227 s and random search's 541 s, and was not reached within the budget
   in 3 of 4 BBC News seeds. `ehvi` keeps its
-  turns on the front (issue 25 picks the default by compute to the front). With two of
+  turns on the front (the default is picked by compute to the front). With two of
   three (`ehvi-q2-front`, seeds 0-7 of the four tables at df7ad0f, git history at
   fbf29c6; compare.ratio on the same seeds) 95% of the front
   took 0.49x [0.39, 0.66] random search's compute on the default table (`ehvi` 0.42x),
@@ -359,7 +359,7 @@ def turns_report() -> str:
     # ehvi-q1-front ran before the front rule counted a trial's best evaluation (3e6b99b),
     # and the file's ehvi-front replays are from before it too
     recs = [r for r in read_jsonl(TURNS_JSONL) if not r["start_points"]]
-    lines = ["# Quality turns and the front (issue 25)", "",
+    lines = ["# Quality turns and the front", "",
              "Written by `benchmarks/replay/time_box.py --front`: `ehvi-q1-front` (`ehvi` with "
              "`quality_turns=1`) replayed as compare.py replays (same budget, seeds, clock), "
              "beside `ehvi-front` (the default) and `random-full` replayed the same way, all "
@@ -383,7 +383,7 @@ def front_report() -> str:
     replayed beside it (the same commit) and random-full at compare.py's 80-trial budget
     (paired ratios, 95% bootstrap intervals)."""
     recs = [r for r in read_jsonl(FRONT_JSONL) if not r["start_points"]]
-    lines = ["# Sampler experiments and the front (issue 25)", "",
+    lines = ["# Sampler experiments and the front", "",
              "Written by `benchmarks/replay/time_box.py --front --front-methods ...`: each "
              "experiment replayed as compare.py replays (8 seeds, start points off, the "
              "budget of 80 median trials), beside `ehvi-front` (the default) replayed at the "

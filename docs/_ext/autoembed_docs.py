@@ -220,11 +220,31 @@ class ApiReference(_Generated):
         return api_lines()
 
 
+# benchmarks/results/*.md, each shown as a page of the site: generated at build time into
+# docs/_results/ (git ignores it), one page including the file
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS_PAGES = "_results"
+
+
+def results_pages(app: Any) -> None:
+    """Write docs/_results/NAME.md for each results file: an orphan page (no toctree needs
+    it) that includes the file, its images and links read from where the file is."""
+    out = Path(app.srcdir) / RESULTS_PAGES
+    out.mkdir(exist_ok=True)
+    for md in sorted(RESULTS.glob("*.md")):
+        text = (f"---\norphan: true\n---\n\n```{{include}} ../../benchmarks/results/{md.name}"
+                "\n:relative-images:\n:relative-docs: ../\n```\n")
+        page = out / md.name
+        if not page.is_file() or page.read_text() != text:
+            page.write_text(text)
+
+
 def repository_links(app: Any, doctree: nodes.document) -> None:
     """A Markdown link from a page to a file of the repository outside docs/ (a results
     file, a script: `../benchmarks/results/x.md`) works on GitHub as it stands; on the site
-    it becomes a download of that file (copied into the build), so a link to a file that
-    does not exist still fails the build ("download file not readable")."""
+    a results file links to its page (`results_pages`), any other file becomes a download
+    of that file (copied into the build), so a link to a file that does not exist still
+    fails the build ("download file not readable")."""
     import os
 
     env = app.env
@@ -239,6 +259,10 @@ def repository_links(app: Any, doctree: nodes.document) -> None:
             path = Path(env.srcdir) / path
         if Path(env.srcdir) in path.resolve().parents:
             continue  # a page of the site: Sphinx resolves (or reports) it
+        page = f"{RESULTS_PAGES}/{path.stem}"
+        if path.resolve().parent == RESULTS and page in env.found_docs:
+            ref["reftarget"] = page  # its page on the site, not a download
+            continue
         new = addnodes.download_reference(
             "", "", *ref.children, refdomain=None, reftype="myst", refexplicit=True,
             reftarget=os.path.relpath(path, here), refdoc=env.docname)
@@ -250,6 +274,7 @@ def setup(app: Any) -> dict[str, Any]:
     app.add_directive("autoembed-cli", CliReference)
     app.add_directive("autoembed-api", ApiReference)
     app.connect("autodoc-process-docstring", plain_docstring)
+    app.connect("builder-inited", results_pages)  # before the pages are found and read
     # before Sphinx's download collector (priority 500) reads the download references
     app.connect("doctree-read", repository_links, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
