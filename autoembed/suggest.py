@@ -19,6 +19,7 @@ candidates (precision, optimizer, compression of its largest table through `appl
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -198,10 +199,15 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
     opt, prec = options.get("optimizer") or "adam", options.get("precision") or "fp32"
     reserve = priced.estimate.overhead - overhead_bytes(0)  # the --reserve it was priced with
     deadline = time.monotonic() + USER_SECONDS
+    late: list[Candidate] = []
 
     def total(c: Candidate) -> int | None:
         cfg = base if c[2] is None else c[2]
         if time.monotonic() > deadline:
+            late.append(c)
+            if len(late) == 1:
+                print(f"autoembed: note: the changes not traced within {USER_SECONDS:g} s "
+                      "are left out (each is one trace of your model)", file=sys.stderr)
             return None
         # a model object (not a factory) was rewritten by --apply in place when it was
         # priced: it is priced as it now is
@@ -220,9 +226,11 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
 
 
 def _by_turns(cands: Sequence[Candidate]) -> list[Candidate]:
-    """One of each kind in turn (each kind's own order kept), so that the candidates priced
-    before USER_SECONDS runs out cover every kind."""
+    """One of each kind in turn, each kind's strongest change first and then its own order
+    (mildest first), so that the candidates priced before USER_SECONDS runs out hold a
+    change of every kind that fits, where one does."""
     kinds = [[c for c in cands if c[0] == k] for k in KINDS]
+    kinds = [[*k[-1:], *k[:-1]] for k in kinds]
     return [c for turn in itertools.zip_longest(*kinds) for c in turn if c is not None]
 
 
