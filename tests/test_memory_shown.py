@@ -109,6 +109,7 @@ def test_best_yaml_and_png_legend_carry_the_judged_memory(tmp_path: Path) -> Non
     labels = rep.plot_labels()
     assert labels["best"] == "best (trial 3: device total 897.58 MB (89.8% of the budget))"
     assert labels["budget"] == "budget 1GB less the 570.43 MB fixed overhead"
+    assert labels["memory"] == "memory objective (allocated peak)"
 
 
 def test_an_exported_file_has_the_same_memory_block(tmp_path: Path) -> None:
