@@ -105,3 +105,10 @@ def test_suggest_without_a_budget_is_bad_input_in_one_line(
     assert main(["estimate", *SEED, "--suggest"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--suggest needs --budget" in err
+
+
+def test_suggest_with_world_size_is_bad_input_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", *USER, "--world-size", "2", "--budget", "4GB", "--suggest"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--suggest" in err and "--world-size" in err
