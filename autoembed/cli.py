@@ -155,9 +155,10 @@ def estimate(
     if priced.note:  # e.g. a size the traced estimator cannot represent
         print(f"autoembed: note: {priced.note}", file=sys.stderr)
     over = priced.estimate.fits is False
-    print_estimate(priced, as_json, changes_that_fit(options, priced) if asked or over else None)
-    if priced.estimate.fits is False:
-        print(does_not_fit(priced), file=sys.stderr)
+    tips = changes_that_fit(options, priced) if asked or over else None
+    print_estimate(priced, as_json, tips)
+    if over:
+        print(does_not_fit(priced, bool(tips)), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
 
 
