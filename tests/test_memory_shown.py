@@ -124,3 +124,14 @@ def test_an_exported_file_has_the_same_memory_block(tmp_path: Path) -> None:
     exported = yaml.safe_load(out.path.read_text())
     searched = yaml.safe_load((runs / "s" / "best.yaml").read_text())
     assert exported["source"]["memory"] == searched["source"]["memory"]
+
+
+def test_old_best_yaml_with_a_search_block_still_reads() -> None:
+    """best.yaml files written before the one shape have a `search:` block: train still
+    reads which trial they are and its figures."""
+    from autoembed.training import _source
+
+    block = {"study": "s", "trial": 3, "metrics": {"quality": 0.7}}
+    for key in ("search", "source"):
+        assert _source({"config": {}, key: block}) == ("trial 3 of study 's'",
+                                                      {"quality": 0.7})
