@@ -244,9 +244,16 @@ def _user_candidates(opt: str, prec: str) -> list[Candidate]:
 def _table_candidates(factory: Callable[[], Any], base: Any) -> list[Candidate]:
     """The model's largest table (rows x dim) hashed or quotient-remainder split, as the
     --apply config that says so (`base`: the --apply config given, kept for the rest)."""
+    import torch
+
     from autoembed.user_model.apply import tables
 
-    found = {t.name: t for t in tables(factory())}
+    try:
+        with torch.device("meta"):  # its tables' shapes only: nothing allocated or filled
+            model = factory()
+        found = {t.name: t for t in tables(model)}
+    except Exception:  # noqa: BLE001 - a factory that cannot build on meta: no table changes
+        return []
     if base is not None:  # the --apply config's tables, over the model's own
         found.update({t.name: t for t in base.tables})
     if not found:
