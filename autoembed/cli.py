@@ -143,6 +143,9 @@ def estimate(
     options = dict(locals())  # every option, by name (first: no other local yet)
     as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
+    if ranks["world_size"] is not None and asked:
+        raise ConfigError("--suggest prices changes to a config or a --model on one device; "
+                          "drop it with --world-size (each rank is judged on its own)")
     if ranks["world_size"] is not None:  # a TorchRec model per rank: autoembed.torchrec
         _estimate_ranks(model, example, ranks["torchrec_tables"], ranks["world_size"],
                         ranks["plan_device"], budget, device_memory, optimizer, as_json)
@@ -155,9 +158,10 @@ def estimate(
     if priced.note:  # e.g. a size the traced estimator cannot represent
         print(f"autoembed: note: {priced.note}", file=sys.stderr)
     over = priced.estimate.fits is False
-    print_estimate(priced, as_json, changes_that_fit(options, priced) if asked or over else None)
-    if priced.estimate.fits is False:
-        print(does_not_fit(priced), file=sys.stderr)
+    tips = changes_that_fit(options, priced) if asked or over else None
+    print_estimate(priced, as_json, tips)
+    if over:
+        print(does_not_fit(priced, bool(tips)), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
 
 

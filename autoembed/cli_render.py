@@ -59,12 +59,15 @@ def estimate_json(priced: Priced) -> dict[str, Any]:
     return {k: d[k] for k in (*_JSON_KEYS, *(("modules",) if priced.user else ()))}
 
 
-def does_not_fit(priced: Priced) -> str:
-    """The stderr line of an estimate over its budget (exit 3)."""
+def does_not_fit(priced: Priced, suggested: bool = False) -> str:
+    """The stderr line of an estimate over its budget (exit 3); `suggested`: changes that
+    fit were printed."""
     est, bud = priced.estimate, priced.budget
+    fix = ("make one of the changes listed under 'What would fit'" if suggested
+           else "choose a smaller config")
     return (f"autoembed: does not fit: device total {format_bytes(est.device_total)} is over "
             f"the budget {bud.text if bud else '?'} = {format_bytes(est.budget or 0)}; "
-            "raise --budget or make one of the changes listed under 'What would fit'")
+            f"raise --budget or {fix}")
 
 
 def overhead_line(est: MemoryEstimate) -> str:

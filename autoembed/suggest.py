@@ -19,6 +19,7 @@ candidates (precision, optimizer, compression of its largest table through `appl
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -199,10 +200,15 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
     opt, prec = options.get("optimizer") or "adam", options.get("precision") or "fp32"
     reserve = priced.estimate.overhead - overhead_bytes(0)  # the --reserve it was priced with
     deadline = time.monotonic() + USER_SECONDS
+    late: list[Candidate] = []
 
     def total(c: Candidate) -> int | None:
         cfg = base if c[2] is None else c[2]
         if time.monotonic() > deadline:
+            late.append(c)
+            if len(late) == 1:
+                print(f"autoembed: note: the changes not traced within {USER_SECONDS:g} s "
+                      "are left out (each is one trace of your model)", file=sys.stderr)
             return None
         # a model object (not a factory) was rewritten by --apply in place when it was
         # priced: it is priced as it now is
@@ -221,9 +227,11 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
 
 
 def _by_turns(cands: Sequence[Candidate]) -> list[Candidate]:
-    """One of each kind in turn (each kind's own order kept), so that the candidates priced
-    before USER_SECONDS runs out cover every kind."""
+    """One of each kind in turn, each kind's strongest change first and then its own order
+    (mildest first), so that the candidates priced before USER_SECONDS runs out hold a
+    change of every kind that fits, where one does."""
     kinds = [[c for c in cands if c[0] == k] for k in KINDS]
+    kinds = [[*k[-1:], *k[:-1]] for k in kinds]
     return [c for turn in itertools.zip_longest(*kinds) for c in turn if c is not None]
 
 
@@ -237,9 +245,16 @@ def _user_candidates(opt: str, prec: str) -> list[Candidate]:
 def _table_candidates(factory: Callable[[], Any], base: Any) -> list[Candidate]:
     """The model's largest table (rows x dim) hashed or quotient-remainder split, as the
     --apply config that says so (`base`: the --apply config given, kept for the rest)."""
+    import torch
+
     from autoembed.user_model.apply import tables
 
-    found = {t.name: t for t in tables(factory())}
+    try:
+        with torch.device("meta"):  # its tables' shapes only: nothing allocated or filled
+            model = factory()
+        found = {t.name: t for t in tables(model)}
+    except Exception:  # noqa: BLE001 - a factory that cannot build on meta: no table changes
+        return []
     if base is not None:  # the --apply config's tables, over the model's own
         found.update({t.name: t for t in base.tables})
     if not found:

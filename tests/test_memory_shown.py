@@ -109,6 +109,7 @@ def test_best_yaml_and_png_legend_carry_the_judged_memory(tmp_path: Path) -> Non
     labels = rep.plot_labels()
     assert labels["best"] == "best (trial 3: device total 897.58 MB (89.8% of the budget))"
     assert labels["budget"] == "budget 1GB less the 570.43 MB fixed overhead"
+    assert labels["memory"] == "memory objective (allocated peak)"
 
 
 def test_an_exported_file_has_the_same_memory_block(tmp_path: Path) -> None:
@@ -123,3 +124,14 @@ def test_an_exported_file_has_the_same_memory_block(tmp_path: Path) -> None:
     exported = yaml.safe_load(out.path.read_text())
     searched = yaml.safe_load((runs / "s" / "best.yaml").read_text())
     assert exported["source"]["memory"] == searched["source"]["memory"]
+
+
+def test_old_best_yaml_with_a_search_block_still_reads() -> None:
+    """best.yaml files written before the one shape have a `search:` block: train still
+    reads which trial they are and its figures."""
+    from autoembed.training import _source
+
+    block = {"study": "s", "trial": 3, "metrics": {"quality": 0.7}}
+    for key in ("search", "source"):
+        assert _source({"config": {}, key: block}) == ("trial 3 of study 's'",
+                                                      {"quality": 0.7})

@@ -91,8 +91,9 @@ def test_suggest_when_it_fits_offers_what_the_budget_leaves_room_for(
 def test_human_output_names_each_change_and_the_overhead(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", *SEED, "--budget", "4GB"]) == 3
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "What would fit" in out and "--precision bf16" in out
+    assert "make one of the changes listed under 'What would fit'" in err
     assert main(["estimate", *SEED, "--budget", "4GB", "--reserve", "1GB"]) == 3
     out = capsys.readouterr().out
     # the fixed overhead, by hand: 512 MiB CUDA context + 32 MiB cuBLAS workspace + reserve
@@ -105,3 +106,20 @@ def test_suggest_without_a_budget_is_bad_input_in_one_line(
     assert main(["estimate", *SEED, "--suggest"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--suggest needs --budget" in err
+
+
+def test_suggest_with_world_size_is_bad_input_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", *USER, "--world-size", "2", "--budget", "4GB", "--suggest"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--suggest" in err and "--world-size" in err
+
+
+def test_a_budget_under_the_fixed_overhead_says_nothing_can_fit(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """500 MB is under the 544 MiB (570.43 MB) of context and workspace: no change fits,
+    and the output says why instead of pointing at changes."""
+    assert main(["estimate", *SEED, "--budget", "500MB"]) == 3
+    out, err = capsys.readouterr()
+    assert "the fixed overhead alone, 570.43 MB" in out
+    assert "choose a smaller config" in err and "What would fit" not in err

@@ -158,7 +158,8 @@ def pareto_figure(
 ) -> Any:
     """The front in objective space as a matplotlib Figure: one panel per pair of
     objectives (at most 6), memory on a log axis, front members numbered. `labels`: the
-    legend's text for the `budget` line and the `best` marker (what the budget judges)."""
+    legend's text for the `budget` line and the `best` marker (what the budget judges), and
+    an objective's axis label by its name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,8 +194,8 @@ def pareto_figure(
             line = ax.axvline if x == "memory" else ax.axhline
             line(budget_bytes / 1e9, color="tab:red", lw=0.8, ls="--",
                  label=(labels or {}).get("budget", "budget"))
-        ax.set_xlabel(_LABELS.get(x, x))
-        ax.set_ylabel(_LABELS.get(y, y))
+        ax.set_xlabel((labels or {}).get(x, _LABELS.get(x, x)))
+        ax.set_ylabel((labels or {}).get(y, _LABELS.get(y, y)))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(pairs):]:
         ax.axis("off")

@@ -157,7 +157,8 @@ class SearchReport:
         return self.budget.bytes - int(self.best.estimate.get("overhead", 0))
 
     def plot_labels(self) -> dict[str, str]:
-        """pareto.png's legend for the budget line and the pick: what the budget judges."""
+        """pareto.png's legend for the budget line and the pick (what the budget judges),
+        and the memory axis's label (what the objective is)."""
         from autoembed.memory.objective import judged_text
 
         assert self.best is not None
@@ -166,7 +167,8 @@ class SearchReport:
             f" less the {format_bytes(less).split(' (')[0]} fixed overhead" if less else "")
         best = (f"best (trial {self.best.number}: "
                 f"{judged_text(self.best.device_total, self.budget.bytes)})")
-        return {"budget": budget, "best": best}
+        basis = (self.memory_basis or "allocated_peak").replace("_", " ")
+        return {"budget": budget, "best": best, "memory": f"memory objective ({basis})"}
 
     def source(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """best.yaml's `source` block (an exported file's has the same name): the study,
