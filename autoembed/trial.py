@@ -222,7 +222,7 @@ _RESULT_RENAMED = {"quality": "test_quality"}
 def encode_result(r: TrialResult) -> dict[str, Any]:
     """A TrialResult as plain data (crosses Ray as JSON; stored in Optuna; metrics.json)."""
     d = asdict(replace(r, valid_scores=None))
-    del d["valid_scores"]  # in memory only (see the field)
+    del d["valid_scores"]  # carried beside the result (see the field)
     d["config"] = r.config.to_dict()
     d["curve"] = [asdict(e) for e in r.curve]
     return d
