@@ -83,8 +83,8 @@ def scripted_trial(wall: Clock, cpu: Clock, crash: int) -> Any:
     return run
 
 
-def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> None:
-    wall, cpu = Clock(), Clock()
+def tiny_study(tmp_path: Path) -> tuple[Any, Any]:
+    """tiny.yaml's workload (60 steps, an evaluation every 20) and a new study of it."""
     space = load_space(ROOT / "search_spaces" / "tiny.yaml")
     spec, stand_in = data_spec_for(space)
     workload = BuiltinWorkload.of(space, build_priced_data(spec, stand_in),
@@ -92,6 +92,12 @@ def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> No
     study = optuna.create_study(study_name="s", storage=open_storage(tmp_path),
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 1))
+    return workload, study
+
+
+def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> None:
+    wall, cpu = Clock(), Clock()
+    workload, study = tiny_study(tmp_path)
     ask = study.ask
 
     def timed_ask(*a: Any, **kw: Any) -> Any:
@@ -181,13 +187,7 @@ def test_a_timed_out_trial_costs_the_seconds_it_ran(tmp_path: Path) -> None:
     costs the seconds from its start to its end, those after its last report as training;
     what it returned, were it anything, is not its result."""
     wall = Clock()
-    space = load_space(ROOT / "search_spaces" / "tiny.yaml")
-    spec, stand_in = data_spec_for(space)
-    workload = BuiltinWorkload.of(space, build_priced_data(spec, stand_in),
-                                  run={"max_steps": 60, "eval_every": 20})
-    study = optuna.create_study(study_name="t", storage=open_storage(tmp_path),
-                                directions=["maximize", "minimize", "maximize"],
-                                sampler=make_sampler("random", 1))
+    workload, study = tiny_study(tmp_path)
     engine = SearchEngine(study=study, workload=workload, budget=Budget(800_000_000, "800MB"),
                           objectives=OBJ, trials=2, clock=wall)
     for fake in (False, True):
