@@ -92,8 +92,9 @@ class ValidScores:
     """One trial's validation predictions at the evaluation its quality is of, on the rows
     that evaluation read (the split's first rows, unshuffled): `scores` the ctr logits
     (float32) or the predicted class (text), and the rows' `labels`. The runner makes them;
-    the final report carries them to the driver, which keeps them in memory for the
-    within-noise pick only (no store holds them)."""
+    the final report carries them to the driver, which uses them for the within-noise pick
+    and stores them with the trial (`pack`: the study's storage), so that a resumed search
+    picks by the same paired rule."""
 
     scores: npt.NDArray[Any]
     labels: npt.NDArray[Any]
@@ -135,6 +136,50 @@ class ValidScores:
         except (TypeError, KeyError, ValueError):
             return None
         return cls(s, y) if s.size == y.size else None
+
+
+    def pack(self) -> str:
+        """Compact text for the study's storage (`unpack` reads it): float scores (ctr
+        logits) as their dense ranks, the order with its ties, which is all the paired AUC
+        reads (uint16, or uint32 past 65,535 distinct values); class predictions and labels
+        as they are; zlib, then base85. About 2 bytes a row for ctr."""
+        import base64
+        import json
+        import zlib
+
+        import numpy as np
+
+        scores = self.scores
+        if scores.dtype.kind == "f":
+            _, ranks = np.unique(scores, return_inverse=True)
+            scores = ranks.astype(np.uint16 if ranks.size == 0 or ranks.max() < 2**16
+                                  else np.uint32)
+        s, y = (a.astype(a.dtype.newbyteorder("<")) for a in (scores, self.labels))
+        body = zlib.compress(s.tobytes() + y.tobytes(), 9)
+        return json.dumps({"scores": s.dtype.str, "labels": y.dtype.str, "rows": int(y.size),
+                           "z": base64.b85encode(body).decode("ascii")}, separators=(",", ":"))
+
+    @classmethod
+    def unpack(cls, text: str) -> ValidScores | None:
+        """The inverse of `pack` (float scores come back as their ranks); None for anything
+        else."""
+        import base64
+        import json
+        import zlib
+
+        import numpy as np
+
+        try:
+            head = json.loads(text)
+            body = zlib.decompress(base64.b85decode(head["z"]))
+            s_type, y_type = np.dtype(head["scores"]), np.dtype(head["labels"])
+            rows = int(head["rows"])
+            cut = rows * s_type.itemsize
+            s = np.frombuffer(body[:cut], dtype=s_type)
+            y = np.frombuffer(body[cut:], dtype=y_type)
+        except (TypeError, KeyError, ValueError, zlib.error):
+            return None
+        return cls(s, y) if s.size == y.size == rows else None
 
 
 def _small_int(a: Any) -> npt.NDArray[Any]:
@@ -246,11 +291,11 @@ class NoiseMeasure:
     Paired (`paired` holds a `PairedGap` for every other candidate): a candidate is near the
     best when the best's lead over it on the validation rows both read is at most PAIRED_Z
     paired standard errors (AUC: DeLong; accuracy: McNemar's discordant rows). Unpaired
-    (`paired` empty; where a candidate's scores are missing: trials resumed from a run
-    before scores were carried, user-model searches; `unpaired_reason` says why): `slack`,
-    one standard error of the best candidate's validation `quality` (its `metric`) from the
-    `class_rows` (rows per class) among the validation split's first `rows` rows, which its
-    evaluation read (AUC: Hanley-McNeil; accuracy: binomial)."""
+    (`paired` empty; where a candidate's scores are missing: trials of a study stored
+    before scores were kept with each trial, user-model searches; `unpaired_reason` says
+    why): `slack`, one standard error of the best candidate's validation `quality` (its
+    `metric`) from the `class_rows` (rows per class) among the validation split's first
+    `rows` rows, which its evaluation read (AUC: Hanley-McNeil; accuracy: binomial)."""
 
     slack: float
     metric: str
@@ -353,7 +398,8 @@ def _paired_gaps(metric: str, best: Any, scored: Sequence[Any],
     missing = [c.number for c in scored if c.number not in scores]
     if missing:
         return (), (f"no validation scores for trial(s) {', '.join(map(str, missing[:5]))}"
-                    " (resumed from an older run, or a user-model search)")
+                    " (a study stored before scores were kept with each trial, or a user-model "
+                    "search)")
     if len(scored) == 1:
         return (), "a single candidate"
     gaps = []

@@ -70,7 +70,8 @@ METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency",
                   "overhead_seconds", "cache_hit_rate", "cache_time_share",
                   "cache_bytes_per_step")
 # What a trial cost the search, on every row (a trial stopped early or crashed: up to its
-# last evaluation; a proposal never trained: its ask and pricing only):
+# last evaluation; a timed-out one: the seconds it ran, those after its last evaluation as
+# training; a proposal never trained: its ask and pricing only):
 # train_seconds: its optimizer steps (a user's loop: the loop's time);
 # wall_seconds / cpu_seconds: wall and CPU seconds of its process while it ran;
 # ask_seconds: the sampler's decision; pricing_seconds: pricing and judging the proposal;
@@ -222,7 +223,7 @@ _RESULT_RENAMED = {"quality": "test_quality"}
 def encode_result(r: TrialResult) -> dict[str, Any]:
     """A TrialResult as plain data (crosses Ray as JSON; stored in Optuna; metrics.json)."""
     d = asdict(replace(r, valid_scores=None))
-    del d["valid_scores"]  # in memory only (see the field)
+    del d["valid_scores"]  # carried beside the result (see the field)
     d["config"] = r.config.to_dict()
     d["curve"] = [asdict(e) for e in r.curve]
     return d

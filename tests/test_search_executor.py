@@ -127,6 +127,30 @@ def test_a_whole_search_in_process(tmp_path: Path) -> None:
                tracker=NullTracker(), executor=InProcessExecutor())
 
 
+def test_a_resumed_study_picks_by_the_same_paired_rule(tmp_path: Path) -> None:
+    """Each completed trial's validation scores are stored with it: a resume (here one that
+    trains nothing more) measures the within-noise pick on the same rows, paired, as the
+    search did, and picks the same trial."""
+    from autoembed.pipeline import search
+    from autoembed.pipeline.study import open_storage
+    from autoembed.tracking import NullTracker
+
+    kw = {"runs_dir": tmp_path / "runs", "study": "paired", "tracker": NullTracker(),
+          "early_stop": False, "executor": InProcessExecutor()}
+    first = search(800_000_000, str(ROOT / "search_spaces" / "tiny.yaml"), trials=2,
+                   sampler="random", seed=3, **kw)
+    said = json.loads((first.out_dir / "pareto.json").read_text())["noise"]
+    assert said["kind"] == "paired" or said["unpaired_reason"] == "a single candidate"
+    res = search(800_000_000, None, resume=True, **kw)
+    again = json.loads((res.out_dir / "pareto.json").read_text())["noise"]
+    assert again == said and res.best.number == first.best.number
+    import optuna
+
+    trials = optuna.load_study(study_name="paired", storage=open_storage(tmp_path / "runs"))
+    assert all("autoembed.valid_scores.0" in t.user_attrs for t in trials.trials
+               if t.number in {r.number for r in res.rows if r.status == "complete"})
+
+
 def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: Path) -> None:
     """Study attributes and a trial row as the version before the trial codec stored them
     (the test figure under the result's `quality`; no data/eval seconds): resumed, counted,

@@ -185,6 +185,38 @@ def test_valid_scores_round_trip_through_json() -> None:
     assert ValidScores.decode(None) is None and ValidScores.decode({"scores": 1}) is None
 
 
+def test_packed_scores_give_the_same_paired_gaps_in_about_two_bytes_a_row() -> None:
+    """What the study stores of a trial's validation scores: the paired AUC gap of every
+    prefix the pick may read (DeLong on the float logits, computed here) is the same from
+    the packed scores, ties included; text's predicted classes come back as they were."""
+    from autoembed.selection import ValidScores, paired_gap
+
+    rng = np.random.default_rng(4)
+    n = 20_480
+    y = (rng.random(n) < 0.3).astype(int)
+    a = ValidScores.of("ctr", np.round(y + rng.normal(0, 1, n), 2).reshape(-1, 1), y)
+    b = ValidScores.of("ctr", (y + rng.normal(0, 1.2, n)).reshape(-1, 1), y)
+    text_a, text_b = a.pack(), b.pack()
+    assert len(text_a) + len(text_b) < 2 * n * 2.7  # floats would be 4 bytes a row + labels
+    pa, pb = ValidScores.unpack(text_a), ValidScores.unpack(text_b)
+    assert pa is not None and pb is not None
+    assert np.array_equal(pa.labels, y) and pa.rows == n
+    for rows in (n, 5_000):  # a shorter read of the other trial: the first rows both read
+        short = ValidScores(b.scores[:rows], b.labels[:rows])
+        packed_short = ValidScores.unpack(short.pack())
+        assert packed_short is not None
+        want = paired_gap("auc", a, short, 1)
+        got = paired_gap("auc", pa, packed_short, 1)
+        assert want is not None and got is not None
+        assert (got.gap, got.se, got.rows) == pytest.approx((want.gap, want.se, want.rows),
+                                                            rel=1e-12)
+    t = ValidScores.of("text", rng.normal(size=(300, 5)), rng.integers(0, 5, 300))
+    back = ValidScores.unpack(t.pack())
+    assert back is not None and np.array_equal(back.scores, t.scores)
+    assert np.array_equal(back.labels, t.labels)
+    assert ValidScores.unpack("") is None and ValidScores.unpack('{"z": "!!"}') is None
+
+
 def test_paired_pick_rejects_a_member_unpaired_noise_would_take(tmp_path: Path) -> None:
     """A front where the rules disagree: trial 1 trails the best by less than one unpaired
     standard error, but loses to it on the same rows far beyond the paired one; trial 2

@@ -83,8 +83,8 @@ def scripted_trial(wall: Clock, cpu: Clock, crash: int) -> Any:
     return run
 
 
-def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> None:
-    wall, cpu = Clock(), Clock()
+def tiny_study(tmp_path: Path) -> tuple[Any, Any]:
+    """tiny.yaml's workload (60 steps, an evaluation every 20) and a new study of it."""
     space = load_space(ROOT / "search_spaces" / "tiny.yaml")
     spec, stand_in = data_spec_for(space)
     workload = BuiltinWorkload.of(space, build_priced_data(spec, stand_in),
@@ -92,6 +92,12 @@ def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> No
     study = optuna.create_study(study_name="s", storage=open_storage(tmp_path),
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 1))
+    return workload, study
+
+
+def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> None:
+    wall, cpu = Clock(), Clock()
+    workload, study = tiny_study(tmp_path)
     ask = study.ask
 
     def timed_ask(*a: Any, **kw: Any) -> Any:
@@ -174,3 +180,31 @@ def test_the_ray_trainable_stamps_every_report(monkeypatch: Any) -> None:
     cost = json.loads(final[trainable.FINAL])["cost"]
     assert cost == pytest.approx({"wall_s": BUILD + 2 * (STEP + EVAL),
                                   "cpu_s": CPU_BUILD + 2 * CPU_SEGMENT})
+
+
+def test_a_timed_out_trial_costs_the_seconds_it_ran(tmp_path: Path) -> None:
+    """A trial its executor ends past its limit (Ray: its worker killed, no final report)
+    costs the seconds from its start to its end, those after its last report as training;
+    what it returned, were it anything, is not its result."""
+    wall = Clock()
+    workload, study = tiny_study(tmp_path)
+    engine = SearchEngine(study=study, workload=workload, budget=Budget(800_000_000, "800MB"),
+                          objectives=OBJ, trials=2, clock=wall)
+    for fake in (False, True):
+        p = engine.propose()
+        assert p is not None
+        wall.t += 1.0  # the executor starts it a second after its ask
+        engine.trial_started(p.number)
+        wall.t += 0.5
+        engine.observe(p.number, {"quality": 0.5, "step": 20, "train_s": 0.25, "wall_s": 0.5})
+        wall.t += 2.5  # then nothing until its limit passes
+        engine.time_out(p.number)
+        result = TrialResult("complete", config_from_dict(dict(p.payload["config"])),
+                             valid_quality=0.99, steps=60, wall_seconds=0.0)
+        engine.finish(p.number, final_report(result) if fake else None)
+        row = engine.rows[p.number]
+        assert row.status == "timeout" and not engine.front()
+        m = row.metrics
+        assert m["wall_seconds"] == pytest.approx(3.0)
+        assert m["train_seconds"] == pytest.approx(0.25 + 2.5)
+        assert m["overhead_seconds"] == pytest.approx(4.0 - 2.75)  # from the ask, less that

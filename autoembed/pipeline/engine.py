@@ -199,7 +199,7 @@ class SearchEngine:
         (default: derived, `pipeline.time_limit`). `scheduler`: multi-fidelity stops at
         rungs (`pipeline.scheduler`; rebuilt here from the study's recorded rung points and
         finished trials), beside `early_stop`'s front rule."""
-        from autoembed.pipeline.study import load_rows
+        from autoembed.pipeline.study import load_rows, load_scores
 
         self.study = study
         self.workload = workload
@@ -219,8 +219,8 @@ class SearchEngine:
         self.clock = clock
         self.started = clock()
         self.rows: dict[int, TrialRow] = load_rows(study)
-        # completed trials' validation predictions, in memory for the pick (not stored)
-        self.valid_scores: dict[int, ValidScores] = {}
+        # completed trials' validation predictions for the pick, stored with each trial
+        self.valid_scores: dict[int, ValidScores] = load_scores(study)
         self.live: dict[int, _Live] = {}
         self.rejected_in_a_row = 0
         self.trainables_started = 0
@@ -657,7 +657,7 @@ class SearchEngine:
         result = decode_result(final["result"])
         scores = ValidScores.decode(final.get("valid_scores"))
         if scores is not None and result.status == "complete":
-            self.valid_scores[p.number] = scores
+            self._keep_scores(live.trial, p.number, scores)
         metrics = {**objective_metrics(result, p.estimate.to_dict(),
                                        use_measured=self.workload.use_measured,
                                        memory_basis=self.memory_basis), **cost}
@@ -682,6 +682,15 @@ class SearchEngine:
         pruned = result.status == "pruned"
         return (row.with_(status="pruned" if pruned else "failed"),
                 _Outcome("pruned" if pruned else "fail"))
+
+    def _keep_scores(self, trial: Any, number: int, scores: ValidScores) -> None:
+        """A completed trial's validation scores: for the pick, and stored on the trial
+        before it is told (a resumed search picks by the same paired rule)."""
+        from autoembed.pipeline.study import scores_attrs
+
+        self.valid_scores[number] = scores
+        for key, part in scores_attrs(scores).items():
+            self.recorder.note(trial, key, part)
 
     def _cost(self, live: _Live, final: Mapping[str, Any] | None) -> dict[str, float | None]:
         """What a launched trial cost (`trial.COST_COLUMNS`): its final report's seconds, or

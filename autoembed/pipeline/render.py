@@ -148,8 +148,11 @@ def render_result(console: Any, result: Any) -> None:
     b = result.best
     console.print(f"the pick, trial {b.number}: memory {format_bytes(b.metrics.get('memory') or 0)}"
                   f", {judged_text(b.device_total, result.budget_bytes)}", markup=False)
-    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed", "timeout")}
+    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed", "timeout",
+                                      "interrupted")}
     late = f", {c['timeout']} past their time limit" if c["timeout"] else ""
+    if c["interrupted"]:
+        late += f", {c['interrupted']} interrupted (not counted)"
     console.print(
         f"{len(result.rows)} trials: {c['complete']} complete, {c['infeasible']} over budget "
         f"(priced, never trained), {c['pruned']} stopped early, {c['failed']} failed{late}; "
@@ -219,7 +222,8 @@ def result_json(result: Any) -> dict[str, Any]:
         "picks": dict(result.picks),
         "front": [member(r) for r in result.front],
         "counts": {s: result.count(s)
-                   for s in ("complete", "infeasible", "pruned", "failed", "timeout")},
+                   for s in ("complete", "infeasible", "pruned", "failed", "timeout",
+                             "interrupted")},
         "trials": len(result.rows),
         "stop_reason": result.stop_reason,
         "recovered": result.recovered,

@@ -21,6 +21,8 @@ from autoembed.pipeline.records import ATTR, TrialRow
 if TYPE_CHECKING:
     import optuna
 
+    from autoembed.selection import ValidScores
+
 __all__ = [
     "SAMPLERS",
     "check_sampler",
@@ -39,6 +41,9 @@ __all__ = [
     "Recovery",
     "recover",
     "load_rows",
+    "scores_attrs",
+    "load_scores",
+    "SCORES_ATTR",
     "NSGA2_POPULATION",
     "study_meta",
     "StoredStudy",
@@ -264,6 +269,36 @@ def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
         if isinstance(raw, Mapping):
             rows[t.number] = TrialRow.from_attr(t.number, raw)
     return rows
+
+
+# A completed trial's validation scores (`selection.ValidScores.pack`), as user attributes
+# `<SCORES_ATTR>.0`, `.1`, ... of at most SCORES_CHUNK characters each (a MySQL TEXT holds
+# 64 KiB)
+SCORES_ATTR = "autoembed.valid_scores"
+SCORES_CHUNK = 60_000
+
+
+def scores_attrs(scores: ValidScores) -> dict[str, str]:
+    """The user attributes that store `scores` with their trial (`load_scores` reads them)."""
+    text = scores.pack()
+    return {f"{SCORES_ATTR}.{i // SCORES_CHUNK}": text[i:i + SCORES_CHUNK]
+            for i in range(0, len(text), SCORES_CHUNK)}
+
+
+def load_scores(study: optuna.Study) -> dict[int, ValidScores]:
+    """Every trial's stored validation scores, by trial number."""
+    from autoembed.selection import ValidScores
+
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        parts, i = [], 0
+        while isinstance(part := t.user_attrs.get(f"{SCORES_ATTR}.{i}"), str):
+            parts.append(part)
+            i += 1
+        scores = ValidScores.unpack("".join(parts)) if parts else None
+        if scores is not None:
+            out[t.number] = scores
+    return out
 
 
 @dataclass(frozen=True)

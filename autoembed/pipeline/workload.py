@@ -175,7 +175,8 @@ class Workload(Protocol):
 
 def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
     """A trial's last report (what `engine.finish` reads): its result, and beside it the
-    validation scores the driver keeps in memory for the pick (`selection.ValidScores`)."""
+    validation scores the driver uses for the pick and stores with the trial
+    (`selection.ValidScores`)."""
     scores = result.valid_scores
     return {"status": result.status, "result": result.to_dict(), "error": None,
             "valid_scores": None if scores is None else scores.encode(), **extra}
