@@ -84,6 +84,32 @@ def test_module_factory_tuple_dict_and_loss_fn_agree() -> None:
     assert abs(d.allocated_peak - a.allocated_peak) < 64 * 1024
 
 
+class LossFirst(Tiny):
+    """Returns (loss, logits), as TorchRec's DLRMTrain and Hugging Face's tuples do."""
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> Any:
+        out = self.head(self.emb(ids).mean(1))
+        return F.cross_entropy(out, y), out.detach()
+
+
+def test_a_tuple_output_whose_first_element_is_the_loss_prices_that_loss() -> None:
+    ids, y = example()
+    first = estimate_model(LossFirst, (ids, y))
+    given = estimate_model(LossFirst, (ids, y), loss=lambda out, x: out[0])
+    assert first.allocated_peak == given.allocated_peak
+    assert first.parameters == estimate_model(Tiny, (ids, y)).parameters
+
+
+def test_a_tuple_without_a_scalar_first_still_asks_for_a_loss() -> None:
+    class Pair(Tiny):
+        def forward(self, ids: torch.Tensor) -> Any:
+            out = self.head(self.emb(ids).mean(1))
+            return out, out
+
+    with pytest.raises(ConfigError, match="not a scalar loss"):
+        estimate_model(Pair, example()[0])
+
+
 def test_a_factory_class_prices_with_torchrec_loaded() -> None:
     """A class is a factory, not a model, also once torchrec is imported (CI's order)."""
     pytest.importorskip("torchrec")

@@ -95,13 +95,17 @@ def standin_loss(output: torch.Tensor, example: Any) -> torch.Tensor:
 
 
 def resolve_loss(output: Any, example: Any, loss: LossFn | None) -> torch.Tensor:
-    """The output when it is a scalar tensor; else its `.loss` (or ['loss']); else
-    `loss(output, example)` (an `Example`'s `targets` in place of the example)."""
+    """The output when it is a scalar tensor; else its `.loss` (or ['loss']); else the
+    first element of a tuple or list when that is a scalar tensor (TorchRec's `DLRMTrain`,
+    Hugging Face's `return_dict=False`); else `loss(output, example)` (an `Example`'s
+    `targets` in place of the example); a `loss` given is used before a tuple's first element."""
     if isinstance(output, torch.Tensor) and output.dim() == 0:
         return output
     got = getattr(output, "loss", None)
     if got is None and isinstance(output, Mapping):
         got = output.get("loss")
+    if got is None and loss is None and isinstance(output, (tuple, list)) and output:
+        got = output[0]
     if isinstance(got, torch.Tensor) and got.dim() == 0:
         return got
     if loss is None:

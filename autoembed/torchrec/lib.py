@@ -11,6 +11,7 @@ from typing import Any
 
 from autoembed.errors import ConfigError
 from autoembed.torchrec.settings import INSTALL
+from autoembed.user_model.load import mute_fx_notice
 
 __all__ = ["require", "available", "has_collections", "collection_types"]
 
@@ -34,6 +35,7 @@ def quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchrec\.")
     warnings.filterwarnings("ignore", message=r".*DistributedDataParallel.*")
+    mute_fx_notice()
 
 
 def require() -> ModuleType:

@@ -60,9 +60,29 @@ def _import(mod_name: str, spec: str, flag: str) -> Any:
                           f"({type(e).__name__}: {text}); {fix}") from None
 
 
+def mute_fx_notice() -> None:
+    """torch.fx prints a tracing notice once per process (an lru_cache) the first time a
+    model asks whether it is being traced (TorchRec's modules do): spend it, muted, before
+    the user's code runs, so it never reaches the user's terminal."""
+    import logging
+
+    from torch.fx import _symbolic_trace
+
+    notice = getattr(_symbolic_trace, "is_fx_tracing_warning", None)
+    if notice is None:
+        return
+    log = logging.getLogger("torch.fx._symbolic_trace")
+    was, log.disabled = log.disabled, True
+    try:
+        notice()
+    finally:
+        log.disabled = was
+
+
 def load_object(spec: str, flag: str) -> Any:
     """The object `spec` ("pkg.module:name" or "path/to/file.py:name"; name may be dotted)
-    names."""
+    names (torch.fx's tracing notice muted first: `mute_fx_notice`)."""
+    mute_fx_notice()
     mod_part, sep, attr = spec.rpartition(":")
     if not sep or not mod_part or not attr:
         raise ConfigError(f"{flag} '{spec}': give pkg.module:name or path/to/file.py:name, "
