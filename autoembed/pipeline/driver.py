@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
 from autoembed.pipeline import study as studies
-from autoembed.pipeline.engine import SearchEngine, SearchStatus
+from autoembed.pipeline.engine import Queued, SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.plan import (
@@ -197,7 +197,7 @@ def run_search(
             study=study, workload=plan.workload, budget=plan.budget,
             objectives=plan.objective_pairs, trials=plan.trials,
             time_budget_s=request.time_budget, grid=_grid(plan),
-            start=[p.params(plan.space) for p in plan.start],
+            start=[Queued(p.params(plan.space), p.origin) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
             time_limit=plan.time_limit,

@@ -58,7 +58,7 @@ from autoembed.pipeline.scheduler import RUNGS_ATTR, AshaScheduler, RungPoint
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
-from autoembed.trial import decode_result
+from autoembed.trial import AS_WRITTEN, decode_result
 
 if TYPE_CHECKING:
     import optuna
@@ -66,9 +66,26 @@ if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
 __all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
-           "MAX_REJECTIONS_IN_A_ROW"]
+           "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
+
+ORIGIN_ATTR = "origin"  # the Optuna user attribute an enqueued trial's origin travels in
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A point to train before the sampler's: its Optuna params and who chose it
+    (`TrialRow.origin`)."""
+
+    params: Mapping[str, Any]
+    origin: str | None = None
+
+
+def _key(params: Mapping[str, Any], origin: str | None) -> Any:
+    """What "already tried" means: the params, and for the model as written its origin too
+    (its params are those of a proposal that applies nothing)."""
+    return (AS_WRITTEN, params_key(params)) if origin == AS_WRITTEN else params_key(params)
 
 
 @dataclass(frozen=True)
@@ -161,7 +178,7 @@ class SearchEngine:
         trials: int,
         time_budget_s: float | None = None,
         grid: Sequence[Mapping[str, Any]] | None = None,
-        start: Sequence[Mapping[str, Any]] = (),
+        start: Sequence[Mapping[str, Any] | Queued] = (),
         early_stop: bool = False,
         host_budget_bytes: Budget | None = None,
         memory_basis: str = MEMORY_BASIS,
@@ -212,9 +229,10 @@ class SearchEngine:
         self.rejected_in_a_row = 0
         self.trainables_started = 0
         self.stop_reason: str | None = None
-        self._grid = list(grid) if grid is not None else None
-        self._start = list(start)
-        self._seen = {params_key(r.params) for r in self.rows.values()}
+        self._grid: list[Mapping[str, Any] | Queued] | None = (
+            list(grid) if grid is not None else None)
+        self._start: list[Mapping[str, Any] | Queued] = list(start)
+        self._seen = {_key(r.params, r.origin) for r in self.rows.values()}
         self._front_cache: list[TrialRow] | None = None
         if recorder is None:
             sinks: list[Sink] = [] if tracker is None else [TrackerSink(tracker)]
@@ -325,18 +343,21 @@ class SearchEngine:
             self.stop_reason = f"time budget of {self.time_budget_s:g} s reached"
         return self.stop_reason is not None
 
-    def _enqueue_next(self, points: list[Mapping[str, Any]]) -> bool:
-        """Enqueue the first unvisited point of `points` (taken off it); False when none is
-        left."""
+    def _enqueue_next(self, points: list[Mapping[str, Any] | Queued]) -> bool:
+        """Enqueue the first unvisited point of `points` (taken off it; a `Queued` carries
+        its origin to the trial); False when none is left."""
         from optuna.trial import TrialState
 
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return True  # a re-queued trial goes first
         while points:
             point = points.pop(0)
-            if params_key(point) not in self._seen:
-                self._seen.add(params_key(point))
-                self.study.enqueue_trial(dict(point))
+            params, origin = ((point.params, point.origin) if isinstance(point, Queued)
+                              else (point, None))
+            if _key(params, origin) not in self._seen:
+                self._seen.add(_key(params, origin))
+                self.study.enqueue_trial(dict(params), user_attrs={ORIGIN_ATTR: origin}
+                                         if origin else None)
                 return True
         return False
 
@@ -367,14 +388,16 @@ class SearchEngine:
         trial = self.study.ask()
         t1 = self.clock()
         retry_of = trial.user_attrs.get("retry_of")
-        priced = self._price(trial)
+        origin = trial.user_attrs.get(ORIGIN_ATTR) or (
+            self.rows[retry_of].origin if retry_of in self.rows else None)
+        priced = self._price(trial, origin)
         if isinstance(priced, Invalid):
             asked = _Asked(t0, t1 - t0, self.clock() - t1)
-            self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()))
+            self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()), origin)
             return None
         config = priced.config
         params = dict(trial.params)
-        self._seen.add(params_key(params))
+        self._seen.add(_key(params, origin))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
         asked = _Asked(t0, t1 - t0, self.clock() - t1)
@@ -383,7 +406,7 @@ class SearchEngine:
                            metrics={"device_total": float(priced.estimate.device_total),
                                     **asked.metrics(self.clock())},
                            reason=verdict.reason, overshoot=verdict.overshoot,
-                           retry_of=retry_of)
+                           retry_of=retry_of, origin=origin)
             self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
             self._emit(row)
             return None
@@ -395,7 +418,7 @@ class SearchEngine:
         proposal = Proposal(trial.number, config, launch.payload, priced.estimate,
                             launch.host_bytes, launch.length, limit)
         row = TrialRow(trial.number, "running", config, est, params,
-                       overshoot=verdict.overshoot, retry_of=retry_of)
+                       overshoot=verdict.overshoot, retry_of=retry_of, origin=origin)
         self._record(row, trial)
         self.live[trial.number] = _Live(proposal, trial, cost=asked)
         for live in self.live.values():
@@ -404,14 +427,19 @@ class SearchEngine:
         self._emit(row)
         return proposal
 
-    def _price(self, trial: Any) -> Any:
-        """The workload's price of the trial's proposal. A ConfigError before any proposal
-        of the study was priced is bad input (the trial told FAIL, the error raised: the
-        search stops before any trial); a later one is that proposal's failure, its row
-        carrying the first priced config."""
+    def _price(self, trial: Any, origin: str | None = None) -> Any:
+        """The workload's price of the trial's proposal (the model as written: its values
+        but the table rules', priced without apply by `price_as_written`). A ConfigError
+        before any proposal of the study was priced is bad input (the trial told FAIL, the
+        error raised: the search stops before any trial); a later one is that proposal's
+        failure, its row carrying the first priced config."""
         from optuna.trial import TrialState
 
         try:
+            if origin == AS_WRITTEN:
+                rules = {q for r in self.space.tables for q in r.searched.values()}
+                values = suggest_values(self.space, trial, skip=rules)
+                return self.workload.price_as_written(values)  # type: ignore[attr-defined]
             return self.workload.price(suggest_values(self.space, trial))
         except ConfigError as e:
             first = next((r.config for r in self.rows.values() if r.status != "failed"), None)
@@ -435,10 +463,10 @@ class SearchEngine:
         return memory_value(figures, self.memory_basis), fits  # to_dict costs ~1 ms
 
     def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
-                        cost: Mapping[str, float]) -> None:
+                        cost: Mapping[str, float], origin: str | None = None) -> None:
         row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
                        dict(trial.params), metrics=dict(cost), reason=invalid.reason,
-                       retry_of=retry_of)
+                       retry_of=retry_of, origin=origin)
         values = optuna_values({}, self.objectives, self.budget.bytes, True)
         self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)

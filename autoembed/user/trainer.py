@@ -64,6 +64,8 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
 
     def model() -> Any:
         built = code.build(params)
+        if payload.get("as_written"):  # the model as written: nothing applied (trial 0)
+            return built
         applied = apply(built, config)
         return built if applied is None else applied
 
