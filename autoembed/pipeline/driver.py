@@ -143,7 +143,9 @@ def search(
     "name=amount[,name=amount]"; several alternate, trial by trial (README, "Running on a
     cluster"). executor: how trials run: "ray" (default: Ray Tune), "local" (one by one in
     this process, `InProcessExecutor`), or an Executor object; allow_changed_code: resume
-    although your functions' module source changed.
+    although your functions' module source changed; reference (default True): your model as
+    `build` returns it, nothing applied, is trained first (trial 0); enqueue: a list of param
+    dicts (or a YAML file of one) trained next, checked against the space.
     """
     request = SearchRequest.parse(budget, space, **options)
     return run_search(request, tracker=tracker, progress=progress, on_recovered=on_recovered)
