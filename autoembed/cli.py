@@ -425,6 +425,12 @@ def search_cmd(
     allow_changed_code: bool = typer.Option(
         False, "--allow-changed-code", help="--resume although --model/--example/--train's "
         "module source changed since the study started."),
+    reference: bool = typer.Option(
+        True, "--reference/--no-reference", help="With --model: train your model as written "
+        "(nothing applied) first, as trial 0 (default on)."),
+    enqueue: Path | None = typer.Option(
+        None, "--enqueue", help="With --model: a YAML list of param dicts (e.g. "
+        "- {dim: 64, lr: 0.01}) trained first, in order."),
 ) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config.
     Searches autoembed's own models on data, or your own model and loop (--model, --example,
@@ -451,6 +457,7 @@ def search_cmd(
             model=model, example=example,
             train=train, loss=loss,
             executor=executor, allow_changed_code=allow_changed_code,
+            reference=reference, enqueue=enqueue,
         )
     if as_json:
         print(json.dumps(result_json(result), default=str))

@@ -28,8 +28,9 @@ class Example:
     def __post_init__(self) -> None:
         from autoembed.errors import ConfigError
 
-        if not isinstance(self.args, tuple):
-            object.__setattr__(self, "args", (self.args,))  # one input: Example(args=x)
+        if not isinstance(self.args, tuple):  # a list of inputs, or one: Example(args=x)
+            args = self.args
+            object.__setattr__(self, "args", tuple(args) if isinstance(args, list) else (args,))
         if not isinstance(self.kwargs, Mapping):
             raise ConfigError(f"Example(kwargs={type(self.kwargs).__name__}): give a dict "
                               "of the forward's keyword arguments")

@@ -156,6 +156,10 @@ class TrialResult:
         return encode_result(self)
 
 
+AS_WRITTEN = "as written"  # TrialRow.origin: the user's model as `build` returns it
+ENQUEUED = "enqueued"  # TrialRow.origin: a config the user enqueued (--enqueue)
+
+
 @dataclass(frozen=True)
 class TrialRow:
     """Everything the search knows about one Optuna trial: the one trial record, read by the
@@ -182,6 +186,9 @@ class TrialRow:
     interrupted: bool = False  # the driver stopped while it ran (not counted; re-queued)
     # where it ran: ray_node_id, ray_node_ip, ray_resources (custom resources it was given)
     node: Mapping[str, str] = field(default_factory=dict)
+    # who chose it: AS_WRITTEN (the user's model without apply), ENQUEUED (the user's list),
+    # None (the sampler, a start point or a retry of a sampler's trial)
+    origin: str | None = None
 
     @property
     def counted(self) -> bool:
@@ -259,6 +266,7 @@ def encode_row(row: TrialRow) -> dict[str, Any]:
         "retry_of": row.retry_of,
         "interrupted": row.interrupted,
         "node": dict(row.node),
+        "origin": row.origin,
     }
 
 
@@ -282,6 +290,7 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
         retry_of=raw.get("retry_of"),
         interrupted=interrupted,
         node=dict(raw.get("node") or {}),
+        origin=raw.get("origin"),
     )
 
 

@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from _common import stamp  # noqa: E402
 from validation_configs import validation_configs  # noqa: E402
 
+import autoembed  # noqa: E402
 from autoembed.batch import Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig  # noqa: E402
 from autoembed.memory import estimate  # noqa: E402
@@ -98,7 +99,12 @@ def emit(out: Path, row: str) -> None:
 
 
 def to_device(example: Any, device: str) -> Any:
-    """`example` (a tensor, tuple or dict of them, as estimate_model takes it) on `device`."""
+    """`example` (a tensor, tuple or dict of them, or an `autoembed.Example`, as
+    estimate_model takes it) on `device`."""
+    if isinstance(example, autoembed.Example):
+        return autoembed.Example(to_device(example.args, device),
+                                 to_device(dict(example.kwargs), device),
+                                 to_device(example.targets, device))
     if isinstance(example, torch.Tensor):
         return example.to(device)
     if isinstance(example, tuple):

@@ -51,8 +51,10 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
 
 
 def run(config: EmbeddingConfig, train):
-    return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), Bag, {}, config,
-                          Report())
+    """The guard on the model as `build` makes it (nothing applied: the config names its
+    table and optimizer)."""
+    return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), {}, config,
+                          Report(), as_written=True)
 
 
 def adam(model):

@@ -65,6 +65,7 @@ def user(tmp_path: Path, monkeypatch) -> tuple[Any, Path]:
     (pkg / "__init__.py").write_text("")
     (pkg / "loop.py").write_text(LOOP)
     (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "queue.yaml").write_text("- {dim: 8}\n")
     (tmp_path / "space_length.yaml").write_text(
         SPACE + "early_stop: {max_steps: 4, eval_every: 1}\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
@@ -204,6 +205,11 @@ HONOURED = {
              lambda p: p.workload.records["loss"].spec == "gloop.loop:train"),
     "executor": ([], lambda p: p.request.executor_kind == "local"),
     "allow_changed_code": (["--allow-changed-code"], lambda p: p.request.allow_changed_code),
+    "reference": (["--no-reference"], lambda p: not p.workload.reference and all(
+        s.origin != "as written" for s in p.start)),
+    "enqueue": (["--enqueue", "queue.yaml"], lambda p: [(s.origin, dict(s.values))
+                                                         for s in p.start][1:] ==
+                [("enqueued", {"user.dim": 8})]),
 }
 REFUSED = {"data": ["--data", "movielens"], "label": ["--label", "y"],
            "categorical": ["--categorical", "a,b"], "text_column": ["--text-column", "t"],

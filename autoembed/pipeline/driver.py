@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
 from autoembed.pipeline import study as studies
-from autoembed.pipeline.engine import SearchEngine, SearchStatus
+from autoembed.pipeline.engine import Queued, SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.plan import (
@@ -145,7 +145,9 @@ def search(
     "name=amount[,name=amount]"; several alternate, trial by trial (README, "Running on a
     cluster"). executor: how trials run: "ray" (default: Ray Tune), "local" (one by one in
     this process, `InProcessExecutor`), or an Executor object; allow_changed_code: resume
-    although your functions' module source changed.
+    although your functions' module source changed; reference (default True): your model as
+    `build` returns it, nothing applied, is trained first (trial 0); enqueue: a list of param
+    dicts (or a YAML file of one) trained next, checked against the space.
     """
     request = SearchRequest.parse(budget, space, **options)
     return run_search(request, tracker=tracker, progress=progress, on_recovered=on_recovered)
@@ -199,7 +201,7 @@ def run_search(
             study=study, workload=plan.workload, budget=plan.budget,
             objectives=plan.objective_pairs, trials=plan.trials,
             time_budget_s=request.time_budget, grid=_grid(plan),
-            start=[p.params(plan.space) for p in plan.start],
+            start=[Queued(p.params(plan.space), p.origin) for p in plan.start],
             early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
             memory_basis=plan.memory_basis, repeatable=plan.repeatable,
             time_limit=plan.time_limit,

@@ -70,7 +70,7 @@ from autoembed.pipeline.untried import (
 )
 from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.selection import ValidScores
-from autoembed.trial import decode_result
+from autoembed.trial import AS_WRITTEN, decode_result
 
 if TYPE_CHECKING:
     import optuna
@@ -78,9 +78,26 @@ if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
 __all__ = ["Proposal", "SearchStatus", "SearchEngine", "OOM_VIOLATION", "Feasibility",
-           "MAX_REJECTIONS_IN_A_ROW"]
+           "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
+
+ORIGIN_ATTR = "origin"  # the Optuna user attribute an enqueued trial's origin travels in
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A point to train before the sampler's: its Optuna params and who chose it
+    (`TrialRow.origin`)."""
+
+    params: Mapping[str, Any]
+    origin: str | None = None
+
+
+def _key(params: Mapping[str, Any], origin: str | None) -> Any:
+    """What "already tried" means: the params, and for the model as written its origin too
+    (its params are those of a proposal that applies nothing)."""
+    return (AS_WRITTEN, params_key(params)) if origin == AS_WRITTEN else params_key(params)
 
 
 @dataclass(frozen=True)
@@ -174,7 +191,7 @@ class SearchEngine:
         trials: int,
         time_budget_s: float | None = None,
         grid: Sequence[Mapping[str, Any]] | None = None,
-        start: Sequence[Mapping[str, Any]] = (),
+        start: Sequence[Mapping[str, Any] | Queued] = (),
         early_stop: bool = False,
         host_budget_bytes: Budget | None = None,
         memory_basis: str = MEMORY_BASIS,
@@ -225,12 +242,14 @@ class SearchEngine:
         self.rejected_in_a_row = 0
         self.trainables_started = 0
         self.stop_reason: str | None = None
-        self._grid = list(grid) if grid is not None else None
-        self._start = list(start)
-        self._seen = {params_key(r.params) for r in self.rows.values()}
+        self._grid: list[Mapping[str, Any] | Queued] | None = (
+            list(grid) if grid is not None else None)
+        self._start: list[Mapping[str, Any] | Queued] = list(start)
+        self._seen = {_key(r.params, r.origin) for r in self.rows.values()}
         # configs the study was proposed (an interrupted trial's is re-queued, not tried):
         # a sampler's proposal of one again is never priced or trained again (`_repeated`)
-        self._told = {params_key(r.params) for r in self.rows.values() if not r.interrupted}
+        self._told = {_key(r.params, r.origin) for r in self.rows.values()
+                      if not r.interrupted}
         self._enumerated = False  # the space's configs (`_repeated`), enumerated once
         self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
         self._unfit: set[tuple[tuple[str, str], ...]] = set()
@@ -345,18 +364,21 @@ class SearchEngine:
             self.stop_reason = f"time budget of {self.time_budget_s:g} s reached"
         return self.stop_reason is not None
 
-    def _enqueue_next(self, points: list[Mapping[str, Any]]) -> bool:
-        """Enqueue the first unvisited point of `points` (taken off it); False when none is
-        left."""
+    def _enqueue_next(self, points: list[Mapping[str, Any] | Queued]) -> bool:
+        """Enqueue the first unvisited point of `points` (taken off it; a `Queued` carries
+        its origin to the trial); False when none is left."""
         from optuna.trial import TrialState
 
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return True  # a re-queued trial goes first
         while points:
             point = points.pop(0)
-            if params_key(point) not in self._seen:
-                self._seen.add(params_key(point))
-                self.study.enqueue_trial(dict(point))
+            params, origin = ((point.params, point.origin) if isinstance(point, Queued)
+                              else (point, None))
+            if _key(params, origin) not in self._seen:
+                self._seen.add(_key(params, origin))
+                self.study.enqueue_trial(dict(params), user_attrs={ORIGIN_ATTR: origin}
+                                         if origin else None)
                 return True
         return False
 
@@ -395,19 +417,22 @@ class SearchEngine:
             return None
         t1 = self.clock()
         retry_of = trial.user_attrs.get("retry_of")
-        values = suggest_values(self.space, trial)
-        if retry_of is None and params_key(trial.params) in self._told:
+        origin = trial.user_attrs.get(ORIGIN_ATTR) or (
+            self.rows[retry_of].origin if retry_of in self.rows else None)
+        values = self._values(trial, origin)
+        key = _key(trial.params, origin)
+        if retry_of is None and key in self._told:
             self._repeated(trial)
             return None
-        self._told.add(params_key(trial.params))
-        priced = self._price(trial, values)
+        self._told.add(key)
+        priced = self._price(trial, values, origin)
         if isinstance(priced, Invalid):
             asked = _Asked(t0, t1 - t0, self.clock() - t1)
-            self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()))
+            self._reject_invalid(trial, priced, retry_of, asked.metrics(self.clock()), origin)
             return None
         config = priced.config
         params = dict(trial.params)
-        self._seen.add(params_key(params))
+        self._seen.add(_key(params, origin))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
         asked = _Asked(t0, t1 - t0, self.clock() - t1)
@@ -416,7 +441,7 @@ class SearchEngine:
                            metrics={"device_total": float(priced.estimate.device_total),
                                     **asked.metrics(self.clock())},
                            reason=verdict.reason, overshoot=verdict.overshoot,
-                           retry_of=retry_of)
+                           retry_of=retry_of, origin=origin)
             self._record(row, trial, self._complete(row, placeholder=True, runs=0.0))
             self._emit(row)
             return None
@@ -428,7 +453,7 @@ class SearchEngine:
         proposal = Proposal(trial.number, config, launch.payload, priced.estimate,
                             launch.host_bytes, launch.length, limit)
         row = TrialRow(trial.number, "running", config, est, params,
-                       overshoot=verdict.overshoot, retry_of=retry_of)
+                       overshoot=verdict.overshoot, retry_of=retry_of, origin=origin)
         self._record(row, trial)
         self.live[trial.number] = _Live(proposal, trial, cost=asked)
         for live in self.live.values():
@@ -470,14 +495,25 @@ class SearchEngine:
         return len({params_key(r.params) for r in self.rows.values()
                     if r.counted or r.status == "running"})
 
-    def _price(self, trial: Any, values: Mapping[str, Any]) -> Any:
-        """The workload's price of the trial's proposal. A ConfigError before any proposal
-        of the study was priced is bad input (the trial told FAIL, the error raised: the
-        search stops before any trial); a later one is that proposal's failure, its row
-        carrying the first priced config."""
+    def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
+        """The trial's values (Optuna's params drawn): for the model as written, all but
+        the table rules' (it applies nothing)."""
+        if origin == AS_WRITTEN:
+            rules = {q for r in self.space.tables for q in r.searched.values()}
+            return suggest_values(self.space, trial, skip=rules)
+        return suggest_values(self.space, trial)
+
+    def _price(self, trial: Any, values: Mapping[str, Any], origin: str | None = None) -> Any:
+        """The workload's price of the trial's proposal (the model as written priced
+        without apply by `price_as_written`). A ConfigError before any proposal of the
+        study was priced is bad input (the trial told FAIL, the error raised: the search
+        stops before any trial); a later one is that proposal's failure, its row carrying
+        the first priced config."""
         from optuna.trial import TrialState
 
         try:
+            if origin == AS_WRITTEN:
+                return self.workload.price_as_written(values)  # type: ignore[attr-defined]
             return self.workload.price(values)
         except ConfigError as e:
             first = next((r.config for r in self.rows.values()
@@ -502,10 +538,10 @@ class SearchEngine:
         return memory_value(figures, self.memory_basis), fits  # to_dict costs ~1 ms
 
     def _reject_invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
-                        cost: Mapping[str, float]) -> None:
+                        cost: Mapping[str, float], origin: str | None = None) -> None:
         row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
                        dict(trial.params), metrics=dict(cost), reason=invalid.reason,
-                       retry_of=retry_of)
+                       retry_of=retry_of, origin=origin)
         values = optuna_values({}, self.objectives, self.budget.bytes, True)
         self._record(row, trial, _Outcome("complete", values, 0.0, 1.0))
         self._emit(row)

@@ -4,6 +4,7 @@ itself stays free of it)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from autoembed.config import EmbeddingConfig
@@ -48,12 +49,14 @@ def suggest_param(p: Param, trial: BaseTrial) -> Any:
     return trial.suggest_float(n, p.low, p.high, log=p.log, step=None if p.log else p.step)
 
 
-def suggest_values(space: SearchSpace, trial: BaseTrial) -> dict[str, Any]:
-    """Ask `trial` for each param whose condition holds; field -> value."""
+def suggest_values(space: SearchSpace, trial: BaseTrial,
+                   skip: Collection[str] = ()) -> dict[str, Any]:
+    """Ask `trial` for each param whose condition holds (but those named in `skip`);
+    field -> value."""
     values: dict[str, Any] = dict(space.base)
     out: dict[str, Any] = {}
     for p in space.params:
-        if p.active(values):
+        if p.name not in skip and p.active(values):
             out[p.name] = values[p.name] = suggest_param(p, trial)
     return out
 

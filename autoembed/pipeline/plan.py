@@ -111,7 +111,7 @@ class SearchPlan:
         use_start = r.start_points if r.start_points is not None else (
             bool(stored.get("start_points", False)) if stored else r.kind == "builtin")
         start = tuple(workload.start_points(cheapest)) if (
-            use_start and sampler != "grid") else ()
+            (use_start or r.kind == "user") and sampler != "grid") else ()
         gpus = 0
         if r.device == "cuda":
             import torch

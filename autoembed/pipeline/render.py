@@ -183,6 +183,9 @@ def comparison(result: Any) -> list[str]:
                    f"{_q(valid, '{:.4f}')}, test {_q(test, '{:.4f}')}{gain}")
     if noise is not None:
         out.append(noise.describe())
+    written = against_as_written(result.rows, result.best)
+    if written is not None:
+        out.append(written)
     lead = _unclear_lead(result.best.metrics.get("quality"), base, noise)
     if lead is not None:
         how = (f"is below the baseline on validation ({lead:+.4f}): no member beats it"
@@ -191,6 +194,30 @@ def comparison(result: Any) -> list[str]:
                f"error ({noise.floor_noise:.4f}): no member clearly beats it")
         out.append(f"the pick {how}; a longer search (--time-budget, --trials) may find one")
     return out
+
+
+def against_as_written(rows: Any, pick: TrialRow) -> str | None:
+    """The pick against the user's model as written (`TrialRow.origin`), in one line: its
+    quality and device total beside the pick's (None: no such trial)."""
+    from autoembed.trial import AS_WRITTEN
+
+    ref = next((r for r in rows if r.origin == AS_WRITTEN), None)
+    if ref is None:
+        return None
+    name = f"the model as written (trial {ref.number})"
+    if ref.number == pick.number:
+        return f"the pick is {name}: no config the search tried beats it"
+    mine = f"device total {format_bytes(pick.device_total)}"
+    if ref.status != "complete":
+        return (f"the pick, trial {pick.number}: quality {_q(pick.metrics.get('quality'))}, "
+                f"{mine}; {name} did not complete ({ref.status}, device total "
+                f"{format_bytes(ref.device_total)})")
+    q, q0 = pick.metrics.get("quality"), ref.metrics.get("quality")
+    gain = f" ({q - q0:+.4f})" if isinstance(q, float) and isinstance(q0, float) else ""
+    share = (f" ({pick.device_total / ref.device_total - 1:+.0%})" if ref.device_total
+             else "")
+    return (f"the pick, trial {pick.number}, against {name}: quality {_q(q, '{:.4f}')} vs "
+            f"{_q(q0, '{:.4f}')}{gain}, {mine} vs {format_bytes(ref.device_total)}{share}")
 
 
 def _unclear_lead(valid: Any, base: Any, noise: Any) -> float | None:

@@ -79,6 +79,9 @@ class SearchRequest:
     executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
     executor: Any = None  # an Executor object given to `autoembed.search`
     allow_changed_code: bool = False
+    reference: bool = True  # the user's model as written is trained first (trial 0)
+    # configs of the user's choice trained first (param name -> value each; None: not given)
+    enqueue: tuple[Mapping[str, Any], ...] | None = None
 
     space_arg: str | None = None  # the space as the user named it (messages)
 
@@ -132,12 +135,19 @@ class SearchRequest:
         executor: Any = None,
         allow_changed_code: bool = False,
         apply: Any = None,
+        reference: bool = True,
+        enqueue: str | Path | Sequence[Mapping[str, Any]] | None = None,
     ) -> SearchRequest:
         """Check every argument; the first bad one raises ConfigError."""
         code = _user_code(model, example, train, loss, apply, {
             "data": data, "label": label, "categorical": categorical,
             "text_column": text_column, "host_budget": host_budget,
             "start_points": start_points or None})
+        if code is None and (enqueue is not None or not reference):
+            flag = "--enqueue" if enqueue is not None else "--no-reference"
+            raise ConfigError(f"{flag} applies to a search over your own model (--model, "
+                              "--example, --train): remove it")
+        queue = None if enqueue is None else _enqueue(enqueue)
         kind, executor_obj = _executor(executor)
         space_arg = None if space is None or isinstance(space, SearchSpace) else str(space)
         space = _space(space, "builtin" if code is None else "user", resume)
@@ -184,7 +194,27 @@ class SearchRequest:
             start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
             allow_changed_code=bool(allow_changed_code), space_arg=space_arg,
             repeatable=bool(repeatable), multi_fidelity=bool(multi_fidelity),
+            reference=bool(reference), enqueue=queue,
         )
+
+
+def _enqueue(raw: str | Path | Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The configs to enqueue: a list of param dicts, or a YAML file holding one (checked
+    against the space later, `user.space.enqueue_values`)."""
+    source = "enqueue"
+    if isinstance(raw, (str, Path)):
+        from autoembed.config import safe_load_yaml
+
+        path = Path(raw)
+        if not path.is_file():
+            raise ConfigError(f"--enqueue {raw}: no such file; give a YAML list of param "
+                              "dicts, e.g. - {dim: 64, lr: 0.01}")
+        source, raw = f"--enqueue {raw}", safe_load_yaml(path.read_text(), str(raw),
+                                                         "enqueue")
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(e, Mapping) for e in raw):
+        raise ConfigError(f"{source}: {str(raw)[:80]!r} is not a list of param dicts; give "
+                          "e.g. [{dim: 64, lr: 0.01}]")
+    return tuple(dict(e) for e in raw)
 
 
 def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,

@@ -29,9 +29,17 @@ from autoembed.pipeline.sharded import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, TrialRunner
 from autoembed.space import SearchSpace, load_space, parse_space
+from autoembed.trial import AS_WRITTEN, ENQUEUED
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
 from autoembed.user.run import TRIAL_ROLES, UserCode, built_module
-from autoembed.user.space import config_for, params_for, user_record
+from autoembed.user.space import (
+    as_written_config,
+    as_written_values,
+    config_for,
+    enqueue_values,
+    params_for,
+    user_record,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -42,9 +50,10 @@ if TYPE_CHECKING:
     from autoembed.space.start import StartPoint
     from autoembed.trial import TrialRow
 
-__all__ = ["UserWorkload", "FUNCTIONS_KEY", "call_user", "model_tables"]
+__all__ = ["UserWorkload", "FUNCTIONS_KEY", "QUEUE_KEY", "call_user", "model_tables"]
 
 FUNCTIONS_KEY = "functions"  # the study meta key holding role -> FunctionRef dict
+QUEUE_KEY = "queue"  # the study meta key: {"reference": bool, "enqueue": [values, ...]}
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class UserWorkload:
     device: str = "cpu"
     allow_changed_code: bool = False
     sharded: Sharded | None = None  # a TorchRec model's space (`topology:`): planned per rank
+    reference: bool = True  # the model as written is trained first (trial 0)
+    enqueue: tuple[Mapping[str, Any], ...] = ()  # the user's configs, trained next
     _priced: dict[str, Priced | Invalid] = field(default_factory=dict, compare=False,
                                                  repr=False)
 
@@ -86,8 +97,13 @@ class UserWorkload:
         if stored and request.space is not None:
             check_same(stored, "space_text", space.text, f"--space {request.space_label}")
         records = code.records()
+        queue = stored.get(QUEUE_KEY) or {}
+        enqueue = enqueue_values(space, request.enqueue if request.enqueue is not None
+                                 else queue.get("enqueue", ()))
         made = cls(space, code, records, request.device, request.allow_changed_code,
-                   Sharded.of(space, request.budget.bytes, request.device, records))
+                   Sharded.of(space, request.budget.bytes, request.device, records),
+                   reference=request.reference and bool(queue.get("reference", True)),
+                   enqueue=tuple(enqueue))
         if made.sharded is not None and code.apply is not None:
             raise ConfigError(f"apply = {records['apply'].spec}: a space with `topology:` "
                               "rewrites TorchRec's tables by its own settings; drop apply")
@@ -146,6 +162,31 @@ class UserWorkload:
 
         return Priced(config, est, launch)
 
+    def price_as_written(self, values: Mapping[str, Any]) -> Priced | Invalid:
+        """Price the model as `build(params)` returns it, nothing applied (trial 0): its own
+        tables under the space's precision and optimizer (`as_written_config`)."""
+        import torch
+
+        from autoembed.torchrec.public import estimate_model
+
+        code = self.code
+        params = params_for(self.space, values)
+        with torch.device("meta"):
+            probe = built_module(call_user(code.build, "model", params))
+        example = call_user(code.example, "example", params)
+        config = as_written_config(self.space, values, model_tables(probe))
+        est = estimate_model(lambda: built_module(code.build(params)), example,
+                             loss=code.loss, optimizer=config.table_optimizer,
+                             precision=config.precision)
+
+        def launch(number: int) -> Launch:
+            del number
+            host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
+            payload = {**self._payload(params, config), "as_written": True}
+            return Launch(payload, host, self.space.early_stop)
+
+        return Priced(config, est, launch)
+
     def _payload(self, params: Mapping[str, Any], config: EmbeddingConfig) -> dict[str, Any]:
         """A trial's payload (`user.trainer.make_payload`): the recorded functions, the
         proposal's params and config, what the loop may report, the target."""
@@ -161,8 +202,15 @@ class UserWorkload:
         del budget
 
     def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
+        """Trained before the sampler's proposals: the model as written (`reference`), then
+        the user's enqueued configs, in their order (a resume skips those already tried)."""
+        from autoembed.space.start import StartPoint
+
         del cheapest
-        return ()
+        first = [StartPoint(AS_WRITTEN, as_written_values(self.space), AS_WRITTEN)] \
+            if self.reference and self.sharded is None else []
+        return (*first, *(StartPoint(f"{ENQUEUED} {i + 1}", v, ENQUEUED)
+                          for i, v in enumerate(self.enqueue)))
 
     # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
@@ -188,7 +236,9 @@ class UserWorkload:
         """The functions; for a TorchRec model's space also the topology its proposals were
         planned on (`Sharded.topology`: what export plans the pick for)."""
         out: dict[str, Any] = {FUNCTIONS_KEY: {r: ref.to_dict()
-                                               for r, ref in self.records.items()}}
+                                               for r, ref in self.records.items()},
+                               QUEUE_KEY: {"reference": self.reference,
+                                           "enqueue": [dict(v) for v in self.enqueue]}}
         if self.sharded is not None:
             out[TOPOLOGY_KEY] = dict(self.sharded.topology)
         return out
@@ -229,9 +279,11 @@ class UserWorkload:
         return user_record(self.space, row.config, row.params)
 
     def searched(self, row: TrialRow) -> dict[str, Any]:
+        """The row's values by short name; the model as written says so first."""
         values = self.space.values_from_optuna(row.params)
-        return {name.removeprefix("user.").removeprefix("embedding."): v
-                for name, v in values.items()}
+        mark = {"model": AS_WRITTEN} if row.origin == AS_WRITTEN else {}
+        return {**mark, **{name.removeprefix("user.").removeprefix("embedding."): v
+                           for name, v in values.items()}}
 
     def save_vocab(self) -> Callable[[Path], Any] | None:
         return None

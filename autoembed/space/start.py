@@ -63,6 +63,7 @@ class StartPoint:
 
     name: str
     values: Mapping[str, Any]
+    origin: str | None = None  # TrialRow.origin of its trial (None: a known-good config)
 
     def params(self, space: SearchSpace) -> dict[str, Any]:
         """Its values as the sampler names them (`dim/8: 4`, choice labels)."""

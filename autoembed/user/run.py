@@ -125,9 +125,11 @@ def run_user_trial(
     target: float | None = None,
     device: str = "cpu",
     clock: Callable[[], float] = time.perf_counter,
+    as_written: bool = False,
 ) -> TrialResult:
-    """Build the model as it was priced (`code.model_for(params, config)`), run `train` with
-    `report` and return the trial's record. Never raises for faults in the user's code."""
+    """Build the model as it was priced (`code.model_for(params, config)`; `as_written`:
+    `build(params)` alone, nothing applied), run `train` with `report` and return the
+    trial's record. Never raises for faults in the user's code."""
     wall0 = clock()
     cuda = device.startswith("cuda")
     if cuda:
@@ -138,7 +140,8 @@ def run_user_trial(
     status, error = "complete", None
     t_train = wall0
     try:
-        built = code.model_for(params, config)
+        built = (built_module(code.build(params)) if as_written
+                 else code.model_for(params, config))
         report.start()
         t_train = clock()
         with watch_loop(built, config, report):  # the loop trains what was priced

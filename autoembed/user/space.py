@@ -40,6 +40,7 @@ from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space, parse_space
 
 __all__ = ["params_for", "config_for", "reference_values", "embedding_value",
+           "as_written_config", "as_written_values", "enqueue_values", "short_name",
            "table_settings_for", "torchrec_config", "user_record",
            "check_plan_device",
            "load_user_space", "parse_user_space", "EMBEDDING"]
@@ -80,10 +81,82 @@ def reference_values(space: SearchSpace, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def as_written_values(space: SearchSpace) -> dict[str, Any]:
+    """The searched values of the model as written (trial 0): `reference_values` but the
+    table rules' (nothing is applied to it)."""
+    rules = {q for r in space.tables for q in r.searched.values()}
+    return {k: v for k, v in reference_values(space).items() if k not in rules}
+
+
 def embedding_value(space: SearchSpace, values: Mapping[str, Any], key: str) -> Any:
     """The `embedding:` section's config-wide `key` for `values` (None: not in the space)."""
     name = space.sections.get(EMBEDDING, {}).get(key)
     return None if name is None else _all(space, values).get(name)
+
+
+def as_written_config(space: SearchSpace, values: Mapping[str, Any],
+                      tables: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
+    """The config of the model as written: its own tables (`tables`, no table rule
+    applied) under the `embedding:` section's config-wide values (precision, optimizer)."""
+    return _config(space, values, tables)
+
+
+def enqueue_values(space: SearchSpace, entries: Sequence[Mapping[str, Any]],
+                   source: str = "--enqueue") -> list[dict[str, Any]]:
+    """Each entry (param -> value; a param by its full name, `user.dim`, or without its
+    section, `dim`) as the searched param name -> value, checked against the space: a
+    known param, a value it can take (one of its choices, in its range), its condition
+    holding. ConfigError (one line naming the entry, the param and the fix) otherwise;
+    params an entry leaves out are the sampler's."""
+    return [_entry(space, e, f"{source} entry {i + 1}") for i, e in enumerate(entries)]
+
+
+def _entry(space: SearchSpace, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    by_name = {p.name: p for p in space.params}
+    short = {n.split(".", 1)[1]: n for n in [*by_name, *space.base] if "." in n}
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        name = key if key in by_name or key in space.base else short.get(str(key))
+        if name is None:
+            raise ConfigError(f"{where}: '{key}' is not in the space"
+                              f"{did_you_mean(str(key), [*short, *by_name])}; its searched "
+                              f"params: {', '.join(short_name(n) for n in by_name)}")
+        if name not in by_name:
+            if space.base[name] != value:
+                raise ConfigError(f"{where}: {key}={value!r}: the space fixes it at "
+                                  f"{space.base[name]!r}; drop it or search it")
+            continue
+        why = _refused(by_name[name], value)
+        if why:
+            raise ConfigError(f"{where}: {key}={value!r}: {why}")
+        out[name] = value
+    values = {**space.base, **out}
+    for name in out:
+        if not by_name[name].active(values):
+            cond = ", ".join(f"{k} in {list(v)}" for k, v in by_name[name].when)
+            raise ConfigError(f"{where}: {short_name(name)} is searched only when {cond}; "
+                              "drop it or set those")
+    return out
+
+
+def short_name(name: str) -> str:
+    """A searched param's name without its section (`user.dim` -> `dim`)."""
+    return name.split(".", 1)[1] if "." in name else name
+
+
+def _refused(p: Any, value: Any) -> str | None:
+    """Why `value` is not one the param `p` takes (None: it is)."""
+    if p.kind == "categorical":
+        ok = value in p.choices or value in p.labels
+        return None if ok else f"not one of its choices {list(p.choices)}"
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or (p.kind == "int" and not float(value).is_integer()):
+        return f"must be {'an integer' if p.kind == 'int' else 'a number'}"
+    if not p.low <= value <= p.high:
+        return f"outside its range [{p.low:g}, {p.high:g}]"
+    if p.multiple_of and int(value) % p.multiple_of:
+        return f"not a multiple of {p.multiple_of}"
+    return None
 
 
 def config_for(space: SearchSpace, values: Mapping[str, Any],

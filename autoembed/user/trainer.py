@@ -62,5 +62,6 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     config = config_from_dict(payload["config"], f"trial {payload['number']} config")
     result = run_user_trial(code, params, config,
                             Report(payload.get("metrics") or (), channel),
-                            target=payload.get("target"), device=payload.get("device", "cpu"))
+                            target=payload.get("target"), device=payload.get("device", "cpu"),
+                            as_written=bool(payload.get("as_written")))
     return {"status": result.status, "result": result.to_dict(), "error": result.error}
