@@ -10,8 +10,10 @@ applied model (`user.trainer.run_payload`, in this process or in a Ray worker th
 the recorded functions by name, shipped in Ray's `runtime_env`).
 
 The user's code failing while a proposal is priced is a ConfigError naming the function:
-bad input when it is the study's first proposal (the engine stops the search before any
-trial), that proposal's failure afterwards.
+bad input when it is the space's first corner, priced before the study is made
+(`check_fits`: nothing is left to block the corrected command) or the study's first
+proposal (the engine stops the search before any trial), that proposal's failure
+afterwards.
 """
 
 from __future__ import annotations
