@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from autoembed.errors import BudgetError
 
-__all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes"]
+__all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes",
+           "with_device_memory"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
@@ -79,11 +80,14 @@ class Budget:
 
     @classmethod
     def of(cls, value: BudgetLike, device_memory: int | None = None, *,
-           what: str = "budget", share: bool = True) -> Budget:
+           what: str = "budget", share: bool = True,
+           memory_option: str | None = None) -> Budget:
         """The one budget parser: a Budget as is, bytes as an int (>= 1), or a string: a size
         ("8GB", "8GiB", "7.5G", "7500MB") or, with `share`, a percentage of the device's
         memory ("80%": `device_memory`, else the visible GPU's). Bad input is a BudgetError
-        (exit 2) naming `what` and the fix."""
+        (exit 2) naming `what` and the fix; `memory_option`: how the caller gives the
+        device's memory (the CLI's --device-memory), named as a fix for a percentage
+        without a GPU only where the command has it (None: it has none)."""
         if isinstance(value, Budget):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
@@ -94,7 +98,7 @@ class Budget:
             raise _bad(what, value, "is not a size")
         s = str(value).strip()
         if share and s.endswith("%"):
-            return cls(_share(what, s, device_memory), s)
+            return cls(_share(what, s, device_memory, memory_option), s)
         return cls(parse_size(s, what), s)
 
     @classmethod
@@ -119,7 +123,17 @@ class Budget:
 BudgetLike = Budget | int | str  # what `Budget.of` takes (a float reads as its text)
 
 
-def _share(what: str, text: str, device_memory: int | None) -> int:
+def with_device_memory(budget: str | None, device_memory: str | None) -> Budget | None:
+    """`--budget` of a command that has `--device-memory` (the memory a percentage is of),
+    both parsed; None without a budget."""
+    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
+    if budget is None:
+        return None
+    return Budget.of(budget, dev_mem, memory_option="--device-memory")
+
+
+def _share(what: str, text: str, device_memory: int | None,
+           memory_option: str | None) -> int:
     """Bytes of a percentage `text` ("80%") of the device's memory."""
     try:
         pct = float(text[:-1])
@@ -129,8 +143,9 @@ def _share(what: str, text: str, device_memory: int | None) -> int:
         raise _bad(what, text, "must be a percentage in (0, 100]")
     total = device_memory if device_memory is not None else detect_device_memory()
     if total is None:
+        fix = f"give {memory_option} 24GB (say) or" if memory_option else "give"
         raise _bad(what, text, "is a share of the GPU's memory, but no GPU is visible",
-                   "give --device-memory 24GB (say) or an absolute budget like 8GB")
+                   f"{fix} an absolute budget like 8GB")
     if total * pct / 100 < 1:
         raise _bad(what, text, f"is less than one byte of {total} bytes")
     return int(total * pct / 100)

@@ -169,11 +169,11 @@ def _estimate_ranks(model: str | None, example: str | None, tables: Path | None,
                     world_size: int, plan_device: str, budget: str | None,
                     device_memory: str | None, optimizer: str | None, as_json: bool) -> None:
     """`estimate --world-size N`: each rank of TorchRec's plan (exit 3: a rank over budget)."""
-    from autoembed.budget import Budget, parse_size
+    from autoembed.budget import parse_size, with_device_memory
     from autoembed.torchrec.command import ranks_json, render_ranks, sharded_for_cli
 
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
-    bud = Budget.of(budget, dev_mem) if budget is not None else None
+    bud = with_device_memory(budget, device_memory)
     est = sharded_for_cli(model, example, tables, world_size=world_size,
                           plan_device=plan_device, device_memory=dev_mem, host_memory=None,
                           optimizer=optimizer, budget=bud.bytes if bud else None)

@@ -608,19 +608,36 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     for p in {out, cfg_path}:
         if p.exists() and not force:
             raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
-    from autoembed.files import atomic_write_text
     from autoembed.rules import plain
 
-    text = (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
-            else _yaml(plain(record)))
-    atomic_write_text(cfg_path, text)
+    texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n"
+                        if cfg_path.suffix == ".json" else _yaml(plain(record)))}
     if fmt == "python" and TOPOLOGY_KEY in meta:
-        export_pick(space, refs, meta[TOPOLOGY_KEY], params, out)
+        texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem)
     elif fmt == "python":
-        atomic_write_text(out, python_module(refs["model"], record["params"], cfg_path.name,
-                                             study=str(chosen.study), trial=chosen.trial or 0))
+        texts[out] = python_module(refs["model"], record["params"], cfg_path.name,
+                                   study=str(chosen.study), trial=chosen.trial or 0)
+    _write_all(texts)
     return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     None, chosen.notes)
+
+
+def _write_all(texts: Mapping[Path, str]) -> None:
+    """Write every file of one export, made in full first: whole or nothing (a file this
+    call created is removed again when a later one cannot be written)."""
+    from autoembed.files import atomic_write_text
+
+    made: list[Path] = []
+    try:
+        for path, text in texts.items():
+            existed = path.exists()
+            atomic_write_text(path, text)
+            if not existed:
+                made.append(path)
+    except BaseException:
+        for path in made:
+            path.unlink(missing_ok=True)
+        raise
 
 
 def _trial_params(chosen: _Chosen) -> dict[str, Any]:

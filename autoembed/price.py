@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autoembed.budget import Budget, format_bytes, parse_size
+from autoembed.budget import Budget, format_bytes, parse_size, with_device_memory
 from autoembed.config import (
     FIELD_ALIASES,
     FIELD_FLAGS,
@@ -81,8 +81,7 @@ def price(*, config: Path | None = None, budget: str | None = None, method: str 
     user = any(v is not None for v in (model, example, apply_cfg, loss_spec, user_space))
     cfg = None if user else build_config(config, flags)
     host = None if host_budget is None else Budget.for_host(host_budget)
-    dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
-    bud = Budget.of(budget, dev_mem) if budget is not None else None
+    bud = with_device_memory(budget, device_memory)
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
     if cfg is None:  # your own model: autoembed.user_model.command
         from autoembed.user_model.command import estimate_for_cli

@@ -14,12 +14,13 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from autoembed.config import EmbeddingConfig, with_data_tables
-from autoembed.errors import ConfigError, DataError, UnsupportedError
+from autoembed.errors import ConfigError, DataError, UnsupportedError, did_you_mean
+from autoembed.rules import Flag, Integer, Interval, field_rule
 from autoembed.selection import BestStep, ValidScores, best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
@@ -33,6 +34,8 @@ __all__ = [
     "quality_metrics",
     "default_target",
     "fit_settings",
+    "check_run",
+    "MAX_THREADS",
 ]
 
 # Share of the achievable lift over chance that counts as "converged" when no target is
@@ -44,38 +47,61 @@ SERVING_BATCH = 256  # queries per request for the batched latency figure
 LATENCY_QUERIES = (40, 20)
 
 
+# Threads torch may be given: far above any host's cores; 10**6 crashes torch (SIGSEGV)
+MAX_THREADS = 1024
+# The RunSettings fields that may be None (None: no limit, the whole split, torch's own)
+_MAY_BE_NONE = ("max_seconds", "epochs", "test_batches", "target", "threads")
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """How long and how a trial trains and is measured."""
+    """How long and how a trial trains and is measured. Each field with a rule in its
+    metadata is checked against it (`check_run`): bad values are a ConfigError here, never
+    a crash in the loop."""
 
-    max_steps: int = 300
-    max_seconds: float | None = None
-    epochs: int | None = None
-    eval_every: int = 50
-    eval_batches: int = 20
-    test_batches: int | None = 40
-    warmup_steps: int = 3
+    max_steps: int = field(default=300, metadata=field_rule(Integer(1)))
+    # a trial's training seconds: 30 days at most, as a trial's time limit
+    max_seconds: float | None = field(
+        default=None, metadata=field_rule(Interval(0, 30 * 86400, open_low=True)))
+    epochs: int | None = field(default=None, metadata=field_rule(Integer(1)))
+    eval_every: int = field(default=50, metadata=field_rule(Integer(1)))
+    eval_batches: int = field(default=20, metadata=field_rule(Integer(1)))
+    test_batches: int | None = field(default=40, metadata=field_rule(Integer(1)))
+    warmup_steps: int = field(default=3, metadata=field_rule(Integer(0)))
     target: float | None = None
     device: str = "cpu"
-    threads: int | None = None
-    measure_latency: bool = True
+    threads: int | None = field(default=None, metadata=field_rule(Integer(1, MAX_THREADS)))
+    measure_latency: bool = field(default=True, metadata=field_rule(Flag()))
     # Real data: the length from the data's size (`fit_settings`), and the trial judged by
     # its best validation evaluation, whose weights the test and serving figures are of.
-    fit_to_data: bool = False
+    fit_to_data: bool = field(default=False, metadata=field_rule(Flag()))
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
     # the process's CPU seconds (train_cpu_seconds: the optimizer steps' share)
     cpu_clock: Callable[[], float] = field(default=time.process_time, compare=False,
                                            repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps = {self.max_steps}: must be >= 1")
-        if self.eval_every < 1:
-            raise ConfigError(f"eval_every = {self.eval_every}: must be >= 1")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            raise ConfigError(f"max_seconds = {self.max_seconds}: must be > 0")
-        if self.epochs is not None and self.epochs < 1:
-            raise ConfigError(f"epochs = {self.epochs}: must be >= 1")
+        check_run({f.name: getattr(self, f.name) for f in fields(self)
+                   if "rule" in f.metadata})
+
+
+def check_run(run: Mapping[str, Any], source: str = "", prefix: str = "",
+              keys: Sequence[str] | None = None) -> None:
+    """Check a mapping of run settings (RunSettings fields) before anything uses them:
+    each key one of `keys` (default: every field with a rule), each value within its
+    field's rule (None where the field may be None). Raises ConfigError
+    "SOURCE: key 'PREFIXKEY' = VALUE: must be ..." (or "unknown key ...; valid: ...")."""
+    rules = {f.name: f.metadata["rule"] for f in fields(RunSettings) if "rule" in f.metadata}
+    valid = tuple(keys) if keys is not None else tuple(rules)
+    where = f"{source}: " if source else ""
+    for k, v in run.items():
+        if k not in valid:
+            raise ConfigError(f"{where}unknown key '{prefix}{k}'{did_you_mean(str(k), valid)}; "
+                              f"valid: {', '.join(valid)}")
+        rule = rules.get(k)
+        if rule is None or (v is None and k in _MAY_BE_NONE) or rule.ok(v):
+            continue
+        raise ConfigError(f"{where}key '{prefix}{k}' = {v!r}: {rule.text}")
 
 
 def fit_settings(s: RunSettings, train_rows: int, batch_size: int) -> RunSettings:
@@ -434,6 +460,7 @@ class _Trial:
             next(batches, None)
         loop.t_start = s.clock()
         loop.steps = loop.start_step
+        loop.samples = loop.start_step * cfg.batch_size * cfg.grad_accum_steps  # all it holds
         max_steps = s.max_steps if s.epochs is None else None
         while max_steps is None or loop.steps < max_steps:
             micro = self._micro_batches(batches)

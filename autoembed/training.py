@@ -16,7 +16,10 @@ a directory whose result is of another config is refused (ConfigError) unless `f
 forced run retrains from step 0 and replaces the old result only when it completes (its
 checkpoints do replace the old `checkpoint.pt`). The same config asked for the same length
 again is a no-op that says so (`already_complete`); a longer one continues from the
-checkpoint. One `train` at a time holds a directory (`.lock`).
+checkpoint. A checkpoint is resumed only on the way to the asked length (its step at most
+the asked steps; for epochs, the same epochs): one past it is refused, so a result holds
+exactly the steps it says. Every option and the file's `trained_on.run` settings are
+checked before anything is created. One `train` at a time holds a directory (`.lock`).
 """
 
 from __future__ import annotations
@@ -103,10 +106,12 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
-def _state(trainer: Any, step: int, config: EmbeddingConfig) -> dict[str, Any]:
+def _state(trainer: Any, step: int, config: EmbeddingConfig,
+           length: Mapping[str, Any]) -> dict[str, Any]:
     st: dict[str, Any] = {
         "format": FORMAT_VERSION,
         "step": step,
+        "trained_for": dict(length),  # the run's length: `max_steps` or `epochs`
         "config_json": config.to_json(),
         "model": trainer.model.state_dict(),
         "optimizers": trainer.optimizers.state_dict(),
@@ -139,12 +144,16 @@ def _is_of(st: dict[str, Any], config: EmbeddingConfig) -> bool:
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
     st = _read_checkpoint(path, trainer.device)
-    if not _is_of(st, config):
+    _check_of(path, st, config)
+    return _restore(st, trainer)
+
+
+def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
+    if not _is_of(dict(st), config):
         raise ConfigError(
             f"checkpoint '{path}' was written for another config; use a new --out "
             "directory or --no-resume"
         )
-    return _restore(st, trainer)
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -188,7 +197,8 @@ def _held_result(out: Path) -> dict[str, Any] | None:
 def _length_words(length: Mapping[str, Any]) -> str:
     if "epochs" in length:
         return f"{length['epochs']} epochs"
-    return f"{length.get('max_steps')} steps"
+    steps = length.get("max_steps")
+    return "an unrecorded length" if steps is None else f"{steps} steps"
 
 
 def _finished_length(held: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,13 +267,39 @@ def _holding(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _start_step(ckpt: Path, trainer: Any, config: EmbeddingConfig, force: bool) -> int:
-    """The step to resume from: the checkpoint's if it is of `config`; a checkpoint of
-    another config is refused. Under `force` a run starts at 0 (its own checkpoints
-    replace the old one)."""
-    if force or not ckpt.exists():
-        return 0
-    return load_checkpoint(ckpt, trainer, config)
+def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any],
+                  device: Any) -> dict[str, Any] | None:
+    """The checkpoint state a run of `config` for `length` resumes from (None: there is
+    none): it must be of `config` and on the way to `length` (`_check_resumable`); any
+    other is refused (ConfigError) before anything is built, so a run never publishes more
+    steps than it was asked for."""
+    if not ckpt.exists():
+        return None
+    st = _read_checkpoint(ckpt, device)
+    _check_of(ckpt, st, config)
+    _check_resumable(ckpt, st, length)
+    return st
+
+
+def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any]) -> None:
+    """A checkpoint of this config resumes a run of `length` when it lies on that run's
+    way: for `max_steps` N, one at step <= N of a run by steps (training does not depend
+    on the run's length: the data order and the optimizers are the same at every step, so
+    it ends with a straight N-step run's weights); for `epochs`, one of a run of the same
+    epochs. Otherwise ConfigError naming its step and the fixes."""
+    step, was = int(st["step"]), st.get("trained_for")
+    was = dict(was) if isinstance(was, Mapping) else {"max_steps": None}  # before it was kept
+    asked = length.get("max_steps")
+    if asked is not None and "max_steps" in was and step <= asked:
+        return
+    if asked is None and was == dict(length):
+        return
+    raise ConfigError(
+        f"checkpoint '{ckpt}' is at step {step} of a run of {_length_words(was)}, not on "
+        f"the way to {_length_words(length)}: pass --no-resume to train from step 0 (its "
+        "checkpoints replace it), give the length it was started with, or train into a new "
+        "--out directory"
+    )
 
 
 def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
@@ -346,6 +382,28 @@ class TrainingPlan:
     rerun: bool = False
 
 
+def _measure_of(block: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """A file's `trained_on.run` settings, each checked against its RunSettings rule."""
+    run = block.get("run")
+    if run is None:
+        return {}
+    where = f"config file '{path}'"
+    if not isinstance(run, Mapping):
+        raise ConfigError(f"{where}: key '{TRAINED_ON_KEY}.run' = {run!r}: must be a mapping "
+                          f"of {', '.join(MEASURE_KEYS)}")
+    check_measure(run, where, f"{TRAINED_ON_KEY}.run.")
+    return dict(run)
+
+
+def check_measure(measure: Mapping[str, Any], source: str = "measure",
+                  prefix: str = "") -> None:
+    """`measure` holds only MEASURE_KEYS, each within its RunSettings rule (ConfigError
+    otherwise, naming `source` and the key): checked before anything is created."""
+    from autoembed.runner import check_run
+
+    check_run(measure, source, prefix, MEASURE_KEYS)
+
+
 def _source(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """("trial N of study 'S'", its metrics) from an exported file's `source` or a search's
     best.yaml `search` block."""
@@ -425,7 +483,7 @@ def plan_training(
                      "--full-size trains the priced config on the full data instead")
         expect = {k: float(metrics[k]) for k in ("quality", "test_quality")
                   if isinstance(metrics.get(k), (int, float))} if steps == stored else {}
-        return TrainingPlan(cfg, steps, epochs, dict(block.get("run") or {}), tuple(lines),
+        return TrainingPlan(cfg, steps, epochs, _measure_of(block, path), tuple(lines),
                             expect, rerun=True)
     if full_size:
         if not isinstance(block, Mapping):
@@ -473,6 +531,7 @@ def train(
     """
     from autoembed.data import DataSpec, load_dataset
 
+    check_measure(measure or {})
     if data is None:
         if config.data is None:
             raise ConfigError(
@@ -501,7 +560,7 @@ def train(
                                       eval_every=eval_every, on_step=on_step, force=force,
                                       hot_sets=hot_sets, measure=measure)
         if result.status == "complete":
-            _atomic_torch_save(_state(trainer, result.steps, cfg), out / CHECKPOINT)
+            _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
             _publish(out, trainer, result)
     return result
 
@@ -516,15 +575,17 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
     from autoembed.models.hot_cold import install_hot_sets
 
     max_steps, epochs = length.get("max_steps"), length.get("epochs")
+    ckpt = out / CHECKPOINT
+    # under `force` a run starts at 0 (its own checkpoints replace the old one)
+    st = _resume_state(ckpt, cfg, length, device) if resume and not force else None
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
-    ckpt = out / CHECKPOINT
-    start = _start_step(ckpt, trainer, cfg, force) if resume else 0
+    start = _restore(st, trainer) if st is not None else 0
     every = checkpoint_every or max(10, (max_steps or 1000) // 10)
 
     def save(tr: Any, step: int) -> None:
         if step % every == 0:
-            _atomic_torch_save(_state(tr, step, cfg), ckpt)
+            _atomic_torch_save(_state(tr, step, cfg, length), ckpt)
         if on_step is not None:
             on_step(step, max_steps or 0)
 

@@ -31,7 +31,7 @@ def test_percent_of_given_device() -> None:
 
 
 def test_percent_without_gpu_names_the_fix() -> None:
-    with pytest.raises(BudgetError, match="--device-memory"):
+    with pytest.raises(BudgetError, match="give an absolute budget like 8GB"):
         Budget.parse("80%")
 
 
@@ -76,7 +76,8 @@ def test_format_absurd_sizes_readably() -> None:
 
 # ===================================================================== Budget.of, the one parser
 
-ONE_FORMAT = r"^(budget|--host-budget) '[^']*' [^;]+; (use e\.g\. 8GB|give --device-memory)"
+ONE_FORMAT = (r"^(budget|--host-budget) '[^']*' [^;]+; "
+              r"(use e\.g\. 8GB|give --device-memory|give an absolute budget)")
 
 
 @pytest.mark.parametrize(
@@ -105,8 +106,11 @@ def test_every_bad_budget_has_one_message_format(value: object) -> None:
 
 def test_a_share_without_a_gpu_names_the_fix_in_the_same_format() -> None:
     with pytest.raises(BudgetError) as e:
-        Budget.of("80%")  # no GPU on the CPU test machine
+        Budget.of("80%", memory_option="--device-memory")  # no GPU on the CPU test machine
     assert re.match(ONE_FORMAT, str(e.value)) and "--device-memory" in str(e.value)
+    with pytest.raises(BudgetError) as e:
+        Budget.of("80%")  # a caller without such an option: no option named
+    assert re.match(ONE_FORMAT, str(e.value)) and "--" not in str(e.value)
 
 
 def test_a_host_budget_is_a_size_not_a_share_of_the_gpu() -> None:

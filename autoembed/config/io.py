@@ -3,6 +3,7 @@ imported only when a file is read or written."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import fields
@@ -78,12 +79,16 @@ def _dim_of(t: Mapping[str, Any], raw: Mapping[str, Any],
 
 
 def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
-    """`yaml.safe_load(text)`, with a syntax error or absurd nesting as a ConfigError naming
-    `source` (and the line) and what a `kind` file should be."""
+    """`yaml.safe_load(text)` for every YAML (and JSON) file the product reads: a syntax
+    error, a key given twice in one mapping (YAML keeps the last silently) or absurd
+    nesting is a ConfigError naming `source` (and the line) and what a `kind` file should
+    be."""
     import yaml  # lazy: keeps `import autoembed.config` torch- and yaml-free
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+    except _DuplicateKey as e:
+        raise ConfigError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -93,6 +98,36 @@ def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:
     except RecursionError:  # PyYAML's composer recurses once per nesting level
         raise ConfigError(f"{source}: nested too deeply to be a {kind}; a {kind} is a "
                           "mapping a few levels deep") from None
+
+
+class _DuplicateKey(Exception):
+    """A mapping that gives one key twice (the message names it and both lines)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _unique_key_loader() -> type:
+    """yaml.SafeLoader that refuses a key given twice in one mapping (a `<<` merge may
+    still be overridden: that is what a merge is for)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(
+                            f"line {line + 1}: key '{key}' is given twice in one mapping "
+                            f"(first on line {seen[key] + 1}); keep one")
+                    seen[key] = line
+                except TypeError:  # an unhashable key: the base class says so
+                    continue
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def parse_config_text(text: str, source: str,

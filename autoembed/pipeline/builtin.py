@@ -416,10 +416,10 @@ def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) ->
     if isinstance(space, SearchSpace):
         return space
     if (space is None or space == AUTO_SPACE) and stored.get("space_text"):
-        import yaml
+        from autoembed.config import safe_load_yaml
 
         text = str(stored["space_text"])
-        return parse_space(yaml.safe_load(text), str(stored.get("space_source", "stored")),
-                           text, "builtin")
+        return parse_space(safe_load_yaml(text, "stored space", "space"),
+                           str(stored.get("space_source", "stored")), text, "builtin")
     return load_space(builtin_space_path(DEFAULT_SPACE) if space is None else space,
                       "builtin")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
+from autoembed.pareto import DEFAULT_PICK, Pick
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import Queued, SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
@@ -339,13 +340,30 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
     }
 
 
+def _pick_rule(rows: Iterable[TrialRow], plan: SearchPlan) -> tuple[Pick, str | None]:
+    """The rule the report picks by: the request's, unless it is `trial:N` and trial N is
+    not a complete trial within the budget (a number only known once the search has run:
+    `parse_pick` checked its form up front). Then the default rule, so that the search's
+    files are written all the same, and the line that says so (None when the rule holds)."""
+    asked = plan.request.pick
+    if asked.rule != "trial":
+        return asked, None
+    done = sorted(r.number for r in rows if r.status == "complete" and r.feasible)
+    if asked.trial in done:
+        return asked, None
+    listed = ", ".join(map(str, done[:30])) or "none"
+    return Pick(DEFAULT_PICK), (f"--pick {asked}: no complete trial within the budget has "
+                                f"that number (those that are: {listed})")
+
+
 def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchTracker,
             recovery: studies.Recovery | None, t_start: float) -> SearchResult:
     """Report: rank, write the files (pareto.json last), mark the study finished."""
     engine.recorder.flush()
     workload = plan.workload
+    rule, unmet = _pick_rule(engine.rows.values(), plan)
     report = SearchReport.build(
-        list(engine.rows.values()), plan.objectives, plan.request.pick, plan.budget,
+        list(engine.rows.values()), plan.objectives, rule, plan.budget,
         plan.name, engine.stop_reason,
         noise=lambda c: workload.noise(c, engine.valid_scores),
         memory_basis=plan.memory_basis, floor=workload.target)
@@ -362,10 +380,14 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     tracker.finish([r.number for r in report.front],
                    [p for k, p in files.items() if k != "vocab"])
     tracker.close("FINISHED")
+    if unmet is not None:  # bad input, said once everything the search computed is kept
+        raise ConfigError(f"{unmet}; the files in {plan.out_dir} hold the {rule} pick "
+                          f"(trial {report.best.number}); `autoembed export --study "
+                          f"{plan.name} --pick trial:N --out best.yaml` exports another")
     return SearchResult(
         study=plan.name, out_dir=plan.out_dir, budget_bytes=plan.budget.bytes,
         objectives=plan.objectives, rows=report.rows, front=report.front, best=report.best,
-        pick=str(plan.request.pick), picks=report.picks, files=files,
+        pick=str(rule), picks=report.picks, files=files,
         recovered=recovery.describe() if recovery is not None else None,
         stop_reason=engine.stop_reason, wall_seconds=wall,
         trainables_started=engine.trainables_started, workers=plan.workers,

@@ -16,7 +16,8 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,36 @@ def _probe(address: str) -> None:
         ) from None
 
 
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def _on_loopback() -> Iterator[None]:
+    """While a private Ray starts: its node on 127.0.0.1, so that its GCS, raylet, driver
+    and workers listen on the loopback only (measured with `ss -ltn`: on every interface,
+    `*:port`, otherwise). Ray turns a loopback node address into the host's own unless
+    multi-node mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read once into
+    `ray_constants.ENABLE_RAY_CLUSTER`): off for this start only, and in the environment
+    Ray's processes inherit; a cluster (--ray-address) is joined as Ray decides."""
+    from ray._private import ray_constants
+
+    was_env = os.environ.get(_CLUSTER_ENV)
+    was = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    os.environ[_CLUSTER_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+        if was_env is None:
+            os.environ.pop(_CLUSTER_ENV, None)
+        else:
+            os.environ[_CLUSTER_ENV] = was_env
+
+
+_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 class ray_session:  # noqa: N801 - used as a context manager, reads like one
     """`with ray_session(address, num_cpus):` a private Ray (or the given cluster), shut down
     on exit unless it was running before."""
@@ -264,7 +295,9 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                     "this machine may join it (Ray's token authentication)"
                 ) from None
         else:
-            ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus, **kw)
+            with _on_loopback():
+                ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                         _node_ip_address=LOOPBACK, **kw)
         self.started = True
         self.session_dir = self.local_session()[0]
         return self

@@ -143,12 +143,13 @@ def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
 
 def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
                 topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
-                out: Any) -> Any:
-    """A TorchRec study's trial as TorchRec code (`torchrec.export_torchrec`, written to
-    `out`): the user's model built with the trial's params, its tables set as the trial set
-    them, planned on the study's `topology` (the batch: the example's)."""
+                module_name: str) -> str:
+    """A TorchRec study's trial as TorchRec code (`torchrec.torchrec_code`: the text of the
+    module `module_name`; nothing written): the user's model built with the trial's
+    params, its tables set as the trial set them, planned on the study's `topology` (the
+    batch: the example's)."""
     from autoembed.torchrec.estimate import batch_of
-    from autoembed.torchrec.export import export_torchrec
+    from autoembed.torchrec.export import torchrec_code
     from autoembed.torchrec.settings import RankTopology
     from autoembed.user.functions import resolve_function
     from autoembed.user.run import built_module
@@ -161,7 +162,7 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
     model = built_module(build(params))
     items, config = _settings(space, values, model)
     topo = RankTopology(batch_size=batch_of(example(params)), **topology)
-    return export_torchrec(model, items, topo, out, lr=config.lr)
+    return torchrec_code(model, items, topo, module_name, lr=config.lr)
 
 
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]

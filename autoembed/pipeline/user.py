@@ -11,8 +11,10 @@ built and applied the same way (`UserCode.model_for`: the user's `apply` when gi
 imports the recorded functions, `apply` included, by name, shipped in Ray's `runtime_env`).
 
 The user's code failing while a proposal is priced is a ConfigError naming the function:
-bad input when it is the study's first proposal (the engine stops the search before any
-trial), that proposal's failure afterwards.
+bad input when it is the space's first corner, priced before the study is made
+(`check_fits`: nothing is left to block the corrected command) or the study's first
+proposal (the engine stops the search before any trial), that proposal's failure
+afterwards.
 """
 
 from __future__ import annotations
@@ -86,11 +88,11 @@ class UserWorkload:
         elif request.space is not None:
             space = load_space(request.space, "user")
         elif stored.get("space_text"):
-            import yaml
+            from autoembed.config import safe_load_yaml
 
             text = str(stored["space_text"])
-            space = parse_space(yaml.safe_load(text), str(stored.get("space_source")), text,
-                                "user")
+            space = parse_space(safe_load_yaml(text, "stored space", "space"),
+                                str(stored.get("space_source")), text, "user")
         else:
             raise ConfigError("--space missing: give the YAML file with `embedding:` and "
                               "`user:` sections")
@@ -196,10 +198,21 @@ class UserWorkload:
                             metrics=tuple(_reportable(self.space)), target=self.space.target)
 
     def check_fits(self, budget: Budget) -> None:
-        """Nothing up front: each price traces the user's model, so a corner search would
-        cost seconds a corner; a search where nothing fits ends with exit 3 once the
-        sampler has proposed nothing that fits (the engine's limit)."""
+        """One price before the study exists: the space's first corner on the user's
+        model, so that the user's functions (`--loss` included) failing on it is bad
+        input before anything is made (the price is kept: a proposal of it costs nothing).
+        No more: each price traces the model, so a corner search would cost a trace a
+        corner; a search where nothing fits ends with exit 3 once the sampler has proposed
+        nothing that fits (the engine's limit)."""
+        from autoembed.space.corners import first_corner
+
         del budget
+        values = first_corner(self.space)
+        try:
+            self.price(values)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (priced before the search, at "
+                              f"{self.space.describe(values)})") from None
 
     def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
         """Trained before the sampler's proposals: the model as written (`reference`), then

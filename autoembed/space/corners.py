@@ -10,7 +10,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.space.model import Param, SearchSpace
 
-__all__ = ["MAX_CHEAPEST_CORNERS", "cheapest_config"]
+__all__ = ["MAX_CHEAPEST_CORNERS", "cheapest_config", "first_corner"]
 
 MAX_CHEAPEST_CORNERS = 20_000  # exhaustive corner search above this falls back to descent
 
@@ -59,6 +59,12 @@ def cheapest_config(
     if best is None:
         raise ConfigError(f"{space.source}: no combination of the params is a valid config")
     return best[1], best[2], best[0]
+
+
+def first_corner(space: SearchSpace) -> dict[str, Any]:
+    """The space's first corner: each active param at its first corner value (its first
+    choice, or its low end), conditions respected; the values a proposal of it carries."""
+    return next(space._combinations(Param.corner_values, 1))
 
 
 def _active_only(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:

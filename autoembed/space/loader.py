@@ -401,26 +401,11 @@ def _parse_base(raw: Any, source: str) -> dict[str, Any]:
 
 
 def _parse_run(raw: Any, source: str) -> dict[str, Any]:
+    from autoembed.runner import check_run
+
     if not isinstance(raw, Mapping):
         raise space_error(source, "run", raw, "must be a mapping of run settings")
-    for k in raw:
-        if k not in RUN_KEYS:
-            raise unknown_key(source, "run", k, RUN_KEYS)
-    from autoembed.runner import RunSettings
-
-    for k, v in raw.items():
-        if k == "measure_latency":
-            if not isinstance(v, bool):
-                raise space_error(source, f"run.{k}", v, "must be true or false")
-        elif k == "max_seconds":
-            if not is_number(v):
-                raise space_error(source, f"run.{k}", v, "must be a number of seconds")
-        elif v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise space_error(source, f"run.{k}", v, "must be an integer")
-    try:
-        RunSettings(**dict(raw))
-    except ConfigError as e:
-        raise ConfigError(f"search space '{source}': run: {e}") from None
+    check_run(raw, f"search space '{source}'", "run.", RUN_KEYS)
     return dict(raw)
 
 

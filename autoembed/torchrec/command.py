@@ -29,13 +29,14 @@ def load_tables(path: Path | None) -> list[dict[str, Any]]:
     ``tables:`` (a list, or name -> settings)."""
     if path is None:
         return []
-    import yaml
+    from autoembed.config import safe_load_yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--tables '{path}': cannot be read ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    data = safe_load_yaml(text, f"--tables '{path}'", "table settings file")
     if isinstance(data, dict) and "tables" in data:
         data = data["tables"]
     from autoembed.torchrec.settings import table_settings

@@ -29,7 +29,7 @@ from autoembed.torchrec.model import apply, collections, table_infos
 from autoembed.torchrec.plan import plan_model
 from autoembed.torchrec.settings import RankTopology, table_settings
 
-__all__ = ["export_torchrec", "render"]
+__all__ = ["export_torchrec", "torchrec_code", "render"]
 
 _TEMPLATE = '''"""TorchRec tables and plan constraints exported by autoembed (a search's pick).
 
@@ -216,11 +216,18 @@ def export_torchrec(model: nn.Module | Any, tables: Any, topology: RankTopology,
                     path: str | Path, *, lr: float = 0.01) -> Path:
     """Rewrite `model` (or its factory's model) by `tables`, plan it on `topology`, and write
     the pick as TorchRec code to `path` (a .py file); returns the path."""
+    out = Path(path)
+    out.write_text(torchrec_code(model, tables, topology, out.stem, lr=lr))
+    return out
+
+
+def torchrec_code(model: nn.Module | Any, tables: Any, topology: RankTopology,
+                  module_name: str, *, lr: float = 0.01) -> str:
+    """`export_torchrec`'s text, nothing written: `model` rewritten by `tables` and planned
+    on `topology`, as the module `module_name`."""
     from autoembed.torchrec.estimate import build_model
 
     items = table_settings(tables)
     built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)
     _, planned = plan_model(built, topology, items)
-    out = Path(path)
-    out.write_text(render(built, planned, topology, lr, out.stem))
-    return out
+    return render(built, planned, topology, lr, module_name)

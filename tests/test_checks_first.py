@@ -1,0 +1,297 @@
+"""Every command checks its options and files before it works, and a failed command leaves
+nothing that blocks its corrected rerun: a bad value's one line names only options the
+command has; a key given twice in a YAML file is refused with its line."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from autoembed.cli import app, main
+from autoembed.errors import ConfigError
+
+
+def _options(command: str) -> set[str]:
+    """The --options `autoembed COMMAND` has, from the CLI itself."""
+    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "--budget", "80%"],
+    ["estimate", "--budget", "80%", "--tables", "1000", "--dim", "8"],
+])
+def test_a_percentage_without_a_gpu_names_only_options_the_command_has(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a visible GPU makes 80% a valid budget")
+    rc = main([*argv, *(["--runs-dir", str(tmp_path)] if argv[0] == "search" else [])])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "no GPU is visible" in err, err
+    named = set(re.findall(r"--[a-z][a-z-]*", err))
+    assert named <= _options(argv[0]), (named, err)
+    assert ("--device-memory" in named) == ("--device-memory" in _options(argv[0]))
+    assert not any(tmp_path.iterdir())  # refused before anything was made
+
+
+# ----------------------------------------------------------------- YAML keys given twice
+
+
+def test_a_key_given_twice_in_a_space_file_is_refused_with_its_lines(tmp_path: Path) -> None:
+    from autoembed.space import load_space
+
+    space = tmp_path / "space.yaml"
+    space.write_text("params:\n"                    # line 1
+                     "  dim: {choices: [4, 8]}\n"   # line 2
+                     "  lr: {low: 0.001, high: 0.1}\n"
+                     "  dim: {choices: [16]}\n")    # line 4: dim again
+    with pytest.raises(ConfigError) as e:
+        load_space(space)
+    msg = str(e.value)
+    assert "space.yaml" in msg and "line 4: key 'dim' is given twice" in msg, msg
+    assert "first on line 2" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ("dim: 8\nbatch_size: 32\ndim: 16\n", 3, "dim"),
+    ('{"dim": 8, "tables": [{"name": "a", "vocab_size": 10, "name": "b"}]}', 1, "name"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path, text: str, line: int,
+                                                         key: str) -> None:
+    from autoembed.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"line {line}: key '{key}' is given twice"):
+        load_config(path)
+
+
+def test_a_yaml_merge_may_still_be_overridden() -> None:
+    """`<<: *anchor` then a key of the anchor is YAML's override, not a key given twice."""
+    from autoembed.config import safe_load_yaml
+
+    got = safe_load_yaml("base: &b {dim: 8, lr: 0.1}\nx:\n  <<: *b\n  dim: 16\n", "f")
+    assert got["x"] == {"dim": 16, "lr": 0.1}
+
+
+# ----------------------------------------------------------------- the private Ray
+
+
+def _descendants(pid: int) -> set[int]:
+    """`pid` and every process below it (from /proc)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = {pid}, [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in found]
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, pid) of every TCP socket the processes `pids` listen on (/proc/net)."""
+    import ipaddress
+
+    owner: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    owner[target[8:-1]] = pid
+        except OSError:
+            continue
+    out = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cols = row.split()
+            if cols[3] != "0A" or cols[9] not in owner:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(cols[1].split(":")[0])
+            words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(words)
+            mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+            out.append((str(mapped or ip), owner[cols[9]]))
+    return out
+
+
+def test_a_private_ray_listens_on_the_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GCS, raylet, the driver and a worker: each listened on `*:port` (every interface)."""
+    import ray
+
+    from autoembed.pipeline.ray_tune import ray_session
+
+    monkeypatch.setenv("RAY_worker_niceness", "0")
+    with ray_session(None, 1, None):
+        worker = ray.get(ray.remote(lambda: os.getpid()).remote())
+        pids = _descendants(os.getpid())
+        listening = _listening(pids)
+    assert worker in pids and {pid for _, pid in listening} >= {os.getpid(), worker}
+    assert len({pid for _, pid in listening}) >= 4, listening  # gcs, raylet, driver, worker
+    assert all(ip == "127.0.0.1" for ip, _ in listening), listening
+
+
+def test_a_cluster_is_joined_as_ray_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ray-address: no loopback address, and Ray's multi-node setting left as it was."""
+    from ray._private import ray_constants
+
+    import autoembed.pipeline.ray_tune as ray_tune
+
+    seen: list[tuple[dict[str, object], bool]] = []
+
+    class FakeRay:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kw: object) -> None:
+            seen.append((kw, ray_constants.ENABLE_RAY_CLUSTER))
+
+    monkeypatch.setattr(ray_tune, "ray", FakeRay())
+    monkeypatch.setattr(ray_tune, "_probe", lambda address: None)
+    monkeypatch.setattr(ray_tune.ray_session, "local_session", lambda self: (None, None))
+    cluster = ray_constants.ENABLE_RAY_CLUSTER
+    ray_tune.ray_session("10.0.0.5:6379", 2, None).__enter__()
+    ray_tune.ray_session(None, 2, None).__enter__()
+    (joined, joined_mode), (private, private_mode) = seen
+    assert "_node_ip_address" not in joined and joined_mode == cluster
+    assert private["_node_ip_address"] == "127.0.0.1" and private_mode is False
+    assert ray_constants.ENABLE_RAY_CLUSTER == cluster  # restored after the start
+
+
+# ----------------------------------------------------------------- a user search's --loss
+
+LOGITS_LOOP = '''
+import torch
+from torch import nn
+
+
+class Bag(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.emb = nn.Embedding(500, dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, ids, y):
+        return self.out(self.emb(ids).mean(1))  # logits: --loss prices the step
+
+
+def build(params):
+    torch.manual_seed(0)
+    return Bag(params["dim"])
+
+
+def example(params):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (params["batch_size"], 4), generator=g)
+    return ids, (ids < 25).sum(1).gt(2).long()
+
+
+def loss(output, example):
+    return nn.functional.cross_entropy(output, example[1])
+
+
+def wrong_loss(output, example):
+    return output.sum(dim=2)  # a dimension the logits do not have
+
+
+def train(model, params, report):
+    report(step=1, samples=8, quality=0.5 + params["lr"])
+'''
+
+
+def test_a_bad_loss_leaves_no_study_that_blocks_the_corrected_rerun(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _loss_search(tmp_path, monkeypatch, 1)
+    rc = main([*argv, "--loss", "lossloop.loop:wrong_loss"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("autoembed:")]
+    assert rc == 2 and len(lines) == 1 and "the loss or backward raised" in lines[0], err
+    assert not (tmp_path / "runs" / "s").exists()  # nothing made: no study, no folder
+    assert main([*argv, "--loss", "lossloop.loop:loss"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "runs" / "s" / "pareto.json").exists()
+
+
+def _loss_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trials: int) -> list[str]:
+    """argv of a fast user search (in process, no MLflow) over LOGITS_LOOP."""
+    from _user_code import install_loop
+
+    install_loop(tmp_path, "lossloop", LOGITS_LOOP, monkeypatch)
+    (tmp_path / "space.yaml").write_text(
+        "embedding: {precision: fp32, table_optimizer: adam}\n"
+        "user:\n  dim: {choices: [4, 8]}\n  lr: {choices: [0.01, 0.1]}\n  batch_size: 8\n"
+        f"trials: {trials}\n")
+    return ["search", "--budget", "1GB", "--space", "space.yaml", "--model",
+            "lossloop.loop:build", "--example", "lossloop.loop:example", "--train",
+            "lossloop.loop:train", "--executor", "local", "--study", "s", "--runs-dir",
+            "runs", "--tracking-uri", "none"]
+
+
+def test_a_pick_of_a_trial_that_never_ran_keeps_the_searchs_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--pick trial:999: the search's files are written (with the default pick) and the
+    command ends with one line and exit 2 (it used to write nothing at all)."""
+    import json
+
+    argv = _loss_search(tmp_path, monkeypatch, 2)
+    rc = main([*argv, "--loss", "lossloop.loop:loss", "--pick", "trial:999"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("autoembed:")]
+    assert rc == 2 and len(lines) == 1 and "--pick trial:999" in lines[0], err
+    out = tmp_path / "runs" / "s"
+    assert {"pareto.json", "trials.csv", "best.yaml"} <= {p.name for p in out.iterdir()}
+    pareto = json.loads((out / "pareto.json").read_text())
+    assert pareto["pick"] == "within-noise" and f"trial {pareto['best']}" in lines[0]
+    # the picked trial is one of those the line lists as complete
+    assert str(pareto["best"]) in lines[0].split("those that are: ")[1]
+
+
+def test_a_failed_python_export_writes_no_file_that_blocks_its_rerun(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --format python` of a TorchRec model's study whose module does not import
+    here: one line, and no pick.yaml left behind (it was written first, and the corrected
+    command was then refused because it existed)."""
+    import sys
+
+    import autoembed.export as export
+    from autoembed.pipeline.sharded import TOPOLOGY_KEY
+
+    argv = _loss_search(tmp_path, monkeypatch, 1)
+    assert main([*argv, "--loss", "lossloop.loop:loss"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    real = export._user_study
+
+    def torchrec_study(*a: object) -> object:  # the study as a TorchRec model's stores it
+        space, refs, meta = real(*a)
+        return space, refs, {**meta, TOPOLOGY_KEY: {"world_size": 2}}
+
+    monkeypatch.setattr(export, "_user_study", torchrec_study)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "src" not in Path(p).parts])
+    for name in [m for m in sys.modules if m.startswith("lossloop")]:
+        monkeypatch.delitem(sys.modules, name)
+    pick = tmp_path / "pick.py"
+    rc = main(["export", "--study", "s", "--runs-dir", "runs", "--format", "python",
+               "--out", str(pick)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "does not import" in err, err
+    assert not pick.exists() and not pick.with_suffix(".yaml").exists()
+    monkeypatch.setattr(export, "_user_study", real)
+    assert main(["export", "--study", "s", "--runs-dir", "runs", "--out",
+                 str(pick.with_suffix(".yaml"))]) == 0, capsys.readouterr().err

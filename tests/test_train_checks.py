@@ -1,0 +1,138 @@
+"""`autoembed train` checks before it works and publishes only what it was asked for: a
+file's `trained_on.run` settings are checked through their rules before `--out` is made,
+and a checkpoint past the asked length is never resumed into a result of that length."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autoembed.cli import main
+from autoembed.config import EmbeddingConfig
+from autoembed.config.io import config_text
+from autoembed.errors import ConfigError
+from autoembed.training import CHECKPOINT, train
+
+DATA = {"name": "synthetic-ctr", "vocab_sizes": [300, 200], "rows": [2000, 300, 300]}
+BATCH = 32
+
+
+def small() -> EmbeddingConfig:
+    return EmbeddingConfig(dim=4, batch_size=BATCH, dense_layers=(8,), data=DATA,
+                           table_optimizer="adam")
+
+
+def _rerun_file(tmp_path: Path, run: Any) -> Path:
+    """A config file as a search exports it, its `trained_on.run` block set to `run`."""
+    cfg = small()
+    trained = json.loads(json.dumps(cfg.to_dict(), default=str))
+    path = tmp_path / "best.yaml"
+    path.write_text(config_text(cfg, "yaml", {
+        "train": {"max_steps": 5},
+        "trained_on": {"stand_in": False, "config": trained, "run": run}}))
+    return path
+
+
+@pytest.mark.parametrize("run, names", [
+    ({"threads": 0}, "trained_on.run.threads' = 0: must be an integer in 1..1024"),
+    ({"test_batches": "x"}, "trained_on.run.test_batches' = 'x': must be an integer >= 1"),
+    ({"eval_batches": -3}, "trained_on.run.eval_batches' = -3"),
+    ({"warmup_steps": 1.5}, "trained_on.run.warmup_steps' = 1.5"),
+    ({"thread": 2}, "unknown key 'trained_on.run.thread' (did you mean 'threads'?)"),
+    ("fast", "trained_on.run' = 'fast': must be a mapping"),
+])
+def test_a_bad_trained_on_run_setting_is_one_line_and_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], run: Any, names: str) -> None:
+    out = tmp_path / "out"
+    rc = main(["train", "--config", str(_rerun_file(tmp_path, run)), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert names in err and "best.yaml" in err, err
+    assert not out.exists()  # checked before --out (and its .lock) is made
+
+
+def test_a_thread_count_torch_cannot_take_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """10**6 threads crashed the process (SIGSEGV, exit -11/139) after creating --out."""
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "autoembed", "train", "--config",
+                        str(_rerun_file(tmp_path, {"threads": 1_000_000})), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "threads' = 1000000" in r.stderr and not out.exists()
+
+
+def test_a_space_run_setting_is_checked_by_the_same_rules(tmp_path: Path) -> None:
+    from autoembed.space import load_space
+
+    space = tmp_path / "s.yaml"
+    space.write_text("params: {dim: {choices: [4, 8]}}\nrun: {eval_batches: 0}\n")
+    with pytest.raises(ConfigError, match=r"key 'run.eval_batches' = 0: must be an integer"):
+        load_space(space)
+    space.write_text("params: {dim: {choices: [4, 8]}}\nrun: {eval_every: null}\n")
+    with pytest.raises(ConfigError, match=r"key 'run.eval_every' = None"):
+        load_space(space)
+
+
+class _Kill(Exception):
+    pass
+
+
+def _killed_at(out: Path, step: int, max_steps: int, force: bool = False) -> None:
+    """A run of `max_steps` into `out` stopped right after its checkpoint at `step`."""
+    def stop(at: int, total: int) -> None:
+        if at == step:
+            raise _Kill
+
+    try:  # the runner turns the exception into the run's failure
+        stopped = train(small(), out_dir=out, max_steps=max_steps, checkpoint_every=step,
+                        on_step=stop, force=force)
+        assert stopped.status == "failed" and "_Kill" in str(stopped.error)
+    except _Kill:
+        pass
+    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == step
+
+
+def test_a_checkpoint_past_the_asked_length_is_never_published_as_that_length(
+        tmp_path: Path) -> None:
+    """A 40-step run killed at step 30, then 10 steps asked into the same --out: refused
+    (it used to publish the 30-step model as the 10-step result)."""
+    out = tmp_path / "out"
+    _killed_at(out, 30, 40)
+    with pytest.raises(ConfigError, match=r"at step 30 of a run of 40 steps.*--no-resume"):
+        train(small(), out_dir=out, max_steps=10)
+    assert not (out / "metrics.json").exists()
+    # --no-resume trains the 10 steps asked for, from step 0
+    done = train(small(), out_dir=out, max_steps=10, resume=False)
+    assert done.status == "complete" and done.steps == 10 and done.env["resumed_from"] == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 10
+
+
+def test_a_killed_forced_run_cannot_replace_a_result_with_more_steps_than_asked(
+        tmp_path: Path) -> None:
+    """A finished 20-step result, a forced 40-step run killed at 30, then 25 steps asked: the
+    20-step result stays (it used to become a 30-step model labelled 25)."""
+    out = tmp_path / "out"
+    assert train(small(), out_dir=out, max_steps=20).steps == 20
+    before = (out / "metrics.json").read_bytes(), (out / "model.pt").read_bytes()
+    _killed_at(out, 30, 40, force=True)
+    with pytest.raises(ConfigError, match="at step 30"):
+        train(small(), out_dir=out, max_steps=25)
+    assert ((out / "metrics.json").read_bytes(), (out / "model.pt").read_bytes()) == before
+
+
+def test_a_resumed_result_holds_the_steps_and_samples_it_says(tmp_path: Path) -> None:
+    """Resuming a checkpoint on the way to the asked length: the result says the steps and
+    samples its model holds (all of them, not this run's share)."""
+    out = tmp_path / "out"
+    _killed_at(out, 10, 40)
+    done = train(small(), out_dir=out, max_steps=30)
+    assert done.env["resumed_from"] == 10 and done.env["trained_for"] == {"max_steps": 30}
+    held = json.loads((out / "metrics.json").read_text())
+    assert held["steps"] == 30 and held["samples"] == 30 * BATCH
+    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 30
