@@ -223,7 +223,7 @@ def test_a_table_made_from_a_csv_is_named_by_content_and_replays_from_that_file(
     csv = tmp_path / "mine" / "clicks.csv"
     _clicks_csv(csv)
     tables = tmp_path / "tables"
-    opts = ["--data", str(csv), "--label", "y", "--categorical", "user", "item", "day"]
+    opts = ["--data", str(csv), "--label", "y", "--categorical", "user,item", "day"]
     assert generate.main([*opts, "--configs", "2", "--seeded", "0", "--pilot", "20",
                           "--out", str(tables)]) == 0
     digest = hashlib.sha256(csv.read_bytes()).hexdigest()

@@ -53,7 +53,7 @@ import peers  # noqa: E402 - imports no peer's package until a peer is built
 from _common import append_jsonl, read_jsonl, results_stem  # noqa: E402
 from harness import Costs, Method, Replay, ReplayResult, table_workload  # noqa: E402
 from oracle import limits  # noqa: E402
-from table import Table, data_identity  # noqa: E402
+from table import Table, columns, data_identity  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 JSONL = RESULTS / "search_efficiency_replay.jsonl.gz"
@@ -709,8 +709,7 @@ def _tables_of_data(args: argparse.Namespace) -> list[str]:
     from autoembed.errors import ConfigError
     from autoembed.pipeline.priced_data import given_spec
 
-    cats = tuple(args.categorical) if args.categorical is not None else None
-    spec = given_spec(args.data, args.label, cats, args.text_column)
+    spec = given_spec(args.data, args.label, columns(args.categorical), args.text_column)
     if spec.is_file and not Path(spec.name).is_file():
         raise ConfigError(f"--data {args.data}: no such file")
     names = args.tables or sorted(p.name.removesuffix(".jsonl.gz")
@@ -742,7 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="replay the tables made from these data (a CSV/Parquet file, checked "
                          "by its sha256, or a built-in name), with the options a search takes")
     ap.add_argument("--label", default=None)
-    ap.add_argument("--categorical", nargs="+", default=None)
+    ap.add_argument("--categorical", nargs="+", default=None,
+                    help="--data's id columns (user,item or user item)")
     ap.add_argument("--text-column", default=None)
     ap.add_argument("--space", default=None, help="with --data: the tables of this space")
     ap.add_argument("--workers", nargs="+", type=int, default=[1],

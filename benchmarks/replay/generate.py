@@ -64,7 +64,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from _common import git_commit, machine  # noqa: E402
-from table import Table, append_record, data_identity, repair  # noqa: E402
+from table import Table, append_record, columns, data_identity, repair  # noqa: E402
 
 TABLES = HERE / "tables"
 SEARCH_BUDGET = "8GB"  # the README's search budget, every workload
@@ -564,8 +564,7 @@ def _workloads(a: argparse.Namespace, tmp: Path) -> dict[str, Workload]:
     `data-` and the first 12 hex digits of its data's sha256."""
     if a.data is None:
         return {n: Workload.build(n, tmp) for n in a.workloads}
-    cats = tuple(a.categorical) if a.categorical is not None else None
-    src = Source(a.space, a.data, a.label, cats, a.text_column)
+    src = Source(a.space, a.data, a.label, columns(a.categorical), a.text_column)
     w = Workload.build(a.name or "data", tmp, src)
     if a.name is None:
         w.name = f"data-{w.identity()['sha256'][:12]}"
@@ -596,7 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a CSV/Parquet file or a built-in data name, as `autoembed search "
                          "--data` takes it: one table of that data")
     ap.add_argument("--label", default=None, help="--data's label column")
-    ap.add_argument("--categorical", nargs="+", default=None, help="--data's id columns")
+    ap.add_argument("--categorical", nargs="+", default=None,
+                    help="--data's id columns (user,item or user item)")
     ap.add_argument("--text-column", default=None, help="--data's text column")
     ap.add_argument("--space", default=None,
                     help="with --data: the search space (default: auto, derived from it)")

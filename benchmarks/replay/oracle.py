@@ -105,7 +105,7 @@ def cheapest_within(points: Sequence[Point], q_min: float) -> tuple[float, int] 
 
 
 def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
-           ) -> dict[str, dict[str, Any]]:
+           ) -> dict[str, dict[str, Any] | None]:
     """The oracle's compute to each target of `stick` (a `compare.Yardstick`) on `table`:
     {"hv95": {"compute_s", "rows"}, ..., "best": {...}}; None where no set reaches it."""
     span = max(stick.q_best - stick.q_lo, 1e-12)
@@ -118,7 +118,7 @@ def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
         points.append(Point(row, (stick.mem_hi - math.log10(max(m, 1.0))) / width,
                             (float(rec["valid_quality"]) - stick.q_lo) / span,
                             float(rec["cost"][f"total_{costs.basis}_s"]) + costs.per_trial_s))
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any] | None] = {}
     for f in fractions:
         got = cheapest_set(points, (f - 1e-12) * stick.reference)
         out[f"hv{round(f * 100)}"] = None if got is None else {

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["append_record", "read_records", "repair", "Table", "Snapper", "data_identity",
-           "check_data_file"]
+           "check_data_file", "columns"]
 
 KINDS = ("table", "row", "trial")
 
@@ -156,6 +156,13 @@ class Table:
     def from_file(self) -> bool:
         """Whether the table was made from a data file (not built-in data)."""
         return (self.header.get("data_identity") or {}).get("kind") == "file"
+
+
+def columns(given: list[str] | None) -> tuple[str, ...] | None:
+    """`--categorical` as a search takes it (`user,item`) or as words (`user item`)."""
+    if given is None:
+        return None
+    return tuple(c.strip() for g in given for c in g.split(",") if c.strip())
 
 
 def file_sha256(path: Path) -> str:
