@@ -3,9 +3,21 @@
 
     nice -n 10 .venv/bin/python benchmarks/replay/compare.py --seeds 8      # run, then write
     .venv/bin/python benchmarks/replay/compare.py --report                  # write only
+    .venv/bin/python benchmarks/replay/compare.py --workers 1 8 32 ...     # simulated workers
+    .venv/bin/python benchmarks/replay/compare.py --data FILE --label COL --categorical A,B \
+        --tables-dir DIR                       # the tables generate.py made of those data
 
 Every replay is appended to results/search_efficiency_replay.jsonl.gz as it ends (a rerun skips
-those held), then results/search_efficiency_replay.md and .png are written from it.
+those held), then results/search_efficiency_replay.md and .png are written from it; with
+`--data`, to DIR/replays-TABLE.jsonl.gz and its .md and .png.
+
+**Workers.** With N simulated workers the clock is wall-clock; each record also holds the
+compute to each target (`compute_hv95`, ...: every worker's). The report's main sections
+read one worker's replays; a section per table gives, for each worker count, wall-clock and
+compute to hv95 and best and their ratios to one worker's.
+
+**The limit.** Beside every method, the oracle's compute to each target (oracle.py: the
+cheapest set of seed-0 rows that reaches it, exact).
 
 **The yardstick.** Compute = the replay's clock with one worker: every trial's CPU seconds
 from its record (pruned trials up to their stop, over-budget proposals priced only), a fixed
@@ -769,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"{', '.join(given)} describe(s) --data: give --data FILE (or a "
                      "built-in data name)")
         args.tables = list(TABLES) if args.tables is None else args.tables
-    elif not args.report:
+    else:
         from autoembed.errors import ConfigError
 
         try:

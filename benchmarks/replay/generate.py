@@ -43,6 +43,14 @@ record is appended as it is made (table.py: one gzip member per record).
     python benchmarks/replay/generate.py --probe 3        # time 3 trials per workload
     python benchmarks/replay/generate.py --workloads default --configs 6 --seeded 2 \\
         --name tiny                                          # a tiny table for tests
+    python benchmarks/replay/generate.py --data FILE --label COL --categorical A,B \\
+        [--space auto] [--configs 100] [--out DIR]           # a table of any data
+
+`--data` takes what `autoembed search --data` takes (a CSV/Parquet file or a built-in name,
+with `--label`, `--categorical`, `--text-column`) and makes one table of it, named `data-`
+and the first 12 hex digits of the data's sha256 (`--name` to choose). The header names the
+data by content, not by path (`data_identity`: the file's sha256 and column options, or a
+built-in's spec and package version, hashed; `table.data_identity`).
 """
 
 from __future__ import annotations
