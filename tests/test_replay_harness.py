@@ -176,3 +176,49 @@ def test_a_table_without_an_optimizer_drops_its_rows_and_its_choice(tiny: Table)
     assert Table.named(REPLAY / "tables", "tiny without rowwise_adagrad").rows == lean.rows
     with pytest.raises(ValueError, match="no choice 'lion'"):
         tiny.without("table_optimizer", "lion")
+
+
+def test_with_n_workers_the_clock_is_wall_and_compute_is_every_workers(tiny: Table) -> None:
+    """At each trial's end its `compute` is every worker's charge so far: the trials ended,
+    the running ones up to then, the fixed charges (by hand from the log) and the decisions
+    (at most all of them); with 4 workers the wall-clock runs well under the compute."""
+    costs = Costs(per_trial_s=0.5, per_search_s=3.0)
+    result = Replay(tiny, seed=0, workers=4, costs=costs, budget_s=120.0).run(
+        Method("random-full"))
+    trained = [t for t in result.trials if t.status in ("complete", "pruned")]
+    assert len(trained) > 8
+    for t in trained:
+        at = t.end
+        done = sum(u.cost for u in trained if u.end <= at)
+        running = sum(at - u.start for u in trained if u.start < at < u.end)
+        fixed = costs.per_search_s + costs.per_trial_s * sum(u.start <= at for u in trained)
+        assert 0.0 <= t.compute - (done + running + fixed) <= result.decision_s + 1e-9
+    total = max(t.compute for t in result.trials)
+    assert total == pytest.approx(costs.per_search_s + sum(
+        t.cost + costs.per_trial_s for t in trained) + result.decision_s)
+    assert result.clock_s < 0.5 * total
+
+
+def test_compare_replays_at_several_worker_counts_beside_the_oracle(
+        tiny: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import compare
+
+    monkeypatch.setattr(compare, "BUDGET_TRIALS", 20)
+    out = tmp_path / "replays.jsonl.gz"
+    assert compare.main(["--tables", "tiny", "--seeds", "2", "--methods", "random-full",
+                         "--workers", "1", "4", "--jsonl", str(out)]) == 0
+    recs = compare._records(out)
+    assert sorted((r["workers"], r["seed"]) for r in recs) == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    for r in recs:
+        assert r["hv95"] is not None and r["compute_hv95"] is not None
+        assert r["compute_hv95"] <= r["compute_s"]
+        if r["workers"] == 4:  # four at once: the target sooner on the clock than in compute
+            assert r["hv95"] < r["compute_hv95"]
+    text = compare.report(out)
+    assert "## Workers (start points off)" in text
+    lines = [line for line in text.splitlines() if line.startswith("| random-full | 4 | 2 |")]
+    assert len(lines) == 1
+    assert "oracle (the least compute" in text
+    with pytest.raises(SystemExit) as bad:
+        compare.main(["--tables", "tiny", "--workers", "0", "--jsonl", str(out)])
+    assert bad.value.code == 2

@@ -194,3 +194,85 @@ def test_nearest_is_the_row_of_least_distance() -> None:
         row, dist = snap.nearest(prop)
         assert snap.distance(prop, snap.params[row]) == pytest.approx(want[0])
         assert dist == pytest.approx(want[0])
+
+
+def _clicks_csv(path: Path, n: int = 600) -> None:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    user, item, day = rng.integers(0, 120, n), rng.integers(0, 30, n), rng.integers(0, 7, n)
+    logit = 1.2 * np.sin(user) + 0.8 * np.cos(item) + 0.3 * (day - 3)
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"user": user, "item": item, "day": day, "y": y}).to_csv(path, index=False)
+
+
+def test_a_table_made_from_a_csv_is_named_by_content_and_replays_from_that_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """generate.py --data FILE makes a table of a CSV it has never seen (the options a
+    search takes, `--space auto`); its header names the data by sha256, not by path;
+    compare.py replays it given the same file and options, and refuses other bytes."""
+    import hashlib
+    import json
+
+    import compare
+    import generate
+
+    csv = tmp_path / "mine" / "clicks.csv"
+    _clicks_csv(csv)
+    tables = tmp_path / "tables"
+    opts = ["--data", str(csv), "--label", "y", "--categorical", "user,item", "day"]
+    assert generate.main([*opts, "--configs", "2", "--seeded", "0", "--pilot", "20",
+                          "--out", str(tables)]) == 0
+    digest = hashlib.sha256(csv.read_bytes()).hexdigest()
+    name = f"data-{digest[:12]}"
+    t = Table.load(tables / f"{name}.jsonl.gz")
+    h = t.header
+    assert h["name"] == h["workload"] == name and h["space"] == "auto"
+    assert h["data"] == f"sha256:{digest}"
+    assert h["data_identity"] == {"kind": "file", "sha256": digest, "suffix": ".csv",
+                                  "options": {"label": "y",
+                                              "categorical": ["user", "item", "day"]}}
+    assert str(tmp_path) not in json.dumps(h)  # no path of the data (nor of anything here)
+    assert h["baseline"] is not None and h["target"] == h["baseline"]["valid"]
+    sampled = [r for r in t.rows.values() if r["source"] == "sample" and r["fits"]]
+    assert len(sampled) == 2
+    assert {r for r, s in t.trials if s == 0} == {i for i, r in t.rows.items() if r["fits"]}
+
+    monkeypatch.setattr(compare, "BUDGET_TRIALS", 80)
+    assert compare.main([*opts, "--tables-dir", str(tables), "--seeds", "1",
+                         "--methods", "random-full", "ehvi-front"]) == 0
+    recs = compare._records(tables / f"replays-{name}.jsonl.gz")
+    assert sorted(r["method"] for r in recs) == ["ehvi-front", "random-full"]
+    assert all(r["table"] == name and r["trials"] > 0 for r in recs)
+    assert "oracle (the least compute" in (tables / f"replays-{name}.md").read_text()
+
+    other = tmp_path / "other.csv"  # a row more: other bytes, no table of them
+    other.write_bytes(csv.read_bytes() + b"1,2,3,0\n")
+    capsys.readouterr()
+    assert compare.main(["--data", str(other), *opts[2:], "--tables-dir", str(tables)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no table of these data" in err
+    assert compare.main(["--tables", name, "--tables-dir", str(tables), "--seeds", "1",
+                         "--methods", "random-full", "--jsonl", str(tmp_path / "x.jsonl.gz")]
+                        ) == 2  # a table of a file, replayed without it
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "give it with --data FILE" in err
+    assert not (tmp_path / "x.jsonl.gz").exists()
+
+
+def test_generate_refuses_bad_data_options_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import generate
+
+    with pytest.raises(SystemExit) as bad:  # a file's options without the file
+        generate.main(["--label", "y", "--out", str(tmp_path)])
+    assert bad.value.code == 2
+    capsys.readouterr()
+    assert generate.main(["--data", str(tmp_path / "nope.csv"), "--label", "y",
+                          "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("generate.py: ") and "\n" not in err and "nope.csv" in err
+    assert not list(tmp_path.glob("*.jsonl.gz"))  # no table half-made

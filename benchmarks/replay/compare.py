@@ -3,9 +3,21 @@
 
     nice -n 10 .venv/bin/python benchmarks/replay/compare.py --seeds 8      # run, then write
     .venv/bin/python benchmarks/replay/compare.py --report                  # write only
+    .venv/bin/python benchmarks/replay/compare.py --workers 1 8 32 ...     # simulated workers
+    .venv/bin/python benchmarks/replay/compare.py --data FILE --label COL --categorical A,B \
+        --tables-dir DIR                       # the tables generate.py made of those data
 
 Every replay is appended to results/search_efficiency_replay.jsonl.gz as it ends (a rerun skips
-those held), then results/search_efficiency_replay.md and .png are written from it.
+those held), then results/search_efficiency_replay.md and .png are written from it; with
+`--data`, to DIR/replays-TABLE.jsonl.gz and its .md and .png.
+
+**Workers.** With N simulated workers the clock is wall-clock; each record also holds the
+compute to each target (`compute_hv95`, ...: every worker's). The report's main sections
+read one worker's replays; a section per table gives, for each worker count, wall-clock and
+compute to hv95 and best and their ratios to one worker's.
+
+**The limit.** Beside every method, the oracle's compute to each target (oracle.py: the
+cheapest set of seed-0 rows that reaches it, exact).
 
 **The yardstick.** Compute = the replay's clock with one worker: every trial's CPU seconds
 from its record (pruned trials up to their stop, over-budget proposals priced only), a fixed
@@ -31,6 +43,8 @@ hold different numbers of seeds (the `seeds` column): each ratio pairs the seeds
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import math
 import os
 import random
@@ -38,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,8 +63,9 @@ sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402 - imports no peer's package until a peer is built
 from _common import append_jsonl, read_jsonl, results_stem  # noqa: E402
-from harness import Method, Replay, ReplayResult  # noqa: E402
-from table import Table  # noqa: E402
+from harness import Costs, Method, Replay, ReplayResult, table_workload  # noqa: E402
+from oracle import limits  # noqa: E402
+from table import Table, columns, data_identity  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 JSONL = RESULTS / "search_efficiency_replay.jsonl.gz"
@@ -192,8 +208,10 @@ class Yardstick:
                for q, m in points]
         return self.hv(pts, [0.0, 0.0], ["maximize", "maximize"]) if pts else 0.0
 
-    def times(self, result: ReplayResult) -> dict[str, Any]:
-        """Compute until each target (None: not reached), and the anytime HV curve."""
+    def times(self, result: ReplayResult, at: str = "end") -> dict[str, Any]:
+        """Compute until each target (None: not reached), and the anytime HV curve: the
+        clock at the trial that reached it (`at` = "end"), or another of its TrialLog
+        fields ("compute")."""
         done = sorted((t for t in result.trials if t.status == "complete"),
                       key=lambda t: t.end)
         out: dict[str, Any] = {f"hv{round(f * 100)}": None for f in FRACTIONS}
@@ -208,22 +226,38 @@ class Yardstick:
             for f in FRACTIONS:
                 key = f"hv{round(f * 100)}"
                 if out[key] is None and frac >= f - 1e-12:
-                    out[key] = t.end
+                    out[key] = getattr(t, at)
             if out["best"] is None and t.quality >= self.q_best - self.noise:
-                out["best"] = t.end
+                out["best"] = getattr(t, at)
         out["curve"] = curve
         return out
 
+    def compute_times(self, result: ReplayResult) -> dict[str, Any]:
+        """Compute charged until each target (`compute_hv95`, ..., `compute_best`; None:
+        not reached) and in all (`compute_s`): with N workers the clock is wall-clock, and
+        the compute is every worker's (`harness.TrialLog.compute`)."""
+        out = {f"compute_{k}": v for k, v in self.times(result, "compute").items()
+               if k != "curve"}
+        out["compute_s"] = max((t.compute for t in result.trials), default=0.0)
+        return out
+
+    def oracle(self, table: Table, costs: Costs | None = None) -> dict[str, Any]:
+        """The limit: the least compute that could reach each target (oracle.py)."""
+        return limits(self, table, costs or Costs(), FRACTIONS)
+
 
 def run_one(table: Table, stick: Yardstick, name: str, seed: int,
-            start_points: bool) -> dict[str, Any]:
+            start_points: bool, workers: int = 1, real: Any = None) -> dict[str, Any]:
+    """One replay's record: its targets on the clock (wall-clock with `workers` > 1) and
+    in compute. `real`: the table's priced workload (`harness.table_workload`), built once."""
     started = time.monotonic()
-    result = Replay(table, seed=seed, budget_s=stick.budget_s,
-                    start_points=start_points).run(METHODS[name])
+    result = Replay(table, seed=seed, budget_s=stick.budget_s, workers=workers,
+                    start_points=start_points, real=real).run(METHODS[name])
     trained = [t for t in result.trials if t.status in ("complete", "pruned")]
     note = {"note": METHODS[name].note} if METHODS[name].note else {}
     return {
         "table": table.header["name"], "method": name, "seed": seed, **note,
+        "workers": workers, **stick.compute_times(result),
         "start_points": start_points, "budget_s": stick.budget_s, "clock_s": result.clock_s,
         "rows": sum(s == 0 for _, s in table.trials),  # trained rows: the table's density
         "decision_s": result.decision_s, "trial_s": result.trial_s,
@@ -236,12 +270,16 @@ def run_one(table: Table, stick: Yardstick, name: str, seed: int,
     }
 
 
-def _held(path: Path) -> dict[tuple[str, str, int, bool], float]:
+def _held(path: Path) -> dict[tuple[str, str, int, bool, int], float]:
     """The replays held, each with its budget (one at another budget is not held)."""
     if not path.exists():
         return {}
-    return {(r["table"], r["method"], r["seed"], r["start_points"]): float(r["budget_s"])
-            for r in _records(path)}
+    return {(r["table"], r["method"], r["seed"], r["start_points"], _workers(r)):
+            float(r["budget_s"]) for r in _records(path)}
+
+
+def _workers(rec: Mapping[str, Any]) -> int:
+    return int(rec.get("workers", 1))  # records before --workers: one worker
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -249,22 +287,26 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
-        methods: Sequence[str], start_points: bool, jsonl: Path = JSONL) -> None:
+        methods: Sequence[str], start_points: bool, jsonl: Path = JSONL,
+        workers: Sequence[int] = (1,), data: str | None = None) -> None:
+    """Replay each method at each seed and worker count on each table, appending every
+    replay to `jsonl` (those held at the same budget skipped). `data`: the file a table
+    made from a data file prices on (`Table.space`)."""
     held = _held(jsonl)
     for name in tables:
         table = Table.load(tables_dir / f"{name}.jsonl.gz")
         stick = Yardstick(table)
-        for seed in seeds:
-            for m in methods:
-                budget = held.get((name, m, seed, start_points))
-                if budget is not None and math.isclose(budget, stick.budget_s):
-                    continue
-                rec = run_one(table, stick, m, seed, start_points)
-                rec["commit"] = _commit()
-                rec["load"] = list(os.getloadavg())
-                append_jsonl(jsonl, rec)
-                print(f"{name} {m} seed {seed}: {rec['trials']} trials, hv95 {rec['hv95']}, "
-                      f"best {rec['best']}, {rec['harness_s']:.1f} s", flush=True)
+        real = table_workload(table, data)
+        oracle = stick.oracle(table)
+        for n, seed, m in ((n, s, m) for n in workers for s in seeds for m in methods):
+            budget = held.get((table.header["name"], m, seed, start_points, n))
+            if budget is not None and math.isclose(budget, stick.budget_s):
+                continue
+            rec = run_one(table, stick, m, seed, start_points, n, real)
+            rec.update(oracle=oracle, commit=_commit(), load=list(os.getloadavg()))
+            append_jsonl(jsonl, rec)
+            print(f"{name} {m} seed {seed} workers {n}: {rec['trials']} trials, hv95 "
+                  f"{rec['hv95']}, best {rec['best']}, {rec['harness_s']:.1f} s", flush=True)
 
 
 def _commit() -> str:
@@ -277,8 +319,14 @@ def _commit() -> str:
 
 # ---------------------------------------------------------------------- the report
 def _at(rec: Mapping[str, Any], key: str) -> float:
+    """The record's compute (or clock) to `key`; one short of it counts at its budget (in
+    compute: all it charged)."""
+    if key.startswith("compute_") and "compute_s" not in rec:
+        key = key.removeprefix("compute_")  # one worker, before compute was recorded
     v = rec.get(key)
-    return float(v) if v is not None else float(rec["budget_s"])
+    if v is not None:
+        return float(v)
+    return float(rec["compute_s"] if key.startswith("compute_") else rec["budget_s"])
 
 
 def ratio(recs: Mapping[tuple[str, int], Mapping[str, Any]], method: str, base: str,
@@ -302,8 +350,13 @@ def _fmt_ratio(r: tuple[float, float, float] | None) -> str:
     return "n/a" if r is None else f"{r[0]:.2f} [{r[1]:.2f}, {r[2]:.2f}]"
 
 
-def report(path: Path = JSONL) -> str:
-    recs = _records(path)
+def report(path: Path = JSONL, tables_dir: Path = HERE / "tables") -> str:
+    """The results file of the replays in `path`: one worker's replays per table and start
+    points, the leave-one-out, the replays at several worker counts, each beside the
+    oracle (a record's, else computed from the table in `tables_dir` when it is there)."""
+    everything = _records(path)
+    oracles = _oracles(everything, tables_dir)
+    recs = [r for r in everything if _workers(r) == 1]
     lines = ["# Search efficiency on the replay tables", "",
              "Written by `benchmarks/replay/compare.py` (its docstring defines the yardstick)"
              f" from `{path.name}`.", ""]
@@ -316,9 +369,15 @@ def report(path: Path = JSONL) -> str:
     for sp in (False, True):
         sub = [r for r in recs if r["start_points"] == sp]
         if sub:
-            lines += _section(sub, sp)
+            lines += _section(sub, sp, oracles)
     lines += _leave_one_out([r for r in recs if not r["start_points"]])
-    lines += [f"![anytime HV]({results_stem(path).name}.png)", "", CAVEATS]
+    for sp in (False, True):
+        sub = [r for r in everything if r["start_points"] == sp]
+        if any(_workers(r) > 1 for r in sub):
+            lines += _workers_section(sub, sp, oracles)
+    lines += [f"![anytime HV]({results_stem(path).name}.png)", ""]
+    if any(r["table"] in TABLES for r in everything):  # notes on the project's own tables
+        lines.append(CAVEATS)
     return "\n".join(lines)
 
 
@@ -335,7 +394,42 @@ def _by_table(recs: Sequence[Mapping[str, Any]]
     return out
 
 
-def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]:
+def _oracles(recs: Sequence[Mapping[str, Any]], tables_dir: Path
+             ) -> dict[str, dict[str, Any] | None]:
+    """Each table's oracle (`Yardstick.oracle`): its records', else its table's."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for r in recs:
+        if r.get("oracle") is not None:
+            out[r["table"]] = r["oracle"]
+    for name in {r["table"] for r in recs} - set(out):
+        base = name.partition(" without ")[0]
+        if (tables_dir / f"{base}.jsonl.gz").exists():
+            table = Table.named(tables_dir, name)
+            out[name] = Yardstick(table).oracle(table)
+        else:
+            out[name] = None
+    return out
+
+
+def _oracle_line(oracle: Mapping[str, Any] | None) -> str:
+    """The oracle's compute to each target, for a table's heading."""
+    if oracle is None:
+        return "oracle: n/a (no table to compute it from)"
+    parts = [f"{k} {v['compute_s']:.1f} CPU s ({len(v['rows'])} "
+             f"row{'s' if len(v['rows']) > 1 else ''})" if v else f"{k} n/a"
+             for k, v in oracle.items()]
+    return ("oracle (the least compute that could reach each target: the cheapest set of "
+            "seed-0 rows at full fidelity, exact; oracle.py): " + ", ".join(parts))
+
+
+def _vs_oracle(mean: float, oracle: Mapping[str, Any] | None, key: str) -> str:
+    """`mean` beside the oracle's compute to `key`: "mean (x oracle)"."""
+    o = (oracle or {}).get(key)
+    return f"{mean:.0f}" if not o else f"{mean:.0f} ({mean / o['compute_s']:.1f}x)"
+
+
+def _section(recs: Sequence[Mapping[str, Any]], start_points: bool,
+             oracles: Mapping[str, Any] | None = None) -> list[str]:
     lines = [f"## Start points {'on' if start_points else 'off'}", ""]
     for table, by in _by_table(recs).items():
         seeds = sorted({s for _, s in by})
@@ -343,11 +437,14 @@ def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]
         first = next(iter(by.values()))
         budget, rows = first["budget_s"], first.get("rows")
         density = f", {rows} rows trained" if rows else ""
+        oracle = (oracles or {}).get(table)
         lines += [f"### {table} ({len(seeds)} seeds, budget {budget:.0f} CPU s{density})", "",
+                  _oracle_line(oracle) + ".", "",
                   "| method | seeds | trials | pruned | repeats | engine s "
-                  "| reached hv90/95/99/best | mean s to hv95 | hv95 vs random-full "
+                  "| reached hv90/95/99/best | mean s to hv95 (x oracle) "
+                  "| mean s to best (x oracle) | hv95 vs random-full "
                   "| hv95 vs random-asha | hv99 vs random-full | best vs random-full |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m in methods:
             rs = [by[(m, s)] for s in seeds if (m, s) in by]
             reached = "/".join(str(sum(r[k] is not None for r in rs))
@@ -357,13 +454,59 @@ def _section(recs: Sequence[Mapping[str, Any]], start_points: bool) -> list[str]
                 f"| {statistics.fmean(r['pruned'] for r in rs):.0f} "
                 f"| {statistics.fmean(r['repeats'] for r in rs):.0f} "
                 f"| {statistics.fmean(r['decision_s'] for r in rs):.1f} | {reached} "
-                f"| {statistics.fmean(_at(r, 'hv95') for r in rs):.0f} "
+                f"| {_vs_oracle(statistics.fmean(_at(r, 'hv95') for r in rs), oracle, 'hv95')} "
+                f"| {_vs_oracle(statistics.fmean(_at(r, 'best') for r in rs), oracle, 'best')} "
                 f"| {_fmt_ratio(ratio(by, m, 'random-full', 'hv95', seeds))} "
                 f"| {_fmt_ratio(ratio(by, m, 'random-asha', 'hv95', seeds))} "
                 f"| {_fmt_ratio(ratio(by, m, 'random-full', 'hv99', seeds))} "
                 f"| {_fmt_ratio(ratio(by, m, 'random-full', 'best', seeds))} |")
         lines.append("")
     return lines
+
+
+def _workers_section(recs: Sequence[Mapping[str, Any]], start_points: bool,
+                     oracles: Mapping[str, Any]) -> list[str]:
+    """Per table and method, each worker count: mean wall-clock (the clock) and compute to
+    hv95 and best, and the ratios to one worker's on the same seeds."""
+    lines = [f"## Workers (start points {'on' if start_points else 'off'})", "",
+             "With N simulated workers the clock is wall-clock; compute is every worker's "
+             "(trials, fixed charges, decisions). Ratios: to the same method with one worker, "
+             "paired by seed (a replay short of a target counts at its budget: wall, or all "
+             "it charged: compute; a one-worker replay recorded before compute was counts "
+             "its clock as compute).", ""]
+    tables: dict[str, dict[tuple[str, int], Mapping[str, Any]]] = {}
+    for r in recs:
+        tables.setdefault(r["table"], {})[(f"{r['method']}@{_workers(r)}", r["seed"])] = r
+    for table, by in tables.items():
+        oracle = oracles.get(table)
+        lines += [f"### {table}", "", _oracle_line(oracle) + ".", "",
+                  "| method | workers | seeds | wall s to hv95 | compute s to hv95 (x oracle) "
+                  "| wall s to best | compute s to best (x oracle) | wall hv95 vs 1 "
+                  "| compute hv95 vs 1 | wall best vs 1 | compute best vs 1 |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        keys = sorted({k for k, _ in by}, key=lambda k: (k.split("@")[0], int(k.split("@")[1])))
+        lines += [_workers_row(by, k, oracle) for k in keys]
+        lines.append("")
+    return lines
+
+
+def _workers_row(by: Mapping[tuple[str, int], Mapping[str, Any]], k: str,
+                 oracle: Mapping[str, Any] | None) -> str:
+    """One method at one worker count (`k` = "METHOD@N") of `_workers_section`."""
+    m, n = k.split("@")
+    seeds = sorted(s for kk, s in by if kk == k)
+    rs = [by[(k, s)] for s in seeds]
+
+    def mean(key: str) -> float:
+        return statistics.fmean(_at(r, key) for r in rs)
+
+    def vs1(key: str) -> str:
+        return _fmt_ratio(ratio(by, k, f"{m}@1", key, seeds))
+
+    return (f"| {m} | {n} | {len(rs)} | {mean('hv95'):.0f} "
+            f"| {_vs_oracle(mean('compute_hv95'), oracle, 'hv95')} | {mean('best'):.0f} "
+            f"| {_vs_oracle(mean('compute_best'), oracle, 'best')} | {vs1('hv95')} "
+            f"| {vs1('compute_hv95')} | {vs1('best')} | {vs1('compute_best')} |")
 
 
 def _shared_seeds(by: Mapping[tuple[str, int], Any], methods: Sequence[str]) -> list[int]:
@@ -522,7 +665,7 @@ def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [r for r in _records(path) if not r["start_points"]]
+    recs = [r for r in _records(path) if not r["start_points"] and _workers(r) == 1]
     by = _by_table(recs)
     fig, axes = plt.subplots(1, len(by), figsize=(4.2 * len(by), 3.4), squeeze=False)
     for ax, (table, rs) in zip(axes[0], by.items(), strict=True):
@@ -552,21 +695,105 @@ def _frac_at(curve: Sequence[Sequence[float]], x: float) -> float:
     return got
 
 
+def _header(path: Path) -> dict[str, Any] | None:
+    """The first record of `path` when it is a table's header."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            first = json.loads(f.readline() or "null")
+    except (OSError, EOFError, ValueError, zlib.error):
+        return None
+    return first if isinstance(first, dict) and first.get("kind") == "table" else None
+
+
+def _same_data(header: Mapping[str, Any], spec: Any) -> bool:
+    """Whether a table was made from `spec`'s data: a file by its sha256, a built-in by
+    name (tables made before `data_identity` name it in `data`), with the same options."""
+    ident = header.get("data_identity")
+    if ident is None:
+        return not spec.is_file and header.get("data") == spec.name
+    mine = data_identity(spec)
+    return ident["sha256"] == mine["sha256"] and ident.get("options") == mine["options"]
+
+
+def _tables_of_data(args: argparse.Namespace) -> list[str]:
+    """The tables `--data` names (those in --tables-dir made from the same bytes and
+    options, or the --tables given, checked); ConfigError when there are none."""
+    from autoembed.errors import ConfigError
+    from autoembed.pipeline.priced_data import given_spec
+
+    spec = given_spec(args.data, args.label, columns(args.categorical), args.text_column)
+    if spec.is_file and not Path(spec.name).is_file():
+        raise ConfigError(f"--data {args.data}: no such file")
+    names = args.tables or sorted(p.name.removesuffix(".jsonl.gz")
+                                  for p in args.tables_dir.glob("*.jsonl.gz"))
+    found = []
+    for name in names:
+        header = _header(args.tables_dir / f"{name}.jsonl.gz")
+        if header is None:
+            continue
+        if args.space is not None and header.get("space") != args.space:
+            continue
+        if _same_data(header, spec):
+            found.append(name)
+        elif args.tables:
+            raise ConfigError(f"--tables {name}: it was not made from --data {args.data} with "
+                              "these options (generate.py names them in its header)")
+    if not found:
+        raise ConfigError(f"--data {args.data}: no table of these data in {args.tables_dir}; "
+                          "make one with generate.py --data (the same options)")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tables", nargs="*", default=list(TABLES))
+    ap.add_argument("--tables", nargs="*", default=None,
+                    help=f"default: {' '.join(TABLES)}; with --data, the tables of those data")
     ap.add_argument("--tables-dir", type=Path, default=HERE / "tables")
+    ap.add_argument("--data", default=None,
+                    help="replay the tables made from these data (a CSV/Parquet file, checked "
+                         "by its sha256, or a built-in name), with the options a search takes")
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--categorical", nargs="+", default=None,
+                    help="--data's id columns (user,item or user item)")
+    ap.add_argument("--text-column", default=None)
+    ap.add_argument("--space", default=None, help="with --data: the tables of this space")
+    ap.add_argument("--workers", nargs="+", type=int, default=[1],
+                    help="simulated workers: each count replays every method and seed")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--seed-from", type=int, default=0, help="first seed (split a run)")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
                     metavar="METHOD")
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
-    ap.add_argument("--jsonl", type=Path, default=JSONL,
+    ap.add_argument("--jsonl", type=Path, default=None,
                     help="append the replays here (one file per process when several run); "
-                         "with --report: report this file (beside it, .md and .png)")
+                         "with --report: report this file (beside it, .md and .png); default "
+                         f"{JSONL.relative_to(HERE.parent.parent)}, with --data "
+                         "TABLES-DIR/replays-TABLE.jsonl.gz")
     args = ap.parse_args(argv)
-    missing = [t for t in args.tables if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
+    if any(n < 1 for n in args.workers):
+        ap.error(f"--workers {' '.join(map(str, args.workers))}: each must be at least 1")
+    if args.data is None:
+        given = [o for o, v in (("--label", args.label), ("--categorical", args.categorical),
+                                ("--text-column", args.text_column), ("--space", args.space))
+                 if v is not None]
+        if given:
+            ap.error(f"{', '.join(given)} describe(s) --data: give --data FILE (or a "
+                     "built-in data name)")
+        args.tables = list(TABLES) if args.tables is None else args.tables
+    else:
+        from autoembed.errors import ConfigError
+
+        try:
+            args.tables = _tables_of_data(args)
+        except ConfigError as e:
+            print(f"compare.py: {e}", file=sys.stderr)
+            return 2
+    if args.jsonl is None:
+        mine = args.data is not None and args.tables
+        args.jsonl = args.tables_dir / f"replays-{args.tables[0]}.jsonl.gz" if mine else JSONL
+    missing = [t for t in args.tables or ()
+               if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
     if args.report and not args.jsonl.exists():
         held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl*"))
         ap.error(f"--jsonl {args.jsonl}: no such file of replays; run the replays first, or "
@@ -585,13 +812,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
         import optuna
 
+        from autoembed.errors import ConfigError
+
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
-            args.start_points, args.jsonl)
-        if args.jsonl != JSONL:
+        try:
+            run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
+                args.start_points, args.jsonl, args.workers, args.data)
+        except ConfigError as e:  # a table of a data file, without the file or with others
+            print(f"compare.py: {e}", file=sys.stderr)
+            return 2
+        if args.jsonl != JSONL and args.data is None:
             return 0  # merged into JSONL and reported by a later --report
     stem = results_stem(args.jsonl)
-    stem.with_suffix(".md").write_text(report(args.jsonl))
+    stem.with_suffix(".md").write_text(report(args.jsonl, args.tables_dir))
     figure(args.jsonl, stem.with_suffix(".png"))
     return 0
 

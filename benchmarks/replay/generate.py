@@ -43,6 +43,14 @@ record is appended as it is made (table.py: one gzip member per record).
     python benchmarks/replay/generate.py --probe 3        # time 3 trials per workload
     python benchmarks/replay/generate.py --workloads default --configs 6 --seeded 2 \\
         --name tiny                                          # a tiny table for tests
+    python benchmarks/replay/generate.py --data FILE --label COL --categorical A,B \\
+        [--space auto] [--configs 100] [--out DIR]           # a table of any data
+
+`--data` takes what `autoembed search --data` takes (a CSV/Parquet file or a built-in name,
+with `--label`, `--categorical`, `--text-column`) and makes one table of it, named `data-`
+and the first 12 hex digits of the data's sha256 (`--name` to choose). The header names the
+data by content, not by path (`data_identity`: the file's sha256 and column options, or a
+built-in's spec and package version, hashed; `table.data_identity`).
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from _common import git_commit, machine  # noqa: E402
-from table import Table, append_record, repair  # noqa: E402
+from table import Table, append_record, columns, data_identity, repair  # noqa: E402
 
 TABLES = HERE / "tables"
 SEARCH_BUDGET = "8GB"  # the README's search budget, every workload
@@ -106,23 +114,68 @@ def load() -> list[float]:
 
 
 # --------------------------------------------------------------------------- workloads
+@dataclass(frozen=True)
+class Source:
+    """What a table is made from, as a search is given it: `--space` and `--data` (a
+    built-in name or a CSV/Parquet file) with the file's column options."""
+
+    space: str | None = "auto"
+    data: str | None = None
+    label: str | None = None
+    categorical: tuple[str, ...] | None = None
+    text_column: str | None = None
+
+    def request(self) -> dict[str, Any]:
+        """`SearchRequest.parse`'s keyword arguments for this source."""
+        return {"space": self.space, "data": self.data, "label": self.label,
+                "categorical": self.categorical, "text_column": self.text_column}
+
+
+def data_label(ident: Mapping[str, Any]) -> str | None:
+    """The header's `data`: a built-in's name (None for synthetic data, as `--data` was
+    not given), a file's `sha256:HEX` (its path is not the table's business)."""
+    if ident["kind"] == "file":
+        return f"sha256:{ident['sha256']}"
+    return None if str(ident["kind"]).startswith("synthetic-") else str(ident["kind"])
+
+
 @dataclass
 class Workload:
     """One table's workload: the search's plan and what the generator adds to it."""
 
     name: str
     plan: Any  # autoembed.pipeline.plan.SearchPlan
+    source: Source = field(default_factory=Source)
 
     @classmethod
-    def build(cls, name: str, runs_dir: Path) -> Workload:
+    def build(cls, name: str, runs_dir: Path, source: Source | None = None) -> Workload:
+        """The search's plan for `source` (a built-in workload's, WORKLOADS, by default)."""
         from autoembed.pipeline.plan import SearchPlan
         from autoembed.pipeline.request import SearchRequest
 
-        w = WORKLOADS[name]
-        req = SearchRequest.parse(SEARCH_BUDGET, space=w["space"], data=w["data"],
+        src = source or Source(**WORKLOADS[name])
+        req = SearchRequest.parse(SEARCH_BUDGET, **src.request(),
                                   study=f"replay-{name}", runs_dir=runs_dir, device="cpu",
                                   seed=0, workers=1, start_points=True)
-        return cls(name, SearchPlan.build(req, {}, note=lambda line: log(f"{name}: {line}")))
+        plan = SearchPlan.build(req, {}, note=lambda line: log(f"{name}: {line}"))
+        return cls(name, plan, src)
+
+    def identity(self) -> dict[str, Any]:
+        return data_identity(self.plan.workload.data.spec)
+
+    def space_text(self) -> str:
+        """The space as the table stores it: a data file named by its content hash (the
+        replay is told the file again: `compare.py --data FILE`)."""
+        import yaml
+
+        text = str(self.space.text)
+        spec = self.plan.workload.data.spec
+        raw = yaml.safe_load(text)
+        if not spec.is_file or not isinstance(raw, dict) or "data" not in raw:
+            return text
+        ident = self.identity()
+        raw["data"] = {**raw["data"], "name": f"sha256-{ident['sha256']}{ident['suffix']}"}
+        return yaml.safe_dump(raw, sort_keys=False)
 
     @property
     def space(self) -> Any:
@@ -213,11 +266,12 @@ class Pricer:
                 "estimate": {k: est[k] for k in ESTIMATE_KEYS if k in est}}
 
 
-def make_rows(w: Workload, configs: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def make_rows(w: Workload, configs: int, pilot_size: int = PILOT
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The table's rows (start points, then sampled configs until `configs` fit its budget)
     and the budget's part of its header."""
     pricer = Pricer(w)
-    pilot = [pricer.sampled() for _ in range(PILOT)]
+    pilot = [pricer.sampled() for _ in range(pilot_size)]
     totals = [r["estimate"]["device_total"] for r in pilot if r["estimate"]]
     budget, why = table_budget(totals, w.plan.budget.bytes)
 
@@ -441,19 +495,29 @@ def log(line: str) -> None:
     print(time.strftime("%H:%M:%S"), line, flush=True)
 
 
-def open_table(name: str, w: Workload, configs: int, out: Path) -> Table:
-    """The table at `out`, created (header and every row) when it does not exist."""
+def open_table(name: str, w: Workload, configs: int, out: Path, pilot: int = PILOT) -> Table:
+    """The table at `out`, created (header and every row) when it does not exist; one made
+    from another workload or other data is refused (ConfigError)."""
+    from autoembed.errors import ConfigError
+
     if out.exists():
         t = Table.of(repair(out), str(out))
         if t.header["workload"] != w.name:
-            raise SystemExit(f"{out} holds workload {t.header['workload']}, not {w.name}")
+            raise ConfigError(f"{out} holds workload {t.header['workload']}, not {w.name}: "
+                              "give --name or --out for a table of its own")
+        held = t.header.get("data_identity", {}).get("sha256")
+        if held is not None and held != w.identity()["sha256"]:
+            raise ConfigError(f"{out} was made from other data (sha256 {held}): give "
+                              "--name or --out for a table of this data")
         return t
     t0 = now()
-    rows, budget = make_rows(w, configs)
+    rows, budget = make_rows(w, configs, pilot)
+    ident, baseline = w.identity(), w.plan.workload.baseline
     header = {
-        "kind": "table", "name": name, "workload": w.name, **WORKLOADS[w.name],
+        "kind": "table", "name": name, "workload": w.name, "space": w.source.space,
+        "data": data_label(ident), "data_identity": ident,
         "search_budget": SEARCH_BUDGET, "search_budget_bytes": w.plan.budget.bytes,
-        "space_source": w.space.source, "space_text": w.space.text,
+        "space_source": w.space.source, "space_text": w.space_text(),
         "objectives": [list(o) for o in w.plan.objective_pairs],
         "run_settings": w.settings(), "threads": THREADS,
         "deviations": [f"threads {THREADS} (the search: trial_threads of its share)",
@@ -461,8 +525,8 @@ def open_table(name: str, w: Workload, configs: int, out: Path) -> Table:
                        "and the test split at every evaluation, timed and taken out"],
         "sample": {"sampler": "optuna RandomSampler", "seed": SAMPLE_SEED,
                    "configs": configs, "start_points": [sp.name for sp in w.plan.start]},
-        "baseline": None if w.plan.baseline is None else w.plan.baseline.to_dict(),
-        "target": w.plan.target, **budget,
+        "baseline": None if baseline is None else baseline.to_dict(),
+        "target": w.plan.workload.target, **budget,
         "train_rows": w.dataset.num_rows("train"),
         "commit": COMMIT, "machine": machine(), "created": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load": load(), "rows_seconds": since(t0),
@@ -502,9 +566,50 @@ def interleave(queues: Mapping[str, list[Any]]) -> Iterator[tuple[str, Any]]:
                 yield k, item
 
 
+def _workloads(a: argparse.Namespace, tmp: Path) -> dict[str, Workload]:
+    """The workloads to tabulate: `--data` (with `--space`, auto by default) or the
+    built-in ones named by `--workloads`; a table made from `--data` is named `--name` or
+    `data-` and the first 12 hex digits of its data's sha256."""
+    if a.data is None:
+        return {n: Workload.build(n, tmp) for n in a.workloads}
+    src = Source(a.space, a.data, a.label, columns(a.categorical), a.text_column)
+    w = Workload.build(a.name or "data", tmp, src)
+    if a.name is None:
+        w.name = f"data-{w.identity()['sha256'][:12]}"
+    return {w.name: w}
+
+
+def _bad_input(a: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
+    """One line and exit 2 for options that do not go together."""
+    if a.data is None:
+        given = [o for o, v in (("--label", a.label), ("--categorical", a.categorical),
+                                ("--text-column", a.text_column), ("--space", a.space))
+                 if v is not None]
+        if given:
+            ap.error(f"{', '.join(given)} describe(s) --data: give --data FILE (or a "
+                     "built-in data name)")
+    elif a.workloads is not None:
+        ap.error(f"--workloads {' '.join(a.workloads)} with --data {a.data}: give one of "
+                 "them (--data makes one table of its own)")
+    if a.configs < 1 or a.pilot < 1:
+        ap.error(f"--configs {a.configs} --pilot {a.pilot}: both must be at least 1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS),
+                    help=f"built-in workloads (default: all of {', '.join(WORKLOADS)})")
+    ap.add_argument("--data", default=None,
+                    help="a CSV/Parquet file or a built-in data name, as `autoembed search "
+                         "--data` takes it: one table of that data")
+    ap.add_argument("--label", default=None, help="--data's label column")
+    ap.add_argument("--categorical", nargs="+", default=None,
+                    help="--data's id columns (user,item or user item)")
+    ap.add_argument("--text-column", default=None, help="--data's text column")
+    ap.add_argument("--space", default=None,
+                    help="with --data: the search space (default: auto, derived from it)")
+    ap.add_argument("--pilot", type=int, default=PILOT,
+                    help="sampled configs priced to choose the table's budget")
     ap.add_argument("--configs", type=int, default=300, help="rows trained per table")
     ap.add_argument("--seeded", type=int, default=SEEDED,
                     help="sampled rows also trained at seeds 1 and 2 (start points always)")
@@ -515,16 +620,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="time this many trials per workload (no table) and estimate the total")
     ap.add_argument("--max-trials", type=int, default=None, help="stop after this many")
     a = ap.parse_args(argv)
+    _bad_input(a, ap)
+    if a.data is None:
+        a.workloads = a.workloads or list(WORKLOADS)
+    elif a.space is None:
+        a.space = "auto"
     import torch
 
+    from autoembed.errors import ConfigError
+
     torch.set_num_threads(THREADS)
-    log(f"replay tables: {a.workloads}, commit {COMMIT}, pid {os.getpid()}, load {load()}")
+    log(f"replay tables: {a.data or a.workloads}, commit {COMMIT}, pid {os.getpid()}, "
+        f"load {load()}")
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
-        ws = {n: Workload.build(n, Path(tmp)) for n in a.workloads}
-        if a.probe:
-            return probe(ws, a.probe, a.configs, a.seeded)
-        tables = {n: open_table(a.name or n, ws[n], a.configs,
-                                a.out / f"{a.name or n}.jsonl.gz") for n in ws}
+        name = a.name if a.data is None else None  # a --data workload is named already
+        try:
+            ws = _workloads(a, Path(tmp))
+            if a.probe:
+                return probe(ws, a.probe, a.configs, a.seeded)
+            tables = {n: open_table(name or n, ws[n], a.configs,
+                                    a.out / f"{name or n}.jsonl.gz", a.pilot) for n in ws}
+        except ConfigError as e:
+            print(f"generate.py: {e}", file=sys.stderr)
+            return 2
         queues = {n: [ts for ts in tasks(t, a.seeded, a.chunk) if ts not in t.trials]
                   for n, t in tables.items()}
         for n, q in queues.items():
@@ -535,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = 0
         for n, (row, seed) in interleave(queues):
             rec = run_one(ws[n], tables[n].rows[row], seed)
-            append_record(a.out / f"{a.name or n}.jsonl.gz", rounded(rec))
+            append_record(a.out / f"{name or n}.jsonl.gz", rounded(rec))
             c = rec.get("cost", {})
             log(f"{n}{SEP}{row}{SEP}{seed} {rec['status']} test {rec.get('test_quality')} "
                 f"cpu {c.get('total_cpu_s', 0):.1f}s (+{c.get('extra_cpu_s', 0):.1f}s extra) "

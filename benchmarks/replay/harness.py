@@ -46,7 +46,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from table import Snapper, Table  # noqa: E402
+from table import Snapper, Table, check_data_file  # noqa: E402
 
 __all__ = ["Costs", "Method", "Replay", "ReplayExecutor", "ReplayResult", "ReplayWorkload",
            "TrialLog", "table_workload"]
@@ -104,6 +104,10 @@ class TrialLog:
     cost: float = 0.0  # seconds of the trial itself (fixed overhead excluded)
     distance: float | None = None  # snapping distance
     repeat: bool = False
+    # compute charged when it ended: every worker's trial seconds so far (running trials up
+    # to now), the fixed charges and every decision (the clock overlaps those a driver makes
+    # while a trial trains; this counts them); with one worker about the clock
+    compute: float = 0.0
 
 
 @dataclass
@@ -121,17 +125,21 @@ class ReplayResult:
     rows: tuple[Any, ...] = ()  # the engine's TrialRows, in trial order (what a pick reads)
 
 
-def table_workload(table: Table) -> Any:
+def table_workload(table: Table, data_file: str | Path | None = None) -> Any:
     """The table's workload for pricing (the search's `BuiltinWorkload` on the table's space
     and data, with its run settings and the baseline the table was made with, so its
-    `target` is the search's)."""
+    `target` is the search's). A table made from a data file prices on `data_file`, the
+    same bytes (`Table.space`)."""
     from autoembed.baselines import Baseline
     from autoembed.pipeline.builtin import BuiltinWorkload
 
+    if table.from_file:
+        check_data_file(table.header, data_file)  # ConfigError: none given, or other bytes
     run = {k: v for k, v in table.header.get("run_settings", {}).items()
            if k not in ("device", "threads")}
     raw = table.header.get("baseline")
-    return BuiltinWorkload.of(table.space(), run=run, given=bool(run.get("fit_to_data")),
+    return BuiltinWorkload.of(table.space(data_file), run=run,
+                              given=bool(run.get("fit_to_data")),
                               baseline=Baseline.from_dict(raw) if raw else None)
 
 
@@ -222,6 +230,7 @@ class ReplayExecutor:
         self.workers = workers
         self.clock = clock  # [now]: shared with the engine's clock function
         self.log: list[TrialLog] = []
+        self._running: dict[int, _Running] = {}
         self.decision_s = 0.0
         self.trial_s = 0.0
         self.overhead_s = 0.0
@@ -254,6 +263,7 @@ class ReplayExecutor:
         self.clock[0] += self.costs.per_search_s
         self.overhead_s += self.costs.per_search_s
         running: dict[int, _Running] = {}
+        self._running = running
         logged = set(engine.rows)
         exhausted = False
         while True:
@@ -309,14 +319,22 @@ class ReplayExecutor:
         quality = row.metrics.get("quality") if status == "complete" else None
         memory = float(self.table.rows[r.row]["estimate"]["allocated_peak"])
         self.log.append(TrialLog(r.number, status, r.start, self.clock[0], r.row, r.seed,
-                                 quality, memory, steps, cost, r.distance, r.repeat))
+                                 quality, memory, steps, cost, r.distance, r.repeat,
+                                 self.compute()))
         logged.add(r.number)
+
+    def compute(self) -> float:
+        """Compute charged so far (TrialLog.compute): trials ended, the running ones up to
+        the clock, the fixed charges and the decisions."""
+        running = sum(max(0.0, self.clock[0] - r.start) for r in self._running.values())
+        return self.decision_s + self.overhead_s + self.trial_s + running
 
     def _log_rejected(self, engine: Any, logged: set[int]) -> None:
         """Proposals the engine rejected (over the budget, invalid) since the last call."""
         for n, row in engine.rows.items():
             if n not in logged and row.status in ("infeasible", "failed"):
-                self.log.append(TrialLog(n, row.status, self.clock[0], self.clock[0]))
+                self.log.append(TrialLog(n, row.status, self.clock[0], self.clock[0],
+                                         compute=self.compute()))
                 logged.add(n)
 
 

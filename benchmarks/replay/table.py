@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_record", "read_records", "repair", "Table", "Snapper"]
+__all__ = ["append_record", "read_records", "repair", "Table", "Snapper", "data_identity",
+           "check_data_file", "columns"]
 
 KINDS = ("table", "row", "trial")
 
@@ -135,14 +136,89 @@ class Table:
         """The training seeds row `row` was trained with."""
         return sorted(s for (r, s) in self.trials if r == row)
 
-    def space(self) -> Any:
-        """The workload's search space, as the table stored it."""
+    def space(self, data_file: str | Path | None = None) -> Any:
+        """The workload's search space, as the table stored it. A table made from a data
+        file names it by content (`data_identity`, `sha256-HEX.csv`): given `data_file`, the
+        space reads it once its sha256 is checked (ConfigError, one line, when the bytes
+        differ); without, its params are right but its data cannot be loaded."""
         import yaml
 
         from autoembed.space import parse_space
 
         text = str(self.header["space_text"])
-        return parse_space(yaml.safe_load(text), str(self.header["space_source"]), text)
+        raw = yaml.safe_load(text)
+        if self.from_file and data_file is not None:
+            path = check_data_file(self.header, data_file)
+            raw["data"] = {**raw["data"], "name": str(path)}
+        return parse_space(raw, str(self.header["space_source"]), text)
+
+    @property
+    def from_file(self) -> bool:
+        """Whether the table was made from a data file (not built-in data)."""
+        return (self.header.get("data_identity") or {}).get("kind") == "file"
+
+
+def columns(given: list[str] | None) -> tuple[str, ...] | None:
+    """`--categorical` as a search takes it (`user,item`) or as words (`user item`)."""
+    if given is None:
+        return None
+    return tuple(c.strip() for g in given for c in g.split(",") if c.strip())
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_identity(spec: Any) -> dict[str, Any]:
+    """The data a table was made from, named by content, not by path: a file's sha256 (of
+    its bytes) with the column options; a built-in's sha256 of its spec and the version of
+    the package that ships it (synthetic data: of its spec alone)."""
+    import hashlib
+    from importlib import metadata
+
+    from autoembed.data.spec import suffix_of
+    from autoembed.pipeline.builtin import DATA_PACKAGES
+
+    options = {k: v for k, v in spec.to_dict().items() if k != "name"}
+    if spec.is_file:
+        digest = file_sha256(Path(spec.name))
+        return {"kind": "file", "sha256": digest, "suffix": suffix_of(spec.name),
+                "options": options}
+    package = DATA_PACKAGES.get(spec.name)
+    version = None
+    if package is not None:
+        try:
+            version = f"{package} {metadata.version(package)}"
+        except metadata.PackageNotFoundError:
+            version = f"{package} (not installed)"
+    ident = {"kind": spec.name, "options": options, "package": version}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+    return {**ident, "sha256": digest}
+
+
+def check_data_file(header: Mapping[str, Any], data_file: str | Path | None) -> Path:
+    """`data_file`, resolved, when its bytes are those the table was made from."""
+    from autoembed.errors import ConfigError
+
+    ident = header["data_identity"]
+    name, digest = header["name"], ident["sha256"]
+    if data_file is None:
+        raise ConfigError(f"table {name} was made from a data file (sha256 {digest}): give "
+                          "it with --data FILE")
+    path = Path(data_file).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"--data {data_file}: no such file")
+    got = file_sha256(path)
+    if got != digest:
+        raise ConfigError(f"--data {data_file}: sha256 {got} is not that of the data table "
+                          f"{name} was made from ({digest}); give that file")
+    return path
 
 
 class Snapper:
