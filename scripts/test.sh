@@ -6,5 +6,8 @@ cd "$(dirname "$0")/.."
 # with TorchRec (AUTOEMBED_TORCHREC=0 leaves it out: its tests then skip with a reason)
 AUTOEMBED_TORCHREC=${AUTOEMBED_TORCHREC:-1} \
   AUTOEMBED_EXTRAS=${AUTOEMBED_EXTRAS:-dev,datasets,team,transformers,docs} bash scripts/setup.sh
-# no path given: pytest runs pyproject.toml's testpaths (tests/)
-exec .venv/bin/python -m pytest "$@"
+# no path given: pytest runs pyproject.toml's testpaths (tests/). Test files run in
+# AUTOEMBED_TEST_WORKERS processes at once (pytest-xdist; default 2, one per core of the CI
+# machine; 0: in this process), each file whole in one of them (--dist loadfile), so a
+# module's set-up (its Ray, its search) is made once.
+exec .venv/bin/python -m pytest -n "${AUTOEMBED_TEST_WORKERS:-2}" --dist loadfile "$@"
