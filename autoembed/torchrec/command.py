@@ -64,7 +64,7 @@ def sharded_for_cli(model: str | None, example: str | None, tables: Path | None,
                           "pkg.module:factory and --example pkg.module:name")
     require()
     factory = load_object(model, "--model")
-    ex = _example(example)
+    ex = _example(example, None)
     topo = RankTopology(world_size=world_size, batch_size=batch_of(ex),
                         compute_device=plan_device,
                         hbm=budget or device_memory or 80 * 10**9,
