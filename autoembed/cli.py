@@ -7,17 +7,21 @@ Exit status (docs/contracts.md#exit-status): 0 done; 1 failure while running; 2 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import json
 import os
 import sys
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
-from autoembed.pipeline.study import DEFAULT_SAMPLER, SAMPLERS
+from autoembed.options import cli_fields, flag_of
+from autoembed.pipeline.options import SearchOptions
 
 __all__ = ["app", "main"]
 
@@ -344,118 +348,53 @@ def ui(
     raise typer.Exit(serve_ui(_dir_arg(runs_dir, "--runs-dir").absolute(), host, port))
 
 
-@app.command("search")
-def search_cmd(
-    budget: str = typer.Option(..., help="Device memory budget: 8GB, 8GiB, 7500MB or 80%."),
-    space: str | None = typer.Option(
-        None, help="Search space YAML, a built-in (default, ctr, text, tiny), or auto: "
-        "derived from --data and the budget (default: auto with real --data, else "
-        "search_spaces/default.yaml, shipped with the package)."),
-    trials: int | None = typer.Option(
-        None, help="Trials that train (over-budget proposals are free); default: the space's, "
-        "or no count when --time-budget is given."),
-    time_budget: float | None = typer.Option(
-        None, help="Seconds after which no new trial starts (running ones finish, each by "
-        "its --trial-time-limit)."),
-    trial_time_limit: float | None = typer.Option(
-        None, "--trial-time-limit", help="Seconds a trial may run; one past it ends as "
-        "timeout and the search goes on (default: derived, stated when the search starts; "
-        "docs/searching.md)."),
-    objectives: str | None = typer.Option(
-        None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
-    sampler: str | None = typer.Option(
-        None, help=f"{DEFAULT_SAMPLER} (default), or one of "
-        f"{', '.join(k for k in SAMPLERS if k != DEFAULT_SAMPLER)}."),
-    seed: int | None = typer.Option(
-        None, help="Seed of the sampler and of every trial's model init and data order "
-        "(a space's base `seed` wins). Default 0."),
-    workers: int | None = typer.Option(
-        None, help="Trials at once (default: one per GPU; on a CPU 1, or one per core "
-        "under --time-budget)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    study: str | None = typer.Option(
-        None, help="Study name (default search-<date>-<time>); letters, digits, _ - ."),
-    resume: bool = typer.Option(False, "--resume", help="Continue --study after a stop."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Where studies and optuna.db live."),
-    ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
-    trial_resources: list[str] | None = typer.Option(
-        None, "--trial-resources", help="Custom Ray resources per trial, NAME=AMOUNT[,...]; "
-        "repeat to alternate trials between them (docs/clusters.md)."),
-    tracking_uri: str | None = typer.Option(
-        None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
-    storage: str | None = typer.Option(
-        None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
-        "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
-    pick: str = typer.Option(
-        "within-noise",
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N."),
-    data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
-    label: str | None = typer.Option(None, help="Label column of --data."),
-    categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),
-    text_column: str | None = typer.Option(None, help="Text column of --data (a text task)."),
-    early_stop: bool | None = typer.Option(
-        None, "--early-stop/--no-early-stop",
-        help="Stop trials that cannot reach the front (default on; docs/searching.md)."),
-    start_points: bool | None = typer.Option(
-        None, "--start-points/--no-start-points",
-        help="Train known-good configs first (default on; not with --sampler grid)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
-    host_budget: str | None = typer.Option(
-        None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
-    repeatable: bool = typer.Option(
-        False, "--repeatable", help="Repeat exactly with the same --seed: one trial at a time, "
-        "and throughput/latency (wall-clock figures) never steer the proposals."),
-    multi_fidelity: bool = typer.Option(
-        False, "--multi-fidelity", help="Stop trials outside the top third at rungs of their "
-        "length (MO-ASHA; default off; docs/searching.md)."),
-    model: str | None = typer.Option(
-        None, help="Your model: pkg.module:build, build(params) -> nn.Module (with --example "
-        "and --train; the current directory is on the import path)."),
-    example: str | None = typer.Option(
-        None, help="pkg.module:example, example(params) -> one batch as the forward takes it."),
-    train: str | None = typer.Option(
-        None, help="pkg.module:train, train(model, params, report): your training loop."),
-    loss: str | None = typer.Option(
-        None, help="With --model: pkg.module:fn, fn(output, example) -> the scalar loss, when "
-        "your forward returns logits (default: the output is the loss, else cross-entropy "
-        "over its last dimension is priced)."),
-    executor: str = typer.Option(
-        "ray", help="ray (default: Ray Tune) or local (one trial at a time in this process, "
-        "for a debugger)."),
-    allow_changed_code: bool = typer.Option(
-        False, "--allow-changed-code", help="--resume although --model/--example/--train's "
-        "module source changed since the study started."),
-) -> None:
+def declared_command(run: Callable[..., None], options: type,
+                     *extra: inspect.Parameter) -> Callable[..., None]:
+    """A typer command whose options are the fields `options` declares for the CLI
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), then
+    `extra` (options of the command line only); it calls `run(**values)` and takes `run`'s
+    docstring as its help."""
+    hints = typing.get_type_hints(options)
+    params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
+    for f in cli_fields(options):
+        meta = f.metadata
+        text = meta["help"]() if callable(meta["help"]) else meta["help"]
+        default = ... if f.default is dataclasses.MISSING else f.default
+        name = flag_of(f).removeprefix("--").replace("-", "_")
+        names[name] = f.name
+        params.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
+            default=typer.Option(default, *meta["flags"], help=text)))
+
+    def command(**values: Any) -> None:
+        run(**{names.get(k, k): v for k, v in values.items()})
+
+    command.__signature__ = inspect.Signature([*params, *extra])  # type: ignore[attr-defined]
+    command.__doc__, command.__name__ = run.__doc__, run.__name__
+    return command
+
+
+def _search(as_json: bool, **options: Any) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config.
     Searches autoembed's own models on data, or your own model and loop (--model, --example,
     --train, with a --space of `embedding:` and `user:` sections)."""
     from autoembed.pipeline import search as run_search
     from autoembed.pipeline.render import SearchProgress, render_result, result_json
 
-    _dir_arg(runs_dir, "--runs-dir")
-    cats = None
-    if categorical is not None:
-        cats = tuple(c.strip() for c in categorical.split(",") if c.strip())
+    _dir_arg(options["runs_dir"], "--runs-dir")
     err = _console(stderr=True)
     with _interrupt_said(), SearchProgress(err, enabled=not as_json) as prog:
-        result = run_search(
-            budget, space, trials=trials, time_budget=time_budget,
-            trial_time_limit=trial_time_limit, objectives=objectives,
-            sampler=sampler, seed=seed, workers=workers, device=device, study=study,
-            resume=resume, runs_dir=runs_dir, ray_address=ray_address,
-            tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
-            pick_rule=pick, data=data, label=label,
-            categorical=cats, text_column=text_column, early_stop=early_stop,
-            start_points=start_points, progress=prog.update, on_recovered=prog.note,
-            host_budget=host_budget, repeatable=repeatable, multi_fidelity=multi_fidelity,
-            model=model, example=example,
-            train=train, loss=loss,
-            executor=executor, allow_changed_code=allow_changed_code,
-        )
+        result = run_search(**options, progress=prog.update, on_recovered=prog.note)
     if as_json:
         print(json.dumps(result_json(result), default=str))
     else:
         render_result(_console(), result)
+
+
+# Every option of `autoembed.search` the CLI takes (pipeline.options), and --json.
+search_cmd = app.command("search")(declared_command(_search, SearchOptions, inspect.Parameter(
+    "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+    default=typer.Option(False, "--json", help="Print one JSON object at the end."))))
 
 
 def _one_line(text: str) -> str:
