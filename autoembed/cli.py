@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
-from autoembed.options import cli_fields, flag_of
+from autoembed.options import cli_fields, flag_of, help_of
 from autoembed.pipeline.options import SearchOptions
 
 __all__ = ["app", "main"]
@@ -358,13 +358,12 @@ def declared_command(run: Callable[..., None], options: type,
     params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
     for f in cli_fields(options):
         meta = f.metadata
-        text = meta["help"]() if callable(meta["help"]) else meta["help"]
         default = ... if f.default is dataclasses.MISSING else f.default
         name = flag_of(f).removeprefix("--").replace("-", "_")
         names[name] = f.name
         params.append(inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
-            default=typer.Option(default, *meta["flags"], help=text)))
+            default=typer.Option(default, *meta["flags"], help=help_of(f))))
 
     def command(**values: Any) -> None:
         run(**{names.get(k, k): v for k, v in values.items()})

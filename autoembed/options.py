@@ -20,26 +20,32 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import MISSING, Field, field, fields
+from pathlib import PurePath
 from typing import Any, ParamSpec, TypeVar
 
 from autoembed.rules import Rule
 
-__all__ = ["option", "check_options", "flag_of", "takes", "cli_fields"]
+__all__ = ["option", "declared", "check_options", "flag_of", "help_of", "keyword_lines", "takes",
+           "cli_fields"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def option(default: Any = MISSING, *, help: str | Callable[[], str], rule: Rule | None = None,
-           flags: tuple[str, ...] = (), cli_type: Any = None, cli: bool = True) -> Any:
-    """A declared option: a dataclass field with `default` (none: required) whose metadata
-    holds its `help` (or a function that words it, called when the CLI is built), its
-    `rule` (None passes where the default is None), its CLI spelling `flags` (typer's param
-    decls, e.g. ``("--pick",)``; default: ``--name-with-dashes``), `cli_type` (what the
-    CLI parses where the field's type is wider, e.g. str for a callable-or-name) and `cli`
-    (False: a keyword of the Python API only)."""
-    meta = {"help": help, "rule": rule, "flags": flags, "cli_type": cli_type, "cli": cli}
-    return field(default=default, metadata=meta)
+def declared(*, help: str | Callable[[], str], rule: Rule | None = None,
+             flags: tuple[str, ...] = (), cli_type: Any = None, cli: bool = True) -> dict[str, Any]:
+    """An option's field metadata: its `help` (or a function that words it, called when
+    the CLI is built), its `rule` (None passes where the default is None), its CLI spelling
+    `flags` (typer's param decls, e.g. ``("--pick",)``; default: ``--name-with-dashes``),
+    `cli_type` (what the CLI parses where the field's type is wider, e.g. str for a
+    callable-or-name) and `cli` (False: a keyword of the Python API only). A required
+    option is ``field(metadata=declared(...))`` (so mypy sees it required)."""
+    return {"help": help, "rule": rule, "flags": flags, "cli_type": cli_type, "cli": cli}
+
+
+def option(default: Any, **meta: Any) -> Any:
+    """An option with a `default`: a dataclass field with `declared(**meta)` metadata."""
+    return field(default=default, metadata=declared(**meta))
 
 
 def flag_of(f: Field[Any]) -> str:
@@ -64,6 +70,26 @@ def cli_fields(options: type) -> list[Field[Any]]:
     return [f for f in fields(options) if "help" in f.metadata and f.metadata.get("cli", True)]
 
 
+def help_of(f: Field[Any]) -> str:
+    """The declared help of option `f` (worded now when declared as a function)."""
+    text = f.metadata.get("help", "")
+    return str(text() if callable(text) else text)
+
+
+def keyword_lines(options: Any) -> list[str]:
+    """The declared options as a docstring's list: one item per keyword, its default and
+    its help."""
+    lines = ["Keywords (with the command line's spelling of each):", ""]
+    for f in fields(options):
+        if "help" not in f.metadata:
+            continue
+        value = str(f.default) if isinstance(f.default, PurePath) else f.default
+        said = ["required" if f.default is MISSING else f"default {value!r}",
+                flag_of(f) if f.metadata.get("cli", True) else "Python only"]
+        lines.append(f"* `{f.name}` ({', '.join(said)}): {help_of(f)}")
+    return ["\n".join(lines)]
+
+
 def takes(options: Callable[P, Any]) -> Callable[[Callable[[Any], R]], Callable[P, R]]:
     """Decorate `f(options_object)` into a function whose signature is the declaration's:
     its arguments build `options(...)` (a wrong keyword is a TypeError, as for any call)
@@ -78,6 +104,7 @@ def takes(options: Callable[P, Any]) -> Callable[[Callable[[Any], R]], Callable[
         sig = inspect.signature(options)
         ret = inspect.signature(f).return_annotation
         call.__signature__ = sig.replace(return_annotation=ret)  # type: ignore[attr-defined]
+        call.__doc__ = "\n\n".join([inspect.cleandoc(f.__doc__ or ""), *keyword_lines(options)])
         return call
 
     return wrap

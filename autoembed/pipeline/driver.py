@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
-from autoembed.options import takes
+from autoembed.options import option, takes
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
@@ -106,9 +106,13 @@ class SearchResult:
 class SearchCall(SearchOptions):
     """`search`'s keywords: the declared options, and the hooks a Python caller may give."""
 
-    tracker: SearchTracker | None = None  # records the search (default: `open_tracker`)
-    progress: Callable[[SearchStatus], None] | None = None  # told after every event
-    on_recovered: Callable[[str], None] | None = None  # told each note, one line
+    tracker: SearchTracker | None = option(
+        None, cli=False, help="Records the search (default: the MLflow store of tracking_uri).")
+    progress: Callable[[SearchStatus], None] | None = option(
+        None, cli=False, help="Called with the search's status after every event.")
+    on_recovered: Callable[[str], None] | None = option(
+        None, cli=False, help="Called with each note (a recovery, the derived space, the time "
+        "limit), one line each.")
 
 
 @takes(SearchCall)

@@ -9,12 +9,12 @@ from the fields below, in this order. Adding an option: one field here, then its
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autoembed.budget import BudgetLike
-from autoembed.options import option
+from autoembed.options import declared, option
 from autoembed.pareto import DEFAULT_PICK
 from autoembed.rules import Integer, Positive
 from autoembed.space import SearchSpace
@@ -39,8 +39,8 @@ def sampler_help() -> str:
 class SearchOptions:
     """A search's options as given (None: not given; the request resolves defaults)."""
 
-    budget: BudgetLike = option(
-        help="Device memory budget: 8GB, 8GiB, 7500MB or 80%.", cli_type=str)
+    budget: BudgetLike = field(metadata=declared(
+        help="Device memory budget: 8GB, 8GiB, 7500MB or 80%.", cli_type=str))
     space: str | Path | SearchSpace | None = option(
         None, cli_type=str, help="Search space YAML, a built-in (default, ctr, text, tiny), or "
         "auto: derived from --data and the budget (default: auto with real --data, else "
