@@ -20,6 +20,7 @@ from typing import Any
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
+from autoembed.estimate_options import EstimateOptions
 from autoembed.options import cli_fields, flag_of, help_of
 from autoembed.pipeline.options import SearchOptions
 
@@ -60,99 +61,43 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
     return path
 
 
-@app.command()
-def estimate(
-    config: Path | None = typer.Option(None, "--config", help="YAML/JSON config file."),
-    budget: str | None = typer.Option(None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%."),
-    method: str = typer.Option(
-        "analytic", help="analytic (microseconds) or traced (one fake step)."
-    ),
-    gpus: int = typer.Option(1, help="GPUs to shard the tables over."),
-    sharding: str = typer.Option("table", help="table or row (with --gpus > 1)."),
-    task: str | None = typer.Option(None, help="ctr or text."),
-    vocab: str | None = typer.Option(None, help="Vocab size, or a comma list (one per table)."),
-    dim: int | None = typer.Option(None, help="Embedding dimension."),
-    batch: int | None = typer.Option(None, help="Batch size."),
-    seq: int | None = typer.Option(None, help="Sequence length (text)."),
-    pooling_factor: float | None = typer.Option(None, help="Ids per sample per table (ctr)."),
-    precision: str | None = typer.Option(
-        None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16."
-    ),
-    serving: str | None = typer.Option(None, help="none, int8 or int4."),
-    optimizer: str | None = typer.Option(None, help="Table optimizer (and dense, where it can)."),
-    dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
-    compression: str | None = typer.Option(
-        None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold."),
-    hash_buckets: str | None = typer.Option(
-        None, help="Buckets for --compression hash: a count, or a share of each table's rows "
-        "in (0, 1)."),
-    qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
-    qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
-    mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
-    robe_size: str | None = typer.Option(
-        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1); "
-        "with --robe-shared, of the one array."),
-    robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
-    robe_shared: bool | None = typer.Option(
-        None, "--robe-shared/--no-robe-shared",
-        help="robe: every robe table reads one array of --robe-size values (a share: of all "
-        "robe tables' values)."),
-    tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
-    hot_share: float | None = typer.Option(
-        None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "
-        "--hash-buckets rows)."),
-    pooling: str | None = typer.Option(None, help="mean, sum or naive."),
-    interaction: str | None = typer.Option(None, help="concat or dot (ctr)."),
-    dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
-    num_classes: int | None = typer.Option(None, help="Classes (text)."),
-    grad_accum: int | None = typer.Option(None, help="Gradient accumulation steps."),
-    checkpointing: bool | None = typer.Option(
-        None, "--checkpointing/--no-checkpointing",
-        help="Gradient checkpointing of the tower (recomputed in backward)."),
-    placement: str | None = typer.Option(None, help="device or host_cached."),
-    cache_load_factor: float | None = typer.Option(
-        None, help="host_cached: share of rows cached on the device, in (0, 1]."),
-    cache_policy: str | None = typer.Option(None, help="host_cached: lru or lfu."),
-    host_budget: str | None = typer.Option(
-        None, help="Host memory for host_cached tables, e.g. 64GB (checked; exit 2 if short)."),
-    reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
-    device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    model: str | None = typer.Option(
-        None, "--model", help="Your own model: pkg.module:factory (cwd on sys.path)."),
-    example: str | None = typer.Option(
-        None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
-    apply_cfg: Path | None = typer.Option(
-        None, "--apply", help="With --model: rewrite its embeddings by this config first."),
-    world_size: int | None = typer.Option(
-        None, "--world-size", help="With --model (TorchRec): price every rank of TorchRec's "
-        "plan on this many ranks, TorchRec's own storage estimate beside."),
-    plan_device: str = typer.Option("cuda", "--plan-device", help="With --world-size: cuda "
-                                    "(GPU ranks) or cpu (DMP over gloo)."),
-    torchrec_tables: Path | None = typer.Option(
-        None, "--tables", help="With --world-size: TorchRec table settings (YAML/JSON list: "
-        "name, optimizer, sharding_type, compute_kernel, ...)."),
-    loss_spec: str | None = typer.Option(
-        None, "--loss", help="With --model whose forward returns logits: the loss, "
-        "pkg.module:fn (output, example) -> scalar (else a stated cross-entropy stand-in)."),
-    user_space: Path | None = typer.Option(
-        None, "--space", help="With --model: a search space; a build(params) / example(params) "
-        "gets its reference values, and its embedding optimizer and precision apply."),
-    suggest: bool = typer.Option(
-        False, "--suggest", help="Also when it fits: the changes the budget leaves room for "
-        "(over the budget they are always printed)."),
-) -> None:
+def declared_command(run: Callable[..., None], options: type,
+                     *extra: inspect.Parameter) -> Callable[..., None]:
+    """A typer command whose options are the fields `options` declares for the CLI
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), then
+    `extra` (options of the command line only); it calls `run(**values)` and takes `run`'s
+    docstring as its help."""
+    hints = typing.get_type_hints(options)
+    params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
+    for f in cli_fields(options):
+        meta = f.metadata
+        default = ... if f.default is dataclasses.MISSING else f.default
+        name = flag_of(f).removeprefix("--").replace("-", "_")
+        names[name] = f.name
+        params.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
+            default=typer.Option(default, *meta["flags"], help=help_of(f))))
+
+    def command(**values: Any) -> None:
+        run(**{names.get(k, k): v for k, v in values.items()})
+
+    command.__signature__ = inspect.Signature([*params, *extra])  # type: ignore[attr-defined]
+    command.__doc__, command.__name__ = run.__doc__, run.__name__
+    return command
+
+
+def _estimate(**options: Any) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
-    options = dict(locals())  # every option, by name (first: no other local yet)
     as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
     if ranks["world_size"] is not None and asked:
         raise ConfigError("--suggest prices changes to a config or a --model on one device; "
                           "drop it with --world-size (each rank is judged on its own)")
     if ranks["world_size"] is not None:  # a TorchRec model per rank: autoembed.torchrec
-        _estimate_ranks(model, example, ranks["torchrec_tables"], ranks["world_size"],
-                        ranks["plan_device"], budget, device_memory, optimizer, as_json)
+        _estimate_ranks(options["model"], options["example"], ranks["torchrec_tables"],
+                        ranks["world_size"], ranks["plan_device"], options["budget"],
+                        options["device_memory"], options["optimizer"], as_json)
         return
     from autoembed.cli_render import does_not_fit, print_estimate
     from autoembed.price import price
@@ -167,6 +112,10 @@ def estimate(
     if over:
         print(does_not_fit(priced, bool(tips)), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
+
+
+# Every option of `autoembed estimate` (estimate_options), as declared.
+estimate = app.command("estimate")(declared_command(_estimate, EstimateOptions))
 
 
 def _estimate_ranks(model: str | None, example: str | None, tables: Path | None,
@@ -346,31 +295,6 @@ def ui(
     from autoembed.tracking.ui import serve_ui
 
     raise typer.Exit(serve_ui(_dir_arg(runs_dir, "--runs-dir").absolute(), host, port))
-
-
-def declared_command(run: Callable[..., None], options: type,
-                     *extra: inspect.Parameter) -> Callable[..., None]:
-    """A typer command whose options are the fields `options` declares for the CLI
-    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), then
-    `extra` (options of the command line only); it calls `run(**values)` and takes `run`'s
-    docstring as its help."""
-    hints = typing.get_type_hints(options)
-    params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
-    for f in cli_fields(options):
-        meta = f.metadata
-        default = ... if f.default is dataclasses.MISSING else f.default
-        name = flag_of(f).removeprefix("--").replace("-", "_")
-        names[name] = f.name
-        params.append(inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
-            default=typer.Option(default, *meta["flags"], help=help_of(f))))
-
-    def command(**values: Any) -> None:
-        run(**{names.get(k, k): v for k, v in values.items()})
-
-    command.__signature__ = inspect.Signature([*params, *extra])  # type: ignore[attr-defined]
-    command.__doc__, command.__name__ = run.__doc__, run.__name__
-    return command
 
 
 def _search(as_json: bool, **options: Any) -> None:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import autoembed
 from autoembed import cli
 from autoembed.errors import ConfigError
+from autoembed.estimate_options import EstimateOptions
 from autoembed.options import option
 from autoembed.pipeline.driver import SearchCall
 from autoembed.pipeline.options import SearchOptions
@@ -91,18 +92,23 @@ def test_autoembed_search_takes_exactly_the_declared_keywords() -> None:
         autoembed.search("8GB", trialz=3)  # type: ignore[call-arg]
 
 
-def test_the_search_command_has_every_declared_cli_option_with_its_help() -> None:
-    command = typer.main.get_command(cli.app).commands["search"]  # type: ignore[attr-defined]
-    shown = {p.name: p for p in command.params}
-    for f in dataclasses.fields(SearchOptions):
-        if not f.metadata["cli"]:
-            assert f.name == "apply"  # the one option of the Python API only
-            continue
+@pytest.mark.parametrize(("command", "options", "cli_only"), [
+    ("search", SearchOptions, 1),  # --json
+    ("estimate", EstimateOptions, 0),
+])
+def test_each_command_has_every_declared_cli_option_with_its_help(
+        command: str, options: type, cli_only: int) -> None:
+    cmd = typer.main.get_command(cli.app).commands[command]  # type: ignore[attr-defined]
+    declared = [f for f in dataclasses.fields(options) if f.metadata["cli"]]
+    for f in declared:
         flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0].split("/")[0]
-        (p,) = [p for p in shown.values() if flag in p.opts]
-        assert p.help and p.help.strip(), f.name
+        (p,) = [p for p in cmd.params if flag in p.opts]
+        assert p.help == f.metadata["help"] or callable(f.metadata["help"]), f.name
         assert p.required == (f.default is dataclasses.MISSING), f.name
-    assert len(shown) == len(dataclasses.fields(SearchOptions)) - 1 + 1  # - apply + --json
+        assert p.default == (None if p.required else f.default), f.name
+    assert len(cmd.params) == len(declared) + cli_only
+    python_only = {f.name for f in dataclasses.fields(options) if not f.metadata["cli"]}
+    assert python_only == ({"apply"} if command == "search" else set())
 
 
 def test_a_comma_list_of_categorical_columns_is_split_in_python_as_on_the_cli(
