@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,11 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
 
 
 def declared_command(run: Callable[..., None], options: type,
-                     *extra: inspect.Parameter) -> Callable[..., None]:
+                     extra: Mapping[str, inspect.Parameter] = {}) -> Callable[..., None]:
     """A typer command whose options are the fields `options` declares for the CLI
-    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), then
-    `extra` (options of the command line only); it calls `run(**values)` and takes `run`'s
-    docstring as its help."""
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), each
+    of `extra` (an option of the command line only) after the field it is keyed by; it
+    calls `run(**values)` and takes `run`'s docstring as its help."""
     hints = typing.get_type_hints(options)
     params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
     for f in cli_fields(options):
@@ -77,11 +77,12 @@ def declared_command(run: Callable[..., None], options: type,
         params.append(inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
             default=typer.Option(default, *meta["flags"], help=help_of(f))))
+        params += [extra[f.name]] if f.name in extra else []
 
     def command(**values: Any) -> None:
         run(**{names.get(k, k): v for k, v in values.items()})
 
-    command.__signature__ = inspect.Signature([*params, *extra])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__, command.__name__ = run.__doc__, run.__name__
     return command
 
@@ -315,9 +316,10 @@ def _search(as_json: bool, **options: Any) -> None:
 
 
 # Every option of `autoembed.search` the CLI takes (pipeline.options), and --json.
-search_cmd = app.command("search")(declared_command(_search, SearchOptions, inspect.Parameter(
-    "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-    default=typer.Option(False, "--json", help="Print one JSON object at the end."))))
+search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
+    "start_points": inspect.Parameter(
+        "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+        default=typer.Option(False, "--json", help="Print one JSON object at the end."))}))
 
 
 def _one_line(text: str) -> str:
