@@ -7,12 +7,15 @@ so `import autoembed` and `autoembed estimate` stay fast.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
 from autoembed.errors import AutoembedError, ConfigError, DataError, UnsupportedError
 from autoembed.memory import MemoryEstimate, estimate
+
+if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.options), seen by mypy too
+    from autoembed.pipeline.driver import search
 
 __version__ = "0.1.0"
 
@@ -57,16 +60,9 @@ _LAZY = {
     "tables": "autoembed.torchrec.public",
     "materialize": "autoembed.user_model.apply",
     "Example": "autoembed.example",
+    # a search (Ray, Optuna and MLflow load only when it runs): every option in its signature
+    "search": "autoembed.pipeline.driver",
 }
-
-
-def search(budget: str | int, space: Any = None, **options: Any) -> Any:
-    """Run a search (`autoembed.pipeline.driver.search`, which documents every option):
-    autoembed's own models on data, or your own `model=`, `example=` and `train=`. Ray,
-    Optuna and MLflow load on first use."""
-    from autoembed.pipeline.driver import search as run
-
-    return run(budget, space, **options)
 
 
 def __getattr__(name: str) -> Any:

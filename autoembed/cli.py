@@ -7,17 +7,22 @@ Exit status (docs/contracts.md#exit-status): 0 done; 1 failure while running; 2 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import json
 import os
 import sys
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
-from autoembed.pipeline.study import DEFAULT_SAMPLER, SAMPLERS
+from autoembed.estimate_options import EstimateOptions
+from autoembed.options import cli_fields, flag_of, help_of
+from autoembed.pipeline.options import SearchOptions
 
 __all__ = ["app", "main"]
 
@@ -56,99 +61,44 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
     return path
 
 
-@app.command()
-def estimate(
-    config: Path | None = typer.Option(None, "--config", help="YAML/JSON config file."),
-    budget: str | None = typer.Option(None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%."),
-    method: str = typer.Option(
-        "analytic", help="analytic (microseconds) or traced (one fake step)."
-    ),
-    gpus: int = typer.Option(1, help="GPUs to shard the tables over."),
-    sharding: str = typer.Option("table", help="table or row (with --gpus > 1)."),
-    task: str | None = typer.Option(None, help="ctr or text."),
-    vocab: str | None = typer.Option(None, help="Vocab size, or a comma list (one per table)."),
-    dim: int | None = typer.Option(None, help="Embedding dimension."),
-    batch: int | None = typer.Option(None, help="Batch size."),
-    seq: int | None = typer.Option(None, help="Sequence length (text)."),
-    pooling_factor: float | None = typer.Option(None, help="Ids per sample per table (ctr)."),
-    precision: str | None = typer.Option(
-        None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16."
-    ),
-    serving: str | None = typer.Option(None, help="none, int8 or int4."),
-    optimizer: str | None = typer.Option(None, help="Table optimizer (and dense, where it can)."),
-    dense_optimizer: str | None = typer.Option(None, help="Dense tower optimizer."),
-    compression: str | None = typer.Option(
-        None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold."),
-    hash_buckets: str | None = typer.Option(
-        None, help="Buckets for --compression hash: a count, or a share of each table's rows "
-        "in (0, 1)."),
-    qr_collisions: int | None = typer.Option(None, help="m for --compression qr."),
-    qr_operation: str | None = typer.Option(None, help="mult, add or concat."),
-    mixed_dim_alpha: float | None = typer.Option(None, help="Power-rule exponent in [0, 1]."),
-    robe_size: str | None = typer.Option(
-        None, help="robe: array values per table (>= 1) or a share of its values in (0, 1); "
-        "with --robe-shared, of the one array."),
-    robe_block: int | None = typer.Option(None, help="robe: block length Z (<= the array)."),
-    robe_shared: bool | None = typer.Option(
-        None, "--robe-shared/--no-robe-shared",
-        help="robe: every robe table reads one array of --robe-size values (a share: of all "
-        "robe tables' values)."),
-    tt_rank: int | None = typer.Option(None, help="tt: tensor-train rank (>= 1)."),
-    hot_share: float | None = typer.Option(
-        None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "
-        "--hash-buckets rows)."),
-    pooling: str | None = typer.Option(None, help="mean, sum or naive."),
-    interaction: str | None = typer.Option(None, help="concat or dot (ctr)."),
-    dense_layers: str | None = typer.Option(None, help="Tower widths, e.g. 256,64."),
-    num_classes: int | None = typer.Option(None, help="Classes (text)."),
-    grad_accum: int | None = typer.Option(None, help="Gradient accumulation steps."),
-    checkpointing: bool | None = typer.Option(
-        None, "--checkpointing/--no-checkpointing",
-        help="Gradient checkpointing of the tower (recomputed in backward)."),
-    placement: str | None = typer.Option(None, help="device or host_cached."),
-    cache_load_factor: float | None = typer.Option(
-        None, help="host_cached: share of rows cached on the device, in (0, 1]."),
-    cache_policy: str | None = typer.Option(None, help="host_cached: lru or lfu."),
-    host_budget: str | None = typer.Option(
-        None, help="Host memory for host_cached tables, e.g. 64GB (checked; exit 2 if short)."),
-    reserve: str = typer.Option("0", help="Bytes for the rest of your model, e.g. 2GB."),
-    device_memory: str | None = typer.Option(None, help="Device memory for a % budget."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    model: str | None = typer.Option(
-        None, "--model", help="Your own model: pkg.module:factory (cwd on sys.path)."),
-    example: str | None = typer.Option(
-        None, "--example", help="With --model: its input, pkg.module:name (value or function)."),
-    apply_cfg: Path | None = typer.Option(
-        None, "--apply", help="With --model: rewrite its embeddings by this config first."),
-    world_size: int | None = typer.Option(
-        None, "--world-size", help="With --model (TorchRec): price every rank of TorchRec's "
-        "plan on this many ranks, TorchRec's own storage estimate beside."),
-    plan_device: str = typer.Option("cuda", "--plan-device", help="With --world-size: cuda "
-                                    "(GPU ranks) or cpu (DMP over gloo)."),
-    torchrec_tables: Path | None = typer.Option(
-        None, "--tables", help="With --world-size: TorchRec table settings (YAML/JSON list: "
-        "name, optimizer, sharding_type, compute_kernel, ...)."),
-    loss_spec: str | None = typer.Option(
-        None, "--loss", help="With --model whose forward returns logits: the loss, "
-        "pkg.module:fn (output, example) -> scalar (else a stated cross-entropy stand-in)."),
-    user_space: Path | None = typer.Option(
-        None, "--space", help="With --model: a search space; a build(params) / example(params) "
-        "gets its reference values, and its embedding optimizer and precision apply."),
-    suggest: bool = typer.Option(
-        False, "--suggest", help="Also when it fits: the changes the budget leaves room for "
-        "(over the budget they are always printed)."),
-) -> None:
+def declared_command(run: Callable[..., None], options: type,
+                     extra: Mapping[str, inspect.Parameter] = {}) -> Callable[..., None]:
+    """A typer command whose options are the fields `options` declares for the CLI
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), each
+    of `extra` (an option of the command line only) after the field it is keyed by; it
+    calls `run(**values)` and takes `run`'s docstring as its help."""
+    hints = typing.get_type_hints(options)
+    params, names = [], {}  # names: the CLI's parameter name (--pick: pick) -> the field's
+    for f in cli_fields(options):
+        meta = f.metadata
+        default = ... if f.default is dataclasses.MISSING else f.default
+        name = flag_of(f).removeprefix("--").replace("-", "_")
+        names[name] = f.name
+        params.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
+            default=typer.Option(default, *meta["flags"], help=help_of(f))))
+        params += [extra[f.name]] if f.name in extra else []
+
+    def command(**values: Any) -> None:
+        run(**{names.get(k, k): v for k, v in values.items()})
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__doc__, command.__name__ = run.__doc__, run.__name__
+    return command
+
+
+def _estimate(**options: Any) -> None:
     """Price a config, or your own model's training step (--model), in bytes (no GPU needed)
     and say whether it fits a budget."""
-    options = dict(locals())  # every option, by name (first: no other local yet)
     as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
     if ranks["world_size"] is not None and asked:
         raise ConfigError("--suggest prices changes to a config or a --model on one device; "
                           "drop it with --world-size (each rank is judged on its own)")
     if ranks["world_size"] is not None:  # a TorchRec model per rank: autoembed.torchrec
-        _estimate_ranks(model, example, ranks["torchrec_tables"], ranks["world_size"],
-                        ranks["plan_device"], budget, device_memory, optimizer, as_json)
+        _estimate_ranks(options["model"], options["example"], ranks["torchrec_tables"],
+                        ranks["world_size"], ranks["plan_device"], options["budget"],
+                        options["device_memory"], options["optimizer"], as_json)
         return
     from autoembed.cli_render import does_not_fit, print_estimate
     from autoembed.price import price
@@ -163,6 +113,10 @@ def estimate(
     if over:
         print(does_not_fit(priced, bool(tips)), file=sys.stderr)
         raise typer.Exit(EXIT_NO_FIT)
+
+
+# Every option of `autoembed estimate` (estimate_options), as declared.
+estimate = app.command("estimate")(declared_command(_estimate, EstimateOptions))
 
 
 def _estimate_ranks(model: str | None, example: str | None, tables: Path | None,
@@ -344,125 +298,28 @@ def ui(
     raise typer.Exit(serve_ui(_dir_arg(runs_dir, "--runs-dir").absolute(), host, port))
 
 
-@app.command("search")
-def search_cmd(
-    budget: str = typer.Option(..., help="Device memory budget: 8GB, 8GiB, 7500MB or 80%."),
-    space: str | None = typer.Option(
-        None, help="Search space YAML, a built-in (default, ctr, text, tiny), or auto: "
-        "derived from --data and the budget (default: auto with real --data, else "
-        "search_spaces/default.yaml, shipped with the package)."),
-    trials: int | None = typer.Option(
-        None, help="Trials that train (over-budget proposals are free); default: the space's, "
-        "or no count when --time-budget is given."),
-    time_budget: float | None = typer.Option(
-        None, help="Seconds after which no new trial starts (running ones finish, each by "
-        "its --trial-time-limit)."),
-    trial_time_limit: float | None = typer.Option(
-        None, "--trial-time-limit", help="Seconds a trial may run; one past it ends as "
-        "timeout and the search goes on (default: derived, stated when the search starts; "
-        "docs/searching.md)."),
-    objectives: str | None = typer.Option(
-        None, help="Comma list of quality, memory, throughput, latency, steps_to_target."),
-    sampler: str | None = typer.Option(
-        None, help=f"{DEFAULT_SAMPLER} (default), or one of "
-        f"{', '.join(k for k in SAMPLERS if k != DEFAULT_SAMPLER)}."),
-    seed: int | None = typer.Option(
-        None, help="Seed of the sampler and of every trial's model init and data order "
-        "(a space's base `seed` wins). Default 0."),
-    workers: int | None = typer.Option(
-        None, help="Trials at once (default: one per GPU; on a CPU 1, or one per core "
-        "under --time-budget)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    study: str | None = typer.Option(
-        None, help="Study name (default search-<date>-<time>); letters, digits, _ - ."),
-    resume: bool = typer.Option(False, "--resume", help="Continue --study after a stop."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Where studies and optuna.db live."),
-    ray_address: str | None = typer.Option(None, help="Join this Ray cluster."),
-    trial_resources: list[str] | None = typer.Option(
-        None, "--trial-resources", help="Custom Ray resources per trial, NAME=AMOUNT[,...]; "
-        "repeat to alternate trials between them (docs/clusters.md)."),
-    tracking_uri: str | None = typer.Option(
-        None, help="MLflow URI (default <runs-dir>/mlflow.db; 'none' to skip)."),
-    storage: str | None = typer.Option(
-        None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
-        "postgresql://user:pw@host/optuna (pip install 'autoembed[team]')."),
-    pick: str = typer.Option(
-        "within-noise",
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N."),
-    data: str | None = typer.Option(None, help="Data name or a CSV/Parquet path."),
-    label: str | None = typer.Option(None, help="Label column of --data."),
-    categorical: str | None = typer.Option(None, help="Comma list of categorical columns."),
-    text_column: str | None = typer.Option(None, help="Text column of --data (a text task)."),
-    early_stop: bool | None = typer.Option(
-        None, "--early-stop/--no-early-stop",
-        help="Stop trials that cannot reach the front (default on; docs/searching.md)."),
-    start_points: bool | None = typer.Option(
-        None, "--start-points/--no-start-points",
-        help="Train known-good configs first (default on; not with --sampler grid)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object at the end."),
-    host_budget: str | None = typer.Option(
-        None, help="Host memory for host_cached tables, e.g. 64GB (over it: infeasible)."),
-    repeatable: bool = typer.Option(
-        False, "--repeatable", help="Repeat exactly with the same --seed: one trial at a time, "
-        "and throughput/latency (wall-clock figures) never steer the proposals."),
-    multi_fidelity: bool = typer.Option(
-        False, "--multi-fidelity", help="Stop trials outside the top third at rungs of their "
-        "length (MO-ASHA; default off; docs/searching.md)."),
-    model: str | None = typer.Option(
-        None, help="Your model: pkg.module:build, build(params) -> nn.Module (with --example "
-        "and --train; the current directory is on the import path)."),
-    example: str | None = typer.Option(
-        None, help="pkg.module:example, example(params) -> one batch as the forward takes it."),
-    train: str | None = typer.Option(
-        None, help="pkg.module:train, train(model, params, report): your training loop."),
-    loss: str | None = typer.Option(
-        None, help="With --model: pkg.module:fn, fn(output, example) -> the scalar loss, when "
-        "your forward returns logits (default: the output is the loss, else cross-entropy "
-        "over its last dimension is priced)."),
-    executor: str = typer.Option(
-        "ray", help="ray (default: Ray Tune) or local (one trial at a time in this process, "
-        "for a debugger)."),
-    allow_changed_code: bool = typer.Option(
-        False, "--allow-changed-code", help="--resume although --model/--example/--train's "
-        "module source changed since the study started."),
-    reference: bool = typer.Option(
-        True, "--reference/--no-reference", help="With --model: train your model as written "
-        "(nothing applied) first, as trial 0 (default on)."),
-    enqueue: Path | None = typer.Option(
-        None, "--enqueue", help="With --model: a YAML list of param dicts (e.g. "
-        "- {dim: 64, lr: 0.01}) trained first, in order."),
-) -> None:
+def _search(as_json: bool, **options: Any) -> None:
     """Search configs that fit a memory budget; write the Pareto front and the best config.
     Searches autoembed's own models on data, or your own model and loop (--model, --example,
     --train, with a --space of `embedding:` and `user:` sections)."""
     from autoembed.pipeline import search as run_search
     from autoembed.pipeline.render import SearchProgress, render_result, result_json
 
-    _dir_arg(runs_dir, "--runs-dir")
-    cats = None
-    if categorical is not None:
-        cats = tuple(c.strip() for c in categorical.split(",") if c.strip())
+    _dir_arg(options["runs_dir"], "--runs-dir")
     err = _console(stderr=True)
     with _interrupt_said(), SearchProgress(err, enabled=not as_json) as prog:
-        result = run_search(
-            budget, space, trials=trials, time_budget=time_budget,
-            trial_time_limit=trial_time_limit, objectives=objectives,
-            sampler=sampler, seed=seed, workers=workers, device=device, study=study,
-            resume=resume, runs_dir=runs_dir, ray_address=ray_address,
-            tracking_uri=tracking_uri, storage=storage, trial_resources=trial_resources,
-            pick_rule=pick, data=data, label=label,
-            categorical=cats, text_column=text_column, early_stop=early_stop,
-            start_points=start_points, progress=prog.update, on_recovered=prog.note,
-            host_budget=host_budget, repeatable=repeatable, multi_fidelity=multi_fidelity,
-            model=model, example=example,
-            train=train, loss=loss,
-            executor=executor, allow_changed_code=allow_changed_code,
-            reference=reference, enqueue=enqueue,
-        )
+        result = run_search(**options, progress=prog.update, on_recovered=prog.note)
     if as_json:
         print(json.dumps(result_json(result), default=str))
     else:
         render_result(_console(), result)
+
+
+# Every option of `autoembed.search` the CLI takes (pipeline.options), and --json.
+search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
+    "start_points": inspect.Parameter(
+        "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+        default=typer.Option(False, "--json", help="Print one JSON object at the end."))}))
 
 
 def _one_line(text: str) -> str:

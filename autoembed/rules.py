@@ -22,6 +22,7 @@ __all__ = [
     "OneOf",
     "Integer",
     "Interval",
+    "Positive",
     "CountOrShare",
     "Flag",
     "config_error",
@@ -107,10 +108,12 @@ class Flag(OneOf):
 
 @dataclass(frozen=True)
 class Integer(Rule):
-    """An integer >= `minimum`, and <= `maximum` when given (bools are not integers here)."""
+    """An integer >= `minimum`, and <= `maximum` when given (bools are not integers here);
+    `note` follows the default wording."""
 
     minimum: int
     maximum: int | None = None
+    note: str = ""
     kind = "int"
 
     def ok(self, value: Any) -> bool:
@@ -120,8 +123,10 @@ class Integer(Rule):
     @property
     def text(self) -> str:
         if self.maximum is not None:
-            return f"must be an integer in {self.minimum}..{self.maximum}"
-        return f"must be an integer >= {self.minimum}"
+            text = f"must be an integer in {self.minimum}..{self.maximum}"
+        else:
+            text = f"must be an integer >= {self.minimum}"
+        return f"{text} {self.note}" if self.note else text
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,27 @@ class Interval(Rule):
     @property
     def text(self) -> str:
         return f"must be a number in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+
+
+@dataclass(frozen=True)
+class Positive(Rule):
+    """A number > 0 (an integer with `integer`; bools are not numbers here). Its message
+    keeps the shape a search's counts always had: "NAME VALUE: must be ... > 0"."""
+
+    integer: bool = True
+
+    def ok(self, value: Any) -> bool:
+        kinds = (int,) if self.integer else (int, float)
+        return isinstance(value, kinds) and not isinstance(value, bool) and value > 0
+
+    @property
+    def text(self) -> str:
+        return f"must be {'an integer ' if self.integer else ''}> 0"
+
+    def check_argument(self, name: str, value: Any,
+                       error: type[ConfigError] = ConfigError) -> None:
+        if not self.ok(value):
+            raise error(f"{name} {value!r}: {self.text}")
 
 
 @dataclass(frozen=True)

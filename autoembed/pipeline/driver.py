@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
+from autoembed.options import option, takes
 from autoembed.pareto import DEFAULT_PICK, Pick
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import Queued, SearchEngine, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
+from autoembed.pipeline.options import SearchOptions
 from autoembed.pipeline.plan import (
     DEFAULT_EARLY_STOP,
     NothingFitsError,
@@ -47,13 +49,14 @@ from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
 from autoembed.pipeline.scheduler import AshaScheduler
-from autoembed.space import Objective, SearchSpace
+from autoembed.space import Objective
 
 if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
-__all__ = ["search", "run_search", "SearchResult", "NothingFitsError", "SearchFailedError",
-           "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP", "trial_threads", "MAX_SEED"]
+__all__ = ["search", "SearchCall", "run_search", "SearchResult", "NothingFitsError",
+           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP",
+           "trial_threads", "MAX_SEED"]
 
 DEFAULT_SPACE = "default"
 INTERRUPTED = "interrupted: the driver stopped while this trial ran"
@@ -100,15 +103,21 @@ class SearchResult:
         render_result(console, self)
 
 
-def search(
-    budget: str | int,
-    space: str | Path | SearchSpace | None = None,
-    *,
-    tracker: SearchTracker | None = None,
-    progress: Callable[[SearchStatus], None] | None = None,
-    on_recovered: Callable[[str], None] | None = None,
-    **options: Any,
-) -> SearchResult:
+@dataclass(frozen=True, kw_only=True)
+class SearchCall(SearchOptions):
+    """`search`'s keywords: the declared options, and the hooks a Python caller may give."""
+
+    tracker: SearchTracker | None = option(
+        None, cli=False, help="Records the search (default: the MLflow store of tracking_uri).")
+    progress: Callable[[SearchStatus], None] | None = option(
+        None, cli=False, help="Called with the search's status after every event.")
+    on_recovered: Callable[[str], None] | None = option(
+        None, cli=False, help="Called with each note (a recovery, the derived space, the time "
+        "limit), one line each.")
+
+
+@takes(SearchCall)
+def search(call: SearchCall) -> SearchResult:
     """Search `space` for configs that fit `budget` ("8GB", "7.5GiB", or bytes) and are
     Pareto-best on its objectives; write `<runs_dir>/<study>/` and return the result.
 
@@ -122,36 +131,13 @@ def search(
     `result.extra` holds the baseline fitted on real data and the
     pick's measured noise (`baseline`, `noise`; also in pareto.json).
 
-    Options (keywords, checked by `SearchRequest.parse`; anything else is a TypeError):
-    study, runs_dir (default "runs"), device (auto, cpu, cuda), ray_address and
-    tracking_uri as the CLI's options of those names;
-    trials: trained trials (proposals over budget are free and not counted; default: the
-    space's `trials`); time_budget: seconds after which no new trial starts; objectives:
-    names (default: the space's); sampler: tpe-mix (default), tpe, nsga2, random or grid; seed:
-    sampler seed (default 0); workers: trials at once (default 1 on CPU, one per GPU);
-    resume: continue `study` after Ctrl-C or a crash (trials left running are failed and
-    re-queued once); repeatable: one trial at a time, and nothing measured in wall-clock
-    time (throughput, latency) steers proposals or early stops, so the same seed trains the
-    same trials again; multi_fidelity: MO-ASHA stops trials outside the top third of a rung
-    (shares of each trial's length; `pipeline.scheduler`; default off); pick_rule: a rule
-    of pareto.PICK_RULES (default within-noise);
-    data/label/categorical/text_column: train on other data; early_stop: stop trials that
-    cannot reach the front (default on: DEFAULT_EARLY_STOP; your own loop: when its space
-    says `early_stop:`); host_budget: host memory for host_cached tables ("64GB" or bytes;
-    proposals whose host_bytes exceed it are infeasible); start_points: train the space's
-    known-good configs first (`space.start`; default on in a new study, off in one started
-    before there were start points; never with grid). storage: the Optuna storage URL
-    (default `<runs_dir>/optuna.db`; e.g. postgresql://user:pw@host/optuna for a team);
-    trial_resources: Ray custom resources each trial asks for,
-    "name=amount[,name=amount]"; several alternate, trial by trial (README, "Running on a
-    cluster"). executor: how trials run: "ray" (default: Ray Tune), "local" (one by one in
-    this process, `InProcessExecutor`), or an Executor object; allow_changed_code: resume
-    although your functions' module source changed; reference (default True): your model as
-    `build` returns it, nothing applied, is trained first (trial 0); enqueue: a list of param
-    dicts (or a YAML file of one) trained next, checked against the space.
+    Every keyword is an option of `autoembed search` (`SearchOptions` declares each, its
+    default and rule; `pick_rule` is --pick); bad values raise ConfigError before anything
+    starts, an unknown keyword a TypeError.
     """
-    request = SearchRequest.parse(budget, space, **options)
-    return run_search(request, tracker=tracker, progress=progress, on_recovered=on_recovered)
+    request = SearchRequest.of(call)
+    return run_search(request, tracker=call.tracker, progress=call.progress,
+                      on_recovered=call.on_recovered)
 
 
 def run_search(

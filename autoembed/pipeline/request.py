@@ -1,11 +1,12 @@
 """`SearchRequest`: every argument of a search, checked once, before anything is made.
 
-`SearchRequest.parse(...)` takes what `autoembed.search(...)` and `autoembed search` take,
-for either workload (autoembed's own models on data; or the user's `model`, `example` and
-`train`, given together), and raises `ConfigError` (one line naming the value and the fix)
-for bad input: an option that has no meaning for the workload asked for is refused, never
-ignored (`USER_REFUSED`). The request holds what the user gave; settings a resumed study
-stored are merged in `pipeline.plan` (one place: `SearchPlan.build`).
+`SearchRequest.parse(...)` takes what `autoembed.search(...)` and `autoembed search` take
+(`SearchOptions` declares each option and its rule), for either workload (autoembed's own
+models on data; or the user's `model`, `example` and `train`, given together), and raises
+`ConfigError` (one line naming the value and the fix) for bad input: an option that has
+no meaning for the workload asked for is refused, never ignored (`USER_REFUSED`). The
+request holds what the user gave; settings a resumed study stored are merged in
+`pipeline.plan` (one place: `SearchPlan.build`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.budget import Budget, BudgetLike, MemoryBudget
 from autoembed.errors import ConfigError
+from autoembed.options import check_options
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
+from autoembed.pipeline.options import MAX_SEED, SearchOptions
 from autoembed.pipeline.study import check_sampler, check_study_name
 from autoembed.space import OBJECTIVES, SearchSpace, check_objective, load_space
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
@@ -29,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["SearchRequest", "DEVICES", "MAX_SEED", "EXECUTORS", "USER_REFUSED"]
 
 DEVICES = ("auto", "cpu", "cuda")
-MAX_SEED = 2**32 - 1  # Optuna's samplers seed numpy's RandomState, which takes 0..2**32 - 1
 EXECUTORS = ("ray", "local")  # Ray Tune (default); or one trial at a time in this process
 # Options of a search of autoembed's own models that a search over the user's model does not
 # take (the model, data and loop are the user's), and why: refused in one line.
@@ -45,7 +47,8 @@ USER_REFUSED = {
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A search as asked for (None: not given; see `search.driver.search` for each field)."""
+    """A search as asked for, checked (None: not given; `SearchOptions` says what each
+    option means)."""
 
     budget: Budget
     study: str
@@ -98,103 +101,63 @@ class SearchRequest:
         return "builtin" if self.code is None else "user"
 
     @classmethod
-    def parse(
-        cls,
-        budget: BudgetLike,
-        space: str | Path | SearchSpace | None = None,
-        *,
-        trials: int | None = None,
-        time_budget: float | None = None,
-        trial_time_limit: float | None = None,
-        objectives: str | Sequence[str] | None = None,
-        sampler: str | None = None,
-        seed: int | None = None,
-        workers: int | None = None,
-        device: str = "auto",
-        study: str | None = None,
-        resume: bool = False,
-        runs_dir: str | Path = "runs",
-        ray_address: str | None = None,
-        tracking_uri: str | None = None,
-        storage: str | None = None,
-        trial_resources: Sequence[str] | None = None,
-        pick_rule: str = DEFAULT_PICK,
-        data: str | None = None,
-        label: str | None = None,
-        categorical: Sequence[str] | None = None,
-        text_column: str | None = None,
-        early_stop: bool | None = None,
-        host_budget: BudgetLike | None = None,
-        start_points: bool | None = None,
-        repeatable: bool = False,
-        multi_fidelity: bool = False,
-        model: Any = None,
-        example: Any = None,
-        train: Any = None,
-        loss: Any = None,
-        executor: Any = None,
-        allow_changed_code: bool = False,
-        apply: Any = None,
-        reference: bool = True,
-        enqueue: str | Path | Sequence[Mapping[str, Any]] | None = None,
-    ) -> SearchRequest:
-        """Check every argument; the first bad one raises ConfigError."""
-        code = _user_code(model, example, train, loss, apply, {
-            "data": data, "label": label, "categorical": categorical,
-            "text_column": text_column, "host_budget": host_budget,
-            "start_points": start_points or None})
-        if code is None and (enqueue is not None or not reference):
-            flag = "--enqueue" if enqueue is not None else "--no-reference"
+    def parse(cls, budget: BudgetLike, space: str | Path | SearchSpace | None = None,
+              **options: Any) -> SearchRequest:
+        """The request of `SearchOptions(budget, space, **options)` (`of`); a keyword that
+        is not declared there is a TypeError."""
+        return cls.of(SearchOptions(budget, space, **options))
+
+    @classmethod
+    def of(cls, o: SearchOptions) -> SearchRequest:
+        """Check every option, each against its declared rule, then how they combine; the
+        first bad one raises ConfigError."""
+        check_options(o)
+        code = _user_code(o.model, o.example, o.train, o.loss, o.apply, {
+            "data": o.data, "label": o.label, "categorical": o.categorical,
+            "text_column": o.text_column, "host_budget": o.host_budget,
+            "start_points": o.start_points or None})
+        if code is None and (o.enqueue is not None or not o.reference):
+            flag = "--enqueue" if o.enqueue is not None else "--no-reference"
             raise ConfigError(f"{flag} applies to a search over your own model (--model, "
                               "--example, --train): remove it")
-        queue = None if enqueue is None else _enqueue(enqueue)
-        kind, executor_obj = _executor(executor)
+        queue = None if o.enqueue is None else _enqueue(o.enqueue)
+        kind, executor_obj = _executor(o.executor)
+        space = o.space
         space_arg = None if space is None or isinstance(space, SearchSpace) else str(space)
-        space = _space(space, "builtin" if code is None else "user", resume)
-        name = study if study is not None else _default_study()
+        space = _space(space, "builtin" if code is None else "user", o.resume)
+        name = o.study if o.study is not None else _default_study()
         check_study_name(name)
-        if resume and study is None:
+        if o.resume and o.study is None:
             raise ConfigError("--resume needs --study NAME (the study to continue)")
-        pick = parse_pick(pick_rule)
-        if sampler is not None:
-            check_sampler(sampler)
-        _positive("--trials", trials)
-        _positive("--workers", workers)
-        _positive("--time-budget", time_budget, integer=False)
-        if trial_time_limit is not None:
-            from autoembed.space.model import TRIAL_TIME_LIMIT
-
-            TRIAL_TIME_LIMIT.check_argument("--trial-time-limit", trial_time_limit)
-        if repeatable and (workers or 1) > 1:
-            raise ConfigError(f"--repeatable runs one trial at a time: drop --workers {workers}")
-        if repeatable and time_budget is not None:
+        pick = parse_pick(o.pick_rule)
+        if o.sampler is not None:
+            check_sampler(o.sampler)
+        if o.repeatable and (o.workers or 1) > 1:
+            raise ConfigError(f"--repeatable runs one trial at a time: drop --workers {o.workers}")
+        if o.repeatable and o.time_budget is not None:
             raise ConfigError("--repeatable with --time-budget: when the time runs out depends "
                               "on the machine; give --trials instead")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not 0 <= seed <= MAX_SEED):
-            raise ConfigError(
-                f"--seed {seed!r}: must be an integer in 0..{MAX_SEED} (2**32 - 1)")
-        dev = _device(device)
-        memory = MemoryBudget.of(budget, host_budget)
+        dev = _device(o.device)
+        memory = MemoryBudget.of(o.budget, o.host_budget)
         bud, host = memory.device, memory.host
-        objs = _objectives(objectives)
+        objs = _objectives(o.objectives)
         from autoembed.pipeline.resources import parse_trial_resources
 
-        custom = parse_trial_resources(trial_resources or ())
+        custom = parse_trial_resources(o.trial_resources or ())
+        limit = o.trial_time_limit
         return cls(
-            budget=bud, study=name, runs_dir=Path(runs_dir).expanduser().resolve(), device=dev,
-            space=space, trials=trials, time_budget=time_budget,
-            trial_time_limit=None if trial_time_limit is None else float(trial_time_limit),
-            objectives=objs,
-            sampler=sampler, seed=seed, workers=workers, resume=resume,
-            ray_address=ray_address, tracking_uri=tracking_uri, storage=storage,
-            trial_resources=custom, pick=pick, data=data, label=label,
-            categorical=tuple(categorical) if categorical is not None else None,
-            text_column=text_column, early_stop=early_stop, host_budget=host,
-            start_points=start_points, code=code, executor_kind=kind, executor=executor_obj,
-            allow_changed_code=bool(allow_changed_code), space_arg=space_arg,
-            repeatable=bool(repeatable), multi_fidelity=bool(multi_fidelity),
-            reference=bool(reference), enqueue=queue,
+            budget=bud, study=name, runs_dir=Path(o.runs_dir).expanduser().resolve(),
+            device=dev, space=space, trials=o.trials, time_budget=o.time_budget,
+            trial_time_limit=None if limit is None else float(limit), objectives=objs,
+            sampler=o.sampler, seed=o.seed, workers=o.workers, resume=o.resume,
+            ray_address=o.ray_address, tracking_uri=o.tracking_uri, storage=o.storage,
+            trial_resources=custom, pick=pick, data=o.data, label=o.label,
+            categorical=_names(o.categorical), text_column=o.text_column,
+            early_stop=o.early_stop, host_budget=host, start_points=o.start_points, code=code,
+            executor_kind=kind, executor=executor_obj,
+            allow_changed_code=bool(o.allow_changed_code), space_arg=space_arg,
+            repeatable=bool(o.repeatable), multi_fidelity=bool(o.multi_fidelity),
+            reference=bool(o.reference), enqueue=queue,
         )
 
 
@@ -273,12 +236,11 @@ def _default_study() -> str:
     return "search-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def _positive(name: str, value: float | None, integer: bool = True) -> None:
-    if value is None:
-        return
-    bad = isinstance(value, bool) or (integer and not isinstance(value, int)) or not value > 0
-    if bad:
-        raise ConfigError(f"{name} {value!r}: must be {'an integer ' if integer else ''}> 0")
+def _names(names: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """Column names: a comma list (as the CLI gives them) or a sequence."""
+    if isinstance(names, str):
+        return tuple(c.strip() for c in names.split(",") if c.strip())
+    return tuple(names) if names is not None else None
 
 
 def _device(device: str) -> str:
