@@ -20,6 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import autoembed
 import autoembed.nn
@@ -230,6 +231,15 @@ def test_layers_take_torch_init_functions_and_moments() -> None:
     x = composed(layer, torch.arange(2000), False)
     assert abs(float(x.mean()) - 0.5) <= Z * 0.1 / math.sqrt(1000 * 16)
     assert abs(float(x.std()) / 0.1 - 1.0) <= std_tolerance(1000 * 16)
+    with torch.device("meta"):  # the moments from a CPU scratch table; materialize draws
+        meta = nn.ModuleDict({"t": autoembed.nn.Embedding(
+            2000, 16, compression="hash", hash_buckets=1000, init=nn.init.xavier_uniform_)})
+    autoembed.materialize(meta)
+    std = float(composed(meta["t"], torch.arange(2000), False).std())
+    assert abs(std / (bound / math.sqrt(3.0)) - 1.0) <= std_tolerance(1000 * 16)
+    with FakeTensorMode():  # a priced trace builds it without measuring anything
+        autoembed.nn.Embedding(2000, 16, compression="hash", hash_buckets=1000,
+                               init=nn.init.xavier_uniform_)
     for bad in ({"init": (0.0, 1.0), "_weight": torch.zeros(5, 2)}, {"init": "normal"},
                 {"init": (0.0, -1.0)}):
         with pytest.raises(ConfigError) as e:
