@@ -1,10 +1,12 @@
-"""Shared test settings: hypothesis is deterministic and deadline-free on 2 slow cores; what
-tests ask to show (tests/_report.py) is printed at the end, also when pytest-xdist runs the
-files in worker processes (scripts/test.sh: `-n 2 --dist loadfile`)."""
+"""Shared test settings: hypothesis is deterministic and deadline-free on 2 slow cores; the
+`one_thread` fixture for tests of tiny tensors; what tests ask to show (tests/_report.py) is
+printed at the end, also when pytest-xdist runs the files in worker processes
+(scripts/test.sh: `-n 2 --dist loadfile`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +16,17 @@ settings.register_profile("ci", deadline=None, derandomize=True, max_examples=60
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _SECTIONS_KEY = "autoembed_report_sections"
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread is faster than two (and fair on a shared CPU)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -36,7 +36,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
             f"{source}: unknown key '{k}'{did_you_mean(k, sorted(_CONFIG_KEYS))}; "
             f"valid keys: {', '.join(sorted(_CONFIG_KEYS))}"
         )
-    kw: dict[str, Any] = dict(raw)
+    kw: dict[str, Any] = _with_dims(raw, table_dims)
     if "tables" in kw:
         tables = kw["tables"]
         if not isinstance(tables, list) or not tables:
@@ -54,7 +54,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
                 )
             if "name" not in t or "vocab_size" not in t:
                 raise ConfigError(f"{source}: 'tables[{i}]' needs 'name' and 'vocab_size'")
-            built.append(TableConfig(**_dim_of(t, raw, table_dims)))
+            built.append(TableConfig(**t))
         kw["tables"] = tuple(built)
     if "dense_layers" in kw:
         dl = kw["dense_layers"]
@@ -69,13 +69,23 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
         raise ConfigError(f"{source}: {e}") from None
 
 
-def _dim_of(t: Mapping[str, Any], raw: Mapping[str, Any],
-            table_dims: Mapping[str, int] | None) -> Mapping[str, Any]:
-    """Table entry `t` with its dim from `table_dims` when none is given (`config_from_dict`)."""
-    mixed = "mixed_dim" in (t.get("compression"), raw.get("compression"))
-    if not table_dims or "dim" in t or "dim" in raw or mixed or t["name"] not in table_dims:
-        return t
-    return {**t, "dim": table_dims[t["name"]]}
+def _with_dims(raw: Mapping[str, Any], table_dims: Mapping[str, int] | None) -> dict[str, Any]:
+    """`raw` with the dims `table_dims` gives to tables that have none when the config has
+    none (`config_from_dict`): the config's dim when they share one, else each table's."""
+    kw = dict(raw)
+    tables = kw.get("tables")
+    if not table_dims or "dim" in kw or not isinstance(tables, list):
+        return kw
+    open_ = [t for t in tables if isinstance(t, Mapping) and "dim" not in t
+             and t.get("name") in table_dims and "mixed_dim" not in (
+                 t.get("compression"), kw.get("compression"))]
+    dims = {table_dims[t["name"]] for t in open_}
+    if len(dims) == 1 and len(open_) == len(tables):
+        kw["dim"] = dims.pop()
+    elif dims:
+        kw["tables"] = [{**t, "dim": table_dims[t["name"]]} if t in open_ else t
+                        for t in tables]
+    return kw
 
 
 def safe_load_yaml(text: str, source: str, kind: str = "config") -> Any:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.errors import ConfigError
 
@@ -56,11 +57,14 @@ def table_moments(weight: torch.Tensor, padding_idx: int | None = None) -> tuple
 def init_moments(init: Any, num: int, dim: int, padding_idx: int | None) -> tuple[float, float]:
     """The (mean, std) a layer's `init` asks for: None torch's (0, 1); a (mean, std) pair as
     given (std >= 0, both finite); a torch init function (``nn.init.xavier_uniform_``) the
-    moments of the [num, dim] table it draws (on a CPU scratch table, freed after)."""
+    moments of the [num, dim] table it draws (on a CPU scratch table, freed after; under
+    fake tensors, a priced trace, torch's)."""
     if init is None:
         return DEFAULT
     if callable(init):
-        scratch = torch.empty(num, dim)
+        scratch = torch.empty(num, dim, device="cpu")
+        if is_fake(scratch):  # a priced trace: nothing is drawn, so nothing to measure
+            return DEFAULT
         call_init(init, scratch)
         return table_moments(scratch, padding_idx)
     try:

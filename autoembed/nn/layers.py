@@ -202,7 +202,9 @@ class _Layer(nn.Module):
 
 class Embedding(_Layer):
     """torch.nn.Embedding (`input` -> [*input.shape, D]) over a compressed table; torch's
-    options as the module docstring says."""
+    options as the module docstring says. Rows start with N(0, 1) entries under every
+    compression (the composed rows), or as ``init`` says: a (mean, std) pair or a torch
+    init function."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  max_norm: float | None = None, norm_type: float = 2.0,
@@ -232,7 +234,7 @@ class Embedding(_Layer):
 class EmbeddingBag(_Layer):
     """torch.nn.EmbeddingBag (`input` 2-D [B, L], one bag a row, or 1-D with `offsets`;
     `per_sample_weights` in mode sum) over a compressed table; torch's options as the module
-    docstring says."""
+    docstring says. Rows start as `Embedding`'s (N(0, 1) entries, or as ``init`` says)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
                  norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",

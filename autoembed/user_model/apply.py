@@ -5,9 +5,14 @@ word_embeddings``) must be an nn.Embedding / nn.EmbeddingBag of the model; it be
 `autoembed.nn` layer with that table's resolved settings (`config.resolved_tables`): its
 compression, and its dim (a dim below the module's makes a mixed_dim table projected back up).
 A table whose settings change nothing (compression none, same dim, placement device) keeps
-the user's module. Under ``placement: host_cached`` (config-wide, so every table the config
-names) each named table becomes a host-cached layer (`autoembed.nn`, ``placement=
-"host_cached"``) of ``cache_rows(config, table)`` device rows under its table optimizer,
+the user's module. A new layer starts at random with the module's own initialisation: its
+composed rows take the mean and std of the module's table (`_start_moments`; on the meta
+device, what its `reset_parameters` draws), each compression drawing its parts to give them
+(`autoembed.nn.draws`); `from_trained` fits the layer to the table's values instead. A dict
+or file config that gives a table no dim takes the module's. Under ``placement:
+host_cached`` (config-wide, so every table the config names) each named table becomes a
+host-cached layer (`autoembed.nn`, ``placement="host_cached"``) of
+``cache_rows(config, table)`` device rows under its table optimizer,
 starting from the module's own rows (compression none; under hash, the bucket means with
 `from_trained`); `autoembed.build_optimizer(model, config)` then binds each cache to its
 optimizer. A tied host_cached table needs `untie=True`.
@@ -280,8 +285,9 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
           checkpoint: Sequence[str] = ()) -> nn.Module:
     """Rewrite the tables `config` names (by module path) in place; returns `model`.
     `hot_sets` (table -> sorted ids; `models.hot_cold.load_hot_sets` of the file saved beside
-    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. `from_trained`:
-    each new layer starts fitted to the trained table it replaces
+    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. Each new layer's
+    rows start with the mean and std of the table it replaces (`_start_moments`);
+    `from_trained`: fitted to the trained table instead
     (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...).
     `checkpoint`: module paths or globs to run under gradient checkpointing
     (`checkpoint_modules`), wrapped after the tables are rewritten. `config`: an
