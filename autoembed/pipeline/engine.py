@@ -464,9 +464,10 @@ class SearchEngine:
             self.stop_reason = exhausted_reason(self._tried_fitting())
 
     def _tried_fitting(self) -> int:
-        """Distinct configs the study trained or is training."""
+        """Distinct configs the study trained or is training (priced: an invalid one is
+        not)."""
         return len({params_key(r.params) for r in self.rows.values()
-                    if r.counted or r.status == "running"})
+                    if (r.counted or r.status == "running") and r.device_total > 0})
 
     def _price(self, trial: Any, values: Mapping[str, Any]) -> Any:
         """The workload's price of the trial's proposal. A ConfigError before any proposal
