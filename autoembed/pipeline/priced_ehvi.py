@@ -55,11 +55,12 @@ seconds' exponent is the share of the search's budget left, `Pricing.spent`: CAr
 
 Candidate pricing stops after PRICE_BUDGET_S per ask once a candidate fits (a user's model
 prices in milliseconds to seconds): fewer candidates then. An ask with none that fits by
-then, and some priced over budget, prices on until one does (`_keep_pricing`: the rest of
-its candidates, then the space's
-untried configs, `pipeline.untried`): a slow model makes a slow ask, never an unpriced
-proposal; a finite space with no untried config that fits raises `SpaceExhausted`, which
-ends the search ("every fitting config tried: N"). An ask none of whose candidates could be
+then, and some priced over budget, prices on until one does (the rest of its candidates,
+then a finite space's untried configs, `_keep_pricing`, `pipeline.untried`): a slow model
+makes a slow ask, never an unpriced proposal; a finite space with no untried config that
+fits raises `SpaceExhausted`, which ends the search ("every fitting config tried: N"). In
+a space not enumerated, an ask whose candidates all missed proposes at random and later
+asks keep to their window until one fits again. An ask none of whose candidates could be
 priced at all (INVALID_LIMIT of them, past the window) proposes at random: the engine's
 price of it says why (bad input when it is the first). What it proposes is the candidate it
 priced, value for value (None included). A repeatable search
@@ -395,24 +396,23 @@ class PricedEHVI(BaseSampler):
 
     def _keep_pricing(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
                       number: int) -> list[tuple[dict[str, Any], float]]:
-        """No candidate of the ask fits: price on, past the ask's window, until one does
-        (`untried.untried_fitting`: a finite space's untried configs, else random ones);
-        SpaceExhausted when a finite space has none left; [] (a random proposal) when
-        random ones found none: then later asks price for their window alone until one
-        fits again (`_barren`), and the engine's rejections in a row end a search where
-        nothing fits any more."""
+        """None of the ask's candidates, all priced, fits: a finite space's untried configs
+        are priced on (`untried.untried_fitting`) until one fits, SpaceExhausted when none
+        is left. In any other space, [] (a random proposal): later asks price for their
+        window alone until one fits again (`_barren`), and the engine's rejections in a row
+        end a search where nothing fits any more."""
         assert self._pricing is not None
         if not self._enumerated:
             self._configs, self._enumerated = space_configs(self._pricing.suggest), True
+        if self._configs is None:  # the ask's own candidates were the random ones
+            self._barren = True
+            return []
         price = self._pricing.price
         found = untried_fitting(self._configs, self._pricing.suggest, tried, self._unfit,
                                 lambda values: self._memory_if_fits(price(values)), rng)
-        if found is not None:
-            return [found]
-        if self._configs is not None:
+        if found is None:
             raise SpaceExhausted(number)
-        self._barren = True
-        return []
+        return [found]
 
 
 def spread_point(k: int, strata: int, rng: np.random.Generator) -> float:
