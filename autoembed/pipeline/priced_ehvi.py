@@ -43,7 +43,8 @@ two. Without a memory objective the start-up is random.
 Random proposals: every `random_every`-th trial after the start-up (RANDOM_EVERY by default;
 as `interleave.is_random`), and every trial when nothing is bound (a study opened outside
 the engine). A model turn before STARTUP trials have finished (others still running, or
-failed) is a start-up proposal (priced, spread) instead. An enqueued trial (start points, a
+failed) is a start-up proposal (priced, spread) instead, or random while random candidates
+found none that fits (`_barren`). An enqueued trial (start points, a
 retry) is not priced: its params are given.
 
 Measured in the time-boxed replays and left off (benchmarks/results/
@@ -239,7 +240,7 @@ class PricedEHVI(BaseSampler):
         else:
             done = _finished(study, self._pricing.objectives)
             if len(done) < self.startup:  # start-up trials still running or failed
-                if not self.spread:
+                if not self.spread or self._barren:  # random (nothing fitting found lately)
                     return
 
                 def propose() -> dict[str, Any] | None:
