@@ -189,6 +189,27 @@ def test_no_sampler_trains_over_budget_or_a_config_twice(kind: str) -> None:
                     r.number >= STARTUP and is_random(r.number, STARTUP, RANDOM_EVERY)), where
 
 
+def test_the_generated_spaces_cover_the_edges() -> None:
+    """The spaces the property test runs: None among the choices, conditional params, one
+    config only, fewer fitting configs than trials, the cheapest config alone fitting, a
+    float space (not enumerated), and pricing slower than an ask's window, each many times."""
+    cases = [_case(1000 * i + seed) for i, kind in enumerate(SAMPLERS)
+             for seed in range(SPACES_GP if kind == "gp" else SPACES_PER_SAMPLER)]
+    assert len(cases) >= 200
+    params = [c.workload.space.params for c in cases]
+    counts = {
+        "None": sum(any(None in p.choices for p in ps) for ps in params),
+        "conditional": sum(any(p.when for p in ps) for ps in params),
+        "one config": sum(c.fitting is not None and len(space_configs(
+            lambda t, sp=c.workload.space: suggest_values(sp, t)) or ()) == 1 for c in cases),
+        "fewer fit": sum(c.fitting is not None and len(c.fitting) < c.trials for c in cases),
+        "one fits": sum(c.fitting is not None and len(c.fitting) == 1 for c in cases),
+        "float": sum(c.fitting is None for c in cases),
+        "slow": sum(c.workload.delay > 1.0 for c in cases),
+    }
+    assert min(counts.values()) >= 10, counts
+
+
 def _nine() -> tuple[FakeWorkload, int]:
     """3 x 3 configs: a in {None, 1, 2} costs 0/1/8 MB, b in {1, 2, 3} costs b MB, plus
     1 MB; at a budget of 4.5 MB five fit."""

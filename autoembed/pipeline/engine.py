@@ -491,9 +491,10 @@ class SearchEngine:
             self.stop_reason = exhausted_reason(self._tried_fitting())
 
     def _tried_fitting(self) -> int:
-        """Distinct configs the study trained or is training."""
+        """Distinct configs the study trained or is training (priced: an invalid one is
+        not)."""
         return len({params_key(r.params) for r in self.rows.values()
-                    if r.counted or r.status == "running"})
+                    if (r.counted or r.status == "running") and r.device_total > 0})
 
     def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
         """The trial's values (Optuna's params drawn): for the model as written, all but

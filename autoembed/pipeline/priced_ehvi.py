@@ -41,9 +41,11 @@ reaches 95% of the front sooner on three tables of four and the single best qual
 two. Without a memory objective the start-up is random.
 
 Random proposals: every `random_every`-th trial after the start-up (RANDOM_EVERY by default;
-as `interleave.is_random`),
-model turns before STARTUP trials have finished, and every trial when nothing is bound (a
-study opened outside the engine).
+as `interleave.is_random`), and every trial when nothing is bound (a study opened outside
+the engine). A model turn before STARTUP trials have finished (others still running, or
+failed) is a start-up proposal (priced, spread) instead, or random while random candidates
+found none that fits (`_barren`). An enqueued trial (start points, a
+retry) is not priced: its params are given.
 
 Measured in the time-boxed replays and left off (benchmarks/results/
 search_time_box_replay.md): `onehot` (categoricals one 0/1 feature per label, not a hashed
@@ -54,10 +56,14 @@ seconds' exponent is the share of the search's budget left, `Pricing.spent`: CAr
 
 Candidate pricing stops after PRICE_BUDGET_S per ask once a candidate fits (a user's model
 prices in milliseconds to seconds): fewer candidates then. An ask with none that fits by
-then prices on until one does (`_keep_pricing`: the rest of its candidates, then the space's
-untried configs, `pipeline.untried`): a slow model makes a slow ask, never an unpriced
-proposal; a finite space with no untried config that fits raises `SpaceExhausted`, which
-ends the search ("every fitting config tried: N"). What it proposes is the candidate it
+then, and some priced over budget, prices on until one does (the rest of its candidates,
+then a finite space's untried configs, `_keep_pricing`, `pipeline.untried`): a slow model
+makes a slow ask, never an unpriced proposal; a finite space with no untried config that
+fits raises `SpaceExhausted`, which ends the search ("every fitting config tried: N"). In
+a space not enumerated, an ask whose candidates all missed proposes at random and later
+asks keep to their window until one fits again. An ask none of whose candidates could be
+priced at all (INVALID_LIMIT of them, past the window) proposes at random: the engine's
+price of it says why (bad input when it is the first). What it proposes is the candidate it
 priced, value for value (None included). A repeatable search
 (`Pricing.repeatable`) lets no clock decide: every candidate is priced and the acquisition is
 not divided by seconds. Throughput is not in the acquisition (timing on a shared machine is
@@ -101,6 +107,7 @@ STARTUP = 5
 RANDOM_EVERY = 4  # after the start-up, every 4th proposal is random
 CANDIDATES = 128  # random candidates priced and scored per ask
 PRICE_BUDGET_S = 1.0  # pricing candidates stops after this long once one fits
+INVALID_LIMIT = 8  # candidates that cannot be priced, none priced, before pricing stops
 MIN_COSTS = 5  # trials with a cost before the acquisition is per second
 GRID = 256  # quality grid of the EHVI integral
 HEAVY_IMPORTS = ("sklearn.ensemble", "scipy.special")  # what an ask imports: study.warm_sampler
@@ -206,6 +213,7 @@ class PricedEHVI(BaseSampler):
         self._enumerated = False
         self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
         self._unfit: set[tuple[tuple[str, str], ...]] = set()
+        self._barren = False  # random configs past an ask's window found none that fits
 
     def bind(self, pricing: Pricing) -> None:
         self._pricing = pricing
@@ -232,7 +240,7 @@ class PricedEHVI(BaseSampler):
         else:
             done = _finished(study, self._pricing.objectives)
             if len(done) < self.startup:  # start-up trials still running or failed
-                if not self.spread:
+                if not self.spread or self._barren:  # random (nothing fitting found lately)
                     return
 
                 def propose() -> dict[str, Any] | None:
@@ -343,58 +351,69 @@ class PricedEHVI(BaseSampler):
                                             for k in range(self.neighbors))]
         # the two kinds evenly mixed, so a pricing deadline cuts both alike
         trials = [t for _, t in sorted(keyed, key=lambda kt: kt[0])]
-        cands = self._priced_candidates(trials, tried, deadline)
-        if cands or not trials:
+        cands, over = self._priced_candidates(trials, tried, deadline, not self._barren)
+        if cands:
+            self._barren = False
+        if cands or not over or self._barren:  # none could be priced: a random proposal
             return rng, cands
         return rng, self._keep_pricing(rng, tried, number)
 
     def _priced_candidates(self, trials: Sequence[_RandomTrial],
                            tried: set[tuple[tuple[str, str], ...]], deadline: float,
-                           ) -> list[tuple[dict[str, Any], float]]:
+                           keep: bool = True,
+                           ) -> tuple[list[tuple[dict[str, Any], float]], bool]:
         """The stand-in trials' configs that fit the budget, each once: (Optuna params,
-        memory objective); pricing stops at `deadline` once one fits, unless the search is
-        repeatable."""
+        memory objective); and whether any was priced over budget. Unless the search is
+        repeatable, pricing stops at `deadline` once one fits, or once INVALID_LIMIT could
+        not be priced and none could (the engine's first price says why), or (not `keep`)
+        there."""
         assert self._pricing is not None
         out: list[tuple[dict[str, Any], float]] = []
         seen = set(tried)
+        over, invalid = False, 0
         for fake in trials:
-            if out and self.clock() > deadline and not self._pricing.repeatable:
+            if ((out or not keep or (not over and invalid >= INVALID_LIMIT))
+                    and self.clock() > deadline and not self._pricing.repeatable):
                 break
             values = self._pricing.suggest(fake)
             key = params_key(fake.params)
             if key in seen:
                 continue
             seen.add(key)
-            memory = self._memory_if_fits(values)
+            priced = self._pricing.price(values)
+            memory = self._memory_if_fits(priced)
             if memory is not None:
                 out.append((fake.params, memory))
-        return out
+            over, invalid = over or priced is not None, invalid + (priced is None)
+        return out, over
 
-    def _memory_if_fits(self, values: Mapping[str, Any]) -> float | None:
+    def _memory_if_fits(self, priced: tuple[float, bool] | None) -> float | None:
         """A config's memory objective (bytes, at least 1: the axis is log; 1 without a
-        memory objective) when it fits the budget, else None."""
+        memory objective) when its price says it fits the budget, else None."""
         assert self._pricing is not None
-        priced = self._pricing.price(values)
         if priced is None or not priced[1]:
             return None
         return max(priced[0] if _has_memory(self._pricing.objectives) else 1.0, 1.0)
 
     def _keep_pricing(self, rng: np.random.Generator, tried: set[tuple[tuple[str, str], ...]],
                       number: int) -> list[tuple[dict[str, Any], float]]:
-        """No candidate of the ask fits: price on, past the ask's window, until one does
-        (`untried.untried_fitting`: a finite space's untried configs, else random ones);
-        SpaceExhausted when a finite space has none left; [] (a random proposal) when
-        random ones found none."""
+        """None of the ask's candidates, all priced, fits: a finite space's untried configs
+        are priced on (`untried.untried_fitting`) until one fits, SpaceExhausted when none
+        is left. In any other space, [] (a random proposal): later asks price for their
+        window alone until one fits again (`_barren`), and the engine's rejections in a row
+        end a search where nothing fits any more."""
         assert self._pricing is not None
         if not self._enumerated:
             self._configs, self._enumerated = space_configs(self._pricing.suggest), True
+        if self._configs is None:  # the ask's own candidates were the random ones
+            self._barren = True
+            return []
+        price = self._pricing.price
         found = untried_fitting(self._configs, self._pricing.suggest, tried, self._unfit,
-                                self._memory_if_fits, rng)
-        if found is not None:
-            return [found]
-        if self._configs is not None:
+                                lambda values: self._memory_if_fits(price(values)), rng)
+        if found is None:
             raise SpaceExhausted(number)
-        return []
+        return [found]
 
 
 def spread_point(k: int, strata: int, rng: np.random.Generator) -> float:

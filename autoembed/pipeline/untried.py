@@ -5,8 +5,9 @@ say that it has tried every config that fits (issue 41).
 code the search asks Optuna with) on stand-in trials that walk each suggestion's options in
 turn, conditional params as the space has them: every config once, as (Optuna params,
 values). A space with a float param without a step, or more than ENUMERATE_LIMIT configs,
-is not enumerated (None). `first_fitting` prices the configs not tried yet, in a seeded
-random order, until one fits. The engine (a sampler that proposes a config already tried)
+is not enumerated (None). `untried_fitting` prices the configs not tried yet, in a seeded
+random order, until one fits (a space not enumerated: random configs, RANDOM_DRAWS at
+most). The engine (a sampler that proposes a config already tried)
 and the `ehvi` sampler (an ask that found nothing priced that fits) use them; when nothing
 untried fits, the search ends: `SpaceExhausted`, "every fitting config tried: N".
 """
@@ -25,7 +26,7 @@ __all__ = ["ENUMERATE_LIMIT", "RANDOM_DRAWS", "RandomTrial", "SpaceExhausted",
            "space_configs", "untried_fitting", "exhausted_reason"]
 
 ENUMERATE_LIMIT = 10_000  # configs of a space enumerated at most (each priced once at most)
-RANDOM_DRAWS = 1024  # random configs priced at most in a space not enumerated
+RANDOM_DRAWS = 128  # random configs priced at most in a space not enumerated
 
 Config = tuple[dict[str, Any], dict[str, Any]]  # (Optuna params, the space's values)
 Key = tuple[tuple[str, str], ...]
