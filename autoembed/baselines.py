@@ -1,4 +1,4 @@
-"""The simple model a user would try first, on the search's own splits (issue 15).
+"""The simple model a user would try first, on the search's own splits.
 
 * ctr: logistic regression on one-hot ids (multi-hot bags: one column per id in the bag),
   one column per table row, so the OOV id (unseen or rare values) is a column too;

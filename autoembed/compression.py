@@ -1,4 +1,4 @@
-"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold (issue 16).
+"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold.
 
 Pure Python (no torch, no YAML; of autoembed only `errors`): the memory model prices these
 shapes and the layers in `autoembed.models` build exactly them, so the two agree by

@@ -190,7 +190,7 @@ def _count_or_share(text: str | None, key: str) -> int | float | None:
 
 
 def _check_host_budget(est: MemoryEstimate, text: str | None) -> None:
-    """Host memory too small for the host_cached tables: bad input (issue 9), exit 2."""
+    """Host memory too small for the host_cached tables: bad input, exit 2."""
     if est.host_fits is False:
         raise ConfigError(
             f"--host-budget {text} = {format_bytes(est.host_budget or 0)} is smaller than the "

@@ -1,4 +1,4 @@
-"""How a search tells trials apart on validation (issue 15): the noise of a validation figure
+"""How a search tells trials apart on validation: the noise of a validation figure
 (paired between two trials on the same rows, or one trial's alone), the best evaluation of a
 training curve and the steps to a target, and a training length suited to the data's size.
 

@@ -1,4 +1,4 @@
-"""A search space derived from the data's tables and the budget (`--space auto`, issue 15).
+"""A search space derived from the data's tables and the budget (`--space auto`).
 
 `derive_space(facts, budget_bytes)` is a pure function of plain values (`DataFacts`, read from
 a loaded Dataset by `facts_of`); `AutoSpace.to_space_dict()` writes it in the space file format

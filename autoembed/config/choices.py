@@ -39,7 +39,7 @@ SPARSE_GRAD_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
 # weighted mean: TF-IDF weighting for text tables without compression (`models.idf`).
 POOLINGS = ("mean", "sum", "naive", "idf")
 INTERACTIONS = ("concat", "dot")
-# Placement (issue 9): `device` keeps whole tables on the GPU; `host_cached` keeps each full
+# Placement: `device` keeps whole tables on the GPU; `host_cached` keeps each full
 # table and its optimizer state in host memory and a cache of `cache_load_factor` of its rows
 # (FBGEMM's UVM caching, TorchRec's cache load factor) on the device.
 PLACEMENTS = ("device", "host_cached")

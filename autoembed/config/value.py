@@ -210,7 +210,7 @@ class EmbeddingConfig:
     seed: int = field(default=0, metadata=field_rule(Integer(0)))
     # wide & deep: per-id weights (one per output) summed into the logits beside the tower
     wide: bool = field(default=False, metadata=field_rule(Flag()))
-    # placement (issue 9): see PLACEMENTS; docs/host_cache.md has the formulas
+    # placement: see PLACEMENTS; docs/host_cache.md has the formulas
     placement: str = field(default="device", metadata=field_rule(OneOf(PLACEMENTS)))
     cache_load_factor: float = field(default=0.2,
                                      metadata=field_rule(Interval(0.0, 1.0, True)))

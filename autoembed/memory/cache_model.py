@@ -1,4 +1,4 @@
-"""Pricing of host_cached tables (placement `host_cached`, issue 9): device and host bytes,
+"""Pricing of host_cached tables (placement `host_cached`): device and host bytes,
 expected miss rate and transfer per step. Formulas (docs/host_cache.md has the derivations):
 
 For a table of R rows (known + dynamic), dim D, parameter bytes b, a cache of C rows:

@@ -1,4 +1,4 @@
-"""The memory objective a search minimises: what the configs change (issue 15).
+"""The memory objective a search minimises: what the configs change.
 
 `device_total` = reserved_peak + overhead is what a budget is checked against, but as an
 objective it hides the tables: the overhead (CUDA context, cuBLAS workspace, `--reserve`) is

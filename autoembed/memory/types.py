@@ -225,7 +225,7 @@ class MemoryEstimate:
     sharding: str = "table"
     per_gpu: tuple[GpuShare, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # placement host_cached (issue 9): host memory, beside the contract's device figures
+    # placement host_cached: host memory, beside the contract's device figures
     host_bytes: int = 0
     cache: tuple[CacheTable, ...] = field(default_factory=tuple)
     host_budget: int | None = None

@@ -1,4 +1,4 @@
-"""Model building (issue 3): the embedding model, its optimizers, precision, training step
+"""Model building: the embedding model, its optimizers, precision, training step
 and serving quantization. Everything here runs on CPU; see each module's docstring."""
 
 from __future__ import annotations

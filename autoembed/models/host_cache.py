@@ -1,5 +1,5 @@
-"""The built-in models' host-resident table with a device cache (placement `host_cached`,
-issue 9): `autoembed.nn.host_cache.HostCache` (the structures, the cache policy, checkpoints:
+"""The built-in models' host-resident table with a device cache (placement `host_cached`):
+`autoembed.nn.host_cache.HostCache` (the structures, the cache policy, checkpoints:
 its module docstring) pooled as a built-in table, and what a trial reports about its cache
 (`cache_metrics`). The names of `autoembed.nn.host_cache` are re-exported here.
 

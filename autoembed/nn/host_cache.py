@@ -1,4 +1,4 @@
-"""The host-resident table with a device cache (placement `host_cached`, issue 9): the
+"""The host-resident table with a device cache (placement `host_cached`): the
 mechanism the `autoembed.nn` layers' host-cached storage and the built-in models' table
 (`autoembed.models.host_cache.HostCachedTable`, which adds pooling) share.
 

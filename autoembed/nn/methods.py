@@ -1,4 +1,4 @@
-"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold (issue 16).
+"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold.
 
 The same layouts and lookups as the config-built tables (`autoembed.models.robe`, `tt`,
 `hot_cold`; rules in `autoembed.compression`), so `apply` rewrites a user's nn.Embedding

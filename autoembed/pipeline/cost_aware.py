@@ -1,4 +1,4 @@
-"""Cost-aware TPE: TPE's acquisition per predicted second (issue 25).
+"""Cost-aware TPE: TPE's acquisition per predicted second.
 
 TPE ranks its candidates by log l(x) - log g(x) (the density of the good trials over that of
 the others, a monotone transform of expected improvement). `CostAwareTPE` subtracts the

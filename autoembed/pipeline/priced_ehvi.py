@@ -1,6 +1,6 @@
 """Priced EHVI: each proposal is the candidate whose expected gain in the (quality, memory)
 front is largest per predicted second, with its memory priced exactly before it is chosen
-(issue 25; sampler `ehvi`).
+(sampler `ehvi`).
 
 A search knows a proposal's memory objective before it trains (the analytic pricing) and its
 quality only after. So, at each ask once STARTUP trials have finished:

@@ -1,4 +1,4 @@
-"""Start points as a prior the sampler can move away from (issue 25; piBO, Hvarfner et al.
+"""Start points as a prior the sampler can move away from (piBO, Hvarfner et al.
 2022).
 
 `PriorTPE` multiplies TPE's acquisition by the prior's density raised to BETA / n (n: the

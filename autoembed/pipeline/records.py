@@ -83,7 +83,7 @@ def objective_metrics(
         "steps": float(result.steps),
         "train_seconds": _finite(result.train_seconds),
         "wall_seconds": _finite(result.wall_seconds),
-        # placement host_cached (issue 9): the measured cache and the cost of its misses
+        # placement host_cached: the measured cache and the cost of its misses
         **{k: _finite(v) for k, v in result.metrics.items() if k.startswith("cache_")},
     }
 

@@ -1,5 +1,5 @@
 """Every config of a small, finite space, and the untried one that fits: what lets a search
-say that it has tried every config that fits (issue 41).
+say that it has tried every config that fits.
 
 `space_configs(suggest)` runs the space's suggest code (`suggest(trial) -> values`, the
 code the search asks Optuna with) on stand-in trials that walk each suggestion's options in

@@ -1,4 +1,4 @@
-"""Search over the user's own model and training loop (issue 17).
+"""Search over the user's own model and training loop.
 
 Stages, each its own module: `space` (the `embedding:` / `user:` space file), `functions`
 (recording and resolving the user's functions), `pricing` (a proposal priced on the user's
