@@ -120,7 +120,7 @@ class SearchEngine:
         self.outcomes = Outcomes(study, settings, self.recorder, clock)
         self.feasibility = Feasibility.for_search(
             MemoryBudget(settings.budget, settings.host_budget_bytes), self.oom_ceiling)
-        self.proposer = Proposer(study, settings, self.outcomes, self.feasibility, clock)
+        self.proposer = Proposer(study, settings, self.rows, self.feasibility, clock)
         self.running = Running(clock)
         self._front_cache: list[TrialRow] | None = None
         self.recorder.catch_up(self.rows.values())
@@ -235,8 +235,10 @@ class SearchEngine:
             self.stop_reason = asked.stop
         if asked.row is None:
             return None
-        self._record(asked.row, asked.trial, asked.told)
-        if asked.proposal is not None:
+        if asked.proposal is None:  # rejected: told at once
+            self._record(asked.row, asked.trial, self.outcomes.rejected(asked.row))
+        else:
+            self._record(asked.row, asked.trial)
             self.running.add(asked.proposal, asked.trial, asked.cost)
             self.trainables_started += 1
         self._emit(asked.row)

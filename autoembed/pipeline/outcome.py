@@ -24,7 +24,6 @@ from autoembed.pipeline.propose import SearchSettings
 from autoembed.pipeline.recorder import Recorder
 from autoembed.pipeline.records import TrialRow, objective_metrics, optuna_values
 from autoembed.pipeline.running import Live
-from autoembed.pipeline.workload import Invalid
 from autoembed.selection import ValidScores
 from autoembed.trial import decode_result
 
@@ -95,15 +94,14 @@ class Outcomes:
                                                  timing=not s.repeatable),
                        row.overshoot, runs)
 
-    def invalid(self, trial: Any, invalid: Invalid, retry_of: int | None,
-                cost: Mapping[str, float], origin: str | None = None) -> tuple[TrialRow, Outcome]:
-        """The row of a proposal its workload could not price, told with placeholder
-        values and the `runs` constraint violated."""
-        row = TrialRow(trial.number, "failed", invalid.config, {"device_total": 0},
-                       dict(trial.params), metrics=dict(cost), reason=invalid.reason,
-                       retry_of=retry_of, origin=origin)
+    def rejected(self, row: TrialRow) -> Outcome:
+        """How Optuna is told a proposal rejected before it ran: one that does not fit
+        (`infeasible`) with placeholder values and its `memory` constraint; one its
+        workload could not price (`failed`) with placeholder values and `runs` violated."""
+        if row.status == "infeasible":
+            return self.complete(row, placeholder=True, runs=0.0)
         values = optuna_values({}, self.settings.objectives, self.settings.budget.bytes, True)
-        return row, Outcome("complete", values, 0.0, 1.0)
+        return Outcome("complete", values, 0.0, 1.0)
 
     def ended(self, live: Live, final: Mapping[str, Any] | None,
               error: str | None) -> tuple[TrialRow, Outcome]:

@@ -39,7 +39,6 @@ from autoembed.pipeline.workload import Invalid, Workload
 from autoembed.trial import AS_WRITTEN
 
 if TYPE_CHECKING:
-    from autoembed.pipeline.outcome import Outcome, Outcomes
     from autoembed.pipeline.plan import SearchPlan
     from autoembed.pipeline.priced_ehvi import Pricing
 
@@ -151,13 +150,12 @@ class PricingSampler(Protocol):
 @dataclass(frozen=True)
 class Asked:
     """What one ask came to. `row`: the trial's row to record (None: a repeat, told FAIL,
-    or the space exhausted); `told`: how Optuna is told it at once (a rejected proposal);
-    `proposal`: the proposal to launch (it fits); `cost`: its ask and pricing seconds;
-    `stop`: why the search ends here, if it does."""
+    or the space exhausted; `failed`: invalid, `infeasible`: does not fit, both told to
+    Optuna at once; `running`: launched); `proposal`: the proposal to launch (it fits);
+    `cost`: its ask and pricing seconds; `stop`: why the search ends here, if it does."""
 
     trial: Any = None
     row: TrialRow | None = None
-    told: Outcome | None = None
     proposal: Proposal | None = None
     cost: AskCost | None = None
     stop: str | None = None
@@ -166,14 +164,14 @@ class Asked:
 class Proposer:
     """Asks, prices and judges one study's proposals; remembers what was proposed."""
 
-    def __init__(self, study: Any, settings: SearchSettings, outcomes: Outcomes,
+    def __init__(self, study: Any, settings: SearchSettings, rows: dict[int, TrialRow],
                  feasibility: Feasibility, clock: Callable[[], float]) -> None:
-        rows = outcomes.rows
+        """`rows`: the study's rows, by number (kept by `Outcomes`; read here)."""
         self.study = study
         self.workload = settings.workload
         self.space = settings.workload.space
         self.settings = settings
-        self.outcomes = outcomes
+        self.rows = rows
         self.feasibility = feasibility
         self.clock = clock
         self.time_limit = settings.time_limit or TrialTimeLimit(
@@ -228,7 +226,7 @@ class Proposer:
             self.study.tell(e.number, state=TrialState.FAIL)
             return Asked(stop=exhausted_reason(self._tried_fitting()))
         t1 = self.clock()
-        rows = self.outcomes.rows
+        rows = self.rows
         retry_of = trial.user_attrs.get("retry_of")
         origin = trial.user_attrs.get(ORIGIN_ATTR) or (
             rows[retry_of].origin if retry_of in rows else None)
@@ -240,9 +238,10 @@ class Proposer:
         priced = self._price(trial, values, origin)
         if isinstance(priced, Invalid):
             cost = AskCost(t0, t1 - t0, self.clock() - t1)
-            row, told = self.outcomes.invalid(trial, priced, retry_of,
-                                              cost.metrics(self.clock()), origin)
-            return Asked(trial, row, told)
+            return Asked(trial, TrialRow(
+                trial.number, "failed", priced.config, {"device_total": 0},
+                dict(trial.params), metrics=cost.metrics(self.clock()), reason=priced.reason,
+                retry_of=retry_of, origin=origin))
         params = dict(trial.params)
         self._seen.add(config_key(params, origin))
         verdict = self.feasibility.judge(priced.estimate)
@@ -254,7 +253,7 @@ class Proposer:
                                     **cost.metrics(self.clock())},
                            reason=verdict.reason, overshoot=verdict.overshoot,
                            retry_of=retry_of, origin=origin)
-            return Asked(trial, row, self.outcomes.complete(row, placeholder=True, runs=0.0))
+            return Asked(trial, row)
         launch = priced.launch(trial.number)
         walls = [r.metrics.get("wall_seconds") for r in rows.values()
                  if r.status == "complete"]
@@ -297,7 +296,7 @@ class Proposer:
 
     def _tried_fitting(self) -> int:
         """Distinct configs the study trained or is training."""
-        return len({params_key(r.params) for r in self.outcomes.rows.values()
+        return len({params_key(r.params) for r in self.rows.values()
                     if r.counted or r.status == "running"})
 
     def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
@@ -321,7 +320,7 @@ class Proposer:
                 return self.workload.price_as_written(values)  # type: ignore[attr-defined]
             return self.workload.price(values)
         except ConfigError as e:
-            first = next((r.config for r in self.outcomes.rows.values()
+            first = next((r.config for r in self.rows.values()
                           if r.status not in ("failed", "interrupted")), None)
             if first is None:
                 self.study.tell(trial, state=TrialState.FAIL)  # bad input: nothing is kept
