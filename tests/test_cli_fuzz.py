@@ -748,7 +748,7 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
 
     from autoembed.budget import Budget
     from autoembed.pipeline.builtin import BuiltinWorkload
-    from autoembed.pipeline.engine import SearchEngine
+    from autoembed.pipeline.engine import SearchEngine, SearchSettings
     from autoembed.pipeline.priced_data import build_priced_data as build_workload
     from autoembed.pipeline.priced_data import data_spec_for
     from autoembed.pipeline.study import make_sampler
@@ -759,12 +759,12 @@ def test_absurd_vocab_proposals_are_infeasible_not_crashes(tmp_path: Path) -> No
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     budget = 8 * 10**9
-    eng = SearchEngine(study=study,
-                       workload=BuiltinWorkload.of(space, workload, run={"max_steps": 60}),
-                       budget=Budget.parse("8GB"),
-                       objectives=[("quality", "maximize"), ("memory", "minimize"),
-                                   ("throughput", "maximize")],
-                       trials=2)
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run={"max_steps": 60}),
+        budget=Budget.parse("8GB"),
+        objectives=[("quality", "maximize"), ("memory", "minimize"),
+                    ("throughput", "maximize")],
+        trials=2))
     launched = []
     for _ in range(3):  # each call prices (and tells) the infeasible ones before a launch
         prop = eng.propose()

@@ -15,7 +15,7 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec
 from autoembed.pipeline.builtin import BuiltinWorkload
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data as build_workload
 from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.study import make_sampler, open_storage
@@ -69,11 +69,10 @@ def test_host_budget_makes_host_cached_proposals_infeasible(
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
     # the 2M-row table needs 2.05M x (128 + 4 + 16) B = 303 MB on the host; allow 100 MB
-    eng = SearchEngine(study=study,
-                       workload=BuiltinWorkload.of(space, workload, run={"max_steps": 5}),
-                       budget=Budget.parse("700MB"),
-                       objectives=OBJ, trials=10,
-                       host_budget_bytes=Budget.of("100MB"))
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run={"max_steps": 5}),
+        budget=Budget.parse("700MB"), objectives=OBJ, trials=10,
+        host_budget_bytes=Budget.of("100MB")))
     launched = [eng.propose() for _ in range(6)]
     assert all(p is not None for p in launched)
     assert all(p.estimate.host_bytes <= 100_000_000

@@ -22,7 +22,7 @@ import pytest
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig
 from autoembed.memory import MemoryEstimate
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.optuna_space import suggest_values
 from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, STARTUP, PricedEHVI
@@ -91,8 +91,8 @@ def _engine(kind: str, workload: FakeWorkload, budget: int, trials: int,
     if kind == "grid":  # as the driver gives it: every grid point, seeded order
         grid = workload.space.grid()
         random.Random(seed).shuffle(grid)
-    return SearchEngine(study=study, workload=workload, budget=Budget(budget, "gen"),
-                        objectives=OBJ, trials=trials, grid=grid,
+    return SearchEngine(study, SearchSettings(workload=workload, budget=Budget(budget, "gen"),
+                                              objectives=OBJ, trials=trials, grid=grid),
                         clock=lambda: workload.now[0])
 
 

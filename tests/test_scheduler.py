@@ -19,7 +19,7 @@ from scipy.stats import spearmanr
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.pipeline.builtin import BuiltinWorkload
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
 from autoembed.pipeline.scheduler import (
     RUNGS_ATTR,
@@ -161,9 +161,10 @@ def _engine(tmp_path: Path, tiny: Any, scheduler: AshaScheduler) -> tuple[Search
     study = optuna.create_study(study_name="s", storage=open_storage(tmp_path),
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0), load_if_exists=True)
-    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(
-        space, data, run={"max_steps": 60, "eval_every": 20}), budget=Budget(800_000_000,
-        "800MB"), objectives=OBJ, trials=8, repeatable=True, scheduler=scheduler)
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, data, run={"max_steps": 60, "eval_every": 20}),
+        budget=Budget(800_000_000, "800MB"), objectives=OBJ, trials=8, repeatable=True),
+        scheduler=scheduler)
     return eng, study
 
 

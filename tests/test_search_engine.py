@@ -17,7 +17,7 @@ from autoembed.config import config_from_dict
 from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front, optimistic_metrics
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data as build_workload
 from autoembed.pipeline.priced_data import data_spec_for
 from autoembed.pipeline.records import ATTR, TRAINED_STATUSES
@@ -47,9 +47,9 @@ def make_engine(tmp_path: Path, tiny: tuple[Any, Any], trials: int = 4, seed: in
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler(sampler, seed))
     run = {"max_steps": 60, "eval_every": 20}
-    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run=run),
-                       budget=LIMIT,
-                       objectives=OBJ, trials=trials, early_stop=early_stop)
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run=run), budget=LIMIT,
+        objectives=OBJ, trials=trials, early_stop=early_stop))
     return eng, study, storage
 
 
@@ -161,8 +161,8 @@ def test_recover_interrupts_running_trials_and_requeues_once(tmp_path: Path, tin
     assert len(waiting) == 1
     assert waiting[0].system_attrs["fixed_params"] == study.trials[p2.number].params
     # a resumed engine asks the re-queued trial first and counts it once
-    eng2 = SearchEngine(study=study, workload=eng.workload, budget=LIMIT,
-                        objectives=OBJ, trials=4)
+    eng2 = SearchEngine(study, SearchSettings(workload=eng.workload, budget=LIMIT,
+                                              objectives=OBJ, trials=4))
     assert eng2.trained == 1  # the interrupted trial does not count
     p3 = eng2.propose()
     assert p3 is not None and eng2.rows[p3.number].retry_of == p2.number
@@ -183,8 +183,9 @@ def test_grid_sampler_visits_distinct_points(tmp_path: Path, tiny: Any) -> None:
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("grid", 0))
     grid = space.grid()
-    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run={}),
-                       budget=LIMIT, objectives=OBJ, trials=5, grid=grid)
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run={}), budget=LIMIT,
+        objectives=OBJ, trials=5, grid=grid))
     while (p := eng.propose()) is not None:
         eng.finish(p.number, fake_final(dict(p.payload["config"]), 0.6, 1.0))
     seen = [tuple(sorted(t.params.items())) for t in study.trials]
@@ -239,9 +240,9 @@ def test_spent_is_the_further_of_trials_and_seconds(tmp_path: Path, tiny: Any) -
     study = optuna.create_study(storage=open_storage(tmp_path), study_name="spent",
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", 0))
-    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run={}),
-                       budget=LIMIT, objectives=OBJ, trials=4, time_budget_s=50.0,
-                       clock=lambda: now[0])
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run={}), budget=LIMIT,
+        objectives=OBJ, trials=4, time_budget_s=50.0), clock=lambda: now[0])
     assert eng.spent() == 0.0
     now[0] += 10.0  # 10 of 50 s
     assert eng.spent() == pytest.approx(0.2)
@@ -251,3 +252,42 @@ def test_spent_is_the_further_of_trials_and_seconds(tmp_path: Path, tiny: Any) -
     assert eng.spent() == pytest.approx(0.8)
     now[0] += 60.0  # past the time budget
     assert eng.spent() == 1.0
+
+
+def test_a_sampler_declaring_bind_is_bound_to_the_engines_pricing(tmp_path: Path,
+                                                                  tiny: Any) -> None:
+    """A sampler that prices its candidates declares `bind` (the `PricingSampler`
+    protocol, as `PricedEHVI` does): the engine binds it once, with its budget, objectives,
+    share spent and a price that judges a candidate as its proposal is judged; a sampler
+    without `bind` is not one."""
+    from autoembed.memory.objective import MEMORY_BASIS, memory_value
+    from autoembed.pipeline.priced_ehvi import PricedEHVI
+    from autoembed.pipeline.propose import PricingSampler
+
+    class Binding(optuna.samplers.RandomSampler):
+        def __init__(self) -> None:
+            super().__init__(seed=0)
+            self.bound: list[Any] = []
+
+        def bind(self, pricing: Any) -> None:
+            self.bound.append(pricing)
+
+    assert isinstance(PricedEHVI(seed=0), PricingSampler)
+    assert not isinstance(optuna.samplers.TPESampler(seed=0), PricingSampler)
+    space, workload = tiny
+    sampler = Binding()
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"],
+                                sampler=sampler)
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run={}), budget=LIMIT, objectives=OBJ,
+        trials=2))
+    assert len(sampler.bound) == 1
+    pricing = sampler.bound[0]
+    assert pricing.budget_bytes == BUDGET and list(pricing.objectives) == OBJ
+    assert pricing.spent() == 0.0
+    p = eng.propose()
+    assert p is not None
+    assert pricing.spent() == 0.5  # one of two trials
+    values = pricing.suggest(study.trials[p.number])
+    assert pricing.price(values) == (memory_value(p.estimate.to_dict(), MEMORY_BASIS),
+                                     p.estimate.device_total <= BUDGET)

@@ -16,10 +16,11 @@ from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.faults import fault_hook, parse_faults
 from autoembed.pipeline.priced_data import build_priced_data as build_workload
 from autoembed.pipeline.priced_data import data_spec_for
+from autoembed.pipeline.recorder import CalibrationSink, Recorder
 from autoembed.pipeline.study import make_sampler, open_storage
 from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
 from autoembed.space import load_space
@@ -70,10 +71,10 @@ def _engine(tmp_path: Path, tiny: Any, trials: int, seed: int) -> tuple[SearchEn
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=make_sampler("random", seed))
     run = {"max_steps": 60, "eval_every": 20}
-    eng = SearchEngine(study=study, workload=BuiltinWorkload.of(space, workload, run=run),
-                       budget=LIMIT,
-                       objectives=OBJ, trials=trials,
-                       calibration_path=tmp_path / "calibration.json")
+    eng = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(space, workload, run=run), budget=LIMIT,
+        objectives=OBJ, trials=trials),
+        recorder=Recorder([CalibrationSink(tmp_path / "calibration.json")]))
     return eng, study
 
 
@@ -115,6 +116,7 @@ def test_an_oom_makes_proposals_at_or_above_its_size_infeasible(tmp_path: Path,
                            "failed_bytes": ceiling, "measured": False,
                            "failed_over_predicted": 1.0, "error": row.reason}]
     # a resumed engine rebuilds the rule from the study's rows
-    eng2 = SearchEngine(study=study, workload=BuiltinWorkload.of(tiny[0], tiny[1], run={}),
-                        budget=LIMIT, objectives=OBJ, trials=1)
+    eng2 = SearchEngine(study, SearchSettings(
+        workload=BuiltinWorkload.of(tiny[0], tiny[1], run={}), budget=LIMIT,
+        objectives=OBJ, trials=1))
     assert eng2.oom_ceiling() == (ceiling, number)

@@ -19,7 +19,7 @@ from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.optuna_space import distribution
 from autoembed.pipeline.priced_data import build_priced_data as build_workload
 from autoembed.pipeline.priced_data import data_spec_for
@@ -184,10 +184,9 @@ def test_engine_asks_the_start_points_first_and_a_resume_skips_them(tmp_path: Pa
         study = optuna.load_study(study_name="s", storage=storage,
                                   sampler=make_sampler("random", 0))
         run = {"max_steps": 60, "eval_every": 20}
-        return SearchEngine(study=study, workload=BuiltinWorkload.of(space, wl, run=run),
-                            budget=Budget(budget, "1.5GB"), objectives=OBJ,
-                            trials=trials,
-                            start=[p.params(space) for p in pts]), study
+        return SearchEngine(study, SearchSettings(
+            workload=BuiltinWorkload.of(space, wl, run=run), budget=Budget(budget, "1.5GB"),
+            objectives=OBJ, trials=trials, start=[p.params(space) for p in pts])), study
 
     optuna.create_study(study_name="s", storage=storage,
                         directions=["maximize", "minimize", "maximize"])

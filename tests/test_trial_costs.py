@@ -15,7 +15,7 @@ import pytest
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.pipeline.builtin import BuiltinWorkload
-from autoembed.pipeline.engine import SearchEngine
+from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.executor import InProcessExecutor, TrialChannel
 from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
 from autoembed.pipeline.study import make_sampler, open_storage
@@ -110,9 +110,10 @@ def test_every_trial_carries_its_seconds(tmp_path: Path, monkeypatch: Any) -> No
     # step 40
     monkeypatch.setattr("autoembed.pipeline.engine.cannot_reach_front",
                         lambda prog, front, obj: prog.step >= 40 and len(launched) == 2)
-    engine = SearchEngine(study=study, workload=TimedWorkload(workload, wall),  # type: ignore[arg-type]
-                          budget=Budget(800_000_000, "800MB"), objectives=OBJ, trials=4,
-                          early_stop=True, clock=wall)
+    engine = SearchEngine(study, SearchSettings(
+        workload=TimedWorkload(workload, wall),  # type: ignore[arg-type]
+        budget=Budget(800_000_000, "800MB"), objectives=OBJ, trials=4, early_stop=True),
+        clock=wall)
     propose = engine.propose
     monkeypatch.setattr(engine, "propose",
                         lambda: (p := propose()) and (launched.append(p.number) or p))
@@ -188,8 +189,9 @@ def test_a_timed_out_trial_costs_the_seconds_it_ran(tmp_path: Path) -> None:
     what it returned, were it anything, is not its result."""
     wall = Clock()
     workload, study = tiny_study(tmp_path)
-    engine = SearchEngine(study=study, workload=workload, budget=Budget(800_000_000, "800MB"),
-                          objectives=OBJ, trials=2, clock=wall)
+    engine = SearchEngine(study, SearchSettings(
+        workload=workload, budget=Budget(800_000_000, "800MB"), objectives=OBJ, trials=2),
+        clock=wall)
     for fake in (False, True):
         p = engine.propose()
         assert p is not None

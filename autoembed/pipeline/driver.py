@@ -23,9 +23,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,7 @@ from autoembed.errors import ConfigError, Interrupted
 from autoembed.options import option, takes
 from autoembed.pareto import DEFAULT_PICK, Pick
 from autoembed.pipeline import study as studies
-from autoembed.pipeline.engine import Queued, SearchEngine, SearchStatus
+from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.options import SearchOptions
@@ -185,16 +184,9 @@ def run_search(
             for line in (plan.time_limit.describe(), *_notes(executor, plan)):
                 on_recovered(line)
         engine = SearchEngine(
-            study=study, workload=plan.workload, budget=plan.budget,
-            objectives=plan.objective_pairs, trials=plan.trials,
-            time_budget_s=request.time_budget, grid=_grid(plan),
-            start=[Queued(p.params(plan.space), p.origin) for p in plan.start],
-            early_stop=plan.early_stop, host_budget_bytes=request.host_budget,
-            memory_basis=plan.memory_basis, repeatable=plan.repeatable,
-            time_limit=plan.time_limit,
-            scheduler=AshaScheduler(plan.objective_pairs)
-            if plan.multi_fidelity else None,
-            progress=progress, recorder=Recorder([
+            study, SearchSettings.of(plan), progress=progress,
+            scheduler=AshaScheduler(plan.objective_pairs) if plan.multi_fidelity else None,
+            recorder=Recorder([
                 TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
         )
         try:
@@ -248,15 +240,6 @@ def _executor(plan: SearchPlan) -> Executor:
         return InProcessExecutor()
     return RayTuneExecutor(r.ray_address, plan.cpus, plan.gpus if plan.device == "cuda"
                            else None, faults_from_env(), plan.workload.ray_options())
-
-
-def _grid(plan: SearchPlan) -> Sequence[Mapping[str, Any]] | None:
-    """The grid sampler's points, shuffled by the seed (None for other samplers)."""
-    if plan.sampler != "grid":
-        return None
-    grid = plan.space.grid()
-    random.Random(plan.seed).shuffle(grid)
-    return grid
 
 
 def _recover(study: Any, stored: studies.StoredStudy, plan: SearchPlan) -> studies.Recovery:

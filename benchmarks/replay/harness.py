@@ -400,7 +400,7 @@ class Replay:
         import optuna
 
         from autoembed.budget import Budget
-        from autoembed.pipeline.engine import SearchEngine
+        from autoembed.pipeline.engine import SearchEngine, SearchSettings
         from autoembed.pipeline.scheduler import AshaScheduler
         from autoembed.pipeline.study import import_sampler, make_sampler
 
@@ -425,11 +425,11 @@ class Replay:
         else:
             scheduler = (AshaScheduler(objectives, rungs=method.rungs, **method.scheduler_kw)
                          if method.schedule else None)
-        engine = SearchEngine(
-            study=study, workload=workload,  # type: ignore[arg-type]
+        engine = SearchEngine(study, SearchSettings(
+            workload=workload,  # type: ignore[arg-type]
             budget=Budget.of(int(self.table.header["budget_bytes"])),
             objectives=objectives, trials=10**9, time_budget_s=self.budget_s,
-            start=self.start() if self.start_points else (), early_stop=method.front_rule,
+            start=self.start() if self.start_points else (), early_stop=method.front_rule),
             clock=lambda: clock[0], scheduler=scheduler)
         engine.started = 0.0
         executor = ReplayExecutor(self.table, workload, self.costs, self.workers, clock)
