@@ -16,8 +16,6 @@ from autoembed.pipeline.priced_ehvi import (
     RANDOM_EVERY,
     PricedEHVI,
     Pricing,
-    _front,
-    _NeighborTrial,
     ehvi_2d,
     van_der_corput,
 )
@@ -278,34 +276,6 @@ def test_warm_sampler_imports_the_trees_on_a_thread_of_its_own() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_expected_improvement_is_the_closed_form() -> None:
-    from autoembed.pipeline.priced_ehvi import expected_improvement
-
-    def want(mu: float, sd: float, best: float) -> float:  # E[max(Y - best, 0)], by hand
-        z = (mu - best) / sd
-        return (mu - best) * 0.5 * (1 + math.erf(z / math.sqrt(2))) + sd * math.exp(
-            -z * z / 2) / math.sqrt(2 * math.pi)
-
-    mu, sd = np.array([0.5, 0.2, 0.9]), np.array([0.1, 0.3, 1e-6])
-    got = expected_improvement(mu, sd, 0.6)
-    assert got == pytest.approx([want(m, s, 0.6) for m, s in zip(mu, sd, strict=True)])
-    assert got[2] == pytest.approx(0.3)  # a sure gain is the gain
-
-
-def test_quality_turns_chase_the_best_quality() -> None:
-    """quality_turns=1: the first model turn of each run of RANDOM_EVERY takes the expected
-    improvement of quality alone. Quality and memory both rise with x, so EHVI turns spread
-    over x while quality turns sit high in [1, 50] (the budget's end)."""
-    sampler = PricedEHVI(seed=4, startup=6, quality_turns=1)
-    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
-                         budget_bytes=BUDGET))
-    out, _ = _drive(sampler, 46)
-    turns = [n for n in range(6, 46) if (n - 6) % RANDOM_EVERY == 0]
-    assert not any(is_random(n, 6, RANDOM_EVERY) for n in turns)
-    quality = [int(out[n]["x"]) for n in turns]  # type: ignore[call-overload]
-    assert len(quality) == 10 and sorted(quality)[len(quality) // 2] >= 40, quality
-
-
 def test_the_forest_spread_is_that_of_its_trees_predictions() -> None:
     """`_forest` reads each tree directly; scikit-learn's own per-tree predict, refitted
     with the same seed, gives the same mean and spread."""
@@ -355,11 +325,9 @@ def test_the_start_up_spans_the_memory_axis_and_fits() -> None:
     assert quarters == [0, 1, 2, 3], xs
 
 
-@pytest.mark.parametrize("objectives, spread", [([("quality", "maximize")], True),
-                                                 (OBJECTIVES, False)])
-def test_the_start_up_is_random_without_a_memory_objective_or_spread(
-        objectives: list[tuple[str, str]], spread: bool) -> None:
-    sampler = PricedEHVI(seed=2, startup=4, spread=spread)
+def test_the_start_up_is_random_without_a_memory_objective() -> None:
+    objectives = [("quality", "maximize")]
+    sampler = PricedEHVI(seed=2, startup=4)
     sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=objectives,
                          budget_bytes=BUDGET))
     directions = [d for _, d in objectives]
@@ -373,98 +341,3 @@ def test_the_start_up_is_random_without_a_memory_objective_or_spread(
             t.set_user_attr(ATTR, {"status": "complete"})
             s.tell(t, [0.5, x * 1e6][:len(directions)])
     assert [t.params for t in a.trials] == [t.params for t in b.trials]
-
-
-
-@pytest.mark.parametrize("cooling, spent, weight", [
-    (False, 0.7, 1.0),  # per second throughout
-    (True, 0.0, 1.0),  # nothing spent: per second
-    (True, 0.25, 0.75),  # the share of the budget left
-    (True, 1.0, 0.0),  # all spent: the gain alone
-    (True, 1.5, 0.0),  # a budget overrun (a trial ending late) is all spent
-])
-def test_cost_cooling_weighs_the_seconds_by_the_budget_left(cooling: bool, spent: float,
-                                                             weight: float) -> None:
-    """The predicted seconds' exponent in the acquisition (CArBO's cost cooling)."""
-    sampler = PricedEHVI(seed=2, cost_cooling=cooling)
-    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
-                         budget_bytes=BUDGET, spent=lambda: spent))
-    assert sampler._cost_weight() == pytest.approx(weight)
-
-
-def test_per_second_off_is_cost_cooling_with_the_budget_spent() -> None:
-    """Two ways to drop the seconds from the acquisition (`per_second=False`, and cost
-    cooling's exponent at 0) propose the same configs; per second, others."""
-    def run(**kw: object) -> list[dict[str, object]]:
-        spent = float(kw.pop("spent", 0.0))  # type: ignore[arg-type]
-        s = PricedEHVI(seed=7, startup=6, **kw)  # type: ignore[arg-type]
-        s.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
-                       budget_bytes=BUDGET, spent=lambda: spent))
-        return _drive(s, 20)[0]
-
-    off = run(per_second=False)
-    assert off == run(cost_cooling=True, spent=1.0)
-    assert off != run()
-
-
-def test_onehot_features_are_one_column_per_label() -> None:
-    from autoembed.pipeline.priced_ehvi import _encode, _labels
-
-    params = [{"opt": "adam", "x": 10}, {"opt": "sgd", "x": 100}, {"x": 1}]
-    labels = _labels(params)
-    assert labels == {"opt": ["'adam'", "'sgd'"]}
-    x = _encode(params, [1e3, 1e4, 1e5], ["opt", "x"], labels)
-    # opt=adam, opt=sgd, log10 x, log10 memory (absent: no label set)
-    assert x.tolist() == [[1, 0, 1, 3], [0, 1, 2, 4], [0, 0, 0, 5]]
-
-
-def test_a_neighbor_keeps_the_parent_or_moves_within_the_range() -> None:
-    parent = {"c": "b", "n": 48, "f": 0.01}
-
-    def draw(rate: float, seed: int) -> dict[str, object]:
-        t = _NeighborTrial(np.random.default_rng(seed), parent, rate)
-        return {"c": t.suggest_categorical("c", ["a", "b", "z"]),
-                "n": t.suggest_int("n", 8, 256, step=8),
-                "f": t.suggest_float("f", 0.001, 0.1, log=True),
-                "new": t.suggest_int("new", 1, 3)}  # the parent lacks it: a random draw
-
-    kept = draw(0.0, 0)
-    assert {k: kept[k] for k in parent} == parent and kept["new"] in (1, 2, 3)
-    for seed in range(50):
-        moved = draw(1.0, seed)
-        assert moved["c"] in ("a", "z")  # another label, always
-        n, f = moved["n"], moved["f"]
-        assert isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0
-        assert isinstance(f, float) and 0.001 <= f <= 0.1
-    # a move is a step of 0.2 of the (log) range: within 4 of them nearly always
-    fs = [draw(1.0, s)["f"] for s in range(200)]
-    span = math.log(0.1 / 0.001)
-    assert all(abs(math.log(f / 0.01)) <= 0.8 * span + 1e-9 for f in fs)  # type: ignore[arg-type]
-    assert len({round(f, 9) for f in fs}) > 100  # type: ignore[arg-type]
-
-
-def test_the_front_is_the_non_dominated_members_best_quality_first() -> None:
-    done = [({"i": 0}, 0.70, 5.0, None), ({"i": 1}, 0.80, 9.0, None),
-            ({"i": 2}, 0.75, 9.5, None), ({"i": 3}, 0.60, 1.0, None),
-            ({"i": 4}, 0.70, 6.0, None)]
-    # 2 is beaten by 1 (better and smaller), 4 by 0 (as good and smaller)
-    assert _front(done) == [{"i": 1}, {"i": 0}, {"i": 3}]
-
-
-def test_neighbor_candidates_lie_near_the_front_members() -> None:
-    sampler = PricedEHVI(seed=0, candidates=0, neighbors=40)
-    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
-                         budget_bytes=BUDGET))
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    parent = {"x": 30, "c": "a"}
-    study.enqueue_trial(parent)
-    tried = study.ask()
-    assert _suggest(tried) == parent
-    study.tell(tried, [1.0, 3e7])  # the parent is tried: never a candidate
-    _, cands = sampler._candidates(study, 1, [parent])
-    assert cands and all(p != parent for p, _ in cands)
-    assert len({tuple(sorted(p.items())) for p, _ in cands}) == len(cands)  # each once
-    assert all(_price(p)[1] for p, _ in cands)  # priced, within the budget
-    one_moved = [p for p, _ in cands if p["x"] == 30 or p["c"] == "a"]
-    assert len(one_moved) >= len(cands) // 2  # most keep one of the two params
-    assert sampler._candidates(study, 1, [])[1] == []  # no parents, no neighbors

@@ -17,42 +17,26 @@ quality only after. So, at each ask once STARTUP trials have finished:
    trials) once MIN_COSTS trials have one;
 5. propose the best (its values are handed out by `sample_independent`).
 
-Neighbors (`neighbors` = n, 0 by default): besides the random candidates, n more near the
-members of the current (quality, memory) front, in turn, best quality first, mixed in evenly
-(`_NeighborTrial`: each param kept, or with probability 1/(its params) moved: another label,
-a normal step of 0.2 of a number's (log) range), so the acquisition can weigh small moves
-from what already works (SMAC's local search around its incumbents does this).
-
-Quality turns (`quality_turns` = k, 0 by default): in each run of `random_every` trials after
-the start-up, the first k model turns score candidates by the expected improvement of quality
-alone (`expected_improvement`, per predicted second as above) instead of EHVI, so the
-front's quality end, where the default pick lies, gets a fixed share of the proposals.
-Measured and left off (benchmarks/results/search_efficiency_replay.md, `ehvi-q1-front`): it
-reaches 95% of the front's hypervolume later on every replay table, the single best quality
-sooner on some and later on others.
-
 The start-up (the first STARTUP trial numbers) spreads over the memory axis, the one
 objective known before training: each start-up ask draws and prices candidates as above and
 proposes the fitting one nearest the k-th point of a stratified sequence over their log memory
 (`spread_point`: van der Corput's sequence, each point jittered within 1/STARTUP), so
-the first few trials already span the front's memory range and none is over budget. Against
-8 random start-up trials (`spread=False`; benchmarks/results/search_efficiency_replay.md) it
-reaches 95% of the front sooner on three tables of four and the single best quality later on
-two. Without a memory objective the start-up is random.
+the first few trials already span the front's memory range and none is over budget. Chosen
+over a random start-up because it reaches 95% of the front's hypervolume sooner on three
+replay tables of four (benchmarks/results/search_efficiency_replay.md). Without a memory
+objective the start-up is random.
 
-Random proposals: every `random_every`-th trial after the start-up (RANDOM_EVERY by default;
-as `interleave.is_random`), and every trial when nothing is bound (a study opened outside
-the engine). A model turn before STARTUP trials have finished (others still running, or
+Random proposals: every RANDOM_EVERY-th trial after the start-up (as
+`interleave.is_random`), and every trial when nothing is bound (a study opened outside the
+engine). A model turn before STARTUP trials have finished (others still running, or
 failed) is a start-up proposal (priced, spread) instead, or random while random candidates
 found none that fits (`_barren`). An enqueued trial (start points, a
 retry) is not priced: its params are given.
 
-Measured in the time-boxed replays and left off (benchmarks/results/
-search_time_box_replay.md): `onehot` (categoricals one 0/1 feature per label, not a hashed
-code), `per_second=False` (the acquisition alone) and `cost_cooling` (the predicted
-seconds' exponent is the share of the search's budget left, `Pricing.spent`: CArBO).
-`neighbors=64` picked better in the time box on flights, as well on MovieLens, but reached
-95% of BBC News's front 1.75x later (benchmarks/results/search_efficiency_front_experiments.md).
+Hooks: the points where the replays' variants (benchmarks/replay/variants.py) differ from
+this rule are small methods a subclass overrides: `_random_turn` (which trials are random),
+`_startup_proposal` (the start-up), `_stand_ins` (the candidate set), `_features` (the trees'
+features), `_gain` (the acquisition) and `_seconds_weight` (the predicted seconds' exponent).
 
 Candidate pricing stops after PRICE_BUDGET_S per ask once a candidate fits (a user's model
 prices in milliseconds to seconds): fewer candidates then. An ask with none that fits by
@@ -84,10 +68,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from optuna.distributions import (
     BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
 )
 from optuna.samplers import BaseSampler, RandomSampler
 
-from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.records import ATTR, params_key
 from autoembed.pipeline.untried import RandomTrial as _RandomTrial
@@ -112,6 +98,9 @@ MIN_COSTS = 5  # trials with a cost before the acquisition is per second
 GRID = 256  # quality grid of the EHVI integral
 HEAVY_IMPORTS = ("sklearn.ensemble", "scipy.special")  # what an ask imports: study.warm_sampler
 
+# a finished trial: (params, quality (larger is better), memory objective, wall seconds or None)
+Finished = tuple[dict[str, Any], float, float, float | None]
+
 
 @dataclass(frozen=True)
 class Pricing:
@@ -126,81 +115,18 @@ class Pricing:
     budget_bytes: float
     repeatable: bool = False  # every candidate priced, however long (no clock decides)
     spent: Callable[[], float] = lambda: 0.0  # the share of the search's budget spent, 0..1
-
-
-class _NeighborTrial(_RandomTrial):
-    """A stand-in trial that stays near `parent` (Optuna params): each suggestion keeps the
-    parent's value, except with probability `rate` (or when the parent lacks it or its value
-    is out of range) a new one: another label, or a number moved by a normal step of
-    SIGMA of its (log) range. SMAC's local search moves one param of an incumbent so."""
-
-    SIGMA = 0.2
-
-    def __init__(self, rng: np.random.Generator, parent: Mapping[str, Any], rate: float) -> None:
-        super().__init__(rng)
-        self.parent, self.rate = parent, rate
-
-    def _keep(self, name: str) -> bool:
-        return name in self.parent and self.rng.uniform() >= self.rate
-
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        v = self.parent.get(name)
-        if self._keep(name) and v in choices:
-            self.params[name] = v
-            return v
-        others = [c for c in choices if c != v] or list(choices)
-        self.params[name] = c = others[int(self.rng.integers(len(others)))]
-        return c
-
-    def _moved(self, name: str, low: float, high: float, log: bool) -> float | None:
-        v = self.parent.get(name)
-        if not isinstance(v, (int, float)) or not low <= v <= high:
-            return None
-        if self._keep(name):
-            return float(v)
-        f = math.log if log else float
-        lo, hi = f(low), f(high)
-        x = min(max(f(v) + self.rng.normal() * self.SIGMA * (hi - lo), lo), hi)
-        return math.exp(x) if log else x
-
-    def suggest_int(self, name: str, low: int, high: int, step: int = 1,
-                    log: bool = False) -> int:
-        x = self._moved(name, low, high, log)
-        if x is None:
-            return super().suggest_int(name, low, high, step, log)
-        v = min(max(low + step * int(round((x - low) / step)), low), high)
-        self.params[name] = v
-        return v
-
-    def suggest_float(self, name: str, low: float, high: float, step: float | None = None,
-                      log: bool = False) -> float:
-        x = self._moved(name, low, high, log)
-        if x is None:
-            return super().suggest_float(name, low, high, step, log)
-        if step:
-            x = min(max(low + step * round((x - low) / step), low), high)
-        self.params[name] = x
-        return x
+    # (the engine's; no hook of the product reads it, variants may)
 
 
 class PricedEHVI(BaseSampler):
-    """The sampler of the module docstring. `bind(pricing)` before the first ask."""
+    """The sampler of the module docstring. `bind(pricing)` before the first ask. `startup`,
+    `candidates`, `price_budget_s` and `clock` (what the pricing window reads) default to
+    the product's; tests set them to drive it deterministically."""
 
     def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
                  price_budget_s: float = PRICE_BUDGET_S,
-                 clock: Callable[[], float] = time.monotonic,
-                 quality_turns: int = 0, spread: bool = True,
-                 random_every: int = RANDOM_EVERY, onehot: bool = False,
-                 per_second: bool = True, cost_cooling: bool = False,
-                 neighbors: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.seed = seed
-        self.neighbors = neighbors  # candidates near the front's members, besides the random
-        self.cost_cooling = cost_cooling  # seconds weigh less as the budget is spent
-        self.per_second = per_second  # the acquisition per predicted second (step 4)
-        self.onehot = onehot  # categoricals one column per label (else one hashed code)
-        self.random_every = random_every  # after the start-up, every k-th proposal random
-        self.quality_turns = quality_turns
-        self.spread = spread  # False: a random start-up (the default before da0e799)
         self.clock = clock
         self.startup = startup
         self.candidates = candidates
@@ -232,19 +158,19 @@ class PricedEHVI(BaseSampler):
         if self._pricing is None or "fixed_params" in trial.system_attrs:
             return  # unbound, or an enqueued trial: its params are given
         number = trial.number
-        if self.spread and number < self.startup:
+        if number < self.startup:
             def propose() -> dict[str, Any] | None:
-                return self._spread(study, number)
-        elif is_random(number, self.startup, self.random_every):
+                return self._startup_proposal(study, number)
+        elif self._random_turn(number):
             return
         else:
             done = _finished(study, self._pricing.objectives)
             if len(done) < self.startup:  # start-up trials still running or failed
-                if not self.spread or self._barren:  # random (nothing fitting found lately)
+                if self._barren:  # random while nothing fitting was found lately
                     return
 
                 def propose() -> dict[str, Any] | None:
-                    return self._spread(study, number)
+                    return self._startup_proposal(study, number)
             else:
                 def propose() -> dict[str, Any] | None:
                     return self._choose(study, number, done)
@@ -275,6 +201,42 @@ class PricedEHVI(BaseSampler):
     def reseed_rng(self) -> None:
         self._random.reseed_rng()
 
+    # ---------------------------------------------------------------- hooks
+    def _random_turn(self, number: int) -> bool:
+        """Whether trial `number` (past the start-up) is a random proposal: every
+        RANDOM_EVERY-th."""
+        return is_random(number, self.startup, RANDOM_EVERY)
+
+    def _startup_proposal(self, study: Study, number: int) -> dict[str, Any] | None:
+        """A start-up proposal (None: a random one): spread over the memory axis."""
+        return self._spread(study, number)
+
+    def _stand_ins(self, rng: np.random.Generator, number: int,
+                   done: Sequence[Finished]) -> list[_RandomTrial]:
+        """The stand-in trials whose configs are trial `number`'s candidates, in pricing
+        order: CANDIDATES random ones (`done`: the finished trials, none at the start-up)."""
+        return [_RandomTrial(rng) for _ in range(self.candidates)]
+
+    def _features(self, done: Sequence[Finished],
+                  cands: Sequence[tuple[dict[str, Any], float]],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """The trees' features of the finished trials and of the candidates (`_encode`)."""
+        names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
+        return (_encode([p for p, *_ in done], [m for _, _, m, _ in done], names),
+                _encode([p for p, _ in cands], [m for _, m in cands], names))
+
+    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
+              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        """Each candidate's acquisition: EHVI over `front` (unit square) of the candidates
+        at memory `x` with quality ~ N(mu, sd) (`q`: the finished trials' qualities; mu, sd
+        in their units)."""
+        q_lo, q_span = float(q.min()), float(np.ptp(q)) + 1e-9
+        return ehvi_2d(front, x, (mu - q_lo) / q_span, sd / q_span)
+
+    def _seconds_weight(self) -> float:
+        """The exponent of the predicted seconds dividing the acquisition (0: none)."""
+        return 1.0
+
     # ---------------------------------------------------------------- the choice
     def _spread(self, study: Study, number: int) -> dict[str, Any] | None:
         """A start-up proposal: the fitting candidate nearest `spread_point(number)` on the
@@ -289,17 +251,13 @@ class PricedEHVI(BaseSampler):
         target = mem.min() + spread_point(number, self.startup, rng) * float(np.ptp(mem))
         return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
 
-    def _choose(self, study: Study, number: int,
-                done: list[tuple[dict[str, Any], float, float, float | None]],
+    def _choose(self, study: Study, number: int, done: list[Finished],
                 ) -> dict[str, Any] | None:
         assert self._pricing is not None
-        rng, cands = self._candidates(study, number, _front(done) if self.neighbors else ())
+        rng, cands = self._candidates(study, number, done)
         if not cands:
             return None
-        names = sorted({n for p, *_ in done for n in p} | {n for p, _ in cands for n in p})
-        labels = _labels([p for p, *_ in done] + [p for p, _ in cands]) if self.onehot else {}
-        x_done = _encode([p for p, *_ in done], [m for _, _, m, _ in done], names, labels)
-        x_cand = _encode([p for p, _ in cands], [m for _, m in cands], names, labels)
+        x_done, x_cand = self._features(done, cands)
         q = np.array([q for _, q, _, _ in done])
         mu, sd = _forest(x_done, q, x_cand, rng)
         sd = np.maximum(sd, 0.05 * float(q.std()) + 1e-9)
@@ -311,46 +269,24 @@ class PricedEHVI(BaseSampler):
             return (hi - math.log(mem)) / (hi - lo)
 
         front = [(x_of(m), (qq - q_lo) / q_span) for _, qq, m, _ in done]
-        if (number - self.startup) % self.random_every < self.quality_turns:  # a quality turn
-            score = expected_improvement(mu, sd, float(q.max()))
-        else:
-            score = ehvi_2d(front, np.array([x_of(m) for _, m in cands]),
-                            (mu - q_lo) / q_span, sd / q_span)
+        score = self._gain(number, q, front, np.array([x_of(m) for _, m in cands]), mu, sd)
         secs = [(i, s) for i, (*_, s) in enumerate(done) if s]
-        if self.per_second and len(secs) >= MIN_COSTS and not self._pricing.repeatable:
+        weight = self._seconds_weight()
+        if weight and len(secs) >= MIN_COSTS and not self._pricing.repeatable:
             log_s, _ = _forest(x_done[[i for i, _ in secs]], np.log([s for _, s in secs]),
                                x_cand, rng)
-            score = score / np.exp(log_s * self._cost_weight())
+            score = score / np.exp(log_s * weight)
         return dict(cands[int(np.argmax(score))][0])
 
-    def _cost_weight(self) -> float:
-        """The exponent of the predicted seconds in the acquisition: 1, or with cost cooling
-        the share of the budget left (CArBO's, Lee et al. 2020: cheap trials explore early,
-        the acquisition alone decides at the end)."""
-        if not self.cost_cooling or self._pricing is None:
-            return 1.0
-        return min(1.0, max(0.0, 1.0 - float(self._pricing.spent())))
-
-    def _candidates(self, study: Study, number: int,
-                    parents: Sequence[Mapping[str, Any]] = (),
+    def _candidates(self, study: Study, number: int, done: Sequence[Finished] = (),
                     ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:
-        """Trial `number`'s generator and its priced candidates, none tried before: the
-        random ones and, mixed in evenly, `neighbors` near `parents` in turn (none without
-        parents)."""
+        """Trial `number`'s generator and its priced candidates (`_stand_ins`), none tried
+        before."""
         rng = np.random.default_rng((self.seed, number))
         tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)
                  if t.number != number and t.state.name != "WAITING"}  # no params yet
         deadline = self.clock() + self.price_budget_s
-        keyed: list[tuple[float, _RandomTrial]] = [
-            ((i + 0.5) / self.candidates, _RandomTrial(rng)) for i in range(self.candidates)]
-        if parents:  # a generator of their own: the random candidates are the same without
-            near = np.random.default_rng((self.seed, number, 1))
-            keyed += [((i + 0.5) / self.neighbors,
-                       _NeighborTrial(near, p, 1.0 / max(len(p), 1)))
-                      for i, p in enumerate(parents[k % len(parents)]
-                                            for k in range(self.neighbors))]
-        # the two kinds evenly mixed, so a pricing deadline cuts both alike
-        trials = [t for _, t in sorted(keyed, key=lambda kt: kt[0])]
+        trials = self._stand_ins(rng, number, done)
         cands, over = self._priced_candidates(trials, tried, deadline, not self._barren)
         if cands:
             self._barren = False
@@ -437,14 +373,25 @@ def _has_memory(objectives: Sequence[tuple[str, str]]) -> bool:
 
 
 def _contains(dist: BaseDistribution, v: Any) -> bool:
+    """Whether `dist` holds value `v`: one of a categorical's choices; a number within a
+    numeric one's bounds and on its step (an int's exactly, a float's within 1e-8 steps)."""
     try:
-        return bool(dist._contains(dist.to_internal_repr(v)))
+        x = dist.to_internal_repr(v)  # raises for a label not among the choices, a NaN ...
     except (ValueError, TypeError):
         return False
+    if isinstance(dist, CategoricalDistribution):
+        return True
+    if not isinstance(dist, (FloatDistribution, IntDistribution)):
+        return False
+    if not dist.low <= x <= dist.high:
+        return False
+    if isinstance(dist, IntDistribution):
+        return (x - dist.low) % dist.step == 0
+    return dist.step is None or abs((x - dist.low) / dist.step
+                                    - round((x - dist.low) / dist.step)) < 1.0e-8
 
 
-def _finished(study: Study, objectives: Sequence[tuple[str, str]],
-              ) -> list[tuple[dict[str, Any], float, float, float | None]]:
+def _finished(study: Study, objectives: Sequence[tuple[str, str]]) -> list[Finished]:
     """(params, quality (larger is better), memory (1 when it is no objective), wall seconds
     or None) of every trial trained to its end; none without a quality objective."""
     names = [n for n, _ in objectives]
@@ -467,47 +414,21 @@ def _finished(study: Study, objectives: Sequence[tuple[str, str]],
     return out
 
 
-def _front(done: Sequence[tuple[dict[str, Any], float, float, float | None]],
-           ) -> list[dict[str, Any]]:
-    """The params of the finished trials on the (quality, memory) front
-    (`pareto.non_dominated`), by quality, best first."""
-    on = non_dominated([(q, m) for _, q, m, _ in done], ["maximize", "minimize"])
-    return [done[i][0] for i in sorted(on, key=lambda i: -done[i][1])]
-
-
-def _labels(params: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Per categorical param (a label, not a number), its labels in a stable order."""
-    out: dict[str, set[str]] = {}
-    for p in params:
-        for n, v in p.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                out.setdefault(n, set()).add(repr(v))
-    return {n: sorted(v) for n, v in out.items()}
-
-
 def _encode(params: Sequence[Mapping[str, Any]], memory: Sequence[float],
-            names: Sequence[str], labels: Mapping[str, Sequence[str]] | None = None,
-            ) -> np.ndarray:
-    """Features: per param its value (numbers, log10 where positive) or a hash of its
-    label (categoricals: trees split on them), -1 where absent; then log10(memory). A param
-    in `labels`: one 0/1 column per label instead (absent: all 0)."""
-    labels = labels or {}
-    rows = []
-    for p, m in zip(params, memory, strict=True):
-        row: list[float] = []
-        for n in names:
-            v = p.get(n)
-            if n in labels:
-                row.extend(float(repr(v) == lab) for lab in labels[n])
-            elif v is None:
-                row.append(-1.0)
-            elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                row.append(float(_label_code(v)))
-            else:
-                row.append(math.log10(v) if v > 0 else float(v))
-        row.append(math.log10(m))
-        rows.append(row)
-    return np.array(rows, dtype=float)
+            names: Sequence[str]) -> np.ndarray:
+    """Features: per param `_feature` of its value; then log10(memory)."""
+    return np.array([[_feature(p.get(n)) for n in names] + [math.log10(m)]
+                     for p, m in zip(params, memory, strict=True)], dtype=float)
+
+
+def _feature(v: Any) -> float:
+    """A param value's feature: a number (log10 where positive), a hash of a label
+    (categoricals: trees split on them), -1 when absent (None)."""
+    if v is None:
+        return -1.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return float(_label_code(v))
+    return math.log10(v) if v > 0 else float(v)
 
 
 def _label_code(v: Any) -> int:
@@ -530,14 +451,6 @@ def _forest(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
     x32 = np.ascontiguousarray(x_new, dtype=np.float32)
     per_tree = np.stack([t.tree_.predict(x32).reshape(len(x_new)) for t in model.estimators_])
     return per_tree.mean(axis=0), per_tree.std(axis=0)
-
-
-def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
-    """Expected improvement over `best` of quality ~ N(mu, sd) (larger is better)."""
-    from scipy.special import ndtr
-
-    z = (mu - best) / sd
-    return np.asarray((mu - best) * ndtr(z) + sd * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
 
 
 def ehvi_2d(front: Sequence[tuple[float, float]], x: np.ndarray, mu: np.ndarray,

@@ -92,11 +92,12 @@ RANDOM_STARTUP = {"startup": 8, "spread": False}  # `ehvi`'s start-up before da0
 
 
 def ehvi(**kw: Any) -> Callable[[int, Any], Any]:
-    """`ehvi` with `PricedEHVI`'s keyword arguments `kw` (its defaults otherwise)."""
+    """`ehvi` with the knobs `kw` of its variants (variants.build; the product otherwise)."""
     def make(seed: int, workload: Any) -> Any:
-        from autoembed.pipeline.priced_ehvi import PricedEHVI
+        import variants
 
-        return PricedEHVI(seed, **kw)
+        return variants.build(seed, **kw)
+    make.knobs = dict(kw)  # type: ignore[attr-defined]  # what the replay's sampler turns
     return make
 
 

@@ -302,7 +302,7 @@ CAVEATS = """## How to read this
   overfit and lost their best: on MovieLens `random-front` lost the best pick of
   `random-full` (the same proposals) in 9 of 30 seeds and gained it in none, and
   `ehvi-front` was at or above the baseline in 0.17 (within-noise) and 0.30 (max-quality).
-* Methods: compare.py's, and this script's EXPERIMENTS (`ehvi-qK`: `PricedEHVI`'s
+* Methods: compare.py's, and this script's EXPERIMENTS (`ehvi-qK`: variants.py's
   `quality_turns=K`, the first K of each run of 3 model turns by the expected improvement
   of quality alone; `random-front`: random proposals with the front rule).
 * Quality turns pick better in the box (at 240 CPU s on MovieLens `ehvi-q2-front` as
@@ -324,7 +324,7 @@ CAVEATS = """## How to read this
   every 2nd or 3rd after the start-up, against every 4th) move the shares by no more than
   the seeds' noise, either way.
 * `ehvi-nb-front`: 64 candidates an ask near the front's members besides the 128 random ones
-  (`PricedEHVI(neighbors=64)`, SMAC's local search). It picked above the baseline more
+  (`variants.Neighbors`, neighbors=64: SMAC's local search). It picked above the baseline more
   often on flights (240 CPU s: 0.43 against `ehvi-front`'s 0.23; 480: 0.23 against 0.10)
   and as often on MovieLens (0.70 against 0.67; 480: 0.90 against 0.93), but it is left
   off: replayed as compare.py replays it reached 95% of the front 1.75x later than `ehvi`
