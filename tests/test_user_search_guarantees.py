@@ -115,7 +115,10 @@ def test_nothing_fitting_is_exit_3(user, capsys) -> None:
     _, root = user
     rc = main(cli(root, "--budget", "1MB", "--train", "gloop.loop:train", "--study", "n"))
     err = capsys.readouterr().err
-    assert rc == 3 and "no proposal fit the budget 1MB" in err, err
+    # every config's device_total holds the fixed overhead (544 MiB here): nothing is tried
+    assert rc == 3 and "nothing fits the budget 1MB = 1.00 MB" in err, err
+    assert "the fixed overhead alone" in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "runs" / "n" / "trials.csv").exists()
 
 
 def test_a_trial_that_reports_no_quality_is_failed_never_on_the_front(user, capsys) -> None:

@@ -29,7 +29,14 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.pipeline.sharded import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
-from autoembed.pipeline.workload import HOST_BASE_BYTES, Invalid, Launch, Priced, TrialRunner
+from autoembed.pipeline.workload import (
+    HOST_BASE_BYTES,
+    Invalid,
+    Launch,
+    NothingFitsError,
+    Priced,
+    TrialRunner,
+)
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.trial import AS_WRITTEN, ENQUEUED
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
@@ -202,17 +209,24 @@ class UserWorkload:
         model, so that the user's functions (`--loss` included) failing on it is bad
         input before anything is made (the price is kept: a proposal of it costs nothing).
         No more: each price traces the model, so a corner search would cost a trace a
-        corner; a search where nothing fits ends with exit 3 once the sampler has proposed
-        nothing that fits (the engine's limit)."""
+        corner; a budget below the fixed overhead is exit 3 at once, and a search where
+        nothing fits ends with exit 3 once the sampler has proposed nothing that fits (the
+        engine's limit)."""
+        from autoembed.budget import format_bytes
         from autoembed.space.corners import first_corner
 
-        del budget
         values = first_corner(self.space)
         try:
-            self.price(values)
+            priced = self.price(values)
         except ConfigError as e:
             raise ConfigError(f"{e} (priced before the search, at "
                               f"{self.space.describe(values)})") from None
+        fixed = getattr(getattr(priced, "estimate", None), "overhead", 0)
+        if fixed and not budget.admits(fixed):  # every config's device_total holds it
+            raise NothingFitsError(
+                f"nothing fits the budget {budget.text} = {format_bytes(budget.bytes)}: the "
+                f"fixed overhead alone (CUDA context, cuBLAS workspace, --reserve) is "
+                f"{format_bytes(fixed)}; raise --budget above it")
 
     def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
         """Trained before the sampler's proposals: the model as written (`reference`), then
