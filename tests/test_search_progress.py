@@ -72,7 +72,8 @@ def test_the_summary_says_when_the_pick_does_not_clearly_beat_the_baseline() -> 
 
     def lines(valid: float, base: Baseline = base) -> list[str]:
         best = SimpleNamespace(number=16, metrics={"quality": valid, "test_quality": 0.7814})
-        return comparison(SimpleNamespace(best=best, extra={"baseline": base, "noise": noise}))
+        return comparison(SimpleNamespace(best=best, rows=[],
+                                          extra={"baseline": base, "noise": noise}))
 
     # 0.7858 - 0.7842 = +0.0016 < 0.0031: said, with both figures
     said = lines(0.7858)
