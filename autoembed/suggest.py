@@ -192,12 +192,13 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
     table compressed through `apply`); candidates after USER_SECONDS are not priced."""
     from autoembed.memory.types import overhead_bytes
     from autoembed.torchrec.public import estimate_model
-    from autoembed.user_model.command import applied, resolve_for_cli
+    from autoembed.user_model.command import applied, resolve_for_cli, step_settings
 
     obj, example, loss, base = resolve_for_cli(
         options["model"], options["example"], options.get("apply_cfg"), options.get("loss_spec"),
         options.get("user_space"))
-    opt, prec = options.get("optimizer") or "adam", options.get("precision") or "fp32"
+    opt, prec = step_settings(options.get("optimizer"), options.get("precision"),
+                              options.get("user_space"))  # as the step itself was priced
     reserve = priced.estimate.overhead - overhead_bytes(0)  # the --reserve it was priced with
     deadline = time.monotonic() + USER_SECONDS
     late: list[Candidate] = []

@@ -13,7 +13,7 @@ from typing import Any
 from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 
-__all__ = ["estimate_for_cli", "resolve_for_cli", "applied"]
+__all__ = ["estimate_for_cli", "resolve_for_cli", "applied", "step_settings"]
 
 
 def _example(spec: str, params: Mapping[str, Any] | None) -> Any:
@@ -97,11 +97,9 @@ def estimate_for_cli(
     from autoembed.torchrec.public import estimate_model
 
     obj, ex, loss_fn, cfg = resolve_for_cli(model, example, apply, loss, space)
-    from_space = _space_params(space)[1]
+    opt, prec = step_settings(optimizer, precision, space)
     est = estimate_model(obj if cfg is None else applied(obj, cfg), ex, loss=loss_fn,
-                         optimizer=optimizer or from_space.get("optimizer", "adam"),
-                         precision=precision or from_space.get("precision", "fp32"),
-                         budget=budget, reserve=reserve)
+                         optimizer=opt, precision=prec, budget=budget, reserve=reserve)
     if any(n.startswith(STANDIN_NOTE) for n in est.notes):
         print(f"autoembed: note: {STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; "
               "give --loss pkg.module:fn to price yours", file=sys.stderr)
@@ -119,6 +117,15 @@ def _loss(spec: str | None) -> Any:
         raise ConfigError(f"--loss '{spec}' is a {type(fn).__name__}, not a function; give "
                           "pkg.module:fn, fn(output, example) -> scalar tensor")
     return fn
+
+
+def step_settings(optimizer: str | None, precision: str | None,
+                  space: Path | None) -> tuple[str, str]:
+    """The optimizer and precision `--model` is priced with: the flags, else the space's
+    `embedding:` values, else adam and fp32."""
+    from_space = _space_params(space)[1]
+    return (optimizer or from_space.get("optimizer", "adam"),
+            precision or from_space.get("precision", "fp32"))
 
 
 def resolve_for_cli(model: str, example: str, apply: Path | None, loss: str | None,
