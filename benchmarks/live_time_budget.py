@@ -1,9 +1,20 @@
-"""Live: a `--time-budget 120 --no-start-points` search on MovieLens and flights, seeds 0-2,
-against the search's own logistic-regression baseline (issue 25: the pick's test score at
-or above the baseline's in 3 of 3 seeds on each).
+"""Live: time-boxed default searches, judged two ways.
 
-    nice -n 10 .venv/bin/python benchmarks/live_time_budget.py [--seeds 3] [--budget-s 120]
-        [--seed-from 0] [--data movielens flights] [--out search_live_120s.md]
+* `--time-budget 120 --no-start-points` on MovieLens and flights, seeds 0-2, against the
+  search's own logistic-regression baseline (the pick's test score at or above the
+  baseline's in 3 of 3 seeds on each):
+
+      nice -n 10 .venv/bin/python benchmarks/live_time_budget.py
+
+* `--data default --budget-s 60 --seeds 5`: `autoembed search --budget 8GB --time-budget 60`
+  on the embedded default space, against the replay table of that workload
+  (replay/tables/default.jsonl.gz): the pick's validation quality within one noise unit of
+  the table's best (compare.py's `Yardstick`: best seed-0 validation quality, the median
+  seed-0/seed-1 difference as the noise unit) in at least 4 of 5 seeds. Writes
+  search_live_60s_default.md.
+
+      nice -n 10 .venv/bin/python benchmarks/live_time_budget.py --data default \
+          --budget-s 60 --seeds 5
 
 Each search is the default one (`autoembed search --data DATA --space auto --budget 8GB
 --time-budget 120 --no-start-points --seed SEED`: the default sampler, workers (one trial
@@ -26,6 +37,17 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = ("movielens", "flights")
+TABLE = Path(__file__).resolve().parent / "replay" / "tables" / "default.jsonl.gz"
+
+
+def table_best() -> tuple[float, float]:
+    """The default replay table's best validation quality and noise unit (compare.py's)."""
+    sys.path.insert(0, str(TABLE.parent.parent))
+    from compare import Yardstick  # type: ignore[import-not-found]
+    from table import Table  # type: ignore[import-not-found]
+
+    ys = Yardstick(Table.load(TABLE))
+    return ys.q_best, ys.noise
 
 
 def _load() -> str:
@@ -34,10 +56,11 @@ def _load() -> str:
 
 def one(data: str, seed: int, budget_s: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="autoembed-live120-") as tmp:
-        cmd = [str(Path(sys.prefix) / "bin" / "autoembed"), "search", "--data", data,
-               "--space", "auto", "--budget", "8GB", "--time-budget", str(budget_s),
-               "--no-start-points", "--seed", str(seed), "--study", f"{data}-{seed}",
-               "--runs-dir", str(Path(tmp) / "runs")]
+        what = ([] if data == "default" else
+                ["--data", data, "--space", "auto", "--no-start-points"])
+        cmd = [str(Path(sys.prefix) / "bin" / "autoembed"), "search", *what,
+               "--budget", "8GB", "--time-budget", str(budget_s), "--seed", str(seed),
+               "--study", f"{data}-{seed}", "--runs-dir", str(Path(tmp) / "runs")]
         start = _load()
         run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if run.returncode != 0:
@@ -88,22 +111,55 @@ def report(rows: list[dict[str, Any]], budget_s: int) -> str:
     return "\n".join(lines)
 
 
+def report_default(rows: list[dict[str, Any]], budget_s: int) -> str:
+    best, noise = table_best()
+    sampler = rows[0]["sampler"] if rows else "?"
+    workers = rows[0].get("workers") if rows else "?"
+    lines = [f"# Live: `--time-budget {budget_s}` on the default space against the replay "
+             "table's best", "",
+             "Written by `benchmarks/live_time_budget.py --data default` (its docstring says "
+             f"what it runs). Commit {_commit()}; `autoembed search --budget 8GB --time-budget "
+             f"{budget_s} --seed S` (sampler `{sampler}`, {workers} trials at once, start "
+             "points on as by default); 2 cores, the load (1/5/15 min) at each start and end. "
+             f"The replay table `default`'s best validation quality is {best:.4f}, its noise "
+             f"unit {noise:.4f}: a pick within noise has validation >= {best - noise:.4f}.", "",
+             "| seed | load start | load end | trials (complete/pruned) | pick | pick "
+             "validation | within noise of the table's best |",
+             "|---|---|---|---|---|---|---|"]
+    hits = 0
+    for r in rows:
+        ok = r["valid"] is not None and r["valid"] >= best - noise
+        hits += ok
+        lines.append(
+            f"| {r['seed']} | {r['load_start']} | {r['load_end']} | "
+            f"{r['complete']}/{r['pruned']} | trial {r['pick']} ({r['rule']}) | "
+            f"{r['valid']:.4f} | {'yes' if ok else 'no'} |")
+    lines += ["", f"Target: within noise in at least 4 of 5 seeds: {hits} of {len(rows)}.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seed-from", type=int, default=0, help="first seed")
-    ap.add_argument("--data", nargs="*", default=list(DATA), choices=DATA)
+    ap.add_argument("--data", nargs="*", default=list(DATA), choices=(*DATA, "default"))
     ap.add_argument("--budget-s", type=int, default=120)
-    ap.add_argument("--out", default="search_live_120s.md",
-                    help="results file name in benchmarks/results")
+    ap.add_argument("--out", default=None, help="results file name in benchmarks/results "
+                    "(search_live_120s.md; search_live_60s_default.md with --data default)")
     a = ap.parse_args(argv)
     rows = []
     for data in a.data:
         for seed in range(a.seed_from, a.seed_from + a.seeds):
             rows.append(one(data, seed, a.budget_s))
             print(rows[-1], flush=True)
-    out = RESULTS / a.out
-    out.write_text(report(rows, a.budget_s))
+    if a.data == ["default"]:
+        out = RESULTS / (a.out or "search_live_60s_default.md")
+        out.write_text(report_default(rows, a.budget_s))
+    elif "default" in a.data:
+        raise SystemExit("--data default: run it on its own (its own results file)")
+    else:
+        out = RESULTS / (a.out or "search_live_120s.md")
+        out.write_text(report(rows, a.budget_s))
     print(out)
     return 0
 
