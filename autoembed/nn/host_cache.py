@@ -83,7 +83,7 @@ class CacheStats:
     def __add__(self, other: CacheStats) -> CacheStats:
         """Field by field (`seconds`, the last field, as a float)."""
         *counts, seconds = (x + y for x, y in zip(astuple(self), astuple(other), strict=True))
-        return CacheStats(*map(int, counts), seconds)
+        return CacheStats(*map(int, counts), seconds=seconds)  # type: ignore[misc]
 
 
 class HostCache(PackedWeights):
