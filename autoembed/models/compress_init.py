@@ -134,11 +134,7 @@ def tt_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor,
 def robe_init(weight: torch.Tensor, positions: torch.Tensor, size: int) -> torch.Tensor:
     """Array [size] fitted to `weight` [V, D], given the array position of every entry
     (`RobeTable.positions(arange(V))`, [V, D])."""
-    w = weight.detach().to(torch.float32).reshape(-1)
-    pos = positions.reshape(-1)
-    total = torch.zeros(size, dtype=torch.float32, device=w.device).index_add_(0, pos, w)
-    count = torch.bincount(pos, minlength=size).clamp(min=1).to(torch.float32)
-    return total / count
+    return bucket_means(weight.reshape(-1, 1), positions.reshape(-1), size).squeeze(1)
 
 
 def hot_cold_init(

@@ -218,13 +218,8 @@ class UserStep(TrainStep):
         if self.policy.param_dtype == "float32":
             return example
         dtype = getattr(torch, self.policy.param_dtype)
-
-        def cast(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                return x.to(dtype)
-            return x
-
-        return tree_map(cast, example)
+        return tree_map(lambda x: x.to(dtype) if isinstance(x, torch.Tensor)
+                        and x.is_floating_point() else x, example)
 
     def step(self, example: Any, loss: LossFn | None = None) -> torch.Tensor:
         """One optimizer step on `example` (its floating inputs cast first and held through
