@@ -1,4 +1,5 @@
-"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold.
+"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold (the reference,
+with what each refuses: docs/compression.md).
 
 Pure Python (no torch, no YAML; of autoembed only `errors`): the memory model prices these
 shapes and the layers in `autoembed.models` build exactly them, so the two agree by
@@ -6,29 +7,19 @@ construction. Every function takes plain integers; a table's settings are passed
 
 ROBE-Z (Desai et al., MLSys 2022): the tables read one shared 1-D array of `size` (M) values.
 A row of dim D is ceil(D / Z) blocks of Z values; block c of id i in table t starts at
-offset h_t(i * blocks + c) in [0, M) (splitmix64, `autoembed.nn.hashing.hash_ids`, with a
-per-table seed) and reads the Z values from there, wrapping around the end of the array; the
-row is the first D values of its blocks. Blocks of different rows overlap at arbitrary
-offsets, so an array value is read by many (row, column) places and its gradient is their
-sum: gradients are dense over the array (M values; no row structure to keep sparse).
+offset h_t(i * blocks + c) in [0, M) (splitmix64, per-table seed) and wraps around the end;
+the row is the first D values of its blocks. Gradients are dense over the array.
 
-Tensor-train (TT-Rec, Yin et al., MLSys 2021): rows V <= v1 * v2 * v3 (padded, `tt_rows`),
-dim D = d1 * d2 * d3 (`tt_dims`), rank r; three cores stored as 2-D tensors indexed by the
-row factor:
+Tensor-train (TT-Rec, Yin et al., MLSys 2021): rows V <= v1 * v2 * v3 (`tt_rows`), dim
+D = d1 * d2 * d3 (`tt_dims`), rank r; cores core0 [v1, d1 * r], core1 [v2, r * d2 * r],
+core2 [v3, r * d3]; row i = (i1, i2, i3) (i = i1 * v2 * v3 + i2 * v3 + i3) is
+G0[i1] . G1[i2] . G2[i3], flattened to D in (k1, k2, k3) order. Gradients are dense over the
+cores.
 
-    core0 [v1, d1 * r],  core1 [v2, r * d2 * r],  core2 [v3, r * d3]
-
-and row i = (i1, i2, i3) (i = i1 * v2 * v3 + i2 * v3 + i3) is the product
-G0[i1] (d1 x r) . G1[i2] (r x d2 x r) . G2[i3] (r x d3), flattened to D in (k1, k2, k3)
-order. Each core is read in full by many rows: its gradient is dense (a `V x D`-free dense
-gradient of the core's size), whatever sparse rule the table optimizer has elsewhere.
-
-Hot/cold (after CAFE, Zhang et al., SIGMOD 2024, with a fixed hot set): a table's `hot`
-most frequent ids each get their own row; the other ids hash into `cold` rows. One weight
-[hot + cold, D]: rows [0, hot) in the order of the sorted hot-id array, rows [hot, hot + cold)
-the cold buckets. The hot set is held as a sorted int64 array (8 B per hot id) and an id's
-row found by binary search, not an id -> row remap over the vocabulary (8 B per id: 320 MB at
-40M ids); its bytes are state, priced beside the weight (`hot_cold_state_bytes`).
+Hot/cold (after CAFE, Zhang et al., SIGMOD 2024, with a fixed hot set): one weight
+[hot + cold, D]: rows [0, hot) for the sorted hot-id array's ids, found by binary search
+(8 B per hot id, priced as state: `hot_cold_state_bytes`), rows [hot, hot + cold) the
+buckets the other ids hash into.
 """
 
 from __future__ import annotations

@@ -42,15 +42,12 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP}{secrets.token_hex(6)}")
 
 
-def _create(path: Path) -> int:
-    """A new file (it must not exist) open for writing, mode 0666 less the umask."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-
-
 def _write_new(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
-    """`write(fh)` into the new file `path`, flushed to disk; removed if anything fails."""
+    """`write(fh)` into the new file `path` (it must not exist; mode 0666 less the umask),
+    flushed to disk; removed if anything fails."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        with os.fdopen(_create(path), "wb") as fh:
+        with os.fdopen(os.open(path, flags, 0o666), "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

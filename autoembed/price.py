@@ -177,16 +177,14 @@ def _count_or_share(text: str | None, key: str) -> int | float | None:
     """A count ("65536") or a share of each table's rows ("0.01")."""
     if text is None:
         return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        flag = "--" + key.replace("_", "-")
-        raise ConfigError(f"{flag} '{text}' must be a count (e.g. 65536) or a share of each "
-                          "table's rows in (0, 1) (e.g. 0.01)") from None
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    flag = "--" + key.replace("_", "-")
+    raise ConfigError(f"{flag} '{text}' must be a count (e.g. 65536) or a share of each "
+                      "table's rows in (0, 1) (e.g. 0.01)")
 
 
 def _check_host_budget(est: MemoryEstimate, text: str | None) -> None:

@@ -2,44 +2,28 @@
 
 `derive_space(facts, budget_bytes)` is a pure function of plain values (`DataFacts`, read from
 a loaded Dataset by `facts_of`); `AutoSpace.to_space_dict()` writes it in the space file format
-that `autoembed.space.parse_space` validates. No Optuna, no torch.
+that `autoembed.space.parse_space` validates. No Optuna, no torch. The rules:
 
-The rules (each constant below says why its value):
-
-* **Dimensions bounded by cardinality.** A table of V rows gets at most
-  `ceil8(1.6 * V**0.56)` dims (the fast.ai rule of thumb for categorical embeddings), within
-  [DIM_LOW, DIM_HIGH] and never more than V (rounded up to a multiple of 8). The config's
-  one `dim` is searched on [DIM_LOW, the largest table's bound], log scale, multiples of 8.
-* **Compress only the big tables.** A table is big when its training bytes at its dim bound
-  (fp32 weight, gradient and two Adam moments: 16 B per value) are at least BIG_TABLE_SHARE
-  of the budget; the others stay uncompressed (what TorchRec users do). With no big table,
-  compression is not searched at all.
-* **Row-wise Adagrad only with a big table.** `rowwise_adagrad` is Adagrad with its state cut
-  to one value per row: a memory saving for big tables (FBGEMM's default for them), nothing
-  worth a third of the trials where no table is big (the rule above); there the table
-  optimizers are Adam and Adagrad.
-* **Compression sizes relative to the table.** Hash buckets are a share of the table's rows
-  in HASH_SHARES (log scale), so never more buckets than ids; QR collisions m in
-  [2, min(QR_MAX_COLLISIONS, floor(sqrt(V)))] (past sqrt(V) the remainder table outgrows the
-  quotient table and saves nothing).
-* **Text: seq_len searched** over powers of two from SEQ_LEN_LOW up to the first one that
-  holds SEQ_LEN_QUANTILE of the train documents (at most the length the data were loaded
-  with, which the documents are truncated to).
-* **Text pooling** mean, sum or idf (each token weighed by its inverse document frequency
-  on the train split, as TF-IDF does); with compression searched, only uncompressed tables
-  choose (idf weighs a table's own rows), the others pool by the mean.
+* **Dims bounded by cardinality**: a table of V rows gets at most `ceil8(1.6 * V**0.56)`
+  dims (fast.ai's rule of thumb), within [DIM_LOW, DIM_HIGH] and at most V; `dim` is searched
+  on [DIM_LOW, the largest bound], log scale, multiples of 8.
+* **Compress only big tables**: those whose training bytes at their dim bound (16 B a value:
+  fp32 weight, gradient, two Adam moments) are at least BIG_TABLE_SHARE of the budget; with
+  none, compression is not searched, nor `rowwise_adagrad` (a memory saver for big tables).
+* **Compression sizes relative to the table**: hash buckets a share of its rows in
+  HASH_SHARES (log scale); QR collisions in [2, min(QR_MAX_COLLISIONS, isqrt(V))] (past
+  sqrt(V) the remainder table outgrows the quotient table).
+* **Text**: seq_len over powers of two from SEQ_LEN_LOW to the first holding
+  SEQ_LEN_QUANTILE of the train documents (at most the loaded length); pooling mean, sum or
+  idf (only uncompressed tables choose when compression is searched).
 * **Training length** from `selection.training_length`: epochs for data that fit
   TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
 
-`to_space_dict(per_table=True)` writes the per-table form, which `auto_space` (the search's
-`--space auto`) uses: `tables:` pins every small table to `compression: none` and the
-config-wide `hash_buckets` / `qr_collisions` are searched as shares of each table's rows
-(config.buckets_of / collisions_of). The default form carries one config-wide compression
-instead (for a loader without `tables:` and share ranges): `hash_buckets` as counts from the
-smallest big table's low share (raised to the largest small table's rows: a table with no more
-rows than buckets is not hashed, so small tables stay untouched) to HASH_SHARES[1] of the
-smallest big table's rows (so no table is offered as many buckets as ids); QR only when every
-table is big (QR applies to every table larger than m).
+`to_space_dict(per_table=True)` (what `auto_space` uses) pins every small table to
+`compression: none` and searches `hash_buckets` / `qr_collisions` as shares of each table's
+rows. The default form carries one config-wide compression instead: `hash_buckets` as counts
+from the smallest big table's low share (at least the largest small table's rows, so small
+tables are not hashed) to HASH_SHARES[1] of its rows; QR only when every table is big.
 
 `summary(space)` is the few lines a search prints before its first trial.
 """

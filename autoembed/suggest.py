@@ -1,19 +1,16 @@
 """What would fit: the few smallest changes to an estimate's config (or the user's model)
 that bring its device total within the budget, each priced on its own.
 
-The changes are of five kinds (`KINDS`): precision, optimizer, compression of the largest
-table (hash or qr), batch x sequence, and gradient checkpointing. Each kind offers several
-values; a kind's suggestion is the value whose device total is the largest that still fits
-(the mildest change). When the config already fits (`estimate --suggest`), a kind's
-suggestion is the value that grows the device total most within the budget (what the budget
-leaves room for). When fewer than `WANTED` single changes fit, pairs of kinds are tried.
+The changes are of the `KINDS`: precision, optimizer, compression of the largest table (hash
+or qr), batch x sequence, and gradient checkpointing. A kind's suggestion is its value whose
+device total is the largest that still fits (the mildest change); when the config already
+fits (`estimate --suggest`), the value that grows the device total most within the budget.
+When fewer than `WANTED` single changes fit, pairs of kinds are tried.
 
-A built-in config's candidates are the `estimate` flags added to the ones given, priced
-exactly as `autoembed estimate` with those flags would price them, with the analytic model
-(a fraction of a millisecond each). A user's model (`estimate --model`) is traced once per
-candidate (`estimate_model`, tens of milliseconds each after the first), over fewer
-candidates (precision, optimizer, compression of its largest table through `apply`), within
-`USER_SECONDS`.
+A built-in config's candidates are `estimate` flags added to the ones given, priced as
+`autoembed estimate` with those flags would price them (analytic: under a millisecond each).
+A user's model (`estimate --model`) is traced once per candidate (precision, optimizer,
+compression of its largest table through `apply`), within `USER_SECONDS`.
 """
 
 from __future__ import annotations

@@ -63,9 +63,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
         kw["dense_layers"] = tuple(dl)
     try:
         return EmbeddingConfig(**kw)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
-    except TypeError as e:  # pragma: no cover - defensive: dataclass signature mismatch
+    except (ConfigError, TypeError) as e:  # TypeError: defensive, a signature mismatch
         raise ConfigError(f"{source}: {e}") from None
 
 

@@ -1,10 +1,9 @@
 """Synthetic data with a planted model: the best achievable quality is known exactly.
 
-Every row is a pure function of (seed, split, row index), computed by hashing, so rows can
-be generated in any order, splits are disjoint by construction and nothing of size V (the
-vocabulary) is allocated for large V. For speed, a split of at most `CACHE_BYTES` is generated
-once, on first use, and its batches are index slices of it; a field of at most `ID_TABLE_MAX`
-ids tabulates its per-id draws. Both give the same rows as generating each batch alone.
+Every row is a pure function of (seed, split, row index), computed by hashing: rows come in
+any order, splits are disjoint by construction and nothing of size V is allocated for large
+V. A split of at most `CACHE_BYTES` is generated once and sliced; a field of at most
+`ID_TABLE_MAX` ids tabulates its per-id draws. Both give the same rows as generating alone.
 
 synthetic-ctr. Field f has V_f ids. A row draws a Zipf rank r per id slot (exponent s_f,
 `autoembed.zipf`) and shows id = pi_f(r), pi_f a keyed bijection of [0, V_f) (identity
@@ -16,27 +15,23 @@ without `scramble`), so popular ids are spread over the table. The label is plan
     u_f(id) = w(r) * (k hashed N(0, 1) values),  k = interaction_rank
     label   ~ Bernoulli(sigmoid(logit))
 
-(bags average e and u over their ids). The signal is mostly per id and sits in the Zipf head,
-where a model sees each id often enough to learn it (`head_size` sets how many ids that is:
-the default 100 lets a few hot rows hold it; 100_000 or more spreads it over as many ids per
-field, what a comparison of compressions needs); hashing ids into fewer buckets than the
-head merges planted effects and measurably costs AUC. `oracle_auc(split)` is the AUC of the
-planted logit itself: the best any model can reach on that split (in expectation).
-
+(bags average e and u over their ids). The signal sits in the Zipf head, where a model sees
+each id often enough to learn it (`head_size` ids: the default 100 puts it in a few hot
+rows; 100_000 or more spreads it, what a comparison of compressions needs); hashing ids
+into fewer buckets than the head merges planted effects and costs AUC. `oracle_auc(split)`
+is the AUC of the planted logit: the best any model can reach on that split.
 Measured with the defaults (seed 0, 200k/20k/20k rows, test split): oracle AUC 0.870; an MLP
-over concatenated full tables (dim 16, SparseAdam 3e-3, batch 512) 0.850 after 1,500 steps;
-the same with every field hashed into 100 buckets 0.802. Logistic regression on one-hot ids
-from 30k rows: 0.849 (ids mod 1000: 0.836; mod 16: 0.707).
+over full tables (dim 16, SparseAdam 3e-3, batch 512) 0.850 after 1,500 steps, 0.802 with
+every field hashed into 100 buckets; logistic regression on one-hot ids from 30k rows 0.849
+(ids mod 1000: 0.836; mod 16: 0.707).
 
 synthetic-text. Documents of length uniform in [seq_len // 4, seq_len] (at least 1) draw
-tokens 1..V-1 by Zipf rank (id 0 pads). A share `indicative_share` of token ids (chosen by
-hashing; never the 100 most frequent, which act as stopwords) each point to one class (also
-hashed); a document's class scores count its indicative tokens per class, and
-label = argmax(scores + label_noise * Gumbel noise), i.e. label ~ softmax(scores /
-label_noise). `oracle_accuracy(split)` is the accuracy of argmax(scores), the Bayes-optimal
-prediction. Measured with the defaults (4 classes, V = 50,000, seq_len 64): oracle accuracy
-0.730; multinomial naive Bayes or logistic regression on token counts from the 200k train
-rows 0.62-0.63 (rare indicative tokens are seen too seldom to learn).
+tokens 1..V-1 by Zipf rank (id 0 pads). A share `indicative_share` of token ids (hashed;
+never the 100 most frequent, which act as stopwords) each point to one hashed class; a
+document's class scores count its indicative tokens per class, and label = argmax(scores +
+label_noise * Gumbel noise). `oracle_accuracy(split)` is the accuracy of argmax(scores), the
+Bayes-optimal prediction: 0.730 with the defaults (4 classes, V = 50,000, seq_len 64);
+naive Bayes or logistic regression on token counts of the 200k train rows 0.62-0.63.
 """
 
 from __future__ import annotations

@@ -81,11 +81,9 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
         if c in exclude:
             continue
         s = frame[c]
-        if ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype):
-            found.append(c)
-        elif ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s):
-            found.append(c)
-        elif ptypes.is_integer_dtype(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n:
+        if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
+                or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s)
+                or (ptypes.is_integer_dtype(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
 

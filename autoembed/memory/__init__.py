@@ -68,16 +68,11 @@ def estimate(
     Integer(0).check_argument("reserve", reserve)
     device_budget = None if budget is None else Budget.of(budget)
     host = None if host_budget is None else Budget.for_host(host_budget)
+    priced = analytic_estimate
     if method == "traced":
-        from autoembed.memory.traced import traced_estimate
-
-        est = traced_estimate(
-            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
-        )
-    else:
-        est = analytic_estimate(
-            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
-        )
+        from autoembed.memory.traced import traced_estimate as priced
+    est = priced(config, gpus=gpus, sharding=sharding, reserve=reserve,
+                 context_bytes=context_bytes)
     if host is not None:
         from dataclasses import replace
 

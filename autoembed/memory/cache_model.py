@@ -1,25 +1,18 @@
 """Pricing of host_cached tables (placement `host_cached`): device and host bytes,
-expected miss rate and transfer per step. Formulas (docs/host_cache.md has the derivations):
+expected miss rate and transfer per step (the table of bytes and the derivations:
+docs/host_cache.md). For a table of R rows (known + dynamic), dim D, parameter bytes b, a
+cache of C rows and s optimizer-state bytes a row:
 
-For a table of R rows (known + dynamic), dim D, parameter bytes b, a cache of C rows:
-
-* device: the cache parameter [C, D] and its optimizer state are ordinary `param_specs`
-  tensors (priced by `analytic`); bookkeeping adds C x 24 B (slot_row, slot_last, slot_count,
-  int64 each; `models/host_cache.py`), one 512 B allocator block per tensor.
-* host: R x D x b (weight) + R x s (optimizer state per row, s = its bytes per row: adagrad and
-  sparse_adam D x b per state tensor, rowwise_adagrad 4) + R x 16 (slot_of_row, use_count)
-  + dynamic_rows x 8 (the owner of each dynamic row). Exact tensor bytes: pinned memory on a
-  GPU host may round each tensor up (torch's CachingHostAllocator), which is not added.
-* miss rate (per lookup, steady state) with row popularity p_k (rank k, descending):
-  - LFU (ideal: the C most used rows stay): m = 1 - sum_{k<C} p_k;
-  - LRU (Che's approximation, Che et al. 2002): find T with sum_k (1 - exp(-p_k T)) = C,
-    then m = sum_k p_k exp(-p_k T).
-  p_k is a Zipf law with exponent s (`autoembed.zipf`); s is solved from the table's
-  resolved `frequency` (sum_k p_k^2, written by the data) or fitted to counted ids
-  (`fit_zipf`); without either the rows are uniform (s = 0: m = 1 - C/R for both policies).
-* transfer per step: misses = lookups per step x m (an upper bound: a row missed twice in a
-  batch is fetched once); each miss copies (D x b + s) bytes host -> device and, in steady
-  state, evicts one row whose (D x b + s) bytes go back: 2 x misses x (D x b + s) bytes.
+* device: the cache [C, D] and its state are ordinary `param_specs` tensors (priced by
+  `analytic`); bookkeeping adds three int64 [C] tensors, one 512 B block each at least.
+* host: R x (D x b + s + 16) (weight, state, slot_of_row, use_count) + 8 x dynamic_rows
+  (owners); exact tensor bytes (pinned rounding not added).
+* miss rate per lookup, steady state, with Zipf row popularity p_k (exponent from the
+  table's `frequency`, or `fit_zipf` of counted ids; uniform without either): LFU
+  m = 1 - sum_{k<C} p_k; LRU by Che's approximation (Che et al. 2002): T with
+  sum_k (1 - exp(-p_k T)) = C, then m = sum_k p_k exp(-p_k T).
+* transfer per step: 2 x lookups x m x (D x b + s) bytes (each miss copied in, one row
+  evicted back; an upper bound, a row missed twice in a batch is fetched once).
 """
 
 from __future__ import annotations

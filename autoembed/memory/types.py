@@ -249,14 +249,9 @@ class MemoryEstimate:
         return replace(self, budget=None if budget is None else Budget.of(budget).bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fits"] = self.fits
-        d["tables"] = [asdict(t) for t in self.tables]
-        d["per_gpu"] = [asdict(g) for g in self.per_gpu]
-        d["notes"] = list(self.notes)
-        d["cache"] = [asdict(c) for c in self.cache]
-        d["modules"] = [asdict(m) for m in self.modules]
-        d["host_fits"] = self.host_fits
+        d = asdict(self)  # nested dataclasses as dicts; their tuples as lists below
+        d.update({k: list(d[k]) for k in ("tables", "per_gpu", "notes", "cache", "modules")})
+        d.update(fits=self.fits, host_fits=self.host_fits)
         return d
 
 
@@ -291,13 +286,10 @@ def traced_figures(
 ) -> MemoryEstimate:
     """A traced MemoryEstimate from the bytes by category live at the peak (0 where absent);
     device_total = reserved_peak + overhead; `rest`: the other fields."""
+    figures: dict[str, Any] = {c: cats.get(c, 0) for c in CATEGORIES}
     return MemoryEstimate(
         method="traced",
-        parameters=cats.get("parameters", 0),
-        gradients=cats.get("gradients", 0),
-        optimizer_state=cats.get("optimizer_state", 0),
-        activations=cats.get("activations", 0),
-        temporaries=cats.get("temporaries", 0),
+        **figures,
         allocated_peak=allocated_peak,
         reserved_peak=reserved_peak,
         overhead=overhead,

@@ -1,27 +1,18 @@
-"""Compress a trained table: the parameters of a compressed table fitted to a full one.
+"""Compress a trained table: the parameters of a compressed table fitted to a full one W
+[V, D] (fp32 arithmetic), least-squares optimal where the method is linear in them:
 
-Each function takes the trained weight W [V, D] (fp32 arithmetic) and returns the
-compressed tensors, least-squares optimal where the method is linear in them:
+* `hash_init`: each bucket's row the mean of the rows hashed into it (an empty one zero);
+  `hot_cold_init`: hot rows copied, cold buckets so; `robe_init`: each array value the mean
+  of the entries that read it.
+* `qr_init` (id = (i // m, i % m)): ``concat`` the means of the ids' halves; ``add`` the
+  two-way additive fit (alternating means); ``mult`` per column the best rank-1 fit of the
+  [ceil(V/m), m] grid (alternating least squares from an SVD start; the padded cells left out).
+* `tt_svd`: TT-SVD (Oseledets, 2011) of W padded to v1 v2 v3 rows, truncated to rank r
+  (exact when W has TT ranks <= r); `mixed_dim_init`: the truncated SVD (small = U_d S_d,
+  proj = V_d); `quantized_init`: W through int8/int4 row packing and back.
 
-* `hash_init`: bucket b's row is the mean of the rows hashed into it (the least-squares
-  row for the ids that share it); an empty bucket is zero.
-* `qr_init`: q [ceil(V/m), Dq], r [m, Dq] for id = (i // m, i % m). ``concat``: q the mean
-  of its ids' first halves, r of their second halves (exact least squares). ``add``: the
-  two-way additive least-squares fit (alternating means, exact on a full grid). ``mult``: per
-  column, the best rank-1 fit q[:, k] r[:, k]^T of the [ceil(V/m), m] grid (alternating least
-  squares from the SVD of the complete rows; missing cells of the padded last block left out).
-* `tt_svd`: TT-SVD (Oseledets, 2011) of W padded to v1 v2 v3 rows and read as the
-  3-way tensor [(v1, d1), (v2, d2), (v3, d3)], truncated to rank r: exact when W has TT ranks
-  <= r, the truncated-SVD error bound otherwise.
-* `robe_init`: every table entry reads exactly one array value, so the least-squares array
-  value is the mean of the entries that read it (unread values zero).
-* `hot_cold_init`: hot rows copied, each cold bucket the mean of its cold ids' rows.
-* `quantized_init`: W through int8/int4 row packing and back (what serving computes).
-* `mixed_dim_init`: the truncated SVD, small = U_d S_d and proj = V_d (exact at rank <= d).
-
-`fit_to(module, weight)` sets a compressed table in place from the trained table it
-replaces, by the function of its method: an `autoembed.nn` layer's storage (what
-`apply(..., from_trained=True)` does) or a config-built table of `autoembed.models`.
+`fit_to(module, weight)` sets a compressed table (an `autoembed.nn` storage, what
+`apply(..., from_trained=True)` does, or a config-built table) in place by its method.
 """
 
 from __future__ import annotations
@@ -134,11 +125,7 @@ def tt_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor,
 def robe_init(weight: torch.Tensor, positions: torch.Tensor, size: int) -> torch.Tensor:
     """Array [size] fitted to `weight` [V, D], given the array position of every entry
     (`RobeTable.positions(arange(V))`, [V, D])."""
-    w = weight.detach().to(torch.float32).reshape(-1)
-    pos = positions.reshape(-1)
-    total = torch.zeros(size, dtype=torch.float32, device=w.device).index_add_(0, pos, w)
-    count = torch.bincount(pos, minlength=size).clamp(min=1).to(torch.float32)
-    return total / count
+    return bucket_means(weight.reshape(-1, 1), positions.reshape(-1), size).squeeze(1)
 
 
 def hot_cold_init(

@@ -1,14 +1,10 @@
 """Tables whose rows are computed from shared parameters (ROBE, tensor-train), not stored.
 
-`ComputedRowsTable.forward` pools a field's [B, L] ids to [B, D] the way the stored tables
-do (`autoembed.models.embedding`): missing ids (CTR: < 0; text: PAD_ID) are masked out;
-``mean`` divides by the number of real ids, ``sum`` adds them, ``naive`` is the seed's
-baseline (text: plain mean over all positions, pads zero; CTR: mean over real ids). Every
-position's row is computed ([B, L, D] exists under every pooling: there is no stored row for
-`embedding_bag` to read) and masked positions contribute exactly zero to the gradient.
-A table with `out_dim` other than its dim ends in ``proj`` (Linear, no bias), like the
-stored tables. Gradients are dense over the parameters whatever `spec.sparse` says (see
-`autoembed.compression`); these tables are not quantized for serving (`quantizable`).
+`ComputedRowsTable.forward` pools a field's ids as the stored tables do
+(`autoembed.models.embedding`), but computes every position's row ([B, L, D] exists under
+every pooling) and masks the missing ones, which then add exactly zero to the gradient.
+Gradients are dense over the parameters whatever `spec.sparse` says; these tables are not
+quantized for serving.
 """
 
 from __future__ import annotations

@@ -3,40 +3,25 @@
 Pooling of a field's [B, L] ids into [B, D]:
 
 * ``mean`` / ``sum``: `F.embedding_bag`, so [B, L, D] is never materialised.
-  - Text, identity id map (compression none / mixed_dim, or hash with V <= buckets): the
-    [B, S] ids go in as they are with ``padding_idx=PAD_ID``; pads are left out of the mean
-    and out of the (sparse) gradient. Row PAD_ID starts at zero and never trains.
-  - Otherwise the missing positions (CTR: MISSING_ID, any id < 0; text under hash/QR: PAD_ID)
-    form a mask. Dense table gradients: fixed-shape ``mode="sum"`` with the mask as
-    ``per_sample_weights``, divided by the bag size for the mean (no host sync, runs under
-    fake tensors). Sparse table gradients: the mask selects the real lookups into
-    (indices, offsets), so the sparse gradient holds one row per real lookup and missing
-    positions touch no row (a zero-weight lookup of row 0 would still move row 0 under
-    SparseAdam). Selecting has a data-dependent size, so under fake tensors every position
-    is looked up instead (same dense shapes; there are no values to get wrong, and fake
-    sparse gradients have no rows anyway).
-* ``idf`` (text, identity id map): ``mode="sum"`` with each token's idf (the table's ``idf``
-  buffer, `autoembed.models.idf`) as ``per_sample_weights``, divided by the weights' sum.
-* ``naive``: `F.embedding` to [B, L, D], then the mean over dim 1 -- the seed's baseline.
-  Text keeps the seed's plain mean over all S positions (pad rows are zero); CTR divides by
-  the bag size. Gradient checkpointing may wrap this block, but an embedding followed by a
-  mean saves only the indices for backward, so it saves little
+  - Text, identity id map: the ids go in with ``padding_idx=PAD_ID`` (pads out of the mean
+    and the gradient; row PAD_ID starts at zero and never trains).
+  - Otherwise missing positions (CTR: ids < 0; text under hash/QR: PAD_ID) form a mask.
+    Dense gradients: ``mode="sum"`` with the mask as ``per_sample_weights``, divided by the
+    bag size for the mean (fixed shapes: no host sync, runs under fake tensors). Sparse
+    gradients: the mask selects the real lookups, so missing positions touch no row (a
+    zero-weight lookup of row 0 would still move it under SparseAdam); under fake tensors
+    every position is looked up instead (same shapes; fake gradients have no rows).
+* ``idf`` (text, identity id map): ``mode="sum"`` weighted by each token's idf (the table's
+  ``idf`` buffer, `autoembed.models.idf`), divided by the weights' sum.
+* ``naive``: `F.embedding` to [B, L, D], then the mean over dim 1 (text: over all S
+  positions, pad rows zero; CTR: over the bag). Checkpointing this block saves little
   (docs/contracts.md#checkpointing-after-mean-pooling).
 
-Compression (storage is fixed by `autoembed.config.param_specs`; each table is its
-compression's `autoembed.nn` storage, which holds the layout and the id -> row math):
-
-* none / hash / mixed_dim / shared: `PlainTable`, the nn plain storage: one ``weight``.
-* hash: ``min(V, hash_buckets)`` rows; ids go through `hash_ids` unless V <= buckets.
-* qr: ``q_weight`` [ceil(V/m), Dq] and ``r_weight`` [m, Dq]; the two rows are combined by
-  ``mult`` / ``add`` / ``concat`` (Dq = D/2). Under mean/sum pooling each table is pooled
-  first and the pooled vectors are combined, as DLRM's ``QREmbeddingBag`` does: exact
-  compositional embeddings for one-hot fields, an approximation for bags; naive pooling
-  combines per lookup and is exact for every bag size.
-* mixed_dim: rows of the table's own dim, pooled, then ``proj`` (Linear d -> D, no bias).
-  Any table whose own dim d differs from the config's D (per-table ``dim``) gets the same
-  ``proj`` after pooling (and, under QR, after combining).
-* shared: one ``shared`` table of max(V) rows that every field indexes directly.
+Each table is its compression's `autoembed.nn` storage (layout and id -> row math; shapes
+from `autoembed.config.param_specs`) plus pooling. QR under mean/sum pools each part first
+and combines the pooled vectors, as DLRM's ``QREmbeddingBag`` (exact for one-hot fields);
+naive pooling combines per lookup. A table whose own dim differs from the config's gets
+``proj`` (Linear d -> D, no bias) after pooling.
 """
 
 from __future__ import annotations
@@ -44,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -180,12 +166,8 @@ class TableModule(PackedWeights):
             return ids, ids != PAD_ID
         return ids.clamp(min=0), ids >= 0
 
-    def _maybe_checkpoint(self, fn: Callable[..., torch.Tensor], *args: object) -> torch.Tensor:
-        return checkpointed(fn, *args) if self.spec.checkpoint else fn(*args)
-
-    def _maybe_checkpoint_many(
-        self, fn: Callable[..., list[torch.Tensor]], *args: object
-    ) -> list[torch.Tensor]:
+    def _maybe_checkpoint(self, fn: Callable[..., Any], *args: object) -> Any:
+        """`fn(*args)`, checkpointed when the spec says (`fn` returns a tensor or a list)."""
         return checkpointed(fn, *args) if self.spec.checkpoint else fn(*args)
 
 
@@ -254,7 +236,7 @@ class PlainTable(TableModule, _Plain):
                 idxs.append(self._map(idx))
                 valids.append(valid)
             if self.spec.pooling == "naive":
-                pooled = self._maybe_checkpoint_many(self._naive, idxs, valids)
+                pooled = self._maybe_checkpoint(self._naive, idxs, valids)
             else:
                 pooled = self._bags("weight", idxs, valids)
         return [self._project(p) for p in pooled]

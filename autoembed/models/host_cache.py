@@ -83,10 +83,7 @@ class HostCachedTable(TableModule, HostCache):
 
 def total_stats(model: nn.Module) -> CacheStats:
     """Training-forward cache counts summed over the model's host-cached tables."""
-    out = CacheStats()
-    for _, t in host_cached_tables(model):
-        out = out + t.stats
-    return out
+    return sum((t.stats for _, t in host_cached_tables(model)), CacheStats())
 
 
 def cache_metrics(model: nn.Module, steps: int, train_seconds: float) -> dict[str, float]:

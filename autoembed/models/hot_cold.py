@@ -7,22 +7,13 @@ hot set is a buffer ``hot_ids`` (sorted, distinct int64 ids). An id's row:
     row = p                                  if hot_ids[p] == id  (a hot id)
           hot + hash_ids(id, cold, seed)     otherwise            (a cold id)
 
-so no id -> row map over the vocabulary exists (8 B per hot id, not per id). Lookups,
-pooling, sparse gradients and int8/int4 serving are a plain table's
-(`autoembed.models.embedding.TableModule`), applied to the mapped rows.
-
-`hot_ids_from_counts` picks the hot set from a split's id counts (most frequent first, ties
-to the smaller id).
-
-The hot sets are state: `hot_sets_for` computes a config's from its data, `save_hot_sets`
-writes them as one .npz file (table name -> sorted int64 ids, 8 B per hot id, the bytes the
-estimate prices); beside an exported config the file is named by its content
-(``hot_sets-HASH.npz``, `hot_sets_name`; the config's ``hot_sets`` key names it), so two
-exports into one directory never share or overwrite each other's sets. `hot_sets_beside`
-reads them back for `autoembed train` (`load_hot_sets`: a damaged file, float ids or a
-table the config has no hot/cold table for is one ConfigError line), and
-`install_hot_sets` / `apply` take them, so an exported model rebuilds with the hot set it
-was searched with.
+Lookups, pooling, sparse gradients and int8/int4 serving are a plain table's, on the mapped
+rows. The hot sets are state: `hot_sets_for` computes a config's from its data
+(`hot_ids_from_counts`: most frequent first, ties to the smaller id); an export writes them
+beside the config as ``hot_sets-HASH.npz``, named by content (`hot_sets_name`, the config's
+``hot_sets`` key), so two exports into one directory never share a file; `hot_sets_beside` /
+`load_hot_sets` read them back (a bad file is one ConfigError line), so an exported model
+rebuilds with the hot set it was searched with.
 """
 
 from __future__ import annotations
@@ -49,7 +40,6 @@ from autoembed.nn.storage import _Storage
 
 __all__ = [
     "HotColdTable",
-    "HOT_SETS_FILE",
     "HOT_SETS_KEY",
     "checked_hot_ids",
     "export_hot_sets",
@@ -65,7 +55,6 @@ __all__ = [
 ]
 
 _COUNT_BATCH = 65_536  # train rows read at a time when counting ids
-HOT_SETS_FILE = "hot_sets.npz"  # the name exports gave before names were by content
 HOT_SETS_KEY = "hot_sets"  # the exported file's key naming it
 HotSets = Mapping[str, npt.NDArray[np.int64]]
 

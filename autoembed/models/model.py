@@ -122,14 +122,8 @@ def _field_table(
     spec = _lookup_spec(config, ts.sparse)
     if config.placement == "host_cached":
         return _host_cached_table(config, ts, spec, device, dtype)
-    if ts.robe_group:  # robe_shared: the group's first table makes the array, the rest read it
-        table = RobeTable(ts.robe_size, ts.robe_block, (ts.dim,), spec, seed=ts.hash_seed,
-                          out_dim=config.dim, device=device, dtype=dtype,
-                          first_field=ts.robe_field, weight=arrays.get(ts.robe_group))
-        arrays[ts.robe_group] = table.weight
-        return table
     if ts.compression in METHODS:
-        return _method_table(config, ts, spec, device, dtype)
+        return _method_table(config, ts, spec, device, dtype, arrays)
     if ts.qr:
         return QRTable(ts.vocab_size, ts.qr_collisions, ts.dim, ts.qr_operation, spec,
                        out_dim=config.dim, device=device, dtype=dtype)
@@ -146,13 +140,19 @@ def _method_table(
     spec: LookupSpec,
     device: torch.device,
     dtype: torch.dtype,
+    arrays: dict[tuple[str, ...], nn.Parameter],
 ) -> TableModule:
-    """A robe / tt / hot_cold table. The hot set starts as ids 0..hot-1 (the hot set of
-    unscrambled Zipf data); `HotColdTable.set_hot_ids` installs the data's."""
+    """A robe / tt / hot_cold table. Under robe_shared the group's first table makes the
+    array (kept in `arrays`), the rest read it. The hot set starts as ids 0..hot-1 (the hot
+    set of unscrambled Zipf data); `HotColdTable.set_hot_ids` installs the data's."""
     out, seed = config.dim, ts.hash_seed
     if ts.compression == "robe":
-        return RobeTable(ts.robe_size, ts.robe_block, (ts.dim,), spec, seed=seed, out_dim=out,
-                         device=device, dtype=dtype)
+        table = RobeTable(ts.robe_size, ts.robe_block, (ts.dim,), spec, seed=seed, out_dim=out,
+                          device=device, dtype=dtype, first_field=ts.robe_field,
+                          weight=arrays.get(ts.robe_group))
+        if ts.robe_group:
+            arrays[ts.robe_group] = table.weight
+        return table
     if ts.compression == "tt":
         return TTTable(ts.vocab_size, ts.dim, ts.tt_rank, spec, out_dim=out, device=device,
                        dtype=dtype)

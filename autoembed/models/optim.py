@@ -127,20 +127,12 @@ def make_optimizer(
     foreach = not sparse
     if sparse:  # torch's default (off), said explicitly: left implicit, Adagrad warns once
         torch.sparse.check_sparse_tensor_invariants.disable()
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.0, weight_decay=wd, foreach=foreach)
-    if name == "momentum":
-        return torch.optim.SGD(
-            params, lr=lr, momentum=config.momentum, weight_decay=wd, foreach=foreach
-        )
-    if name == "adam":
-        return torch.optim.Adam(
-            params, lr=lr, eps=config.effective_adam_eps, weight_decay=wd, foreach=foreach
-        )
-    if name == "adamw":
-        return torch.optim.AdamW(
-            params, lr=lr, eps=config.effective_adam_eps, weight_decay=wd, foreach=foreach
-        )
+    if name in ("sgd", "momentum"):
+        momentum = config.momentum if name == "momentum" else 0.0
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd, foreach=foreach)
+    if name in ("adam", "adamw"):
+        adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return adam(params, lr=lr, eps=config.effective_adam_eps, weight_decay=wd, foreach=foreach)
     if name == "adagrad":
         eps = FP16_MIN_ADAM_EPS if config.precision == "fp16" else ADAGRAD_EPS
         return torch.optim.Adagrad(params, lr=lr, eps=eps, weight_decay=wd, foreach=foreach)
@@ -226,17 +218,6 @@ class Optimizers:
             s.load_state_dict(sd)
 
 
-def _warmed(
-    tables: tuple[Optimizer, ...], dense: Optimizer | None, config: EmbeddingConfig
-) -> Optimizers:
-    """`Optimizers` with the linear warm-up of `config.warmup_steps` on each (none at 0)."""
-    opts = (*tables, *((dense,) if dense is not None else ()))
-    schedulers: tuple[LambdaLR, ...] = ()
-    if config.warmup_steps > 0:
-        schedulers = tuple(LambdaLR(o, _warmup(config.warmup_steps)) for o in opts)
-    return Optimizers(tables, dense, schedulers)
-
-
 def build_optimizer(
     model: nn.Module,
     config: EmbeddingConfig,
@@ -283,7 +264,8 @@ def _grouped(
     config: EmbeddingConfig,
 ) -> Optimizers:
     """One table optimizer per (name, sparse gradients) at `config.lr`, the dense optimizer
-    at `config.effective_dense_lr` (none without dense parameters), warm-up on each."""
+    at `config.effective_dense_lr` (none without dense parameters), each with the linear
+    warm-up of `config.warmup_steps` (none at 0)."""
     table_opts = tuple(
         make_optimizer(name, params, config, lr=config.lr, sparse=sparse)
         for (name, sparse), params in tables.items()
@@ -291,7 +273,11 @@ def _grouped(
     dense_opt = make_optimizer(
         config.dense_optimizer, dense, config, lr=config.effective_dense_lr, sparse=False
     ) if dense else None
-    return _warmed(table_opts, dense_opt, config)
+    opts = Optimizers(table_opts, dense_opt)
+    if config.warmup_steps > 0:
+        warmup = _warmup(config.warmup_steps)
+        opts = Optimizers(table_opts, dense_opt, tuple(LambdaLR(o, warmup) for o in opts))
+    return opts
 
 
 def user_optimizers(

@@ -13,22 +13,13 @@ runs one optimizer step over the micro-batches:
 4. table optimizer step, then dense optimizer step (through the scaler for amp_fp16);
 5. *_master: masters copied back into the half parameters; then the warm-up schedule.
 
-The seam has two sides. `Trainer` (here; `make_trainer(config, device)`) is autoembed's
-`EmbeddingModel` on `Batch`es with `loss_fn(config)` over `config.grad_accum_steps`
-micro-batches, holding the last micro-batch's logits through the step as its loop always
-has (`memory.analytic` prices them); `models.user_step.UserStep` is a user's module on its
-example with the loss its forward returns (or `loss(output, example)`), holding nothing.
-
-Gradient checkpointing (`config.checkpointing`) recomputes the dense tower and the naive
-[B, S, D] lookup + mean block (`torch.utils.checkpoint`, use_reentrant=False). An embedding
-lookup followed by mean pooling saves only the indices for backward, so checkpointing pays
-off only over the tower and materialised intermediates
-(docs/contracts.md#checkpointing-after-mean-pooling).
-
-Fake tensors (`torch._subclasses.fake_tensor.FakeTensorMode`): `make_trainer` and `step`
-run with every parameter, batch and state fake, so the traced memory estimator sees one
-real step without allocating tables. See `fake_caveats` for what a fake step measures
-differently; `Trainer.step` returns NaN there (a fake loss has no value).
+`Trainer` (`make_trainer(config, device)`) is the seam for autoembed's `EmbeddingModel` on
+`Batch`es (the last micro-batch's logits held through the step, as `memory.analytic` prices
+them); `models.user_step.UserStep` for a user's module, holding nothing. Gradient
+checkpointing (`config.checkpointing`) recomputes the dense tower and the naive lookup + mean
+block (docs/contracts.md#checkpointing-after-mean-pooling). Under FakeTensorMode (the traced
+estimator) everything is fake and `Trainer.step` returns NaN; `fake_caveats` says what a
+fake step measures differently.
 """
 
 from __future__ import annotations

@@ -18,12 +18,9 @@ def build_tower(
     dtype: torch.dtype = torch.float32,
 ) -> nn.ModuleList:
     """Linear layers in_width -> hidden... -> out (torch's default init)."""
-    layers = []
-    width = in_width
-    for h in (*hidden, out):
-        layers.append(nn.Linear(width, h, device=device, dtype=dtype))
-        width = h
-    return nn.ModuleList(layers)
+    widths = (in_width, *hidden, out)
+    return nn.ModuleList(nn.Linear(a, b, device=device, dtype=dtype)
+                         for a, b in zip(widths, widths[1:], strict=False))
 
 
 def run_tower(tower: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:

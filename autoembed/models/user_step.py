@@ -1,21 +1,17 @@
 """The one training step (`models.step.TrainStep`) on a user's own model: the step
-`estimate_model` traces on fake tensors and the step a user (or the priced-right test) runs
-on real ones. Same code both ways, and the same as autoembed's own models take.
+`estimate_model` traces on fake tensors and the step a user runs on real ones.
 
 `UserStep.build(model, precision=..., optimizer=...)` prepares precision (half parameters,
 fp32 masters, autocast, GradScaler: `autoembed.config.precision_policy`) and the optimizers;
-`UserStep.step(example, loss)` is `TrainStep.run` on one micro-batch whose seam is: floating
-inputs cast to a half model's dtype, the model called on the example (`call_model`, under
-autocast for amp_*), and its loss (`resolve_loss`).
+`UserStep.step(example, loss)` is `TrainStep.run` on one micro-batch: floating inputs cast to
+a half model's dtype, the model called on the example (`call_model`, under autocast for
+amp_*), and its loss (`resolve_loss`).
 
-Optimizer names: `autoembed.build_optimizer(model, config)` with the name's config
-(`config.optimizer_alias`; `models.optim.user_optimizers`): embedding weights (nn.Embedding /
-nn.EmbeddingBag / autoembed.nn tables) take the named optimizer, everything else a second
-optimizer of the same name, or Adagrad beside `rowwise_adagrad` (the built-in models'
-pairing). A factory ``params -> Optimizer`` gets every trainable parameter (the fp32 masters
-under *_master). Either way the implementation is pinned: ``foreach=True`` wherever the
-optimizer left it to torch and did not ask for ``fused`` (what CUDA picks by default; CPU
-would pick the single-tensor loop).
+An optimizer name builds what `autoembed.build_optimizer` does for its config
+(`config.optimizer_alias`): the tables under that optimizer, the rest under its dense
+partner. A factory ``params -> Optimizer`` gets every trainable parameter (the fp32 masters
+under *_master). Either way ``foreach=True`` is pinned where the optimizer left it to torch
+and did not ask for ``fused`` (what CUDA picks; CPU would pick the single-tensor loop).
 """
 
 from __future__ import annotations
@@ -218,13 +214,8 @@ class UserStep(TrainStep):
         if self.policy.param_dtype == "float32":
             return example
         dtype = getattr(torch, self.policy.param_dtype)
-
-        def cast(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                return x.to(dtype)
-            return x
-
-        return tree_map(cast, example)
+        return tree_map(lambda x: x.to(dtype) if isinstance(x, torch.Tensor)
+                        and x.is_floating_point() else x, example)
 
     def step(self, example: Any, loss: LossFn | None = None) -> torch.Tensor:
         """One optimizer step on `example` (its floating inputs cast first and held through

@@ -1,37 +1,22 @@
-"""The host-resident table with a device cache (placement `host_cached`): the
-mechanism the `autoembed.nn` layers' host-cached storage and the built-in models' table
-(`autoembed.models.host_cache.HostCachedTable`, which adds pooling) share.
+"""The host-resident table with a device cache (placement `host_cached`), shared by the
+`autoembed.nn` layers' host-cached storage and the built-in models' `HostCachedTable`.
 
-Structures (FBGEMM's UVM-cached tables, TorchRec's cache load factor):
+As FBGEMM's UVM-cached tables: the host (pinned memory when the cache is on a GPU) holds
+``host_weight`` [R, D], each row's optimizer state (``host_<name>``), ``slot_of_row`` (cache
+slot of each row, -1 none) and ``use_count`` (lookups of each row: the LFU key, and what
+rare-row folding reads); the device holds ``cache_weight`` [C, D] (the only nn.Parameter),
+the cached rows' optimizer state (bound into the optimizer's own state) and per slot
+``slot_row``, ``slot_last`` (step of last use) and ``slot_count``.
 
-* host (CPU memory, pinned when the cache is on a GPU): ``host_weight`` [R, D], the table's
-  optimizer state per row (``host_<name>``, same shapes as on the device, R rows),
-  ``slot_of_row`` int64 [R] (cache slot holding each row, -1 none) and ``use_count`` int64
-  [R] (lookups of each row since the start: the LFU key, and what rare-row folding reads);
-* device: ``cache_weight`` [C, D] (the only nn.Parameter: what the table optimizer steps), the
-  optimizer state of the cached rows (bound into the optimizer's own state), and per slot
-  ``slot_row`` (row held, -1 empty), ``slot_last`` (step of last use) and ``slot_count``
-  (the row's use count), int64 [C] each.
-
-Each lookup first makes every row of the batch resident: rows already cached are hits; each
-missing row takes a slot not used by this batch (empty slots first, then the policy's victim:
-LRU = least recent ``slot_last``; LFU = fewest ``slot_count``, ties to the least recent),
-the victim's weight and optimizer state are written back to the host, and the missing row's
-weight and state are copied in. The lookup then runs on the cache, and the optimizer steps
-the cached rows. Training is exact -- the same as a device-resident table -- for optimizers
-under which a row that is not looked up does not change (sparse gradients: sgd, adagrad,
-rowwise_adagrad, sparse_adam; SparseAdam's step count is per table, the same in both).
-
-An `autoembed.nn` layer with ``placement="host_cached"`` stores its table here
-(`layer_storage`, `CachedStorage`: torch's call signatures over `lookup` / `lookup_bag`); a
-training lookup requires the table bound to its optimizer (`bind_optimizer`,
-`bind_host_cached`; `autoembed.build_optimizer` does it), and under fake tensors (a traced
-estimate) the slot remap is skipped. Host tensors are created under `host_allocations`, so a
-traced estimate (`autoembed.memory.tracker`) leaves them out of device memory.
-
-A training batch must fit the cache (config validation checks C >= distinct rows a batch
-can hold). A no-grad lookup whose distinct rows exceed C reads them from host and cache
-without caching them (evaluation at a larger batch).
+A lookup first makes every row of the batch resident: each missing row takes an empty slot,
+else the policy's victim (LRU: least recent; LFU: fewest uses, ties to the least recent)
+outside the batch, whose weight and state go back to the host. Training is exact -- as a
+device-resident table -- for optimizers under which a row not looked up does not change
+(sgd, adagrad, rowwise_adagrad, sparse_adam). A training lookup requires the table bound to
+its optimizer (`bind_host_cached`; `autoembed.build_optimizer` does it) and a batch that fits
+the cache; a no-grad lookup of more distinct rows than C reads them around the cache. Under
+fake tensors (a traced estimate) the slot remap is skipped, and host tensors, created under
+`host_allocations`, are left out of device memory.
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import torch
@@ -96,15 +81,9 @@ class CacheStats:
         return self.hits / total if total else math.nan
 
     def __add__(self, other: CacheStats) -> CacheStats:
-        counts = (int(x + y) for x, y in zip(_astuple(self), _astuple(other), strict=True))
-        return CacheStats(*counts, seconds=self.seconds + other.seconds)  # type: ignore[misc]
-
-
-def _astuple(s: CacheStats) -> tuple[int, ...]:
-    """The integer counts, in field order (`seconds` apart)."""
-    return (s.lookups, s.hits, s.misses, s.evictions, s.bytes_to_device, s.bytes_to_host,
-            s.uncached_reads, s.batches)
-
+        """Field by field (`seconds`, the last field, as a float)."""
+        *counts, seconds = (x + y for x, y in zip(astuple(self), astuple(other), strict=True))
+        return CacheStats(*map(int, counts), seconds=seconds)  # type: ignore[misc]
 
 
 class HostCache(PackedWeights):
@@ -268,12 +247,13 @@ class HostCache(PackedWeights):
 
     # ----------------------------------------------------------------- the cache
     @torch.no_grad()
-    def _write_back(self, slots: torch.Tensor) -> None:
+    def _write_back(self, slots: torch.Tensor) -> torch.Tensor:
+        """Copy the rows held in `slots` (weight and state) to the host; returns the rows."""
         rows = self.slot_row[slots].cpu()
         self.host_weight[rows] = self.cache_weight[slots].to("cpu", self.host_weight.dtype)
         for k, t in self.cache_state.items():
             self.host_state[k][rows] = t[slots].cpu()
-        self.slot_of_row[rows] = EMPTY
+        return rows
 
     @torch.no_grad()
     def _fill(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
@@ -331,7 +311,7 @@ class HostCache(PackedWeights):
             occupied = victims[self.slot_row[victims] != EMPTY]
             evicted = int(occupied.numel())
             if evicted:
-                self._write_back(occupied)
+                self.slot_of_row[self._write_back(occupied)] = EMPTY
             self._fill(victims, uniq[miss])
             slots[miss] = victims.cpu()
         slots_dev = slots.to(dev)
@@ -364,10 +344,7 @@ class HostCache(PackedWeights):
         """Write every cached row (weight and state) back to the host; the cache stays valid."""
         held = (self.slot_row != EMPTY).nonzero().squeeze(1)
         if held.numel():
-            rows = self.slot_row[held].cpu()
-            self.host_weight[rows] = self.cache_weight[held].to("cpu", self.host_weight.dtype)
-            for k, t in self.cache_state.items():
-                self.host_state[k][rows] = t[held].cpu()
+            self._write_back(held)
 
     def full_weight(self) -> torch.Tensor:
         """The whole table's current values (a host tensor)."""

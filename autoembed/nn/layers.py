@@ -2,45 +2,14 @@
 torch's order, their calls) over a compressed storage (`autoembed.nn`).
 
 Every option of torch.nn.Embedding / nn.EmbeddingBag is honoured, or refused when the layer
-is built (a ConfigError naming the option and the reason; `autoembed.apply` adds the module):
-
-* ``padding_idx`` (every compression and placement): the padding id sends no gradient. Where
-  id i reads stored row i (compression none, or hash with no more ids than buckets) it reads
-  that row, zero at the start, as torch's; elsewhere its row is shared, so it reads zeros.
-  Bags leave it out (a mean divides by the other entries; a bag of padding only is zeros).
-* ``max_norm`` / ``norm_type``: where a row is a stored row read as it is (compression none,
-  hash, hot_cold; placement device) the looked-up rows are renormalised in place, as torch
-  does; serving packs the rows renormalised. Refused for rows that are computed or projected
-  (qr, mixed_dim, robe, tt) and for host_cached rows.
-* ``scale_grad_by_freq``: every compression: each position's gradient is divided by the
-  number of times its id occurs in the batch (torch's rule, applied to the decoded rows).
-  Refused in a bag with qr_operation mult, whose bags pool the parts before combining them,
-  and with sparse=True or mode max (as torch refuses them).
-* ``sparse``: compressions whose lookup reads one row of one table (none, hash, mixed_dim
-  (its table; the projection stays dense), hot_cold); a host_cached table is always sparse.
-  Refused for qr (two rows a lookup), robe and tt (their gradients are dense by
-  construction), and with mode max (as torch refuses it).
-* ``mode`` sum / mean / max; max over stored rows is torch's kernel, elsewhere the max of the
-  computed rows (`lookup.pool_rows`). Refused: max with host_cached (sparse) or qr mult.
-* ``include_last_offset``: the last offset ends the last bag (entries after it left out).
-* ``per_sample_weights``: mode sum only (torch's rule), any compression.
-* ``_weight`` / ``_freeze``: a given table for compression none on the device; ``_freeze``
-  (and `requires_grad_(False)`) freezes any storage. A compressed table starts from a
-  trained one through `autoembed.apply(model, config, from_trained=True)`.
-
-How the rows start (``init``, keyword; `autoembed.nn.draws`): by default as torch's, rows of
-N(0, 1) entries, the padding row zero where id i reads stored row i. Under a compression
-the draws give the composed rows (hash bucket, QR product or sum, mixed-dim projection, TT
-product, ROBE window, hot/cold row) that mean and std. ``init=(mean, std)`` asks for other
-moments; ``init=fn`` (a torch init function, such as ``torch.nn.init.xavier_uniform_`` or
-``functools.partial(torch.nn.init.normal_, std=0.05)``) is applied to the weight itself
-where the weight is the [V, D] table (compression none, or hash with no more ids than
-buckets, on the device), and elsewhere gives the moments of the [V, D] table it draws (on a
-CPU scratch table, freed after). `reset_parameters` (as `autoembed.materialize` calls it)
-draws again the same way. ``init`` and ``_weight`` together are refused.
-
-A setting the compression does not take (a typo such as ``hash_bucket``) is refused with the
-settings it takes. Ids are checked as torch checks them (`autoembed.nn.lookup.check_ids`).
+is built (a ConfigError naming the option and the reason): which compression and placement
+honours which is the table of docs/apply.md ("torch's options"). Rows start as torch's,
+N(0, 1) with the padding row zero, the composed rows of every compression drawn to those
+moments (`autoembed.nn.draws`); ``init=(mean, std)`` or ``init=fn`` (a torch init function:
+applied to the weight where it is the [V, D] table, else its moments drawn) asks for others,
+and `reset_parameters` draws again the same way. ``init`` with ``_weight`` is refused; so is
+a setting the compression does not take (with the settings it takes). Ids are checked as
+torch checks them (`autoembed.nn.lookup.check_ids`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """What an `autoembed.nn` layer does with ids around its storage: the id checks torch's own
 layers make, bags pooled from per-id rows, and gradients scaled by id frequency.
 
-Id checks (`check_ids`), for every compression and placement (torch checks the ids of its own
-layers; a hashed or computed table would otherwise read some row for any number):
-
-* the dtype is torch.long or torch.int (a float or bool tensor is refused, as torch does);
-* 0 <= id < num_embeddings. On CPU tensors the bounds are read (`torch.aminmax`, one pass, no
-  device to wait for) and a bad id is a DataError naming it. On other devices, and whenever
-  torch.compile traces the layer, the check is ``torch._assert_async`` (a device-side assert,
-  as torch's own index kernels do): no host-device sync on the hot path; a bad id stops the
-  program when the device runs the check, with the message below. Fake and meta tensors (an
-  estimate's trace) have no values to check.
+`check_ids` (every compression and placement; docs/apply.md "Ids"): the dtype is torch.long
+or torch.int, and 0 <= id < num_embeddings: read on CPU tensors (a DataError naming the id),
+a device-side ``torch._assert_async`` elsewhere and under torch.compile (no host-device
+sync), nothing for fake and meta tensors.
 
 `pool_rows` pools per-id rows [N, D] into bags the way torch's EmbeddingBag does (sum, mean,
 max; per-sample weights; padding entries left out; an empty bag is zeros), for storages whose

@@ -1,20 +1,10 @@
-"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold.
-
-The same layouts and lookups as the config-built tables (`autoembed.models.robe`, `tt`,
-`hot_cold`; rules in `autoembed.compression`), so `apply` rewrites a user's nn.Embedding
-into exactly what the config prices:
-
-* ``robe``: ``weight`` [robe_size] (a count, or a share in (0, 1) of V x D values);
-  rows read ceil(D / robe_block) blocks at hashed offsets (field 0's seed of `hash_seed`).
-* ``tt``: ``core0``, ``core1``, ``core2`` of rank `tt_rank` (`compression.tt_shapes`).
-* ``hot_cold``: ``weight`` [hot + cold, D] and the buffer ``hot_ids`` (sorted ids: `hot_ids`
-  given, e.g. the hot sets saved beside an exported config, else ids 0..hot-1), cold ids
-  hashed into `hash_buckets` rows.
+"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold: the layouts and
+lookups of the config-built tables (`autoembed.models`; rules in `autoembed.compression`), so
+`apply` rewrites a user's nn.Embedding into exactly what the config prices. ``robe_size`` is a
+count or a share in (0, 1) of V x D values; hot/cold's ``hot_ids`` default to ids 0..hot-1.
 
 Bags pool the looked-up rows (sum, mean; per-sample weights in sum). The layer draws the
-parameters so that the rows' entries have the mean and std it starts from (torch's (0, 1)
-unless given; `autoembed.nn.draws`): robe's array and hot/cold's rows N(mean, std^2), tt's
-cores by `draws.draw_tt`.
+parameters so that the rows' entries have the mean and std it starts from (`nn.draws`).
 """
 
 from __future__ import annotations

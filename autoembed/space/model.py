@@ -387,8 +387,7 @@ class SearchSpace:
     def grid(self, limit: int = 100_000) -> list[dict[str, Any]]:
         """Every distinct combination of `grid_values` (conditions respected), as Optuna
         params, in a fixed order."""
-        out = [self.optuna_params(v) for v in self._combinations(Param.grid_values, limit)]
-        return out
+        return [self.optuna_params(v) for v in self._combinations(Param.grid_values, limit)]
 
     def _combinations(
         self, values_of: Callable[[Param], tuple[Any, ...]], limit: int
@@ -437,8 +436,6 @@ class SearchSpace:
         if self.trial_time_limit is not None:
             d["trial_time_limit"] = self.trial_time_limit
         return d
-
-
 
 
 def product_size(space: SearchSpace) -> int:

@@ -1,22 +1,18 @@
 """Price a TorchRec model's training step: unsharded (`estimate_unsharded`) by the traced
 estimate every user model gets, its KeyedJaggedTensors made traceable.
 
-Why this path: a KJT's per-key lengths and offsets are data (``lengths.sum().tolist()``), so
-an unsharded collection fed a fake KJT raises DataDependentOutputException. The sizes the
-forward needs are known from the real example, though: `traceable` reads them once (the
-KJT's ``length_per_key`` / ``offset_per_key``, a real sync on small index tensors) and turns
-each KJT into a pytree node whose tensors the tracer fakes and whose rebuilt KJT carries
-those sizes, so the collection's split and `nn.EmbeddingBag` lookups run on fake tensors
-with static shapes. The whole step -- tables, their gradients and optimizer state, the dense
-part, the KJT's own tensors -- is then the trace's, under the CUDA allocator model.
-Unbacked symbolic sizes would also trace, but every byte count after them would be symbolic;
-per-kernel formulas are what the sharded path needs (FBGEMM's fused kernels do not run under
-fake tensors), and `autoembed.torchrec.sharded` uses them there.
+A KJT's per-key lengths and offsets are data, so a collection fed a fake KJT raises
+DataDependentOutputException. `traceable` reads those sizes once from the real example and
+turns each KJT into a pytree node whose tensors the tracer fakes and whose rebuilt KJT
+carries the sizes, so the collection's lookups run on fake tensors with static shapes; the
+whole step (tables, gradients, optimizer state, dense part, the KJT's own tensors) is then
+the trace's. The sharded path prices FBGEMM's fused kernels by formula instead
+(`autoembed.torchrec.sharded`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -141,16 +137,20 @@ def estimate_unsharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     return _renamed(estimate_torch_model(built, traceable(example), **kwargs), built)
 
 
-def example_ids(example: Any) -> Mapping[str, int]:
-    """Feature name -> ids in the example's KJTs (summed over KJTs naming it)."""
+def _kjts(example: Any) -> Iterator[Any]:
+    """The example's KJTs (a torchrec Batch's sparse features), in pytree order."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    out: dict[str, int] = {}
-    leaves = pytree.tree_leaves(example, is_leaf=_is_jagged)
-    for x in leaves:
+    for x in pytree.tree_leaves(example, is_leaf=_is_jagged):
         kjt = x if isinstance(x, KeyedJaggedTensor) else getattr(x, "sparse_features", None)
-        if kjt is None:
-            continue
+        if kjt is not None:
+            yield kjt
+
+
+def example_ids(example: Any) -> Mapping[str, int]:
+    """Feature name -> ids in the example's KJTs (summed over KJTs naming it)."""
+    out: dict[str, int] = {}
+    for kjt in _kjts(example):
         for k, n in zip(kjt.keys(), kjt.length_per_key(), strict=True):
             out[k] = out.get(k, 0) + int(n)
     return out
@@ -158,11 +158,8 @@ def example_ids(example: Any) -> Mapping[str, int]:
 
 def batch_of(example: Any) -> int:
     """Samples per step: the stride of the example's first KJT."""
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    for x in pytree.tree_leaves(example, is_leaf=_is_jagged):
-        kjt = x if isinstance(x, KeyedJaggedTensor) else getattr(x, "sparse_features", None)
-        if kjt is not None:
-            return int(kjt.stride())
-    raise ConfigError("the example holds no KeyedJaggedTensor; give the batch your model's "
-                      "forward takes (its sparse features as a KJT)")
+    kjt = next(_kjts(example), None)
+    if kjt is None:
+        raise ConfigError("the example holds no KeyedJaggedTensor; give the batch your model's "
+                          "forward takes (its sparse features as a KJT)")
+    return int(kjt.stride())

@@ -180,13 +180,12 @@ def render(model: nn.Module, planned: Any, topology: RankTopology, lr: float,
     colls: dict[str, list[str]] = {}
     pooled: dict[str, bool] = {}
     hashed: dict[str, dict[str, int]] = {}
-    for path, coll in collections(model):
+    for path, _ in collections(model):
         configs = [t for t in table_infos(model) if t.path == path]
         colls[path] = [_config_src(t.config, t.pooled) for t in configs]
         pooled[path] = bool(configs and configs[0].pooled)
         holder = model if not path else model.get_submodule(path)
         hashed[path] = dict(holder.rows) if isinstance(holder, HashedIds) else {}
-        del coll
     opts = {t.table: f"({_OPT_CLASSES[t.optimizer]}, {lr!r})" for t in planned if t.optimizer}
     cons = {}
     for t in planned:

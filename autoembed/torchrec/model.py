@@ -2,19 +2,15 @@
 rewrite of a table's TorchRec knobs (`apply`), which returns an ordinary TorchRec model.
 
 Names: a table is ``module.path.table_name`` -- the collection's module path, then its
-`EmbeddingBagConfig.name` (``sparse_arch.embedding_bag_collection.t_cat_0``); a model that is
-itself a collection has tables named by their own names.
+`EmbeddingBagConfig.name`; a model that is itself a collection has tables named by their own
+names.
 
-Fewer rows (``num_embeddings`` below the table's): the ids of the table's features are taken
-modulo the new row count before the collection sees the KeyedJaggedTensor, by `HashedIds`, a
-module without parameters that holds the collection as its child ``collection``. Chosen over
-TorchRec's managed-collision modules (`ManagedCollisionEmbeddingBagCollection` with
-`MCHManagedCollisionModule`): those remap ids collision-free with eviction, which is another
-model (it learns which ids to keep, holds three int64 buffers per kept row and needs its own
-sharder), while "fewer rows, ids hashed into them" is a pure function of the id; modulo is
-the hash Criteo DLRM pipelines use. DMP shards the inner collection as any other (it finds
-collections anywhere in the module tree), and `HashedIds` runs before the sharded
-collection's input distribution, so every rank sees the same hashed ids.
+Fewer rows (``num_embeddings`` below the table's): `HashedIds`, a module without parameters
+holding the collection as its child ``collection``, takes the table's feature ids modulo the
+new row count before the collection sees the KeyedJaggedTensor (the hash Criteo DLRM
+pipelines use; a pure function of the id, unlike TorchRec's managed-collision modules, which
+are another model). DMP shards the inner collection as any other, and `HashedIds` runs
+before the sharded collection's input distribution, so every rank sees the same hashed ids.
 """
 
 from __future__ import annotations
@@ -200,7 +196,6 @@ def apply(model: nn.Module, settings: Any, *, lr: float = 0.01,
             rebuilt = _rebuild(coll, new)
             hashed = {f: c.num_embeddings for c in new for f in c.feature_names
                       if c.num_embeddings < old_rows[c.name]}
-            inner = coll if isinstance(model, HashedIds) else None
             wrapper = _wrapper_of(model, path)
             if wrapper is not None:  # already hashed: widen its map
                 hashed = {**wrapper.rows, **hashed}
@@ -208,7 +203,6 @@ def apply(model: nn.Module, settings: Any, *, lr: float = 0.01,
                 wrapper.rows = hashed
             else:
                 model = _set(model, path, HashedIds(rebuilt, hashed) if hashed else rebuilt)
-            del inner
     for info in table_infos(model):
         opt = given[info.name].optimizer if info.name in given else None
         if opt is not None:

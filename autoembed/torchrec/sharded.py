@@ -1,36 +1,25 @@
-"""Price every rank of a TorchRec plan: `estimate_sharded(model, example, topology, tables)`.
+"""Price every rank of a TorchRec plan: `estimate_sharded(model, example, topology, tables)`
+(what each part holds, and how it was checked against DMP: docs/torchrec.md).
 
-The plan is TorchRec's (`plan.plan_model`: its planner under the tables' constraints). Each
-rank's step is priced in three parts, with the contract's figure names:
+The plan is TorchRec's (`plan.plan_model`). Each rank's step is priced in three parts, with
+the contract's figure names:
 
-* **Table shards and optimizer state** (persistent), per fused shard by formula (FBGEMM's fused
-  table kernel, `SplitTableBatchedEmbeddingBagsCodegen`, holds exactly these): weights
-  rows x cols x (4 fp32, 2 fp16); state per `OPTIMIZER_STATE` (fp32: SGD none, Adagrad one
-  value per weight, row-wise Adagrad one per row, Adam two per weight, partial row-wise Adam
-  one per weight and one per row, LAMB two per weight). `data_parallel` tables are whole on
-  every rank. Under UVM caching the table and its state are host memory (UVM) and the device
-  holds the cache: `cache_load_factor` x rows rounded up to FBGEMM's 32-way sets, each slot a
-  row of the weight's dtype plus two int64 (its set state and LRU/LFU state). A
-  ``data_parallel`` table (the planner's choice for small ones; compute kernel ``dense``) is
-  whole on every rank with its gradient (DDP's bucket) and the dense optimizer's state.
-* **The dense part** -- everything above the collections' pooled output: the traced
-  estimate (`estimate_model`) of the model with every table shrunk to one row, on this
-  rank's batch: dense parameters, their gradients (DDP's buckets hold the same bytes) and
-  optimizer state, activations, the collections' pooled output and its gradient.
+* **Table shards and optimizer state** (persistent), per fused shard by formula (FBGEMM's
+  `SplitTableBatchedEmbeddingBagsCodegen` holds exactly these): weights rows x cols x dtype
+  bytes, state per `OPTIMIZER_STATE`; under UVM caching the table and state are host memory
+  and the device holds `cache_load_factor` x rows in 32-way sets (a row plus two int64 a
+  slot); a ``data_parallel`` table is whole on every rank with its gradient and the dense
+  optimizer's state.
+* **The dense part**: the traced estimate (`estimate_model`) of the model with every table
+  shrunk to one row, on this rank's batch.
 * **The sparse step's transients** (`_transients`): the ids this rank receives by the input
-  all-to-all (values int64, one length per sample and feature, from every rank; the fused
-  backward keeps them), the lookup output of its shards for the whole world's batch (fp32,
-  [world x B, cols]) and, in the backward, its gradient coming back; on CUDA also the
-  backward's sort buffers (int64/int32 per id: unvalidated until a GPU runs
-  `benchmarks/gpu_torchrec.py`). They are not live at the dense part's peak (its
-  activations), except the saved ids: the step peak is the larger of the dense peak with
-  the saved ids and the dense part's parameters, gradients and state with the sparse
-  part's peak (`_step_peak`).
+  all-to-all, the lookup output of its shards for the world's batch and its gradient (on
+  CUDA also the backward's sort buffers, unvalidated). They are not live at the dense
+  part's peak except the saved ids: the step peak is the larger of the dense peak with the
+  saved ids and the dense part's resident bytes with the sparse peak (`_step_peak`).
 
-Beside each rank: TorchRec's own storage estimate for the same plan (the sum of the
-planner's `Shard.storage` on that rank: parameters, the optimizer state it reads from
-`_optimizer_classes`, its I/O terms) -- the optimizer given the same way (`apply`), so the
-comparison is fair.
+Beside each rank: TorchRec's own storage estimate for the same plan (the planner's
+`Shard.storage` on that rank), with the optimizer given the same way (`apply`).
 """
 
 from __future__ import annotations

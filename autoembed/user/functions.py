@@ -1,18 +1,14 @@
 """The user's functions (`build`, `example`, `train`, `loss`) as records another process can
 find again.
 
-A function is recorded as `module:qualname` with the SHA-256 of its module's source (the
-whole file: a helper the function calls changes results as much as the function itself).
-Any function runs in the process that searches (`executor="local"`); one that another
-process could not find by that name is refused, with one line saying why, only where
-another process must find it (`check_findable`): a Ray worker, or a resume. A lambda, a
-function nested in another, a `functools.partial` or other callable object without a name,
-a module without a source file, or a name in its module that holds another object is found
-by neither; a function of the script being run (`__main__`) is found by a resume run from
-that script, never by a Ray worker.
-
-Strings "pkg.module:name" are resolved with the current directory on `sys.path`, as
-`python -m` has it. Every failure is a `ConfigError` (exit 2) naming the role and the fix.
+A function is recorded as `module:qualname` with the SHA-256 of its module's whole source (a
+helper it calls changes results as much as the function itself). Any function runs in the
+searching process (`executor="local"`); where another process must find it by name (a Ray
+worker, a resume: `check_findable`), a lambda, a nested function, a nameless callable, a
+module without a source file or a name that holds another object is refused in one line
+saying why; a function of the running script (`__main__`) is found by a resume run from that
+script, never by a Ray worker. Strings "pkg.module:name" resolve with the current directory
+on `sys.path`, as `python -m` has it; every failure is a ConfigError naming role and fix.
 """
 
 from __future__ import annotations

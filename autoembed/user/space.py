@@ -180,14 +180,8 @@ def table_settings_for(space: SearchSpace, values: Mapping[str, Any],
                 f"search space '{space.source}': embedding.tables '{r.label}' names no "
                 f"embedding module of the built model{did_you_mean(r.label, names)}; its "
                 f"embedding modules: {', '.join(names) or 'none'}")
-    out = []
-    for n in names:
-        merged: dict[str, Any] = {}
-        for r in rules:
-            if r.selects(n, 0):
-                merged.update(r.settings)
-        out.append(merged)
-    return out
+    return [{k: v for r in rules if r.selects(n, 0) for k, v in r.settings.items()}
+            for n in names]
 
 
 def torchrec_config(space: SearchSpace, values: Mapping[str, Any],

@@ -1,55 +1,31 @@
 """Rewrite a user's model in place by a config: `apply`, `tables`, `materialize`.
 
-`apply(model, config)`: every table the config names by module path (``bert.embeddings.
-word_embeddings``) must be an nn.Embedding / nn.EmbeddingBag of the model; it becomes an
-`autoembed.nn` layer with that table's resolved settings (`config.resolved_tables`): its
-compression, and its dim (a dim below the module's makes a mixed_dim table projected back up).
-A table whose settings change nothing (compression none, same dim, placement device) keeps
-the user's module. A new layer starts at random with the module's own initialisation: its
-composed rows take the mean and std of the module's table (`_start_moments`; on the meta
-device, what its `reset_parameters` draws), each compression drawing its parts to give them
-(`autoembed.nn.draws`); `from_trained` fits the layer to the table's values instead. A dict
-or file config that gives a table no dim takes the module's. Under ``placement:
-host_cached`` (config-wide, so every table the config names) each named table becomes a
-host-cached layer (`autoembed.nn`, ``placement="host_cached"``) of
-``cache_rows(config, table)`` device rows under its table optimizer,
-starting from the module's own rows (compression none; under hash, the bucket means with
-`from_trained`); `autoembed.build_optimizer(model, config)` then binds each cache to its
-optimizer. A tied host_cached table needs `untie=True`.
+`apply(model, config)`: each table the config names by module path must be an nn.Embedding
+/ nn.EmbeddingBag; it becomes an `autoembed.nn` layer with the table's resolved settings (a
+dim below the module's is a mixed_dim table projected back up; a table whose settings change
+nothing keeps the user's module). The config is an `EmbeddingConfig`, a dict of its keys or
+a YAML/JSON file (an exported ``best.yaml`` brings the hot sets it names); a table given no
+dim takes the module's. The layer keeps the module's torch options or refuses them, one line
+naming both; a frozen table stays frozen; a module reachable by several paths is one table
+(listed once, replaced at every path; a config naming two of its paths is refused). New rows
+start with the mean and std of the table they replace (`_start_moments`); `from_trained`
+fits them to its values instead. Under ``placement: host_cached`` every named table becomes
+a host-cached layer of ``cache_rows(config, table)`` device rows starting from the module's
+rows; `autoembed.build_optimizer` binds each cache to its optimizer.
 
-Ties: another module whose parameter IS the table's weight (an output layer tied to the
-embedding: GPT heads, BERT's MLM decoder) reads the decoded [V, D] table each forward
-(`full_weight()`, priced by the trace since it is a real tensor of the step); `untie=True`
-gives it its own full weight instead. The head's parameter is removed, so a later
-`tie_weights()` cannot bind it to the compressed storage: it reads the decoded table. On a
-`transformers` model (one with `tie_weights` and `resize_token_embeddings`) whose compressed
-table is tied or is the input embedding, `tie_weights()` becomes a no-op (the tie holds by
-decoding; under `untie` the head keeps its own weight) and `resize_token_embeddings` raises
-a ConfigError naming the table (compressed storage is resized by applying a new config).
+Ties: a module whose parameter IS the table's weight (a GPT head, BERT's MLM decoder) reads
+the decoded [V, D] table each forward (priced by the trace); the head holds the layer in an
+attribute its hooks read, so a copy of the model reads its own table. `untie=True` gives
+the head its own full weight instead (required under host_cached). On a `transformers`
+model whose compressed table is tied or is the input embedding, `tie_weights()` becomes a
+no-op and `resize_token_embeddings` a ConfigError naming the table.
 
-`apply(..., checkpoint=["encoder.layer.*"])` (or `checkpoint_modules`) names the modules
-(paths, or globs over paths) whose forward then runs under `torch.utils.checkpoint`
-(`models.checkpointing.checkpointed`, the built-in models' wrapper): their activations are
-dropped after the forward and recomputed in the backward, and `estimate_model` prices the
-step that way since it traces the same forward. Parameters and state_dict keys are unchanged.
-
-The config is an `EmbeddingConfig`, a dict of its keys, or the path of a YAML/JSON config
-file (an exported ``best.yaml``: the hot sets its ``hot_sets`` key names come with it).
-The rewritten layer keeps the module's torch options or refuses them, one line naming the
-option and the module (`autoembed.nn.layers`: padding_idx, max_norm, norm_type,
-scale_grad_by_freq, sparse, mode, include_last_offset); a frozen table stays frozen. A module
-reachable by several paths (``self.tower.emb = self.emb``) is one table: `tables` lists it
-once (its first path), `apply` replaces it at every path, and a config naming two of its
-paths is refused.
-
-A head that reads a tied table decoded holds the layer it reads (an attribute its forward
-hooks read, not a closure), so a copy of the model (`copy.deepcopy`, `autoembed.quantize`,
-the fake copy `estimate_model` traces) reads its own table.
+`checkpoint=[...]` (or `checkpoint_modules`) names modules (paths or globs) whose forward
+then runs under gradient checkpointing; `estimate_model` prices the step that way.
 
 `materialize(model, device)`: after building on the meta device and `apply`, allocate every
-parameter (`to_empty`), restore ties that `to_empty` breaks, and initialise. A model with no
-parameter on the meta device (or with some real and some on meta) is refused: materialize
-would re-initialise its weights.
+parameter, restore the ties `to_empty` breaks, and initialise. A model with no parameter (or
+only some) on the meta device is refused: materialize would re-initialise its weights.
 """
 
 from __future__ import annotations
@@ -284,14 +260,9 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
           hot_sets: Any = None, from_trained: bool = False,
           checkpoint: Sequence[str] = ()) -> nn.Module:
     """Rewrite the tables `config` names (by module path) in place; returns `model`.
-    `hot_sets` (table -> sorted ids; `models.hot_cold.load_hot_sets` of the file saved beside
-    an exported config): the hot/cold tables' hot sets, else ids 0..hot-1. Each new layer's
-    rows start with the mean and std of the table it replaces (`_start_moments`);
-    `from_trained`: fitted to the trained table instead
-    (`models.compress_init.fit_to`: bucket means, QR least squares, TT-SVD, ...).
-    `checkpoint`: module paths or globs to run under gradient checkpointing
-    (`checkpoint_modules`), wrapped after the tables are rewritten. `config`: an
-    EmbeddingConfig, a dict, or a config file's path (see the module docstring)."""
+    `hot_sets` (table -> sorted ids, `models.hot_cold.load_hot_sets`): the hot/cold tables'
+    hot sets, else ids 0..hot-1. `from_trained`: rows fitted to the trained table
+    (`models.compress_init.fit_to`). `checkpoint`: `checkpoint_modules`, after the rewrite."""
     from autoembed.config import resolved_tables
 
     _a_module(model, "apply")
@@ -359,9 +330,8 @@ def checkpoint_modules(model: nn.Module, names: Sequence[str]) -> list[str]:
     """Run the forward of every module a name matches (its path, or a glob such as
     ``blocks.*``) under gradient checkpointing (`models.checkpointing.checkpointed`); returns
     the paths wrapped (the outermost: a module inside a wrapped one is recomputed with it).
-    A name matching no module is a ConfigError (did-you-mean); so is a
-    module holding a head that reads a decoded tied table (its weight exists only between
-    its own forward hooks, so a recompute could not read it: checkpoint the blocks instead)."""
+    A name matching no module is a ConfigError (did-you-mean); so is a module holding a head
+    that reads a decoded tied table (a recompute could not read it)."""
     _a_module(model, "checkpoint_modules")
     if isinstance(names, str):
         names = [names]
