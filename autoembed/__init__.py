@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
 from autoembed.errors import AutoembedError, ConfigError, DataError, UnsupportedError
-from autoembed.memory import MemoryEstimate, estimate
+from autoembed.memory import MemoryEstimate
+from autoembed.trace import estimate
 
 if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.options), seen by mypy too
     from autoembed.pipeline.driver import search

@@ -25,8 +25,8 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
-from autoembed.memory import estimate as estimate_memory
 from autoembed.rules import Integer
+from autoembed.trace import estimate as estimate_memory
 
 __all__ = ["Priced", "price", "config_flags", "fields_of_flags", "build_config", "SEED_DEFAULTS"]
 

@@ -405,7 +405,7 @@ class _Trial:
     @classmethod
     def of(cls, cfg: EmbeddingConfig, dataset: Any, s: RunSettings, wall0: float,
            start_step: int) -> _Trial:
-        from autoembed.memory import estimate
+        from autoembed.trace import estimate
 
         env = environment(s.device)
         base = {"config": cfg, "estimate": estimate(cfg).to_dict(), "env": env}

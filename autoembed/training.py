@@ -85,8 +85,8 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
     not the free, memory."""
     from autoembed.budget import format_bytes
     from autoembed.errors import DoesNotFitError
-    from autoembed.memory import estimate
     from autoembed.models.model import as_device
+    from autoembed.trace import estimate
 
     dev = as_device(device)
     _check_device(dev)
@@ -433,7 +433,7 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     """What training the priced config at full size costs: the analytic estimate, and the
     time `steps` take at the trial's measured throughput."""
     from autoembed.budget import format_bytes
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     est = estimate(config)
     lines = [f"full size: the priced config on {_data_words(config.data, config.tables)}: "

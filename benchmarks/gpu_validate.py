@@ -43,7 +43,7 @@ from validation_configs import validation_configs  # noqa: E402
 import autoembed  # noqa: E402
 from autoembed.batch import Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig  # noqa: E402
-from autoembed.memory import estimate  # noqa: E402
+from autoembed.trace import estimate  # noqa: E402
 
 TIME_LIMIT_S = 270  # stop starting new configs after this (the whole check must fit 5 min)
 

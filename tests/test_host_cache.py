@@ -16,12 +16,12 @@ from autoembed.batch import Batch
 from autoembed.cli import main
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.memory.cache_model import fit_zipf, miss_rate
 from autoembed.models import make_trainer
 from autoembed.models.dynamic_ids import DynamicIds
 from autoembed.models.embedding import LookupSpec
 from autoembed.models.host_cache import HostCachedTable, host_cached_tables
+from autoembed.trace import estimate
 
 warnings.filterwarnings("ignore", message="Sparse invariant checks")
 

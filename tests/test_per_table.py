@@ -24,9 +24,9 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.export import config_from_flat
-from autoembed.memory import estimate
 from autoembed.models import build_model, make_trainer
 from autoembed.models.optim import RowWiseAdagrad
+from autoembed.trace import estimate
 
 
 def blk(n: int) -> int:

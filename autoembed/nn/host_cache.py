@@ -27,7 +27,7 @@ An `autoembed.nn` layer with ``placement="host_cached"`` stores its table here
 training lookup requires the table bound to its optimizer (`bind_optimizer`,
 `bind_host_cached`; `autoembed.build_optimizer` does it), and under fake tensors (a traced
 estimate) the slot remap is skipped. Host tensors are created under `host_allocations`, so a
-traced estimate (`autoembed.memory.tracker`) leaves them out of device memory.
+traced estimate (`autoembed.trace.tracker`) leaves them out of device memory.
 
 A training batch must fit the cache (config validation checks C >= distinct rows a batch
 can hold). A no-grad lookup whose distinct rows exceed C reads them from host and cache
@@ -469,7 +469,7 @@ class HostCache(PackedWeights):
         """(weight, index): weight[index] are the rows of `ids`. A training lookup needs the
         table bound to its optimizer. Under fake tensors (a traced estimate) the cache is
         read with the ids as they are: the slot remap is data-dependent, and the device
-        side is priced as a cache_rows-row table, as `memory.traced` prices it."""
+        side is priced as a cache_rows-row table, as `trace.traced` prices it."""
         if self.training and torch.is_grad_enabled() and self.cache_weight.requires_grad:
             self._check_bound()
         if is_fake(self.cache_weight):

@@ -92,9 +92,9 @@ def estimate_for_cli(
         raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
                           "yours: drop it (only --optimizer, --precision, --loss, --space, "
                           "--budget, --reserve, --device-memory and --json apply)")
-    from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
+    from autoembed.trace.traced_model import STANDIN_NOTE
 
     obj, ex, loss_fn, cfg = resolve_for_cli(model, example, apply, loss, space)
     opt, prec = step_settings(optimizer, precision, space)
