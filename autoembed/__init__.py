@@ -59,7 +59,7 @@ _LAZY = {
     "estimate_model": "autoembed.torchrec.public",
     "apply": "autoembed.torchrec.public",
     "tables": "autoembed.torchrec.public",
-    "materialize": "autoembed.user_model.apply",
+    "materialize": "autoembed.user.model.apply",
     "Example": "autoembed.example",
     # a search (Ray, Optuna and MLflow load only when it runs): every option in its signature
     "search": "autoembed.pipeline.driver",

@@ -117,7 +117,7 @@ def to_device(example: Any, device: str) -> Any:
 def measure_example(mod: ModuleType, precision: str, optimizer: str, applied: bool) -> int:
     """Peak CUDA bytes of two real steps of `mod`'s SIZES['test'] model: parameters, state,
     gradients, activations and the example, above what was allocated before (not the build)."""
-    from autoembed.user_model.step import UserStep
+    from autoembed.models.user_step import UserStep
     from examples._demo import build_applied
 
     size = mod.SIZES["test"]

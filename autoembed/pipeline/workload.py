@@ -17,7 +17,7 @@ what differs:
   writes (`context`, `best_record`, `noise`, `searched`).
 
 Two implementations: `pipeline.builtin.BuiltinWorkload` (autoembed's own models on data)
-and `pipeline.user.UserWorkload` (the user's model, example and training loop).
+and `pipeline.user_workload.UserWorkload` (the user's model, example and training loop).
 """
 
 from __future__ import annotations

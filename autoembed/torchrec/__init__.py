@@ -6,8 +6,8 @@
 * `estimate_unsharded` (`estimate.py`): the traced step of the unsharded model.
 * `plan_model` (`plan.py`), `estimate_sharded` (`sharded.py`): TorchRec's plan on a
   `RankTopology`, every rank priced, TorchRec's own storage estimate beside each.
-* `runner.run_sharded`: one trial as N processes of `DistributedModelParallel` (a layer
-  above: it runs the user's loop with its report callback, `autoembed.user`).
+* `pipeline.sharded_runner.run_sharded` (a layer above: it runs the user's loop with its
+  report callback, `autoembed.user`): one trial as N processes of `DistributedModelParallel`.
 * `export_torchrec` (`export.py`): the pick as runnable TorchRec code.
 
 TorchRec is optional (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`); nothing here imports it

@@ -17,7 +17,7 @@ __all__ = ["estimate_for_cli", "resolve_for_cli", "applied", "step_settings"]
 
 
 def _example(spec: str, params: Mapping[str, Any] | None) -> Any:
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     obj = load_object(spec, "--example")
     if callable(obj) and not hasattr(obj, "shape"):
@@ -110,7 +110,7 @@ def _loss(spec: str | None) -> Any:
     """The function `--loss pkg.module:fn` names (None without one)."""
     if spec is None:
         return None
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     fn = load_object(spec, "--loss")
     if not callable(fn):
@@ -134,7 +134,7 @@ def resolve_for_cli(model: str, example: str, apply: Path | None, loss: str | No
     factory (a `build(params)` bound to `space`'s reference values), the example, the loss
     function (None: none given) and the --apply config (None: none given)."""
     from autoembed.config import load_config
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     params = _space_params(space)[0]
     factory = load_object(model, "--model")
