@@ -15,7 +15,7 @@ from autoembed.errors import AutoembedError, ConfigError, DataError, Unsupported
 from autoembed.memory import MemoryEstimate
 from autoembed.trace import estimate
 
-if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.options), seen by mypy too
+if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.search_options), seen by mypy too
     from autoembed.pipeline.driver import search
 
 __version__ = "0.1.0"
@@ -51,7 +51,7 @@ __all__ = [
 _LAZY = {
     "build_model": "autoembed.models",
     "build_optimizer": "autoembed.models",
-    "autocast": "autoembed.models.precision",
+    "autocast": "autoembed.models.device_precision",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "TrialStopped": "autoembed.user.report",

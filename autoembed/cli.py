@@ -21,7 +21,7 @@ import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.options import cli_fields, flag_of, help_of
-from autoembed.pipeline.options import SearchOptions
+from autoembed.pipeline.search_options import SearchOptions
 from autoembed.pricing.estimate_options import EstimateOptions
 
 __all__ = ["app", "main"]
@@ -315,7 +315,7 @@ def _search(as_json: bool, **options: Any) -> None:
         render_result(_console(), result)
 
 
-# Every option of `autoembed.search` the CLI takes (pipeline.options), and --json.
+# Every option of `autoembed.search` the CLI takes (pipeline.search_options), and --json.
 search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
     "start_points": inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,

@@ -19,7 +19,7 @@ from autoembed.errors import ConfigError
 from autoembed.memory.cache_model import fit_zipf, miss_rate
 from autoembed.models import make_trainer
 from autoembed.models.embedding import LookupSpec
-from autoembed.models.host_cache import HostCachedTable, host_cached_tables
+from autoembed.models.host_cached_table import HostCachedTable, host_cached_tables
 from autoembed.nn.dynamic_ids import DynamicIds
 from autoembed.trace import estimate
 

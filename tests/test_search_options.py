@@ -19,8 +19,8 @@ from autoembed import cli
 from autoembed.errors import ConfigError
 from autoembed.options import option
 from autoembed.pipeline.driver import SearchCall
-from autoembed.pipeline.options import SearchOptions
 from autoembed.pipeline.request import SearchRequest
+from autoembed.pipeline.search_options import SearchOptions
 from autoembed.pricing.estimate_options import EstimateOptions
 from autoembed.rules import Positive
 

@@ -170,7 +170,7 @@ def zero_build() -> nn.Module:
 def test_zero_argument_build_and_example_serve_a_search() -> None:
     """A search takes `build()` / `example()` too: called without params, recorded under
     their own names, and the exported module calls `build()`."""
-    from autoembed.user.export import python_module
+    from autoembed.user.module_text import python_module
     from autoembed.user.run import UserCode
 
     code = UserCode.resolve(zero_build, _batch, lambda m, p, r: 0.5)

@@ -5,7 +5,7 @@ For a table of R rows (known + dynamic), dim D, parameter bytes b, a cache of C 
 
 * device: the cache parameter [C, D] and its optimizer state are ordinary `param_specs`
   tensors (priced by `analytic`); bookkeeping adds C x 24 B (slot_row, slot_last, slot_count,
-  int64 each; `models/host_cache.py`), one 512 B allocator block per tensor.
+  int64 each; `models/host_cached_table.py`), one 512 B allocator block per tensor.
 * host: R x D x b (weight) + R x s (optimizer state per row, s = its bytes per row: adagrad and
   sparse_adam D x b per state tensor, rowwise_adagrad 4) + R x 16 (slot_of_row, use_count)
   + dynamic_rows x 8 (the owner of each dynamic row). Exact tensor bytes: pinned memory on a
@@ -51,10 +51,10 @@ __all__ = [
     "row_state_bytes",
 ]
 
-# models/host_cache.py: per slot slot_row, slot_last, slot_count (int64 each).
+# models/host_cached_table.py: per slot slot_row, slot_last, slot_count (int64 each).
 SLOT_BOOKKEEPING_TENSORS = 3
 SLOT_BOOKKEEPING_BYTES = 8 * SLOT_BOOKKEEPING_TENSORS
-# models/host_cache.py: per host row slot_of_row and use_count (int64 each).
+# models/host_cached_table.py: per host row slot_of_row and use_count (int64 each).
 HOST_ROW_BOOKKEEPING_BYTES = 16
 DYNAMIC_OWNER_BYTES = 8  # nn/dynamic_ids.py: owner id of each dynamic row (int64)
 ROWWISE_STATE_BYTES = 4  # RowWiseAdagrad: one fp32 per row

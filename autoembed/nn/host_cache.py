@@ -1,6 +1,6 @@
 """The host-resident table with a device cache (placement `host_cached`): the
 mechanism the `autoembed.nn` layers' host-cached storage and the built-in models' table
-(`autoembed.models.host_cache.HostCachedTable`, which adds pooling) share.
+(`autoembed.models.host_cached_table.HostCachedTable`, which adds pooling) share.
 
 Structures (FBGEMM's UVM-cached tables, TorchRec's cache load factor):
 
@@ -111,7 +111,7 @@ class HostCache(PackedWeights):
     """A [rows, dim] table held on the host with a `cache_rows`-row cache on `device`: the
     table of an `autoembed.nn` layer with placement host_cached (`CachedStorage`: torch's
     calls, `lookup` / `lookup_bag`) and, subclassed with pooling, the built-in models'
-    (`autoembed.models.host_cache.HostCachedTable`).
+    (`autoembed.models.host_cached_table.HostCachedTable`).
 
     rows = known rows (`vocab`) + `dynamic_rows` (ids >= vocab, `DynamicIds`); `buckets`
     hashes ids first (compression hash). `optimizer` names the table optimizer whose per-row

@@ -205,7 +205,7 @@ def worker(rank: int, payload: Mapping[str, Any],
     from torchrec.distributed import DistributedModelParallel
 
     from autoembed.torchrec.model import apply
-    from autoembed.torchrec.plan import plan_model, sharders
+    from autoembed.torchrec.planner import plan_model, sharders
     from autoembed.torchrec.settings import RankTopology
 
     topo = RankTopology(**payload["topology"])

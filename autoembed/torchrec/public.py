@@ -16,8 +16,8 @@ __all__ = ["tables", "estimate_model", "apply", "is_torchrec"]
 def is_torchrec(model: Any, example: Any = None) -> bool:
     """Whether a model (or its example) is TorchRec's: it holds an EmbeddingBagCollection /
     EmbeddingCollection, or the example holds a KeyedJaggedTensor."""
-    from autoembed.torchrec.estimate import has_jagged
     from autoembed.torchrec.lib import has_collections
+    from autoembed.torchrec.unsharded import has_jagged
 
     return has_collections(model) or (example is not None and has_jagged(example))
 
@@ -55,7 +55,7 @@ def estimate_model(model: Any, example: Any, **kwargs: Any) -> Any:
     from autoembed.user.model.estimate import estimate_torch_model as torch_estimate
 
     if is_torchrec(model, example):
-        from autoembed.torchrec.estimate import estimate_unsharded
+        from autoembed.torchrec.unsharded import estimate_unsharded
 
         return estimate_unsharded(model, example, **kwargs)
     return torch_estimate(model, example, **kwargs)

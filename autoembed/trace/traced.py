@@ -42,7 +42,7 @@ from autoembed.memory.types import (
     traced_figures,
 )
 from autoembed.models.step import TrainStep
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 from autoembed.trace.tracker import AllocationTracker, PeakSnapshot
 
 __all__ = [

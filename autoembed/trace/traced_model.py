@@ -36,9 +36,9 @@ from autoembed.memory.types import (
     round_block,
     traced_figures,
 )
-from autoembed.models.host_cache import host_cached_tables
+from autoembed.models.host_cached_table import host_cached_tables
 from autoembed.models.step import TrainStep
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 from autoembed.models.user_step import (
     STANDIN_LOSS,
     LossFn,

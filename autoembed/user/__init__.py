@@ -6,6 +6,6 @@ its step measured for real (`measure`). The rest (a layer above TorchRec, whose 
 space names): `space` (the `embedding:` / `user:` space file), `functions` (recording and
 resolving the user's functions), `ship` (shipping them to Ray nodes), `report` (what the
 user's loop tells autoembed, and the stop it receives), `run` and `trainer` (one trial of
-the user's loop as the trial record), `export` (export's module text). This package imports
+the user's loop as the trial record), `module_text` (export's module text). This package imports
 none of them, so `autoembed.user.model` loads nothing of the layer above.
 """

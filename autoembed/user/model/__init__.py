@@ -5,7 +5,7 @@ machinery (`UserStep`)."""
 
 from __future__ import annotations
 
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 from autoembed.models.user_step import UserStep
 from autoembed.user.model.estimate import CPU_VS_CUDA, estimate_torch_model
 

@@ -78,10 +78,10 @@ class Sharded:
               ) -> Priced | Invalid:
         """Price `values` (see the module docstring). `probe`: the model built on the meta
         device; `launch_payload(params, config)`: the user workload's trial payload."""
-        from autoembed.torchrec.estimate import batch_of
-        from autoembed.torchrec.plan import NoPlanError
+        from autoembed.torchrec.planner import NoPlanError
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
+        from autoembed.torchrec.unsharded import batch_of
         from autoembed.user.run import built_module
         from autoembed.user.space import params_for
 
@@ -148,9 +148,9 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
     module `module_name`; nothing written): the user's model built with the trial's
     params, its tables set as the trial set them, planned on the study's `topology` (the
     batch: the example's)."""
-    from autoembed.torchrec.estimate import batch_of
-    from autoembed.torchrec.export import torchrec_code
+    from autoembed.torchrec.export_code import torchrec_code
     from autoembed.torchrec.settings import RankTopology
+    from autoembed.torchrec.unsharded import batch_of
     from autoembed.user.functions import resolve_function
     from autoembed.user.run import built_module
     from autoembed.user.space import params_for
