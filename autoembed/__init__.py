@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
 from autoembed.errors import AutoembedError, ConfigError, DataError, UnsupportedError
-from autoembed.memory import MemoryEstimate, estimate
+from autoembed.memory import MemoryEstimate
+from autoembed.trace import estimate
 
-if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.options), seen by mypy too
+if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.search_options), seen by mypy too
     from autoembed.pipeline.driver import search
 
 __version__ = "0.1.0"
@@ -50,7 +51,7 @@ __all__ = [
 _LAZY = {
     "build_model": "autoembed.models",
     "build_optimizer": "autoembed.models",
-    "autocast": "autoembed.models.precision",
+    "autocast": "autoembed.models.device_precision",
     "quantize": "autoembed.models",
     "train": "autoembed.training",
     "TrialStopped": "autoembed.user.report",
@@ -58,7 +59,7 @@ _LAZY = {
     "estimate_model": "autoembed.torchrec.public",
     "apply": "autoembed.torchrec.public",
     "tables": "autoembed.torchrec.public",
-    "materialize": "autoembed.user_model.apply",
+    "materialize": "autoembed.user.model.apply",
     "Example": "autoembed.example",
     # a search (Ray, Optuna and MLflow load only when it runs): every option in its signature
     "search": "autoembed.pipeline.driver",

@@ -20,9 +20,9 @@ from typing import Any
 import typer
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
-from autoembed.estimate_options import EstimateOptions
 from autoembed.options import cli_fields, flag_of, help_of
-from autoembed.pipeline.options import SearchOptions
+from autoembed.pipeline.search_options import SearchOptions
+from autoembed.pricing.estimate_options import EstimateOptions
 
 __all__ = ["app", "main"]
 
@@ -101,8 +101,8 @@ def _estimate(**options: Any) -> None:
                         options["device_memory"], options["optimizer"], as_json)
         return
     from autoembed.cli_render import does_not_fit, print_estimate
-    from autoembed.price import price
-    from autoembed.suggest import suggest as changes_that_fit
+    from autoembed.pricing.price import price
+    from autoembed.pricing.suggest import suggest as changes_that_fit
 
     priced = price(**options)
     if priced.note:  # e.g. a size the traced estimator cannot represent
@@ -124,7 +124,7 @@ def _estimate_ranks(model: str | None, example: str | None, tables: Path | None,
                     device_memory: str | None, optimizer: str | None, as_json: bool) -> None:
     """`estimate --world-size N`: each rank of TorchRec's plan (exit 3: a rank over budget)."""
     from autoembed.budget import parse_size, with_device_memory
-    from autoembed.torchrec.command import ranks_json, render_ranks, sharded_for_cli
+    from autoembed.pricing.torchrec_cli import ranks_json, render_ranks, sharded_for_cli
 
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     bud = with_device_memory(budget, device_memory)
@@ -315,7 +315,7 @@ def _search(as_json: bool, **options: Any) -> None:
         render_result(_console(), result)
 
 
-# Every option of `autoembed.search` the CLI takes (pipeline.options), and --json.
+# Every option of `autoembed.search` the CLI takes (pipeline.search_options), and --json.
 search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
     "start_points": inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,

@@ -15,10 +15,10 @@ from autoembed.memory.types import (
     CUDA_CONTEXT_BYTES,
     overhead_bytes,
 )
-from autoembed.price import Priced
+from autoembed.pricing.price import Priced
 
 if TYPE_CHECKING:
-    from autoembed.suggest import Suggestion
+    from autoembed.pricing.suggest import Suggestion
 
 __all__ = ["console", "print_estimate", "estimate_json", "does_not_fit", "overhead_line"]
 

@@ -71,7 +71,7 @@ __all__ = [
     "export_config",
 ]
 
-# python: a module that rebuilds a search over the user's own model (autoembed.user.export)
+# python: a module that rebuilds a search over the user's own model (autoembed.user.module_text)
 FORMATS = ("yaml", "json", "python")
 VOCAB_DIR = "vocab"
 # knee without objectives in pareto.json: quality against memory
@@ -592,10 +592,10 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     """A trial of a user search: its record (`user.space.user_record`: the embedding
     settings and params, nothing else) as YAML/JSON, and for `python` a module that
     rebuilds the model in the user's code with the record beside it (`<stem>.yaml`); for a
-    TorchRec model's study (`pipeline.sharded`), the pick as TorchRec code instead
-    (`pipeline.sharded.export_pick`)."""
-    from autoembed.pipeline.sharded import TOPOLOGY_KEY, export_pick
-    from autoembed.user.export import python_module
+    TorchRec model's study (`pipeline.sharded_workload`), the pick as TorchRec code instead
+    (`pipeline.sharded_workload.export_pick`)."""
+    from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY, export_pick
+    from autoembed.user.module_text import python_module
     from autoembed.user.space import user_record
 
     space, refs, meta = own

@@ -405,7 +405,7 @@ class _Trial:
     @classmethod
     def of(cls, cfg: EmbeddingConfig, dataset: Any, s: RunSettings, wall0: float,
            start_step: int) -> _Trial:
-        from autoembed.memory import estimate
+        from autoembed.trace import estimate
 
         env = environment(s.device)
         base = {"config": cfg, "estimate": estimate(cfg).to_dict(), "env": env}
@@ -532,7 +532,7 @@ class _Trial:
         """The completed trial measured: the evaluation it is judged by, test quality, the
         host cache's figures, CUDA's peaks, serving bytes (of the quantized model when the
         config serves quantized: `_served`) and latency."""
-        from autoembed.models.host_cache import cache_metrics
+        from autoembed.models.host_cached_table import cache_metrics
 
         s, loop, task = self.s, self.loop, self.cfg.task
         cache = cache_metrics(trainer.model, loop.steps - loop.start_step, loop.train_seconds)

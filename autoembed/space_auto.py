@@ -166,7 +166,7 @@ class AutoSpace:
         optimizers = self.table_optimizers()
         params["table_optimizer"] = {"choices": list(optimizers)}
         params["lr"] = {"type": "float", "low": LR_RANGE[0], "high": LR_RANGE[1], "log": True}
-        # adagrad's sparse gradients take no weight decay (models.model refuses it)
+        # adagrad's sparse gradients take no weight decay (models.embedding_model refuses it)
         params["weight_decay"] = {"choices": list(WEIGHT_DECAYS), "when": {"table_optimizer": [
             o for o in DECAY_OPTIMIZERS if o in optimizers]}}
         params["batch_size"] = {"choices": list(self.batch_sizes)}

@@ -85,8 +85,8 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
     not the free, memory."""
     from autoembed.budget import format_bytes
     from autoembed.errors import DoesNotFitError
-    from autoembed.memory import estimate
-    from autoembed.models.model import as_device
+    from autoembed.models.embedding_model import as_device
+    from autoembed.trace import estimate
 
     dev = as_device(device)
     _check_device(dev)
@@ -163,7 +163,7 @@ def _restore(st: dict[str, Any], trainer: Any) -> int:
     trainer.model.load_state_dict(st["model"])
     trainer.optimizers.load_state_dict(st["optimizers"])
     if trainer.config.placement == "host_cached":  # the loaded state must move with the rows
-        from autoembed.models.host_cache import host_cached_tables
+        from autoembed.models.host_cached_table import host_cached_tables
 
         for _, table in host_cached_tables(trainer.model):
             table.bind_optimizer(trainer.optimizers.table_for(table.cache_weight))
@@ -433,7 +433,7 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     """What training the priced config at full size costs: the analytic estimate, and the
     time `steps` take at the trial's measured throughput."""
     from autoembed.budget import format_bytes
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     est = estimate(config)
     lines = [f"full size: the priced config on {_data_words(config.data, config.tables)}: "

@@ -332,7 +332,7 @@ def csv_header(params: Sequence[str]) -> list[str]:
 def rank_entry(rank: int, estimate: Mapping[str, Any], measured: Mapping[str, Any]
                ) -> dict[str, Any]:
     """One rank of a trial that ran as several processes: its priced figures (a
-    `RankEstimate`'s) beside what it measured (`autoembed.torchrec.runner`'s result)."""
+    `RankEstimate`'s) beside what it measured (`autoembed.pipeline.sharded_runner`'s result)."""
     out: dict[str, Any] = {"rank": rank}
     out.update({f"estimate_{k}": estimate[k] for k in
                 ("allocated_peak", "device_total", "persistent") if k in estimate})

@@ -2,7 +2,7 @@
 
 The search prices every proposal analytically and checks the budget against device_total
 (reserved_peak + overhead), so the analytic figures should never be below the traced step,
-which replays every allocation through the caching-allocator model (memory/tracker.py).
+which replays every allocation through the caching-allocator model (trace/tracker.py).
 Configs are drawn at random (seeded) in two sizes: small CTR/text configs (tens of MB) and
 large ones (hundreds of MB to GBs, where a budget binds); fake tensors make size cheap.
 
@@ -29,7 +29,7 @@ from _common import (  # noqa: E402
 )
 
 from autoembed.config import EmbeddingConfig, TableConfig  # noqa: E402
-from autoembed.memory import estimate  # noqa: E402
+from autoembed.trace import estimate  # noqa: E402
 
 OPTIMIZERS = ["adam", "adamw", "adagrad", "sgd", "momentum", "rowwise_adagrad", "sparse_adam"]
 PRECISIONS = ["fp32", "fp32", "bf16_master", "fp16", "bf16", "amp_bf16"]

@@ -32,7 +32,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(2)
 from validation_configs import validation_configs
-from autoembed.memory.traced import fake_batch
+from autoembed.trace.traced import fake_batch
 from autoembed.models import make_trainer
 
 def rss(field):
@@ -59,7 +59,7 @@ def rel(a: int, b: int) -> float:
 
 
 def main() -> None:
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", type=float, default=1.0)

@@ -22,7 +22,7 @@ TRACE_100M = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from autoembed.config import EmbeddingConfig, TableConfig
-from autoembed.memory import estimate
+from autoembed.trace import estimate
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 cfg = EmbeddingConfig(tables=(TableConfig("big", 100_000_000),), dim=128, batch_size=4096,
                       dense_layers=(256, 64), table_optimizer=sys.argv[1],
@@ -67,7 +67,7 @@ print(json.dumps({"trace_s": t2 - t1, "process_s": t2 - t0, "rss": int(hwm.split
 
 def main() -> None:
     from autoembed.config import EmbeddingConfig, TableConfig
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     rows = []
     configs = {

@@ -40,7 +40,7 @@ from _common import stamp  # noqa: E402
 
 from autoembed.batch import PAD_ID, Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig, config_from_dict  # noqa: E402
-from autoembed.memory import estimate  # noqa: E402
+from autoembed.trace import estimate  # noqa: E402
 
 SEED_JSON = ROOT / "benchmarks" / "results" / "seed_case.json"
 WARMUP_STEPS = 3  # untimed: Adam's state, cuBLAS autotuning, allocator growth

@@ -5,7 +5,7 @@ the same plan (examples/torchrec_dlrm.py, Criteo's cardinalities at `--scale`).
 TorchRec is the point of this script, so unlike the other GPU scripts it needs TorchRec and
 FBGEMM (the GPU build: `AUTOEMBED_TORCHREC=1 bash scripts/setup.sh` installs `fbgemm-gpu`
 where `nvidia-smi` sees a GPU) and autoembed itself. Each case is measured in fresh
-processes (`autoembed.torchrec.runner`): a warm-up step of the same shapes, the peak
+processes (`autoembed.pipeline.sharded_runner`): a warm-up step of the same shapes, the peak
 statistics reset, two measured steps. Rows are written to results/gpu_torchrec.md as they
 finish; the figures are UNVALIDATED until this runs on a GPU (none in the session that wrote
 it).
@@ -52,7 +52,7 @@ def tables(optimizer: str, sharding: str, kernel: str, clf: float | None) -> lis
 
 def run_case(case: tuple[int, int, str, str, str, float | None], scale: float, batch: int,
              device: str) -> list[list[Any]]:
-    from autoembed.torchrec.runner import run_sharded
+    from autoembed.pipeline.sharded_runner import run_sharded
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.sharded import estimate_sharded
     from examples import torchrec_dlrm as ex

@@ -43,7 +43,7 @@ from validation_configs import validation_configs  # noqa: E402
 import autoembed  # noqa: E402
 from autoembed.batch import Batch  # noqa: E402
 from autoembed.config import EmbeddingConfig  # noqa: E402
-from autoembed.memory import estimate  # noqa: E402
+from autoembed.trace import estimate  # noqa: E402
 
 TIME_LIMIT_S = 270  # stop starting new configs after this (the whole check must fit 5 min)
 
@@ -117,7 +117,7 @@ def to_device(example: Any, device: str) -> Any:
 def measure_example(mod: ModuleType, precision: str, optimizer: str, applied: bool) -> int:
     """Peak CUDA bytes of two real steps of `mod`'s SIZES['test'] model: parameters, state,
     gradients, activations and the example, above what was allocated before (not the build)."""
-    from autoembed.user_model.step import UserStep
+    from autoembed.models.user_step import UserStep
     from examples._demo import build_applied
 
     size = mod.SIZES["test"]

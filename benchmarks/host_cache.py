@@ -87,7 +87,7 @@ def throughput(steps: int, warmup: int) -> str:
     from autoembed.config import EmbeddingConfig, TableConfig
     from autoembed.memory.cache_model import miss_rate
     from autoembed.models import make_trainer
-    from autoembed.models.host_cache import total_stats
+    from autoembed.models.host_cached_table import total_stats
 
     torch.set_num_threads(THREADS)
     warnings.filterwarnings("ignore", message="Sparse invariant checks")

@@ -5,7 +5,7 @@ Text task, V = 1,000,000, D = 300, batch 64, sequence 512, fp32, Adam for tables
 Each config trains in a fresh subprocess with torch.set_num_threads(2): a few warm-up
 steps (not timed: Adam's state is created at the first step), then timed steps; the
 child reports samples/s and its RSS high-water (resource.getrusage ru_maxrss: host memory,
-not GPU memory). "traced peak" is autoembed.memory's traced estimate of the allocated
+not GPU memory). "traced peak" is autoembed.trace's traced estimate of the allocated
 peak when that module provides one at run time, else n/a.
 
     python benchmarks/model_throughput.py [--steps 4] [--warmup 2]
@@ -120,11 +120,11 @@ def _vmhwm_kib() -> int | None:
 
 
 def traced_peak(overrides: dict[str, Any]) -> str:
-    """autoembed.memory's traced allocated peak, if that module offers it now."""
+    """autoembed.trace's traced allocated peak, if that module offers it now."""
     try:
-        from autoembed import memory
+        from autoembed import trace
 
-        est = memory.estimate(seed_config(**overrides), method="traced")
+        est = trace.estimate(seed_config(**overrides), method="traced")
         return f"{est.allocated_peak / 1e6:,.0f} MB"
     except Exception as e:  # noqa: BLE001 - another engineer's module may not exist yet
         if isinstance(e, (ImportError, AttributeError)):

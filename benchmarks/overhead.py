@@ -106,15 +106,15 @@ class StageTimer:
 
 def instrument(timer: StageTimer) -> None:
     """Wrap the driver's stage functions in place (this process only)."""
-    import autoembed.memory
     import autoembed.pipeline.engine as engine
     import autoembed.pipeline.outputs as outputs
     import autoembed.pipeline.ray_tune as ray_tune
     import autoembed.pipeline.study as study
+    import autoembed.trace
     import autoembed.tracking as tracking
 
-    est = timer.wrap("pricing", autoembed.memory.estimate, "estimate")
-    autoembed.memory.estimate = est
+    est = timer.wrap("pricing", autoembed.trace.estimate, "estimate")
+    autoembed.trace.estimate = est
     engine.estimate = est
     se = engine.SearchEngine
     for meth in ("propose", "finish", "observe"):

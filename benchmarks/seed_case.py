@@ -185,7 +185,7 @@ class Priced:
 
 
 def price(config: Any, traced: bool = True) -> Priced:
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     analytic = int(estimate(config).device_total)
     if not traced:
@@ -442,7 +442,7 @@ def run_case(case: Case, runs: Path, log: Callable[[str], None]) -> CaseReport:
     base_price = price(base_cfg)
     budget = base_price.analytic // 3
     if case.quick:  # small data: the fixed CUDA overhead alone would exceed a third
-        from autoembed.memory import estimate
+        from autoembed.trace import estimate
 
         budget += int(estimate(base_cfg).overhead)
     log(f"[{case.name}] baseline device_total {gb(base_price.analytic)} (traced "

@@ -26,10 +26,10 @@ def main() -> None:
 
     from autoembed.budget import parse_size
     from autoembed.data.spec import DataSpec
-    from autoembed.memory import estimate
     from autoembed.pipeline.optuna_space import suggest
     from autoembed.pipeline.workload import build_workload
     from autoembed.space import builtin_space_path, load_space
+    from autoembed.trace import estimate
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(builtin_space_path("default"))

@@ -8,7 +8,7 @@ bytes of the FBGEMM kernels' weight and state storages after DMP init (must be e
 byte); (b) the priced step peak (`allocated_peak`) against the measured one: the tensors
 live after a warm-up step of the same shapes plus the RSS high-water above them over two
 steps (fresh processes, MALLOC_ARENA_MAX=1, MALLOC_MMAP_THRESHOLD_=65536, VmHWM reset
-through /proc/self/clear_refs; `autoembed.torchrec.runner`), within max(3%, 32 MB).
+through /proc/self/clear_refs; `autoembed.pipeline.sharded_runner`), within max(3%, 32 MB).
 TorchRec's own storage estimate for the same plan (the optimizer given per table, so it
 reads it) is beside. Rows are appended to results/torchrec_dmp_cpu.jsonl as they finish.
 
@@ -59,7 +59,7 @@ def settings(optimizer: str, data_type: str, sharding: str) -> list[dict[str, An
 
 
 def run_one(name: str, scale: float) -> dict[str, Any]:
-    from autoembed.torchrec.runner import run_sharded
+    from autoembed.pipeline.sharded_runner import run_sharded
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.sharded import estimate_sharded
     from examples import torchrec_dlrm as ex

@@ -72,7 +72,7 @@ def fused_params_storage(params: dict[str, Any], settings: list[dict[str, Any]],
     """TorchRec's per-rank storage for the same plan with no optimizer on the parameters
     (the optimizer given through the sharder's fused_params, which its estimator ignores)."""
     from autoembed.torchrec.model import apply
-    from autoembed.torchrec.plan import plan_model
+    from autoembed.torchrec.planner import plan_model
     from examples import torchrec_dlrm as ex
 
     bare = [{k: v for k, v in s.items() if k != "optimizer"} for s in settings]

@@ -109,7 +109,7 @@ def stored_example(name: str, runs: Path) -> dict[str, Any]:
 
     from autoembed.budget import Budget
     from autoembed.pareto import parse_pick
-    from autoembed.pipeline.report import SearchReport
+    from autoembed.pipeline.search_report import SearchReport
     from autoembed.pipeline.study import load_rows
     from autoembed.user.space import load_user_space
 

@@ -36,7 +36,7 @@ DENSE_FEATURES = 13
 KEYS = tuple(f"cat_{i}" for i in range(len(CRITEO_CARDINALITIES)))
 DEFAULTS = {"dim": 16, "scale": 0.01, "batch_size": 512, "lr": 0.05, "steps": 60,
             "seed": 0, "dense_arch": [64, None], "over_arch": [64, 1], "device": "meta"}
-# sizes for the unsharded priced-right check (`autoembed.user_model.measure` layout)
+# sizes for the unsharded priced-right check (`autoembed.user.model.measure` layout)
 SIZES = {"test": {"scale": 0.02, "batch_size": 2048, "dim": 16},
          "twin": {"scale": 0.0005, "batch_size": 64, "dim": 16}}
 EVAL_EVERY = 20

@@ -271,7 +271,7 @@ def test_a_failed_python_export_writes_no_file_that_blocks_its_rerun(
     import sys
 
     import autoembed.export as export
-    from autoembed.pipeline.sharded import TOPOLOGY_KEY
+    from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY
 
     argv = _loss_search(tmp_path, monkeypatch, 1)
     assert main([*argv, "--loss", "lossloop.loop:loss"]) == 0, capsys.readouterr().err

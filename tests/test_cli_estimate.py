@@ -188,7 +188,7 @@ def test_price_is_the_library_side_of_the_command() -> None:
     """`autoembed estimate` parses, calls `price` and prints: the config, the budget and the
     estimate come from the library; an option the command passes that `price` does not read
     is an error, not silently dropped."""
-    from autoembed.price import price
+    from autoembed.pricing.price import price
 
     p = price(vocab="1000,50", dim=8, budget="1GB", hash_buckets="0.5", compression="hash")
     assert p.config is not None and not p.user

@@ -425,7 +425,7 @@ def test_text_oracle_beats_chance_and_a_bag_of_words_model() -> None:
 @_settings
 @given(n=st.integers(1, 3000), key=st.integers(0, 2**32))
 def test_id_scramble_is_a_bijection(n: int, key: int) -> None:
-    from autoembed.data.hashing import permute
+    from autoembed.data.keyed_random import permute
 
     out = permute(np.arange(n), n, key)
     assert np.array_equal(np.sort(out), np.arange(n))

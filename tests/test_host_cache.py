@@ -16,12 +16,12 @@ from autoembed.batch import Batch
 from autoembed.cli import main
 from autoembed.config import EmbeddingConfig, TableConfig, load_config, save_config
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.memory.cache_model import fit_zipf, miss_rate
 from autoembed.models import make_trainer
-from autoembed.models.dynamic_ids import DynamicIds
 from autoembed.models.embedding import LookupSpec
-from autoembed.models.host_cache import HostCachedTable, host_cached_tables
+from autoembed.models.host_cached_table import HostCachedTable, host_cached_tables
+from autoembed.nn.dynamic_ids import DynamicIds
+from autoembed.trace import estimate
 
 warnings.filterwarnings("ignore", message="Sparse invariant checks")
 
@@ -189,7 +189,7 @@ def test_dynamic_ids_get_rows_up_to_the_cap_then_hash() -> None:
     d = DynamicIds(base=10, capacity=2, seed=0)
     out = d.map(torch.tensor([[3, 15, 12], [15, 99, 12]]))
     # 3 is known; 15 then 12 take rows 10, 11 in order of first sight; 99 finds no free row
-    fallback = 10 + int(__import__("autoembed.models.hashing", fromlist=["x"]).hash_id_reference(
+    fallback = 10 + int(__import__("autoembed.nn.hashing", fromlist=["x"]).hash_id_reference(
         99, 2, 0))
     assert out.tolist() == [[3, 10, 11], [10, fallback, 11]]
     assert (d.assigned, d.folded) == (2, 1)

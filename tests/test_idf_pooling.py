@@ -16,10 +16,10 @@ from autoembed.batch import PAD_ID
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.data import DataSpec, load_dataset
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.models import build_model
 from autoembed.models.idf import idf_weights, install_idf
 from autoembed.runner import RunSettings, run_trial
+from autoembed.trace import estimate
 
 CORPUS = ["the cat sat", "the dog sat down", "a cat and a dog", "the end"]
 

@@ -1,4 +1,5 @@
-"""The layer rule: autoembed's modules import one way, and never in a cycle.
+"""The layer rule: autoembed's modules import one way, and never in a cycle; each package sits
+in one layer and no two modules share a name.
 
 docs/ARCHITECTURE.md states the layer order (its table between the `layers:` markers, bottom
 row first); this test reads it there, so the document is the one statement of the rule. It
@@ -6,7 +7,9 @@ walks every module's AST and counts every import: at module level, inside functi
 `if TYPE_CHECKING`, relative ones, `from pkg import submodule` (an edge to the submodule),
 and string literals naming a module (`importlib.import_module("autoembed.x")`, a lazy
 name -> module map). It fails on an import from a lower layer to a higher one, on any cycle
-between modules, and on a module the table does not place.
+between modules, and on a module the table does not place. It also fails on a package whose
+modules (subpackages included) sit in more than one layer, and on a module file name used in
+two packages, unless ARCHITECTURE.md's marked lists name the package or the name and say why.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "ARCHITECTURE.md"
 BEGIN, END = "<!-- layers: bottom to top -->", "<!-- /layers -->"
+SPANS = ("<!-- packages across layers -->", "<!-- /packages across layers -->")
+SAME_NAMES = ("<!-- same-name modules -->", "<!-- /same-name modules -->")
 
 # Offending edges (importer, imported) in other owners' code, each to be removed by its
 # owner (issue 24). The test fails when one no longer offends, so this set only shrinks.
@@ -229,10 +234,76 @@ def check(root: Path, package: str, doc: str,
     return problems
 
 
+def read_reasons(text: str, markers: tuple[str, str]) -> dict[str, str]:
+    """The `* `name`: why` entries between `markers`: name -> why (a why is required)."""
+    begin, end = markers
+    if begin not in text or end not in text:
+        raise AssertionError(f"the list's markers {begin} ... {end} are missing")
+    body = text.split(begin, 1)[1].split(end, 1)[0]
+    found = {}
+    for line in body.splitlines():
+        entry = re.match(r"\* `([\w.]+)`: *(.*)", line.strip())
+        if entry:
+            if not entry.group(2).strip():
+                raise AssertionError(f"{entry.group(1)}: the list says no why")
+            found[entry.group(1)] = entry.group(2)
+    return found
+
+
+def split_packages(root: Path, package: str, doc: str) -> list[str]:
+    """Each package below `package` (its subpackages with it) whose modules sit in more than
+    one layer, unless the doc's list names it; each listed package that sits in one."""
+    layers, mods = read_layers(doc), find_modules(root, package)
+    allowed = read_reasons(doc, SPANS)
+    problems = []
+    for pkg in sorted(m for m, path in mods.items() if _is_package(path) and m != package):
+        members = sorted(m for m in mods if m == pkg or m.startswith(pkg + "."))
+        spans: dict[int, list[str]] = {}
+        for m in members:
+            if (at := place(m, layers)) is not None:
+                spans.setdefault(at, []).append(m)
+        if len(spans) > 1 and pkg not in allowed:
+            where = "; ".join(f"layer {i + 1}: {', '.join(ms)}" for i, ms in sorted(spans.items()))
+            problems.append(f"package {pkg} spans layers ({where}): move modules, or say why "
+                            "in ARCHITECTURE.md's list of packages across layers")
+        elif len(spans) <= 1 and pkg in allowed:
+            problems.append(f"packages across layers: {pkg} sits in one layer; remove it")
+    packages = {m for m, path in mods.items() if _is_package(path)}
+    problems += [f"packages across layers: {name} names no package"
+                 for name in sorted(allowed.keys() - packages)]
+    return problems
+
+
+def repeated_names(root: Path, package: str, doc: str) -> list[str]:
+    """Each module file name (not __init__.py) found in two packages under `package`, unless
+    the doc's same-name list gives it; each listed name that no longer repeats."""
+    by_name: dict[str, list[str]] = {}
+    for module, path in find_modules(root, package).items():
+        if not _is_package(path):
+            by_name.setdefault(path.name, []).append(module)
+    allowed = read_reasons(doc, SAME_NAMES)
+    problems = [f"{name}: {', '.join(sorted(ms))} share a name; rename one, or say why in "
+                "ARCHITECTURE.md's list of same-name modules"
+                for name, ms in sorted(by_name.items()) if len(ms) > 1 and name not in allowed]
+    problems += [f"same-name modules: {name} does not repeat; remove it"
+                 for name in sorted(allowed) if len(by_name.get(name, [])) < 2]
+    return problems
+
+
 def test_autoembed_imports_point_one_way() -> None:
     problems = check(REPO, "autoembed", DOC.read_text(), KNOWN_VIOLATIONS)
     assert not problems, "the layer rule (docs/ARCHITECTURE.md) is broken:\n" + "\n".join(
         problems)
+
+
+def test_each_package_sits_in_one_layer() -> None:
+    problems = split_packages(REPO, "autoembed", DOC.read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_module_names_tell_packages_apart() -> None:
+    problems = repeated_names(REPO, "autoembed", DOC.read_text())
+    assert not problems, "\n".join(problems)
 
 
 TOY_DOC = f"""
@@ -298,3 +369,47 @@ def test_a_stale_table_entry_fails(tmp_path: Path) -> None:
 def test_the_table_must_be_marked(text: str) -> None:
     with pytest.raises(AssertionError, match="markers"):
         read_layers(text)
+
+
+LISTS = f"""
+{SPANS[0]}
+* `toy.gone`: a package that no longer exists
+{SPANS[1]}
+{SAME_NAMES[0]}
+* `inner.py`: no longer repeated
+{SAME_NAMES[1]}
+"""
+
+
+def test_a_package_across_layers_fails_unless_listed(tmp_path: Path) -> None:
+    root = toy_package(tmp_path)
+    doc = TOY_DOC + LISTS
+    assert split_packages(root, "toy", doc) == [
+        "package toy.sub spans layers (layer 2: toy.sub, toy.sub.inner; layer 3: toy.sub.top): "
+        "move modules, or say why in ARCHITECTURE.md's list of packages across layers",
+        "packages across layers: toy.gone names no package"]
+    listed = doc.replace("* `toy.gone`: a package that no longer exists",
+                         "* `toy.sub`: its top is what the high layer builds")
+    assert split_packages(root, "toy", listed) == []
+    (root / "toy" / "sub" / "top.py").unlink()
+    assert split_packages(root, "toy", listed) == [
+        "packages across layers: toy.sub sits in one layer; remove it"]
+
+
+def test_a_repeated_module_name_fails_unless_listed(tmp_path: Path) -> None:
+    root = toy_package(tmp_path)
+    doc = TOY_DOC + LISTS
+    assert repeated_names(root, "toy", doc) == [
+        "same-name modules: inner.py does not repeat; remove it"]
+    (root / "toy" / "sub" / "low.py").write_text("")
+    assert repeated_names(root, "toy", doc)[0] == (
+        "low.py: toy.low, toy.sub.low share a name; rename one, or say why in "
+        "ARCHITECTURE.md's list of same-name modules")
+    listed = doc.replace("* `inner.py`: no longer repeated", "* `low.py`: the same role twice")
+    assert repeated_names(root, "toy", listed) == []
+
+
+@pytest.mark.parametrize("entry", ["* `low.py`:", "* `low.py`:   "])
+def test_a_listed_exception_must_say_why(entry: str) -> None:
+    with pytest.raises(AssertionError, match="says no why"):
+        read_reasons(f"{SAME_NAMES[0]}\n{entry}\n{SAME_NAMES[1]}", SAME_NAMES)

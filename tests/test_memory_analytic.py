@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoembed.config import EmbeddingConfig, TableConfig
-from autoembed.memory import estimate
+from autoembed.trace import estimate
 
 
 def blk(n: int) -> int:

@@ -9,10 +9,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autoembed.memory.computed import computed_activations
-from autoembed.memory.tracker import AllocationTracker
 from autoembed.models.embedding import LookupSpec
 from autoembed.models.robe import RobeTable
 from autoembed.models.tt import TTTable
+from autoembed.trace.tracker import AllocationTracker
 
 
 def _live(tr: AllocationTracker) -> int:
@@ -67,8 +67,8 @@ def test_built_bytes_equal_both_estimates(compression: str, kw: dict[str, object
     hot set's int64 ids are the buffers. The analytic peak of a backward-bound step (batch
     4096) is an upper bound of the traced one (docs/compression.md: within 60%)."""
     from autoembed.config import EmbeddingConfig, TableConfig
-    from autoembed.memory import estimate
     from autoembed.models import build_model
+    from autoembed.trace import estimate
 
     cfg = EmbeddingConfig(
         tables=(TableConfig("a", 40_000, pooling_factor=2.0), TableConfig("b", 3000)), dim=16,
@@ -89,7 +89,7 @@ def test_shared_robe_array_keeps_each_tables_activations() -> None:
     """One array for both tables changes the parameters, not what each table's lookup
     keeps for backward: the activations equal those of per-table arrays (both methods)."""
     from autoembed.config import EmbeddingConfig, TableConfig
-    from autoembed.memory import estimate
+    from autoembed.trace import estimate
 
     def acts(shared: bool, method: str) -> int:
         cfg = EmbeddingConfig(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoembed.config import EmbeddingConfig, TableConfig
-from autoembed.memory import estimate
 from autoembed.memory.objective import memory_objective
 from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+from autoembed.trace import estimate
 
 
 def _user_csv(rows: int, dim: int = 16) -> EmbeddingConfig:

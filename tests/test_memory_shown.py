@@ -18,7 +18,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.pareto import Pick
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.render import SearchProgress, render_result
-from autoembed.pipeline.report import SearchReport
+from autoembed.pipeline.search_report import SearchReport
 from autoembed.space import Objective
 from autoembed.trial import TrialRow
 

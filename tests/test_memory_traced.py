@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from autoembed.config import EmbeddingConfig, TableConfig
-from autoembed.memory import estimate
-from autoembed.memory.tracker import CachingAllocatorModel
+from autoembed.trace import estimate
+from autoembed.trace.tracker import CachingAllocatorModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from validation_configs import validation_configs  # noqa: E402
@@ -68,7 +68,7 @@ def test_100m_row_table_traces_without_allocating_it() -> None:
     code = (
         "import json\n"
         "from autoembed.config import EmbeddingConfig, TableConfig\n"
-        "from autoembed.memory import estimate\n"
+        "from autoembed.trace import estimate\n"
         "c = EmbeddingConfig(tables=(TableConfig('big', 100_000_000),), dim=128)\n"
         "e = estimate(c, method='traced')\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
@@ -109,7 +109,7 @@ def test_absurd_tables_are_priced_not_crashed(rows: int, dim: int, traced: bool)
 
 
 def test_an_overflow_the_precheck_missed_still_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    import autoembed.memory.traced as traced
+    import autoembed.trace.traced as traced
 
     monkeypatch.setattr(traced, "_traceable", lambda config, activations: True)
     cfg = EmbeddingConfig(tables=(TableConfig("big", 2**63 - 1),), dim=300)

@@ -24,11 +24,11 @@ from autoembed.models.compress_init import (
     tt_svd,
 )
 from autoembed.models.embedding import LookupSpec
-from autoembed.models.hashing import hash_id_reference
 from autoembed.models.hot_cold import HotColdTable, hot_ids_from_counts
 from autoembed.models.quantize import quantize
 from autoembed.models.robe import RobeTable
 from autoembed.models.tt import TTTable
+from autoembed.nn.hashing import hash_id_reference
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 

@@ -12,8 +12,8 @@ from autoembed import nn as ae
 from autoembed.batch import PAD_ID
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.models import build_model
-from autoembed.models.hashing import hash_id_reference
 from autoembed.models.quantize import quantize
+from autoembed.nn.hashing import hash_id_reference
 
 V, D = 5000, 16
 SETTINGS: dict[str, dict[str, object]] = {

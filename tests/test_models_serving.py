@@ -82,7 +82,7 @@ def test_hash_known_values() -> None:
 
 def test_hash_is_identical_across_processes() -> None:
     code = (
-        "import torch; from autoembed.models.hashing import hash_ids; "
+        "import torch; from autoembed.nn.hashing import hash_ids; "
         "print(hash_ids(torch.arange(0, 100000, 7), 1009, 42).tolist())"
     )
     out = subprocess.run(

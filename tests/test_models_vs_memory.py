@@ -12,8 +12,8 @@ import torch
 from autoembed.batch import Batch
 from autoembed.compression import takes_optimizer
 from autoembed.config import COMPRESSIONS, OPTIMIZERS, PRECISIONS, EmbeddingConfig, TableConfig
-from autoembed.memory import estimate
 from autoembed.models import make_trainer
+from autoembed.trace import estimate
 
 
 def block(nbytes: int) -> int:

@@ -19,9 +19,9 @@ from autoembed.config import (
     save_config,
 )
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.models import EmbeddingModel, build_model, make_trainer, quantize, serving_bytes
 from autoembed.models.embedding import WideTable
+from autoembed.trace import estimate
 
 
 def ctr(**kw: object) -> EmbeddingConfig:

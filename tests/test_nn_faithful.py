@@ -22,8 +22,8 @@ import autoembed
 from autoembed import nn as ae
 from autoembed.config import EmbeddingConfig, TableConfig, save_config
 from autoembed.errors import ConfigError, DataError
-from autoembed.models.hashing import hash_id_reference
 from autoembed.models.hot_cold import save_hot_sets
+from autoembed.nn.hashing import hash_id_reference
 
 V, D = 40, 6
 

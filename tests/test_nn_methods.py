@@ -17,7 +17,7 @@ from autoembed import nn as ae
 from autoembed.compression import hot_cold_shapes, param_bytes, robe_shapes, tt_shapes
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
-from autoembed.models.hashing import hash_id_reference
+from autoembed.nn.hashing import hash_id_reference
 
 
 def _robe_ref(arr: list[float], i: int, dim: int, block: int, hash_seed: int) -> list[float]:

@@ -26,7 +26,7 @@ from torch import nn
 import autoembed
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
-from autoembed.user_model.step import UserStep
+from autoembed.models.user_step import UserStep
 
 B, L = 3, 4  # batch and ids per bag (or per sequence)
 

@@ -24,9 +24,9 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.export import config_from_flat
-from autoembed.memory import estimate
 from autoembed.models import build_model, make_trainer
 from autoembed.models.optim import RowWiseAdagrad
+from autoembed.trace import estimate
 
 
 def blk(n: int) -> int:
@@ -336,7 +336,7 @@ def test_one_rule_words_the_config_and_the_space_alike(field: str, bad: object) 
 
 
 def test_cli_flags_come_from_the_declared_fields(tmp_path: Path) -> None:
-    from autoembed.price import config_flags, fields_of_flags
+    from autoembed.pricing.price import config_flags, fields_of_flags
 
     assert {"batch", "seq", "grad_accum", "optimizer", "cache_policy"} <= config_flags()
     assert fields_of_flags({"batch": 8, "optimizer": "sparse_adam", "seq": 3}) == {

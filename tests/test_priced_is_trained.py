@@ -141,7 +141,7 @@ def test_a_custom_apply_travels_to_a_worker_by_name(user, monkeypatch) -> None:
     """What a Ray worker gets: the payload as JSON, `apply` recorded by name beside build and
     train, and a runtime_env that ships apply's package (one of its own here); the worker
     finds them by name and trains the priced model."""
-    from autoembed.pipeline.user import UserWorkload
+    from autoembed.pipeline.user_workload import UserWorkload
     from autoembed.space import load_space
     from autoembed.user.run import UserCode
     from autoembed.user.trainer import run_payload
@@ -163,7 +163,7 @@ def test_a_custom_apply_travels_to_a_worker_by_name(user, monkeypatch) -> None:
 def test_a_resume_applies_as_the_study_started(user) -> None:
     """A study's trials were priced and trained with one apply: a resume with another (or
     without it) is refused in one line."""
-    from autoembed.pipeline.user import UserWorkload
+    from autoembed.pipeline.user_workload import UserWorkload
     from autoembed.space import load_space
     from autoembed.user.run import UserCode
 

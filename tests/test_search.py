@@ -20,8 +20,8 @@ import pytest
 
 from autoembed.cli import main
 from autoembed.config import config_from_dict, load_config
-from autoembed.memory import estimate
 from autoembed.pipeline.records import ATTR
+from autoembed.trace import estimate
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,6 @@ from optuna.trial import TrialState
 
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
-from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front, optimistic_metrics
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
@@ -24,6 +23,7 @@ from autoembed.pipeline.records import ATTR, TRAINED_STATUSES
 from autoembed.pipeline.study import load_rows, make_sampler, open_storage, recover
 from autoembed.runner import Evaluation, TrialResult
 from autoembed.space import load_space
+from autoembed.trace import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 800_000_000

@@ -159,13 +159,13 @@ def test_a_study_written_by_the_previous_version_resumes_and_exports(tmp_path: P
 
     from autoembed.config import load_config
     from autoembed.export import export_config
-    from autoembed.memory import estimate
     from autoembed.pipeline import search
     from autoembed.pipeline.priced_data import build_priced_data as build_workload
     from autoembed.pipeline.priced_data import data_spec_for
     from autoembed.pipeline.records import ATTR
     from autoembed.pipeline.study import open_storage
     from autoembed.space import load_space
+    from autoembed.trace import estimate
     from autoembed.tracking import NullTracker
     from autoembed.trial import TrialResult
 

@@ -14,7 +14,6 @@ from optuna.trial import TrialState
 from autoembed.budget import Budget
 from autoembed.config import config_from_dict
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.faults import fault_hook, parse_faults
@@ -24,6 +23,7 @@ from autoembed.pipeline.recorder import CalibrationSink, Recorder
 from autoembed.pipeline.study import make_sampler, open_storage
 from autoembed.runner import Evaluation, RunSettings, TrialResult, run_trial
 from autoembed.space import load_space
+from autoembed.trace import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 800_000_000

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 import autoembed
 from autoembed import cli
 from autoembed.errors import ConfigError
-from autoembed.estimate_options import EstimateOptions
 from autoembed.options import option
 from autoembed.pipeline.driver import SearchCall
-from autoembed.pipeline.options import SearchOptions
 from autoembed.pipeline.request import SearchRequest
+from autoembed.pipeline.search_options import SearchOptions
+from autoembed.pricing.estimate_options import EstimateOptions
 from autoembed.rules import Positive
 
 DOCS_EXT = Path(__file__).resolve().parents[1] / "docs" / "_ext"

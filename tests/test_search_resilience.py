@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from _user_code import BAG_MODEL
 
-from autoembed.memory import estimate
+from autoembed.trace import estimate
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from autoembed.pipeline.feasibility import (
 )
 from autoembed.pipeline.plan import NothingFitsError
 from autoembed.pipeline.recorder import ATTR, CalibrationSink, Recorder, TrackerSink
-from autoembed.pipeline.report import SearchFailedError, SearchReport
+from autoembed.pipeline.search_report import SearchFailedError, SearchReport
 from autoembed.space import Objective
 from autoembed.trial import TrialRow
 

@@ -15,9 +15,9 @@ from autoembed.config import EmbeddingConfig
 from autoembed.data import DataSpec, load_dataset
 from autoembed.data.sequence import with_seq_len
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.runner import resolve_for_data
 from autoembed.space import parse_space
+from autoembed.trace import estimate
 
 
 def _docs(tmp_path: Path) -> object:

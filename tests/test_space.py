@@ -13,7 +13,6 @@ import yaml
 
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.pipeline.optuna_space import distributions, suggest
 from autoembed.space import (
     BUILTIN_SPACES,
@@ -22,6 +21,7 @@ from autoembed.space import (
     load_space,
     parse_objectives,
 )
+from autoembed.trace import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

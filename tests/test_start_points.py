@@ -17,7 +17,6 @@ from optuna.trial import TrialState, create_trial
 
 from autoembed.budget import Budget
 from autoembed.config import EmbeddingConfig, config_from_dict
-from autoembed.memory import estimate
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.optuna_space import distribution
@@ -34,6 +33,7 @@ from autoembed.space import (
     parse_space,
 )
 from autoembed.space.start import start_points, value_in_space
+from autoembed.trace import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJ = [("quality", "maximize"), ("memory", "minimize"), ("throughput", "maximize")]

@@ -65,7 +65,7 @@ def test_user_model_over_budget_lists_changes_that_fit_when_priced_again(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # --model imports from the current directory
-    monkeypatch.setattr("autoembed.suggest.USER_SECONDS", 120.0)  # a loaded machine: all
+    monkeypatch.setattr("autoembed.pricing.suggest.USER_SECONDS", 120.0)  # a loaded machine: all
     rc, d = _estimate(capsys, *USER, "--budget", "4GB")
     assert rc == 3 and d["device_total"] > BUDGET
     tips = d["suggestions"]

@@ -122,8 +122,8 @@ def test_an_unsharded_collection_is_priced_by_the_trace() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
 def test_unsharded_dlrm_within_3_percent_of_a_real_cpu_step() -> None:
-    from autoembed.torchrec.estimate import estimate_unsharded
-    from autoembed.user_model.measure import measure_cpu_peak
+    from autoembed.torchrec.unsharded import estimate_unsharded
+    from autoembed.user.model.measure import measure_cpu_peak
     from examples import torchrec_dlrm as ex
 
     size = ex.SIZES["test"]
@@ -211,7 +211,7 @@ def test_killing_the_driver_leaves_no_rank_behind(tmp_path: Path) -> None:
     driver = tmp_path / "driver.py"
     driver.write_text(
         "import sys\nsys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']\n"
-        "from autoembed.torchrec.runner import run_sharded\n"
+        "from autoembed.pipeline.sharded_runner import run_sharded\n"
         "if __name__ == '__main__':\n"
         "    run_sharded({'build': '_torchrec_code:slow_build', 'example': 'x:y',\n"
         "                 'params': {'sleep': 120}, 'topology': {'world_size': 2,\n"
@@ -258,7 +258,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_the_exported_file_builds_and_plans_the_pick(tmp_path: Path) -> None:
-    from autoembed.torchrec.export import export_torchrec
+    from autoembed.torchrec.export_code import export_torchrec
     from examples import torchrec_dlrm as ex
 
     params = {"scale": 0.001, "batch_size": 64}
@@ -360,8 +360,8 @@ def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None
     FBGEMM tables as priced."""
     import ray
 
+    from autoembed.pipeline.sharded_runner import MEASURE_ENV
     from autoembed.pipeline.torchrec_trial import ray_sharded
-    from autoembed.torchrec.runner import MEASURE_ENV
     from autoembed.torchrec.sharded import estimate_sharded
     from examples import torchrec_dlrm as ex
 
@@ -391,7 +391,7 @@ def test_a_sharded_trial_runs_on_ray_train_workers_without_a_whole_cpu() -> None
      "fused_uvm_caching needs CUDA (UVM)"),
 ])
 def test_a_cpu_plan_refuses_what_needs_cuda_in_one_line(setting: dict, says: str) -> None:
-    from autoembed.torchrec.plan import plan_model
+    from autoembed.torchrec.planner import plan_model
 
     model = Holder(_ebc([("a", 100, 8), ("b", 50, 4)], device="meta"))
     with pytest.raises(ConfigError) as e:
@@ -402,7 +402,7 @@ def test_a_cpu_plan_refuses_what_needs_cuda_in_one_line(setting: dict, says: str
 
 @pytest.mark.slow
 def test_the_users_loop_runs_sharded_and_stops_on_every_rank_when_told() -> None:
-    from autoembed.torchrec.runner import run_sharded
+    from autoembed.pipeline.sharded_runner import run_sharded
 
     seen = []
 

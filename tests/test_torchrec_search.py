@@ -202,7 +202,7 @@ def test_a_plan_over_a_rank_names_the_rank_and_the_bytes_over() -> None:
 def test_torchrec_missing_is_one_line_naming_the_install(tmp_path, monkeypatch) -> None:
     import importlib
 
-    from autoembed.pipeline.sharded import Sharded
+    from autoembed.pipeline.sharded_workload import Sharded
     from autoembed.space import load_space
 
     real = importlib.import_module
@@ -251,7 +251,7 @@ def test_a_dlrm_search_on_ray_runs_each_trial_on_train_workers(tmp_path: Path) -
 
 
 def test_ray_trials_hold_no_cpu_and_carry_the_gloo_interface(monkeypatch) -> None:
-    from autoembed.pipeline.sharded import Sharded
+    from autoembed.pipeline.sharded_workload import Sharded
 
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
     monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)

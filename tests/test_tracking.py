@@ -29,7 +29,7 @@ from autoembed.tracking import (
     make_tracker,
     resolve_store,
 )
-from autoembed.tracking.records import trial_payload
+from autoembed.tracking.run_data import trial_payload
 
 STUDY = "unit-study"
 DATA = {"name": "synthetic-ctr", "vocab_sizes": [1000, 50], "rows": [2000, 200, 200]}

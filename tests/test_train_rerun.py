@@ -24,9 +24,9 @@ import yaml
 from autoembed.budget import format_bytes
 from autoembed.config import load_config
 from autoembed.export import export_config
-from autoembed.memory import estimate
 from autoembed.pipeline import search
 from autoembed.pipeline.executor import InProcessExecutor
+from autoembed.trace import estimate
 from autoembed.tracking import NullTracker
 
 pytestmark = pytest.mark.slow

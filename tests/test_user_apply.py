@@ -13,7 +13,7 @@ from torch import nn
 import autoembed
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
-from autoembed.user_model.step import UserStep
+from autoembed.models.user_step import UserStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from examples import gpt_lm, seed_mean  # noqa: E402
@@ -46,7 +46,7 @@ def test_meta_build_apply_materialize_keeps_the_tie_and_trains() -> None:
     assert model.tok.store.weight.shape == (100, GPT["dim"])  # 100 rows, not 1000
     # the head reads the decoded V x D table: same logits as by hand
     x = gpt_lm.make_example(**GPT)
-    from autoembed.models.hashing import hash_ids
+    from autoembed.nn.hashing import hash_ids
 
     full = model.tok.store.weight[hash_ids(torch.arange(GPT["vocab"]), 100)]
     assert torch.equal(model.tok.full_weight(), full)

@@ -15,7 +15,7 @@ from torch import nn
 import autoembed
 from autoembed.config import EmbeddingConfig, TableConfig
 from autoembed.errors import ConfigError
-from autoembed.user_model.apply import checkpoint_modules
+from autoembed.user.model.apply import checkpoint_modules
 
 B, S, V, D, H = 8, 32, 1000, 16, 512
 

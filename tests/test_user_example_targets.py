@@ -13,7 +13,7 @@ from torch import nn
 
 import autoembed
 from autoembed.errors import ConfigError
-from autoembed.user_model.step import UserStep
+from autoembed.models.user_step import UserStep
 
 USERS, ITEMS, DIM, BATCH = 2000, 500, 16, 64
 
@@ -143,7 +143,7 @@ def test_estimate_cli_gives_build_params_the_spaces_reference_values(tmp_path, m
     """`estimate --model build --space FILE`: the search's `build(params)` priced with the
     space's reference values (first choice; the range's geometric middle on its grid) and
     its optimizer (SGD: no state)."""
-    from autoembed.user_model.command import estimate_for_cli
+    from autoembed.pricing.user_model_cli import estimate_for_cli
 
     (tmp_path / "own_dot.py").write_text(textwrap.dedent(MODULE))
     (tmp_path / "space.yaml").write_text(SPACE)
@@ -170,7 +170,7 @@ def zero_build() -> nn.Module:
 def test_zero_argument_build_and_example_serve_a_search() -> None:
     """A search takes `build()` / `example()` too: called without params, recorded under
     their own names, and the exported module calls `build()`."""
-    from autoembed.user.export import python_module
+    from autoembed.user.module_text import python_module
     from autoembed.user.run import UserCode
 
     code = UserCode.resolve(zero_build, _batch, lambda m, p, r: 0.5)

@@ -10,8 +10,8 @@ import pytest
 
 import autoembed
 from autoembed.errors import ConfigError
-from autoembed.user.export import python_module
 from autoembed.user.functions import record_function
+from autoembed.user.module_text import python_module
 
 PARAMS = {"dim": 16, "lr": 0.01, "widths": (64, 32), "flag": None,
           "embedding": {"precision": "fp32", "tables": {"*": {"compression": "none"}}}}

@@ -132,7 +132,7 @@ def test_a_search_with_sgd_in_the_space_refuses_an_adam_loop(tmp_path, monkeypat
     (tmp_path / "space.yaml").write_text(
         "embedding: {precision: fp32, table_optimizer: sgd}\n"
         "user: {dim: {choices: [8]}}\ntrials: 1\n")
-    from autoembed.pipeline.report import SearchFailedError
+    from autoembed.pipeline.search_report import SearchFailedError
 
     with pytest.raises(SearchFailedError) as e:  # exit 1: no trial completed
         autoembed.search("700MB", tmp_path / "space.yaml", model=mod.build,

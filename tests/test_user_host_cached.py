@@ -205,7 +205,7 @@ def test_hashed_host_cached_bag_reads_the_rows_the_hash_layer_reads() -> None:
 
 
 def test_half_precision_and_meta_build() -> None:
-    from autoembed.user_model.step import UserStep
+    from autoembed.models.user_step import UserStep
 
     x = batches(1)[0]
     est = autoembed.estimate_model(lambda: autoembed.apply(Seed(), cached()), x,

@@ -72,8 +72,8 @@ def test_sparse_tables_need_a_sparse_optimizer_and_then_train() -> None:
 
 
 def test_bf16_master_optimises_the_fp32_masters() -> None:
-    from autoembed.models.precision import MasterWeights
-    from autoembed.user_model.step import cast_floating
+    from autoembed.models.device_precision import MasterWeights
+    from autoembed.models.user_step import cast_floating
 
     m = TwoTables()
     cast_floating(m, torch.bfloat16)

@@ -1,5 +1,5 @@
 """Priced right: estimate_model's allocated_peak against the peak bytes of a REAL CPU training
-step, measured independently of the tracer (`autoembed.user_model.measure`: a fresh process,
+step, measured independently of the tracer (`autoembed.user.model.measure`: a fresh process,
 glibc's mmap threshold at 64 KiB, VmHWM reset after a warm-up on a small twin model).
 
 One precision x optimizer per example (two after `autoembed.apply`) keeps this test within
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autoembed import estimate_model
-from autoembed.user_model.measure import measure_cpu_peak
+from autoembed.user.model.measure import measure_cpu_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 0.02

@@ -10,7 +10,7 @@ from torch import nn
 
 import autoembed
 from autoembed.errors import ConfigError
-from autoembed.pipeline.user import UserWorkload, model_tables
+from autoembed.pipeline.user_workload import UserWorkload, model_tables
 from autoembed.user.run import UserCode
 from autoembed.user.space import params_for, parse_user_space
 

@@ -13,7 +13,7 @@ needs them.
 from __future__ import annotations
 
 from autoembed.data.dataset import Dataset
-from autoembed.data.loader import load_dataset
+from autoembed.data.loading import load_dataset
 from autoembed.data.spec import BUILTIN_NAMES, SPLITS, DataSpec
 from autoembed.data.vocab import VocabMap, Vocabulary, load_vocab
 

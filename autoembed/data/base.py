@@ -14,7 +14,7 @@ import torch
 
 from autoembed.batch import Batch
 from autoembed.config import TableConfig
-from autoembed.data.hashing import hash64
+from autoembed.data.keyed_random import hash64
 from autoembed.data.spec import SPLITS, DataSpec
 from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError

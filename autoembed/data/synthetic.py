@@ -50,7 +50,7 @@ import torch
 from autoembed.batch import MISSING_ID, PAD_ID, Batch
 from autoembed.config import TableConfig
 from autoembed.data.base import BaseDataset, IntArray, split_index
-from autoembed.data.hashing import hash64, normal, permute, uniform
+from autoembed.data.keyed_random import hash64, normal, permute, uniform
 from autoembed.data.metrics import accuracy, roc_auc
 from autoembed.data.spec import DataSpec
 from autoembed.zipf import zipf_frequency, zipf_ranks

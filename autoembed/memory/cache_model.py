@@ -44,10 +44,10 @@ __all__ = [
     "row_state_bytes",
 ]
 
-# models/host_cache.py: per slot slot_row, slot_last, slot_count (int64 each).
+# models/host_cached_table.py: per slot slot_row, slot_last, slot_count (int64 each).
 SLOT_BOOKKEEPING_TENSORS = 3
 SLOT_BOOKKEEPING_BYTES = 8 * SLOT_BOOKKEEPING_TENSORS
-# models/host_cache.py: per host row slot_of_row and use_count (int64 each).
+# models/host_cached_table.py: per host row slot_of_row and use_count (int64 each).
 HOST_ROW_BOOKKEEPING_BYTES = 16
 DYNAMIC_OWNER_BYTES = 8  # models/dynamic_ids.py: owner id of each dynamic row (int64)
 ROWWISE_STATE_BYTES = 4  # RowWiseAdagrad: one fp32 per row

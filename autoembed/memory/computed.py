@@ -1,6 +1,6 @@
 """Activation bytes of the tables whose rows are computed (ROBE, tensor-train): torch-free.
 
-`autoembed.models.computed.ComputedRowsTable` builds every position's row ([B, L, D]) from
+`autoembed.models.computed_rows.ComputedRowsTable` builds every position's row ([B, L, D]) from
 shared parameters, masks it and pools it. What autograd keeps for backward, per field of B
 samples and L ids a sample (N = B L lookups, e = the parameters' bytes per element):
 

@@ -103,7 +103,7 @@ def reserved_for(blocks: Iterable[int]) -> int:
 def reserved_bound(blocks: Iterable[int]) -> int:
     """Segment bytes that hold `blocks` if each is allocated once, in any order, and kept.
 
-    Rules (CUDACachingAllocator.cpp, memory/tracker.py): a block never spans segments; a
+    Rules (CUDACachingAllocator.cpp, trace/tracker.py): a block never spans segments; a
     segment is added only when no free block fits the request; blocks <= 1 MiB (small) take
     2 MiB segments, mid-size ones (< 10 MiB) 20 MiB segments, large ones (>= 10 MiB) a
     segment of their own rounded up to 2 MiB, or any free large-pool block that fits.

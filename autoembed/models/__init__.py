@@ -3,9 +3,9 @@ and serving quantization. Everything here runs on CPU; see each module's docstri
 
 from __future__ import annotations
 
-from autoembed.models.model import EmbeddingModel, build_model, check_buildable, loss_fn
+from autoembed.models.device_precision import MasterWeights, check_supported
+from autoembed.models.embedding_model import EmbeddingModel, build_model, check_buildable, loss_fn
 from autoembed.models.optim import Optimizers, RowWiseAdagrad, build_optimizer, state_bytes
-from autoembed.models.precision import MasterWeights, check_supported
 from autoembed.models.quantize import quantize, serving_bytes
 from autoembed.models.step import Trainer, fake_caveats, make_trainer, supports_fake
 from autoembed.nn.hashing import hash_id_reference, hash_ids, qr_indices

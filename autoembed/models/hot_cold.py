@@ -33,7 +33,7 @@ from torch import nn
 
 from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
-from autoembed.models.computed import projection
+from autoembed.models.computed_rows import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.nn.methods import _HotCold, checked_hot_ids, hot_cold_rows
 from autoembed.nn.storage import _Storage

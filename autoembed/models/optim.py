@@ -11,7 +11,7 @@ sparse-capable optimizers need. Learning rate: `config.lr` for tables,
 `config.effective_dense_lr` for the tower, ramped linearly over `config.warmup_steps`.
 
 A user's own model (not autoembed's `EmbeddingModel`) is grouped by module instead of by
-`param_specs`: its embedding tables (`models.tables.embedding_modules`) under their table
+`param_specs`: its embedding tables (`models.table_modules.embedding_modules`) under their table
 optimizer, every other trainable parameter under the dense one (`user_optimizers`); the
 result is the same `Optimizers`, warm-up included (`dense` is None when only tables train).
 """
@@ -34,7 +34,7 @@ from autoembed.config import (
     param_specs,
 )
 from autoembed.errors import ConfigError
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 
 __all__ = [
     "ROWWISE_ADAGRAD_EPS",
@@ -235,7 +235,7 @@ def build_optimizer(
     autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
     layers' caches to their optimizer, so `.step()` trains them).
     """
-    from autoembed.models.model import EmbeddingModel
+    from autoembed.models.embedding_model import EmbeddingModel
 
     if not config.is_resolved:
         config = config.resolve()
@@ -290,11 +290,11 @@ def user_optimizers(
     `config.dense_optimizer` at `config.effective_dense_lr` (no dense optimizer when there is
     none); warm-up over `config.warmup_steps`. A `sparse=True` nn.Embedding / EmbeddingBag
     takes sparse gradients, so its optimizer must accept them. A host_cached `autoembed.nn`
-    layer is bound to its table optimizer (`models.host_cache.bind_host_cached`: the cached
+    layer is bound to its table optimizer (`models.host_cached_table.bind_host_cached`: the cached
     rows' state moves with them), which must be the one it was built for. `masters`:
     parameter name -> fp32 master to optimise instead (*_master precisions; refused beside a
     host_cached layer)."""
-    from autoembed.models.host_cache import bind_host_cached
+    from autoembed.models.host_cached_table import bind_host_cached
 
     if not config.is_resolved:
         config = config.resolve()

@@ -1,4 +1,4 @@
-"""Serving: row-wise int8 / int4 tables (FBGEMM row format, `autoembed.models.rowformat`).
+"""Serving: row-wise int8 / int4 tables (FBGEMM row format, `autoembed.nn.rowformat`).
 
 `quantize(model, serving)` returns a copy of the model for inference in which every table
 weight is one uint8 buffer [rows, row_bytes] (`<weight>_packed`); rows are dequantized as

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from autoembed.models.computed import ComputedRowsTable, projection
+from autoembed.models.computed_rows import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 from autoembed.nn.methods import _Robe, robe_positions, robe_seed
 from autoembed.nn.storage import _Storage

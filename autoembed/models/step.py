@@ -36,14 +36,14 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.batch import Batch
 from autoembed.config import EmbeddingConfig, precision_policy
-from autoembed.models.model import EmbeddingModel, as_device, build_model, loss_fn
-from autoembed.models.optim import Optimizers, build_optimizer
-from autoembed.models.precision import (
+from autoembed.models.device_precision import (
     MasterWeights,
     autocast,
     check_supported,
     make_scaler,
 )
+from autoembed.models.embedding_model import EmbeddingModel, as_device, build_model, loss_fn
+from autoembed.models.optim import Optimizers, build_optimizer
 
 __all__ = ["TrainStep", "Trainer", "make_trainer", "supports_fake", "fake_caveats"]
 
@@ -196,7 +196,7 @@ def make_trainer(
     masters = MasterWeights.create(model) if precision_policy(config.precision).master else None
     optimizers = build_optimizer(model, config, masters=masters.masters if masters else None)
     if config.placement == "host_cached":
-        from autoembed.models.host_cache import host_cached_tables
+        from autoembed.models.host_cached_table import host_cached_tables
 
         for _, table in host_cached_tables(model):  # the state moves with the cached rows
             table.bind_optimizer(optimizers.table_for(table.cache_weight))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from autoembed.compression import tt_init_std
-from autoembed.models.computed import ComputedRowsTable, projection
+from autoembed.models.computed_rows import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
 from autoembed.nn.methods import _TT, tt_indices, tt_lookup
 

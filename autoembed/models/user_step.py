@@ -35,11 +35,11 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.example import Example
-from autoembed.models.host_cache import bind_host_cached, host_cached_tables
+from autoembed.models.device_precision import MasterWeights, make_scaler
+from autoembed.models.host_cached_table import bind_host_cached, host_cached_tables
 from autoembed.models.optim import Optimizers, user_optimizers
-from autoembed.models.precision import MasterWeights, make_scaler
 from autoembed.models.step import TrainStep
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 
 __all__ = [
     "OPTIMIZER_NAMES",

@@ -90,7 +90,7 @@ class HostCache(PackedWeights):
     """A [rows, dim] table held on the host with a `cache_rows`-row cache on `device`: the
     table of an `autoembed.nn` layer with placement host_cached (`CachedStorage`: torch's
     calls, `lookup` / `lookup_bag`) and, subclassed with pooling, the built-in models'
-    (`autoembed.models.host_cache.HostCachedTable`).
+    (`autoembed.models.host_cached_table.HostCachedTable`).
 
     rows = known rows (`vocab`) + `dynamic_rows` (ids >= vocab, `DynamicIds`); `buckets`
     hashes ids first (compression hash). `optimizer` names the table optimizer whose per-row
@@ -446,7 +446,7 @@ class HostCache(PackedWeights):
         """(weight, index): weight[index] are the rows of `ids`. A training lookup needs the
         table bound to its optimizer. Under fake tensors (a traced estimate) the cache is
         read with the ids as they are: the slot remap is data-dependent, and the device
-        side is priced as a cache_rows-row table, as `memory.traced` prices it."""
+        side is priced as a cache_rows-row table, as `trace.traced` prices it."""
         if self.training and torch.is_grad_enabled() and self.cache_weight.requires_grad:
             self._check_bound()
         if is_fake(self.cache_weight):

@@ -25,7 +25,6 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import ConfigError
-from autoembed.memory import estimate
 from autoembed.pipeline.priced_data import (
     PricedData,
     build_priced_data,
@@ -50,6 +49,7 @@ from autoembed.space import (
     parse_space,
 )
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
+from autoembed.trace import estimate
 from autoembed.trial import Evaluation
 
 if TYPE_CHECKING:

@@ -36,7 +36,6 @@ from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
-from autoembed.pipeline.options import SearchOptions
 from autoembed.pipeline.plan import (
     DEFAULT_EARLY_STOP,
     NothingFitsError,
@@ -45,9 +44,10 @@ from autoembed.pipeline.plan import (
 )
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
-from autoembed.pipeline.report import SearchFailedError, SearchReport
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
 from autoembed.pipeline.scheduler import AshaScheduler
+from autoembed.pipeline.search_options import SearchOptions
+from autoembed.pipeline.search_report import SearchFailedError, SearchReport
 from autoembed.space import Objective
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
 from autoembed.pipeline.time_limit import TrialTimeLimit
-from autoembed.pipeline.user import UserWorkload
+from autoembed.pipeline.user_workload import UserWorkload
 from autoembed.pipeline.workload import NothingFitsError, Workload
 from autoembed.space import Objective, SearchSpace, parse_objectives
 from autoembed.space.start import StartPoint

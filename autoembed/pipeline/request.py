@@ -21,7 +21,7 @@ from autoembed.budget import Budget, BudgetLike, MemoryBudget
 from autoembed.errors import ConfigError
 from autoembed.options import check_options
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
-from autoembed.pipeline.options import MAX_SEED, SearchOptions
+from autoembed.pipeline.search_options import MAX_SEED, SearchOptions
 from autoembed.pipeline.study import check_sampler, check_study_name
 from autoembed.space import OBJECTIVES, SearchSpace, check_objective, load_space
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autoembed.space.model import TRIAL_TIME_LIMIT
+from autoembed.space.search_space import TRIAL_TIME_LIMIT
 
 __all__ = ["TrialTimeLimit", "TRIAL_TIME_LIMIT", "FLOOR_S", "STEP_S", "USER_FIRST_S",
            "FACTOR"]

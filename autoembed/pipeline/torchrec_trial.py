@@ -1,4 +1,4 @@
-"""A sharded TorchRec trial on Ray: `ray_sharded(payload)` runs `autoembed.torchrec.runner.
+"""A sharded TorchRec trial on Ray: `ray_sharded(payload)` runs `autoembed.pipeline.sharded_runner.
 worker` on N Ray Train workers (`TorchTrainer`: gloo on CPU, NCCL with one GPU per worker) and
 returns each rank's plain result (the payload and the results as `run_sharded`'s).
 
@@ -31,7 +31,7 @@ def _loop(config: dict[str, Any]) -> None:
     import torch.distributed as dist
     from ray import train
 
-    from autoembed.torchrec.runner import worker
+    from autoembed.pipeline.sharded_runner import worker
 
     torch.set_num_threads(1)
     rank = train.get_context().get_world_rank()
@@ -60,7 +60,7 @@ def ray_sharded(payload: Mapping[str, Any], channel: Callable[[Any], bool] | Non
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
-    from autoembed.torchrec.runner import decide
+    from autoembed.pipeline.sharded_runner import decide
 
     topo = payload["topology"]
     gpu = topo.get("compute_device") == "cuda"

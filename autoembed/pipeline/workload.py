@@ -12,12 +12,12 @@ what differs:
   the plain-data payload `Priced.launch(number)` made; evaluations stream out through
   ``channel(evaluation) -> Decision`` and the final report carries the trial's
   `TrialResult` (`executor.final_report`), with one entry per rank (`TrialResult.ranks`)
-  for a trial that ran as several processes (`pipeline.sharded`);
+  for a trial that ran as several processes (`pipeline.sharded_workload`);
 * what a study stores for a resume (`meta`, `check_resume`) and what the report shows and
   writes (`context`, `best_record`, `noise`, `searched`).
 
 Two implementations: `pipeline.builtin.BuiltinWorkload` (autoembed's own models on data)
-and `pipeline.user.UserWorkload` (the user's model, example and training loop).
+and `pipeline.user_workload.UserWorkload` (the user's model, example and training loop).
 """
 
 from __future__ import annotations

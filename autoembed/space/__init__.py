@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from autoembed.space.corners import MAX_CHEAPEST_CORNERS, cheapest_config
 from autoembed.space.loader import load_space, parse_space, space_kind
-from autoembed.space.model import (
+from autoembed.space.objectives import (
+    DEFAULT_OBJECTIVES,
+    OBJECTIVES,
+    Objective,
+    check_objective,
+    parse_objectives,
+)
+from autoembed.space.search_space import (
     BUILTIN_SPACES,
     DEFAULT_TRIALS,
     EMBEDDING,
@@ -38,13 +45,6 @@ from autoembed.space.model import (
     table_param_name,
     table_rules_of,
     with_table_rules,
-)
-from autoembed.space.objectives import (
-    DEFAULT_OBJECTIVES,
-    OBJECTIVES,
-    Objective,
-    check_objective,
-    parse_objectives,
 )
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.space.model import Param, SearchSpace
+from autoembed.space.search_space import Param, SearchSpace
 
 __all__ = ["MAX_CHEAPEST_CORNERS", "cheapest_config", "first_corner"]
 

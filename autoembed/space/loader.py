@@ -21,7 +21,8 @@ from autoembed.config import (
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import Integer, Rule, is_number
 from autoembed.space._messages import space_error, unknown_key
-from autoembed.space.model import (
+from autoembed.space.objectives import MEASURED, parse_objectives
+from autoembed.space.search_space import (
     BUILTIN_SPACES,
     DATA_FIELDS,
     DEFAULT_TRIALS,
@@ -52,7 +53,6 @@ from autoembed.space.model import (
     builtin_space_path,
     table_param_name,
 )
-from autoembed.space.objectives import MEASURED, parse_objectives
 
 __all__ = ["load_space", "parse_space", "space_kind", "TARGET_RULE", "WHEN_RULE"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoembed.errors import ConfigError
-from autoembed.space.model import MEMORY_NEUTRAL, Param, SearchSpace
+from autoembed.space.search_space import MEMORY_NEUTRAL, Param, SearchSpace
 
 __all__ = ["StartPoint", "PREFERENCES", "start_points", "value_in_space"]
 

@@ -3,12 +3,12 @@
 
 * `tables(model)`, `apply(model, settings)` (`model.py`): tables named
   ``module.path.table_name``; settings (`settings.TorchRecTable`) are TorchRec's own knobs.
-* `estimate_unsharded` (`estimate.py`): the traced step of the unsharded model.
-* `plan_model` (`plan.py`), `estimate_sharded` (`sharded.py`): TorchRec's plan on a
+* `estimate_unsharded` (`unsharded.py`): the traced step of the unsharded model.
+* `plan_model` (`planner.py`), `estimate_sharded` (`sharded.py`): TorchRec's plan on a
   `RankTopology`, every rank priced, TorchRec's own storage estimate beside each.
-* `runner.run_sharded`: one trial as N processes of `DistributedModelParallel` (a layer
-  above: it runs the user's loop with its report callback, `autoembed.user`).
-* `export_torchrec` (`export.py`): the pick as runnable TorchRec code.
+* `pipeline.sharded_runner.run_sharded` (a layer above: it runs the user's loop with its
+  report callback, `autoembed.user`): one trial as N processes of `DistributedModelParallel`.
+* `export_torchrec` (`export_code.py`): the pick as runnable TorchRec code.
 
 TorchRec is optional (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`); nothing here imports it
 until a function needs it, and then a missing install is one ConfigError naming that command.
@@ -45,10 +45,10 @@ _LAZY = {
     "apply": "autoembed.torchrec.model",
     "HashedIds": "autoembed.torchrec.model",
     "constraints": "autoembed.torchrec.model",
-    "estimate_unsharded": "autoembed.torchrec.estimate",
-    "plan_model": "autoembed.torchrec.plan",
+    "estimate_unsharded": "autoembed.torchrec.unsharded",
+    "plan_model": "autoembed.torchrec.planner",
     "estimate_sharded": "autoembed.torchrec.sharded",
-    "export_torchrec": "autoembed.torchrec.export",
+    "export_torchrec": "autoembed.torchrec.export_code",
 }
 
 

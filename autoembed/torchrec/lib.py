@@ -11,7 +11,7 @@ from typing import Any
 
 from autoembed.errors import ConfigError
 from autoembed.torchrec.settings import INSTALL
-from autoembed.user_model.load import mute_fx_notice
+from autoembed.user.model.load import mute_fx_notice
 
 __all__ = ["require", "available", "has_collections", "collection_types"]
 

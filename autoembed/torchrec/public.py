@@ -1,6 +1,6 @@
 """The public `autoembed.tables`, `estimate_model` and `apply`, for any user model: one with
 TorchRec collections (or KJT examples) goes through `autoembed.torchrec`, every other model
-through `autoembed.user_model` unchanged. This is the one place that decides (the package's
+through `autoembed.user.model` unchanged. This is the one place that decides (the package's
 `__init__` points those three names here)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ __all__ = ["tables", "estimate_model", "apply", "is_torchrec"]
 def is_torchrec(model: Any, example: Any = None) -> bool:
     """Whether a model (or its example) is TorchRec's: it holds an EmbeddingBagCollection /
     EmbeddingCollection, or the example holds a KeyedJaggedTensor."""
-    from autoembed.torchrec.estimate import has_jagged
     from autoembed.torchrec.lib import has_collections
+    from autoembed.torchrec.unsharded import has_jagged
 
     return has_collections(model) or (example is not None and has_jagged(example))
 
@@ -25,7 +25,7 @@ def is_torchrec(model: Any, example: Any = None) -> bool:
 def tables(model: Any) -> tuple[Any, ...]:
     """The model's tables: TorchRec tables (``module.path.table_name``), then every
     nn.Embedding / nn.EmbeddingBag outside the collections (by module path)."""
-    from autoembed.user_model.apply import tables as torch_tables
+    from autoembed.user.model.apply import tables as torch_tables
 
     if not is_torchrec(model):
         try:
@@ -50,12 +50,12 @@ def tables(model: Any) -> tuple[Any, ...]:
 
 
 def estimate_model(model: Any, example: Any, **kwargs: Any) -> Any:
-    """The one `estimate_model` (the API's and the CLI's): `user_model.estimate_torch_model`;
+    """The one `estimate_model` (the API's and the CLI's): `user.model.estimate_torch_model`;
     a TorchRec model's KJTs made traceable (`autoembed.torchrec.estimate_unsharded`)."""
-    from autoembed.user_model.estimate import estimate_torch_model as torch_estimate
+    from autoembed.user.model.estimate import estimate_torch_model as torch_estimate
 
     if is_torchrec(model, example):
-        from autoembed.torchrec.estimate import estimate_unsharded
+        from autoembed.torchrec.unsharded import estimate_unsharded
 
         return estimate_unsharded(model, example, **kwargs)
     return torch_estimate(model, example, **kwargs)
@@ -71,12 +71,12 @@ def _torchrec_settings(config: Any) -> bool:
 
 
 def apply(model: Any, config: Any, **kwargs: Any) -> Any:
-    """`autoembed.user_model.apply` (an EmbeddingConfig); TorchRec settings (a list of
+    """`autoembed.user.model.apply` (an EmbeddingConfig); TorchRec settings (a list of
     `TorchRecTable`s or their dicts) rewrite a TorchRec model (`autoembed.torchrec.apply`)."""
     if _torchrec_settings(config):
         from autoembed.torchrec.model import apply as torchrec_apply
 
         return torchrec_apply(model, config, **kwargs)
-    from autoembed.user_model.apply import apply as torch_apply
+    from autoembed.user.model.apply import apply as torch_apply
 
     return torch_apply(model, config, **kwargs)

@@ -39,10 +39,10 @@ from autoembed.memory.types import (
     MemoryEstimate,
     round_block,
 )
-from autoembed.torchrec.estimate import batch_of, build_model, estimate_unsharded, example_ids
 from autoembed.torchrec.model import _rebuild, _set, apply, collections, table_infos
-from autoembed.torchrec.plan import PlannedTable, plan_model
+from autoembed.torchrec.planner import PlannedTable, plan_model
 from autoembed.torchrec.settings import RankTopology, table_settings
+from autoembed.torchrec.unsharded import batch_of, build_model, estimate_unsharded, example_ids
 
 __all__ = ["RankEstimate", "ShardedEstimate", "estimate_sharded", "OPTIMIZER_STATE",
            "shard_bytes", "CACHE_ASSOC"]

@@ -38,7 +38,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag, ViewType
 
-from autoembed.tracking.records import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
+from autoembed.tracking.run_data import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
 from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable, masked
 
 __all__ = [

@@ -170,8 +170,8 @@ def _lookup(module: ModuleType, qualname: str) -> Any:
 
 def resolve_function(spec: str, flag: str) -> Callable[..., Any]:
     """The callable "pkg.module:name" names (`flag`, e.g. "--train", for the message);
-    importing is `user_model.load.load_object`'s (the current directory on sys.path)."""
-    from autoembed.user_model.load import load_object
+    importing is `user.model.load.load_object`'s (the current directory on sys.path)."""
+    from autoembed.user.model.load import load_object
 
     obj = load_object(str(spec), flag)
     if not callable(obj):

@@ -54,7 +54,7 @@ def _names_for(count: int, weight: torch.Tensor) -> str:
 
 class _Watch:
     def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report) -> None:
-        from autoembed.models.tables import embedding_modules
+        from autoembed.models.table_modules import embedding_modules
 
         own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
         self.tables: dict[int, tuple[str, str, torch.Tensor]] = {}

@@ -230,7 +230,7 @@ def check_plan_device(space: SearchSpace, compute_device: str) -> None:
     train: on "cpu", an optimizer FBGEMM's CPU table kernel refuses, a sharding type that
     needs CUDA, UVM caching. Every value a rule may take is checked (fixed or a choice)."""
     from autoembed.space._messages import space_error
-    from autoembed.torchrec.plan import CPU_SHARDING_TYPES
+    from autoembed.torchrec.planner import CPU_SHARDING_TYPES
     from autoembed.torchrec.settings import CPU_OPTIMIZERS
 
     if compute_device != "cpu":

@@ -103,7 +103,7 @@ def picks(table: Table, result: Any, real: Any) -> dict[str, Any]:
     once), with its validation and test quality."""
     from autoembed.budget import Budget
     from autoembed.pareto import parse_pick
-    from autoembed.pipeline.report import SearchReport
+    from autoembed.pipeline.search_report import SearchReport
     from autoembed.space import Objective
 
     objectives = [Objective(n, d) for n, d in table.header["objectives"]]

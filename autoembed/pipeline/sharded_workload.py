@@ -1,4 +1,4 @@
-"""A TorchRec model's part of the user workload (`pipeline.user.UserWorkload` over a space
+"""A TorchRec model's part of the user workload (`pipeline.user_workload.UserWorkload` over a space
 with `topology:`): a proposal priced per rank on TorchRec's plan, and its trial run as one
 process per rank.
 
@@ -12,7 +12,7 @@ process per rank.
   the search judges is the largest rank (`ShardedEstimate.memory_estimate`: `per_gpu` holds
   every rank, so a rank over the budget is named). No plan from TorchRec's planner: the
   proposal fails with its line, the search goes on.
-* A trial (`run_local_trial`: `torchrec.runner.run_sharded`, N local processes;
+* A trial (`run_local_trial`: `pipeline.sharded_runner.run_sharded`, N local processes;
   `run_ray_trial`: `torchrec_trial.ray_sharded`, N Ray Train workers, the Tune trial
   holding no CPU) runs the user's loop on every rank under DMP with the priced plan; rank
   0's evaluations go through the executor's channel and its stop comes back to every
@@ -78,10 +78,10 @@ class Sharded:
               ) -> Priced | Invalid:
         """Price `values` (see the module docstring). `probe`: the model built on the meta
         device; `launch_payload(params, config)`: the user workload's trial payload."""
-        from autoembed.torchrec.estimate import batch_of
-        from autoembed.torchrec.plan import NoPlanError
+        from autoembed.torchrec.planner import NoPlanError
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
+        from autoembed.torchrec.unsharded import batch_of
         from autoembed.user.run import built_module
         from autoembed.user.space import params_for
 
@@ -112,12 +112,12 @@ class Sharded:
     def ray_options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         """The user workload's Ray options for sharded trials: the Tune trial holds no CPU
         and no GPU (its Train workers have their own), the workers' environment carries
-        the measurement settings (`torchrec.runner.MEASURE_ENV`) and the network interface
+        the measurement settings (`pipeline.sharded_runner.MEASURE_ENV`) and the network interface
         gloo and NCCL bind to where this process sets one (`INTERFACE_ENV`), nodes need
         TorchRec."""
         import os
 
-        from autoembed.torchrec.runner import MEASURE_ENV
+        from autoembed.pipeline.sharded_runner import MEASURE_ENV
 
         env = dict(base.get("runtime_env") or {})
         ifnames = {k: os.environ[k] for k in INTERFACE_ENV if os.environ.get(k)}
@@ -148,9 +148,9 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
     module `module_name`; nothing written): the user's model built with the trial's
     params, its tables set as the trial set them, planned on the study's `topology` (the
     batch: the example's)."""
-    from autoembed.torchrec.estimate import batch_of
-    from autoembed.torchrec.export import torchrec_code
+    from autoembed.torchrec.export_code import torchrec_code
     from autoembed.torchrec.settings import RankTopology
+    from autoembed.torchrec.unsharded import batch_of
     from autoembed.user.functions import resolve_function
     from autoembed.user.run import built_module
     from autoembed.user.space import params_for
@@ -167,7 +167,7 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
 
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]
                   ) -> dict[str, Any]:
-    """What every rank runs (`torchrec.runner.worker`'s payload): the user's functions by
+    """What every rank runs (`pipeline.sharded_runner.worker`'s payload): the user's functions by
     name, the trial's params, tables, topology and per-rank estimates; no deadline."""
     trial = payload[TRIAL_KEY]
     return {"build": refs["model"].spec, "example": refs["example"].spec,
@@ -196,7 +196,7 @@ def run_local_trial(payload: Mapping[str, Any], channel: Callable[[Any], bool] |
                     **_: Any) -> dict[str, Any]:
     """One sharded trial as local processes (`run_sharded`); `code`: the searching
     process's own functions (its modules need no check)."""
-    from autoembed.torchrec.runner import run_sharded
+    from autoembed.pipeline.sharded_runner import run_sharded
 
     return _run(payload, channel, where, code is not None, run_sharded)
 

@@ -53,6 +53,6 @@ def load_dataset(
         from autoembed.data.real import load_real
 
         return load_real(spec, vocabulary)
-    from autoembed.data.user import load_user_file
+    from autoembed.data.user_file import load_user_file
 
     return load_user_file(spec, vocabulary)

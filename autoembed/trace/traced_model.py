@@ -1,4 +1,4 @@
-"""The traced estimate of a user's own model: `memory.traced.trace_step` of its `UserStep`.
+"""The traced estimate of a user's own model: `trace.traced.trace_step` of its `UserStep`.
 
 The model (a module, turned into a fake copy; or a factory, called under FakeTensorMode so a
 100M-row table costs nothing; parameters it leaves on the meta device become fake CPU ones),
@@ -26,7 +26,6 @@ from torch.utils._pytree import tree_map
 
 from autoembed.errors import ConfigError
 from autoembed.memory.analytic import sparse_gradient
-from autoembed.memory.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 from autoembed.memory.types import (
     CATEGORIES,
     CacheTable,
@@ -37,9 +36,9 @@ from autoembed.memory.types import (
     round_block,
     traced_figures,
 )
-from autoembed.models.host_cache import host_cached_tables
+from autoembed.models.host_cached_table import host_cached_tables
 from autoembed.models.step import TrainStep
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
 from autoembed.models.user_step import (
     STANDIN_LOSS,
     LossFn,
@@ -48,6 +47,7 @@ from autoembed.models.user_step import (
     resolve_loss,
     standin_loss,
 )
+from autoembed.trace.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 
 __all__ = ["model_estimate", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
 

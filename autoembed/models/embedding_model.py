@@ -170,7 +170,7 @@ def _host_cached_table(
     device: torch.device,
     dtype: torch.dtype,
 ) -> TableModule:
-    from autoembed.models.host_cache import HostCachedTable
+    from autoembed.models.host_cached_table import HostCachedTable
 
     rows, buckets = ts.hashed
     return HostCachedTable(

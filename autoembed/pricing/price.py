@@ -25,8 +25,8 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
-from autoembed.memory import estimate as estimate_memory
 from autoembed.rules import Integer
+from autoembed.trace import estimate as estimate_memory
 
 __all__ = ["Priced", "price", "config_flags", "fields_of_flags", "build_config", "SEED_DEFAULTS"]
 
@@ -83,8 +83,8 @@ def price(*, config: Path | None = None, budget: str | None = None, method: str 
     host = None if host_budget is None else Budget.for_host(host_budget)
     bud = with_device_memory(budget, device_memory)
     reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
-    if cfg is None:  # your own model: autoembed.user_model.command
-        from autoembed.user_model.command import estimate_for_cli
+    if cfg is None:  # your own model: autoembed.pricing.user_model_cli
+        from autoembed.pricing.user_model_cli import estimate_for_cli
 
         refused = {k: v for k, v in flags.items() if k not in _USER_FLAGS}
         refused.update(config=config, host_budget=host_budget,

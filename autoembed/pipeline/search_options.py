@@ -18,7 +18,7 @@ from autoembed.options import declared, option
 from autoembed.pareto import DEFAULT_PICK
 from autoembed.rules import Integer, Positive
 from autoembed.space import SearchSpace
-from autoembed.space.model import TRIAL_TIME_LIMIT
+from autoembed.space.search_space import TRIAL_TIME_LIMIT
 
 __all__ = ["SearchOptions", "MAX_SEED", "sampler_help"]
 

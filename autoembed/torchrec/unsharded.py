@@ -127,7 +127,7 @@ def estimate_unsharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     """`autoembed.estimate_model` of a TorchRec model (unsharded: its collections' tables
     are nn.EmbeddingBag / nn.Embedding trained by the optimizer named), `example` holding
     KeyedJaggedTensors; keyword arguments as `estimate_model`'s."""
-    from autoembed.user_model.estimate import estimate_torch_model
+    from autoembed.user.model.estimate import estimate_torch_model
 
     require()
     built = build_model(model)

@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 from autoembed.torchrec.model import apply, collections, table_infos
-from autoembed.torchrec.plan import plan_model
+from autoembed.torchrec.planner import plan_model
 from autoembed.torchrec.settings import RankTopology, table_settings
 
 __all__ = ["export_torchrec", "torchrec_code", "render"]
@@ -224,7 +224,7 @@ def torchrec_code(model: nn.Module | Any, tables: Any, topology: RankTopology,
                   module_name: str, *, lr: float = 0.01) -> str:
     """`export_torchrec`'s text, nothing written: `model` rewritten by `tables` and planned
     on `topology`, as the module `module_name`."""
-    from autoembed.torchrec.estimate import build_model
+    from autoembed.torchrec.unsharded import build_model
 
     items = table_settings(tables)
     built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)

@@ -9,8 +9,8 @@ classes, other columns are ignored.
 from __future__ import annotations
 
 from autoembed.data.base import InMemoryDataset
-from autoembed.data.files import read_table
 from autoembed.data.spec import DataSpec
+from autoembed.data.table_files import read_table
 from autoembed.data.tabular import CtrColumns, build_ctr, detect_categorical, require_columns
 from autoembed.data.text import DEFAULT_SEQ_LEN, build_text
 from autoembed.data.vocab import Vocabulary

@@ -15,7 +15,7 @@ count is data-dependent) and the sparse optimizer step's temporaries
 `trace_step` is the one tracer and `step_peak` the one reading of its trace. A config is
 traced here (`traced_estimate`: its `Trainer` on fake batches, plus what only a config
 knows: serving bytes, per-table rows, sparse lookups per table, host_cached placement); a
-user's model in `memory.traced_model` (`autoembed.estimate_model`).
+user's model in `trace.traced_model` (`autoembed.estimate_model`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from autoembed.batch import Batch
 from autoembed.config import EmbeddingConfig, param_specs
 from autoembed.errors import ConfigError
 from autoembed.memory.analytic import analytic_estimate, sparse_terms
-from autoembed.memory.tracker import AllocationTracker, PeakSnapshot
 from autoembed.memory.types import (
     CUDA_CONTEXT_BYTES,
     MemoryEstimate,
@@ -43,7 +42,8 @@ from autoembed.memory.types import (
     traced_figures,
 )
 from autoembed.models.step import TrainStep
-from autoembed.models.tables import embedding_modules
+from autoembed.models.table_modules import embedding_modules
+from autoembed.trace.tracker import AllocationTracker, PeakSnapshot
 
 __all__ = [
     "TRACED_STEPS",

@@ -17,7 +17,7 @@ __all__ = ["estimate_for_cli", "resolve_for_cli", "applied", "step_settings"]
 
 
 def _example(spec: str, params: Mapping[str, Any] | None) -> Any:
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     obj = load_object(spec, "--example")
     if callable(obj) and not hasattr(obj, "shape"):
@@ -92,9 +92,9 @@ def estimate_for_cli(
         raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
                           "yours: drop it (only --optimizer, --precision, --loss, --space, "
                           "--budget, --reserve, --device-memory and --json apply)")
-    from autoembed.memory.traced_model import STANDIN_NOTE
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
+    from autoembed.trace.traced_model import STANDIN_NOTE
 
     obj, ex, loss_fn, cfg = resolve_for_cli(model, example, apply, loss, space)
     opt, prec = step_settings(optimizer, precision, space)
@@ -110,7 +110,7 @@ def _loss(spec: str | None) -> Any:
     """The function `--loss pkg.module:fn` names (None without one)."""
     if spec is None:
         return None
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     fn = load_object(spec, "--loss")
     if not callable(fn):
@@ -134,7 +134,7 @@ def resolve_for_cli(model: str, example: str, apply: Path | None, loss: str | No
     factory (a `build(params)` bound to `space`'s reference values), the example, the loss
     function (None: none given) and the --apply config (None: none given)."""
     from autoembed.config import load_config
-    from autoembed.user_model.load import load_object
+    from autoembed.user.model.load import load_object
 
     params = _space_params(space)[0]
     factory = load_object(model, "--model")

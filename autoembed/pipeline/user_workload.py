@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
-from autoembed.pipeline.sharded import TOPOLOGY_KEY, Sharded
+from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
     HOST_BASE_BYTES,
@@ -242,8 +242,8 @@ class UserWorkload:
     # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
         """The user's loop in one process (`run_payload`), or on every rank of a sharded
-        TorchRec trial (`pipeline.sharded`: local processes, or Ray Train workers)."""
-        from autoembed.pipeline.sharded import run_local_trial, run_ray_trial
+        TorchRec trial (`pipeline.sharded_workload`: local processes, or Ray Train workers)."""
+        from autoembed.pipeline.sharded_workload import run_local_trial, run_ray_trial
         from autoembed.user.trainer import run_payload
 
         if self.sharded is not None:

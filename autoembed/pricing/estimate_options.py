@@ -1,7 +1,7 @@
 """`EstimateOptions`: every option of `autoembed estimate`, declared once (`autoembed.options`).
 
 The command's options, their spelling, defaults and help (and so docs/cli.md) are read from
-the fields below, in this order; `autoembed.price.price` takes them (the config-setting
+the fields below, in this order; `autoembed.pricing.price.price` takes them (the config-setting
 ones are checked there against the config fields' own rules). Pure Python.
 """
 

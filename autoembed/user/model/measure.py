@@ -35,7 +35,7 @@ torch.set_num_threads(1)
 # oneDNN's bf16 kernels (CPUs with AVX-512 BF16 / AMX) keep scratch and JIT buffers that
 # are not tensors (as cuBLAS' workspace on CUDA, outside allocated_peak): measure tensors only
 torch.backends.mkldnn.enabled = False
-from autoembed.user_model.step import UserStep
+from autoembed.models.user_step import UserStep
 
 def status(field):
     with open("/proc/self/status") as fh:

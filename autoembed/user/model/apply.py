@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.user_model.step import EMBEDDING_TYPES, embedding_modules
+from autoembed.models.table_modules import EMBEDDING_TYPES, embedding_modules
 
 __all__ = ["apply", "tables", "materialize", "checkpoint_modules"]
 

@@ -49,13 +49,13 @@ def sharded_for_cli(model: str | None, example: str | None, tables: Path | None,
                     host_memory: int | None, optimizer: str | None,
                     budget: int | None) -> Any:
     """The `ShardedEstimate` the command prints (budget: each rank's device memory)."""
+    from autoembed.pricing.user_model_cli import _example
     from autoembed.rules import Integer, OneOf
-    from autoembed.torchrec.estimate import batch_of
     from autoembed.torchrec.lib import require
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.sharded import estimate_sharded
-    from autoembed.user_model.command import _example
-    from autoembed.user_model.load import load_object
+    from autoembed.torchrec.unsharded import batch_of
+    from autoembed.user.model.load import load_object
 
     Integer(1).check("--world-size", world_size)
     OneOf(("cuda", "cpu")).check("--plan-device", plan_device)

@@ -2,8 +2,8 @@
 on fake tensors. `autoembed.estimate_model` (`torchrec.public`, the one entry point of the
 API and the CLI) calls it for every model but TorchRec's; call that one.
 
-The tracer is the one the built-in configs use (`memory.traced.trace_step`, on the user's
-model by `memory.traced_model`): the model is built fake (a module copied, a factory called
+The tracer is the one the built-in configs use (`trace.traced.trace_step`, on the user's
+model by `trace.traced_model`): the model is built fake (a module copied, a factory called
 under FakeTensorMode so a 100M-row table costs nothing), its precision machinery and
 optimizer are built, and two `UserStep` steps (forward, loss, backward, optimizer step) run
 under `AllocationTracker`, which replays each allocation and free through the CUDA
@@ -22,9 +22,9 @@ from torch import nn
 
 from autoembed.budget import Budget, BudgetLike
 from autoembed.errors import ConfigError
-from autoembed.memory.traced_model import CPU_VS_CUDA, ModelSpec, model_estimate
 from autoembed.memory.types import CUDA_CONTEXT_BYTES, MemoryEstimate
 from autoembed.models.user_step import LossFn, OptimizerSpec
+from autoembed.trace.traced_model import CPU_VS_CUDA, ModelSpec, model_estimate
 
 __all__ = ["estimate_torch_model", "CPU_VS_CUDA"]
 

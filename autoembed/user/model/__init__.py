@@ -5,7 +5,8 @@ machinery (`UserStep`)."""
 
 from __future__ import annotations
 
-from autoembed.user_model.estimate import CPU_VS_CUDA, estimate_torch_model
-from autoembed.user_model.step import UserStep, embedding_modules
+from autoembed.models.table_modules import embedding_modules
+from autoembed.models.user_step import UserStep
+from autoembed.user.model.estimate import CPU_VS_CUDA, estimate_torch_model
 
 __all__ = ["estimate_torch_model", "UserStep", "embedding_modules", "CPU_VS_CUDA"]

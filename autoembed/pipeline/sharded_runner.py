@@ -164,7 +164,7 @@ def _die_with_parent(parent: int) -> None:
 def _dense_optimizer(model: Any, name: str, lr: float) -> Any:
     import torch
 
-    from autoembed.user_model.step import pin_foreach
+    from autoembed.models.user_step import pin_foreach
 
     params = [p for p in model.parameters()
               if p.requires_grad and not hasattr(p, "_in_backward_optimizers")]
@@ -205,7 +205,7 @@ def worker(rank: int, payload: Mapping[str, Any],
     from torchrec.distributed import DistributedModelParallel
 
     from autoembed.torchrec.model import apply
-    from autoembed.torchrec.plan import plan_model, sharders
+    from autoembed.torchrec.planner import plan_model, sharders
     from autoembed.torchrec.settings import RankTopology
 
     topo = RankTopology(**payload["topology"])

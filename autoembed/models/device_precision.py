@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from autoembed.config import EmbeddingConfig, precision_policy
 from autoembed.errors import UnsupportedError
-from autoembed.models.model import as_device, torch_dtype
+from autoembed.models.embedding_model import as_device, torch_dtype
 
 __all__ = ["check_supported", "autocast", "make_scaler", "MasterWeights"]
 

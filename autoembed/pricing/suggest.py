@@ -138,7 +138,7 @@ def _config_pricer(options: Mapping[str, Any], priced: Any,
                    ) -> tuple[Callable[[Candidate], int | None], list[Candidate]]:
     """Each candidate priced as `estimate` prices the given options with its flags added
     (the analytic model)."""
-    from autoembed.price import price
+    from autoembed.pricing.price import price
 
     def total(c: Candidate) -> int | None:
         try:
@@ -188,8 +188,8 @@ def _user_pricer(options: Mapping[str, Any], priced: Any,
     """Each candidate traced by `estimate_model` (its optimizer, precision, and its largest
     table compressed through `apply`); candidates after USER_SECONDS are not priced."""
     from autoembed.memory.types import overhead_bytes
+    from autoembed.pricing.user_model_cli import applied, resolve_for_cli, step_settings
     from autoembed.torchrec.public import estimate_model
-    from autoembed.user_model.command import applied, resolve_for_cli, step_settings
 
     obj, example, loss, base = resolve_for_cli(
         options["model"], options["example"], options.get("apply_cfg"), options.get("loss_spec"),
@@ -245,7 +245,7 @@ def _table_candidates(factory: Callable[[], Any], base: Any) -> list[Candidate]:
     --apply config that says so (`base`: the --apply config given, kept for the rest)."""
     import torch
 
-    from autoembed.user_model.apply import tables
+    from autoembed.user.model.apply import tables
 
     try:
         with torch.device("meta"):  # its tables' shapes only: nothing allocated or filled
