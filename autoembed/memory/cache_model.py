@@ -49,7 +49,7 @@ SLOT_BOOKKEEPING_TENSORS = 3
 SLOT_BOOKKEEPING_BYTES = 8 * SLOT_BOOKKEEPING_TENSORS
 # models/host_cached_table.py: per host row slot_of_row and use_count (int64 each).
 HOST_ROW_BOOKKEEPING_BYTES = 16
-DYNAMIC_OWNER_BYTES = 8  # models/dynamic_ids.py: owner id of each dynamic row (int64)
+DYNAMIC_OWNER_BYTES = 8  # nn/dynamic_ids.py: owner id of each dynamic row (int64)
 ROWWISE_STATE_BYTES = 4  # RowWiseAdagrad: one fp32 per row
 # Per-element state tensors (in the parameter dtype) each optimizer keeps per row.
 STATE_TENSORS = {"sgd": 0, "adagrad": 1, "sparse_adam": 2, "rowwise_adagrad": 0}
