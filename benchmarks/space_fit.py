@@ -27,7 +27,7 @@ def main() -> None:
     from autoembed.budget import parse_size
     from autoembed.data.spec import DataSpec
     from autoembed.pipeline.optuna_space import suggest
-    from autoembed.pipeline.workload import build_workload
+    from autoembed.pipeline.priced_data import build_priced_data
     from autoembed.space import builtin_space_path, load_space
     from autoembed.trace import estimate
 
@@ -36,8 +36,8 @@ def main() -> None:
     budget = parse_size(args.budget, "--budget")
     assert space.data is not None
     # the driver's pricing: the proposal resolved on the full-size data
-    workload = build_workload(DataSpec.from_dict(dict(space.data), "default.yaml"),
-                              space.stand_in)
+    workload = build_priced_data(DataSpec.from_dict(dict(space.data), "default.yaml"),
+                                 space.stand_in)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=args.seed))
     total: Counter[str] = Counter()
     fit: Counter[str] = Counter()

@@ -47,12 +47,12 @@ CONFIGS: list[dict[str, Any]] = [
 def worker() -> None:
     """Run CONFIGS in this process (the tree on PYTHONPATH); one JSON line per trial."""
     from autoembed.config import EmbeddingConfig
-    from autoembed.pipeline.workload import build_workload, data_spec_for
+    from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
     from autoembed.runner import RunSettings, run_trial
     from autoembed.space import builtin_space_path, load_space
 
     space = load_space(builtin_space_path("default"))
-    workload = build_workload(*data_spec_for(space))
+    workload = build_priced_data(*data_spec_for(space))
     settings = RunSettings(**space.run, threads=1, measure_latency=False)
     for i, values in enumerate(CONFIGS):
         cfg = EmbeddingConfig(**{**space.base, "dense_layers": tuple(space.base["dense_layers"]),
