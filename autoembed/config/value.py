@@ -196,8 +196,8 @@ class EmbeddingConfig:
     # optimisation
     table_optimizer: str = field(default="adam", metadata=field_rule(OneOf(OPTIMIZERS)))
     dense_optimizer: str = field(default="adam", metadata=field_rule(OneOf(
-        DENSE_OPTIMIZERS, f"must be one of {', '.join(DENSE_OPTIMIZERS)} (rowwise_adagrad and "
-        "sparse_adam are sparse, row-wise optimizers for tables only)")))
+        DENSE_OPTIMIZERS, "(rowwise_adagrad and sparse_adam are sparse, row-wise optimizers "
+        "for tables only)")))
     lr: float = field(default=1e-3, metadata=field_rule(Interval(0.0, 100.0, True)))
     dense_lr: float | None = field(default=None, metadata=field_rule(Interval(0.0, 100.0, True)))
     adam_eps: float | None = field(default=None, metadata=field_rule(Interval(0.0, 1.0, True)))
