@@ -28,7 +28,6 @@ __all__ = [
     "CountOrShare",
     "Flag",
     "config_error",
-    "argument_error",
     "field_rule",
     "check_fields",
     "is_number",
@@ -39,12 +38,6 @@ __all__ = [
 def config_error(key: str, value: Any, rule: str) -> ConfigError:
     """The one message shape: config key 'KEY' = VALUE: RULE."""
     return ConfigError(f"config key '{key}' = {value!r}: {rule}")
-
-
-def argument_error(name: str, value: Any, rule: str,
-                   error: type[ConfigError] = ConfigError) -> ConfigError:
-    """The one message shape for an argument or a CLI option: NAME = VALUE: RULE."""
-    return error(f"{name} = {value!r}: {rule}")
 
 
 def is_number(v: Any) -> bool:
@@ -58,6 +51,7 @@ class Rule:
     "int", "float" or "count_or_share"."""
 
     kind = ""
+    sep = " = "  # between an argument's name and its value: "NAME = VALUE: RULE"
 
     def ok(self, value: Any) -> bool:
         raise NotImplementedError
@@ -79,12 +73,12 @@ class Rule:
         if not self.ok(value):
             raise error(f"{where} '{key}' = {value!r}: {self.text}")
 
-    def check_argument(self, name: str, value: Any,
-                       error: type[ConfigError] = ConfigError) -> None:
+    def check_argument(self, name: str, value: Any, error: type[ConfigError] = ConfigError,
+                       sep: str | None = None) -> None:
         """A function's argument or a CLI option (`name`: as the caller spells it):
-        raises `error` "NAME = VALUE: RULE"."""
+        raises `error` "NAME = VALUE: RULE" (`sep` in place of " = ": "NAME VALUE: RULE")."""
         if not self.ok(value):
-            raise argument_error(name, value, self.text, error)
+            raise error(f"{name}{self.sep if sep is None else sep}{value!r}: {self.text}")
 
 
 @dataclass(frozen=True)
@@ -212,6 +206,7 @@ class Positive(Rule):
     keeps the shape a search's counts always had: "NAME VALUE: RULE"."""
 
     integer: bool = True
+    sep = " "
 
     def ok(self, value: Any) -> bool:
         kinds = (int,) if self.integer else (int, float)
@@ -220,11 +215,6 @@ class Positive(Rule):
     @property
     def noun(self) -> str:
         return f"{'an integer ' if self.integer else ''}> 0"
-
-    def check_argument(self, name: str, value: Any,
-                       error: type[ConfigError] = ConfigError) -> None:
-        if not self.ok(value):
-            raise error(f"{name} {value!r}: {self.text}")
 
 
 @dataclass(frozen=True)
