@@ -94,10 +94,8 @@ class SearchRequest(SearchOptions):
         """Check every option, each against its declared rule, then how they combine; the
         first bad one raises ConfigError."""
         check_options(o)
-        code = _user_code(o.model, o.example, o.train, o.loss, o.apply, {
-            "data": o.data, "label": o.label, "categorical": o.categorical,
-            "text_column": o.text_column, "host_budget": o.host_budget,
-            "start_points": o.start_points or None})
+        code = _user_code(o.model, o.example, o.train, o.loss, o.apply,
+                          {k: getattr(o, k) for k in USER_REFUSED})
         if code is None and (o.enqueue is not None or not o.reference):
             flag = "--enqueue" if o.enqueue is not None else "--no-reference"
             raise ConfigError(f"{flag} applies to a search over your own model (--model, "
@@ -173,7 +171,7 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,
         raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
                           "--model, --example and --train")
     for key, value in builtin_only.items():
-        if value is not None:
+        if value is not None and value is not False:  # False: --no-start-points
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} does not apply to a search over your own model "
                               f"({USER_REFUSED[key]}): remove it")
