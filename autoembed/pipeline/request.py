@@ -60,6 +60,7 @@ class SearchRequest(SearchOptions):
     objectives: tuple[str, ...] | None = None
     categorical: tuple[str, ...] | None = None
     host_budget: Budget | None = None
+    # NAME=AMOUNT strings, parsed (`pipeline.resources`)
     trial_resources: tuple[Mapping[str, float], ...] = ()  # type: ignore[assignment]
     executor: Any = None  # an Executor object given to `autoembed.search`
     # configs of the user's choice trained first (param name -> value each; None: not given)
