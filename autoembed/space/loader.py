@@ -67,10 +67,6 @@ def _size(v: Any) -> bool:
         return False
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _free(v: Any) -> bool:
     """A user value: a scalar, or a list of scalars."""
     items = v if isinstance(v, list) else [v]
@@ -99,7 +95,7 @@ SHAPES: dict[str, Rule] = {
     "param": Is(Mapping, "a mapping with `choices` or `low`/`high`"),
     "choices": Each(None, "a non-empty list", filled=True, seq=(list,)),
     "type": OneOf(("int", "float")),
-    "int": Is(_is_int, "an integer"),
+    "int": Is(lambda v: is_number(v) and isinstance(v, int), "an integer"),
     "float": Is(is_number, "a number"),
     "log": Flag(),
     "int.step": Integer(1),
