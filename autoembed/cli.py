@@ -171,14 +171,13 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import resolved_tables
+    from autoembed.rules import Positive
     from autoembed.training import plan_training, train
 
-    if max_steps is not None and max_steps < 1:
-        raise ConfigError(f"--max-steps {max_steps}: must be >= 1")
-    if epochs is not None and epochs < 1:
-        raise ConfigError(f"--epochs {epochs}: must be >= 1")
-    if checkpoint_every is not None and checkpoint_every < 1:
-        raise ConfigError(f"--checkpoint-every {checkpoint_every}: must be >= 1 (steps)")
+    for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
+                        ("--checkpoint-every", checkpoint_every)):
+        if value is not None:
+            Positive().check_argument(flag, value)
     plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
                          epochs=epochs)
     hot_sets = None

@@ -49,6 +49,7 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
+from autoembed.rules import Each, Integer, Is
 from autoembed.training import (
     TRAIN_KEY,
     TRAINED_ON_KEY,
@@ -161,6 +162,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _member_ok(m: Any) -> bool:
+    return (isinstance(m, Mapping) and isinstance(m.get("config"), Mapping)
+            and Integer(0).ok(m.get("trial", m.get("number")))
+            and isinstance(m.get("metrics") or {}, Mapping))
+
+
+_MEMBERS = Each(Is(_member_ok, "a pareto member"), "a list of mappings, each with an integer "
+                "'trial', a 'config' mapping and a 'metrics' mapping", seq=(list,))
+
+
 def _check_pareto(pareto: Mapping[str, Any], path: Path) -> None:
     """Refuse a pareto.json whose shape the picks cannot use (hand-edited or damaged)."""
     def bad(what: str) -> ConfigError:
@@ -168,15 +179,8 @@ def _check_pareto(pareto: Mapping[str, Any], path: Path) -> None:
                            "with --pick trial:N (from trials.csv) or --run-id")
 
     members = pareto.get("members")
-    if members is not None and not isinstance(members, list):
-        raise bad(f"'members' = {members!r} must be a list")
-    for i, m in enumerate(members or ()):
-        trial = m.get("trial", m.get("number")) if isinstance(m, Mapping) else None
-        if (not isinstance(m, Mapping) or not isinstance(m.get("config"), Mapping)
-                or not isinstance(trial, int) or isinstance(trial, bool)
-                or not isinstance(m.get("metrics") or {}, Mapping)):
-            raise bad(f"members[{i}] must be a mapping with an integer 'trial', a 'config' "
-                      "mapping and a 'metrics' mapping")
+    if members is not None and not _MEMBERS.ok(members):
+        raise bad(f"'members' {_MEMBERS.text}")
     objectives = pareto.get("objectives")
     if objectives is not None and not (isinstance(objectives, list) and all(
             isinstance(o, Mapping) and isinstance(o.get("name"), str)

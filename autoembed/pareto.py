@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autoembed.errors import ConfigError
+from autoembed.rules import Interval, Is, OneOf
 
 __all__ = [
     "DIRECTIONS",
@@ -72,8 +73,7 @@ _TRIAL = re.compile(r"^trial:(\d+)$")
 
 def _check_directions(directions: Sequence[str]) -> None:
     for d in directions:
-        if d not in DIRECTIONS:
-            raise ValueError(f"direction {d!r} must be 'maximize' or 'minimize'")
+        OneOf(DIRECTIONS).check_argument("direction", d)
 
 
 def _better_or_equal(a: float, b: float, direction: str) -> bool:
@@ -279,9 +279,7 @@ def _clear_of_floor(
     vec: Callable[[Candidate, str, str], float],
 ) -> list[Candidate]:
     """The members of `near` that clear `floor` by `floor_noise`, else the best ones."""
-    if not (math.isfinite(floor_noise) and floor_noise >= 0):
-        raise ConfigError(f"pick 'within-noise': floor noise {floor_noise!r} must be a "
-                          "number >= 0")
+    Interval(0).check_argument("pick 'within-noise': floor noise", floor_noise, sep=" ")
     clear = [c for c in near if clears_floor(vec(c, "quality", "maximize"), floor, floor_noise)]
     return clear or [c for c in near if vec(c, "quality", "maximize") >= best]
 
@@ -290,12 +288,11 @@ def _slacks(noise: float | Mapping[int, float] | None) -> Callable[[int], float]
     """The within-noise slack of each trial number (checked)."""
     if isinstance(noise, Mapping):
         own = {int(k): float(v) for k, v in noise.items()}
-        if not all(math.isfinite(v) for v in own.values()):
-            raise ConfigError(f"pick 'within-noise': noise {noise!r} must be finite numbers")
+        Is(lambda m: all(map(math.isfinite, m.values())), "finite numbers").check_argument(
+            "pick 'within-noise': noise", own, sep=" ")
         return lambda n: own.get(n, 0.0)
     flat = 0.0 if noise is None else float(noise)
-    if not (math.isfinite(flat) and flat >= 0):
-        raise ConfigError(f"pick 'within-noise': noise {noise!r} must be a number >= 0")
+    Interval(0).check_argument("pick 'within-noise': noise", flat, sep=" ")
     return lambda n: flat
 
 

@@ -1,17 +1,17 @@
 """Constraints declared once (after scikit-learn's `utils/_param_validation.py`).
 
-A `Rule` says what one value may be and words it once: ``check(key, value)`` raises
-``ConfigError("config key 'KEY' = VALUE: must be ...")``. Config fields carry their rule in
-their dataclass metadata (`field_rule`), and `EmbeddingConfig.validate`, the search-space
-loader and the CLI all read it there. A public function's argument or a CLI option is
-checked by ``check_argument(name, value)``: ``NAME = VALUE: must be ...``, the one shape for
-those. Pure Python: no torch, no YAML.
+A `Rule` says what one value may be and words it once, as its `noun` ("an integer >= 1"):
+``check(key, value)`` raises ``ConfigError("config key 'KEY' = VALUE: must be NOUN")``.
+Config fields carry their rule in their dataclass metadata (`field_rule`), and
+`EmbeddingConfig.validate`, the search-space loader and the CLI all read it there. A public
+function's argument or a CLI option is checked by ``check_argument(name, value)``:
+``NAME = VALUE: RULE``, the one shape for those. Pure Python: no torch, no YAML.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,6 +19,8 @@ from autoembed.errors import ConfigError
 
 __all__ = [
     "Rule",
+    "Is",
+    "Each",
     "OneOf",
     "Integer",
     "Interval",
@@ -26,7 +28,6 @@ __all__ = [
     "CountOrShare",
     "Flag",
     "config_error",
-    "argument_error",
     "field_rule",
     "check_fields",
     "is_number",
@@ -37,12 +38,6 @@ __all__ = [
 def config_error(key: str, value: Any, rule: str) -> ConfigError:
     """The one message shape: config key 'KEY' = VALUE: RULE."""
     return ConfigError(f"config key '{key}' = {value!r}: {rule}")
-
-
-def argument_error(name: str, value: Any, rule: str,
-                   error: type[ConfigError] = ConfigError) -> ConfigError:
-    """The one message shape for an argument or a CLI option: NAME = VALUE: RULE."""
-    return error(f"{name} = {value!r}: {rule}")
 
 
 def is_number(v: Any) -> bool:
@@ -56,34 +51,86 @@ class Rule:
     "int", "float" or "count_or_share"."""
 
     kind = ""
+    sep = " = "  # between an argument's name and its value: "NAME = VALUE: RULE"
 
     def ok(self, value: Any) -> bool:
         raise NotImplementedError
 
     @property
-    def text(self) -> str:
-        """The rule in words, "must be ..."."""
+    def noun(self) -> str:
+        """What a good value is, in words: "an integer >= 1"."""
         raise NotImplementedError
 
-    def check(self, key: str, value: Any) -> None:
-        """A config key's value: raises "config key 'KEY' = VALUE: RULE"."""
-        if not self.ok(value):
-            raise config_error(key, value, self.text)
+    @property
+    def text(self) -> str:
+        """The rule in words, the one wording every check uses."""
+        return f"must be {self.noun}"
 
-    def check_argument(self, name: str, value: Any,
-                       error: type[ConfigError] = ConfigError) -> None:
-        """A function's argument or a CLI option (`name`: as the caller spells it):
-        raises `error` "NAME = VALUE: RULE"."""
+    def check(self, key: str, value: Any, where: str = "config key",
+              error: type[ConfigError] = ConfigError) -> None:
+        """A key's value: raises `error` "WHERE 'KEY' = VALUE: RULE" (`where` names the
+        file or kind of key: "config key", "search space 'x.yaml': key", ...)."""
         if not self.ok(value):
-            raise argument_error(name, value, self.text, error)
+            raise error(f"{where} '{key}' = {value!r}: {self.text}")
+
+    def check_argument(self, name: str, value: Any, error: type[ConfigError] = ConfigError,
+                       sep: str | None = None) -> None:
+        """A function's argument or a CLI option (`name`: as the caller spells it):
+        raises `error` "NAME = VALUE: RULE" (`sep` in place of " = ": "NAME VALUE: RULE")."""
+        if not self.ok(value):
+            raise error(f"{name}{self.sep if sep is None else sep}{value!r}: {self.text}")
+
+
+@dataclass(frozen=True)
+class Is(Rule):
+    """A value of `test`'s type(s), or one the predicate `test` accepts (non-empty too with
+    `filled`); `words` says what it is ("a mapping")."""
+
+    test: type | tuple[type, ...] | Callable[[Any], bool]
+    words: str
+    filled: bool = False
+
+    def ok(self, value: Any) -> bool:
+        if isinstance(self.test, (type, tuple)):
+            good = isinstance(value, self.test)
+        else:
+            good = self.test(value)
+        return bool(good and (not self.filled or len(value) > 0))
+
+    @property
+    def noun(self) -> str:
+        return self.words
+
+
+@dataclass(frozen=True)
+class Each(Rule):
+    """A list (or another of `seq`) whose every item passes `item`, of `length` items
+    when given, not empty with `filled`; `words` says what it is."""
+
+    item: Rule | None
+    words: str
+    length: int | None = None
+    filled: bool = False
+    seq: tuple[type, ...] = (list, tuple)
+
+    def ok(self, value: Any) -> bool:
+        if not isinstance(value, self.seq):
+            return False
+        items: Sequence[Any] = value  # type: ignore[assignment]
+        return (self.length in (None, len(items)) and (not self.filled or len(items) > 0)
+                and (self.item is None or all(self.item.ok(v) for v in items)))
+
+    @property
+    def noun(self) -> str:
+        return self.words
 
 
 @dataclass(frozen=True)
 class OneOf(Rule):
-    """One of `choices` (bools only match bools); `why` replaces the default wording."""
+    """One of `choices` (bools only match bools); `note` follows the default wording."""
 
     choices: tuple[Any, ...]
-    why: str = ""
+    note: str = ""
     kind = "choice"
 
     def ok(self, value: Any) -> bool:
@@ -94,8 +141,8 @@ class OneOf(Rule):
             return False
 
     @property
-    def text(self) -> str:
-        return self.why or f"must be one of {', '.join(map(str, self.choices))}"
+    def noun(self) -> str:
+        return f"one of {', '.join(map(str, self.choices))}{' ' * bool(self.note)}{self.note}"
 
 
 @dataclass(frozen=True)
@@ -103,7 +150,10 @@ class Flag(OneOf):
     """true or false."""
 
     choices: tuple[Any, ...] = (True, False)
-    why: str = "must be true or false"
+
+    @property
+    def noun(self) -> str:
+        return "true or false"
 
 
 @dataclass(frozen=True)
@@ -121,20 +171,19 @@ class Integer(Rule):
                 and (self.maximum is None or value <= self.maximum))
 
     @property
-    def text(self) -> str:
-        if self.maximum is not None:
-            text = f"must be an integer in {self.minimum}..{self.maximum}"
-        else:
-            text = f"must be an integer >= {self.minimum}"
-        return f"{text} {self.note}" if self.note else text
+    def noun(self) -> str:
+        bound = (f">= {self.minimum}" if self.maximum is None
+                 else f"in {self.minimum}..{self.maximum}")
+        return f"an integer {bound}{' ' * bool(self.note)}{self.note}"
 
 
 @dataclass(frozen=True)
 class Interval(Rule):
-    """A finite number in [low, high], or (low, high] with `open_low`."""
+    """A finite number in [low, high], or (low, high] with `open_low` (no upper end where
+    `high` is inf)."""
 
     low: float
-    high: float
+    high: float = math.inf
     open_low: bool = False
     kind = "float"
 
@@ -145,29 +194,27 @@ class Interval(Rule):
         return bool(above and value <= self.high)
 
     @property
-    def text(self) -> str:
-        return f"must be a number in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+    def noun(self) -> str:
+        if self.high == math.inf:
+            return f"a number {'>' if self.open_low else '>='} {self.low}"
+        return f"a number in {'(' if self.open_low else '['}{self.low}, {self.high}]"
 
 
 @dataclass(frozen=True)
 class Positive(Rule):
     """A number > 0 (an integer with `integer`; bools are not numbers here). Its message
-    keeps the shape a search's counts always had: "NAME VALUE: must be ... > 0"."""
+    keeps the shape a search's counts always had: "NAME VALUE: RULE"."""
 
     integer: bool = True
+    sep = " "
 
     def ok(self, value: Any) -> bool:
         kinds = (int,) if self.integer else (int, float)
         return isinstance(value, kinds) and not isinstance(value, bool) and value > 0
 
     @property
-    def text(self) -> str:
-        return f"must be {'an integer ' if self.integer else ''}> 0"
-
-    def check_argument(self, name: str, value: Any,
-                       error: type[ConfigError] = ConfigError) -> None:
-        if not self.ok(value):
-            raise error(f"{name} {value!r}: {self.text}")
+    def noun(self) -> str:
+        return f"{'an integer ' if self.integer else ''}> 0"
 
 
 @dataclass(frozen=True)
@@ -183,8 +230,8 @@ class CountOrShare(Rule):
         return Integer(self.minimum).ok(value)
 
     @property
-    def text(self) -> str:
-        return (f"must be an integer >= {self.minimum} (a count) or a float in (0, 1) "
+    def noun(self) -> str:
+        return (f"an integer >= {self.minimum} (a count) or a float in (0, 1) "
                 "(a share of the table's rows)")
 
 
@@ -198,16 +245,18 @@ def field_rule(rule: Rule, *, flag: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def check_fields(obj: Any, where: str = "") -> None:
-    """Check every field of a dataclass against the rule in its metadata (`field_rule`); a
-    None value passes where the field's default is None."""
+def check_fields(obj: Any, where: str = "", what: str = "config key",
+                 error: type[ConfigError] = ConfigError) -> None:
+    """Check every field of a dataclass against the rule in its metadata (`field_rule`),
+    each key named `where.FIELD` (`Rule.check`'s `what`, `error`); a None value passes
+    where the field's default is None."""
     prefix = f"{where}." if where else ""
     for f in fields(obj):
         rule = f.metadata.get("rule")
         value = getattr(obj, f.name)
         if rule is None or (value is None and f.default is None):
             continue
-        rule.check(f"{prefix}{f.name}", value)
+        rule.check(f"{prefix}{f.name}", value, what, error)
 
 
 def plain(v: Any) -> Any:

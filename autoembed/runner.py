@@ -90,7 +90,7 @@ def check_run(run: Mapping[str, Any], source: str = "", prefix: str = "",
     """Check a mapping of run settings (RunSettings fields) before anything uses them:
     each key one of `keys` (default: every field with a rule), each value within its
     field's rule (None where the field may be None). Raises ConfigError
-    "SOURCE: key 'PREFIXKEY' = VALUE: must be ..." (or "unknown key ...; valid: ...")."""
+    "SOURCE: key 'PREFIXKEY' = VALUE: RULE" (`Rule.check`; or "unknown key ...; valid: ...")."""
     rules = {f.name: f.metadata["rule"] for f in fields(RunSettings) if "rule" in f.metadata}
     valid = tuple(keys) if keys is not None else tuple(rules)
     where = f"{source}: " if source else ""
@@ -98,10 +98,8 @@ def check_run(run: Mapping[str, Any], source: str = "", prefix: str = "",
         if k not in valid:
             raise ConfigError(f"{where}unknown key '{prefix}{k}'{did_you_mean(str(k), valid)}; "
                               f"valid: {', '.join(valid)}")
-        rule = rules.get(k)
-        if rule is None or (v is None and k in _MAY_BE_NONE) or rule.ok(v):
-            continue
-        raise ConfigError(f"{where}key '{prefix}{k}' = {v!r}: {rule.text}")
+        if k in rules and not (v is None and k in _MAY_BE_NONE):
+            rules[k].check(f"{prefix}{k}", v, f"{where}key")
 
 
 def fit_settings(s: RunSettings, train_rows: int, batch_size: int) -> RunSettings:

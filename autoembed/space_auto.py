@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
+from autoembed.rules import Positive
 from autoembed.selection import TrainingLength, training_length
 
 if TYPE_CHECKING:
@@ -295,8 +296,7 @@ def _batch_sizes(task: str, train_rows: int) -> tuple[int, ...]:
 
 def derive_space(facts: DataFacts, budget_bytes: int) -> AutoSpace:
     """The space for `facts` under a budget of `budget_bytes` device bytes (module rules)."""
-    if budget_bytes <= 0:
-        raise ConfigError(f"auto space: budget {budget_bytes} bytes must be positive")
+    Positive(integer=False).check_argument("auto space: budget (bytes)", budget_bytes)
     if not facts.tables:
         raise ConfigError("auto space: the data have no tables to embed")
     plans = []

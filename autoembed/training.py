@@ -35,6 +35,7 @@ from typing import Any
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.files import atomic_write, publish, sweep
+from autoembed.rules import Integer, Is
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY",
@@ -348,15 +349,16 @@ def _read_file(path: str | Path) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
+_TRAIN_ENTRY = Is(lambda e: isinstance(e, dict) and Integer(1).ok(e.get("max_steps")),
+                  "{max_steps: N} with N an integer >= 1; fix it, or pass --max-steps / --epochs")
+
+
 def _steps_of(raw: Mapping[str, Any], path: str | Path) -> int | None:
     entry = raw.get(TRAIN_KEY)
     if entry is None:
         return None
-    steps = entry.get("max_steps") if isinstance(entry, dict) else None
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"'{path}': {TRAIN_KEY} = {entry!r} must be {{max_steps: N}} with N "
-                          "an integer >= 1; fix it, or pass --max-steps / --epochs")
-    return steps
+    _TRAIN_ENTRY.check(TRAIN_KEY, entry, f"'{path}': key")
+    return int(entry["max_steps"])
 
 
 def stored_steps(path: str | Path) -> int | None:
@@ -388,9 +390,8 @@ def _measure_of(block: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
     if run is None:
         return {}
     where = f"config file '{path}'"
-    if not isinstance(run, Mapping):
-        raise ConfigError(f"{where}: key '{TRAINED_ON_KEY}.run' = {run!r}: must be a mapping "
-                          f"of {', '.join(MEASURE_KEYS)}")
+    Is(Mapping, f"a mapping of {', '.join(MEASURE_KEYS)}").check(
+        f"{TRAINED_ON_KEY}.run", run, f"{where}: key")
     check_measure(run, where, f"{TRAINED_ON_KEY}.run.")
     return dict(run)
 

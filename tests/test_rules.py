@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autoembed.errors import ConfigError, DataError
-from autoembed.rules import Integer, Interval, OneOf
+from autoembed.rules import Each, Integer, Interval, Is, OneOf
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,10 @@ from autoembed.rules import Integer, Interval, OneOf
         (Interval(0.0, 1.0), [0, 0.5, 1], [-0.1, 1.01, float("nan"), True],
          "must be a number in [0.0, 1.0]"),
         (OneOf(("a", "b")), ["a", "b"], ["c", None, 1], "must be one of a, b"),
+        (Interval(0.0), [0, 5e9], [-1, float("inf"), True], "must be a number >= 0.0"),
+        (Is(str, "a name", filled=True), ["a"], ["", 1, None], "must be a name"),
+        (Each(Integer(1), "two counts", 2), [[1, 2], (3, 4)], [[1], [0, 1], "ab", None],
+         "must be two counts"),
     ],
 )
 def test_a_rule_words_itself_once(rule: Any, good: list[Any], bad: list[Any], text: str) -> None:
@@ -96,3 +100,47 @@ def test_cli_options_word_a_bad_value_the_same_way(
 
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == f"autoembed: error: {message}"
+
+
+def _space_error(text: str) -> str:
+    from autoembed.space import parse_space
+
+    raw = {"params": {"lr": {"low": 0.1, "high": 0.5}}, **yaml_safe(text)}
+    with pytest.raises(ConfigError) as e:
+        parse_space(raw, "s.yaml")
+    return str(e.value)
+
+
+def yaml_safe(text: str) -> dict[str, Any]:
+    import yaml
+
+    return dict(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("stand_in: {rows: [1, 0, 1]}", "key 'stand_in.rows' = [1, 0, 1]: must be three row counts "
+     ">= 1: train, valid, test"),
+    ("params: {lr: {low: 0.1, high: 0.5, step: 0}}", "key 'params.lr.step' = 0: must be a "
+     "number > 0"),
+    ("params: {dim: {low: 8, high: 64, step: 0.5}}", "key 'params.dim.step' = 0.5: must be an "
+     "integer >= 1"),
+    ("params: {lr: {low: 0.1, high: 0.5, multiple_of: 2}}", "key 'params.lr.multiple_of' = 2: "
+     "applies to an int param only"),
+    ("description: 3", "key 'description' = 3: must be a string"),
+    ("tables: [{name: ''}]", "key 'tables[0].name' = '': must be a table name"),
+])
+def test_a_bad_space_key_names_the_file_the_key_the_value_and_the_rule(
+        text: str, message: str) -> None:
+    assert _space_error(text) == f"search space 's.yaml': {message}"
+
+
+def test_a_data_spec_words_a_bad_value_as_every_rule_does() -> None:
+    from autoembed.data.spec import DataSpec
+
+    with pytest.raises(DataError) as e:
+        DataSpec(rows=(10, 0, 10))
+    assert str(e.value) == ("data spec key 'rows' = (10, 0, 10): must be three row counts "
+                            ">= 1: train, valid, test")
+    with pytest.raises(DataError) as e:
+        DataSpec(label="")
+    assert str(e.value) == "data spec key 'label' = '': must be a column name"

@@ -35,6 +35,11 @@ class WithKnob(SearchOptions):
     knob_clicks: int | None = option(None, rule=Positive(), help=KNOB_HELP)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KnobRequest(SearchRequest, WithKnob):
+    """The request of that declaration: nothing written for the new option."""
+
+
 def _app(options: type, seen: dict[str, Any]) -> typer.Typer:
     """An `autoembed`-like app whose search command is built from `options`."""
     app = typer.Typer(add_completion=False)
@@ -66,9 +71,12 @@ def test_an_option_added_to_the_declaration_is_in_the_cli_the_signature_the_chec
     params = inspect.signature(takes(WithKnob)(lambda o: o)).parameters
     assert params["knob_clicks"].default is None
     assert params["knob_clicks"].kind is inspect.Parameter.KEYWORD_ONLY
-    # 3. the request's checks: its rule, before anything is loaded
+    # 3. the request's checks: its rule, before anything is loaded; and the request holds it
     with pytest.raises(ConfigError, match=r"^--knob-clicks 0: must be an integer > 0$"):
         SearchRequest.of(WithKnob("8GB", "no-such-space.yaml", knob_clicks=0))
+    request = KnobRequest.of(WithKnob("8GB", "tiny", knob_clicks=3, runs_dir=tmp_path,
+                                      device="cpu"))
+    assert request.knob_clicks == 3 and request.budget.bytes == 8 * 10**9  # type: ignore[attr-defined]
     # 4. the CLI reference
     sys.path.insert(0, str(DOCS_EXT))
     try:
@@ -109,6 +117,18 @@ def test_each_command_has_every_declared_cli_option_with_its_help(
     assert len(cmd.params) == len(declared) + cli_only
     python_only = {f.name for f in dataclasses.fields(options) if not f.metadata["cli"]}
     assert python_only == ({"apply"} if command == "search" else set())
+
+
+def test_the_request_holds_every_option_as_given_but_those_it_resolves(tmp_path: Path) -> None:
+    given = {"trials": 7, "seed": 3, "sampler": "random", "pick_rule": "knee", "label": "y",
+             "data": "synthetic-ctr", "early_stop": False, "multi_fidelity": True}
+    request = SearchRequest.parse("1GB", "tiny", runs_dir=tmp_path, device="cpu", **given)
+    assert {k: getattr(request, k) for k in given} == given
+    declared = [f.name for f in dataclasses.fields(SearchOptions)]
+    assert [f.name for f in dataclasses.fields(SearchRequest)][:len(declared)] == declared
+    # resolved: the budget parsed, the pick rule read, the runs folder made absolute
+    assert (request.budget.bytes, request.pick.rule, request.runs_dir) == (
+        10**9, "knee", tmp_path.resolve())
 
 
 def test_a_comma_list_of_categorical_columns_is_split_in_python_as_on_the_cli(

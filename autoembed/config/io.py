@@ -13,13 +13,17 @@ from typing import Any
 from autoembed.config.tables import TableConfig
 from autoembed.config.value import EmbeddingConfig
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.rules import plain
+from autoembed.rules import Each, Is, plain
 
 __all__ = ["config_from_dict", "safe_load_yaml", "parse_config_text", "load_config",
            "as_config", "save_config", "config_text"]
 
 _TABLE_KEYS = {f.name for f in fields(TableConfig)}
 _CONFIG_KEYS = {f.name for f in fields(EmbeddingConfig)}
+# What a file gives where a config wants a tuple (checked before one is made of it).
+_TABLES = Each(Is(Mapping, "a mapping"), "a non-empty list of table mappings", filled=True,
+               seq=(list,))
+_WIDTHS = Each(None, "a list of widths")
 
 
 def config_from_dict(raw: Mapping[str, Any], source: str = "config",
@@ -38,13 +42,9 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
         )
     kw: dict[str, Any] = _with_dims(raw, table_dims)
     if "tables" in kw:
-        tables = kw["tables"]
-        if not isinstance(tables, list) or not tables:
-            raise ConfigError(f"{source}: key 'tables' = {tables!r}: must be a non-empty list")
+        _TABLES.check("tables", kw["tables"], f"{source}: key")
         built = []
-        for i, t in enumerate(tables):
-            if not isinstance(t, Mapping):
-                raise ConfigError(f"{source}: key 'tables[{i}]' = {t!r}: must be a mapping")
+        for i, t in enumerate(kw["tables"]):
             bad = [k for k in t if k not in _TABLE_KEYS]
             if bad:
                 raise ConfigError(
@@ -57,10 +57,8 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
             built.append(TableConfig(**t))
         kw["tables"] = tuple(built)
     if "dense_layers" in kw:
-        dl = kw["dense_layers"]
-        if not isinstance(dl, (list, tuple)):
-            raise ConfigError(f"{source}: key 'dense_layers' = {dl!r}: must be a list of widths")
-        kw["dense_layers"] = tuple(dl)
+        _WIDTHS.check("dense_layers", kw["dense_layers"], f"{source}: key")
+        kw["dense_layers"] = tuple(kw["dense_layers"])
     try:
         return EmbeddingConfig(**kw)
     except (ConfigError, TypeError) as e:  # TypeError: defensive, a signature mismatch

@@ -18,24 +18,17 @@ from autoembed.rules import (
     CountOrShare,
     Integer,
     Interval,
+    Is,
     OneOf,
     check_fields,
-    config_error,
     field_rule,
 )
 
 __all__ = ["TableConfig", "TableSettings", "TABLE_OVERRIDES", "buckets_of", "collisions_of"]
 
-_fail = config_error  # "config key 'X' = V: rule", the one message shape
-
-
-def _table_name(key: str, name: Any) -> None:
-    """A table name: a module path, dot-separated identifiers-like parts (`encoder.tok_emb`)."""
-    if not isinstance(name, str) or not name:
-        raise _fail(key, name, "must be a non-empty string")
-    if any(not part for part in name.split(".")):
-        raise _fail(key, name, "a module path needs a name between every two dots, e.g. "
-                    "encoder.tok_emb")
+# A table name: a module path, dot-separated identifier-like parts (`encoder.tok_emb`).
+_TABLE_NAME = Is(lambda n: isinstance(n, str) and all(n.split(".")),
+                 "a module path, a name between every two dots (e.g. encoder.tok_emb)")
 
 
 @dataclass(frozen=True)
@@ -74,7 +67,7 @@ class TableConfig:
     tt_rank: int | None = field(default=None, metadata=field_rule(TT_RANK_RULE))
     hot_share: float | None = field(default=None, metadata=field_rule(HOT_SHARE_RULE))
     def validate(self, where: str) -> None:
-        _table_name(f"{where}.name", self.name)
+        _TABLE_NAME.check(f"{where}.name", self.name)
         check_fields(self, where)
 
     @property

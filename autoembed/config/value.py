@@ -37,10 +37,13 @@ from autoembed.config.precision import PRECISION_RULE, precision_policy
 from autoembed.config.tables import TableConfig, TableSettings, buckets_of, collisions_of
 from autoembed.rules import (
     CountOrShare,
+    Each,
     Flag,
     Integer,
     Interval,
+    Is,
     OneOf,
+    Rule,
     check_fields,
     config_error,
     field_rule,
@@ -58,6 +61,20 @@ __all__ = [
 ]
 
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
+
+
+# The rules of the fields no search ranges over (so not in their metadata: FIELD_RULES).
+_SHAPES: dict[str, Rule] = {
+    "tables": Each(Is(TableConfig, "a table"), "a list of tables, at least one", filled=True,
+                   seq=(tuple,)),
+    "dense_layers": Each(Integer(1), "a list of layer widths (integers >= 1)", seq=(tuple,)),
+    "data": Is(Mapping, "a data spec mapping, e.g. {name: mydata}"),
+}
+
+
+def _qr_collisions(rows: int) -> Rule:
+    """QR's m against the table's rows (the largest's, for the config's own m)."""
+    return Is(lambda m: m < rows, f"below the vocab size ({rows}) or QR compresses nothing")
 
 
 def with_data_tables(
@@ -196,8 +213,8 @@ class EmbeddingConfig:
     # optimisation
     table_optimizer: str = field(default="adam", metadata=field_rule(OneOf(OPTIMIZERS)))
     dense_optimizer: str = field(default="adam", metadata=field_rule(OneOf(
-        DENSE_OPTIMIZERS, f"must be one of {', '.join(DENSE_OPTIMIZERS)} (rowwise_adagrad and "
-        "sparse_adam are sparse, row-wise optimizers for tables only)")))
+        DENSE_OPTIMIZERS, "(rowwise_adagrad and sparse_adam are sparse, row-wise optimizers "
+        "for tables only)")))
     lr: float = field(default=1e-3, metadata=field_rule(Interval(0.0, 100.0, True)))
     dense_lr: float | None = field(default=None, metadata=field_rule(Interval(0.0, 100.0, True)))
     adam_eps: float | None = field(default=None, metadata=field_rule(Interval(0.0, 1.0, True)))
@@ -227,24 +244,19 @@ class EmbeddingConfig:
     def validate(self) -> None:
         """Every field against its declared rule (`FIELD_RULES`), then the rules that tie
         fields together."""
-        if not isinstance(self.tables, tuple) or not self.tables:
-            raise _fail("tables", self.tables, "must list at least one table")
+        for key, rule in _SHAPES.items():
+            if getattr(self, key) is not None:
+                rule.check(key, getattr(self, key))
+        check_fields(self)
         names: set[str] = set()
         for i, t in enumerate(self.tables):
-            if not isinstance(t, TableConfig):
-                raise _fail(f"tables[{i}]", t, "must be a table mapping")
             t.validate(f"tables[{i}]")
             if t.name in names:
                 raise _fail(f"tables[{i}].name", t.name, "table names must be unique")
             names.add(t.name)
         _check_nesting(self.tables)
-        check_fields(self)
         if self.task != "text" and self.num_classes != 2:
             raise _fail("num_classes", self.num_classes, "the ctr task is binary: use 2")
-        if not isinstance(self.dense_layers, tuple):
-            raise _fail("dense_layers", self.dense_layers, "must be a list of layer widths")
-        for i, w in enumerate(self.dense_layers):
-            Integer(1).check(f"dense_layers[{i}]", w)
         self._validate_table_settings()
         if self.serving == "int4":
             for t in self.tables:
@@ -259,8 +271,6 @@ class EmbeddingConfig:
                 f"fp16 parameters need eps >= {FP16_MIN_ADAM_EPS} (1e-8 rounds to 0 in fp16 "
                 "and untouched rows turn NaN); raise it or use fp16_master",
             )
-        if self.data is not None and not isinstance(self.data, Mapping):
-            raise _fail("data", self.data, "must be a data spec mapping, e.g. {name: mydata}")
         self._validate_placement()
         self._validate_idf()
 
@@ -297,9 +307,7 @@ class EmbeddingConfig:
                      if (t.compression or self.compression) == "qr" and t.qr_collisions is None]
         if qr_global and isinstance(self.qr_collisions, int):
             largest = max(t.vocab_size for t in qr_global)
-            if self.qr_collisions >= largest:
-                raise _fail("qr_collisions", self.qr_collisions,
-                            f"must be below the vocab size ({largest}) or QR compresses nothing")
+            _qr_collisions(largest).check("qr_collisions", self.qr_collisions)
         self._validate_robe_shared()
         for i, t in enumerate(self.tables):
             ts = table_settings(self, t)
@@ -313,10 +321,8 @@ class EmbeddingConfig:
                 self._validate_method(ts)
             if ts.compression != "qr":
                 continue
-            if isinstance(t.qr_collisions, int) and t.qr_collisions >= t.vocab_size:
-                raise _fail(f"tables[{i}].qr_collisions", t.qr_collisions,
-                            f"must be below the vocab size ({t.vocab_size}) or QR compresses "
-                            "nothing")
+            if isinstance(t.qr_collisions, int):
+                _qr_collisions(t.vocab_size).check(f"tables[{i}].qr_collisions", t.qr_collisions)
             if ts.qr_operation == "concat" and ts.dim % 2:
                 key = "dim" if t.dim is None else f"tables[{i}].dim"
                 raise _fail(key, ts.dim, "qr_operation 'concat' needs an even dim (D/2 each)")

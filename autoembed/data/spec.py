@@ -7,12 +7,12 @@ config's `data` field as plain JSON types, and read back with `from_dict`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import PurePath
 from typing import Any
 
 from autoembed.errors import DataError, did_you_mean
-from autoembed.rules import Integer, Interval, Rule, plain
+from autoembed.rules import Each, Flag, Integer, Interval, Is, Rule, check_fields, field_rule, plain
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -49,26 +49,23 @@ def suffix_of(name: str) -> str:
     return ""
 
 
-def _fail(key: str, value: Any, rule: str) -> DataError:
-    return DataError(f"data spec key '{key}' = {value!r}: {rule}")
-
-
-def _int(key: str, value: Any, minimum: int) -> None:
-    _check(key, value, Integer(minimum))
-
-
-def _float(key: str, value: Any, low: float, high: float) -> None:
-    _check(key, value, Interval(low, high))
+def _ruled(default: Any, rule: Rule) -> Any:
+    """A field with its `default` and its `rule` (`DataSpec.validate` checks it)."""
+    return field(default=default, metadata=field_rule(rule))
 
 
 def _check(key: str, value: Any, rule: Rule) -> None:
-    if not rule.ok(value):
-        raise _fail(key, value, rule.text)
+    rule.check(key, value, "data spec key", DataError)
 
 
-def _columns(key: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(c, str) and c for c in value):
-        raise _fail(key, value, "must be a list of column names")
+def _split_ok(split: Any) -> bool:
+    return (Each(Interval(0.0, 1.0), "", 3, seq=(tuple,)).ok(split) and all(s > 0 for s in split)
+            and abs(sum(split) - 1.0) < 1e-9)
+
+
+_NAME = Is(str, "a column name", filled=True)
+_COLUMNS = Each(_NAME, "a list of column names", seq=(tuple,))
+_SCALE = Interval(0.0, 100.0)
 
 
 @dataclass(frozen=True)
@@ -103,37 +100,40 @@ class DataSpec:
     encode with (what an exported config carries), instead of maps built on train.
     """
 
-    name: str = "synthetic-ctr"
-    seed: int = 0
-    rows: tuple[int, int, int] = DEFAULT_ROWS
-    # synthetic-ctr
-    vocab_sizes: tuple[int, ...] = DEFAULT_CTR_VOCABS
+    name: str = _ruled("synthetic-ctr", Is(str, "a data name or a file path", filled=True))
+    seed: int = _ruled(0, Integer(0))
+    rows: tuple[int, int, int] = _ruled(DEFAULT_ROWS, Each(
+        Integer(1), "three row counts >= 1: train, valid, test", 3, seq=(tuple,)))
+    # synthetic-ctr (bag_sizes, zipf_exponent and interaction_pairs: checked per field)
+    vocab_sizes: tuple[int, ...] = _ruled(DEFAULT_CTR_VOCABS, Each(
+        Integer(1), "a list of vocab sizes >= 1, one per field", filled=True, seq=(tuple,)))
     bag_sizes: tuple[int, ...] | None = None
     zipf_exponent: float | tuple[float, ...] = 1.2
-    scramble: bool = True
-    effect_scale: float = 1.0
-    head_size: int = 100
-    tail_scale: float = 0.1
+    scramble: bool = _ruled(True, Flag())
+    effect_scale: float = _ruled(1.0, _SCALE)
+    head_size: int = _ruled(100, Integer(0))
+    tail_scale: float = _ruled(0.1, _SCALE)
     interaction_pairs: tuple[tuple[int, int], ...] | None = None
-    interaction_rank: int = 4
-    interaction_scale: float = 0.3
-    ctr_bias: float = -1.0
+    interaction_rank: int = _ruled(4, Integer(1))
+    interaction_scale: float = _ruled(0.3, _SCALE)
+    ctr_bias: float = _ruled(-1.0, Interval(-100.0, 100.0))
     # text (synthetic and real)
-    vocab_size: int | None = None
-    seq_len: int | None = None
-    num_classes: int = 4
-    indicative_share: float = 0.5
-    label_noise: float = 0.5
+    vocab_size: int | None = _ruled(None, Integer(3))
+    seq_len: int | None = _ruled(None, Integer(1))
+    num_classes: int = _ruled(4, Integer(2))
+    indicative_share: float = _ruled(0.5, Interval(0.0, 1.0))
+    label_noise: float = _ruled(0.5, _SCALE)
     # files and real data
-    label: str = "label"
-    categorical: tuple[str, ...] | None = None
-    multi_hot: tuple[str, ...] = ()
-    separator: str = "|"
-    text_column: str | None = None
-    min_count: int = 1
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    label: str = _ruled("label", _NAME)
+    categorical: tuple[str, ...] | None = _ruled(None, _COLUMNS)
+    multi_hot: tuple[str, ...] = _ruled((), _COLUMNS)
+    separator: str = _ruled("|", Is(str, "a non-empty string", filled=True))
+    text_column: str | None = _ruled(None, _NAME)
+    min_count: int = _ruled(1, Integer(1))
+    split: tuple[float, float, float] = _ruled(
+        (0.8, 0.1, 0.1), Is(_split_ok, "three positive fractions summing to 1"))
     # a saved vocabulary (directory or vocab.json) to encode with instead of building one
-    vocab: str | None = None
+    vocab: str | None = _ruled(None, Is(str, "the path of a saved vocabulary", filled=True))
 
     def __post_init__(self) -> None:
         self.validate()
@@ -159,8 +159,8 @@ class DataSpec:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise _fail("name", self.name, "must be a data name or a file path")
+        """Every field against its declared rule, then the rules that tie fields together."""
+        check_fields(self, what="data spec key", error=DataError)
         if self.is_file and not suffix_of(self.name):
             suffix = "".join(PurePath(self.name).suffixes)
             if suffix:
@@ -173,73 +173,20 @@ class DataSpec:
                 "use one of "
                 f"{', '.join(BUILTIN_NAMES)} or the path of a .csv or .parquet file"
             )
-        _int("seed", self.seed, 0)
-        if not isinstance(self.rows, tuple) or len(self.rows) != 3:
-            raise _fail("rows", self.rows, "must be three row counts: train, valid, test")
-        for r in self.rows:
-            _int("rows", r, 1)
-        if not isinstance(self.vocab_sizes, tuple) or not self.vocab_sizes:
-            raise _fail("vocab_sizes", self.vocab_sizes, "must list one vocab size per field")
-        for v in self.vocab_sizes:
-            _int("vocab_sizes", v, 1)
         nf = len(self.vocab_sizes)
         if self.bag_sizes is not None:
-            if not isinstance(self.bag_sizes, tuple) or len(self.bag_sizes) != nf:
-                raise _fail("bag_sizes", self.bag_sizes, f"must list {nf} sizes, one per field")
-            for b in self.bag_sizes:
-                _int("bag_sizes", b, 1)
-        zs = self.zipf_exponent if isinstance(self.zipf_exponent, tuple) else (self.zipf_exponent,)
-        if isinstance(self.zipf_exponent, tuple) and len(zs) != nf:
-            raise _fail("zipf_exponent", self.zipf_exponent, f"must be one number or {nf}")
-        for z in zs:
-            _float("zipf_exponent", z, 0.0, 10.0)
-        if not isinstance(self.scramble, bool):
-            raise _fail("scramble", self.scramble, "must be true or false")
-        _float("effect_scale", self.effect_scale, 0.0, 100.0)
-        _int("head_size", self.head_size, 0)
-        _float("tail_scale", self.tail_scale, 0.0, 100.0)
-        pairs = () if self.interaction_pairs is None else self.interaction_pairs
-        if not isinstance(pairs, tuple):
-            raise _fail("interaction_pairs", self.interaction_pairs, "must be a list of pairs")
-        for p in pairs:
-            ok = isinstance(p, tuple) and len(p) == 2 and all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < nf for i in p
-            )
-            if not ok or p[0] == p[1]:
-                raise _fail(
-                    "interaction_pairs", p, f"each pair must be two different fields in [0, {nf})"
-                )
-        _int("interaction_rank", self.interaction_rank, 1)
-        _float("interaction_scale", self.interaction_scale, 0.0, 100.0)
-        _float("ctr_bias", self.ctr_bias, -100.0, 100.0)
-        if self.vocab_size is not None:
-            _int("vocab_size", self.vocab_size, 3)
-        if self.seq_len is not None:
-            _int("seq_len", self.seq_len, 1)
-        _int("num_classes", self.num_classes, 2)
-        _float("indicative_share", self.indicative_share, 0.0, 1.0)
-        _float("label_noise", self.label_noise, 0.0, 100.0)
-        if not isinstance(self.label, str) or not self.label:
-            raise _fail("label", self.label, "must be a column name")
-        if self.categorical is not None:
-            _columns("categorical", self.categorical)
-        _columns("multi_hot", self.multi_hot)
-        if not isinstance(self.separator, str) or not self.separator:
-            raise _fail("separator", self.separator, "must be a non-empty string")
-        if self.text_column is not None and (
-            not isinstance(self.text_column, str) or not self.text_column
-        ):
-            raise _fail("text_column", self.text_column, "must be a column name")
-        _int("min_count", self.min_count, 1)
-        ok = isinstance(self.split, tuple) and len(self.split) == 3
-        if ok:
-            for s in self.split:
-                _float("split", s, 0.0, 1.0)
-            ok = abs(sum(self.split) - 1.0) < 1e-9 and all(s > 0 for s in self.split)
-        if not ok:
-            raise _fail("split", self.split, "must be three positive fractions summing to 1")
-        if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab):
-            raise _fail("vocab", self.vocab, "must be the path of a saved vocabulary")
+            _check("bag_sizes", self.bag_sizes,
+                   Each(Integer(1), f"{nf} sizes >= 1, one per field", nf, seq=(tuple,)))
+        one = Interval(0.0, 10.0)
+        _check("zipf_exponent", self.zipf_exponent, Is(
+            lambda z: one.ok(z) or Each(one, "", nf, seq=(tuple,)).ok(z),
+            f"{one.noun}, or {nf} of them (one per field)"))
+        pair = Is(lambda p: Each(Integer(0, nf - 1), "", 2, seq=(tuple,)).ok(p) and p[0] != p[1],
+                  "")
+        if self.interaction_pairs is not None:
+            _check("interaction_pairs", self.interaction_pairs,
+                   Each(pair, f"a list of pairs of two different fields in [0, {nf})",
+                        seq=(tuple,)))
 
     def exponents(self) -> tuple[float, ...]:
         """The Zipf exponent of each synthetic-ctr field."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import DataError
+from autoembed.rules import Each, Is
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,8 +113,7 @@ def load_vocab(path: str | Path) -> Vocabulary:
         raise DataError(f"vocabulary file '{p}' is not an {VOCAB_FORMAT} file")
     maps: dict[str, VocabMap] = {}
     fields_raw = raw.get("fields", {})
-    if not isinstance(fields_raw, dict):
-        raise DataError(f"vocabulary file '{p}': 'fields' must be a mapping")
+    Is(dict, "a mapping").check("fields", fields_raw, f"vocabulary file '{p}': key", DataError)
     for name, m in fields_raw.items():
         ok = isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("values"), list)
         if not ok or not all(isinstance(v, str) for v in m["values"]):
@@ -122,7 +122,7 @@ def load_vocab(path: str | Path) -> Vocabulary:
             )
         maps[name] = VocabMap(name, m["kind"], tuple(m["values"]))
     labels = raw.get("labels", [])
-    if not isinstance(labels, list) or not all(isinstance(v, str) for v in labels):
-        raise DataError(f"vocabulary file '{p}': 'labels' must be a list of strings")
+    Each(Is(str, "a string"), "a list of strings", seq=(list,)).check(
+        "labels", labels, f"vocabulary file '{p}': key", DataError)
     data = raw.get("data", {})
     return Vocabulary(maps, tuple(labels), data if isinstance(data, dict) else {})

@@ -37,6 +37,7 @@ from autoembed.models.computed_rows import projection
 from autoembed.models.embedding import LookupSpec, TableModule
 from autoembed.nn.methods import _HotCold, checked_hot_ids, hot_cold_rows
 from autoembed.nn.storage import _Storage
+from autoembed.rules import Integer
 
 __all__ = [
     "HotColdTable",
@@ -63,8 +64,7 @@ def hot_ids_from_counts(counts: npt.ArrayLike, hot: int) -> npt.NDArray[np.int64
     """The `hot` ids with the largest counts (counts[i] = lookups of id i), sorted by id.
     Ties go to the smaller id (a stable sort), so the set is a pure function of the counts."""
     c = np.asarray(counts)
-    if not 1 <= hot <= c.size:
-        raise ConfigError(f"hot ids = {hot}: must be in [1, {c.size}] (the table's ids)")
+    Integer(1, c.size, note="(the table's ids)").check_argument("hot ids", hot)
     order = np.argsort(-c, kind="stable")[:hot]
     return np.sort(order).astype(np.int64)
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.samplers import BaseSampler
 
+from autoembed.rules import Integer
+
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.study import Study
@@ -40,8 +42,8 @@ class InterleavedSampler(BaseSampler):
 
     def __init__(self, model: BaseSampler, random: BaseSampler, startup: int,
                  every: int) -> None:
-        if startup < 0 or every < 1:
-            raise ValueError(f"startup {startup} must be >= 0 and every {every} >= 1")
+        Integer(0).check_argument("startup", startup, sep=" ")
+        Integer(1).check_argument("every", every, sep=" ")
         self.model, self.random, self.startup, self.every = model, random, startup, every
 
     def _for(self, trial: FrozenTrial) -> BaseSampler:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,47 +45,30 @@ USER_REFUSED = {
 }
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    """A search as asked for, checked (None: not given; `SearchOptions` says what each
-    option means)."""
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest(SearchOptions):
+    """A search as asked for, checked: every option as given (declared once, in
+    `SearchOptions`), but those below, which `of` resolves (the budget parsed, the study
+    named, the device found, ...), and what follows from them."""
 
     budget: Budget
     study: str
     runs_dir: Path
     device: str  # "cpu" or "cuda", resolved against what this machine has
-    space: str | Path | SearchSpace | None = None
-    trials: int | None = None
-    time_budget: float | None = None
+    space: str | SearchSpace | None = None
     trial_time_limit: float | None = None  # seconds (pipeline.time_limit)
     objectives: tuple[str, ...] | None = None
-    sampler: str | None = None
-    seed: int | None = None
-    workers: int | None = None
-    resume: bool = False
-    ray_address: str | None = None
-    tracking_uri: str | None = None
-    storage: str | None = None
-    trial_resources: tuple[Mapping[str, float], ...] = ()
-    pick: Pick = Pick(DEFAULT_PICK)
-    data: str | None = None
-    label: str | None = None
     categorical: tuple[str, ...] | None = None
-    text_column: str | None = None
-    early_stop: bool | None = None
     host_budget: Budget | None = None
-    start_points: bool | None = None
-    repeatable: bool = False  # the same seed repeats the same trials (see search())
-    multi_fidelity: bool = False  # MO-ASHA stops at rungs (pipeline.scheduler)
+    # NAME=AMOUNT strings, parsed (`pipeline.resources`)
+    trial_resources: tuple[Mapping[str, float], ...] = ()  # type: ignore[assignment]
+    executor: Any = None  # an Executor object given to `autoembed.search`
+    # configs of the user's choice trained first (param name -> value each; None: not given)
+    enqueue: tuple[Mapping[str, Any], ...] | None = None
+    pick: Pick = Pick(DEFAULT_PICK)
     # a search over the user's own model: its functions (None: autoembed's own models)
     code: UserCode | None = None
     executor_kind: str = "ray"  # EXECUTORS, or "custom" for an Executor object
-    executor: Any = None  # an Executor object given to `autoembed.search`
-    allow_changed_code: bool = False
-    reference: bool = True  # the user's model as written is trained first (trial 0)
-    # configs of the user's choice trained first (param name -> value each; None: not given)
-    enqueue: tuple[Mapping[str, Any], ...] | None = None
-
     space_arg: str | None = None  # the space as the user named it (messages)
 
     @property
@@ -112,10 +95,8 @@ class SearchRequest:
         """Check every option, each against its declared rule, then how they combine; the
         first bad one raises ConfigError."""
         check_options(o)
-        code = _user_code(o.model, o.example, o.train, o.loss, o.apply, {
-            "data": o.data, "label": o.label, "categorical": o.categorical,
-            "text_column": o.text_column, "host_budget": o.host_budget,
-            "start_points": o.start_points or None})
+        code = _user_code(o.model, o.example, o.train, o.loss, o.apply,
+                          {k: getattr(o, k) for k in USER_REFUSED})
         if code is None and (o.enqueue is not None or not o.reference):
             flag = "--enqueue" if o.enqueue is not None else "--no-reference"
             raise ConfigError(f"{flag} applies to a search over your own model (--model, "
@@ -139,26 +120,19 @@ class SearchRequest:
                               "on the machine; give --trials instead")
         dev = _device(o.device)
         memory = MemoryBudget.of(o.budget, o.host_budget)
-        bud, host = memory.device, memory.host
         objs = _objectives(o.objectives)
         from autoembed.pipeline.resources import parse_trial_resources
 
-        custom = parse_trial_resources(o.trial_resources or ())
+        given = {f.name: getattr(o, f.name) for f in fields(cls) if hasattr(o, f.name)}
         limit = o.trial_time_limit
-        return cls(
-            budget=bud, study=name, runs_dir=Path(o.runs_dir).expanduser().resolve(),
-            device=dev, space=space, trials=o.trials, time_budget=o.time_budget,
-            trial_time_limit=None if limit is None else float(limit), objectives=objs,
-            sampler=o.sampler, seed=o.seed, workers=o.workers, resume=o.resume,
-            ray_address=o.ray_address, tracking_uri=o.tracking_uri, storage=o.storage,
-            trial_resources=custom, pick=pick, data=o.data, label=o.label,
-            categorical=_names(o.categorical), text_column=o.text_column,
-            early_stop=o.early_stop, host_budget=host, start_points=o.start_points, code=code,
-            executor_kind=kind, executor=executor_obj,
-            allow_changed_code=bool(o.allow_changed_code), space_arg=space_arg,
-            repeatable=bool(o.repeatable), multi_fidelity=bool(o.multi_fidelity),
-            reference=bool(o.reference), enqueue=queue,
-        )
+        return cls(**{
+            **given, "budget": memory.device, "study": name, "device": dev, "space": space,
+            "runs_dir": Path(o.runs_dir).expanduser().resolve(), "objectives": objs,
+            "trial_time_limit": None if limit is None else float(limit),
+            "categorical": _names(o.categorical), "host_budget": memory.host,
+            "trial_resources": parse_trial_resources(o.trial_resources or ()),
+            "executor": executor_obj, "enqueue": queue, "pick": pick, "code": code,
+            "executor_kind": kind, "space_arg": space_arg})
 
 
 def _enqueue(raw: str | Path | Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -198,7 +172,7 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,
         raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
                           "--model, --example and --train")
     for key, value in builtin_only.items():
-        if value is not None:
+        if value is not None and value is not False:  # False: --no-start-points
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} does not apply to a search over your own model "
                               f"({USER_REFUSED[key]}): remove it")

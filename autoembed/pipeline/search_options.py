@@ -1,9 +1,9 @@
 """`SearchOptions`: every option of a search, declared once (`autoembed.options`).
 
 `autoembed.search(...)`'s signature, `autoembed search`'s options and their help (and so
-docs/cli.md), and the rule each value is checked against (`SearchRequest.of`) are all read
-from the fields below, in this order. Adding an option: one field here, then its use in
-`SearchRequest.of`.
+docs/cli.md), the rule each value is checked against (`SearchRequest.of`) and the request's
+fields (`SearchRequest` extends this class) are all read from the fields below, in this
+order. Adding an option: one field here, then its use where the search reads the request.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ config-setting flags, the config, the budgets and sizes, then the model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
+from autoembed.pricing.estimate_options import EstimateOptions
 from autoembed.rules import Integer
 from autoembed.trace import estimate as estimate_memory
 
@@ -63,40 +64,47 @@ class Priced:
         return self.config is None
 
 
-def price(*, config: Path | None = None, budget: str | None = None, method: str = "analytic",
-          gpus: int = 1, sharding: str = "table", host_budget: str | None = None,
-          reserve: str = "0", device_memory: str | None = None, model: str | None = None,
-          example: str | None = None, apply_cfg: Path | None = None,
-          loss_spec: str | None = None, user_space: Path | None = None,
-          **flags: Any) -> Priced:
-    """Price what the options describe (`flags`: the config-setting options, `config_flags`,
-    None where not given). With `model`, `example`, `apply_cfg` or `loss_spec` (the loss of
-    a forward that returns logits, ``pkg.module:fn``) it is the user's model, and the
-    built-in model's options are refused; `user_space` (``--space``): the search space whose
-    reference values a ``build(params)`` receives."""
-    unknown = set(flags) - config_flags()
+# `autoembed estimate`'s options that print or plan ranks (the command reads them, not `price`)
+_NOT_PRICED = ("as_json", "suggest", "world_size", "plan_device", "torchrec_tables")
+
+
+def price(**options: Any) -> Priced:
+    """Price what the options describe: `EstimateOptions`' fields by name (defaults as
+    declared there), and the config-setting options (`config_flags`, None where not
+    given); an option it does not read is a TypeError. With `model`, `example`,
+    `apply_cfg` or `loss_spec` (the loss of a forward that returns logits,
+    ``pkg.module:fn``) it is the user's model, and the built-in model's options are
+    refused; `user_space` (``--space``): the search space whose reference values a
+    ``build(params)`` receives."""
+    flags = config_flags()
+    own = {f.name for f in fields(EstimateOptions)} - flags - set(_NOT_PRICED)
+    o = EstimateOptions(**{k: options.pop(k) for k in own & set(options)})
+    unknown = set(options) - flags
     if unknown:
         raise TypeError(f"price() got options it does not know: {', '.join(sorted(unknown))}")
-    flags = {k: _count_or_share(v, k) if k in _COUNT_OR_SHARE else v for k, v in flags.items()}
-    user = any(v is not None for v in (model, example, apply_cfg, loss_spec, user_space))
-    cfg = None if user else build_config(config, flags)
-    host = None if host_budget is None else Budget.for_host(host_budget)
-    bud = with_device_memory(budget, device_memory)
-    reserve_b = 0 if reserve.strip() in ("0", "") else parse_size(reserve, "--reserve")
+    given: dict[str, Any] = {k: _count_or_share(v, k) if k in _COUNT_OR_SHARE else v
+                             for k, v in options.items()}
+    user = any(v is not None for v in (o.model, o.example, o.apply_cfg, o.loss_spec,
+                                       o.user_space))
+    cfg = None if user else build_config(o.config, given)
+    host = None if o.host_budget is None else Budget.for_host(o.host_budget)
+    bud = with_device_memory(o.budget, o.device_memory)
+    reserve_b = 0 if o.reserve.strip() in ("0", "") else parse_size(o.reserve, "--reserve")
     if cfg is None:  # your own model: autoembed.pricing.user_model_cli
         from autoembed.pricing.user_model_cli import estimate_for_cli
 
-        refused = {k: v for k, v in flags.items() if k not in _USER_FLAGS}
-        refused.update(config=config, host_budget=host_budget,
-                       gpus=None if gpus == 1 else gpus, sharding=None)
-        est = estimate_for_cli(model, example, apply_cfg, optimizer=flags.get("optimizer"),
-                               precision=flags.get("precision"), budget=bud, reserve=reserve_b,
-                               refused=refused, loss=loss_spec, space=user_space)
+        refused = {k: v for k, v in given.items() if k not in _USER_FLAGS}
+        refused.update(config=o.config, host_budget=o.host_budget,
+                       gpus=None if o.gpus == 1 else o.gpus, sharding=None)
+        est = estimate_for_cli(o.model, o.example, o.apply_cfg,
+                               optimizer=given.get("optimizer"),
+                               precision=given.get("precision"), budget=bud, reserve=reserve_b,
+                               refused=refused, loss=o.loss_spec, space=o.user_space)
     else:
-        est = estimate_memory(cfg, method=method, budget=bud, gpus=gpus, sharding=sharding,
-                              reserve=reserve_b, host_budget=host)
-    _check_host_budget(est, host_budget)
-    note = est.notes[-1] if cfg is not None and est.method != method else None
+        est = estimate_memory(cfg, method=o.method, budget=bud, gpus=o.gpus,
+                              sharding=o.sharding, reserve=reserve_b, host_budget=host)
+    _check_host_budget(est, o.host_budget)
+    note = est.notes[-1] if cfg is not None and est.method != o.method else None
     return Priced(est, cfg, bud, note)
 
 

@@ -6,10 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoembed.errors import ConfigError, did_you_mean
+from autoembed.rules import Rule
 
 
 def space_error(source: str, key: str, value: Any, rule: str) -> ConfigError:
     return ConfigError(f"search space '{source}': key '{key}' = {value!r}: {rule}")
+
+
+def check_value(source: str, key: str, value: Any, rule: Rule) -> None:
+    """`value` against `rule`: the shape above, worded by the rule."""
+    rule.check(key, value, f"search space '{source}': key")
 
 
 def unknown_key(source: str, where: str, key: Any, valid: Sequence[str]) -> ConfigError:

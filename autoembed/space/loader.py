@@ -19,8 +19,8 @@ from autoembed.config import (
     safe_load_yaml,
 )
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.rules import Integer, Rule, is_number
-from autoembed.space._messages import space_error, unknown_key
+from autoembed.rules import Each, Flag, Integer, Interval, Is, OneOf, Rule, is_number
+from autoembed.space._messages import check_value, space_error, unknown_key
 from autoembed.space.objectives import MEASURED, parse_objectives
 from autoembed.space.search_space import (
     BUILTIN_SPACES,
@@ -54,7 +54,61 @@ from autoembed.space.search_space import (
     table_param_name,
 )
 
-__all__ = ["load_space", "parse_space", "space_kind", "TARGET_RULE", "WHEN_RULE"]
+__all__ = ["load_space", "parse_space", "space_kind", "SHAPES", "WHEN_RULE"]
+
+
+def _size(v: Any) -> bool:
+    """Bytes, or a size string ("16GB")."""
+    from autoembed.budget import BudgetError, parse_size
+
+    try:
+        return not isinstance(v, str) or parse_size(v) > 0
+    except BudgetError:
+        return False
+
+
+def _free(v: Any) -> bool:
+    """A user value: a scalar, or a list of scalars."""
+    items = v if isinstance(v, list) else [v]
+    return not any(isinstance(x, (Mapping, list)) for x in items)
+
+
+# What each key of a space file is where no config field's rule says (a param's own keys by
+# their last part: `low`, `step`, ...); `_check_rule` checks them, each words itself.
+SHAPES: dict[str, Rule] = {
+    "target": Is(lambda v: v is None or is_number(v),
+                 "a quality (a number; higher is better) or null"),
+    "trials": Integer(1),
+    "description": Is(str, "a string"),
+    "size": Is(_size, "a size: bytes, or e.g. 16GB, 16GiB"),
+    "mapping": Is(lambda m: isinstance(m, Mapping) and all(isinstance(k, str) and k for k in m),
+                  "a mapping (with non-empty names as keys)"),
+    "early_stop": Integer(1, note="(the loop's most steps, and its steps between reports)"),
+    "metrics": Each(Is(lambda m: isinstance(m, str) and m.isidentifier(), "an identifier"),
+                    "a list of metric names (identifiers)", seq=(list,)),
+    "data": Is(Mapping, "a data spec mapping (name and parameters)"),
+    "stand_in": Is(Mapping, "a mapping with vocab_scale and rows"),
+    "stand_in.vocab_scale": Interval(0, 1, open_low=True),
+    "stand_in.rows": Each(Integer(1), "three row counts >= 1: train, valid, test", 3, seq=(list,)),
+    "base": Is(Mapping, "a mapping of config fields"),
+    "run": Is(Mapping, "a mapping of run settings"),
+    "param": Is(Mapping, "a mapping with `choices` or `low`/`high`"),
+    "choices": Each(None, "a non-empty list", filled=True, seq=(list,)),
+    "type": OneOf(("int", "float")),
+    "int": Is(lambda v: is_number(v) and isinstance(v, int), "an integer"),
+    "float": Is(is_number, "a number"),
+    "log": Flag(),
+    "int.step": Integer(1),
+    "float.step": Interval(0, open_low=True),
+    "multiple_of": Integer(1),
+    "grid": Each(None, "a non-empty list of values", filled=True, seq=(list,)),
+    "widths": Each(Integer(1), "a list of layer widths", seq=(list,)),
+    "free": Is(_free, "a scalar or a list of scalars"),
+    "tables": Is(list, "a list of {name or min_rows, and settings: "
+                 f"{', '.join(TABLE_SETTING_KEYS)}}}"),
+    "table": Is(Mapping, "a mapping"),
+    "table.name": Is(str, "a table name", filled=True),
+}
 
 
 def load_space(path: str | Path, kind: str | None = None) -> SearchSpace:
@@ -128,7 +182,6 @@ _WRONG_KIND = {
     "user": "search space '{source}' is a space of autoembed's own models; a search over your "
             "model takes a file with `embedding:` and `user:` sections",
 }
-TARGET_RULE = "must be a quality (a number; higher is better) or null"
 
 
 def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -136,14 +189,10 @@ def _common(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     objectives = (parse_objectives(raw["objectives"], source) if "objectives" in raw
                   else SearchSpace.objectives)
     target = raw.get("target")
-    if target is not None and not (is_number(target) and math.isfinite(target)):
-        raise space_error(source, "target", target, TARGET_RULE)
     trials = raw.get("trials", DEFAULT_TRIALS)
-    if not Integer(1).ok(trials):
-        raise space_error(source, "trials", trials, Integer(1).text)
     desc = raw.get("description", "") or ""
-    if not isinstance(desc, str):
-        raise space_error(source, "description", desc, "must be a string")
+    for key, value in (("target", target), ("trials", trials), ("description", desc)):
+        _check_rule(key, value, key, source)
     limit = raw.get("trial_time_limit")
     if limit is not None and not TRIAL_TIME_LIMIT.ok(limit):
         raise space_error(source, "trial_time_limit", limit,
@@ -243,7 +292,7 @@ class _Keys:
 
 def _topology(source: str, raw: Any) -> dict[str, Any]:
     """`topology:` of a TorchRec model's space: fixed values, sizes as bytes or "16GB"."""
-    from autoembed.budget import BudgetError, parse_size
+    from autoembed.budget import parse_size
     from autoembed.torchrec.settings import TOPOLOGY_KEYS, TOPOLOGY_RULES
 
     spec = _mapping(source, TOPOLOGY, raw)
@@ -259,11 +308,8 @@ def _topology(source: str, raw: Any) -> dict[str, Any]:
             raise space_error(source, key, v, "the machines a search plans for are fixed: "
                               "give one value")
         if k in ("hbm", "ddr") and isinstance(v, str):
-            try:
-                v = parse_size(v)
-            except BudgetError:
-                raise space_error(source, key, v, "must be a size: bytes, or e.g. 16GB, "
-                                  "16GiB") from None
+            _check_rule("size", v, key, source)
+            v = parse_size(v)
         _check_rule(TOPOLOGY_RULES[k], v, key, source)
         out[k] = v
     return out
@@ -283,11 +329,7 @@ def _probe_torchrec(source: str, where: str, settings: Mapping[str, Any]) -> Non
 def _mapping(source: str, key: str, raw: Any) -> Mapping[str, Any]:
     if raw is None:
         return {}
-    if not isinstance(raw, Mapping):
-        raise space_error(source, key, raw, "must be a mapping")
-    for k in raw:
-        if not isinstance(k, str) or not k:
-            raise space_error(source, f"{key}.{k}", raw[k], "keys must be non-empty strings")
+    _check_rule("mapping", raw, key, source)
     return raw
 
 
@@ -320,23 +362,15 @@ def _early_stop(source: str, raw: Any) -> tuple[int, int] | None:
     for k in spec:
         if k not in EARLY_STOP_KEYS:
             raise unknown_key(source, "early_stop", k, EARLY_STOP_KEYS)
-    rule = Integer(1)
-    got: list[int] = []
     for k in EARLY_STOP_KEYS:
-        v = spec.get(k)
-        if not rule.ok(v):
-            raise space_error(source, f"early_stop.{k}", v, rule.text + " (the loop's most "
-                              "steps, and its steps between reports)")
-        got.append(v)  # type: ignore[arg-type]
-    return got[0], got[1]
+        _check_rule("early_stop", spec.get(k), f"early_stop.{k}", source)
+    return spec["max_steps"], spec["eval_every"]
 
 
 def _metrics(source: str, raw: Any) -> tuple[str, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or not all(isinstance(m, str) and m.isidentifier()
-                                            for m in raw):
-        raise space_error(source, "metrics", raw, "must be a list of metric names (identifiers)")
+    _check_rule("metrics", raw, "metrics", source)
     for m in raw:
         if m == "quality" or m in MEASURED:
             raise space_error(source, "metrics", m, "is reported or measured already; list "
@@ -350,8 +384,7 @@ def _metrics(source: str, raw: Any) -> tuple[str, ...]:
 def _parse_data(raw: Any, source: str) -> dict[str, Any]:
     from autoembed.data.spec import DataSpec
 
-    if not isinstance(raw, Mapping):
-        raise space_error(source, "data", raw, "must be a data spec mapping (name and parameters)")
+    _check_rule("data", raw, "data", source)
     DataSpec.from_dict(raw, f"search space '{source}': data")
     return dict(raw)
 
@@ -359,8 +392,7 @@ def _parse_data(raw: Any, source: str) -> dict[str, Any]:
 def _parse_stand_in(raw: Any, data: Mapping[str, Any], source: str) -> StandIn | None:
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        raise space_error(source, "stand_in", raw, "must be a mapping with vocab_scale and rows")
+    _check_rule("stand_in", raw, "stand_in", source)
     for k in raw:
         if k not in STAND_IN_KEYS:
             raise unknown_key(source, "stand_in", k, STAND_IN_KEYS)
@@ -368,15 +400,10 @@ def _parse_stand_in(raw: Any, data: Mapping[str, Any], source: str) -> StandIn |
         raise space_error(source, "stand_in", dict(raw),
                     "a stand-in scales synthetic data only; remove it for real or file data")
     scale = raw.get("vocab_scale", 1.0)
-    if not is_number(scale) or not 0 < scale <= 1:
-        raise space_error(source, "stand_in.vocab_scale", scale, "must be a number in (0, 1]")
+    _check_rule("stand_in.vocab_scale", scale, "stand_in.vocab_scale", source)
     rows = raw.get("rows")
     if rows is not None:
-        ok = isinstance(rows, list) and len(rows) == 3 and all(
-            isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rows)
-        if not ok:
-            raise space_error(source, "stand_in.rows", rows,
-                        "must be three row counts >= 1: train, valid, test")
+        _check_rule("stand_in.rows", rows, "stand_in.rows", source)
         return StandIn(float(scale), (rows[0], rows[1], rows[2]))
     return StandIn(float(scale))
 
@@ -384,8 +411,7 @@ def _parse_stand_in(raw: Any, data: Mapping[str, Any], source: str) -> StandIn |
 def _parse_base(raw: Any, source: str) -> dict[str, Any]:
     from dataclasses import fields
 
-    if not isinstance(raw, Mapping):
-        raise space_error(source, "base", raw, "must be a mapping of config fields")
+    _check_rule("base", raw, "base", source)
     valid = tuple(sorted(f.name for f in fields(EmbeddingConfig) if f.name not in DATA_FIELDS))
     for k in raw:
         if k in DATA_FIELDS:
@@ -403,8 +429,7 @@ def _parse_base(raw: Any, source: str) -> dict[str, Any]:
 def _parse_run(raw: Any, source: str) -> dict[str, Any]:
     from autoembed.runner import check_run
 
-    if not isinstance(raw, Mapping):
-        raise space_error(source, "run", raw, "must be a mapping of run settings")
+    _check_rule("run", raw, "run", source)
     check_run(raw, f"search space '{source}'", "run.", RUN_KEYS)
     return dict(raw)
 
@@ -430,8 +455,7 @@ def _parse_params(
             )
         if name in base:
             raise space_error(source, key, spec, f"'{name}' is also fixed in `base`; keep one")
-        if not isinstance(spec, Mapping):
-            raise space_error(source, key, spec, "must be a mapping with `choices` or `low`/`high`")
+        _check_rule("param", spec, key, source)
         for k in spec:
             if k not in PARAM_KEYS:
                 raise unknown_key(source, key, k, PARAM_KEYS)
@@ -468,8 +492,7 @@ def _parse_param(
             raise space_error(source, f"{key}.{extra[0]}", spec[extra[0]],
                         "give either `choices` or a `low`/`high` range, not both")
         choices = spec["choices"]
-        if not isinstance(choices, list) or not choices:
-            raise space_error(source, f"{key}.choices", choices, "must be a non-empty list")
+        _check_rule("choices", choices, f"{key}.choices", source)
         values = tuple(_check_choice(name, c, f"{key}.choices", source, rule) for c in choices)
         if len(set(map(_label, values))) != len(values):
             raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
@@ -481,37 +504,32 @@ def _parse_param(
     low, high = spec["low"], spec["high"]
     natural = _natural_kind(rule, low, high)
     kind = spec.get("type", natural)
-    if kind not in ("int", "float"):
-        raise space_error(source, f"{key}.type", kind, "must be int or float")
+    _check_rule("type", kind, f"{key}.type", source)
     if rule is not None and kind != natural and rule.kind != "count_or_share":
         field_name = name.rsplit(".", 1)[-1]
         raise space_error(source, f"{key}.type", kind,
                           f"'{field_name}' is a{'n' * (natural == 'int')} {natural} field")
     for k, v in (("low", low), ("high", high)):
-        if not is_number(v) or (kind == "int" and not isinstance(v, int)):
-            what = "an integer" if kind == "int" else "a number"
-            raise space_error(source, f"{key}.{k}", v, f"must be {what}")
+        _check_rule(kind, v, f"{key}.{k}", source)
         if rule is not None:
             _check_rule(rule, v, f"{key}.{k}", source)
     if low > high:
         raise space_error(source, key, f"low={low}, high={high}",
                     "empty range: low must be <= high")
     log = spec.get("log", False)
-    if not isinstance(log, bool):
-        raise space_error(source, f"{key}.log", log, "must be true or false")
+    _check_rule("log", log, f"{key}.log", source)
     if log and low <= 0:
         raise space_error(source, f"{key}.low", low, "a log-scale range needs low > 0")
     step = spec.get("step")
     if step is not None:
-        if not is_number(step) or step <= 0 or (kind == "int" and not isinstance(step, int)):
-            raise space_error(source, f"{key}.step", step, "must be a positive number")
+        _check_rule(f"{kind}.step", step, f"{key}.step", source)
         if log:
             raise space_error(source, f"{key}.step", step, "cannot be combined with log: true")
     mult = spec.get("multiple_of")
     if mult is not None:
-        if kind != "int" or isinstance(mult, bool) or not isinstance(mult, int) or mult < 1:
-            raise space_error(source, f"{key}.multiple_of", mult,
-                        "must be an integer >= 1 on an int param")
+        if kind != "int":
+            raise space_error(source, f"{key}.multiple_of", mult, "applies to an int param only")
+        _check_rule("multiple_of", mult, f"{key}.multiple_of", source)
         if step is not None:
             raise space_error(source, f"{key}.multiple_of", mult, "cannot be combined with step")
         if math.ceil(low / mult) > math.floor(high / mult):
@@ -523,8 +541,7 @@ def _parse_param(
     grid = spec.get("grid")
     grid_t: tuple[Any, ...] = ()
     if grid is not None:
-        if not isinstance(grid, list) or not grid:
-            raise space_error(source, f"{key}.grid", grid, "must be a non-empty list of values")
+        _check_rule("grid", grid, f"{key}.grid", source)
         for g in grid:
             if not is_number(g) or not low <= g <= high or (
                     kind == "int" and (not isinstance(g, int) or g % (mult or 1))):
@@ -575,25 +592,17 @@ def _natural_kind(rule: Rule | None, low: Any, high: Any) -> str:
 
 
 def _check_choice(name: str, value: Any, key: str, source: str, rule: Rule | None) -> Any:
-    if name in LIST_FIELDS:
-        if not isinstance(value, list) or not all(
-                isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in value):
-            raise space_error(source, key, value, "each choice must be a list of layer widths")
-        return tuple(value)
-    if rule is None:  # a free value: a scalar, or a list of scalars
-        if isinstance(value, Mapping) or (isinstance(value, list) and any(
-                isinstance(v, (Mapping, list)) for v in value)):
-            raise space_error(source, key, value, "each choice must be a scalar or a list of "
-                              "scalars")
+    if name in LIST_FIELDS or rule is None:  # layer widths; or a free value
+        _check_rule("widths" if name in LIST_FIELDS else "free", value, key, source)
         return tuple(value) if isinstance(value, list) else value
     _check_rule(rule, value, key, source)
     return value
 
 
-def _check_rule(rule: Rule, value: Any, key: str, source: str) -> None:
-    """`value` against a config field's declared rule, worded as the rule words it."""
-    if not rule.ok(value):
-        raise space_error(source, key, value, rule.text)
+def _check_rule(rule: Rule | str, value: Any, key: str, source: str) -> None:
+    """`value` against a declared rule (a config field's, or a key's in `SHAPES`), worded
+    as the rule words it."""
+    check_value(source, key, value, SHAPES[rule] if isinstance(rule, str) else rule)
 
 
 def _parse_tables(
@@ -605,15 +614,12 @@ def _parse_tables(
     params above) is searched: the param ``tables[i].<key>`` (`min_rows` by `choices`)."""
     if raw is None:
         return (), ()
-    if not isinstance(raw, list):
-        raise space_error(source, "tables", raw, "must be a list of {name or min_rows, and "
-                          f"settings: {', '.join(TABLE_SETTING_KEYS)}}}")
+    _check_rule("tables", raw, "tables", source)
     out: list[TableRule] = []
     params: list[Param] = []
     for i, item in enumerate(raw):
         key = f"tables[{i}]"
-        if not isinstance(item, Mapping):
-            raise space_error(source, key, item, "must be a mapping")
+        _check_rule("table", item, key, source)
         for k in item:
             if k not in ("name", "min_rows", *TABLE_SETTING_KEYS):
                 raise unknown_key(source, key, k, ("name", "min_rows", *TABLE_SETTING_KEYS))
@@ -621,8 +627,8 @@ def _parse_tables(
         if (name is None) == (min_rows is None):
             raise space_error(source, key, dict(item),
                               "select the tables by `name` or by `min_rows`, one of the two")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise space_error(source, f"{key}.name", name, "must be a table name")
+        if name is not None:
+            _check_rule("table.name", name, f"{key}.name", source)
         searched = _parse_table_params(i, item, params, base, source)
         if min_rows is not None and "min_rows" not in searched:
             _check_rule(TABLE_RULES["vocab_size"], min_rows, f"{key}.min_rows", source)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.space._messages import space_error, unknown_key
+from autoembed.rules import Each
+from autoembed.space._messages import check_value, space_error, unknown_key
 
 __all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "MEASURED", "TIMING", "Objective", "check_objective",
            "parse_objectives"]
@@ -22,6 +23,7 @@ OBJECTIVES: dict[str, str] = {
     "latency": "minimize",  # p50 inference latency at batch 1, milliseconds
     "steps_to_target": "minimize",  # optimizer steps until validation quality >= target
 }
+NAMES = Each(None, "a non-empty list of objective names", filled=True, seq=(list,))
 DEFAULT_OBJECTIVES = ("quality", "memory", "throughput")
 # Objectives autoembed measures itself: a user's loop may not report them.
 MEASURED = ("memory", "throughput", "steps_to_target")
@@ -53,8 +55,7 @@ def parse_objectives(raw: Any, source: str) -> tuple[Objective, ...]:
     """Objectives from a list of names or {name, direction} mappings, or a comma string."""
     if isinstance(raw, str):
         raw = [s.strip() for s in raw.split(",") if s.strip()]
-    if not isinstance(raw, list) or not raw:
-        raise space_error(source, "objectives", raw, "must be a non-empty list of objective names")
+    check_value(source, "objectives", raw, NAMES)
     out: list[Objective] = []
     for i, item in enumerate(raw):
         key = f"objectives[{i}]"
