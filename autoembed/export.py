@@ -41,35 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import (
-    EmbeddingConfig,
-    config_from_dict,
-    parse_config_text,
-    resolved_tables,
-)
+from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, resolved_tables
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
-from autoembed.training import (
-    TRAIN_KEY,
-    TRAINED_ON_KEY,
-    trained_on,
-    training_of,
-)
+from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
 from autoembed.trial import config_from_flat, decode_csv_row
 
-__all__ = [
-    "PICK_RULES",
-    "TRAINED_ON_KEY",
-    "trained_on",
-    "TRAIN_KEY",
-    "training_of",
-    "FORMATS",
-    "format_of",
-    "Exported",
-    "pick_member",
-    "config_from_flat",
-    "export_config",
-]
+__all__ = ["PICK_RULES", "TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS",
+           "format_of", "Exported", "pick_member", "config_from_flat", "export_config"]
 
 # python: a module that rebuilds a search over the user's own model (autoembed.user.export)
 FORMATS = ("yaml", "json", "python")

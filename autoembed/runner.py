@@ -24,19 +24,8 @@ from autoembed.rules import Flag, Integer, Interval, field_rule
 from autoembed.selection import BestStep, ValidScores, best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
-__all__ = [
-    "STATUSES",
-    "RunSettings",
-    "Evaluation",
-    "TrialResult",
-    "run_trial",
-    "resolve_for_data",
-    "quality_metrics",
-    "default_target",
-    "fit_settings",
-    "check_run",
-    "MAX_THREADS",
-]
+__all__ = ["STATUSES", "RunSettings", "Evaluation", "TrialResult", "run_trial", "resolve_for_data",
+           "quality_metrics", "default_target", "fit_settings", "check_run", "MAX_THREADS"]
 
 # Share of the achievable lift over chance that counts as "converged" when no target is
 # given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.

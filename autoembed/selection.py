@@ -23,27 +23,10 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = [
-    "label_counts",
-    "validation_noise",
-    "pick_noise",
-    "measure_noise",
-    "NoiseMeasure",
-    "PairedGap",
-    "ValidScores",
-    "PAIRED_Z",
-    "paired_auc",
-    "paired_accuracy",
-    "paired_gap",
-    "Point",
-    "BestStep",
-    "best_evaluation",
-    "to_target",
-    "TrainingLength",
-    "training_length",
-    "TARGET_SAMPLES",
-    "MAX_EPOCHS",
-]
+__all__ = ["label_counts", "validation_noise", "pick_noise", "measure_noise", "NoiseMeasure",
+           "PairedGap", "ValidScores", "PAIRED_Z", "paired_auc", "paired_accuracy", "paired_gap",
+           "Point", "BestStep", "best_evaluation", "to_target", "TrainingLength",
+           "training_length", "TARGET_SAMPLES", "MAX_EPOCHS"]
 
 # Training length (`training_length`): a trial sees about TARGET_SAMPLES samples, in whole
 # epochs when the train split is smaller (at most MAX_EPOCHS of them). 600k samples is 7-8

@@ -37,9 +37,9 @@ from autoembed.errors import ConfigError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
-__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY",
-           "TRAINED_ON_KEY", "MEASURE_KEYS", "training_of", "measured_with", "trained_on",
-           "TrainingPlan", "plan_training"]
+__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
+           "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
+           "plan_training"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit

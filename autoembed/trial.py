@@ -25,29 +25,11 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.rules import plain
 
-__all__ = [
-    "STATUSES",
-    "TRAINED_STATUSES",
-    "METRIC_COLUMNS",
-    "COST_COLUMNS",
-    "Evaluation",
-    "TrialResult",
-    "TrialRow",
-    "objective_quality",
-    "encode_result",
-    "decode_result",
-    "encode_row",
-    "decode_row",
-    "encode_member",
-    "csv_header",
-    "encode_csv_row",
-    "decode_csv_row",
-    "ESTIMATE_COLUMNS",
-    "rank_entry",
-    "rank_figures",
-    "config_from_flat",
-    "plain",
-]
+__all__ = ["STATUSES", "TRAINED_STATUSES", "METRIC_COLUMNS", "COST_COLUMNS", "Evaluation",
+           "TrialResult", "TrialRow", "objective_quality", "encode_result", "decode_result",
+           "encode_row", "decode_row", "encode_member", "csv_header", "encode_csv_row",
+           "decode_csv_row", "ESTIMATE_COLUMNS", "rank_entry", "rank_figures", "config_from_flat",
+           "plain"]
 
 # complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
 # budget, never trained (set by the search); unsupported: the device cannot run the precision;

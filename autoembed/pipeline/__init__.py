@@ -18,12 +18,12 @@ docs/contracts.md#imports-and-the-python-api).
 from __future__ import annotations
 
 from autoembed.pipeline.driver import (
-    DEFAULT_SPACE,
-    DEVICES,
-    NothingFitsError,
-    SearchFailedError,
-    SearchResult,
-    search,
+           DEFAULT_SPACE,
+           DEVICES,
+           NothingFitsError,
+           SearchFailedError,
+           SearchResult,
+           search,
 )
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.executor import InProcessExecutor, StopTrial
@@ -31,17 +31,6 @@ from autoembed.pipeline.records import TrialRow
 from autoembed.pipeline.study import SAMPLERS
 from autoembed.pipeline.workload import Workload
 
-__all__ = [
-    "search",
-    "Workload",
-    "SearchResult",
-    "SearchStatus",
-    "TrialRow",
-    "NothingFitsError",
-    "SearchFailedError",
-    "InProcessExecutor",
-    "StopTrial",
-    "SAMPLERS",
-    "DEVICES",
-    "DEFAULT_SPACE",
-]
+__all__ = ["search", "Workload", "SearchResult", "SearchStatus", "TrialRow", "NothingFitsError",
+           "SearchFailedError", "InProcessExecutor", "StopTrial", "SAMPLERS", "DEVICES",
+           "DEFAULT_SPACE"]

@@ -26,12 +26,7 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import ConfigError
 from autoembed.memory import estimate
-from autoembed.pipeline.priced_data import (
-    PricedData,
-    build_priced_data,
-    data_spec_for,
-    given_spec,
-)
+from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
     HOST_BASE_BYTES,

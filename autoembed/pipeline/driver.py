@@ -37,12 +37,7 @@ from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.options import SearchOptions
-from autoembed.pipeline.plan import (
-    DEFAULT_EARLY_STOP,
-    NothingFitsError,
-    SearchPlan,
-    trial_threads,
-)
+from autoembed.pipeline.plan import DEFAULT_EARLY_STOP, NothingFitsError, SearchPlan, trial_threads
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.report import SearchFailedError, SearchReport
@@ -54,8 +49,8 @@ if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
 __all__ = ["search", "SearchCall", "run_search", "SearchResult", "NothingFitsError",
-           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP",
-           "trial_threads", "MAX_SEED"]
+           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP", "trial_threads",
+           "MAX_SEED"]
 
 DEFAULT_SPACE = "default"
 INTERRUPTED = "interrupted: the driver stopped while this trial ran"

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from autoembed.pareto import dominates
 
-__all__ = ["Progress", "optimistic_metrics", "cannot_reach_front", "MIN_EVALS",
-           "QUALITY_SLACK", "THROUGHPUT_OPTIMISM"]
+__all__ = ["Progress", "optimistic_metrics", "cannot_reach_front", "MIN_EVALS", "QUALITY_SLACK",
+           "THROUGHPUT_OPTIMISM"]
 
 MIN_EVALS = 2  # evaluations before a trial may be stopped (one gives no slope)
 QUALITY_SLACK = 0.005  # quality (AUC/accuracy) a trial may still gain beyond the projection

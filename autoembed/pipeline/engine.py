@@ -64,8 +64,8 @@ from autoembed.pipeline.running import Live, Rungs, Running
 from autoembed.pipeline.scheduler import AshaScheduler
 
 __all__ = ["Proposal", "SearchStatus", "SearchEngine", "SearchSettings", "OOM_VIOLATION",
-           "Feasibility", "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR",
-           "PricingSampler", "AskCost", "Outcome"]
+           "Feasibility", "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR", "PricingSampler",
+           "AskCost", "Outcome"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
 

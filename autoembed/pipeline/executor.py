@@ -35,12 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError, TrialTimeout
-from autoembed.pipeline.workload import (
-    CostClock,
-    evaluation_report,
-    failed_report,
-    final_report,
-)
+from autoembed.pipeline.workload import CostClock, evaluation_report, failed_report, final_report
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine

@@ -22,8 +22,8 @@ from autoembed.budget import Budget, MemoryBudget
 from autoembed.memory.types import MemoryEstimate
 from autoembed.trial import TrialRow
 
-__all__ = ["Verdict", "Rule", "Feasibility", "budget_rule", "host_budget_rule",
-           "oom_ceiling_rule", "oom_ceiling", "OOM_VIOLATION"]
+__all__ = ["Verdict", "Rule", "Feasibility", "budget_rule", "host_budget_rule", "oom_ceiling_rule",
+           "oom_ceiling", "OOM_VIOLATION"]
 
 OOM_VIOLATION = 0.01  # memory constraint of a trial that ran out of memory although priced in
 

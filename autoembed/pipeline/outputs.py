@@ -31,9 +31,8 @@ from autoembed.trial import (
     plain,
 )
 
-__all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml",
-           "write_pareto_png", "pareto_figure", "label_points", "member_dict",
-           "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
+__all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml", "write_pareto_png",
+           "pareto_figure", "label_points", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
 
 

@@ -30,8 +30,8 @@ from autoembed.pipeline.workload import NothingFitsError, Workload
 from autoembed.space import Objective, SearchSpace, parse_objectives
 from autoembed.space.start import StartPoint
 
-__all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads",
-           "workload_for", "TIME_BOXED_TRIALS"]
+__all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads", "workload_for",
+           "TIME_BOXED_TRIALS"]
 
 # Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
 # trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained

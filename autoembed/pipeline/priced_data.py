@@ -25,13 +25,7 @@ from autoembed.config import (
 )
 from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
-from autoembed.space import (
-    SearchSpace,
-    StandIn,
-    TableRule,
-    apply_table_rules,
-    table_rules_of,
-)
+from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules, table_rules_of
 
 __all__ = ["PricedData", "build_priced_data", "data_spec_for", "given_spec"]
 

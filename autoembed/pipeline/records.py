@@ -16,16 +16,8 @@ from autoembed.runner import SERVING_BATCH
 from autoembed.space.objectives import TIMING
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
-__all__ = [
-    "params_key",
-    "TRAINED_STATUSES",
-    "TrialRow",
-    "objective_metrics",
-    "objective_vector",
-    "optuna_values",
-    "front_of",
-    "ATTR",
-]
+__all__ = ["params_key", "TRAINED_STATUSES", "TrialRow", "objective_metrics", "objective_vector",
+           "optuna_values", "front_of", "ATTR"]
 
 ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
 

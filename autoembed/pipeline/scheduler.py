@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT",
-           "SETTLE_TRIALS", "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
+__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT", "SETTLE_TRIALS",
+           "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
 
 RUNGS_ATTR = "autoembed_rungs"  # Optuna trial attribute: the trial's RungPoints
 # A search runs MO-ASHA beside the front rule when asked (`--multi-fidelity`). Not by

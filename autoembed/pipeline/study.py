@@ -23,32 +23,11 @@ if TYPE_CHECKING:
 
     from autoembed.selection import ValidScores
 
-__all__ = [
-    "SAMPLERS",
-    "check_sampler",
-    "warm_sampler",
-    "import_sampler",
-    "HEAVY_SAMPLERS",
-    "DEFAULT_SAMPLER",
-    "STUDY_NAME_RULE",
-    "check_study_name",
-    "storage_url",
-    "storage_label",
-    "open_storage",
-    "find_study",
-    "study_exists",
-    "make_sampler",
-    "Recovery",
-    "recover",
-    "load_rows",
-    "scores_attrs",
-    "load_scores",
-    "SCORES_ATTR",
-    "NSGA2_POPULATION",
-    "study_meta",
-    "StoredStudy",
-    "check_same",
-]
+__all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY_SAMPLERS",
+           "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url",
+           "storage_label", "open_storage", "find_study", "study_exists", "make_sampler",
+           "Recovery", "recover", "load_rows", "scores_attrs", "load_scores", "SCORES_ATTR",
+           "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
 # gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
 SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",

@@ -22,8 +22,8 @@ import numpy as np
 
 from autoembed.pipeline.records import params_key
 
-__all__ = ["ENUMERATE_LIMIT", "RANDOM_DRAWS", "RandomTrial", "SpaceExhausted",
-           "space_configs", "untried_fitting", "exhausted_reason"]
+__all__ = ["ENUMERATE_LIMIT", "RANDOM_DRAWS", "RandomTrial", "SpaceExhausted", "space_configs",
+           "untried_fitting", "exhausted_reason"]
 
 ENUMERATE_LIMIT = 10_000  # configs of a space enumerated at most (each priced once at most)
 RANDOM_DRAWS = 128  # random configs priced at most in a space not enumerated

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from autoembed.trial import TrialResult, TrialRow
 
 __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
-           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report",
-           "CostClock", "failed_report"]
+           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report", "CostClock",
+           "failed_report"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
 # Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured

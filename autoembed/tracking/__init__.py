@@ -33,18 +33,9 @@ from autoembed.tracking.store import (
 )
 from autoembed.trial import TrialRow
 
-__all__ = [
-    "SearchTracker",
-    "NullTracker",
-    "TrialRecord",
-    "make_tracker",
-    "open_tracker",
-    "resolve_store",
-    "check_reachable",
-    "TrackingStore",
-    "TrackingError",
-    "TrackingUnreachableError",
-]
+__all__ = ["SearchTracker", "NullTracker", "TrialRecord", "make_tracker", "open_tracker",
+           "resolve_store", "check_reachable", "TrackingStore", "TrackingError",
+           "TrackingUnreachableError"]
 
 
 # The one trial record (autoembed.trial): what the tracker is told about one trial.

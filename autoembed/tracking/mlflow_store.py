@@ -41,14 +41,8 @@ from mlflow.entities import Metric, Param, Run, RunTag, ViewType
 from autoembed.tracking.records import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
 from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable, masked
 
-__all__ = [
-    "MAX_FAILURES",
-    "ROLE_TAG",
-    "MlflowTracker",
-    "open_client",
-    "experiment_for",
-    "trial_runs",
-]
+__all__ = ["MAX_FAILURES", "ROLE_TAG", "MlflowTracker", "open_client", "experiment_for",
+           "trial_runs"]
 
 log = logging.getLogger("autoembed.tracking")
 

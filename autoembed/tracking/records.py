@@ -27,15 +27,8 @@ from typing import Any
 
 from autoembed.memory.types import BYTE_FIGURES
 
-__all__ = [
-    "ESTIMATE_FIGURES",
-    "MAX_PARAM_CHARS",
-    "MAX_TAG_CHARS",
-    "MetricPoint",
-    "RunPayload",
-    "trial_payload",
-    "run_name",
-]
+__all__ = ["ESTIMATE_FIGURES", "MAX_PARAM_CHARS", "MAX_TAG_CHARS", "MetricPoint", "RunPayload",
+           "trial_payload", "run_name"]
 
 # Byte figures of `MemoryEstimate.to_dict()` logged as `estimate_<name>`.
 ESTIMATE_FIGURES = BYTE_FIGURES

@@ -25,20 +25,9 @@ from pathlib import Path
 
 from autoembed.errors import AutoembedError, ConfigError
 
-__all__ = [
-    "DB_FILE",
-    "ARTIFACT_DIR",
-    "HEALTH_TIMEOUT_S",
-    "TrackingStore",
-    "TrackingUnreachableError",
-    "TrackingError",
-    "resolve_store",
-    "default_store_uri",
-    "check_reachable",
-    "check_database",
-    "DATABASE_SCHEMES",
-    "masked",
-]
+__all__ = ["DB_FILE", "ARTIFACT_DIR", "HEALTH_TIMEOUT_S", "TrackingStore",
+           "TrackingUnreachableError", "TrackingError", "resolve_store", "default_store_uri",
+           "check_reachable", "check_database", "DATABASE_SCHEMES", "masked"]
 
 DB_FILE = "mlflow.db"
 ARTIFACT_DIR = "mlartifacts"

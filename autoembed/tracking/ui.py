@@ -21,12 +21,7 @@ from pathlib import Path
 
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer
-from autoembed.tracking.store import (
-    TrackingError,
-    TrackingStore,
-    default_store_uri,
-    resolve_store,
-)
+from autoembed.tracking.store import TrackingError, TrackingStore, default_store_uri, resolve_store
 
 __all__ = ["DEFAULT_PORT", "server_command", "serve_ui"]
 
