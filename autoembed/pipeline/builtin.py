@@ -1,15 +1,10 @@
 """autoembed's own models on data: the built-in `Workload` of the search.
 
-A proposal is a config of the space (`SearchSpace.config_for`), priced by the analytic
-estimate at the data's full size (`PricedData.priced`); a trial trains the config at the
-trained size (a stand-in's scaled-down copy, `PricedData.trained`) with `runner.run_trial`
-(`run_builtin`, in this process or a Ray worker). `BuiltinWorkload.build` loads the space
-(a resumed study's stored text when none is given; derived from the data and the budget for
-`--space auto`, the default with real `--data`) and the data, and fits the baseline on real
-data (a new study; a resumed one keeps its stored one).
-
-The baseline's validation score is the trials' target (steps_to_target) where the space
-gives none: on real data there is no oracle (`runner.default_target`).
+A proposal is a config of the space, priced by the analytic estimate at the data's full size
+(`PricedData.priced`) and trained at the trained size (`PricedData.trained`) by `run_builtin`.
+`BuiltinWorkload.build` loads the space (a resumed study's stored one; derived for `--space
+auto`, the default with real `--data`) and the data, and fits the baseline on real data,
+whose validation score is the trials' target where the space gives none.
 """
 
 from __future__ import annotations
@@ -113,7 +108,6 @@ class BuiltinWorkload:
         return cls.of(sp, data, device=r.device, baseline=baseline, baseline_note=why,
                       given=r.data is not None or sp.source == AUTO_SPACE)
 
-    # ------------------------------------------------------------------ what it is
     @property
     def stand_in(self) -> bool:
         return self.data.stand_in
@@ -148,7 +142,6 @@ class BuiltinWorkload:
             s["target"] = self.target
         return s
 
-    # ------------------------------------------------------------------ pricing
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         try:
             config = self.data.priced(self.space.config_for(values))
@@ -215,7 +208,6 @@ class BuiltinWorkload:
 
         return tuple(start_points(self.space, self.data.spec.task, cheapest or {}))
 
-    # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
         del local
         return run_builtin
@@ -227,7 +219,6 @@ class BuiltinWorkload:
         return {"runner_kwargs": {"data_file": data_file_blob(self.data.train_spec.to_dict())},
                 "packages": (pkg,) if pkg else ()}
 
-    # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
         return {"data": self.data.spec.to_dict(), "train_data": self.data.train_spec.to_dict(),
                 "baseline": None if self.baseline is None else self.baseline.to_dict(),
@@ -241,7 +232,6 @@ class BuiltinWorkload:
     def config_of(self, params: Mapping[str, Any]) -> EmbeddingConfig:
         return self.data.priced(self.space.config_for(self.space.values_from_optuna(params)))
 
-    # ------------------------------------------------------------------ the report
     def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
         """`run`: what each trial was measured with (`training.measured_with`), which
         export's `trained_on` block carries."""
@@ -288,9 +278,6 @@ class BuiltinWorkload:
             f"baseline.{k}": str(v) for k, v in self.baseline.to_dict().items()})}
 
 
-# ===================================================================== one trial
-
-
 _DATASETS: dict[str, Any] = {}
 
 
@@ -323,9 +310,6 @@ def run_builtin(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     result = run_trial(config, dataset, settings, channel,
                        on_step=fault_hook(payload.get("fault")))
     return final_report(result)
-
-
-# ===================================================================== building
 
 
 def _resolved(spec: DataSpec) -> DataSpec:

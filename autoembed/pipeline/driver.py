@@ -1,21 +1,9 @@
-"""`search(budget=..., space=...)`: the whole search, as the CLI's `autoembed search` runs it,
-for either workload (autoembed's own models; or the user's model= example= train=).
-
-The pipeline, stage by stage (docs/ARCHITECTURE.md has the table):
-
-1. `SearchRequest.parse` checks every argument (`pipeline.request`);
-2. `StoredStudy.open` finds the study, refusing a wrong `--resume` (`pipeline.study`);
-3. `SearchPlan.build` builds the workload (space, data or the user's functions), merges a
-   resumed study's stored settings and checks that something fits (`pipeline.plan`; exit 3
-   when even the cheapest corner does not);
-4. under the study lock, the `Executor` starts (Ray, or in process) and places the trials;
-   the Optuna study is created or resumed (`recover` fails and re-queues trials a dead
-   driver left running), the tracker opened;
-5. `SearchEngine` asks, prices, judges (`Feasibility`) and tells; the executor runs what
-   fits; every event goes to one `Recorder` (Optuna attributes, MLflow, calibration.json);
-6. `SearchReport` ranks the rows and writes the files, pareto.json last.
-
-So bad input costs nothing and leaves nothing behind.
+"""`search(budget=..., space=...)`: the whole search, as `autoembed search` runs it, for
+either workload (autoembed's own models; or the user's model= example= train=), stage by
+stage (docs/ARCHITECTURE.md): request, stored study, plan (exit 3 when nothing fits), under
+the study lock the executor and the Optuna study (`recover` re-queues what a dead driver left
+running), the engine, the report (pareto.json last). Every check comes before anything is
+made, so bad input costs nothing and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -146,23 +134,17 @@ def run_search(
     pending: Callable[[], SearchTracker] | None = None
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
-    # the derived space and the baseline are told as they come, before any trial
     plan = SearchPlan.build(request, stored.meta, on_recovered)
-    if tracker is None:  # an unreachable tracking server fails here, before anything is made
+    if tracker is None:  # an unreachable server fails here; the store opens while Ray starts
         from autoembed.tracking import open_tracker
 
-        # the store opens (MLflow's import, its schema) while the executor starts Ray
         pending = open_tracker(request.tracking_uri, request.runs_dir)
     studies.warm_sampler(plan.sampler)  # its imports load while Ray starts, too
     executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 
-    # One driver per study (runs/<study>/session.lock; a dead driver's lock and Ray leftovers
-    # are taken over, see pipeline.session); then the executor: a bad --ray-address fails
-    # before a study exists
+    # one driver per study (pipeline.session); a bad --ray-address fails before a study exists
     with StudyLock(plan.out_dir, plan.name, on_recovered) as lock, executor:
-        # the store opened while Ray started; a store that failed fails here, before the
-        # study is made
         tracker = pending() if pending is not None else tracker
         assert tracker is not None
         lock.ray(*executor.session())
@@ -186,9 +168,7 @@ def run_search(
         )
         try:
             executor.run(engine, plan)
-        except BaseException as exc:
-            # Ctrl-C or a failure: trials still running are failed and re-queued once,
-            # exactly as `--resume` does after a hard kill.
+        except BaseException as exc:  # running trials failed and re-queued, as --resume does
             engine.abandon(INTERRUPTED)
             try:
                 rec = _recover(study, stored, plan)

@@ -1,29 +1,15 @@
 """Executors run the engine's proposals, for any workload: `Executor` (the protocol),
-`RayTuneExecutor` (the default: Ray Tune, locally or on a cluster) and `InProcessExecutor`
-(one trial at a time in this process: tests, and debugging a training loop with a plain
-debugger).
+`RayTuneExecutor` (the default, locally or on a cluster) and `InProcessExecutor` (one trial
+at a time in this process: tests, debugging a training loop).
 
-An executor takes proposals from `engine.propose()` until it returns None, runs each with
-its workload's trial runner (`Workload.runner`) on the proposal's payload plus the plan's
-placement (`trial_payload`: device, threads), streams the trial's evaluations back to
-`engine.observe()`, carries the engine's stop decision to the running trial, and ends each
-trial with `engine.finish()`. The channel is two-way:
-
-* in process, a `TrialChannel` per trial: calling it hands one evaluation to the driver's
-  thread, which asks the engine, and returns False once the engine says stop (`report`
-  raises `StopTrial` instead);
-* on Ray Tune, the trainable reports through `tune.report` and `FrontScheduler` answers
-  STOP, which Tune delivers by ending the trainable.
-
-A trial stopped by the engine ends with no final report (`finish(number, None)`), whichever
-executor ran it: what it cost is its last evaluation's stamp. Every report carries the
-trial's wall and CPU seconds so far (`workload.CostClock`). Every trial ends: each
-executor marks it `engine.trial_started` and ends it once
-`engine.overdue` lists it (its time limit, `pipeline.time_limit`): Ray Tune by killing its
-worker process (`ray_tune.TimeLimits`), in process by raising `TrialTimeout` in the trial's
-thread and abandoning it after `GRACE_S` (`InProcessExecutor`); `engine.time_out` then makes
-it `timeout`, whatever it returns. A trial that raises, or calls `sys.exit` (SystemExit), is
-that trial's failure, never the search's end.
+An executor takes proposals from `engine.propose()` until it returns None, runs each with the
+workload's runner on `trial_payload`, streams its evaluations to `engine.observe()` and
+carries a stop back (in process: `TrialChannel`; on Ray: `FrontScheduler`'s STOP), and ends
+it with `engine.finish()` (no final report when the engine stopped it). Every report carries
+the trial's wall and CPU seconds so far (`workload.CostClock`). A trial `engine.overdue`
+lists is ended (Ray: its worker killed; in process: `TrialTimeout` raised in it, abandoned
+after `GRACE_S`) and is `timeout` whatever it returns. A trial that raises, or calls
+`sys.exit`, is that trial's failure, never the search's end.
 """
 
 from __future__ import annotations
@@ -48,8 +34,7 @@ __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTun
            "raise_in", "LOG_DIR", "GRACE_S"]
 
 LOG_DIR = "logs"  # a study's folder for its trials' output on Ray (trial-NNNN.log)
-# In process: the seconds a trial past its time limit has to end (TrialTimeout is raised in
-# it once a second) before it is abandoned, still running, and the search goes on
+# In process: the seconds a trial past its time limit has to end before it is abandoned
 GRACE_S = 10.0
 POLL_S = 1.0  # the driver's longest wait for a trial's message between looks at its limit
 
@@ -196,17 +181,11 @@ class RayTuneExecutor:
 
 
 class InProcessExecutor:
-    """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
-    trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
-    the default is the workload's own runner; `cost_clock` times each trial (its wall and
-    CPU seconds). Faults are not injected here.
-
-    Each trial runs on a daemon thread of its own while the driver's thread serves its
-    channel (the engine is called on the driver's thread only) and watches its time limit:
-    past it, the trial is `timeout` whatever it returns; `TrialTimeout` is raised in it
-    (CPython's asynchronous exception, once a second) and it has `GRACE_S` seconds to end,
-    after which it is abandoned (left to finish or to end with the process; its results
-    are never read) and the search goes on."""
+    """One trial at a time in this process, no Ray, no injected faults. `trainer(payload,
+    channel)` (default: the workload's runner) returns the final report; `cost_clock` times
+    each trial. Each trial runs on a daemon thread while the driver's thread serves its
+    channel (the engine is called on the driver's thread only) and ends it past its limit
+    (`end_trial`); an abandoned trial's results are never read."""
 
     kind = "local"
 

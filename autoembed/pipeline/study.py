@@ -29,28 +29,19 @@ __all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY
            "Recovery", "recover", "load_rows", "scores_attrs", "load_scores", "SCORES_ATTR",
            "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
-# gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
 SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",
             "tpe-cost", "tpe-mix-cost", "ehvi")
-# The default sampler, the rule the measurements pick: replayed on four tables of real trials
-# (benchmarks/replay/compare.py, results/search_efficiency_replay.md), `ehvi` (candidates
-# priced before they are proposed) reached 95% of the reference front in the least compute
-# on every table, picked with each table left out; live searches agree
-# (results/search_live_vs_replay.md). `tpe-mix` before it was no better than random there.
+# The default: on four replayed tables of real trials `ehvi` reached 95% of the reference
+# front in the least compute on each (docs/benchmarks.md, benchmarks/replay/compare.py).
 DEFAULT_SAMPLER = "ehvi"
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-# NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
-# (docs/contracts.md#nsga-iis-population): a small population lets it evolve within a short search.
+# NSGA-II's default population (50) is pure random sampling in a 10-30 trial search
 NSGA2_POPULATION = 8
-# TPE: random proposals before the model is used; infeasible proposals count as
-# observations too, so this is reached within the first few trained trials.
+# TPE: random proposals (infeasible ones included) before the model is used
 TPE_STARTUP = 8
 TPE_SHORT_STARTUP = 4  # tpe-s4: the model from the fourth observation on
-# tpe-mix: after TPE_STARTUP random proposals, every MIX_EVERY-th trial is random too
-# (interleave.is_random); TPE proposes the others.
-MIX_EVERY = 2
-# tpe-mix's TPE draws from its own stream, so that its start-up fallback (fewer than
-# TPE_STARTUP finished trials while others run) never repeats the random share's draws
+MIX_EVERY = 2  # tpe-mix: every MIX_EVERY-th trial after the start-up is random
+# tpe-mix's TPE draws from its own stream (its start-up never repeats the random share's)
 MIX_MODEL_SEED_OFFSET = 104_729
 SQLITE_TIMEOUT_S = 60  # wait this long for a lock instead of failing at once
 
@@ -68,11 +59,8 @@ def storage_url(runs_dir: Path, url: str | None = None) -> str:
     return url.strip() if url else f"sqlite:///{runs_dir / 'optuna.db'}"
 
 
-# URL schemes Optuna's RDBStorage (SQLAlchemy) is documented to take; anything else is
-# refused before a connection is tried.
-STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
-# a team server that does not answer fails in seconds, not after the driver's default wait
-CONNECT_TIMEOUT_S = 10
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")  # Optuna's RDBStorage; others refused
+CONNECT_TIMEOUT_S = 10  # a team server that does not answer fails in seconds
 
 
 def storage_label(runs_dir: Path, url: str | None = None) -> str:
@@ -103,14 +91,11 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
     try:
         if scheme != "sqlite" or url:
-            return optuna.storages.RDBStorage(
-                full, engine_kwargs={"connect_args": connect_args})
-        # Two searches starting at once on one runs dir would both create the schema
-        # ("table studies already exists"): one does, the other waits on this file's flock.
+            return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
+        # two searches starting at once on one runs dir: one creates the schema, one waits
         with (runs_dir / "optuna.db.init-lock").open("a") as guard:
             fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
-            return optuna.storages.RDBStorage(
-                full, engine_kwargs={"connect_args": connect_args})
+            return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
     except ImportError:  # Optuna re-raises the driver's ModuleNotFoundError as this
         raise ConfigError(
             f"--storage '{label}': the database driver for '{scheme}' is not installed; "
@@ -147,10 +132,8 @@ HEAVY_SAMPLERS = ("ehvi",)  # samplers whose first ask imports heavy modules (im
 
 
 def warm_sampler(kind: str) -> None:
-    """Import what sampler `kind` needs on a thread of its own (`ehvi`: scikit-learn's trees,
-    about 3 s), so that it loads while the executor starts Ray instead of in the first ask.
-    An import that fails here is left to `make_sampler`'s sampler to raise. The thread is not
-    a daemon (an import cut off at exit can crash the interpreter)."""
+    """Import what sampler `kind` needs (`import_sampler`) on a non-daemon thread, while Ray
+    starts; a failure is left to the sampler's first ask to raise."""
     if kind not in HEAVY_SAMPLERS:
         return
     import threading
@@ -250,9 +233,8 @@ def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
     return rows
 
 
-# A completed trial's validation scores (`selection.ValidScores.pack`), as user attributes
-# `<SCORES_ATTR>.0`, `.1`, ... of at most SCORES_CHUNK characters each (a MySQL TEXT holds
-# 64 KiB)
+# A trial's packed validation scores: attributes `<SCORES_ATTR>.0`, `.1`, ... of at most
+# SCORES_CHUNK characters each (a MySQL TEXT holds 64 KiB)
 SCORES_ATTR = "autoembed.valid_scores"
 SCORES_CHUNK = 60_000
 
