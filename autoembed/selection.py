@@ -171,7 +171,7 @@ def _small_int(a: Any) -> npt.NDArray[Any]:
     return a.astype(np.int16 if a.size == 0 or int(np.abs(a).max()) < 2**15 else np.int32)
 
 
-def _midranks(x: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+def midranks(x: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
     """1-based ranks of `x`, ties given the mean of their ranks."""
     import numpy as np
 
@@ -199,9 +199,9 @@ def paired_auc(
     for s in (a, b):
         s = np.asarray(s, dtype=np.float64)
         x, z = s[y], s[~y]
-        tz = _midranks(np.concatenate([x, z]))
-        v10.append((tz[:m] - _midranks(x)) / n)  # per positive: share of negatives below
-        v01.append(1.0 - (tz[m:] - _midranks(z)) / m)  # per negative: share of positives above
+        tz = midranks(np.concatenate([x, z]))
+        v10.append((tz[:m] - midranks(x)) / n)  # per positive: share of negatives below
+        v01.append(1.0 - (tz[m:] - midranks(z)) / m)  # per negative: share of positives above
     var = 0.0
     for comps, size in ((v10, m), (v01, n)):
         if size > 1:
