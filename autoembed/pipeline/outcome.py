@@ -1,15 +1,9 @@
 """Outcome: the study's rows, and how Optuna is told each trial (tell, costs, statuses).
 
-`Outcomes.record` keeps a row and hands it to the `Recorder` (Optuna attributes, then the
-tell, then MLflow and calibration.json); `Outcomes.ended` is the row of a launched trial
-that ended and how Optuna is told it. A trial its executor ended past its time limit is
-`timeout`, told as a diverged one is (COMPLETE with placeholder values and the `runs`
-constraint violated, so constrained samplers steer away from it).
-
-Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
-`runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
-diverged), else 0. A real out-of-memory sets `memory` to at least OOM_VIOLATION, and its
-predicted device_total becomes the OOM ceiling (`oom_ceiling`; `pipeline.engine`).
+`Outcomes.record` keeps a row and hands it to the `Recorder`; `Outcomes.ended` is the row of
+a launched trial that ended and how Optuna is told it. A `timeout` is told as a diverged
+trial is (COMPLETE with placeholder values, the `runs` constraint violated). The
+constraints and the OOM ceiling (`oom_ceiling`): `pipeline.engine`.
 """
 
 from __future__ import annotations

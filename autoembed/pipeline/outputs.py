@@ -1,12 +1,8 @@
-"""A search's files under `<runs-dir>/<study>/`, each written atomically (a temporary file
-in the same directory, then `os.replace`), pareto.json last: a reader that finds it finds
-the other files complete.
-
-* trials.csv — every trial (infeasible ones too): status, reason, objective metrics, the
-  estimate's byte figures, the Optuna params and the priced config as JSON (`config_json`).
-* pareto.png — the front in objective space (2-D projections for 3+ objectives).
-* best.yaml — `save_config` of the picked config (resolved, with its data spec).
-* pareto.json — study, budget, objectives, members, best, picks, environment.
+"""A search's files under `<runs-dir>/<study>/`, each written atomically, pareto.json last (a
+reader that finds it finds the others complete): trials.csv (every trial: status, reason,
+metrics, estimate, params, `config_json`), pareto.png (the front; 2-D projections for 3+
+objectives), best.yaml (the pick, resolved, with its data spec), pareto.json (study, budget,
+objectives, members, best, picks, environment).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`SearchPlan`: everything a search decides before its first trial, for either workload.
 
-`SearchPlan.build(request, stored)` builds the workload (`workload_for`: autoembed's own
-models on data, or the user's model and loop; the one place the pipeline tells them apart),
-merges the request with the settings a resumed study stored (the one place that does: a
-value given wins where it may change, and is refused where it may not — budget, objectives,
-data, space, the workload), sizes the workers and CPUs, and checks that something fits
-(`Workload.check_fits`: the cheapest corner of a built-in space; `NothingFitsError`, exit
-status 3). Ray's cluster may change a trial's CPUs (`with_cpus_per_trial`).
+`SearchPlan.build(request, stored)` builds the workload (`workload_for`: the one place the
+two kinds part), merges the request with a resumed study's stored settings (the one place
+that does: a value given wins where it may change and is refused where it may not), sizes
+workers and CPUs, and checks that something fits (`NothingFitsError`, exit status 3).
 """
 
 from __future__ import annotations
@@ -33,19 +30,14 @@ from autoembed.space.start import StartPoint
 __all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads", "workload_for",
            "TIME_BOXED_TRIALS"]
 
-# Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
-# trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained
-# steps (a front as good for less training; within noise). A user's space turns it on by
-# saying how long its loop runs (`early_stop: {max_steps, eval_every}`).
+# Early stopping on by default (a front as good for less training); a user's space turns it
+# on by saying how long its loop runs (`early_stop: {max_steps, eval_every}`).
 DEFAULT_EARLY_STOP = True
 
 
 def trial_threads(cpus_per_trial: int, device: str) -> int:
     """Torch threads per trial: on a CPU, one core fewer than the trial's share, so that the
-    driver, Ray and the trial's own data generation never make torch's OpenMP threads wait
-    for a core. Measured on this 2-core machine (default.yaml trial, 200 steps): idle, 2
-    threads train in 0.70 s and 1 thread in 0.83 s; next to two busy processes, 2 threads
-    take 4.36 s and 1 thread 1.21 s."""
+    driver, Ray and data generation never make torch's OpenMP threads wait for a core."""
     return cpus_per_trial if device != "cpu" else max(1, cpus_per_trial - 1)
 
 
@@ -90,7 +82,6 @@ class SearchPlan:
     multi_fidelity: bool = False  # MO-ASHA at rungs of each trial's length
     time_limit: TrialTimeLimit = TrialTimeLimit()  # how long a trial may run
 
-    # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, request: SearchRequest, stored: Mapping[str, Any],
               note: Callable[[str], None] | None = None) -> SearchPlan:
@@ -134,7 +125,6 @@ class SearchPlan:
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
         return replace(self, cpus_per_trial=cpus)
 
-    # ------------------------------------------------------------------ derived
     @property
     def space(self) -> SearchSpace:
         return self.workload.space
@@ -249,8 +239,7 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
     """Trials at once: one in a repeatable search; else --workers, else a resumed study's
     count; else one per GPU; on a CPU one (trials side by side distort each other's
     throughput), except in a time-boxed search on a private Ray: one per core, each on one
-    torch thread (`trial_threads`). A time box buys trials, not seconds, and one thread does
-    most of two's work on these models (`trial_threads`' figures)."""
+    torch thread (a time box buys trials, not seconds)."""
     if repeatable:
         return 1
     if r.workers or stored.get("workers"):
@@ -261,8 +250,7 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
     return cpus if r.time_budget is not None and private_ray else 1
 
 
-# The trial count of a search bounded only by its time budget (--time-budget, no --trials):
-# as Optuna's optimize(timeout=...) without n_trials, time is the limit, not a count.
+# The trial count of a search bounded only by --time-budget (time is the limit, not a count)
 TIME_BOXED_TRIALS = 100_000
 
 
@@ -279,10 +267,8 @@ def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> 
 
 
 def _multi_fidelity(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:
-    """MO-ASHA (`pipeline.scheduler`): as asked or as stored; off by default (replayed with
-    `ehvi`, it beat the front rule alone on one table of four:
-    benchmarks/results/search_efficiency_replay.md). Its
-    rungs are shares of a trial's length, which a user space must state."""
+    """MO-ASHA (`pipeline.scheduler`): as asked or as stored, off by default; its rungs are
+    shares of a trial's length, which a user space must state."""
     on = r.multi_fidelity or bool(stored.get("multi_fidelity", False))
     if on and r.kind == "user" and space.early_stop is None:
         raise ConfigError(

@@ -1,12 +1,10 @@
 """What a search of autoembed's own models prices and what it trains (`PricedData`).
 
-The priced data are the search space's `data` (full-size tables: vocabularies of 10^7-10^8
-rows make the budget bind). With a `stand_in`, each trial trains a scaled-down copy of
-synthetic data instead (vocabularies, `hash_buckets` and robe arrays given as counts
-multiplied by `vocab_scale`, so every compression keeps its ratio; a hot/cold table's hot set
-keeps its share of lookups, not of rows) so that a trial takes seconds on a CPU; its quality and
-throughput are measured on that copy, its memory is the full-size estimate. Without one,
-priced and trained data are the same.
+The priced data are the space's `data` (full-size tables). With a `stand_in`, trials train a
+scaled-down copy of synthetic data (counts times `vocab_scale`, so every compression keeps
+its ratio; a hot set keeps its share of lookups), so a trial takes seconds on a CPU: quality
+and throughput are of that copy, memory is the full-size estimate. Without one, priced and
+trained data are the same.
 """
 
 from __future__ import annotations

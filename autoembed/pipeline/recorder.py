@@ -1,15 +1,10 @@
-"""Every trial event goes to one `Recorder`, which fans it out to the sinks — one writer each.
+"""Every trial event goes to one `Recorder`, which fans it out to the sinks, one writer each:
 
-* the Optuna study: the row as the trial's user attribute `autoembed`, written before `tell`
-  (a finished trial cannot be updated); the study storage is the search's record;
-* MLflow (`TrackerSink`): rows are buffered and written in batches (`FLUSH_ROWS`, written
-  behind on a thread, one batch at a time; the rest at `flush`, which waits); a resume
-  first re-records whatever the tracker lacks (`catch_up`), so that after a SIGKILL the
-  stores agree trial by trial again;
-* calibration.json (`CalibrationSink`): every OOM against its prediction (see `search.engine`).
-
-The driver calls `catch_up` once after resuming, the engine `record` for each event, and the
-driver `finish` / `close` at the end. Nothing else writes these sinks.
+* the Optuna study: the row as the trial's user attribute, written before `tell`;
+* MLflow (`TrackerSink`): rows buffered and written in batches behind on a thread
+  (`FLUSH_ROWS`; the rest at `flush`, which waits); `catch_up` on a resume re-records what
+  the tracker lacks, so after a SIGKILL the stores agree trial by trial again;
+* calibration.json (`CalibrationSink`): every OOM against its prediction.
 """
 
 from __future__ import annotations

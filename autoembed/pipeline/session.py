@@ -7,16 +7,11 @@ process dies, even by SIGKILL, so a study can never have two drivers on one host
 
 * Lock held by a live driver: the second one is refused (exit 2), naming its PID and host.
 * Record left by a dead driver (no flock, PID gone or reused): taken over, with a message.
-  Its private Ray is cleaned up: Ray's head processes die with a SIGKILLed driver (they
-  share its fate), but its dashboard and runtime-env agents survive as orphans (seen with
-  Ray 2.60; measured here, they exit by themselves about 60 s later, when Ray's GCS
-  reconnect timeout runs out). Those still there are found by PID and stopped (SIGTERM,
-  then SIGKILL), and only after checking that each one belongs to that session: its
-  command line names the session directory, or its command line is a Ray one and it holds
-  a file of the session directory open (its logs) or carries `RAY_RAYLET_PID=<the recorded
-  raylet>` in its environment. Processes of other users are never touched. Once none is
-  left, the dead session's folder (Ray's logs) is removed (`remove_session`), as a driver
-  that ends normally removes its own.
+  Its private Ray's orphans (dashboard and runtime-env agents outlive a SIGKILLed driver)
+  are stopped by PID (SIGTERM, then SIGKILL), each only once it is shown to belong to that
+  session: its command line names the session directory, or it is a Ray process that holds
+  a file of the directory open or carries `RAY_RAYLET_PID=<the recorded raylet>`. Other
+  users' processes are never touched. Then the session's folder is removed.
 * A record written on another host (a shared filesystem) cannot be checked from here: it is
   refused until removed by hand, and the message says so.
 

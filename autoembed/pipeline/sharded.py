@@ -1,23 +1,16 @@
-"""A TorchRec model's part of the user workload (`pipeline.user.UserWorkload` over a space
-with `topology:`): a proposal priced per rank on TorchRec's plan, and its trial run as one
-process per rank.
+"""A TorchRec model's part of the user workload (a space with `topology:`): a proposal priced
+per rank on TorchRec's plan, and its trial run as one process per rank.
 
-* `Sharded.of` reads the space's topology (each rank's device memory `hbm` defaults to the
-  search's per-device budget, the plan's `compute_device` to the search's device) and
-  refuses what the plan's device cannot train (`user.space.check_plan_device`), TorchRec
-  missing, and functions a rank process could not find by name.
-* `Sharded.price`: the proposal's TorchRec settings per table (`user.space.
-  table_settings_for`: the space's table rules by module path or glob), the model rewritten
-  and planned by TorchRec's planner, every rank priced (`torchrec.estimate_sharded`); what
-  the search judges is the largest rank (`ShardedEstimate.memory_estimate`: `per_gpu` holds
-  every rank, so a rank over the budget is named). No plan from TorchRec's planner: the
-  proposal fails with its line, the search goes on.
-* A trial (`run_local_trial`: `torchrec.runner.run_sharded`, N local processes;
-  `run_ray_trial`: `torchrec_trial.ray_sharded`, N Ray Train workers, the Tune trial
-  holding no CPU) runs the user's loop on every rank under DMP with the priced plan; rank
-  0's evaluations go through the executor's channel and its stop comes back to every
-  rank. The final report is rank 0's record (`user.run.user_result`) with each rank's
-  measured peak beside its estimate (`TrialResult.ranks`).
+* `Sharded.of` reads the topology (each rank's `hbm` defaults to the search's per-device
+  budget, `compute_device` to its device) and refuses a plan device that cannot train,
+  TorchRec missing, and functions a rank process could not find by name.
+* `Sharded.price`: the proposal's per-table settings, the model planned by TorchRec's
+  planner, every rank priced (`torchrec.estimate_sharded`); the search judges the largest
+  rank (`per_gpu` names a rank over the budget). No plan: the proposal fails with its line.
+* A trial (`run_local_trial`: N local processes; `run_ray_trial`: N Ray Train workers, the
+  Tune trial holding no CPU) runs the user's loop on every rank under DMP with the priced
+  plan; rank 0 reports through the channel and its stop reaches every rank. The final
+  report is rank 0's with each rank's measured peak beside its estimate (`TrialResult.ranks`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Every config of a small, finite space, and the untried one that fits: what lets a search
 say that it has tried every config that fits.
 
-`space_configs(suggest)` runs the space's suggest code (`suggest(trial) -> values`, the
-code the search asks Optuna with) on stand-in trials that walk each suggestion's options in
-turn, conditional params as the space has them: every config once, as (Optuna params,
-values). A space with a float param without a step, or more than ENUMERATE_LIMIT configs,
-is not enumerated (None). `untried_fitting` prices the configs not tried yet, in a seeded
-random order, until one fits (a space not enumerated: random configs, RANDOM_DRAWS at
-most). The engine (a sampler that proposes a config already tried)
-and the `ehvi` sampler (an ask that found nothing priced that fits) use them; when nothing
-untried fits, the search ends: `SpaceExhausted`, "every fitting config tried: N".
+`space_configs(suggest)` runs the space's suggest code on stand-in trials that walk every
+option (conditional params included): each config once, as (Optuna params, values); None for
+a float param without a step or more than ENUMERATE_LIMIT configs. `untried_fitting` prices
+untried configs in a seeded random order until one fits (not enumerable: at most
+RANDOM_DRAWS random ones); when none fits the search ends (`SpaceExhausted`, "every fitting
+config tried: N").
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""The seam between the search pipeline and what it searches: `Workload`.
-
-The pipeline (request, stored study, plan, executor, engine, Ray trainable, recorder,
-report, export) exists once and does not know which kind of model it runs. A workload says
-what differs:
-
-* its `space` (one space language: `autoembed.space`);
-* how a proposal is priced: `price(values) -> Priced | Invalid`, and whether the space has
-  anything that fits at all (`check_fits`, before any trial);
-* how a trial runs: `runner(local)` is a module-level function ``run(payload, channel) ->
-  final report`` that an executor calls in this process (`local`) or in a Ray worker, with
-  the plain-data payload `Priced.launch(number)` made; evaluations stream out through
-  ``channel(evaluation) -> Decision`` and the final report carries the trial's
-  `TrialResult` (`executor.final_report`), with one entry per rank (`TrialResult.ranks`)
-  for a trial that ran as several processes (`pipeline.sharded`);
-* what a study stores for a resume (`meta`, `check_resume`) and what the report shows and
-  writes (`context`, `best_record`, `noise`, `searched`).
-
-Two implementations: `pipeline.builtin.BuiltinWorkload` (autoembed's own models on data)
-and `pipeline.user.UserWorkload` (the user's model, example and training loop).
+"""The seam between the search pipeline and what it searches: `Workload` (its parts:
+docs/ARCHITECTURE.md). The pipeline exists once; a workload says what differs: its space, how
+a proposal is priced, how a trial runs (`runner(local)`: a module-level ``run(payload,
+channel) -> final report``; evaluations stream out through ``channel(evaluation) -> bool``),
+what a study stores for a resume and what the report writes. Two implementations:
+`pipeline.builtin.BuiltinWorkload` and `pipeline.user.UserWorkload`.
 """
 
 from __future__ import annotations
@@ -45,8 +31,8 @@ __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", 
            "failed_report"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
-# Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
-# here: rss_peak 0.56 GB for tiny.yaml trials (torch 2.13 CPU), rounded up.
+# Host memory of a trial process besides its tensors (Python, torch, a Ray worker; measured
+# 0.56 GB, rounded up)
 HOST_BASE_BYTES = 768 * 2**20
 
 # A running trial's channel to the search: one evaluation out, the decision back (True:

@@ -1,18 +1,12 @@
-"""Tracking: where a search's runs are recorded (MLflow by default).
+"""Tracking: where a search's runs are recorded (MLflow by default; imported lazily).
 
-The search — only its driver process (docs/contracts.md#who-writes-each-store-and-file) — calls
-a `SearchTracker`: `start` once, `trial`/`trials` for finished or rejected trials (through
-the recorder's `TrackerSink`, in batches), `finish` once with the Pareto front, `close`
-always. `NullTracker` records nothing.
-MLflow is imported only inside the MLflow implementation, lazily.
-
-`make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
-the embedded `sqlite:///<runs-dir>/mlflow.db`; "none" -> `NullTracker`; any other MLflow URI
-as given. An http(s) server that does not answer `/health` within 3 s raises
-`TrackingUnreachableError` (exit status 2) before anything runs; a store that cannot be
-opened raises `TrackingError` (exit status 1); `open_tracker` does the same with the store
-opened on a thread, so that a search's Ray starts meanwhile. Once made, a tracker never
-raises: a failure mid-search is a warning (see `autoembed.tracking.mlflow_store`).
+Only the driver calls a `SearchTracker` (docs/contracts.md#who-writes-each-store-and-file):
+`start` once, `trial`/`trials` for finished or rejected trials (in batches, through the
+recorder's `TrackerSink`), `finish` once with the front, `close` always; `NullTracker`
+records nothing. `make_tracker(tracking_uri, runs_dir)` picks the store (`tracking.store`);
+an http(s) server that does not answer raises `TrackingUnreachableError` (exit 2) and a
+store that cannot be opened `TrackingError` (exit 1), before anything runs; `open_tracker`
+opens it on a thread while Ray starts. Once made, a tracker never raises.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""`SearchTracker` on MLflow: one experiment per study, one parent run per search, one nested
-run per trial. Imported only by `make_tracker` and export (importing MLflow costs seconds).
-
-Layout (docs/mlflow.md):
-
-* experiment = the study name (tag `autoembed.study`); on the embedded store its artifacts
-  live in `<runs-dir>/mlartifacts/<study>/`.
-* parent run `search-<study>` (tag `autoembed.role` = search): the driver's params, the
-  space file, and at `finish` pareto.json, pareto.png, trials.csv and the vocabulary; tag
-  `pareto_trials`. A search resumed after a crash or Ctrl-C reuses its unfinished parent.
-* one child run `trial-NNNN` per trial that ran (tags `trial`, `status`, `pareto`,
-  `ray_trial_id`; params = `config.flat_params()`; metrics, see `records`; artifacts
-  `config.yaml` and `memory.json`). The Optuna trial number is the key: recording a trial
-  number again (a resumed search) replaces its earlier run.
-* infeasible proposals (never trained) are runs `infeasible-NNNN` with their params,
-  estimate metrics and `reason`, nested one level deeper under a single
-  `infeasible proposals` run, so they are one collapsed row beside the real trials.
+"""`SearchTracker` on MLflow (the layout: docs/mlflow.md): one experiment per study, one
+parent run `search-<study>` per search (reused by a resumed search), one nested run
+`trial-NNNN` per trial that ran (a trial number recorded again replaces its run), and the
+infeasible proposals as `infeasible-NNNN` runs under one `infeasible proposals` run.
+Imported only by `make_tracker` and export (importing MLflow costs seconds).
 
 Failures never stop a search: each call logs a warning and returns; after `MAX_FAILURES`
 failures in a row (or a failed `start`) tracking turns itself off. The driver's files under

@@ -1,21 +1,9 @@
-"""What one trial becomes in MLflow: params, metrics and tags as plain values.
-
-Pure functions (no MLflow import), so the mapping is testable alone and the MLflow store only
-ships what they return. Metric names (one place, documented in docs/mlflow.md):
-
-* curve (by step): `valid_quality` and `valid_<metric>` for each validation evaluation;
-* final: `quality`, the search's objective (validation split, last step; the test figure
-  when a result has no validation figure), `test_quality` and the result's own metrics on
-  the test split (`auc`, `logloss`, ...);
-* memory: `estimate_<category>` for each byte figure of the estimate (`estimate_device_total`,
-  `estimate_allocated_peak`, ...); `measured_allocated_peak` / `measured_reserved_peak` and
-  `estimate_rel_error` / `estimate_rel_error_reserved` = (estimate - measured) / measured only
-  when a GPU measured them; `rss_peak` (host memory, never called GPU memory);
-* speed: `throughput` (samples/s), `steps_to_target`, `samples_to_target`,
-  `latency_<p50|p99>_<b1|b256>_ms`, `train_seconds`, `wall_seconds`;
-* the search's objective values the record carries (`record.metrics`, e.g. `memory`,
-  `latency`) where not logged under the names above, and `budget_overshoot` =
-  (device_total - budget) / budget for proposals over the budget.
+"""What one trial becomes in MLflow: params, metrics and tags as plain values. Pure functions
+(no MLflow import); the metric names are documented in docs/mlflow.md: the curve
+(`valid_quality`, `valid_<metric>` by step); `quality`, `test_quality` and the test split's
+metrics; `estimate_<category>`, and only where a GPU measured them `measured_*_peak` and
+`estimate_rel_error[_reserved]` = (estimate - measured) / measured; `rss_peak` (host memory);
+speed and cost figures; the record's other objective values and `budget_overshoot`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""Where runs are recorded: resolving a tracking URI and checking a server answers.
-
-No MLflow import here: resolving and probing take milliseconds, so a wrong URI fails within
-seconds, before the search pays for Ray or MLflow.
+"""Where runs are recorded: resolving a tracking URI and checking a server answers, with no
+MLflow import (a wrong URI fails in seconds, before Ray or MLflow load).
 
 * default: the embedded store `sqlite:///<runs-dir>/mlflow.db`, artifacts in
-  `<runs-dir>/mlartifacts/<study>/`;
-* `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): any MLflow tracking URI; an http(s)
-  server is probed at `<uri>/health` (3 s) and an unreachable one is a
-  `TrackingUnreachableError` (exit status 2: the URI given does not answer);
-* a database URI (postgresql://, mysql://: a team store) is connected to once with a
-  10 s timeout before MLflow opens it (MLflow itself retries for minutes); artifacts go
-  under `<runs-dir>/mlartifacts/<study>/` as for the embedded store;
+  `<runs-dir>/mlartifacts/<study>/` (also for a database URI);
+* `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): an http(s) server is probed at
+  `<uri>/health` (3 s; unreachable: `TrackingUnreachableError`, exit 2); a database URI
+  (postgresql://, mysql://) is connected to once with a 10 s timeout;
 * `none`: record nothing.
 """
 
