@@ -1,32 +1,15 @@
-"""Export one trial's config, resolved, for `autoembed train --config` and `load_config`.
+"""Export one trial's config, resolved, for `autoembed train --config` and `load_config` (the
+file's keys and its neighbours: docs/training.md).
 
-Sources, in this order:
-
-* `--pick RULE` (default: the search's own pick, pareto.json `best`): a member of
-  `<runs-dir>/<study>/pareto.json`, chosen by `autoembed.pareto.pick` (the rules of
-  `search --pick`);
-* `--pick trial:N`: the front's member N, else row N of trials.csv, else the trial's run in
-  the MLflow store (its `config.yaml` artifact);
-* `--run-id ID`: a trial run's `config.yaml` artifact in the MLflow store.
-
-The written file is `{config: ..., source: {...}, train: {max_steps: N}, trained_on: {...}}`
-(YAML or JSON): `config` is the priced config (full-size tables: what the budget was checked
-against); `train` is the step the trial's quality was measured at; `trained_on` says what
-the trial's figures were measured on: the config it trained (resolved on that data, whose
-spec it carries: a scaled-down stand-in of the priced tables in the built-in spaces), the
-run settings it was measured with, and `stand_in`. `autoembed train --config` reruns
-exactly that by default, so it reproduces the trial's figures (`training.plan_training`);
-`--full-size` trains `config` on its own data instead. `trained_on` is absent when the
-source did not record the trained config (a trial off the front, an older study: a note
-says so), `train` when it did not record the step. The config
-carries its `data` spec, and when the search's data have vocabulary maps
-(`<runs-dir>/<study>/vocab/`) they are copied beside the file; a config with hot/cold
-tables gets its hot sets beside it. Both are named by their content (`vocab-HASH/`, named
-by the file's `vocab` key; `hot_sets-HASH.npz`, by its `hot_sets` key), so exports into one
-directory never share a file that one of them could change: `--force` replaces only
-`out`, and an earlier export beside it keeps reading its own. Every file is written
-atomically with the user's umask. Bad input (unknown study, trial or run id, unreachable
-tracking URI, an existing output) is a `ConfigError`: one line, exit status 2.
+Sources: `--pick RULE` (default: pareto.json's `best`) over `<runs-dir>/<study>/pareto.json`
+by `autoembed.pareto.pick`; `--pick trial:N`: the front's member N, else row N of
+trials.csv, else the trial's MLflow run; `--run-id ID`: a trial run's `config.yaml`
+artifact. The file holds `config` (the priced config), `source`, `train` (the step the
+trial was judged at) and `trained_on` (what its figures were measured on; absent where the
+source did not record it: a note says so). Vocabulary maps and hot sets are copied beside
+it, named by their content, so exports into one directory never share a file one could
+change. Every file is written atomically with the user's umask. Bad input (unknown study,
+trial or run id, unreachable tracking URI, an existing output) is a `ConfigError`: exit 2.
 """
 
 from __future__ import annotations
@@ -69,9 +52,6 @@ class Exported:
     run_id: str | None = None
     vocab: Path | None = None
     notes: tuple[str, ...] = ()
-
-
-# ===================================================================== picks
 
 
 @dataclass(frozen=True)
@@ -123,9 +103,6 @@ def pick_member(
                   0.0 if measure is None else measure.floor_noise)
     assert isinstance(chosen, _Member)
     return chosen.raw
-
-
-# ===================================================================== sources
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -214,9 +191,6 @@ def _refuse_infeasible(status: str | None, what: str) -> None:
             f"{what} is infeasible: its estimate does not fit the budget and it never "
             "trained; pick a feasible trial (see trials.csv or --pick)"
         )
-
-
-# ===================================================================== choosing the trial
 
 
 @dataclass(frozen=True)
@@ -376,9 +350,6 @@ def _choose_from_study(
     )
 
 
-# ===================================================================== writing
-
-
 def _member_trained_on(member: Mapping[str, Any], pareto: Mapping[str, Any]
                        ) -> dict[str, Any] | None:
     return trained_on(member.get("trained_config"), pareto.get("run"), pareto.get("stand_in"))
@@ -535,9 +506,6 @@ def export_config(
         _write(cfg, out_path, fmt_name, extra)
     return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))
-
-
-# ===================================================================== your own model
 
 
 def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:

@@ -1,25 +1,14 @@
 """`autoembed train`: full training of a (usually exported) config with the trial runner,
-periodic checkpoints, resume, and a final metrics file.
+periodic checkpoints, resume, and a final metrics file (the contract: docs/training.md).
 
-Outputs under `out_dir`: `checkpoint.pt` (model, optimizers, masters, scaler, step; written
-atomically every `checkpoint_every` steps and loaded back with `weights_only=True`),
-`model.pt` (final weights) and `metrics.json` (the TrialResult) — the last two only when
-training completes, so nothing half-written looks like a finished result. Every file is
-created with the user's umask (`autoembed.files`).
-
-A run's `model.pt` and `metrics.json` are published as one unit (`files.publish`: a new
-folder `.result-TOKEN/` holding both, named by the `result` link, which one rename
-switches; `model.pt` and `metrics.json` are links into it), so a kill at any step leaves
-the old run's pair or the new run's, never one of each; what a killed run left is swept
-when the next one starts. A finished result is never lost to a run that has not finished:
-a directory whose result is of another config is refused (ConfigError) unless `force`; a
-forced run retrains from step 0 and replaces the old result only when it completes (its
-checkpoints do replace the old `checkpoint.pt`). The same config asked for the same length
-again is a no-op that says so (`already_complete`); a longer one continues from the
-checkpoint. A checkpoint is resumed only on the way to the asked length (its step at most
-the asked steps; for epochs, the same epochs): one past it is refused, so a result holds
-exactly the steps it says. Every option and the file's `trained_on.run` settings are
-checked before anything is created. One `train` at a time holds a directory (`.lock`).
+Outputs under `out_dir`: `checkpoint.pt` (written atomically every `checkpoint_every`
+steps, loaded with `weights_only=True`), and on completion `model.pt` and `metrics.json`,
+published as one unit (`files.publish`), so a kill leaves the old run's pair or the new
+one's. A finished result of another config is refused unless `force` (which retrains and
+replaces it on completion); the same config and length again is a no-op
+(`already_complete`); a checkpoint is resumed only on the way to the asked length. Every
+option is checked before anything is created; one `train` at a time holds a directory
+(`.lock`).
 """
 
 from __future__ import annotations
@@ -270,9 +259,7 @@ def _holding(out: Path) -> Iterator[None]:
 def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any],
                   device: Any) -> dict[str, Any] | None:
     """The checkpoint state a run of `config` for `length` resumes from (None: there is
-    none): it must be of `config` and on the way to `length` (`_check_resumable`); any
-    other is refused (ConfigError) before anything is built, so a run never publishes more
-    steps than it was asked for."""
+    none); one of another config or off the way to `length` is refused (ConfigError)."""
     if not ckpt.exists():
         return None
     st = _read_checkpoint(ckpt, device)
@@ -282,11 +269,9 @@ def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any]
 
 
 def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any]) -> None:
-    """A checkpoint of this config resumes a run of `length` when it lies on that run's
-    way: for `max_steps` N, one at step <= N of a run by steps (training does not depend
-    on the run's length: the data order and the optimizers are the same at every step, so
-    it ends with a straight N-step run's weights); for `epochs`, one of a run of the same
-    epochs. Otherwise ConfigError naming its step and the fixes."""
+    """A checkpoint resumes a run of `length` when it lies on that run's way: for
+    `max_steps` N, one at step <= N of a run by steps (it ends with a straight N-step run's
+    weights); for `epochs`, one of the same epochs. Otherwise ConfigError with the fixes."""
     step, was = int(st["step"]), st.get("trained_for")
     was = dict(was) if isinstance(was, Mapping) else {"max_steps": None}  # before it was kept
     asked = length.get("max_steps")
@@ -515,20 +500,15 @@ def train(
     hot_sets: Mapping[str, Any] | None = None,
     measure: Mapping[str, Any] | None = None,
 ) -> TrialResult:
-    """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
+    """Train `config` on its own data spec (or `data`), checkpointing into `out_dir` (the
+    module docstring says what it writes and refuses).
 
     `measure`: RunSettings fields (MEASURE_KEYS) a search trial was measured with, so a
-    rerun scores the same validation and test batches on the same threads; by default the
-    validation figure is of 50 batches and the test figure of the whole test split.
-
-    `on_step(step, total)` reports progress (total is None when training by epochs).
-    Raises ConfigError, before training, if `out_dir` holds a finished result of another
-    config and not `force`; the old result is replaced only when this run completes. When
-    it holds this config's result of the same length nothing trains: that result comes
-    back with `env["already_complete"]` True.
+    rerun scores the same batches on the same threads (default: 50 validation batches, the
+    whole test split). `on_step(step, total)` reports progress (total 0 by epochs). A
+    finished result of this config and length comes back with `env["already_complete"]`.
     `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
-    sets; by default they are computed from the data (`models.hot_cold.install_hot_sets`).
-    """
+    sets (default: computed from the data)."""
     from autoembed.data import DataSpec, load_dataset
 
     check_measure(measure or {})

@@ -201,9 +201,6 @@ class TrialRow:
         return replace(self, **kw)
 
 
-# ===================================================================== the codec
-
-
 _RESULT_FIELDS = frozenset(f.name for f in fields(TrialResult))
 # keys earlier versions stored under another name: old -> current
 _RESULT_RENAMED = {"quality": "test_quality"}
@@ -233,23 +230,13 @@ def decode_result(d: Mapping[str, Any]) -> TrialResult:
 
 
 def encode_row(row: TrialRow) -> dict[str, Any]:
-    """A TrialRow as plain JSON (Optuna's user attribute `autoembed`)."""
-    return {
-        "status": row.status,
-        "config": row.config.to_dict(),
-        "estimate": plain(row.estimate),
-        "params": plain(row.params),
-        "metrics": plain(row.metrics),
-        "result": encode_result(row.result) if row.result is not None else None,
-        "reason": row.reason,
-        "ray_trial_id": row.ray_trial_id,
-        "overshoot": row.overshoot,
-        "concurrency": row.concurrency,
-        "retry_of": row.retry_of,
-        "interrupted": row.interrupted,
-        "node": dict(row.node),
-        "origin": row.origin,
-    }
+    """A TrialRow as plain JSON (Optuna's user attribute `autoembed`): every field but
+    `number`."""
+    out = {f.name: getattr(row, f.name) for f in fields(TrialRow) if f.name != "number"}
+    out.update(config=row.config.to_dict(), estimate=plain(row.estimate),
+               params=plain(row.params), metrics=plain(row.metrics), node=dict(row.node),
+               result=encode_result(row.result) if row.result is not None else None)
+    return out
 
 
 def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
@@ -356,6 +343,7 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
         *(_cell(row.params.get(p)) for p in params),
         json.dumps(row.config.to_dict(), sort_keys=True),
     ]
+
 
 _CONFIG_COLUMNS = ("config", "config_json")
 _PREFIXES = ("config.", "params.", "param.")
