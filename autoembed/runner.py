@@ -437,7 +437,6 @@ class _Trial:
         return self.result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                            **peaks)
 
-    # ---------------------------------------------------------------- training
     def train(self, trainer: Any, report: Callable[[Evaluation], bool] | None,
               on_step: Callable[[Any, int], None] | None) -> TrialResult | None:
         """Train from the loop's start step to the settings' end (steps, epochs or seconds),
@@ -516,7 +515,6 @@ class _Trial:
         loop.curve.append(ev)
         return ev
 
-    # ---------------------------------------------------------------- the measurement
     def finish(self, trainer: Any) -> TrialResult:
         """The completed trial measured: the evaluation it is judged by, test quality, the
         host cache's figures, CUDA's peaks, serving bytes (of the quantized model when the

@@ -282,8 +282,6 @@ def encode_member(row: TrialRow) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------ trials.csv rows
-
 # The estimate's byte figures as trials.csv columns (`estimate_<name>`)
 ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
                     "gradients", "optimizer_state", "activations", "temporaries",

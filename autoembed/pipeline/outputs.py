@@ -31,7 +31,6 @@ __all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml", "write_pa
            "pareto_figure", "label_points", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
 
-
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
     """Every row through the codec's trials.csv encoding (`trial.csv_header`,
     `trial.encode_csv_row`), by trial number."""

@@ -154,11 +154,9 @@ class CalibrationSink:
 
     def catch_up(self, rows: Sequence[TrialRow]) -> None:
         ooms = {r.number: r for r in rows if r.status == "oom"}
-        if ooms and (ooms.keys() - self._known()):
-            self._ooms.update(ooms)
+        self._ooms.update(ooms)
+        if ooms.keys() - self._known():
             self._write()
-        else:
-            self._ooms.update(ooms)
 
     def flush(self) -> None:
         return None

@@ -25,9 +25,10 @@ ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
 def params_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """A proposal's identity: its Optuna params, order-free (what "already tried" means)."""
     return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
-# Optuna needs finite numbers for every objective of a COMPLETE trial. Placeholders for
-# trials that produced none (infeasible, oom, diverged, unsupported): worse than any real
-# value. Memory is the estimate itself (known even for those that never ran).
+
+
+# Optuna's placeholders for a COMPLETE trial without a value (infeasible, oom, diverged,
+# unsupported): worse than any real one (memory: the estimate itself)
 WORST = {"quality": 0.0, "throughput": 0.0, "latency": 1e9, "steps_to_target": 1e9}
 
 

@@ -16,6 +16,7 @@ from autoembed.pipeline.records import TrialRow
 
 __all__ = ["SearchProgress", "render_result", "result_json"]
 
+
 def _q(v: float | None, fmt: str = "{:.4f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 

@@ -87,7 +87,6 @@ class SearchReport:
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
                    stop_reason, measured, memory_basis, floor)
 
-    # ------------------------------------------------------------------ reading
     def count(self, status: str) -> int:
         return sum(1 for r in self.rows if r.status == status)
 
@@ -186,7 +185,6 @@ class SearchReport:
             **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
         }
 
-    # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,
               best_record: Callable[[TrialRow, Mapping[str, Any]], Mapping[str, Any]]

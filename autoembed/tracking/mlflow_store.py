@@ -239,7 +239,6 @@ class MlflowTracker:
     def open(cls, store: TrackingStore, runs_dir: Path) -> MlflowTracker:
         return cls(open_client(store), store, runs_dir)
 
-    # ------------------------------------------------------------------ introspection
     @property
     def uri(self) -> str:
         return self._store.uri
@@ -256,13 +255,6 @@ class MlflowTracker:
     def enabled(self) -> bool:
         return not self._disabled
 
-    def run_url(self) -> str | None:
-        """The parent run's page on an http(s) server (None for other stores)."""
-        if self._store.kind != "http" or self._parent_id is None:
-            return None
-        return f"{self._store.uri}/#/experiments/{self._experiment_id}/runs/{self._parent_id}"
-
-    # ------------------------------------------------------------------ protocol
     def start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
         self._safely("start", lambda: self._start(study, params, space_file), fatal=True)
 
@@ -292,7 +284,6 @@ class MlflowTracker:
         self._closed = True
         self._safely("the end of the search", lambda: self._close(status))
 
-    # ------------------------------------------------------------------ failure handling
     def _safely(self, what: str, call: Callable[[], None], *, fatal: bool = False) -> None:
         with self._lock:  # the driver may report from more than one thread
             if self._disabled:
@@ -323,7 +314,6 @@ class MlflowTracker:
                     _one_line(e),
                 )
 
-    # ------------------------------------------------------------------ implementation
     def _log(
         self,
         run_id: str,
