@@ -264,16 +264,8 @@ def export(
     from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
-    done = export_config(
-        study,
-        out,
-        pick=pick,
-        run_id=run_id,
-        fmt=format,
-        force=force,
-        runs_dir=runs_dir,
-        tracking_uri=tracking_uri,
-    )
+    done = export_config(study, out, pick=pick, run_id=run_id, fmt=format, force=force,
+                         runs_dir=runs_dir, tracking_uri=tracking_uri)
     where = f"study '{done.study}' trial {done.trial}" + (
         f" (run {done.run_id})" if done.run_id else f" ({done.pick})"
     )
@@ -380,11 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT if code == 2 else EXIT_FAILURE
         if debug:
             raise
-        print(
-            _one_line(f"autoembed: failed: {type(e).__name__}: {e} "
-                      "(set AUTOEMBED_DEBUG=1 for the traceback)"),
-            file=sys.stderr,
-        )
+        print(_one_line(f"autoembed: failed: {type(e).__name__}: {e} "
+                        "(set AUTOEMBED_DEBUG=1 for the traceback)"), file=sys.stderr)
         return EXIT_FAILURE
 
 

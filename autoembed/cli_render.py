@@ -118,19 +118,13 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
     t.add_column("of total", justify="right")
     if budget is not None:
         t.add_column("of budget", justify="right")
-    rows = [
-        ("parameters", est.parameters),
-        ("gradients", est.gradients),
-        ("optimizer state", est.optimizer_state),
-        ("activations", est.activations),
-        ("temporaries", est.temporaries),
-        ("allocated peak", est.allocated_peak),
-        ("reserved peak", est.reserved_peak),
-        ("overhead (context, workspace, reserve)", est.overhead),
-        ("device total", est.device_total),
-        ("serving bytes", est.serving_bytes),
-    ]
-    for name, b in rows:
+    for name, b in (
+            ("parameters", est.parameters), ("gradients", est.gradients),
+            ("optimizer state", est.optimizer_state), ("activations", est.activations),
+            ("temporaries", est.temporaries), ("allocated peak", est.allocated_peak),
+            ("reserved peak", est.reserved_peak),
+            ("overhead (context, workspace, reserve)", est.overhead),
+            ("device total", est.device_total), ("serving bytes", est.serving_bytes)):
         cells = [name, f"{b:,}", format_bytes(b), f"{100 * b / total:.1f}%"]
         if budget is not None:
             cells.append(f"{100 * b / budget.bytes:.1f}%")
@@ -156,12 +150,8 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
         for col in ("gpu", "tables", "allocated peak", "device total"):
             gt.add_column(col)
         for g in est.per_gpu:
-            gt.add_row(
-                str(g.gpu),
-                escape(",".join(g.tables)) or "-",
-                format_bytes(g.allocated_peak),
-                format_bytes(g.device_total),
-            )
+            gt.add_row(str(g.gpu), escape(",".join(g.tables)) or "-",
+                       format_bytes(g.allocated_peak), format_bytes(g.device_total))
         con.print(gt)
     if est.cache:
         ct = Table(title="Host-cached tables (device cache of host rows)")

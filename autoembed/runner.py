@@ -108,20 +108,11 @@ def fit_settings(s: RunSettings, train_rows: int, batch_size: int) -> RunSetting
 def environment(device: str) -> dict[str, Any]:
     import torch
 
-    env: dict[str, Any] = {
-        "device": device,
-        "device_name": (
-            torch.cuda.get_device_name(0)
-            if device.startswith("cuda") and torch.cuda.is_available()
-            else platform.processor() or "cpu"
-        ),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "host": platform.node(),
-    }
-    return env
+    gpu = device.startswith("cuda") and torch.cuda.is_available()
+    return {"device": device,
+            "device_name": torch.cuda.get_device_name(0) if gpu else platform.processor() or "cpu",
+            "torch": torch.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "host": platform.node()}
 
 
 def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
@@ -173,12 +164,6 @@ def quality_metrics(task: str, logits: Any, labels: Any) -> dict[str, float]:
 
 def primary(task: str) -> str:
     return "auc" if task == "ctr" else "accuracy"
-
-
-def _evaluate(
-    trainer: Any, dataset: Any, split: str, batch_size: int, limit: int | None, task: str
-) -> dict[str, float]:
-    return _scored(trainer, dataset, split, batch_size, limit, task)[0]
 
 
 def _scored(
@@ -406,23 +391,12 @@ class _Trial:
         thr = loop.timed_steps * per_step / loop.timed_seconds if loop.timed_seconds > 0 else None
         steps_to_target, samples_to_target = to_target(loop.curve, self.target) or (None, None)
         return TrialResult(
-            status=status,
-            curve=tuple(loop.curve),
-            steps=loop.steps,
-            samples=loop.samples,
-            throughput=thr,
-            steps_to_target=steps_to_target,
-            samples_to_target=samples_to_target,
-            target=self.target,
-            train_seconds=loop.train_seconds,
-            train_cpu_seconds=loop.train_cpu,
-            wall_seconds=self.s.clock() - self.wall0,
-            data_seconds=loop.data_seconds,
-            eval_seconds=loop.eval_seconds,
-            rss_peak=_rss_peak(),
-            **self.base,
-            **kw,
-        )
+            status=status, curve=tuple(loop.curve), steps=loop.steps, samples=loop.samples,
+            throughput=thr, steps_to_target=steps_to_target, samples_to_target=samples_to_target,
+            target=self.target, train_seconds=loop.train_seconds,
+            train_cpu_seconds=loop.train_cpu, wall_seconds=self.s.clock() - self.wall0,
+            data_seconds=loop.data_seconds, eval_seconds=loop.eval_seconds,
+            rss_peak=_rss_peak(), **self.base, **kw)
 
     def fault(self, e: Exception) -> TrialResult:
         """A trial fault as its result: `oom` (on CUDA with the peaks it reached: the size
@@ -525,8 +499,8 @@ class _Trial:
         cache = cache_metrics(trainer.model, loop.steps - loop.start_step, loop.train_seconds)
         t_eval = s.clock()
         chosen, scores = self._choose_evaluation(trainer)
-        test = _evaluate(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
-                         task)
+        test, _ = _scored(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
+                          task)
         metrics = {**test, **cache}  # host_cached: hit rate and the cost of misses
         measured: dict[str, Any] = {"valid_quality": chosen.quality, "valid_scores": scores,
                                     "best_step": chosen.step, "best_samples": chosen.samples,
@@ -576,8 +550,8 @@ class _Trial:
         cfg, task = self.cfg, self.cfg.task
         served = quantize(trainer.model, cfg.serving)
         q_trainer = replace(trainer, model=served)  # same device and autocast
-        test = _evaluate(q_trainer, self.dataset, "test", cfg.batch_size, self.s.test_batches,
-                         task)
+        test, _ = _scored(q_trainer, self.dataset, "test", cfg.batch_size, self.s.test_batches,
+                          task)
         valid, scores = self._valid(q_trainer)
         record = {"quality_before_quantization": metrics[primary(task)],
                   "serving_bytes": int(serving_bytes(served)),

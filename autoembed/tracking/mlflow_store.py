@@ -192,13 +192,8 @@ def experiment_for(client: MlflowClient, study: str, store: TrackingStore) -> st
 def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterable[Run]:
     token: str | None = None
     while True:
-        page = client.search_runs(
-            [experiment_id],
-            filter_string,
-            ViewType.ACTIVE_ONLY,
-            max_results=1000,
-            page_token=token,
-        )
+        page = client.search_runs([experiment_id], filter_string, ViewType.ACTIVE_ONLY,
+                                  max_results=1000, page_token=token)
         yield from page
         token = page.token
         if not token:
@@ -298,29 +293,16 @@ class MlflowTracker:
             self._failures += 1
             if fatal or self._failures >= MAX_FAILURES:
                 self._disabled = True
-                log.warning(
-                    "MLflow tracking (%s) failed recording %s: %s; tracking is off for the rest "
-                    "of this search (its files under %s are complete)",
-                    self._store.uri,
-                    what,
-                    _one_line(e),
-                    self._runs_dir / (self._study or "<study>"),
-                )
+                log.warning("MLflow tracking (%s) failed recording %s: %s; tracking is off for "
+                            "the rest of this search (its files under %s are complete)",
+                            self._store.uri, what, _one_line(e),
+                            self._runs_dir / (self._study or "<study>"))
             else:
-                log.warning(
-                    "MLflow tracking (%s) failed recording %s: %s; the search goes on",
-                    self._store.uri,
-                    what,
-                    _one_line(e),
-                )
+                log.warning("MLflow tracking (%s) failed recording %s: %s; the search goes on",
+                            self._store.uri, what, _one_line(e))
 
-    def _log(
-        self,
-        run_id: str,
-        params: Mapping[str, str] = {},  # noqa: B006 - read only
-        tags: Mapping[str, str] = {},  # noqa: B006 - read only
-        metrics: Sequence[Metric] = (),
-    ) -> None:
+    def _log(self, run_id: str, params: Mapping[str, str] = {},  # noqa: B006 - read only
+             tags: Mapping[str, str] = {}, metrics: Sequence[Metric] = ()) -> None:  # noqa: B006
         """log_batch in chunks within MLflow's per-request limits."""
         entries: list[Param | RunTag] = [
             Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()
@@ -333,11 +315,8 @@ class MlflowTracker:
             return
         for i in range(0, len(entries), _BATCH_PARAMS_TAGS):
             chunk = entries[i : i + _BATCH_PARAMS_TAGS]
-            self._client.log_batch(
-                run_id,
-                params=[p for p in chunk if isinstance(p, Param)],
-                tags=[t for t in chunk if isinstance(t, RunTag)],
-            )
+            self._client.log_batch(run_id, params=[p for p in chunk if isinstance(p, Param)],
+                                   tags=[t for t in chunk if isinstance(t, RunTag)])
         for i in range(0, len(metrics), _BATCH_METRICS):
             self._client.log_batch(run_id, metrics=list(metrics[i : i + _BATCH_METRICS]))
 
@@ -359,11 +338,8 @@ class MlflowTracker:
                 count = self._client.get_run(self._group_id).data.metrics
                 self._infeasible = int(count.get("infeasible_proposals", 0))
         else:
-            run = self._client.create_run(
-                exp,
-                tags={ROLE_TAG: "search", STUDY_TAG: study},
-                run_name=f"search-{study}",
-            )
+            run = self._client.create_run(exp, tags={ROLE_TAG: "search", STUDY_TAG: study},
+                                          run_name=f"search-{study}")
             self._parent_id = run.info.run_id
             self._log(self._parent_id, params)
         if space_file is not None and Path(space_file).is_file():
@@ -409,12 +385,9 @@ class MlflowTracker:
             self._client.delete_run(old)  # recorded again (a resumed search): replace it
         end = _now_ms()
         start = end - payload.duration_ms
-        run = self._client.create_run(
-            self._experiment_id,
-            start_time=start,
-            tags={**payload.tags, PARENT_TAG: parent},
-            run_name=payload.name,
-        )
+        run = self._client.create_run(self._experiment_id, start_time=start,
+                                      tags={**payload.tags, PARENT_TAG: parent},
+                                      run_name=payload.name)
         run_id = run.info.run_id
         self._trials[record.number] = run_id
         metrics = [Metric(m.key, m.value, start + m.offset_ms, m.step) for m in payload.metrics]
@@ -458,11 +431,8 @@ class MlflowTracker:
         if missing:
             log.warning("Pareto trials %s have no MLflow run (recorded before tracking started?)",
                         missing)
-        self._log(
-            self._parent_id,
-            tags={"pareto_trials": ",".join(str(n) for n in front)},
-            metrics=[Metric("pareto_size", float(len(front)), _now_ms(), 0)],
-        )
+        self._log(self._parent_id, tags={"pareto_trials": ",".join(str(n) for n in front)},
+                  metrics=[Metric("pareto_size", float(len(front)), _now_ms(), 0)])
 
     def _attach(self, artifacts: Sequence[Path]) -> None:
         assert self._parent_id is not None

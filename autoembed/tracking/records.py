@@ -94,23 +94,12 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
             if f is not None:
                 out.append(MetricPoint(f"valid_{k}", f, ev.step, at))
     final: dict[str, Any] = {
-        "quality": result.objective_quality,
-        "test_quality": result.test_quality,
+        "quality": result.objective_quality, "test_quality": result.test_quality,
         **dict(result.metrics),
-        "throughput": result.throughput,
-        "steps_to_target": result.steps_to_target,
-        "samples_to_target": result.samples_to_target,
-        "target": result.target,
-        "steps": result.steps,
-        "samples": result.samples,
-        "serving_bytes": result.serving_bytes,
-        "quality_before_quantization": result.quality_before_quantization,
-        "measured_allocated_peak": result.measured_allocated_peak,
-        "measured_reserved_peak": result.measured_reserved_peak,
-        "rss_peak": result.rss_peak,
-        "train_seconds": result.train_seconds,
-        "wall_seconds": result.wall_seconds,
-    }
+        **{k: getattr(result, k) for k in (
+            "throughput", "steps_to_target", "samples_to_target", "target", "steps", "samples",
+            "serving_bytes", "quality_before_quantization", "measured_allocated_peak",
+            "measured_reserved_peak", "rss_peak", "train_seconds", "wall_seconds")}}
     for k, v in result.latency_ms.items():
         final[f"latency_{k}_ms"] = v
     # The error is against the estimate of the config that trained (the result's own; a

@@ -32,22 +32,9 @@ STOP_S = 10.0
 
 def server_command(store: TrackingStore, host: str, port: int) -> list[str]:
     assert store.artifact_root is not None
-    return [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        store.uri,
-        "--artifacts-destination",
-        str(store.artifact_root),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.uri,
+            "--artifacts-destination", str(store.artifact_root), "--host", host,
+            "--port", str(port), "--workers", "1"]
 
 
 def _check_port(host: str, port: int) -> None:
@@ -116,9 +103,8 @@ def _interrupt_on_signals() -> Callable[[], None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        old[sig] = signal.signal(sig, interrupt)
+    old = {sig: signal.signal(sig, interrupt)
+           for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def restore() -> None:
         for sig, handler in old.items():
