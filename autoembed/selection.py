@@ -97,32 +97,9 @@ class ValidScores:
     def rows(self) -> int:
         return int(self.labels.size)
 
-    def encode(self) -> dict[str, Any]:
-        """Plain JSON (base64 of the arrays' bytes, little-endian)."""
-        import base64
-
-        return {k: {"dtype": a.dtype.newbyteorder("<").str,
-                    "b64": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes())
-                    .decode("ascii")}
-                for k, a in (("scores", self.scores), ("labels", self.labels))}
-
-    @classmethod
-    def decode(cls, raw: Any) -> ValidScores | None:
-        """The inverse of `encode`; None for anything else (a report without scores)."""
-        import base64
-
-        import numpy as np
-
-        try:
-            s, y = (np.frombuffer(base64.b64decode(raw[k]["b64"]), dtype=raw[k]["dtype"])
-                    for k in ("scores", "labels"))
-        except (TypeError, KeyError, ValueError):
-            return None
-        return cls(s, y) if s.size == y.size else None
-
-
     def pack(self) -> str:
-        """Compact text for the study's storage (`unpack` reads it): float scores (ctr
+        """Compact text for a trial's report and the study's storage (`unpack` reads it):
+        float scores (ctr
         logits) as their dense ranks, the order with its ties, which is all the paired AUC
         reads (uint16, or uint32 past 65,535 distinct values); class predictions and labels
         as they are; zlib, then base85. About 2 bytes a row for ctr."""
@@ -143,9 +120,9 @@ class ValidScores:
                            "z": base64.b85encode(body).decode("ascii")}, separators=(",", ":"))
 
     @classmethod
-    def unpack(cls, text: str) -> ValidScores | None:
+    def unpack(cls, text: Any) -> ValidScores | None:
         """The inverse of `pack` (float scores come back as their ranks); None for anything
-        else."""
+        else (a report without scores)."""
         import base64
         import json
         import zlib

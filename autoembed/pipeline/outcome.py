@@ -118,7 +118,7 @@ class Outcomes:
             return (old.with_(status="failed", metrics=cost, reason=str(why)),
                     Outcome("fail"))
         result = decode_result(final["result"])
-        scores = ValidScores.decode(final.get("valid_scores"))
+        scores = ValidScores.unpack(final.get("valid_scores"))
         if scores is not None and result.status == "complete":
             self._keep_scores(live.trial, p.number, scores)
         metrics = {**objective_metrics(result, p.estimate.to_dict(),

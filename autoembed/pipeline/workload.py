@@ -165,7 +165,7 @@ def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
     (`selection.ValidScores`)."""
     scores = result.valid_scores
     return {"status": result.status, "result": result.to_dict(), "error": None,
-            "valid_scores": None if scores is None else scores.encode(), **extra}
+            "valid_scores": None if scores is None else scores.pack(), **extra}
 
 
 def failed_report(e: BaseException, where: str = "") -> dict[str, Any]:
