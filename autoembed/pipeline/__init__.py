@@ -10,12 +10,12 @@ docs/ARCHITECTURE.md). Ray and Optuna load only when a search runs.
 from __future__ import annotations
 
 from autoembed.pipeline.driver import (
-           DEFAULT_SPACE,
-           DEVICES,
-           NothingFitsError,
-           SearchFailedError,
-           SearchResult,
-           search,
+    DEFAULT_SPACE,
+    DEVICES,
+    NothingFitsError,
+    SearchFailedError,
+    SearchResult,
+    search,
 )
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.executor import InProcessExecutor, StopTrial

@@ -308,8 +308,7 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     rule, unmet = _pick_rule(engine.rows.values(), plan)
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, rule, plan.budget,
-        plan.name, engine.stop_reason,
-        noise=lambda c: workload.noise(c, engine.valid_scores),
+        plan.name, engine.stop_reason, noise=lambda c: workload.noise(c, engine.valid_scores),
         memory_basis=plan.memory_basis, floor=workload.target)
     meta = plan.meta()
     wall = time.monotonic() - t_start

@@ -57,11 +57,8 @@ def optimistic_metrics(p: Progress) -> dict[str, float]:
     steps = float(p.reached_at) if p.reached_at is not None else float(
         min(p.max_steps, p.step + p.eval_every))
     return {
-        "quality": quality,
-        "memory": float(p.device_total),
-        "throughput": throughput,
-        "latency": 0.0,
-        "steps_to_target": steps,
+        "quality": quality, "memory": float(p.device_total), "throughput": throughput,
+        "latency": 0.0, "steps_to_target": steps,
     }
 
 

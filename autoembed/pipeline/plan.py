@@ -189,8 +189,7 @@ class SearchPlan:
             "threads": self.threads, "finished": finished,
             "created": self.created, "memory_basis": self.memory_basis,
             "start_points": self.start_points, "repeatable": self.repeatable,
-            "multi_fidelity": self.multi_fidelity,
-            "trial_time_limit": self.time_limit.seconds,
+            "multi_fidelity": self.multi_fidelity, "trial_time_limit": self.time_limit.seconds,
             **self.workload.meta(),
         }
 

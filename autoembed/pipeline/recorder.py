@@ -176,8 +176,7 @@ class CalibrationSink:
             predicted = int(row.metrics.get("oom_predicted_bytes") or row.device_total)
             failed = int(row.metrics.get("oom_failed_bytes") or predicted)
             events.append({
-                "trial": row.number, "predicted_device_total": predicted,
-                "failed_bytes": failed,
+                "trial": row.number, "predicted_device_total": predicted, "failed_bytes": failed,
                 "measured": bool(row.result and row.result.measured_reserved_peak is not None),
                 "failed_over_predicted": round(failed / predicted, 4) if predicted else None,
                 "error": row.reason})

@@ -45,10 +45,8 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # A dead server must cost seconds, not MLflow's default ~4 minutes of retries per call; and
 # the driver's console is not MLflow's to print on. setdefault: the user's values win.
 _ENV_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 # mlflow.utils.validation: at most 100 params + tags and 1000 metrics per log_batch.

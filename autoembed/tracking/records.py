@@ -129,9 +129,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
     metrics = _estimate_metrics(estimate)
     tags = {
-        "autoembed.role": "trial",
-        "autoembed.study": study,
-        "trial": str(record.number),
+        "autoembed.role": "trial", "autoembed.study": study, "trial": str(record.number),
         "status": record.status,
     }
     if record.ray_trial_id:

@@ -92,8 +92,7 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
         # artifacts beside the driver's runs, never in whatever directory it was started from
         return TrackingStore(uri, "other", runs / ARTIFACT_DIR)
     if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in (
-        "true",
-        "1",
+        "true", "1",
     ):
         path = Path(uri.removeprefix("file://")).absolute()
         raise ConfigError(
