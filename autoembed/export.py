@@ -309,19 +309,18 @@ def _choose_from_study(
                 f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
                 "use --pick trial:N or --run-id"
             )
-        m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"),
-                        pareto.get("floor"))
-        return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
-                       vocab, data=data, params=m.get("params"),
-                       trained_on=_member_trained_on(m, pareto), memory=_memory(m, pareto))
-    assert number is not None
-    member = next((m for m in members if _trial_of(m) == number), None)
+        member: Mapping[str, Any] | None = pick_member(
+            members, rule, pareto.get("objectives") or (), pareto.get("noise"),
+            pareto.get("floor"))
+    else:
+        member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
-        return _Chosen(dict(member["config"]), study, number, label,
+        return _Chosen(dict(member["config"]), study, _trial_of(member), label,
                        member.get("metrics") or {}, vocab, data=data,
-                       params=member.get("params"),
-                       trained_on=_member_trained_on(member, pareto),
-                       memory=_memory(member, pareto))
+                       params=member.get("params"), memory=_memory(member, pareto),
+                       trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
+                                             pareto.get("stand_in")))
+    assert number is not None
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
@@ -348,11 +347,6 @@ def _choose_from_study(
         f"unknown trial {number} in study '{study}' (known trials: {listed}); "
         "see trials.csv for the numbers"
     )
-
-
-def _member_trained_on(member: Mapping[str, Any], pareto: Mapping[str, Any]
-                       ) -> dict[str, Any] | None:
-    return trained_on(member.get("trained_config"), pareto.get("run"), pareto.get("stand_in"))
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:
