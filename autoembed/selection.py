@@ -99,10 +99,9 @@ class ValidScores:
 
     def pack(self) -> str:
         """Compact text for a trial's report and the study's storage (`unpack` reads it):
-        float scores (ctr
-        logits) as their dense ranks, the order with its ties, which is all the paired AUC
-        reads (uint16, or uint32 past 65,535 distinct values); class predictions and labels
-        as they are; zlib, then base85. About 2 bytes a row for ctr."""
+        float scores (ctr logits) as their dense ranks (uint16, or uint32 past 65,535
+        values: all the paired AUC reads), class predictions and labels as they are; zlib,
+        then base85. About 2 bytes a row for ctr."""
         import base64
         import json
         import zlib
@@ -246,16 +245,11 @@ def paired_gap(metric: str, best: ValidScores, other: ValidScores,
 
 @dataclass(frozen=True)
 class NoiseMeasure:
-    """The `within-noise` slack and how it was measured.
-
-    Paired (`paired` holds a `PairedGap` for every other candidate): a candidate is near the
-    best when the best's lead over it on the validation rows both read is at most PAIRED_Z
-    paired standard errors (AUC: DeLong; accuracy: McNemar's discordant rows). Unpaired
-    (`paired` empty; where a candidate's scores are missing: trials of a study stored
-    before scores were kept with each trial, user-model searches; `unpaired_reason` says
-    why): `slack`, one standard error of the best candidate's validation `quality` (its
-    `metric`) from the `class_rows` (rows per class) among the validation split's first
-    `rows` rows, which its evaluation read (AUC: Hanley-McNeil; accuracy: binomial)."""
+    """The `within-noise` slack and how it was measured. Paired (`paired`: a `PairedGap`
+    for every other candidate): near the best when the best's lead over it on the rows both
+    read is at most PAIRED_Z paired standard errors (`PAIRED_METHOD`). Unpaired (a
+    candidate's scores missing: `unpaired_reason`): `slack`, one standard error of the best
+    validation `quality` from the `class_rows` among the first `rows` rows (`METHOD`)."""
 
     slack: float
     metric: str

@@ -67,11 +67,8 @@ def _check_device(dev: Any) -> None:
 
 
 def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
-    """Refuse, before anything is allocated, a config whose tables alone (parameters,
-    gradients, optimizer state: the analytic estimate's allocated peak) exceed the whole
-    memory of the device, so an absurd size is a clear exit 3, not an allocator crash or the
-    host's OOM killer. Only an impossible config is refused: the check is against the total,
-    not the free, memory."""
+    """Refuse (exit 3), before anything is allocated, a config whose analytic allocated peak
+    exceeds the device's whole memory (not its free memory: only an impossible config)."""
     from autoembed.budget import format_bytes
     from autoembed.errors import DoesNotFitError
     from autoembed.memory import estimate

@@ -73,11 +73,9 @@ class Recorder:
 
 
 class TrackerSink:
-    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows. A full batch is
-    written behind, on a thread (`background`), while the search goes on: its rows are
-    seconds of store writes that would otherwise hold the driver while workers wait. One
-    batch at a time, in order; `flush` and `catch_up` wait for it, and raise what it
-    raised."""
+    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows, a full batch written
+    behind on a thread (`background`), one at a time, in order; `flush` and `catch_up` wait
+    for it and raise what it raised."""
 
     def __init__(self, tracker: SearchTracker, flush_rows: int = FLUSH_ROWS,
                  background: bool = True) -> None:

@@ -43,15 +43,9 @@ def objective_metrics(
     result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
     memory_basis: str = MEMORY_BASIS,
 ) -> dict[str, float | None]:
-    """Metric values by objective name (and extras) for a trained trial.
-
-    memory: `memory.objective.memory_value` on the study's `memory_basis` (the estimate's
-    allocated peak; a study stored before: its device_total), measured where a GPU measured
-    it and the trained config is the priced one (`use_measured`).
-    latency: p50 at batch 1 in ms (latency_serving: at runner.SERVING_BATCH, ms a request).
-    steps_to_target / samples_to_target: None when `target` was never reached (or none).
-    best_step: the step whose evaluation `quality` is of.
-    """
+    """Metric values by objective name (and extras) for a trained trial (their meanings:
+    `trial.METRIC_COLUMNS`). memory: `memory.objective.memory_value` on `memory_basis`,
+    measured where a GPU measured the priced config itself (`use_measured`)."""
     device_total = int(estimate.get("device_total", 0))
     memory = memory_value(
         estimate, memory_basis,

@@ -103,11 +103,9 @@ class Sharded:
         return Priced(config, est.memory_estimate(), launch)
 
     def ray_options(self, base: Mapping[str, Any]) -> dict[str, Any]:
-        """The user workload's Ray options for sharded trials: the Tune trial holds no CPU
-        and no GPU (its Train workers have their own), the workers' environment carries
-        the measurement settings (`torchrec.runner.MEASURE_ENV`) and the network interface
-        gloo and NCCL bind to where this process sets one (`INTERFACE_ENV`), nodes need
-        TorchRec."""
+        """The Ray options for sharded trials: the Tune trial holds no CPU or GPU, the
+        workers' environment carries MEASURE_ENV and this process's INTERFACE_ENV, nodes
+        need TorchRec."""
         import os
 
         from autoembed.torchrec.runner import MEASURE_ENV

@@ -306,15 +306,10 @@ def recover(
     config_for: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> Recovery:
     """Mark trials left RUNNING as FAIL in Optuna and `interrupted` in their rows (with
-    `reason`; not counted against --trials), and enqueue each one's params once more (a
-    retry that trained is not retried again, one stopped in its ask is; one stopped before
-    any param was drawn has nothing to re-queue).
-
-    A trial stopped between Optuna's ask and its first row (while it was asked or priced)
-    gets a row here, so that every trial keeps one (trials.csv, MLflow): its config rebuilt
-    from its params by `config_for`, or where that cannot be done (a user model's, the
-    kill came before any param was drawn) the study's first recorded config, standing in
-    (the row's params are what was drawn)."""
+    `reason`; not counted), and enqueue each one's params once more (not a retry that
+    trained; nothing for one stopped before any param was drawn). A trial stopped in its
+    ask gets a row here, so every trial keeps one: its config rebuilt by `config_for`, else
+    the study's first recorded config standing in (its params are what was drawn)."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)

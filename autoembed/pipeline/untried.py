@@ -142,12 +142,10 @@ def untried_fitting(configs: Sequence[Config] | None,
                     suggest: Callable[[Any], Mapping[str, Any]], skip: set[Key], unfit: set[Key],
                     price: Callable[[Mapping[str, Any]], float | None],
                     rng: np.random.Generator) -> tuple[dict[str, Any], float] | None:
-    """An untried config that fits: (Optuna params, `price(values)`: the memory objective
-    of a config that fits, None otherwise), or None. `configs` (`space_configs`): the first
-    in a random order (`rng`) whose key is in neither `skip` (tried) nor `unfit`, so None
-    means none is left; None (a space not enumerated): the first of RANDOM_DRAWS random
-    configs (`suggest` on `RandomTrial`s). Each config priced that does not fit joins
-    `unfit` (it never will: the budget stays, the OOM ceiling only falls)."""
+    """An untried config that fits (Optuna params, `price(values)`: a fitting config's
+    memory objective, else None), or None: of `configs` (`space_configs`) in `rng`'s order,
+    skipping `skip` (tried) and `unfit`; without them, of RANDOM_DRAWS random configs. A
+    config that does not fit joins `unfit` (the budget stays, the OOM ceiling only falls)."""
     if configs is not None:
         order = (configs[int(i)] for i in rng.permutation(len(configs)))
     else:

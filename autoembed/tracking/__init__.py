@@ -79,21 +79,16 @@ class NullTracker:
 
 
 def make_tracker(tracking_uri: str | None, runs_dir: Path) -> SearchTracker:
-    """The tracker for a search writing under `runs_dir` (see the module docstring).
-
-    Resolves and probes the URI first (milliseconds, no MLflow import), then opens the store
-    and initialises its schema in this process before any trial is logged.
-    """
+    """The tracker for a search writing under `runs_dir` (the module docstring): the URI
+    probed first, then the store opened and its schema made here."""
     return open_tracker(tracking_uri, runs_dir, wait=True)()
 
 
 def open_tracker(tracking_uri: str | None, runs_dir: Path, *, wait: bool = False,
                  ) -> Callable[[], SearchTracker]:
-    """As `make_tracker`, but the store is opened (MLflow imported, its schema made) on a
-    thread of its own unless `wait`, so that it overlaps what the caller does next (a
-    private Ray's start: seconds of waiting on other processes). The probes run before this
-    returns; calling the result waits for the tracker and raises what `make_tracker` would.
-    The thread is not a daemon: a process that ends first waits for it."""
+    """As `make_tracker`, but the store is opened on a (non-daemon) thread unless `wait`,
+    overlapping what the caller does next; the probes run before this returns, and calling
+    the result waits for the tracker and raises what `make_tracker` would."""
     store = resolve_store(tracking_uri, runs_dir)
     if store.kind == "none":
         return NullTracker
