@@ -1,20 +1,12 @@
-"""The user's own model, example and training loop: the user `Workload` of the search.
+"""The user's own model, example and training loop: the user `Workload` of the search (its
+stages: docs/ARCHITECTURE.md). A proposal is priced by `estimate_model` of
+`UserCode.model_for(params, config)` (`build`, then the user's `apply` or `autoembed.apply`)
+on `example(params)` (and `loss`); a trial runs the user's `train` on the same model
+(`user.trainer.run_payload`, here or in a Ray worker that finds the functions by name).
 
-A proposal's values become what the user's functions receive (`user.space.params_for`); it
-is priced on the user's model: `build(params)` on the meta device lists its embedding
-modules (no table is allocated), the space turns the values into the embedding config for
-those modules (`user.space.config_for`), and `estimate_model` traces two training steps of
-`apply(build(params), config)` on fake tensors with `example(params)` (and the user's
-`loss`, or the stated stand-in). A trial that fits runs the user's `train` on the model
-built and applied the same way (`UserCode.model_for`: the user's `apply` when given, else
-`autoembed.apply`; `user.trainer.run_payload`, in this process or in a Ray worker that
-imports the recorded functions, `apply` included, by name, shipped in Ray's `runtime_env`).
-
-The user's code failing while a proposal is priced is a ConfigError naming the function:
-bad input when it is the space's first corner, priced before the study is made
-(`check_fits`: nothing is left to block the corrected command) or the study's first
-proposal (the engine stops the search before any trial), that proposal's failure
-afterwards.
+The user's code failing while a proposal is priced is a ConfigError naming the function: bad
+input on the space's first corner (`check_fits`, before the study is made) or the study's
+first proposal, that proposal's failure afterwards.
 """
 
 from __future__ import annotations
@@ -205,13 +197,10 @@ class UserWorkload:
                             metrics=tuple(_reportable(self.space)), target=self.space.target)
 
     def check_fits(self, budget: Budget) -> None:
-        """One price before the study exists: the space's first corner on the user's
-        model, so that the user's functions (`--loss` included) failing on it is bad
-        input before anything is made (the price is kept: a proposal of it costs nothing).
-        No more: each price traces the model, so a corner search would cost a trace a
-        corner; a budget below the fixed overhead is exit 3 at once, and a search where
-        nothing fits ends with exit 3 once the sampler has proposed nothing that fits (the
-        engine's limit)."""
+        """One price before the study exists (each is a trace): the space's first corner,
+        so the user's functions failing on it are bad input before anything is made (the
+        price is kept). A budget below the fixed overhead is exit 3 at once; a search where
+        nothing fits ends with exit 3 at the engine's limit."""
         from autoembed.budget import format_bytes
         from autoembed.space.corners import first_corner
 
