@@ -135,16 +135,20 @@ class UserWorkload:
             self._priced[key] = self._price(values)
         return self._priced[key]
 
-    def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
+    def _probe(self, values: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Any]:
+        """(params, the model built on the meta device, the example) of `values`."""
         import torch
 
-        from autoembed.torchrec.public import estimate_model, is_torchrec
+        params = params_for(self.space, values)
+        with torch.device("meta"):
+            probe = built_module(call_user(self.code.build, "model", params))
+        return params, probe, call_user(self.code.example, "example", params)
+
+    def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
+        from autoembed.torchrec.public import is_torchrec
 
         code, space = self.code, self.space
-        params = params_for(space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(code.build, "model", params))
-        example = call_user(code.example, "example", params)
+        params, probe, example = self._probe(values)
         if self.sharded is not None:
             return self.sharded.price(space, code, values, probe, example, self._payload)
         if is_torchrec(probe, example):
@@ -152,39 +156,31 @@ class UserWorkload:
                               "search over it plans them per rank: give the space a "
                               "`topology:` (world_size, ...) and TorchRec's table keys")
         config = config_for(space, values, model_tables(probe))
-        est = estimate_model(functools.partial(code.model_for, params, config), example,
-                             loss=code.loss, optimizer=config.table_optimizer,
-                             precision=config.precision)
-
-        def launch(number: int) -> Launch:
-            del number
-            host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            return Launch(self._payload(params, config), host, space.early_stop)
-
-        return Priced(config, est, launch)
+        return self._traced(params, config, functools.partial(code.model_for, params, config),
+                            example)
 
     def price_as_written(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the model as `build(params)` returns it, nothing applied (trial 0): its own
         tables under the space's precision and optimizer (`as_written_config`)."""
-        import torch
+        params, probe, example = self._probe(values)
+        config = as_written_config(self.space, values, model_tables(probe))
+        return self._traced(params, config, lambda: built_module(self.code.build(params)), example,
+                            {"as_written": True})
 
+    def _traced(self, params: Mapping[str, Any], config: EmbeddingConfig, model: Any,
+                example: Any, extra: Mapping[str, Any] | None = None) -> Priced:
+        """`model()` priced by `estimate_model` on `example`; its launch runs the user's
+        loop on the payload of `params` and `config` (with `extra`)."""
         from autoembed.torchrec.public import estimate_model
 
-        code = self.code
-        params = params_for(self.space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(code.build, "model", params))
-        example = call_user(code.example, "example", params)
-        config = as_written_config(self.space, values, model_tables(probe))
-        est = estimate_model(lambda: built_module(code.build(params)), example,
-                             loss=code.loss, optimizer=config.table_optimizer,
-                             precision=config.precision)
+        est = estimate_model(model, example, loss=self.code.loss,
+                             optimizer=config.table_optimizer, precision=config.precision)
 
         def launch(number: int) -> Launch:
             del number
             host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            payload = {**self._payload(params, config), "as_written": True}
-            return Launch(payload, host, self.space.early_stop)
+            return Launch({**self._payload(params, config), **(extra or {})}, host,
+                          self.space.early_stop)
 
         return Priced(config, est, launch)
 
