@@ -28,13 +28,9 @@ from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules, 
 __all__ = ["PricedData", "build_priced_data", "data_spec_for", "given_spec"]
 
 
-def data_spec_for(
-    space: SearchSpace,
-    data: str | None = None,
-    label: str | None = None,
-    categorical: tuple[str, ...] | None = None,
-    text_column: str | None = None,
-) -> tuple[DataSpec, StandIn | None]:
+def data_spec_for(space: SearchSpace, data: str | None = None, label: str | None = None,
+                  categorical: tuple[str, ...] | None = None, text_column: str | None = None,
+                  ) -> tuple[DataSpec, StandIn | None]:
     """The priced data spec: the space's `data`, or `data` (a built-in name or a file) with
     the column options. A stand-in applies to the space's own synthetic data only."""
     if data is None:
@@ -55,14 +51,9 @@ def given_spec(data: str, label: str | None = None,
                categorical: tuple[str, ...] | None = None,
                text_column: str | None = None) -> DataSpec:
     """The spec of `--data` (a built-in name or a file) with its column options."""
-    kw: dict[str, Any] = {"name": data}
-    if label is not None:
-        kw["label"] = label
-    if categorical is not None:
-        kw["categorical"] = categorical
-    if text_column is not None:
-        kw["text_column"] = text_column
-    return DataSpec.from_dict(kw, "--data")
+    columns = {"label": label, "categorical": categorical, "text_column": text_column}
+    return DataSpec.from_dict({"name": data, **{k: v for k, v in columns.items() if v is not None}},
+                              "--data")
 
 
 def _scaled(v: int, scale: float, minimum: int) -> int:
@@ -117,7 +108,6 @@ class PricedData:
             config = replace(config, cache_load_factor=_stand_in_factor(
                 config, self.train_dataset.tables))
         return config
-
 
     def _per_table(self, config: EmbeddingConfig) -> EmbeddingConfig:
         """The trained per-table settings: the proposal's table rules as they select the

@@ -112,7 +112,6 @@ class UserWorkload:
             check_findable(made.records, "a Ray worker", script=False)
         return made
 
-    # ------------------------------------------------------------------ what it is
     @property
     def target(self) -> float | None:
         return self.space.target
@@ -126,7 +125,6 @@ class UserWorkload:
         """The user's loop reports its final quality itself: the last evaluation stands."""
         return False
 
-    # ------------------------------------------------------------------ pricing
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the proposal `values` on the user's model (cached by values: a sampler
         that repeats a proposal pays once)."""
@@ -224,7 +222,6 @@ class UserWorkload:
         return (*first, *(StartPoint(f"{ENQUEUED} {i + 1}", v, ENQUEUED)
                           for i, v in enumerate(self.enqueue)))
 
-    # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
         """The user's loop in one process (`run_payload`), or on every rank of a sharded
         TorchRec trial (`pipeline.sharded`: local processes, or Ray Train workers)."""
@@ -243,7 +240,6 @@ class UserWorkload:
                                            if r in self.records), "packages": ()}
         return base if self.sharded is None else self.sharded.ray_options(base)
 
-    # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
         """The functions; for a TorchRec model's space also the topology its proposals were
         planned on (`Sharded.topology`: what export plans the pick for)."""
@@ -276,7 +272,6 @@ class UserWorkload:
         del params
         return None
 
-    # ------------------------------------------------------------------ the report
     def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
         del placement
         return {"functions": {r: ref.spec for r, ref in self.records.items()}}
