@@ -1,11 +1,8 @@
 """The trial runner: train one config and measure quality, memory, throughput, convergence
-and latency, honestly. The same loop trains a chosen config for real (`autoembed.train`).
-
-Measurement rules: torch threads are pinned (`RunSettings.threads`); the first
-`warmup_steps` steps and all evaluation are excluded from throughput; device, versions and
-thread count are recorded with every result. On CUDA, peak memory is measured with
-`torch.cuda.max_memory_allocated/reserved`; on CPU the estimate stands in for device memory
-and the process RSS high-water has its own field (docs/contracts.md#memory-figures).
+and latency; the same loop trains a chosen config for real (`autoembed.train`). Torch
+threads are pinned; the first `warmup_steps` steps and all evaluation are out of the
+throughput; device, versions and threads are recorded with every result; CUDA's peaks are
+measured, on a CPU the estimate stands in (docs/contracts.md#memory-figures).
 """
 
 from __future__ import annotations

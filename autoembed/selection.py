@@ -1,9 +1,7 @@
-"""How a search tells trials apart on validation: the noise of a validation figure
-(paired between two trials on the same rows, or one trial's alone), the best evaluation of a
-training curve and the steps to a target, and a training length suited to the data's size.
-
-Pure functions of plain values, except `label_counts` and `validation_noise`, which read a
-split's labels from a `Dataset`.
+"""How a search tells trials apart on validation: the noise of a validation figure (paired
+between two trials on the same rows, or one trial's alone), the best evaluation of a curve
+and the steps to a target, and a training length suited to the data's size. Pure, except
+`label_counts` and `validation_noise`, which read a `Dataset`'s labels.
 """
 
 from __future__ import annotations

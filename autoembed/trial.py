@@ -1,16 +1,12 @@
 """One trial, one record: what the runner measured (`TrialResult` with its `Evaluation`s),
-what a search knows about it (`TrialRow`), and the one codec between them and plain JSON.
+what a search knows about it (`TrialRow`), and the one codec between them and plain JSON
+(for Ray, Optuna, metrics.json, pareto.json members, trials.csv rows; it reads every version
+this project stored: an older result's test figure under `quality` as `test_quality`).
+Imports only `config` (no torch, no Optuna).
 
-Below runner, search, tracking and export: it imports only `config` (no torch, no Optuna).
-
-Naming: a trial's *objective* quality is the validation split's primary metric at its last
-step, or under `RunSettings.fit_to_data` (real data) at its best evaluation, `best_step`
-(`objective_quality`: validation if present, else test — the rule lives here only); the
-test split's figure is `TrialResult.test_quality`, reported and never selected on.
-
-The codec (plain JSON for Ray, Optuna and metrics.json; pareto.json members; trials.csv
-rows) reads every version this project stored: a result written before the rename keeps
-its test figure under `quality`, and is read as `test_quality`.
+A trial's *objective* quality is validation's primary metric at its last step, or under
+`RunSettings.fit_to_data` at its best evaluation, `best_step` (`objective_quality`: the rule
+lives here only); the test figure, `test_quality`, is reported, never selected on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Running trials: what the driver waits for, their time limits and their rungs.
-
-Each launched trial has a time limit (`pipeline.time_limit`): executors mark it
-`trial_started()`, end what `overdue()` lists and say so with `time_out()`. `Rungs` keeps the
-multi-fidelity scheduler's decisions (`pipeline.scheduler`): each rung point is noted on the
-trial before it is acted on, and the scheduler is rebuilt from the study on a resume.
+"""Running trials: what the driver waits for, their time limits (`pipeline.time_limit`:
+`trial_started`, `overdue`, `time_out`) and `Rungs`, the multi-fidelity scheduler's
+decisions, each noted on the trial before it is acted on and rebuilt on a resume.
 """
 
 from __future__ import annotations

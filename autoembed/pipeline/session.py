@@ -1,21 +1,13 @@
 """One driver per study at a time, and what a killed driver left behind.
 
 `runs/<study>/session.lock` holds the driver's record (JSON: pid, host, process start time,
-and, once its private Ray is up, that Ray's session directory and raylet PID). The driver
-keeps an exclusive `flock` on the file for its whole life; the kernel drops that lock when the
-process dies, even by SIGKILL, so a study can never have two drivers on one host.
-
-* Lock held by a live driver: the second one is refused (exit 2), naming its PID and host.
-* Record left by a dead driver (no flock, PID gone or reused): taken over, with a message.
-  Its private Ray's orphans (dashboard and runtime-env agents outlive a SIGKILLed driver)
-  are stopped by PID (SIGTERM, then SIGKILL), each only once it is shown to belong to that
-  session: its command line names the session directory, or it is a Ray process that holds
-  a file of the directory open or carries `RAY_RAYLET_PID=<the recorded raylet>`. Other
-  users' processes are never touched. Then the session's folder is removed.
-* A record written on another host (a shared filesystem) cannot be checked from here: it is
-  refused until removed by hand, and the message says so.
-
-On a clean exit (success, error or Ctrl-C) the record is emptied and the lock released.
+then its private Ray's session directory and raylet PID) under an exclusive `flock` that the
+kernel drops when the driver dies, even by SIGKILL. A live holder: refused (exit 2), naming
+it. A dead one's record: taken over, with a message; its private Ray's orphans are stopped
+by PID (SIGTERM, then SIGKILL), each only once shown to be of that session
+(`session_processes`; never another user's), then its session folder removed. A record of
+another host cannot be checked: refused until removed by hand. A clean exit (success, error
+or Ctrl-C) empties the record and releases the lock.
 """
 
 from __future__ import annotations
