@@ -195,8 +195,7 @@ class Outcomes:
 
     def _ran(self, live: Live, cost: Mapping[str, float | None]) -> dict[str, float | None]:
         """A timed-out trial's cost: its wall seconds from its start to its end reaching the
-        driver (at least what its process stamped), the seconds after its last report
-        counted as training (where it was when it was ended)."""
+        driver (at least its stamp), those after its last report counted as training."""
         last = live.evaluations[-1] if live.evaluations else {}
         ran = self.clock() - live.started if live.started is not None else 0.0
         wall = max(float(cost.get("wall_seconds") or 0.0), ran)

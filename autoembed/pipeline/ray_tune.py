@@ -71,10 +71,9 @@ def _memory_request(host_bytes: int, available: float | None) -> int:
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """How trials are placed: workers at once, CPUs and GPUs per trial, where Tune writes,
-    and what runs a trial: the workload's `runner` (a module-level function, pickled by
-    reference) with `runner_kwargs` (through the object store) on each proposal's payload
-    plus `placement` (device, threads)."""
+    """How trials are placed (workers, CPUs and GPUs per trial, where Tune writes) and run:
+    the workload's module-level `runner` with `runner_kwargs` (through the object store) on
+    each proposal's payload plus `placement` (device, threads)."""
 
     workers: int
     cpus_per_trial: int
@@ -168,10 +167,9 @@ class FrontScheduler(_DriverOnly, FIFOScheduler):
 
 
 class TimeLimits(_DriverOnly, tune.Callback):
-    """Every step of Tune's loop: running trials are `engine.trial_started`, and each trial
-    `engine.overdue` lists is told `time_out` and its actor killed: its worker process ends
-    (whatever the trial was doing, a hung C call included) and its resources are free for
-    the next trial; Tune records the trial's error and the engine its `timeout`."""
+    """Every step of Tune's loop: running trials are `engine.trial_started`; each one
+    `engine.overdue` lists is told `time_out` and its actor killed (a hung C call too), its
+    resources freed for the next trial."""
 
     def __init__(self, engine: SearchEngine) -> None:
         super().__init__()

@@ -207,9 +207,7 @@ def _front_ranks(pts: np.ndarray) -> np.ndarray:
 
 def _contributions(front: np.ndarray) -> np.ndarray:
     """Each point's exclusive hypervolume contribution to `front` (larger is better, in
-    [0, 1], the reference 0.1 below the worst on every axis): its box less the part the
-    others cover, which is the volume of the others clipped to its box (their componentwise
-    minimum with it), of which only the non-dominated count."""
+    [0, 1], the reference 0.1 below the worst): its box less the others clipped to it."""
     from autoembed.pareto import hypervolume
 
     k = front.shape[1]

@@ -191,9 +191,8 @@ def stop_processes(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
 
 
 def remove_session(path: str) -> None:
-    """Delete the session folder of a private Ray that is no longer running (its logs and
-    the code it shipped; 97 MB for 3 trials of a search), and `session_latest` when that
-    names it. Only a folder named like Ray's sessions (`session_*`) is touched."""
+    """Delete a stopped private Ray's session folder (its logs and shipped code), and
+    `session_latest` when that names it; only a folder named `session_*` is touched."""
     p = Path(path)
     if not p.name.startswith("session_") or p.name == "session_latest" or not p.is_dir():
         return

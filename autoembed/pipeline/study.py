@@ -264,10 +264,9 @@ def load_scores(study: optuna.Study) -> dict[int, ValidScores]:
 
 @dataclass(frozen=True)
 class Recovery:
-    """What `recover` did: the trials found RUNNING (now FAIL in Optuna, their rows
-    `interrupted`); of them, those re-queued, those stopped in their ask before any value
-    was drawn (nothing to re-queue: the next ask replaces them) and those that were a
-    retry already (not re-queued again)."""
+    """What `recover` did: the trials found RUNNING (now FAIL, their rows `interrupted`);
+    of them, those re-queued, those stopped in their ask before any value was drawn, and
+    those that were a retry already (not re-queued again)."""
 
     interrupted: tuple[int, ...]
     requeued: tuple[int, ...]

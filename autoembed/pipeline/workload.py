@@ -50,10 +50,9 @@ class NothingFitsError(AutoembedError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What a feasible proposal runs with: the runner's `payload` (plain data, JSON for
-    Ray), the host memory the trial's process needs (`host_bytes`, reserved on Ray), and
-    the trial's length for early stopping (`length`: (max_steps, eval_every); None: the
-    trial cannot be projected, so it is never stopped early)."""
+    """What a feasible proposal runs with: the runner's plain-data `payload`, the host
+    memory its process needs (`host_bytes`, reserved on Ray), and its `length` (max_steps,
+    eval_every) for early stopping (None: never stopped early)."""
 
     payload: Mapping[str, Any]
     host_bytes: int
@@ -185,9 +184,8 @@ def evaluation_report(ev: Evaluation) -> dict[str, Any]:
 
 
 class CostClock:
-    """A trial's wall and CPU seconds in its process since the executor started it; every
-    report the executor sends carries `stamp()` (the final one under `cost`). CPU is the
-    process's (its torch threads too); in the driver's process, the driver's as well."""
+    """A trial's wall and CPU seconds (its process's, the driver's too in process) since the
+    executor started it; every report carries `stamp()` (the final one under `cost`)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> None:

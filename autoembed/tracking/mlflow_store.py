@@ -98,9 +98,8 @@ def open_client(store: TrackingStore) -> MlflowClient:
 
 
 def _open_schema(store: TrackingStore) -> MlflowClient:
-    """A client whose store's schema exists. A new SQLite file starts as a copy of
-    `schema_template()` when there is one (MLflow's migrations of an empty database take
-    5-10 s here; the copy milliseconds); a new one made here becomes that template."""
+    """A client whose store's schema exists: a new SQLite file starts as a copy of
+    `schema_template()` (seconds of migrations saved), or becomes that template."""
     db = store.db_path
     new = db is not None and (not db.exists() or db.stat().st_size == 0)
     template = schema_template()

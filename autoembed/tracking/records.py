@@ -120,10 +120,8 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
 
 
 def trial_payload(record: Any, study: str) -> RunPayload:
-    """The run of one trial record (see `autoembed.tracking.TrialRecord`).
-
-    Infeasible proposals carry their params, estimate metrics and reason only.
-    """
+    """The run of one trial record; an infeasible proposal's carries its params, estimate
+    metrics and reason only."""
     result = record.result
     estimate: Mapping[str, Any] = record.estimate or (result.estimate if result else {})
     params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
