@@ -159,30 +159,23 @@ def _study_dir(runs_dir: Path, study: str) -> Path:
     return d
 
 
+def _csv_rows(path: Path) -> dict[int, dict[str, str]]:
+    """A trials.csv's rows by trial number ({} when there is no file)."""
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        return {int(n): row for row in csv.DictReader(fh)
+                if (n := (row.get("trial") or row.get("number") or "").strip()).isdigit()}
+
+
 def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     """(status, config, metrics) of trial `trial` in a trials.csv, read through the trial
     codec (metrics it lacks a value for are left out)."""
-    if not path.is_file():
+    row = _csv_rows(path).get(trial)
+    if row is None:
         return None
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            n = row.get("trial", row.get("number", ""))
-            if n is not None and n.strip().isdigit() and int(n) == trial:
-                _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
-                return status, raw, {k: v for k, v in metrics.items() if v is not None}
-    return None
-
-
-def _csv_trials(path: Path) -> list[int]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as fh:
-        out = []
-        for row in csv.DictReader(fh):
-            n = (row.get("trial") or row.get("number") or "").strip()
-            if n.isdigit():
-                out.append(int(n))
-    return sorted(out)
+    _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
+    return status, raw, {k: v for k, v in metrics.items() if v is not None}
 
 
 def _refuse_infeasible(status: str | None, what: str) -> None:
@@ -341,7 +334,7 @@ def _choose_from_study(
             got = _from_run(client, store.uri, run.info.run_id, study, runs_dir, tmp, label)
             return _Chosen(got.raw, study, number, label, got.metrics, got.vocab,
                            run_id=got.run_id, data=data, notes=got.notes)
-    known = sorted({*(_trial_of(m) for m in members), *_csv_trials(csv_path)})
+    known = sorted({*(_trial_of(m) for m in members), *_csv_rows(csv_path)})
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(
         f"unknown trial {number} in study '{study}' (known trials: {listed}); "
