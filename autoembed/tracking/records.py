@@ -70,12 +70,8 @@ def _number(value: Any) -> float | None:
 
 
 def _estimate_metrics(estimate: Mapping[str, Any]) -> list[MetricPoint]:
-    out = []
-    for name in ESTIMATE_FIGURES:
-        v = _number(estimate.get(name))
-        if v is not None:
-            out.append(MetricPoint(f"estimate_{name}", v))
-    return out
+    return [MetricPoint(f"estimate_{name}", v) for name in ESTIMATE_FIGURES
+            if (v := _number(estimate.get(name))) is not None]
 
 
 def _relative_error(estimate: float | None, measured: float | None) -> float | None:
@@ -100,23 +96,15 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
             "throughput", "steps_to_target", "samples_to_target", "target", "steps", "samples",
             "serving_bytes", "quality_before_quantization", "measured_allocated_peak",
             "measured_reserved_peak", "rss_peak", "train_seconds", "wall_seconds")}}
-    for k, v in result.latency_ms.items():
-        final[f"latency_{k}_ms"] = v
-    # The error is against the estimate of the config that trained (the result's own; a
-    # search may train a scaled-down stand-in of the priced config).
-    trained = result.estimate or estimate
+    final.update({f"latency_{k}_ms": v for k, v in result.latency_ms.items()})
+    trained = result.estimate or estimate  # the trained config's (a stand-in's, maybe)
     final["estimate_rel_error"] = _relative_error(
-        _number(trained.get("allocated_peak")), _number(result.measured_allocated_peak)
-    )
+        _number(trained.get("allocated_peak")), _number(result.measured_allocated_peak))
     final["estimate_rel_error_reserved"] = _relative_error(
-        _number(trained.get("reserved_peak")), _number(result.measured_reserved_peak)
-    )
-    last_step = result.steps
-    for k, v in final.items():
-        f = _number(v)
-        if f is not None:
-            out.append(MetricPoint(k, f, last_step, int(result.wall_seconds * 1000)))
-    return out
+        _number(trained.get("reserved_peak")), _number(result.measured_reserved_peak))
+    end = int(result.wall_seconds * 1000)
+    return out + [MetricPoint(k, f, result.steps, end) for k, v in final.items()
+                  if (f := _number(v)) is not None]
 
 
 def trial_payload(record: Any, study: str) -> RunPayload:
