@@ -146,12 +146,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
             if k in result.env:
                 tags[f"env.{k}"] = _clip(str(result.env[k]), MAX_TAG_CHARS)
     metrics = [m for m in metrics if not math.isinf(m.value)]  # MLflow stores NaN, not inf
-    return RunPayload(
-        name=run_name(record.number, record.status),
-        params=params,
-        metrics=tuple(metrics),
-        tags=tags,
-        run_status=("FAILED" if record.status in _FAILED_STATUSES else
-                    "KILLED" if record.status == "interrupted" else "FINISHED"),
-        duration_ms=duration,
-    )
+    status = ("FAILED" if record.status in _FAILED_STATUSES else
+              "KILLED" if record.status == "interrupted" else "FINISHED")
+    return RunPayload(run_name(record.number, record.status), params, tuple(metrics), tags,
+                      status, duration)
