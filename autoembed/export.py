@@ -15,7 +15,6 @@ trial or run id, unreachable tracking URI, an existing output) is a `ConfigError
 from __future__ import annotations
 
 import csv
-import filecmp
 import hashlib
 import json
 import math
@@ -363,24 +362,6 @@ def format_of(out: Path, fmt: str | None) -> str:
     return f
 
 
-def _same_tree(a: Path, b: Path) -> bool:
-    cmp = filecmp.dircmp(a, b)
-    if cmp.left_only or cmp.right_only or cmp.funny_files:
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    if mismatch or errors:
-        return False
-    return all(_same_tree(a / d, b / d) for d in cmp.common_dirs)
-
-
-def _write(cfg: EmbeddingConfig, out: Path, fmt: str, extra: Mapping[str, Any]) -> None:
-    """`save_config` in format `fmt` whatever `out`'s suffix (it picks JSON by suffix)."""
-    from autoembed.config.io import config_text
-    from autoembed.files import atomic_write_text
-
-    atomic_write_text(out, config_text(cfg, fmt, extra))
-
-
 def _tree_digest(root: Path) -> str:
     """The first 16 hex digits of the SHA-256 of a folder's files (relative paths and
     bytes, in path order)."""
@@ -393,11 +374,12 @@ def _tree_digest(root: Path) -> str:
 
 def _copy_vocab(src: Path, directory: Path) -> Path:
     """`src` copied to `directory/vocab-HASH/` (named by its content); a copy already
-    there is kept."""
+    there (the same content) is kept."""
     from autoembed.files import copy_tree_new
 
-    dst = directory / f"{VOCAB_DIR}-{_tree_digest(src)}"
-    if dst.is_dir() and _same_tree(src, dst):
+    digest = _tree_digest(src)
+    dst = directory / f"{VOCAB_DIR}-{digest}"
+    if dst.is_dir() and _tree_digest(dst) == digest:
         return dst
     if dst.exists():
         raise ConfigError(f"vocabulary directory '{dst}' differs from its name's content "
@@ -405,17 +387,9 @@ def _copy_vocab(src: Path, directory: Path) -> Path:
     return copy_tree_new(src, dst)
 
 
-def export_config(
-    study: str | None,
-    out: str | Path,
-    *,
-    pick: str | None = None,
-    run_id: str | None = None,
-    fmt: str | None = None,
-    force: bool = False,
-    runs_dir: str | Path = "runs",
-    tracking_uri: str | None = None,
-) -> Exported:
+def export_config(study: str | None, out: str | Path, *, pick: str | None = None,
+                  run_id: str | None = None, fmt: str | None = None, force: bool = False,
+                  runs_dir: str | Path = "runs", tracking_uri: str | None = None) -> Exported:
     """Write one trial's resolved config to `out` (see the module docstring)."""
     import tempfile
 
@@ -490,7 +464,10 @@ def export_config(
                 extra[HOT_SETS_KEY] = hot.name
             if note is not None:
                 notes.append(note)
-        _write(cfg, out_path, fmt_name, extra)
+        from autoembed.config.io import config_text
+        from autoembed.files import atomic_write_text
+
+        atomic_write_text(out_path, config_text(cfg, fmt_name, extra))
     return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))
 

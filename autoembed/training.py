@@ -123,10 +123,6 @@ def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
     return dict(st)
 
 
-def _is_of(st: dict[str, Any], config: EmbeddingConfig) -> bool:
-    return st.get("format") == FORMAT_VERSION and st.get("config_json") == config.to_json()
-
-
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
     st = _read_checkpoint(path, trainer.device)
@@ -135,7 +131,7 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
 
 
 def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
-    if not _is_of(dict(st), config):
+    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
         raise ConfigError(
             f"checkpoint '{path}' was written for another config; use a new --out "
             "directory or --no-resume"
