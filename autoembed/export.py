@@ -72,13 +72,10 @@ def _as_float(v: Any) -> float:
     return math.nan
 
 
-def pick_member(
-    members: Sequence[Mapping[str, Any]],
-    rule: str,
-    objectives: Sequence[Mapping[str, Any]] = (),
-    noise: Mapping[str, Any] | None = None,
-    floor: float | None = None,
-) -> Mapping[str, Any]:
+def pick_member(members: Sequence[Mapping[str, Any]], rule: str,
+                objectives: Sequence[Mapping[str, Any]] = (),
+                noise: Mapping[str, Any] | None = None, floor: float | None = None
+                ) -> Mapping[str, Any]:
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
     `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
     trial:N. `noise`: pareto.json's record of how the search measured it (None: 0);

@@ -265,16 +265,10 @@ def _rss_peak() -> int:
     return int(r if sys.platform == "darwin" else r * 1024)
 
 
-def run_trial(
-    config: EmbeddingConfig,
-    data: Any,
-    settings: RunSettings | None = None,
-    report: Callable[[Evaluation], bool] | None = None,
-    *,
-    on_step: Callable[[Any, int], None] | None = None,
-    trainer: Any = None,
-    start_step: int = 0,
-) -> TrialResult:
+def run_trial(config: EmbeddingConfig, data: Any, settings: RunSettings | None = None,
+              report: Callable[[Evaluation], bool] | None = None, *,
+              on_step: Callable[[Any, int], None] | None = None, trainer: Any = None,
+              start_step: int = 0) -> TrialResult:
     """Train `config` on `data` (a `DataSpec`, a `Dataset` or a data name) and measure it.
 
     `report(evaluation)` is called after each validation evaluation; returning False stops

@@ -320,10 +320,8 @@ class NoiseMeasure:
                 f"rows{why}")
 
 
-def measure_noise(
-    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None,
-    scores: Mapping[int, ValidScores] | None = None,
-) -> NoiseMeasure | None:
+def measure_noise(candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None,
+                  scores: Mapping[int, ValidScores] | None = None) -> NoiseMeasure | None:
     """The within-noise measure of `candidates` (rows with `number`, `values["quality"]` and
     `config.batch_size`): paired where `scores` (by trial number) holds every candidate's,
     else `pick_noise`'s unpaired slack, with the reason."""
@@ -461,10 +459,9 @@ class TrainingLength:
         return f"{how} ({self.samples:,} samples at batch {self.batch_size})"
 
 
-def training_length(
-    train_rows: int, batch_size: int, evals: int = 8, target_samples: int = TARGET_SAMPLES,
-    max_epochs: int = MAX_EPOCHS,
-) -> TrainingLength:
+def training_length(train_rows: int, batch_size: int, evals: int = 8,
+                    target_samples: int = TARGET_SAMPLES, max_epochs: int = MAX_EPOCHS
+                    ) -> TrainingLength:
     """A training length suited to `train_rows` (TARGET_SAMPLES above), with about `evals`
     validation evaluations at `batch_size`."""
     for name, v in (("train_rows", train_rows), ("batch_size", batch_size), ("evals", evals),

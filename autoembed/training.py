@@ -426,10 +426,8 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     return tuple(lines)
 
 
-def plan_training(
-    path: str | Path, *, full_size: bool = False, data: Any = None,
-    max_steps: int | None = None, epochs: int | None = None,
-) -> TrainingPlan:
+def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None,
+                  max_steps: int | None = None, epochs: int | None = None) -> TrainingPlan:
     """What `autoembed train --config path` trains.
 
     A file a search wrote (runs/<study>/best.yaml, or `autoembed export`'s) carries
@@ -477,22 +475,12 @@ def plan_training(
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
 
 
-def train(
-    config: EmbeddingConfig,
-    *,
-    data: Any = None,
-    out_dir: str | Path = "runs/train",
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    device: str = "cpu",
-    checkpoint_every: int | None = None,
-    resume: bool = True,
-    eval_every: int | None = None,
-    on_step: Callable[[int, int], None] | None = None,
-    force: bool = False,
-    hot_sets: Mapping[str, Any] | None = None,
-    measure: Mapping[str, Any] | None = None,
-) -> TrialResult:
+def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "runs/train",
+          max_steps: int | None = None, epochs: int | None = None, device: str = "cpu",
+          checkpoint_every: int | None = None, resume: bool = True, eval_every: int | None = None,
+          on_step: Callable[[int, int], None] | None = None, force: bool = False,
+          hot_sets: Mapping[str, Any] | None = None, measure: Mapping[str, Any] | None = None
+          ) -> TrialResult:
     """Train `config` on its own data spec (or `data`), checkpointing into `out_dir` (the
     module docstring says what it writes and refuses).
 

@@ -122,13 +122,9 @@ def search(call: SearchCall) -> SearchResult:
                       on_recovered=call.on_recovered)
 
 
-def run_search(
-    request: SearchRequest,
-    *,
-    tracker: SearchTracker | None = None,
-    progress: Callable[[SearchStatus], None] | None = None,
-    on_recovered: Callable[[str], None] | None = None,
-) -> SearchResult:
+def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
+               progress: Callable[[SearchStatus], None] | None = None,
+               on_recovered: Callable[[str], None] | None = None) -> SearchResult:
     """Run a checked request: the pipeline of the module docstring."""
     t_start = time.monotonic()
     pending: Callable[[], SearchTracker] | None = None

@@ -62,11 +62,8 @@ def optimistic_metrics(p: Progress) -> dict[str, float]:
     }
 
 
-def cannot_reach_front(
-    progress: Progress,
-    front: Sequence[Mapping[str, float | None]],
-    objectives: Sequence[tuple[str, str]],
-) -> bool:
+def cannot_reach_front(progress: Progress, front: Sequence[Mapping[str, float | None]],
+                       objectives: Sequence[tuple[str, str]]) -> bool:
     """True when some front member dominates the trial's optimistic metrics."""
     if len(progress.qualities) < MIN_EVALS or not front:
         return False

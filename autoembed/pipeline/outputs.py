@@ -145,11 +145,9 @@ def label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> list[An
     return [a for a, _ in placed]
 
 
-def pareto_figure(
-    rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
-    objectives: Sequence[tuple[str, str]], title: str, budget_bytes: int | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> Any:
+def pareto_figure(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
+                  objectives: Sequence[tuple[str, str]], title: str,
+                  budget_bytes: int | None = None, labels: Mapping[str, str] | None = None) -> Any:
     """The front in objective space as a matplotlib Figure: one panel per pair of
     objectives (at most 6), memory on a log axis, front members numbered. `labels`: the
     legend's text for the `budget` line and the `best` marker (what the budget judges), and
@@ -204,11 +202,10 @@ def pareto_figure(
     return fig
 
 
-def write_pareto_png(
-    rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
-    objectives: Sequence[tuple[str, str]], path: Path, title: str,
-    budget_bytes: int | None = None, labels: Mapping[str, str] | None = None,
-) -> Path:
+def write_pareto_png(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
+                     objectives: Sequence[tuple[str, str]], path: Path, title: str,
+                     budget_bytes: int | None = None, labels: Mapping[str, str] | None = None
+                     ) -> Path:
     """`pareto_figure` saved as a PNG, atomically."""
     import matplotlib.pyplot as plt
 

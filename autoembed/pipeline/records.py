@@ -39,10 +39,8 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def objective_metrics(
-    result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
-    memory_basis: str = MEMORY_BASIS,
-) -> dict[str, float | None]:
+def objective_metrics(result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
+                      memory_basis: str = MEMORY_BASIS) -> dict[str, float | None]:
     """Metric values by objective name (and extras) for a trained trial (their meanings:
     `trial.METRIC_COLUMNS`). memory: `memory.objective.memory_value` on `memory_basis`,
     measured where a GPU measured the priced config itself (`use_measured`)."""
@@ -89,10 +87,8 @@ def objective_vector(
     return out
 
 
-def optuna_values(
-    metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
-    memory: float, placeholder: bool, timing: bool = True,
-) -> list[float]:
+def optuna_values(metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
+                  memory: float, placeholder: bool, timing: bool = True) -> list[float]:
     """Finite values for Optuna's tell: the metrics, or WORST placeholders where missing
     (all of them, memory aside, when `placeholder`; `memory` is the priced memory
     objective, which stands in for a missing or placeholder one). `timing` False (a

@@ -298,12 +298,8 @@ IN_ASK = ("interrupted: the driver stopped while this trial was asked and priced
           "trained)")
 
 
-def recover(
-    study: optuna.Study,
-    storage: optuna.storages.BaseStorage,
-    reason: str,
-    config_for: Callable[[Mapping[str, Any]], Any] | None = None,
-) -> Recovery:
+def recover(study: optuna.Study, storage: optuna.storages.BaseStorage, reason: str,
+            config_for: Callable[[Mapping[str, Any]], Any] | None = None) -> Recovery:
     """Mark trials left RUNNING as FAIL in Optuna and `interrupted` in their rows (with
     `reason`; not counted), and enqueue each one's params once more (not a retry that
     trained; nothing for one stopped before any param was drawn). A trial stopped in its

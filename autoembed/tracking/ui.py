@@ -113,10 +113,8 @@ def _interrupt_on_signals() -> Callable[[], None]:
     return restore
 
 
-def serve_ui(
-    runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-    echo: Callable[[str], None] | None = None,
-) -> int:
+def serve_ui(runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+             echo: Callable[[str], None] | None = None) -> int:
     """Run the UI until Ctrl-C (exit status 130) or until the server exits on its own (1)."""
     if echo is None:
         def echo(line: str) -> None:
