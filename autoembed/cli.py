@@ -241,22 +241,18 @@ def _render_training(result: Any, expect: Any, out: Path) -> None:
 @app.command()
 def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
-    pick: str | None = typer.Option(
-        None,
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N "
-        "(default: the search's own pick, pareto.json 'best').",
-    ),
+    pick: str | None = typer.Option(None, help="within-noise, knee, max-quality, min-memory, "
+                                    "max-throughput or trial:N (default: the search's own pick, "
+                                    "pareto.json 'best')."),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
         None, "--format", help="yaml or json (default: from the --out suffix); python: a "
-        "module that rebuilds a search over your own model (--model) in your code."
-    ),
+        "module that rebuilds a search over your own model (--model) in your code."),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),
     tracking_uri: str | None = typer.Option(
-        None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."
-    ),
+        None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."),
 ) -> None:
     """Write a searched config, resolved, for `autoembed train --config` or load_config."""
     from autoembed.export import export_config, format_of
@@ -265,8 +261,7 @@ def export(
     done = export_config(study, out, pick=pick, run_id=run_id, fmt=format, force=force,
                          runs_dir=runs_dir, tracking_uri=tracking_uri)
     where = f"study '{done.study}' trial {done.trial}" + (
-        f" (run {done.run_id})" if done.run_id else f" ({done.pick})"
-    )
+        f" (run {done.run_id})" if done.run_id else f" ({done.pick})")
     print(f"wrote {done.path}: {where}")
     if format_of(done.path, format) == "python":
         print(f"its config: {done.path.with_suffix('.yaml')}")
