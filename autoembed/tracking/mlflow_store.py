@@ -49,9 +49,9 @@ _ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
-# mlflow.utils.validation: at most 100 params + tags and 1000 metrics per log_batch.
+# mlflow.utils.validation: per log_batch at most 100 params (and 100 tags), 1000 in all
 _BATCH_PARAMS_TAGS = 100
-_BATCH_METRICS = 1000
+_BATCH_ENTITIES = 1000  # metrics, params and tags together
 
 
 def _now_ms() -> int:
@@ -300,22 +300,19 @@ class MlflowTracker:
 
     def _log(self, run_id: str, params: Mapping[str, str] = {},  # noqa: B006 - read only
              tags: Mapping[str, str] = {}, metrics: Sequence[Metric] = ()) -> None:  # noqa: B006
-        """log_batch in chunks within MLflow's per-request limits."""
-        entries: list[Param | RunTag] = [
-            Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()
-        ]
+        """log_batch in as few requests as MLflow's limits allow (one for a usual trial)."""
+        entries: list[Param | RunTag] = [Param(k, str(v)[:MAX_PARAM_CHARS])
+                                         for k, v in params.items()]
         entries += [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
-        if len(entries) <= _BATCH_PARAMS_TAGS and len(metrics) <= _BATCH_METRICS:
-            self._client.log_batch(  # one request for a trial's run
-                run_id, params=[p for p in entries if isinstance(p, Param)],
-                tags=[t for t in entries if isinstance(t, RunTag)], metrics=list(metrics))
-            return
-        for i in range(0, len(entries), _BATCH_PARAMS_TAGS):
-            chunk = entries[i : i + _BATCH_PARAMS_TAGS]
-            self._client.log_batch(run_id, params=[p for p in chunk if isinstance(p, Param)],
-                                   tags=[t for t in chunk if isinstance(t, RunTag)])
-        for i in range(0, len(metrics), _BATCH_METRICS):
-            self._client.log_batch(run_id, metrics=list(metrics[i : i + _BATCH_METRICS]))
+        rest = list(metrics)
+        while True:
+            head, entries = entries[:_BATCH_PARAMS_TAGS], entries[_BATCH_PARAMS_TAGS:]
+            room = _BATCH_ENTITIES - len(head)
+            part, rest = rest[:room], rest[room:]
+            self._client.log_batch(run_id, params=[p for p in head if isinstance(p, Param)],
+                                   tags=[t for t in head if isinstance(t, RunTag)], metrics=part)
+            if not entries and not rest:
+                return
 
     def _start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
         self._study = study
