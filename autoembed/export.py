@@ -516,10 +516,12 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     for p in {out, cfg_path}:
         if p.exists() and not force:
             raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
+    import yaml
+
     from autoembed.rules import plain
 
-    texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n"
-                        if cfg_path.suffix == ".json" else _yaml(plain(record)))}
+    texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
+                        else yaml.safe_dump(dict(plain(record)), sort_keys=False))}
     if fmt == "python" and TOPOLOGY_KEY in meta:
         texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem)
     elif fmt == "python":
@@ -555,9 +557,3 @@ def _trial_params(chosen: _Chosen) -> dict[str, Any]:
         raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
                           "recorded; export a front member (--pick)")
     return dict(got)
-
-
-def _yaml(body: Mapping[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(dict(body), sort_keys=False)

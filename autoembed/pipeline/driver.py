@@ -154,7 +154,8 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
             if plan.start and not stored.meta:
                 names = ", ".join(p.name for p in plan.start)
                 on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
-            for line in (plan.time_limit.describe(), *_notes(executor, plan)):
+            notes = getattr(executor, "notes", None)  # an Executor object may have none
+            for line in (plan.time_limit.describe(), *(notes(plan) if callable(notes) else ())):
                 on_recovered(line)
         engine = SearchEngine(
             study, SearchSettings.of(plan), progress=progress,
@@ -179,12 +180,6 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
                 tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
-
-
-def _notes(executor: Executor, plan: SearchPlan) -> list[str]:
-    """The executor's lines before the first trial (an Executor object may have none)."""
-    notes = getattr(executor, "notes", None)
-    return list(notes(plan)) if callable(notes) else []
 
 
 def _kept(rows: Iterable[TrialRow]) -> tuple[int, str]:

@@ -20,7 +20,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -105,12 +105,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _pids() -> Iterator[int]:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            yield int(entry)
-
-
 def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
     """PIDs of this user's processes that belong to the Ray session `ray_session` (its
     directory): the command line names the directory, or the command line is Ray's
@@ -119,7 +113,7 @@ def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
     uid = os.getuid()
     marker = f"RAY_RAYLET_PID={raylet_pid}".encode() if raylet_pid else None
     out = []
-    for pid in _pids():
+    for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()):
         if pid == os.getpid():
             continue
         try:

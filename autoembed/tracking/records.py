@@ -69,11 +69,6 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _estimate_metrics(estimate: Mapping[str, Any]) -> list[MetricPoint]:
-    return [MetricPoint(f"estimate_{name}", v) for name in ESTIMATE_FIGURES
-            if (v := _number(estimate.get(name))) is not None]
-
-
 def _relative_error(estimate: float | None, measured: float | None) -> float | None:
     if estimate is None or measured is None or measured <= 0:
         return None
@@ -113,7 +108,8 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     result = record.result
     estimate: Mapping[str, Any] = record.estimate or (result.estimate if result else {})
     params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
-    metrics = _estimate_metrics(estimate)
+    metrics = [MetricPoint(f"estimate_{name}", v) for name in ESTIMATE_FIGURES
+               if (v := _number(estimate.get(name))) is not None]
     tags = {
         "autoembed.role": "trial", "autoembed.study": study, "trial": str(record.number),
         "status": record.status,
