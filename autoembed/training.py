@@ -158,11 +158,6 @@ def _restore(st: dict[str, Any], trainer: Any) -> int:
     return int(st["step"])
 
 
-def _json_form(config: EmbeddingConfig) -> Any:
-    """The config as `metrics.json` holds it (tuples as lists, as JSON reads them back)."""
-    return json.loads(json.dumps(config.to_dict(), default=str))
-
-
 def _held_result(out: Path) -> dict[str, Any] | None:
     """The finished result `out` publishes (its metrics.json), {} when it cannot be read,
     None when there is none."""
@@ -202,7 +197,8 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
     held = None if force else _held_result(out)
     if held is None:
         return None
-    if held.get("config") != _json_form(config):
+    as_json = json.loads(json.dumps(config.to_dict(), default=str))  # as metrics.json has it
+    if held.get("config") != as_json:
         raise ConfigError(
             f"--out '{out}' holds a finished result of another config (metrics.json, "
             "model.pt); train into a new --out directory, or pass --force to replace it "

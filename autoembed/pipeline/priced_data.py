@@ -127,8 +127,10 @@ class PricedData:
         if not rules and not methods:
             return config
         small = {t.name: t.vocab_size for t in self.train_dataset.tables}
-        exponents = dict(zip((t.name for t in self.dataset.tables),
-                             _exponents(self.spec, len(self.dataset.tables)), strict=True))
+        names = [t.name for t in self.dataset.tables]
+        exps = self.spec.exponents()  # synthetic data's Zipf exponents (text: one table)
+        exponents = dict(zip(names, exps[:len(names)] if len(exps) >= len(names)
+                             else (exps[0],) * len(names), strict=True))
         tables = []
         for t in full.tables:
             ts = methods.get(t.name)
@@ -142,12 +144,6 @@ class PricedData:
         if isinstance(robe, int):
             robe = _scaled(robe, self.scale, 1)
         return replace(full, tables=tuple(tables), robe_size=robe)
-
-
-def _exponents(spec: DataSpec, fields: int) -> tuple[float, ...]:
-    """The Zipf exponent of each table of synthetic data (text: one table)."""
-    exps = spec.exponents()
-    return exps[:fields] if len(exps) >= fields else (exps[0],) * fields
 
 
 def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:

@@ -215,14 +215,10 @@ def _contributions(front: np.ndarray) -> np.ndarray:
     out = np.empty(len(front))
     for i, p in enumerate(front):
         clipped = np.minimum(np.delete(front, i, axis=0), p)
-        covered = hypervolume(_undominated(clipped).tolist(), ref, dirs)
+        undominated = clipped[~np.any(_dominance(clipped), axis=0)]
+        covered = hypervolume(undominated.tolist(), ref, dirs)
         out[i] = hypervolume([p.tolist()], ref, dirs) - covered  # a twin's: exactly 0
     return out
-
-
-def _undominated(pts: np.ndarray) -> np.ndarray:
-    """The rows no other row dominates (larger is better)."""
-    return pts[~np.any(_dominance(pts), axis=0)]
 
 
 def _dominance(pts: np.ndarray) -> np.ndarray:
