@@ -119,8 +119,7 @@ def _offsets(dataset: Dataset) -> tuple[dict[str, int], int]:
         raise ConfigError(
             f"baseline: the one-hot design has {width:,} columns (sum of the tables' "
             f"vocab sizes), over {MAX_COLUMNS:,}; the baseline is for data of up to a few "
-            f"million ids: compare on a smaller table"
-        )
+            f"million ids: compare on a smaller table")
     return offsets, width
 
 
@@ -187,8 +186,7 @@ def _require_classes(y: np.ndarray, split: str, least: int) -> None:
     if found < least:
         raise ConfigError(
             f"baseline: the {split} split has {found} class(es) in {y.size} rows; it needs "
-            f"{least}: use more rows or another split seed"
-        )
+            f"{least}: use more rows or another split seed")
 
 
 def _score(model: Any, x: Any, y: np.ndarray, metric: str) -> float:

@@ -150,8 +150,7 @@ def _study_dir(runs_dir: Path, study: str) -> Path:
         hint = f"studies there: {', '.join(known)}" if known else "it holds no finished search"
         raise ConfigError(
             f"unknown study '{study}': no directory {d} ({hint}); run `autoembed search "
-            f"--study {study}` first or pass --runs-dir"
-        )
+            f"--study {study}` first or pass --runs-dir")
     return d
 
 
@@ -178,8 +177,7 @@ def _refuse_infeasible(status: str | None, what: str) -> None:
     if status == "infeasible":
         raise ConfigError(
             f"{what} is infeasible: its estimate does not fit the budget and it never "
-            "trained; pick a feasible trial (see trials.csv or --pick)"
-        )
+            "trained; pick a feasible trial (see trials.csv or --pick)")
 
 
 @dataclass(frozen=True)
@@ -210,8 +208,7 @@ def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[An
     if store.db_path is not None and not store.db_path.is_file():
         raise ConfigError(
             f"{need} needs an MLflow store, and there is none at {store.db_path} (no search "
-            "recorded under this runs directory); pass --runs-dir or --tracking-uri"
-        )
+            "recorded under this runs directory); pass --runs-dir or --tracking-uri")
     if store.kind == "http":
         check_reachable(store.uri)  # seconds, before importing MLflow
     from autoembed.tracking.mlflow_store import open_client
@@ -233,8 +230,7 @@ def _from_run(
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             raise ConfigError(
                 f"run id '{run_id}' is not in the MLflow store {uri}; copy a trial run's id "
-                "from the UI or use --pick trial:N"
-            ) from None
+                "from the UI or use --pick trial:N") from None
         raise
     tags = run.data.tags
     role = tags.get("autoembed.role")
@@ -248,8 +244,7 @@ def _from_run(
     if study is not None and run_study != study:
         raise ConfigError(
             f"run id '{run_id}' belongs to study '{run_study}', not '{study}'; drop --study "
-            "or give a run of that study"
-        )
+            "or give a run of that study")
     if "config.yaml" not in _artifacts(client, run_id):
         raise ConfigError(f"run id '{run_id}' has no config.yaml artifact to export")
     text = Path(client.download_artifacts(run_id, "config.yaml", str(tmp))).read_text()
@@ -296,8 +291,7 @@ def _choose_from_study(
         if not pareto:
             raise ConfigError(
                 f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
-                "use --pick trial:N or --run-id"
-            )
+                "use --pick trial:N or --run-id")
         member: Mapping[str, Any] | None = pick_member(
             members, rule, pareto.get("objectives") or (), pareto.get("noise"),
             pareto.get("floor"))
@@ -334,8 +328,7 @@ def _choose_from_study(
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(
         f"unknown trial {number} in study '{study}' (known trials: {listed}); "
-        "see trials.csv for the numbers"
-    )
+        "see trials.csv for the numbers")
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -222,16 +222,13 @@ def _cycle(dataset: Any, batch_size: int, seed: int, epochs: int | None) -> Iter
     epoch = 0
     while epochs is None or epoch < epochs:
         any_batch = False
-        for b in dataset.batches(
-            "train", batch_size, seed=seed + epoch, shuffle=True, drop_last=True
-        ):
+        for b in dataset.batches("train", batch_size, seed=seed + epoch, shuffle=True,
+                                 drop_last=True):
             any_batch = True
             yield b
         if not any_batch:
-            raise DataError(
-                f"the train split has fewer rows than one batch ({batch_size}); "
-                "use a smaller batch_size or more data"
-            )
+            raise DataError(f"the train split has fewer rows than one batch ({batch_size}); "
+                            "use a smaller batch_size or more data")
         epoch += 1
 
 

@@ -82,8 +82,7 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
         raise DoesNotFitError(
             f"config needs {format_bytes(need)} to train (analytic allocated_peak) but "
             f"{what} is {format_bytes(total)} in all; shrink it (autoembed estimate --config "
-            "prices it) or search one under a budget"
-        )
+            "prices it) or search one under a budget")
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
@@ -118,8 +117,7 @@ def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
         raise ConfigError(
             f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
-            "or train into a new --out directory"
-        ) from None
+            "or train into a new --out directory") from None
     return dict(st)
 
 
@@ -134,8 +132,7 @@ def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> Non
     if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
         raise ConfigError(
             f"checkpoint '{path}' was written for another config; use a new --out "
-            "directory or --no-resume"
-        )
+            "directory or --no-resume")
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -202,8 +199,7 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
         raise ConfigError(
             f"--out '{out}' holds a finished result of another config (metrics.json, "
             "model.pt); train into a new --out directory, or pass --force to replace it "
-            "once this run completes"
-        )
+            "once this run completes")
     done = _finished_length(held)
     if done == dict(length):
         result = decode_result(held)
@@ -212,8 +208,7 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
     if isinstance(steps, int) and isinstance(asked, int) and asked < steps:
         raise ConfigError(
             f"--out '{out}' holds this config's finished run of {steps} steps; --max-steps "
-            f"{asked} is fewer: train into a new --out directory, or pass --force to retrain"
-        )
+            f"{asked} is fewer: train into a new --out directory, or pass --force to retrain")
     return None
 
 
@@ -272,8 +267,7 @@ def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any
         f"checkpoint '{ckpt}' is at step {step} of a run of {_length_words(was)}, not on "
         f"the way to {_length_words(length)}: pass --no-resume to train from step 0 (its "
         "checkpoints replace it), give the length it was started with, or train into a new "
-        "--out directory"
-    )
+        "--out directory")
 
 
 def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
@@ -493,8 +487,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
         if config.data is None:
             raise ConfigError(
                 "the config carries no data spec; pass --data (a built-in name or "
-                "a CSV/Parquet file) or export the config from a search"
-            )
+                "a CSV/Parquet file) or export the config from a search")
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
         data = DataSpec(name=data)

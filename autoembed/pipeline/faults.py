@@ -35,8 +35,7 @@ def parse_faults(text: str) -> dict[int, str]:
         if not sep or not k.strip().isdigit() or int(k) < 1 or kind.strip() not in KINDS:
             raise ConfigError(
                 f"{ENV} entry '{part}' is not N:KIND; use e.g. {ENV}=1:raise,2:oom with N the "
-                f"trial's launch order (from 1) and KIND one of {', '.join(KINDS)}"
-            )
+                f"trial's launch order (from 1) and KIND one of {', '.join(KINDS)}")
         out[int(k)] = kind.strip()
     return out
 

@@ -36,8 +36,7 @@ def data_spec_for(space: SearchSpace, data: str | None = None, label: str | None
     if data is None:
         if label is not None or categorical is not None or text_column is not None:
             raise ConfigError(
-                "--label, --categorical and --text-column describe a --data file; give --data"
-            )
+                "--label, --categorical and --text-column describe a --data file; give --data")
         return DataSpec.from_dict(space.data, f"search space '{space.source}': data"), \
             space.stand_in
     spec = given_spec(data, label, categorical, text_column)

@@ -206,8 +206,7 @@ def _probe(address: str) -> None:
         raise ConfigError(
             f"--ray-address '{address}': nothing answers there within {PROBE_TIMEOUT_S:g} s "
             f"({e.strerror or e}); start the head with `ray start --head` and give its "
-            "address, or drop --ray-address for a private local Ray"
-        ) from None
+            "address, or drop --ray-address for a private local Ray") from None
 
 
 LOOPBACK = "127.0.0.1"
@@ -267,8 +266,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                 raise ConfigError(
                     f"--ray-address '{self.address}': cannot join that Ray cluster ({first}); "
                     "check the address (e.g. 10.0.0.5:6379 from `ray start --head`) and that "
-                    "this machine may join it (Ray's token authentication)"
-                ) from None
+                    "this machine may join it (Ray's token authentication)") from None
         else:
             with _on_loopback():
                 ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
@@ -377,8 +375,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ConfigError(
                 f"a node of the Ray cluster cannot run a Python task ({first[:200]}); give "
-                "every node the driver's Python and packages (docs/clusters.md)"
-            ) from None
+                "every node the driver's Python and packages (docs/clusters.md)") from None
         problems = node_problems(versions(packages), found)
         if problems:
             raise ConfigError(

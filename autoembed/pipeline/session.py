@@ -227,8 +227,7 @@ class StudyLock:
             who = other.describe() if other else "another process"
             raise StudyInUseError(
                 f"study '{self.name}' is open in another search ({who}; lock {self.path}); "
-                "wait for it to finish, or use another --study name"
-            ) from None
+                "wait for it to finish, or use another --study name") from None
         old = _read(fh)
         if old is not None and old.pid != os.getpid() and old.alive():
             fh.close()  # flock not honoured (another host, a network filesystem)
@@ -236,8 +235,7 @@ class StudyLock:
                     else "wait for it to finish, or use another --study name")
             raise StudyInUseError(
                 f"study '{self.name}' is open in another search ({old.describe()}; lock "
-                f"{self.path}); {hint}"
-            )
+                f"{self.path}); {hint}")
         self._fh = fh
         self._write(self.holder)
         if old is not None:

@@ -50,8 +50,7 @@ def check_study_name(name: str) -> None:
     if not STUDY_NAME_RULE.match(name) or name in (".", "..") or ".." in name:
         raise ConfigError(
             f"study name '{name}' is not allowed; use 1-128 letters, digits, '_', '-' or '.' "
-            "(no '..'), e.g. --study ctr-8gb"
-        )
+            "(no '..'), e.g. --study ctr-8gb")
 
 
 def storage_url(runs_dir: Path, url: str | None = None) -> str:
@@ -84,8 +83,7 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
         raise ConfigError(
             f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
             "postgresql://user:password@host:5432/optuna, or drop --storage for "
-            f"{runs_dir / 'optuna.db'}"
-        )
+            f"{runs_dir / 'optuna.db'}")
     connect_args: dict[str, Any] = (
         {"timeout": SQLITE_TIMEOUT_S} if scheme == "sqlite"
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
@@ -99,15 +97,13 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
     except ImportError:  # Optuna re-raises the driver's ModuleNotFoundError as this
         raise ConfigError(
             f"--storage '{label}': the database driver for '{scheme}' is not installed; "
-            "pip install 'autoembed[team]' (psycopg for PostgreSQL)"
-        ) from None
+            "pip install 'autoembed[team]' (psycopg for PostgreSQL)") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL or server
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(
             f"--storage '{label}': cannot open the study storage ({type(e).__name__}: "
             f"{first[:300]}); check the URL, that the server runs and that the database "
-            "exists (createdb), or drop --storage"
-        ) from None
+            "exists (createdb), or drop --storage") from None
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -415,5 +411,4 @@ def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None
         raise ConfigError(
             f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
             "resumed search keeps its budget, space, objectives and data: drop the option or "
-            "start a new --study"
-        )
+            "start a new --study")

@@ -98,8 +98,7 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
         raise ConfigError(
             f"tracking URI '{uri}' is an MLflow file store, which MLflow 3 refuses unless "
             f"MLFLOW_ALLOW_FILE_STORE=true; use a database such as "
-            f"sqlite:///{path / DB_FILE}, an http(s) server, or 'none'"
-        )
+            f"sqlite:///{path / DB_FILE}, an http(s) server, or 'none'")
     return TrackingStore(uri, "other")
 
 
@@ -125,8 +124,7 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     raise TrackingUnreachableError(
         f"MLflow tracking server '{uri}' is not reachable ({url}: {cause}, timeout "
         f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), "
-        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none"
-    )
+        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none")
 
 
 def masked(uri: str) -> str:
@@ -146,8 +144,7 @@ def check_database(uri: str, timeout: int = DB_CONNECT_TIMEOUT_S) -> None:
     except ImportError:
         raise ConfigError(
             f"tracking URI '{masked(uri)}': the database driver for '{scheme}' is not "
-            "installed; pip install 'autoembed[team]' (psycopg for PostgreSQL)"
-        ) from None
+            "installed; pip install 'autoembed[team]' (psycopg for PostgreSQL)") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's ArgumentError etc.
         raise ConfigError(f"tracking URI '{masked(uri)}' is not a database URL SQLAlchemy "
                           f"takes ({type(e).__name__}); use e.g. "
@@ -160,7 +157,6 @@ def check_database(uri: str, timeout: int = DB_CONNECT_TIMEOUT_S) -> None:
         raise TrackingUnreachableError(
             f"MLflow database '{masked(uri)}' cannot be reached ({first[:200]}); check the "
             "URL, that the server runs and the database exists (createdb), or pass "
-            "--tracking-uri none"
-        ) from None
+            "--tracking-uri none") from None
     finally:
         engine.dispose()

@@ -45,8 +45,7 @@ def _check_port(host: str, port: int) -> None:
         except OSError as e:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port "
-                "or --host"
-            ) from None
+                "or --host") from None
 
 
 def _healthy(url: str) -> bool:
