@@ -88,8 +88,7 @@ def pick_member(members: Sequence[Mapping[str, Any]], rule: str,
             if "name" in o] or list(_DEFAULT_OBJECTIVES)
     cands = [
         _Member(_trial_of(m), {k: _as_float(v) for k, v in (m.get("metrics") or {}).items()}, m)
-        for m in members
-    ]
+        for m in members]
     if not cands:
         raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
     measure = NoiseMeasure.from_dict(noise) if noise else None
@@ -236,8 +235,7 @@ def _from_run(
     role = tags.get("autoembed.role")
     if role != "trial":
         what = {"search": "a search's parent run", "infeasible-group": "a grouping run"}.get(
-            str(role), "not an autoembed trial run"
-        )
+            str(role), "not an autoembed trial run")
         raise ConfigError(f"run id '{run_id}' is {what}; give the run id of one trial")
     _refuse_infeasible(tags.get("status"), f"run '{run_id}' (trial {tags.get('trial')})")
     run_study = tags.get("autoembed.study") or study or ""
@@ -427,8 +425,7 @@ def export_config(study: str | None, out: str | Path, *, pick: str | None = None
         if chosen.run_id is not None:
             source["run_id"] = chosen.run_id
         source["metrics"] = {
-            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))
-        }
+            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
         if chosen.memory is not None:
             source["memory"] = dict(chosen.memory)
         extra: dict[str, Any] = {"source": source}

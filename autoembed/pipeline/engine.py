@@ -192,8 +192,7 @@ class SearchEngine:
                 self.stop_reason = (
                     f"the sampler proposed {MAX_REJECTIONS_IN_A_ROW} configs in a row that do "
                     "not fit, are invalid or were tried; narrow the space towards cheaper "
-                    "configs"
-                )
+                    "configs")
                 return None
             proposal = self._take(self.proposer.ask())
             if proposal is not None:
