@@ -31,8 +31,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERRUPTED = 0, 1, 2, 
 app = typer.Typer(
     name="autoembed",
     help="Find the best embedding-layer configuration under a GPU memory budget.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-)
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 @app.callback()

@@ -257,8 +257,7 @@ def _from_run(
     notes = () if tags.get("status") == "complete" else (f"the trial ended '{tags.get('status')}'",)
     return _Chosen(
         raw, run_study, int(trial) if trial.isdigit() else None, pick, dict(run.data.metrics),
-        vocab, run_id=run_id, notes=notes,
-    )
+        vocab, run_id=run_id, notes=notes)
 
 
 def _choose_from_study(

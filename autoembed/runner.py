@@ -125,8 +125,7 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
         config, task=dataset.task, tables=with_data_tables(config, dataset.tables),
         num_classes=dataset.num_classes if text else 2,
         seq_len=(config.seq_len if config.seq_len > 1 else dataset.seq_len) if text else 1,
-        data=dataset.spec.to_dict(),
-    )
+        data=dataset.spec.to_dict())
     if cfg.compression == "hash" and cfg.hash_buckets is None:
         raise ConfigError("compression 'hash' needs hash_buckets")
     return cfg.resolve()

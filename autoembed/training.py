@@ -99,8 +99,7 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig,
         "trained_for": dict(length),  # the run's length: `max_steps` or `epochs`
         "config_json": config.to_json(),
         "model": trainer.model.state_dict(),
-        "optimizers": trainer.optimizers.state_dict(),
-    }
+        "optimizers": trainer.optimizers.state_dict()}
     if trainer.masters is not None:
         st["masters"] = {k: v.detach() for k, v in trainer.masters.items()}
     if trainer.scaler is not None:
@@ -548,8 +547,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         test_batches=m.get("test_batches"),  # None: the whole test split
         eval_batches=m.get("eval_batches", 50),
         warmup_steps=m.get("warmup_steps", RunSettings.warmup_steps),
-        threads=m.get("threads"),
-    )
+        threads=m.get("threads"))
     if epochs is not None:
         settings = replace(settings, max_steps=10**12)
     result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)

@@ -255,8 +255,7 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
         retry_of=raw.get("retry_of"),
         interrupted=interrupted,
         node=dict(raw.get("node") or {}),
-        origin=raw.get("origin"),
-    )
+        origin=raw.get("origin"))
 
 
 def encode_member(row: TrialRow) -> dict[str, Any]:
@@ -274,8 +273,7 @@ def encode_member(row: TrialRow) -> dict[str, Any]:
         "ray_trial_id": row.ray_trial_id,
         # the config the trial trained, resolved on its data (a stand-in's, in the built-in
         # spaces): what `autoembed train` reruns (export's `trained_on`)
-        "trained_config": None if row.result is None else row.result.config.to_dict(),
-    }
+        "trained_config": None if row.result is None else row.result.config.to_dict()}
 
 
 # The estimate's byte figures as trials.csv columns (`estimate_<name>`)
@@ -335,8 +333,7 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
         *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
         json.dumps(rank_figures(row)) if rank_figures(row) else "",
         *(_cell(row.params.get(p)) for p in params),
-        json.dumps(row.config.to_dict(), sort_keys=True),
-    ]
+        json.dumps(row.config.to_dict(), sort_keys=True)]
 
 
 _CONFIG_COLUMNS = ("config", "config_json")

@@ -161,8 +161,7 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
             study, SearchSettings.of(plan), progress=progress,
             scheduler=AshaScheduler(plan.objective_pairs) if plan.multi_fidelity else None,
             recorder=Recorder([
-                TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
-        )
+                TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]))
         try:
             executor.run(engine, plan)
         except BaseException as exc:  # running trials failed and re-queued, as --resume does
@@ -271,8 +270,7 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
         "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,
         "wall_seconds": round(wall, 2),
-        "finished_at": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
+        "finished_at": _dt.datetime.now().isoformat(timespec="seconds")}
 
 
 def _pick_rule(rows: Iterable[TrialRow], plan: SearchPlan) -> tuple[Pick, str | None]:
@@ -328,5 +326,4 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         device=plan.device, workload=workload.kind,
         searched={r.number: workload.searched(r) for r in report.front},
         extra={"baseline": getattr(workload, "baseline", None), "noise": report.noise,
-               "memory_basis": report.memory_basis},
-    )
+               "memory_basis": report.memory_basis})

@@ -58,8 +58,7 @@ def optimistic_metrics(p: Progress) -> dict[str, float]:
         min(p.max_steps, p.step + p.eval_every))
     return {
         "quality": quality, "memory": float(p.device_total), "throughput": throughput,
-        "latency": 0.0, "steps_to_target": steps,
-    }
+        "latency": 0.0, "steps_to_target": steps}
 
 
 def cannot_reach_front(progress: Progress, front: Sequence[Mapping[str, float | None]],

@@ -142,8 +142,7 @@ class SearchEngine:
             complete=self.count("complete"), infeasible=self.count("infeasible"),
             pruned=self.count("pruned"), failed=failed, front=len(front), best_quality=best,
             elapsed_s=self.clock() - self.started, last=last, message=message,
-            budget_bytes=self.settings.budget.bytes,
-        )
+            budget_bytes=self.settings.budget.bytes)
 
     def _emit(self, last: TrialRow | None = None, message: str | None = None) -> None:
         if self.progress is not None:
@@ -275,8 +274,7 @@ class SearchEngine:
                        else float(evaluation.get("elapsed_s", 0.0))),
             max_steps=max_steps, eval_every=eval_every,
             device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
-            reached_at=reached, keeps_best=self.workload.keeps_best,
-        )
+            reached_at=reached, keeps_best=self.workload.keeps_best)
 
     def finish(self, number: int, final: Mapping[str, Any] | None,
                error: str | None = None) -> TrialRow | None:

@@ -176,8 +176,7 @@ class RayTuneExecutor:
                        "log_dir": str(plan.out_dir / LOG_DIR)},
             runner=plan.workload.runner(local=False),
             runner_kwargs=self.options.get("runner_kwargs") or {},
-            trial_resources=tuple(plan.request.trial_resources), faults=self.faults,
-        ))
+            trial_resources=tuple(plan.request.trial_resources), faults=self.faults))
 
 
 class InProcessExecutor:

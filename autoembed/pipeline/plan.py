@@ -119,8 +119,7 @@ class SearchPlan:
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=_basis(stored), start_points=use_start, start=start,
             repeatable=repeatable, time_limit=_time_limit(r, stored, workload.space),
-            multi_fidelity=_multi_fidelity(r, stored, workload.space),
-        )
+            multi_fidelity=_multi_fidelity(r, stored, workload.space))
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
         return replace(self, cpus_per_trial=cpus)
@@ -190,8 +189,7 @@ class SearchPlan:
             "created": self.created, "memory_basis": self.memory_basis,
             "start_points": self.start_points, "repeatable": self.repeatable,
             "multi_fidelity": self.multi_fidelity, "trial_time_limit": self.time_limit.seconds,
-            **self.workload.meta(),
-        }
+            **self.workload.meta()}
 
     def tracker_params(self) -> dict[str, str]:
         """The search's parameters on its MLflow parent run."""
@@ -202,8 +200,7 @@ class SearchPlan:
             "trials": str(self.trials), "workers": str(self.workers),
             "early_stop": str(self.early_stop), "device": self.device,
             "memory_basis": self.memory_basis, "workload": self.workload.kind,
-            **self.workload.tracker_params(),
-        }
+            **self.workload.tracker_params()}
 
 
 def _names(objectives: Any) -> list[str]:

@@ -128,8 +128,7 @@ class BudgetSearcher(_DriverOnly, Searcher):
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({**p.payload, "number": p.number, **self.settings.placement,
                                  "fault": self.settings.faults.get(
-                                     self.engine.trainables_started)}),
-        }
+                                     self.engine.trainables_started)})}
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
@@ -454,7 +453,5 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
             verbose=0,
             # a trial's params.json (what Tune ran); trials past their time limit ended
             callbacks=[JsonLoggerCallback(), TimeLimits(engine)],
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
-    )
+            failure_config=tune.FailureConfig(max_failures=0)))
     tuner.fit()

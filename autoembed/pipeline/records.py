@@ -69,8 +69,7 @@ def objective_metrics(result: TrialResult, estimate: Mapping[str, Any], *, use_m
         "train_seconds": _finite(result.train_seconds),
         "wall_seconds": _finite(result.wall_seconds),
         # placement host_cached: the measured cache and the cost of its misses
-        **{k: _finite(v) for k, v in result.metrics.items() if k.startswith("cache_")},
-    }
+        **{k: _finite(v) for k, v in result.metrics.items() if k.startswith("cache_")}}
 
 
 def objective_vector(

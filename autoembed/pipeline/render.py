@@ -251,5 +251,4 @@ def result_json(result: Any) -> dict[str, Any]:
         "wall_seconds": round(result.wall_seconds, 2),
         "files": {k: str(v) for k, v in result.files.items()},
         **{k: (None if v is None else v.to_dict())
-           for k, v in result.extra.items() if k in ("baseline", "noise")},
-    }
+           for k, v in result.extra.items() if k in ("baseline", "noise")}}

@@ -136,8 +136,7 @@ class SearchReport:
             "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
             "noise": None if self.noise is None else self.noise.to_dict(),
-            "floor": self.floor, "memory_basis": self.memory_basis,
-        }
+            "floor": self.floor, "memory_basis": self.memory_basis}
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "floor", "baseline", "memory_basis", "counts",
                  "trainables_started", "stop_reason", "workload", "space", "data",
@@ -182,8 +181,7 @@ class SearchReport:
             "metrics": dict(self.best.metrics),
             "memory": judged(self.best.estimate, self.budget.bytes, self.budget.text,
                              self.memory_basis),
-            **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
-        }
+            **({"trained_on": context["trained_on"]} if "trained_on" in context else {})}
 
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,

@@ -47,8 +47,7 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 _ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-}
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
 # mlflow.utils.validation: per log_batch at most 100 params (and 100 tags), 1000 in all
 _BATCH_PARAMS_TAGS = 100
 _BATCH_ENTITIES = 1000  # metrics, params and tags together
@@ -364,8 +363,7 @@ class MlflowTracker:
                     "mlflow.note.content": "Proposals priced over the budget: never trained. "
                     "Each child has the proposed config (params), its estimate and the reason.",
                 },
-                run_name="infeasible proposals",
-            )
+                run_name="infeasible proposals")
             self._group_id = run.info.run_id
         return self._group_id
 

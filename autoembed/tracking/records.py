@@ -112,8 +112,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
                if (v := _number(estimate.get(name))) is not None]
     tags = {
         "autoembed.role": "trial", "autoembed.study": study, "trial": str(record.number),
-        "status": record.status,
-    }
+        "status": record.status}
     if record.ray_trial_id:
         tags["ray_trial_id"] = str(record.ray_trial_id)
     # where it ran: the Ray node and the custom resources it was given (read when present)

@@ -62,8 +62,7 @@ def study_links(url: str) -> list[tuple[str, str]]:
     req = urllib.request.Request(
         f"{url}/api/2.0/mlflow/experiments/search",
         data=json.dumps({"max_results": 1000}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
+        headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310 - local
             experiments = json.loads(r.read()).get("experiments", [])
