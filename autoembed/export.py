@@ -286,9 +286,8 @@ def _choose_from_study(
             rule, label = DEFAULT_PICK, DEFAULT_PICK
     if rule != "trial":
         if not pareto:
-            raise ConfigError(
-                f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
-                "use --pick trial:N or --run-id")
+            raise ConfigError(f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
+                              "use --pick trial:N or --run-id")
         member: Mapping[str, Any] | None = pick_member(
             members, rule, pareto.get("objectives") or (), pareto.get("noise"),
             pareto.get("floor"))
@@ -323,9 +322,8 @@ def _choose_from_study(
                            run_id=got.run_id, data=data, notes=got.notes)
     known = sorted({*(_trial_of(m) for m in members), *_csv_rows(csv_path)})
     listed = ", ".join(map(str, known[:30])) or "none recorded"
-    raise ConfigError(
-        f"unknown trial {number} in study '{study}' (known trials: {listed}); "
-        "see trials.csv for the numbers")
+    raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
+                      "see trials.csv for the numbers")
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:

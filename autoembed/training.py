@@ -114,9 +114,8 @@ def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
     try:
         st = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
-        raise ConfigError(
-            f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
-            "or train into a new --out directory") from None
+        raise ConfigError(f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
+                          "or train into a new --out directory") from None
     return dict(st)
 
 
@@ -129,9 +128,8 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
 
 def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
     if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
-        raise ConfigError(
-            f"checkpoint '{path}' was written for another config; use a new --out "
-            "directory or --no-resume")
+        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
+                          "directory or --no-resume")
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -484,9 +482,8 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     check_measure(measure or {})
     if data is None:
         if config.data is None:
-            raise ConfigError(
-                "the config carries no data spec; pass --data (a built-in name or "
-                "a CSV/Parquet file) or export the config from a search")
+            raise ConfigError("the config carries no data spec; pass --data (a built-in name or "
+                              "a CSV/Parquet file) or export the config from a search")
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
         data = DataSpec(name=data)

@@ -115,9 +115,8 @@ class SearchReport:
                 f"{self.stop_reason}); narrow the space towards cheaper configs. "
                 f"Trials: {trials_csv}")
         reasons = sorted({(r.reason or r.status) for r in self.rows if r.counted})[:3]
-        return SearchFailedError(
-            f"no trial completed within the budget ({self.stop_reason}); "
-            f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
+        return SearchFailedError(f"no trial completed within the budget ({self.stop_reason}); "
+                                 f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
 
     def pareto_body(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """pareto.json: the report's figures, with the search's `context` (data, settings,

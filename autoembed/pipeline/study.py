@@ -80,10 +80,9 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
     label = storage_label(runs_dir, url)
     scheme = full.split("://", 1)[0].split("+", 1)[0].lower() if "://" in full else ""
     if scheme not in STORAGE_SCHEMES:
-        raise ConfigError(
-            f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
-            "postgresql://user:password@host:5432/optuna, or drop --storage for "
-            f"{runs_dir / 'optuna.db'}")
+        raise ConfigError(f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
+                          "postgresql://user:password@host:5432/optuna, or drop --storage for "
+                          f"{runs_dir / 'optuna.db'}")
     connect_args: dict[str, Any] = (
         {"timeout": SQLITE_TIMEOUT_S} if scheme == "sqlite"
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
