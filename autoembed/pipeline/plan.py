@@ -179,26 +179,23 @@ class SearchPlan:
     def meta(self, finished: bool = False) -> dict[str, Any]:
         """The study's stored settings (Optuna study attribute), read back by a resume."""
         return {
-            "kind": self.workload.kind,
-            "budget_bytes": self.budget.bytes, "budget": self.budget.text,
-            "space_source": self.space.source, "space_text": self.space.text,
-            "objectives": [o.name for o in self.objectives], "sampler": self.sampler,
-            "seed": self.seed, "trials": self.trials,
+            "kind": self.workload.kind, "budget_bytes": self.budget.bytes,
+            "budget": self.budget.text, "space_source": self.space.source,
+            "space_text": self.space.text, "objectives": [o.name for o in self.objectives],
+            "sampler": self.sampler, "seed": self.seed, "trials": self.trials,
             "early_stop": self.early_stop, "workers": self.workers, "device": self.device,
-            "threads": self.threads, "finished": finished,
-            "created": self.created, "memory_basis": self.memory_basis,
-            "start_points": self.start_points, "repeatable": self.repeatable,
-            "multi_fidelity": self.multi_fidelity, "trial_time_limit": self.time_limit.seconds,
-            **self.workload.meta()}
+            "threads": self.threads, "finished": finished, "created": self.created,
+            "memory_basis": self.memory_basis, "start_points": self.start_points,
+            "repeatable": self.repeatable, "multi_fidelity": self.multi_fidelity,
+            "trial_time_limit": self.time_limit.seconds, **self.workload.meta()}
 
     def tracker_params(self) -> dict[str, str]:
         """The search's parameters on its MLflow parent run."""
         return {
             "budget": self.budget.text, "budget_bytes": str(self.budget.bytes),
             "space": self.space.source, "sampler": self.sampler, "seed": str(self.seed),
-            "objectives": ",".join(o.name for o in self.objectives),
-            "trials": str(self.trials), "workers": str(self.workers),
-            "early_stop": str(self.early_stop), "device": self.device,
+            "objectives": ",".join(o.name for o in self.objectives), "trials": str(self.trials),
+            "workers": str(self.workers), "early_stop": str(self.early_stop), "device": self.device,
             "memory_basis": self.memory_basis, "workload": self.workload.kind,
             **self.workload.tracker_params()}
 

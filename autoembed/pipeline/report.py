@@ -131,11 +131,10 @@ class SearchReport:
             "objectives": [o.to_dict() for o in self.objectives],
             "members": [member_dict(r) for r in self.front], "best": self.best.number,
             "pick": str(self.rule), "picks": dict(self.picks),
-            "counts": {s: self.count(s) for s in COUNTED_STATUSES},
-            "stop_reason": self.stop_reason,
+            "counts": {s: self.count(s) for s in COUNTED_STATUSES}, "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
-            "noise": None if self.noise is None else self.noise.to_dict(),
-            "floor": self.floor, "memory_basis": self.memory_basis}
+            "noise": None if self.noise is None else self.noise.to_dict(), "floor": self.floor,
+            "memory_basis": self.memory_basis}
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "floor", "baseline", "memory_basis", "counts",
                  "trainables_started", "stop_reason", "workload", "space", "data",
