@@ -76,12 +76,9 @@ class Baseline:
 
 
 def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray[Any]]:
-    """A split's sparse design matrix (rows in unshuffled order) and its labels.
-
-    ctr: 0/1 one-hot columns, table after table (column = table offset + id). text: token
-    counts, one column per token id (PAD_ID and the OOV id stay empty columns); the caller
-    applies TF-IDF weights.
-    """
+    """A split's sparse design matrix (rows unshuffled) and its labels. ctr: 0/1 one-hot
+    columns, table after table (table offset + id); text: token counts, one column per token
+    id (padding and OOV stay empty), for the caller's TF-IDF."""
     import numpy as np
     from scipy.sparse import csr_matrix
 

@@ -429,9 +429,8 @@ def to_target(curve: Sequence[Point], target: float | None) -> tuple[int, int] |
 @dataclass(frozen=True)
 class TrainingLength:
     """How long a trial trains: whole `epochs`, or `max_steps` at the reference batch when
-    one epoch is more than the target; `eval_every` steps between validation evaluations;
-    `samples` the samples it trains on at the reference batch (an epoch's last short batch
-    is dropped, as the runner does)."""
+    one epoch is more than the target; `eval_every` steps between evaluations; `samples` it
+    trains on at the reference batch (each epoch's last short batch dropped, as in the runner)."""
 
     epochs: int | None
     max_steps: int | None

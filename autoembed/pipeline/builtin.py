@@ -295,9 +295,8 @@ def _dataset(key: str) -> Any:
 def run_builtin(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool],
                 data_file: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """One trial of a built-in config: `runner.run_trial` of the payload's config on its
-    data (`data_file`: a data file's bytes shipped to a Ray node, `trainable.local_data`),
-    each evaluation through `channel` (False: stop), the final report back. Other keywords
-    the executor passes (`where`: the node) are not needed here."""
+    data (`data_file`: its bytes shipped to a Ray node), each evaluation through `channel`
+    (False: stop); returns the final report."""
     from autoembed.pipeline.datafile import local_data
     from autoembed.pipeline.faults import fault_hook
     from autoembed.runner import RunSettings, run_trial
@@ -354,10 +353,9 @@ def _derived(r: SearchRequest) -> tuple[SearchSpace, PricedData]:
 
 def _baseline(data: PricedData, stored: Mapping[str, Any], tell: Callable[[str], None]
               ) -> tuple[Baseline | None, str | None]:
-    """The study's baseline and why there is none: a resumed study's stored one (None in a
-    study stored before there were baselines); in a new study fitted on real data
-    (synthetic data have their oracle). A fit the data refuse (too many ids, one class) is
-    a note, not an error."""
+    """The study's baseline and why there is none: a resumed study's stored one; in a new
+    study fitted on real data (synthetic data have their oracle). A fit the data refuse is a
+    note, not an error."""
     if stored:
         raw = stored.get("baseline")
         base = Baseline.from_dict(raw) if raw else None

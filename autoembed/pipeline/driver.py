@@ -274,9 +274,8 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
 
 def _pick_rule(rows: Iterable[TrialRow], plan: SearchPlan) -> tuple[Pick, str | None]:
     """The rule the report picks by: the request's, unless it is `trial:N` and trial N is
-    not a complete trial within the budget (a number only known once the search has run:
-    `parse_pick` checked its form up front). Then the default rule, so that the search's
-    files are written all the same, and the line that says so (None when the rule holds)."""
+    not a complete trial within the budget: then the default rule (the files are written all
+    the same) and the line that says so (None when the rule holds)."""
     asked = plan.request.pick
     if asked.rule != "trial":
         return asked, None

@@ -52,9 +52,8 @@ def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[st
 
 class TrialChannel:
     """The trial's end of its two-way channel with the driver (in process): calling it hands
-    one evaluation to the driver's thread, which asks the engine, and returns False once the
-    engine says stop (`report` raises `StopTrial` instead). Once the driver has ended the
-    trial (its time limit, Ctrl-C), every call raises `TrialTimeout`."""
+    one evaluation to the engine and returns False once it says stop (`report` raises
+    `StopTrial` instead); once the driver ended the trial, every call raises `TrialTimeout`."""
 
     def __init__(self, number: int, cost: CostClock | None = None) -> None:
         self.number = number

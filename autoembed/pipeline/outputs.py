@@ -52,9 +52,8 @@ def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
 
 
 def write_best_yaml(row: TrialRow, path: Path, body: Mapping[str, Any]) -> Path:
-    """The pick's record `body` (`config`, and what the workload adds: the params a user's
-    functions receive; `search`: the search's figures), with the training length its
-    trial was judged at (`training.training_of`: what `autoembed train --config` reruns)."""
+    """The pick's record `body` (`config` and the workload's keys), with the training length
+    its trial was judged at (`training.training_of`: what `autoembed train --config` reruns)."""
     import yaml
 
     from autoembed.training import TRAIN_KEY, training_of

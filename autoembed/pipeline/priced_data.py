@@ -77,9 +77,8 @@ class PricedData:
 
     def fits_length(self, run: Mapping[str, Any], given: bool) -> bool:
         """Whether trials train for a length fitted to the data (runner.fit_settings): real
-        data trained at full size, given with --data or a space derived from them (a space's
-        `run` length is for its own data), or named by a space whose `run` sets no
-        `max_steps` or `epochs`."""
+        data at full size, given with --data or derived from, or named by a space whose `run`
+        sets no `max_steps` or `epochs` (a space's `run` length is for its own data)."""
         if self.stand_in or self.spec.name.startswith("synthetic-"):
             return False
         return given or not ({"max_steps", "epochs"} & set(run))

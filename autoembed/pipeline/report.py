@@ -119,10 +119,9 @@ class SearchReport:
                                  f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
 
     def pareto_body(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        """pareto.json: the report's figures, with the search's `context` (data, settings,
-        environment, timings; `baseline`: the simple model's figures or None) where
-        pareto.json has always had them. `noise`: the within-noise slack and how it was
-        measured (None: not measured, the slack was 0)."""
+        """pareto.json: the report's figures and the search's `context` (data, settings,
+        environment, timings, `baseline`), in pareto.json's order; `noise`: the within-noise
+        slack and how it was measured (None: the slack was 0)."""
         from autoembed.pipeline.outputs import member_dict
 
         assert self.best is not None

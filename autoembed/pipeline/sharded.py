@@ -135,10 +135,9 @@ def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
 def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
                 topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
                 module_name: str) -> str:
-    """A TorchRec study's trial as TorchRec code (`torchrec.torchrec_code`: the text of the
-    module `module_name`; nothing written): the user's model built with the trial's
-    params, its tables set as the trial set them, planned on the study's `topology` (the
-    batch: the example's)."""
+    """A TorchRec study's trial as the text of the module `module_name` (nothing written):
+    the user's model built with the trial's params, its tables set as the trial set them,
+    planned on the study's `topology` (`torchrec.torchrec_code`)."""
     from autoembed.torchrec.estimate import batch_of
     from autoembed.torchrec.export import torchrec_code
     from autoembed.torchrec.settings import RankTopology

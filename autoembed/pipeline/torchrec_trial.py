@@ -42,10 +42,9 @@ def _loop(config: dict[str, Any]) -> None:
 def ray_sharded(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None = None, *,
                 cpus_per_worker: float = 0.5, storage_path: str | None = None,
                 name: str | None = None, answer_timeout_s: float = 600) -> list[Any]:
-    """Run the trial on `topology.world_size` Ray Train workers (Ray already initialised,
-    or started locally by Ray); returns each rank's result, rank order. `channel` as
-    `run_sharded`'s: rank 0's evaluations reach it through a Ray queue (it runs in this
-    thread while the trainer runs in another), its answer goes back through a second."""
+    """Run the trial on `topology.world_size` Ray Train workers; each rank's result, rank
+    order. `channel` as `run_sharded`'s: rank 0's evaluations reach it through a Ray queue
+    (served in this thread while the trainer runs), its answer goes back through a second."""
     import threading
 
     from ray.train import RunConfig, ScalingConfig

@@ -122,8 +122,7 @@ class Workload(Protocol):
     def ray_options(self) -> Mapping[str, Any]:
         """What Ray needs for this workload's trials: `runtime_env` (code to ship),
         `data_file` (bytes for the object store), `packages` each node must have, and
-        where a trial's own resources differ from the plan's, `trial_cpus` / `trial_gpus`
-        (a sharded trial's Tune trial holds none: its Train workers have their own)."""
+        `trial_cpus` / `trial_gpus` where a trial's own resources differ from the plan's."""
 
     def meta(self) -> dict[str, Any]:
         """The workload's part of the study's stored settings (read back on resume)."""

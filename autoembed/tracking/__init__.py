@@ -43,10 +43,9 @@ class SearchTracker(Protocol):
         data, objectives) and the space file as an artifact."""
 
     def trial(self, record: TrialRecord) -> None:
-        """Record one trial as a nested run (infeasible ones too, tagged as such).
-        Optional, read when present: `trials(records)` records several at once, and
-        `recorded()` gives the trial numbers the store holds (None: unknown), so that a
-        resumed search re-records what the store lacks (`search.recorder`)."""
+        """Record one trial as a nested run (infeasible ones too, tagged as such). Optional:
+        `trials(records)` records several at once; `recorded()`, the trial numbers the store
+        holds (None: unknown), lets a resumed search re-record what it lacks."""
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
         """Tag Pareto members (`pareto` = true/false on every trial run) and attach the

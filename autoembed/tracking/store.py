@@ -42,13 +42,9 @@ class TrackingError(AutoembedError):
 
 @dataclass(frozen=True)
 class TrackingStore:
-    """A resolved tracking destination.
-
-    kind: "none" (record nothing), "embedded" (a SQLite file: by default `mlflow.db` under the
-    runs directory), "http" (an MLflow server) or "other" (any other MLflow URI, e.g.
-    PostgreSQL). artifact_root: where an embedded store keeps artifacts (`mlartifacts/` beside
-    the SQLite file); None for the others (the server or the URI decides).
-    """
+    """A resolved tracking destination. kind: "none", "embedded" (a SQLite file), "http"
+    (an MLflow server) or "other" (any other MLflow URI, e.g. PostgreSQL); artifact_root:
+    where artifacts go (None: the server or the URI decides)."""
 
     uri: str
     kind: str
@@ -104,11 +100,7 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
 
 def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     """Raise `TrackingUnreachableError` unless the MLflow server at `uri` answers `/health`
-    within `timeout` seconds (MLflow's own client would retry for about 4 minutes).
-
-    A 4xx answer counts as reachable (e.g. a proxy that wants credentials: MLflow will say
-    more); connection errors, timeouts and 5xx answers do not.
-    """
+    within `timeout` seconds; a 4xx answer counts as reachable (MLflow will say more)."""
     url = f"{uri.rstrip('/')}/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
