@@ -66,9 +66,8 @@ def objective_quality(valid: float | None, test: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One validation evaluation during training (what a scheduler sees). `elapsed_s`:
-    seconds since the training loop started; `train_s`: of them, in optimizer steps so far
-    (None: not known apart, a user's loop)."""
+    """One validation evaluation (what a scheduler sees). `elapsed_s`: seconds since the loop
+    started; `train_s`: of them, in optimizer steps (None: not known apart, a user's loop)."""
 
     step: int
     samples: int

@@ -293,8 +293,7 @@ class SearchEngine:
         return row
 
     def abandon(self, reason: str) -> list[int]:
-        """The driver is stopping with trials still running (Ctrl-C, an error): forget them;
-        the driver then calls `study.recover` (FAIL + one retry), as a resume does after a
-        crash. Returns their numbers."""
+        """The driver is stopping with trials still running: forget them (their numbers);
+        the driver then recovers them (FAIL + one retry), as a resume does."""
         del reason
         return self.running.abandon()

@@ -237,9 +237,8 @@ class InProcessExecutor:
 
 def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
                channel: TrialChannel) -> None:
-    """A trial's thread: run it, and post its final report (None: stopped by the search) to
-    the driver. Whatever it raises is the trial's failure, never the search's, except a
-    KeyboardInterrupt of its own (Ctrl-C reaching it): posted as such, the driver raises it."""
+    """A trial's thread: run it and post its final report (None: stopped) to the driver;
+    what it raises is the trial's failure, but a KeyboardInterrupt the driver raises."""
     out: tuple[str, Mapping[str, Any] | None] = ("end", None)
     try:
         out = ("end", trainer(payload, channel))
@@ -257,8 +256,7 @@ def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
 def _serve(engine: SearchEngine, number: int,
            channel: TrialChannel) -> tuple[Mapping[str, Any] | None, bool]:
     """On the driver's thread: answer trial `number`'s reports with the engine's decision
-    until it ends; (its final report, False), or (None, True) once `engine.overdue` lists it
-    (then told `time_out`)."""
+    until it ends: (its final report, False), or (None, True) once it is overdue."""
     while True:
         if number in engine.overdue():
             engine.time_out(number)
@@ -278,9 +276,8 @@ def _serve(engine: SearchEngine, number: int,
 
 def end_trial(channel: TrialChannel, thread: threading.Thread,
               exc: type[BaseException]) -> bool:
-    """End a trial's thread: its later reports raise `TrialTimeout`, and `exc` is raised in it
-    once a second until it ends or `GRACE_S` pass (then it is abandoned). True when it
-    ended."""
+    """End a trial's thread: later reports raise `TrialTimeout`, `exc` is raised in it once a
+    second until it ends (True) or `GRACE_S` pass (abandoned: False)."""
     channel.end()
     deadline = time.monotonic() + GRACE_S
     while thread.is_alive() and not channel.done:

@@ -179,9 +179,8 @@ class Outcomes:
 
     def _timeout(self, old: TrialRow, live: Live,
                  cost: Mapping[str, float | None]) -> tuple[TrialRow, Outcome]:
-        """The row of a trial its executor ended past its time limit, told to Optuna as a
-        diverged one (placeholder values, `runs` violated). What it cost is the seconds it
-        ran until it was ended (`_ran`)."""
+        """The row of a trial ended past its time limit, told to Optuna as a diverged one;
+        its cost is the seconds it ran until it was ended (`_ran`)."""
         last = live.evaluations[-1] if live.evaluations else {}
         limit = live.proposal.time_limit or 0.0
         row = old.with_(status="timeout", metrics={

@@ -206,9 +206,8 @@ def _names(objectives: Any) -> list[str]:
 
 
 def _basis(stored: Mapping[str, Any]) -> str:
-    """The memory objective's basis: a new study's, or what a resumed study stored (one
-    stored before there was a choice: the legacy basis of its built-in search; a user
-    search's was always the allocated peak)."""
+    """The memory objective's basis: a new study's, or a resumed study's (stored before
+    there was a choice: the legacy basis for built-in searches, allocated peak for user ones)."""
     if not stored:
         return MEMORY_BASIS
     default = MEMORY_BASIS if stored.get("kind") == "user" else LEGACY_BASIS
@@ -248,9 +247,8 @@ TIME_BOXED_TRIALS = 100_000
 
 
 def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> int:
-    """--trials; else the study's own count (a resume); else no count when a time budget
-    bounds the search (TIME_BOXED_TRIALS); else the space's. A time-boxed study resumed
-    without --time-budget trains the space's count."""
+    """--trials; else a resumed study's count; else no count under a time budget
+    (TIME_BOXED_TRIALS; resumed without one: the space's); else the space's."""
     if r.trials:
         return r.trials
     kept = int(stored.get("trials", 0))

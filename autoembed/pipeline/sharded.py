@@ -201,9 +201,8 @@ def run_ray_trial(payload: Mapping[str, Any], channel: Callable[[Any], bool] | N
 
 def sharded_result(payload: Mapping[str, Any], ranks: list[Mapping[str, Any]],
                    seconds: float) -> Any:
-    """The trial's `TrialResult`: rank 0's loop (status, curve, what `train` returned,
-    throughput; every rank stopped at the same step), each rank's measured peak beside its
-    estimate (`ranks`), and on CUDA the largest rank's measured allocator peaks."""
+    """The trial's `TrialResult`: rank 0's loop (every rank stopped at the same step), each
+    rank's measured peak beside its estimate (`ranks`), on CUDA the largest rank's peaks."""
     from autoembed.config import config_from_dict
     from autoembed.trial import Evaluation, rank_entry
     from autoembed.user.run import user_result

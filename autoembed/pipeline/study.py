@@ -358,9 +358,8 @@ def study_meta(study: optuna.Study) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StoredStudy:
-    """A study's storage, and the study of that name if it exists (with its stored
-    settings, `meta`: empty for a new study). The search's one connection to the storage:
-    it is opened, and an existing study loaded, once per search."""
+    """A study's storage and the study of that name if it exists (`meta`: its stored
+    settings, empty for a new study): opened, and loaded, once per search."""
 
     storage: Any  # optuna.storages.RDBStorage
     name: str
@@ -371,9 +370,8 @@ class StoredStudy:
     @classmethod
     def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool,
              flag: str = "--resume") -> StoredStudy:
-        """Open the storage; refuse a new search of an existing study, and a `resume` of
-        a study that does not exist (the message names `flag`, the option the user gave
-        that needs the study)."""
+        """Open the storage; refuse a new search of an existing study, and a `resume` of one
+        that does not exist (the message names `flag`, the option that needs it)."""
         where = storage_label(runs_dir, url)
         storage = open_storage(runs_dir, url)
         existing = find_study(storage, name)

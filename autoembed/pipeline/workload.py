@@ -158,9 +158,8 @@ class Workload(Protocol):
 
 
 def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
-    """A trial's last report (what `engine.finish` reads): its result, and beside it the
-    validation scores the driver uses for the pick and stores with the trial
-    (`selection.ValidScores`)."""
+    """A trial's last report (what `engine.finish` reads): its result, and beside it its
+    packed validation scores (for the pick; stored with the trial)."""
     scores = result.valid_scores
     return {"status": result.status, "result": result.to_dict(), "error": None,
             "valid_scores": None if scores is None else scores.pack(), **extra}
@@ -175,8 +174,7 @@ def failed_report(e: BaseException, where: str = "") -> dict[str, Any]:
 
 def evaluation_report(ev: Evaluation) -> dict[str, Any]:
     """What a trial reports of one evaluation (what `engine.observe` reads); `train_s`: its
-    optimizer seconds so far (a user's loop: the loop's seconds), so that a trial stopped
-    after it costs what its last report says."""
+    optimizer seconds so far (a user's loop: the loop's), what it costs if stopped here."""
     return {"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
             "elapsed_s": ev.elapsed_s,
             "train_s": ev.elapsed_s if ev.train_s is None else ev.train_s}

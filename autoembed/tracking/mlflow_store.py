@@ -146,9 +146,8 @@ def _copy_template(template: Path, db: Path) -> bool:
 
 
 def _save_template(db: Path, template: Path) -> None:
-    """Keep a copy of the new store `db` without its experiments (MLflow makes its Default
-    experiment again where it opens the copy) as `template`; nothing when the cache is not
-    writable."""
+    """Keep a copy of the new store `db` without its experiments as `template` (nothing when
+    the cache is not writable)."""
     import sqlite3
 
     try:
