@@ -27,34 +27,23 @@ __all__ = ["STATUSES", "TRAINED_STATUSES", "METRIC_COLUMNS", "COST_COLUMNS", "Ev
            "decode_csv_row", "ESTIMATE_COLUMNS", "rank_entry", "rank_figures", "config_from_flat",
            "plain"]
 
-# complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
-# budget, never trained (set by the search); unsupported: the device cannot run the precision;
-# oom: a real out-of-memory; diverged: NaN/inf loss; timeout: ran past its time limit and
-# was ended (set by the search); failed: any other error; interrupted: the driver stopped
-# while it was asked or ran (set by the search; not counted, re-queued once).
+# A trial's statuses (their meanings: docs/searching.md); infeasible, timeout and
+# interrupted are the search's own, never a runner's result
 STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "timeout",
             "failed", "interrupted")
 # Statuses of trials that reached a trainable (count against --trials).
 TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "timeout",
                     "failed")
-# A row's metrics as trials.csv columns (`quality`: the objective; `test_quality`: reported)
-# (`latency`: ms at batch 1, `latency_serving`: ms a request of runner.SERVING_BATCH;
-# `target`: the quality `steps_to_target` and `samples_to_target` count to; `best_step`: the
-# step `quality` is of; the `*_seconds`: what the trial cost, `COST_COLUMNS`)
+# A row's metrics as trials.csv columns (docs/searching.md: `quality` the objective,
+# `test_quality` reported; `best_step` the step `quality` is of)
 METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency",
                   "latency_serving", "steps_to_target", "samples_to_target", "target",
                   "measured_allocated_peak", "steps", "best_step", "train_seconds",
                   "wall_seconds", "cpu_seconds", "ask_seconds", "pricing_seconds",
                   "overhead_seconds", "cache_hit_rate", "cache_time_share",
                   "cache_bytes_per_step")
-# What a trial cost the search, on every row (a trial stopped early or crashed: up to its
-# last evaluation; a timed-out one: the seconds it ran, those after its last evaluation as
-# training; a proposal never trained: its ask and pricing only):
-# train_seconds: its optimizer steps (a user's loop: the loop's time);
-# wall_seconds / cpu_seconds: wall and CPU seconds of its process while it ran;
-# ask_seconds: the sampler's decision; pricing_seconds: pricing and judging the proposal;
-# overhead_seconds: the driver's seconds from the ask to the trial's end reaching it, less
-# train_seconds (start, data, build, evaluation, test, latency, Ray, Optuna, MLflow).
+# What a trial cost the search, on every row (docs/searching.md); a timed-out trial's
+# seconds after its last evaluation count as training
 COST_COLUMNS = ("train_seconds", "wall_seconds", "cpu_seconds", "ask_seconds",
                 "pricing_seconds", "overhead_seconds")
 
