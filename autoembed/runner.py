@@ -24,12 +24,10 @@ from autoembed.trial import STATUSES, Evaluation, TrialResult
 __all__ = ["STATUSES", "RunSettings", "Evaluation", "TrialResult", "run_trial", "resolve_for_data",
            "quality_metrics", "default_target", "fit_settings", "check_run", "MAX_THREADS"]
 
-# Share of the achievable lift over chance that counts as "converged" when no target is
-# given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.
+# The share of the oracle's lift over chance that counts as converged (`default_target`)
 TARGET_SHARE = 0.9
 SERVING_BATCH = 256  # queries per request for the batched latency figure
-# Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each: a few dozen, so
-# that every completed trial can afford to record its latency.
+# Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each
 LATENCY_QUERIES = (40, 20)
 
 
@@ -58,8 +56,8 @@ class RunSettings:
     device: str = "cpu"
     threads: int | None = field(default=None, metadata=field_rule(Integer(1, MAX_THREADS)))
     measure_latency: bool = field(default=True, metadata=field_rule(Flag()))
-    # Real data: the length from the data's size (`fit_settings`), and the trial judged by
-    # its best validation evaluation, whose weights the test and serving figures are of.
+    # real data: the length from its size (`fit_settings`); judged by the best evaluation,
+    # whose weights the test and serving figures are of
     fit_to_data: bool = field(default=False, metadata=field_rule(Flag()))
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
     # the process's CPU seconds (train_cpu_seconds: the optimizer steps' share)

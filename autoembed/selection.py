@@ -26,10 +26,9 @@ __all__ = ["label_counts", "validation_noise", "pick_noise", "measure_noise", "N
            "Point", "BestStep", "best_evaluation", "to_target", "TrainingLength",
            "training_length", "TARGET_SAMPLES", "MAX_EPOCHS"]
 
-# Training length (`training_length`): a trial sees about TARGET_SAMPLES samples, in whole
-# epochs when the train split is smaller (at most MAX_EPOCHS of them). 600k samples is 7-8
-# epochs of MovieLens (80k rows), 2-3 of NYC flights (270k), where validation AUC has
-# levelled off in benchmarks/real_data.py, and 20-40 s a trial on a 2-core CPU.
+# Training length (`training_length`): a trial sees about TARGET_SAMPLES samples (where the
+# real data's validation AUC levels off), in whole epochs when the train split is smaller
+# (at most MAX_EPOCHS of them).
 TARGET_SAMPLES = 600_000
 MAX_EPOCHS = 20
 WARMUP_STEPS = 3
@@ -63,8 +62,7 @@ def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) 
     return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
-# within-noise, paired: a candidate is near the best when the best's lead over it on the same
-# validation rows is at most PAIRED_Z standard errors of that lead (the one-standard-error rule)
+# within-noise, paired: near the best within PAIRED_Z standard errors of the best's lead
 PAIRED_Z = 1.0
 
 
