@@ -29,8 +29,7 @@ __all__ = ["app", "main"]
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(
-    name="autoembed",
-    help="Find the best embedding-layer configuration under a GPU memory budget.",
+    name="autoembed", help="Find the best embedding-layer configuration under a GPU memory budget.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 

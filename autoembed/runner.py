@@ -376,10 +376,9 @@ class _Trial:
         return TrialResult(
             status=status, curve=tuple(loop.curve), steps=loop.steps, samples=loop.samples,
             throughput=thr, steps_to_target=steps_to_target, samples_to_target=samples_to_target,
-            target=self.target, train_seconds=loop.train_seconds,
-            train_cpu_seconds=loop.train_cpu, wall_seconds=self.s.clock() - self.wall0,
-            data_seconds=loop.data_seconds, eval_seconds=loop.eval_seconds,
-            rss_peak=_rss_peak(), **self.base, **kw)
+            target=self.target, train_seconds=loop.train_seconds, train_cpu_seconds=loop.train_cpu,
+            wall_seconds=self.s.clock() - self.wall0, data_seconds=loop.data_seconds,
+            eval_seconds=loop.eval_seconds, rss_peak=_rss_peak(), **self.base, **kw)
 
     def fault(self, e: Exception) -> TrialResult:
         """A trial fault as its result: `oom` (on CUDA with the peaks it reached: the size

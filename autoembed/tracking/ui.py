@@ -60,8 +60,7 @@ def study_links(url: str) -> list[tuple[str, str]]:
     """(study, link to its runs table) for each autoembed experiment the server holds.
     `workflowType=machine_learning` opens MLflow 3's "Model training" view, not GenAI."""
     req = urllib.request.Request(
-        f"{url}/api/2.0/mlflow/experiments/search",
-        data=json.dumps({"max_results": 1000}).encode(),
+        f"{url}/api/2.0/mlflow/experiments/search", data=json.dumps({"max_results": 1000}).encode(),
         headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310 - local
