@@ -1,19 +1,13 @@
 """The simple model a user would try first, on the search's own splits.
 
-* ctr: logistic regression on one-hot ids (multi-hot bags: one column per id in the bag),
-  one column per table row, so the OOV id (unseen or rare values) is a column too;
-* text: TF-IDF of the token ids + (multinomial) logistic regression. The terms are the train
-  vocabulary's tokens as the model sees them (truncated to the data's `seq_len`); padding and
-  the OOV id are not terms (what `TfidfVectorizer` fitted on the train split does with words
-  it has not seen). Smooth idf and l2-normalised rows: scikit-learn's defaults.
+* ctr: logistic regression on one-hot ids (multi-hot bags: one column per id), one column per
+  table row, the OOV id included;
+* text: TF-IDF of the token ids (truncated to `seq_len`; padding and OOV are not terms;
+  scikit-learn's defaults: smooth idf, l2 rows) + multinomial logistic regression.
 
-The L2 strength C is chosen from `C_GRID` by the validation split's primary metric (AUC for
-ctr, accuracy for text; ties go to the smaller C, the stronger penalty); the test split is
-scored once, with that C. The fits run on one BLAS thread: on a busy 2-core machine BLAS
-threads waiting for a core took 3-4x the CPU and 2.5-6x the wall time, with the same C and
-scores (benchmarks/results/baseline_speed_threads.md; 2-9 s of CPU for movielens, flights
-and bbcnews on one thread: baseline_speed.md).
-scikit-learn and scipy are imported on the first call.
+The L2 strength C is chosen from `C_GRID` by the validation split's primary metric (ties go
+to the smaller C); the test split is scored once, with that C. The fits run on one BLAS
+thread (faster on a busy machine, same results); scikit-learn and scipy load on first call.
 
     base = fit_baseline(dataset)   # Baseline(metric='auc', valid=..., test=..., c=..., ...)
 """
@@ -82,12 +76,9 @@ class Baseline:
 
 
 def design_matrix(dataset: Dataset, split: str) -> tuple[csr_matrix, npt.NDArray[Any]]:
-    """A split's sparse design matrix (rows in unshuffled order) and its labels.
-
-    ctr: 0/1 one-hot columns, table after table (column = table offset + id). text: token
-    counts, one column per token id (PAD_ID and the OOV id stay empty columns); the caller
-    applies TF-IDF weights.
-    """
+    """A split's sparse design matrix (rows unshuffled) and its labels. ctr: 0/1 one-hot
+    columns, table after table (table offset + id); text: token counts, one column per token
+    id (padding and OOV stay empty), for the caller's TF-IDF."""
     import numpy as np
     from scipy.sparse import csr_matrix
 
@@ -125,8 +116,7 @@ def _offsets(dataset: Dataset) -> tuple[dict[str, int], int]:
         raise ConfigError(
             f"baseline: the one-hot design has {width:,} columns (sum of the tables' "
             f"vocab sizes), over {MAX_COLUMNS:,}; the baseline is for data of up to a few "
-            f"million ids: compare on a smaller table"
-        )
+            f"million ids: compare on a smaller table")
     return offsets, width
 
 
@@ -193,8 +183,7 @@ def _require_classes(y: np.ndarray, split: str, least: int) -> None:
     if found < least:
         raise ConfigError(
             f"baseline: the {split} split has {found} class(es) in {y.size} rows; it needs "
-            f"{least}: use more rows or another split seed"
-        )
+            f"{least}: use more rows or another split seed")
 
 
 def _score(model: Any, x: Any, y: np.ndarray, metric: str) -> float:

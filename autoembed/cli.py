@@ -29,12 +29,8 @@ __all__ = ["app", "main"]
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(
-    name="autoembed",
-    help="Find the best embedding-layer configuration under a GPU memory budget.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+    name="autoembed", help="Find the best embedding-layer configuration under a GPU memory budget.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 @app.callback()
@@ -242,40 +238,27 @@ def _render_training(result: Any, expect: Any, out: Path) -> None:
 @app.command()
 def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
-    pick: str | None = typer.Option(
-        None,
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N "
-        "(default: the search's own pick, pareto.json 'best').",
-    ),
+    pick: str | None = typer.Option(None, help="within-noise, knee, max-quality, min-memory, "
+                                    "max-throughput or trial:N (default: the search's own pick, "
+                                    "pareto.json 'best')."),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
         None, "--format", help="yaml or json (default: from the --out suffix); python: a "
-        "module that rebuilds a search over your own model (--model) in your code."
-    ),
+        "module that rebuilds a search over your own model (--model) in your code."),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),
     tracking_uri: str | None = typer.Option(
-        None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."
-    ),
+        None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."),
 ) -> None:
     """Write a searched config, resolved, for `autoembed train --config` or load_config."""
     from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
-    done = export_config(
-        study,
-        out,
-        pick=pick,
-        run_id=run_id,
-        fmt=format,
-        force=force,
-        runs_dir=runs_dir,
-        tracking_uri=tracking_uri,
-    )
+    done = export_config(study, out, pick=pick, run_id=run_id, fmt=format, force=force,
+                         runs_dir=runs_dir, tracking_uri=tracking_uri)
     where = f"study '{done.study}' trial {done.trial}" + (
-        f" (run {done.run_id})" if done.run_id else f" ({done.pick})"
-    )
+        f" (run {done.run_id})" if done.run_id else f" ({done.pick})")
     print(f"wrote {done.path}: {where}")
     if format_of(done.path, format) == "python":
         print(f"its config: {done.path.with_suffix('.yaml')}")
@@ -379,11 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT if code == 2 else EXIT_FAILURE
         if debug:
             raise
-        print(
-            _one_line(f"autoembed: failed: {type(e).__name__}: {e} "
-                      "(set AUTOEMBED_DEBUG=1 for the traceback)"),
-            file=sys.stderr,
-        )
+        print(_one_line(f"autoembed: failed: {type(e).__name__}: {e} "
+                        "(set AUTOEMBED_DEBUG=1 for the traceback)"), file=sys.stderr)
         return EXIT_FAILURE
 
 

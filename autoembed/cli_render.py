@@ -112,25 +112,15 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
     con = console()
     total = est.device_total
     t = Table(title=f"Memory for one training step ({est.method}, peak in {est.peak_phase})")
-    t.add_column("category")
-    t.add_column("bytes", justify="right")
-    t.add_column("size", justify="right")
-    t.add_column("of total", justify="right")
-    if budget is not None:
-        t.add_column("of budget", justify="right")
-    rows = [
-        ("parameters", est.parameters),
-        ("gradients", est.gradients),
-        ("optimizer state", est.optimizer_state),
-        ("activations", est.activations),
-        ("temporaries", est.temporaries),
-        ("allocated peak", est.allocated_peak),
-        ("reserved peak", est.reserved_peak),
-        ("overhead (context, workspace, reserve)", est.overhead),
-        ("device total", est.device_total),
-        ("serving bytes", est.serving_bytes),
-    ]
-    for name, b in rows:
+    for col in ("category", "bytes", "size", "of total", *(("of budget",) if budget else ())):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for name, b in (
+            ("parameters", est.parameters), ("gradients", est.gradients),
+            ("optimizer state", est.optimizer_state), ("activations", est.activations),
+            ("temporaries", est.temporaries), ("allocated peak", est.allocated_peak),
+            ("reserved peak", est.reserved_peak),
+            ("overhead (context, workspace, reserve)", est.overhead),
+            ("device total", est.device_total), ("serving bytes", est.serving_bytes)):
         cells = [name, f"{b:,}", format_bytes(b), f"{100 * b / total:.1f}%"]
         if budget is not None:
             cells.append(f"{100 * b / budget.bytes:.1f}%")
@@ -141,27 +131,16 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
     for col in ("table", "rows", "dim", "parameters", "gradients", "optimizer state", "serving"):
         tt.add_column(col, justify="left" if col == "table" else "right")
     for r in est.tables:
-        tt.add_row(
-            escape(r.name),  # a user's name, not rich markup ("[/bold]" would raise)
-            f"{r.rows:,}",
-            str(r.dim),
-            format_bytes(r.parameters),
-            format_bytes(r.gradients),
-            format_bytes(r.optimizer_state),
-            format_bytes(r.serving_bytes),
-        )
+        tt.add_row(escape(r.name), f"{r.rows:,}", str(r.dim), *(format_bytes(b) for b in (
+            r.parameters, r.gradients, r.optimizer_state, r.serving_bytes)))
     con.print(tt)
     if est.per_gpu:
         gt = Table(title=f"Per GPU ({est.gpus} GPUs, {est.sharding}-wise sharding)")
         for col in ("gpu", "tables", "allocated peak", "device total"):
             gt.add_column(col)
         for g in est.per_gpu:
-            gt.add_row(
-                str(g.gpu),
-                escape(",".join(g.tables)) or "-",
-                format_bytes(g.allocated_peak),
-                format_bytes(g.device_total),
-            )
+            gt.add_row(str(g.gpu), escape(",".join(g.tables)) or "-",
+                       format_bytes(g.allocated_peak), format_bytes(g.device_total))
         con.print(gt)
     if est.cache:
         ct = Table(title="Host-cached tables (device cache of host rows)")
@@ -178,10 +157,8 @@ def _render_estimate(est: MemoryEstimate, budget: Budget | None) -> None:
         con.print(overhead_line(est), markup=False, soft_wrap=True)
     if budget is not None:
         verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
-        con.print(
-            f"device total {format_bytes(est.device_total)} {verdict} the budget "
-            f"{escape(budget.text)} = {format_bytes(budget.bytes)}"
-        )
+        con.print(f"device total {format_bytes(est.device_total)} {verdict} the budget "
+                  f"{escape(budget.text)} = {format_bytes(budget.bytes)}")
 
 
 def _render_modules(est: MemoryEstimate) -> None:

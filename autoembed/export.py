@@ -1,38 +1,20 @@
-"""Export one trial's config, resolved, for `autoembed train --config` and `load_config`.
+"""Export one trial's config, resolved, for `autoembed train --config` and `load_config` (the
+file's keys and its neighbours: docs/training.md).
 
-Sources, in this order:
-
-* `--pick RULE` (default: the search's own pick, pareto.json `best`): a member of
-  `<runs-dir>/<study>/pareto.json`, chosen by `autoembed.pareto.pick` (the rules of
-  `search --pick`);
-* `--pick trial:N`: the front's member N, else row N of trials.csv, else the trial's run in
-  the MLflow store (its `config.yaml` artifact);
-* `--run-id ID`: a trial run's `config.yaml` artifact in the MLflow store.
-
-The written file is `{config: ..., source: {...}, train: {max_steps: N}, trained_on: {...}}`
-(YAML or JSON): `config` is the priced config (full-size tables: what the budget was checked
-against); `train` is the step the trial's quality was measured at; `trained_on` says what
-the trial's figures were measured on: the config it trained (resolved on that data, whose
-spec it carries: a scaled-down stand-in of the priced tables in the built-in spaces), the
-run settings it was measured with, and `stand_in`. `autoembed train --config` reruns
-exactly that by default, so it reproduces the trial's figures (`training.plan_training`);
-`--full-size` trains `config` on its own data instead. `trained_on` is absent when the
-source did not record the trained config (a trial off the front, an older study: a note
-says so), `train` when it did not record the step. The config
-carries its `data` spec, and when the search's data have vocabulary maps
-(`<runs-dir>/<study>/vocab/`) they are copied beside the file; a config with hot/cold
-tables gets its hot sets beside it. Both are named by their content (`vocab-HASH/`, named
-by the file's `vocab` key; `hot_sets-HASH.npz`, by its `hot_sets` key), so exports into one
-directory never share a file that one of them could change: `--force` replaces only
-`out`, and an earlier export beside it keeps reading its own. Every file is written
-atomically with the user's umask. Bad input (unknown study, trial or run id, unreachable
-tracking URI, an existing output) is a `ConfigError`: one line, exit status 2.
+Sources: `--pick RULE` (default: pareto.json's `best`) over `<runs-dir>/<study>/pareto.json`
+by `autoembed.pareto.pick`; `--pick trial:N`: the front's member N, else row N of
+trials.csv, else the trial's MLflow run; `--run-id ID`: a trial run's `config.yaml`
+artifact. The file holds `config` (the priced config), `source`, `train` (the step the
+trial was judged at) and `trained_on` (what its figures were measured on; absent where the
+source did not record it: a note says so). Vocabulary maps and hot sets are copied beside
+it, named by their content, so exports into one directory never share a file one could
+change. Every file is written atomically with the user's umask. Bad input (unknown study,
+trial or run id, unreachable tracking URI, an existing output) is a `ConfigError`: exit 2.
 """
 
 from __future__ import annotations
 
 import csv
-import filecmp
 import hashlib
 import json
 import math
@@ -41,36 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import (
-    EmbeddingConfig,
-    config_from_dict,
-    parse_config_text,
-    resolved_tables,
-)
+from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, resolved_tables
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
 from autoembed.rules import Each, Integer, Is
-from autoembed.training import (
-    TRAIN_KEY,
-    TRAINED_ON_KEY,
-    trained_on,
-    training_of,
-)
+from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
 from autoembed.trial import config_from_flat, decode_csv_row
 
-__all__ = [
-    "PICK_RULES",
-    "TRAINED_ON_KEY",
-    "trained_on",
-    "TRAIN_KEY",
-    "training_of",
-    "FORMATS",
-    "format_of",
-    "Exported",
-    "pick_member",
-    "config_from_flat",
-    "export_config",
-]
+__all__ = ["PICK_RULES", "TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS",
+           "format_of", "Exported", "pick_member", "config_from_flat", "export_config"]
 
 # python: a module that rebuilds a search over the user's own model (autoembed.user.module_text)
 FORMATS = ("yaml", "json", "python")
@@ -93,9 +54,6 @@ class Exported:
     notes: tuple[str, ...] = ()
 
 
-# ===================================================================== picks
-
-
 @dataclass(frozen=True)
 class _Member:
     """A pareto.json member as a `pareto.Candidate` (missing metric values are NaN)."""
@@ -115,13 +73,10 @@ def _as_float(v: Any) -> float:
     return math.nan
 
 
-def pick_member(
-    members: Sequence[Mapping[str, Any]],
-    rule: str,
-    objectives: Sequence[Mapping[str, Any]] = (),
-    noise: Mapping[str, Any] | None = None,
-    floor: float | None = None,
-) -> Mapping[str, Any]:
+def pick_member(members: Sequence[Mapping[str, Any]], rule: str,
+                objectives: Sequence[Mapping[str, Any]] = (),
+                noise: Mapping[str, Any] | None = None, floor: float | None = None
+                ) -> Mapping[str, Any]:
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
     `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
     trial:N. `noise`: pareto.json's record of how the search measured it (None: 0);
@@ -134,8 +89,7 @@ def pick_member(
             if "name" in o] or list(_DEFAULT_OBJECTIVES)
     cands = [
         _Member(_trial_of(m), {k: _as_float(v) for k, v in (m.get("metrics") or {}).items()}, m)
-        for m in members
-    ]
+        for m in members]
     if not cands:
         raise ConfigError("the Pareto front has no members: no trial completed; nothing to pick")
     measure = NoiseMeasure.from_dict(noise) if noise else None
@@ -145,9 +99,6 @@ def pick_member(
                   0.0 if measure is None else measure.floor_noise)
     assert isinstance(chosen, _Member)
     return chosen.raw
-
-
-# ===================================================================== sources
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -202,46 +153,34 @@ def _study_dir(runs_dir: Path, study: str) -> Path:
         hint = f"studies there: {', '.join(known)}" if known else "it holds no finished search"
         raise ConfigError(
             f"unknown study '{study}': no directory {d} ({hint}); run `autoembed search "
-            f"--study {study}` first or pass --runs-dir"
-        )
+            f"--study {study}` first or pass --runs-dir")
     return d
+
+
+def _csv_rows(path: Path) -> dict[int, dict[str, str]]:
+    """A trials.csv's rows by trial number ({} when there is no file)."""
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        return {int(n): row for row in csv.DictReader(fh)
+                if (n := (row.get("trial") or row.get("number") or "").strip()).isdigit()}
 
 
 def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     """(status, config, metrics) of trial `trial` in a trials.csv, read through the trial
     codec (metrics it lacks a value for are left out)."""
-    if not path.is_file():
+    row = _csv_rows(path).get(trial)
+    if row is None:
         return None
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            n = row.get("trial", row.get("number", ""))
-            if n is not None and n.strip().isdigit() and int(n) == trial:
-                _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
-                return status, raw, {k: v for k, v in metrics.items() if v is not None}
-    return None
-
-
-def _csv_trials(path: Path) -> list[int]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as fh:
-        out = []
-        for row in csv.DictReader(fh):
-            n = (row.get("trial") or row.get("number") or "").strip()
-            if n.isdigit():
-                out.append(int(n))
-    return sorted(out)
+    _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
+    return status, raw, {k: v for k, v in metrics.items() if v is not None}
 
 
 def _refuse_infeasible(status: str | None, what: str) -> None:
     if status == "infeasible":
         raise ConfigError(
             f"{what} is infeasible: its estimate does not fit the budget and it never "
-            "trained; pick a feasible trial (see trials.csv or --pick)"
-        )
-
-
-# ===================================================================== choosing the trial
+            "trained; pick a feasible trial (see trials.csv or --pick)")
 
 
 @dataclass(frozen=True)
@@ -272,8 +211,7 @@ def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[An
     if store.db_path is not None and not store.db_path.is_file():
         raise ConfigError(
             f"{need} needs an MLflow store, and there is none at {store.db_path} (no search "
-            "recorded under this runs directory); pass --runs-dir or --tracking-uri"
-        )
+            "recorded under this runs directory); pass --runs-dir or --tracking-uri")
     if store.kind == "http":
         check_reachable(store.uri)  # seconds, before importing MLflow
     from autoembed.tracking.mlflow_store import open_client
@@ -295,23 +233,20 @@ def _from_run(
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             raise ConfigError(
                 f"run id '{run_id}' is not in the MLflow store {uri}; copy a trial run's id "
-                "from the UI or use --pick trial:N"
-            ) from None
+                "from the UI or use --pick trial:N") from None
         raise
     tags = run.data.tags
     role = tags.get("autoembed.role")
     if role != "trial":
         what = {"search": "a search's parent run", "infeasible-group": "a grouping run"}.get(
-            str(role), "not an autoembed trial run"
-        )
+            str(role), "not an autoembed trial run")
         raise ConfigError(f"run id '{run_id}' is {what}; give the run id of one trial")
     _refuse_infeasible(tags.get("status"), f"run '{run_id}' (trial {tags.get('trial')})")
     run_study = tags.get("autoembed.study") or study or ""
     if study is not None and run_study != study:
         raise ConfigError(
             f"run id '{run_id}' belongs to study '{run_study}', not '{study}'; drop --study "
-            "or give a run of that study"
-        )
+            "or give a run of that study")
     if "config.yaml" not in _artifacts(client, run_id):
         raise ConfigError(f"run id '{run_id}' has no config.yaml artifact to export")
     text = Path(client.download_artifacts(run_id, "config.yaml", str(tmp))).read_text()
@@ -326,8 +261,7 @@ def _from_run(
     notes = () if tags.get("status") == "complete" else (f"the trial ended '{tags.get('status')}'",)
     return _Chosen(
         raw, run_study, int(trial) if trial.isdigit() else None, pick, dict(run.data.metrics),
-        vocab, run_id=run_id, notes=notes,
-    )
+        vocab, run_id=run_id, notes=notes)
 
 
 def _choose_from_study(
@@ -356,23 +290,20 @@ def _choose_from_study(
             rule, label = DEFAULT_PICK, DEFAULT_PICK
     if rule != "trial":
         if not pareto:
-            raise ConfigError(
-                f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
-                "use --pick trial:N or --run-id"
-            )
-        m = pick_member(members, rule, pareto.get("objectives") or (), pareto.get("noise"),
-                        pareto.get("floor"))
-        return _Chosen(dict(m["config"]), study, _trial_of(m), label, m.get("metrics") or {},
-                       vocab, data=data, params=m.get("params"),
-                       trained_on=_member_trained_on(m, pareto), memory=_memory(m, pareto))
-    assert number is not None
-    member = next((m for m in members if _trial_of(m) == number), None)
+            raise ConfigError(f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
+                              "use --pick trial:N or --run-id")
+        member: Mapping[str, Any] | None = pick_member(
+            members, rule, pareto.get("objectives") or (), pareto.get("noise"),
+            pareto.get("floor"))
+    else:
+        member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
-        return _Chosen(dict(member["config"]), study, number, label,
+        return _Chosen(dict(member["config"]), study, _trial_of(member), label,
                        member.get("metrics") or {}, vocab, data=data,
-                       params=member.get("params"),
-                       trained_on=_member_trained_on(member, pareto),
-                       memory=_memory(member, pareto))
+                       params=member.get("params"), memory=_memory(member, pareto),
+                       trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
+                                             pareto.get("stand_in")))
+    assert number is not None
     csv_path = sdir / "trials.csv"
     found = _csv_row(csv_path, number)
     if found is not None:
@@ -393,20 +324,10 @@ def _choose_from_study(
             got = _from_run(client, store.uri, run.info.run_id, study, runs_dir, tmp, label)
             return _Chosen(got.raw, study, number, label, got.metrics, got.vocab,
                            run_id=got.run_id, data=data, notes=got.notes)
-    known = sorted({*(_trial_of(m) for m in members), *_csv_trials(csv_path)})
+    known = sorted({*(_trial_of(m) for m in members), *_csv_rows(csv_path)})
     listed = ", ".join(map(str, known[:30])) or "none recorded"
-    raise ConfigError(
-        f"unknown trial {number} in study '{study}' (known trials: {listed}); "
-        "see trials.csv for the numbers"
-    )
-
-
-# ===================================================================== writing
-
-
-def _member_trained_on(member: Mapping[str, Any], pareto: Mapping[str, Any]
-                       ) -> dict[str, Any] | None:
-    return trained_on(member.get("trained_config"), pareto.get("run"), pareto.get("stand_in"))
+    raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
+                      "see trials.csv for the numbers")
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -430,24 +351,6 @@ def format_of(out: Path, fmt: str | None) -> str:
     return f
 
 
-def _same_tree(a: Path, b: Path) -> bool:
-    cmp = filecmp.dircmp(a, b)
-    if cmp.left_only or cmp.right_only or cmp.funny_files:
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    if mismatch or errors:
-        return False
-    return all(_same_tree(a / d, b / d) for d in cmp.common_dirs)
-
-
-def _write(cfg: EmbeddingConfig, out: Path, fmt: str, extra: Mapping[str, Any]) -> None:
-    """`save_config` in format `fmt` whatever `out`'s suffix (it picks JSON by suffix)."""
-    from autoembed.config.io import config_text
-    from autoembed.files import atomic_write_text
-
-    atomic_write_text(out, config_text(cfg, fmt, extra))
-
-
 def _tree_digest(root: Path) -> str:
     """The first 16 hex digits of the SHA-256 of a folder's files (relative paths and
     bytes, in path order)."""
@@ -460,11 +363,12 @@ def _tree_digest(root: Path) -> str:
 
 def _copy_vocab(src: Path, directory: Path) -> Path:
     """`src` copied to `directory/vocab-HASH/` (named by its content); a copy already
-    there is kept."""
+    there (the same content) is kept."""
     from autoembed.files import copy_tree_new
 
-    dst = directory / f"{VOCAB_DIR}-{_tree_digest(src)}"
-    if dst.is_dir() and _same_tree(src, dst):
+    digest = _tree_digest(src)
+    dst = directory / f"{VOCAB_DIR}-{digest}"
+    if dst.is_dir() and _tree_digest(dst) == digest:
         return dst
     if dst.exists():
         raise ConfigError(f"vocabulary directory '{dst}' differs from its name's content "
@@ -472,17 +376,9 @@ def _copy_vocab(src: Path, directory: Path) -> Path:
     return copy_tree_new(src, dst)
 
 
-def export_config(
-    study: str | None,
-    out: str | Path,
-    *,
-    pick: str | None = None,
-    run_id: str | None = None,
-    fmt: str | None = None,
-    force: bool = False,
-    runs_dir: str | Path = "runs",
-    tracking_uri: str | None = None,
-) -> Exported:
+def export_config(study: str | None, out: str | Path, *, pick: str | None = None,
+                  run_id: str | None = None, fmt: str | None = None, force: bool = False,
+                  runs_dir: str | Path = "runs", tracking_uri: str | None = None) -> Exported:
     """Write one trial's resolved config to `out` (see the module docstring)."""
     import tempfile
 
@@ -530,8 +426,7 @@ def export_config(
         if chosen.run_id is not None:
             source["run_id"] = chosen.run_id
         source["metrics"] = {
-            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))
-        }
+            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
         if chosen.memory is not None:
             source["memory"] = dict(chosen.memory)
         extra: dict[str, Any] = {"source": source}
@@ -557,12 +452,12 @@ def export_config(
                 extra[HOT_SETS_KEY] = hot.name
             if note is not None:
                 notes.append(note)
-        _write(cfg, out_path, fmt_name, extra)
+        from autoembed.config.io import config_text
+        from autoembed.files import atomic_write_text
+
+        atomic_write_text(out_path, config_text(cfg, fmt_name, extra))
     return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))
-
-
-# ===================================================================== your own model
 
 
 def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:
@@ -612,10 +507,12 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     for p in {out, cfg_path}:
         if p.exists() and not force:
             raise ConfigError(f"output file '{p}' exists; pass --force to overwrite it")
+    import yaml
+
     from autoembed.rules import plain
 
-    texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n"
-                        if cfg_path.suffix == ".json" else _yaml(plain(record)))}
+    texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
+                        else yaml.safe_dump(dict(plain(record)), sort_keys=False))}
     if fmt == "python" and TOPOLOGY_KEY in meta:
         texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem)
     elif fmt == "python":
@@ -651,9 +548,3 @@ def _trial_params(chosen: _Chosen) -> dict[str, Any]:
         raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
                           "recorded; export a front member (--pick)")
     return dict(got)
-
-
-def _yaml(body: Mapping[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(dict(body), sort_keys=False)

@@ -1,11 +1,8 @@
 """The trial runner: train one config and measure quality, memory, throughput, convergence
-and latency, honestly. The same loop trains a chosen config for real (`autoembed.train`).
-
-Measurement rules: torch threads are pinned (`RunSettings.threads`); the first
-`warmup_steps` steps and all evaluation are excluded from throughput; device, versions and
-thread count are recorded with every result. On CUDA, peak memory is measured with
-`torch.cuda.max_memory_allocated/reserved`; on CPU the estimate stands in for device memory
-and the process RSS high-water has its own field (docs/contracts.md#memory-figures).
+and latency; the same loop trains a chosen config for real (`autoembed.train`). Torch
+threads are pinned; the first `warmup_steps` steps and all evaluation are out of the
+throughput; device, versions and threads are recorded with every result; CUDA's peaks are
+measured, on a CPU the estimate stands in (docs/contracts.md#memory-figures).
 """
 
 from __future__ import annotations
@@ -24,26 +21,13 @@ from autoembed.rules import Flag, Integer, Interval, field_rule
 from autoembed.selection import BestStep, ValidScores, best_evaluation, to_target
 from autoembed.trial import STATUSES, Evaluation, TrialResult
 
-__all__ = [
-    "STATUSES",
-    "RunSettings",
-    "Evaluation",
-    "TrialResult",
-    "run_trial",
-    "resolve_for_data",
-    "quality_metrics",
-    "default_target",
-    "fit_settings",
-    "check_run",
-    "MAX_THREADS",
-]
+__all__ = ["STATUSES", "RunSettings", "Evaluation", "TrialResult", "run_trial", "resolve_for_data",
+           "quality_metrics", "default_target", "fit_settings", "check_run", "MAX_THREADS"]
 
-# Share of the achievable lift over chance that counts as "converged" when no target is
-# given: AUC target = 0.5 + 0.9 * (oracle AUC - 0.5); text: 0.9 * oracle accuracy.
+# The share of the oracle's lift over chance that counts as converged (`default_target`)
 TARGET_SHARE = 0.9
 SERVING_BATCH = 256  # queries per request for the batched latency figure
-# Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each: a few dozen, so
-# that every completed trial can afford to record its latency.
+# Timed requests at batch 1 and at SERVING_BATCH, after 5 untimed ones each
 LATENCY_QUERIES = (40, 20)
 
 
@@ -72,8 +56,8 @@ class RunSettings:
     device: str = "cpu"
     threads: int | None = field(default=None, metadata=field_rule(Integer(1, MAX_THREADS)))
     measure_latency: bool = field(default=True, metadata=field_rule(Flag()))
-    # Real data: the length from the data's size (`fit_settings`), and the trial judged by
-    # its best validation evaluation, whose weights the test and serving figures are of.
+    # real data: the length from its size (`fit_settings`); judged by the best evaluation,
+    # whose weights the test and serving figures are of
     fit_to_data: bool = field(default=False, metadata=field_rule(Flag()))
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
     # the process's CPU seconds (train_cpu_seconds: the optimizer steps' share)
@@ -117,20 +101,11 @@ def fit_settings(s: RunSettings, train_rows: int, batch_size: int) -> RunSetting
 def environment(device: str) -> dict[str, Any]:
     import torch
 
-    env: dict[str, Any] = {
-        "device": device,
-        "device_name": (
-            torch.cuda.get_device_name(0)
-            if device.startswith("cuda") and torch.cuda.is_available()
-            else platform.processor() or "cpu"
-        ),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "host": platform.node(),
-    }
-    return env
+    gpu = device.startswith("cuda") and torch.cuda.is_available()
+    return {"device": device,
+            "device_name": torch.cuda.get_device_name(0) if gpu else platform.processor() or "cpu",
+            "torch": torch.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "host": platform.node()}
 
 
 def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
@@ -143,13 +118,10 @@ def resolve_for_data(config: EmbeddingConfig, dataset: Any) -> EmbeddingConfig:
     data's."""
     text = dataset.task == "text"
     cfg = replace(
-        config,
-        task=dataset.task,
-        tables=with_data_tables(config, dataset.tables),
+        config, task=dataset.task, tables=with_data_tables(config, dataset.tables),
         num_classes=dataset.num_classes if text else 2,
         seq_len=(config.seq_len if config.seq_len > 1 else dataset.seq_len) if text else 1,
-        data=dataset.spec.to_dict(),
-    )
+        data=dataset.spec.to_dict())
     if cfg.compression == "hash" and cfg.hash_buckets is None:
         raise ConfigError("compression 'hash' needs hash_buckets")
     return cfg.resolve()
@@ -182,12 +154,6 @@ def quality_metrics(task: str, logits: Any, labels: Any) -> dict[str, float]:
 
 def primary(task: str) -> str:
     return "auc" if task == "ctr" else "accuracy"
-
-
-def _evaluate(
-    trainer: Any, dataset: Any, split: str, batch_size: int, limit: int | None, task: str
-) -> dict[str, float]:
-    return _scored(trainer, dataset, split, batch_size, limit, task)[0]
 
 
 def _scored(
@@ -251,16 +217,13 @@ def _cycle(dataset: Any, batch_size: int, seed: int, epochs: int | None) -> Iter
     epoch = 0
     while epochs is None or epoch < epochs:
         any_batch = False
-        for b in dataset.batches(
-            "train", batch_size, seed=seed + epoch, shuffle=True, drop_last=True
-        ):
+        for b in dataset.batches("train", batch_size, seed=seed + epoch, shuffle=True,
+                                 drop_last=True):
             any_batch = True
             yield b
         if not any_batch:
-            raise DataError(
-                f"the train split has fewer rows than one batch ({batch_size}); "
-                "use a smaller batch_size or more data"
-            )
+            raise DataError(f"the train split has fewer rows than one batch ({batch_size}); "
+                            "use a smaller batch_size or more data")
         epoch += 1
 
 
@@ -294,16 +257,10 @@ def _rss_peak() -> int:
     return int(r if sys.platform == "darwin" else r * 1024)
 
 
-def run_trial(
-    config: EmbeddingConfig,
-    data: Any,
-    settings: RunSettings | None = None,
-    report: Callable[[Evaluation], bool] | None = None,
-    *,
-    on_step: Callable[[Any, int], None] | None = None,
-    trainer: Any = None,
-    start_step: int = 0,
-) -> TrialResult:
+def run_trial(config: EmbeddingConfig, data: Any, settings: RunSettings | None = None,
+              report: Callable[[Evaluation], bool] | None = None, *,
+              on_step: Callable[[Any, int], None] | None = None, trainer: Any = None,
+              start_step: int = 0) -> TrialResult:
     """Train `config` on `data` (a `DataSpec`, a `Dataset` or a data name) and measure it.
 
     `report(evaluation)` is called after each validation evaluation; returning False stops
@@ -415,23 +372,11 @@ class _Trial:
         thr = loop.timed_steps * per_step / loop.timed_seconds if loop.timed_seconds > 0 else None
         steps_to_target, samples_to_target = to_target(loop.curve, self.target) or (None, None)
         return TrialResult(
-            status=status,
-            curve=tuple(loop.curve),
-            steps=loop.steps,
-            samples=loop.samples,
-            throughput=thr,
-            steps_to_target=steps_to_target,
-            samples_to_target=samples_to_target,
-            target=self.target,
-            train_seconds=loop.train_seconds,
-            train_cpu_seconds=loop.train_cpu,
-            wall_seconds=self.s.clock() - self.wall0,
-            data_seconds=loop.data_seconds,
-            eval_seconds=loop.eval_seconds,
-            rss_peak=_rss_peak(),
-            **self.base,
-            **kw,
-        )
+            status=status, curve=tuple(loop.curve), steps=loop.steps, samples=loop.samples,
+            throughput=thr, steps_to_target=steps_to_target, samples_to_target=samples_to_target,
+            target=self.target, train_seconds=loop.train_seconds, train_cpu_seconds=loop.train_cpu,
+            wall_seconds=self.s.clock() - self.wall0, data_seconds=loop.data_seconds,
+            eval_seconds=loop.eval_seconds, rss_peak=_rss_peak(), **self.base, **kw)
 
     def fault(self, e: Exception) -> TrialResult:
         """A trial fault as its result: `oom` (on CUDA with the peaks it reached: the size
@@ -446,7 +391,6 @@ class _Trial:
         return self.result("oom", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                            **peaks)
 
-    # ---------------------------------------------------------------- training
     def train(self, trainer: Any, report: Callable[[Evaluation], bool] | None,
               on_step: Callable[[Any, int], None] | None) -> TrialResult | None:
         """Train from the loop's start step to the settings' end (steps, epochs or seconds),
@@ -525,7 +469,6 @@ class _Trial:
         loop.curve.append(ev)
         return ev
 
-    # ---------------------------------------------------------------- the measurement
     def finish(self, trainer: Any) -> TrialResult:
         """The completed trial measured: the evaluation it is judged by, test quality, the
         host cache's figures, CUDA's peaks, serving bytes (of the quantized model when the
@@ -536,8 +479,8 @@ class _Trial:
         cache = cache_metrics(trainer.model, loop.steps - loop.start_step, loop.train_seconds)
         t_eval = s.clock()
         chosen, scores = self._choose_evaluation(trainer)
-        test = _evaluate(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
-                         task)
+        test, _ = _scored(trainer, self.dataset, "test", self.cfg.batch_size, s.test_batches,
+                          task)
         metrics = {**test, **cache}  # host_cached: hit rate and the cost of misses
         measured: dict[str, Any] = {"valid_quality": chosen.quality, "valid_scores": scores,
                                     "best_step": chosen.step, "best_samples": chosen.samples,
@@ -587,8 +530,8 @@ class _Trial:
         cfg, task = self.cfg, self.cfg.task
         served = quantize(trainer.model, cfg.serving)
         q_trainer = replace(trainer, model=served)  # same device and autocast
-        test = _evaluate(q_trainer, self.dataset, "test", cfg.batch_size, self.s.test_batches,
-                         task)
+        test, _ = _scored(q_trainer, self.dataset, "test", cfg.batch_size, self.s.test_batches,
+                          task)
         valid, scores = self._valid(q_trainer)
         record = {"quality_before_quantization": metrics[primary(task)],
                   "serving_bytes": int(serving_bytes(served)),

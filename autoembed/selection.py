@@ -1,9 +1,7 @@
-"""How a search tells trials apart on validation: the noise of a validation figure
-(paired between two trials on the same rows, or one trial's alone), the best evaluation of a
-training curve and the steps to a target, and a training length suited to the data's size.
-
-Pure functions of plain values, except `label_counts` and `validation_noise`, which read a
-split's labels from a `Dataset`.
+"""How a search tells trials apart on validation: the noise of a validation figure (paired
+between two trials on the same rows, or one trial's alone), the best evaluation of a curve
+and the steps to a target, and a training length suited to the data's size. Pure, except
+`label_counts` and `validation_noise`, which read a `Dataset`'s labels.
 """
 
 from __future__ import annotations
@@ -23,32 +21,14 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = [
-    "label_counts",
-    "validation_noise",
-    "pick_noise",
-    "measure_noise",
-    "NoiseMeasure",
-    "PairedGap",
-    "ValidScores",
-    "PAIRED_Z",
-    "paired_auc",
-    "paired_accuracy",
-    "paired_gap",
-    "Point",
-    "BestStep",
-    "best_evaluation",
-    "to_target",
-    "TrainingLength",
-    "training_length",
-    "TARGET_SAMPLES",
-    "MAX_EPOCHS",
-]
+__all__ = ["label_counts", "validation_noise", "pick_noise", "measure_noise", "NoiseMeasure",
+           "PairedGap", "ValidScores", "PAIRED_Z", "paired_auc", "paired_accuracy", "paired_gap",
+           "Point", "BestStep", "best_evaluation", "to_target", "TrainingLength",
+           "training_length", "TARGET_SAMPLES", "MAX_EPOCHS"]
 
-# Training length (`training_length`): a trial sees about TARGET_SAMPLES samples, in whole
-# epochs when the train split is smaller (at most MAX_EPOCHS of them). 600k samples is 7-8
-# epochs of MovieLens (80k rows), 2-3 of NYC flights (270k), where validation AUC has
-# levelled off in benchmarks/real_data.py, and 20-40 s a trial on a 2-core CPU.
+# Training length (`training_length`): a trial sees about TARGET_SAMPLES samples (where the
+# real data's validation AUC levels off), in whole epochs when the train split is smaller
+# (at most MAX_EPOCHS of them).
 TARGET_SAMPLES = 600_000
 MAX_EPOCHS = 20
 WARMUP_STEPS = 3
@@ -82,8 +62,7 @@ def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) 
     return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
-# within-noise, paired: a candidate is near the best when the best's lead over it on the same
-# validation rows is at most PAIRED_Z standard errors of that lead (the one-standard-error rule)
+# within-noise, paired: near the best within PAIRED_Z standard errors of the best's lead
 PAIRED_Z = 1.0
 
 
@@ -114,35 +93,11 @@ class ValidScores:
     def rows(self) -> int:
         return int(self.labels.size)
 
-    def encode(self) -> dict[str, Any]:
-        """Plain JSON (base64 of the arrays' bytes, little-endian)."""
-        import base64
-
-        return {k: {"dtype": a.dtype.newbyteorder("<").str,
-                    "b64": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes())
-                    .decode("ascii")}
-                for k, a in (("scores", self.scores), ("labels", self.labels))}
-
-    @classmethod
-    def decode(cls, raw: Any) -> ValidScores | None:
-        """The inverse of `encode`; None for anything else (a report without scores)."""
-        import base64
-
-        import numpy as np
-
-        try:
-            s, y = (np.frombuffer(base64.b64decode(raw[k]["b64"]), dtype=raw[k]["dtype"])
-                    for k in ("scores", "labels"))
-        except (TypeError, KeyError, ValueError):
-            return None
-        return cls(s, y) if s.size == y.size else None
-
-
     def pack(self) -> str:
-        """Compact text for the study's storage (`unpack` reads it): float scores (ctr
-        logits) as their dense ranks, the order with its ties, which is all the paired AUC
-        reads (uint16, or uint32 past 65,535 distinct values); class predictions and labels
-        as they are; zlib, then base85. About 2 bytes a row for ctr."""
+        """Compact text for a trial's report and the study's storage (`unpack` reads it):
+        float scores (ctr logits) as their dense ranks (uint16, or uint32 past 65,535
+        values: all the paired AUC reads), class predictions and labels as they are; zlib,
+        then base85. About 2 bytes a row for ctr."""
         import base64
         import json
         import zlib
@@ -160,9 +115,9 @@ class ValidScores:
                            "z": base64.b85encode(body).decode("ascii")}, separators=(",", ":"))
 
     @classmethod
-    def unpack(cls, text: str) -> ValidScores | None:
+    def unpack(cls, text: Any) -> ValidScores | None:
         """The inverse of `pack` (float scores come back as their ranks); None for anything
-        else."""
+        else (a report without scores)."""
         import base64
         import json
         import zlib
@@ -188,7 +143,7 @@ def _small_int(a: Any) -> npt.NDArray[Any]:
     return a.astype(np.int16 if a.size == 0 or int(np.abs(a).max()) < 2**15 else np.int32)
 
 
-def _midranks(x: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+def midranks(x: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
     """1-based ranks of `x`, ties given the mean of their ranks."""
     import numpy as np
 
@@ -216,9 +171,9 @@ def paired_auc(
     for s in (a, b):
         s = np.asarray(s, dtype=np.float64)
         x, z = s[y], s[~y]
-        tz = _midranks(np.concatenate([x, z]))
-        v10.append((tz[:m] - _midranks(x)) / n)  # per positive: share of negatives below
-        v01.append(1.0 - (tz[m:] - _midranks(z)) / m)  # per negative: share of positives above
+        tz = midranks(np.concatenate([x, z]))
+        v10.append((tz[:m] - midranks(x)) / n)  # per positive: share of negatives below
+        v01.append(1.0 - (tz[m:] - midranks(z)) / m)  # per negative: share of positives above
     var = 0.0
     for comps, size in ((v10, m), (v01, n)):
         if size > 1:
@@ -286,16 +241,11 @@ def paired_gap(metric: str, best: ValidScores, other: ValidScores,
 
 @dataclass(frozen=True)
 class NoiseMeasure:
-    """The `within-noise` slack and how it was measured.
-
-    Paired (`paired` holds a `PairedGap` for every other candidate): a candidate is near the
-    best when the best's lead over it on the validation rows both read is at most PAIRED_Z
-    paired standard errors (AUC: DeLong; accuracy: McNemar's discordant rows). Unpaired
-    (`paired` empty; where a candidate's scores are missing: trials of a study stored
-    before scores were kept with each trial, user-model searches; `unpaired_reason` says
-    why): `slack`, one standard error of the best candidate's validation `quality` (its
-    `metric`) from the `class_rows` (rows per class) among the validation split's first
-    `rows` rows, which its evaluation read (AUC: Hanley-McNeil; accuracy: binomial)."""
+    """The `within-noise` slack and how it was measured. Paired (`paired`: a `PairedGap`
+    for every other candidate): near the best when the best's lead over it on the rows both
+    read is at most PAIRED_Z paired standard errors (`PAIRED_METHOD`). Unpaired (a
+    candidate's scores missing: `unpaired_reason`): `slack`, one standard error of the best
+    validation `quality` from the `class_rows` among the first `rows` rows (`METHOD`)."""
 
     slack: float
     metric: str
@@ -368,10 +318,8 @@ class NoiseMeasure:
                 f"rows{why}")
 
 
-def measure_noise(
-    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None,
-    scores: Mapping[int, ValidScores] | None = None,
-) -> NoiseMeasure | None:
+def measure_noise(candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None,
+                  scores: Mapping[int, ValidScores] | None = None) -> NoiseMeasure | None:
     """The within-noise measure of `candidates` (rows with `number`, `values["quality"]` and
     `config.batch_size`): paired where `scores` (by trial number) holds every candidate's,
     else `pick_noise`'s unpaired slack, with the reason."""
@@ -479,9 +427,8 @@ def to_target(curve: Sequence[Point], target: float | None) -> tuple[int, int] |
 @dataclass(frozen=True)
 class TrainingLength:
     """How long a trial trains: whole `epochs`, or `max_steps` at the reference batch when
-    one epoch is more than the target; `eval_every` steps between validation evaluations;
-    `samples` the samples it trains on at the reference batch (an epoch's last short batch
-    is dropped, as the runner does)."""
+    one epoch is more than the target; `eval_every` steps between evaluations; `samples` it
+    trains on at the reference batch (each epoch's last short batch dropped, as in the runner)."""
 
     epochs: int | None
     max_steps: int | None
@@ -509,10 +456,9 @@ class TrainingLength:
         return f"{how} ({self.samples:,} samples at batch {self.batch_size})"
 
 
-def training_length(
-    train_rows: int, batch_size: int, evals: int = 8, target_samples: int = TARGET_SAMPLES,
-    max_epochs: int = MAX_EPOCHS,
-) -> TrainingLength:
+def training_length(train_rows: int, batch_size: int, evals: int = 8,
+                    target_samples: int = TARGET_SAMPLES, max_epochs: int = MAX_EPOCHS
+                    ) -> TrainingLength:
     """A training length suited to `train_rows` (TARGET_SAMPLES above), with about `evals`
     validation evaluations at `batch_size`."""
     for name, v in (("train_rows", train_rows), ("batch_size", batch_size), ("evals", evals),

@@ -1,25 +1,14 @@
 """`autoembed train`: full training of a (usually exported) config with the trial runner,
-periodic checkpoints, resume, and a final metrics file.
+periodic checkpoints, resume, and a final metrics file (the contract: docs/training.md).
 
-Outputs under `out_dir`: `checkpoint.pt` (model, optimizers, masters, scaler, step; written
-atomically every `checkpoint_every` steps and loaded back with `weights_only=True`),
-`model.pt` (final weights) and `metrics.json` (the TrialResult) — the last two only when
-training completes, so nothing half-written looks like a finished result. Every file is
-created with the user's umask (`autoembed.files`).
-
-A run's `model.pt` and `metrics.json` are published as one unit (`files.publish`: a new
-folder `.result-TOKEN/` holding both, named by the `result` link, which one rename
-switches; `model.pt` and `metrics.json` are links into it), so a kill at any step leaves
-the old run's pair or the new run's, never one of each; what a killed run left is swept
-when the next one starts. A finished result is never lost to a run that has not finished:
-a directory whose result is of another config is refused (ConfigError) unless `force`; a
-forced run retrains from step 0 and replaces the old result only when it completes (its
-checkpoints do replace the old `checkpoint.pt`). The same config asked for the same length
-again is a no-op that says so (`already_complete`); a longer one continues from the
-checkpoint. A checkpoint is resumed only on the way to the asked length (its step at most
-the asked steps; for epochs, the same epochs): one past it is refused, so a result holds
-exactly the steps it says. Every option and the file's `trained_on.run` settings are
-checked before anything is created. One `train` at a time holds a directory (`.lock`).
+Outputs under `out_dir`: `checkpoint.pt` (written atomically every `checkpoint_every`
+steps, loaded with `weights_only=True`), and on completion `model.pt` and `metrics.json`,
+published as one unit (`files.publish`), so a kill leaves the old run's pair or the new
+one's. A finished result of another config is refused unless `force` (which retrains and
+replaces it on completion); the same config and length again is a no-op
+(`already_complete`); a checkpoint is resumed only on the way to the asked length. Every
+option is checked before anything is created; one `train` at a time holds a directory
+(`.lock`).
 """
 
 from __future__ import annotations
@@ -38,9 +27,9 @@ from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
 from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
 
-__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY",
-           "TRAINED_ON_KEY", "MEASURE_KEYS", "training_of", "measured_with", "trained_on",
-           "TrainingPlan", "plan_training"]
+__all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
+           "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
+           "plan_training"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -79,11 +68,8 @@ def _check_device(dev: Any) -> None:
 
 
 def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
-    """Refuse, before anything is allocated, a config whose tables alone (parameters,
-    gradients, optimizer state: the analytic estimate's allocated peak) exceed the whole
-    memory of the device, so an absurd size is a clear exit 3, not an allocator crash or the
-    host's OOM killer. Only an impossible config is refused: the check is against the total,
-    not the free, memory."""
+    """Refuse (exit 3), before anything is allocated, a config whose analytic allocated peak
+    exceeds the device's whole memory (not its free memory: only an impossible config)."""
     from autoembed.budget import format_bytes
     from autoembed.errors import DoesNotFitError
     from autoembed.models.embedding_model import as_device
@@ -97,8 +83,7 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
         raise DoesNotFitError(
             f"config needs {format_bytes(need)} to train (analytic allocated_peak) but "
             f"{what} is {format_bytes(total)} in all; shrink it (autoembed estimate --config "
-            "prices it) or search one under a budget"
-        )
+            "prices it) or search one under a budget")
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
@@ -115,8 +100,7 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig,
         "trained_for": dict(length),  # the run's length: `max_steps` or `epochs`
         "config_json": config.to_json(),
         "model": trainer.model.state_dict(),
-        "optimizers": trainer.optimizers.state_dict(),
-    }
+        "optimizers": trainer.optimizers.state_dict()}
     if trainer.masters is not None:
         st["masters"] = {k: v.detach() for k, v in trainer.masters.items()}
     if trainer.scaler is not None:
@@ -131,15 +115,9 @@ def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
     try:
         st = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
-        raise ConfigError(
-            f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
-            "or train into a new --out directory"
-        ) from None
+        raise ConfigError(f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
+                          "or train into a new --out directory") from None
     return dict(st)
-
-
-def _is_of(st: dict[str, Any], config: EmbeddingConfig) -> bool:
-    return st.get("format") == FORMAT_VERSION and st.get("config_json") == config.to_json()
 
 
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
@@ -150,11 +128,9 @@ def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
 
 
 def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
-    if not _is_of(dict(st), config):
-        raise ConfigError(
-            f"checkpoint '{path}' was written for another config; use a new --out "
-            "directory or --no-resume"
-        )
+    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
+        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
+                          "directory or --no-resume")
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -175,11 +151,6 @@ def _restore(st: dict[str, Any], trainer: Any) -> int:
     if trainer.scaler is not None and "scaler" in st:
         trainer.scaler.load_state_dict(st["scaler"])
     return int(st["step"])
-
-
-def _json_form(config: EmbeddingConfig) -> Any:
-    """The config as `metrics.json` holds it (tuples as lists, as JSON reads them back)."""
-    return json.loads(json.dumps(config.to_dict(), default=str))
 
 
 def _held_result(out: Path) -> dict[str, Any] | None:
@@ -221,12 +192,12 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
     held = None if force else _held_result(out)
     if held is None:
         return None
-    if held.get("config") != _json_form(config):
+    as_json = json.loads(json.dumps(config.to_dict(), default=str))  # as metrics.json has it
+    if held.get("config") != as_json:
         raise ConfigError(
             f"--out '{out}' holds a finished result of another config (metrics.json, "
             "model.pt); train into a new --out directory, or pass --force to replace it "
-            "once this run completes"
-        )
+            "once this run completes")
     done = _finished_length(held)
     if done == dict(length):
         result = decode_result(held)
@@ -235,8 +206,7 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
     if isinstance(steps, int) and isinstance(asked, int) and asked < steps:
         raise ConfigError(
             f"--out '{out}' holds this config's finished run of {steps} steps; --max-steps "
-            f"{asked} is fewer: train into a new --out directory, or pass --force to retrain"
-        )
+            f"{asked} is fewer: train into a new --out directory, or pass --force to retrain")
     return None
 
 
@@ -271,9 +241,7 @@ def _holding(out: Path) -> Iterator[None]:
 def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any],
                   device: Any) -> dict[str, Any] | None:
     """The checkpoint state a run of `config` for `length` resumes from (None: there is
-    none): it must be of `config` and on the way to `length` (`_check_resumable`); any
-    other is refused (ConfigError) before anything is built, so a run never publishes more
-    steps than it was asked for."""
+    none); one of another config or off the way to `length` is refused (ConfigError)."""
     if not ckpt.exists():
         return None
     st = _read_checkpoint(ckpt, device)
@@ -283,11 +251,9 @@ def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any]
 
 
 def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any]) -> None:
-    """A checkpoint of this config resumes a run of `length` when it lies on that run's
-    way: for `max_steps` N, one at step <= N of a run by steps (training does not depend
-    on the run's length: the data order and the optimizers are the same at every step, so
-    it ends with a straight N-step run's weights); for `epochs`, one of a run of the same
-    epochs. Otherwise ConfigError naming its step and the fixes."""
+    """A checkpoint resumes a run of `length` when it lies on that run's way: for
+    `max_steps` N, one at step <= N of a run by steps (it ends with a straight N-step run's
+    weights); for `epochs`, one of the same epochs. Otherwise ConfigError with the fixes."""
     step, was = int(st["step"]), st.get("trained_for")
     was = dict(was) if isinstance(was, Mapping) else {"max_steps": None}  # before it was kept
     asked = length.get("max_steps")
@@ -299,8 +265,7 @@ def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any
         f"checkpoint '{ckpt}' is at step {step} of a run of {_length_words(was)}, not on "
         f"the way to {_length_words(length)}: pass --no-resume to train from step 0 (its "
         "checkpoints replace it), give the length it was started with, or train into a new "
-        "--out directory"
-    )
+        "--out directory")
 
 
 def training_of(metrics: Mapping[str, Any]) -> dict[str, int]:
@@ -449,10 +414,8 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     return tuple(lines)
 
 
-def plan_training(
-    path: str | Path, *, full_size: bool = False, data: Any = None,
-    max_steps: int | None = None, epochs: int | None = None,
-) -> TrainingPlan:
+def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None,
+                  max_steps: int | None = None, epochs: int | None = None) -> TrainingPlan:
     """What `autoembed train --config path` trains.
 
     A file a search wrote (runs/<study>/best.yaml, or `autoembed export`'s) carries
@@ -500,45 +463,28 @@ def plan_training(
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
 
 
-def train(
-    config: EmbeddingConfig,
-    *,
-    data: Any = None,
-    out_dir: str | Path = "runs/train",
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    device: str = "cpu",
-    checkpoint_every: int | None = None,
-    resume: bool = True,
-    eval_every: int | None = None,
-    on_step: Callable[[int, int], None] | None = None,
-    force: bool = False,
-    hot_sets: Mapping[str, Any] | None = None,
-    measure: Mapping[str, Any] | None = None,
-) -> TrialResult:
-    """Train `config` on its own data spec (or `data`), checkpointing into `out_dir`.
+def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "runs/train",
+          max_steps: int | None = None, epochs: int | None = None, device: str = "cpu",
+          checkpoint_every: int | None = None, resume: bool = True, eval_every: int | None = None,
+          on_step: Callable[[int, int], None] | None = None, force: bool = False,
+          hot_sets: Mapping[str, Any] | None = None, measure: Mapping[str, Any] | None = None
+          ) -> TrialResult:
+    """Train `config` on its own data spec (or `data`), checkpointing into `out_dir` (the
+    module docstring says what it writes and refuses).
 
     `measure`: RunSettings fields (MEASURE_KEYS) a search trial was measured with, so a
-    rerun scores the same validation and test batches on the same threads; by default the
-    validation figure is of 50 batches and the test figure of the whole test split.
-
-    `on_step(step, total)` reports progress (total is None when training by epochs).
-    Raises ConfigError, before training, if `out_dir` holds a finished result of another
-    config and not `force`; the old result is replaced only when this run completes. When
-    it holds this config's result of the same length nothing trains: that result comes
-    back with `env["already_complete"]` True.
+    rerun scores the same batches on the same threads (default: 50 validation batches, the
+    whole test split). `on_step(step, total)` reports progress (total 0 by epochs). A
+    finished result of this config and length comes back with `env["already_complete"]`.
     `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
-    sets; by default they are computed from the data (`models.hot_cold.install_hot_sets`).
-    """
+    sets (default: computed from the data)."""
     from autoembed.data import DataSpec, load_dataset
 
     check_measure(measure or {})
     if data is None:
         if config.data is None:
-            raise ConfigError(
-                "the config carries no data spec; pass --data (a built-in name or "
-                "a CSV/Parquet file) or export the config from a search"
-            )
+            raise ConfigError("the config carries no data spec; pass --data (a built-in name or "
+                              "a CSV/Parquet file) or export the config from a search")
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
         data = DataSpec(name=data)
@@ -599,8 +545,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         test_batches=m.get("test_batches"),  # None: the whole test split
         eval_batches=m.get("eval_batches", 50),
         warmup_steps=m.get("warmup_steps", RunSettings.warmup_steps),
-        threads=m.get("threads"),
-    )
+        threads=m.get("threads"))
     if epochs is not None:
         settings = replace(settings, max_steps=10**12)
     result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)

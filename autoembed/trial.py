@@ -1,16 +1,12 @@
 """One trial, one record: what the runner measured (`TrialResult` with its `Evaluation`s),
-what a search knows about it (`TrialRow`), and the one codec between them and plain JSON.
+what a search knows about it (`TrialRow`), and the one codec between them and plain JSON
+(for Ray, Optuna, metrics.json, pareto.json members, trials.csv rows; it reads every version
+this project stored: an older result's test figure under `quality` as `test_quality`).
+Imports only `config` (no torch, no Optuna).
 
-Below runner, search, tracking and export: it imports only `config` (no torch, no Optuna).
-
-Naming: a trial's *objective* quality is the validation split's primary metric at its last
-step, or under `RunSettings.fit_to_data` (real data) at its best evaluation, `best_step`
-(`objective_quality`: validation if present, else test — the rule lives here only); the
-test split's figure is `TrialResult.test_quality`, reported and never selected on.
-
-The codec (plain JSON for Ray, Optuna and metrics.json; pareto.json members; trials.csv
-rows) reads every version this project stored: a result written before the rename keeps
-its test figure under `quality`, and is read as `test_quality`.
+A trial's *objective* quality is validation's primary metric at its last step, or under
+`RunSettings.fit_to_data` at its best evaluation, `best_step` (`objective_quality`: the rule
+lives here only); the test figure, `test_quality`, is reported, never selected on.
 """
 
 from __future__ import annotations
@@ -25,58 +21,29 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.rules import plain
 
-__all__ = [
-    "STATUSES",
-    "TRAINED_STATUSES",
-    "METRIC_COLUMNS",
-    "COST_COLUMNS",
-    "Evaluation",
-    "TrialResult",
-    "TrialRow",
-    "objective_quality",
-    "encode_result",
-    "decode_result",
-    "encode_row",
-    "decode_row",
-    "encode_member",
-    "csv_header",
-    "encode_csv_row",
-    "decode_csv_row",
-    "ESTIMATE_COLUMNS",
-    "rank_entry",
-    "rank_figures",
-    "config_from_flat",
-    "plain",
-]
+__all__ = ["STATUSES", "TRAINED_STATUSES", "METRIC_COLUMNS", "COST_COLUMNS", "Evaluation",
+           "TrialResult", "TrialRow", "objective_quality", "encode_result", "decode_result",
+           "encode_row", "decode_row", "encode_member", "csv_header", "encode_csv_row",
+           "decode_csv_row", "ESTIMATE_COLUMNS", "rank_entry", "rank_figures", "config_from_flat",
+           "plain"]
 
-# complete: trained to its end; pruned: stopped early by the scheduler; infeasible: over
-# budget, never trained (set by the search); unsupported: the device cannot run the precision;
-# oom: a real out-of-memory; diverged: NaN/inf loss; timeout: ran past its time limit and
-# was ended (set by the search); failed: any other error; interrupted: the driver stopped
-# while it was asked or ran (set by the search; not counted, re-queued once).
+# A trial's statuses (their meanings: docs/searching.md); infeasible, timeout and
+# interrupted are the search's own, never a runner's result
 STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "timeout",
             "failed", "interrupted")
 # Statuses of trials that reached a trainable (count against --trials).
 TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "timeout",
                     "failed")
-# A row's metrics as trials.csv columns (`quality`: the objective; `test_quality`: reported)
-# (`latency`: ms at batch 1, `latency_serving`: ms a request of runner.SERVING_BATCH;
-# `target`: the quality `steps_to_target` and `samples_to_target` count to; `best_step`: the
-# step `quality` is of; the `*_seconds`: what the trial cost, `COST_COLUMNS`)
+# A row's metrics as trials.csv columns (docs/searching.md: `quality` the objective,
+# `test_quality` reported; `best_step` the step `quality` is of)
 METRIC_COLUMNS = ("quality", "test_quality", "memory", "throughput", "latency",
                   "latency_serving", "steps_to_target", "samples_to_target", "target",
                   "measured_allocated_peak", "steps", "best_step", "train_seconds",
                   "wall_seconds", "cpu_seconds", "ask_seconds", "pricing_seconds",
                   "overhead_seconds", "cache_hit_rate", "cache_time_share",
                   "cache_bytes_per_step")
-# What a trial cost the search, on every row (a trial stopped early or crashed: up to its
-# last evaluation; a timed-out one: the seconds it ran, those after its last evaluation as
-# training; a proposal never trained: its ask and pricing only):
-# train_seconds: its optimizer steps (a user's loop: the loop's time);
-# wall_seconds / cpu_seconds: wall and CPU seconds of its process while it ran;
-# ask_seconds: the sampler's decision; pricing_seconds: pricing and judging the proposal;
-# overhead_seconds: the driver's seconds from the ask to the trial's end reaching it, less
-# train_seconds (start, data, build, evaluation, test, latency, Ray, Optuna, MLflow).
+# What a trial cost the search, on every row (docs/searching.md); a timed-out trial's
+# seconds after its last evaluation count as training
 COST_COLUMNS = ("train_seconds", "wall_seconds", "cpu_seconds", "ask_seconds",
                 "pricing_seconds", "overhead_seconds")
 
@@ -88,9 +55,8 @@ def objective_quality(valid: float | None, test: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One validation evaluation during training (what a scheduler sees). `elapsed_s`:
-    seconds since the training loop started; `train_s`: of them, in optimizer steps so far
-    (None: not known apart, a user's loop)."""
+    """One validation evaluation (what a scheduler sees). `elapsed_s`: seconds since the loop
+    started; `train_s`: of them, in optimizer steps (None: not known apart, a user's loop)."""
 
     step: int
     samples: int
@@ -219,9 +185,6 @@ class TrialRow:
         return replace(self, **kw)
 
 
-# ===================================================================== the codec
-
-
 _RESULT_FIELDS = frozenset(f.name for f in fields(TrialResult))
 # keys earlier versions stored under another name: old -> current
 _RESULT_RENAMED = {"quality": "test_quality"}
@@ -251,23 +214,13 @@ def decode_result(d: Mapping[str, Any]) -> TrialResult:
 
 
 def encode_row(row: TrialRow) -> dict[str, Any]:
-    """A TrialRow as plain JSON (Optuna's user attribute `autoembed`)."""
-    return {
-        "status": row.status,
-        "config": row.config.to_dict(),
-        "estimate": plain(row.estimate),
-        "params": plain(row.params),
-        "metrics": plain(row.metrics),
-        "result": encode_result(row.result) if row.result is not None else None,
-        "reason": row.reason,
-        "ray_trial_id": row.ray_trial_id,
-        "overshoot": row.overshoot,
-        "concurrency": row.concurrency,
-        "retry_of": row.retry_of,
-        "interrupted": row.interrupted,
-        "node": dict(row.node),
-        "origin": row.origin,
-    }
+    """A TrialRow as plain JSON (Optuna's user attribute `autoembed`): every field but
+    `number`."""
+    out = {f.name: getattr(row, f.name) for f in fields(TrialRow) if f.name != "number"}
+    out.update(config=row.config.to_dict(), estimate=plain(row.estimate),
+               params=plain(row.params), metrics=plain(row.metrics), node=dict(row.node),
+               result=encode_result(row.result) if row.result is not None else None)
+    return out
 
 
 def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
@@ -290,8 +243,7 @@ def decode_row(number: int, raw: Mapping[str, Any]) -> TrialRow:
         retry_of=raw.get("retry_of"),
         interrupted=interrupted,
         node=dict(raw.get("node") or {}),
-        origin=raw.get("origin"),
-    )
+        origin=raw.get("origin"))
 
 
 def encode_member(row: TrialRow) -> dict[str, Any]:
@@ -309,11 +261,8 @@ def encode_member(row: TrialRow) -> dict[str, Any]:
         "ray_trial_id": row.ray_trial_id,
         # the config the trial trained, resolved on its data (a stand-in's, in the built-in
         # spaces): what `autoembed train` reruns (export's `trained_on`)
-        "trained_config": None if row.result is None else row.result.config.to_dict(),
-    }
+        "trained_config": None if row.result is None else row.result.config.to_dict()}
 
-
-# ------------------------------------------------------------------ trials.csv rows
 
 # The estimate's byte figures as trials.csv columns (`estimate_<name>`)
 ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead", "parameters",
@@ -372,8 +321,8 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
         *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
         json.dumps(rank_figures(row)) if rank_figures(row) else "",
         *(_cell(row.params.get(p)) for p in params),
-        json.dumps(row.config.to_dict(), sort_keys=True),
-    ]
+        json.dumps(row.config.to_dict(), sort_keys=True)]
+
 
 _CONFIG_COLUMNS = ("config", "config_json")
 _PREFIXES = ("config.", "params.", "param.")

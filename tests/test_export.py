@@ -126,6 +126,21 @@ def test_default_is_the_searchs_own_pick(runs: Path, tmp_path: Path) -> None:
     assert body["source"]["metrics"]["quality"] == 0.70
 
 
+def test_a_vocab_copy_is_reused_whole_and_refused_once_changed(runs: Path, tmp_path: Path
+                                                               ) -> None:
+    """A second export beside the first keeps its vocab-HASH copy; a copy whose files no
+    longer hash to its name is refused, one line, and left as it is."""
+    out = tmp_path / "best.yaml"
+    export_config(STUDY, out, runs_dir=runs)
+    copy = next(tmp_path.glob("vocab-*"))
+    export_config(STUDY, tmp_path / "again.yaml", runs_dir=runs)
+    assert list(tmp_path.glob("vocab-*")) == [copy]
+    (copy / "vocab.json").write_text("{}")
+    with pytest.raises(ConfigError, match="differs from its name's content"):
+        export_config(STUDY, tmp_path / "third.yaml", runs_dir=runs)
+    assert (copy / "vocab.json").read_text() == "{}"
+
+
 @pytest.mark.parametrize(
     ("pick", "trial", "dim"),
     [("knee", 3, 16), ("max-quality", 0, 8), ("min-memory", 5, 4), ("max-throughput", 7, 32),

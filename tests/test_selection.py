@@ -172,17 +172,22 @@ def test_paired_accuracy_is_the_se_of_the_per_row_difference() -> None:
 
 
 def test_valid_scores_round_trip_through_json() -> None:
+    """A trial's report carries its scores packed: the logits' order and the labels come
+    back (the ranks are all the paired AUC reads), class predictions as they are."""
     import json
 
     from autoembed.selection import ValidScores
 
-    s = ValidScores.of("ctr", np.array([[0.5], [-1.25]]), np.array([1, 0]))
-    back = ValidScores.decode(json.loads(json.dumps(s.encode())))
-    assert back is not None and back.scores.dtype == np.float32
-    assert back.scores.tolist() == [0.5, -1.25] and back.labels.tolist() == [1, 0]
+    s = ValidScores.of("ctr", np.array([[0.5], [-1.25], [0.5]]), np.array([1, 0, 0]))
+    assert s.scores.dtype == np.float32
+    back = ValidScores.unpack(json.loads(json.dumps(s.pack())))
+    assert back is not None and back.scores.tolist() == [1, 0, 1]  # ties stay tied
+    assert back.labels.tolist() == [1, 0, 0]
     t = ValidScores.of("text", np.array([[0.1, 0.9, 0.0], [2.0, 0.0, 1.0]]), np.array([1, 2]))
     assert t.scores.tolist() == [1, 0] and t.labels.tolist() == [1, 2]
-    assert ValidScores.decode(None) is None and ValidScores.decode({"scores": 1}) is None
+    back = ValidScores.unpack(t.pack())
+    assert back is not None and back.scores.tolist() == [1, 0] and back.labels.tolist() == [1, 2]
+    assert ValidScores.unpack(None) is None and ValidScores.unpack('{"scores": 1}') is None
 
 
 def test_packed_scores_give_the_same_paired_gaps_in_about_two_bytes_a_row() -> None:

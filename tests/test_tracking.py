@@ -424,3 +424,30 @@ def test_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_long_trials_batches_stay_within_mlflows_limits(tmp_path: Path) -> None:
+    """Every log_batch request holds at most 100 params and tags and 1000 entities in all
+    (mlflow.utils.validation), however many a trial has: 40 params and 990 curve points
+    once went out as one request of 1030 and were refused."""
+    from mlflow.entities import Metric
+
+    from autoembed.tracking.mlflow_store import MlflowTracker
+    from autoembed.tracking.store import TrackingStore
+
+    calls: list[tuple[int, int, int]] = []
+
+    class Client:
+        def log_batch(self, run_id: str, metrics: Sequence[Any] = (),
+                      params: Sequence[Any] = (), tags: Sequence[Any] = ()) -> None:
+            calls.append((len(metrics), len(params), len(tags)))
+
+    tracker = MlflowTracker(Client(), TrackingStore("sqlite:///x.db", "embedded"),  # type: ignore[arg-type]
+                            tmp_path)
+    for n_params, n_tags, n_metrics in ((40, 5, 990), (150, 60, 2500), (0, 0, 0), (3, 2, 7)):
+        calls.clear()
+        tracker._log("run", {f"p{i}": i for i in range(n_params)},
+                     {f"t{i}": "x" for i in range(n_tags)},
+                     [Metric(f"m{i}", 1.0, 0, 0) for i in range(n_metrics)])
+        assert all(p + t <= 100 and m + p + t <= 1000 for m, p, t in calls), calls
+        assert tuple(map(sum, zip(*calls, strict=True))) == (n_metrics, n_params, n_tags)

@@ -1,15 +1,10 @@
 """autoembed's own models on data: the built-in `Workload` of the search.
 
-A proposal is a config of the space (`SearchSpace.config_for`), priced by the analytic
-estimate at the data's full size (`PricedData.priced`); a trial trains the config at the
-trained size (a stand-in's scaled-down copy, `PricedData.trained`) with `runner.run_trial`
-(`run_builtin`, in this process or a Ray worker). `BuiltinWorkload.build` loads the space
-(a resumed study's stored text when none is given; derived from the data and the budget for
-`--space auto`, the default with real `--data`) and the data, and fits the baseline on real
-data (a new study; a resumed one keeps its stored one).
-
-The baseline's validation score is the trials' target (steps_to_target) where the space
-gives none: on real data there is no oracle (`runner.default_target`).
+A proposal is a config of the space, priced by the analytic estimate at the data's full size
+(`PricedData.priced`) and trained at the trained size (`PricedData.trained`) by `run_builtin`.
+`BuiltinWorkload.build` loads the space (a resumed study's stored one; derived for `--space
+auto`, the default with real `--data`) and the data, and fits the baseline on real data,
+whose validation score is the trials' target where the space gives none.
 """
 
 from __future__ import annotations
@@ -25,12 +20,7 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import ConfigError
-from autoembed.pipeline.priced_data import (
-    PricedData,
-    build_priced_data,
-    data_spec_for,
-    given_spec,
-)
+from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
     HOST_BASE_BYTES,
@@ -118,7 +108,6 @@ class BuiltinWorkload:
         return cls.of(sp, data, device=r.device, baseline=baseline, baseline_note=why,
                       given=r.data is not None or sp.source == AUTO_SPACE)
 
-    # ------------------------------------------------------------------ what it is
     @property
     def stand_in(self) -> bool:
         return self.data.stand_in
@@ -153,7 +142,6 @@ class BuiltinWorkload:
             s["target"] = self.target
         return s
 
-    # ------------------------------------------------------------------ pricing
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         try:
             config = self.data.priced(self.space.config_for(values))
@@ -220,7 +208,6 @@ class BuiltinWorkload:
 
         return tuple(start_points(self.space, self.data.spec.task, cheapest or {}))
 
-    # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
         del local
         return run_builtin
@@ -232,7 +219,6 @@ class BuiltinWorkload:
         return {"runner_kwargs": {"data_file": data_file_blob(self.data.train_spec.to_dict())},
                 "packages": (pkg,) if pkg else ()}
 
-    # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
         return {"data": self.data.spec.to_dict(), "train_data": self.data.train_spec.to_dict(),
                 "baseline": None if self.baseline is None else self.baseline.to_dict(),
@@ -246,7 +232,6 @@ class BuiltinWorkload:
     def config_of(self, params: Mapping[str, Any]) -> EmbeddingConfig:
         return self.data.priced(self.space.config_for(self.space.values_from_optuna(params)))
 
-    # ------------------------------------------------------------------ the report
     def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
         """`run`: what each trial was measured with (`training.measured_with`), which
         export's `trained_on` block carries."""
@@ -293,9 +278,6 @@ class BuiltinWorkload:
             f"baseline.{k}": str(v) for k, v in self.baseline.to_dict().items()})}
 
 
-# ===================================================================== one trial
-
-
 _DATASETS: dict[str, Any] = {}
 
 
@@ -313,9 +295,8 @@ def _dataset(key: str) -> Any:
 def run_builtin(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool],
                 data_file: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """One trial of a built-in config: `runner.run_trial` of the payload's config on its
-    data (`data_file`: a data file's bytes shipped to a Ray node, `trainable.local_data`),
-    each evaluation through `channel` (False: stop), the final report back. Other keywords
-    the executor passes (`where`: the node) are not needed here."""
+    data (`data_file`: its bytes shipped to a Ray node), each evaluation through `channel`
+    (False: stop); returns the final report."""
     from autoembed.pipeline.datafile import local_data
     from autoembed.pipeline.faults import fault_hook
     from autoembed.runner import RunSettings, run_trial
@@ -328,9 +309,6 @@ def run_builtin(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     result = run_trial(config, dataset, settings, channel,
                        on_step=fault_hook(payload.get("fault")))
     return final_report(result)
-
-
-# ===================================================================== building
 
 
 def _resolved(spec: DataSpec) -> DataSpec:
@@ -375,10 +353,9 @@ def _derived(r: SearchRequest) -> tuple[SearchSpace, PricedData]:
 
 def _baseline(data: PricedData, stored: Mapping[str, Any], tell: Callable[[str], None]
               ) -> tuple[Baseline | None, str | None]:
-    """The study's baseline and why there is none: a resumed study's stored one (None in a
-    study stored before there were baselines); in a new study fitted on real data
-    (synthetic data have their oracle). A fit the data refuse (too many ids, one class) is
-    a note, not an error."""
+    """The study's baseline and why there is none: a resumed study's stored one; in a new
+    study fitted on real data (synthetic data have their oracle). A fit the data refuse is a
+    note, not an error."""
     if stored:
         raw = stored.get("baseline")
         base = Baseline.from_dict(raw) if raw else None

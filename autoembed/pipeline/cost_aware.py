@@ -1,21 +1,10 @@
-"""Cost-aware TPE: TPE's acquisition per predicted second.
+"""Cost-aware TPE (`tpe-cost`, `tpe-mix-cost`): TPE's acquisition per predicted second.
 
-TPE ranks its candidates by log l(x) - log g(x) (the density of the good trials over that of
-the others, a monotone transform of expected improvement). `CostAwareTPE` subtracts the
-log of each candidate's predicted seconds, so it prefers improvement per second: a
-candidate twice as slow needs twice the density ratio.
-
-**The prediction** (`CostModel`): ridge regression of log(seconds) on the candidate's
-parameters (numeric ones in their internal representation, log-scaled where the
-distribution is log; categorical ones one-hot), fitted on the trials of this search that
-ran to their end (`metrics.wall_seconds` of their recorded row, `records.ATTR`). Seconds
-are throughput x length: batch size, dimensions and interaction drive both, and the fit
-reads them from what earlier trials measured. Until MIN_TRIALS trials have a cost, the
-acquisition is TPE's own. Over-budget proposals are never trained, so never in the fit;
-they stay free (priced, never run) as in every search.
-
-Not done (what the issue also names): the analytic memory estimate as a feature (it is not
-known to the sampler before pricing).
+TPE ranks candidates by log l(x) - log g(x); `CostAwareTPE` subtracts the log of each
+candidate's predicted seconds (`CostModel`: ridge regression of log(seconds) on the
+parameters, numeric ones in Optuna's internal form, log-scaled where the distribution is log,
+categorical ones one-hot, fitted on this search's trials that ran to their end). Until
+MIN_TRIALS trials have a cost, the acquisition is TPE's own.
 """
 
 from __future__ import annotations

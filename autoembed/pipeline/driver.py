@@ -1,21 +1,9 @@
-"""`search(budget=..., space=...)`: the whole search, as the CLI's `autoembed search` runs it,
-for either workload (autoembed's own models; or the user's model= example= train=).
-
-The pipeline, stage by stage (docs/ARCHITECTURE.md has the table):
-
-1. `SearchRequest.parse` checks every argument (`pipeline.request`);
-2. `StoredStudy.open` finds the study, refusing a wrong `--resume` (`pipeline.study`);
-3. `SearchPlan.build` builds the workload (space, data or the user's functions), merges a
-   resumed study's stored settings and checks that something fits (`pipeline.plan`; exit 3
-   when even the cheapest corner does not);
-4. under the study lock, the `Executor` starts (Ray, or in process) and places the trials;
-   the Optuna study is created or resumed (`recover` fails and re-queues trials a dead
-   driver left running), the tracker opened;
-5. `SearchEngine` asks, prices, judges (`Feasibility`) and tells; the executor runs what
-   fits; every event goes to one `Recorder` (Optuna attributes, MLflow, calibration.json);
-6. `SearchReport` ranks the rows and writes the files, pareto.json last.
-
-So bad input costs nothing and leaves nothing behind.
+"""`search(budget=..., space=...)`: the whole search, as `autoembed search` runs it, for
+either workload (autoembed's own models; or the user's model= example= train=), stage by
+stage (docs/ARCHITECTURE.md): request, stored study, plan (exit 3 when nothing fits), under
+the study lock the executor and the Optuna study (`recover` re-queues what a dead driver left
+running), the engine, the report (pareto.json last). Every check comes before anything is
+made, so bad input costs nothing and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -36,12 +24,7 @@ from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
-from autoembed.pipeline.plan import (
-    DEFAULT_EARLY_STOP,
-    NothingFitsError,
-    SearchPlan,
-    trial_threads,
-)
+from autoembed.pipeline.plan import DEFAULT_EARLY_STOP, NothingFitsError, SearchPlan, trial_threads
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
 from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
@@ -54,8 +37,8 @@ if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
 __all__ = ["search", "SearchCall", "run_search", "SearchResult", "NothingFitsError",
-           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP",
-           "trial_threads", "MAX_SEED"]
+           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP", "trial_threads",
+           "MAX_SEED"]
 
 DEFAULT_SPACE = "default"
 INTERRUPTED = "interrupted: the driver stopped while this trial ran"
@@ -139,35 +122,25 @@ def search(call: SearchCall) -> SearchResult:
                       on_recovered=call.on_recovered)
 
 
-def run_search(
-    request: SearchRequest,
-    *,
-    tracker: SearchTracker | None = None,
-    progress: Callable[[SearchStatus], None] | None = None,
-    on_recovered: Callable[[str], None] | None = None,
-) -> SearchResult:
+def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
+               progress: Callable[[SearchStatus], None] | None = None,
+               on_recovered: Callable[[str], None] | None = None) -> SearchResult:
     """Run a checked request: the pipeline of the module docstring."""
     t_start = time.monotonic()
     pending: Callable[[], SearchTracker] | None = None
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
-    # the derived space and the baseline are told as they come, before any trial
     plan = SearchPlan.build(request, stored.meta, on_recovered)
-    if tracker is None:  # an unreachable tracking server fails here, before anything is made
+    if tracker is None:  # an unreachable server fails here; the store opens while Ray starts
         from autoembed.tracking import open_tracker
 
-        # the store opens (MLflow's import, its schema) while the executor starts Ray
         pending = open_tracker(request.tracking_uri, request.runs_dir)
     studies.warm_sampler(plan.sampler)  # its imports load while Ray starts, too
     executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 
-    # One driver per study (runs/<study>/session.lock; a dead driver's lock and Ray leftovers
-    # are taken over, see pipeline.session); then the executor: a bad --ray-address fails
-    # before a study exists
+    # one driver per study (pipeline.session); a bad --ray-address fails before a study exists
     with StudyLock(plan.out_dir, plan.name, on_recovered) as lock, executor:
-        # the store opened while Ray started; a store that failed fails here, before the
-        # study is made
         tracker = pending() if pending is not None else tracker
         assert tracker is not None
         lock.ray(*executor.session())
@@ -181,19 +154,17 @@ def run_search(
             if plan.start and not stored.meta:
                 names = ", ".join(p.name for p in plan.start)
                 on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
-            for line in (plan.time_limit.describe(), *_notes(executor, plan)):
+            notes = getattr(executor, "notes", None)  # an Executor object may have none
+            for line in (plan.time_limit.describe(), *(notes(plan) if callable(notes) else ())):
                 on_recovered(line)
         engine = SearchEngine(
             study, SearchSettings.of(plan), progress=progress,
             scheduler=AshaScheduler(plan.objective_pairs) if plan.multi_fidelity else None,
             recorder=Recorder([
-                TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]),
-        )
+                TrackerSink(tracker), CalibrationSink(plan.out_dir / "calibration.json")]))
         try:
             executor.run(engine, plan)
-        except BaseException as exc:
-            # Ctrl-C or a failure: trials still running are failed and re-queued once,
-            # exactly as `--resume` does after a hard kill.
+        except BaseException as exc:  # running trials failed and re-queued, as --resume does
             engine.abandon(INTERRUPTED)
             try:
                 rec = _recover(study, stored, plan)
@@ -208,12 +179,6 @@ def run_search(
                 tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
-
-
-def _notes(executor: Executor, plan: SearchPlan) -> list[str]:
-    """The executor's lines before the first trial (an Executor object may have none)."""
-    notes = getattr(executor, "notes", None)
-    return list(notes(plan)) if callable(notes) else []
 
 
 def _kept(rows: Iterable[TrialRow]) -> tuple[int, str]:
@@ -298,22 +263,19 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
         "trainables_started": engine.trainables_started, "space": plan.space.source,
         "workload": plan.workload.kind,
         **plan.workload.context({"device": plan.device, "threads": plan.threads}),
-        "sampler": plan.sampler, "seed": plan.seed,
-        "early_stop": plan.early_stop, "repeatable": plan.repeatable,
-        "trial_time_limit": plan.time_limit.describe(),
-        "device": plan.device, "workers": plan.workers,
-        "threads": plan.threads, "cpus": os.cpu_count(), "versions": _versions(),
+        "sampler": plan.sampler, "seed": plan.seed, "early_stop": plan.early_stop,
+        "repeatable": plan.repeatable, "trial_time_limit": plan.time_limit.describe(),
+        "device": plan.device, "workers": plan.workers, "threads": plan.threads,
+        "cpus": os.cpu_count(), "versions": _versions(),
         "recovered": recovery.describe() if recovery is not None else None,
         "wall_seconds": round(wall, 2),
-        "finished_at": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
+        "finished_at": _dt.datetime.now().isoformat(timespec="seconds")}
 
 
 def _pick_rule(rows: Iterable[TrialRow], plan: SearchPlan) -> tuple[Pick, str | None]:
     """The rule the report picks by: the request's, unless it is `trial:N` and trial N is
-    not a complete trial within the budget (a number only known once the search has run:
-    `parse_pick` checked its form up front). Then the default rule, so that the search's
-    files are written all the same, and the line that says so (None when the rule holds)."""
+    not a complete trial within the budget: then the default rule (the files are written all
+    the same) and the line that says so (None when the rule holds)."""
     asked = plan.request.pick
     if asked.rule != "trial":
         return asked, None
@@ -333,8 +295,7 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
     rule, unmet = _pick_rule(engine.rows.values(), plan)
     report = SearchReport.build(
         list(engine.rows.values()), plan.objectives, rule, plan.budget,
-        plan.name, engine.stop_reason,
-        noise=lambda c: workload.noise(c, engine.valid_scores),
+        plan.name, engine.stop_reason, noise=lambda c: workload.noise(c, engine.valid_scores),
         memory_basis=plan.memory_basis, floor=workload.target)
     meta = plan.meta()
     wall = time.monotonic() - t_start
@@ -363,5 +324,4 @@ def _finish(engine: SearchEngine, study: Any, plan: SearchPlan, tracker: SearchT
         device=plan.device, workload=workload.kind,
         searched={r.number: workload.searched(r) for r in report.front},
         extra={"baseline": getattr(workload, "baseline", None), "noise": report.noise,
-               "memory_basis": report.memory_basis},
-    )
+               "memory_basis": report.memory_basis})

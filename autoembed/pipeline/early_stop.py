@@ -1,23 +1,15 @@
 """Early stopping that keeps the cheap end of the front: stop a running trial only when a
 finished front member is at least as good on *every* objective as the best the trial could
-still reach.
-
-Stopping on quality alone would cut the small, fast configs that trade quality for memory;
-here memory is known before the trial starts (the estimate), so a cheap trial is stopped only
-if a member at least as cheap is also better on quality (and throughput, ...) than the
-trial's optimistic projection:
+still reach (its optimistic projection, `optimistic_metrics`):
 
 * quality: the last validation quality plus its latest gain per evaluation times the
-  evaluations left (linear: optimistic for the usual concave curve), plus QUALITY_SLACK; where
-  the trial is judged by its best evaluation (`keeps_best`: validation selection, the
-  runner's `fit_to_data`), at least the best quality it has shown, which it has reached
-  already (a curve that peaks and then overfits is not stopped for its decline);
-* memory: the priced memory objective (`Progress.device_total`; exact before training);
-* throughput: samples / elapsed (evaluation time included) times THROUGHPUT_OPTIMISM;
-* latency: unknown until the end, so 0 (a trial is never stopped under a latency objective);
+  evaluations left, plus QUALITY_SLACK; under `keeps_best` at least the best it has shown;
+* memory: the priced memory objective (exact before training);
+* throughput: samples / elapsed times THROUGHPUT_OPTIMISM;
+* latency: unknown until the end, so 0 (never stopped under a latency objective);
 * steps_to_target: the step it was reached at, or the next evaluation's step.
 
-Decisions start at the MIN_EVALS-th evaluation. Pure functions; the Ray scheduler calls them.
+Decisions start at the MIN_EVALS-th evaluation. Pure functions.
 """
 
 from __future__ import annotations
@@ -28,8 +20,8 @@ from dataclasses import dataclass
 
 from autoembed.pareto import dominates
 
-__all__ = ["Progress", "optimistic_metrics", "cannot_reach_front", "MIN_EVALS",
-           "QUALITY_SLACK", "THROUGHPUT_OPTIMISM"]
+__all__ = ["Progress", "optimistic_metrics", "cannot_reach_front", "MIN_EVALS", "QUALITY_SLACK",
+           "THROUGHPUT_OPTIMISM"]
 
 MIN_EVALS = 2  # evaluations before a trial may be stopped (one gives no slope)
 QUALITY_SLACK = 0.005  # quality (AUC/accuracy) a trial may still gain beyond the projection
@@ -65,19 +57,12 @@ def optimistic_metrics(p: Progress) -> dict[str, float]:
     steps = float(p.reached_at) if p.reached_at is not None else float(
         min(p.max_steps, p.step + p.eval_every))
     return {
-        "quality": quality,
-        "memory": float(p.device_total),
-        "throughput": throughput,
-        "latency": 0.0,
-        "steps_to_target": steps,
-    }
+        "quality": quality, "memory": float(p.device_total), "throughput": throughput,
+        "latency": 0.0, "steps_to_target": steps}
 
 
-def cannot_reach_front(
-    progress: Progress,
-    front: Sequence[Mapping[str, float | None]],
-    objectives: Sequence[tuple[str, str]],
-) -> bool:
+def cannot_reach_front(progress: Progress, front: Sequence[Mapping[str, float | None]],
+                       objectives: Sequence[tuple[str, str]]) -> bool:
     """True when some front member dominates the trial's optimistic metrics."""
     if len(progress.qualities) < MIN_EVALS or not front:
         return False

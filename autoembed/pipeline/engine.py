@@ -1,39 +1,14 @@
-"""The search's bookkeeping, independent of Ray: ask Optuna, price, reject or launch, tell.
+"""The search's bookkeeping, independent of Ray: ask Optuna, price, reject or launch, tell
+(docs/ARCHITECTURE.md, stage 6). `SearchEngine` coordinates `propose.Proposer` (ask, price,
+judge, never a config twice), `running.Running` (launched trials, time limits, rungs) and
+`outcome.Outcomes` (rows, tell, costs); executors drive it; every event goes to one
+`Recorder`, the engine writes no store itself.
 
-`SearchEngine` is built from a `SearchSettings` (`SearchSettings.of(plan)`) and coordinates
-three parts, as Optuna's `Study` hands its work to `_tell.py` and `_optimize.py`:
-
-* `pipeline.propose.Proposer`: ask the sampler (start points first, grid points instead),
-  price each proposal by its workload (`Workload.price`), judge it (`Feasibility`: budget,
-  OOM ceiling, host budget), never price or train a config twice (`SpaceExhausted`, and
-  "every fitting config tried: N"); a sampler that prices its own candidates is a
-  `PricingSampler`, bound to the proposer's `price_candidate` when the engine is made.
-* `pipeline.running.Running`: the launched trials, their time limits (`trial_started`,
-  `overdue`, `time_out`) and `Rungs`, the multi-fidelity scheduler's decisions.
-* `pipeline.outcome.Outcomes`: the study's rows; how Optuna is told each trial (a proposal
-  that does not fit: COMPLETE with placeholder values and a violated `memory` constraint,
-  `infeasible`; a timed-out one: as a diverged one); its costs.
-
-`propose()` asks until a proposal fits (or the search is over: its trials trained, its time
-budget spent, the grid tried, MAX_REJECTIONS_IN_A_ROW rejected); `observe()` decides whether
-a running trial stops (its rungs, then the front rule); `finish()` tells the outcome of a
-trial that ran. Every event goes to one `Recorder` (Optuna attributes, MLflow,
-calibration.json); the engine writes no store itself. Executors (`pipeline.executor`, the
-Ray Tune adapters in `pipeline.ray_tune`) drive it.
-
-Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
-`runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
-diverged), else 0. A real out-of-memory sets `memory` to at least OOM_VIOLATION.
-
-OOM calibration (the documented rule): a trial that ran out of memory although its estimate
-fit shows the estimate is too low from that size up. Its predicted device_total becomes a
-ceiling: every later proposal whose predicted device_total is at or above the smallest such
-ceiling is treated as infeasible (never trains; `memory` constraint > 0; reason names the
-trial; `search.feasibility.oom_ceiling_rule`). Each OOM is logged to `calibration.json` in
-the study's folder by the recorder's `CalibrationSink` (predicted bytes vs the size that
-failed: the measured reserved peak plus overhead on a GPU, else the predicted size) and, as
-metrics `oom_predicted_bytes` / `oom_failed_bytes`, on the trial's row and MLflow run. The
-ceiling is rebuilt from the study's rows, so it survives a resume.
+Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget,
+at least OOM_VIOLATION after a real out-of-memory; `runs` = 1 when the trial could not
+produce a result (invalid config, unsupported precision, diverged), else 0. An OOM trial's
+predicted device_total is a ceiling: later proposals at or above the smallest one are
+infeasible (`Feasibility`); it is rebuilt from the study's rows on a resume.
 """
 
 from __future__ import annotations
@@ -64,8 +39,8 @@ from autoembed.pipeline.running import Live, Rungs, Running
 from autoembed.pipeline.scheduler import AshaScheduler
 
 __all__ = ["Proposal", "SearchStatus", "SearchEngine", "SearchSettings", "OOM_VIOLATION",
-           "Feasibility", "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR",
-           "PricingSampler", "AskCost", "Outcome"]
+           "Feasibility", "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR", "PricingSampler",
+           "AskCost", "Outcome"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
 
@@ -130,7 +105,6 @@ class SearchEngine:
             self.rungs.restore(study, self.rows.values())
         self.proposer.bind(getattr(study, "sampler", None), self.spent)
 
-    # ------------------------------------------------------------------ state
     @property
     def rows(self) -> dict[int, TrialRow]:
         """Every trial of the study, by number."""
@@ -151,7 +125,6 @@ class SearchEngine:
     def _memory(self, estimate: Mapping[str, Any]) -> float:
         return self.outcomes.memory(estimate)
 
-    # ------------------------------------------------------------------ counts
     @property
     def trained(self) -> int:
         return sum(1 for r in self.rows.values() if r.counted) + len(self.running)
@@ -169,8 +142,7 @@ class SearchEngine:
             complete=self.count("complete"), infeasible=self.count("infeasible"),
             pruned=self.count("pruned"), failed=failed, front=len(front), best_quality=best,
             elapsed_s=self.clock() - self.started, last=last, message=message,
-            budget_bytes=self.settings.budget.bytes,
-        )
+            budget_bytes=self.settings.budget.bytes)
 
     def _emit(self, last: TrialRow | None = None, message: str | None = None) -> None:
         if self.progress is not None:
@@ -195,7 +167,6 @@ class SearchEngine:
             share = max(share, (self.clock() - self.started) / s.time_budget_s)
         return min(1.0, share)
 
-    # ------------------------------------------------------------------ proposing
     def done(self) -> bool:
         """Whether no further trial should start (and why, in `stop_reason`)."""
         s = self.settings
@@ -220,8 +191,7 @@ class SearchEngine:
                 self.stop_reason = (
                     f"the sampler proposed {MAX_REJECTIONS_IN_A_ROW} configs in a row that do "
                     "not fit, are invalid or were tried; narrow the space towards cheaper "
-                    "configs"
-                )
+                    "configs")
                 return None
             proposal = self._take(self.proposer.ask())
             if proposal is not None:
@@ -244,7 +214,6 @@ class SearchEngine:
         self._emit(asked.row)
         return asked.proposal
 
-    # ------------------------------------------------------------------ running
     def attach(self, number: int, ray_trial_id: str) -> None:
         self.running.attach(number, ray_trial_id)
 
@@ -305,10 +274,8 @@ class SearchEngine:
                        else float(evaluation.get("elapsed_s", 0.0))),
             max_steps=max_steps, eval_every=eval_every,
             device_total=self._memory(live.proposal.estimate.to_dict()), target=target,
-            reached_at=reached, keeps_best=self.workload.keeps_best,
-        )
+            reached_at=reached, keeps_best=self.workload.keeps_best)
 
-    # ------------------------------------------------------------------ results
     def finish(self, number: int, final: Mapping[str, Any] | None,
                error: str | None = None) -> TrialRow | None:
         """Tell the outcome of a launched trial. `final`: the trainable's last report
@@ -326,8 +293,7 @@ class SearchEngine:
         return row
 
     def abandon(self, reason: str) -> list[int]:
-        """The driver is stopping with trials still running (Ctrl-C, an error): forget them;
-        the driver then calls `study.recover` (FAIL + one retry), as a resume does after a
-        crash. Returns their numbers."""
+        """The driver is stopping with trials still running: forget them (their numbers);
+        the driver then recovers them (FAIL + one retry), as a resume does."""
         del reason
         return self.running.abandon()

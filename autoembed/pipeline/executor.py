@@ -1,29 +1,15 @@
 """Executors run the engine's proposals, for any workload: `Executor` (the protocol),
-`RayTuneExecutor` (the default: Ray Tune, locally or on a cluster) and `InProcessExecutor`
-(one trial at a time in this process: tests, and debugging a training loop with a plain
-debugger).
+`RayTuneExecutor` (the default, locally or on a cluster) and `InProcessExecutor` (one trial
+at a time in this process: tests, debugging a training loop).
 
-An executor takes proposals from `engine.propose()` until it returns None, runs each with
-its workload's trial runner (`Workload.runner`) on the proposal's payload plus the plan's
-placement (`trial_payload`: device, threads), streams the trial's evaluations back to
-`engine.observe()`, carries the engine's stop decision to the running trial, and ends each
-trial with `engine.finish()`. The channel is two-way:
-
-* in process, a `TrialChannel` per trial: calling it hands one evaluation to the driver's
-  thread, which asks the engine, and returns False once the engine says stop (`report`
-  raises `StopTrial` instead);
-* on Ray Tune, the trainable reports through `tune.report` and `FrontScheduler` answers
-  STOP, which Tune delivers by ending the trainable.
-
-A trial stopped by the engine ends with no final report (`finish(number, None)`), whichever
-executor ran it: what it cost is its last evaluation's stamp. Every report carries the
-trial's wall and CPU seconds so far (`workload.CostClock`). Every trial ends: each
-executor marks it `engine.trial_started` and ends it once
-`engine.overdue` lists it (its time limit, `pipeline.time_limit`): Ray Tune by killing its
-worker process (`ray_tune.TimeLimits`), in process by raising `TrialTimeout` in the trial's
-thread and abandoning it after `GRACE_S` (`InProcessExecutor`); `engine.time_out` then makes
-it `timeout`, whatever it returns. A trial that raises, or calls `sys.exit` (SystemExit), is
-that trial's failure, never the search's end.
+An executor takes proposals from `engine.propose()` until it returns None, runs each with the
+workload's runner on `trial_payload`, streams its evaluations to `engine.observe()` and
+carries a stop back (in process: `TrialChannel`; on Ray: `FrontScheduler`'s STOP), and ends
+it with `engine.finish()` (no final report when the engine stopped it). Every report carries
+the trial's wall and CPU seconds so far (`workload.CostClock`). A trial `engine.overdue`
+lists is ended (Ray: its worker killed; in process: `TrialTimeout` raised in it, abandoned
+after `GRACE_S`) and is `timeout` whatever it returns. A trial that raises, or calls
+`sys.exit`, is that trial's failure, never the search's end.
 """
 
 from __future__ import annotations
@@ -35,12 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError, TrialTimeout
-from autoembed.pipeline.workload import (
-    CostClock,
-    evaluation_report,
-    failed_report,
-    final_report,
-)
+from autoembed.pipeline.workload import CostClock, evaluation_report, failed_report, final_report
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine
@@ -53,8 +34,7 @@ __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTun
            "raise_in", "LOG_DIR", "GRACE_S"]
 
 LOG_DIR = "logs"  # a study's folder for its trials' output on Ray (trial-NNNN.log)
-# In process: the seconds a trial past its time limit has to end (TrialTimeout is raised in
-# it once a second) before it is abandoned, still running, and the search goes on
+# In process: the seconds a trial past its time limit has to end before it is abandoned
 GRACE_S = 10.0
 POLL_S = 1.0  # the driver's longest wait for a trial's message between looks at its limit
 
@@ -72,9 +52,8 @@ def trial_payload(proposal: Proposal, plan: SearchPlan, **extra: Any) -> dict[st
 
 class TrialChannel:
     """The trial's end of its two-way channel with the driver (in process): calling it hands
-    one evaluation to the driver's thread, which asks the engine, and returns False once the
-    engine says stop (`report` raises `StopTrial` instead). Once the driver has ended the
-    trial (its time limit, Ctrl-C), every call raises `TrialTimeout`."""
+    one evaluation to the engine and returns False once it says stop (`report` raises
+    `StopTrial` instead); once the driver ended the trial, every call raises `TrialTimeout`."""
 
     def __init__(self, number: int, cost: CostClock | None = None) -> None:
         self.number = number
@@ -196,22 +175,15 @@ class RayTuneExecutor:
                        "log_dir": str(plan.out_dir / LOG_DIR)},
             runner=plan.workload.runner(local=False),
             runner_kwargs=self.options.get("runner_kwargs") or {},
-            trial_resources=tuple(plan.request.trial_resources), faults=self.faults,
-        ))
+            trial_resources=tuple(plan.request.trial_resources), faults=self.faults))
 
 
 class InProcessExecutor:
-    """One trial at a time in this process, no Ray. `trainer(payload, channel)` runs one
-    trial and returns its final report (`{"result": TrialResult dict}` or `{"error": ...}`);
-    the default is the workload's own runner; `cost_clock` times each trial (its wall and
-    CPU seconds). Faults are not injected here.
-
-    Each trial runs on a daemon thread of its own while the driver's thread serves its
-    channel (the engine is called on the driver's thread only) and watches its time limit:
-    past it, the trial is `timeout` whatever it returns; `TrialTimeout` is raised in it
-    (CPython's asynchronous exception, once a second) and it has `GRACE_S` seconds to end,
-    after which it is abandoned (left to finish or to end with the process; its results
-    are never read) and the search goes on."""
+    """One trial at a time in this process, no Ray, no injected faults. `trainer(payload,
+    channel)` (default: the workload's runner) returns the final report; `cost_clock` times
+    each trial. Each trial runs on a daemon thread while the driver's thread serves its
+    channel (the engine is called on the driver's thread only) and ends it past its limit
+    (`end_trial`); an abandoned trial's results are never read."""
 
     kind = "local"
 
@@ -265,9 +237,8 @@ class InProcessExecutor:
 
 def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
                channel: TrialChannel) -> None:
-    """A trial's thread: run it, and post its final report (None: stopped by the search) to
-    the driver. Whatever it raises is the trial's failure, never the search's, except a
-    KeyboardInterrupt of its own (Ctrl-C reaching it): posted as such, the driver raises it."""
+    """A trial's thread: run it and post its final report (None: stopped) to the driver;
+    what it raises is the trial's failure, but a KeyboardInterrupt the driver raises."""
     out: tuple[str, Mapping[str, Any] | None] = ("end", None)
     try:
         out = ("end", trainer(payload, channel))
@@ -285,8 +256,7 @@ def _run_trial(trainer: TrialRunner, payload: Mapping[str, Any],
 def _serve(engine: SearchEngine, number: int,
            channel: TrialChannel) -> tuple[Mapping[str, Any] | None, bool]:
     """On the driver's thread: answer trial `number`'s reports with the engine's decision
-    until it ends; (its final report, False), or (None, True) once `engine.overdue` lists it
-    (then told `time_out`)."""
+    until it ends: (its final report, False), or (None, True) once it is overdue."""
     while True:
         if number in engine.overdue():
             engine.time_out(number)
@@ -306,9 +276,8 @@ def _serve(engine: SearchEngine, number: int,
 
 def end_trial(channel: TrialChannel, thread: threading.Thread,
               exc: type[BaseException]) -> bool:
-    """End a trial's thread: its later reports raise `TrialTimeout`, and `exc` is raised in it
-    once a second until it ends or `GRACE_S` pass (then it is abandoned). True when it
-    ended."""
+    """End a trial's thread: later reports raise `TrialTimeout`, `exc` is raised in it once a
+    second until it ends (True) or `GRACE_S` pass (abandoned: False)."""
     channel.end()
     deadline = time.monotonic() + GRACE_S
     while thread.is_alive() and not channel.done:

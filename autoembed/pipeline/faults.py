@@ -1,17 +1,10 @@
 """Fault injection for testing a search's fault handling on any machine (no GPU needed).
 
-`AUTOEMBED_FAULTS="1:raise,2:nan,3:oom,4:kill"` (read by the driver, so it works on a
-cluster too) injects a fault into the k-th trial that starts training (1-based launch order,
-not the Optuna number: over-budget proposals never launch). The fault fires in the Ray
-worker after the trial's first optimizer step, through the runner's real paths:
-
-* `raise` - a RuntimeError: the runner records the trial `failed` with the error;
-* `nan`   - every parameter becomes NaN: the next loss is NaN and the trial `diverged`;
-* `oom`   - a `torch.OutOfMemoryError` as CUDA raises it (CUDA cannot be faked on a CPU):
-            the trial is `oom` and feeds the search's OOM calibration;
-* `kill`  - SIGKILL to the worker process itself: Ray reports the trial's process died.
-
-Unset, nothing is injected. Pure Python; torch is imported only when a fault fires.
+`AUTOEMBED_FAULTS="1:raise,2:nan,3:oom,4:kill"` (read by the driver) injects a fault into
+the k-th trial to start training (launch order), after its first optimizer step, through
+the runner's real paths: `raise` (a RuntimeError: `failed`), `nan` (every parameter NaN:
+`diverged`), `oom` (a `torch.OutOfMemoryError` as CUDA raises it: `oom`, feeding the OOM
+ceiling), `kill` (SIGKILL to the worker itself). Unset, nothing is injected.
 """
 
 from __future__ import annotations
@@ -42,8 +35,7 @@ def parse_faults(text: str) -> dict[int, str]:
         if not sep or not k.strip().isdigit() or int(k) < 1 or kind.strip() not in KINDS:
             raise ConfigError(
                 f"{ENV} entry '{part}' is not N:KIND; use e.g. {ENV}=1:raise,2:oom with N the "
-                f"trial's launch order (from 1) and KIND one of {', '.join(KINDS)}"
-            )
+                f"trial's launch order (from 1) and KIND one of {', '.join(KINDS)}")
         out[int(k)] = kind.strip()
     return out
 

@@ -1,14 +1,10 @@
-"""Whether a priced proposal may train: `Feasibility.judge(estimate) -> Verdict`.
-
-A rule reads a `MemoryEstimate` and returns its `Verdict`; the rules are checked in order and
-the first that does not fit decides. When all fit, the verdict is the first rule's (the
-device budget's slack, negative). Adding a rule is one line in `Feasibility.for_search`.
-
-Overshoot is relative and > 0 means infeasible (Optuna's `memory` constraint):
+"""Whether a priced proposal may train: `Feasibility.judge(estimate) -> Verdict`. The rules are
+checked in order and the first that does not fit decides; when all fit, the verdict is the
+first rule's (the device budget's slack, negative). Overshoot is relative, > 0 infeasible
+(Optuna's `memory` constraint):
 
 * budget: (device_total - budget) / budget (of the largest rank, for a sharded plan);
-* OOM ceiling (the calibration rule, see `search.engine`): a proposal whose device_total is
-  at or above the smallest predicted size that ran out of memory gets
+* OOM ceiling: at or above the smallest predicted size that ran out of memory,
   (device_total - ceiling) / ceiling + OOM_VIOLATION;
 * host budget (host_cached tables): (host_bytes - host budget) / host budget.
 """
@@ -22,8 +18,8 @@ from autoembed.budget import Budget, MemoryBudget
 from autoembed.memory.types import MemoryEstimate
 from autoembed.trial import TrialRow
 
-__all__ = ["Verdict", "Rule", "Feasibility", "budget_rule", "host_budget_rule",
-           "oom_ceiling_rule", "oom_ceiling", "OOM_VIOLATION"]
+__all__ = ["Verdict", "Rule", "Feasibility", "budget_rule", "host_budget_rule", "oom_ceiling_rule",
+           "oom_ceiling", "OOM_VIOLATION"]
 
 OOM_VIOLATION = 0.01  # memory constraint of a trial that ran out of memory although priced in
 

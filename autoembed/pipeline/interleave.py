@@ -1,16 +1,10 @@
-"""A model-based sampler with random proposals interleaved (SMAC3's "random design"): the
-first `startup` trials and, after them, every `every`-th trial are drawn by a random sampler;
-the model proposes the rest.
+"""A model-based sampler with random proposals interleaved (SMAC3's "random design", for
+`tpe-mix`): the first `startup` trials and every `every`-th after them are random, the model
+proposes the rest, which keeps the front's extremes that TPE alone misses.
 
-Why: on the default space multivariate TPE alone concentrates its proposals where its model
-is confident and misses the front's extremes that random sampling reaches
-(benchmarks/results/sampler_comparison.md). The share of random proposals keeps the spread
-while the model refines quality.
-
-Contract: which sampler proposes a trial depends on its trial number alone (`is_random`), so
-a search is reproducible for a seed and a resumed study keeps the schedule. Both samplers see
-every trial's `after_trial`, so each learns from the whole history (the model through the
-trials' constraints for over-budget proposals, as it does alone).
+Which sampler proposes a trial depends on its number alone (`is_random`), so a search is
+reproducible for a seed and a resume keeps the schedule. Both samplers see every trial's
+`after_trial`.
 """
 
 from __future__ import annotations

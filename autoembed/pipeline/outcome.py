@@ -1,15 +1,9 @@
 """Outcome: the study's rows, and how Optuna is told each trial (tell, costs, statuses).
 
-`Outcomes.record` keeps a row and hands it to the `Recorder` (Optuna attributes, then the
-tell, then MLflow and calibration.json); `Outcomes.ended` is the row of a launched trial
-that ended and how Optuna is told it. A trial its executor ended past its time limit is
-`timeout`, told as a diverged one is (COMPLETE with placeholder values and the `runs`
-constraint violated, so constrained samplers steer away from it).
-
-Constraints (Optuna: a value <= 0 is feasible): `memory` = (device_total - budget) / budget;
-`runs` = 1 when the trial could not produce a result (invalid config, unsupported precision,
-diverged), else 0. A real out-of-memory sets `memory` to at least OOM_VIOLATION, and its
-predicted device_total becomes the OOM ceiling (`oom_ceiling`; `pipeline.engine`).
+`Outcomes.record` keeps a row and hands it to the `Recorder`; `Outcomes.ended` is the row of
+a launched trial that ended and how Optuna is told it. A `timeout` is told as a diverged
+trial is (COMPLETE with placeholder values, the `runs` constraint violated). The
+constraints and the OOM ceiling (`oom_ceiling`): `pipeline.engine`.
 """
 
 from __future__ import annotations
@@ -124,7 +118,7 @@ class Outcomes:
             return (old.with_(status="failed", metrics=cost, reason=str(why)),
                     Outcome("fail"))
         result = decode_result(final["result"])
-        scores = ValidScores.decode(final.get("valid_scores"))
+        scores = ValidScores.unpack(final.get("valid_scores"))
         if scores is not None and result.status == "complete":
             self._keep_scores(live.trial, p.number, scores)
         metrics = {**objective_metrics(result, p.estimate.to_dict(),
@@ -185,9 +179,8 @@ class Outcomes:
 
     def _timeout(self, old: TrialRow, live: Live,
                  cost: Mapping[str, float | None]) -> tuple[TrialRow, Outcome]:
-        """The row of a trial its executor ended past its time limit, told to Optuna as a
-        diverged one (placeholder values, `runs` violated). What it cost is the seconds it
-        ran until it was ended (`_ran`)."""
+        """The row of a trial ended past its time limit, told to Optuna as a diverged one;
+        its cost is the seconds it ran until it was ended (`_ran`)."""
         last = live.evaluations[-1] if live.evaluations else {}
         limit = live.proposal.time_limit or 0.0
         row = old.with_(status="timeout", metrics={
@@ -201,8 +194,7 @@ class Outcomes:
 
     def _ran(self, live: Live, cost: Mapping[str, float | None]) -> dict[str, float | None]:
         """A timed-out trial's cost: its wall seconds from its start to its end reaching the
-        driver (at least what its process stamped), the seconds after its last report
-        counted as training (where it was when it was ended)."""
+        driver (at least its stamp), those after its last report counted as training."""
         last = live.evaluations[-1] if live.evaluations else {}
         ran = self.clock() - live.started if live.started is not None else 0.0
         wall = max(float(cost.get("wall_seconds") or 0.0), ran)

@@ -1,12 +1,8 @@
-"""A search's files under `<runs-dir>/<study>/`, each written atomically (a temporary file
-in the same directory, then `os.replace`), pareto.json last: a reader that finds it finds
-the other files complete.
-
-* trials.csv — every trial (infeasible ones too): status, reason, objective metrics, the
-  estimate's byte figures, the Optuna params and the priced config as JSON (`config_json`).
-* pareto.png — the front in objective space (2-D projections for 3+ objectives).
-* best.yaml — `save_config` of the picked config (resolved, with its data spec).
-* pareto.json — study, budget, objectives, members, best, picks, environment.
+"""A search's files under `<runs-dir>/<study>/`, each written atomically, pareto.json last (a
+reader that finds it finds the others complete): trials.csv (every trial: status, reason,
+metrics, estimate, params, `config_json`), pareto.png (the front; 2-D projections for 3+
+objectives), best.yaml (the pick, resolved, with its data spec), pareto.json (study, budget,
+objectives, members, best, picks, environment).
 """
 
 from __future__ import annotations
@@ -31,10 +27,8 @@ from autoembed.trial import (
     plain,
 )
 
-__all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml",
-           "write_pareto_png", "pareto_figure", "label_points", "member_dict",
-           "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
-
+__all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml", "write_pareto_png",
+           "pareto_figure", "label_points", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
 
 
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
@@ -58,9 +52,8 @@ def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:
 
 
 def write_best_yaml(row: TrialRow, path: Path, body: Mapping[str, Any]) -> Path:
-    """The pick's record `body` (`config`, and what the workload adds: the params a user's
-    functions receive; `search`: the search's figures), with the training length its
-    trial was judged at (`training.training_of`: what `autoembed train --config` reruns)."""
+    """The pick's record `body` (`config` and the workload's keys), with the training length
+    its trial was judged at (`training.training_of`: what `autoembed train --config` reruns)."""
     import yaml
 
     from autoembed.training import TRAIN_KEY, training_of
@@ -151,11 +144,9 @@ def label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> list[An
     return [a for a, _ in placed]
 
 
-def pareto_figure(
-    rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
-    objectives: Sequence[tuple[str, str]], title: str, budget_bytes: int | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> Any:
+def pareto_figure(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
+                  objectives: Sequence[tuple[str, str]], title: str,
+                  budget_bytes: int | None = None, labels: Mapping[str, str] | None = None) -> Any:
     """The front in objective space as a matplotlib Figure: one panel per pair of
     objectives (at most 6), memory on a log axis, front members numbered. `labels`: the
     legend's text for the `budget` line and the `best` marker (what the budget judges), and
@@ -210,11 +201,10 @@ def pareto_figure(
     return fig
 
 
-def write_pareto_png(
-    rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
-    objectives: Sequence[tuple[str, str]], path: Path, title: str,
-    budget_bytes: int | None = None, labels: Mapping[str, str] | None = None,
-) -> Path:
+def write_pareto_png(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: TrialRow | None,
+                     objectives: Sequence[tuple[str, str]], path: Path, title: str,
+                     budget_bytes: int | None = None, labels: Mapping[str, str] | None = None
+                     ) -> Path:
     """`pareto_figure` saved as a PNG, atomically."""
     import matplotlib.pyplot as plt
 

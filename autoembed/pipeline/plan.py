@@ -1,12 +1,9 @@
 """`SearchPlan`: everything a search decides before its first trial, for either workload.
 
-`SearchPlan.build(request, stored)` builds the workload (`workload_for`: autoembed's own
-models on data, or the user's model and loop; the one place the pipeline tells them apart),
-merges the request with the settings a resumed study stored (the one place that does: a
-value given wins where it may change, and is refused where it may not — budget, objectives,
-data, space, the workload), sizes the workers and CPUs, and checks that something fits
-(`Workload.check_fits`: the cheapest corner of a built-in space; `NothingFitsError`, exit
-status 3). Ray's cluster may change a trial's CPUs (`with_cpus_per_trial`).
+`SearchPlan.build(request, stored)` builds the workload (`workload_for`: the one place the
+two kinds part), merges the request with a resumed study's stored settings (the one place
+that does: a value given wins where it may change and is refused where it may not), sizes
+workers and CPUs, and checks that something fits (`NothingFitsError`, exit status 3).
 """
 
 from __future__ import annotations
@@ -30,22 +27,17 @@ from autoembed.pipeline.workload import NothingFitsError, Workload
 from autoembed.space import Objective, SearchSpace, parse_objectives
 from autoembed.space.start import StartPoint
 
-__all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads",
-           "workload_for", "TIME_BOXED_TRIALS"]
+__all__ = ["SearchPlan", "NothingFitsError", "DEFAULT_EARLY_STOP", "trial_threads", "workload_for",
+           "TIME_BOXED_TRIALS"]
 
-# Early stopping on by default: in benchmarks/results/search_efficiency.md (tpe, 3 seeds, 12
-# trials) the front's hypervolume was 0.0785 with it and 0.0783 without, for 3% fewer trained
-# steps (a front as good for less training; within noise). A user's space turns it on by
-# saying how long its loop runs (`early_stop: {max_steps, eval_every}`).
+# Early stopping on by default (a front as good for less training); a user's space turns it
+# on by saying how long its loop runs (`early_stop: {max_steps, eval_every}`).
 DEFAULT_EARLY_STOP = True
 
 
 def trial_threads(cpus_per_trial: int, device: str) -> int:
     """Torch threads per trial: on a CPU, one core fewer than the trial's share, so that the
-    driver, Ray and the trial's own data generation never make torch's OpenMP threads wait
-    for a core. Measured on this 2-core machine (default.yaml trial, 200 steps): idle, 2
-    threads train in 0.70 s and 1 thread in 0.83 s; next to two busy processes, 2 threads
-    take 4.36 s and 1 thread 1.21 s."""
+    driver, Ray and data generation never make torch's OpenMP threads wait for a core."""
     return cpus_per_trial if device != "cpu" else max(1, cpus_per_trial - 1)
 
 
@@ -90,7 +82,6 @@ class SearchPlan:
     multi_fidelity: bool = False  # MO-ASHA at rungs of each trial's length
     time_limit: TrialTimeLimit = TrialTimeLimit()  # how long a trial may run
 
-    # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, request: SearchRequest, stored: Mapping[str, Any],
               note: Callable[[str], None] | None = None) -> SearchPlan:
@@ -128,13 +119,11 @@ class SearchPlan:
             created=stored.get("created") or _dt.datetime.now().isoformat(timespec="seconds"),
             memory_basis=_basis(stored), start_points=use_start, start=start,
             repeatable=repeatable, time_limit=_time_limit(r, stored, workload.space),
-            multi_fidelity=_multi_fidelity(r, stored, workload.space),
-        )
+            multi_fidelity=_multi_fidelity(r, stored, workload.space))
 
     def with_cpus_per_trial(self, cpus: int) -> SearchPlan:
         return replace(self, cpus_per_trial=cpus)
 
-    # ------------------------------------------------------------------ derived
     @property
     def space(self) -> SearchSpace:
         return self.workload.space
@@ -190,31 +179,25 @@ class SearchPlan:
     def meta(self, finished: bool = False) -> dict[str, Any]:
         """The study's stored settings (Optuna study attribute), read back by a resume."""
         return {
-            "kind": self.workload.kind,
-            "budget_bytes": self.budget.bytes, "budget": self.budget.text,
-            "space_source": self.space.source, "space_text": self.space.text,
-            "objectives": [o.name for o in self.objectives], "sampler": self.sampler,
-            "seed": self.seed, "trials": self.trials,
+            "kind": self.workload.kind, "budget_bytes": self.budget.bytes,
+            "budget": self.budget.text, "space_source": self.space.source,
+            "space_text": self.space.text, "objectives": [o.name for o in self.objectives],
+            "sampler": self.sampler, "seed": self.seed, "trials": self.trials,
             "early_stop": self.early_stop, "workers": self.workers, "device": self.device,
-            "threads": self.threads, "finished": finished,
-            "created": self.created, "memory_basis": self.memory_basis,
-            "start_points": self.start_points, "repeatable": self.repeatable,
-            "multi_fidelity": self.multi_fidelity,
-            "trial_time_limit": self.time_limit.seconds,
-            **self.workload.meta(),
-        }
+            "threads": self.threads, "finished": finished, "created": self.created,
+            "memory_basis": self.memory_basis, "start_points": self.start_points,
+            "repeatable": self.repeatable, "multi_fidelity": self.multi_fidelity,
+            "trial_time_limit": self.time_limit.seconds, **self.workload.meta()}
 
     def tracker_params(self) -> dict[str, str]:
         """The search's parameters on its MLflow parent run."""
         return {
             "budget": self.budget.text, "budget_bytes": str(self.budget.bytes),
             "space": self.space.source, "sampler": self.sampler, "seed": str(self.seed),
-            "objectives": ",".join(o.name for o in self.objectives),
-            "trials": str(self.trials), "workers": str(self.workers),
-            "early_stop": str(self.early_stop), "device": self.device,
+            "objectives": ",".join(o.name for o in self.objectives), "trials": str(self.trials),
+            "workers": str(self.workers), "early_stop": str(self.early_stop), "device": self.device,
             "memory_basis": self.memory_basis, "workload": self.workload.kind,
-            **self.workload.tracker_params(),
-        }
+            **self.workload.tracker_params()}
 
 
 def _names(objectives: Any) -> list[str]:
@@ -223,9 +206,8 @@ def _names(objectives: Any) -> list[str]:
 
 
 def _basis(stored: Mapping[str, Any]) -> str:
-    """The memory objective's basis: a new study's, or what a resumed study stored (one
-    stored before there was a choice: the legacy basis of its built-in search; a user
-    search's was always the allocated peak)."""
+    """The memory objective's basis: a new study's, or a resumed study's (stored before
+    there was a choice: the legacy basis for built-in searches, allocated peak for user ones)."""
     if not stored:
         return MEMORY_BASIS
     default = MEMORY_BASIS if stored.get("kind") == "user" else LEGACY_BASIS
@@ -249,8 +231,7 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
     """Trials at once: one in a repeatable search; else --workers, else a resumed study's
     count; else one per GPU; on a CPU one (trials side by side distort each other's
     throughput), except in a time-boxed search on a private Ray: one per core, each on one
-    torch thread (`trial_threads`). A time box buys trials, not seconds, and one thread does
-    most of two's work on these models (`trial_threads`' figures)."""
+    torch thread (a time box buys trials, not seconds)."""
     if repeatable:
         return 1
     if r.workers or stored.get("workers"):
@@ -261,15 +242,13 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
     return cpus if r.time_budget is not None and private_ray else 1
 
 
-# The trial count of a search bounded only by its time budget (--time-budget, no --trials):
-# as Optuna's optimize(timeout=...) without n_trials, time is the limit, not a count.
+# The trial count of a search bounded only by --time-budget (time is the limit, not a count)
 TIME_BOXED_TRIALS = 100_000
 
 
 def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> int:
-    """--trials; else the study's own count (a resume); else no count when a time budget
-    bounds the search (TIME_BOXED_TRIALS); else the space's. A time-boxed study resumed
-    without --time-budget trains the space's count."""
+    """--trials; else a resumed study's count; else no count under a time budget
+    (TIME_BOXED_TRIALS; resumed without one: the space's); else the space's."""
     if r.trials:
         return r.trials
     kept = int(stored.get("trials", 0))
@@ -279,10 +258,8 @@ def _trials(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> 
 
 
 def _multi_fidelity(r: SearchRequest, stored: Mapping[str, Any], space: SearchSpace) -> bool:
-    """MO-ASHA (`pipeline.scheduler`): as asked or as stored; off by default (replayed with
-    `ehvi`, it beat the front rule alone on one table of four:
-    benchmarks/results/search_efficiency_replay.md). Its
-    rungs are shares of a trial's length, which a user space must state."""
+    """MO-ASHA (`pipeline.scheduler`): as asked or as stored, off by default; its rungs are
+    shares of a trial's length, which a user space must state."""
     on = r.multi_fidelity or bool(stored.get("multi_fidelity", False))
     if on and r.kind == "user" and space.early_stop is None:
         raise ConfigError(

@@ -1,12 +1,10 @@
 """What a search of autoembed's own models prices and what it trains (`PricedData`).
 
-The priced data are the search space's `data` (full-size tables: vocabularies of 10^7-10^8
-rows make the budget bind). With a `stand_in`, each trial trains a scaled-down copy of
-synthetic data instead (vocabularies, `hash_buckets` and robe arrays given as counts
-multiplied by `vocab_scale`, so every compression keeps its ratio; a hot/cold table's hot set
-keeps its share of lookups, not of rows) so that a trial takes seconds on a CPU; its quality and
-throughput are measured on that copy, its memory is the full-size estimate. Without one,
-priced and trained data are the same.
+The priced data are the space's `data` (full-size tables). With a `stand_in`, trials train a
+scaled-down copy of synthetic data (counts times `vocab_scale`, so every compression keeps
+its ratio; a hot set keeps its share of lookups), so a trial takes seconds on a CPU: quality
+and throughput are of that copy, memory is the full-size estimate. Without one, priced and
+trained data are the same.
 """
 
 from __future__ import annotations
@@ -25,31 +23,20 @@ from autoembed.config import (
 )
 from autoembed.data.spec import DataSpec
 from autoembed.errors import ConfigError
-from autoembed.space import (
-    SearchSpace,
-    StandIn,
-    TableRule,
-    apply_table_rules,
-    table_rules_of,
-)
+from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules, table_rules_of
 
 __all__ = ["PricedData", "build_priced_data", "data_spec_for", "given_spec"]
 
 
-def data_spec_for(
-    space: SearchSpace,
-    data: str | None = None,
-    label: str | None = None,
-    categorical: tuple[str, ...] | None = None,
-    text_column: str | None = None,
-) -> tuple[DataSpec, StandIn | None]:
+def data_spec_for(space: SearchSpace, data: str | None = None, label: str | None = None,
+                  categorical: tuple[str, ...] | None = None, text_column: str | None = None,
+                  ) -> tuple[DataSpec, StandIn | None]:
     """The priced data spec: the space's `data`, or `data` (a built-in name or a file) with
     the column options. A stand-in applies to the space's own synthetic data only."""
     if data is None:
         if label is not None or categorical is not None or text_column is not None:
             raise ConfigError(
-                "--label, --categorical and --text-column describe a --data file; give --data"
-            )
+                "--label, --categorical and --text-column describe a --data file; give --data")
         return DataSpec.from_dict(space.data, f"search space '{space.source}': data"), \
             space.stand_in
     spec = given_spec(data, label, categorical, text_column)
@@ -63,14 +50,9 @@ def given_spec(data: str, label: str | None = None,
                categorical: tuple[str, ...] | None = None,
                text_column: str | None = None) -> DataSpec:
     """The spec of `--data` (a built-in name or a file) with its column options."""
-    kw: dict[str, Any] = {"name": data}
-    if label is not None:
-        kw["label"] = label
-    if categorical is not None:
-        kw["categorical"] = categorical
-    if text_column is not None:
-        kw["text_column"] = text_column
-    return DataSpec.from_dict(kw, "--data")
+    columns = {"label": label, "categorical": categorical, "text_column": text_column}
+    return DataSpec.from_dict({"name": data, **{k: v for k, v in columns.items() if v is not None}},
+                              "--data")
 
 
 def _scaled(v: int, scale: float, minimum: int) -> int:
@@ -95,9 +77,8 @@ class PricedData:
 
     def fits_length(self, run: Mapping[str, Any], given: bool) -> bool:
         """Whether trials train for a length fitted to the data (runner.fit_settings): real
-        data trained at full size, given with --data or a space derived from them (a space's
-        `run` length is for its own data), or named by a space whose `run` sets no
-        `max_steps` or `epochs`."""
+        data at full size, given with --data or derived from, or named by a space whose `run`
+        sets no `max_steps` or `epochs` (a space's `run` length is for its own data)."""
         if self.stand_in or self.spec.name.startswith("synthetic-"):
             return False
         return given or not ({"max_steps", "epochs"} & set(run))
@@ -126,7 +107,6 @@ class PricedData:
                 config, self.train_dataset.tables))
         return config
 
-
     def _per_table(self, config: EmbeddingConfig) -> EmbeddingConfig:
         """The trained per-table settings: the proposal's table rules as they select the
         full-size tables (a rule "min_rows: 1M" picks the same tables as when priced); on a
@@ -145,8 +125,10 @@ class PricedData:
         if not rules and not methods:
             return config
         small = {t.name: t.vocab_size for t in self.train_dataset.tables}
-        exponents = dict(zip((t.name for t in self.dataset.tables),
-                             _exponents(self.spec, len(self.dataset.tables)), strict=True))
+        names = [t.name for t in self.dataset.tables]
+        exps = self.spec.exponents()  # synthetic data's Zipf exponents (text: one table)
+        exponents = dict(zip(names, exps[:len(names)] if len(exps) >= len(names)
+                             else (exps[0],) * len(names), strict=True))
         tables = []
         for t in full.tables:
             ts = methods.get(t.name)
@@ -160,12 +142,6 @@ class PricedData:
         if isinstance(robe, int):
             robe = _scaled(robe, self.scale, 1)
         return replace(full, tables=tuple(tables), robe_size=robe)
-
-
-def _exponents(spec: DataSpec, fields: int) -> tuple[float, ...]:
-    """The Zipf exponent of each table of synthetic data (text: one table)."""
-    exps = spec.exponents()
-    return exps[:fields] if len(exps) >= fields else (exps[0],) * fields
 
 
 def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:

@@ -1,16 +1,11 @@
-"""Start points as a prior the sampler can move away from (piBO, Hvarfner et al.
-2022).
+"""Start points as a prior the sampler can move away from (piBO, Hvarfner et al. 2022).
 
-`PriorTPE` multiplies TPE's acquisition by the prior's density raised to BETA / n (n: the
-trials told so far): log l(x) - log g(x) + (BETA / n) log pi(x). Early on the prior steers
-the candidates towards the start points; as evidence grows its weight decays and the
-sampler moves away where the data says so. The prior (`StartPrior`) is a mixture with one
-component per start point: a Gaussian of width WIDTH on each numeric parameter (on [0, 1] of
-its range, log-scaled where the distribution is log), and on each categorical parameter
-PICK on the start point's choice and the rest shared by the others; a parameter a start
-point does not set is uniform.
-
-It builds on `CostAwareTPE` (`cost=False` leaves the cost out).
+`PriorTPE` (on `CostAwareTPE`; `cost=False` leaves the cost out) adds (BETA / n) log pi(x)
+to TPE's acquisition (n: trials told so far), so the prior's weight decays as evidence
+grows. `StartPrior` is a mixture with one component per start point: a Gaussian of width
+WIDTH on each numeric parameter (on [0, 1] of its range, log-scaled where the distribution
+is log); PICK on the point's categorical choice, the rest shared by the others; uniform on
+a parameter the point does not set.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Ray Tune glue: a custom `Searcher` over the SearchEngine (ask/price/tell happen in the
-driver), a scheduler that stops trials that cannot reach the front, and the Ray lifecycle.
-
-Ray starts private (`address="local"`) unless an address is given, and is shut down on the
-way out, also after Ctrl-C or an error, its session folder (Ray's logs, under the temporary
-directory) removed with it; a Ray already initialised in this process (tests, notebooks) or
-a cluster joined with --ray-address is used as is, left running and its files left alone.
-`TimeLimits` ends a trial past its time limit by killing its worker process. Imported by
-`pipeline.executor.RayTuneExecutor`
-(the default executor).
+"""Ray Tune glue for `pipeline.executor.RayTuneExecutor`: a `Searcher` over the
+SearchEngine (ask/price/tell happen in the driver), a scheduler that stops trials that cannot
+reach the front, `TimeLimits` (kills the worker of a trial past its limit), and the Ray
+lifecycle: a private Ray unless --ray-address, shut down on the way out (Ctrl-C and errors
+too) with its session folder removed; a Ray already running or a cluster is left as it is.
 """
 
 from __future__ import annotations
@@ -22,24 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Before Ray starts: the classic (quiet at verbose=0) output; Ctrl-C raising
-# KeyboardInterrupt in the driver instead of Tune's own graceful-stop handler; and trial
-# workers at normal priority. Ray nices its workers (RayConfig worker_niceness) and a niced
-# trial starves next to any other busy process: measured here, a default search next to two
-# busy loops got 3% of a core per trial and ran 20x longer. Throughput is an objective, so
-# trials run at the driver's priority.
+# Before Ray starts: the classic (quiet at verbose=0) output; Ctrl-C a KeyboardInterrupt in
+# the driver; trial workers at the driver's priority (throughput is an objective; a niced
+# trial starves next to any busy process).
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 os.environ.setdefault("RAY_worker_niceness", "0")
-# A private Ray prestarts one idle worker per CPU when the driver connects; a search needs
-# `workers` trial actors, started on demand instead. Measured here (2 CPUs, loaded machine):
-# ray.init 4-6 s shorter, the first actor 1-3 s longer, the two together 2.5-3 s shorter.
-# Joining a cluster starts no raylet here: its nodes keep their own setting.
+# No idle worker prestarted per CPU: trial actors start on demand (a faster start overall).
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-# Tune's own records of a search, which autoembed does not read (the study and trials.csv are
-# the record; Tuner.restore is not used): of its loggers only the JSON one (each trial's
-# params.json and result.json, `run_tune`), no CSV or TensorBoard files, and the experiment
-# state written once at the end rather than every few seconds. Error files stay.
+# Tune's own records, which autoembed does not read: only the JSON logger (`run_tune`) and
+# error files; the experiment state written once at the end.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(10**9))
 
@@ -84,10 +71,9 @@ def _memory_request(host_bytes: int, available: float | None) -> int:
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """How trials are placed: workers at once, CPUs and GPUs per trial, where Tune writes,
-    and what runs a trial: the workload's `runner` (a module-level function, pickled by
-    reference) with `runner_kwargs` (through the object store) on each proposal's payload
-    plus `placement` (device, threads)."""
+    """How trials are placed (workers, CPUs and GPUs per trial, where Tune writes) and run:
+    the workload's module-level `runner` with `runner_kwargs` (through the object store) on
+    each proposal's payload plus `placement` (device, threads)."""
 
     workers: int
     cpus_per_trial: int
@@ -102,7 +88,14 @@ class TuneSettings:
     faults: Mapping[int, str] = field(default_factory=dict)  # launch order -> injected fault
 
 
-class BudgetSearcher(Searcher):
+class _DriverOnly:
+    """Pickles without `engine` (Tune pickles its parts; the engine stays in the driver)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "engine"}
+
+
+class BudgetSearcher(_DriverOnly, Searcher):
     """Proposes only configs that fit; infeasible ones are told and recorded inside
     `engine.propose()` and never become Tune trials."""
 
@@ -135,11 +128,7 @@ class BudgetSearcher(Searcher):
             # one JSON string: Tune copies configs into every result file, flattened
             PAYLOAD: json.dumps({**p.payload, "number": p.number, **self.settings.placement,
                                  "fault": self.settings.faults.get(
-                                     self.engine.trainables_started)}),
-        }
-
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        return None  # intermediate results go to the scheduler
+                                     self.engine.trainables_started)})}
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
@@ -153,11 +142,6 @@ class BudgetSearcher(Searcher):
             "the trial's process failed (see Tune's error file under the study's ray/ folder)"
             if error else None))
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Tune pickles its config for Tuner.restore, which autoembed does not use (the Optuna
-        # storage is the search's state); the engine (storage, tracker) stays in the driver.
-        return {k: v for k, v in self.__dict__.items() if k != "engine"}
-
     def save(self, checkpoint_path: str) -> None:
         return None
 
@@ -165,15 +149,12 @@ class BudgetSearcher(Searcher):
         return None
 
 
-class FrontScheduler(FIFOScheduler):
+class FrontScheduler(_DriverOnly, FIFOScheduler):
     """FIFO, plus: stop a trial when `engine.observe` says it cannot reach the front."""
 
     def __init__(self, engine: SearchEngine) -> None:
         super().__init__()
         self.engine = engine
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "engine"}
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         if FINAL in result or "quality" not in result:
@@ -184,18 +165,14 @@ class FrontScheduler(FIFOScheduler):
         return str(TrialScheduler.CONTINUE)
 
 
-class TimeLimits(tune.Callback):
-    """Every step of Tune's loop: running trials are `engine.trial_started`, and each trial
-    `engine.overdue` lists is told `time_out` and its actor killed: its worker process ends
-    (whatever the trial was doing, a hung C call included) and its resources are free for
-    the next trial; Tune records the trial's error and the engine its `timeout`."""
+class TimeLimits(_DriverOnly, tune.Callback):
+    """Every step of Tune's loop: running trials are `engine.trial_started`; each one
+    `engine.overdue` lists is told `time_out` and its actor killed (a hung C call too), its
+    resources freed for the next trial."""
 
     def __init__(self, engine: SearchEngine) -> None:
         super().__init__()
         self.engine = engine
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "engine"}
 
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
         running = {int(t.config["number"]): t for t in trials
@@ -228,8 +205,7 @@ def _probe(address: str) -> None:
         raise ConfigError(
             f"--ray-address '{address}': nothing answers there within {PROBE_TIMEOUT_S:g} s "
             f"({e.strerror or e}); start the head with `ray start --head` and give its "
-            "address, or drop --ray-address for a private local Ray"
-        ) from None
+            "address, or drop --ray-address for a private local Ray") from None
 
 
 LOOPBACK = "127.0.0.1"
@@ -237,12 +213,9 @@ LOOPBACK = "127.0.0.1"
 
 @contextmanager
 def _on_loopback() -> Iterator[None]:
-    """While a private Ray starts: its node on 127.0.0.1, so that its GCS, raylet, driver
-    and workers listen on the loopback only (measured with `ss -ltn`: on every interface,
-    `*:port`, otherwise). Ray turns a loopback node address into the host's own unless
-    multi-node mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read once into
-    `ray_constants.ENABLE_RAY_CLUSTER`): off for this start only, and in the environment
-    Ray's processes inherit; a cluster (--ray-address) is joined as Ray decides."""
+    """While a private Ray starts: its processes listen on 127.0.0.1 only. Ray keeps a
+    loopback node address only with multi-node mode off (`_CLUSTER_ENV`=0, read once into
+    `ray_constants.ENABLE_RAY_CLUSTER`): off for this start, in Ray's environment too."""
     from ray._private import ray_constants
 
     was_env = os.environ.get(_CLUSTER_ENV)
@@ -292,8 +265,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                 raise ConfigError(
                     f"--ray-address '{self.address}': cannot join that Ray cluster ({first}); "
                     "check the address (e.g. 10.0.0.5:6379 from `ray start --head`) and that "
-                    "this machine may join it (Ray's token authentication)"
-                ) from None
+                    "this machine may join it (Ray's token authentication)") from None
         else:
             with _on_loopback():
                 ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
@@ -303,18 +275,15 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop what this started, in this thread, after the report is written. Not in a
-        background thread: the driver's objects that hold Ray references (Tune's results)
-        are freed on this thread, and a core worker shut down under them ends the process
-        ("The core worker has already been shutdown ... The process will exit")."""
+        """Stop what this started, in this thread (the driver's Ray references are freed
+        here; a core worker shut down under them ends the process)."""
         if self.started:
             self.started = False
             self._stop()
 
     def _stop(self) -> None:
-        """`ray.shutdown()`, after killing this private Ray's autoscaler monitor: it holds
-        no state, and Ray would otherwise SIGTERM it and wait out its 1 s grace (measured
-        here: shutdown 1.4 s with it, 0.7 s without)."""
+        """`ray.shutdown()`, after killing this private Ray's stateless autoscaler monitor
+        (Ray would wait out its 1 s SIGTERM grace)."""
         if not self.address:
             _kill_own_monitor()
         ray.shutdown()
@@ -405,8 +374,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ConfigError(
                 f"a node of the Ray cluster cannot run a Python task ({first[:200]}); give "
-                "every node the driver's Python and packages (docs/clusters.md)"
-            ) from None
+                "every node the driver's Python and packages (docs/clusters.md)") from None
         problems = node_problems(versions(packages), found)
         if problems:
             raise ConfigError(
@@ -485,7 +453,5 @@ def run_tune(engine: SearchEngine, settings: TuneSettings) -> None:
             verbose=0,
             # a trial's params.json (what Tune ran); trials past their time limit ended
             callbacks=[JsonLoggerCallback(), TimeLimits(engine)],
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
-    )
+            failure_config=tune.FailureConfig(max_failures=0)))
     tuner.fit()

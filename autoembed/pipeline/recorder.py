@@ -1,15 +1,10 @@
-"""Every trial event goes to one `Recorder`, which fans it out to the sinks — one writer each.
+"""Every trial event goes to one `Recorder`, which fans it out to the sinks, one writer each:
 
-* the Optuna study: the row as the trial's user attribute `autoembed`, written before `tell`
-  (a finished trial cannot be updated); the study storage is the search's record;
-* MLflow (`TrackerSink`): rows are buffered and written in batches (`FLUSH_ROWS`, written
-  behind on a thread, one batch at a time; the rest at `flush`, which waits); a resume
-  first re-records whatever the tracker lacks (`catch_up`), so that after a SIGKILL the
-  stores agree trial by trial again;
-* calibration.json (`CalibrationSink`): every OOM against its prediction (see `search.engine`).
-
-The driver calls `catch_up` once after resuming, the engine `record` for each event, and the
-driver `finish` / `close` at the end. Nothing else writes these sinks.
+* the Optuna study: the row as the trial's user attribute, written before `tell`;
+* MLflow (`TrackerSink`): rows buffered and written in batches behind on a thread
+  (`FLUSH_ROWS`; the rest at `flush`, which waits); `catch_up` on a resume re-records what
+  the tracker lacks, so after a SIGKILL the stores agree trial by trial again;
+* calibration.json (`CalibrationSink`): every OOM against its prediction.
 """
 
 from __future__ import annotations
@@ -78,11 +73,9 @@ class Recorder:
 
 
 class TrackerSink:
-    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows. A full batch is
-    written behind, on a thread (`background`), while the search goes on: its rows are
-    seconds of store writes that would otherwise hold the driver while workers wait. One
-    batch at a time, in order; `flush` and `catch_up` wait for it, and raise what it
-    raised."""
+    """MLflow (any `SearchTracker`), in batches of `flush_rows` rows, a full batch written
+    behind on a thread (`background`), one at a time, in order; `flush` and `catch_up` wait
+    for it and raise what it raised."""
 
     def __init__(self, tracker: SearchTracker, flush_rows: int = FLUSH_ROWS,
                  background: bool = True) -> None:
@@ -159,11 +152,9 @@ class CalibrationSink:
 
     def catch_up(self, rows: Sequence[TrialRow]) -> None:
         ooms = {r.number: r for r in rows if r.status == "oom"}
-        if ooms and (ooms.keys() - self._known()):
-            self._ooms.update(ooms)
+        self._ooms.update(ooms)
+        if ooms.keys() - self._known():
             self._write()
-        else:
-            self._ooms.update(ooms)
 
     def flush(self) -> None:
         return None
@@ -183,8 +174,7 @@ class CalibrationSink:
             predicted = int(row.metrics.get("oom_predicted_bytes") or row.device_total)
             failed = int(row.metrics.get("oom_failed_bytes") or predicted)
             events.append({
-                "trial": row.number, "predicted_device_total": predicted,
-                "failed_bytes": failed,
+                "trial": row.number, "predicted_device_total": predicted, "failed_bytes": failed,
                 "measured": bool(row.result and row.result.measured_reserved_peak is not None),
                 "failed_over_predicted": round(failed / predicted, 4) if predicted else None,
                 "error": row.reason})

@@ -16,16 +16,8 @@ from autoembed.runner import SERVING_BATCH
 from autoembed.space.objectives import TIMING
 from autoembed.trial import TRAINED_STATUSES, TrialResult, TrialRow
 
-__all__ = [
-    "params_key",
-    "TRAINED_STATUSES",
-    "TrialRow",
-    "objective_metrics",
-    "objective_vector",
-    "optuna_values",
-    "front_of",
-    "ATTR",
-]
+__all__ = ["params_key", "TRAINED_STATUSES", "TrialRow", "objective_metrics", "objective_vector",
+           "optuna_values", "front_of", "ATTR"]
 
 ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
 
@@ -33,9 +25,10 @@ ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
 def params_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """A proposal's identity: its Optuna params, order-free (what "already tried" means)."""
     return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
-# Optuna needs finite numbers for every objective of a COMPLETE trial. Placeholders for
-# trials that produced none (infeasible, oom, diverged, unsupported): worse than any real
-# value. Memory is the estimate itself (known even for those that never ran).
+
+
+# Optuna's placeholders for a COMPLETE trial without a value (infeasible, oom, diverged,
+# unsupported): worse than any real one (memory: the estimate itself)
 WORST = {"quality": 0.0, "throughput": 0.0, "latency": 1e9, "steps_to_target": 1e9}
 
 
@@ -46,19 +39,11 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def objective_metrics(
-    result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
-    memory_basis: str = MEMORY_BASIS,
-) -> dict[str, float | None]:
-    """Metric values by objective name (and extras) for a trained trial.
-
-    memory: `memory.objective.memory_value` on the study's `memory_basis` (the estimate's
-    allocated peak; a study stored before: its device_total), measured where a GPU measured
-    it and the trained config is the priced one (`use_measured`).
-    latency: p50 at batch 1 in ms (latency_serving: at runner.SERVING_BATCH, ms a request).
-    steps_to_target / samples_to_target: None when `target` was never reached (or none).
-    best_step: the step whose evaluation `quality` is of.
-    """
+def objective_metrics(result: TrialResult, estimate: Mapping[str, Any], *, use_measured: bool,
+                      memory_basis: str = MEMORY_BASIS) -> dict[str, float | None]:
+    """Metric values by objective name (and extras) for a trained trial (their meanings:
+    `trial.METRIC_COLUMNS`). memory: `memory.objective.memory_value` on `memory_basis`,
+    measured where a GPU measured the priced config itself (`use_measured`)."""
     device_total = int(estimate.get("device_total", 0))
     memory = memory_value(
         estimate, memory_basis,
@@ -84,8 +69,7 @@ def objective_metrics(
         "train_seconds": _finite(result.train_seconds),
         "wall_seconds": _finite(result.wall_seconds),
         # placement host_cached: the measured cache and the cost of its misses
-        **{k: _finite(v) for k, v in result.metrics.items() if k.startswith("cache_")},
-    }
+        **{k: _finite(v) for k, v in result.metrics.items() if k.startswith("cache_")}}
 
 
 def objective_vector(
@@ -102,10 +86,8 @@ def objective_vector(
     return out
 
 
-def optuna_values(
-    metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
-    memory: float, placeholder: bool, timing: bool = True,
-) -> list[float]:
+def optuna_values(metrics: Mapping[str, float | None], objectives: Sequence[tuple[str, str]],
+                  memory: float, placeholder: bool, timing: bool = True) -> list[float]:
     """Finite values for Optuna's tell: the metrics, or WORST placeholders where missing
     (all of them, memory aside, when `placeholder`; `memory` is the priced memory
     objective, which stands in for a missing or placeholder one). `timing` False (a

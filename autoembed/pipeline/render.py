@@ -16,6 +16,9 @@ from autoembed.pipeline.records import TrialRow
 
 __all__ = ["SearchProgress", "render_result", "result_json"]
 
+_SHOWN_COUNTS = ("complete", "infeasible", "pruned", "failed", "timeout", "interrupted")
+
+
 def _q(v: float | None, fmt: str = "{:.4f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
@@ -148,8 +151,7 @@ def render_result(console: Any, result: Any) -> None:
     b = result.best
     console.print(f"the pick, trial {b.number}: memory {format_bytes(b.metrics.get('memory') or 0)}"
                   f", {judged_text(b.device_total, result.budget_bytes)}", markup=False)
-    c = {s: result.count(s) for s in ("complete", "infeasible", "pruned", "failed", "timeout",
-                                      "interrupted")}
+    c = {s: result.count(s) for s in _SHOWN_COUNTS}
     late = f", {c['timeout']} past their time limit" if c["timeout"] else ""
     if c["interrupted"]:
         late += f", {c['interrupted']} interrupted (not counted)"
@@ -239,23 +241,14 @@ def result_json(result: Any) -> dict[str, Any]:
                 "budget_share": round(r.device_total / result.budget_bytes, 4)}
 
     return {
-        "study": result.study,
-        "out_dir": str(result.out_dir),
+        "study": result.study, "out_dir": str(result.out_dir),
         "budget_bytes": result.budget_bytes,
-        "objectives": [o.to_dict() for o in result.objectives],
-        "best": result.best.number,
-        "memory_note": memory_note(result.extra.get("memory_basis")),
-        "pick": result.pick,
-        "picks": dict(result.picks),
-        "front": [member(r) for r in result.front],
-        "counts": {s: result.count(s)
-                   for s in ("complete", "infeasible", "pruned", "failed", "timeout",
-                             "interrupted")},
-        "trials": len(result.rows),
-        "stop_reason": result.stop_reason,
-        "recovered": result.recovered,
+        "objectives": [o.to_dict() for o in result.objectives], "best": result.best.number,
+        "memory_note": memory_note(result.extra.get("memory_basis")), "pick": result.pick,
+        "picks": dict(result.picks), "front": [member(r) for r in result.front],
+        "counts": {s: result.count(s) for s in _SHOWN_COUNTS}, "trials": len(result.rows),
+        "stop_reason": result.stop_reason, "recovered": result.recovered,
         "wall_seconds": round(result.wall_seconds, 2),
         "files": {k: str(v) for k, v in result.files.items()},
         **{k: (None if v is None else v.to_dict())
-           for k, v in result.extra.items() if k in ("baseline", "noise")},
-    }
+           for k, v in result.extra.items() if k in ("baseline", "noise")}}

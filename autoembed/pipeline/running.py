@@ -1,9 +1,6 @@
-"""Running trials: what the driver waits for, their time limits and their rungs.
-
-Each launched trial has a time limit (`pipeline.time_limit`): executors mark it
-`trial_started()`, end what `overdue()` lists and say so with `time_out()`. `Rungs` keeps the
-multi-fidelity scheduler's decisions (`pipeline.scheduler`): each rung point is noted on the
-trial before it is acted on, and the scheduler is rebuilt from the study on a resume.
+"""Running trials: what the driver waits for, their time limits (`pipeline.time_limit`:
+`trial_started`, `overdue`, `time_out`) and `Rungs`, the multi-fidelity scheduler's
+decisions, each noted on the trial before it is acted on and rebuilt on a resume.
 """
 
 from __future__ import annotations
@@ -60,14 +57,12 @@ class Running:
         if number in self.live:
             self.live[number].ray_trial_id = ray_trial_id
 
-    def trial_started(self, number: int) -> None:
-        """Its executor started trial `number`: its time limit counts from now (once)."""
+    def trial_started(self, number: int) -> None:  # the engine's methods of these names
         live = self.live.get(number)
         if live is not None and live.started is None:
             live.started = self.clock()
 
     def remaining(self, number: int) -> float | None:
-        """Seconds trial `number` may still run (None: not running, or no limit)."""
         live = self.live.get(number)
         limit = None if live is None else live.proposal.time_limit
         if live is None or limit is None:
@@ -75,14 +70,10 @@ class Running:
         return limit - (self.clock() - live.started if live.started is not None else 0.0)
 
     def overdue(self) -> list[int]:
-        """Started trials past their time limit, not yet timed out: the executor ends them
-        and calls `time_out`."""
         return sorted(n for n, live in self.live.items() if live.started is not None
                       and not live.timed_out and (self.remaining(n) or 0.0) <= 0.0)
 
     def time_out(self, number: int) -> None:
-        """Its executor ended trial `number` for running past its limit: when it finishes
-        without a result it is `timeout`."""
         if number in self.live:
             self.live[number].timed_out = True
 

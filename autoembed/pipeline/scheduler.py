@@ -1,47 +1,17 @@
-"""Multi-fidelity for a multi-objective search: asynchronous successive halving with
-non-dominated ranks (MO-ASHA), the stopping variant, on rungs read from the data.
+"""Multi-fidelity for a multi-objective search (`--multi-fidelity`): asynchronous successive
+halving with non-dominated ranks (MO-ASHA), the stopping variant, on rungs read from the data
+(the rule as users read it: docs/searching.md).
 
-A rung is a fraction f of a trial's own length (`Launch.length`: max_steps, eval_every):
-the trial's first evaluation at or after f * max_steps. Fractions are ETA**-k (1/3, 1/9,
-1/27, ...), so that successive halving keeps a 1/ETA share of the trials at each. A fraction
-of the trial's length, not a number of steps: trials of different batch sizes run different
-numbers of steps over the same data (`runner.fit_settings`), and are compared at the same
-share of their training.
-
-**The decision** (`AshaScheduler.decide`). When a running trial reaches a rung, it is ranked
-among every trial recorded at that rung (itself included) on the objectives known there:
-`quality` (the best validation quality so far: a trial is judged by its best evaluation on
-real data), `memory` (priced, exact before training) and `throughput` (samples per second
-so far; left out of a `repeatable` search). The rank is non-dominated sorting (front 1, front
-2, ...), ties within a front broken by each point's exclusive hypervolume contribution to
-that front (the objectives min-max normalised over the rung, memory and throughput on a log
-scale): the tie-break that matches the yardstick, the front's hypervolume. The trial goes on
-when its position is within the top ceil(n / ETA) of the n records, else it stops. A trial
-never stops for memory alone: memory is exact, so a rung-mate that dominates it is at least
-as cheap and better so far. A search with an objective unknown at a rung (`latency`,
-measured at the end) stops nothing, as the front rule.
-
-**Why the stopping variant** (a trial continues or stops at a rung; Li et al. 2020's ASHA
-promotes paused trials instead): a decision is made when the trial reports, with what is
-known then, and nothing waits to be resumed: no checkpoint to keep per paused trial, a
-user's loop needs nothing beyond the report channel it already has, a cluster's workers
-are never held by paused trials, and SIGKILL + `--resume` has no paused state to restore.
-What it gives up: early trials are compared with few rung-mates (the first at a rung always
-continues), as in Ray Tune's ASHA and syne-tune's stopping MOASHA.
-
-**Rungs from the data, not constants** (`AshaScheduler.active`). Which rungs are used is
-read from the search's own trials that ran to their full length: rung f is trusted when the
-Spearman rank correlation between the trials' best quality by f and their final quality is
-at least SETTLED_RHO over at least SETTLE_TRIALS such trials, and every larger rung is
-trusted too. Until then only the largest rung, 1/ETA, is used (the tables show ranks
-settled at a third of the length on every workload: benchmarks/replay/README.md). A search
-whose ranks settle late gets no rung below the one that is settled; one whose ranks do not
-settle even at 1/ETA runs at full fidelity.
-
-State: every rung decision is a `RungPoint`, recorded by the engine (the trial's Optuna
-attribute RUNGS_ATTR, through the Recorder) before the decision is acted on; the completed
-trials' curves are in their rows. `restore` and `learn` rebuild the scheduler from both on a
-resume, so SIGKILL + `--resume` loses no decision.
+A rung is a fraction ETA**-k of a trial's own length (`Launch.length`): its first evaluation
+at or after f * max_steps. At a rung (`AshaScheduler.decide`) a trial is ranked among every
+trial recorded there on the objectives known then (`RUNG_OBJECTIVES`; throughput left out of
+a repeatable search) by non-dominated front, ties by exclusive hypervolume contribution
+(min-max normalised, memory and throughput on a log scale); it goes on within the top
+ceil(n / ETA), else stops. An objective unknown at a rung (latency) stops nothing. Rung f is
+used (`active`) once the Spearman correlation of SETTLE_TRIALS full-length trials' best
+quality by f with their final quality is at least SETTLED_RHO, every larger rung too; until
+then only 1/ETA. Every decision is a `RungPoint`, recorded (RUNGS_ATTR) before it is acted
+on; `restore` and `learn` rebuild the scheduler on a resume.
 """
 
 from __future__ import annotations
@@ -53,17 +23,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT",
-           "SETTLE_TRIALS", "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
+__all__ = ["AshaScheduler", "RungPoint", "RUNGS_ATTR", "ETA", "RUNG_COUNT", "SETTLE_TRIALS",
+           "SETTLED_RHO", "RUNG_OBJECTIVES", "rung_step", "spearman"]
 
 RUNGS_ATTR = "autoembed_rungs"  # Optuna trial attribute: the trial's RungPoints
-# A search runs MO-ASHA beside the front rule when asked (`--multi-fidelity`). Not by
-# default: replayed with the default sampler (ehvi) it beat the front rule alone on one
-# table of four; with random sampling on three (benchmarks/results/search_efficiency_replay.md).
 ETA = 3  # successive halving's reduction factor: 1/ETA of a rung's trials go on
 RUNG_COUNT = 3  # candidate rungs: ETA**-1 .. ETA**-RUNG_COUNT of a trial's length
-# A rung is trusted once this many trials ran to their full length and their ranks at the
-# rung agree this well with their final ranks (Spearman).
 SETTLE_TRIALS = 8
 SETTLED_RHO = 0.8
 # objectives known at a rung, and their scale for the hypervolume tie-break
@@ -81,25 +46,12 @@ def rung_step(fraction: float, length: tuple[int, int]) -> int | None:
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation (average ranks for ties); 0 when either is constant."""
-    ra, rb = _ranks(a), _ranks(b)
-    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
-    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
-    return cov / var if var > 0 else 0.0
+    from autoembed.selection import midranks
 
-
-def _ranks(xs: Sequence[float]) -> list[float]:
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    ranks = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2
-        i = j + 1
-    return ranks
+    ra, rb = (midranks(np.asarray(x, dtype=float)) for x in (a, b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    var = math.sqrt(float((ra**2).sum() * (rb**2).sum()))
+    return float((ra * rb).sum()) / var if var > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +91,6 @@ class AshaScheduler:
     def __post_init__(self) -> None:
         self.used = tuple((n, d) for n, d in self.objectives if n in RUNG_OBJECTIVES)
 
-    # ------------------------------------------------------------------ which rungs
     @property
     def candidates(self) -> tuple[float, ...]:
         return tuple(self.eta ** -k for k in range(1, RUNG_COUNT + 1))
@@ -172,7 +123,6 @@ class AshaScheduler:
         """The active rungs a trial of `length` reaches at the evaluation of `step`."""
         return [f for f in self.active() if rung_step(f, length) == step]
 
-    # ------------------------------------------------------------------ deciding
     def decide(self, number: int, rung: float, step: int,
                values: Mapping[str, float]) -> RungPoint:
         """The decision for trial `number` at `rung` (not yet recorded: `add` it)."""
@@ -208,7 +158,6 @@ class AshaScheduler:
         contrib = _contributions(pts[same])
         return better + int(np.sum(contrib[1:] > contrib[0]))
 
-    # ------------------------------------------------------------------ learning
     def learn(self, number: int, curve: Iterable[tuple[int, float]],
               length: tuple[int, int], final: float | None) -> None:
         """A trial that ran to its full length: its curve of (step, quality) and final
@@ -258,9 +207,7 @@ def _front_ranks(pts: np.ndarray) -> np.ndarray:
 
 def _contributions(front: np.ndarray) -> np.ndarray:
     """Each point's exclusive hypervolume contribution to `front` (larger is better, in
-    [0, 1], the reference 0.1 below the worst on every axis): its box less the part the
-    others cover, which is the volume of the others clipped to its box (their componentwise
-    minimum with it), of which only the non-dominated count."""
+    [0, 1], the reference 0.1 below the worst): its box less the others clipped to it."""
     from autoembed.pareto import hypervolume
 
     k = front.shape[1]
@@ -268,14 +215,10 @@ def _contributions(front: np.ndarray) -> np.ndarray:
     out = np.empty(len(front))
     for i, p in enumerate(front):
         clipped = np.minimum(np.delete(front, i, axis=0), p)
-        covered = hypervolume(_undominated(clipped).tolist(), ref, dirs)
+        undominated = clipped[~np.any(_dominance(clipped), axis=0)]
+        covered = hypervolume(undominated.tolist(), ref, dirs)
         out[i] = hypervolume([p.tolist()], ref, dirs) - covered  # a twin's: exactly 0
     return out
-
-
-def _undominated(pts: np.ndarray) -> np.ndarray:
-    """The rows no other row dominates (larger is better)."""
-    return pts[~np.any(_dominance(pts), axis=0)]
 
 
 def _dominance(pts: np.ndarray) -> np.ndarray:

@@ -87,7 +87,6 @@ class SearchReport:
         return cls(study, budget, tuple(objectives), rule, done, front, best, picks,
                    stop_reason, measured, memory_basis, floor)
 
-    # ------------------------------------------------------------------ reading
     def count(self, status: str) -> int:
         return sum(1 for r in self.rows if r.status == status)
 
@@ -116,15 +115,13 @@ class SearchReport:
                 f"{self.stop_reason}); narrow the space towards cheaper configs. "
                 f"Trials: {trials_csv}")
         reasons = sorted({(r.reason or r.status) for r in self.rows if r.counted})[:3]
-        return SearchFailedError(
-            f"no trial completed within the budget ({self.stop_reason}); "
-            f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
+        return SearchFailedError(f"no trial completed within the budget ({self.stop_reason}); "
+                                 f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
 
     def pareto_body(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        """pareto.json: the report's figures, with the search's `context` (data, settings,
-        environment, timings; `baseline`: the simple model's figures or None) where
-        pareto.json has always had them. `noise`: the within-noise slack and how it was
-        measured (None: not measured, the slack was 0)."""
+        """pareto.json: the report's figures and the search's `context` (data, settings,
+        environment, timings, `baseline`), in pareto.json's order; `noise`: the within-noise
+        slack and how it was measured (None: the slack was 0)."""
         from autoembed.pipeline.outputs import member_dict
 
         assert self.best is not None
@@ -133,12 +130,10 @@ class SearchReport:
             "objectives": [o.to_dict() for o in self.objectives],
             "members": [member_dict(r) for r in self.front], "best": self.best.number,
             "pick": str(self.rule), "picks": dict(self.picks),
-            "counts": {s: self.count(s) for s in COUNTED_STATUSES},
-            "stop_reason": self.stop_reason,
+            "counts": {s: self.count(s) for s in COUNTED_STATUSES}, "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),
-            "noise": None if self.noise is None else self.noise.to_dict(),
-            "floor": self.floor, "memory_basis": self.memory_basis,
-        }
+            "noise": None if self.noise is None else self.noise.to_dict(), "floor": self.floor,
+            "memory_basis": self.memory_basis}
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "floor", "baseline", "memory_basis", "counts",
                  "trainables_started", "stop_reason", "workload", "space", "data",
@@ -183,10 +178,8 @@ class SearchReport:
             "metrics": dict(self.best.metrics),
             "memory": judged(self.best.estimate, self.budget.bytes, self.budget.text,
                              self.memory_basis),
-            **({"trained_on": context["trained_on"]} if "trained_on" in context else {}),
-        }
+            **({"trained_on": context["trained_on"]} if "trained_on" in context else {})}
 
-    # ------------------------------------------------------------------ writing
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,
               best_record: Callable[[TrialRow, Mapping[str, Any]], Mapping[str, Any]]

@@ -1,26 +1,13 @@
 """One driver per study at a time, and what a killed driver left behind.
 
 `runs/<study>/session.lock` holds the driver's record (JSON: pid, host, process start time,
-and, once its private Ray is up, that Ray's session directory and raylet PID). The driver
-keeps an exclusive `flock` on the file for its whole life; the kernel drops that lock when the
-process dies, even by SIGKILL, so a study can never have two drivers on one host.
-
-* Lock held by a live driver: the second one is refused (exit 2), naming its PID and host.
-* Record left by a dead driver (no flock, PID gone or reused): taken over, with a message.
-  Its private Ray is cleaned up: Ray's head processes die with a SIGKILLed driver (they
-  share its fate), but its dashboard and runtime-env agents survive as orphans (seen with
-  Ray 2.60; measured here, they exit by themselves about 60 s later, when Ray's GCS
-  reconnect timeout runs out). Those still there are found by PID and stopped (SIGTERM,
-  then SIGKILL), and only after checking that each one belongs to that session: its
-  command line names the session directory, or its command line is a Ray one and it holds
-  a file of the session directory open (its logs) or carries `RAY_RAYLET_PID=<the recorded
-  raylet>` in its environment. Processes of other users are never touched. Once none is
-  left, the dead session's folder (Ray's logs) is removed (`remove_session`), as a driver
-  that ends normally removes its own.
-* A record written on another host (a shared filesystem) cannot be checked from here: it is
-  refused until removed by hand, and the message says so.
-
-On a clean exit (success, error or Ctrl-C) the record is emptied and the lock released.
+then its private Ray's session directory and raylet PID) under an exclusive `flock` that the
+kernel drops when the driver dies, even by SIGKILL. A live holder: refused (exit 2), naming
+it. A dead one's record: taken over, with a message; its private Ray's orphans are stopped
+by PID (SIGTERM, then SIGKILL), each only once shown to be of that session
+(`session_processes`; never another user's), then its session folder removed. A record of
+another host cannot be checked: refused until removed by hand. A clean exit (success, error
+or Ctrl-C) empties the record and releases the lock.
 """
 
 from __future__ import annotations
@@ -33,7 +20,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -118,12 +105,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _pids() -> Iterator[int]:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            yield int(entry)
-
-
 def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
     """PIDs of this user's processes that belong to the Ray session `ray_session` (its
     directory): the command line names the directory, or the command line is Ray's
@@ -132,7 +113,7 @@ def session_processes(ray_session: str, raylet_pid: int | None) -> list[int]:
     uid = os.getuid()
     marker = f"RAY_RAYLET_PID={raylet_pid}".encode() if raylet_pid else None
     out = []
-    for pid in _pids():
+    for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()):
         if pid == os.getpid():
             continue
         try:
@@ -204,9 +185,8 @@ def stop_processes(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
 
 
 def remove_session(path: str) -> None:
-    """Delete the session folder of a private Ray that is no longer running (its logs and
-    the code it shipped; 97 MB for 3 trials of a search), and `session_latest` when that
-    names it. Only a folder named like Ray's sessions (`session_*`) is touched."""
+    """Delete a stopped private Ray's session folder (its logs and shipped code), and
+    `session_latest` when that names it; only a folder named `session_*` is touched."""
     p = Path(path)
     if not p.name.startswith("session_") or p.name == "session_latest" or not p.is_dir():
         return
@@ -247,8 +227,7 @@ class StudyLock:
             who = other.describe() if other else "another process"
             raise StudyInUseError(
                 f"study '{self.name}' is open in another search ({who}; lock {self.path}); "
-                "wait for it to finish, or use another --study name"
-            ) from None
+                "wait for it to finish, or use another --study name") from None
         old = _read(fh)
         if old is not None and old.pid != os.getpid() and old.alive():
             fh.close()  # flock not honoured (another host, a network filesystem)
@@ -256,8 +235,7 @@ class StudyLock:
                     else "wait for it to finish, or use another --study name")
             raise StudyInUseError(
                 f"study '{self.name}' is open in another search ({old.describe()}; lock "
-                f"{self.path}); {hint}"
-            )
+                f"{self.path}); {hint}")
         self._fh = fh
         self._write(self.holder)
         if old is not None:

@@ -1,23 +1,16 @@
-"""A TorchRec model's part of the user workload (`pipeline.user_workload.UserWorkload` over a space
-with `topology:`): a proposal priced per rank on TorchRec's plan, and its trial run as one
-process per rank.
+"""A TorchRec model's part of the user workload (a space with `topology:`): a proposal priced
+per rank on TorchRec's plan, and its trial run as one process per rank.
 
-* `Sharded.of` reads the space's topology (each rank's device memory `hbm` defaults to the
-  search's per-device budget, the plan's `compute_device` to the search's device) and
-  refuses what the plan's device cannot train (`user.space.check_plan_device`), TorchRec
-  missing, and functions a rank process could not find by name.
-* `Sharded.price`: the proposal's TorchRec settings per table (`user.space.
-  table_settings_for`: the space's table rules by module path or glob), the model rewritten
-  and planned by TorchRec's planner, every rank priced (`torchrec.estimate_sharded`); what
-  the search judges is the largest rank (`ShardedEstimate.memory_estimate`: `per_gpu` holds
-  every rank, so a rank over the budget is named). No plan from TorchRec's planner: the
-  proposal fails with its line, the search goes on.
-* A trial (`run_local_trial`: `pipeline.sharded_runner.run_sharded`, N local processes;
-  `run_ray_trial`: `torchrec_trial.ray_sharded`, N Ray Train workers, the Tune trial
-  holding no CPU) runs the user's loop on every rank under DMP with the priced plan; rank
-  0's evaluations go through the executor's channel and its stop comes back to every
-  rank. The final report is rank 0's record (`user.run.user_result`) with each rank's
-  measured peak beside its estimate (`TrialResult.ranks`).
+* `Sharded.of` reads the topology (each rank's `hbm` defaults to the search's per-device
+  budget, `compute_device` to its device) and refuses a plan device that cannot train,
+  TorchRec missing, and functions a rank process could not find by name.
+* `Sharded.price`: the proposal's per-table settings, the model planned by TorchRec's
+  planner, every rank priced (`torchrec.estimate_sharded`); the search judges the largest
+  rank (`per_gpu` names a rank over the budget). No plan: the proposal fails with its line.
+* A trial (`run_local_trial`: N local processes; `run_ray_trial`: N Ray Train workers, the
+  Tune trial holding no CPU) runs the user's loop on every rank under DMP with the priced
+  plan; rank 0 reports through the channel and its stop reaches every rank. The final
+  report is rank 0's with each rank's measured peak beside its estimate (`TrialResult.ranks`).
 """
 
 from __future__ import annotations
@@ -110,11 +103,9 @@ class Sharded:
         return Priced(config, est.memory_estimate(), launch)
 
     def ray_options(self, base: Mapping[str, Any]) -> dict[str, Any]:
-        """The user workload's Ray options for sharded trials: the Tune trial holds no CPU
-        and no GPU (its Train workers have their own), the workers' environment carries
-        the measurement settings (`pipeline.sharded_runner.MEASURE_ENV`) and the network interface
-        gloo and NCCL bind to where this process sets one (`INTERFACE_ENV`), nodes need
-        TorchRec."""
+        """The Ray options for sharded trials: the Tune trial holds no CPU or GPU, the
+        workers' environment carries MEASURE_ENV and this process's INTERFACE_ENV, nodes
+        need TorchRec."""
         import os
 
         from autoembed.pipeline.sharded_runner import MEASURE_ENV
@@ -144,10 +135,9 @@ def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
 def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
                 topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
                 module_name: str) -> str:
-    """A TorchRec study's trial as TorchRec code (`torchrec.torchrec_code`: the text of the
-    module `module_name`; nothing written): the user's model built with the trial's
-    params, its tables set as the trial set them, planned on the study's `topology` (the
-    batch: the example's)."""
+    """A TorchRec study's trial as the text of the module `module_name` (nothing written):
+    the user's model built with the trial's params, its tables set as the trial set them,
+    planned on the study's `topology` (`torchrec.torchrec_code`)."""
     from autoembed.torchrec.export_code import torchrec_code
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.unsharded import batch_of
@@ -211,9 +201,8 @@ def run_ray_trial(payload: Mapping[str, Any], channel: Callable[[Any], bool] | N
 
 def sharded_result(payload: Mapping[str, Any], ranks: list[Mapping[str, Any]],
                    seconds: float) -> Any:
-    """The trial's `TrialResult`: rank 0's loop (status, curve, what `train` returned,
-    throughput; every rank stopped at the same step), each rank's measured peak beside its
-    estimate (`ranks`), and on CUDA the largest rank's measured allocator peaks."""
+    """The trial's `TrialResult`: rank 0's loop (every rank stopped at the same step), each
+    rank's measured peak beside its estimate (`ranks`), on CUDA the largest rank's peaks."""
     from autoembed.config import config_from_dict
     from autoembed.trial import Evaluation, rank_entry
     from autoembed.user.run import user_result

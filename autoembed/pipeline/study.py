@@ -23,55 +23,25 @@ if TYPE_CHECKING:
 
     from autoembed.selection import ValidScores
 
-__all__ = [
-    "SAMPLERS",
-    "check_sampler",
-    "warm_sampler",
-    "import_sampler",
-    "HEAVY_SAMPLERS",
-    "DEFAULT_SAMPLER",
-    "STUDY_NAME_RULE",
-    "check_study_name",
-    "storage_url",
-    "storage_label",
-    "open_storage",
-    "find_study",
-    "study_exists",
-    "make_sampler",
-    "Recovery",
-    "recover",
-    "load_rows",
-    "scores_attrs",
-    "load_scores",
-    "SCORES_ATTR",
-    "NSGA2_POPULATION",
-    "study_meta",
-    "StoredStudy",
-    "check_same",
-]
+__all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY_SAMPLERS",
+           "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url",
+           "storage_label", "open_storage", "find_study", "study_exists", "make_sampler",
+           "Recovery", "recover", "load_rows", "scores_attrs", "load_scores", "SCORES_ATTR",
+           "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
-# gp, tpe-plain and tpe-s4 are under trial (benchmarks/search_efficiency.py --compare-samplers)
 SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",
             "tpe-cost", "tpe-mix-cost", "ehvi")
-# The default sampler, the rule the measurements pick: replayed on four tables of real trials
-# (benchmarks/replay/compare.py, results/search_efficiency_replay.md), `ehvi` (candidates
-# priced before they are proposed) reached 95% of the reference front in the least compute
-# on every table, picked with each table left out; live searches agree
-# (results/search_live_vs_replay.md). `tpe-mix` before it was no better than random there.
+# The default: on four replayed tables of real trials `ehvi` reached 95% of the reference
+# front in the least compute on each (docs/benchmarks.md, benchmarks/replay/compare.py).
 DEFAULT_SAMPLER = "ehvi"
 STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-# NSGA-II's default population (50) makes a 10-30 trial search pure random sampling
-# (docs/contracts.md#nsga-iis-population): a small population lets it evolve within a short search.
+# NSGA-II's default population (50) is pure random sampling in a 10-30 trial search
 NSGA2_POPULATION = 8
-# TPE: random proposals before the model is used; infeasible proposals count as
-# observations too, so this is reached within the first few trained trials.
+# TPE: random proposals (infeasible ones included) before the model is used
 TPE_STARTUP = 8
 TPE_SHORT_STARTUP = 4  # tpe-s4: the model from the fourth observation on
-# tpe-mix: after TPE_STARTUP random proposals, every MIX_EVERY-th trial is random too
-# (interleave.is_random); TPE proposes the others.
-MIX_EVERY = 2
-# tpe-mix's TPE draws from its own stream, so that its start-up fallback (fewer than
-# TPE_STARTUP finished trials while others run) never repeats the random share's draws
+MIX_EVERY = 2  # tpe-mix: every MIX_EVERY-th trial after the start-up is random
+# tpe-mix's TPE draws from its own stream (its start-up never repeats the random share's)
 MIX_MODEL_SEED_OFFSET = 104_729
 SQLITE_TIMEOUT_S = 60  # wait this long for a lock instead of failing at once
 
@@ -80,8 +50,7 @@ def check_study_name(name: str) -> None:
     if not STUDY_NAME_RULE.match(name) or name in (".", "..") or ".." in name:
         raise ConfigError(
             f"study name '{name}' is not allowed; use 1-128 letters, digits, '_', '-' or '.' "
-            "(no '..'), e.g. --study ctr-8gb"
-        )
+            "(no '..'), e.g. --study ctr-8gb")
 
 
 def storage_url(runs_dir: Path, url: str | None = None) -> str:
@@ -89,11 +58,8 @@ def storage_url(runs_dir: Path, url: str | None = None) -> str:
     return url.strip() if url else f"sqlite:///{runs_dir / 'optuna.db'}"
 
 
-# URL schemes Optuna's RDBStorage (SQLAlchemy) is documented to take; anything else is
-# refused before a connection is tried.
-STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
-# a team server that does not answer fails in seconds, not after the driver's default wait
-CONNECT_TIMEOUT_S = 10
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")  # Optuna's RDBStorage; others refused
+CONNECT_TIMEOUT_S = 10  # a team server that does not answer fails in seconds
 
 
 def storage_label(runs_dir: Path, url: str | None = None) -> str:
@@ -114,36 +80,29 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
     label = storage_label(runs_dir, url)
     scheme = full.split("://", 1)[0].split("+", 1)[0].lower() if "://" in full else ""
     if scheme not in STORAGE_SCHEMES:
-        raise ConfigError(
-            f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
-            "postgresql://user:password@host:5432/optuna, or drop --storage for "
-            f"{runs_dir / 'optuna.db'}"
-        )
+        raise ConfigError(f"--storage '{label}' is not a database URL Optuna takes; use e.g. "
+                          "postgresql://user:password@host:5432/optuna, or drop --storage for "
+                          f"{runs_dir / 'optuna.db'}")
     connect_args: dict[str, Any] = (
         {"timeout": SQLITE_TIMEOUT_S} if scheme == "sqlite"
         else {"connect_timeout": CONNECT_TIMEOUT_S} if scheme == "postgresql" else {})
     try:
         if scheme != "sqlite" or url:
-            return optuna.storages.RDBStorage(
-                full, engine_kwargs={"connect_args": connect_args})
-        # Two searches starting at once on one runs dir would both create the schema
-        # ("table studies already exists"): one does, the other waits on this file's flock.
+            return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
+        # two searches starting at once on one runs dir: one creates the schema, one waits
         with (runs_dir / "optuna.db.init-lock").open("a") as guard:
             fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
-            return optuna.storages.RDBStorage(
-                full, engine_kwargs={"connect_args": connect_args})
+            return optuna.storages.RDBStorage(full, engine_kwargs={"connect_args": connect_args})
     except ImportError:  # Optuna re-raises the driver's ModuleNotFoundError as this
         raise ConfigError(
             f"--storage '{label}': the database driver for '{scheme}' is not installed; "
-            "pip install 'autoembed[team]' (psycopg for PostgreSQL)"
-        ) from None
+            "pip install 'autoembed[team]' (psycopg for PostgreSQL)") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL or server
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(
             f"--storage '{label}': cannot open the study storage ({type(e).__name__}: "
             f"{first[:300]}); check the URL, that the server runs and that the database "
-            "exists (createdb), or drop --storage"
-        ) from None
+            "exists (createdb), or drop --storage") from None
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -168,10 +127,8 @@ HEAVY_SAMPLERS = ("ehvi",)  # samplers whose first ask imports heavy modules (im
 
 
 def warm_sampler(kind: str) -> None:
-    """Import what sampler `kind` needs on a thread of its own (`ehvi`: scikit-learn's trees,
-    about 3 s), so that it loads while the executor starts Ray instead of in the first ask.
-    An import that fails here is left to `make_sampler`'s sampler to raise. The thread is not
-    a daemon (an import cut off at exit can crash the interpreter)."""
+    """Import what sampler `kind` needs (`import_sampler`) on a non-daemon thread, while Ray
+    starts; a failure is left to the sampler's first ask to raise."""
     if kind not in HEAVY_SAMPLERS:
         return
     import threading
@@ -271,9 +228,8 @@ def load_rows(study: optuna.Study) -> dict[int, TrialRow]:
     return rows
 
 
-# A completed trial's validation scores (`selection.ValidScores.pack`), as user attributes
-# `<SCORES_ATTR>.0`, `.1`, ... of at most SCORES_CHUNK characters each (a MySQL TEXT holds
-# 64 KiB)
+# A trial's packed validation scores: attributes `<SCORES_ATTR>.0`, `.1`, ... of at most
+# SCORES_CHUNK characters each (a MySQL TEXT holds 64 KiB)
 SCORES_ATTR = "autoembed.valid_scores"
 SCORES_CHUNK = 60_000
 
@@ -303,10 +259,9 @@ def load_scores(study: optuna.Study) -> dict[int, ValidScores]:
 
 @dataclass(frozen=True)
 class Recovery:
-    """What `recover` did: the trials found RUNNING (now FAIL in Optuna, their rows
-    `interrupted`); of them, those re-queued, those stopped in their ask before any value
-    was drawn (nothing to re-queue: the next ask replaces them) and those that were a
-    retry already (not re-queued again)."""
+    """What `recover` did: the trials found RUNNING (now FAIL, their rows `interrupted`);
+    of them, those re-queued, those stopped in their ask before any value was drawn, and
+    those that were a retry already (not re-queued again)."""
 
     interrupted: tuple[int, ...]
     requeued: tuple[int, ...]
@@ -338,22 +293,13 @@ IN_ASK = ("interrupted: the driver stopped while this trial was asked and priced
           "trained)")
 
 
-def recover(
-    study: optuna.Study,
-    storage: optuna.storages.BaseStorage,
-    reason: str,
-    config_for: Callable[[Mapping[str, Any]], Any] | None = None,
-) -> Recovery:
+def recover(study: optuna.Study, storage: optuna.storages.BaseStorage, reason: str,
+            config_for: Callable[[Mapping[str, Any]], Any] | None = None) -> Recovery:
     """Mark trials left RUNNING as FAIL in Optuna and `interrupted` in their rows (with
-    `reason`; not counted against --trials), and enqueue each one's params once more (a
-    retry that trained is not retried again, one stopped in its ask is; one stopped before
-    any param was drawn has nothing to re-queue).
-
-    A trial stopped between Optuna's ask and its first row (while it was asked or priced)
-    gets a row here, so that every trial keeps one (trials.csv, MLflow): its config rebuilt
-    from its params by `config_for`, or where that cannot be done (a user model's, the
-    kill came before any param was drawn) the study's first recorded config, standing in
-    (the row's params are what was drawn)."""
+    `reason`; not counted), and enqueue each one's params once more (not a retry that
+    trained; nothing for one stopped before any param was drawn). A trial stopped in its
+    ask gets a row here, so every trial keeps one: its config rebuilt by `config_for`, else
+    the study's first recorded config standing in (its params are what was drawn)."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
@@ -412,9 +358,8 @@ def study_meta(study: optuna.Study) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StoredStudy:
-    """A study's storage, and the study of that name if it exists (with its stored
-    settings, `meta`: empty for a new study). The search's one connection to the storage:
-    it is opened, and an existing study loaded, once per search."""
+    """A study's storage and the study of that name if it exists (`meta`: its stored
+    settings, empty for a new study): opened, and loaded, once per search."""
 
     storage: Any  # optuna.storages.RDBStorage
     name: str
@@ -425,9 +370,8 @@ class StoredStudy:
     @classmethod
     def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool,
              flag: str = "--resume") -> StoredStudy:
-        """Open the storage; refuse a new search of an existing study, and a `resume` of
-        a study that does not exist (the message names `flag`, the option the user gave
-        that needs the study)."""
+        """Open the storage; refuse a new search of an existing study, and a `resume` of one
+        that does not exist (the message names `flag`, the option that needs it)."""
         where = storage_label(runs_dir, url)
         storage = open_storage(runs_dir, url)
         existing = find_study(storage, name)
@@ -464,5 +408,4 @@ def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None
         raise ConfigError(
             f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
             "resumed search keeps its budget, space, objectives and data: drop the option or "
-            "start a new --study"
-        )
+            "start a new --study")

@@ -1,19 +1,9 @@
-"""How long a trial may run: `TrialTimeLimit`. A trial past its limit is ended by its
-executor (Ray: its worker process is killed, which frees the worker; in process:
-`TrialTimeout` is raised in its thread, which is abandoned after `executor.GRACE_S`) and
-recorded `timeout`, whatever it returns.
-
-The limit is given (`--trial-time-limit`, `search(trial_time_limit=)`, the space's
-`trial_time_limit` key, or what a resumed study stored), else derived from the workload:
-
-* until a trial of the study has completed: autoembed's own models 10 min plus 1 s per
-  optimizer step the trial runs (its `Launch.length`); your own loop, whose length
-  autoembed does not know, 6 h;
-* then, for either: 10 times the longest completed trial's wall time, at least 10 min.
-
-The time counts from the trial's start (Ray: when Tune starts it on a worker; in process:
-when its runner is called) to its end, whatever it does between. `--time-budget` only
-stops new trials from starting: a running trial still ends by its own limit.
+"""How long a trial may run: `TrialTimeLimit`. A trial past its limit is ended by its executor
+and recorded `timeout`, whatever it returns. The limit is given (`--trial-time-limit`, the
+space's key, or a resumed study's), else derived: until a trial has completed, 10 min plus
+1 s per optimizer step for autoembed's models and 6 h for your own loop; then 10 times the
+longest completed trial's wall time, at least 10 min. It counts from the trial's start to
+its end; `--time-budget` only stops new trials from starting.
 """
 
 from __future__ import annotations
@@ -23,8 +13,7 @@ from dataclasses import dataclass
 
 from autoembed.space.search_space import TRIAL_TIME_LIMIT
 
-__all__ = ["TrialTimeLimit", "TRIAL_TIME_LIMIT", "FLOOR_S", "STEP_S", "USER_FIRST_S",
-           "FACTOR"]
+__all__ = ["TrialTimeLimit", "TRIAL_TIME_LIMIT", "FLOOR_S", "STEP_S", "USER_FIRST_S", "FACTOR"]
 
 FLOOR_S = 600.0  # the least a derived limit gives a trial
 STEP_S = 1.0  # built-in trials: seconds per optimizer step on top of FLOOR_S

@@ -1,20 +1,12 @@
-"""A sharded TorchRec trial on Ray: `ray_sharded(payload)` runs `autoembed.pipeline.sharded_runner.
-worker` on N Ray Train workers (`TorchTrainer`: gloo on CPU, NCCL with one GPU per worker) and
-returns each rank's plain result (the payload and the results as `run_sharded`'s).
+"""A sharded TorchRec trial on Ray: `ray_sharded(payload)` runs
+`autoembed.pipeline.sharded_runner.worker` on N Ray Train workers (gloo on CPU, NCCL with one
+GPU per worker) and returns each rank's plain result, as `run_sharded` does.
 
-Resources, so 2 cores never deadlock: whatever calls this (a Tune trial) should hold no CPU
-itself; each worker asks `cpus_per_worker` (default 0.5) and runs one torch thread, so a
-2-rank trial fits one core. The ranks' results are gathered to rank 0 over the process group
-(`all_gather_object`) and handed back through a Ray queue (an actor: no shared file system
-needed on a cluster; Ray Train V2 keeps no metric reported without a checkpoint).
-
-Workers are Ray actors owned by this driver: when the driver dies (SIGKILL included) Ray
-stops them with it, and `search.session` stops a dead driver's Ray processes on the next
-start of the study. A cluster run needs gloo to reach the other hosts:
-GLOO_SOCKET_IFNAME=<interface> in the workers' environment (`runtime_env={"env_vars": ...}`
-at `ray.init`), and NCCL_SOCKET_IFNAME for NCCL; the measurement environment
-(`runner.MEASURE_ENV`: glibc's arena and mmap settings) is set there too, since a worker
-reads it at start.
+The calling Tune trial holds no CPU; each worker asks `cpus_per_worker` (default 0.5) and
+runs one torch thread, so a 2-rank trial fits one core. Results are gathered to rank 0
+(`all_gather_object`) and handed back through a Ray queue (no shared file system needed).
+Workers die with the driver. On a cluster gloo needs GLOO_SOCKET_IFNAME (NCCL:
+NCCL_SOCKET_IFNAME) in the workers' `runtime_env`; `pipeline.sharded_runner.MEASURE_ENV` is set there too.
 """
 
 from __future__ import annotations
@@ -50,10 +42,9 @@ def _loop(config: dict[str, Any]) -> None:
 def ray_sharded(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None = None, *,
                 cpus_per_worker: float = 0.5, storage_path: str | None = None,
                 name: str | None = None, answer_timeout_s: float = 600) -> list[Any]:
-    """Run the trial on `topology.world_size` Ray Train workers (Ray already initialised,
-    or started locally by Ray); returns each rank's result, rank order. `channel` as
-    `run_sharded`'s: rank 0's evaluations reach it through a Ray queue (it runs in this
-    thread while the trainer runs in another), its answer goes back through a second."""
+    """Run the trial on `topology.world_size` Ray Train workers; each rank's result, rank
+    order. `channel` as `run_sharded`'s: rank 0's evaluations reach it through a Ray queue
+    (served in this thread while the trainer runs), its answer goes back through a second."""
     import threading
 
     from ray.train import RunConfig, ScalingConfig

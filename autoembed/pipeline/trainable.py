@@ -1,13 +1,8 @@
-"""The Ray Tune trainable: runs in a Ray worker, runs one trial with its workload's trial
-runner, reports through Tune. One trainable for every workload.
-
-It never opens the Optuna or MLflow stores (docs/contracts.md: only the driver writes them): it gets
-the payload as plain data in the Tune config and the workload's runner (a module-level
-function Ray pickles by reference) and sends back every validation evaluation
-(`tune.report`, which a scheduler may answer by stopping the trial) and one final report
-carrying the whole TrialResult as JSON. The trial's output goes to the study's
-`logs/trial-NNNN.log` (`trial_output`); a `sys.exit` in it is the trial's failure (Tune's
-own stop, a SystemExit raised from `tune.report`, still ends the trial as Tune means).
+"""The Ray Tune trainable, one for every workload: runs one trial in a Ray worker with its
+workload's runner (a module-level function, pickled by reference) on the plain-data payload,
+reports every evaluation through `tune.report` (a scheduler may stop it) and one final
+report with the TrialResult as JSON. It never opens a store. The trial's output goes to
+`logs/trial-NNNN.log` (`trial_output`); a `sys.exit` in it is the trial's failure.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""A trial's output on a Ray worker, kept: `trial_output(log_dir, number)` sends the
-worker process's stdout and stderr (file descriptors 1 and 2, and Python's `sys.stdout` /
-`sys.stderr`: print, warnings, C extensions, subprocesses) to `log_dir/trial-NNNN.log`
-while the trial runs, then restores them. `log_dir` is the study's `logs/` folder; on a
-node where it does not exist (another machine of a cluster) nothing is redirected and the
-output stays in Ray's own logs there.
+"""A trial's output on a Ray worker, kept: `trial_output(log_dir, number)` sends the process's
+stdout and stderr (file descriptors 1 and 2 and `sys.stdout`/`sys.stderr`) to
+`log_dir/trial-NNNN.log` while the trial runs, then restores them; on a node without
+`log_dir` (another machine of a cluster) the output stays in Ray's own logs.
 """
 
 from __future__ import annotations

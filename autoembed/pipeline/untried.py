@@ -1,15 +1,12 @@
 """Every config of a small, finite space, and the untried one that fits: what lets a search
 say that it has tried every config that fits.
 
-`space_configs(suggest)` runs the space's suggest code (`suggest(trial) -> values`, the
-code the search asks Optuna with) on stand-in trials that walk each suggestion's options in
-turn, conditional params as the space has them: every config once, as (Optuna params,
-values). A space with a float param without a step, or more than ENUMERATE_LIMIT configs,
-is not enumerated (None). `untried_fitting` prices the configs not tried yet, in a seeded
-random order, until one fits (a space not enumerated: random configs, RANDOM_DRAWS at
-most). The engine (a sampler that proposes a config already tried)
-and the `ehvi` sampler (an ask that found nothing priced that fits) use them; when nothing
-untried fits, the search ends: `SpaceExhausted`, "every fitting config tried: N".
+`space_configs(suggest)` runs the space's suggest code on stand-in trials that walk every
+option (conditional params included): each config once, as (Optuna params, values); None for
+a float param without a step or more than ENUMERATE_LIMIT configs. `untried_fitting` prices
+untried configs in a seeded random order until one fits (not enumerable: at most
+RANDOM_DRAWS random ones); when none fits the search ends (`SpaceExhausted`, "every fitting
+config tried: N").
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ import numpy as np
 
 from autoembed.pipeline.records import params_key
 
-__all__ = ["ENUMERATE_LIMIT", "RANDOM_DRAWS", "RandomTrial", "SpaceExhausted",
-           "space_configs", "untried_fitting", "exhausted_reason"]
+__all__ = ["ENUMERATE_LIMIT", "RANDOM_DRAWS", "RandomTrial", "SpaceExhausted", "space_configs",
+           "untried_fitting", "exhausted_reason"]
 
 ENUMERATE_LIMIT = 10_000  # configs of a space enumerated at most (each priced once at most)
 RANDOM_DRAWS = 128  # random configs priced at most in a space not enumerated
@@ -145,12 +142,10 @@ def untried_fitting(configs: Sequence[Config] | None,
                     suggest: Callable[[Any], Mapping[str, Any]], skip: set[Key], unfit: set[Key],
                     price: Callable[[Mapping[str, Any]], float | None],
                     rng: np.random.Generator) -> tuple[dict[str, Any], float] | None:
-    """An untried config that fits: (Optuna params, `price(values)`: the memory objective
-    of a config that fits, None otherwise), or None. `configs` (`space_configs`): the first
-    in a random order (`rng`) whose key is in neither `skip` (tried) nor `unfit`, so None
-    means none is left; None (a space not enumerated): the first of RANDOM_DRAWS random
-    configs (`suggest` on `RandomTrial`s). Each config priced that does not fit joins
-    `unfit` (it never will: the budget stays, the OOM ceiling only falls)."""
+    """An untried config that fits (Optuna params, `price(values)`: a fitting config's
+    memory objective, else None), or None: of `configs` (`space_configs`) in `rng`'s order,
+    skipping `skip` (tried) and `unfit`; without them, of RANDOM_DRAWS random configs. A
+    config that does not fit joins `unfit` (the budget stays, the OOM ceiling only falls)."""
     if configs is not None:
         order = (configs[int(i)] for i in rng.permutation(len(configs)))
     else:

@@ -1,20 +1,12 @@
-"""The user's own model, example and training loop: the user `Workload` of the search.
+"""The user's own model, example and training loop: the user `Workload` of the search (its
+stages: docs/ARCHITECTURE.md). A proposal is priced by `estimate_model` of
+`UserCode.model_for(params, config)` (`build`, then the user's `apply` or `autoembed.apply`)
+on `example(params)` (and `loss`); a trial runs the user's `train` on the same model
+(`user.trainer.run_payload`, here or in a Ray worker that finds the functions by name).
 
-A proposal's values become what the user's functions receive (`user.space.params_for`); it
-is priced on the user's model: `build(params)` on the meta device lists its embedding
-modules (no table is allocated), the space turns the values into the embedding config for
-those modules (`user.space.config_for`), and `estimate_model` traces two training steps of
-`apply(build(params), config)` on fake tensors with `example(params)` (and the user's
-`loss`, or the stated stand-in). A trial that fits runs the user's `train` on the model
-built and applied the same way (`UserCode.model_for`: the user's `apply` when given, else
-`autoembed.apply`; `user.trainer.run_payload`, in this process or in a Ray worker that
-imports the recorded functions, `apply` included, by name, shipped in Ray's `runtime_env`).
-
-The user's code failing while a proposal is priced is a ConfigError naming the function:
-bad input when it is the space's first corner, priced before the study is made
-(`check_fits`: nothing is left to block the corrected command) or the study's first
-proposal (the engine stops the search before any trial), that proposal's failure
-afterwards.
+The user's code failing while a proposal is priced is a ConfigError naming the function: bad
+input on the space's first corner (`check_fits`, before the study is made) or the study's
+first proposal, that proposal's failure afterwards.
 """
 
 from __future__ import annotations
@@ -120,7 +112,6 @@ class UserWorkload:
             check_findable(made.records, "a Ray worker", script=False)
         return made
 
-    # ------------------------------------------------------------------ what it is
     @property
     def target(self) -> float | None:
         return self.space.target
@@ -134,7 +125,6 @@ class UserWorkload:
         """The user's loop reports its final quality itself: the last evaluation stands."""
         return False
 
-    # ------------------------------------------------------------------ pricing
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the proposal `values` on the user's model (cached by values: a sampler
         that repeats a proposal pays once)."""
@@ -143,16 +133,20 @@ class UserWorkload:
             self._priced[key] = self._price(values)
         return self._priced[key]
 
-    def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
+    def _probe(self, values: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Any]:
+        """(params, the model built on the meta device, the example) of `values`."""
         import torch
 
-        from autoembed.torchrec.public import estimate_model, is_torchrec
+        params = params_for(self.space, values)
+        with torch.device("meta"):
+            probe = built_module(call_user(self.code.build, "model", params))
+        return params, probe, call_user(self.code.example, "example", params)
+
+    def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
+        from autoembed.torchrec.public import is_torchrec
 
         code, space = self.code, self.space
-        params = params_for(space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(code.build, "model", params))
-        example = call_user(code.example, "example", params)
+        params, probe, example = self._probe(values)
         if self.sharded is not None:
             return self.sharded.price(space, code, values, probe, example, self._payload)
         if is_torchrec(probe, example):
@@ -160,39 +154,31 @@ class UserWorkload:
                               "search over it plans them per rank: give the space a "
                               "`topology:` (world_size, ...) and TorchRec's table keys")
         config = config_for(space, values, model_tables(probe))
-        est = estimate_model(functools.partial(code.model_for, params, config), example,
-                             loss=code.loss, optimizer=config.table_optimizer,
-                             precision=config.precision)
-
-        def launch(number: int) -> Launch:
-            del number
-            host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            return Launch(self._payload(params, config), host, space.early_stop)
-
-        return Priced(config, est, launch)
+        return self._traced(params, config, functools.partial(code.model_for, params, config),
+                            example)
 
     def price_as_written(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price the model as `build(params)` returns it, nothing applied (trial 0): its own
         tables under the space's precision and optimizer (`as_written_config`)."""
-        import torch
+        params, probe, example = self._probe(values)
+        config = as_written_config(self.space, values, model_tables(probe))
+        return self._traced(params, config, lambda: built_module(self.code.build(params)), example,
+                            {"as_written": True})
 
+    def _traced(self, params: Mapping[str, Any], config: EmbeddingConfig, model: Any,
+                example: Any, extra: Mapping[str, Any] | None = None) -> Priced:
+        """`model()` priced by `estimate_model` on `example`; its launch runs the user's
+        loop on the payload of `params` and `config` (with `extra`)."""
         from autoembed.torchrec.public import estimate_model
 
-        code = self.code
-        params = params_for(self.space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(code.build, "model", params))
-        example = call_user(code.example, "example", params)
-        config = as_written_config(self.space, values, model_tables(probe))
-        est = estimate_model(lambda: built_module(code.build(params)), example,
-                             loss=code.loss, optimizer=config.table_optimizer,
-                             precision=config.precision)
+        est = estimate_model(model, example, loss=self.code.loss,
+                             optimizer=config.table_optimizer, precision=config.precision)
 
         def launch(number: int) -> Launch:
             del number
             host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            payload = {**self._payload(params, config), "as_written": True}
-            return Launch(payload, host, self.space.early_stop)
+            return Launch({**self._payload(params, config), **(extra or {})}, host,
+                          self.space.early_stop)
 
         return Priced(config, est, launch)
 
@@ -205,13 +191,10 @@ class UserWorkload:
                             metrics=tuple(_reportable(self.space)), target=self.space.target)
 
     def check_fits(self, budget: Budget) -> None:
-        """One price before the study exists: the space's first corner on the user's
-        model, so that the user's functions (`--loss` included) failing on it is bad
-        input before anything is made (the price is kept: a proposal of it costs nothing).
-        No more: each price traces the model, so a corner search would cost a trace a
-        corner; a budget below the fixed overhead is exit 3 at once, and a search where
-        nothing fits ends with exit 3 once the sampler has proposed nothing that fits (the
-        engine's limit)."""
+        """One price before the study exists (each is a trace): the space's first corner,
+        so the user's functions failing on it are bad input before anything is made (the
+        price is kept). A budget below the fixed overhead is exit 3 at once; a search where
+        nothing fits ends with exit 3 at the engine's limit."""
         from autoembed.budget import format_bytes
         from autoembed.space.corners import first_corner
 
@@ -239,7 +222,6 @@ class UserWorkload:
         return (*first, *(StartPoint(f"{ENQUEUED} {i + 1}", v, ENQUEUED)
                           for i, v in enumerate(self.enqueue)))
 
-    # ------------------------------------------------------------------ running
     def runner(self, local: bool) -> TrialRunner:
         """The user's loop in one process (`run_payload`), or on every rank of a sharded
         TorchRec trial (`pipeline.sharded_workload`: local processes, or Ray Train workers)."""
@@ -258,7 +240,6 @@ class UserWorkload:
                                            if r in self.records), "packages": ()}
         return base if self.sharded is None else self.sharded.ray_options(base)
 
-    # ------------------------------------------------------------------ the study
     def meta(self) -> dict[str, Any]:
         """The functions; for a TorchRec model's space also the topology its proposals were
         planned on (`Sharded.topology`: what export plans the pick for)."""
@@ -291,7 +272,6 @@ class UserWorkload:
         del params
         return None
 
-    # ------------------------------------------------------------------ the report
     def context(self, placement: Mapping[str, Any]) -> dict[str, Any]:
         del placement
         return {"functions": {r: ref.spec for r, ref in self.records.items()}}

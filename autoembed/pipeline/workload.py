@@ -1,23 +1,9 @@
-"""The seam between the search pipeline and what it searches: `Workload`.
-
-The pipeline (request, stored study, plan, executor, engine, Ray trainable, recorder,
-report, export) exists once and does not know which kind of model it runs. A workload says
-what differs:
-
-* its `space` (one space language: `autoembed.space`);
-* how a proposal is priced: `price(values) -> Priced | Invalid`, and whether the space has
-  anything that fits at all (`check_fits`, before any trial);
-* how a trial runs: `runner(local)` is a module-level function ``run(payload, channel) ->
-  final report`` that an executor calls in this process (`local`) or in a Ray worker, with
-  the plain-data payload `Priced.launch(number)` made; evaluations stream out through
-  ``channel(evaluation) -> Decision`` and the final report carries the trial's
-  `TrialResult` (`executor.final_report`), with one entry per rank (`TrialResult.ranks`)
-  for a trial that ran as several processes (`pipeline.sharded_workload`);
-* what a study stores for a resume (`meta`, `check_resume`) and what the report shows and
-  writes (`context`, `best_record`, `noise`, `searched`).
-
-Two implementations: `pipeline.builtin.BuiltinWorkload` (autoembed's own models on data)
-and `pipeline.user_workload.UserWorkload` (the user's model, example and training loop).
+"""The seam between the search pipeline and what it searches: `Workload` (its parts:
+docs/ARCHITECTURE.md). The pipeline exists once; a workload says what differs: its space, how
+a proposal is priced, how a trial runs (`runner(local)`: a module-level ``run(payload,
+channel) -> final report``; evaluations stream out through ``channel(evaluation) -> bool``),
+what a study stores for a resume and what the report writes. Two implementations:
+`pipeline.builtin.BuiltinWorkload` and `pipeline.user_workload.UserWorkload`.
 """
 
 from __future__ import annotations
@@ -41,12 +27,12 @@ if TYPE_CHECKING:
     from autoembed.trial import TrialResult, TrialRow
 
 __all__ = ["Workload", "Priced", "Launch", "Invalid", "Channel", "TrialRunner", "WORKLOADS",
-           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report",
-           "CostClock", "failed_report"]
+           "HOST_BASE_BYTES", "NothingFitsError", "final_report", "evaluation_report", "CostClock",
+           "failed_report"]
 
 WORKLOADS = ("builtin", "user")  # Workload.kind; a study stores it (meta "kind")
-# Host memory of a trial process besides its tensors: Python + torch + a Ray worker. Measured
-# here: rss_peak 0.56 GB for tiny.yaml trials (torch 2.13 CPU), rounded up.
+# Host memory of a trial process besides its tensors (Python, torch, a Ray worker; measured
+# 0.56 GB, rounded up)
 HOST_BASE_BYTES = 768 * 2**20
 
 # A running trial's channel to the search: one evaluation out, the decision back (True:
@@ -64,10 +50,9 @@ class NothingFitsError(AutoembedError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What a feasible proposal runs with: the runner's `payload` (plain data, JSON for
-    Ray), the host memory the trial's process needs (`host_bytes`, reserved on Ray), and
-    the trial's length for early stopping (`length`: (max_steps, eval_every); None: the
-    trial cannot be projected, so it is never stopped early)."""
+    """What a feasible proposal runs with: the runner's plain-data `payload`, the host
+    memory its process needs (`host_bytes`, reserved on Ray), and its `length` (max_steps,
+    eval_every) for early stopping (None: never stopped early)."""
 
     payload: Mapping[str, Any]
     host_bytes: int
@@ -137,8 +122,7 @@ class Workload(Protocol):
     def ray_options(self) -> Mapping[str, Any]:
         """What Ray needs for this workload's trials: `runtime_env` (code to ship),
         `data_file` (bytes for the object store), `packages` each node must have, and
-        where a trial's own resources differ from the plan's, `trial_cpus` / `trial_gpus`
-        (a sharded trial's Tune trial holds none: its Train workers have their own)."""
+        `trial_cpus` / `trial_gpus` where a trial's own resources differ from the plan's."""
 
     def meta(self) -> dict[str, Any]:
         """The workload's part of the study's stored settings (read back on resume)."""
@@ -174,12 +158,11 @@ class Workload(Protocol):
 
 
 def final_report(result: TrialResult, **extra: Any) -> dict[str, Any]:
-    """A trial's last report (what `engine.finish` reads): its result, and beside it the
-    validation scores the driver uses for the pick and stores with the trial
-    (`selection.ValidScores`)."""
+    """A trial's last report (what `engine.finish` reads): its result, and beside it its
+    packed validation scores (for the pick; stored with the trial)."""
     scores = result.valid_scores
     return {"status": result.status, "result": result.to_dict(), "error": None,
-            "valid_scores": None if scores is None else scores.encode(), **extra}
+            "valid_scores": None if scores is None else scores.pack(), **extra}
 
 
 def failed_report(e: BaseException, where: str = "") -> dict[str, Any]:
@@ -191,17 +174,15 @@ def failed_report(e: BaseException, where: str = "") -> dict[str, Any]:
 
 def evaluation_report(ev: Evaluation) -> dict[str, Any]:
     """What a trial reports of one evaluation (what `engine.observe` reads); `train_s`: its
-    optimizer seconds so far (a user's loop: the loop's seconds), so that a trial stopped
-    after it costs what its last report says."""
+    optimizer seconds so far (a user's loop: the loop's), what it costs if stopped here."""
     return {"quality": float(ev.quality), "step": ev.step, "samples": ev.samples,
             "elapsed_s": ev.elapsed_s,
             "train_s": ev.elapsed_s if ev.train_s is None else ev.train_s}
 
 
 class CostClock:
-    """A trial's wall and CPU seconds in its process since the executor started it; every
-    report the executor sends carries `stamp()` (the final one under `cost`). CPU is the
-    process's (its torch threads too); in the driver's process, the driver's as well."""
+    """A trial's wall and CPU seconds (its process's, the driver's too in process) since the
+    executor started it; every report carries `stamp()` (the final one under `cost`)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> None:

@@ -1,18 +1,12 @@
-"""Tracking: where a search's runs are recorded (MLflow by default).
+"""Tracking: where a search's runs are recorded (MLflow by default; imported lazily).
 
-The search — only its driver process (docs/contracts.md#who-writes-each-store-and-file) — calls
-a `SearchTracker`: `start` once, `trial`/`trials` for finished or rejected trials (through
-the recorder's `TrackerSink`, in batches), `finish` once with the Pareto front, `close`
-always. `NullTracker` records nothing.
-MLflow is imported only inside the MLflow implementation, lazily.
-
-`make_tracker(tracking_uri, runs_dir)` picks the store: None -> env MLFLOW_TRACKING_URI, else
-the embedded `sqlite:///<runs-dir>/mlflow.db`; "none" -> `NullTracker`; any other MLflow URI
-as given. An http(s) server that does not answer `/health` within 3 s raises
-`TrackingUnreachableError` (exit status 2) before anything runs; a store that cannot be
-opened raises `TrackingError` (exit status 1); `open_tracker` does the same with the store
-opened on a thread, so that a search's Ray starts meanwhile. Once made, a tracker never
-raises: a failure mid-search is a warning (see `autoembed.tracking.mlflow_store`).
+Only the driver calls a `SearchTracker` (docs/contracts.md#who-writes-each-store-and-file):
+`start` once, `trial`/`trials` for finished or rejected trials (in batches, through the
+recorder's `TrackerSink`), `finish` once with the front, `close` always; `NullTracker`
+records nothing. `make_tracker(tracking_uri, runs_dir)` picks the store (`tracking.store`);
+an http(s) server that does not answer raises `TrackingUnreachableError` (exit 2) and a
+store that cannot be opened `TrackingError` (exit 1), before anything runs; `open_tracker`
+opens it on a thread while Ray starts. Once made, a tracker never raises.
 """
 
 from __future__ import annotations
@@ -33,18 +27,9 @@ from autoembed.tracking.store import (
 )
 from autoembed.trial import TrialRow
 
-__all__ = [
-    "SearchTracker",
-    "NullTracker",
-    "TrialRecord",
-    "make_tracker",
-    "open_tracker",
-    "resolve_store",
-    "check_reachable",
-    "TrackingStore",
-    "TrackingError",
-    "TrackingUnreachableError",
-]
+__all__ = ["SearchTracker", "NullTracker", "TrialRecord", "make_tracker", "open_tracker",
+           "resolve_store", "check_reachable", "TrackingStore", "TrackingError",
+           "TrackingUnreachableError"]
 
 
 # The one trial record (autoembed.trial): what the tracker is told about one trial.
@@ -58,10 +43,9 @@ class SearchTracker(Protocol):
         data, objectives) and the space file as an artifact."""
 
     def trial(self, record: TrialRecord) -> None:
-        """Record one trial as a nested run (infeasible ones too, tagged as such).
-        Optional, read when present: `trials(records)` records several at once, and
-        `recorded()` gives the trial numbers the store holds (None: unknown), so that a
-        resumed search re-records what the store lacks (`search.recorder`)."""
+        """Record one trial as a nested run (infeasible ones too, tagged as such). Optional:
+        `trials(records)` records several at once; `recorded()`, the trial numbers the store
+        holds (None: unknown), lets a resumed search re-record what it lacks."""
 
     def finish(self, pareto_trials: Sequence[int], artifacts: Sequence[Path]) -> None:
         """Tag Pareto members (`pareto` = true/false on every trial run) and attach the
@@ -94,21 +78,16 @@ class NullTracker:
 
 
 def make_tracker(tracking_uri: str | None, runs_dir: Path) -> SearchTracker:
-    """The tracker for a search writing under `runs_dir` (see the module docstring).
-
-    Resolves and probes the URI first (milliseconds, no MLflow import), then opens the store
-    and initialises its schema in this process before any trial is logged.
-    """
+    """The tracker for a search writing under `runs_dir` (the module docstring): the URI
+    probed first, then the store opened and its schema made here."""
     return open_tracker(tracking_uri, runs_dir, wait=True)()
 
 
 def open_tracker(tracking_uri: str | None, runs_dir: Path, *, wait: bool = False,
                  ) -> Callable[[], SearchTracker]:
-    """As `make_tracker`, but the store is opened (MLflow imported, its schema made) on a
-    thread of its own unless `wait`, so that it overlaps what the caller does next (a
-    private Ray's start: seconds of waiting on other processes). The probes run before this
-    returns; calling the result waits for the tracker and raises what `make_tracker` would.
-    The thread is not a daemon: a process that ends first waits for it."""
+    """As `make_tracker`, but the store is opened on a (non-daemon) thread unless `wait`,
+    overlapping what the caller does next; the probes run before this returns, and calling
+    the result waits for the tracker and raises what `make_tracker` would."""
     store = resolve_store(tracking_uri, runs_dir)
     if store.kind == "none":
         return NullTracker

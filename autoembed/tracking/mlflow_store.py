@@ -1,20 +1,8 @@
-"""`SearchTracker` on MLflow: one experiment per study, one parent run per search, one nested
-run per trial. Imported only by `make_tracker` and export (importing MLflow costs seconds).
-
-Layout (docs/mlflow.md):
-
-* experiment = the study name (tag `autoembed.study`); on the embedded store its artifacts
-  live in `<runs-dir>/mlartifacts/<study>/`.
-* parent run `search-<study>` (tag `autoembed.role` = search): the driver's params, the
-  space file, and at `finish` pareto.json, pareto.png, trials.csv and the vocabulary; tag
-  `pareto_trials`. A search resumed after a crash or Ctrl-C reuses its unfinished parent.
-* one child run `trial-NNNN` per trial that ran (tags `trial`, `status`, `pareto`,
-  `ray_trial_id`; params = `config.flat_params()`; metrics, see `records`; artifacts
-  `config.yaml` and `memory.json`). The Optuna trial number is the key: recording a trial
-  number again (a resumed search) replaces its earlier run.
-* infeasible proposals (never trained) are runs `infeasible-NNNN` with their params,
-  estimate metrics and `reason`, nested one level deeper under a single
-  `infeasible proposals` run, so they are one collapsed row beside the real trials.
+"""`SearchTracker` on MLflow (the layout: docs/mlflow.md): one experiment per study, one
+parent run `search-<study>` per search (reused by a resumed search), one nested run
+`trial-NNNN` per trial that ran (a trial number recorded again replaces its run), and the
+infeasible proposals as `infeasible-NNNN` runs under one `infeasible proposals` run.
+Imported only by `make_tracker` and export (importing MLflow costs seconds).
 
 Failures never stop a search: each call logs a warning and returns; after `MAX_FAILURES`
 failures in a row (or a failed `start`) tracking turns itself off. The driver's files under
@@ -41,14 +29,8 @@ from mlflow.entities import Metric, Param, Run, RunTag, ViewType
 from autoembed.tracking.run_data import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
 from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable, masked
 
-__all__ = [
-    "MAX_FAILURES",
-    "ROLE_TAG",
-    "MlflowTracker",
-    "open_client",
-    "experiment_for",
-    "trial_runs",
-]
+__all__ = ["MAX_FAILURES", "ROLE_TAG", "MlflowTracker", "open_client", "experiment_for",
+           "trial_runs"]
 
 log = logging.getLogger("autoembed.tracking")
 
@@ -63,15 +45,12 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # A dead server must cost seconds, not MLflow's default ~4 minutes of retries per call; and
 # the driver's console is not MLflow's to print on. setdefault: the user's values win.
 _ENV_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-}
-# mlflow.utils.validation: at most 100 params + tags and 1000 metrics per log_batch.
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+# mlflow.utils.validation: per log_batch at most 100 params (and 100 tags), 1000 in all
 _BATCH_PARAMS_TAGS = 100
-_BATCH_METRICS = 1000
+_BATCH_ENTITIES = 1000  # metrics, params and tags together
 
 
 def _now_ms() -> int:
@@ -118,9 +97,8 @@ def open_client(store: TrackingStore) -> MlflowClient:
 
 
 def _open_schema(store: TrackingStore) -> MlflowClient:
-    """A client whose store's schema exists. A new SQLite file starts as a copy of
-    `schema_template()` when there is one (MLflow's migrations of an empty database take
-    5-10 s here; the copy milliseconds); a new one made here becomes that template."""
+    """A client whose store's schema exists: a new SQLite file starts as a copy of
+    `schema_template()` (seconds of migrations saved), or becomes that template."""
     db = store.db_path
     new = db is not None and (not db.exists() or db.stat().st_size == 0)
     template = schema_template()
@@ -168,9 +146,8 @@ def _copy_template(template: Path, db: Path) -> bool:
 
 
 def _save_template(db: Path, template: Path) -> None:
-    """Keep a copy of the new store `db` without its experiments (MLflow makes its Default
-    experiment again where it opens the copy) as `template`; nothing when the cache is not
-    writable."""
+    """Keep a copy of the new store `db` without its experiments as `template` (nothing when
+    the cache is not writable)."""
     import sqlite3
 
     try:
@@ -210,13 +187,8 @@ def experiment_for(client: MlflowClient, study: str, store: TrackingStore) -> st
 def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterable[Run]:
     token: str | None = None
     while True:
-        page = client.search_runs(
-            [experiment_id],
-            filter_string,
-            ViewType.ACTIVE_ONLY,
-            max_results=1000,
-            page_token=token,
-        )
+        page = client.search_runs([experiment_id], filter_string, ViewType.ACTIVE_ONLY,
+                                  max_results=1000, page_token=token)
         yield from page
         token = page.token
         if not token:
@@ -257,7 +229,6 @@ class MlflowTracker:
     def open(cls, store: TrackingStore, runs_dir: Path) -> MlflowTracker:
         return cls(open_client(store), store, runs_dir)
 
-    # ------------------------------------------------------------------ introspection
     @property
     def uri(self) -> str:
         return self._store.uri
@@ -274,13 +245,6 @@ class MlflowTracker:
     def enabled(self) -> bool:
         return not self._disabled
 
-    def run_url(self) -> str | None:
-        """The parent run's page on an http(s) server (None for other stores)."""
-        if self._store.kind != "http" or self._parent_id is None:
-            return None
-        return f"{self._store.uri}/#/experiments/{self._experiment_id}/runs/{self._parent_id}"
-
-    # ------------------------------------------------------------------ protocol
     def start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
         self._safely("start", lambda: self._start(study, params, space_file), fatal=True)
 
@@ -310,7 +274,6 @@ class MlflowTracker:
         self._closed = True
         self._safely("the end of the search", lambda: self._close(status))
 
-    # ------------------------------------------------------------------ failure handling
     def _safely(self, what: str, call: Callable[[], None], *, fatal: bool = False) -> None:
         with self._lock:  # the driver may report from more than one thread
             if self._disabled:
@@ -325,49 +288,29 @@ class MlflowTracker:
             self._failures += 1
             if fatal or self._failures >= MAX_FAILURES:
                 self._disabled = True
-                log.warning(
-                    "MLflow tracking (%s) failed recording %s: %s; tracking is off for the rest "
-                    "of this search (its files under %s are complete)",
-                    self._store.uri,
-                    what,
-                    _one_line(e),
-                    self._runs_dir / (self._study or "<study>"),
-                )
+                log.warning("MLflow tracking (%s) failed recording %s: %s; tracking is off for "
+                            "the rest of this search (its files under %s are complete)",
+                            self._store.uri, what, _one_line(e),
+                            self._runs_dir / (self._study or "<study>"))
             else:
-                log.warning(
-                    "MLflow tracking (%s) failed recording %s: %s; the search goes on",
-                    self._store.uri,
-                    what,
-                    _one_line(e),
-                )
+                log.warning("MLflow tracking (%s) failed recording %s: %s; the search goes on",
+                            self._store.uri, what, _one_line(e))
 
-    # ------------------------------------------------------------------ implementation
-    def _log(
-        self,
-        run_id: str,
-        params: Mapping[str, str] = {},  # noqa: B006 - read only
-        tags: Mapping[str, str] = {},  # noqa: B006 - read only
-        metrics: Sequence[Metric] = (),
-    ) -> None:
-        """log_batch in chunks within MLflow's per-request limits."""
-        entries: list[Param | RunTag] = [
-            Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()
-        ]
+    def _log(self, run_id: str, params: Mapping[str, str] = {},  # noqa: B006 - read only
+             tags: Mapping[str, str] = {}, metrics: Sequence[Metric] = ()) -> None:  # noqa: B006
+        """log_batch in as few requests as MLflow's limits allow (one for a usual trial)."""
+        entries: list[Param | RunTag] = [Param(k, str(v)[:MAX_PARAM_CHARS])
+                                         for k, v in params.items()]
         entries += [RunTag(k, str(v)[:MAX_TAG_CHARS]) for k, v in tags.items()]
-        if len(entries) <= _BATCH_PARAMS_TAGS and len(metrics) <= _BATCH_METRICS:
-            self._client.log_batch(  # one request for a trial's run
-                run_id, params=[p for p in entries if isinstance(p, Param)],
-                tags=[t for t in entries if isinstance(t, RunTag)], metrics=list(metrics))
-            return
-        for i in range(0, len(entries), _BATCH_PARAMS_TAGS):
-            chunk = entries[i : i + _BATCH_PARAMS_TAGS]
-            self._client.log_batch(
-                run_id,
-                params=[p for p in chunk if isinstance(p, Param)],
-                tags=[t for t in chunk if isinstance(t, RunTag)],
-            )
-        for i in range(0, len(metrics), _BATCH_METRICS):
-            self._client.log_batch(run_id, metrics=list(metrics[i : i + _BATCH_METRICS]))
+        rest = list(metrics)
+        while True:
+            head, entries = entries[:_BATCH_PARAMS_TAGS], entries[_BATCH_PARAMS_TAGS:]
+            room = _BATCH_ENTITIES - len(head)
+            part, rest = rest[:room], rest[room:]
+            self._client.log_batch(run_id, params=[p for p in head if isinstance(p, Param)],
+                                   tags=[t for t in head if isinstance(t, RunTag)], metrics=part)
+            if not entries and not rest:
+                return
 
     def _start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
         self._study = study
@@ -387,11 +330,8 @@ class MlflowTracker:
                 count = self._client.get_run(self._group_id).data.metrics
                 self._infeasible = int(count.get("infeasible_proposals", 0))
         else:
-            run = self._client.create_run(
-                exp,
-                tags={ROLE_TAG: "search", STUDY_TAG: study},
-                run_name=f"search-{study}",
-            )
+            run = self._client.create_run(exp, tags={ROLE_TAG: "search", STUDY_TAG: study},
+                                          run_name=f"search-{study}")
             self._parent_id = run.info.run_id
             self._log(self._parent_id, params)
         if space_file is not None and Path(space_file).is_file():
@@ -422,8 +362,7 @@ class MlflowTracker:
                     "mlflow.note.content": "Proposals priced over the budget: never trained. "
                     "Each child has the proposed config (params), its estimate and the reason.",
                 },
-                run_name="infeasible proposals",
-            )
+                run_name="infeasible proposals")
             self._group_id = run.info.run_id
         return self._group_id
 
@@ -437,12 +376,9 @@ class MlflowTracker:
             self._client.delete_run(old)  # recorded again (a resumed search): replace it
         end = _now_ms()
         start = end - payload.duration_ms
-        run = self._client.create_run(
-            self._experiment_id,
-            start_time=start,
-            tags={**payload.tags, PARENT_TAG: parent},
-            run_name=payload.name,
-        )
+        run = self._client.create_run(self._experiment_id, start_time=start,
+                                      tags={**payload.tags, PARENT_TAG: parent},
+                                      run_name=payload.name)
         run_id = run.info.run_id
         self._trials[record.number] = run_id
         metrics = [Metric(m.key, m.value, start + m.offset_ms, m.step) for m in payload.metrics]
@@ -486,11 +422,8 @@ class MlflowTracker:
         if missing:
             log.warning("Pareto trials %s have no MLflow run (recorded before tracking started?)",
                         missing)
-        self._log(
-            self._parent_id,
-            tags={"pareto_trials": ",".join(str(n) for n in front)},
-            metrics=[Metric("pareto_size", float(len(front)), _now_ms(), 0)],
-        )
+        self._log(self._parent_id, tags={"pareto_trials": ",".join(str(n) for n in front)},
+                  metrics=[Metric("pareto_size", float(len(front)), _now_ms(), 0)])
 
     def _attach(self, artifacts: Sequence[Path]) -> None:
         assert self._parent_id is not None

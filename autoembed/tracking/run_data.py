@@ -1,21 +1,9 @@
-"""What one trial becomes in MLflow: params, metrics and tags as plain values.
-
-Pure functions (no MLflow import), so the mapping is testable alone and the MLflow store only
-ships what they return. Metric names (one place, documented in docs/mlflow.md):
-
-* curve (by step): `valid_quality` and `valid_<metric>` for each validation evaluation;
-* final: `quality`, the search's objective (validation split, last step; the test figure
-  when a result has no validation figure), `test_quality` and the result's own metrics on
-  the test split (`auc`, `logloss`, ...);
-* memory: `estimate_<category>` for each byte figure of the estimate (`estimate_device_total`,
-  `estimate_allocated_peak`, ...); `measured_allocated_peak` / `measured_reserved_peak` and
-  `estimate_rel_error` / `estimate_rel_error_reserved` = (estimate - measured) / measured only
-  when a GPU measured them; `rss_peak` (host memory, never called GPU memory);
-* speed: `throughput` (samples/s), `steps_to_target`, `samples_to_target`,
-  `latency_<p50|p99>_<b1|b256>_ms`, `train_seconds`, `wall_seconds`;
-* the search's objective values the record carries (`record.metrics`, e.g. `memory`,
-  `latency`) where not logged under the names above, and `budget_overshoot` =
-  (device_total - budget) / budget for proposals over the budget.
+"""What one trial becomes in MLflow: params, metrics and tags as plain values. Pure functions
+(no MLflow import); the metric names are documented in docs/mlflow.md: the curve
+(`valid_quality`, `valid_<metric>` by step); `quality`, `test_quality` and the test split's
+metrics; `estimate_<category>`, and only where a GPU measured them `measured_*_peak` and
+`estimate_rel_error[_reserved]` = (estimate - measured) / measured; `rss_peak` (host memory);
+speed and cost figures; the record's other objective values and `budget_overshoot`.
 """
 
 from __future__ import annotations
@@ -27,15 +15,8 @@ from typing import Any
 
 from autoembed.memory.types import BYTE_FIGURES
 
-__all__ = [
-    "ESTIMATE_FIGURES",
-    "MAX_PARAM_CHARS",
-    "MAX_TAG_CHARS",
-    "MetricPoint",
-    "RunPayload",
-    "trial_payload",
-    "run_name",
-]
+__all__ = ["ESTIMATE_FIGURES", "MAX_PARAM_CHARS", "MAX_TAG_CHARS", "MetricPoint", "RunPayload",
+           "trial_payload", "run_name"]
 
 # Byte figures of `MemoryEstimate.to_dict()` logged as `estimate_<name>`.
 ESTIMATE_FIGURES = BYTE_FIGURES
@@ -88,15 +69,6 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _estimate_metrics(estimate: Mapping[str, Any]) -> list[MetricPoint]:
-    out = []
-    for name in ESTIMATE_FIGURES:
-        v = _number(estimate.get(name))
-        if v is not None:
-            out.append(MetricPoint(f"estimate_{name}", v))
-    return out
-
-
 def _relative_error(estimate: float | None, measured: float | None) -> float | None:
     if estimate is None or measured is None or measured <= 0:
         return None
@@ -113,57 +85,34 @@ def _result_metrics(result: Any, estimate: Mapping[str, Any]) -> list[MetricPoin
             if f is not None:
                 out.append(MetricPoint(f"valid_{k}", f, ev.step, at))
     final: dict[str, Any] = {
-        "quality": result.objective_quality,
-        "test_quality": result.test_quality,
+        "quality": result.objective_quality, "test_quality": result.test_quality,
         **dict(result.metrics),
-        "throughput": result.throughput,
-        "steps_to_target": result.steps_to_target,
-        "samples_to_target": result.samples_to_target,
-        "target": result.target,
-        "steps": result.steps,
-        "samples": result.samples,
-        "serving_bytes": result.serving_bytes,
-        "quality_before_quantization": result.quality_before_quantization,
-        "measured_allocated_peak": result.measured_allocated_peak,
-        "measured_reserved_peak": result.measured_reserved_peak,
-        "rss_peak": result.rss_peak,
-        "train_seconds": result.train_seconds,
-        "wall_seconds": result.wall_seconds,
-    }
-    for k, v in result.latency_ms.items():
-        final[f"latency_{k}_ms"] = v
-    # The error is against the estimate of the config that trained (the result's own; a
-    # search may train a scaled-down stand-in of the priced config).
-    trained = result.estimate or estimate
+        **{k: getattr(result, k) for k in (
+            "throughput", "steps_to_target", "samples_to_target", "target", "steps", "samples",
+            "serving_bytes", "quality_before_quantization", "measured_allocated_peak",
+            "measured_reserved_peak", "rss_peak", "train_seconds", "wall_seconds")}}
+    final.update({f"latency_{k}_ms": v for k, v in result.latency_ms.items()})
+    trained = result.estimate or estimate  # the trained config's (a stand-in's, maybe)
     final["estimate_rel_error"] = _relative_error(
-        _number(trained.get("allocated_peak")), _number(result.measured_allocated_peak)
-    )
+        _number(trained.get("allocated_peak")), _number(result.measured_allocated_peak))
     final["estimate_rel_error_reserved"] = _relative_error(
-        _number(trained.get("reserved_peak")), _number(result.measured_reserved_peak)
-    )
-    last_step = result.steps
-    for k, v in final.items():
-        f = _number(v)
-        if f is not None:
-            out.append(MetricPoint(k, f, last_step, int(result.wall_seconds * 1000)))
-    return out
+        _number(trained.get("reserved_peak")), _number(result.measured_reserved_peak))
+    end = int(result.wall_seconds * 1000)
+    return out + [MetricPoint(k, f, result.steps, end) for k, v in final.items()
+                  if (f := _number(v)) is not None]
 
 
 def trial_payload(record: Any, study: str) -> RunPayload:
-    """The run of one trial record (see `autoembed.tracking.TrialRecord`).
-
-    Infeasible proposals carry their params, estimate metrics and reason only.
-    """
+    """The run of one trial record; an infeasible proposal's carries its params, estimate
+    metrics and reason only."""
     result = record.result
     estimate: Mapping[str, Any] = record.estimate or (result.estimate if result else {})
     params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
-    metrics = _estimate_metrics(estimate)
+    metrics = [MetricPoint(f"estimate_{name}", v) for name in ESTIMATE_FIGURES
+               if (v := _number(estimate.get(name))) is not None]
     tags = {
-        "autoembed.role": "trial",
-        "autoembed.study": study,
-        "trial": str(record.number),
-        "status": record.status,
-    }
+        "autoembed.role": "trial", "autoembed.study": study, "trial": str(record.number),
+        "status": record.status}
     if record.ray_trial_id:
         tags["ray_trial_id"] = str(record.ray_trial_id)
     # where it ran: the Ray node and the custom resources it was given (read when present)
@@ -192,12 +141,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
             if k in result.env:
                 tags[f"env.{k}"] = _clip(str(result.env[k]), MAX_TAG_CHARS)
     metrics = [m for m in metrics if not math.isinf(m.value)]  # MLflow stores NaN, not inf
-    return RunPayload(
-        name=run_name(record.number, record.status),
-        params=params,
-        metrics=tuple(metrics),
-        tags=tags,
-        run_status=("FAILED" if record.status in _FAILED_STATUSES else
-                    "KILLED" if record.status == "interrupted" else "FINISHED"),
-        duration_ms=duration,
-    )
+    status = ("FAILED" if record.status in _FAILED_STATUSES else
+              "KILLED" if record.status == "interrupted" else "FINISHED")
+    return RunPayload(run_name(record.number, record.status), params, tuple(metrics), tags,
+                      status, duration)

@@ -1,16 +1,11 @@
-"""Where runs are recorded: resolving a tracking URI and checking a server answers.
-
-No MLflow import here: resolving and probing take milliseconds, so a wrong URI fails within
-seconds, before the search pays for Ray or MLflow.
+"""Where runs are recorded: resolving a tracking URI and checking a server answers, with no
+MLflow import (a wrong URI fails in seconds, before Ray or MLflow load).
 
 * default: the embedded store `sqlite:///<runs-dir>/mlflow.db`, artifacts in
-  `<runs-dir>/mlartifacts/<study>/`;
-* `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): any MLflow tracking URI; an http(s)
-  server is probed at `<uri>/health` (3 s) and an unreachable one is a
-  `TrackingUnreachableError` (exit status 2: the URI given does not answer);
-* a database URI (postgresql://, mysql://: a team store) is connected to once with a
-  10 s timeout before MLflow opens it (MLflow itself retries for minutes); artifacts go
-  under `<runs-dir>/mlartifacts/<study>/` as for the embedded store;
+  `<runs-dir>/mlartifacts/<study>/` (also for a database URI);
+* `--tracking-uri URI` (or env MLFLOW_TRACKING_URI): an http(s) server is probed at
+  `<uri>/health` (3 s; unreachable: `TrackingUnreachableError`, exit 2); a database URI
+  (postgresql://, mysql://) is connected to once with a 10 s timeout;
 * `none`: record nothing.
 """
 
@@ -25,20 +20,9 @@ from pathlib import Path
 
 from autoembed.errors import AutoembedError, ConfigError
 
-__all__ = [
-    "DB_FILE",
-    "ARTIFACT_DIR",
-    "HEALTH_TIMEOUT_S",
-    "TrackingStore",
-    "TrackingUnreachableError",
-    "TrackingError",
-    "resolve_store",
-    "default_store_uri",
-    "check_reachable",
-    "check_database",
-    "DATABASE_SCHEMES",
-    "masked",
-]
+__all__ = ["DB_FILE", "ARTIFACT_DIR", "HEALTH_TIMEOUT_S", "TrackingStore",
+           "TrackingUnreachableError", "TrackingError", "resolve_store", "default_store_uri",
+           "check_reachable", "check_database", "DATABASE_SCHEMES", "masked"]
 
 DB_FILE = "mlflow.db"
 ARTIFACT_DIR = "mlartifacts"
@@ -58,13 +42,9 @@ class TrackingError(AutoembedError):
 
 @dataclass(frozen=True)
 class TrackingStore:
-    """A resolved tracking destination.
-
-    kind: "none" (record nothing), "embedded" (a SQLite file: by default `mlflow.db` under the
-    runs directory), "http" (an MLflow server) or "other" (any other MLflow URI, e.g.
-    PostgreSQL). artifact_root: where an embedded store keeps artifacts (`mlartifacts/` beside
-    the SQLite file); None for the others (the server or the URI decides).
-    """
+    """A resolved tracking destination. kind: "none", "embedded" (a SQLite file), "http"
+    (an MLflow server) or "other" (any other MLflow URI, e.g. PostgreSQL); artifact_root:
+    where artifacts go (None: the server or the URI decides)."""
 
     uri: str
     kind: str
@@ -108,25 +88,19 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
         # artifacts beside the driver's runs, never in whatever directory it was started from
         return TrackingStore(uri, "other", runs / ARTIFACT_DIR)
     if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in (
-        "true",
-        "1",
+        "true", "1",
     ):
         path = Path(uri.removeprefix("file://")).absolute()
         raise ConfigError(
             f"tracking URI '{uri}' is an MLflow file store, which MLflow 3 refuses unless "
             f"MLFLOW_ALLOW_FILE_STORE=true; use a database such as "
-            f"sqlite:///{path / DB_FILE}, an http(s) server, or 'none'"
-        )
+            f"sqlite:///{path / DB_FILE}, an http(s) server, or 'none'")
     return TrackingStore(uri, "other")
 
 
 def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     """Raise `TrackingUnreachableError` unless the MLflow server at `uri` answers `/health`
-    within `timeout` seconds (MLflow's own client would retry for about 4 minutes).
-
-    A 4xx answer counts as reachable (e.g. a proxy that wants credentials: MLflow will say
-    more); connection errors, timeouts and 5xx answers do not.
-    """
+    within `timeout` seconds; a 4xx answer counts as reachable (MLflow will say more)."""
     url = f"{uri.rstrip('/')}/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
@@ -142,8 +116,7 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     raise TrackingUnreachableError(
         f"MLflow tracking server '{uri}' is not reachable ({url}: {cause}, timeout "
         f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), "
-        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none"
-    )
+        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none")
 
 
 def masked(uri: str) -> str:
@@ -163,8 +136,7 @@ def check_database(uri: str, timeout: int = DB_CONNECT_TIMEOUT_S) -> None:
     except ImportError:
         raise ConfigError(
             f"tracking URI '{masked(uri)}': the database driver for '{scheme}' is not "
-            "installed; pip install 'autoembed[team]' (psycopg for PostgreSQL)"
-        ) from None
+            "installed; pip install 'autoembed[team]' (psycopg for PostgreSQL)") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's ArgumentError etc.
         raise ConfigError(f"tracking URI '{masked(uri)}' is not a database URL SQLAlchemy "
                           f"takes ({type(e).__name__}); use e.g. "
@@ -177,7 +149,6 @@ def check_database(uri: str, timeout: int = DB_CONNECT_TIMEOUT_S) -> None:
         raise TrackingUnreachableError(
             f"MLflow database '{masked(uri)}' cannot be reached ({first[:200]}); check the "
             "URL, that the server runs and the database exists (createdb), or pass "
-            "--tracking-uri none"
-        ) from None
+            "--tracking-uri none") from None
     finally:
         engine.dispose()

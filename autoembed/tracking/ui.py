@@ -21,12 +21,7 @@ from pathlib import Path
 
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer
-from autoembed.tracking.store import (
-    TrackingError,
-    TrackingStore,
-    default_store_uri,
-    resolve_store,
-)
+from autoembed.tracking.store import TrackingError, TrackingStore, default_store_uri, resolve_store
 
 __all__ = ["DEFAULT_PORT", "server_command", "serve_ui"]
 
@@ -37,22 +32,9 @@ STOP_S = 10.0
 
 def server_command(store: TrackingStore, host: str, port: int) -> list[str]:
     assert store.artifact_root is not None
-    return [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        store.uri,
-        "--artifacts-destination",
-        str(store.artifact_root),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.uri,
+            "--artifacts-destination", str(store.artifact_root), "--host", host,
+            "--port", str(port), "--workers", "1"]
 
 
 def _check_port(host: str, port: int) -> None:
@@ -63,8 +45,7 @@ def _check_port(host: str, port: int) -> None:
         except OSError as e:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port "
-                "or --host"
-            ) from None
+                "or --host") from None
 
 
 def _healthy(url: str) -> bool:
@@ -79,10 +60,8 @@ def study_links(url: str) -> list[tuple[str, str]]:
     """(study, link to its runs table) for each autoembed experiment the server holds.
     `workflowType=machine_learning` opens MLflow 3's "Model training" view, not GenAI."""
     req = urllib.request.Request(
-        f"{url}/api/2.0/mlflow/experiments/search",
-        data=json.dumps({"max_results": 1000}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
+        f"{url}/api/2.0/mlflow/experiments/search", data=json.dumps({"max_results": 1000}).encode(),
+        headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310 - local
             experiments = json.loads(r.read()).get("experiments", [])
@@ -121,9 +100,8 @@ def _interrupt_on_signals() -> Callable[[], None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        old[sig] = signal.signal(sig, interrupt)
+    old = {sig: signal.signal(sig, interrupt)
+           for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def restore() -> None:
         for sig, handler in old.items():
@@ -132,10 +110,8 @@ def _interrupt_on_signals() -> Callable[[], None]:
     return restore
 
 
-def serve_ui(
-    runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-    echo: Callable[[str], None] | None = None,
-) -> int:
+def serve_ui(runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+             echo: Callable[[str], None] | None = None) -> int:
     """Run the UI until Ctrl-C (exit status 130) or until the server exits on its own (1)."""
     if echo is None:
         def echo(line: str) -> None:

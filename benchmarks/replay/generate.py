@@ -350,7 +350,7 @@ def _timed_step(m: Meter, step: Callable[[Any], float]) -> Callable[[Any], float
 
 
 def _hook(m: Meter, base_dataset: Any, s: Any) -> Callable[[Any, int], None]:
-    from autoembed.runner import _evaluate, primary
+    from autoembed.runner import _scored, primary
 
     def on_step(trainer: Any, step: int) -> None:
         t0 = now()
@@ -370,14 +370,14 @@ def _hook(m: Meter, base_dataset: Any, s: Any) -> Callable[[Any, int], None]:
                                      "steps_wall_s": m.steps[0], "steps_cpu_s": m.steps[1],
                                      "search": m.runner_step(step)}
             t1 = now()
-            test = _evaluate(trainer, m.dataset, "test", cfg.batch_size, s.test_batches,
-                             cfg.task)
+            test, _ = _scored(trainer, m.dataset, "test", cfg.batch_size, s.test_batches,
+                              cfg.task)
             point.update(test_quality=test[primary(cfg.task)], test_metrics=test)
             point["test_wall_s"], point["test_cpu_s"] = since(t1)
             if not m.runner_step(step):
                 t2 = now()
-                valid = _evaluate(trainer, m.dataset, "valid", cfg.batch_size,
-                                  s.eval_batches, cfg.task)
+                valid, _ = _scored(trainer, m.dataset, "valid", cfg.batch_size,
+                                   s.eval_batches, cfg.task)
                 point.update(quality=valid[primary(cfg.task)], metrics=valid)
                 point["valid_wall_s"], point["valid_cpu_s"] = since(t2)
             m.points[step] = point
