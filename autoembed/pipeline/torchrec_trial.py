@@ -6,7 +6,8 @@ The calling Tune trial holds no CPU; each worker asks `cpus_per_worker` (default
 runs one torch thread, so a 2-rank trial fits one core. Results are gathered to rank 0
 (`all_gather_object`) and handed back through a Ray queue (no shared file system needed).
 Workers die with the driver. On a cluster gloo needs GLOO_SOCKET_IFNAME (NCCL:
-NCCL_SOCKET_IFNAME) in the workers' `runtime_env`; `pipeline.sharded_runner.MEASURE_ENV` is set there too.
+NCCL_SOCKET_IFNAME) in the workers' `runtime_env`; `pipeline.sharded_runner.MEASURE_ENV` is
+set there too.
 """
 
 from __future__ import annotations
