@@ -41,7 +41,6 @@ from autoembed.space.search_space import (
     TableRule,
     apply_table_rules,
     builtin_space_path,
-    product_size,
     table_param_name,
     table_rules_of,
     with_table_rules,
@@ -77,6 +76,5 @@ __all__ = [
     "check_objective",
     "cheapest_config",
     "builtin_space_path",
-    "product_size",
     "BUILTIN_SPACES",
 ]

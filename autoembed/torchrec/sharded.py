@@ -277,11 +277,9 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
 
 def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
                      topology: RankTopology, tables: Any = (), *, loss: Any = None,
-                     dense_optimizer: str = "adagrad", lr: float = 0.01,
-                     check: bool = False) -> ShardedEstimate:
+                     dense_optimizer: str = "adagrad", lr: float = 0.01) -> ShardedEstimate:
     """Each rank's figures for `model` (rewritten by `tables`, `apply`) planned on
-    `topology`; `example` is one rank's batch (its KJT's stride is the batch per rank).
-    `check`: a rank over its memory is a ConfigError naming it."""
+    `topology`; `example` is one rank's batch (its KJT's stride is the batch per rank)."""
     items = table_settings(tables)
     built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)
     if not table_infos(built):
@@ -300,8 +298,5 @@ def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     notes = ("tables, optimizer state and UVM caches by formula per shard (FBGEMM's fused "
              "kernel); the dense part traced with one-row tables; sparse transients by "
              "formula",)
-    est = ShardedEstimate(ranks=ranks, plan=planned, topology=topology, dense=dense,
-                          notes=notes)
-    if check:
-        est.check_fits()
-    return est
+    return ShardedEstimate(ranks=ranks, plan=planned, topology=topology, dense=dense,
+                           notes=notes)

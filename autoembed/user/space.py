@@ -20,13 +20,13 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.space import EMBEDDING, SearchSpace, load_space, parse_space
+from autoembed.space import EMBEDDING, SearchSpace, load_space
 
 __all__ = ["params_for", "config_for", "reference_values", "embedding_value",
            "as_written_config", "as_written_values", "enqueue_values", "short_name",
            "table_settings_for", "torchrec_config", "user_record",
            "check_plan_device",
-           "load_user_space", "parse_user_space", "EMBEDDING"]
+           "load_user_space", "EMBEDDING"]
 
 
 def _all(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,8 +239,3 @@ def check_plan_device(space: SearchSpace, compute_device: str) -> None:
 def load_user_space(path: str | Path) -> SearchSpace:
     """`autoembed.space.load_space(path, kind="user")`."""
     return load_space(path, "user")
-
-
-def parse_user_space(raw: Any, source: str, text: str = "") -> SearchSpace:
-    """`autoembed.space.parse_space(raw, source, text, kind="user")`."""
-    return parse_space(raw, source, text, "user")
