@@ -19,11 +19,8 @@ that `autoembed.space.parse_space` validates. No Optuna, no torch. The rules:
 * **Training length** from `selection.training_length`: epochs for data that fit
   TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
 
-`to_space_dict(per_table=True)` (what `auto_space` uses) pins every small table to
-`compression: none` and searches `hash_buckets` / `qr_collisions` as shares of each table's
-rows. The default form carries one config-wide compression instead: `hash_buckets` as counts
-from the smallest big table's low share (at least the largest small table's rows, so small
-tables are not hashed) to HASH_SHARES[1] of its rows; QR only when every table is big.
+`to_space_dict()` pins every small table to `compression: none` and searches `hash_buckets`
+/ `qr_collisions` as shares of each table's rows.
 
 `summary(space)` is the few lines a search prints before its first trial.
 """
@@ -120,11 +117,6 @@ class TablePlan:
     hash_buckets: tuple[int, int] | None = None
     qr_collisions: tuple[int, int] | None = None
 
-    @property
-    def hash_shares(self) -> tuple[float, float] | None:
-        hb = self.hash_buckets
-        return None if hb is None else (hb[0] / self.rows, hb[1] / self.rows)
-
 
 @dataclass(frozen=True)
 class AutoSpace:
@@ -145,14 +137,12 @@ class AutoSpace:
     def big_tables(self) -> tuple[TablePlan, ...]:
         return tuple(t for t in self.tables if t.big)
 
-    def to_space_dict(self, per_table: bool = False) -> dict[str, Any]:
-        """The space file form (`parse_space` validates it). `per_table`: the per-table form
-        (`tables:` pins the small tables to no compression; hash buckets and QR collisions
-        are searched as shares of each table's rows), for a loader that reads `tables:` and
-        share ranges; otherwise the config-wide counts of the module docstring."""
+    def to_space_dict(self) -> dict[str, Any]:
+        """The space file form (`parse_space` validates it): `tables:` pins the small tables
+        to no compression; hash buckets and QR collisions are searched as shares of rows."""
         params: dict[str, Any] = {"dim": {"type": "int", "low": self.dim[0], "high": self.dim[1],
                                           "log": True, "multiple_of": DIM_MULTIPLE}}
-        compression = self.share_params() if per_table else self._compression_params()
+        compression = self.share_params()
         params.update(compression)
         if self.task == "ctr":
             params["interaction"] = {"choices": ["concat", "dot"]}
@@ -174,7 +164,7 @@ class AutoSpace:
         base: dict[str, Any] = {"dense_optimizer": "adam"}
         if self.task == "text":
             base["dense_layers"] = []
-        tables = self.table_rules() if per_table else []
+        tables = self.table_rules()
         return {
             "description": self.describe(),
             "data": dict(self.spec),
@@ -200,10 +190,9 @@ class AutoSpace:
         return [{"name": t.name, "compression": "none"} for t in self.tables if not t.big]
 
     def share_params(self) -> dict[str, Any]:
-        """Compression params as shares of each table's rows (the per-table form): hash
-        buckets HASH_SHARES; QR shares s (m = ceil(1/s) collisions, a quotient table of at
-        most s of the rows) from 1/min(QR_MAX_COLLISIONS, sqrt(rows)) of the smallest big
-        table to 1/2."""
+        """Compression params as shares of each table's rows: hash buckets HASH_SHARES; QR
+        shares s (m = ceil(1/s) collisions, a quotient table of at most s of the rows) from
+        1/min(QR_MAX_COLLISIONS, sqrt(rows)) of the smallest big table to 1/2."""
         big = self.big_tables
         if not big:
             return {}
@@ -218,30 +207,6 @@ class AutoSpace:
             out["qr_collisions"] = {"when": {"compression": "qr"}, "type": "float",
                                     "low": 1 / most, "high": 0.5, "log": True}
         return out
-
-    def _compression_params(self) -> dict[str, Any]:
-        big = self.big_tables
-        if not big:
-            return {}
-        out: dict[str, Any] = {}
-        choices = ["none"]
-        small_max = max((t.rows for t in self.tables if not t.big), default=0)
-        ranges = [t.hash_buckets for t in big if t.hash_buckets]
-        low = max([min(r[0] for r in ranges), small_max]) if ranges else 1
-        high = min(r[1] for r in ranges) if ranges else 0
-        if low <= high:  # at least every small table's rows, at most half of each big one's
-            choices.append("hash")
-            out["hash_buckets"] = {"when": {"compression": "hash"}, "type": "int",
-                                   "low": low, "high": high, "log": True}
-        if len(big) == len(self.tables):
-            qr = [t.qr_collisions for t in big if t.qr_collisions]
-            if qr:
-                choices.append("qr")
-                out["qr_collisions"] = {"when": {"compression": "qr"}, "type": "int",
-                                        "low": 2, "high": min(q[1] for q in qr), "log": True}
-        if len(choices) == 1:
-            return {}
-        return {"compression": {"choices": choices}, **out}
 
     def describe(self) -> str:
         big = ", ".join(t.name for t in self.big_tables) or "none"
@@ -339,7 +304,7 @@ def auto_space(dataset: Dataset, budget_bytes: int) -> SearchSpace:
 
     from autoembed.space import parse_space
 
-    raw = derive_space(facts_of(dataset), budget_bytes).to_space_dict(per_table=True)
+    raw = derive_space(facts_of(dataset), budget_bytes).to_space_dict()
     return parse_space(raw, AUTO_SOURCE, yaml.safe_dump(raw, sort_keys=False))
 
 

@@ -3,7 +3,7 @@ against the peak bytes of a real CPU training step of the same model, for every 
 fp32/bf16_master/amp_bf16 x adam/rowwise_adagrad x as built / after `autoembed.apply`
 (`examples._demo.compressed_config`: the big tables hashed or quotient-remainder).
 Measured independently of the tracer
-(`autoembed.user.model.measure`: a fresh process per case, MALLOC_MMAP_THRESHOLD_=65536,
+(`benchmarks/measure_cpu.py`: a fresh process per case, MALLOC_MMAP_THRESHOLD_=65536,
 VmHWM reset after two warm-up steps of a small twin model). Rows are written as they finish.
 
     .venv/bin/python benchmarks/estimator_accuracy_models.py [--only seed_mean,dlrm]
@@ -154,8 +154,9 @@ def _changes(pairs: list[str]) -> dict[str, int]:
 def _case(name: str, mod: ModuleType, precision: str, opt: str, applied: bool,
           timeout: float, changes: dict[str, int]) -> dict[str, Any]:
     """One cell: the estimate, then the real step measured in a fresh process."""
+    from measure_cpu import measure_cpu_peak
+
     from autoembed import estimate_model
-    from autoembed.user.model.measure import measure_cpu_peak
 
     size = {**mod.SIZES["test"], **{k: v for k, v in changes.items()
                                     if k in mod.SIZES["test"]}}
@@ -247,7 +248,7 @@ def _write(records: list[dict[str, Any]]) -> None:
         ".jsonl, one line per cell; a rerun measures only the cells not on file). Sizes: each "
         "example's SIZES['test'] unless the tables column names a change. The commit is "
         "the code measured; the results files themselves are what the run leaves uncommitted. "
-        "The measured step runs with oneDNN off (autoembed/user/model/measure.py): on a CPU "
+        "The measured step runs with oneDNN off (benchmarks/measure_cpu.py): on a CPU "
         "with AVX-512 BF16 / AMX its bf16 kernels keep 6-9 MB of scratch that is not tensors "
         "(the .jsonl keeps the e05b68c rows measured with it on: bf16 cells 0.2-6.8% above "
         "the estimate, fp32 cells unchanged); CPUs without those units never used it for bf16.",

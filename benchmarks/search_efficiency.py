@@ -285,9 +285,8 @@ def compare_space(name: str, tmp: Path, real_steps: int) -> tuple[Path, str]:
         from autoembed.data import load_dataset
         from autoembed.space_auto import derive_space, facts_of
 
-        # the per-table form, as `--space auto` derives it (space_auto.auto_space)
-        raw = derive_space(facts_of(load_dataset("movielens")), budget).to_space_dict(
-            per_table=True)
+        # as `--space auto` derives it (space_auto.auto_space)
+        raw = derive_space(facts_of(load_dataset("movielens")), budget).to_space_dict()
         run = dict(raw["run"])
         run.pop("epochs", None)
         run.update(max_steps=real_steps, eval_every=max(1, real_steps // 6))

@@ -1,6 +1,6 @@
 """Unsharded TorchRec models: `autoembed.estimate_model` (the traced step, KJTs made
 traceable: `autoembed.torchrec.unsharded`) against the peak bytes of a real CPU training step of
-the same model, measured independently of the tracer (`autoembed.user.model.measure`: a fresh
+the same model, measured independently of the tracer (`benchmarks/measure_cpu.py`: a fresh
 process, MALLOC_MMAP_THRESHOLD_=65536, VmHWM reset after two warm-up steps of a small twin).
 The model is examples/torchrec_dlrm.py (TorchRec's DLRM in DLRMTrain, its EmbeddingBagCollection
 unsharded: nn.EmbeddingBag tables trained by the torch optimizer named).
@@ -26,8 +26,9 @@ CASES = [(0.05, 2048, 16, "adagrad"), (0.05, 4096, 16, "sgd"), (0.05, 2048, 32, 
 
 
 def main() -> None:
+    from measure_cpu import measure_cpu_peak
+
     from autoembed.torchrec.unsharded import estimate_unsharded
-    from autoembed.user.model.measure import measure_cpu_peak
     from examples import torchrec_dlrm as ex
 
     rows = []

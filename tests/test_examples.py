@@ -252,9 +252,9 @@ def check_yaml(block: Block, copy: Path, n: int) -> None:
         elif isinstance(raw, dict) and "params" in raw:
             load_space(str(path))
         elif isinstance(raw, dict) and ("embedding" in raw or "user" in raw):
-            from autoembed.user.space import parse_user_space
+            from autoembed.space import parse_space
 
-            parse_user_space(raw, block.where)
+            parse_space(raw, block.where, kind="user")
         else:
             _fail(block, "a yaml block that is neither a config (config:), a space (params:) "
                   "nor a user space (embedding:/user:): mark it `# file: NAME` or make it one")

@@ -167,7 +167,7 @@ def test_derived_text_spaces_search_idf_for_uncompressed_tables() -> None:
     def pooling(rows: int) -> dict[str, object]:
         facts = DataFacts("text", (TableFacts("tokens", rows, 64.0),), 2_000, 200, 64,
                           (64,) * 2_000, {"name": "docs.csv"})
-        raw = derive_space(facts, 8 * 10**9).to_space_dict(per_table=True)
+        raw = derive_space(facts, 8 * 10**9).to_space_dict()
         space = parse_space(raw, "auto")
         values = {"dim": 16, "pooling": "idf", "table_optimizer": "adam", "lr": 0.01,
                   "weight_decay": 0.0, "batch_size": 32, "compression": "none"}

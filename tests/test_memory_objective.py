@@ -5,9 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoembed.config import EmbeddingConfig, TableConfig
-from autoembed.memory.objective import memory_objective
-from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+from autoembed.memory.objective import memory_value
+from autoembed.memory.types import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, MemoryEstimate
 from autoembed.trace import estimate
+
+
+def memory_objective(est: MemoryEstimate, measured_allocated_peak: int | None = None) -> float:
+    """A new study's memory objective of `est`, as a trial's stored estimate gives it."""
+    return memory_value(est.to_dict(), measured_allocated=measured_allocated_peak)
 
 
 def _user_csv(rows: int, dim: int = 16) -> EmbeddingConfig:

@@ -64,16 +64,16 @@ def test_big_tables_are_compressed_by_shares_and_small_ones_left_alone() -> None
     assert [t.big for t in auto.tables] == [True, True, False, False]
     assert auto.tables[0].hash_buckets == (400_000, 20_000_000)  # 1% and 50% of the rows
     assert auto.tables[1].hash_buckets == (100_000, 5_000_000)
-    assert auto.tables[0].hash_shares == (0.01, 0.5)
     assert auto.tables[0].qr_collisions == (2, 64)
     assert auto.tables[2].hash_buckets is None and auto.tables[2].qr_collisions is None
-    params = auto.to_space_dict()["params"]
-    # config-wide counts: from the smallest big table's 1% (100k, above the small tables'
-    # 10k rows) to half of it (5M: no table is offered as many buckets as ids)
-    assert params["compression"]["choices"] == ["none", "hash"]  # QR would hit small tables
-    assert (params["hash_buckets"]["low"], params["hash_buckets"]["high"]) == (100_000,
-                                                                               5_000_000)
-    parse_space(auto.to_space_dict(), "auto")
+    raw = auto.to_space_dict()
+    # the small tables pinned uncompressed; the big ones hashed by 1% to 50% of their rows
+    assert raw["tables"] == [{"name": "t2", "compression": "none"},
+                             {"name": "t3", "compression": "none"}]
+    params = raw["params"]
+    assert params["compression"]["choices"] == ["none", "hash", "qr"]
+    assert (params["hash_buckets"]["low"], params["hash_buckets"]["high"]) == (0.01, 0.5)
+    parse_space(raw, "auto")
     # a big table: row-wise Adagrad too, and it takes weight decay
     assert params["table_optimizer"]["choices"] == ["adam", "adagrad", "rowwise_adagrad"]
     assert params["weight_decay"]["when"] == {"table_optimizer": ["adam", "rowwise_adagrad"]}
@@ -81,10 +81,13 @@ def test_big_tables_are_compressed_by_shares_and_small_ones_left_alone() -> None
 
 def test_all_big_tables_search_qr_too() -> None:
     auto = derive_space(_facts([4_000_000, 1_000_000], train=200_000), 1 * GB)
-    params = auto.to_space_dict()["params"]
+    raw = auto.to_space_dict()
+    params = raw["params"]
+    assert "tables" not in raw  # no small table to pin
     assert params["compression"]["choices"] == ["none", "hash", "qr"]
-    assert (params["qr_collisions"]["low"], params["qr_collisions"]["high"]) == (2, 64)
-    parse_space(auto.to_space_dict(), "auto")
+    # 64 collisions (min(64, isqrt(1M) = 1000)) as a share: a quotient table of 1/64 the rows
+    assert (params["qr_collisions"]["low"], params["qr_collisions"]["high"]) == (1 / 64, 0.5)
+    parse_space(raw, "auto")
 
 
 def test_range_helpers_by_hand() -> None:
@@ -112,11 +115,13 @@ def test_never_more_buckets_than_ids_and_small_tables_untouched(rows: list[int],
         assert 8 <= t.dim_high <= 256 and t.dim_high % 8 == 0
         if t.hash_buckets:
             assert 1 <= t.hash_buckets[0] <= t.hash_buckets[1] < t.rows
-    hb = auto.to_space_dict()["params"].get("hash_buckets")
-    if hb:
-        assert all(hb["high"] < t.rows for t in auto.big_tables)
-        assert all(hb["low"] >= t.rows for t in auto.tables if not t.big)
-    parse_space(auto.to_space_dict(), "auto")
+    raw = auto.to_space_dict()
+    hb = raw["params"].get("hash_buckets")
+    if hb:  # 50% of a big table's rows at most (ceil: fewer than its rows from 2 rows on)
+        assert hb["high"] == 0.5 and all(t.rows >= 2 for t in auto.big_tables)
+        pinned = {r["name"] for r in raw.get("tables", [])}
+        assert pinned == {t.name for t in auto.tables if not t.big}
+    parse_space(raw, "auto")
 
 
 def test_facts_of_a_text_file(tmp_path: Path) -> None:
@@ -153,13 +158,13 @@ def test_auto_space_of_a_ctr_file_round_trips_through_its_yaml(tmp_path: Path) -
     assert parse_space(yaml.safe_load(space.text), "auto") == space
 
 
-def test_per_table_form_leaves_small_tables_alone_and_sizes_big_ones_by_share() -> None:
+def test_derived_space_leaves_small_tables_alone_and_sizes_big_ones_by_share() -> None:
     from dataclasses import replace
 
     from autoembed.config import EmbeddingConfig, TableConfig, resolved_tables
 
     rows = [40_000_000, 10_000_000, 10_000, 5]
-    raw = derive_space(_facts(rows, train=200_000), 8 * GB).to_space_dict(per_table=True)
+    raw = derive_space(_facts(rows, train=200_000), 8 * GB).to_space_dict()
     assert raw["tables"] == [{"name": "t2", "compression": "none"},
                              {"name": "t3", "compression": "none"}]
     params = raw["params"]
@@ -184,4 +189,4 @@ def test_per_table_form_leaves_small_tables_alone_and_sizes_big_ones_by_share() 
         assert [t.qr_collisions for t in got[:2]] == [m, m]
         assert [t.qr for t in got] == [True, True, False, False]
     # no big table: nothing to pin, nothing compressed
-    assert "tables" not in derive_space(_facts([3000, 7]), 8 * GB).to_space_dict(per_table=True)
+    assert "tables" not in derive_space(_facts([3000, 7]), 8 * GB).to_space_dict()

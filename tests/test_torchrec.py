@@ -123,7 +123,7 @@ def test_an_unsharded_collection_is_priced_by_the_trace() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
 def test_unsharded_dlrm_within_3_percent_of_a_real_cpu_step() -> None:
     from autoembed.torchrec.unsharded import estimate_unsharded
-    from autoembed.user.model.measure import measure_cpu_peak
+    from benchmarks.measure_cpu import measure_cpu_peak
     from examples import torchrec_dlrm as ex
 
     size = ex.SIZES["test"]

@@ -1,5 +1,5 @@
 """Priced right: estimate_model's allocated_peak against the peak bytes of a REAL CPU training
-step, measured independently of the tracer (`autoembed.user.model.measure`: a fresh process,
+step, measured independently of the tracer (`benchmarks/measure_cpu.py`: a fresh process,
 glibc's mmap threshold at 64 KiB, VmHWM reset after a warm-up on a small twin model).
 
 One precision x optimizer per example (two after `autoembed.apply`) keeps this test within
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autoembed import estimate_model
-from autoembed.user.model.measure import measure_cpu_peak
+from benchmarks.measure_cpu import measure_cpu_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 0.02
@@ -35,7 +35,7 @@ CASES = [
 ]
 
 
-# the measured step runs with oneDNN off (measure.py), so a bf16 matmul takes torch's generic
+# the measured step runs with oneDNN off (measure_cpu.py), so a bf16 matmul takes torch's generic
 # kernel, ~17x slower than fp32 (BERT's 512 x 128 x 200k logits: 9.4 s vs 0.55 s): smaller
 # vocabularies keep the cases within a minute or two (measured above 200 MB still)
 SIZE_CHANGES = {("bert_mlm", "amp_bf16"): {"vocab": 50_000},

@@ -11,11 +11,13 @@ from torch import nn
 import autoembed
 from autoembed.errors import ConfigError
 from autoembed.pipeline.user_workload import UserWorkload, model_tables
+from autoembed.space import parse_space
 from autoembed.user.run import UserCode
-from autoembed.user.space import params_for, parse_user_space
+from autoembed.user.space import params_for
 
-SPACE = parse_user_space({"embedding": {"precision": "fp32", "table_optimizer": "adam"},
-                          "user": {"dim": {"choices": [8, 512]}, "batch_size": 16}}, "s.yaml")
+SPACE = parse_space({"embedding": {"precision": "fp32", "table_optimizer": "adam"},
+                     "user": {"dim": {"choices": [8, 512]}, "batch_size": 16}}, "s.yaml",
+                    kind="user")
 
 
 class Model(nn.Module):
@@ -96,9 +98,10 @@ def test_an_example_that_raises_is_one_line() -> None:
 
 
 def test_hashing_the_table_prices_the_rewritten_layout() -> None:
-    space = parse_user_space({"embedding": {"tables": {"tok": {"compression": "hash",
-                                                               "hash_buckets": 0.01}}},
-                              "user": {"dim": {"choices": [512]}, "batch_size": 16}}, "s.yaml")
+    space = parse_space({"embedding": {"tables": {"tok": {"compression": "hash",
+                                                          "hash_buckets": 0.01}}},
+                         "user": {"dim": {"choices": [512]}, "batch_size": 16}}, "s.yaml",
+                        kind="user")
     code = UserCode(build, example, lambda m, p, r: None)
     full = price_proposal(code, SPACE, values(512), apply=same).estimate
     hashed = price_proposal(code, space, {"user.dim": 512}).estimate

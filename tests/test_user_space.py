@@ -10,8 +10,9 @@ import pytest
 
 from autoembed.errors import ConfigError
 from autoembed.pipeline.optuna_space import suggest_values
+from autoembed.space import parse_space
 from autoembed.space.loader import WHEN_RULE
-from autoembed.user.space import config_for, load_user_space, params_for, parse_user_space
+from autoembed.user.space import config_for, load_user_space, params_for
 
 SPACE = textwrap.dedent("""
     description: text classifier
@@ -65,11 +66,11 @@ def test_parse_and_suggest(tmp_path: Path) -> None:
 
 
 def test_config_for_merges_table_rules_in_file_order() -> None:
-    space = parse_user_space({
+    space = parse_space({
         "embedding": {"precision": "fp32",
                       "tables": {"*": {"table_optimizer": {"choices": ["adam", "sgd"]}},
                                  "enc.tok": {"table_optimizer": "adagrad"}}},
-        "user": {"dim": {"choices": [8, 16]}}}, "s.yaml")
+        "user": {"dim": {"choices": [8, 16]}}}, "s.yaml", kind="user")
     values = {**space.base, "embedding.tables.*.table_optimizer": "sgd", "user.dim": 8}
     tables = [{"name": "enc.tok", "vocab_size": 100}, {"name": "pos", "vocab_size": 10}]
     params = params_for(space, values)
@@ -81,8 +82,8 @@ def test_config_for_merges_table_rules_in_file_order() -> None:
 
 
 def test_a_rule_naming_no_module_is_one_line_with_a_suggestion() -> None:
-    space = parse_user_space({"embedding": {"tables": {"item_emb": {"compression": "none"}}},
-                              "user": {"dim": {"choices": [8, 16]}}}, "s.yaml")
+    space = parse_space({"embedding": {"tables": {"item_emb": {"compression": "none"}}},
+                         "user": {"dim": {"choices": [8, 16]}}}, "s.yaml", kind="user")
     with pytest.raises(ConfigError) as e:
         config_for(space, {}, [{"name": "items_emb", "vocab_size": 10}])
     msg = str(e.value)
@@ -91,9 +92,9 @@ def test_a_rule_naming_no_module_is_one_line_with_a_suggestion() -> None:
 
 
 def test_config_wide_values_reach_the_config() -> None:
-    space = parse_user_space({"embedding": {"precision": {"choices": ["fp32", "bf16"]},
-                                            "table_optimizer": "rowwise_adagrad"},
-                              "user": {"dim": 8}}, "s.yaml")
+    space = parse_space({"embedding": {"precision": {"choices": ["fp32", "bf16"]},
+                                       "table_optimizer": "rowwise_adagrad"},
+                         "user": {"dim": 8}}, "s.yaml", kind="user")
     values = {**space.base, "embedding.precision": "bf16"}
     cfg = config_for(space, values, [{"name": "emb", "vocab_size": 50}])
     assert (cfg.precision, cfg.table_optimizer) == ("bf16", "rowwise_adagrad")
@@ -143,7 +144,7 @@ def test_config_wide_values_reach_the_config() -> None:
 ])
 def test_bad_spaces_are_one_line_errors(raw, says) -> None:
     with pytest.raises(ConfigError) as e:
-        parse_user_space(raw, "s.yaml")
+        parse_space(raw, "s.yaml", kind="user")
     assert says in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
 
@@ -156,10 +157,10 @@ def test_missing_file() -> None:
 def test_share_of_rows_per_table_reaches_the_resolved_table() -> None:
     from autoembed.config import resolved_tables
 
-    space = parse_user_space({
+    space = parse_space({
         "embedding": {"tables": {"big*": {"compression": "hash",
                                           "hash_buckets": {"choices": [0.01, 0.5]}}}},
-        "user": {"dim": 8}}, "s.yaml")
+        "user": {"dim": 8}}, "s.yaml", kind="user")
     values = {**space.base, "embedding.tables.big*.hash_buckets": 0.01}
     cfg = config_for(space, values, [{"name": "big_items", "vocab_size": 100_000},
                                      {"name": "small", "vocab_size": 50}])
@@ -170,13 +171,14 @@ def test_share_of_rows_per_table_reaches_the_resolved_table() -> None:
 
 def test_bad_per_table_value_names_the_rule() -> None:
     with pytest.raises(ConfigError) as e:
-        parse_user_space({"embedding": {"tables": {"emb": {"hash_buckets": {
-            "choices": [0.5, 1.5]}}}}}, "s.yaml")
+        parse_space({"embedding": {"tables": {"emb": {"hash_buckets": {
+            "choices": [0.5, 1.5]}}}}}, "s.yaml", kind="user")
     assert "key 'embedding.tables.emb.hash_buckets.choices' = 1.5" in str(e.value)
 
 
 def test_early_stop_is_off_unless_the_space_says() -> None:
     raw = {"user": {"d": {"choices": [1, 2]}}}
-    assert parse_user_space(raw, "s.yaml").early_stop is None
-    on = parse_user_space({**raw, "early_stop": {"max_steps": 400, "eval_every": 50}}, "s.yaml")
+    assert parse_space(raw, "s.yaml", kind="user").early_stop is None
+    on = parse_space({**raw, "early_stop": {"max_steps": 400, "eval_every": 50}}, "s.yaml",
+                     kind="user")
     assert on.early_stop == (400, 50)

@@ -339,11 +339,6 @@ class SyntheticText(_Synthetic):
         return _Rows(Batch({"tokens": torch.from_numpy(tokens)}, torch.from_numpy(labels)),
                      oracle)
 
-    def oracle_predictions(self, split: str) -> npt.NDArray[np.int64]:
-        """argmax of the planted class scores per row, in unshuffled batch order."""
-        pred: npt.NDArray[np.int64] = self._whole(split)[1].copy()
-        return pred
-
     def oracle_accuracy(self, split: str) -> float:
         """Accuracy of the planted scores' argmax: the best achievable accuracy."""
         labels, oracle = self._whole(split)

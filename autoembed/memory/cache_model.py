@@ -1,18 +1,9 @@
-"""Pricing of host_cached tables (placement `host_cached`): device and host bytes,
-expected miss rate and transfer per step (the table of bytes and the derivations:
-docs/host_cache.md). For a table of R rows (known + dynamic), dim D, parameter bytes b, a
-cache of C rows and s optimizer-state bytes a row:
-
-* device: the cache [C, D] and its state are ordinary `param_specs` tensors (priced by
-  `analytic`); bookkeeping adds three int64 [C] tensors, one 512 B block each at least.
-* host: R x (D x b + s + 16) (weight, state, slot_of_row, use_count) + 8 x dynamic_rows
-  (owners); exact tensor bytes (pinned rounding not added).
-* miss rate per lookup, steady state, with Zipf row popularity p_k (exponent from the
-  table's `frequency`, or `fit_zipf` of counted ids; uniform without either): LFU
-  m = 1 - sum_{k<C} p_k; LRU by Che's approximation (Che et al. 2002): T with
-  sum_k (1 - exp(-p_k T)) = C, then m = sum_k p_k exp(-p_k T).
-* transfer per step: 2 x lookups x m x (D x b + s) bytes (each miss copied in, one row
-  evicted back; an upper bound, a row missed twice in a batch is fetched once).
+"""Pricing of host_cached tables (placement `host_cached`): device and host bytes, expected
+miss rate and transfer per step. The table of bytes and the formulas (LFU, LRU by Che's
+approximation, over Zipf row popularity from the table's `frequency` or `fit_zipf` of counted
+ids; uniform without either): docs/host_cache.md, "What lives where" and "Expected miss rate
+and transfer". The device cache and its state are ordinary `param_specs` tensors (priced by
+`analytic`); this module adds the bookkeeping, the host bytes and the traffic.
 """
 
 from __future__ import annotations

@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autoembed.memory.types import MemoryEstimate
 from autoembed.rules import OneOf
 
-__all__ = ["memory_objective", "memory_value", "MEMORY_BASES", "MEMORY_BASIS",
+__all__ = ["memory_value", "MEMORY_BASES", "MEMORY_BASIS",
            "LEGACY_BASIS", "check_basis", "memory_note", "judged", "judged_text"]
 
 MEMORY_BASES = ("allocated_peak", "device_total")
@@ -36,13 +35,6 @@ def check_basis(basis: str) -> str:
     """`basis` when it is one of MEMORY_BASES; ConfigError otherwise."""
     OneOf(MEMORY_BASES).check_argument("memory_basis", basis)
     return basis
-
-
-def memory_objective(est: MemoryEstimate, measured_allocated_peak: int | None = None) -> int:
-    """Device bytes a config's training step holds above the fixed overhead: the measured
-    allocated peak when a GPU measured one, else the estimate's `allocated_peak`."""
-    return int(memory_value({"allocated_peak": est.allocated_peak}, MEMORY_BASIS,
-                            measured_allocated=measured_allocated_peak))
 
 
 def memory_value(

@@ -7,7 +7,7 @@ from autoembed.models.device_precision import MasterWeights, check_supported
 from autoembed.models.embedding_model import EmbeddingModel, build_model, check_buildable, loss_fn
 from autoembed.models.optim import Optimizers, RowWiseAdagrad, build_optimizer, state_bytes
 from autoembed.models.quantize import quantize, serving_bytes
-from autoembed.models.step import Trainer, fake_caveats, make_trainer, supports_fake
+from autoembed.models.step import Trainer, fake_caveats, make_trainer
 from autoembed.nn.hashing import hash_id_reference, hash_ids, qr_indices
 from autoembed.nn.rowformat import pack_rows, row_bytes, unpack_rows
 
@@ -24,7 +24,6 @@ __all__ = [
     "check_supported",
     "Trainer",
     "make_trainer",
-    "supports_fake",
     "fake_caveats",
     "quantize",
     "serving_bytes",

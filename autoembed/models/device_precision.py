@@ -1,16 +1,11 @@
 """Training precision on a device: what runs, autocast, loss scaling and fp32 master weights.
 
-Policies (`autoembed.config.precision_policy`):
-
-* fp32; fp16 / bf16: the whole model in that dtype, optimizer state in that dtype (fp16 Adam
-  with eps >= 1e-4, `EmbeddingConfig.effective_adam_eps`).
-* fp16_master / bf16_master: the model in half precision plus an fp32 master copy of every
-  parameter; the optimizers step the masters (fp32 state). After backward each half
-  gradient becomes an fp32 master gradient one parameter at a time and is freed at once,
-  so the peak holds the fp32 gradients, not both; after the step the masters are copied
-  back and their gradients freed. No loss scaling.
-* amp_fp16: fp32 parameters, forward under ``torch.autocast(float16)``, ``GradScaler``.
-* amp_bf16: fp32 parameters, forward under ``torch.autocast(bfloat16)``, no scaler.
+The policies (`autoembed.config.precision_policy`) and the tensors each creates:
+docs/memory_model.md. Under fp16_master / bf16_master the optimizers step the fp32 masters:
+after backward each half gradient becomes an fp32 master gradient one parameter at a time
+and is freed at once, so the peak holds the fp32 gradients, not both; after the step the
+masters are copied back and their gradients freed. amp_fp16 scales the loss
+(``GradScaler``); no other policy does.
 
 `check_supported` refuses (UnsupportedError) what the device cannot run; nothing falls back
 silently. On CPU with torch 2.13 every policy runs: fp16/bf16 Linear and embedding kernels,

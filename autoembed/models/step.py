@@ -45,7 +45,7 @@ from autoembed.models.device_precision import (
 from autoembed.models.embedding_model import EmbeddingModel, as_device, build_model, loss_fn
 from autoembed.models.optim import Optimizers, build_optimizer
 
-__all__ = ["TrainStep", "Trainer", "make_trainer", "supports_fake", "fake_caveats"]
+__all__ = ["TrainStep", "Trainer", "make_trainer", "fake_caveats"]
 
 # the seam: one micro-batch -> (its loss, what the loop holds until the step is done)
 MicroLoss = Callable[[Any], tuple[torch.Tensor, Any]]
@@ -71,14 +71,6 @@ def fake_caveats(config: EmbeddingConfig) -> tuple[str, ...]:
             "tensors both optimizers step unconditionally after unscale_ (same tensors)"
         )
     return tuple(notes)
-
-
-def supports_fake(config: EmbeddingConfig) -> bool:
-    """Whether `make_trainer(config)` + `step` run under FakeTensorMode. True for every
-    config today (the test suite runs each compression, optimizer and precision fake);
-    read `fake_caveats(config)` for what the fake step cannot see."""
-    del config
-    return True
 
 
 @dataclass(kw_only=True)

@@ -1,17 +1,12 @@
 """Dynamic vocabulary: rows for ids never seen when the table was sized (new users, tokens).
 
-A table of `base` known rows (ids 0..base-1 index themselves) has `capacity` extra rows,
-base..base+capacity-1. An id >= base gets the next free extra row the first time it is seen
-and keeps it. When every extra row is taken, a new id falls back to a hash bucket: row
-``base + hash_ids(id, capacity, seed)`` (splitmix64, `autoembed.nn.hashing`), so it
-shares that row with the id that holds it; it is not given a row of its own later.
-
-`release(rows)` frees extra rows (e.g. the rarely used ones, by the table's use counts) so
-that new ids can take them; the ids that held them fold into the hash fallback. The caller
-resets the freed rows' weights and optimizer state.
-
-Host-side bookkeeping: `owner` (int64 [capacity], the id holding each extra row, -1 free) and
-a dict id -> row for the lookup (Python objects, not priced; the tensor is).
+A table of `base` known rows has `capacity` extra rows; an id >= base takes the next free one
+the first time it is seen, and once all are taken falls back to row ``base + hash_ids(id,
+capacity, seed)`` (docs/host_cache.md, "Dynamic vocabulary"). `release(rows)` frees extra
+rows so that new ids can take them (their ids fold into the hash fallback); the caller resets
+the freed rows' weights and optimizer state. Host-side bookkeeping: `owner` (int64
+[capacity], the id holding each extra row, -1 free) and a dict id -> row for the lookup
+(Python objects, not priced; the tensor is).
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The host-resident table with a device cache (placement `host_cached`), shared by the
 `autoembed.nn` layers' host-cached storage and the built-in models' `HostCachedTable`.
 
-As FBGEMM's UVM-cached tables: the host (pinned memory when the cache is on a GPU) holds
-``host_weight`` [R, D], each row's optimizer state (``host_<name>``), ``slot_of_row`` (cache
-slot of each row, -1 none) and ``use_count`` (lookups of each row: the LFU key, and what
-rare-row folding reads); the device holds ``cache_weight`` [C, D] (the only nn.Parameter),
-the cached rows' optimizer state (bound into the optimizer's own state) and per slot
-``slot_row``, ``slot_last`` (step of last use) and ``slot_count``.
-
-A lookup first makes every row of the batch resident: each missing row takes an empty slot,
-else the policy's victim (LRU: least recent; LFU: fewest uses, ties to the least recent)
-outside the batch, whose weight and state go back to the host. Training is exact -- as a
-device-resident table -- for optimizers under which a row not looked up does not change
-(sgd, adagrad, rowwise_adagrad, sparse_adam). A training lookup requires the table bound to
-its optimizer (`bind_host_cached`; `autoembed.build_optimizer` does it) and a batch that fits
-the cache; a no-grad lookup of more distinct rows than C reads them around the cache. Under
-fake tensors (a traced estimate) the slot remap is skipped, and host tensors, created under
-`host_allocations`, are left out of device memory.
+As FBGEMM's UVM-cached tables: the host holds ``host_weight`` [R, D] and every row's
+optimizer state, the device ``cache_weight`` [C, D] (the only nn.Parameter) and the cached
+rows' state; a lookup first makes every row of the batch resident, evicting the policy's
+victim (LRU / LFU) outside the batch. What lives where, one step, what training is exact
+under and what is refused: docs/host_cache.md. Under fake tensors (a traced estimate) the
+slot remap is skipped, and host tensors, created under `host_allocations`, are left out of
+device memory.
 """
 
 from __future__ import annotations

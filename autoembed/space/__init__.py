@@ -1,15 +1,11 @@
 """Search spaces: a YAML file that says which `EmbeddingConfig` fields a search varies, over
-which values, on which data, for which objectives.
+which values, on which data, for which objectives (the keys: docs/search_spaces.md). Loading
+validates everything; an error names the file, the key and the value.
 
-Schema (docs/search_spaces.md): top-level keys `data` (a DataSpec mapping), `stand_in`
-(train on scaled-down synthetic tables while pricing the full ones), `base` (fixed config
-fields), `params` (searched fields), `objectives`, `target`, `run` (RunSettings fields) and
-`trials`. Loading validates everything; an error names the file, the key and the value.
-
-Modules: `model` (Param, SearchSpace, StandIn, TableRule), `objectives`, `loader`
-(load_space, parse_space: the YAML validator, reading the config's declared rules) and
-`corners` (cheapest_config). No Optuna here: `autoembed.pipeline.optuna_space` maps a space
-onto Optuna's distributions and trials.
+Modules: `search_space` (Param, SearchSpace, StandIn, TableRule), `objectives`, `loader`
+(load_space, parse_space: the YAML validator, reading the config's declared rules),
+`corners` (cheapest_config) and `start` (start points). No Optuna here:
+`autoembed.pipeline.optuna_space` maps a space onto Optuna's distributions and trials.
 """
 
 from __future__ import annotations
@@ -41,7 +37,6 @@ from autoembed.space.search_space import (
     TableRule,
     apply_table_rules,
     builtin_space_path,
-    product_size,
     table_param_name,
     table_rules_of,
     with_table_rules,
@@ -77,6 +72,5 @@ __all__ = [
     "check_objective",
     "cheapest_config",
     "builtin_space_path",
-    "product_size",
     "BUILTIN_SPACES",
 ]

@@ -34,7 +34,6 @@ __all__ = [
     "with_table_rules",
     "SearchSpace",
     "builtin_space_path",
-    "product_size",
     "BUILTIN_SPACES",
 ]
 
@@ -436,8 +435,3 @@ class SearchSpace:
         if self.trial_time_limit is not None:
             d["trial_time_limit"] = self.trial_time_limit
         return d
-
-
-def product_size(space: SearchSpace) -> int:
-    """Combinations of grid values (an upper bound: conditions only remove some)."""
-    return math.prod(len(p.grid_values()) for p in space.params)

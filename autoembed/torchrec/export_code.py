@@ -1,19 +1,8 @@
 """Write a pick as TorchRec code: `export_torchrec(model, tables, topology, path)`.
 
-The file needs TorchRec alone (not autoembed): each collection's table configs
-(`EmbeddingBagConfig` / `EmbeddingConfig`: rows, dim, data type, features), the
-`ParameterConstraints` of the plan (each table's sharding type and compute kernel as planned,
-UVM caching's load factor), each table's fused optimizer, the features whose ids are hashed
-into fewer rows, and the topology planned for. Functions in it:
-
-* ``collection(path, device)``: that collection, fused optimizers attached;
-* ``rewrite(model)``: put every collection into a model built by your own code (the hashed
-  features behind a modulo module, as `autoembed.torchrec.HashedIds` does);
-* ``plan(module, world_size=..., ...)``: TorchRec's planner under the constraints;
-* ``train_step(coll, path)``: one step of that collection (built on the CPU) on
-  ``random_ids(path)``;
-* run as a script: builds the collections on the meta device, plans them for the recorded
-  topology and prints the plan; with ``--train`` also trains each collection one step.
+The file needs TorchRec alone (not autoembed); what it holds and how it runs: docs/torchrec.md,
+"Export". Beside that page's names it defines ``train_step(coll, path)``, one step of a
+collection (built on the CPU) on ``random_ids(path)``, which ``--train`` runs for each.
 """
 
 from __future__ import annotations

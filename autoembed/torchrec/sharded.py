@@ -2,24 +2,12 @@
 (what each part holds, and how it was checked against DMP: docs/torchrec.md).
 
 The plan is TorchRec's (`plan.plan_model`). Each rank's step is priced in three parts, with
-the contract's figure names:
-
-* **Table shards and optimizer state** (persistent), per fused shard by formula (FBGEMM's
-  `SplitTableBatchedEmbeddingBagsCodegen` holds exactly these): weights rows x cols x dtype
-  bytes, state per `OPTIMIZER_STATE`; under UVM caching the table and state are host memory
-  and the device holds `cache_load_factor` x rows in 32-way sets (a row plus two int64 a
-  slot); a ``data_parallel`` table is whole on every rank with its gradient and the dense
-  optimizer's state.
-* **The dense part**: the traced estimate (`estimate_model`) of the model with every table
-  shrunk to one row, on this rank's batch.
-* **The sparse step's transients** (`_transients`): the ids this rank receives by the input
-  all-to-all, the lookup output of its shards for the world's batch and its gradient (on
-  CUDA also the backward's sort buffers, unvalidated). They are not live at the dense
-  part's peak except the saved ids: the step peak is the larger of the dense peak with the
-  saved ids and the dense part's resident bytes with the sparse peak (`_step_peak`).
-
-Beside each rank: TorchRec's own storage estimate for the same plan (the planner's
-`Shard.storage` on that rank), with the optimizer given the same way (`apply`).
+the contract's figure names: the table shards and optimizer state by formula (FBGEMM's
+storages), the dense part traced (`estimate_model` with every table shrunk to one row), and
+the sparse step's transients by formula (`_transients`); the step peak is the larger of the
+dense peak with the saved ids and the dense part's resident bytes with the sparse peak
+(`_step_peak`). Beside each rank: TorchRec's own storage estimate for the same plan (the
+planner's `Shard.storage` on that rank), with the optimizer given the same way (`apply`).
 """
 
 from __future__ import annotations
@@ -289,11 +277,9 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
 
 def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
                      topology: RankTopology, tables: Any = (), *, loss: Any = None,
-                     dense_optimizer: str = "adagrad", lr: float = 0.01,
-                     check: bool = False) -> ShardedEstimate:
+                     dense_optimizer: str = "adagrad", lr: float = 0.01) -> ShardedEstimate:
     """Each rank's figures for `model` (rewritten by `tables`, `apply`) planned on
-    `topology`; `example` is one rank's batch (its KJT's stride is the batch per rank).
-    `check`: a rank over its memory is a ConfigError naming it."""
+    `topology`; `example` is one rank's batch (its KJT's stride is the batch per rank)."""
     items = table_settings(tables)
     built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)
     if not table_infos(built):
@@ -312,8 +298,5 @@ def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
     notes = ("tables, optimizer state and UVM caches by formula per shard (FBGEMM's fused "
              "kernel); the dense part traced with one-row tables; sparse transients by "
              "formula",)
-    est = ShardedEstimate(ranks=ranks, plan=planned, topology=topology, dense=dense,
-                          notes=notes)
-    if check:
-        est.check_fits()
-    return est
+    return ShardedEstimate(ranks=ranks, plan=planned, topology=topology, dense=dense,
+                           notes=notes)

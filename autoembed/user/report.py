@@ -3,19 +3,12 @@
 The loop calls `report(step=, samples=, quality=, **metrics)` after each validation; the
 report builds an `Evaluation`, hands it to the stop channel (the Executor's: a callable that
 returns False when the trial must stop) and raises `TrialStopped` when told to stop, as
-Optuna's `TrialPruned`. autoembed catches it: the trial is `pruned`.
-
-Throughput is samples per second of the loop's own work: from the first report (the end of
-warm-up: compile, first allocations, data-loader start) to the last, minus the time spent
-inside `report.evaluating()` blocks. With a single report, the span starts at `start()`.
-
-A report ends the trial (raises, and remembers why in `ending`, so a loop that swallows the
-exception still ends with the right status):
-
-* `TrialStopped` — the stop channel said stop (status `pruned`);
-* `Diverged` — a NaN or infinite quality or metric (status `diverged`);
-* `ReportError` — an unknown metric, a metric autoembed measures itself, or a step/samples
-  that is not a non-negative integer (status `failed`, the message names it).
+Optuna's `TrialPruned`. Throughput (samples per second from the first report to the last,
+less `report.evaluating()` blocks) and the statuses a report ends a trial with
+(`TrialStopped`, `Diverged`, `ReportError`, also for a step or samples that is not a
+non-negative integer): docs/user_search.md, "Contracts". A report remembers why it ended
+the trial in `ending`, so a loop that swallows the exception still ends with the right
+status.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """One trial of the user's loop: `train(model, params, report)` on a built, applied model,
 and what came of it as the one trial record (`TrialResult`).
 
-Faults in the user's code are the trial's, never the search's:
-
-* `train` (or `build`) raising -> `failed`, the user's traceback in `error`;
-* a NaN or infinite quality or metric (reported or returned) -> `diverged`;
-* a `report` with an unknown metric -> `failed` naming it;
-* an optimizer or precision other than the trial was priced with -> `failed` naming both
-  (`user.guard`);
-* the stop channel saying stop -> `pruned` (TrialStopped, raised from `report`);
-* a real out-of-memory -> `oom`;
-* no quality at all (train returned nothing and never reported one) -> `failed`: a trial
-  the search cannot rank is never on a front.
-
-The objective quality is the last one the loop gave: `train`'s return value, else its last
-report. On CUDA the real peak around build and `train` is measured.
+Faults in the user's code are the trial's, never the search's: each ends the trial with the
+status docs/user_search.md ("Statuses", "The loop trains what was priced") gives it; a trial
+whose loop gave no quality at all is `failed` (the search cannot rank it). The objective
+quality is the last one the loop gave: `train`'s return value, else its last report. On
+CUDA the real peak around build and `train` is measured.
 """
 
 from __future__ import annotations

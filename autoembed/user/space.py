@@ -2,25 +2,8 @@
 
 The file is read by the one space loader (`autoembed.space.load_space`: a space with
 `embedding:` and `user:` sections is a `SearchSpace` of kind "user", its values checked by
-the same keys, rules and messages as a built-in space's params):
-
-```yaml
-embedding:                      # applied by autoembed to the built model (autoembed.apply)
-  precision: {choices: [fp32, bf16_master]}
-  table_optimizer: rowwise_adagrad
-  tables:                       # rules: a module path, or a glob over module paths
-    "*":
-      compression: {choices: [none, hash]}
-      hash_buckets: {choices: [0.05, 0.25], when: {compression: hash}}
-user:                           # passed to build, example and train as params[name]
-  dim: {type: int, low: 16, high: 128, log: true, multiple_of: 16}
-  lr: {low: 0.001, high: 0.1, log: true}
-  batch_size: 64
-metrics: [loss]                 # names report(...) may log besides quality
-objectives: [quality, memory, throughput]
-early_stop: {max_steps: 2000, eval_every: 200}   # optional: stop trials that cannot reach the front
-trials: 20
-```
+the same keys, rules and messages as a built-in space's params); the sections:
+docs/own_loop.md (an example: examples/text_space.yaml), their contracts: docs/user_search.md.
 
 This module says what a proposal's values become: `params_for` (what build, example and
 train receive: the `user:` values by name, and under `params["embedding"]` the embedding
@@ -37,13 +20,13 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError, did_you_mean
-from autoembed.space import EMBEDDING, SearchSpace, load_space, parse_space
+from autoembed.space import EMBEDDING, SearchSpace, load_space
 
 __all__ = ["params_for", "config_for", "reference_values", "embedding_value",
            "as_written_config", "as_written_values", "enqueue_values", "short_name",
            "table_settings_for", "torchrec_config", "user_record",
            "check_plan_device",
-           "load_user_space", "parse_user_space", "EMBEDDING"]
+           "load_user_space", "EMBEDDING"]
 
 
 def _all(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,8 +239,3 @@ def check_plan_device(space: SearchSpace, compute_device: str) -> None:
 def load_user_space(path: str | Path) -> SearchSpace:
     """`autoembed.space.load_space(path, kind="user")`."""
     return load_space(path, "user")
-
-
-def parse_user_space(raw: Any, source: str, text: str = "") -> SearchSpace:
-    """`autoembed.space.parse_space(raw, source, text, kind="user")`."""
-    return parse_space(raw, source, text, "user")

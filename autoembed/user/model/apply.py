@@ -1,31 +1,13 @@
 """Rewrite a user's model in place by a config: `apply`, `tables`, `materialize`.
 
-`apply(model, config)`: each table the config names by module path must be an nn.Embedding
-/ nn.EmbeddingBag; it becomes an `autoembed.nn` layer with the table's resolved settings (a
-dim below the module's is a mixed_dim table projected back up; a table whose settings change
-nothing keeps the user's module). The config is an `EmbeddingConfig`, a dict of its keys or
-a YAML/JSON file (an exported ``best.yaml`` brings the hot sets it names); a table given no
-dim takes the module's. The layer keeps the module's torch options or refuses them, one line
-naming both; a frozen table stays frozen; a module reachable by several paths is one table
-(listed once, replaced at every path; a config naming two of its paths is refused). New rows
-start with the mean and std of the table they replace (`_start_moments`); `from_trained`
-fits them to its values instead. Under ``placement: host_cached`` every named table becomes
-a host-cached layer of ``cache_rows(config, table)`` device rows starting from the module's
-rows; `autoembed.build_optimizer` binds each cache to its optimizer.
-
-Ties: a module whose parameter IS the table's weight (a GPT head, BERT's MLM decoder) reads
-the decoded [V, D] table each forward (priced by the trace); the head holds the layer in an
-attribute its hooks read, so a copy of the model reads its own table. `untie=True` gives
-the head its own full weight instead (required under host_cached). On a `transformers`
-model whose compressed table is tied or is the input embedding, `tie_weights()` becomes a
-no-op and `resize_token_embeddings` a ConfigError naming the table.
-
-`checkpoint=[...]` (or `checkpoint_modules`) names modules (paths or globs) whose forward
-then runs under gradient checkpointing; `estimate_model` prices the step that way.
-
-`materialize(model, device)`: after building on the meta device and `apply`, allocate every
-parameter, restore the ties `to_empty` breaks, and initialise. A model with no parameter (or
-only some) on the meta device is refused: materialize would re-initialise its weights.
+`apply(model, config)` replaces each nn.Embedding / nn.EmbeddingBag the config names by module
+path with an `autoembed.nn` layer of the table's resolved settings (a table whose settings
+change nothing keeps the user's module); what the layer cannot do as torch does is refused
+in one line naming the option and the module. What it takes, keeps, ties, starts from and
+refuses: docs/apply.md (a `transformers` model's ties: docs/own_model.md). Under
+``placement: host_cached`` every named table becomes a host-cached layer of
+``cache_rows(config, table)`` device rows. `materialize(model, device)` allocates, re-ties
+and initialises a model built on the meta device (and only such a model).
 """
 
 from __future__ import annotations
