@@ -19,6 +19,9 @@ Front quality: hypervolume (HV) dominated by the front, relative to a reference 
 Usage: python benchmarks/search_efficiency.py [--trials 12] [--seeds 0 1 2] [--quick]
 Writes benchmarks/results/search_efficiency.md.
 
+Samplers: the product's kinds (`autoembed search --sampler`) and those it left out
+(benchmarks/samplers.py: gp, tpe-plain, tpe-s4, tpe-cost, tpe-mix-cost).
+
 Sampler comparison (issue 15): `--compare-samplers` runs every sampler of COMPARE_SAMPLERS at
 each (trained trials, seeds) setting of COMPARE_SETTINGS (20 x 5 and 50 x 3) on each space of
 COMPARE_SPACES: `default` (search_spaces/default.yaml, 8GB) and `movielens-auto` (the space
@@ -84,15 +87,18 @@ def bench_space(tmp: Path) -> Path:
 def one(space: Path, runs: Path, sampler: str, seed: int, trials: int,
         early_stop: bool | None, budget: str = BUDGET, tag: str = "",
         start_points: bool | None = None) -> dict[str, Any]:
+    from samplers import experiment_kinds
+
     from autoembed.pipeline import search
     from autoembed.tracking import NullTracker
 
     stop = {True: "es", False: "full", None: "default"}[early_stop]
     name = f"{tag}{sampler}-{stop}-{seed}-{trials}"
     t0 = time.monotonic()
-    res = search(budget, space, trials=trials, sampler=sampler, seed=seed, runs_dir=runs,
-                 study=name, tracker=NullTracker(), early_stop=early_stop,
-                 start_points=start_points)
+    with experiment_kinds():  # `sampler`: a product kind or one of samplers.EXPERIMENTS
+        res = search(budget, space, trials=trials, sampler=sampler, seed=seed, runs_dir=runs,
+                     study=name, tracker=NullTracker(), early_stop=early_stop,
+                     start_points=start_points)
     wall = time.monotonic() - t0
     done = [r for r in res.rows if r.status == "complete" and r.feasible]
     return {

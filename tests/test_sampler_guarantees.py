@@ -1,6 +1,7 @@
-"""What every sampler the CLI offers guarantees through the real engine: no trial trains a
-config over the budget, none trains a config already tried, and a space with fewer fitting
-configs than trials ends once each has trained ("every fitting config tried: N").
+"""What every sampler the CLI offers (and each kind benchmarks/samplers.py makes) guarantees
+through the real engine: no trial trains a config over the budget, none trains a config
+already tried, and a space with fewer fitting configs than trials ends once each has
+trained ("every fitting config tried: N").
 
 The workload is a stand-in (`FakeWorkload`): a config's bytes are a sum of per-value costs
 drawn by the test, its pricing advances a simulated clock (slower than an ask's window
@@ -27,11 +28,14 @@ from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.optuna_space import suggest_values
 from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, STARTUP, PricedEHVI
 from autoembed.pipeline.records import params_key
-from autoembed.pipeline.study import SAMPLERS, make_sampler
+from autoembed.pipeline.study import SAMPLERS
 from autoembed.pipeline.untried import RandomTrial, space_configs
 from autoembed.pipeline.workload import Launch, Priced
 from autoembed.space import Param, SearchSpace
 from autoembed.trial import TrialResult
+from benchmarks.samplers import EXPERIMENTS, make_sampler
+
+KINDS = SAMPLERS + EXPERIMENTS  # the product's and the benchmarks' (their make_sampler: both)
 
 OBJ = [("quality", "maximize"), ("memory", "minimize")]
 MB = 1_000_000
@@ -159,14 +163,14 @@ def _case(seed: int) -> Case:
     return Case(workload, budget, rng.randint(1, 10), fitting)
 
 
-SPACES_PER_SAMPLER = 20  # 10 samplers x 20 + gp's 8: 208 generated spaces
+SPACES_PER_SAMPLER = 20  # 10 kinds x 20 + gp's 8: 208 generated spaces
 SPACES_GP = 8  # gp's model asks take seconds each (from its 9th trial on)
 
 
-@pytest.mark.parametrize("kind", SAMPLERS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_no_sampler_trains_over_budget_or_a_config_twice(kind: str) -> None:
     for seed in range(SPACES_GP if kind == "gp" else SPACES_PER_SAMPLER):
-        case = _case(1000 * SAMPLERS.index(kind) + seed)
+        case = _case(1000 * KINDS.index(kind) + seed)
         w = case.workload
         engine = _engine(kind, w, case.budget, case.trials, seed)
         launched = _run(engine)
@@ -193,7 +197,7 @@ def test_the_generated_spaces_cover_the_edges() -> None:
     """The spaces the property test runs: None among the choices, conditional params, one
     config only, fewer fitting configs than trials, the cheapest config alone fitting, a
     float space (not enumerated), and pricing slower than an ask's window, each many times."""
-    cases = [_case(1000 * i + seed) for i, kind in enumerate(SAMPLERS)
+    cases = [_case(1000 * i + seed) for i, kind in enumerate(KINDS)
              for seed in range(SPACES_GP if kind == "gp" else SPACES_PER_SAMPLER)]
     assert len(cases) >= 200
     params = [c.workload.space.params for c in cases]

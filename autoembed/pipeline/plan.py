@@ -20,7 +20,7 @@ from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
 from autoembed.pipeline.request import SearchRequest
-from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same
+from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same, check_sampler
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.user_workload import UserWorkload
 from autoembed.pipeline.workload import NothingFitsError, Workload
@@ -90,6 +90,8 @@ class SearchPlan:
         r = request
         tell = note or (lambda line: None)
         seed = r.seed if r.seed is not None else int(stored.get("seed", 0))
+        sampler = r.sampler or stored.get("sampler") or DEFAULT_SAMPLER
+        check_sampler(sampler)  # a resumed study's kind may since have moved to benchmarks/
         workload = workload_for(r, stored, seed, tell)
         objs = (parse_objectives(list(r.objectives), "--objectives") if r.objectives
                 else workload.space.objectives)
@@ -98,7 +100,6 @@ class SearchPlan:
             check_same({"objectives": _names(stored.get("objectives"))} if "objectives" in
                        stored else {}, "objectives", [o.name for o in objs], "--objectives")
         cheapest = workload.check_fits(r.budget)
-        sampler = r.sampler or stored.get("sampler") or DEFAULT_SAMPLER
         use_start = r.start_points if r.start_points is not None else (
             bool(stored.get("start_points", False)) if stored else r.kind == "builtin")
         start = tuple(workload.start_points(cheapest)) if (

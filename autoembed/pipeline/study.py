@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY_SAMPLERS",
            "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url",
            "storage_label", "open_storage", "find_study", "study_exists", "make_sampler",
+           "tpe_settings", "MOVED_SAMPLERS",
            "Recovery", "recover", "load_rows", "scores_attrs", "load_scores", "SCORES_ATTR",
            "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
-SAMPLERS = ("tpe-mix", "tpe", "nsga2", "random", "grid", "gp", "tpe-plain", "tpe-s4",
-            "tpe-cost", "tpe-mix-cost", "ehvi")
+SAMPLERS: tuple[str, ...] = ("tpe-mix", "tpe", "nsga2", "random", "grid", "ehvi")
+# kinds the replays measured and left out of the product: benchmarks/samplers.py makes them
+MOVED_SAMPLERS = ("gp", "tpe-plain", "tpe-s4", "tpe-cost", "tpe-mix-cost")
 # The default: on four replayed tables of real trials `ehvi` reached 95% of the reference
 # front in the least compute on each (docs/benchmarks.md, benchmarks/replay/compare.py).
 DEFAULT_SAMPLER = "ehvi"
@@ -39,7 +41,6 @@ STUDY_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 NSGA2_POPULATION = 8
 # TPE: random proposals (infeasible ones included) before the model is used
 TPE_STARTUP = 8
-TPE_SHORT_STARTUP = 4  # tpe-s4: the model from the fourth observation on
 MIX_EVERY = 2  # tpe-mix: every MIX_EVERY-th trial after the start-up is random
 # tpe-mix's TPE draws from its own stream (its start-up never repeats the random share's)
 MIX_MODEL_SEED_OFFSET = 104_729
@@ -155,30 +156,19 @@ def import_sampler(kind: str) -> None:
         importlib.import_module(name)
 
 
-def make_sampler(kind: str, seed: int,
-                 prior: Sequence[Mapping[str, Any]] = ()) -> optuna.samplers.BaseSampler:
-    """A seeded sampler. `grid` is random sampling here: the driver enqueues grid points.
-    `prior`: Optuna params of start points that the TPE kinds' model leans towards early
-    (`pipeline.prior.PriorTPE`, piBO); other kinds ignore it."""
+def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
+    """A seeded sampler. `grid` is random sampling here: the driver enqueues grid points."""
     import optuna
 
     check_sampler(kind)
-    cost = kind.endswith("-cost")  # TPE's acquisition per predicted second: cost_aware.py
-    if kind in ("tpe", "tpe-s4", "tpe-cost"):
-        return _multivariate_tpe(seed, TPE_SHORT_STARTUP if kind == "tpe-s4" else TPE_STARTUP,
-                                 cost, prior)
-    if kind in ("tpe-mix", "tpe-mix-cost"):
+    if kind == "tpe":
+        return _multivariate_tpe(seed)
+    if kind == "tpe-mix":
         from autoembed.pipeline.interleave import InterleavedSampler
 
-        model = _multivariate_tpe((seed + MIX_MODEL_SEED_OFFSET) % 2**32, TPE_STARTUP, cost,
-                                  prior)
-        return InterleavedSampler(model, optuna.samplers.RandomSampler(seed=seed),
-                                  TPE_STARTUP, MIX_EVERY)
-    if kind == "tpe-plain":  # Optuna's TPE defaults: each parameter on its own
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
-    if kind == "gp":  # numeric params modelled; conditional ones fall back to random
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=TPE_STARTUP,
-                                         warn_independent_sampling=False)
+        return InterleavedSampler(_multivariate_tpe((seed + MIX_MODEL_SEED_OFFSET) % 2**32),
+                                  optuna.samplers.RandomSampler(seed=seed), TPE_STARTUP,
+                                  MIX_EVERY)
     if kind == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if kind in ("random", "grid"):
@@ -191,31 +181,29 @@ def make_sampler(kind: str, seed: int,
 
 
 def check_sampler(kind: str) -> None:
-    """ConfigError unless `kind` is one of SAMPLERS."""
-    if kind not in SAMPLERS:
-        raise ConfigError(f"sampler '{kind}' is not known; use one of {', '.join(SAMPLERS)}")
+    """ConfigError unless `kind` is one of SAMPLERS (a moved experiment's says where it went)."""
+    if kind in SAMPLERS:
+        return
+    use = f"use one of {', '.join(SAMPLERS)}"
+    if kind in MOVED_SAMPLERS:
+        raise ConfigError(f"sampler '{kind}' was an experiment, now in benchmarks/ "
+                          f"(benchmarks/samplers.py); {use}")
+    raise ConfigError(f"sampler '{kind}' is not known; {use}")
 
 
-def _multivariate_tpe(seed: int, startup: int, cost: bool = False,
-                      prior: Sequence[Mapping[str, Any]] = ()) -> optuna.samplers.TPESampler:
-    """TPE, multivariate + group: joint and conditional params modelled together; `cost`:
-    its acquisition per predicted second (`pipeline.cost_aware.CostAwareTPE`); `prior`:
-    start points it leans towards (`pipeline.prior.PriorTPE`)."""
+def tpe_settings(seed: int, startup: int = TPE_STARTUP) -> dict[str, Any]:
+    """TPESampler's arguments for `tpe` and `tpe-mix`'s model: multivariate + group (joint
+    and conditional params modelled together), constant liar, `startup` random proposals."""
+    return {"seed": seed, "multivariate": True, "group": True, "constant_liar": True,
+            "n_startup_trials": startup}
+
+
+def _multivariate_tpe(seed: int) -> optuna.samplers.TPESampler:
     import optuna
 
-    kw: dict[str, Any] = {"seed": seed, "multivariate": True, "group": True,
-                          "constant_liar": True, "n_startup_trials": startup}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if prior:
-            from autoembed.pipeline.prior import PriorTPE
-
-            return PriorTPE(prior=prior, cost=cost, **kw)
-        if cost:
-            from autoembed.pipeline.cost_aware import CostAwareTPE
-
-            return CostAwareTPE(**kw)
-        return optuna.samplers.TPESampler(**kw)
+        return optuna.samplers.TPESampler(**tpe_settings(seed))
 
 
 def load_rows(study: optuna.Study) -> dict[int, TrialRow]:

@@ -1,20 +1,25 @@
-"""Cost-aware TPE (`pipeline.cost_aware`): the cost model recovers a cost law written here,
-and the sampler moves its proposals to cheap configs when quality does not depend on them."""
+"""The sampler kinds the product left out (benchmarks/samplers.py): the cost model recovers
+a cost law written here, cost-aware TPE moves its proposals to cheap configs when quality
+does not depend on them, a start-point prior pulls TPE's proposals; a search takes the kinds
+only inside `experiment_kinds()`, and refuses them elsewhere with one line."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
+from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-from autoembed.pipeline.cost_aware import CostModel
 from autoembed.pipeline.records import ATTR
-from autoembed.pipeline.study import make_sampler
+from benchmarks.samplers import CostModel, experiment_kinds, make_sampler
+
+TINY = str(Path(__file__).resolve().parents[1] / "search_spaces" / "tiny.yaml")
 
 
 def test_cost_model_recovers_a_log_linear_law() -> None:
@@ -83,3 +88,30 @@ def test_a_start_point_prior_pulls_the_proposals() -> None:
         plain = _distance_to(0.9, "tpe", seed, [])
         prior = _distance_to(0.9, "tpe", seed, [{"x": 0.9}])
         assert prior < 0.75 * plain, (seed, plain, prior)
+
+
+def test_a_search_takes_an_experiment_kind_only_inside_the_block(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Inside `experiment_kinds()` a search runs `tpe-cost` (the product alone has no maker
+    for it); after the block, `--sampler tpe-cost` and a resume of that study are each one
+    line, exit 2, saying where the kind went and which to use."""
+    from autoembed.cli import main
+    from autoembed.pipeline import search
+    from autoembed.pipeline.study import SAMPLERS
+    from autoembed.tracking import NullTracker
+
+    runs = tmp_path / "runs"
+    with experiment_kinds():
+        res = search("800MB", TINY, trials=1, sampler="tpe-cost", study="x", runs_dir=runs,
+                     executor="local", tracker=NullTracker())
+    assert json.loads(res.files["pareto.json"].read_text())["sampler"] == "tpe-cost"
+    assert SAMPLERS == ("tpe-mix", "tpe", "nsga2", "random", "grid", "ehvi")  # restored
+    opts = ["--budget", "800MB", "--space", TINY, "--runs-dir", str(runs),
+            "--tracking-uri", "none"]
+    for argv in (["search", "--sampler", "tpe-cost", "--study", "y", *opts],
+                 ["search", "--resume", "--study", "x", *opts]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert "sampler 'tpe-cost' was an experiment, now in benchmarks/" in err[0]
+        assert err[0].endswith("use one of tpe-mix, tpe, nsga2, random, grid, ehvi")
