@@ -115,3 +115,24 @@ def test_a_search_takes_an_experiment_kind_only_inside_the_block(
         assert len(err) == 1, err
         assert "sampler 'tpe-cost' was an experiment, now in benchmarks/" in err[0]
         assert err[0].endswith("use one of tpe-mix, tpe, nsga2, random, grid, ehvi")
+
+
+def test_the_replays_of_the_moved_kinds_build_them_from_benchmarks() -> None:
+    """compare.py's cost-aware and prior methods get the benchmarks' TPE (through the
+    harness's seam: a method's own sampler maker), with the table's start points as the
+    prior."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "replay"))
+    import compare
+    import samplers  # the module as compare.py imports it (benchmarks/ on its path)
+
+    rows = {0: {"source": "start", "fits": True, "params": {"x": 0.9}},
+            1: {"source": "random", "fits": True, "params": {"x": 0.1}}}
+    workload = SimpleNamespace(table=SimpleNamespace(rows=rows))
+    cost = compare.METHODS["tpe-mix-cost-asha"].sampler(0, workload)
+    prior = compare.METHODS["tpe-mix-prior-asha"].sampler(0, workload)
+    assert type(cost.model) is samplers.CostAwareTPE
+    assert type(prior.model) is samplers.PriorTPE and prior.model.prior.points == [{"x": 0.9}]
+    assert prior.model.cost_model() is None  # the prior alone, not cost-aware

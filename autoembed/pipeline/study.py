@@ -31,7 +31,7 @@ __all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY
            "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
 SAMPLERS: tuple[str, ...] = ("tpe-mix", "tpe", "nsga2", "random", "grid", "ehvi")
-# kinds the replays measured and left out of the product: benchmarks/samplers.py makes them
+# kinds the benchmarks measured and left out of the product: benchmarks/samplers.py has them
 MOVED_SAMPLERS = ("gp", "tpe-plain", "tpe-s4", "tpe-cost", "tpe-mix-cost")
 # The default: on four replayed tables of real trials `ehvi` reached 95% of the reference
 # front in the least compute on each (docs/benchmarks.md, benchmarks/replay/compare.py).
