@@ -34,7 +34,8 @@ VARIANTS = {
                             note="ehvi not believing running trials"),
     **{f"ehvi-m{round(r * 100)}-front": Method(
         f"ehvi-m{round(r * 100)}-front", ehvi(margin=r), front_rule=True,
-        note=f"ehvi with the reference {r} beyond the budget") for r in (0.25, 0.5, 1.0, 2.0)},
+        note=f"ehvi with the reference {r} beyond the budget")
+       for r in (0.0, 0.25, 0.5, 1.0, 2.0)},
     **{f"ehvi-m{round(r * 100)}-s{round(w * 100)}-front": Method(
         f"ehvi-m{round(r * 100)}-s{round(w * 100)}-front", ehvi(margin=r, seconds_weight=w),
         front_rule=True, note=f"ehvi with the reference {r} beyond the budget, seconds ^ {w}")
@@ -78,8 +79,9 @@ def run(tables: Sequence[str], seeds: Sequence[int], methods: Sequence[str],
     compare.run(tables, HERE / "tables", seeds, methods, False, jsonl, workers)
 
 
-def report(jsonl: Path) -> str:
-    recs = [r for r in read_jsonl(jsonl) if not r["start_points"]]
+def report(jsonl: Path, also: Sequence[Path] = ()) -> str:
+    """The figures of the replays in `jsonl` and `also` (module docstring)."""
+    recs = [r for p in (jsonl, *also) for r in read_jsonl(p) if not r["start_points"]]
     lines = []
     for table in sorted({r["table"] for r in recs}):
         mine = [r for r in recs if r["table"] == table]
@@ -132,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--seed-from", type=int, default=0)
     ap.add_argument("--jsonl", type=Path, required=True)
+    ap.add_argument("--also", type=Path, nargs="*", default=[],
+                    help="more files of replays to report beside --jsonl's")
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args(argv)
     if not args.report:
@@ -140,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         run(args.tables, range(args.seed_from, args.seeds), args.methods, args.workers,
             args.jsonl)
-    print(report(args.jsonl))
+    print(report(args.jsonl, args.also))
     return 0
 
 

@@ -36,7 +36,13 @@ import numpy as np
 
 from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, Finished, PricedEHVI, _feature
+from autoembed.pipeline.priced_ehvi import (
+    MARGIN,
+    RANDOM_EVERY,
+    Finished,
+    PricedEHVI,
+    _feature,
+)
 from autoembed.pipeline.untried import RandomTrial
 
 if TYPE_CHECKING:
@@ -131,16 +137,12 @@ class RandomStartup(PricedEHVI):
 
 
 class Margin(PricedEHVI):
-    """The reference point `margin` beyond the budget on the memory axis."""
+    """The reference point `margin` beyond the budget on the memory axis (the product's:
+    MARGIN)."""
 
-    def __init__(self, seed: int, *, margin: float = 0.0, **kw: Any) -> None:
+    def __init__(self, seed: int, *, margin: float = MARGIN, **kw: Any) -> None:
         super().__init__(seed, **kw)
         self.margin = margin
-
-    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
-              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
-        shifted = [(fx + self.margin, fy) for fx, fy in front]
-        return super()._gain(number, q, shifted, x + self.margin, mu, sd)
 
 
 class SecondsWeight(PricedEHVI):
@@ -171,7 +173,7 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "neighbors": (Neighbors, 0),
     "spread": (RandomStartup, True),
     "pending": (IgnoresPending, True),
-    "margin": (Margin, 0.0),
+    "margin": (Margin, MARGIN),
     "seconds_weight": (SecondsWeight, 1.0),
 }
 FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending")  # a class, no argument
