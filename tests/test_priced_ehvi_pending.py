@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-import pytest
 
 from autoembed.budget import Budget
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
