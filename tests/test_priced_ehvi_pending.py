@@ -17,7 +17,7 @@ from autoembed.memory.objective import MEMORY_BASIS, memory_value
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
-from autoembed.pipeline.priced_ehvi import MARGIN, PricedEHVI, Pricing
+from autoembed.pipeline.priced_ehvi import PricedEHVI, Pricing
 from autoembed.pipeline.records import ATTR
 from autoembed.space import load_space
 
@@ -103,9 +103,9 @@ def _study(pending: list[dict[str, Any]] | None, seed: int = 2,
 
 def test_a_running_trial_is_on_the_front_at_its_predicted_quality() -> None:
     """A running trial at x = 50 joins the front the candidates are scored against: at its
-    memory's goodness (MARGIN plus its place on the log scale from the budget down to the
-    cheapest config seen, x = 1 to 3) and at a quality inside the finished trials' range
-    (the trees' mean)."""
+    memory on the unit interval (log scale from the budget down to the cheapest config
+    seen, x = 1 to 3) and at a quality inside the finished trials' range (the trees'
+    mean)."""
     sampler, study = _study([{"x": 50, "y": 70}])
     study.ask()  # trial 25: a model turn
     front = sampler.fronts[-1]
@@ -113,9 +113,9 @@ def test_a_running_trial_is_on_the_front_at_its_predicted_quality() -> None:
     x_run, q_run = front[-1]
     hi = math.log(BUDGET)
     lo_range = [math.log(1e6 * k) for k in (3, 1)]  # the cheapest seen: x = 3 or less
-    low, high = sorted(MARGIN + (hi - math.log(50e6)) / (hi - lo) for lo in lo_range)
+    low, high = sorted((hi - math.log(50e6)) / (hi - lo) for lo in lo_range)
     assert low - 1e-9 <= x_run <= high + 1e-9
-    assert all(MARGIN <= fx <= MARGIN + 1 for fx, _ in front)
+    assert all(0.0 <= fx <= 1.0 for fx, _ in front)
     assert 0.0 <= q_run <= 1.0
 
 

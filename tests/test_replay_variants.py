@@ -20,7 +20,6 @@ from test_priced_ehvi import BUDGET, OBJECTIVES, _drive, _price, _suggest
 
 from autoembed.pipeline.interleave import is_random
 from autoembed.pipeline.priced_ehvi import (
-    MARGIN,
     RANDOM_EVERY,
     PricedEHVI,
     Pricing,
@@ -126,7 +125,7 @@ def test_build_turns_only_the_knobs_given() -> None:
     assert type(variants.build(1)) is PricedEHVI
     assert type(variants.build(1, quality_turns=0, random_every=RANDOM_EVERY, onehot=False,
                                per_second=True, cost_cooling=False, neighbors=0,
-                               spread=True, pending=True, margin=MARGIN,
+                               spread=True, pending=True, margin=0.0,
                                seconds_weight=1.0)) is PricedEHVI  # the product's values
     both = variants.build(1, quality_turns=2, per_second=False, neighbors=8, startup=3)
     assert isinstance(both, variants.QualityTurns) and isinstance(both, variants.NotPerSecond)
@@ -214,19 +213,18 @@ def test_per_second_off_is_cost_cooling_with_the_budget_spent() -> None:
 
 def test_a_margin_adds_its_width_times_the_expected_improvement_of_the_best_quality(
 ) -> None:
-    """The reference r beyond the budget (`priced_ehvi.MARGIN`, the `margin` knob): a
-    candidate's gain is its EHVI plus r x its expected improvement over the front's best
-    quality (the strip [0, r] of the memory axis, covered by the front up to its best)."""
+    """margin=r, the reference r beyond the budget: a candidate's gain is its EHVI plus
+    r x its expected improvement over the front's best quality (the strip [0, r] of the
+    memory axis, covered by the front up to its best)."""
     front, r = [(0.5, 0.6), (0.9, 0.2)], 0.5
     x, mu, sd = np.array([0.3, 0.95]), np.array([0.8, 0.4]), np.array([0.1, 0.2])
-    got = ehvi_2d([(fx + r, fy) for fx, fy in front], x + r, mu, sd)
+    q = np.array([0.0, 1.0])  # the finished trials' range: the unit interval as it is
+    got = variants.build(1, margin=r)._gain(9, q, front, x, mu, sd)
     want = ehvi_2d(front, x, mu, sd) + r * variants.expected_improvement(mu, sd, 0.6)
     assert got == pytest.approx(want, abs=2e-3)
-    assert variants.build(1, margin=0.25).margin == 0.25
-    assert variants.build(1).margin == MARGIN
 
 
-def test_running_trials_ignored_are_none() -> None:
+def test_running_trials_ignored_are_none_and_the_seconds_weigh_as_set() -> None:
     sampler = variants.build(1, pending=False)
     sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
                          budget_bytes=BUDGET, pending=lambda: [({"x": 3, "c": "a"}, 3e6)]))

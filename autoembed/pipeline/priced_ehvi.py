@@ -11,21 +11,11 @@ quality only after. So, at each ask once STARTUP trials have finished:
    drop those over budget or invalid — they are never proposed;
 3. predict each one's validation quality from the finished trials: extra trees over the
    encoded params and the log of the priced memory (mean and spread over the trees);
-4. score it by the expected hypervolume improvement (EHVI) over the current front in
-   (quality, log memory), both on the unit interval (memory from the budget down to the
-   cheapest config seen), the reference point MARGIN beyond the budget: memory exact,
-   quality Gaussian; divided by its predicted seconds (extra trees on the same features,
-   log wall seconds of the finished trials) once MIN_COSTS trials have one;
+4. score it by the expected hypervolume improvement (EHVI) over the current front in the
+   unit square of (quality, log memory): memory exact, quality Gaussian; divided by its
+   predicted seconds (extra trees on the same features, log wall seconds of the finished
+   trials) once MIN_COSTS trials have one;
 5. propose the best (its values are handed out by `sample_independent`).
-
-The margin serves the pick (the cheapest config within noise of the best quality found):
-with the reference at the budget a config near the budget adds no volume however good it
-is; MARGIN beyond it, every candidate gains MARGIN x its expected improvement of the best
-quality besides its EHVI. MARGIN = 1 was chosen among 0, 0.5, 1 and 2 on two replay
-tables (benchmarks/replay/variant_replays.py, 4 seeds, one worker): compute to the best
-quality within noise against random search at full fidelity 3.97x -> 2.66x (default
-table) and 1.07x -> 0.79x (MovieLens), to 95% of the reference hypervolume 0.37x -> 0.34x
-and 0.08x -> 0.15x.
 
 Running trials (`Pricing.pending`: the engine's, each at the memory it was priced at) are
 believed (the kriging believer): the trees predict each one's quality, it joins the
@@ -112,9 +102,6 @@ PRICE_BUDGET_S = 1.0  # pricing candidates stops after this long once one fits
 INVALID_LIMIT = 8  # candidates that cannot be priced, none priced, before pricing stops
 MIN_COSTS = 5  # trials with a cost before the acquisition is per second
 GRID = 256  # quality grid of the EHVI integral
-# the reference point this far beyond the budget on the unit memory axis: a candidate gains
-# MARGIN x its expected improvement of the best quality besides its EHVI (module docstring)
-MARGIN = 1.0
 HEAVY_IMPORTS = ("sklearn.ensemble", "scipy.special")  # what an ask imports: study.warm_sampler
 
 # a finished trial: (params, quality (larger is better), memory objective, wall seconds or None)
@@ -143,8 +130,6 @@ class PricedEHVI(BaseSampler):
     """The sampler of the module docstring. `bind(pricing)` before the first ask. `startup`,
     `candidates`, `price_budget_s` and `clock` (what the pricing window reads) default to
     the product's; tests set them to drive it deterministically."""
-
-    margin = MARGIN  # the reference point beyond the budget (a replay variant sets another)
 
     def __init__(self, seed: int, startup: int = STARTUP, candidates: int = CANDIDATES,
                  price_budget_s: float = PRICE_BUDGET_S,
@@ -300,8 +285,8 @@ class PricedEHVI(BaseSampler):
         hi = math.log(max(self._pricing.budget_bytes, math.exp(lo) * 10))
         q_lo, q_span = float(q.min()), float(np.ptp(q)) + 1e-9
 
-        def x_of(mem: float) -> float:  # memory's goodness from the reference point
-            return self.margin + (hi - math.log(mem)) / (hi - lo)
+        def x_of(mem: float) -> float:  # memory on the unit interval, larger is better
+            return (hi - math.log(mem)) / (hi - lo)
 
         front = [(x_of(m), (qq - q_lo) / q_span) for _, qq, m, _ in done]
         front += [(x_of(m), (float(b) - q_lo) / q_span)

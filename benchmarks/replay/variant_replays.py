@@ -35,7 +35,7 @@ VARIANTS = {
     **{f"ehvi-m{round(r * 100)}-front": Method(
         f"ehvi-m{round(r * 100)}-front", ehvi(margin=r), front_rule=True,
         note=f"ehvi with the reference {r} beyond the budget")
-       for r in (0.0, 0.25, 0.5, 1.0, 2.0)},
+       for r in (0.25, 0.5, 1.0, 2.0)},
     **{f"ehvi-m{round(r * 100)}-s{round(w * 100)}-front": Method(
         f"ehvi-m{round(r * 100)}-s{round(w * 100)}-front", ehvi(margin=r, seconds_weight=w),
         front_rule=True, note=f"ehvi with the reference {r} beyond the budget, seconds ^ {w}")

@@ -36,13 +36,7 @@ import numpy as np
 
 from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.priced_ehvi import (
-    MARGIN,
-    RANDOM_EVERY,
-    Finished,
-    PricedEHVI,
-    _feature,
-)
+from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, Finished, PricedEHVI, _feature
 from autoembed.pipeline.untried import RandomTrial
 
 if TYPE_CHECKING:
@@ -137,12 +131,16 @@ class RandomStartup(PricedEHVI):
 
 
 class Margin(PricedEHVI):
-    """The reference point `margin` beyond the budget on the memory axis (the product's:
-    MARGIN)."""
+    """The reference point `margin` beyond the budget on the memory axis."""
 
-    def __init__(self, seed: int, *, margin: float = MARGIN, **kw: Any) -> None:
+    def __init__(self, seed: int, *, margin: float = 0.0, **kw: Any) -> None:
         super().__init__(seed, **kw)
         self.margin = margin
+
+    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
+              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        shifted = [(fx + self.margin, fy) for fx, fy in front]
+        return super()._gain(number, q, shifted, x + self.margin, mu, sd)
 
 
 class SecondsWeight(PricedEHVI):
@@ -173,7 +171,7 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "neighbors": (Neighbors, 0),
     "spread": (RandomStartup, True),
     "pending": (IgnoresPending, True),
-    "margin": (Margin, MARGIN),
+    "margin": (Margin, 0.0),
     "seconds_weight": (SecondsWeight, 1.0),
 }
 FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending")  # a class, no argument
