@@ -1,6 +1,6 @@
 """`ehvi` and running trials (pipeline/priced_ehvi.py, `Pricing.pending`): the engine hands
 the sampler each running trial with the memory it was priced at, and the sampler believes
-it (the kriging believer): its trees learn it at the quality they predict, so concurrent
+it (the kriging believer): on the front at the quality its model predicts, so concurrent
 asks spread instead of piling onto one place."""
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ from typing import Any
 
 import numpy as np
 import optuna
-import pytest
 
 from autoembed.budget import Budget
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
-from autoembed.pipeline import priced_ehvi
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
@@ -103,29 +101,22 @@ def _study(pending: list[dict[str, Any]] | None, seed: int = 2,
     return sampler, study
 
 
-def test_a_running_trial_is_learnt_at_its_predicted_quality_not_put_on_the_front(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A running trial at x = 50: the trees fitted on the 25 finished trials predict its
-    quality; the model scoring the candidates is fitted on those 25 and it at that
-    quality (the kriging believer); the front stays the finished trials'."""
-    fits: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    forest = priced_ehvi._forest
-
-    def recorded(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        out = forest(x, y, x_new, rng)
-        fits.append((x, y, out[0]))
-        return out
-
-    monkeypatch.setattr(priced_ehvi, "_forest", recorded)
+def test_a_running_trial_is_on_the_front_at_its_predicted_quality() -> None:
+    """A running trial at x = 50 joins the front the candidates are scored against: at its
+    memory on the unit interval (log scale from the budget down to the cheapest config
+    seen, x = 1 to 3) and at a quality inside the finished trials' range (the trees'
+    mean)."""
     sampler, study = _study([{"x": 50, "y": 70}])
     study.ask()  # trial 25: a model turn
-    (x1, y1, believed), (x2, y2, _) = fits
-    assert len(y1) == 25 and len(believed) == 1  # the running trial, predicted
-    assert len(y2) == 26 and y2[-1] == believed[0] and list(y2[:25]) == list(y1)
-    assert x2[-1].tolist() == [math.log10(50), math.log10(70), math.log10(50e6)]
-    assert min(y1) <= believed[0] <= max(y1)
-    assert len(sampler.fronts[-1]) == 25
+    front = sampler.fronts[-1]
+    assert len(front) == 26
+    x_run, q_run = front[-1]
+    hi = math.log(BUDGET)
+    lo_range = [math.log(1e6 * k) for k in (3, 1)]  # the cheapest seen: x = 3 or less
+    low, high = sorted((hi - math.log(50e6)) / (hi - lo) for lo in lo_range)
+    assert low - 1e-9 <= x_run <= high + 1e-9
+    assert all(0.0 <= fx <= 1.0 for fx, _ in front)
+    assert 0.0 <= q_run <= 1.0
 
 
 def test_without_running_trials_the_front_is_the_finished_ones() -> None:
@@ -152,7 +143,7 @@ def _close_pairs(believe: bool, seed: int) -> int:
 
 def test_concurrent_asks_spread_when_running_trials_are_believed() -> None:
     """Seeds 0-3: believing the running trials, concurrent proposals pile up (close pairs)
-    at most half as often as when each ask sees the finished trials alone."""
+    at most a third as often as when each ask sees the finished trials alone."""
     believed = sum(_close_pairs(True, seed) for seed in range(4))
     blind = sum(_close_pairs(False, seed) for seed in range(4))
-    assert blind >= 4 and believed * 2 <= blind, (believed, blind)
+    assert blind >= 4 and believed * 3 <= blind, (believed, blind)
