@@ -19,7 +19,13 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from test_priced_ehvi import BUDGET, OBJECTIVES, _drive, _price, _suggest
 
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, PricedEHVI, Pricing, _contains
+from autoembed.pipeline.priced_ehvi import (
+    RANDOM_EVERY,
+    PricedEHVI,
+    Pricing,
+    _contains,
+    ehvi_2d,
+)
 from autoembed.pipeline.records import ATTR
 
 REPLAY = Path(__file__).resolve().parents[1] / "benchmarks" / "replay"
@@ -80,7 +86,9 @@ def _fewer_candidates(make: Any) -> Any:
 # each knob's variant, by hand (the product's value of each: no variant)
 KNOB_CLASS = {"quality_turns": "QualityTurns", "random_every": "RandomEvery",
               "onehot": "OneHot", "per_second": "NotPerSecond", "cost_cooling": "CostCooling",
-              "neighbors": "Neighbors", "spread": "RandomStartup"}
+              "neighbors": "Neighbors", "spread": "RandomStartup",
+              "pending": "IgnoresPending", "margin": "Margin",
+              "seconds_weight": "SecondsWeight"}
 
 
 def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_table() -> None:
@@ -117,7 +125,8 @@ def test_build_turns_only_the_knobs_given() -> None:
     assert type(variants.build(1)) is PricedEHVI
     assert type(variants.build(1, quality_turns=0, random_every=RANDOM_EVERY, onehot=False,
                                per_second=True, cost_cooling=False, neighbors=0,
-                               spread=True)) is PricedEHVI  # each at the product's value
+                               spread=True, pending=True, margin=0.0,
+                               seconds_weight=1.0)) is PricedEHVI  # the product's values
     both = variants.build(1, quality_turns=2, per_second=False, neighbors=8, startup=3)
     assert isinstance(both, variants.QualityTurns) and isinstance(both, variants.NotPerSecond)
     assert isinstance(both, variants.Neighbors) and not isinstance(both, variants.OneHot)
@@ -200,6 +209,27 @@ def test_per_second_off_is_cost_cooling_with_the_budget_spent() -> None:
     off = run(per_second=False)
     assert off == run(cost_cooling=True, spent=1.0)
     assert off != run()
+
+
+def test_a_margin_adds_its_width_times_the_expected_improvement_of_the_best_quality(
+) -> None:
+    """margin=r, the reference r beyond the budget: a candidate's gain is its EHVI plus
+    r x its expected improvement over the front's best quality (the strip [0, r] of the
+    memory axis, covered by the front up to its best)."""
+    front, r = [(0.5, 0.6), (0.9, 0.2)], 0.5
+    x, mu, sd = np.array([0.3, 0.95]), np.array([0.8, 0.4]), np.array([0.1, 0.2])
+    q = np.array([0.0, 1.0])  # the finished trials' range: the unit interval as it is
+    got = variants.build(1, margin=r)._gain(9, q, front, x, mu, sd)
+    want = ehvi_2d(front, x, mu, sd) + r * variants.expected_improvement(mu, sd, 0.6)
+    assert got == pytest.approx(want, abs=2e-3)
+
+
+def test_running_trials_ignored_are_none_and_the_seconds_weigh_as_set() -> None:
+    sampler = variants.build(1, pending=False)
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET, pending=lambda: [({"x": 3, "c": "a"}, 3e6)]))
+    assert list(sampler._pending()) == [] and isinstance(sampler, variants.IgnoresPending)
+    assert variants.build(1, seconds_weight=0.5)._seconds_weight() == 0.5
 
 
 def test_onehot_features_are_one_column_per_label() -> None:

@@ -103,7 +103,8 @@ class SearchEngine:
             scheduler, self.recorder, settings.repeatable, self._memory)
         if self.rungs is not None:
             self.rungs.restore(study, self.rows.values())
-        self.proposer.bind(getattr(study, "sampler", None), self.spent)
+        self.proposer.bind(getattr(study, "sampler", None), self.spent,
+                           lambda: self.running.pending(self._memory))
 
     @property
     def rows(self) -> dict[int, TrialRow]:

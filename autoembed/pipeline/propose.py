@@ -142,7 +142,8 @@ class SearchSettings:
 class PricingSampler(Protocol):
     """A sampler that prices its own candidates (`pipeline.priced_ehvi.PricedEHVI`): the
     engine binds its pricing (`Pricing`: `Proposer.price_candidate`, the space's suggest
-    code, the objectives, the budget, the share spent) before the first ask."""
+    code, the objectives, the budget, the share spent, the running trials) before the first
+    ask."""
 
     def bind(self, pricing: Pricing) -> None: ...
 
@@ -342,9 +343,12 @@ class Proposer:
         figures = {"allocated_peak": est.allocated_peak, "device_total": est.device_total}
         return memory_value(figures, self.settings.memory_basis), fits  # to_dict: ~1 ms
 
-    def bind(self, sampler: Any, spent: Callable[[], float]) -> None:
+    def bind(self, sampler: Any, spent: Callable[[], float],
+             pending: Callable[[], Sequence[tuple[Mapping[str, Any], float]]] = lambda: (),
+             ) -> None:
         """Bind this proposer's pricing to a sampler that prices its candidates
-        (`PricingSampler`); any other sampler is left as it is."""
+        (`PricingSampler`); any other sampler is left as it is. `spent`: the share of the
+        search's budget spent; `pending`: the running trials (`Running.pending`)."""
         if not isinstance(sampler, PricingSampler):
             return
         from autoembed.pipeline.priced_ehvi import Pricing
@@ -354,5 +358,5 @@ class Proposer:
                              suggest=lambda t: suggest_values(self.space, t),
                              objectives=tuple(s.objectives),
                              budget_bytes=float(s.budget.bytes),
-                             repeatable=s.repeatable, spent=spent))
+                             repeatable=s.repeatable, spent=spent, pending=pending))
 

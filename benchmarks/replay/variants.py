@@ -14,7 +14,14 @@ one of `PricedEHVI`'s hooks; `build(seed, **knobs)` combines them:
   search's budget left (`Pricing.spent`; CArBO, Lee et al. 2020);
 * `neighbors=n` (`Neighbors`): n candidates near the front's members besides the random
   ones (SMAC's local search around its incumbents);
-* `spread=False` (`RandomStartup`): a random start-up, not spread over the memory axis.
+* `spread=False` (`RandomStartup`): a random start-up, not spread over the memory axis;
+* `margin=r` (`Margin`): the hypervolume's reference point r of the memory axis's unit
+  beyond the budget, so a candidate gains r x its expected improvement of the best quality
+  besides its EHVI (a config at the budget counts);
+* `seconds_weight=w` (`SecondsWeight`): the acquisition divided by the predicted seconds
+  to the power w (the product's: 1);
+* `pending=False` (`IgnoresPending`): running trials not believed (each ask sees only the
+  finished ones).
 
 `startup`, `candidates`, `price_budget_s` and `clock` go to `PricedEHVI` itself.
 """
@@ -123,6 +130,37 @@ class RandomStartup(PricedEHVI):
         return None
 
 
+class Margin(PricedEHVI):
+    """The reference point `margin` beyond the budget on the memory axis."""
+
+    def __init__(self, seed: int, *, margin: float = 0.0, **kw: Any) -> None:
+        super().__init__(seed, **kw)
+        self.margin = margin
+
+    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
+              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        shifted = [(fx + self.margin, fy) for fx, fy in front]
+        return super()._gain(number, q, shifted, x + self.margin, mu, sd)
+
+
+class SecondsWeight(PricedEHVI):
+    """The acquisition divided by the predicted seconds to the power `seconds_weight`."""
+
+    def __init__(self, seed: int, *, seconds_weight: float = 1.0, **kw: Any) -> None:
+        super().__init__(seed, **kw)
+        self.seconds_weight = seconds_weight
+
+    def _seconds_weight(self) -> float:
+        return self.seconds_weight
+
+
+class IgnoresPending(PricedEHVI):
+    """Running trials are not believed: concurrent asks see the same finished trials."""
+
+    def _pending(self) -> Sequence[tuple[Mapping[str, Any], float]]:
+        return ()
+
+
 KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     # knob -> (the subclass that turns it, the product's value: no subclass needed)
     "quality_turns": (QualityTurns, 0),
@@ -132,8 +170,11 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "cost_cooling": (CostCooling, False),
     "neighbors": (Neighbors, 0),
     "spread": (RandomStartup, True),
+    "pending": (IgnoresPending, True),
+    "margin": (Margin, 0.0),
+    "seconds_weight": (SecondsWeight, 1.0),
 }
-FLAGS = ("onehot", "per_second", "cost_cooling", "spread")  # a class, no argument
+FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending")  # a class, no argument
 
 
 def build(seed: int, **kw: Any) -> PricedEHVI:
