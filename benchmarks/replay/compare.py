@@ -12,7 +12,8 @@ those held), then results/search_efficiency_replay.md and .png are written from 
 `--data`, to DIR/replays-TABLE.jsonl.gz and its .md and .png.
 
 **Workers.** With N simulated workers the clock is wall-clock; each record also holds the
-compute to each target (`compute_hv95`, ...: every worker's). The report's main sections
+compute to each target (`compute_hv95`, ...: every worker's), and the budget caps the
+compute (harness.py, "Workers"), as one worker's does its clock. The report's main sections
 read one worker's replays; a section per table gives, for each worker count, wall-clock and
 compute to hv95 and best and their ratios to one worker's.
 
@@ -169,10 +170,24 @@ METHODS = {
         "flaml-bs", peers.flaml_sampler("blendsearch", "quality"), needs="flaml",
         note="FLAML 2.8.0 BlendSearch (CFO + its Optuna TPE global search), validation "
              "quality maximized, full fidelity"),
+    "optuna-gp": Method(
+        "optuna-gp", peers.optuna_sampler("gp"),
+        note="Optuna's GPSampler, its defaults (10 random start-up trials; constrained "
+             "multi-objective logEHVI, qLogEHVI with running trials) on the search's "
+             "objectives, the budget as Optuna's memory constraint (Trial.set_constraint, "
+             "what constraints_func feeds), full fidelity, one torch thread"),
+    "optuna-tpe": Method(
+        "optuna-tpe", peers.optuna_sampler("tpe"),
+        note="Optuna's multivariate TPESampler, its defaults otherwise (10 random start-up "
+             "trials, constant liar; c-TPE) on the search's objectives, the budget as "
+             "Optuna's memory constraint (Trial.set_constraint, what constraints_func "
+             "feeds), full fidelity"),
 }
+# the peers (peers.py), not candidates for the default
+PEER_METHODS = tuple(m for m in METHODS if m.startswith(("st-", "flaml-", "dehb", "optuna-")))
 # the anytime figure's methods (the tables hold every method): a readable legend
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
-                  "st-moasha-rankfix", "flaml-bs", "dehb")
+                  "st-moasha-rankfix", "flaml-bs", "dehb", "optuna-gp", "optuna-tpe")
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha", "ehvi-rs-front",
               "ehvi-q1-front", "ehvi-rs-asha")  # the prior: reported beside
@@ -321,13 +336,16 @@ def _commit() -> str:
 # ---------------------------------------------------------------------- the report
 def _at(rec: Mapping[str, Any], key: str) -> float:
     """The record's compute (or clock) to `key`; one short of it counts at its budget (in
-    compute: all it charged)."""
+    compute: all it charged; on the wall-clock of N workers, whose budget caps the compute:
+    the clock where it stopped)."""
     if key.startswith("compute_") and "compute_s" not in rec:
         key = key.removeprefix("compute_")  # one worker, before compute was recorded
     v = rec.get(key)
     if v is not None:
         return float(v)
-    return float(rec["compute_s"] if key.startswith("compute_") else rec["budget_s"])
+    if key.startswith("compute_"):
+        return float(rec["compute_s"])
+    return float(rec["budget_s"] if _workers(rec) == 1 else rec["clock_s"])
 
 
 def ratio(recs: Mapping[tuple[str, int], Mapping[str, Any]], method: str, base: str,
@@ -472,8 +490,9 @@ def _workers_section(recs: Sequence[Mapping[str, Any]], start_points: bool,
     lines = [f"## Workers (start points {'on' if start_points else 'off'})", "",
              "With N simulated workers the clock is wall-clock; compute is every worker's "
              "(trials, fixed charges, decisions). Ratios: to the same method with one worker, "
-             "paired by seed (a replay short of a target counts at its budget: wall, or all "
-             "it charged: compute; a one-worker replay recorded before compute was counts "
+             "paired by seed (the budget caps the compute; a replay short of a target counts "
+             "where it stopped: its wall-clock, or all it charged; a one-worker replay "
+             "recorded before compute was counts "
              "its clock as compute).", ""]
     tables: dict[str, dict[tuple[str, int], Mapping[str, Any]]] = {}
     for r in recs:
@@ -660,14 +679,18 @@ def _met(r: tuple[float, float, float] | None, bound: float) -> str:
 
 
 def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.png") -> None:
-    """Anytime curves: the median HV fraction over seeds against compute, per table."""
+    """Anytime curves: the median HV fraction over seeds against compute, per table (one
+    worker's replays; where none, those of the fewest workers, on their wall-clock)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [r for r in _records(path) if not r["start_points"] and _workers(r) == 1]
-    by = _by_table(recs)
+    recs = [r for r in _records(path) if not r["start_points"]]
+    fewest = min((_workers(r) for r in recs), default=1)
+    by = _by_table([r for r in recs if _workers(r) == fewest])
+    if not by:
+        return
     fig, axes = plt.subplots(1, len(by), figsize=(4.2 * len(by), 3.4), squeeze=False)
     for ax, (table, rs) in zip(axes[0], by.items(), strict=True):
         budget = next(iter(rs.values()))["budget_s"]
@@ -677,9 +700,9 @@ def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.p
             if not curves:
                 continue
             med = [statistics.median(_frac_at(c, x) for c in curves) for x in grid]
-            ax.plot(grid, med, label=m, linestyle="--" if METHODS[m].needs else "-")
-        ax.set_title(table)
-        ax.set_xlabel("compute (CPU s)")
+            ax.plot(grid, med, label=m, linestyle="--" if m in PEER_METHODS else "-")
+        ax.set_title(table if fewest == 1 else f"{table}, {fewest} workers")
+        ax.set_xlabel("compute (CPU s)" if fewest == 1 else "wall-clock (s)")
         ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("HV / reference (median over seeds)")
     axes[0][-1].legend(fontsize=7)

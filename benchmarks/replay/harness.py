@@ -30,6 +30,15 @@ tell, scheduling), as syne-tune's simulator charges its scheduler's time; the ha
 work (snapping, look-ups) is measured and taken out. Decisions between trials (ask, price,
 tell) move the clock; a decision on a running trial's evaluation overlaps that trial (the
 driver decides while the worker trains) and moves the clock only past the trial's own time.
+
+Workers: the driver is one thread. A free worker gets a trial when the driver asks for one
+(its decision time and the per-trial charge move the clock before the trial starts); a
+trial occupies its worker for its record's seconds from its start; its evaluations and its
+end reach the driver in time order, each at max(the clock, its own time). With one worker
+`budget_s` is the engine's time budget (the clock); with N it caps the compute charged
+(every worker's: `TrialLog.compute`), so each worker count spends the same compute and the
+wall-clock is what N buys (the engine's time budget, on the wall-clock, never binds first:
+the wall-clock is at most the compute).
 """
 
 from __future__ import annotations
@@ -223,12 +232,14 @@ class ReplayExecutor:
     kind = "replay"
 
     def __init__(self, table: Table, workload: ReplayWorkload, costs: Costs, workers: int,
-                 clock: list[float]) -> None:
+                 clock: list[float], compute_budget_s: float | None = None) -> None:
         self.table = table
         self.workload = workload
         self.costs = costs
         self.workers = workers
         self.clock = clock  # [now]: shared with the engine's clock function
+        # no trial starts once this much compute is charged (None: the engine's budget only)
+        self.compute_budget_s = compute_budget_s
         self.log: list[TrialLog] = []
         self._running: dict[int, _Running] = {}
         self.decision_s = 0.0
@@ -268,6 +279,9 @@ class ReplayExecutor:
         exhausted = False
         while True:
             while not exhausted and len(running) < self.workers:
+                if self.compute_budget_s is not None and self.compute() >= self.compute_budget_s:
+                    exhausted = True
+                    break
                 p = self._timed(engine.propose)
                 self._log_rejected(engine, logged)
                 if p is None:
@@ -325,8 +339,10 @@ class ReplayExecutor:
 
     def compute(self) -> float:
         """Compute charged so far (TrialLog.compute): trials ended, the running ones up to
-        the clock, the fixed charges and the decisions."""
-        running = sum(max(0.0, self.clock[0] - r.start) for r in self._running.values())
+        the clock (at most their whole cost: a trial whose end the driver has not reached
+        yet trains no further), the fixed charges and the decisions."""
+        running = sum(min(max(0.0, self.clock[0] - r.start), r.total)
+                      for r in self._running.values())
         return self.decision_s + self.overhead_s + self.trial_s + running
 
     def _log_rejected(self, engine: Any, logged: set[int]) -> None:
@@ -432,7 +448,10 @@ class Replay:
             start=self.start() if self.start_points else (), early_stop=method.front_rule),
             clock=lambda: clock[0], scheduler=scheduler)
         engine.started = 0.0
-        executor = ReplayExecutor(self.table, workload, self.costs, self.workers, clock)
+        # with several workers the clock is wall-clock and `budget_s` caps the compute
+        # (every worker's), so that each worker count spends the same compute
+        executor = ReplayExecutor(self.table, workload, self.costs, self.workers, clock,
+                                  self.budget_s if self.workers > 1 else None)
         executor.run(engine)
         return ReplayResult(method.name, self.seed, executor.log, clock[0],
                             executor.decision_s, executor.trial_s, executor.overhead_s,
