@@ -190,7 +190,9 @@ def test_with_n_workers_the_clock_is_wall_and_compute_is_every_workers(tiny: Tab
     for t in trained:
         at = t.end
         done = sum(u.cost for u in trained if u.end <= at)
-        running = sum(min(at - u.start, u.cost) for u in trained if u.start < at < u.end)
+        w = costs.worker_s  # the worker spends its part of the per-trial charge first
+        running = sum(min(max(0.0, at - u.start - w), u.cost) for u in trained
+                      if u.start < at < u.end)
         fixed = costs.per_search_s + costs.per_trial_s * sum(u.start <= at for u in trained)
         assert 0.0 <= t.compute - (done + running + fixed) <= result.decision_s + 1e-9
     total = max(t.compute for t in result.trials)
@@ -224,7 +226,7 @@ def test_compute_counts_a_running_trial_at_most_its_seconds_when_the_driver_lags
     """A per-trial charge far above the trials' seconds keeps the driver busy past the
     running trials' ends: a trial the driver has not reached yet counts its own seconds,
     not the wall-clock since its start (by hand from the log)."""
-    costs = Costs(per_trial_s=20.0, per_search_s=3.0)
+    costs = Costs(per_trial_s=20.0, per_search_s=3.0, per_trial_worker_s=0.0)
     res = Replay(tiny, seed=0, workers=4, costs=costs, budget_s=600.0).run(
         Method("random-full"))
     trained = [t for t in res.trials if t.status == "complete"]
@@ -239,6 +241,22 @@ def test_compute_counts_a_running_trial_at_most_its_seconds_when_the_driver_lags
         fixed = costs.per_search_s + costs.per_trial_s * sum(u.start <= at for u in trained)
         assert 0.0 <= t.compute - (done + held + fixed) <= res.decision_s + 1e-9
     assert lagged, "the driver reached some trial's end only after another's had passed"
+
+
+def test_the_workers_part_of_the_per_trial_charge_runs_in_parallel_the_drivers_does_not(
+        tiny: Table) -> None:
+    """Four workers, a per-trial charge of 5 s: on the driver (MLflow, Optuna storage) it is
+    paid one trial after another, so the wall-clock holds 5 s per trial launched; on the
+    workers (Ray's start of a trial) four at once, in well under half that wall-clock."""
+    runs = {w: Replay(tiny, seed=3, workers=4, budget_s=150.0, costs=Costs(
+        per_trial_s=5.0, per_search_s=3.0, per_trial_worker_s=w)).run(Method("random-full"))
+        for w in (0.0, 5.0)}
+    on_driver = runs[0.0]
+    launched = sum(t.status == "complete" for t in on_driver.trials)
+    assert on_driver.clock_s >= 3.0 + 5.0 * launched
+    assert runs[5.0].clock_s < 0.5 * on_driver.clock_s
+    for res in runs.values():  # the same compute either way
+        assert 150.0 <= max(t.compute for t in res.trials)
 
 
 def test_with_n_workers_the_budget_caps_the_compute_not_the_wall_clock(tiny: Table) -> None:

@@ -32,8 +32,9 @@ tell) move the clock; a decision on a running trial's evaluation overlaps that t
 driver decides while the worker trains) and moves the clock only past the trial's own time.
 
 Workers: the driver is one thread. A free worker gets a trial when the driver asks for one
-(its decision time and the per-trial charge move the clock before the trial starts); a
-trial occupies its worker for its record's seconds from its start; its evaluations and its
+(its decision time and the driver's part of the per-trial charge, MLflow and Optuna
+storage, move the clock before the hand-over); the worker then spends its part of the
+charge (Ray Tune's: `Costs.per_trial_worker_s`) and the record's seconds; its evaluations and its
 end reach the driver in time order, each at max(the clock, its own time). With one worker
 `budget_s` is the engine's time budget (the clock); with N it caps the compute charged
 (every worker's: `TrialLog.compute`), so each worker count spends the same compute and the
@@ -66,6 +67,9 @@ __all__ = ["Costs", "Method", "Replay", "ReplayExecutor", "ReplayResult", "Repla
 SAMPLER_SEED_OFFSET = 1000  # replay seed k seeds its sampler with 1000 + k
 PER_TRIAL_S = 0.60
 PER_SEARCH_S = 8.6
+# of it, Ray Tune's (4.50 s / 20: the trial's start and reports) is the worker's; MLflow
+# and Optuna storage (0.38 s) the driver's
+PER_TRIAL_WORKER_S = 0.225
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,13 @@ class Costs:
     per_trial_s: float = PER_TRIAL_S
     per_search_s: float = PER_SEARCH_S
     basis: str = "cpu"  # the record's CPU seconds ("cpu") or wall seconds ("wall")
+    # the part of per_trial_s a worker spends before the trial trains (at most all of it);
+    # the rest is the driver's, one trial after another
+    per_trial_worker_s: float = PER_TRIAL_WORKER_S
+
+    @property
+    def worker_s(self) -> float:
+        return min(self.per_trial_worker_s, self.per_trial_s)
 
 
 @dataclass(frozen=True)
@@ -216,13 +227,14 @@ _FIGURES = ("parameters", "gradients", "optimizer_state", "activations", "tempor
 @dataclass
 class _Running:
     number: int
-    start: float
+    start: float  # when the driver handed it to a worker; it trains from start + lead
     row: int
     seed: int
     reports: list[tuple[float, dict[str, Any]]]  # (offset s, evaluation report)
     total: float
     distance: float
     repeat: bool
+    lead: float = 0.0  # the worker's part of the per-trial charge
     next: int = 0
 
 
@@ -297,14 +309,16 @@ class ReplayExecutor:
 
     def _start(self, p: Any) -> _Running:
         rec = self.table.trials[(p.payload["row"], p.payload["seed"])]
-        self.clock[0] += self.costs.per_trial_s
+        lead = self.costs.worker_s
+        self.clock[0] += self.costs.per_trial_s - lead  # the driver's part
         self.overhead_s += self.costs.per_trial_s
         return _Running(p.number, self.clock[0], p.payload["row"], p.payload["seed"],
                         _reports(rec, self.costs.basis), _total(rec, self.costs.basis),
-                        p.payload["distance"], p.payload["repeat"])
+                        p.payload["distance"], p.payload["repeat"], lead)
 
     def _next_offset(self, r: _Running) -> float:
-        return r.reports[r.next][0] if r.next < len(r.reports) else r.total
+        """Seconds from the hand-over to the trial's next event (evaluation or end)."""
+        return r.lead + (r.reports[r.next][0] if r.next < len(r.reports) else r.total)
 
     def _advance(self, engine: Any, running: dict[int, _Running], number: int,
                  logged: set[int]) -> None:
@@ -341,7 +355,7 @@ class ReplayExecutor:
         """Compute charged so far (TrialLog.compute): trials ended, the running ones up to
         the clock (at most their whole cost: a trial whose end the driver has not reached
         yet trains no further), the fixed charges and the decisions."""
-        running = sum(min(max(0.0, self.clock[0] - r.start), r.total)
+        running = sum(min(max(0.0, self.clock[0] - r.start - r.lead), r.total)
                       for r in self._running.values())
         return self.decision_s + self.overhead_s + self.trial_s + running
 
