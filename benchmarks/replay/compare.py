@@ -63,7 +63,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402 - imports no peer's package until a peer is built
-from _common import append_jsonl, read_jsonl, results_stem  # noqa: E402
+from _common import append_jsonl, read_jsonl, results_stem, write_jsonl  # noqa: E402
 from harness import Costs, Method, Replay, ReplayResult, table_workload  # noqa: E402
 from oracle import limits  # noqa: E402
 from table import Table, columns, data_identity  # noqa: E402
@@ -292,6 +292,47 @@ def _held(path: Path) -> dict[tuple[str, str, int, bool, int], float]:
         return {}
     return {(r["table"], r["method"], r["seed"], r["start_points"], _workers(r)):
             float(r["budget_s"]) for r in _records(path)}
+
+
+def _key(rec: Mapping[str, Any]) -> tuple[str, str, int, bool, int]:
+    """What makes a replay the same replay (another at that key replaces it)."""
+    return (rec["table"], rec["method"], int(rec["seed"]), bool(rec["start_points"]),
+            _workers(rec))
+
+
+def drop(path: Path, tables: Sequence[str], methods: Sequence[str], workers: Sequence[int],
+         start_points: bool) -> int:
+    """Take out of `path` the replays of `methods` on `tables` at `workers` (and these start
+    points), so that a run replays them again (a changed sampler); the file is rewritten
+    whole. Returns how many went."""
+    if not path.exists():
+        return 0
+    recs = _records(path)
+    keep = [r for r in recs if not (r["table"] in tables and r["method"] in methods
+                                    and _workers(r) in workers
+                                    and bool(r["start_points"]) == start_points)]
+    if len(keep) < len(recs):
+        write_jsonl(path, keep)
+    return len(recs) - len(keep)
+
+
+def merge(path: Path, others: Sequence[Path]) -> int:
+    """Add the replays of `others` (files of replays run in other processes) to `path`, a
+    replay of the same key replacing the one held; the file is rewritten whole. Returns how
+    many came in."""
+    recs = _records(path) if path.exists() else []
+    at = {_key(r): k for k, r in enumerate(recs)}
+    came = 0
+    for other in others:
+        for r in _records(other):
+            came += 1
+            if _key(r) in at:
+                recs[at[_key(r)]] = r
+            else:
+                at[_key(r)] = len(recs)
+                recs.append(r)
+    write_jsonl(path, recs)
+    return came
 
 
 def _workers(rec: Mapping[str, Any]) -> int:
@@ -789,6 +830,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metavar="METHOD")
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
+    ap.add_argument("--drop", action="store_true",
+                    help="first take the replays of --methods on --tables at --workers (and "
+                         "--start-points) out of --jsonl, so that they run again")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="FILE",
+                    help="add these files of replays (runs of other processes) to --jsonl, "
+                         "then write the report")
     ap.add_argument("--jsonl", type=Path, default=None,
                     help="append the replays here (one file per process when several run); "
                          "with --report: report this file (beside it, .md and .png); default "
@@ -818,6 +865,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.jsonl = args.tables_dir / f"replays-{args.tables[0]}.jsonl.gz" if mine else JSONL
     missing = [t for t in args.tables or ()
                if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
+    if args.merge:
+        gone = [str(f) for f in args.merge if not f.exists()]
+        if gone:
+            ap.error(f"--merge {' '.join(gone)}: no such file of replays")
+        print(f"merged {merge(args.jsonl, args.merge)} replays into {args.jsonl}")
+        args.report = True
     if args.report and not args.jsonl.exists():
         held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl*"))
         ap.error(f"--jsonl {args.jsonl}: no such file of replays; run the replays first, or "
@@ -839,6 +892,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from autoembed.errors import ConfigError
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if args.drop:
+            gone = drop(args.jsonl, args.tables, args.methods, args.workers, args.start_points)
+            print(f"dropped {gone} replays from {args.jsonl}")
         try:
             run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
                 args.start_points, args.jsonl, args.workers, args.data)
