@@ -33,17 +33,17 @@ def test_the_report_averages_picks_per_box_and_names_the_best_peer(tmp_path: Pat
             _rec("optuna-gp", 0, 60, 0.73), _rec("optuna-gp", 0, 120, 0.73)]
     text = anytime.report(recs, "x.png")
     assert "best peer here: optuna-gp" in text
-    # ehvi at 60 s: mean 0.70, sd 0.02 * sqrt(2), half-width 1.96 * 0.02 = 0.0392; one of
-    # two at or above 0.70 (0.68 is not)
+    # ehvi at 60 s: mean 0.70, sd 0.02 * sqrt(2), half-width t(0.975, 1) * 0.02 with
+    # t = 12.7062; one of two at or above 0.70 (0.68 is not)
     row = next(line for line in text.splitlines() if line.startswith("| ehvi-front |"))
-    assert "0.7000 ± 0.0392 (1/2 ≥ base, 4 trials)" in row
+    assert "0.7000 ± 0.2541 (1/2 ≥ base, 4 trials)" in row
     # at 120 s the search that picked nothing counts at the baseline: (0.74 + 0.70) / 2
-    assert "0.7200 ± 0.0392 (2/2 ≥ base" in row
+    assert "0.7200 ± 0.2541 (2/2 ≥ base" in row
     assert "| random-full | 0.7100 ± 0.0000 (2/2 ≥ base, 4 trials) | — |" in text
     assert text.index("| ehvi-front |") < text.index("| random-full |") < text.index(
         "| optuna-gp |")
     mean, half = anytime.mean_ci([1.0, 2.0, 3.0])
-    assert mean == 2.0 and half == pytest.approx(1.96 / math.sqrt(3))
+    assert mean == 2.0 and half == pytest.approx(4.302653 / math.sqrt(3))  # t(0.975, 2)
     out = tmp_path / "f.png"
     anytime.figure(recs, out)
     assert out.stat().st_size > 1000

@@ -117,9 +117,14 @@ def _score(r: Mapping[str, Any]) -> float:
 
 
 def mean_ci(xs: Sequence[float]) -> tuple[float, float]:
-    """The mean and the half-width of its normal 95% interval (0 for one value)."""
+    """The mean and the half-width of its 95% interval (Student's t: a few seeds; 0 for
+    one value)."""
+    from scipy.stats import t
+
     m = statistics.fmean(xs)
-    return m, (1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, float(t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
 def best_peer(by_method: Mapping[str, Mapping[float, Sequence[Any]]]) -> str | None:
@@ -136,8 +141,9 @@ def report(recs: Sequence[Mapping[str, Any]], png: str) -> str:
              "Written by `benchmarks/replay/anytime.py` (its docstring says how) from "
              "`search_anytime_pick.jsonl.gz`. Each cell: time-boxed searches replayed with "
              "start points off, the mean TEST score of the search's own pick (rule "
-             f"`{RULE}`) over seeds with a 95% interval, the share of seeds at or above the "
-             "table's logistic-regression baseline, and the mean complete trials. A search "
+             f"`{RULE}`) over seeds with a 95% interval (Student's t), the share of seeds at "
+             "or above the table's logistic-regression baseline, and the mean complete "
+             "trials. A search "
              "that completed nothing counts at the baseline's score.", "",
              f"Commits: {', '.join(commits)}; 1-min load while replaying "
              f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} on 2 cores (CPU "
@@ -185,16 +191,20 @@ def figure(recs: Sequence[Mapping[str, Any]], out: Path) -> None:
     fig, axes = plt.subplots(1, len(by), figsize=(4.4 * len(by), 3.6), squeeze=False)
     for ax, (table, by_method) in zip(axes[0], by.items(), strict=True):
         peer = best_peer(by_method)
-        for m in (DEFAULT, RANDOM, peer):
-            if m is None or m not in by_method:
-                continue
+        shown = [m for m in (DEFAULT, RANDOM, peer) if m is not None and m in by_method]
+        for k, m in enumerate(shown):
             boxes = sorted(by_method[m])
             stats = [mean_ci([_score(r) for r in by_method[m][b]]) for b in boxes]
-            ax.errorbar(boxes, [s[0] for s in stats], yerr=[s[1] for s in stats], capsize=3,
-                        marker="o", label=m, linestyle="--" if m == peer else "-")
+            nudge = 1.04 ** (k - (len(shown) - 1) / 2)  # side by side, not on top
+            ax.errorbar([b * nudge for b in boxes], [s[0] for s in stats],
+                        yerr=[s[1] for s in stats], capsize=3, marker="o", label=m,
+                        linestyle="--" if m == peer else "-")
+        ticks = sorted({b for bm in by_method.values() for b in bm})
         base = next(iter(next(iter(by_method.values())).values()))[0]["baseline_test"]
         ax.axhline(base, color="grey", linestyle=":", label="logistic regression")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{b:g}" for b in ticks])
+        ax.minorticks_off()
         ax.set_title(table)
         ax.set_xlabel("search (CPU s)")
     axes[0][0].set_ylabel("pick's test score (mean, 95% CI)")
