@@ -4,6 +4,8 @@
     nice -n 10 .venv/bin/python benchmarks/replay/compare.py --seeds 8      # run, then write
     .venv/bin/python benchmarks/replay/compare.py --report                  # write only
     .venv/bin/python benchmarks/replay/compare.py --workers 1 8 32 ...     # simulated workers
+    ... compare.py --drop --methods ehvi-front ...   # replay a changed method again
+    ... compare.py --jsonl /tmp/a.jsonl.gz ...; compare.py --merge /tmp/a.jsonl.gz  # processes
     .venv/bin/python benchmarks/replay/compare.py --data FILE --label COL --categorical A,B \
         --tables-dir DIR                       # the tables generate.py made of those data
 
