@@ -190,13 +190,87 @@ def test_with_n_workers_the_clock_is_wall_and_compute_is_every_workers(tiny: Tab
     for t in trained:
         at = t.end
         done = sum(u.cost for u in trained if u.end <= at)
-        running = sum(at - u.start for u in trained if u.start < at < u.end)
+        w = costs.worker_s  # the worker spends its part of the per-trial charge first
+        running = sum(min(max(0.0, at - u.start - w), u.cost) for u in trained
+                      if u.start < at < u.end)
         fixed = costs.per_search_s + costs.per_trial_s * sum(u.start <= at for u in trained)
         assert 0.0 <= t.compute - (done + running + fixed) <= result.decision_s + 1e-9
     total = max(t.compute for t in result.trials)
     assert total == pytest.approx(costs.per_search_s + sum(
         t.cost + costs.per_trial_s for t in trained) + result.decision_s)
     assert result.clock_s < 0.5 * total
+
+
+def test_a_trial_holds_its_worker_for_its_seconds_and_a_freed_worker_is_asked_at_once(
+        tiny: Table) -> None:
+    """Three simulated workers: never more than three trials in flight (a worker is free
+    once the driver has taken its trial's end); a trial runs its record's seconds from its
+    start; the k-th trial starts once k - 2 trials have ended, and no later than that end
+    plus the per-trial charge and the driver's decisions (it does not wait for others)."""
+    costs = Costs(per_trial_s=0.5, per_search_s=3.0)
+    res = Replay(tiny, seed=2, workers=3, costs=costs, budget_s=150.0).run(
+        Method("random-full"))
+    trained = sorted((t for t in res.trials if t.status == "complete"), key=lambda t: t.start)
+    assert len(trained) > 12
+    ends = sorted(t.end for t in trained)
+    for k, t in enumerate(trained):
+        assert t.end >= t.start + _total(tiny, t.row, t.seed) - 1e-9  # type: ignore[arg-type]
+        assert sum(u.start <= t.start < u.end for u in trained) <= 3
+        if k >= 3:
+            freed = ends[k - 3]  # the (k - 2)-th end frees the worker trial k takes
+            assert freed <= t.start <= freed + costs.per_trial_s + res.decision_s + 1e-9
+
+
+def test_compute_counts_a_running_trial_at_most_its_seconds_when_the_driver_lags(
+        tiny: Table) -> None:
+    """A per-trial charge far above the trials' seconds keeps the driver busy past the
+    running trials' ends: a trial the driver has not reached yet counts its own seconds,
+    not the wall-clock since its start (by hand from the log)."""
+    costs = Costs(per_trial_s=20.0, per_search_s=3.0, per_trial_worker_s=0.0)
+    res = Replay(tiny, seed=0, workers=4, costs=costs, budget_s=600.0).run(
+        Method("random-full"))
+    trained = [t for t in res.trials if t.status == "complete"]
+    assert len(trained) > 8
+    lagged = 0
+    for t in trained:
+        at = t.end
+        done = sum(u.cost for u in trained if u.end <= at)
+        running = [u for u in trained if u.start < at < u.end]
+        lagged += any(at - u.start > u.cost for u in running)
+        held = sum(min(at - u.start, u.cost) for u in running)
+        fixed = costs.per_search_s + costs.per_trial_s * sum(u.start <= at for u in trained)
+        assert 0.0 <= t.compute - (done + held + fixed) <= res.decision_s + 1e-9
+    assert lagged, "the driver reached some trial's end only after another's had passed"
+
+
+def test_the_workers_part_of_the_per_trial_charge_runs_in_parallel_the_drivers_does_not(
+        tiny: Table) -> None:
+    """Four workers, a per-trial charge of 5 s: on the driver (MLflow, Optuna storage) it is
+    paid one trial after another, so the wall-clock holds 5 s per trial launched; on the
+    workers (Ray's start of a trial) four at once, in well under half that wall-clock."""
+    runs = {w: Replay(tiny, seed=3, workers=4, budget_s=150.0, costs=Costs(
+        per_trial_s=5.0, per_search_s=3.0, per_trial_worker_s=w)).run(Method("random-full"))
+        for w in (0.0, 5.0)}
+    on_driver = runs[0.0]
+    launched = sum(t.status == "complete" for t in on_driver.trials)
+    assert on_driver.clock_s >= 3.0 + 5.0 * launched
+    assert runs[5.0].clock_s < 0.5 * on_driver.clock_s
+    for res in runs.values():  # the same compute either way
+        assert 150.0 <= max(t.compute for t in res.trials)
+
+
+def test_with_n_workers_the_budget_caps_the_compute_not_the_wall_clock(tiny: Table) -> None:
+    """Four workers at a budget of 90 s: the search stops starting trials once 90 s of
+    compute are charged (the four in flight then run out), so it spends what one worker
+    would, in about a quarter of the wall-clock."""
+    costs = Costs(per_trial_s=0.5, per_search_s=3.0)
+    res = Replay(tiny, seed=1, workers=4, costs=costs, budget_s=90.0).run(
+        Method("random-full"))
+    trained = [t for t in res.trials if t.status == "complete"]
+    spent = max(t.compute for t in res.trials)
+    longest = max(t.cost for t in trained) + costs.per_trial_s
+    assert 90.0 <= spent <= 90.0 + 4 * longest + res.decision_s
+    assert res.clock_s < 0.5 * spent
 
 
 def test_compare_replays_at_several_worker_counts_beside_the_oracle(
@@ -222,3 +296,31 @@ def test_compare_replays_at_several_worker_counts_beside_the_oracle(
     with pytest.raises(SystemExit) as bad:
         compare.main(["--tables", "tiny", "--workers", "0", "--jsonl", str(out)])
     assert bad.value.code == 2
+
+
+def test_optunas_gp_and_tpe_peers_replay_with_the_budget_as_their_constraint(
+        tiny: Table) -> None:
+    """compare.py's `optuna-gp` and `optuna-tpe` (peers.optuna_sampler) on the tiny table:
+    past their 10 random start-up trials, nothing trained over the budget; GPSampler's
+    model ran on the search's three objectives and on the two constraints the engine sets
+    on every told trial (memory overshoot, runs): constrained multi-objective."""
+    import compare
+
+    built = {}
+    for name, budget in (("optuna-gp", 45.0), ("optuna-tpe", 60.0)):
+        method = compare.METHODS[name]
+
+        def keep(seed: int, workload: object, make=method.sampler, name=name) -> object:
+            built[name] = make(seed, workload)  # type: ignore[operator]
+            return built[name]
+
+        res = Replay(tiny, seed=0, budget_s=budget).run(Method(name, keep))
+        trained = [t for t in res.trials if t.status == "complete"]
+        assert len(res.trials) > 12
+        for t in trained:
+            assert t.row is not None
+            assert tiny.rows[t.row]["estimate"]["device_total"] <= tiny.header["budget_bytes"]
+    gp = built["optuna-gp"]
+    assert len(gp._gprs_cache_list) == 3  # quality, memory, throughput
+    assert len(gp._constraints_gprs_cache_list) == 2  # memory, runs
+    assert "optuna-gp" in compare.PEER_METHODS and "optuna-tpe" in compare.PEER_METHODS

@@ -1,6 +1,7 @@
 """The limit beside every replayed method (benchmarks/replay/oracle.py): the least compute
 that reaches each target of compare.py's yardstick, against a hand-made table whose answer
-is worked out by hand and against brute force over every subset."""
+is worked out by hand and against brute force over every subset; and compare.py's file of
+replays (drop, merge), which the report reads."""
 
 from __future__ import annotations
 
@@ -100,3 +101,32 @@ def test_the_cheapest_set_is_the_brute_force_optimum() -> None:
         assert _volume(chosen) >= target - 1e-12
         assert math.isclose(sum(p.cost for p in chosen), got[0])
     assert cheapest_set([Point(0, 0.5, 0.5, 1.0)], 0.3) is None
+
+
+def test_drop_takes_out_only_the_named_replays_and_merge_replaces_by_key(
+        tmp_path: Path) -> None:
+    """compare.drop: the replays of the named methods, tables, worker counts and start
+    points leave the file, the others stay; compare.merge: another process's replays come
+    in, one of the same (table, method, seed, start points, workers) replacing the held."""
+    from _common import append_jsonl, read_jsonl
+    from compare import drop, merge
+
+    def rec(method: str, seed: int, workers: int, sp: bool = False, v: int = 0
+            ) -> dict[str, Any]:
+        return {"table": "t", "method": method, "seed": seed, "workers": workers,
+                "start_points": sp, "v": v}
+
+    main = tmp_path / "main.jsonl.gz"
+    held = [rec("ehvi-front", 0, 1), rec("ehvi-front", 0, 8), rec("ehvi-front", 0, 1, True),
+            rec("random-full", 0, 1), {**rec("ehvi-front", 1, 1), "table": "u"}]
+    for r in held:
+        append_jsonl(main, r)
+    assert drop(main, ["t"], ["ehvi-front"], [1], False) == 1
+    assert read_jsonl(main) == held[1:]
+    other = tmp_path / "other.jsonl.gz"
+    append_jsonl(other, rec("random-full", 0, 1, v=1))  # replaces the held one
+    append_jsonl(other, rec("random-full", 1, 1, v=1))  # new
+    assert merge(main, [other]) == 2
+    got = read_jsonl(main)
+    assert got == [held[1], held[2], rec("random-full", 0, 1, v=1), held[4],
+                   rec("random-full", 1, 1, v=1)]

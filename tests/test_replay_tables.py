@@ -213,7 +213,8 @@ def test_a_table_made_from_a_csv_is_named_by_content_and_replays_from_that_file(
         ) -> None:
     """generate.py --data FILE makes a table of a CSV it has never seen (the options a
     search takes, `--space auto`); its header names the data by sha256, not by path;
-    compare.py replays it given the same file and options, and refuses other bytes."""
+    compare.py replays it given the same file and options, with two simulated workers, and
+    refuses other bytes."""
     import hashlib
     import json
 
@@ -244,11 +245,14 @@ def test_a_table_made_from_a_csv_is_named_by_content_and_replays_from_that_file(
     # room for decisions on a loaded machine: the two configs end each replay anyway
     monkeypatch.setattr(compare, "BUDGET_TRIALS", 400)
     assert compare.main([*opts, "--tables-dir", str(tables), "--seeds", "1",
-                         "--methods", "random-full", "ehvi-front"]) == 0
+                         "--methods", "random-full", "ehvi-front", "--workers", "2"]) == 0
     recs = compare._records(tables / f"replays-{name}.jsonl.gz")
-    assert sorted(r["method"] for r in recs) == ["ehvi-front", "random-full"]
+    assert sorted((r["method"], r["workers"]) for r in recs) == [
+        ("ehvi-front", 2), ("random-full", 2)]
     assert all(r["table"] == name and r["trials"] > 0 for r in recs)
-    assert "oracle (the least compute" in (tables / f"replays-{name}.md").read_text()
+    text = (tables / f"replays-{name}.md").read_text()
+    assert "oracle (the least compute" in text
+    assert "## Workers (start points off)" in text and "| ehvi-front | 2 | 1 |" in text
 
     other = tmp_path / "other.csv"  # a row more: other bytes, no table of them
     other.write_bytes(csv.read_bytes() + b"1,2,3,0\n")

@@ -4,6 +4,8 @@
     nice -n 10 .venv/bin/python benchmarks/replay/compare.py --seeds 8      # run, then write
     .venv/bin/python benchmarks/replay/compare.py --report                  # write only
     .venv/bin/python benchmarks/replay/compare.py --workers 1 8 32 ...     # simulated workers
+    ... compare.py --drop --methods ehvi-front ...   # replay a changed method again
+    ... compare.py --jsonl /tmp/a.jsonl.gz ...; compare.py --merge /tmp/a.jsonl.gz  # processes
     .venv/bin/python benchmarks/replay/compare.py --data FILE --label COL --categorical A,B \
         --tables-dir DIR                       # the tables generate.py made of those data
 
@@ -12,7 +14,8 @@ those held), then results/search_efficiency_replay.md and .png are written from 
 `--data`, to DIR/replays-TABLE.jsonl.gz and its .md and .png.
 
 **Workers.** With N simulated workers the clock is wall-clock; each record also holds the
-compute to each target (`compute_hv95`, ...: every worker's). The report's main sections
+compute to each target (`compute_hv95`, ...: every worker's), and the budget caps the
+compute (harness.py, "Workers"), as one worker's does its clock. The report's main sections
 read one worker's replays; a section per table gives, for each worker count, wall-clock and
 compute to hv95 and best and their ratios to one worker's.
 
@@ -63,7 +66,7 @@ sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402 - imports no peer's package until a peer is built
 import samplers  # noqa: E402 - the sampler kinds measured and left out of the product
-from _common import append_jsonl, read_jsonl, results_stem  # noqa: E402
+from _common import append_jsonl, read_jsonl, results_stem, write_jsonl  # noqa: E402
 from harness import Costs, Method, Replay, ReplayResult, table_workload  # noqa: E402
 from oracle import limits  # noqa: E402
 from table import Table, columns, data_identity  # noqa: E402
@@ -168,10 +171,24 @@ METHODS = {
         "flaml-bs", peers.flaml_sampler("blendsearch", "quality"), needs="flaml",
         note="FLAML 2.8.0 BlendSearch (CFO + its Optuna TPE global search), validation "
              "quality maximized, full fidelity"),
+    "optuna-gp": Method(
+        "optuna-gp", peers.optuna_sampler("gp"),
+        note="Optuna's GPSampler, its defaults (10 random start-up trials; constrained "
+             "multi-objective logEHVI, qLogEHVI with running trials) on the search's "
+             "objectives, the budget as Optuna's memory constraint (Trial.set_constraint, "
+             "what constraints_func feeds), full fidelity, one torch thread"),
+    "optuna-tpe": Method(
+        "optuna-tpe", peers.optuna_sampler("tpe"),
+        note="Optuna's multivariate TPESampler, its defaults otherwise (10 random start-up "
+             "trials, constant liar; c-TPE) on the search's objectives, the budget as "
+             "Optuna's memory constraint (Trial.set_constraint, what constraints_func "
+             "feeds), full fidelity"),
 }
+# the peers (peers.py), not candidates for the default
+PEER_METHODS = tuple(m for m in METHODS if m.startswith(("st-", "flaml-", "dehb", "optuna-")))
 # the anytime figure's methods (the tables hold every method): a readable legend
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
-                  "st-moasha-rankfix", "flaml-bs", "dehb")
+                  "st-moasha-rankfix", "flaml-bs", "dehb", "optuna-gp", "optuna-tpe")
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha", "ehvi-rs-front",
               "ehvi-q1-front", "ehvi-rs-asha")  # the prior: reported beside
@@ -278,6 +295,47 @@ def _held(path: Path) -> dict[tuple[str, str, int, bool, int], float]:
             float(r["budget_s"]) for r in _records(path)}
 
 
+def _key(rec: Mapping[str, Any]) -> tuple[str, str, int, bool, int]:
+    """What makes a replay the same replay (another at that key replaces it)."""
+    return (rec["table"], rec["method"], int(rec["seed"]), bool(rec["start_points"]),
+            _workers(rec))
+
+
+def drop(path: Path, tables: Sequence[str], methods: Sequence[str], workers: Sequence[int],
+         start_points: bool) -> int:
+    """Take out of `path` the replays of `methods` on `tables` at `workers` (and these start
+    points), so that a run replays them again (a changed sampler); the file is rewritten
+    whole. Returns how many went."""
+    if not path.exists():
+        return 0
+    recs = _records(path)
+    keep = [r for r in recs if not (r["table"] in tables and r["method"] in methods
+                                    and _workers(r) in workers
+                                    and bool(r["start_points"]) == start_points)]
+    if len(keep) < len(recs):
+        write_jsonl(path, keep)
+    return len(recs) - len(keep)
+
+
+def merge(path: Path, others: Sequence[Path]) -> int:
+    """Add the replays of `others` (files of replays run in other processes) to `path`, a
+    replay of the same key replacing the one held; the file is rewritten whole. Returns how
+    many came in."""
+    recs = _records(path) if path.exists() else []
+    at = {_key(r): k for k, r in enumerate(recs)}
+    came = 0
+    for other in others:
+        for r in _records(other):
+            came += 1
+            if _key(r) in at:
+                recs[at[_key(r)]] = r
+            else:
+                at[_key(r)] = len(recs)
+                recs.append(r)
+    write_jsonl(path, recs)
+    return came
+
+
 def _workers(rec: Mapping[str, Any]) -> int:
     return int(rec.get("workers", 1))  # records before --workers: one worker
 
@@ -320,13 +378,16 @@ def _commit() -> str:
 # ---------------------------------------------------------------------- the report
 def _at(rec: Mapping[str, Any], key: str) -> float:
     """The record's compute (or clock) to `key`; one short of it counts at its budget (in
-    compute: all it charged)."""
+    compute: all it charged; on the wall-clock of N workers, whose budget caps the compute:
+    the clock where it stopped)."""
     if key.startswith("compute_") and "compute_s" not in rec:
         key = key.removeprefix("compute_")  # one worker, before compute was recorded
     v = rec.get(key)
     if v is not None:
         return float(v)
-    return float(rec["compute_s"] if key.startswith("compute_") else rec["budget_s"])
+    if key.startswith("compute_"):
+        return float(rec["compute_s"])
+    return float(rec["budget_s"] if _workers(rec) == 1 else rec["clock_s"])
 
 
 def ratio(recs: Mapping[tuple[str, int], Mapping[str, Any]], method: str, base: str,
@@ -471,8 +532,9 @@ def _workers_section(recs: Sequence[Mapping[str, Any]], start_points: bool,
     lines = [f"## Workers (start points {'on' if start_points else 'off'})", "",
              "With N simulated workers the clock is wall-clock; compute is every worker's "
              "(trials, fixed charges, decisions). Ratios: to the same method with one worker, "
-             "paired by seed (a replay short of a target counts at its budget: wall, or all "
-             "it charged: compute; a one-worker replay recorded before compute was counts "
+             "paired by seed (the budget caps the compute; a replay short of a target counts "
+             "where it stopped: its wall-clock, or all it charged; a one-worker replay "
+             "recorded before compute was counts "
              "its clock as compute).", ""]
     tables: dict[str, dict[tuple[str, int], Mapping[str, Any]]] = {}
     for r in recs:
@@ -650,7 +712,13 @@ CAVEATS = """## How to read this, and what is not here
   through the budget rule) or on quality - 0.01 log10(memory) (`flaml-cfo-scal`), and
   BlendSearch (`flaml-bs`), DEHB on validation quality (`dehb`: config and fidelity from its
   ask/tell, fidelity a share of the trial's length, 1/9 to 1, eta 3) or on the same
-  scalarization (`dehb-scal`); each record's `note` says how it was set up.
+  scalarization (`dehb-scal`); Optuna's own `GPSampler` (`optuna-gp`) and multivariate
+  `TPESampler` (`optuna-tpe`) with Optuna's defaults, on the search's objectives with the
+  budget as Optuna's constraint (the engine's `Trial.set_constraint`); each record's `note`
+  says how it was set up. BoTorch's qNEHVI (optuna-integration) is not installed here.
+* Workers (the "Workers" sections): the driver is one thread that asks, prices, tells and
+  logs each trial (0.38 s of MLflow and Optuna storage a trial besides the ask); a worker
+  spends Ray's 0.225 s and the trial's seconds. With N workers the budget caps the compute.
 """
 
 
@@ -659,14 +727,18 @@ def _met(r: tuple[float, float, float] | None, bound: float) -> str:
 
 
 def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.png") -> None:
-    """Anytime curves: the median HV fraction over seeds against compute, per table."""
+    """Anytime curves: the median HV fraction over seeds against compute, per table (one
+    worker's replays; where none, those of the fewest workers, on their wall-clock)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [r for r in _records(path) if not r["start_points"] and _workers(r) == 1]
-    by = _by_table(recs)
+    recs = [r for r in _records(path) if not r["start_points"]]
+    fewest = min((_workers(r) for r in recs), default=1)
+    by = _by_table([r for r in recs if _workers(r) == fewest])
+    if not by:
+        return
     fig, axes = plt.subplots(1, len(by), figsize=(4.2 * len(by), 3.4), squeeze=False)
     for ax, (table, rs) in zip(axes[0], by.items(), strict=True):
         budget = next(iter(rs.values()))["budget_s"]
@@ -676,9 +748,9 @@ def figure(path: Path = JSONL, out: Path = RESULTS / "search_efficiency_replay.p
             if not curves:
                 continue
             med = [statistics.median(_frac_at(c, x) for c in curves) for x in grid]
-            ax.plot(grid, med, label=m, linestyle="--" if METHODS[m].needs else "-")
-        ax.set_title(table)
-        ax.set_xlabel("compute (CPU s)")
+            ax.plot(grid, med, label=m, linestyle="--" if m in PEER_METHODS else "-")
+        ax.set_title(table if fewest == 1 else f"{table}, {fewest} workers")
+        ax.set_xlabel("compute (CPU s)" if fewest == 1 else "wall-clock (s)")
         ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("HV / reference (median over seeds)")
     axes[0][-1].legend(fontsize=7)
@@ -765,6 +837,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metavar="METHOD")
     ap.add_argument("--start-points", action="store_true")
     ap.add_argument("--report", action="store_true", help="write the results only")
+    ap.add_argument("--drop", action="store_true",
+                    help="first take the replays of --methods on --tables at --workers (and "
+                         "--start-points) out of --jsonl, so that they run again")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="FILE",
+                    help="add these files of replays (runs of other processes) to --jsonl, "
+                         "then write the report")
     ap.add_argument("--jsonl", type=Path, default=None,
                     help="append the replays here (one file per process when several run); "
                          "with --report: report this file (beside it, .md and .png); default "
@@ -794,6 +872,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.jsonl = args.tables_dir / f"replays-{args.tables[0]}.jsonl.gz" if mine else JSONL
     missing = [t for t in args.tables or ()
                if not (args.tables_dir / f"{t}.jsonl.gz").exists()]
+    if args.merge:
+        gone = [str(f) for f in args.merge if not f.exists()]
+        if gone:
+            ap.error(f"--merge {' '.join(gone)}: no such file of replays")
+        print(f"merged {merge(args.jsonl, args.merge)} replays into {args.jsonl}")
+        args.report = True
     if args.report and not args.jsonl.exists():
         held = sorted(p.name for p in RESULTS.glob("search_efficiency_replay*.jsonl*"))
         ap.error(f"--jsonl {args.jsonl}: no such file of replays; run the replays first, or "
@@ -815,6 +899,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from autoembed.errors import ConfigError
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if args.drop:
+            gone = drop(args.jsonl, args.tables, args.methods, args.workers, args.start_points)
+            print(f"dropped {gone} replays from {args.jsonl}")
         try:
             run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
                 args.start_points, args.jsonl, args.workers, args.data)

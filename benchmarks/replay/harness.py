@@ -30,6 +30,16 @@ tell, scheduling), as syne-tune's simulator charges its scheduler's time; the ha
 work (snapping, look-ups) is measured and taken out. Decisions between trials (ask, price,
 tell) move the clock; a decision on a running trial's evaluation overlaps that trial (the
 driver decides while the worker trains) and moves the clock only past the trial's own time.
+
+Workers: the driver is one thread. A free worker gets a trial when the driver asks for one
+(its decision time and the driver's part of the per-trial charge, MLflow and Optuna
+storage, move the clock before the hand-over); the worker then spends its part of the
+charge (Ray Tune's: `Costs.per_trial_worker_s`) and the record's seconds; its evaluations and its
+end reach the driver in time order, each at max(the clock, its own time). With one worker
+`budget_s` is the engine's time budget (the clock); with N it caps the compute charged
+(every worker's: `TrialLog.compute`), so each worker count spends the same compute and the
+wall-clock is what N buys (the engine's time budget, on the wall-clock, never binds first:
+the wall-clock is at most the compute).
 """
 
 from __future__ import annotations
@@ -57,6 +67,9 @@ __all__ = ["Costs", "Method", "Replay", "ReplayExecutor", "ReplayResult", "Repla
 SAMPLER_SEED_OFFSET = 1000  # replay seed k seeds its sampler with 1000 + k
 PER_TRIAL_S = 0.60
 PER_SEARCH_S = 8.6
+# of it, Ray Tune's (4.50 s / 20: the trial's start and reports) is the worker's; MLflow
+# and Optuna storage (0.38 s) the driver's
+PER_TRIAL_WORKER_S = 0.225
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,13 @@ class Costs:
     per_trial_s: float = PER_TRIAL_S
     per_search_s: float = PER_SEARCH_S
     basis: str = "cpu"  # the record's CPU seconds ("cpu") or wall seconds ("wall")
+    # the part of per_trial_s a worker spends before the trial trains (at most all of it);
+    # the rest is the driver's, one trial after another
+    per_trial_worker_s: float = PER_TRIAL_WORKER_S
+
+    @property
+    def worker_s(self) -> float:
+        return min(self.per_trial_worker_s, self.per_trial_s)
 
 
 @dataclass(frozen=True)
@@ -207,13 +227,14 @@ _FIGURES = ("parameters", "gradients", "optimizer_state", "activations", "tempor
 @dataclass
 class _Running:
     number: int
-    start: float
+    start: float  # when the driver handed it to a worker; it trains from start + lead
     row: int
     seed: int
     reports: list[tuple[float, dict[str, Any]]]  # (offset s, evaluation report)
     total: float
     distance: float
     repeat: bool
+    lead: float = 0.0  # the worker's part of the per-trial charge
     next: int = 0
 
 
@@ -223,12 +244,14 @@ class ReplayExecutor:
     kind = "replay"
 
     def __init__(self, table: Table, workload: ReplayWorkload, costs: Costs, workers: int,
-                 clock: list[float]) -> None:
+                 clock: list[float], compute_budget_s: float | None = None) -> None:
         self.table = table
         self.workload = workload
         self.costs = costs
         self.workers = workers
         self.clock = clock  # [now]: shared with the engine's clock function
+        # no trial starts once this much compute is charged (None: the engine's budget only)
+        self.compute_budget_s = compute_budget_s
         self.log: list[TrialLog] = []
         self._running: dict[int, _Running] = {}
         self.decision_s = 0.0
@@ -268,6 +291,9 @@ class ReplayExecutor:
         exhausted = False
         while True:
             while not exhausted and len(running) < self.workers:
+                if self.compute_budget_s is not None and self.compute() >= self.compute_budget_s:
+                    exhausted = True
+                    break
                 p = self._timed(engine.propose)
                 self._log_rejected(engine, logged)
                 if p is None:
@@ -283,14 +309,16 @@ class ReplayExecutor:
 
     def _start(self, p: Any) -> _Running:
         rec = self.table.trials[(p.payload["row"], p.payload["seed"])]
-        self.clock[0] += self.costs.per_trial_s
+        lead = self.costs.worker_s
+        self.clock[0] += self.costs.per_trial_s - lead  # the driver's part
         self.overhead_s += self.costs.per_trial_s
         return _Running(p.number, self.clock[0], p.payload["row"], p.payload["seed"],
                         _reports(rec, self.costs.basis), _total(rec, self.costs.basis),
-                        p.payload["distance"], p.payload["repeat"])
+                        p.payload["distance"], p.payload["repeat"], lead)
 
     def _next_offset(self, r: _Running) -> float:
-        return r.reports[r.next][0] if r.next < len(r.reports) else r.total
+        """Seconds from the hand-over to the trial's next event (evaluation or end)."""
+        return r.lead + (r.reports[r.next][0] if r.next < len(r.reports) else r.total)
 
     def _advance(self, engine: Any, running: dict[int, _Running], number: int,
                  logged: set[int]) -> None:
@@ -325,8 +353,10 @@ class ReplayExecutor:
 
     def compute(self) -> float:
         """Compute charged so far (TrialLog.compute): trials ended, the running ones up to
-        the clock, the fixed charges and the decisions."""
-        running = sum(max(0.0, self.clock[0] - r.start) for r in self._running.values())
+        the clock (at most their whole cost: a trial whose end the driver has not reached
+        yet trains no further), the fixed charges and the decisions."""
+        running = sum(min(max(0.0, self.clock[0] - r.start - r.lead), r.total)
+                      for r in self._running.values())
         return self.decision_s + self.overhead_s + self.trial_s + running
 
     def _log_rejected(self, engine: Any, logged: set[int]) -> None:
@@ -432,7 +462,10 @@ class Replay:
             start=self.start() if self.start_points else (), early_stop=method.front_rule),
             clock=lambda: clock[0], scheduler=scheduler)
         engine.started = 0.0
-        executor = ReplayExecutor(self.table, workload, self.costs, self.workers, clock)
+        # with several workers the clock is wall-clock and `budget_s` caps the compute
+        # (every worker's), so that each worker count spends the same compute
+        executor = ReplayExecutor(self.table, workload, self.costs, self.workers, clock,
+                                  self.budget_s if self.workers > 1 else None)
         executor.run(engine)
         return ReplayResult(method.name, self.seed, executor.log, clock[0],
                             executor.decision_s, executor.trial_s, executor.overhead_s,

@@ -10,6 +10,12 @@ decision time are identical (README, "The peers").
 * `FlamlSampler`: an Optuna sampler that asks a FLAML searcher (`CFO`, or `BlendSearch`)
   for a config when a trial starts, answers each `suggest_*` from it and reports the outcome
   to the searcher when the trial is told.
+* `optuna_sampler`: Optuna's own model-based samplers as a user reaches for them, with
+  Optuna's defaults: `GPSampler` (multi-objective, constrained: logEHVI times the chance of
+  feasibility) and multivariate `TPESampler` (c-TPE). The budget reaches them as Optuna's
+  constraints: the engine sets `memory` (overshoot of the budget) and `runs` on every told
+  trial with `Trial.set_constraint`, which is what `constraints_func` feeds (deprecated in
+  Optuna 5.0 in its favour; passing both would count the memory constraint twice).
 * `DehbSampler` + `DehbScheduler`: DEHB (`dehb.DEHB`, 0.1.2) through its ask/tell
   interface: each ask is a config and a fidelity (a share of the trial's length); the
   sampler answers the trial's `suggest_*` from the config, the scheduler stops the trial at
@@ -39,7 +45,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 
 __all__ = ["PEERS", "PeerMissing", "require", "MoashaScheduler", "FlamlSampler",
            "DehbSampler", "DehbScheduler", "discover_space", "flaml_space", "flaml_sampler",
-           "moasha", "dehb"]
+           "moasha", "dehb", "optuna_sampler"]
 
 log = logging.getLogger(__name__)
 
@@ -612,3 +618,53 @@ def dehb(score: str = "quality") -> tuple[Callable[[int, Any], DehbSampler],
         del objectives
         return DehbScheduler(built.pop(seed))
     return sampler, scheduler
+
+
+# ====================================================================== Optuna's own
+OPTUNA_KINDS = ("gp", "tpe")
+
+
+class _OneTorchThread:
+    """Runs a sampler's relative sampling on one torch thread: the harness charges the
+    calling thread's CPU time (`time.thread_time`), so GPSampler's torch work must not
+    spread to threads it does not see (and the shared machine's cores stay free)."""
+
+    def sample_relative(self, study: Any, trial: Any,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return super().sample_relative(study, trial, search_space)  # type: ignore[misc]
+        finally:
+            torch.set_num_threads(before)
+
+
+def optuna_sampler(kind: str) -> Callable[[int, Any], BaseSampler]:
+    """A `harness.Method` sampler: (seed, workload) -> Optuna's `GPSampler` (`gp`) or
+    multivariate `TPESampler` (`tpe`), each with Optuna's defaults (10 random start-up
+    trials; GPSampler's qLogEHVI and TPE's constant liar see the running trials). The
+    study's objectives are the search's; the budget is Optuna's constraint, set by the
+    engine on every told trial (module docstring). GPSampler's independent-sampling warning
+    is off (a conditional param outside the intersection space is drawn at random either
+    way)."""
+    if kind not in OPTUNA_KINDS:
+        raise ValueError(f"unknown Optuna sampler {kind!r}; use one of {OPTUNA_KINDS}")
+
+    def make(seed: int, workload: Any) -> BaseSampler:
+        del workload
+        import warnings
+
+        import optuna
+
+        if kind == "tpe":
+            with warnings.catch_warnings():  # multivariate is experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+
+        class OneThreadGP(_OneTorchThread, optuna.samplers.GPSampler):
+            pass
+
+        return OneThreadGP(seed=seed, warn_independent_sampling=False)
+    return make
