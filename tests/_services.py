@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 __all__ = ["free_port", "session_pids", "stop_session", "postgres_bin", "PostgresServer",
-           "need_postgres"]
+           "need_postgres", "RayNode", "start_ray_node"]
 
 
 def free_port() -> int:
@@ -184,3 +184,41 @@ class PostgresServer:
             stop_session(self.proc.pid, grace_s=5)
             self.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class RayNode:
+    """A node a `ray start` command started: its processes' session and temporary folder."""
+
+    sid: int  # the session of every process this `ray start` left running
+    temp_dir: Path
+
+    def node_id(self) -> str:
+        """The raylet's --node_id, read from its command line (independent of Ray's API)."""
+        for pid in session_pids(self.sid):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"/raylet"):
+                for a in argv:
+                    if a.startswith(b"--node_id="):
+                        return a.split(b"=", 1)[1].decode()
+        raise AssertionError(f"no raylet in session {self.sid}")
+
+
+def start_ray_node(cmd: str, env: dict[str, str], cwd: Path, nodes: list[RayNode]) -> None:
+    """Run a `ray start` command with its own temporary folder, free ports and one CPU, in a
+    session of its own (appended to `nodes` before it is waited for, so a caller's cleanup
+    stops it whatever happens)."""
+    temp = Path(tempfile.mkdtemp(prefix="ae-ray-", dir="/tmp"))  # short: sockets
+    extra = (f" --temp-dir {temp} --num-cpus 1 --dashboard-agent-listen-port {free_port()}"
+             " --disable-usage-stats")
+    if "--head" in cmd:  # Ray starts a dashboard process even with it off
+        extra += f" --include-dashboard false --dashboard-port {free_port()}"
+    proc = subprocess.Popen(["bash", "-c", cmd + extra], env=env, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    nodes.append(RayNode(proc.pid, temp))
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, (cmd, out[-3000:])

@@ -69,13 +69,17 @@ SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
      'train(build_model(), {**PARAMS, "steps": 30},', "the pick's 150 steps -> 30"),
     ("docs/getting_started.md", "--full-size --max-steps 50", "--full-size --max-steps 2",
      "50 full-size steps (2.6M rows) -> 2"),
+    ("docs/benchmarks.md", "--methods random-full ehvi-front --workers 1 8",
+     "--methods random-full ehvi-front --workers 1",
+     "the 8-worker replays (55% of compare.py's CPU) -> none: tests/test_replay_harness.py "
+     "runs compare.py --workers 1 4"),
 ]
 NOT_RUN_REASONS = ("GPU", "cluster", "network")
 # Pages run two at a time (CI has 2 cores; a page is mostly one process waiting on another),
 # the longest first: seconds per page as measured here (a guess only orders them).
 LANES = 2
-LONGEST = {"docs/getting_started.md": 56, "README.md": 50, "docs/own_loop.md": 45,
-           "docs/searching.md": 31, "docs/own_model.md": 16}
+LONGEST = {"docs/benchmarks.md": 60, "docs/getting_started.md": 56, "README.md": 50,
+           "docs/own_loop.md": 45, "docs/searching.md": 31, "docs/own_model.md": 16}
 TIMEOUT = 900
 COSTS: list[tuple[float, str]] = []  # (seconds, where: what) of every command and block run
 

@@ -208,7 +208,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     log = (tmp_path / "driver.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "autoembed", "search", "--budget", BUDGET, "--space", TINY,
-         "--trials", "8", "--study", "kill", "--runs-dir", str(runs), "--tracking-uri", "none",
+         "--trials", "4", "--study", "kill", "--runs-dir", str(runs), "--tracking-uri", "none",
          "--seed", "1", *(["--multi-fidelity"] if multi_fidelity else [])],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
     )
@@ -255,7 +255,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
         retries = 1 if by_number[n].params else 0
         assert sum(1 for r in rows.values() if r.retry_of == n) == retries
     assert not any(r.retry_of in complete_before for r in rows.values())  # nothing repeated
-    assert sum(1 for r in rows.values() if r.counted) == 8
+    assert sum(1 for r in rows.values() if r.counted) == 4  # what the killed run asked
     pareto = json.loads((res.out_dir / "pareto.json").read_text())
     assert pareto["recovered"] and len(set(pareto["members"][0]) & {"trial", "config"}) == 2
     csv_rows = read_csv(res.out_dir / "trials.csv")
