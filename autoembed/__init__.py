@@ -20,32 +20,11 @@ if TYPE_CHECKING:  # its signature is `SearchOptions`' (pipeline.search_options)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Budget",
-    "EmbeddingConfig",
-    "TableConfig",
-    "MemoryEstimate",
-    "AutoembedError",
-    "ConfigError",
-    "DataError",
-    "UnsupportedError",
-    "estimate",
-    "estimate_model",
-    "Example",
-    "apply",
-    "tables",
-    "materialize",
-    "load_config",
-    "save_config",
-    "build_model",
-    "build_optimizer",
-    "autocast",
-    "quantize",
-    "search",
-    "train",
-    "TrialStopped",
-    "__version__",
-]
+__all__ = ["Budget", "EmbeddingConfig", "TableConfig", "MemoryEstimate", "AutoembedError",
+           "ConfigError", "DataError", "UnsupportedError", "estimate", "estimate_model", "Example",
+           "apply", "tables", "materialize", "load_config", "save_config", "build_model",
+           "build_optimizer", "autocast", "quantize", "search", "train", "TrialStopped",
+           "__version__"]
 
 # name -> module that defines it, imported on first access (PEP 562).
 _LAZY = {

@@ -30,29 +30,10 @@ from dataclasses import dataclass
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer, Interval
 
-__all__ = [
-    "METHODS",
-    "MethodRules",
-    "METHOD_RULES",
-    "HOT_ID_BYTES",
-    "robe_blocks",
-    "robe_shapes",
-    "tt_rows",
-    "tt_dims",
-    "tt_shapes",
-    "tt_init_std",
-    "hot_count",
-    "cold_rows",
-    "hot_cold_shapes",
-    "hot_cold_state_bytes",
-    "hot_share_at_scale",
-    "param_bytes",
-    "check_robe",
-    "check_tt",
-    "check_hot_cold",
-    "check_method",
-    "takes_optimizer",
-]
+__all__ = ["METHODS", "MethodRules", "METHOD_RULES", "HOT_ID_BYTES", "robe_blocks", "robe_shapes",
+           "tt_rows", "tt_dims", "tt_shapes", "tt_init_std", "hot_count", "cold_rows",
+           "hot_cold_shapes", "hot_cold_state_bytes", "hot_share_at_scale", "param_bytes",
+           "check_robe", "check_tt", "check_hot_cold", "check_method", "takes_optimizer"]
 
 METHODS = ("robe", "tt", "hot_cold")
 HOT_ID_BYTES = 8  # one int64 per hot id in the sorted hot-id array

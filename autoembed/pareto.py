@@ -40,23 +40,9 @@ from typing import Protocol
 from autoembed.errors import ConfigError
 from autoembed.rules import Interval, Is, OneOf
 
-__all__ = [
-    "DIRECTIONS",
-    "PICK_RULES",
-    "DEFAULT_PICK",
-    "Pick",
-    "Candidate",
-    "dominates",
-    "non_dominated",
-    "hypervolume",
-    "normalise",
-    "parse_pick",
-    "pick",
-    "clears_floor",
-    "quality_noise",
-    "auc_standard_error",
-    "accuracy_standard_error",
-]
+__all__ = ["DIRECTIONS", "PICK_RULES", "DEFAULT_PICK", "Pick", "Candidate", "dominates",
+           "non_dominated", "hypervolume", "normalise", "parse_pick", "pick", "clears_floor",
+           "quality_noise", "auc_standard_error", "accuracy_standard_error"]
 
 DIRECTIONS = ("maximize", "minimize")
 PICK_RULES = ("within-noise", "knee", "max-quality", "min-memory", "max-throughput", "trial:N")

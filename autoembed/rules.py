@@ -17,22 +17,8 @@ from typing import Any
 
 from autoembed.errors import ConfigError
 
-__all__ = [
-    "Rule",
-    "Is",
-    "Each",
-    "OneOf",
-    "Integer",
-    "Interval",
-    "Positive",
-    "CountOrShare",
-    "Flag",
-    "config_error",
-    "field_rule",
-    "check_fields",
-    "is_number",
-    "plain",
-]
+__all__ = ["Rule", "Is", "Each", "OneOf", "Integer", "Interval", "Positive", "CountOrShare", "Flag",
+           "config_error", "field_rule", "check_fields", "is_number", "plain"]
 
 
 def config_error(key: str, value: Any, rule: str) -> ConfigError:

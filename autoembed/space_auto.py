@@ -41,21 +41,9 @@ if TYPE_CHECKING:
     from autoembed.data.dataset import Dataset
     from autoembed.space import SearchSpace
 
-__all__ = [
-    "TableFacts",
-    "DataFacts",
-    "TablePlan",
-    "AutoSpace",
-    "facts_of",
-    "derive_space",
-    "auto_space",
-    "AUTO_SOURCE",
-    "dim_bound",
-    "hash_bucket_range",
-    "qr_collision_range",
-    "seq_len_choices",
-    "summary",
-]
+__all__ = ["TableFacts", "DataFacts", "TablePlan", "AutoSpace", "facts_of", "derive_space",
+           "auto_space", "AUTO_SOURCE", "dim_bound", "hash_bucket_range", "qr_collision_range",
+           "seq_len_choices", "summary"]
 
 AUTO_SOURCE = "auto"  # the space's source name (`--space auto`)
 DIM_LOW = 8

@@ -3,24 +3,10 @@ and the constants the rules between fields read. Pure Python."""
 
 from __future__ import annotations
 
-__all__ = [
-    "TASKS",
-    "COMPRESSIONS",
-    "TABLE_COMPRESSIONS",
-    "QR_OPERATIONS",
-    "SERVING",
-    "OPTIMIZERS",
-    "TABLE_ONLY_OPTIMIZERS",
-    "DENSE_OPTIMIZERS",
-    "SPARSE_GRAD_OPTIMIZERS",
-    "POOLINGS",
-    "INTERACTIONS",
-    "PLACEMENTS",
-    "CACHE_POLICIES",
-    "HOST_CACHE_OPTIMIZERS",
-    "HOST_CACHE_COMPRESSIONS",
-    "FP16_MIN_ADAM_EPS",
-]
+__all__ = ["TASKS", "COMPRESSIONS", "TABLE_COMPRESSIONS", "QR_OPERATIONS", "SERVING", "OPTIMIZERS",
+           "TABLE_ONLY_OPTIMIZERS", "DENSE_OPTIMIZERS", "SPARSE_GRAD_OPTIMIZERS", "POOLINGS",
+           "INTERACTIONS", "PLACEMENTS", "CACHE_POLICIES", "HOST_CACHE_OPTIMIZERS",
+           "HOST_CACHE_COMPRESSIONS", "FP16_MIN_ADAM_EPS"]
 
 TASKS = ("ctr", "text")
 COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "shared", "robe", "tt", "hot_cold")

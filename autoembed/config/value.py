@@ -50,15 +50,8 @@ from autoembed.rules import (
     plain,
 )
 
-__all__ = [
-    "EmbeddingConfig",
-    "resolved_tables",
-    "table_settings",
-    "with_data_tables",
-    "map_bucket_counts",
-    "storage_rows",
-    "cache_rows",
-]
+__all__ = ["EmbeddingConfig", "resolved_tables", "table_settings", "with_data_tables",
+           "map_bucket_counts", "storage_rows", "cache_rows"]
 
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
 

@@ -17,13 +17,5 @@ from autoembed.data.loading import load_dataset
 from autoembed.data.spec import BUILTIN_NAMES, SPLITS, DataSpec
 from autoembed.data.vocab import VocabMap, Vocabulary, load_vocab
 
-__all__ = [
-    "BUILTIN_NAMES",
-    "SPLITS",
-    "DataSpec",
-    "Dataset",
-    "VocabMap",
-    "Vocabulary",
-    "load_dataset",
-    "load_vocab",
-]
+__all__ = ["BUILTIN_NAMES", "SPLITS", "DataSpec", "Dataset", "VocabMap", "Vocabulary",
+           "load_dataset", "load_vocab"]

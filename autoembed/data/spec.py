@@ -14,14 +14,7 @@ from typing import Any
 from autoembed.errors import DataError, did_you_mean
 from autoembed.rules import Each, Flag, Integer, Interval, Is, Rule, check_fields, field_rule, plain
 
-__all__ = [
-    "BUILTIN_NAMES",
-    "SYNTHETIC_NAMES",
-    "REAL_NAMES",
-    "FILE_SUFFIXES",
-    "SPLITS",
-    "DataSpec",
-]
+__all__ = ["BUILTIN_NAMES", "SYNTHETIC_NAMES", "REAL_NAMES", "FILE_SUFFIXES", "SPLITS", "DataSpec"]
 
 SYNTHETIC_NAMES = ("synthetic-ctr", "synthetic-text")
 REAL_NAMES = ("movielens", "flights", "bbcnews")

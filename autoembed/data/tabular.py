@@ -24,15 +24,8 @@ from autoembed.data.spec import DataSpec
 from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError
 
-__all__ = [
-    "CtrColumns",
-    "build_ctr",
-    "canonical",
-    "detect_categorical",
-    "class_labels",
-    "empirical_frequency",
-    "AUTO_INT_MAX_DISTINCT_SHARE",
-]
+__all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
+           "empirical_frequency", "AUTO_INT_MAX_DISTINCT_SHARE"]
 
 # Auto-detection: an integer column is categorical when its distinct values are at most this
 # share of its rows (a row-number or other id-per-row column is not: nothing to learn).

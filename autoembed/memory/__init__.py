@@ -16,10 +16,5 @@ from autoembed.memory.types import (
     TableMemory,
 )
 
-__all__ = [
-    "MemoryEstimate",
-    "TableMemory",
-    "GpuShare",
-    "CUDA_CONTEXT_BYTES",
-    "CUBLAS_WORKSPACE_BYTES",
-]
+__all__ = ["MemoryEstimate", "TableMemory", "GpuShare", "CUDA_CONTEXT_BYTES",
+           "CUBLAS_WORKSPACE_BYTES"]

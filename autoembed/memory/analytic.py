@@ -52,17 +52,9 @@ from autoembed.memory.types import (
     round_block,
 )
 
-__all__ = [
-    "analytic_estimate",
-    "sparse_terms",
-    "sparse_gradient",
-    "SparseGradient",
-    "optimizer_state_bytes",
-    "serving_row_bytes",
-    "STATE_MULTIPLIER",
-    "with_host_cache",
-    "split_slack",
-]
+__all__ = ["analytic_estimate", "sparse_terms", "sparse_gradient", "SparseGradient",
+           "optimizer_state_bytes", "serving_row_bytes", "STATE_MULTIPLIER", "with_host_cache",
+           "split_slack"]
 
 # Optimizer state tensors per parameter element (TorchRec shard_estimators
 # `_get_optimizer_multipler`; torch.optim sources). rowwise_adagrad is per row, priced apart.

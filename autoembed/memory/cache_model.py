@@ -23,17 +23,8 @@ from autoembed.config import (
 )
 from autoembed.memory.types import CacheTable, round_block
 
-__all__ = [
-    "CacheTable",
-    "SLOT_BOOKKEEPING_BYTES",
-    "HOST_ROW_BOOKKEEPING_BYTES",
-    "cache_tables",
-    "device_bookkeeping",
-    "miss_rate",
-    "fit_zipf",
-    "zipf_exponent_for",
-    "row_state_bytes",
-]
+__all__ = ["CacheTable", "SLOT_BOOKKEEPING_BYTES", "HOST_ROW_BOOKKEEPING_BYTES", "cache_tables",
+           "device_bookkeeping", "miss_rate", "fit_zipf", "zipf_exponent_for", "row_state_bytes"]
 
 # models/host_cached_table.py: per slot slot_row, slot_last, slot_count (int64 each).
 SLOT_BOOKKEEPING_TENSORS = 3

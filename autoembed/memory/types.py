@@ -12,24 +12,10 @@ from typing import Any
 
 from autoembed.budget import Budget, BudgetLike
 
-__all__ = [
-    "BYTE_FIGURES",
-    "MemoryEstimate",
-    "TableMemory",
-    "GpuShare",
-    "CacheTable",
-    "ModuleMemory",
-    "round_block",
-    "CATEGORIES",
-    "traced_figures",
-    "reserved_for",
-    "reserved_bound",
-    "CUDA_CONTEXT_BYTES",
-    "CUBLAS_WORKSPACE_BYTES",
-    "overhead_bytes",
-    "host_allocations",
-    "on_host",
-]
+__all__ = ["BYTE_FIGURES", "MemoryEstimate", "TableMemory", "GpuShare", "CacheTable",
+           "ModuleMemory", "round_block", "CATEGORIES", "traced_figures", "reserved_for",
+           "reserved_bound", "CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "overhead_bytes",
+           "host_allocations", "on_host"]
 
 # c10/cuda/CUDACachingAllocator.cpp: every block is a multiple of kMinBlockSize = 512 B.
 MIN_BLOCK = 512

@@ -11,26 +11,7 @@ from autoembed.models.step import Trainer, fake_caveats, make_trainer
 from autoembed.nn.hashing import hash_id_reference, hash_ids, qr_indices
 from autoembed.nn.rowformat import pack_rows, row_bytes, unpack_rows
 
-__all__ = [
-    "EmbeddingModel",
-    "build_model",
-    "check_buildable",
-    "loss_fn",
-    "Optimizers",
-    "RowWiseAdagrad",
-    "build_optimizer",
-    "state_bytes",
-    "MasterWeights",
-    "check_supported",
-    "Trainer",
-    "make_trainer",
-    "fake_caveats",
-    "quantize",
-    "serving_bytes",
-    "hash_ids",
-    "hash_id_reference",
-    "qr_indices",
-    "pack_rows",
-    "unpack_rows",
-    "row_bytes",
-]
+__all__ = ["EmbeddingModel", "build_model", "check_buildable", "loss_fn", "Optimizers",
+           "RowWiseAdagrad", "build_optimizer", "state_bytes", "MasterWeights", "check_supported",
+           "Trainer", "make_trainer", "fake_caveats", "quantize", "serving_bytes", "hash_ids",
+           "hash_id_reference", "qr_indices", "pack_rows", "unpack_rows", "row_bytes"]

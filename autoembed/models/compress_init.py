@@ -25,17 +25,8 @@ from autoembed.compression import tt_dims, tt_rows
 from autoembed.nn.hashing import hash_ids
 from autoembed.nn.rowformat import pack_rows, unpack_rows
 
-__all__ = [
-    "hash_init",
-    "qr_init",
-    "tt_svd",
-    "robe_init",
-    "hot_cold_init",
-    "quantized_init",
-    "mixed_dim_init",
-    "fit_to",
-    "bucket_means",
-]
+__all__ = ["hash_init", "qr_init", "tt_svd", "robe_init", "hot_cold_init", "quantized_init",
+           "mixed_dim_init", "fit_to", "bucket_means"]
 
 
 def bucket_means(weight: torch.Tensor, rows: torch.Tensor, buckets: int) -> torch.Tensor:

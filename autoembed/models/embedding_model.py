@@ -44,14 +44,8 @@ from autoembed.models.robe import RobeTable
 from autoembed.models.tower import build_tower, interact, run_tower
 from autoembed.models.tt import TTTable
 
-__all__ = [
-    "EmbeddingModel",
-    "as_device",
-    "build_model",
-    "check_buildable",
-    "loss_fn",
-    "torch_dtype",
-]
+__all__ = ["EmbeddingModel", "as_device", "build_model", "check_buildable", "loss_fn",
+           "torch_dtype"]
 
 # torch's optimizers that take sparse gradients but cannot decay them (torch 2.13): Adagrad
 # raises "weight_decay option is not compatible with sparse gradients", SGD raises

@@ -29,10 +29,8 @@ from autoembed.nn.host_cache import (
     layer_storage,
 )
 
-__all__ = [
-    "HostCachedTable", "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables",
-    "total_stats", "cache_metrics", "layer_storage", "bind_host_cached", "CachedStorage",
-]
+__all__ = ["HostCachedTable", "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables",
+           "total_stats", "cache_metrics", "layer_storage", "bind_host_cached", "CachedStorage"]
 
 
 class HostCachedTable(TableModule, HostCache):

@@ -39,21 +39,9 @@ from autoembed.nn.methods import _HotCold, checked_hot_ids, hot_cold_rows
 from autoembed.nn.storage import _Storage
 from autoembed.rules import Integer
 
-__all__ = [
-    "HotColdTable",
-    "HOT_SETS_KEY",
-    "checked_hot_ids",
-    "export_hot_sets",
-    "hot_cold_rows",
-    "hot_ids_from_counts",
-    "hot_sets_for",
-    "hot_sets_beside",
-    "hot_sets_name",
-    "install_hot_sets",
-    "load_hot_sets",
-    "save_hot_sets",
-    "train_id_counts",
-]
+__all__ = ["HotColdTable", "HOT_SETS_KEY", "checked_hot_ids", "export_hot_sets", "hot_cold_rows",
+           "hot_ids_from_counts", "hot_sets_for", "hot_sets_beside", "hot_sets_name",
+           "install_hot_sets", "load_hot_sets", "save_hot_sets", "train_id_counts"]
 
 _COUNT_BATCH = 65_536  # train rows read at a time when counting ids
 HOT_SETS_KEY = "hot_sets"  # the exported file's key naming it

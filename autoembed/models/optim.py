@@ -36,16 +36,8 @@ from autoembed.config import (
 from autoembed.errors import ConfigError
 from autoembed.models.table_modules import embedding_modules
 
-__all__ = [
-    "ROWWISE_ADAGRAD_EPS",
-    "ADAGRAD_EPS",
-    "RowWiseAdagrad",
-    "Optimizers",
-    "build_optimizer",
-    "user_optimizers",
-    "make_optimizer",
-    "state_bytes",
-]
+__all__ = ["ROWWISE_ADAGRAD_EPS", "ADAGRAD_EPS", "RowWiseAdagrad", "Optimizers", "build_optimizer",
+           "user_optimizers", "make_optimizer", "state_bytes"]
 
 # FBGEMM's default eps for EXACT_ROWWISE_ADAGRAD (fbgemm_gpu split_table_batched_embeddings).
 ROWWISE_ADAGRAD_EPS = 1e-8

@@ -41,16 +41,8 @@ from autoembed.models.optim import Optimizers, user_optimizers
 from autoembed.models.step import TrainStep
 from autoembed.models.table_modules import embedding_modules
 
-__all__ = [
-    "OPTIMIZER_NAMES",
-    "STANDIN_LOSS",
-    "UserStep",
-    "call_model",
-    "cast_floating",
-    "pin_foreach",
-    "resolve_loss",
-    "standin_loss",
-]
+__all__ = ["OPTIMIZER_NAMES", "STANDIN_LOSS", "UserStep", "call_model", "cast_floating",
+           "pin_foreach", "resolve_loss", "standin_loss"]
 
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad")
 

@@ -31,10 +31,8 @@ from autoembed.nn.hashing import hash_ids
 from autoembed.nn.lookup import sparse_bag_weights
 from autoembed.nn.storage import PackedWeights
 
-__all__ = [
-    "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables", "layer_storage",
-    "bind_host_cached", "CachedStorage", "host_allocations",
-]
+__all__ = ["HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables", "layer_storage",
+           "bind_host_cached", "CachedStorage", "host_allocations"]
 
 # Per-row optimizer state tensors moved with a row: name in the torch optimizer's state ->
 # per-element (True: [rows, D]) or per-row (False: [rows]) (torch.optim.Adagrad `sum`,

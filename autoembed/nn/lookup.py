@@ -20,8 +20,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.errors import DataError
 
-__all__ = ["ID_DTYPES", "check_ids", "bag_index", "pool_rows", "by_frequency",
-           "sparse_bag_weights"]
+__all__ = ["ID_DTYPES", "check_ids", "bag_index", "pool_rows", "by_frequency", "sparse_bag_weights"]
 
 ID_DTYPES = (torch.int64, torch.int32)  # what torch's embedding kernels index with
 

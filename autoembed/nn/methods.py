@@ -34,15 +34,8 @@ from autoembed.nn.hashing import hash_id_reference, hash_ids
 from autoembed.nn.lookup import pool_rows
 from autoembed.nn.storage import _Storage
 
-__all__ = [
-    "METHOD_STORAGES",
-    "robe_seed",
-    "robe_positions",
-    "tt_indices",
-    "tt_lookup",
-    "checked_hot_ids",
-    "hot_cold_rows",
-]
+__all__ = ["METHOD_STORAGES", "robe_seed", "robe_positions", "tt_indices", "tt_lookup",
+           "checked_hot_ids", "hot_cold_rows"]
 
 
 def robe_seed(hash_seed: int, field: int) -> int:

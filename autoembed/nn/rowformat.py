@@ -19,14 +19,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = [
-    "ROW_ALIGN_BYTES",
-    "QPARAM_BYTES",
-    "SERVING_BITS",
-    "row_bytes",
-    "pack_rows",
-    "unpack_rows",
-]
+__all__ = ["ROW_ALIGN_BYTES", "QPARAM_BYTES", "SERVING_BITS", "row_bytes", "pack_rows",
+           "unpack_rows"]
 
 # FBGEMM aligns every quantized row to 16 bytes (kINT8QparamsBytes / row alignment in
 # fbgemm_gpu split_table_batched_embeddings, docs/contracts.md#fbgemm-row-formats).

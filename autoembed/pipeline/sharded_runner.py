@@ -52,8 +52,7 @@ from typing import Any
 
 from autoembed.errors import ConfigError
 
-__all__ = ["run_sharded", "worker", "decide", "tensor_storages", "table_state_bytes",
-           "MEASURE_ENV"]
+__all__ = ["run_sharded", "worker", "decide", "tensor_storages", "table_state_bytes", "MEASURE_ENV"]
 
 # glibc: one arena, and blocks of 64 KiB and more from mmap (freed at once)
 MEASURE_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "65536",

@@ -24,11 +24,10 @@ if TYPE_CHECKING:
     from autoembed.selection import ValidScores
 
 __all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY_SAMPLERS",
-           "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url",
-           "storage_label", "open_storage", "find_study", "study_exists", "make_sampler",
-           "tpe_settings", "MOVED_SAMPLERS",
-           "Recovery", "recover", "load_rows", "scores_attrs", "load_scores", "SCORES_ATTR",
-           "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
+           "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url", "storage_label",
+           "open_storage", "find_study", "study_exists", "make_sampler", "tpe_settings",
+           "MOVED_SAMPLERS", "Recovery", "recover", "load_rows", "scores_attrs", "load_scores",
+           "SCORES_ATTR", "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
 
 SAMPLERS: tuple[str, ...] = ("tpe-mix", "tpe", "nsga2", "random", "grid", "ehvi")
 # kinds the benchmarks measured and left out of the product: benchmarks/samplers.py has them

@@ -22,20 +22,9 @@ from autoembed.errors import ConfigError
 from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
-__all__ = [
-    "SPACE_KEYS",
-    "SEARCHABLE",
-    "Param",
-    "StandIn",
-    "TableRule",
-    "apply_table_rules",
-    "table_param_name",
-    "table_rules_of",
-    "with_table_rules",
-    "SearchSpace",
-    "builtin_space_path",
-    "BUILTIN_SPACES",
-]
+__all__ = ["SPACE_KEYS", "SEARCHABLE", "Param", "StandIn", "TableRule", "apply_table_rules",
+           "table_param_name", "table_rules_of", "with_table_rules", "SearchSpace",
+           "builtin_space_path", "BUILTIN_SPACES"]
 
 SPACE_KEYS = ("description", "data", "stand_in", "base", "tables", "params", "objectives",
               "target", "run", "trials", "trial_time_limit")

@@ -21,22 +21,9 @@ from typing import Any
 
 from autoembed.torchrec.settings import INSTALL, RankTopology, TorchRecTable, table_settings
 
-__all__ = [
-    "INSTALL",
-    "RankTopology",
-    "TorchRecTable",
-    "table_settings",
-    "available",
-    "has_collections",
-    "tables",
-    "apply",
-    "HashedIds",
-    "constraints",
-    "estimate_unsharded",
-    "plan_model",
-    "estimate_sharded",
-    "export_torchrec",
-]
+__all__ = ["INSTALL", "RankTopology", "TorchRecTable", "table_settings", "available",
+           "has_collections", "tables", "apply", "HashedIds", "constraints", "estimate_unsharded",
+           "plan_model", "estimate_sharded", "export_torchrec"]
 
 _LAZY = {
     "available": "autoembed.torchrec.lib",

@@ -25,21 +25,9 @@ from autoembed.config import check_fields
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import Integer, Interval, OneOf, field_rule
 
-__all__ = [
-    "TorchRecTable",
-    "RankTopology",
-    "OPTIMIZERS",
-    "CPU_OPTIMIZERS",
-    "DATA_TYPES",
-    "COMPUTE_KERNELS",
-    "SHARDING_TYPES",
-    "INSTALL",
-    "table_settings",
-    "TABLE_KEYS",
-    "TABLE_RULES",
-    "TOPOLOGY_KEYS",
-    "TOPOLOGY_RULES",
-]
+__all__ = ["TorchRecTable", "RankTopology", "OPTIMIZERS", "CPU_OPTIMIZERS", "DATA_TYPES",
+           "COMPUTE_KERNELS", "SHARDING_TYPES", "INSTALL", "table_settings", "TABLE_KEYS",
+           "TABLE_RULES", "TOPOLOGY_KEYS", "TOPOLOGY_RULES"]
 
 # autoembed's name -> torchrec.distributed.embedding_types / fbgemm EmbOptimType member
 OPTIMIZERS = {

@@ -45,16 +45,8 @@ from autoembed.models.step import TrainStep
 from autoembed.models.table_modules import embedding_modules
 from autoembed.trace.tracker import AllocationTracker, PeakSnapshot
 
-__all__ = [
-    "TRACED_STEPS",
-    "Trace",
-    "SparseTerms",
-    "StepPeak",
-    "trace_step",
-    "step_peak",
-    "traced_estimate",
-    "fake_batch",
-]
+__all__ = ["TRACED_STEPS", "Trace", "SparseTerms", "StepPeak", "trace_step", "step_peak",
+           "traced_estimate", "fake_batch"]
 
 TRACED_STEPS = 2  # the first step creates optimizer state; the second is steady state
 # Torch sizes a tensor's storage in signed 64-bit bytes (c10 `computeStorageNbytes` raises

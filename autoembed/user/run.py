@@ -28,8 +28,7 @@ from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES",
-           "TRIAL_ROLES"]
+__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES", "TRIAL_ROLES"]
 
 ROLES = ("model", "example", "train")  # the CLI flags --model, --example, --train
 TRIAL_ROLES = (*ROLES, "apply")  # what a trial runs (`apply` when given), shipped to workers

@@ -22,11 +22,9 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space
 
-__all__ = ["params_for", "config_for", "reference_values", "embedding_value",
-           "as_written_config", "as_written_values", "enqueue_values", "short_name",
-           "table_settings_for", "torchrec_config", "user_record",
-           "check_plan_device",
-           "load_user_space", "EMBEDDING"]
+__all__ = ["params_for", "config_for", "reference_values", "embedding_value", "as_written_config",
+           "as_written_values", "enqueue_values", "short_name", "table_settings_for",
+           "torchrec_config", "user_record", "check_plan_device", "load_user_space", "EMBEDDING"]
 
 
 def _all(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
