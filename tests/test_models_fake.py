@@ -23,7 +23,7 @@ from autoembed.config import (
     EmbeddingConfig,
     TableConfig,
 )
-from autoembed.models import fake_caveats, make_trainer
+from autoembed.models import make_trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 
@@ -165,10 +165,3 @@ def test_text_steps_under_fake_tensors(compression: str) -> None:
             (total,) = trainer.optimizers.table.state[p].values()
             assert is_fake(total) and tuple(total.shape) == (p.shape[0],)
         assert trainer.predict(batch).shape == (8, 4)  # logits of the 4 classes
-
-
-def test_fake_caveats_name_what_a_fake_step_cannot_see() -> None:
-    assert fake_caveats(_ctr("none", "adam", "fp32")) == ()
-    sparse = fake_caveats(_ctr("none", "sparse_adam", "fp32"))
-    assert any("0 rows" in n for n in sparse) and any("padded" in n for n in sparse)
-    assert any("GradScaler" in n for n in fake_caveats(_ctr("none", "adam", "amp_fp16")))

@@ -5,7 +5,8 @@ and `train` reads.
 The package, by job: `choices` (the names fields take), `tables` (`TableConfig`,
 `TableSettings`), `value` (`EmbeddingConfig`, its checks and each table's resolved
 settings), `precision` (`PrecisionPolicy`), `layout` (`param_specs`), `fields` (each field's
-rule and CLI spelling) and `io` (plain data, YAML and JSON). Every name is re-exported here.
+rule and CLI spelling) and `io` (plain data, YAML and JSON). The names other modules use
+are re-exported here.
 
 Pure Python (no torch, no YAML at import) so the memory model and the GPU scripts can use it
 with torch alone.
@@ -16,20 +17,11 @@ from __future__ import annotations
 from autoembed.config.choices import (
     CACHE_POLICIES,
     COMPRESSIONS,
-    DENSE_OPTIMIZERS,
     FP16_MIN_ADAM_EPS,
-    HOST_CACHE_COMPRESSIONS,
-    HOST_CACHE_OPTIMIZERS,
-    INTERACTIONS,
     OPTIMIZERS,
-    PLACEMENTS,
-    POOLINGS,
-    QR_OPERATIONS,
     SERVING,
     SPARSE_GRAD_OPTIMIZERS,
-    TABLE_COMPRESSIONS,
     TABLE_ONLY_OPTIMIZERS,
-    TASKS,
 )
 from autoembed.config.fields import (
     FIELD_ALIASES,
@@ -49,22 +41,15 @@ from autoembed.config.io import (
 from autoembed.config.layout import (
     WIDE_PREFIX,
     ParamSpec,
-    method_shapes,
     param_specs,
     tower_input_width,
 )
-from autoembed.config.precision import (
-    PRECISION_RULE,
-    PRECISIONS,
-    PrecisionPolicy,
-    precision_policy,
-)
+from autoembed.config.precision import PRECISIONS, PrecisionPolicy, precision_policy
 from autoembed.config.tables import (
     TABLE_OVERRIDES,
     TableConfig,
     TableSettings,
     buckets_of,
-    collisions_of,
 )
 from autoembed.config.value import (
     EmbeddingConfig,
@@ -72,19 +57,15 @@ from autoembed.config.value import (
     map_bucket_counts,
     resolved_tables,
     storage_rows,
-    table_settings,
     with_data_tables,
 )
 from autoembed.rules import check_fields
 
-__all__ = ["TASKS", "COMPRESSIONS", "QR_OPERATIONS", "PRECISIONS", "SERVING", "OPTIMIZERS",
-           "TABLE_ONLY_OPTIMIZERS", "DENSE_OPTIMIZERS", "FIELD_RULES", "TABLE_RULES", "FIELD_FLAGS",
-           "FIELD_ALIASES", "check_fields", "optimizer_alias", "SPARSE_GRAD_OPTIMIZERS", "POOLINGS",
-           "INTERACTIONS", "PLACEMENTS", "CACHE_POLICIES", "HOST_CACHE_OPTIMIZERS",
-           "TABLE_COMPRESSIONS", "TABLE_OVERRIDES", "TableConfig", "TableSettings",
-           "resolved_tables", "table_settings", "buckets_of", "with_data_tables",
-           "map_bucket_counts", "collisions_of", "EmbeddingConfig", "ParamSpec", "PrecisionPolicy",
-           "precision_policy", "param_specs", "method_shapes", "cache_rows", "storage_rows",
-           "WIDE_PREFIX", "load_config", "as_config", "save_config", "config_from_dict",
-           "parse_config_text", "safe_load_yaml", "HOST_CACHE_COMPRESSIONS", "FP16_MIN_ADAM_EPS",
-           "PRECISION_RULE", "tower_input_width"]
+__all__ = ["COMPRESSIONS", "PRECISIONS", "SERVING", "OPTIMIZERS", "TABLE_ONLY_OPTIMIZERS",
+           "FIELD_RULES", "TABLE_RULES", "FIELD_FLAGS", "FIELD_ALIASES", "check_fields",
+           "optimizer_alias", "SPARSE_GRAD_OPTIMIZERS", "CACHE_POLICIES", "TABLE_OVERRIDES",
+           "TableConfig", "TableSettings", "resolved_tables", "buckets_of", "with_data_tables",
+           "map_bucket_counts", "EmbeddingConfig", "ParamSpec", "PrecisionPolicy",
+           "precision_policy", "param_specs", "cache_rows", "storage_rows", "WIDE_PREFIX",
+           "load_config", "as_config", "save_config", "config_from_dict", "parse_config_text",
+           "safe_load_yaml", "FP16_MIN_ADAM_EPS", "tower_input_width"]

@@ -14,15 +14,7 @@ from autoembed.config.choices import (
     SPARSE_GRAD_OPTIMIZERS,
     TABLE_COMPRESSIONS,
 )
-from autoembed.rules import (
-    CountOrShare,
-    Integer,
-    Interval,
-    Is,
-    OneOf,
-    check_fields,
-    field_rule,
-)
+from autoembed.rules import CountOrShare, Integer, Interval, Is, OneOf, check_fields, field_rule
 
 __all__ = ["TableConfig", "TableSettings", "TABLE_OVERRIDES", "buckets_of", "collisions_of"]
 

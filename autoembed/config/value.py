@@ -11,13 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from autoembed.compression import (
-    HOT_SHARE_RULE,
-    METHODS,
-    TT_RANK_RULE,
-    check_method,
-    check_robe,
-)
+from autoembed.compression import HOT_SHARE_RULE, METHODS, TT_RANK_RULE, check_method, check_robe
 from autoembed.config.choices import (
     CACHE_POLICIES,
     COMPRESSIONS,

@@ -7,11 +7,11 @@ from autoembed.models.device_precision import MasterWeights, check_supported
 from autoembed.models.embedding_model import EmbeddingModel, build_model, check_buildable, loss_fn
 from autoembed.models.optim import Optimizers, RowWiseAdagrad, build_optimizer, state_bytes
 from autoembed.models.quantize import quantize, serving_bytes
-from autoembed.models.step import Trainer, fake_caveats, make_trainer
+from autoembed.models.step import Trainer, make_trainer
 from autoembed.nn.hashing import hash_id_reference, hash_ids, qr_indices
 from autoembed.nn.rowformat import pack_rows, row_bytes, unpack_rows
 
 __all__ = ["EmbeddingModel", "build_model", "check_buildable", "loss_fn", "Optimizers",
            "RowWiseAdagrad", "build_optimizer", "state_bytes", "MasterWeights", "check_supported",
-           "Trainer", "make_trainer", "fake_caveats", "quantize", "serving_bytes", "hash_ids",
+           "Trainer", "make_trainer", "quantize", "serving_bytes", "hash_ids",
            "hash_id_reference", "qr_indices", "pack_rows", "unpack_rows", "row_bytes"]

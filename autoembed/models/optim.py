@@ -27,12 +27,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from autoembed.config import (
-    FP16_MIN_ADAM_EPS,
-    SPARSE_GRAD_OPTIMIZERS,
-    EmbeddingConfig,
-    param_specs,
-)
+from autoembed.config import FP16_MIN_ADAM_EPS, SPARSE_GRAD_OPTIMIZERS, EmbeddingConfig, param_specs
 from autoembed.errors import ConfigError
 from autoembed.models.table_modules import embedding_modules
 

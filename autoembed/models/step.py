@@ -18,8 +18,7 @@ runs one optimizer step over the micro-batches:
 them); `models.user_step.UserStep` for a user's module, holding nothing. Gradient
 checkpointing (`config.checkpointing`) recomputes the dense tower and the naive lookup + mean
 block (docs/contracts.md#checkpointing-after-mean-pooling). Under FakeTensorMode (the traced
-estimator) everything is fake and `Trainer.step` returns NaN; `fake_caveats` says what a
-fake step measures differently.
+estimator) everything is fake and `Trainer.step` returns NaN.
 """
 
 from __future__ import annotations
@@ -36,41 +35,14 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.batch import Batch
 from autoembed.config import EmbeddingConfig, precision_policy
-from autoembed.models.device_precision import (
-    MasterWeights,
-    autocast,
-    check_supported,
-    make_scaler,
-)
+from autoembed.models.device_precision import MasterWeights, autocast, check_supported, make_scaler
 from autoembed.models.embedding_model import EmbeddingModel, as_device, build_model, loss_fn
 from autoembed.models.optim import Optimizers, build_optimizer
 
-__all__ = ["TrainStep", "Trainer", "make_trainer", "fake_caveats"]
+__all__ = ["TrainStep", "Trainer", "make_trainer"]
 
 # the seam: one micro-batch -> (its loss, what the loop holds until the step is done)
 MicroLoss = Callable[[Any], tuple[torch.Tensor, Any]]
-
-
-def fake_caveats(config: EmbeddingConfig) -> tuple[str, ...]:
-    """How a step under FakeTensorMode differs from a real one for `config` (empty: none)."""
-    notes = []
-    if config.sparse_tables:
-        notes.append(
-            "sparse table gradients have a data-dependent row count, so fake ones hold 0 rows: "
-            "price them by formula (one row per lookup, B*S*(D*b + 8) bytes per micro-batch)"
-        )
-        if config.task == "ctr":
-            notes.append(
-                "ctr bags with sparse gradients select their real lookups (a data-dependent "
-                "size) only on real tensors; fake tensors look up every position of the "
-                "padded [B, L] ids (same dense shapes)"
-            )
-    if config.precision == "amp_fp16":
-        notes.append(
-            "amp_fp16: the GradScaler's inf check reads a value (host sync), so under fake "
-            "tensors both optimizers step unconditionally after unscale_ (same tensors)"
-        )
-    return tuple(notes)
 
 
 @dataclass(kw_only=True)

@@ -17,14 +17,10 @@ quality only after. So, at each ask once STARTUP trials have finished:
    trials) once MIN_COSTS trials have one;
 5. propose the best (its values are handed out by `sample_independent`).
 
-Running trials (`Pricing.pending`: the engine's, each at the memory it was priced at) are
-believed (the kriging believer): the trees predict each one's quality, it joins the
-training set at that quality and the front at (its exact memory, that quality), so with N
-workers the N asks in a row spread instead of piling onto one place. Replayed with 8
-simulated workers (benchmarks/results/ehvi_running_trials_replay.md, 8 seeds), compute to
-the best quality within noise was 222 / 283 CPU s (default table / MovieLens) believing
-them so, 160 / 434 believing them in the trees only, 164 / 377 not believing them: within
-the seeds' noise of each other, as is the compute to 95% of the reference hypervolume.
+Running trials (`Pricing.pending`: each at the memory it was priced at) are believed (the
+kriging believer): each joins the trees' data and the front at its predicted quality, so N
+asks in a row with N workers spread instead of piling onto one place (replayed with 8
+workers: benchmarks/results/ehvi_running_trials_replay.md).
 
 The start-up (the first STARTUP trial numbers) spreads over the memory axis, the one
 objective known before training: each start-up ask draws and prices candidates as above and

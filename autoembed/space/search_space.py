@@ -12,12 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import (
-    FIELD_RULES,
-    TABLE_OVERRIDES,
-    EmbeddingConfig,
-    config_from_dict,
-)
+from autoembed.config import FIELD_RULES, TABLE_OVERRIDES, EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective

@@ -44,7 +44,7 @@ from torchrec.modules.embedding_configs import (
     DataType,
     EmbeddingBagConfig,
     EmbeddingConfig,
-    PoolingType,
+    PoolingType
 )
 from torchrec.optim import LAMB, PartialRowWiseAdam, RowWiseAdagrad
 from torch.distributed.optim import _apply_optimizer_in_backward
