@@ -99,7 +99,7 @@ def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_ta
             "ehvi-ns-front", "ehvi-nb-front", "ehvi-r2-front"} <= set(methods)
     tiny = Table.load(REPLAY / "tables" / "tiny.jsonl.gz")
     budget = int(tiny.header["budget_bytes"])
-    started, replayed = time.monotonic(), set()
+    started, replayed = time.process_time(), set()
     for name, method in methods.items():
         knobs = getattr(method.sampler, "knobs", {})
         if knobs:
@@ -118,7 +118,7 @@ def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_ta
         assert len(trained) > knobs.get("startup", 5) + 1, name
         assert all(tiny.rows[t.row]["estimate"]["device_total"] <= budget
                    for t in trained if t.row is not None), name
-    assert time.monotonic() - started < 30
+    assert time.process_time() - started < 30  # CPU seconds: the machine's load aside
 
 
 def test_build_turns_only_the_knobs_given() -> None:
