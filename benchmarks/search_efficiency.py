@@ -39,7 +39,7 @@ trained trials; the samplers learn of them through the `memory` constraint (TPE 
 trials by violation alone, random fits nothing; Optuna's GPSampler fits its objective models
 on every complete trial, their placeholders included). REAL_STEPS = 200: a MovieLens search
 takes 4-6 minutes at load 14 on 2 cores. Every search is appended to
-results/sampler_comparison.jsonl as it ends, and a rerun skips those the file already holds,
+results/sampler_comparison.jsonl.gz as it ends, and a rerun skips those the file already holds,
 so the figures can be built up across runs; results/sampler_comparison.md is rewritten from
 the whole file each time.
 
@@ -62,7 +62,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import git_commit, markdown_table, stamp, write_result  # noqa: E402
+from _common import append_jsonl, git_commit, markdown_table, read_jsonl, stamp, write_result  # noqa: E402
 
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS  # noqa: E402
 from autoembed.pipeline.study import DEFAULT_SAMPLER  # noqa: E402
@@ -304,9 +304,7 @@ def compare_space(name: str, tmp: Path, real_steps: int) -> tuple[Path, str]:
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path) if path.is_file() else []
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str, int, int, str, int, bool]:
@@ -337,7 +335,7 @@ def compare_samplers(args: argparse.Namespace) -> None:
 
     results = args.results or RESULTS_DIR
     results.mkdir(parents=True, exist_ok=True)
-    store = results / "sampler_comparison.jsonl"
+    store = results / "sampler_comparison.jsonl.gz"
     samplers = args.samplers or list(COMPARE_SAMPLERS)
     settings = [parse_setting(s) for s in args.settings]
     done = {_key(r) for r in load_records(store)}
@@ -367,8 +365,7 @@ def compare_samplers(args: argparse.Namespace) -> None:
                            "real_steps": _steps_of(sp, args.real_steps),
                            "start_points": COMPARE_START,
                            "load": os.getloadavg()}
-                    with store.open("a") as fh:  # one line per search: resumable
-                        fh.write(json.dumps(rec) + "\n")
+                    append_jsonl(store, rec)  # one record per search: resumable
                     print(f"{sp} {smp:9s} {t} trials seed {seed}: HV2 {rec['hv2']:.4f}, "
                           f"wall {r['wall']:.0f} s", flush=True)
         finally:

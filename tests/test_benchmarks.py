@@ -304,11 +304,12 @@ def test_sampler_comparison_keeps_searches_without_start_points_apart() -> None:
 @pytest.mark.slow
 def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
     import json
 
     from search_efficiency import main
 
-    store = tmp_path / "sampler_comparison.jsonl"
+    store = tmp_path / "sampler_comparison.jsonl.gz"
     done = {  # a search an earlier run finished: not run again
         "space": "tiny", "sampler": "random", "trials": 2, "seed": 0, "budget_bytes": 1,
         "wall": 1.0, "points": [], "front": 1, "infeasible": 0, "pruned": 0, "trained": 2,
@@ -316,12 +317,13 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     # two measured on the old memory objective (no basis recorded): run again, kept apart
     legacy = [{**done, "memory_basis": None}, {**done, "sampler": "tpe", "hv2": 0.5}]
     del legacy[1]["memory_basis"]
-    store.write_text("".join(json.dumps(r) + "\n" for r in [done, *legacy]))
+    store.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in [done, *legacy])
+                                    .encode()))
     args = ["--compare-samplers", "--spaces", "tiny", "--samplers", "random", "tpe",
             "--settings", "2x1", "--results", str(tmp_path)]
     main(args)
     assert "3 searches on file, 1 to run" in capsys.readouterr().out
-    recs = [json.loads(x) for x in store.read_text().splitlines()]
+    recs = [json.loads(x) for x in gzip.decompress(store.read_bytes()).decode().splitlines()]
     assert [r["sampler"] for r in recs] == ["random", "random", "tpe", "tpe"]
     assert recs[3]["trained"] == 2 and recs[3]["hv2"] > 0
     assert recs[3]["memory_basis"] == "allocated_peak" and recs[3]["start_points"] is True
@@ -334,7 +336,7 @@ def test_sampler_comparison_resumes_where_it_stopped(tmp_path: Path,
     assert "10.00x" in old and "10.00x" not in current  # the legacy 0.5 against 0.05
     main([*args[:-4], "--settings", "2x2", "--report-only", *args[-2:]])  # seed 1: not run
     assert "4 searches on file, 2 to run" in capsys.readouterr().out
-    assert len(store.read_text().splitlines()) == 4
+    assert len(gzip.decompress(store.read_bytes()).decode().splitlines()) == 4
 
 
 # ------------------------------------------------------------------ compression.py
