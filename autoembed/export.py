@@ -28,7 +28,7 @@ from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
 from autoembed.rules import Each, Integer, Is
 from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
-from autoembed.trial import config_from_flat, decode_csv_row
+from autoembed.trial import AS_WRITTEN, config_from_flat, decode_csv_row
 
 __all__ = ["PICK_RULES", "TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS",
            "format_of", "Exported", "pick_member", "config_from_flat", "export_config"]
@@ -199,6 +199,7 @@ class _Chosen:
     params: Mapping[str, Any] | None = None  # the trial's Optuna params, where recorded
     trained_on: Mapping[str, Any] | None = None  # the `trained_on` block (None: unknown)
     memory: Mapping[str, Any] | None = None  # `source.memory` (None: not recorded)
+    origin: str | None = None  # the member's `origin` (trial.AS_WRITTEN: nothing applied)
 
 
 def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
@@ -301,6 +302,7 @@ def _choose_from_study(
         return _Chosen(dict(member["config"]), study, _trial_of(member), label,
                        member.get("metrics") or {}, vocab, data=data,
                        params=member.get("params"), memory=_memory(member, pareto),
+                       origin=member.get("origin"),
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
                                              pareto.get("stand_in")))
     assert number is not None
@@ -517,7 +519,9 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
         texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem)
     elif fmt == "python":
         texts[out] = python_module(refs["model"], record["params"], cfg_path.name,
-                                   study=str(chosen.study), trial=chosen.trial or 0)
+                                   study=str(chosen.study), trial=chosen.trial or 0,
+                                   apply=refs.get("apply"),
+                                   as_written=chosen.origin == AS_WRITTEN)
     _write_all(texts)
     return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     None, chosen.notes)

@@ -259,6 +259,7 @@ def encode_member(row: TrialRow) -> dict[str, Any]:
                                     else row.result.measured_allocated_peak),
         "params": dict(row.params),
         "ray_trial_id": row.ray_trial_id,
+        "origin": row.origin,  # AS_WRITTEN: export rebuilds it without apply
         # the config the trial trained, resolved on its data (a stand-in's, in the built-in
         # spaces): what `autoembed train` reruns (export's `trained_on`)
         "trained_config": None if row.result is None else row.result.config.to_dict()}

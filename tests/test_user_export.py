@@ -92,3 +92,76 @@ def test_missing_study_names_only_the_flags_given(
     assert "--study" in err and "text" in err and "--resume" not in err, err
     assert "\n" not in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+OWN = '''
+import autoembed
+from torch import nn
+
+def build(params):
+    return nn.Sequential(nn.Embedding(50, params["dim"]), nn.Linear(params["dim"], 2))
+
+def apply(model, config):
+    model.applied_with = config
+    return None
+
+def build_model(params):  # a name the module itself defines
+    return build(params)
+'''
+
+
+@pytest.fixture
+def own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A user module with build and its own apply, and an exported config beside it;
+    autoembed.apply refuses to be called."""
+    (tmp_path / "ownmod.py").write_text(OWN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("ownmod", None)
+    import ownmod
+
+    autoembed.save_config(autoembed.EmbeddingConfig(tables=(
+        autoembed.TableConfig("0", 50, dim=4),)), tmp_path / "b.yaml")
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("autoembed.apply was called")
+
+    monkeypatch.setattr(autoembed, "apply", refuse)
+    return ownmod, tmp_path
+
+
+def test_a_search_with_its_own_apply_rebuilds_through_it(own) -> None:
+    """The trial built its model with the search's apply; so does the module (it used to
+    call autoembed.apply, a model the search never priced)."""
+    ownmod, tmp = own
+    out = tmp / "m.py"
+    out.write_text(python_module(record_function(ownmod.build, "model"), {"dim": 4}, "b.yaml",
+                                 study="s", trial=3,
+                                 apply=record_function(ownmod.apply, "apply")))
+    model = load(out, "own_a").build_model()
+    assert model.applied_with == autoembed.load_config(tmp / "b.yaml")
+    assert "ownmod:apply" in out.read_text()
+
+
+def test_the_model_as_written_is_rebuilt_with_nothing_applied(own) -> None:
+    """Trial 0 trained `build(params)` alone: its module applies nothing (neither apply)."""
+    ownmod, tmp = own
+    out = tmp / "m0.py"
+    out.write_text(python_module(record_function(ownmod.build, "model"), {"dim": 4}, "b.yaml",
+                                 study="s", trial=0, as_written=True,
+                                 apply=record_function(ownmod.apply, "apply")))
+    model = load(out, "own_b").build_model()
+    assert not hasattr(model, "applied_with")
+    assert [p.shape for p in model.parameters()] == [(50, 4), (2, 4), (2,)]
+
+
+def test_build_and_apply_of_one_name_from_two_modules_both_import(own) -> None:
+    ownmod, tmp = own
+    (tmp / "ownapply.py").write_text("def build_model(model, config):\n"
+                                     "    model.applied_with = 'other'\n")
+    sys.modules.pop("ownapply", None)
+    import ownapply
+
+    text = python_module(record_function(ownmod.build_model, "model"), {"dim": 4}, "b.yaml",
+                         study="s", trial=1, apply=record_function(ownapply.build_model, "apply"))
+    (tmp / "m2.py").write_text(text)
+    assert load(tmp / "m2.py", "own_c").build_model().applied_with == "other"

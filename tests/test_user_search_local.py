@@ -38,6 +38,11 @@ USER = textwrap.dedent('''
     def example(params):
         return data(params["batch_size"], 0)
 
+    def own_apply(model, config):  # a search's own apply: autoembed's, marked
+        import autoembed
+        model.applied_by_user = True
+        return autoembed.apply(model, config)
+
     def train(model, params, report):
         if params["lr"] > 0.5:
             raise RuntimeError("lr too high for my loop")
@@ -235,6 +240,32 @@ def test_export_python_rebuilds_the_pick(user) -> None:
     model = built.build_model()
     assert model.emb.weight.shape == (40_000, built.PARAMS["dim"])
     assert autoembed.load_config(cfg).tables[0].name == "emb"
+
+
+def test_export_python_rebuilds_each_member_as_its_trial_built_it(user) -> None:
+    """A search with its own apply: a member's module calls it, and the model as written
+    (trial 0, always on this front: it is the only feasible dim) is `build(params)` alone."""
+    import json
+
+    from autoembed.export import export_config
+    from autoembed.tracking import NullTracker
+
+    mod, root = user
+    autoembed.search(budget="700MB", model=mod.build, example=mod.example, train=mod.train,
+                     apply=mod.own_apply, space=str(root / "space.yaml"), trials=2,
+                     executor="local", study="ap", runs_dir=root / "runs",
+                     tracker=NullTracker())
+    members = json.loads((root / "runs" / "ap" / "pareto.json").read_text())["members"]
+    assert {m["trial"]: m["origin"] for m in members}.get(0) == "as written"
+    for m in members:
+        out = root / f"m{m['trial']}.py"
+        export_config("ap", out, pick=f"trial:{m['trial']}", fmt="python",
+                      runs_dir=root / "runs")
+        spec = importlib.util.spec_from_file_location(f"ap_{m['trial']}", out)
+        built = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(built)
+        model = built.build_model()
+        assert getattr(model, "applied_by_user", False) == (m["origin"] is None), m["trial"]
 
 
 def test_cli_export_format_python(user, capsys) -> None:

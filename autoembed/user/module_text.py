@@ -1,6 +1,7 @@
 """The module `autoembed export --format python` writes for a search over the user's model:
-it rebuilds the chosen trial's model in the user's code — their `build(params)` with the
-trial's params, then `autoembed.apply` with the exported config (the priced layout)."""
+it rebuilds the chosen trial's model the way the trial built it — their `build(params)` with
+the trial's params, then their `apply` (else `autoembed.apply`) with the exported config (the
+priced layout); the model as written (trial 0) is `build(params)` alone, nothing applied."""
 
 from __future__ import annotations
 
@@ -17,20 +18,31 @@ _RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "build_model")
 
 
 def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: str, *,
-                  study: str, trial: int) -> str:
+                  study: str, trial: int, apply: FunctionRef | None = None,
+                  as_written: bool = False) -> str:
     """The module's text. `config_file`: the exported YAML, relative to the module's folder
-    (or absolute)."""
-    top = build.qualname.split(".")[0]
-    if not all(p.isidentifier() for p in (*build.module.split("."), *build.qualname.split("."))):
-        raise ConfigError(f"model {build.spec}: not an importable name")
-    alias = f"user_{top}" if top in _RESERVED else top
-    call = ".".join([alias, *build.qualname.split(".")[1:]])
+    (or absolute); `apply`: the search's own apply (None: `autoembed.apply`); `as_written`:
+    the trial trained `build(params)` alone."""
+    imports, call = _import(build, "model", {})
     plain = pprint.pformat(dict(params), indent=4, width=92, sort_dicts=False)
+    if as_written:
+        how = (f"calls your\n{build.spec} with the trial's params, nothing applied: your "
+               "model as written,\nas the search trained it")
+        body = f"    return {call}({'PARAMS' if build.takes_params else ''})"
+    else:
+        rewrite = "autoembed.apply"
+        if apply is not None:
+            imports, rewrite = _import(apply, "apply", imports)
+        how = (f"calls your\n{build.spec} with the trial's params, then rewrites its embeddings "
+               f"with {apply.spec if apply else 'autoembed.apply'}\nto the exported config "
+               f"({config_file}): exactly the layout autoembed priced")
+        body = (f"    model = {call}({'PARAMS' if build.takes_params else ''})\n"
+                f"    applied = {rewrite}(model, autoembed.load_config(CONFIG))\n"
+                "    return model if applied is None else applied")
+    lines = "\n".join(f"from {m} import {', '.join(names)}" for m, names in imports.items())
     return f'''"""Trial {trial} of study '{study}': its model, rebuilt for your own code.
 
-Written by `autoembed export --format python`. `build_model()` calls your
-{build.spec} with the trial's params, then rewrites its embeddings to the exported
-config ({config_file}): exactly the layout autoembed priced.
+Written by `autoembed export --format python`. `build_model()` {how}.
 
     from this_module import PARAMS, build_model
     model = build_model()   # train it in your own loop with PARAMS
@@ -39,14 +51,31 @@ config ({config_file}): exactly the layout autoembed priced.
 from pathlib import Path
 
 import autoembed
-from {build.module} import {top}{f" as {alias}" if alias != top else ""}
+{lines}
 
 CONFIG = Path(__file__).resolve().parent / {config_file!r}
 PARAMS = {plain}
 
 
 def build_model():
-    model = {call}({"PARAMS" if build.takes_params else ""})
-    applied = autoembed.apply(model, autoembed.load_config(CONFIG))
-    return model if applied is None else applied
+{body}
 '''
+
+
+def _import(ref: FunctionRef, role: str, imports: dict[str, list[str]]
+            ) -> tuple[dict[str, list[str]], str]:
+    """`imports` (module -> "name [as alias]") with `ref`'s top-level name added, and the
+    expression that calls `ref`."""
+    top = ref.qualname.split(".")[0]
+    if not all(p.isidentifier() for p in (*ref.module.split("."), *ref.qualname.split("."))):
+        raise ConfigError(f"{role} {ref.spec}: not an importable name")
+    alias = f"user_{top}" if top in _RESERVED else top
+    name = f"{top} as {alias}" if alias != top else top
+    got = {m: list(n) for m, n in imports.items()}
+    taken = {n.split(" as ")[-1]: m for m, ns in got.items() for n in ns}
+    if taken.get(alias, ref.module) != ref.module:  # the same name from two modules
+        alias = f"{role}_{top}"
+        name = f"{top} as {alias}"
+    if name not in got.setdefault(ref.module, []):
+        got[ref.module].append(name)
+    return got, ".".join([alias, *ref.qualname.split(".")[1:]])
