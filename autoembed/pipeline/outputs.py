@@ -17,18 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.files import atomic_write_text
-from autoembed.trial import (
-    ESTIMATE_COLUMNS,
-    METRIC_COLUMNS,
-    TrialRow,
-    csv_header,
-    encode_csv_row,
-    encode_member,
-    plain,
-)
+from autoembed.trial import TrialRow, csv_header, encode_csv_row, encode_member, plain
 
 __all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml", "write_pareto_png",
-           "pareto_figure", "label_points", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
+           "pareto_figure", "label_points", "member_dict"]
 
 
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:

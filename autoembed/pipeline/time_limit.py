@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autoembed.space.search_space import TRIAL_TIME_LIMIT
-
-__all__ = ["TrialTimeLimit", "TRIAL_TIME_LIMIT", "FLOOR_S", "STEP_S", "USER_FIRST_S", "FACTOR"]
+__all__ = ["TrialTimeLimit", "FLOOR_S", "STEP_S", "USER_FIRST_S", "FACTOR"]
 
 FLOOR_S = 600.0  # the least a derived limit gives a trial
 STEP_S = 1.0  # built-in trials: seconds per optimizer step on top of FLOOR_S
