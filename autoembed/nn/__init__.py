@@ -19,8 +19,8 @@ and ``small_weight`` (and their ``_packed`` rows) still load.
 
 from __future__ import annotations
 
-from autoembed.nn.compressions import COMPRESSIONS
 from autoembed.nn.layers import Embedding, EmbeddingBag
+from autoembed.nn.methods import COMPRESSIONS
 from autoembed.nn.storage import _QR as _QR  # the storages, by their old home
 from autoembed.nn.storage import PackedWeights
 from autoembed.nn.storage import _Hash as _Hash
