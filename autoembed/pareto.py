@@ -55,17 +55,13 @@ def _check_directions(directions: Sequence[str]) -> None:
         OneOf(DIRECTIONS).check_argument("direction", d)
 
 
-def _better_or_equal(a: float, b: float, direction: str) -> bool:
-    return a >= b if direction == "maximize" else a <= b
-
-
 def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
     """Whether `a` is at least as good as `b` on every objective and better on one."""
     if not len(a) == len(b) == len(directions):
         raise ValueError(f"points {a!r} and {b!r} must both have {len(directions)} values")
     strictly = False
     for x, y, d in zip(a, b, directions, strict=True):
-        if not _better_or_equal(x, y, d):
+        if not (x >= y if d == "maximize" else x <= y):
             return False
         if x != y:
             strictly = True
