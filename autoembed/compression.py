@@ -1,25 +1,11 @@
-"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold (the reference,
-with what each refuses: docs/compression.md).
+"""Rules of the compressions beyond hashing: ROBE, tensor-train and hot/cold (each method's
+tensors, math and refusals: docs/compression.md).
 
 Pure Python (no torch, no YAML; of autoembed only `errors`): the memory model prices these
 shapes and the layers in `autoembed.models` build exactly them, so the two agree by
 construction. Every function takes plain integers; a table's settings are passed in.
-
-ROBE-Z (Desai et al., MLSys 2022): the tables read one shared 1-D array of `size` (M) values.
-A row of dim D is ceil(D / Z) blocks of Z values; block c of id i in table t starts at
-offset h_t(i * blocks + c) in [0, M) (splitmix64, per-table seed) and wraps around the end;
-the row is the first D values of its blocks. Gradients are dense over the array.
-
-Tensor-train (TT-Rec, Yin et al., MLSys 2021): rows V <= v1 * v2 * v3 (`tt_rows`), dim
-D = d1 * d2 * d3 (`tt_dims`), rank r; cores core0 [v1, d1 * r], core1 [v2, r * d2 * r],
-core2 [v3, r * d3]; row i = (i1, i2, i3) (i = i1 * v2 * v3 + i2 * v3 + i3) is
-G0[i1] . G1[i2] . G2[i3], flattened to D in (k1, k2, k3) order. Gradients are dense over the
-cores.
-
-Hot/cold (after CAFE, Zhang et al., SIGMOD 2024, with a fixed hot set): one weight
-[hot + cold, D]: rows [0, hot) for the sorted hot-id array's ids, found by binary search
-(8 B per hot id, priced as state: `hot_cold_state_bytes`), rows [hot, hot + cold) the
-buckets the other ids hash into.
+A TT row i = (i1, i2, i3) (i = i1 * v2 * v3 + i2 * v3 + i3) is G0[i1] . G1[i2] . G2[i3],
+flattened to D in (k1, k2, k3) order; a ROBE row is the first D values of its blocks.
 """
 
 from __future__ import annotations

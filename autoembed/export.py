@@ -25,13 +25,13 @@ from typing import Any
 
 from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_text, resolved_tables
 from autoembed.errors import ConfigError
-from autoembed.pareto import DEFAULT_PICK, PICK_RULES, parse_pick
+from autoembed.pareto import DEFAULT_PICK, parse_pick
 from autoembed.rules import Each, Integer, Is
 from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
 from autoembed.trial import AS_WRITTEN, config_from_flat, decode_csv_row
 
-__all__ = ["PICK_RULES", "TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS",
-           "format_of", "Exported", "pick_member", "config_from_flat", "export_config"]
+__all__ = ["TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS", "format_of",
+           "Exported", "pick_member", "config_from_flat", "export_config"]
 
 # python: a module that rebuilds a search over the user's own model (autoembed.user.module_text)
 FORMATS = ("yaml", "json", "python")

@@ -1,32 +1,25 @@
 """Pareto fronts, hypervolume and the `--pick` rules. Pure Python: no numpy, no Optuna.
 
 A point dominates another when it is at least as good on every objective and strictly
-better on one ("maximize" objectives are better when larger). The front is the set of
-points no other point dominates; equal points do not dominate each other, so duplicates of
-a front point are all on the front.
+better on one; equal points do not dominate each other, so duplicates of a front point are
+all on the front.
 
-Pick rules (one list for `search --pick` and `export --pick`; DEFAULT_PICK when none is given):
+Pick rules (one list for `search --pick` and `export --pick`; docs/searching.md says why):
 
-* `within-noise` (the default): the members whose validation quality is within the noise
-  of the best one's (quality >= best - noise), and of those the cheapest (least `memory`),
-  then the fastest (most `throughput`, then least `latency`); remaining ties by the other
-  objectives in order, then the lower trial number. `noise` is one standard error: of the
-  best quality from the size of the split that measured it (`quality_noise`), or each
-  candidate's own (a mapping by trial number: the search's paired test on the same
-  validation rows, `selection.measure_noise`): the one-standard-error rule of Breiman et al.
-  (CART, 1984; Hastie, Tibshirani & Friedman, ESL 7.10) with the cheapest config as the
-  "simplest". Without a noise figure it is 0: the best quality, ties to the cheapest.
-  With a `floor` (the quality the search must reach: its target, by default the baseline's
-  validation score) that the best member reaches, only the members that clear it by
-  `floor_noise` (one standard error of a validation score): a cheaper config within noise of
-  the best is no pick when it cannot be told apart from what a simple model already scores.
-  Where no member clears it so, the best quality (ties to the cheapest).
-* `knee`: after min-max normalising each objective over the front members (best = 1,
-  worst = 0; an objective on which all members agree counts as 1 for all), the member
-  closest (Euclidean) to the ideal point (1, ..., 1); ties go to the lower trial number.
-* `max-quality`, `min-memory`, `max-throughput`: the best member on that metric; ties are
-  broken by the other objectives in order, then by the lower trial number.
+* `within-noise` (DEFAULT_PICK): of the members whose validation quality is within `noise`
+  (one standard error: `quality_noise`, or each candidate's own from a paired test,
+  `selection.measure_noise`) of the best, the cheapest (least `memory`), then the fastest
+  (most `throughput`, least `latency`), then the other objectives: the one-standard-error
+  rule (Breiman et al., CART 1984) with the cheapest config as the "simplest". With a
+  `floor` the best member reaches, only the members that clear it by `floor_noise`; where
+  none does, the best quality.
+* `knee`: the member nearest (Euclidean) the ideal point after min-max normalising each
+  objective over the members (best 1, worst 0; an objective all agree on counts 1).
+* `max-quality`, `min-memory`, `max-throughput`: the best on that metric, ties by the
+  other objectives in order.
 * `trial:N`: trial N, which must be one of the candidates given.
+
+Remaining ties go to the lower trial number.
 """
 
 from __future__ import annotations
@@ -62,17 +55,13 @@ def _check_directions(directions: Sequence[str]) -> None:
         OneOf(DIRECTIONS).check_argument("direction", d)
 
 
-def _better_or_equal(a: float, b: float, direction: str) -> bool:
-    return a >= b if direction == "maximize" else a <= b
-
-
 def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
     """Whether `a` is at least as good as `b` on every objective and better on one."""
     if not len(a) == len(b) == len(directions):
         raise ValueError(f"points {a!r} and {b!r} must both have {len(directions)} values")
     strictly = False
     for x, y, d in zip(a, b, directions, strict=True):
-        if not _better_or_equal(x, y, d):
+        if not (x >= y if d == "maximize" else x <= y):
             return False
         if x != y:
             strictly = True

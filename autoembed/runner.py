@@ -19,9 +19,9 @@ from autoembed.config import EmbeddingConfig, with_data_tables
 from autoembed.errors import ConfigError, DataError, UnsupportedError, did_you_mean
 from autoembed.rules import Flag, Integer, Interval, field_rule
 from autoembed.selection import BestStep, ValidScores, best_evaluation, to_target
-from autoembed.trial import STATUSES, Evaluation, TrialResult
+from autoembed.trial import Evaluation, TrialResult
 
-__all__ = ["STATUSES", "RunSettings", "Evaluation", "TrialResult", "run_trial", "resolve_for_data",
+__all__ = ["RunSettings", "Evaluation", "TrialResult", "run_trial", "resolve_for_data",
            "quality_metrics", "default_target", "fit_settings", "check_run", "MAX_THREADS"]
 
 # The share of the oracle's lift over chance that counts as converged (`default_target`)

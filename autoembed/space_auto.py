@@ -1,28 +1,11 @@
-"""A search space derived from the data's tables and the budget (`--space auto`).
+"""A search space derived from the data's tables and the budget (`--space auto`; its rules
+in docs/searching.md, "A space from the data").
 
 `derive_space(facts, budget_bytes)` is a pure function of plain values (`DataFacts`, read from
 a loaded Dataset by `facts_of`); `AutoSpace.to_space_dict()` writes it in the space file format
-that `autoembed.space.parse_space` validates. No Optuna, no torch. The rules:
-
-* **Dims bounded by cardinality**: a table of V rows gets at most `ceil8(1.6 * V**0.56)`
-  dims (fast.ai's rule of thumb), within [DIM_LOW, DIM_HIGH] and at most V; `dim` is searched
-  on [DIM_LOW, the largest bound], log scale, multiples of 8.
-* **Compress only big tables**: those whose training bytes at their dim bound (16 B a value:
-  fp32 weight, gradient, two Adam moments) are at least BIG_TABLE_SHARE of the budget; with
-  none, compression is not searched, nor `rowwise_adagrad` (a memory saver for big tables).
-* **Compression sizes relative to the table**: hash buckets a share of its rows in
-  HASH_SHARES (log scale); QR collisions in [2, min(QR_MAX_COLLISIONS, isqrt(V))] (past
-  sqrt(V) the remainder table outgrows the quotient table).
-* **Text**: seq_len over powers of two from SEQ_LEN_LOW to the first holding
-  SEQ_LEN_QUANTILE of the train documents (at most the loaded length); pooling mean, sum or
-  idf (only uncompressed tables choose when compression is searched).
-* **Training length** from `selection.training_length`: epochs for data that fit
-  TARGET_SAMPLES, a step count otherwise; about EVALS_PER_TRIAL validation evaluations.
-
-`to_space_dict()` pins every small table to `compression: none` and searches `hash_buckets`
-/ `qr_collisions` as shares of each table's rows.
-
-`summary(space)` is the few lines a search prints before its first trial.
+that `autoembed.space.parse_space` validates, every small table pinned to `compression:
+none` and `hash_buckets` / `qr_collisions` searched as shares of each table's rows;
+`summary(space)` is the few lines a search prints before its first trial. No Optuna, no torch.
 """
 
 from __future__ import annotations
@@ -205,7 +188,8 @@ class AutoSpace:
 
 
 def dim_bound(rows: int) -> int:
-    """The most dims a table of `rows` rows is searched with (module docstring)."""
+    """The most dims a table of `rows` rows is searched with: ceil8(1.6 * rows**0.56)
+    (fast.ai's rule of thumb), within [DIM_LOW, DIM_HIGH] and at most `rows`."""
     rule = 1.6 * rows ** 0.56
     bound = min(rule, rows, DIM_HIGH)
     return max(DIM_LOW, min(DIM_HIGH, DIM_MULTIPLE * math.ceil(bound / DIM_MULTIPLE)))
@@ -220,7 +204,8 @@ def hash_bucket_range(rows: int) -> tuple[int, int] | None:
 
 
 def qr_collision_range(rows: int) -> tuple[int, int] | None:
-    """QR collision counts worth searching for `rows` rows; None when below 2."""
+    """QR collision counts worth searching for `rows` rows (past sqrt(rows) the remainder
+    table outgrows the quotient table); None when below 2."""
     high = min(QR_MAX_COLLISIONS, math.isqrt(rows))
     return (2, high) if high >= 2 else None
 
@@ -248,7 +233,7 @@ def _batch_sizes(task: str, train_rows: int) -> tuple[int, ...]:
 
 
 def derive_space(facts: DataFacts, budget_bytes: int) -> AutoSpace:
-    """The space for `facts` under a budget of `budget_bytes` device bytes (module rules)."""
+    """The space for `facts` under a budget of `budget_bytes` device bytes (docs/searching.md)."""
     Positive(integer=False).check_argument("auto space: budget (bytes)", budget_bytes)
     if not facts.tables:
         raise ConfigError("auto space: the data have no tables to embed")

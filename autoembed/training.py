@@ -465,7 +465,7 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
 
 def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "runs/train",
           max_steps: int | None = None, epochs: int | None = None, device: str = "cpu",
-          checkpoint_every: int | None = None, resume: bool = True, eval_every: int | None = None,
+          checkpoint_every: int | None = None, resume: bool = True,
           on_step: Callable[[int, int], None] | None = None, force: bool = False,
           hot_sets: Mapping[str, Any] | None = None, measure: Mapping[str, Any] | None = None
           ) -> TrialResult:
@@ -473,8 +473,9 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     module docstring says what it writes and refuses).
 
     `measure`: RunSettings fields (MEASURE_KEYS) a search trial was measured with, so a
-    rerun scores the same batches on the same threads (default: 50 validation batches, the
-    whole test split). `on_step(step, total)` reports progress (total 0 by epochs). A
+    rerun scores the same batches on the same threads (default: validation every tenth of
+    `max_steps` on 50 batches, the whole test split); `{"eval_every": N}` sets how often
+    it evaluates. `on_step(step, total)` reports progress (total 0 by epochs). A
     finished result of this config and length comes back with `env["already_complete"]`.
     `hot_sets` (table -> ids, saved beside an exported config): the hot/cold tables' hot
     sets (default: computed from the data)."""
@@ -504,7 +505,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
             return done
         result, trainer = _train_into(out, cfg, dataset, length, device=device,
                                       checkpoint_every=checkpoint_every, resume=resume,
-                                      eval_every=eval_every, on_step=on_step, force=force,
+                                      on_step=on_step, force=force,
                                       hot_sets=hot_sets, measure=measure)
         if result.status == "complete":
             _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
@@ -514,7 +515,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
 
 def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[str, Any], *,
                 device: str, checkpoint_every: int | None, resume: bool,
-                eval_every: int | None, on_step: Callable[[int, int], None] | None,
+                on_step: Callable[[int, int], None] | None,
                 force: bool, hot_sets: Mapping[str, Any] | None,
                 measure: Mapping[str, Any] | None) -> tuple[TrialResult, Any]:
     """Train `cfg` for `length` with checkpoints in `out`: (the result, the trainer)."""
@@ -541,7 +542,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         max_steps=max_steps or 1,
         epochs=epochs,
         device=device,
-        eval_every=eval_every or m.get("eval_every") or max(1, (max_steps or 1000) // 10),
+        eval_every=m.get("eval_every") or max(1, (max_steps or 1000) // 10),
         test_batches=m.get("test_batches"),  # None: the whole test split
         eval_batches=m.get("eval_batches", 50),
         warmup_steps=m.get("warmup_steps", RunSettings.warmup_steps),

@@ -174,9 +174,6 @@ class TrialRow:
     def feasible(self) -> bool:
         return self.overshoot <= 0
 
-    def to_attr(self) -> dict[str, Any]:
-        return encode_row(self)
-
     @classmethod
     def from_attr(cls, number: int, raw: Mapping[str, Any]) -> TrialRow:
         return decode_row(number, raw)

@@ -128,6 +128,6 @@ def test_training_the_exported_step_reproduces_the_trial(tmp_path: Path) -> None
     assert r.status == "complete" and r.steps == 140 and r.best_step is not None
     assert r.best_step % 17 == 0 or r.best_step == 140
     again = train(r.config, data=data, out_dir=tmp_path / "t", max_steps=r.best_step,
-                  eval_every=r.best_step)
+                  measure={"eval_every": r.best_step})
     assert again.steps == r.best_step
     assert again.valid_quality == pytest.approx(r.valid_quality, abs=1e-9)

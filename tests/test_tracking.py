@@ -38,7 +38,7 @@ PARAMS = {"budget": "8GB", "space": "tiny.yaml", "sampler": "tpe", "seed": "0", 
 
 @dataclass(frozen=True)
 class FakeRecord:
-    """A trial record as the search driver hands it over (satisfies `TrialRecord`)."""
+    """A trial record as the search driver hands it over (the fields of `TrialRow` it reads)."""
 
     number: int
     status: str

@@ -39,6 +39,14 @@ def test_train_then_resume_in_process(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 50
 
 
+def test_measure_eval_every_sets_how_often_train_evaluates(tmp_path: Path) -> None:
+    # `eval_every` is one of `measure`'s keys, not a parameter of its own
+    r = train(small(), out_dir=tmp_path / "a", max_steps=20, measure={"eval_every": 5})
+    assert [e.step for e in r.curve] == [5, 10, 15, 20]
+    r = train(small(), out_dir=tmp_path / "b", max_steps=20)  # default: a tenth of the steps
+    assert [e.step for e in r.curve] == list(range(2, 21, 2))
+
+
 def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
     from autoembed.errors import ConfigError
 

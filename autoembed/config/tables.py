@@ -25,22 +25,9 @@ _TABLE_NAME = Is(lambda n: isinstance(n, str) and all(n.split(".")),
 
 @dataclass(frozen=True)
 class TableConfig:
-    """One categorical feature's embedding table.
-
-    `pooling_factor` is the average number of ids per sample for this field (1 for one-hot,
-    more for multi-hot bags); for the text task the sequence length is `seq_len`.
-    `frequency` is the share of this field's lookups that go to its average row, used by
-    mixed_dim (None: uniform, 1 / vocab_size). `name` may be a module path (`encoder.tok_emb`).
-
-    Per-table settings (None: the config's value of the same key):
-    `dim` (a table narrower or wider than the config's `dim` is projected to it by a bias-free
-    Linear; under mixed_dim, resolution writes the dims left None), `compression` (none, hash,
-    qr or mixed_dim), `hash_buckets` and `qr_collisions` (an int: a count; a float in (0, 1):
-    a share of this table's rows -- hash keeps ceil(share x rows) buckets, qr a quotient table
-    of at most share x rows, i.e. ceil(1 / share) collisions), `qr_operation` and
-    `table_optimizer`; `robe_size`, `tt_rank` and `hot_share` (`autoembed.compression`).
-    See `resolved_tables`.
-    """
+    """One categorical feature's embedding table: its name, rows, ids per sample and
+    the per-table settings (TABLE_OVERRIDES and `dim`; None: the config's value of the same
+    key), each key as docs/config_keys.yaml says; `resolved_tables` resolves them."""
 
     name: str
     vocab_size: int = field(metadata=field_rule(Integer(1)))

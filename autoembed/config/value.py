@@ -184,11 +184,7 @@ class EmbeddingConfig:
     qr_operation: str = field(default="mult", metadata=field_rule(OneOf(QR_OPERATIONS)))
     mixed_dim_alpha: float = field(default=0.3, metadata=field_rule(Interval(0.0, 1.0)))
     mixed_dim_min: int = field(default=4, metadata=field_rule(Integer(1)))
-    # robe / tt / hot_cold (`autoembed.compression`): robe's array per table (a count of
-    # values, or a share of the table's V x D values) and its block length; the TT rank; the
-    # share of each table's ids that are hot (the cold ones hash into `hash_buckets` rows).
-    # robe_shared: every robe table reads ONE array (the paper's ROBE-Z) of robe_size values
-    # (a share: of the robe tables' V x D values together), each table hashing with its own seed
+    # robe / tt / hot_cold (`autoembed.compression`; each key: docs/config_keys.yaml)
     robe_size: int | float = field(default=0.1, metadata=field_rule(CountOrShare(1)))
     robe_block: int = field(default=8, metadata=field_rule(Integer(1)))
     robe_shared: bool = field(default=False, metadata=field_rule(Flag()))

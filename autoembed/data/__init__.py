@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from autoembed.data.dataset import Dataset
 from autoembed.data.loading import load_dataset
-from autoembed.data.spec import BUILTIN_NAMES, SPLITS, DataSpec
-from autoembed.data.vocab import VocabMap, Vocabulary, load_vocab
+from autoembed.data.spec import BUILTIN_NAMES, DataSpec
+from autoembed.data.vocab import load_vocab
 
-__all__ = ["BUILTIN_NAMES", "SPLITS", "DataSpec", "Dataset", "VocabMap", "Vocabulary",
-           "load_dataset", "load_vocab"]
+__all__ = ["BUILTIN_NAMES", "DataSpec", "Dataset", "load_dataset", "load_vocab"]

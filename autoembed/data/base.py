@@ -78,59 +78,30 @@ class BaseDataset(ABC):
         seq_len: int,
         vocabulary: Vocabulary | None = None,
     ) -> None:
-        self._spec = spec
-        self._task = task
-        self._num_classes = num_classes
-        self._tables = tables
-        self._seq_len = seq_len
-        self._vocabulary = vocabulary or Vocabulary({}, (), spec.to_dict())
-
-    # ------------------------------------------------------------------ metadata
-    @property
-    def spec(self) -> DataSpec:
-        return self._spec
-
-    @property
-    def task(self) -> str:
-        return self._task
-
-    @property
-    def num_classes(self) -> int:
-        return self._num_classes
-
-    @property
-    def tables(self) -> tuple[TableConfig, ...]:
-        return self._tables
-
-    @property
-    def seq_len(self) -> int:
-        return self._seq_len
-
-    @property
-    def vocabulary(self) -> Vocabulary:
-        return self._vocabulary
+        # the metadata (`Dataset`): set once here, read-only by contract
+        self.spec = spec
+        self.task = task
+        self.num_classes = num_classes
+        self.tables = tables
+        self.seq_len = seq_len
+        self.vocabulary = vocabulary or Vocabulary({}, (), spec.to_dict())
 
     @property
     def vocab_maps(self) -> Mapping[str, VocabMap]:
-        return self._vocabulary.maps
+        return self.vocabulary.maps
 
     def save_vocab(self, directory: str | Path) -> Path:
         """Write the vocabulary maps, label values and data spec to `<directory>/vocab.json`."""
-        return self._vocabulary.save(directory)
+        return self.vocabulary.save(directory)
 
     def config_values(self) -> dict[str, Any]:
         """The data-dependent EmbeddingConfig fields: pass to dataclasses.replace(config, ...)."""
-        return {
-            "task": self._task,
-            "tables": self._tables,
-            "num_classes": self._num_classes,
-            "seq_len": self._seq_len,
-            "data": self._spec.to_dict(),
-        }
+        return {"task": self.task, "tables": self.tables, "num_classes": self.num_classes,
+                "seq_len": self.seq_len, "data": self.spec.to_dict()}
 
     def __repr__(self) -> str:
         rows = "/".join(str(self.num_rows(s)) for s in SPLITS)
-        return f"{type(self).__name__}({self._spec.name!r}, task={self._task}, rows={rows})"
+        return f"{type(self).__name__}({self.spec.name!r}, task={self.task}, rows={rows})"
 
     # ------------------------------------------------------------------ rows
     @abstractmethod

@@ -24,28 +24,18 @@ class Dataset(Protocol):
         `frequency` = sum_i p_i^2 over the field's id distribution (None: unknown).
     seq_len: padded token sequence length (text); 1 for ctr.
     vocab_maps: value -> id maps built on the train split (empty for synthetic data).
+    The metadata is read-only by contract.
     """
 
-    @property
-    def spec(self) -> DataSpec: ...
-
-    @property
-    def task(self) -> str: ...
-
-    @property
-    def num_classes(self) -> int: ...
-
-    @property
-    def tables(self) -> tuple[TableConfig, ...]: ...
-
-    @property
-    def seq_len(self) -> int: ...
+    spec: DataSpec
+    task: str
+    num_classes: int
+    tables: tuple[TableConfig, ...]
+    seq_len: int
+    vocabulary: Vocabulary
 
     @property
     def vocab_maps(self) -> Mapping[str, VocabMap]: ...
-
-    @property
-    def vocabulary(self) -> Vocabulary: ...
 
     def num_rows(self, split: str) -> int: ...
 

@@ -42,21 +42,17 @@ class SeqLenView:
 
     def __init__(self, base: Any, seq_len: int) -> None:
         self._base = base
-        self._seq_len = seq_len
-
-    @property
-    def seq_len(self) -> int:
-        return self._seq_len
+        self.seq_len = seq_len
 
     @property
     def tables(self) -> tuple[TableConfig, ...]:
-        return tuple(replace(t, pooling_factor=float(self._seq_len)) for t in self._base.tables)
+        return tuple(replace(t, pooling_factor=float(self.seq_len)) for t in self._base.tables)
 
     def batches(self, split: str, batch_size: int, **kw: Any) -> Iterator[Batch]:
         from autoembed.batch import Batch
 
         for b in self._base.batches(split, batch_size, **kw):
-            yield Batch({k: fit_tokens(v, self._seq_len) for k, v in b.features.items()},
+            yield Batch({k: fit_tokens(v, self.seq_len) for k, v in b.features.items()},
                         b.labels)
 
     def __getattr__(self, name: str) -> Any:  # spec, task, num_rows, vocabulary, oracles...

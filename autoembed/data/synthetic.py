@@ -137,12 +137,12 @@ class _Synthetic(BaseDataset):
         """Bytes one kept row takes (features, label, score)."""
 
     def num_rows(self, split: str) -> int:
-        return self._spec.rows[split_index(split)]
+        return self.spec.rows[split_index(split)]
 
     def kept_bytes(self) -> int:
         """Host bytes the kept splits take once every split is used (the splits of at most
         `CACHE_BYTES`; larger ones are streamed): a worker's memory beyond its model."""
-        sizes = (n * self._row_bytes() for n in self._spec.rows)
+        sizes = (n * self._row_bytes() for n in self.spec.rows)
         return sum(b for b in sizes if b <= CACHE_BYTES)
 
     def _per_id(self, key: tuple[int, int], v: int, fn: Callable[[IntArray], npt.NDArray[Any]],
@@ -157,7 +157,7 @@ class _Synthetic(BaseDataset):
         return table[ids]
 
     def _chunks(self, split: int) -> Iterator[_Rows]:
-        n = self._spec.rows[split]
+        n = self.spec.rows[split]
         for start in range(0, n, _CHUNK):
             yield self._generate(split, np.arange(start, min(n, start + _CHUNK), dtype=np.int64))
 
@@ -166,7 +166,7 @@ class _Synthetic(BaseDataset):
         keep (it is then generated batch by batch)."""
         with self._lock:
             whole = self._kept.get(split)
-            if whole is None and self._spec.rows[split] * self._row_bytes() <= CACHE_BYTES:
+            if whole is None and self.spec.rows[split] * self._row_bytes() <= CACHE_BYTES:
                 parts = list(self._chunks(split))
                 whole = _Rows(Batch.concat([p.batch for p in parts]),
                               np.concatenate([p.score for p in parts]))
@@ -224,7 +224,7 @@ class SyntheticCTR(_Synthetic):
 
     # ------------------------------------------------------------------ generation
     def _generate(self, split: int, rows: IntArray) -> _Rows:
-        sp = self._spec
+        sp = self.spec
         seed = sp.seed
         r = rows.astype(np.uint64)[:, None]
         n = rows.size
@@ -272,9 +272,9 @@ class SyntheticCTR(_Synthetic):
         in expectation and with no pass over the data)."""
         f = self._names.index(field)
         ranks = np.arange(min(count, self._vocabs[f]), dtype=np.int64)
-        if not self._spec.scramble:
+        if not self.spec.scramble:
             return ranks
-        return np.sort(permute(ranks, self._vocabs[f], int(hash64(self._spec.seed, _PERM, f)[0])))
+        return np.sort(permute(ranks, self._vocabs[f], int(hash64(self.spec.seed, _PERM, f)[0])))
 
     # ------------------------------------------------------------------ oracle
     def oracle_scores(self, split: str) -> FloatArray:
@@ -305,15 +305,15 @@ class SyntheticText(_Synthetic):
         super().__init__(spec, "text", spec.num_classes, (table,), seq_len)
 
     def _row_bytes(self) -> int:
-        return 8 * self._seq_len + 8 + 8
+        return 8 * self.seq_len + 8 + 8
 
     def _generate(self, split: int, rows: IntArray) -> _Rows:
         """Tokens [n, seq_len] and labels [n], scored by the oracle's predictions [n]."""
-        sp = self._spec
+        sp = self.spec
         seed, k, v = sp.seed, sp.num_classes, self._vocab
         r = rows.astype(np.uint64)[:, None]
-        slots = np.arange(self._seq_len, dtype=np.uint64)[None, :]
-        span = self._seq_len - self._min_len + 1
+        slots = np.arange(self.seq_len, dtype=np.uint64)[None, :]
+        span = self.seq_len - self._min_len + 1
         length = self._min_len + np.floor(uniform(hash64(seed, _DOC_LEN, split, r[:, 0])) * span)
         present = slots.astype(np.float64) < length[:, None]
         draws = uniform(hash64(seed, _TOKEN, split, r, slots))

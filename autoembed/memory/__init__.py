@@ -8,13 +8,6 @@ caches and the search's memory objective. `autoembed.trace` holds the torch trac
 
 from __future__ import annotations
 
-from autoembed.memory.types import (
-    CUBLAS_WORKSPACE_BYTES,
-    CUDA_CONTEXT_BYTES,
-    GpuShare,
-    MemoryEstimate,
-    TableMemory,
-)
+from autoembed.memory.types import MemoryEstimate
 
-__all__ = ["MemoryEstimate", "TableMemory", "GpuShare", "CUDA_CONTEXT_BYTES",
-           "CUBLAS_WORKSPACE_BYTES"]
+__all__ = ["MemoryEstimate"]

@@ -1,14 +1,6 @@
-"""The memory objective a search minimises: what the configs change.
-
-`device_total` = reserved_peak + overhead is what a budget is checked against, but as an
-objective it hides the tables: the overhead (CUDA context, cuBLAS workspace, `--reserve`) is
-the same for every config, and reserved_peak rounds the tensors up to allocator segments
-(2 MiB for blocks up to 1 MiB, 20 MiB up to 10 MiB), so on tables of a few thousand rows every
-proposal prices at the same 512 MiB + 32 MiB + one segment. The objective is therefore the
-training step's `allocated_peak`: the bytes the config's own tensors (tables, gradients,
-optimizer state, activations, temporaries) hold at the step's peak, byte for byte, above the
-fixed context and workspace. On a GPU the measured `torch.cuda.max_memory_allocated` stands
-in for it. The budget check keeps using `device_total`.
+"""The memory objective a search minimises: what the configs change (why it is the training
+step's `allocated_peak` and not the budget's `device_total`: docs/searching.md, "The memory
+objective"). On a GPU the measured `torch.cuda.max_memory_allocated` stands in for it.
 
 A study records the basis it was started with (`MEMORY_BASIS`, study settings key
 `memory_basis`); a study stored before there was a choice has none and keeps `LEGACY_BASIS`

@@ -267,21 +267,15 @@ def overhead_bytes(reserve: int, context_bytes: int = CUDA_CONTEXT_BYTES) -> int
     return context_bytes + CUBLAS_WORKSPACE_BYTES + reserve
 
 
-def traced_figures(
-    cats: dict[str, int], *, allocated_peak: int, reserved_peak: int, overhead: int, **rest: Any
-) -> MemoryEstimate:
-    """A traced MemoryEstimate from the bytes by category live at the peak (0 where absent);
-    device_total = reserved_peak + overhead; `rest`: the other fields."""
-    figures: dict[str, Any] = {c: cats.get(c, 0) for c in CATEGORIES}
-    return MemoryEstimate(
-        method="traced",
-        **figures,
-        allocated_peak=allocated_peak,
-        reserved_peak=reserved_peak,
-        overhead=overhead,
-        device_total=reserved_peak + overhead,
-        **rest,
-    )
+def traced_figures(peak: Any, **rest: Any) -> MemoryEstimate:
+    """A traced MemoryEstimate from a traced step's `peak` (`trace.traced.StepPeak`: the
+    bytes by category live at it, 0 where absent; its allocated and reserved bytes, phase
+    and the fixed overhead); device_total = reserved + overhead; `rest`: the other fields."""
+    figures: dict[str, Any] = {c: peak.categories.get(c, 0) for c in CATEGORIES}
+    return MemoryEstimate(method="traced", **figures, allocated_peak=peak.allocated,
+                          reserved_peak=peak.reserved, overhead=peak.overhead,
+                          device_total=peak.reserved + peak.overhead, peak_phase=peak.phase,
+                          **rest)
 
 
 def _admits(budget: int | None, need: int) -> bool | None:

@@ -266,24 +266,10 @@ class WideTable(PlainTable):
     """The wide part of one field (wide & deep): `width` weights per id (1 for ctr, one per
     class for text), pooled like the deep tables and added to the logits. Starts at zero
     (building it draws nothing, so the deep part of a wide model is the same as without
-    it); served unquantized (a 1-value row gains nothing)."""
+    it); served unquantized (a 1-value row gains nothing). Built as a `PlainTable` whose
+    dim and out_dim are the width."""
 
     quantizable = False
-
-    def __init__(
-        self,
-        rows: int,
-        width: int,
-        spec: LookupSpec,
-        *,
-        buckets: int | None = None,
-        seed: int = 0,
-        vocab: int | None = None,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        super().__init__(rows, width, width, spec, buckets=buckets, seed=seed, vocab=vocab,
-                         device=device, dtype=dtype)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -310,11 +296,8 @@ class QRTable(TableModule, _QR):
         _QR.__init__(self, vocab, dim, {"device": device, "dtype": dtype},
                      qr_collisions=collisions, qr_operation=operation)
         self.spec = spec
-        self.proj = (
-            nn.Linear(dim, out_dim, bias=False, device=device, dtype=dtype)
-            if out_dim is not None and out_dim != dim
-            else None
-        )
+        self.proj = None if out_dim in (None, dim) else nn.Linear(
+            dim, out_dim, bias=False, device=device, dtype=dtype)
         self.reset_parameters()
 
     @torch.no_grad()

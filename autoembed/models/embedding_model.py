@@ -182,8 +182,8 @@ def _wide_table(
     one row per id otherwise (`config.param_specs` fixes the shapes)."""
     rows, buckets = ts.hashed
     spec = _lookup_spec(config, ts.sparse)
-    return WideTable(rows, out, spec, buckets=buckets, seed=ts.hash_seed, vocab=ts.vocab_size,
-                     device=device, dtype=dtype)
+    return WideTable(rows, out, out, spec, buckets=buckets, seed=ts.hash_seed,
+                     vocab=ts.vocab_size, device=device, dtype=dtype)
 
 
 def _nested(modules: dict[str, nn.Module]) -> nn.ModuleDict:

@@ -18,19 +18,10 @@ from torch import nn
 
 from autoembed.batch import PAD_ID
 from autoembed.models.embedding import LookupSpec, TableModule
-from autoembed.nn.host_cache import (
-    EMPTY,
-    ROW_STATE,
-    CachedStorage,
-    CacheStats,
-    HostCache,
-    bind_host_cached,
-    host_cached_tables,
-    layer_storage,
-)
+from autoembed.nn.host_cache import CacheStats, HostCache, bind_host_cached, host_cached_tables
 
-__all__ = ["HostCachedTable", "HostCache", "CacheStats", "ROW_STATE", "EMPTY", "host_cached_tables",
-           "total_stats", "cache_metrics", "layer_storage", "bind_host_cached", "CachedStorage"]
+__all__ = ["HostCachedTable", "HostCache", "CacheStats", "host_cached_tables", "total_stats",
+           "cache_metrics", "bind_host_cached"]
 
 
 class HostCachedTable(TableModule, HostCache):

@@ -35,11 +35,11 @@ from autoembed.batch import PAD_ID
 from autoembed.errors import ConfigError
 from autoembed.models.computed_rows import projection
 from autoembed.models.embedding import LookupSpec, TableModule
-from autoembed.nn.methods import _HotCold, checked_hot_ids, hot_cold_rows
+from autoembed.nn.methods import _HotCold, checked_hot_ids
 from autoembed.nn.storage import _Storage
 from autoembed.rules import Integer
 
-__all__ = ["HotColdTable", "HOT_SETS_KEY", "checked_hot_ids", "export_hot_sets", "hot_cold_rows",
+__all__ = ["HotColdTable", "HOT_SETS_KEY", "checked_hot_ids", "export_hot_sets",
            "hot_ids_from_counts", "hot_sets_for", "hot_sets_beside", "hot_sets_name",
            "install_hot_sets", "load_hot_sets", "save_hot_sets", "train_id_counts"]
 

@@ -15,10 +15,10 @@ from torch import nn
 
 from autoembed.models.computed_rows import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
-from autoembed.nn.methods import _Robe, robe_positions, robe_seed
+from autoembed.nn.methods import _Robe
 from autoembed.nn.storage import _Storage
 
-__all__ = ["RobeTable", "robe_seed", "robe_positions"]
+__all__ = ["RobeTable"]
 
 
 class RobeTable(ComputedRowsTable, _Robe):

@@ -12,9 +12,9 @@ import torch
 from autoembed.compression import tt_init_std
 from autoembed.models.computed_rows import ComputedRowsTable, projection
 from autoembed.models.embedding import LookupSpec
-from autoembed.nn.methods import _TT, tt_indices, tt_lookup
+from autoembed.nn.methods import _TT
 
-__all__ = ["TTTable", "tt_indices", "tt_lookup"]
+__all__ = ["TTTable"]
 
 
 class TTTable(ComputedRowsTable, _TT):

@@ -19,16 +19,14 @@ and ``small_weight`` (and their ``_packed`` rows) still load.
 
 from __future__ import annotations
 
-from autoembed.nn.compressions import COMPRESSIONS
 from autoembed.nn.layers import Embedding, EmbeddingBag
+from autoembed.nn.methods import COMPRESSIONS
 from autoembed.nn.storage import _QR as _QR  # the storages, by their old home
-from autoembed.nn.storage import LAYER_COMPRESSIONS as LAYER_COMPRESSIONS
 from autoembed.nn.storage import PackedWeights
 from autoembed.nn.storage import _Hash as _Hash
 from autoembed.nn.storage import _MixedDim as _MixedDim
 from autoembed.nn.storage import _Plain as _Plain
 from autoembed.nn.storage import _Storage as _Storage
-from autoembed.nn.storage import hash_layout as hash_layout
 
 __all__ = ["Embedding", "EmbeddingBag", "COMPRESSIONS", "PackedWeights"]
 

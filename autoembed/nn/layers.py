@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from autoembed.errors import ConfigError, DataError, did_you_mean
-from autoembed.nn.compressions import COMPRESSIONS
 from autoembed.nn.draws import init_moments
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
+from autoembed.nn.methods import COMPRESSIONS
 
 __all__ = ["Embedding", "EmbeddingBag", "MODES", "TORCH_OPTIONS", "storage_settings"]
 

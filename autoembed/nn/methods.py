@@ -1,7 +1,8 @@
-"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold: the layouts and
-lookups of the config-built tables (`autoembed.models`; rules in `autoembed.compression`), so
-`apply` rewrites a user's nn.Embedding into exactly what the config prices. ``robe_size`` is a
-count or a share in (0, 1) of V x D values; hot/cold's ``hot_ids`` default to ids 0..hot-1.
+"""Storages of `autoembed.nn` layers for ROBE, tensor-train and hot/cold, and `COMPRESSIONS`
+(every layer compression's storage by name): the layouts and lookups of the config-built
+tables (`autoembed.models`; rules in `autoembed.compression`), so `apply` rewrites a user's
+nn.Embedding into exactly what the config prices. ``robe_size`` is a count or a share in
+(0, 1) of V x D values; hot/cold's ``hot_ids`` default to ids 0..hot-1.
 
 Bags pool the looked-up rows (sum, mean; per-sample weights in sum). The layer draws the
 parameters so that the rows' entries have the mean and std it starts from (`nn.draws`).
@@ -32,9 +33,9 @@ from autoembed.errors import ConfigError
 from autoembed.nn.draws import draw_tt
 from autoembed.nn.hashing import hash_id_reference, hash_ids
 from autoembed.nn.lookup import pool_rows
-from autoembed.nn.storage import _Storage
+from autoembed.nn.storage import BASE_STORAGES, _Storage
 
-__all__ = ["METHOD_STORAGES", "robe_seed", "robe_positions", "tt_indices", "tt_lookup",
+__all__ = ["COMPRESSIONS", "robe_seed", "robe_positions", "tt_indices", "tt_lookup",
            "checked_hot_ids", "hot_cold_rows"]
 
 
@@ -233,4 +234,7 @@ class _HotCold(_Storage):
         return self._bag_of("weight", self.row_of(ids), offsets, mode, psw)
 
 
-METHOD_STORAGES: dict[str, type[_Storage]] = {"robe": _Robe, "tt": _TT, "hot_cold": _HotCold}
+# Every compression of `autoembed.nn`'s layers, by name: the one registry (new compressions
+# plug in here)
+COMPRESSIONS: dict[str, type[_Storage]] = {**BASE_STORAGES, "robe": _Robe, "tt": _TT,
+                                           "hot_cold": _HotCold}

@@ -9,20 +9,6 @@ docs/ARCHITECTURE.md). Ray and Optuna load only when a search runs.
 
 from __future__ import annotations
 
-from autoembed.pipeline.driver import (
-    DEFAULT_SPACE,
-    DEVICES,
-    NothingFitsError,
-    SearchFailedError,
-    SearchResult,
-    search,
-)
-from autoembed.pipeline.engine import SearchStatus
-from autoembed.pipeline.executor import InProcessExecutor, StopTrial
-from autoembed.pipeline.records import TrialRow
-from autoembed.pipeline.study import SAMPLERS
-from autoembed.pipeline.workload import Workload
+from autoembed.pipeline.driver import search
 
-__all__ = ["search", "Workload", "SearchResult", "SearchStatus", "TrialRow", "NothingFitsError",
-           "SearchFailedError", "InProcessExecutor", "StopTrial", "SAMPLERS", "DEVICES",
-           "DEFAULT_SPACE"]
+__all__ = ["search"]

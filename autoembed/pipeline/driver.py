@@ -24,21 +24,19 @@ from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
-from autoembed.pipeline.plan import DEFAULT_EARLY_STOP, NothingFitsError, SearchPlan, trial_threads
+from autoembed.pipeline.plan import SearchPlan
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
-from autoembed.pipeline.request import DEVICES, MAX_SEED, SearchRequest
+from autoembed.pipeline.request import MAX_SEED, SearchRequest
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.pipeline.search_options import SearchOptions
-from autoembed.pipeline.search_report import SearchFailedError, SearchReport
+from autoembed.pipeline.search_report import SearchReport
 from autoembed.space import Objective
 
 if TYPE_CHECKING:
     from autoembed.tracking import SearchTracker
 
-__all__ = ["search", "SearchCall", "run_search", "SearchResult", "NothingFitsError",
-           "SearchFailedError", "DEVICES", "DEFAULT_SPACE", "DEFAULT_EARLY_STOP", "trial_threads",
-           "MAX_SEED"]
+__all__ = ["search", "SearchCall", "run_search", "SearchResult", "DEFAULT_SPACE", "MAX_SEED"]
 
 DEFAULT_SPACE = "default"
 INTERRUPTED = "interrupted: the driver stopped while this trial ran"

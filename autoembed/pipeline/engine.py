@@ -21,26 +21,16 @@ from typing import Any
 from autoembed.budget import MemoryBudget
 from autoembed.memory.objective import check_basis
 from autoembed.pipeline.early_stop import Progress, cannot_reach_front
-from autoembed.pipeline.feasibility import OOM_VIOLATION, Feasibility
+from autoembed.pipeline.feasibility import Feasibility
 from autoembed.pipeline.outcome import Outcome, Outcomes
-from autoembed.pipeline.propose import (
-    ORIGIN_ATTR,
-    AskCost,
-    Asked,
-    PricingSampler,
-    Proposal,
-    Proposer,
-    Queued,
-    SearchSettings,
-)
+from autoembed.pipeline.propose import Asked, Proposal, Proposer, SearchSettings
 from autoembed.pipeline.recorder import Recorder
 from autoembed.pipeline.records import TrialRow, front_of
 from autoembed.pipeline.running import Live, Rungs, Running
 from autoembed.pipeline.scheduler import AshaScheduler
 
-__all__ = ["Proposal", "SearchStatus", "SearchEngine", "SearchSettings", "OOM_VIOLATION",
-           "Feasibility", "MAX_REJECTIONS_IN_A_ROW", "Queued", "ORIGIN_ATTR", "PricingSampler",
-           "AskCost", "Outcome"]
+__all__ = ["Proposal", "SearchStatus", "SearchEngine", "SearchSettings", "Feasibility",
+           "MAX_REJECTIONS_IN_A_ROW", "Outcome"]
 
 MAX_REJECTIONS_IN_A_ROW = 300  # proposals over budget in a row before the search gives up
 

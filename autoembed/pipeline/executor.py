@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autoembed.errors import AutoembedError, TrialTimeout
-from autoembed.pipeline.workload import CostClock, evaluation_report, failed_report, final_report
+from autoembed.pipeline.workload import CostClock, evaluation_report, failed_report
 
 if TYPE_CHECKING:
     from autoembed.pipeline.engine import Proposal, SearchEngine
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from autoembed.trial import Evaluation
 
 __all__ = ["Executor", "StopTrial", "TrialChannel", "InProcessExecutor", "RayTuneExecutor",
-           "evaluation_report", "final_report", "trial_payload", "failed_report", "end_trial",
-           "raise_in", "LOG_DIR", "GRACE_S"]
+           "evaluation_report", "trial_payload", "failed_report", "end_trial", "raise_in",
+           "LOG_DIR", "GRACE_S"]
 
 LOG_DIR = "logs"  # a study's folder for its trials' output on Ray (trial-NNNN.log)
 # In process: the seconds a trial past its time limit has to end before it is abandoned

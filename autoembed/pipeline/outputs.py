@@ -17,18 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.files import atomic_write_text
-from autoembed.trial import (
-    ESTIMATE_COLUMNS,
-    METRIC_COLUMNS,
-    TrialRow,
-    csv_header,
-    encode_csv_row,
-    encode_member,
-    plain,
-)
+from autoembed.trial import TrialRow, csv_header, encode_csv_row, plain
 
 __all__ = ["write_trials_csv", "write_pareto_json", "write_best_yaml", "write_pareto_png",
-           "pareto_figure", "label_points", "member_dict", "ESTIMATE_COLUMNS", "METRIC_COLUMNS"]
+           "pareto_figure", "label_points"]
 
 
 def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] = ()) -> Path:
@@ -42,9 +34,6 @@ def write_trials_csv(rows: Sequence[TrialRow], path: Path, front: Sequence[int] 
     for r in sorted(rows, key=lambda r: r.number):
         w.writerow(encode_csv_row(r, r.number in on_front, params))
     return atomic_write_text(path, buf.getvalue())
-
-
-member_dict = encode_member  # pareto.json's form of a front member (the codec's)
 
 
 def write_pareto_json(body: Mapping[str, Any], path: Path) -> Path:

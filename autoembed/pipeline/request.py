@@ -106,7 +106,8 @@ class SearchRequest(SearchOptions):
         space = o.space
         space_arg = None if space is None or isinstance(space, SearchSpace) else str(space)
         space = _space(space, "builtin" if code is None else "user", o.resume)
-        name = o.study if o.study is not None else _default_study()
+        name = o.study if o.study is not None else _dt.datetime.now().strftime(
+            "search-%Y%m%d-%H%M%S")
         check_study_name(name)
         if o.resume and o.study is None:
             raise ConfigError("--resume needs --study NAME (the study to continue)")
@@ -204,10 +205,6 @@ def _executor(executor: Any) -> tuple[str, Any]:
         raise ConfigError(f"executor '{executor}' is not known; use ray (the default) or "
                           "local (one trial at a time in this process, for a debugger)")
     return str(getattr(executor, "kind", "custom")), executor
-
-
-def _default_study() -> str:
-    return "search-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def _names(names: str | Sequence[str] | None) -> tuple[str, ...] | None:

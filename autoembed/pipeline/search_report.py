@@ -122,13 +122,13 @@ class SearchReport:
         """pareto.json: the report's figures and the search's `context` (data, settings,
         environment, timings, `baseline`), in pareto.json's order; `noise`: the within-noise
         slack and how it was measured (None: the slack was 0)."""
-        from autoembed.pipeline.outputs import member_dict
+        from autoembed.trial import encode_member
 
         assert self.best is not None
         ours = {
             "study": self.study, "budget": self.budget.text, "budget_bytes": self.budget.bytes,
             "objectives": [o.to_dict() for o in self.objectives],
-            "members": [member_dict(r) for r in self.front], "best": self.best.number,
+            "members": [encode_member(r) for r in self.front], "best": self.best.number,
             "pick": str(self.rule), "picks": dict(self.picks),
             "counts": {s: self.count(s) for s in COUNTED_STATUSES}, "stop_reason": self.stop_reason,
             "concurrency": max((r.concurrency for r in self.rows), default=0),

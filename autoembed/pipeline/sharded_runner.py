@@ -1,41 +1,14 @@
 """Run one sharded trial: N processes, each a rank of `DistributedModelParallel` over gloo
 (CPU) or NCCL (one GPU per rank), with the plan the trial was priced on.
 
-Input and output are plain data, so an executor can ship them anywhere (the search's seam
-hands a payload to `run_sharded` locally, or to `worker` inside a Ray Train worker):
-
-payload = {
-  "build": "pkg.module:function",      # params -> the model (TorchRec collections inside)
-  "example": "pkg.module:function",    # params -> one batch of this rank (measured steps)
-  "train": "pkg.module:function",      # optional: train(model, params, report) -> dict
-  "loss": "pkg.module:function",       # optional: loss(output, example) (measured steps)
-  "path": "/dir/on/sys.path",          # where the functions' modules are found
-  "params": {...},                     # the trial's parameters (params["seed"] etc.)
-  "tables": [{TorchRecTable fields}],  # the rewrite and the plan's constraints
-  "topology": {RankTopology fields},
-  "lr": 0.01, "dense_optimizer": "adagrad",
-  "steps": 1,                          # measured steps when there is no train
-  "estimate": [{rank figures}] | None, # per-rank estimates, placed beside what is measured
-  "timeout_s": 600,                    # None: no deadline (a search's trial)
-  "metrics": [...], "threads": 1,      # names report may take; torch threads per rank
-}
-
-`run_sharded(payload, channel)` returns one dict per rank: ``rank``, ``persistent_bytes``
-(every tensor storage after DMP init: tables, optimizer state, dense part, DDP buckets),
-``table_bytes`` (the TBE weights and optimizer state alone), ``step_peak`` (measured: the
-tensors live after a warm-up step plus the RSS high-water above them over the measured steps,
-or persistent bytes plus the high-water over the user's loop; /proc/self/status VmHWM reset
-through /proc/self/clear_refs, glibc's arena count 1 and mmap threshold 64 KiB, so freed
-tensors leave RSS), ``max_memory_allocated`` / ``_reserved`` on CUDA, and with a user's loop
-``status`` (complete, pruned, diverged, failed: `autoembed.user.report.Report`'s),
-``message``, ``values`` (what `train` returned), ``curve`` (each evaluation as a dict) and
-``throughput``; ``estimate`` (that rank's priced figures, when given). Each evaluation of rank
-0 goes to `channel` in the driver, whose answer (False: stop) every rank's `report` receives
-at the same step.
-
-Local processes die with the driver (Linux PR_SET_PDEATHSIG: SIGKILL of the driver kills
-them). On a cluster, gloo needs the interface that reaches the other hosts: set
-GLOO_SOCKET_IFNAME (and MASTER_ADDR to an address on it); NCCL likewise NCCL_SOCKET_IFNAME.
+Input and output are plain data, so an executor can ship them anywhere (`run_sharded`
+locally, `worker` inside a Ray Train worker); docs/torchrec.md ("Sharded trials") lists the
+payload's keys and each rank's figures. ``step_peak`` is measured: the tensors live after a
+warm-up step plus the RSS high-water above them over the measured steps (or persistent bytes
+plus the high-water over the user's loop), VmHWM reset through /proc/self/clear_refs, with
+glibc's arena count 1 and mmap threshold 64 KiB so that freed tensors leave RSS. Rank 0's
+evaluations go to `channel` in the driver, whose answer (False: stop) every rank's `report`
+receives at the same step. Local ranks die with the driver (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations

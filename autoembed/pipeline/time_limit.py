@@ -1,19 +1,13 @@
-"""How long a trial may run: `TrialTimeLimit`. A trial past its limit is ended by its executor
-and recorded `timeout`, whatever it returns. The limit is given (`--trial-time-limit`, the
-space's key, or a resumed study's), else derived: until a trial has completed, 10 min plus
-1 s per optimizer step for autoembed's models and 6 h for your own loop; then 10 times the
-longest completed trial's wall time, at least 10 min. It counts from the trial's start to
-its end; `--time-budget` only stops new trials from starting.
-"""
+"""How long a trial may run: `TrialTimeLimit`, given or derived from the workload and the
+trials completed so far (the rule and what its executor does past it: docs/searching.md,
+"Every trial ends")."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autoembed.space.search_space import TRIAL_TIME_LIMIT
-
-__all__ = ["TrialTimeLimit", "TRIAL_TIME_LIMIT", "FLOOR_S", "STEP_S", "USER_FIRST_S", "FACTOR"]
+__all__ = ["TrialTimeLimit", "FLOOR_S", "STEP_S", "USER_FIRST_S", "FACTOR"]
 
 FLOOR_S = 600.0  # the least a derived limit gives a trial
 STEP_S = 1.0  # built-in trials: seconds per optimizer step on top of FLOOR_S
@@ -31,7 +25,7 @@ def _words(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class TrialTimeLimit:
-    """`seconds`: the given limit (None: derived, see the module docstring); `user`:
+    """`seconds`: the given limit (None: derived by the constants above); `user`:
     whether the trials run the user's loop (no step count to derive from)."""
 
     seconds: float | None = None

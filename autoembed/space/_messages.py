@@ -22,3 +22,10 @@ def unknown_key(source: str, where: str, key: Any, valid: Sequence[str]) -> Conf
     prefix = f"{where}." if where else ""
     return ConfigError(f"search space '{source}': unknown key '{prefix}{key}'"
                        f"{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+
+
+def known_keys(source: str, where: str, spec: Any, valid: Sequence[str]) -> None:
+    """Every key of `spec` is one of `valid` (else `unknown_key` of the first that is not)."""
+    for key in spec:
+        if key not in valid:
+            raise unknown_key(source, where, key, valid)

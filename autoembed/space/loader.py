@@ -20,7 +20,7 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import Each, Flag, Integer, Interval, Is, OneOf, Rule, is_number
-from autoembed.space._messages import check_value, space_error, unknown_key
+from autoembed.space._messages import check_value, known_keys, space_error, unknown_key
 from autoembed.space.objectives import MEASURED, parse_objectives
 from autoembed.space.search_space import (
     BUILTIN_SPACES,
@@ -161,9 +161,7 @@ def parse_space(raw: Any, source: str, text: str = "", kind: str | None = None) 
         raise ConfigError(_WRONG_KIND[kind].format(source=source))
     if (kind or found) == "user":
         return _parse_user_space(raw, source, text)
-    for k in raw:
-        if k not in SPACE_KEYS:
-            raise unknown_key(source, "", k, SPACE_KEYS)
+    known_keys(source, "", raw, SPACE_KEYS)
     data = _parse_data(raw.get("data", {"name": "synthetic-ctr"}), source)
     stand_in = _parse_stand_in(raw.get("stand_in"), data, source)
     base = _parse_base(raw.get("base", {}) or {}, source)
@@ -212,9 +210,7 @@ def _parse_user_space(raw: Mapping[str, Any], source: str, text: str) -> SearchS
     tables then take TorchRec's knobs, `_Keys.torchrec`) and the common keys. Every value is
     fixed or searched with the same keys, checks and messages as a built-in space's params;
     `when` names a key listed above it in the same section."""
-    for k in raw:
-        if k not in USER_SPACE_KEYS:
-            raise unknown_key(source, "", k, USER_SPACE_KEYS)
+    known_keys(source, "", raw, USER_SPACE_KEYS)
     topology = _topology(source, raw[TOPOLOGY]) if TOPOLOGY in raw else None
     keys = _Keys.torchrec() if topology is not None else _Keys.torch()
     params: list[Param] = []
@@ -299,11 +295,10 @@ def _topology(source: str, raw: Any) -> dict[str, Any]:
     if "world_size" not in spec:
         raise space_error(source, TOPOLOGY, dict(spec), "give world_size: the ranks a trial "
                           "runs as (and hbm, ddr, compute_device where the defaults differ)")
+    known_keys(source, TOPOLOGY, spec, TOPOLOGY_KEYS)
     out: dict[str, Any] = {}
     for k, v in spec.items():
         key = f"{TOPOLOGY}.{k}"
-        if k not in TOPOLOGY_KEYS:
-            raise unknown_key(source, TOPOLOGY, k, TOPOLOGY_KEYS)
         if isinstance(v, (Mapping, list)):
             raise space_error(source, key, v, "the machines a search plans for are fixed: "
                               "give one value")
@@ -342,9 +337,7 @@ def _section(prefix: str, raw: Mapping[str, Any], params: list[Param], base: dic
         q = f"{prefix}.{k}"
         rule = None if rules is None else rules[k]
         if isinstance(spec, Mapping):
-            for sk in spec:
-                if sk not in PARAM_KEYS:
-                    raise unknown_key(source, q, sk, PARAM_KEYS)
+            known_keys(source, q, spec, PARAM_KEYS)
             params.append(_parse_param(q, spec, params, base, source, q, rule, prefix))
         else:
             if rule is not None:
@@ -359,9 +352,7 @@ def _early_stop(source: str, raw: Any) -> tuple[int, int] | None:
     if raw is None:
         return None
     spec = _mapping(source, "early_stop", raw)
-    for k in spec:
-        if k not in EARLY_STOP_KEYS:
-            raise unknown_key(source, "early_stop", k, EARLY_STOP_KEYS)
+    known_keys(source, "early_stop", spec, EARLY_STOP_KEYS)
     for k in EARLY_STOP_KEYS:
         _check_rule("early_stop", spec.get(k), f"early_stop.{k}", source)
     return spec["max_steps"], spec["eval_every"]
@@ -393,9 +384,7 @@ def _parse_stand_in(raw: Any, data: Mapping[str, Any], source: str) -> StandIn |
     if raw is None:
         return None
     _check_rule("stand_in", raw, "stand_in", source)
-    for k in raw:
-        if k not in STAND_IN_KEYS:
-            raise unknown_key(source, "stand_in", k, STAND_IN_KEYS)
+    known_keys(source, "stand_in", raw, STAND_IN_KEYS)
     if data.get("name", "synthetic-ctr") not in ("synthetic-ctr", "synthetic-text"):
         raise space_error(source, "stand_in", dict(raw),
                     "a stand-in scales synthetic data only; remove it for real or file data")
@@ -456,9 +445,7 @@ def _parse_params(
         if name in base:
             raise space_error(source, key, spec, f"'{name}' is also fixed in `base`; keep one")
         _check_rule("param", spec, key, source)
-        for k in spec:
-            if k not in PARAM_KEYS:
-                raise unknown_key(source, key, k, PARAM_KEYS)
+        known_keys(source, key, spec, PARAM_KEYS)
         params.append(_parse_param(str(name), spec, params, base, source))
     if TOKENS_PER_BATCH in raw:
         if "batch_size" in raw or "batch_size" in base:
@@ -620,9 +607,7 @@ def _parse_tables(
     for i, item in enumerate(raw):
         key = f"tables[{i}]"
         _check_rule("table", item, key, source)
-        for k in item:
-            if k not in ("name", "min_rows", *TABLE_SETTING_KEYS):
-                raise unknown_key(source, key, k, ("name", "min_rows", *TABLE_SETTING_KEYS))
+        known_keys(source, key, item, ("name", "min_rows", *TABLE_SETTING_KEYS))
         name, min_rows = item.get("name"), item.get("min_rows")
         if (name is None) == (min_rows is None):
             raise space_error(source, key, dict(item),
@@ -660,9 +645,7 @@ def _parse_table_params(
         if not isinstance(spec, Mapping) or k == "name":
             continue
         key = table_param_name(i, k)
-        for sk in spec:
-            if sk not in PARAM_KEYS:
-                raise unknown_key(source, key, sk, PARAM_KEYS)
+        known_keys(source, key, spec, PARAM_KEYS)
         when = spec.get("when")
         if isinstance(when, Mapping):  # a key of this entry means its searched param
             when = {searched.get(r, r): v for r, v in when.items()}

@@ -10,7 +10,7 @@ from typing import Any
 
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.rules import Each
-from autoembed.space._messages import check_value, space_error, unknown_key
+from autoembed.space._messages import check_value, known_keys, space_error
 
 __all__ = ["OBJECTIVES", "DEFAULT_OBJECTIVES", "MEASURED", "TIMING", "Objective", "check_objective",
            "parse_objectives"]
@@ -60,9 +60,7 @@ def parse_objectives(raw: Any, source: str) -> tuple[Objective, ...]:
     for i, item in enumerate(raw):
         key = f"objectives[{i}]"
         if isinstance(item, Mapping):
-            bad = [k for k in item if k not in ("name", "direction")]
-            if bad:
-                raise unknown_key(source, key, bad[0], ("name", "direction"))
+            known_keys(source, key, item, ("name", "direction"))
             name, direction = item.get("name"), item.get("direction")
         else:
             name, direction = item, None

@@ -9,6 +9,8 @@ allocator's rounding (`trace.tracker`); `trace.traced_model` traces a user's own
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoembed.budget import Budget, BudgetLike
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
@@ -57,16 +59,8 @@ def estimate(
     host = None if host_budget is None else Budget.for_host(host_budget)
     if method == "traced":
         from autoembed.trace.traced import traced_estimate
-
-        est = traced_estimate(
-            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
-        )
-    else:
-        est = analytic_estimate(
-            config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes
-        )
+    price = traced_estimate if method == "traced" else analytic_estimate
+    est = price(config, gpus=gpus, sharding=sharding, reserve=reserve, context_bytes=context_bytes)
     if host is not None:
-        from dataclasses import replace
-
         est = replace(est, host_budget=host.bytes)
     return est.with_budget(device_budget)

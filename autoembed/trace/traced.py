@@ -298,16 +298,8 @@ def traced_estimate(
         return impossible
     peak = step_peak(trace, SparseTerms(*sparse_terms(config)), reserve=reserve,
                      context_bytes=context_bytes)
-    return traced_figures(
-        peak.categories,
-        allocated_peak=peak.allocated,
-        reserved_peak=peak.reserved,
-        overhead=peak.overhead,
-        serving_bytes=ana.serving_bytes,
-        tables=ana.tables,
-        peak_phase=peak.phase,
-        notes=("categories are the bytes live at the peak",),
-    )
+    return traced_figures(peak, serving_bytes=ana.serving_bytes, tables=ana.tables,
+                          notes=("categories are the bytes live at the peak",))
 
 
 def _traced_host_cached(

@@ -285,18 +285,9 @@ def _figures(trace: Trace, sparse: SparseTerms, peak: StepPeak, standin: bool) -
         notes.append(f"{STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; give "
                      "loss=fn(output, example) (CLI: --loss pkg.module:fn) to price yours")
     return traced_figures(
-        peak.categories,
-        allocated_peak=peak.allocated,
-        reserved_peak=peak.reserved,
-        overhead=peak.overhead,
-        serving_bytes=sum(_nbytes(p) for p in step.model.parameters()),
-        tables=tables,
-        peak_phase=peak.phase,
-        notes=tuple(notes),
-        modules=_modules(peak, {t.name for t in tables}),
-        host_bytes=sum(c.host_bytes for c in cache),
-        cache=cache,
-    )
+        peak, serving_bytes=sum(_nbytes(p) for p in step.model.parameters()), tables=tables,
+        notes=tuple(notes), modules=_modules(peak, {t.name for t in tables}),
+        host_bytes=sum(c.host_bytes for c in cache), cache=cache)
 
 
 def _tables(step: TrainStep) -> tuple[TableMemory, ...]:

@@ -26,12 +26,11 @@ from autoembed.memory.types import (
     ROUND_LARGE,
     SMALL_SEGMENT,
     SMALL_SIZE,
-    host_allocations,
     on_host,
     round_block,
 )
 
-__all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot", "host_allocations"]
+__all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot"]
 
 
 @dataclass

@@ -27,13 +27,8 @@ from autoembed.tracking.store import (
 )
 from autoembed.trial import TrialRow
 
-__all__ = ["SearchTracker", "NullTracker", "TrialRecord", "make_tracker", "open_tracker",
-           "resolve_store", "check_reachable", "TrackingStore", "TrackingError",
-           "TrackingUnreachableError"]
-
-
-# The one trial record (autoembed.trial): what the tracker is told about one trial.
-TrialRecord = TrialRow
+__all__ = ["SearchTracker", "NullTracker", "make_tracker", "open_tracker", "resolve_store",
+           "check_reachable", "TrackingStore", "TrackingError", "TrackingUnreachableError"]
 
 
 @runtime_checkable
@@ -42,7 +37,7 @@ class SearchTracker(Protocol):
         """Open the search's parent run with its parameters (budget, space, sampler, seed,
         data, objectives) and the space file as an artifact."""
 
-    def trial(self, record: TrialRecord) -> None:
+    def trial(self, record: TrialRow) -> None:
         """Record one trial as a nested run (infeasible ones too, tagged as such). Optional:
         `trials(records)` records several at once; `recorded()`, the trial numbers the store
         holds (None: unknown), lets a resumed search re-record what it lacks."""
@@ -61,10 +56,10 @@ class NullTracker:
     def start(self, study: str, params: Mapping[str, str], space_file: Path | None) -> None:
         return None
 
-    def trial(self, record: TrialRecord) -> None:
+    def trial(self, record: TrialRow) -> None:
         return None
 
-    def trials(self, records: Sequence[TrialRecord]) -> None:
+    def trials(self, records: Sequence[TrialRow]) -> None:
         return None
 
     def recorded(self) -> set[int] | None:

@@ -15,11 +15,9 @@ from typing import Any
 
 from autoembed.memory.types import BYTE_FIGURES
 
-__all__ = ["ESTIMATE_FIGURES", "MAX_PARAM_CHARS", "MAX_TAG_CHARS", "MetricPoint", "RunPayload",
+__all__ = ["MAX_PARAM_CHARS", "MAX_TAG_CHARS", "MetricPoint", "RunPayload",
            "trial_payload", "run_name"]
 
-# Byte figures of `MemoryEstimate.to_dict()` logged as `estimate_<name>`.
-ESTIMATE_FIGURES = BYTE_FIGURES
 # MLflow limits (mlflow.utils.validation): param values 6000 chars, tag values 8000.
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 8000
@@ -108,7 +106,7 @@ def trial_payload(record: Any, study: str) -> RunPayload:
     result = record.result
     estimate: Mapping[str, Any] = record.estimate or (result.estimate if result else {})
     params = {k: _clip(str(v), MAX_PARAM_CHARS) for k, v in record.config.flat_params().items()}
-    metrics = [MetricPoint(f"estimate_{name}", v) for name in ESTIMATE_FIGURES
+    metrics = [MetricPoint(f"estimate_{name}", v) for name in BYTE_FIGURES
                if (v := _number(estimate.get(name))) is not None]
     tags = {
         "autoembed.role": "trial", "autoembed.study": study, "trial": str(record.number),

@@ -25,9 +25,8 @@ from autoembed.space.objectives import MEASURED
 from autoembed.trial import Evaluation
 
 __all__ = ["Report", "TrialStopped", "Diverged", "ReportError", "Ending", "Channel",
-           "MEASURED_BY_AUTOEMBED", "ALWAYS_REPORTABLE"]
+           "ALWAYS_REPORTABLE"]
 
-MEASURED_BY_AUTOEMBED = MEASURED  # objectives autoembed measures itself: never reported
 ALWAYS_REPORTABLE = ("loss",)  # a training loop's own loss: reportable without `metrics:`
 
 Channel = Callable[[Evaluation], bool]  # False: stop the trial
@@ -117,7 +116,7 @@ class Report:
 
     def _values(self, quality: float | None, metrics: Mapping[str, Any]) -> dict[str, float]:
         for name in metrics:
-            if name in MEASURED_BY_AUTOEMBED:
+            if name in MEASURED:  # objectives autoembed measures itself: never reported
                 self._end("failed", f"report({name}=...): '{name}' is measured by autoembed; "
                           "do not report it")
             if name not in self.metrics:

@@ -165,13 +165,12 @@ def run_user_trial(
 
 def user_result(config: EmbeddingConfig, status: str, error: str | None,
                 final: Mapping[str, float], curve: tuple[Evaluation, ...], *,
-                throughput: float | None, target: float | None,
-                estimate: Mapping[str, Any] | None, train_seconds: float,
-                wall_seconds: float, eval_seconds: float, device: str,
+                target: float | None, estimate: Mapping[str, Any] | None, device: str,
                 **extra: Any) -> TrialResult:
     """The record of a run of the user's loop: `status` and `error` as it ended, `final`
     (what `train` returned, checked), the `curve` of its reports. The objective quality is
-    `final`'s, else the last report's; a complete trial without one is `failed`."""
+    `final`'s, else the last report's; a complete trial without one is `failed`. `extra`:
+    the other TrialResult fields (throughput, timings, measured peaks) as they are."""
     final = dict(final) if status == "complete" else {}
     last_ev = curve[-1] if curve else None
     quality = final.pop("quality", None)
@@ -186,9 +185,7 @@ def user_result(config: EmbeddingConfig, status: str, error: str | None,
     return TrialResult(
         status=status, config=config, valid_quality=quality, metrics=metrics,
         curve=curve, steps=last_ev.step if last_ev else 0,
-        samples=last_ev.samples if last_ev else 0, throughput=throughput,
+        samples=last_ev.samples if last_ev else 0,
         steps_to_target=reached.step if reached else None,
         samples_to_target=reached.samples if reached else None, target=target,
-        estimate=dict(estimate or {}), error=error, train_seconds=train_seconds,
-        wall_seconds=wall_seconds, eval_seconds=eval_seconds,
-        env=environment(device), **extra)
+        estimate=dict(estimate or {}), error=error, env=environment(device), **extra)

@@ -24,9 +24,9 @@ from autoembed.budget import Budget, BudgetLike
 from autoembed.errors import ConfigError
 from autoembed.memory.types import CUDA_CONTEXT_BYTES, MemoryEstimate
 from autoembed.models.user_step import LossFn, OptimizerSpec
-from autoembed.trace.traced_model import CPU_VS_CUDA, ModelSpec, model_estimate
+from autoembed.trace.traced_model import ModelSpec, model_estimate
 
-__all__ = ["estimate_torch_model", "CPU_VS_CUDA"]
+__all__ = ["estimate_torch_model"]
 
 
 def estimate_torch_model(
