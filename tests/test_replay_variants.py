@@ -88,7 +88,7 @@ KNOB_CLASS = {"quality_turns": "QualityTurns", "random_every": "RandomEvery",
               "onehot": "OneHot", "per_second": "NotPerSecond", "cost_cooling": "CostCooling",
               "neighbors": "Neighbors", "spread": "RandomStartup",
               "pending": "IgnoresPending", "margin": "Margin",
-              "seconds_weight": "SecondsWeight"}
+              "seconds_weight": "SecondsWeight", "pick_turns": "PickTurns"}
 
 
 def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_table() -> None:
@@ -178,6 +178,39 @@ def test_quality_turns_chase_the_best_quality() -> None:
     assert not any(is_random(n, 6, RANDOM_EVERY) for n in turns)
     quality = [int(out[n]["x"]) for n in turns]  # type: ignore[call-overload]
     assert len(quality) == 10 and sorted(quality)[len(quality) // 2] >= 40, quality
+
+
+def test_pick_turns_are_not_per_second_and_the_other_model_turns_are() -> None:
+    """pick_turns=1: the first model turn of each run of RANDOM_EVERY takes the expected
+    improvement of quality, its seconds' exponent 0; the other model turns the product's
+    (EHVI per second). Quality, memory and the told seconds all rise with x: the quality
+    turns sit high in [1, 50] (the budget's end) however long those trials take."""
+    weights: dict[int, float] = {}
+
+    class Spy(variants.PickTurns):
+        def _seconds_weight(self) -> float:
+            weights[self._number] = w = super()._seconds_weight()
+            return w
+
+    def run(sampler: PricedEHVI, n: int) -> list[int]:
+        sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                             budget_bytes=BUDGET))
+        study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+        xs = []
+        for _ in range(n):
+            trial = study.ask()
+            x = int(_suggest(trial)["x"])  # type: ignore[call-overload]
+            mem, fits = _price({"x": x})
+            trial.set_user_attr(ATTR, {"status": "complete" if fits else "infeasible",
+                                       "metrics": {"wall_seconds": float(x) ** 2}})
+            study.tell(trial, [math.log(x) if fits else 0.0, mem])
+            xs.append(x)
+        return [xs[k] for k in range(6, n) if (k - 6) % RANDOM_EVERY == 0]
+
+    picked = run(Spy(4, startup=6, pick_turns=1), 30)
+    turns = [k for k in range(6, 30) if not is_random(k, 6, RANDOM_EVERY)]
+    assert weights == {k: 0.0 if (k - 6) % RANDOM_EVERY == 0 else 1.0 for k in turns}
+    assert sorted(picked)[len(picked) // 2] >= 40, picked
 
 
 @pytest.mark.parametrize("cooling, spent, weight", [

@@ -133,6 +133,11 @@ METHODS = {
     "ehvi-q2-front": Method("ehvi-q2-front", ehvi(quality_turns=2), front_rule=True,
                             note="ehvi with quality_turns=2: the first two model turns of "
                                  "each run of 4 by the expected improvement of quality alone"),
+    **{f"ehvi-p{k}-front": Method(
+        f"ehvi-p{k}-front", ehvi(pick_turns=k), front_rule=True,
+        note=f"ehvi with pick_turns={k}: the first {k} model turn(s) of each run of 4 by "
+             "the expected improvement of quality alone, not per predicted second")
+       for k in (1, 2)},
     "ehvi-cc-front": Method("ehvi-cc-front", ehvi(cost_cooling=True), front_rule=True,
                             note="ehvi with cost cooling: the predicted seconds' exponent "
                                  "is the share of the budget left (CArBO)"),

@@ -21,7 +21,10 @@ one of `PricedEHVI`'s hooks; `build(seed, **knobs)` combines them:
 * `seconds_weight=w` (`SecondsWeight`): the acquisition divided by the predicted seconds
   to the power w (the product's: 1);
 * `pending=False` (`IgnoresPending`): running trials not believed (each ask sees only the
-  finished ones).
+  finished ones);
+* `pick_turns=k` (`PickTurns`): as `quality_turns=k`, but those turns' expected improvement
+  of quality is not divided by the predicted seconds (the pick's best quality sought at
+  whatever a trial costs).
 
 `startup`, `candidates`, `price_budget_s` and `clock` go to `PricedEHVI` itself.
 """
@@ -67,6 +70,28 @@ class QualityTurns(RandomEvery):
         if (number - self.startup) % self.random_every < self.quality_turns:
             return expected_improvement(mu, sd, float(q.max()))
         return super()._gain(number, q, front, x, mu, sd)
+
+
+class PickTurns(QualityTurns):
+    """The first `pick_turns` model turns of each run of `random_every` score by the expected
+    improvement of quality alone, not divided by the predicted seconds (the other model
+    turns are the product's). Aimed at what delays the pick: on the default table the
+    near-best configs are among the costliest trials, and a per-second acquisition ranks
+    them last (benchmarks/results/ehvi_pick_turns_replay.md)."""
+
+    def __init__(self, seed: int, *, pick_turns: int = 0, **kw: Any) -> None:
+        super().__init__(seed, quality_turns=pick_turns, **kw)
+        self._number = -1
+
+    def _choose(self, study: Study, number: int, done: list[Finished],
+                ) -> dict[str, Any] | None:
+        self._number = number
+        return super()._choose(study, number, done)
+
+    def _seconds_weight(self) -> float:
+        if (self._number - self.startup) % self.random_every < self.quality_turns:
+            return 0.0
+        return super()._seconds_weight()
 
 
 class OneHot(PricedEHVI):
@@ -173,6 +198,7 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "pending": (IgnoresPending, True),
     "margin": (Margin, 0.0),
     "seconds_weight": (SecondsWeight, 1.0),
+    "pick_turns": (PickTurns, 0),
 }
 FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending")  # a class, no argument
 
@@ -190,6 +216,8 @@ def build(seed: int, **kw: Any) -> PricedEHVI:
             bases.append(cls)
             if knob in FLAGS:
                 del args[knob]
+    if PickTurns in bases:  # a QualityTurns: one class turns both
+        bases = [b for b in bases if b not in (QualityTurns, RandomEvery)]
     if QualityTurns in bases and RandomEvery in bases:
         bases.remove(RandomEvery)  # QualityTurns is a RandomEvery
     if not bases:
