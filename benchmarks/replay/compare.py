@@ -549,8 +549,9 @@ def _against_peers(recs: Sequence[Mapping[str, Any]], default: str = "ehvi-front
             best, name = min(peers, key=lambda p: p[0][0])
             won = mine[0] < best[0]
             both = both and won
-            rows.append(f"| {table} | {key} | {_fmt_ratio(mine)} | {name} | {_fmt_ratio(best)} "
-                        f"| {default if won else name} |")
+            n = sum((name, s) in by and ("random-full", s) in by for s in seeds)
+            rows.append(f"| {table} | {key} | {_fmt_ratio(mine)} | {name} ({n} seeds) "
+                        f"| {_fmt_ratio(best)} | {default if won else name} |")
         ahead += both
     if not rows:
         return []
