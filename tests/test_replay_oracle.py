@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPLAY))
 sys.path.insert(0, str(REPLAY.parent))
 
 from harness import Costs  # noqa: E402
-from oracle import Point, chain_volume, cheapest_set  # noqa: E402
+from oracle import Point, chain_volume, cheapest_set, least_max_cost  # noqa: E402
 from table import Table  # noqa: E402
 
 from autoembed.pareto import hypervolume  # noqa: E402
@@ -101,6 +101,59 @@ def test_the_cheapest_set_is_the_brute_force_optimum() -> None:
         assert _volume(chosen) >= target - 1e-12
         assert math.isclose(sum(p.cost for p in chosen), got[0])
     assert cheapest_set([Point(0, 0.5, 0.5, 1.0)], 0.3) is None
+
+
+def test_the_wall_clock_limit_of_a_hand_made_table_by_hand() -> None:
+    """With unlimited workers a set reaches its target when its costliest row ends: every
+    hv target of the hand-made table needs row 1 (10 s; the others reach 0.65 < 0.825
+    without it), so each limit is the per-search charge, the per-trial charge and 10 s;
+    hv99's fewest rows (1, 2, 3) handed over costliest first end no later than row 1;
+    best is row 4 (0.5 s)."""
+    from compare import Yardstick
+
+    stick = Yardstick(_hand_made())
+    costs = Costs(per_trial_s=0.6, per_search_s=8.6, per_trial_worker_s=0.225)
+    wall = stick.wall_oracle(_hand_made(), costs)
+    for k in ("hv90", "hv95", "hv99"):
+        assert wall[k]["wall_s"] == pytest.approx(8.6 + 0.6 + 10.0)
+        assert wall[k]["max_row_s"] == pytest.approx(10.0)
+    assert wall["hv99"]["rows"] == [1, 2, 3]
+    # the driver hands over row 1 (0.375 s), then 3, then 2: row 1 ends last at
+    # 8.6 + 0.375 + 0.225 + 10
+    assert wall["hv99"]["schedule_s"] == pytest.approx(19.2)
+    assert len(wall["hv90"]["rows"]) == 2 and 1 in wall["hv90"]["rows"]
+    assert wall["best"] == {"wall_s": pytest.approx(8.6 + 0.6 + 0.5), "max_row_s": 0.5,
+                            "rows": [4], "schedule_s": pytest.approx(8.6 + 0.6 + 0.5)}
+
+
+def test_the_wall_clock_limit_takes_the_set_whose_costliest_row_is_cheapest() -> None:
+    """Two cheap rows that together reach 0.75 (2 s at most) beat the one row that reaches
+    it alone at less compute (2.5 s against 3): the compute oracle and the wall-clock one
+    pick different sets."""
+    a, b, c = Point(0, 1.0, 0.5, 1.0), Point(1, 0.5, 1.0, 2.0), Point(2, 1.0, 1.0, 2.5)
+    assert cheapest_set([a, b, c], 0.75) == (2.5, (2,))
+    assert least_max_cost([a, b, c], 0.75) == (2.0, (0, 1))
+    assert least_max_cost([a, b, c], 0.9) == (2.5, (2,))
+    assert least_max_cost([a, b], 0.9) is None
+
+
+def test_the_wall_clock_limit_is_the_brute_force_optimum() -> None:
+    """Against every subset of small random point sets: the least costliest row of a set
+    reaching the target, and the fewest rows no costlier reaching it."""
+    rng = random.Random(7)
+    for _ in range(30):
+        pts = [Point(i, rng.random(), rng.random(), rng.choice([0.5, 1.0, 2.0, 3.0]) *
+                     rng.random()) for i in range(8)]
+        target = rng.uniform(0.3, 1.0) * _volume(pts)
+        subsets = [sub for k in range(1, len(pts) + 1)
+                   for sub in itertools.combinations(pts, k) if _volume(list(sub)) >= target]
+        least = min(max(p.cost for p in sub) for sub in subsets)
+        fewest = min(len(sub) for sub in subsets if max(p.cost for p in sub) <= least)
+        got = least_max_cost(pts, target)
+        assert got is not None and got[0] == pytest.approx(least)
+        assert len(got[1]) == fewest
+        chosen = [p for p in pts if p.row in got[1]]
+        assert _volume(chosen) >= target - 1e-12 and max(p.cost for p in chosen) == got[0]
 
 
 def test_drop_takes_out_only_the_named_replays_and_merge_replaces_by_key(

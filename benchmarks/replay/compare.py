@@ -20,7 +20,10 @@ read one worker's replays; a section per table gives, for each worker count, wal
 compute to hv95 and best and their ratios to one worker's.
 
 **The limit.** Beside every method, the oracle's compute to each target (oracle.py: the
-cheapest set of seed-0 rows that reaches it, exact).
+cheapest set of seed-0 rows that reaches it, exact). In the Workers sections, beside it,
+the wall-clock limit with unlimited workers (oracle.py, `wall_limits`: the per-search
+charge, then the least costliest row of a set that reaches the target, exact, with its
+per-trial charge; a lower bound, since the driver hands the rows over one after another).
 
 **The yardstick.** Compute = the replay's clock with one worker: every trial's CPU seconds
 from its record (pruned trials up to their stop, over-budget proposals priced only), a fixed
@@ -68,7 +71,7 @@ import peers  # noqa: E402 - imports no peer's package until a peer is built
 import samplers  # noqa: E402 - the sampler kinds measured and left out of the product
 from _common import append_jsonl, read_jsonl, results_stem, write_jsonl  # noqa: E402
 from harness import Costs, Method, Replay, ReplayResult, table_workload  # noqa: E402
-from oracle import limits  # noqa: E402
+from oracle import limits, wall_limits  # noqa: E402
 from table import Table, columns, data_identity  # noqa: E402
 
 RESULTS = HERE.parent / "results"
@@ -267,6 +270,10 @@ class Yardstick:
         """The limit: the least compute that could reach each target (oracle.py)."""
         return limits(self, table, costs or Costs(), FRACTIONS)
 
+    def wall_oracle(self, table: Table, costs: Costs | None = None) -> dict[str, Any]:
+        """The wall-clock limit with unlimited workers (oracle.wall_limits)."""
+        return wall_limits(self, table, costs or Costs(), FRACTIONS)
+
 
 def run_one(table: Table, stick: Yardstick, name: str, seed: int,
             start_points: bool, workers: int = 1, real: Any = None) -> dict[str, Any]:
@@ -360,13 +367,14 @@ def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
         table = Table.load(tables_dir / f"{name}.jsonl.gz")
         stick = Yardstick(table)
         real = table_workload(table, data)
-        oracle = stick.oracle(table)
+        oracle, wall = stick.oracle(table), stick.wall_oracle(table)
         for n, seed, m in ((n, s, m) for n in workers for s in seeds for m in methods):
             budget = held.get((table.header["name"], m, seed, start_points, n))
             if budget is not None and math.isclose(budget, stick.budget_s):
                 continue
             rec = run_one(table, stick, m, seed, start_points, n, real)
-            rec.update(oracle=oracle, commit=_commit(), load=list(os.getloadavg()))
+            rec.update(oracle=oracle, oracle_wall=wall, commit=_commit(),
+                       load=list(os.getloadavg()))
             append_jsonl(jsonl, rec)
             print(f"{name} {m} seed {seed} workers {n}: {rec['trials']} trials, hv95 "
                   f"{rec['hv95']}, best {rec['best']}, {rec['harness_s']:.1f} s", flush=True)
@@ -422,6 +430,7 @@ def report(path: Path = JSONL, tables_dir: Path = HERE / "tables") -> str:
     oracle (a record's, else computed from the table in `tables_dir` when it is there)."""
     everything = _records(path)
     oracles = _oracles(everything, tables_dir)
+    walls = _oracles([r for r in everything if _workers(r) > 1], tables_dir, "oracle_wall")
     recs = [r for r in everything if _workers(r) == 1]
     lines = ["# Search efficiency on the replay tables", "",
              "Written by `benchmarks/replay/compare.py` (its docstring defines the yardstick)"
@@ -441,7 +450,7 @@ def report(path: Path = JSONL, tables_dir: Path = HERE / "tables") -> str:
     for sp in (False, True):
         sub = [r for r in everything if r["start_points"] == sp]
         if any(_workers(r) > 1 for r in sub):
-            lines += _workers_section(sub, sp, oracles)
+            lines += _workers_section(sub, sp, oracles, walls)
     lines += [f"![anytime HV]({results_stem(path).name}.png)", ""]
     if any(r["table"] in TABLES for r in everything):  # notes on the project's own tables
         lines.append(CAVEATS)
@@ -461,18 +470,20 @@ def _by_table(recs: Sequence[Mapping[str, Any]]
     return out
 
 
-def _oracles(recs: Sequence[Mapping[str, Any]], tables_dir: Path
+def _oracles(recs: Sequence[Mapping[str, Any]], tables_dir: Path, key: str = "oracle"
              ) -> dict[str, dict[str, Any] | None]:
-    """Each table's oracle (`Yardstick.oracle`): its records', else its table's."""
+    """Each table's oracle (`Yardstick.oracle`; `key` "oracle_wall": `wall_oracle`): its
+    records', else its table's."""
     out: dict[str, dict[str, Any] | None] = {}
     for r in recs:
-        if r.get("oracle") is not None:
-            out[r["table"]] = r["oracle"]
+        if r.get(key) is not None:
+            out[r["table"]] = r[key]
     for name in {r["table"] for r in recs} - set(out):
         base = name.partition(" without ")[0]
         if (tables_dir / f"{base}.jsonl.gz").exists():
             table = Table.named(tables_dir, name)
-            out[name] = Yardstick(table).oracle(table)
+            stick = Yardstick(table)
+            out[name] = stick.wall_oracle(table) if key == "oracle_wall" else stick.oracle(table)
         else:
             out[name] = None
     return out
@@ -487,6 +498,24 @@ def _oracle_line(oracle: Mapping[str, Any] | None) -> str:
              for k, v in oracle.items()]
     return ("oracle (the least compute that could reach each target: the cheapest set of "
             "seed-0 rows at full fidelity, exact; oracle.py): " + ", ".join(parts))
+
+
+def _wall_line(wall: Mapping[str, Any] | None) -> str:
+    """The wall-clock limit to each target with unlimited workers, for a table's heading."""
+    if wall is None:
+        return "wall-clock limit: n/a (no table to compute it from)"
+
+    def part(k: str, v: Mapping[str, Any] | None) -> str:
+        if not v:
+            return f"{k} n/a"
+        turn = (f"; its {len(v['rows'])} rows handed over costliest first: "
+                f"{v['schedule_s']:.1f} s" if len(v["rows"]) > 1 else "")
+        return f"{k} {v['wall_s']:.1f} s (costliest row {v['max_row_s']:.1f} s{turn})"
+
+    return ("wall-clock limit with unlimited workers (a lower bound, no decision time: the "
+            "per-search charge, then the least costliest row of a set of seed-0 rows that "
+            "reaches the target, exact, with its per-trial charge; oracle.py): "
+            + ", ".join(part(k, v) for k, v in wall.items()))
 
 
 def _vs_oracle(mean: float, oracle: Mapping[str, Any] | None, key: str) -> str:
@@ -564,7 +593,7 @@ def _against_peers(recs: Sequence[Mapping[str, Any]], default: str = "ehvi-front
 
 
 def _workers_section(recs: Sequence[Mapping[str, Any]], start_points: bool,
-                     oracles: Mapping[str, Any]) -> list[str]:
+                     oracles: Mapping[str, Any], walls: Mapping[str, Any]) -> list[str]:
     """Per table and method, each worker count: mean wall-clock (the clock) and compute to
     hv95 and best, and the ratios to one worker's on the same seeds."""
     lines = [f"## Workers (start points {'on' if start_points else 'off'})", "",
@@ -580,6 +609,7 @@ def _workers_section(recs: Sequence[Mapping[str, Any]], start_points: bool,
     for table, by in tables.items():
         oracle = oracles.get(table)
         lines += [f"### {table}", "", _oracle_line(oracle) + ".", "",
+                  _wall_line(walls.get(table)) + ".", "",
                   "| method | workers | seeds | wall s to hv95 | compute s to hv95 (x oracle) "
                   "| wall s to best | compute s to best (x oracle) | wall hv95 vs 1 "
                   "| compute hv95 vs 1 | wall best vs 1 | compute best vs 1 |",

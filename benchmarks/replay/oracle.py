@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Point", "chain_volume", "cheapest_set", "cheapest_within", "limits"]
+__all__ = ["Point", "chain_volume", "cheapest_set", "cheapest_within", "least_max_cost",
+           "limits", "wall_limits"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,38 @@ def cheapest_within(points: Sequence[Point], q_min: float) -> tuple[float, int] 
     return min(ok) if ok else None
 
 
-def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
-           ) -> dict[str, dict[str, Any] | None]:
-    """The oracle's compute to each target of `stick` (a `compare.Yardstick`) on `table`:
-    {"hv95": {"compute_s", "rows"}, ..., "best": {...}}; None where no set reaches it."""
+def least_max_cost(points: Sequence[Point], target: float
+                   ) -> tuple[float, tuple[int, ...]] | None:
+    """The least cost C such that some set of `points`, none costlier than C, has a
+    hypervolume of at least `target`, and the fewest rows at most C that reach it (None: not
+    even all of them reach it). Exact (module docstring)."""
+    costs = sorted({p.cost for p in points})
+
+    def reaches(c: float) -> bool:
+        return _volume([p for p in points if p.cost <= c]) >= target
+
+    if not costs or not reaches(costs[-1]):
+        return None
+    lo, hi = 0, len(costs) - 1  # bisect: the rows at most costs[k] reach it for k >= answer
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(costs[mid]) else (mid + 1, hi)
+    cheap = [Point(p.row, p.g, p.q, 1.0) for p in points if p.cost <= costs[lo]]
+    fewest = cheapest_set(cheap, target)
+    assert fewest is not None
+    return costs[lo], fewest[1]
+
+
+def _volume(points: Sequence[Point]) -> float:
+    """Hypervolume of any points (the dominated ones add none)."""
+    pts = list({(p.g, p.q): p for p in points if p.g >= 0 and p.q >= 0}.values())
+    return chain_volume([p for p in pts if not any(
+        o.g >= p.g and o.q >= p.q and o is not p for o in pts)])
+
+
+def _points(stick: Any, table: Any, costs: Any, charged: bool = True) -> list[Point]:
+    """The table's seed-0 complete rows as the oracle sees them (each at its record's
+    compute, plus the per-trial charge where `charged`)."""
     span = max(stick.q_best - stick.q_lo, 1e-12)
     width = stick.mem_hi - stick.mem_lo
     points = []
@@ -117,7 +146,17 @@ def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
         m = float(table.rows[row]["estimate"]["allocated_peak"])
         points.append(Point(row, (stick.mem_hi - math.log10(max(m, 1.0))) / width,
                             (float(rec["valid_quality"]) - stick.q_lo) / span,
-                            float(rec["cost"][f"total_{costs.basis}_s"]) + costs.per_trial_s))
+                            float(rec["cost"][f"total_{costs.basis}_s"])
+                            + (costs.per_trial_s if charged else 0.0)))
+    return points
+
+
+def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
+           ) -> dict[str, dict[str, Any] | None]:
+    """The oracle's compute to each target of `stick` (a `compare.Yardstick`) on `table`:
+    {"hv95": {"compute_s", "rows"}, ..., "best": {...}}; None where no set reaches it."""
+    points = _points(stick, table, costs)
+    span = max(stick.q_best - stick.q_lo, 1e-12)
     out: dict[str, dict[str, Any] | None] = {}
     for f in fractions:
         got = cheapest_set(points, (f - 1e-12) * stick.reference)
@@ -126,4 +165,32 @@ def limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
     one = cheapest_within(points, (stick.q_best - stick.noise - stick.q_lo) / span)
     out["best"] = None if one is None else {"compute_s": costs.per_search_s + one[0],
                                             "rows": [one[1]]}
+    return out
+
+
+def wall_limits(stick: Any, table: Any, costs: Any, fractions: Sequence[float]
+                ) -> dict[str, dict[str, Any] | None]:
+    """The least wall-clock to each target of `stick` on `table` with unlimited workers
+    (module docstring): {"hv95": {"wall_s": the lower bound, "max_row_s": the least
+    costliest row's seconds, "rows": the fewest rows that cheap reaching it, "schedule_s":
+    their wall-clock handed over costliest first (an upper bound)}, ..., "best": {...}};
+    None where no set reaches it."""
+    points = _points(stick, table, costs, charged=False)  # each row's own seconds
+    by_row = {p.row: p.cost for p in points}
+    driver = costs.per_trial_s - costs.worker_s
+
+    def limit(got: tuple[float, tuple[int, ...]] | None) -> dict[str, Any] | None:
+        if got is None:
+            return None
+        order = sorted((by_row[r] for r in got[1]), reverse=True)
+        last = max((k + 1) * driver + c for k, c in enumerate(order))
+        return {"wall_s": costs.per_search_s + costs.per_trial_s + got[0],
+                "max_row_s": got[0], "rows": sorted(got[1]),
+                "schedule_s": costs.per_search_s + costs.worker_s + last}
+
+    out = {f"hv{round(f * 100)}": limit(least_max_cost(points, (f - 1e-12) * stick.reference))
+           for f in fractions}
+    span = max(stick.q_best - stick.q_lo, 1e-12)
+    one = cheapest_within(points, (stick.q_best - stick.noise - stick.q_lo) / span)
+    out["best"] = limit(None if one is None else (one[0], (one[1],)))
     return out
