@@ -34,13 +34,13 @@ Part 3 (`--throughput ROUNDS`): every method trained 30 steps in turn (after 3 w
 steps), ROUNDS times, so machine load hits them alike; the median samples/s per method.
 
 Resumable: every finished run is appended as one JSON line to `--store`
-(default results/compression_runs.jsonl), keyed by its settings (part, workload, method,
+(default results/compression_runs.jsonl.gz), keyed by its settings (part, workload, method,
 ratio, lr, steps, fine-tune steps); a rerun skips the keys already there and writes the
 report from the lines. `--report-only` writes the report from the store without training.
 
     python benchmarks/compression.py [--workloads synthetic,movielens,flights]
         [--steps 600] [--lrs 0.001,0.003,0.01,0.03] [--ratios 10,100,1000] [--trained]
-        [--throughput 3] [--store results/compression_runs.jsonl] [--report-only]
+        [--throughput 3] [--store results/compression_runs.jsonl.gz] [--report-only]
 
 Writes benchmarks/results/compression.md and compression.png.
 """
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 import time
@@ -62,7 +61,7 @@ from typing import Any
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, markdown_table, write_result  # noqa: E402
+from _common import RESULTS, append_jsonl, markdown_table, read_jsonl, write_result  # noqa: E402
 
 DIM, BATCH, MIN_ROWS, ROBE_BLOCK = 16, 512, 200, 8
 MIN_KEPT = 32  # a ratio runs where the largest table keeps this many rows' worth
@@ -99,7 +98,7 @@ class Store:
         self.path = path
         self.lines: list[dict[str, Any]] = []
         if path.exists():
-            self.lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            self.lines = read_jsonl(path)
         self._keys = {self.key(x) for x in self.lines}
 
     @classmethod
@@ -110,9 +109,7 @@ class Store:
         return self.key(key) in self._keys
 
     def add(self, line: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(line) + "\n")
+        append_jsonl(self.path, line)
         self.lines.append(line)
         self._keys.add(self.key(line))
         auc = line.get("test_auc")
@@ -731,7 +728,7 @@ def main() -> None:
     ap.add_argument("--trained", action="store_true", help="also part 2 (MovieLens)")
     ap.add_argument("--finetune", type=int, default=150)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--store", type=Path, default=RESULTS / "compression_runs.jsonl")
+    ap.add_argument("--store", type=Path, default=RESULTS / "compression_runs.jsonl.gz")
     ap.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
                     help="also train every method 30 steps in turn, ROUNDS times, per workload")
     ap.add_argument("--extend-edges", type=int, default=0, metavar="N",
