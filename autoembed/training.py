@@ -25,7 +25,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
-from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
+from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
@@ -357,17 +357,8 @@ def _measure_of(block: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
     where = f"config file '{path}'"
     Is(Mapping, f"a mapping of {', '.join(MEASURE_KEYS)}").check(
         f"{TRAINED_ON_KEY}.run", run, f"{where}: key")
-    check_measure(run, where, f"{TRAINED_ON_KEY}.run.")
+    check_run(run, where, f"{TRAINED_ON_KEY}.run.", MEASURE_KEYS)
     return dict(run)
-
-
-def check_measure(measure: Mapping[str, Any], source: str = "measure",
-                  prefix: str = "") -> None:
-    """`measure` holds only MEASURE_KEYS, each within its RunSettings rule (ConfigError
-    otherwise, naming `source` and the key): checked before anything is created."""
-    from autoembed.runner import check_run
-
-    check_run(measure, source, prefix, MEASURE_KEYS)
 
 
 def _source(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -481,7 +472,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     sets (default: computed from the data)."""
     from autoembed.data import DataSpec, load_dataset
 
-    check_measure(measure or {})
+    check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
     if data is None:
         if config.data is None:
             raise ConfigError("the config carries no data spec; pass --data (a built-in name or "

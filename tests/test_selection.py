@@ -18,7 +18,7 @@ from autoembed.selection import (
     BestStep,
     best_evaluation,
     label_counts,
-    pick_noise,
+    measure_noise,
     to_target,
     training_length,
     validation_noise,
@@ -46,6 +46,11 @@ class Row:
     number: int
     values: dict[str, float]
     config: EmbeddingConfig = field(default_factory=lambda: EmbeddingConfig(batch_size=16))
+
+
+def pick_noise(rows: list[Row], data: object, eval_batches: int | None) -> float | None:
+    m = measure_noise(rows, data, eval_batches)  # type: ignore[arg-type]
+    return None if m is None else m.slack
 
 
 def test_noise_is_that_of_the_best_on_the_rows_it_was_measured_on(tmp_path: Path) -> None:
