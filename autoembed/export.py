@@ -1,15 +1,8 @@
-"""Export one trial's config, resolved, for `autoembed train --config` and `load_config` (the
-file's keys and its neighbours: docs/training.md).
-
-Sources: `--pick RULE` (default: pareto.json's `best`) over `<runs-dir>/<study>/pareto.json`
-by `autoembed.pareto.pick`; `--pick trial:N`: the front's member N, else row N of
-trials.csv, else the trial's MLflow run; `--run-id ID`: a trial run's `config.yaml`
-artifact. The file holds `config` (the priced config), `source`, `train` (the step the
-trial was judged at) and `trained_on` (what its figures were measured on; absent where the
-source did not record it: a note says so). Vocabulary maps and hot sets are copied beside
-it, named by their content, so exports into one directory never share a file one could
-change. Every file is written atomically with the user's umask. Bad input (unknown study,
-trial or run id, unreachable tracking URI, an existing output) is a `ConfigError`: exit 2.
+"""Export one trial's config, resolved, for `autoembed train --config` and `load_config`: its
+sources (`--pick`, `trial:N`, `--run-id`), the file's keys and the neighbours copied beside
+it, named by their content: docs/training.md. Every file is written atomically; bad input
+(unknown study, trial or run id, unreachable tracking URI, an existing output) is a
+`ConfigError`: exit 2.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""`autoembed train`: full training of a (usually exported) config with the trial runner,
-periodic checkpoints, resume, and a final metrics file (the contract: docs/training.md).
-
-Outputs under `out_dir`: `checkpoint.pt` (written atomically every `checkpoint_every`
-steps, loaded with `weights_only=True`), and on completion `model.pt` and `metrics.json`,
-published as one unit (`files.publish`), so a kill leaves the old run's pair or the new
-one's. A finished result of another config is refused unless `force` (which retrains and
-replaces it on completion); the same config and length again is a no-op
-(`already_complete`); a checkpoint is resumed only on the way to the asked length. Every
-option is checked before anything is created; one `train` at a time holds a directory
-(`.lock`).
+"""`autoembed train`: full training of a (usually exported) config with the trial runner;
+what it writes (checkpoints, `model.pt` and `metrics.json` published as one unit), resumes,
+refuses and skips as already complete: docs/training.md. Every option is checked before
+anything is created; one `train` at a time holds a directory (`.lock`).
 """
 
 from __future__ import annotations

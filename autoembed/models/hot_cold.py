@@ -100,10 +100,6 @@ def hot_sets_name(hot_sets: HotSets) -> str:
     return f"hot_sets-{h.hexdigest()[:16]}.npz"
 
 
-def _same_sets(a: HotSets, b: HotSets) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-
 def export_hot_sets(
     config: Any, directory: str | Path, vocab: str | Path | None
 ) -> tuple[Path | None, str | None]:
@@ -124,7 +120,8 @@ def export_hot_sets(
     dst = Path(directory) / hot_sets_name(sets)
     if dst.exists():
         try:
-            if _same_sets(load_hot_sets(dst), sets):
+            held = load_hot_sets(dst)
+            if held.keys() == sets.keys() and all(np.array_equal(held[k], sets[k]) for k in sets):
                 return dst, None
         except ConfigError:
             pass  # a damaged copy: written again below
