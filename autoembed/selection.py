@@ -1,7 +1,7 @@
 """How a search tells trials apart on validation: the noise of a validation figure (paired
 between two trials on the same rows, or one trial's alone), the best evaluation of a curve
 and the steps to a target, and a training length suited to the data's size. Pure, except
-`label_counts` and `validation_noise`, which read a `Dataset`'s labels.
+`label_counts`, which reads a `Dataset`'s labels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = ["label_counts", "validation_noise", "measure_noise", "NoiseMeasure",
+__all__ = ["label_counts", "measure_noise", "NoiseMeasure",
            "PairedGap", "ValidScores", "PAIRED_Z", "paired_auc", "paired_accuracy", "paired_gap",
            "Point", "BestStep", "best_evaluation", "to_target", "TrainingLength",
            "training_length", "TARGET_SAMPLES", "MAX_EPOCHS"]
@@ -53,13 +53,6 @@ def label_counts(dataset: Dataset, split: str, rows: int | None = None) -> tuple
         if rows is not None and seen >= rows:
             break
     return tuple(int(c) for c in counts)
-
-
-def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) -> float:
-    """One standard error of a validation `quality` (AUC for ctr, accuracy for text)
-    measured on the validation split's first `rows` rows (`pareto.quality_noise`)."""
-    metric = "auc" if dataset.task == "ctr" else "accuracy"
-    return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
 # within-noise, paired: near the best within PAIRED_Z standard errors of the best's lead
