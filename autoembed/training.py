@@ -101,29 +101,25 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig,
     return st
 
 
-def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
-    """The checkpoint's state (weights_only=True); an unreadable file is a ConfigError."""
+def _read_checkpoint(path: Path, device: Any, config: EmbeddingConfig) -> dict[str, Any]:
+    """The checkpoint's state (weights_only=True); an unreadable file, or one of another
+    config, is a ConfigError."""
     import torch
 
     try:
-        st = torch.load(path, map_location=device, weights_only=True)
+        st = dict(torch.load(path, map_location=device, weights_only=True))
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
         raise ConfigError(f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
                           "or train into a new --out directory") from None
-    return dict(st)
+    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
+        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
+                          "directory or --no-resume")
+    return st
 
 
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
-    st = _read_checkpoint(path, trainer.device)
-    _check_of(path, st, config)
-    return _restore(st, trainer)
-
-
-def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
-    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
-        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
-                          "directory or --no-resume")
+    return _restore(_read_checkpoint(path, trainer.device, config), trainer)
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -229,18 +225,6 @@ def _holding(out: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any],
-                  device: Any) -> dict[str, Any] | None:
-    """The checkpoint state a run of `config` for `length` resumes from (None: there is
-    none); one of another config or off the way to `length` is refused (ConfigError)."""
-    if not ckpt.exists():
-        return None
-    st = _read_checkpoint(ckpt, device)
-    _check_of(ckpt, st, config)
-    _check_resumable(ckpt, st, length)
-    return st
 
 
 def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any]) -> None:
@@ -508,8 +492,10 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
 
     max_steps, epochs = length.get("max_steps"), length.get("epochs")
     ckpt = out / CHECKPOINT
-    # under `force` a run starts at 0 (its own checkpoints replace the old one)
-    st = _resume_state(ckpt, cfg, length, device) if resume and not force else None
+    st = None  # under `force` a run starts at 0 (its own checkpoints replace the old one)
+    if resume and not force and ckpt.exists():
+        st = _read_checkpoint(ckpt, device, cfg)
+        _check_resumable(ckpt, st, length)  # refused off the way to `length`
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     start = _restore(st, trainer) if st is not None else 0
