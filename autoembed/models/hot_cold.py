@@ -10,10 +10,9 @@ hot set is a buffer ``hot_ids`` (sorted, distinct int64 ids). An id's row:
 Lookups, pooling, sparse gradients and int8/int4 serving are a plain table's, on the mapped
 rows. The hot sets are state: `hot_sets_for` computes a config's from its data
 (`hot_ids_from_counts`: most frequent first, ties to the smaller id); an export writes them
-beside the config as ``hot_sets-HASH.npz``, named by content (`hot_sets_name`, the config's
-``hot_sets`` key), so two exports into one directory never share a file; `hot_sets_beside` /
-`load_hot_sets` read them back (a bad file is one ConfigError line), so an exported model
-rebuilds with the hot set it was searched with.
+beside the config, named by content (`hot_sets_name`; docs/training.md), and
+`hot_sets_beside` / `load_hot_sets` read them back (a bad file is one ConfigError line), so
+an exported model rebuilds with the hot set it was searched with.
 """
 
 from __future__ import annotations
