@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = ["AutoembedError", "ConfigError", "BudgetError", "DataError", "UnsupportedError",
-           "DoesNotFitError", "TrialTimeout", "Interrupted", "did_you_mean"]
+           "DoesNotFitError", "TrialTimeout", "Interrupted", "did_you_mean", "first_line"]
 
 
 def did_you_mean(given: object, valid: Iterable[str]) -> str:
@@ -16,6 +16,12 @@ def did_you_mean(given: object, valid: Iterable[str]) -> str:
 
     close = difflib.get_close_matches(str(given), list(valid), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of `e`'s message (its type's name when it has none): how a message
+    quotes a library's error."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 class AutoembedError(Exception):

@@ -1,15 +1,8 @@
-"""Export one trial's config, resolved, for `autoembed train --config` and `load_config` (the
-file's keys and its neighbours: docs/training.md).
-
-Sources: `--pick RULE` (default: pareto.json's `best`) over `<runs-dir>/<study>/pareto.json`
-by `autoembed.pareto.pick`; `--pick trial:N`: the front's member N, else row N of
-trials.csv, else the trial's MLflow run; `--run-id ID`: a trial run's `config.yaml`
-artifact. The file holds `config` (the priced config), `source`, `train` (the step the
-trial was judged at) and `trained_on` (what its figures were measured on; absent where the
-source did not record it: a note says so). Vocabulary maps and hot sets are copied beside
-it, named by their content, so exports into one directory never share a file one could
-change. Every file is written atomically with the user's umask. Bad input (unknown study,
-trial or run id, unreachable tracking URI, an existing output) is a `ConfigError`: exit 2.
+"""Export one trial's config, resolved, for `autoembed train --config` and `load_config`: its
+sources (`--pick`, `trial:N`, `--run-id`), the file's keys and the neighbours copied beside
+it, named by their content: docs/training.md. Every file is written atomically; bad input
+(unknown study, trial or run id, unreachable tracking URI, an existing output) is a
+`ConfigError`: exit 2.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,16 +159,6 @@ def _csv_rows(path: Path) -> dict[int, dict[str, str]]:
                 if (n := (row.get("trial") or row.get("number") or "").strip()).isdigit()}
 
 
-def _csv_row(path: Path, trial: int) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-    """(status, config, metrics) of trial `trial` in a trials.csv, read through the trial
-    codec (metrics it lacks a value for are left out)."""
-    row = _csv_rows(path).get(trial)
-    if row is None:
-        return None
-    _, status, raw, metrics = decode_csv_row(row, f"{path} trial {trial}")
-    return status, raw, {k: v for k, v in metrics.items() if v is not None}
-
-
 def _refuse_infeasible(status: str | None, what: str) -> None:
     if status == "infeasible":
         raise ConfigError(
@@ -307,9 +290,10 @@ def _choose_from_study(
                                              pareto.get("stand_in")))
     assert number is not None
     csv_path = sdir / "trials.csv"
-    found = _csv_row(csv_path, number)
-    if found is not None:
-        status, raw, metrics = found
+    row = _csv_rows(csv_path).get(number)
+    if row is not None:  # through the trial codec; metrics without a value left out
+        _, status, raw, values = decode_csv_row(row, f"{csv_path} trial {number}")
+        metrics = {k: v for k, v in values.items() if v is not None}
         _refuse_infeasible(status, f"trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
         return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes)
@@ -324,8 +308,7 @@ def _choose_from_study(
         run = trial_runs(client, exp.experiment_id).get(number) if exp is not None else None
         if run is not None:
             got = _from_run(client, store.uri, run.info.run_id, study, runs_dir, tmp, label)
-            return _Chosen(got.raw, study, number, label, got.metrics, got.vocab,
-                           run_id=got.run_id, data=data, notes=got.notes)
+            return replace(got, study=study, trial=number, data=data)
     known = sorted({*(_trial_of(m) for m in members), *_csv_rows(csv_path)})
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
@@ -501,7 +484,10 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
 
     space, refs, meta = own
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
-    params = _trial_params(chosen)
+    if chosen.params is None:
+        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
+                          "recorded; export a front member (--pick)")
+    params = dict(chosen.params)
     source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
               **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
     record = {**user_record(space, cfg, params), "source": source}
@@ -544,11 +530,3 @@ def _write_all(texts: Mapping[Path, str]) -> None:
             path.unlink(missing_ok=True)
         raise
 
-
-def _trial_params(chosen: _Chosen) -> dict[str, Any]:
-    """The chosen trial's Optuna params (pareto.json's member, else trials.csv's row)."""
-    got = chosen.params
-    if got is None:
-        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
-                          "recorded; export a front member (--pick)")
-    return dict(got)

@@ -1,17 +1,10 @@
-"""Options declared once (as config fields declare their rule: `rules.field_rule`).
-
-A command's options are the fields of one frozen dataclass; each field carries its type and
-default, and in its metadata (`option`) its help, its `Rule`, its CLI spelling and the type
-the CLI parses where that differs. Everything else reads the declaration:
-
-* the public function's signature: `takes(Options)` gives the decorated function the
-  dataclass's own signature, so `inspect.signature` and mypy (which reads the dataclass)
-  both see every keyword with its type and default;
-* the checks: `check_options(obj)` checks every field against its rule;
-* the typer command (`autoembed.cli.declared_command`), whose help the CLI reference
-  (docs/cli.md) prints.
-
-So an option is added in one place. Pure Python: no torch, no typer.
+"""Options declared once (as config fields declare their rule: `rules.field_rule`), so an
+option is added in one place (docs/ARCHITECTURE.md, "rules"): a command's options are the
+fields of one frozen dataclass, each with its type, default and, in its metadata (`option`),
+its help, `Rule`, CLI spelling and the type the CLI parses where that differs. `takes`
+(the public function's signature, for `inspect.signature` and mypy), `check_options` and
+`autoembed.cli.declared_command` (the typer command, so docs/cli.md) read the declaration.
+Pure Python: no torch, no typer.
 """
 
 from __future__ import annotations

@@ -2,24 +2,12 @@
 
 A point dominates another when it is at least as good on every objective and strictly
 better on one; equal points do not dominate each other, so duplicates of a front point are
-all on the front.
-
-Pick rules (one list for `search --pick` and `export --pick`; docs/searching.md says why):
-
-* `within-noise` (DEFAULT_PICK): of the members whose validation quality is within `noise`
-  (one standard error: `quality_noise`, or each candidate's own from a paired test,
-  `selection.measure_noise`) of the best, the cheapest (least `memory`), then the fastest
-  (most `throughput`, least `latency`), then the other objectives: the one-standard-error
-  rule (Breiman et al., CART 1984) with the cheapest config as the "simplest". With a
-  `floor` the best member reaches, only the members that clear it by `floor_noise`; where
-  none does, the best quality.
-* `knee`: the member nearest (Euclidean) the ideal point after min-max normalising each
-  objective over the members (best 1, worst 0; an objective all agree on counts 1).
-* `max-quality`, `min-memory`, `max-throughput`: the best on that metric, ties by the
-  other objectives in order.
-* `trial:N`: trial N, which must be one of the candidates given.
-
-Remaining ties go to the lower trial number.
+all on the front. The pick rules (`PICK_RULES`, one list for `search --pick` and `export
+--pick`; what each picks and why: docs/searching.md, "Pick rules"): `within-noise`
+(DEFAULT_PICK) is the one-standard-error rule with the cheapest config as the simplest
+(`pick` says what it reads); `knee` min-max normalises each objective over the members
+(best 1, worst 0; an objective all agree on counts 1); the single-metric rules break ties
+by the other objectives in order; remaining ties go to the lower trial number.
 """
 
 from __future__ import annotations

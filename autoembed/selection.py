@@ -1,7 +1,7 @@
 """How a search tells trials apart on validation: the noise of a validation figure (paired
 between two trials on the same rows, or one trial's alone), the best evaluation of a curve
 and the steps to a target, and a training length suited to the data's size. Pure, except
-`label_counts` and `validation_noise`, which read a `Dataset`'s labels.
+`label_counts`, which reads a `Dataset`'s labels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from autoembed.data.dataset import Dataset
 
-__all__ = ["label_counts", "validation_noise", "pick_noise", "measure_noise", "NoiseMeasure",
+__all__ = ["label_counts", "measure_noise", "NoiseMeasure",
            "PairedGap", "ValidScores", "PAIRED_Z", "paired_auc", "paired_accuracy", "paired_gap",
            "Point", "BestStep", "best_evaluation", "to_target", "TrainingLength",
            "training_length", "TARGET_SAMPLES", "MAX_EPOCHS"]
@@ -53,13 +53,6 @@ def label_counts(dataset: Dataset, split: str, rows: int | None = None) -> tuple
         if rows is not None and seen >= rows:
             break
     return tuple(int(c) for c in counts)
-
-
-def validation_noise(dataset: Dataset, quality: float, rows: int | None = None) -> float:
-    """One standard error of a validation `quality` (AUC for ctr, accuracy for text)
-    measured on the validation split's first `rows` rows (`pareto.quality_noise`)."""
-    metric = "auc" if dataset.task == "ctr" else "accuracy"
-    return quality_noise(metric, quality, label_counts(dataset, "valid", rows))
 
 
 # within-noise, paired: near the best within PAIRED_Z standard errors of the best's lead
@@ -322,7 +315,10 @@ def measure_noise(candidates: Sequence[Any], dataset: Dataset | None, eval_batch
                   scores: Mapping[int, ValidScores] | None = None) -> NoiseMeasure | None:
     """The within-noise measure of `candidates` (rows with `number`, `values["quality"]` and
     `config.batch_size`): paired where `scores` (by trial number) holds every candidate's,
-    else `pick_noise`'s unpaired slack, with the reason."""
+    else the unpaired slack (one standard error of the best quality on the rows its
+    evaluation read: `eval_batches` batches of its batch size, None the whole split), with
+    the reason; None when there is nothing to measure it on (no dataset, no quality, or a
+    split without both classes)."""
     scored = [c for c in candidates if _finite(c.values.get("quality"))]
     if dataset is None or not scored:
         return None
@@ -359,18 +355,6 @@ def _paired_gaps(metric: str, best: Any, scored: Sequence[Any],
             return (), f"trials {best.number} and {c.number} share no measurable rows"
         gaps.append(g)
     return tuple(gaps), None
-
-
-def pick_noise(
-    candidates: Sequence[Any], dataset: Dataset | None, eval_batches: int | None
-) -> float | None:
-    """The unpaired `within-noise` slack of a search's candidates (rows with
-    `values["quality"]` and `config.batch_size`): the noise of the best quality on the rows
-    its evaluation read (`eval_batches` batches of its batch size; None: the whole split).
-    None when there is nothing to measure it on (no dataset, no quality, or a split without
-    both classes)."""
-    m = measure_noise(candidates, dataset, eval_batches)
-    return None if m is None else m.slack
 
 
 def _finite(v: Any) -> bool:
@@ -456,18 +440,15 @@ class TrainingLength:
         return f"{how} ({self.samples:,} samples at batch {self.batch_size})"
 
 
-def training_length(train_rows: int, batch_size: int, evals: int = 8,
-                    target_samples: int = TARGET_SAMPLES, max_epochs: int = MAX_EPOCHS
-                    ) -> TrainingLength:
+def training_length(train_rows: int, batch_size: int, evals: int = 8) -> TrainingLength:
     """A training length suited to `train_rows` (TARGET_SAMPLES above), with about `evals`
     validation evaluations at `batch_size`."""
-    for name, v in (("train_rows", train_rows), ("batch_size", batch_size), ("evals", evals),
-                    ("target_samples", target_samples), ("max_epochs", max_epochs)):
+    for name, v in (("train_rows", train_rows), ("batch_size", batch_size), ("evals", evals)):
         Integer(1).check_argument(name, v)
-    if train_rows <= target_samples:
-        epochs = min(max_epochs, math.ceil(target_samples / train_rows))
+    if train_rows <= TARGET_SAMPLES:
+        epochs = min(MAX_EPOCHS, math.ceil(TARGET_SAMPLES / train_rows))
         steps = epochs * (train_rows // batch_size)  # the runner drops each epoch's last
         return TrainingLength(epochs, None, max(1, steps // evals), steps * batch_size,
                               batch_size)
-    steps = math.ceil(target_samples / batch_size)
+    steps = math.ceil(TARGET_SAMPLES / batch_size)
     return TrainingLength(None, steps, max(1, steps // evals), steps * batch_size, batch_size)

@@ -1,14 +1,7 @@
-"""`autoembed train`: full training of a (usually exported) config with the trial runner,
-periodic checkpoints, resume, and a final metrics file (the contract: docs/training.md).
-
-Outputs under `out_dir`: `checkpoint.pt` (written atomically every `checkpoint_every`
-steps, loaded with `weights_only=True`), and on completion `model.pt` and `metrics.json`,
-published as one unit (`files.publish`), so a kill leaves the old run's pair or the new
-one's. A finished result of another config is refused unless `force` (which retrains and
-replaces it on completion); the same config and length again is a no-op
-(`already_complete`); a checkpoint is resumed only on the way to the asked length. Every
-option is checked before anything is created; one `train` at a time holds a directory
-(`.lock`).
+"""`autoembed train`: full training of a (usually exported) config with the trial runner;
+what it writes (checkpoints, `model.pt` and `metrics.json` published as one unit), resumes,
+refuses and skips as already complete: docs/training.md. Every option is checked before
+anything is created; one `train` at a time holds a directory (`.lock`).
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
-from autoembed.runner import RunSettings, TrialResult, resolve_for_data, run_trial
+from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
@@ -108,29 +101,25 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig,
     return st
 
 
-def _read_checkpoint(path: Path, device: Any) -> dict[str, Any]:
-    """The checkpoint's state (weights_only=True); an unreadable file is a ConfigError."""
+def _read_checkpoint(path: Path, device: Any, config: EmbeddingConfig) -> dict[str, Any]:
+    """The checkpoint's state (weights_only=True); an unreadable file, or one of another
+    config, is a ConfigError."""
     import torch
 
     try:
-        st = torch.load(path, map_location=device, weights_only=True)
+        st = dict(torch.load(path, map_location=device, weights_only=True))
     except Exception as e:  # noqa: BLE001 - a corrupt file is bad input, said in one line
         raise ConfigError(f"checkpoint '{path}' cannot be read ({type(e).__name__}); delete it "
                           "or train into a new --out directory") from None
-    return dict(st)
+    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
+        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
+                          "directory or --no-resume")
+    return st
 
 
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
-    st = _read_checkpoint(path, trainer.device)
-    _check_of(path, st, config)
-    return _restore(st, trainer)
-
-
-def _check_of(path: Path, st: Mapping[str, Any], config: EmbeddingConfig) -> None:
-    if st.get("format") != FORMAT_VERSION or st.get("config_json") != config.to_json():
-        raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
-                          "directory or --no-resume")
+    return _restore(_read_checkpoint(path, trainer.device, config), trainer)
 
 
 def _restore(st: dict[str, Any], trainer: Any) -> int:
@@ -236,18 +225,6 @@ def _holding(out: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _resume_state(ckpt: Path, config: EmbeddingConfig, length: Mapping[str, Any],
-                  device: Any) -> dict[str, Any] | None:
-    """The checkpoint state a run of `config` for `length` resumes from (None: there is
-    none); one of another config or off the way to `length` is refused (ConfigError)."""
-    if not ckpt.exists():
-        return None
-    st = _read_checkpoint(ckpt, device)
-    _check_of(ckpt, st, config)
-    _check_resumable(ckpt, st, length)
-    return st
 
 
 def _check_resumable(ckpt: Path, st: Mapping[str, Any], length: Mapping[str, Any]) -> None:
@@ -357,17 +334,8 @@ def _measure_of(block: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
     where = f"config file '{path}'"
     Is(Mapping, f"a mapping of {', '.join(MEASURE_KEYS)}").check(
         f"{TRAINED_ON_KEY}.run", run, f"{where}: key")
-    check_measure(run, where, f"{TRAINED_ON_KEY}.run.")
+    check_run(run, where, f"{TRAINED_ON_KEY}.run.", MEASURE_KEYS)
     return dict(run)
-
-
-def check_measure(measure: Mapping[str, Any], source: str = "measure",
-                  prefix: str = "") -> None:
-    """`measure` holds only MEASURE_KEYS, each within its RunSettings rule (ConfigError
-    otherwise, naming `source` and the key): checked before anything is created."""
-    from autoembed.runner import check_run
-
-    check_run(measure, source, prefix, MEASURE_KEYS)
 
 
 def _source(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -481,7 +449,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     sets (default: computed from the data)."""
     from autoembed.data import DataSpec, load_dataset
 
-    check_measure(measure or {})
+    check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
     if data is None:
         if config.data is None:
             raise ConfigError("the config carries no data spec; pass --data (a built-in name or "
@@ -524,8 +492,10 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
 
     max_steps, epochs = length.get("max_steps"), length.get("epochs")
     ckpt = out / CHECKPOINT
-    # under `force` a run starts at 0 (its own checkpoints replace the old one)
-    st = _resume_state(ckpt, cfg, length, device) if resume and not force else None
+    st = None  # under `force` a run starts at 0 (its own checkpoints replace the old one)
+    if resume and not force and ckpt.exists():
+        st = _read_checkpoint(ckpt, device, cfg)
+        _check_resumable(ckpt, st, length)  # refused off the way to `length`
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     start = _restore(st, trainer) if st is not None else 0

@@ -21,16 +21,12 @@ from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.errors import ConfigError
 from autoembed.rules import plain
 
-__all__ = ["STATUSES", "TRAINED_STATUSES", "METRIC_COLUMNS", "COST_COLUMNS", "Evaluation",
+__all__ = ["TRAINED_STATUSES", "METRIC_COLUMNS", "COST_COLUMNS", "Evaluation",
            "TrialResult", "TrialRow", "objective_quality", "encode_result", "decode_result",
            "encode_row", "decode_row", "encode_member", "csv_header", "encode_csv_row",
            "decode_csv_row", "ESTIMATE_COLUMNS", "rank_entry", "rank_figures", "config_from_flat",
            "plain"]
 
-# A trial's statuses (their meanings: docs/searching.md); infeasible, timeout and
-# interrupted are the search's own, never a runner's result
-STATUSES = ("complete", "pruned", "infeasible", "unsupported", "oom", "diverged", "timeout",
-            "failed", "interrupted")
 # Statuses of trials that reached a trainable (count against --trials).
 TRAINED_STATUSES = ("complete", "pruned", "unsupported", "oom", "diverged", "timeout",
                     "failed")

@@ -13,15 +13,15 @@ import pytest
 from autoembed.config import EmbeddingConfig
 from autoembed.data import DataSpec, load_dataset
 from autoembed.errors import ConfigError
+from autoembed.pareto import quality_noise
 from autoembed.runner import Evaluation, RunSettings
 from autoembed.selection import (
     BestStep,
     best_evaluation,
     label_counts,
-    pick_noise,
+    measure_noise,
     to_target,
     training_length,
-    validation_noise,
 )
 
 
@@ -48,6 +48,11 @@ class Row:
     config: EmbeddingConfig = field(default_factory=lambda: EmbeddingConfig(batch_size=16))
 
 
+def pick_noise(rows: list[Row], data: object, eval_batches: int | None) -> float | None:
+    m = measure_noise(rows, data, eval_batches)  # type: ignore[arg-type]
+    return None if m is None else m.slack
+
+
 def test_noise_is_that_of_the_best_on_the_rows_it_was_measured_on(tmp_path: Path) -> None:
     frame, data = _clicks(tmp_path)
     yv = frame["y"].to_numpy()[data.split_rows("valid")]  # type: ignore[attr-defined]
@@ -58,11 +63,11 @@ def test_noise_is_that_of_the_best_on_the_rows_it_was_measured_on(tmp_path: Path
                      / (pos * neg))
     rows = [Row(1, {"quality": 0.6}), Row(2, {"quality": 0.7}), Row(3, {"quality": math.nan})]
     assert pick_noise(rows, data, eval_batches=2) == pytest.approx(want)  # 2 x 16 rows
-    assert validation_noise(data, 0.7, 32) == pytest.approx(want)
+    assert quality_noise("auc", 0.7, label_counts(data, "valid", 32)) == pytest.approx(want)
     assert pick_noise(rows, None, 2) is None
     assert pick_noise([Row(1, {"quality": math.nan})], data, 2) is None
     assert pick_noise(rows, data, None) == pytest.approx(
-        validation_noise(data, 0.7, len(yv)))
+        quality_noise("auc", 0.7, label_counts(data, "valid", len(yv))))
 
 
 def _curve(qualities: list[float], every: int = 50, batch: int = 512) -> list[Evaluation]:

@@ -1,15 +1,8 @@
 """`EmbeddingConfig`: the one frozen, serialisable object that fully determines a model and
 its training step. It is what the search proposes, the memory model prices, `export` writes
-and `train` reads.
-
-The package, by job: `choices` (the names fields take), `tables` (`TableConfig`,
-`TableSettings`), `value` (`EmbeddingConfig`, its checks and each table's resolved
-settings), `precision` (`PrecisionPolicy`), `layout` (`param_specs`), `fields` (each field's
-rule and CLI spelling) and `io` (plain data, YAML and JSON). The names other modules use
-are re-exported here.
-
-Pure Python (no torch, no YAML at import) so the memory model and the GPU scripts can use it
-with torch alone.
+and `train` reads. The package's modules by job: docs/ARCHITECTURE.md, the "config" row;
+the names other modules use are re-exported here. Pure Python (no torch, no YAML at import)
+so the memory model and the GPU scripts can use it with torch alone.
 """
 
 from __future__ import annotations

@@ -77,9 +77,7 @@ class DataSpec:
     `head_size` ranks per field with full effects, `tail_scale` the rest's effect relative to
     it; `interaction_pairs` field pairs (None: (0, 1) and (2, 3) where those fields exist)
     with a planted low-rank interaction of rank `interaction_rank` and std
-    `interaction_scale`; `ctr_bias` the planted logit's bias. The defaults were tuned so a
-    full-table model gets within about 0.02 AUC of the planted oracle (0.87) from 200k rows
-    while hashing into 100 buckets per field costs about 0.05.
+    `interaction_scale`; `ctr_bias` the planted logit's bias.
 
     synthetic-text: `vocab_size` table rows (id 0 padding; default 50,000), `seq_len`
     (default 64), `num_classes`,

@@ -6,17 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoembed.data.spec import CSV_SUFFIXES, FILE_SUFFIXES, PARQUET_SUFFIXES, suffix_of
-from autoembed.errors import DataError
+from autoembed.errors import DataError, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["read_table"]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -51,7 +46,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     except Exception as e:  # pyarrow, zlib, csv parser and decoding errors all land here
         kind = "Parquet" if suffix in PARQUET_SUFFIXES else "CSV"
         raise DataError(
-            f"data file '{p}' cannot be read as {kind}: {_first_line(e)}; "
+            f"data file '{p}' cannot be read as {kind}: {first_line(e)}; "
             f"check that the file is complete and really {suffix}"
         ) from None
     if len(frame) == 0:

@@ -23,12 +23,11 @@ from autoembed.config import (
 )
 from autoembed.memory.types import CacheTable, round_block
 
-__all__ = ["CacheTable", "SLOT_BOOKKEEPING_BYTES", "HOST_ROW_BOOKKEEPING_BYTES", "cache_tables",
+__all__ = ["CacheTable", "HOST_ROW_BOOKKEEPING_BYTES", "cache_tables",
            "device_bookkeeping", "miss_rate", "fit_zipf", "zipf_exponent_for", "row_state_bytes"]
 
 # models/host_cached_table.py: per slot slot_row, slot_last, slot_count (int64 each).
 SLOT_BOOKKEEPING_TENSORS = 3
-SLOT_BOOKKEEPING_BYTES = 8 * SLOT_BOOKKEEPING_TENSORS
 # models/host_cached_table.py: per host row slot_of_row and use_count (int64 each).
 HOST_ROW_BOOKKEEPING_BYTES = 16
 DYNAMIC_OWNER_BYTES = 8  # nn/dynamic_ids.py: owner id of each dynamic row (int64)

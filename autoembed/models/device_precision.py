@@ -28,7 +28,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from autoembed.config import EmbeddingConfig, precision_policy
-from autoembed.errors import UnsupportedError
+from autoembed.errors import UnsupportedError, first_line
 from autoembed.models.embedding_model import as_device, torch_dtype
 
 __all__ = ["check_supported", "autocast", "make_scaler", "MasterWeights"]
@@ -57,7 +57,7 @@ def _probe(device: str, dtype_name: str, autocast_dtype: str | None) -> str | No
                 return f"the forward ran in {out.dtype}, not {want} (autocast does not cast here)"
             out.float().sum().backward()
     except (RuntimeError, NotImplementedError, TypeError, AssertionError) as e:
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
+        return first_line(e)
     return None
 
 
@@ -75,7 +75,7 @@ def _probe_sparse_sum(device: str, dtype_name: str) -> str | None:
             )
             (g + g).coalesce()
     except (RuntimeError, NotImplementedError) as e:
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
+        return first_line(e)
     return None
 
 

@@ -10,10 +10,9 @@ hot set is a buffer ``hot_ids`` (sorted, distinct int64 ids). An id's row:
 Lookups, pooling, sparse gradients and int8/int4 serving are a plain table's, on the mapped
 rows. The hot sets are state: `hot_sets_for` computes a config's from its data
 (`hot_ids_from_counts`: most frequent first, ties to the smaller id); an export writes them
-beside the config as ``hot_sets-HASH.npz``, named by content (`hot_sets_name`, the config's
-``hot_sets`` key), so two exports into one directory never share a file; `hot_sets_beside` /
-`load_hot_sets` read them back (a bad file is one ConfigError line), so an exported model
-rebuilds with the hot set it was searched with.
+beside the config, named by content (`hot_sets_name`; docs/training.md), and
+`hot_sets_beside` / `load_hot_sets` read them back (a bad file is one ConfigError line), so
+an exported model rebuilds with the hot set it was searched with.
 """
 
 from __future__ import annotations
@@ -100,10 +99,6 @@ def hot_sets_name(hot_sets: HotSets) -> str:
     return f"hot_sets-{h.hexdigest()[:16]}.npz"
 
 
-def _same_sets(a: HotSets, b: HotSets) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-
 def export_hot_sets(
     config: Any, directory: str | Path, vocab: str | Path | None
 ) -> tuple[Path | None, str | None]:
@@ -124,7 +119,8 @@ def export_hot_sets(
     dst = Path(directory) / hot_sets_name(sets)
     if dst.exists():
         try:
-            if _same_sets(load_hot_sets(dst), sets):
+            held = load_hot_sets(dst)
+            if held.keys() == sets.keys() and all(np.array_equal(held[k], sets[k]) for k in sets):
                 return dst, None
         except ConfigError:
             pass  # a damaged copy: written again below

@@ -130,11 +130,6 @@ def make_optimizer(
     raise ValueError(f"unknown optimizer '{name}'")
 
 
-def _warmup(steps: int) -> Callable[[int], float]:
-    """Linear warm-up: factor (k + 1) / steps for the first `steps` steps, then 1."""
-    return lambda k: min(1.0, (k + 1) / steps)
-
-
 @dataclass(frozen=True)
 class Optimizers:
     """The table optimizers (one per distinct table optimizer) and the dense optimizer,
@@ -261,9 +256,10 @@ def _grouped(
         config.dense_optimizer, dense, config, lr=config.effective_dense_lr, sparse=False
     ) if dense else None
     opts = Optimizers(table_opts, dense_opt)
-    if config.warmup_steps > 0:
-        warmup = _warmup(config.warmup_steps)
-        opts = Optimizers(table_opts, dense_opt, tuple(LambdaLR(o, warmup) for o in opts))
+    if config.warmup_steps > 0:  # linear: factor (k + 1) / steps for the first steps, then 1
+        n = config.warmup_steps
+        opts = Optimizers(table_opts, dense_opt,
+                          tuple(LambdaLR(o, lambda k: min(1.0, (k + 1) / n)) for o in opts))
     return opts
 
 

@@ -1,12 +1,9 @@
-"""Dynamic vocabulary: rows for ids never seen when the table was sized (new users, tokens).
-
-A table of `base` known rows has `capacity` extra rows; an id >= base takes the next free one
-the first time it is seen, and once all are taken falls back to row ``base + hash_ids(id,
-capacity, seed)`` (docs/host_cache.md, "Dynamic vocabulary"). `release(rows)` frees extra
-rows so that new ids can take them (their ids fold into the hash fallback); the caller resets
-the freed rows' weights and optimizer state. Host-side bookkeeping: `owner` (int64
-[capacity], the id holding each extra row, -1 free) and a dict id -> row for the lookup
-(Python objects, not priced; the tensor is).
+"""Dynamic vocabulary: rows for ids never seen when the table was sized (new users, tokens):
+`capacity` extra rows after `base` known ones, each taken by the first id >= base to come,
+then a fallback to ``base + hash_ids(id, capacity, seed)``, and freed by `release(rows)`
+(docs/host_cache.md, "Dynamic vocabulary"); the caller resets the freed rows' weights and
+optimizer state. Host-side bookkeeping: `owner` (int64 [capacity], the id holding each extra
+row, -1 free) and a dict id -> row for the lookup (Python objects, not priced; the tensor is).
 """
 
 from __future__ import annotations

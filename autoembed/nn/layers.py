@@ -1,15 +1,8 @@
 """`autoembed.nn.Embedding` and `EmbeddingBag`: torch's layers (their constructor arguments in
-torch's order, their calls) over a compressed storage (`autoembed.nn`).
-
-Every option of torch.nn.Embedding / nn.EmbeddingBag is honoured, or refused when the layer
-is built (a ConfigError naming the option and the reason): which compression and placement
-honours which is the table of docs/apply.md ("torch's options"). Rows start as torch's,
-N(0, 1) with the padding row zero, the composed rows of every compression drawn to those
-moments (`autoembed.nn.draws`); ``init=(mean, std)`` or ``init=fn`` (a torch init function:
-applied to the weight where it is the [V, D] table, else its moments drawn) asks for others,
-and `reset_parameters` draws again the same way. ``init`` with ``_weight`` is refused; so is
-a setting the compression does not take (with the settings it takes). Ids are checked as
-torch checks them (`autoembed.nn.lookup.check_ids`).
+torch's order, their calls) over a compressed storage (`autoembed.nn`). Which of torch's
+options each compression and placement honours or refuses (a ConfigError when the layer is
+built), how rows start and what ``init`` takes: docs/apply.md. Rows are drawn by
+`autoembed.nn.draws`; ids are checked as torch checks them (`autoembed.nn.lookup.check_ids`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """What an `autoembed.nn` layer does with ids around its storage: the id checks torch's own
-layers make, bags pooled from per-id rows, and gradients scaled by id frequency.
-
-`check_ids` (every compression and placement; docs/apply.md "Ids"): the dtype is torch.long
-or torch.int, and 0 <= id < num_embeddings: read on CPU tensors (a DataError naming the id),
-a device-side ``torch._assert_async`` elsewhere and under torch.compile (no host-device
-sync), nothing for fake and meta tensors.
+layers make (`check_ids`, every compression and placement: docs/apply.md, "Ids"), bags
+pooled from per-id rows, and gradients scaled by id frequency.
 
 `pool_rows` pools per-id rows [N, D] into bags the way torch's EmbeddingBag does (sum, mean,
 max; per-sample weights; padding entries left out; an empty bag is zeros), for storages whose

@@ -16,9 +16,7 @@ from autoembed.nn.hashing import hash_ids, qr_indices
 from autoembed.nn.lookup import sparse_bag_weights
 from autoembed.nn.rowformat import unpack_rows
 
-__all__ = ["PackedWeights", "hash_layout", "BASE_STORAGES", "LAYER_COMPRESSIONS"]
-
-LAYER_COMPRESSIONS = ("none", "hash", "qr", "mixed_dim", "robe", "tt", "hot_cold")
+__all__ = ["PackedWeights", "hash_layout", "BASE_STORAGES"]
 
 
 class PackedWeights(nn.Module):

@@ -35,7 +35,7 @@ from ray import tune  # noqa: E402
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 from ray.tune.search import Searcher  # noqa: E402
 
-from autoembed.errors import ConfigError  # noqa: E402
+from autoembed.errors import ConfigError, first_line  # noqa: E402
 from autoembed.pipeline.engine import SearchEngine  # noqa: E402
 from autoembed.pipeline.resources import OWN_RESOURCES  # noqa: E402
 from autoembed.pipeline.session import remove_session  # noqa: E402
@@ -261,10 +261,10 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
             try:
                 ray.init(address=self.address, **kw)
             except (ConnectionError, ValueError, RuntimeError) as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(
-                    f"--ray-address '{self.address}': cannot join that Ray cluster ({first}); "
-                    "check the address (e.g. 10.0.0.5:6379 from `ray start --head`) and that "
+                    f"--ray-address '{self.address}': cannot join that Ray cluster "
+                    f"({first_line(e)}); check the address (e.g. 10.0.0.5:6379 from `ray start "
+                    "--head`) and that "
                     "this machine may join it (Ray's token authentication)") from None
         else:
             with _on_loopback():
@@ -276,14 +276,12 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
 
     def __exit__(self, *exc: object) -> None:
         """Stop what this started, in this thread (the driver's Ray references are freed
-        here; a core worker shut down under them ends the process)."""
-        if self.started:
-            self.started = False
-            self._stop()
-
-    def _stop(self) -> None:
-        """`ray.shutdown()`, after killing this private Ray's stateless autoscaler monitor
-        (Ray would wait out its 1 s SIGTERM grace)."""
+        here; a core worker shut down under them ends the process): `ray.shutdown()`, after
+        killing a private Ray's stateless autoscaler monitor (Ray would wait out its 1 s
+        SIGTERM grace)."""
+        if not self.started:
+            return
+        self.started = False
         if not self.address:
             _kill_own_monitor()
         ray.shutdown()
@@ -371,10 +369,10 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         except ray.exceptions.GetTimeoutError:
             return  # a busy cluster: the trials will say it, node by node
         except ray.exceptions.RayError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ConfigError(
-                f"a node of the Ray cluster cannot run a Python task ({first[:200]}); give "
-                "every node the driver's Python and packages (docs/clusters.md)") from None
+                f"a node of the Ray cluster cannot run a Python task "
+                f"({first_line(e)[:200]}); give every node the driver's Python and packages "
+                "(docs/clusters.md)") from None
         problems = node_problems(versions(packages), found)
         if problems:
             raise ConfigError(

@@ -143,7 +143,9 @@ def render_result(console: Any, result: Any) -> None:
                 cells.append(_q(v, "{:.0f}"))
             else:
                 cells.append(_q(v))
-        cells.append(_judged_cell(r, result.budget_bytes))
+        # `897.58 MB (89.8%)`: the device total the budget judged, and its share
+        cells.append(judged_text(r.device_total, result.budget_bytes)
+                     .removeprefix("device total ").replace(" of the budget", ""))
         cells.append(searched(result.searched.get(r.number, {})))
         t.add_row(*cells)
     console.print(t)
@@ -165,12 +167,6 @@ def render_result(console: Any, result: Any) -> None:
         console.print(f"recovered: {result.recovered}")
     for name, path in result.files.items():
         console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
-
-
-def _judged_cell(r: TrialRow, budget_bytes: int) -> str:
-    """`897.58 MB (89.8%)`: the device total the budget judged, and its share."""
-    return judged_text(r.device_total, budget_bytes).removeprefix("device total ").replace(
-        " of the budget", "")
 
 
 def comparison(result: Any) -> list[str]:

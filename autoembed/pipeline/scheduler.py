@@ -1,17 +1,10 @@
-"""Multi-fidelity for a multi-objective search (`--multi-fidelity`): asynchronous successive
-halving with non-dominated ranks (MO-ASHA), the stopping variant, on rungs read from the data
-(the rule as users read it: docs/searching.md).
-
-A rung is a fraction ETA**-k of a trial's own length (`Launch.length`): its first evaluation
-at or after f * max_steps. At a rung (`AshaScheduler.decide`) a trial is ranked among every
-trial recorded there on the objectives known then (`RUNG_OBJECTIVES`; throughput left out of
-a repeatable search) by non-dominated front, ties by exclusive hypervolume contribution
-(min-max normalised, memory and throughput on a log scale); it goes on within the top
-ceil(n / ETA), else stops. An objective unknown at a rung (latency) stops nothing. Rung f is
-used (`active`) once the Spearman correlation of SETTLE_TRIALS full-length trials' best
-quality by f with their final quality is at least SETTLED_RHO, every larger rung too; until
-then only 1/ETA. Every decision is a `RungPoint`, recorded (RUNGS_ATTR) before it is acted
-on; `restore` and `learn` rebuild the scheduler on a resume.
+"""Multi-fidelity for a multi-objective search (`--multi-fidelity`): MO-ASHA, the stopping
+variant, on rungs read from the data (the rule and its figures: docs/searching.md).
+`AshaScheduler.decide` ranks a trial at a rung (`rung_step`) by non-dominated front on the
+`RUNG_OBJECTIVES` known then, ties by exclusive hypervolume contribution (min-max
+normalised); an objective unknown at a rung (latency) stops nothing; `active` holds the rungs
+in use (SETTLE_TRIALS, SETTLED_RHO). Every decision is a `RungPoint`, recorded (RUNGS_ATTR)
+before it is acted on; `restore` and `learn` rebuild the scheduler on a resume.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A TorchRec model's part of the user workload (a space with `topology:`): a proposal priced
-per rank on TorchRec's plan, and its trial run as one process per rank.
-
-* `Sharded.of` reads the topology (each rank's `hbm` defaults to the search's per-device
-  budget, `compute_device` to its device) and refuses a plan device that cannot train,
-  TorchRec missing, and functions a rank process could not find by name.
-* `Sharded.price`: the proposal's per-table settings, the model planned by TorchRec's
-  planner, every rank priced (`torchrec.estimate_sharded`); the search judges the largest
-  rank (`per_gpu` names a rank over the budget). No plan: the proposal fails with its line.
-* A trial (`run_local_trial`: N local processes; `run_ray_trial`: N Ray Train workers, the
-  Tune trial holding no CPU) runs the user's loop on every rank under DMP with the priced
-  plan; rank 0 reports through the channel and its stop reaches every rank. The final
-  report is rank 0's with each rank's measured peak beside its estimate (`TrialResult.ranks`).
+per rank on TorchRec's plan, and its trial run as one process per rank (the topology's keys,
+how a proposal is priced and judged, how a trial runs: docs/torchrec.md). `Sharded.of` reads
+the topology and refuses a plan device that cannot train, TorchRec missing, and functions a
+rank process could not find by name; `Sharded.price` prices every rank
+(`torchrec.estimate_sharded`); `run_local_trial` and `run_ray_trial` run a trial.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, first_line
 from autoembed.pipeline.records import ATTR, TrialRow
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ __all__ = ["SAMPLERS", "check_sampler", "warm_sampler", "import_sampler", "HEAVY
            "DEFAULT_SAMPLER", "STUDY_NAME_RULE", "check_study_name", "storage_url", "storage_label",
            "open_storage", "find_study", "study_exists", "make_sampler", "tpe_settings",
            "MOVED_SAMPLERS", "Recovery", "recover", "load_rows", "scores_attrs", "load_scores",
-           "SCORES_ATTR", "NSGA2_POPULATION", "study_meta", "StoredStudy", "check_same"]
+           "SCORES_ATTR", "NSGA2_POPULATION", "StoredStudy", "check_same"]
 
 SAMPLERS: tuple[str, ...] = ("tpe-mix", "tpe", "nsga2", "random", "grid", "ehvi")
 # kinds the benchmarks measured and left out of the product: benchmarks/samplers.py has them
@@ -98,10 +98,9 @@ def open_storage(runs_dir: Path, url: str | None = None) -> optuna.storages.RDBS
             f"--storage '{label}': the database driver for '{scheme}' is not installed; "
             "pip install 'autoembed[team]' (psycopg for PostgreSQL)") from None
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL or server
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(
             f"--storage '{label}': cannot open the study storage ({type(e).__name__}: "
-            f"{first[:300]}); check the URL, that the server runs and that the database "
+            f"{first_line(e)[:300]}); check the URL, that the server runs and that the database "
             "exists (createdb), or drop --storage") from None
 
 
@@ -338,11 +337,6 @@ def _ask_row(params: Mapping[str, Any], retry_of: Any,
             "retry_of": retry_of}
 
 
-def study_meta(study: optuna.Study) -> dict[str, Any]:
-    meta = study.user_attrs.get(ATTR)
-    return dict(meta) if isinstance(meta, Mapping) else {}
-
-
 @dataclass(frozen=True)
 class StoredStudy:
     """A study's storage and the study of that name if it exists (`meta`: its stored
@@ -362,7 +356,8 @@ class StoredStudy:
         where = storage_label(runs_dir, url)
         storage = open_storage(runs_dir, url)
         existing = find_study(storage, name)
-        meta = study_meta(existing) if existing is not None else {}
+        meta = existing.user_attrs.get(ATTR) if existing is not None else None
+        meta = dict(meta) if isinstance(meta, Mapping) else {}
         if existing is not None and not resume:
             state = "finished" if meta.get("finished") else "unfinished"
             raise ConfigError(

@@ -18,6 +18,8 @@ from typing import Any
 
 __all__ = ["ray_sharded"]
 
+ANSWER_TIMEOUT_S = 600  # rank 0 waits this long for the driver's answer to an evaluation
+
 
 def _loop(config: dict[str, Any]) -> None:
     import torch
@@ -31,7 +33,7 @@ def _loop(config: dict[str, Any]) -> None:
 
     def ask(ev: dict[str, Any]) -> bool:  # rank 0's evaluation to the driver, its answer back
         config["evals"].put(ev)
-        return bool(config["answers"].get(timeout=config["answer_timeout_s"]))
+        return bool(config["answers"].get(timeout=ANSWER_TIMEOUT_S))
 
     mine = worker(rank, config["payload"], ask if rank == 0 else None)
     gathered: list[Any] = [None] * dist.get_world_size()
@@ -41,14 +43,13 @@ def _loop(config: dict[str, Any]) -> None:
 
 
 def ray_sharded(payload: Mapping[str, Any], channel: Callable[[Any], bool] | None = None, *,
-                cpus_per_worker: float = 0.5, storage_path: str | None = None,
-                name: str | None = None, answer_timeout_s: float = 600) -> list[Any]:
+                cpus_per_worker: float = 0.5) -> list[Any]:
     """Run the trial on `topology.world_size` Ray Train workers; each rank's result, rank
     order. `channel` as `run_sharded`'s: rank 0's evaluations reach it through a Ray queue
     (served in this thread while the trainer runs), its answer goes back through a second."""
     import threading
 
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
@@ -59,12 +60,11 @@ def ray_sharded(payload: Mapping[str, Any], channel: Callable[[Any], bool] | Non
     queue, evals, answers = (Queue(actor_options={"num_cpus": 0}) for _ in range(3))
     trainer = TorchTrainer(
         _loop, train_loop_config={"payload": dict(payload), "queue": queue, "evals": evals,
-                                  "answers": answers, "answer_timeout_s": answer_timeout_s},
+                                  "answers": answers},
         torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
         scaling_config=ScalingConfig(
             num_workers=int(topo["world_size"]), use_gpu=gpu,
-            resources_per_worker={"CPU": cpus_per_worker, **({"GPU": 1} if gpu else {})}),
-        run_config=RunConfig(storage_path=storage_path, name=name))
+            resources_per_worker={"CPU": cpus_per_worker, **({"GPU": 1} if gpu else {})}))
     done: dict[str, Any] = {}
     fit = threading.Thread(target=lambda: done.update(result=trainer.fit()), daemon=True)
     fit.start()

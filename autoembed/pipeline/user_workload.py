@@ -187,8 +187,9 @@ class UserWorkload:
         proposal's params and config, what the loop may report, the target."""
         from autoembed.user.trainer import make_payload
 
-        return make_payload(self.records, params, config,
-                            metrics=tuple(_reportable(self.space)), target=self.space.target)
+        latency = [o.name for o in self.space.objectives if o.name == "latency"]  # an objective
+        return make_payload(self.records, params, config, metrics=(*self.space.metrics, *latency),
+                            target=self.space.target)
 
     def check_fits(self, budget: Budget) -> None:
         """One price before the study exists (each is a trace): the space's first corner,
@@ -325,7 +326,3 @@ def model_tables(model: nn.Module) -> list[dict[str, Any]]:
                           "nn.EmbeddingBag modules; autoembed searches embedding tables")
     return out
 
-
-def _reportable(space: SearchSpace) -> list[str]:
-    """Names a loop may report: the space's metrics and `latency` when it is an objective."""
-    return [*space.metrics, *(o.name for o in space.objectives if o.name == "latency")]

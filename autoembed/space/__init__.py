@@ -1,10 +1,7 @@
 """Search spaces: a YAML file that says which `EmbeddingConfig` fields a search varies, over
-which values, on which data, for which objectives (the keys: docs/search_spaces.md). Loading
-validates everything; an error names the file, the key and the value.
-
-Modules: `search_space` (Param, SearchSpace, StandIn, TableRule), `objectives`, `loader`
-(load_space, parse_space: the YAML validator, reading the config's declared rules),
-`corners` (cheapest_config) and `start` (start points). No Optuna here:
+which values, on which data, for which objectives (the keys: docs/search_spaces.md; the
+modules: docs/ARCHITECTURE.md, the "search space" and "start points" rows). Loading validates
+everything; an error names the file, the key and the value. No Optuna here:
 `autoembed.pipeline.optuna_space` maps a space onto Optuna's distributions and trials.
 """
 

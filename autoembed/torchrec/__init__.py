@@ -1,17 +1,9 @@
 """TorchRec models in autoembed: a model holding `EmbeddingBagCollection` /
-`EmbeddingCollection` modules is a user model whose tables are TorchRec tables.
-
-* `tables(model)`, `apply(model, settings)` (`model.py`): tables named
-  ``module.path.table_name``; settings (`settings.TorchRecTable`) are TorchRec's own knobs.
-* `estimate_unsharded` (`unsharded.py`): the traced step of the unsharded model.
-* `plan_model` (`planner.py`), `estimate_sharded` (`sharded.py`): TorchRec's plan on a
-  `RankTopology`, every rank priced, TorchRec's own storage estimate beside each.
-* `pipeline.sharded_runner.run_sharded` (a layer above: it runs the user's loop with its
-  report callback, `autoembed.user`): one trial as N processes of `DistributedModelParallel`.
-* `export_torchrec` (`export_code.py`): the pick as runnable TorchRec code.
-
-TorchRec is optional (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`); nothing here imports it
-until a function needs it, and then a missing install is one ConfigError naming that command.
+`EmbeddingCollection` modules is a user model whose tables are TorchRec tables (this
+package's modules and what each gives: docs/ARCHITECTURE.md, the "TorchRec models" row;
+docs/torchrec.md). TorchRec is optional (`AUTOEMBED_TORCHREC=1 bash scripts/setup.sh`);
+nothing here imports it until a function needs it, and then a missing install is one
+ConfigError naming that command.
 """
 
 from __future__ import annotations

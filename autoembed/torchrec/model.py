@@ -3,14 +3,9 @@ rewrite of a table's TorchRec knobs (`apply`), which returns an ordinary TorchRe
 
 Names: a table is ``module.path.table_name`` -- the collection's module path, then its
 `EmbeddingBagConfig.name`; a model that is itself a collection has tables named by their own
-names.
-
-Fewer rows (``num_embeddings`` below the table's): `HashedIds`, a module without parameters
-holding the collection as its child ``collection``, takes the table's feature ids modulo the
-new row count before the collection sees the KeyedJaggedTensor (the hash Criteo DLRM
-pipelines use; a pure function of the id, unlike TorchRec's managed-collision modules, which
-are another model). DMP shards the inner collection as any other, and `HashedIds` runs
-before the sharded collection's input distribution, so every rank sees the same hashed ids.
+names. Fewer rows (``num_embeddings`` below the table's): `HashedIds` (docs/torchrec.md,
+"Fewer rows"), which runs before the sharded collection's input distribution, so every rank
+sees the same hashed ids.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, first_line
 from autoembed.torchrec.model import constraints, table_infos
 from autoembed.torchrec.settings import RankTopology, table_settings
 
@@ -111,10 +111,9 @@ def plan_model(model: nn.Module, topo: RankTopology, settings: Any = (),
         plan = (planner.collective_plan(model, sharders(), pg) if pg is not None
                 else planner.plan(model, sharders()))
     except Exception as e:  # noqa: BLE001 - the planner's own words, one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise NoPlanError(f"TorchRec's planner found no plan for {topo.world_size} rank(s) "
                           f"of {topo.hbm} B device and {topo.ddr} B host memory: "
-                          f"{first}") from None
+                          f"{first_line(e)}") from None
     finally:
         logging.disable(before)
     return plan, _planned(model, planner)

@@ -1,18 +1,10 @@
 """What autoembed may set on a TorchRec table, and the machine it is planned for: plain values,
 no torch and no TorchRec (a search space and `export` read them without either installed).
-
-Each per-table setting is one of TorchRec's own knobs (`EmbeddingBagConfig` /
-`ParameterConstraints` / the fused optimizer), so a rewritten model stays an ordinary TorchRec
-model that `DistributedModelParallel` shards:
-
-* ``num_embeddings``: fewer rows than the table's ids; ids are hashed into them before the
-  collection sees the KJT (`autoembed.torchrec.apply.HashedIds`).
-* ``embedding_dim``, ``data_type`` (fp32 / fp16: `DataType`).
-* ``optimizer``: FBGEMM's fused optimizer (`EmbOptimType`), given per table the TorchRec way
-  (`apply_optimizer_in_backward`, which the planner's storage estimate also reads).
-* ``compute_kernel`` (fused: the table on the device; fused_uvm_caching: the table in host
-  memory reached through UVM, a ``cache_load_factor`` share of its rows cached on the device;
-  dense: a plain torch table) and ``sharding_type`` (None: the planner chooses).
+Each per-table setting is one of TorchRec's own knobs, so a rewritten model stays an ordinary
+TorchRec model that `DistributedModelParallel` shards (each knob and its values:
+docs/torchrec.md, "Per-table settings"). compute_kernel: fused keeps the table on the device,
+fused_uvm_caching in host memory reached through UVM (a `cache_load_factor` share of its rows
+cached on the device), dense is a plain torch table.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from autoembed.memory.types import (
     MemoryEstimate,
     round_block,
 )
-from autoembed.torchrec.model import _rebuild, _set, apply, collections, table_infos
+from autoembed.torchrec.model import HashedIds, _rebuild, _set, apply, collections, table_infos
 from autoembed.torchrec.planner import PlannedTable, plan_model
 from autoembed.torchrec.settings import RankTopology, table_settings
 from autoembed.torchrec.unsharded import batch_of, build_model, estimate_unsharded, example_ids
@@ -157,25 +157,15 @@ def _shrunk(model: nn.Module) -> Iterator[nn.Module]:
         small = _rebuild(coll, [replace(c, num_embeddings=1) for c in
                                 (getattr(coll, "embedding_bag_configs", None)
                                  or coll.embedding_configs)()], device="cpu")
-        holder = coll
-        inner = path + ".collection" if path and _is_hashed(model, path) else path
+        hashed = path and isinstance(model.get_submodule(path), HashedIds)
+        inner = path + ".collection" if hashed else path
         model = _set(model, inner, small)
-        swapped.append((inner, holder))
+        swapped.append((inner, coll))
     try:
         yield model
     finally:
         for inner, holder in swapped:
             model = _set(model, inner, holder)
-
-
-def _is_hashed(model: nn.Module, path: str) -> bool:
-    from autoembed.torchrec.model import HashedIds
-
-    return isinstance(model.get_submodule(path), HashedIds)
-
-
-def _cache_slots(rows: int, load_factor: float) -> int:
-    return CACHE_ASSOC * max(1, math.ceil(load_factor * rows / CACHE_ASSOC))
 
 
 @dataclass(frozen=True)
@@ -254,7 +244,8 @@ def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology
                 state_b = s.rows * s.cols * 4 * DENSE_STATE.get(dense_optimizer, 2)
                 replicated += round_block(w) * 2 + round_block(state_b)
             elif t.compute_kernel == "fused_uvm_caching":
-                slots = _cache_slots(s.rows, t.cache_load_factor or 0.2)
+                slots = CACHE_ASSOC * max(1, math.ceil((t.cache_load_factor or 0.2) * s.rows
+                                                       / CACHE_ASSOC))
                 cache += slots * s.cols * DTYPE_BYTES[t.data_type] + slots * 2 * 8
                 host += w + st
             else:

@@ -1,13 +1,7 @@
-"""Price a TorchRec model's training step: unsharded (`estimate_unsharded`) by the traced
-estimate every user model gets, its KeyedJaggedTensors made traceable.
-
-A KJT's per-key lengths and offsets are data, so a collection fed a fake KJT raises
-DataDependentOutputException. `traceable` reads those sizes once from the real example and
-turns each KJT into a pytree node whose tensors the tracer fakes and whose rebuilt KJT
-carries the sizes, so the collection's lookups run on fake tensors with static shapes; the
-whole step (tables, gradients, optimizer state, dense part, the KJT's own tensors) is then
-the trace's. The sharded path prices FBGEMM's fused kernels by formula instead
-(`autoembed.torchrec.sharded`).
+"""Price a TorchRec model's training step unsharded (`estimate_unsharded`) by the traced
+estimate every user model gets, its KeyedJaggedTensors made traceable (`traceable`: how and
+why, docs/torchrec.md, "Pricing"). The sharded path prices FBGEMM's fused kernels by formula
+instead (`autoembed.torchrec.sharded`).
 """
 
 from __future__ import annotations

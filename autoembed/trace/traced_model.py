@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, first_line
 from autoembed.memory.analytic import sparse_gradient
 from autoembed.memory.types import (
     CATEGORIES,
@@ -164,20 +164,16 @@ def _build(model: ModelSpec) -> nn.Module:
         raise
     except Exception as e:  # noqa: BLE001 - the user's factory: report it, one line
         raise ConfigError(f"model factory {_qual(model)} raised {type(e).__name__}: "
-                          f"{_first_line(e)}") from None
+                          f"{first_line(e)}") from None
     if not isinstance(built, nn.Module):
         raise ConfigError(f"model factory {_qual(model)} returned {type(built).__name__}, not an "
                           "nn.Module")
-    tensors = [*built.parameters(), *built.buffers()]
-    if any(not _is_fake(t) or t.device.type != "cpu" for t in tensors):
-        return _fake_module(built)  # real tensors, or a factory that built on meta
-    return built
-
-
-def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import is_fake
 
-    return is_fake(t)
+    tensors = [*built.parameters(), *built.buffers()]
+    if any(not is_fake(t) or t.device.type != "cpu" for t in tensors):
+        return _fake_module(built)  # real tensors, or a factory that built on meta
+    return built
 
 
 def _fake_example(example: Any) -> Any:
@@ -208,22 +204,14 @@ def _run_step(step: UserStep, example: Any, loss: LossFn) -> None:
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward rejected the example
-        where = f"module '{stack[-1] or '(root)'}' ({_type_at(step.model, stack[-1])})" \
+        at = stack[-1] if stack else ""
+        where = f"module '{at or '(root)'}' ({type(step.model.get_submodule(at)).__name__})" \
             if stack else "the loss or backward"
         raise ConfigError(f"the example does not run through the model: {where} raised "
-                          f"{type(e).__name__}: {_first_line(e)}") from None
+                          f"{type(e).__name__}: {first_line(e)}") from None
     finally:
         for h in handles:
             h.remove()
-
-
-def _type_at(model: nn.Module, path: str) -> str:
-    return type(model.get_submodule(path)).__name__ if path else type(model).__name__
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _qual(fn: Any) -> str:

@@ -1,12 +1,8 @@
-"""`SearchTracker` on MLflow (the layout: docs/mlflow.md): one experiment per study, one
-parent run `search-<study>` per search (reused by a resumed search), one nested run
-`trial-NNNN` per trial that ran (a trial number recorded again replaces its run), and the
-infeasible proposals as `infeasible-NNNN` runs under one `infeasible proposals` run.
-Imported only by `make_tracker` and export (importing MLflow costs seconds).
-
-Failures never stop a search: each call logs a warning and returns; after `MAX_FAILURES`
-failures in a row (or a failed `start`) tracking turns itself off. The driver's files under
-`<runs-dir>/<study>/` stay the source of truth.
+"""`SearchTracker` on MLflow: the runs it writes (an experiment per study, a parent run per
+search, a nested run per trial, the infeasible proposals under one grouping run) and how
+failures turn tracking off (`MAX_FAILURES` in a row, or a failed `start`) without stopping
+the search: docs/mlflow.md. Imported only by `make_tracker` and export (importing MLflow
+costs seconds).
 """
 
 from __future__ import annotations

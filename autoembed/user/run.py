@@ -95,11 +95,11 @@ def built_module(obj: Any, call: str = "build(params)") -> nn.Module:
     return obj
 
 
-def user_traceback(e: BaseException, skip: int = 1) -> str:
-    """'Type: message' and the traceback from the user's frames on (the first `skip` frames
-    are autoembed's call sites)."""
+def user_traceback(e: BaseException) -> str:
+    """'Type: message' and the traceback from the user's frames on (the first frame is
+    autoembed's call site)."""
     te = traceback.TracebackException.from_exception(e)
-    frames = te.stack[skip:][-MAX_TRACEBACK_FRAMES:]
+    frames = te.stack[1:][-MAX_TRACEBACK_FRAMES:]
     head = "".join(te.format_exception_only()).strip()
     body = "".join(traceback.StackSummary.from_list(frames).format())
     return f"{head}\nTraceback (most recent call last):\n{body}".rstrip()

@@ -47,15 +47,15 @@ def params_for(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def reference_values(space: SearchSpace, prefix: str = "") -> dict[str, Any]:
-    """The space's reference values (searched param name -> value; those named `prefix...`
-    only): the first of each `choices`, the middle of each range's grid (its geometric
-    middle under `log`), conditions respected. What the model as written is built with
-    (trial 0 of a search) and what `estimate --model ... --space` gives a `build(params)`."""
+def reference_values(space: SearchSpace) -> dict[str, Any]:
+    """The space's reference values (searched param name -> value): the first of each
+    `choices`, the middle of each range's grid (its geometric middle under `log`),
+    conditions respected. What the model as written is built with (trial 0 of a search) and
+    what `estimate --model ... --space` gives a `build(params)`."""
     values: dict[str, Any] = dict(space.base)
     out: dict[str, Any] = {}
     for p in space.params:
-        if p.name.startswith(prefix) and p.active(values):
+        if p.active(values):
             grid = p.grid_values()
             out[p.name] = values[p.name] = grid[0] if p.kind == "categorical" \
                 else grid[len(grid) // 2]
@@ -82,14 +82,14 @@ def as_written_config(space: SearchSpace, values: Mapping[str, Any],
     return _config(space, values, tables)
 
 
-def enqueue_values(space: SearchSpace, entries: Sequence[Mapping[str, Any]],
-                   source: str = "--enqueue") -> list[dict[str, Any]]:
+def enqueue_values(space: SearchSpace, entries: Sequence[Mapping[str, Any]]
+                   ) -> list[dict[str, Any]]:
     """Each entry (param -> value; a param by its full name, `user.dim`, or without its
     section, `dim`) as the searched param name -> value, checked against the space: a
     known param, a value it can take (one of its choices, in its range), its condition
     holding. ConfigError (one line naming the entry, the param and the fix) otherwise;
     params an entry leaves out are the sampler's."""
-    return [_entry(space, e, f"{source} entry {i + 1}") for i, e in enumerate(entries)]
+    return [_entry(space, e, f"--enqueue entry {i + 1}") for i, e in enumerate(entries)]
 
 
 def _entry(space: SearchSpace, entry: Mapping[str, Any], where: str) -> dict[str, Any]:

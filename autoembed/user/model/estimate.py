@@ -1,17 +1,7 @@
 """`estimate_torch_model`: price a plain-torch user model's whole training step by tracing it
-on fake tensors. `autoembed.estimate_model` (`torchrec.public`, the one entry point of the
-API and the CLI) calls it for every model but TorchRec's; call that one.
-
-The tracer is the one the built-in configs use (`trace.traced.trace_step`, on the user's
-model by `trace.traced_model`): the model is built fake (a module copied, a factory called
-under FakeTensorMode so a 100M-row table costs nothing), its precision machinery and
-optimizer are built, and two `UserStep` steps (forward, loss, backward, optimizer step) run
-under `AllocationTracker`, which replays each allocation and free through the CUDA
-caching-allocator model. The first step creates the optimizer state; the second is steady
-state.
-
-What the trace follows is torch's CPU code path for each op (see `CPU_VS_CUDA`); the
-optimizer implementation is pinned to CUDA's (foreach).
+on fake tensors (how: `autoembed.trace.traced_model`, with the tracer the built-in configs
+use, `trace.traced.trace_step`). `autoembed.estimate_model` (`torchrec.public`, the one entry
+point of the API and the CLI) calls it for every model but TorchRec's; call that one.
 """
 
 from __future__ import annotations

@@ -22,10 +22,6 @@ def _on_path(directory: str) -> None:
         sys.path.insert(0, directory)
 
 
-def _is_path(mod_name: str) -> bool:
-    return mod_name.endswith(".py") or "/" in mod_name or os.sep in mod_name
-
-
 def module_for_path(path: str | Path, flag: str, spec: str) -> str:
     """The module name of the .py file `path` (`examples/seed_mean.py` in a directory whose
     `examples/` has an `__init__.py`: `examples.seed_mean`), with the directory it is named
@@ -87,7 +83,7 @@ def load_object(spec: str, flag: str) -> Any:
     if not sep or not mod_part or not attr:
         raise ConfigError(f"{flag} '{spec}': give pkg.module:name or path/to/file.py:name, "
                           "e.g. examples.seed_mean:full_model or ./twotower.py:build")
-    if _is_path(mod_part):
+    if mod_part.endswith(".py") or "/" in mod_part or os.sep in mod_part:  # a file's path
         mod_name = module_for_path(mod_part, flag, spec)
     else:
         mod_name = mod_part
