@@ -88,7 +88,8 @@ KNOB_CLASS = {"quality_turns": "QualityTurns", "random_every": "RandomEvery",
               "onehot": "OneHot", "per_second": "NotPerSecond", "cost_cooling": "CostCooling",
               "neighbors": "Neighbors", "spread": "RandomStartup",
               "pending": "IgnoresPending", "margin": "Margin",
-              "seconds_weight": "SecondsWeight", "pick_turns": "PickTurns"}
+              "seconds_weight": "SecondsWeight", "pick_turns": "PickTurns",
+              "random_quality": "RandomQuality"}
 
 
 def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_table() -> None:
@@ -324,3 +325,21 @@ def test_neighbor_candidates_lie_near_the_front_members() -> None:
     one_moved = [p for p, _ in cands if p["x"] == 30 or p["c"] == "a"]
     assert len(one_moved) >= len(cands) // 2  # most keep one of the two params
     assert sampler._candidates(study, 1, [])[1] == []  # no front, no neighbors
+
+
+def test_random_quality_turns_the_random_turn_into_quality_not_per_second() -> None:
+    """`random_quality`: no random proposal after the start-up; the turn `is_random` names
+    scores by the expected improvement of quality with the seconds' exponent 0, the others
+    are the product's (EHVI, exponent 1)."""
+    s = variants.build(0, random_quality=True)
+    start, every = s.startup, s.random_every
+    turn = start + every - 1  # the last of the first run: the random one in the product
+    assert not any(s._random_turn(n) for n in range(start, start + 3 * every))
+    q, front = np.array([0.5, 0.6]), [(0.6, 0.5)]
+    x, mu, sd = np.array([[0.4], [0.9]]), np.array([0.9, 0.55]), np.array([0.01, 0.01])
+    s._number = turn
+    assert s._seconds_weight() == 0.0
+    got = s._gain(turn, q, front, x, mu, sd)
+    assert got[0] > 0.29 and got[1] < 1e-6  # EI over 0.6: 0.3 and ~0
+    s._number = start
+    assert s._seconds_weight() == 1.0

@@ -141,6 +141,9 @@ METHODS = {
         note=f"ehvi with pick_turns={k}: the first {k} model turn(s) of each run of 4 by "
              "the expected improvement of quality alone, not per predicted second")
        for k in (1, 2)},
+    "ehvi-rq-front": Method("ehvi-rq-front", ehvi(random_quality=True), front_rule=True,
+                            note="ehvi whose random turn of each run of 4 is by the expected "
+                                 "improvement of quality alone, not per predicted second"),
     "ehvi-cc-front": Method("ehvi-cc-front", ehvi(cost_cooling=True), front_rule=True,
                             note="ehvi with cost cooling: the predicted seconds' exponent "
                                  "is the share of the budget left (CArBO)"),

@@ -25,6 +25,9 @@ one of `PricedEHVI`'s hooks; `build(seed, **knobs)` combines them:
 * `pick_turns=k` (`PickTurns`): as `quality_turns=k`, but those turns' expected improvement
   of quality is not divided by the predicted seconds (the pick's best quality sought at
   whatever a trial costs).
+* `random_quality=True` (`RandomQuality`): the random turn of each run of `random_every`
+  scores by the expected improvement of quality alone, not divided by the predicted
+  seconds; the model turns are the product's (the front keeps its three turns).
 
 `startup`, `candidates`, `price_budget_s` and `clock` go to `PricedEHVI` itself.
 """
@@ -92,6 +95,35 @@ class PickTurns(QualityTurns):
         if (self._number - self.startup) % self.random_every < self.quality_turns:
             return 0.0
         return super()._seconds_weight()
+
+
+class RandomQuality(RandomEvery):
+    """The turn `is_random` gives the random proposal (after the start-up) is a model turn
+    by the expected improvement of quality alone, not per predicted second."""
+
+    def __init__(self, seed: int, **kw: Any) -> None:
+        super().__init__(seed, **kw)
+        self._number = -1
+
+    def _random_turn(self, number: int) -> bool:
+        return False
+
+    def _quality_turn(self, number: int) -> bool:
+        return number >= self.startup and is_random(number, self.startup, self.random_every)
+
+    def _choose(self, study: Study, number: int, done: list[Finished],
+                ) -> dict[str, Any] | None:
+        self._number = number
+        return super()._choose(study, number, done)
+
+    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
+              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        if self._quality_turn(number):
+            return expected_improvement(mu, sd, float(q.max()))
+        return super()._gain(number, q, front, x, mu, sd)
+
+    def _seconds_weight(self) -> float:
+        return 0.0 if self._quality_turn(self._number) else super()._seconds_weight()
 
 
 class OneHot(PricedEHVI):
@@ -199,8 +231,10 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "margin": (Margin, 0.0),
     "seconds_weight": (SecondsWeight, 1.0),
     "pick_turns": (PickTurns, 0),
+    "random_quality": (RandomQuality, False),
 }
-FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending")  # a class, no argument
+# a class, no argument
+FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending", "random_quality")
 
 
 def build(seed: int, **kw: Any) -> PricedEHVI:
@@ -218,6 +252,8 @@ def build(seed: int, **kw: Any) -> PricedEHVI:
                 del args[knob]
     if PickTurns in bases:  # a QualityTurns: one class turns both
         bases = [b for b in bases if b not in (QualityTurns, RandomEvery)]
+    if RandomQuality in bases and RandomEvery in bases:
+        bases.remove(RandomEvery)  # RandomQuality is a RandomEvery
     if QualityTurns in bases and RandomEvery in bases:
         bases.remove(RandomEvery)  # QualityTurns is a RandomEvery
     if not bases:
