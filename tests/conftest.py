@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+# One torch (OpenMP) thread in every test process and in what it starts (the variable is
+# inherited): CI runs two test processes on its two cores (scripts/test.sh), so a second
+# thread in each only waits, spinning, for the core the other holds (tests/test_train.py:
+# 52 CPU s on two threads, 20 on one). Search trials pin their own (plan.trial_threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 settings.register_profile("ci", deadline=None, derandomize=True, max_examples=60)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
