@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 AUTOEMBED_TORCHREC=${AUTOEMBED_TORCHREC:-1} \
   AUTOEMBED_EXTRAS=${AUTOEMBED_EXTRAS:-dev,datasets,team,transformers,docs} bash scripts/setup.sh
 # no path given: pytest runs pyproject.toml's testpaths (tests/). Test files run in
-# AUTOEMBED_TEST_WORKERS processes at once (pytest-xdist; default 2, one per core of the CI
-# machine; 0: in this process), each file whole in one of them (--dist loadfile), so a
+# AUTOEMBED_TEST_WORKERS processes at once (pytest-xdist; default 3 on CI's 2 cores: the
+# tests wait on subprocesses and Ray part of the time, which a third fills; 0: in this process), each file whole in one of them (--dist loadfile), so a
 # module's set-up (its Ray, its search) is made once; the longest files first
 # (tests/conftest.py), so that no long file runs alone at the end.
-exec .venv/bin/python -m pytest -n "${AUTOEMBED_TEST_WORKERS:-2}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "${AUTOEMBED_TEST_WORKERS:-3}" --dist loadfile "$@"

@@ -1,7 +1,7 @@
 """Shared test settings: hypothesis is deterministic and deadline-free on 2 slow cores; the
 `one_thread` fixture for tests of tiny tensors; the longest files run first (`SECONDS`); what
 tests ask to show (tests/_report.py) is printed at the end, also when pytest-xdist runs the
-files in worker processes (scripts/test.sh: `-n 2 --dist loadfile`)."""
+files in worker processes (scripts/test.sh: `-n 3 --dist loadfile`)."""
 
 from __future__ import annotations
 
