@@ -6,19 +6,24 @@ anything is created; one `train` at a time holds a directory (`.lock`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
 from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
@@ -431,6 +436,21 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
 
 
+def _eval_every_into_measure(fn: Callable[P, R]) -> Callable[P, R]:
+    """`train(eval_every=N)`, the keyword before it joined `measure`: taken as
+    `measure={"eval_every": N}` for one release, with a DeprecationWarning."""
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if "eval_every" in kwargs:
+            warnings.warn("train(eval_every=N) is deprecated; pass measure={'eval_every': N}",
+                          DeprecationWarning, stacklevel=2)
+            given: Any = kwargs.get("measure") or {}
+            kwargs["measure"] = {**given, "eval_every": kwargs.pop("eval_every")}
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@_eval_every_into_measure
 def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "runs/train",
           max_steps: int | None = None, epochs: int | None = None, device: str = "cpu",
           checkpoint_every: int | None = None, resume: bool = True,

@@ -47,6 +47,15 @@ def test_measure_eval_every_sets_how_often_train_evaluates(tmp_path: Path) -> No
     assert [e.step for e in r.curve] == list(range(2, 21, 2))
 
 
+def test_the_old_eval_every_keyword_still_works_with_a_deprecation_line(tmp_path: Path) -> None:
+    import inspect
+
+    with pytest.warns(DeprecationWarning, match=r"measure=\{'eval_every': N\}"):
+        r = train(small(), out_dir=tmp_path, max_steps=20, eval_every=5)  # type: ignore[call-arg]
+    assert [e.step for e in r.curve] == [5, 10, 15, 20]
+    assert "eval_every" not in inspect.signature(train).parameters
+
+
 def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
     from autoembed.errors import ConfigError
 
