@@ -11,4 +11,7 @@ AUTOEMBED_TORCHREC=${AUTOEMBED_TORCHREC:-1} \
 # tests wait on subprocesses and Ray part of the time, which a third fills; 0: in this process), each file whole in one of them (--dist loadfile), so a
 # module's set-up (its Ray, its search) is made once; the longest files first
 # (tests/conftest.py), so that no long file runs alone at the end.
+# bytecode is written (a machine may set PYTHONDONTWRITEBYTECODE): the suite starts hundreds
+# of Python processes, and each would compile autoembed and rewrite the tests' asserts again
+unset PYTHONDONTWRITEBYTECODE
 exec .venv/bin/python -m pytest -n "${AUTOEMBED_TEST_WORKERS:-3}" --dist loadfile "$@"
