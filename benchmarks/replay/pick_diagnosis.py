@@ -1,4 +1,4 @@
-"""Why `ehvi` reaches the best quality late (benchmarks/results/ehvi_pick_turns_replay.md):
+"""Why `ehvi` reaches the best quality late (benchmarks/results/ehvi_pick_rules_replay.md):
 replays `ehvi-front` (compare.py's harness and yardstick, one worker) and prints, per seed,
 
 * every trial of a near-best row (its seed-0 quality within the table's noise unit of the

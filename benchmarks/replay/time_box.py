@@ -17,13 +17,13 @@ unpaired noise (the live search pairs trials on their validation scores, which t
 not keep; the unpaired slack is the wider one). Also `max-quality` for comparison. The pick's
 test score is the trained record's (`test_quality`).
 
-Writes benchmarks/results/search_time_box_replay.{md,jsonl.gz}. `--front` replays
-`ehvi-q1-front` with compare.py's yardstick (8 seeds, start points off, at the budget of
-80 median trials that compare.py used then) on the tables with a baseline and the default
-table, beside `ehvi-front` and `random-full` replayed the same way, into
-search_efficiency_quality_turns.jsonl.gz, and reports what the quality turns cost the
-front; `--front --front-methods M ...` does the same for other variants, into
-search_efficiency_front_experiments.jsonl.gz. Each report reads its own file alone.
+Writes benchmarks/results/search_time_box_replay.{md,jsonl.gz}. `--front --front-methods
+M ...` replays these variants with compare.py's yardstick (8 seeds, start points off, at the
+budget of 80 median trials that compare.py used then) on the four tables, beside
+`ehvi-front` and `random-full` replayed the same way, into
+search_efficiency_front_experiments.jsonl.gz, and reports what they cost the front. Each
+report reads its own file alone. (The quality turns' replays that `--front` alone made are
+in ehvi_pick_rules_replay.jsonl.gz, reported by variant_replays.py, which replays them.)
 """
 
 from __future__ import annotations
@@ -48,10 +48,8 @@ from table import Table  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 JSONL = RESULTS / "search_time_box_replay.jsonl.gz"
-TURNS_JSONL = RESULTS / "search_efficiency_quality_turns.jsonl.gz"
-TURNS_TABLES = ("movielens", "flights", "default")
-# the quality turns were replayed at compare.py's budget of then (80 median trials)
-TURNS_BUDGET_TRIALS = 80
+# the front experiments were replayed at compare.py's budget of then (80 median trials)
+FRONT_BUDGET_TRIALS = 80
 # what a `--front` experiment is set beside, replayed into the experiment's own file
 FRONT_BASES = ("ehvi-front", "random-full")
 # `--front-methods`: experiments replayed beside a fresh ehvi-front as compare.py replays
@@ -353,31 +351,6 @@ def _stamp(recs: Sequence[Mapping[str, Any]]) -> list[str]:
             "from the tables and the engine's thread time: load changes them little)."]
 
 
-def turns_report() -> str:
-    """hv95 and best-within-noise of ehvi-q1-front against compare.py's ehvi-front and
-    random-full on the same seeds (paired ratios, 95% bootstrap intervals)."""
-    # ehvi-q1-front ran before the front rule counted a trial's best evaluation (3e6b99b),
-    # and the file's ehvi-front replays are from before it too
-    recs = [r for r in read_jsonl(TURNS_JSONL) if not r["start_points"]]
-    lines = ["# Quality turns and the front", "",
-             "Written by `benchmarks/replay/time_box.py --front`: `ehvi-q1-front` (`ehvi` with "
-             "`quality_turns=1`) replayed as compare.py replays (same budget, seeds, clock), "
-             "beside `ehvi-front` (the default) and `random-full` replayed the same way, all "
-             "in `search_efficiency_quality_turns.jsonl.gz`. "
-             "Compute to the target as a paired ratio, 95% bootstrap interval. Both `ehvi` "
-             "rows ran before the front rule counted the best evaluation a trial keeps "
-             "(3e6b99b).", *_stamp(recs), "",
-             "| table | seeds | q1 / random-full hv95 | ehvi / random-full hv95 | q1 / ehvi hv95 "
-             "| q1 / ehvi best-within-noise |", "|---|---|---|---|---|---|"]
-    for tab in TURNS_TABLES:
-        by = {(r["method"], r["seed"]): r for r in recs if r["table"] == tab}
-        seeds = sorted({s for m, s in by if m == "ehvi-q1-front"})
-        if not seeds:
-            continue
-        lines.append(f"| {tab} | {len(seeds)} | {_against_ehvi(by, 'ehvi-q1-front', seeds)} |")
-    return "\n".join(lines) + "\n"
-
-
 def front_report() -> str:
     """hv95 and best-within-noise of each `--front-methods` experiment against ehvi-front
     replayed beside it (the same commit) and random-full at compare.py's 80-trial budget
@@ -426,24 +399,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="replay each table without this table optimizer (`Table.without`: "
                     "its rows dropped, the choice out of the space)")
     ap.add_argument("--front", action="store_true",
-                    help="replay ehvi-q1-front with compare.py's yardstick (module docstring)")
+                    help="with --front-methods: variants with compare.py's yardstick (module "
+                    "docstring)")
     ap.add_argument("--front-methods", nargs="*", choices=list(compare.METHODS),
                     metavar="METHOD", help="with --front: these (and ehvi-front) on the four "
                     "tables into search_efficiency_front_experiments.{jsonl,md}")
     args = ap.parse_args(argv)
-    if args.front and args.front_methods is not None:
+    if args.front and args.front_methods is None:
+        ap.error("--front needs --front-methods METHOD ...; the quality turns' replays are "
+                 "variant_replays.py's (ehvi_pick_rules_replay.md)")
+    if args.front:
         if not args.report:
-            compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
+            compare.BUDGET_TRIALS = FRONT_BUDGET_TRIALS
             compare.run(FRONT_TABLES, HERE / "tables", range(8),
                         [*FRONT_BASES, *args.front_methods], False, FRONT_JSONL)
         (RESULTS / "search_efficiency_front_experiments.md").write_text(front_report())
-        return 0
-    if args.front:
-        if not args.report:
-            compare.BUDGET_TRIALS = TURNS_BUDGET_TRIALS
-            compare.run(TURNS_TABLES, HERE / "tables", range(8),
-                        ["ehvi-q1-front", *FRONT_BASES], False, TURNS_JSONL)
-        (RESULTS / "search_efficiency_quality_turns.md").write_text(turns_report())
         return 0
     import optuna
 
