@@ -94,3 +94,19 @@ def test_time_box_front_alone_is_refused_naming_where_the_quality_turns_went(
         time_box.main(["--front", "--report"])
     assert stop.value.code == 2 and "ehvi_pick_rules_replay" in capsys.readouterr().err
     assert not (RESULTS / "search_efficiency_quality_turns.md").exists()
+
+
+def test_a_run_names_its_series_in_each_record_and_leaves_the_harness_as_it_was(
+        tmp_path: Path) -> None:
+    import compare
+    import harness
+    from _common import read_jsonl
+
+    path = tmp_path / "r.jsonl.gz"
+    before = (harness.ReplayExecutor, compare.Yardstick.__init__, compare.append_jsonl)
+    assert variant_replays.main(["--tables", "tiny", "--methods", "random-full", "--seeds", "1",
+                                 "--series", "s1", "--jsonl", str(path)]) == 0
+    [got] = read_jsonl(path)
+    assert (got["table"], got["method"], got["series"]) == ("tiny", "random-full", "s1")
+    assert (harness.ReplayExecutor, compare.Yardstick.__init__, compare.append_jsonl) == before
+    assert "### s1" in variant_replays.report(path).splitlines()

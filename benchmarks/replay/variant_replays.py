@@ -5,8 +5,9 @@ are not read). The records go to `--jsonl`; `--report` prints, per table, series
 record's `series`: replays run together) and worker count, the mean wall-clock and compute
 to each target, the ratios to random-full and ehvi-front with one worker (paired by seed,
 95% bootstrap interval: `compare.ratio`) and, with several worker counts, the ratio of N
-workers to one. `--md FILE` writes the pick rules' results file whole to FILE
-(`RULES_HEAD`, the runs and the report: a function of the records alone).
+workers to one. `--series NAME` names the replays of a run. `--md FILE` writes the pick
+rules' results file whole to FILE (`RULES_HEAD`, the runs and the report: a function of
+the records alone).
 
     nice -n 5 .venv/bin/python benchmarks/replay/variant_replays.py --tables movielens default \
         --methods ehvi-front ehvi-np-front --workers 1 8 32 --seeds 4 --jsonl /tmp/w.jsonl.gz
@@ -75,16 +76,28 @@ class UntilTargets(harness.ReplayExecutor):
 
 
 def run(tables: Sequence[str], seeds: Sequence[int], methods: Sequence[str],
-        workers: Sequence[int], jsonl: Path) -> None:
-    harness.ReplayExecutor = UntilTargets  # type: ignore[misc]
-    orig = compare.Yardstick.__init__
+        workers: Sequence[int], jsonl: Path, series: str | None = None) -> None:
+    """compare.run's replays, each ended at both targets, appended to `jsonl` (with
+    `series` in each record when given); compare's and harness's own again after."""
+    executor, orig, append = harness.ReplayExecutor, compare.Yardstick.__init__, \
+        compare.append_jsonl
 
     def init(self: compare.Yardstick, table: Any) -> None:
         orig(self, table)
         UntilTargets.stick = self
 
+    def tagged(path: Path, rec: Mapping[str, Any]) -> None:
+        append(path, {**rec, "series": series} if series else rec)
+
+    harness.ReplayExecutor = UntilTargets  # type: ignore[misc]
     compare.Yardstick.__init__ = init  # type: ignore[method-assign]
-    compare.run(tables, HERE / "tables", seeds, methods, False, jsonl, workers)
+    compare.append_jsonl = tagged
+    try:
+        compare.run(tables, HERE / "tables", seeds, methods, False, jsonl, workers)
+    finally:
+        harness.ReplayExecutor = executor  # type: ignore[misc]
+        compare.Yardstick.__init__ = orig  # type: ignore[method-assign]
+        compare.append_jsonl = append
 
 
 def report(jsonl: Path, also: Sequence[Path] = ()) -> str:
@@ -197,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jsonl", type=Path, required=True)
     ap.add_argument("--also", type=Path, nargs="*", default=[],
                     help="more files of replays to report beside --jsonl's")
+    ap.add_argument("--series", help="the name of the replays of this run (each record's "
+                    "`series`: the report sets them beside their own baselines)")
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--md", type=Path, help="write the pick rules' results file (its prose "
                     "header, the runs, the report of --jsonl alone) to this file")
@@ -210,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         run(args.tables, range(args.seed_from, args.seeds), args.methods, args.workers,
-            args.jsonl)
+            args.jsonl, args.series)
     if args.md is not None:
         tmp = args.md.with_name(args.md.name + ".tmp")  # never a half-written file
         tmp.write_text(rules_md(args.jsonl), encoding="utf-8")
@@ -324,9 +339,11 @@ table reaches the target.
 
 ## Commands
 
-Each series' replays (a rerun appends to FILE, skipping those held at the same budget, and
-stamps no series; `variant_replays.py` replays at today's budget, ended at both targets),
-then this file:
+How each series was replayed, each into a file of its own (`FILE`; the records were given
+their series when the files were merged; `quality-turns` as `variant_replays.py` replays
+it now, at today's budget), then this file. New replays go into this file
+under a series of their own (`--series NAME`; a run skips those held at the same budget,
+and the report sets the new rows beside the baselines held):
 
     nice -n 5 python benchmarks/replay/variant_replays.py --tables movielens flights default \
         --methods random-full ehvi-front ehvi-q1-front --seeds 8 --jsonl FILE
@@ -337,7 +354,8 @@ then this file:
         --methods random-full ehvi-front ehvi-p1-front ehvi-p2-front ehvi-rq-front --seeds 8 \
         --jsonl FILE
     nice -n 5 python benchmarks/replay/variant_replays.py --tables movielens flights \
-        --methods random-full ehvi-front ehvi-p2-front ehvi-rq-front --seeds 4 --jsonl FILE
+        --methods random-full ehvi-front ehvi-p2-front ehvi-rq-front --seeds 4 \
+        --jsonl FILE
     python benchmarks/replay/variant_replays.py --report \
         --jsonl benchmarks/results/ehvi_pick_rules_replay.jsonl.gz \
         --md benchmarks/results/ehvi_pick_rules_replay.md
