@@ -80,7 +80,7 @@ class PickTurns(QualityTurns):
     improvement of quality alone, not divided by the predicted seconds (the other model
     turns are the product's). Aimed at what delays the pick: on the default table the
     near-best configs are among the costliest trials, and a per-second acquisition ranks
-    them last (benchmarks/results/ehvi_pick_turns_replay.md)."""
+    them last (benchmarks/results/ehvi_pick_rules_replay.md)."""
 
     def __init__(self, seed: int, *, pick_turns: int = 0, **kw: Any) -> None:
         super().__init__(seed, quality_turns=pick_turns, **kw)
