@@ -212,6 +212,34 @@ class TopFirst(PricedEHVI):
         return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
 
 
+class NoBootstrap(PricedEHVI):
+    """The trees fit on all finished trials (extra trees as Geurts et al. define them), not
+    each on a bootstrap sample: the spread over the trees is then the random splits' alone."""
+
+    def _choose(self, study: Study, number: int, done: list[Finished],
+                ) -> dict[str, Any] | None:
+        from autoembed.pipeline import priced_ehvi
+
+        product = priced_ehvi._forest
+        priced_ehvi._forest = _forest_no_bootstrap  # type: ignore[assignment]
+        try:
+            return super()._choose(study, number, done)
+        finally:
+            priced_ehvi._forest = product  # type: ignore[assignment]
+
+
+def _forest_no_bootstrap(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`priced_ehvi._forest` with bootstrap off."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    model = ExtraTreesRegressor(n_estimators=64, bootstrap=False, min_samples_leaf=1,
+                                random_state=int(rng.integers(2**31)))
+    model.fit(x, y)
+    per_tree = np.stack([t.predict(x_new) for t in model.estimators_])
+    return per_tree.mean(axis=0), per_tree.std(axis=0)
+
+
 class Margin(PricedEHVI):
     """The reference point `margin` beyond the budget on the memory axis."""
 
@@ -255,13 +283,14 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "pending": (IgnoresPending, True),
     "margin": (Margin, 0.0),
     "top_first": (TopFirst, False),
+    "no_bootstrap": (NoBootstrap, False),
     "seconds_weight": (SecondsWeight, 1.0),
     "pick_turns": (PickTurns, 0),
     "random_quality": (RandomQuality, False),
 }
 # a class, no argument
 FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending", "random_quality",
-         "top_first")
+         "top_first", "no_bootstrap")
 
 
 def build(seed: int, **kw: Any) -> PricedEHVI:
