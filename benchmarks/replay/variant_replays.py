@@ -39,6 +39,10 @@ from compare import Method, ehvi  # noqa: E402
 VARIANTS = {
     "ehvi-np-front": Method("ehvi-np-front", ehvi(pending=False), front_rule=True,
                             note="ehvi not believing running trials"),
+    "ehvi-nbs-front": Method("ehvi-nbs-front", ehvi(no_bootstrap=True), front_rule=True,
+                             note="ehvi with its trees fit without bootstrap"),
+    "ehvi-tf-front": Method("ehvi-tf-front", ehvi(top_first=True), front_rule=True,
+                            note="ehvi with its start-up spread from the top of memory down"),
     **{f"ehvi-m{round(r * 100)}-front": Method(
         f"ehvi-m{round(r * 100)}-front", ehvi(margin=r), front_rule=True,
         note=f"ehvi with the reference {r} beyond the budget")

@@ -42,7 +42,14 @@ import numpy as np
 
 from autoembed.pareto import non_dominated
 from autoembed.pipeline.interleave import is_random
-from autoembed.pipeline.priced_ehvi import RANDOM_EVERY, Finished, PricedEHVI, _feature
+from autoembed.pipeline.priced_ehvi import (
+    RANDOM_EVERY,
+    Finished,
+    PricedEHVI,
+    _feature,
+    _has_memory,
+    spread_point,
+)
 from autoembed.pipeline.untried import RandomTrial
 
 if TYPE_CHECKING:
@@ -187,6 +194,52 @@ class RandomStartup(PricedEHVI):
         return None
 
 
+class TopFirst(PricedEHVI):
+    """The start-up spreads from the top of the memory axis down: the k-th start-up ask
+    proposes the fitting candidate nearest 1 - `spread_point(k)` of its candidates' log
+    memory range (the product's spread mirrored), so the first trial is among the largest
+    configs that fit and the best quality is known from the start."""
+
+    def _startup_proposal(self, study: Study, number: int) -> dict[str, Any] | None:
+        assert self._pricing is not None
+        if not _has_memory(self._pricing.objectives):
+            return None
+        rng, cands = self._candidates(study, number)
+        if not cands:
+            return None
+        mem = np.log([m for _, m in cands])
+        target = mem.max() - spread_point(number, self.startup, rng) * float(np.ptp(mem))
+        return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
+
+
+class NoBootstrap(PricedEHVI):
+    """The trees fit on all finished trials (extra trees as Geurts et al. define them), not
+    each on a bootstrap sample: the spread over the trees is then the random splits' alone."""
+
+    def _choose(self, study: Study, number: int, done: list[Finished],
+                ) -> dict[str, Any] | None:
+        from autoembed.pipeline import priced_ehvi
+
+        product = priced_ehvi._forest
+        priced_ehvi._forest = _forest_no_bootstrap  # type: ignore[assignment]
+        try:
+            return super()._choose(study, number, done)
+        finally:
+            priced_ehvi._forest = product  # type: ignore[assignment]
+
+
+def _forest_no_bootstrap(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`priced_ehvi._forest` with bootstrap off."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    model = ExtraTreesRegressor(n_estimators=64, bootstrap=False, min_samples_leaf=1,
+                                random_state=int(rng.integers(2**31)))
+    model.fit(x, y)
+    per_tree = np.stack([t.predict(x_new) for t in model.estimators_])
+    return per_tree.mean(axis=0), per_tree.std(axis=0)
+
+
 class Margin(PricedEHVI):
     """The reference point `margin` beyond the budget on the memory axis."""
 
@@ -229,12 +282,15 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "spread": (RandomStartup, True),
     "pending": (IgnoresPending, True),
     "margin": (Margin, 0.0),
+    "top_first": (TopFirst, False),
+    "no_bootstrap": (NoBootstrap, False),
     "seconds_weight": (SecondsWeight, 1.0),
     "pick_turns": (PickTurns, 0),
     "random_quality": (RandomQuality, False),
 }
 # a class, no argument
-FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending", "random_quality")
+FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending", "random_quality",
+         "top_first", "no_bootstrap")
 
 
 def build(seed: int, **kw: Any) -> PricedEHVI:
