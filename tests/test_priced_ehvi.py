@@ -261,7 +261,7 @@ def test_every_proposal_fits_the_random_turns_included_and_a_seed_repeats_them()
     got = _all_turns(3, 20)
     assert len(got) == 20 and all(int(v["x"]) % 5 == 0 for v in got), got  # type: ignore[call-overload]
     assert len({tuple(sorted(v.items())) for v in got}) == 20
-    assert _all_turns(3, 20) == got and _all_turns(4, 20) != got
+    assert _all_turns(3, 20) == got and _all_turns(4, 8) != got[:8]
 
 
 class _BrokenModel(PricedEHVI):
