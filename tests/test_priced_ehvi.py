@@ -95,17 +95,16 @@ def test_proposals_are_priced_first_never_over_budget_nor_repeated() -> None:
     assert len(set(keys)) == len(keys)  # none repeated
 
 
-def _priced_turns(sampler: PricedEHVI, suggest: Any, price: Any, n: int,
-                  startup: int) -> list[dict[str, object]]:
+def _priced_turns(sampler: PricedEHVI, suggest: Any, price: Any,
+                  n: int) -> list[dict[str, object]]:
     """n trials told as a search tells them (over budget: a placeholder); the values of
-    those the sampler priced: its start-up and model turns."""
+    each (start-up, model and random turns: the sampler priced them all)."""
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
     priced = []
     for _ in range(n):
         trial = study.ask()
         values = suggest(trial)
-        if trial.number < startup or not is_random(trial.number, startup, RANDOM_EVERY):
-            priced.append(values)
+        priced.append(values)
         mem, fits = price(values)
         trial.set_user_attr(ATTR, {"status": "complete" if fits else "infeasible",
                                    "metrics": {"wall_seconds": 1.0}})
@@ -114,9 +113,9 @@ def _priced_turns(sampler: PricedEHVI, suggest: Any, price: Any, n: int,
 
 
 def test_a_chosen_none_is_handed_out_as_the_candidate_priced() -> None:
-    """`big` in {None, 1}, every config with big = 1 over budget: each proposal the sampler
-    priced (start-up and model turns) is the candidate it priced, big = None included,
-    so none is over budget."""
+    """`big` in {None, 1}, every config with big = 1 over budget: each proposal (start-up,
+    model and random turns) is the candidate it priced, big = None included, so none is
+    over budget."""
     def suggest(trial: optuna.trial.BaseTrial) -> dict[str, object]:
         return {"big": trial.suggest_categorical("big", [None, 1]),
                 "x": trial.suggest_int("x", 1, 40)}
@@ -128,14 +127,14 @@ def test_a_chosen_none_is_handed_out_as_the_candidate_priced() -> None:
     sampler = PricedEHVI(seed=1, startup=4)
     sampler.bind(Pricing(price=price, suggest=suggest, objectives=OBJECTIVES,
                          budget_bytes=BUDGET))
-    priced = _priced_turns(sampler, suggest, price, 20, 4)
-    assert len(priced) >= 15 and all(v["big"] is None for v in priced), priced
+    priced = _priced_turns(sampler, suggest, price, 20)
+    assert len(priced) == 20 and all(v["big"] is None for v in priced), priced
 
 
 def test_an_ask_prices_past_its_window_until_a_candidate_fits() -> None:
     """Every price takes 2 s of a 1-s window, and 1 config in 10 fits: the first candidate
     priced is mostly over budget, yet every priced proposal fits (priced on, never an
-    unpriced random one)."""
+    unpriced random one, the random turns included)."""
     now = [0.0]
 
     def price(values: dict[str, Any]) -> tuple[float, bool]:
@@ -149,8 +148,8 @@ def test_an_ask_prices_past_its_window_until_a_candidate_fits() -> None:
     sampler = PricedEHVI(seed=3, startup=4, clock=lambda: now[0])
     sampler.bind(Pricing(price=slow, suggest=_suggest, objectives=OBJECTIVES,
                          budget_bytes=10e6))
-    priced = _priced_turns(sampler, _suggest, price, 12, 4)
-    assert len(priced) >= 9 and all(int(v["x"]) <= 10 for v in priced), priced  # type: ignore[call-overload]
+    priced = _priced_turns(sampler, _suggest, price, 12)
+    assert len(priced) == 12 and all(int(v["x"]) <= 10 for v in priced), priced  # type: ignore[call-overload]
 
 
 def test_unbound_it_is_random_sampling() -> None:
@@ -209,8 +208,10 @@ def test_a_repeatable_search_lets_no_clock_decide() -> None:
     # the cap: over budget ones priced on, and the first that fits the last priced
     assert [a for a in asks if a] and all(a[-1] and not any(a[:-1]) for a in asks if a)
     assert any(len(a) > 1 for a in asks)  # x > 50 first, priced past the window
-    # every candidate not tried before (24 drawn, a few repeat a trial)
-    assert [c for c in every if c] and all(c >= 18 for c in every if c)
+    # every candidate not tried before (24 drawn, a few repeat a trial); a random turn
+    # prices until its first that fits
+    model = [c for n, c in enumerate(every) if n < 6 or not is_random(n, 6, RANDOM_EVERY)]
+    assert model and all(c >= 18 for c in model if c)
     assert again == twice
 
 
@@ -236,10 +237,51 @@ def test_without_a_memory_objective_it_improves_quality_alone() -> None:
     assert sorted(chosen)[len(chosen) // 2] >= 35, chosen  # random's median would be ~25
 
 
-def test_a_model_failure_falls_back_to_a_random_proposal(caplog: pytest.LogCaptureFixture,
-                                                         ) -> None:
-    """Pricing that raises inside the model's turn: the trial is proposed at random, with a
-    warning, and the search goes on."""
+def _fits_one_in_five(values: dict[str, Any]) -> tuple[float, bool]:
+    """x MB, fitting when x is a multiple of 5 (40 configs of _suggest's 200), the others
+    over budget whatever their memory."""
+    return float(values["x"]) * 1e6, int(values["x"]) % 5 == 0
+
+
+def _all_turns(seed: int, n: int, sampler: type[PricedEHVI] = PricedEHVI,
+               ) -> list[dict[str, object]]:
+    """The values of n trials ehvi proposes (start-up 4) in _suggest's space priced by
+    `_fits_one_in_five`, a repeatable search, told as a search tells them."""
+    s = sampler(seed=seed, startup=4)
+    s.bind(Pricing(price=_fits_one_in_five, suggest=_suggest, objectives=OBJECTIVES,
+                   budget_bytes=100e6, repeatable=True))
+    return _priced_turns(s, _suggest, _fits_one_in_five, n)
+
+
+def test_every_proposal_fits_the_random_turns_included_and_a_seed_repeats_them() -> None:
+    """One config in five fits: an unpriced random turn (trials 7, 11, 15, 19 of 20) would
+    fit with chance 1/5 each; every proposal is one that fits, none twice, and the same
+    seed proposes the same configs (another seed others)."""
+    assert [n for n in range(20) if n >= 4 and is_random(n, 4, RANDOM_EVERY)] == [7, 11, 15, 19]
+    got = _all_turns(3, 20)
+    assert len(got) == 20 and all(int(v["x"]) % 5 == 0 for v in got), got  # type: ignore[call-overload]
+    assert len({tuple(sorted(v.items())) for v in got}) == 20
+    assert _all_turns(3, 20) == got and _all_turns(4, 8) != got[:8]
+
+
+class _BrokenModel(PricedEHVI):
+    def _gain(self, *args: Any) -> np.ndarray:
+        raise RuntimeError("model broke")
+
+
+def test_a_model_failure_falls_back_to_a_priced_random_proposal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The model's turns all fail: each proposes the random turn's priced config instead,
+    so every trial fits, with a warning, and the search goes on."""
+    got = _all_turns(5, 16, _BrokenModel)
+    assert len(got) == 16 and all(int(v["x"]) % 5 == 0 for v in got), got  # type: ignore[call-overload]
+    assert "no model proposal for trial 4 (model broke); a priced random one" in caplog.text
+
+
+def test_a_pricing_that_raises_falls_back_to_an_unpriced_random_proposal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Pricing that raises at every ask: nothing can be priced, so each trial is proposed
+    at random unpriced, with a warning, and the search goes on."""
     def broken(values: dict[str, object]) -> tuple[float, bool]:
         raise RuntimeError("pricing broke")
 
@@ -253,7 +295,8 @@ def test_a_model_failure_falls_back_to_a_random_proposal(caplog: pytest.LogCaptu
         trial.set_user_attr(ATTR, {"status": "complete"})
         study.tell(trial, [float(values["x"]), float(values["x"])])  # type: ignore[arg-type]
     assert len(study.trials) == 8
-    assert "no model proposal" in caplog.text
+    assert "no model proposal for trial 0" in caplog.text  # the start-up's, then random
+    assert "no random proposal for trial 6 (pricing broke)" in caplog.text  # a random turn
 
 
 def test_warm_sampler_imports_the_trees_on_a_thread_of_its_own() -> None:
@@ -325,19 +368,19 @@ def test_the_start_up_spans_the_memory_axis_and_fits() -> None:
     assert quarters == [0, 1, 2, 3], xs
 
 
-def test_the_start_up_is_random_without_a_memory_objective() -> None:
-    objectives = [("quality", "maximize")]
-    sampler = PricedEHVI(seed=2, startup=4)
-    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=objectives,
-                         budget_bytes=BUDGET))
-    directions = [d for _, d in objectives]
-    a = optuna.create_study(directions=directions, sampler=sampler)
-    b = optuna.create_study(directions=directions,
-                            sampler=optuna.samplers.RandomSampler(seed=2))
-    for s in (a, b):
-        for _ in range(4):
-            t = s.ask()
-            x = float(_suggest(t)["x"])  # type: ignore[arg-type]
-            t.set_user_attr(ATTR, {"status": "complete"})
-            s.tell(t, [0.5, x * 1e6][:len(directions)])
-    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+def test_the_start_up_without_a_memory_objective_is_priced_random() -> None:
+    """Objectives quality only: no memory axis to spread over, so the start-up (8 trials)
+    is the random turn's, priced: each fits one config in five (unpriced, all 8 would fit
+    with chance 5**-8), none twice."""
+    sampler = PricedEHVI(seed=2, startup=8)
+    sampler.bind(Pricing(price=_fits_one_in_five, suggest=_suggest,
+                         objectives=[("quality", "maximize")], budget_bytes=100e6))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    xs = []
+    for _ in range(8):
+        t = study.ask()
+        xs.append(int(_suggest(t)["x"]))  # type: ignore[call-overload]
+        t.set_user_attr(ATTR, {"status": "complete"})
+        study.tell(t, 0.5)
+    assert all(x % 5 == 0 for x in xs), xs
+    assert len({tuple(t.params.items()) for t in study.trials}) == 8

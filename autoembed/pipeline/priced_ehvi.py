@@ -29,14 +29,18 @@ proposes the fitting one nearest the k-th point of a stratified sequence over th
 the first few trials already span the front's memory range and none is over budget. Chosen
 over a random start-up because it reaches 95% of the front's hypervolume sooner on three
 replay tables of four (benchmarks/results/search_efficiency_replay.md). Without a memory
-objective the start-up is random.
+objective the start-up is the random proposal below.
 
-Random proposals: every RANDOM_EVERY-th trial after the start-up (as
-`interleave.is_random`), and every trial when nothing is bound (a study opened outside the
-engine). A model turn before STARTUP trials have finished (others still running, or
-failed) is a start-up proposal (priced, spread) instead, or random while random candidates
-found none that fits (`_barren`). An enqueued trial (start points, a
-retry) is not priced: its params are given.
+Random proposals: every RANDOM_EVERY-th trial after the start-up (as `interleave.is_random`)
+proposes the first of its random candidates (drawn and priced as above, untried) that fits,
+pricing no more: uniform over the untried configs that fit, the same for a seed and trial
+number; so does the start-up without a memory objective, and a turn whose model failed. A
+model turn before STARTUP trials have finished (others still running, or failed) is a
+start-up proposal (priced, spread) instead. Only these go unpriced (Optuna's random
+sampler): every trial when nothing is bound (a study opened outside the engine); an ask
+none of whose candidates could be priced at all, or whose pricing raised; in a space not
+enumerated, an ask while random candidates found none that fits lately (`_barren`). An
+enqueued trial (start points, a retry) is not priced: its params are given.
 
 Hooks: the points where the replays' variants (benchmarks/replay/variants.py) differ from
 this rule are small methods a subclass overrides: `_random_turn` (which trials are random),
@@ -166,12 +170,15 @@ class PricedEHVI(BaseSampler):
         if self._pricing is None or "fixed_params" in trial.system_attrs:
             return  # unbound, or an enqueued trial: its params are given
         number = trial.number
-        if number < self.startup:
+
+        def random() -> dict[str, Any] | None:
+            return self._random_proposal(study, number)
+
+        propose = random
+        if number < self.startup and _has_memory(self._pricing.objectives):
             def propose() -> dict[str, Any] | None:
                 return self._startup_proposal(study, number)
-        elif self._random_turn(number):
-            return
-        else:
+        elif number >= self.startup and not self._random_turn(number):
             done = _finished(study, self._pricing.objectives)
             if len(done) < self.startup:  # start-up trials still running or failed
                 if self._barren:  # random while nothing fitting was found lately
@@ -182,14 +189,7 @@ class PricedEHVI(BaseSampler):
             else:
                 def propose() -> dict[str, Any] | None:
                     return self._choose(study, number, done)
-        try:
-            chosen = propose()
-        except SpaceExhausted:
-            raise
-        except Exception as e:  # noqa: BLE001 - a model failure must not end a search
-            log.warning("ehvi: no model proposal for trial %d (%s); a random one instead",
-                        trial.number, e)
-            return
+        chosen = self._proposal(number, propose, random)
         if chosen is not None:
             self._chosen[trial.number] = chosen
 
@@ -251,6 +251,29 @@ class PricedEHVI(BaseSampler):
         return self._pricing.pending()
 
     # ---------------------------------------------------------------- the choice
+    def _proposal(self, number: int, propose: Callable[[], dict[str, Any] | None],
+                  random: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """`propose()`'s config; when it fails (a model failure must not end a search), the
+        priced random one, `random()`; None (an unpriced random proposal) when that fails
+        too. SpaceExhausted ends the search."""
+        for attempt in (propose,) if propose is random else (propose, random):
+            try:
+                return attempt()
+            except SpaceExhausted:
+                raise
+            except Exception as e:  # noqa: BLE001
+                then = "; a priced random one instead" if attempt is not random else ""
+                log.warning("ehvi: no %s proposal for trial %d (%s)%s",
+                            "random" if attempt is random else "model", number, e, then)
+        return None
+
+    def _random_proposal(self, study: Study, number: int) -> dict[str, Any] | None:
+        """A random proposal that fits: the first of trial `number`'s candidates (random,
+        in order, none tried before) that fits (`_candidates`), so uniform over the untried
+        configs that fit; None when none could be priced, or none fits lately (`_barren`)."""
+        _, cands = self._candidates(study, number, first=True)
+        return dict(cands[0][0]) if cands else None
+
     def _spread(self, study: Study, number: int) -> dict[str, Any] | None:
         """A start-up proposal: the fitting candidate nearest `spread_point(number)` on the
         candidates' log-memory range (random without a memory objective)."""
@@ -301,15 +324,16 @@ class PricedEHVI(BaseSampler):
         return dict(cands[int(np.argmax(score))][0])
 
     def _candidates(self, study: Study, number: int, done: Sequence[Finished] = (),
+                    first: bool = False,
                     ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:
         """Trial `number`'s generator and its priced candidates (`_stand_ins`), none tried
-        before."""
+        before (`first`: the first that fits alone)."""
         rng = np.random.default_rng((self.seed, number))
         tried = {params_key(t.params) for t in study.get_trials(deepcopy=False)
                  if t.number != number and t.state.name != "WAITING"}  # no params yet
         deadline = self.clock() + self.price_budget_s
         trials = self._stand_ins(rng, number, done)
-        cands, over = self._priced_candidates(trials, tried, deadline, not self._barren)
+        cands, over = self._priced_candidates(trials, tried, deadline, not self._barren, first)
         if cands:
             self._barren = False
         if cands or not over or self._barren:  # none could be priced: a random proposal
@@ -318,18 +342,20 @@ class PricedEHVI(BaseSampler):
 
     def _priced_candidates(self, trials: Sequence[_RandomTrial],
                            tried: set[tuple[tuple[str, str], ...]], deadline: float,
-                           keep: bool = True,
+                           keep: bool = True, first: bool = False,
                            ) -> tuple[list[tuple[dict[str, Any], float]], bool]:
         """The stand-in trials' configs that fit the budget, each once: (Optuna params,
         memory objective); and whether any was priced over budget. Unless the search is
         repeatable, pricing stops at `deadline` once one fits, or once INVALID_LIMIT could
         not be priced and none could (the engine's first price says why), or (not `keep`)
-        there."""
+        there; (`first`) once one fits."""
         assert self._pricing is not None
         out: list[tuple[dict[str, Any], float]] = []
         seen = set(tried)
         over, invalid = False, 0
         for fake in trials:
+            if first and out:
+                break
             if ((out or not keep or (not over and invalid >= INVALID_LIMIT))
                     and self.clock() > deadline and not self._pricing.repeatable):
                 break
