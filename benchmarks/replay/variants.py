@@ -47,7 +47,6 @@ from autoembed.pipeline.priced_ehvi import (
     Finished,
     PricedEHVI,
     _feature,
-    _has_memory,
     spread_point,
 )
 from autoembed.pipeline.untried import RandomTrial
@@ -195,21 +194,21 @@ class RandomStartup(PricedEHVI):
 
 
 class TopFirst(PricedEHVI):
-    """The start-up spreads from the top of the memory axis down: the k-th start-up ask
-    proposes the fitting candidate nearest 1 - `spread_point(k)` of its candidates' log
-    memory range (the product's spread mirrored), so the first trial is among the largest
-    configs that fit and the best quality is known from the start."""
+    """The start-up spreads from the top of the memory axis down: the product's spread
+    (`_spread`) with each point mirrored, 1 - `spread_point(k)`, so the first trial is among
+    the largest configs that fit and the best quality is known from the start."""
 
     def _startup_proposal(self, study: Study, number: int) -> dict[str, Any] | None:
-        assert self._pricing is not None
-        if not _has_memory(self._pricing.objectives):
-            return None
-        rng, cands = self._candidates(study, number)
-        if not cands:
-            return None
-        mem = np.log([m for _, m in cands])
-        target = mem.max() - spread_point(number, self.startup, rng) * float(np.ptp(mem))
-        return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
+        from autoembed.pipeline import priced_ehvi
+
+        def mirrored(k: int, strata: int, rng: np.random.Generator) -> float:
+            return 1.0 - spread_point(k, strata, rng)
+
+        priced_ehvi.spread_point = mirrored  # type: ignore[assignment]
+        try:
+            return self._spread(study, number)
+        finally:
+            priced_ehvi.spread_point = spread_point  # type: ignore[assignment]
 
 
 class NoBootstrap(PricedEHVI):
