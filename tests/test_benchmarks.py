@@ -441,3 +441,25 @@ def test_results_jsonl_reads_plain_and_gzipped_and_drops_a_torn_tail(tmp_path: P
         path.write_bytes(data[:(before + len(data)) // 2])  # killed inside the last record
         assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
         assert results_stem(path) == tmp_path / "r"
+
+
+def test_live_60s_report_counts_each_sampler_and_a_rerun_replaces_its_rows(tmp_path, monkeypatch):
+    import live_time_budget as live
+
+    monkeypatch.setattr(live, "ROWS_60S", tmp_path / "rows.jsonl")
+    monkeypatch.setattr(live, "table_best", lambda: (0.8235, 0.0021))  # threshold 0.8214
+
+    def row(sampler: str, seed: int, valid: float, best: float) -> dict:
+        return {"sampler": sampler, "seed": seed, "valid": valid, "best_valid": best,
+                "load_start": "0", "load_end": "0", "complete": 40, "pruned": 5,
+                "pick": 3, "rule": "within-noise", "workers": 2, "commit": "abc"}
+
+    live.keep_rows([row("ehvi", 0, 0.8220, 0.8230), row("ehvi", 1, 0.8100, 0.8216)])
+    rows = live.keep_rows([row("random", 0, 0.8000, 0.8100)])
+    text = live.report_default(rows, 60)
+    assert "## `ehvi` (commit abc)" in text and "## `random`" in text
+    assert "1 of 2 (the search's best within noise: 2 of 2)" in text
+    assert "0 of 1 (the search's best within noise: 0 of 1)" in text
+    rows = live.keep_rows([row("ehvi", 0, 0.8300, 0.8300)])  # a rerun replaces ehvi's rows
+    assert sorted((r["sampler"], r["seed"]) for r in rows) == [("ehvi", 0), ("random", 0)]
+    assert "1 of 1 (the search's best within noise: 1 of 1)" in live.report_default(rows, 60)
