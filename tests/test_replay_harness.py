@@ -324,3 +324,21 @@ def test_optunas_gp_and_tpe_peers_replay_with_the_budget_as_their_constraint(
     assert len(gp._gprs_cache_list) == 3  # quality, memory, throughput
     assert len(gp._constraints_gprs_cache_list) == 2  # memory, runs
     assert "optuna-gp" in compare.PEER_METHODS and "optuna-tpe" in compare.PEER_METHODS
+
+
+def test_botorch_peer_sees_only_the_constraints_that_vary() -> None:
+    """`optuna-botorch` hands qNEHVI the constraint columns with a spread: the engine's
+    `runs` constraint is 0 on every trial that ran (BoTorch's standardization breaks on it)."""
+    import peers
+    import torch
+
+    seen = []
+    call = peers._varying_constraints(lambda x, obj, con, b, p: seen.append(con) or "ok")
+    x, obj, bounds = torch.zeros(3, 2), torch.zeros(3, 3), torch.zeros(2, 2)
+    con = torch.tensor([[-1.0, 0.0], [2.0, 0.0], [-0.5, 0.0]])  # memory overshoot, runs
+    assert call(x, obj, con, bounds, None) == "ok"
+    assert torch.equal(seen[-1], con[:, :1])
+    call(x, obj, torch.zeros(3, 2), bounds, None)
+    assert seen[-1] is None
+    call(x, obj, None, bounds, None)
+    assert seen[-1] is None

@@ -188,6 +188,12 @@ METHODS = {
              "multi-objective logEHVI, qLogEHVI with running trials) on the search's "
              "objectives, the budget as Optuna's memory constraint (Trial.set_constraint, "
              "what constraints_func feeds), full fidelity, one torch thread"),
+    "optuna-botorch": Method(
+        "optuna-botorch", peers.optuna_sampler("botorch"), needs="optuna_integration",
+        note="optuna-integration 5.0.0's BoTorchSampler with BoTorch 0.18.1's qNEHVI "
+             "(qnehvi_candidates_func; 10 random start-up trials, running trials as pending "
+             "points) on the search's objectives, the budget as Optuna's memory constraint "
+             "(Trial.set_constraint), full fidelity, one torch thread"),
     "optuna-tpe": Method(
         "optuna-tpe", peers.optuna_sampler("tpe"),
         note="Optuna's multivariate TPESampler, its defaults otherwise (10 random start-up "
@@ -199,7 +205,8 @@ METHODS = {
 PEER_METHODS = tuple(m for m in METHODS if m.startswith(("st-", "flaml-", "dehb", "optuna-")))
 # the anytime figure's methods (the tables hold every method): a readable legend
 FIGURE_METHODS = ("random-full", "random-asha", "tpe-mix-front", "ehvi-front", "ehvi-asha",
-                  "st-moasha-rankfix", "flaml-bs", "dehb", "optuna-gp", "optuna-tpe")
+                  "st-moasha-rankfix", "flaml-bs", "dehb", "optuna-gp", "optuna-tpe",
+                  "optuna-botorch")
 CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
               "tpe-mix-cost-asha", "ehvi-front", "ehvi-asha", "ehvi-rs-front",
               "ehvi-q1-front", "ehvi-rs-asha")  # the prior: reported beside
@@ -786,7 +793,8 @@ CAVEATS = """## How to read this, and what is not here
   scalarization (`dehb-scal`); Optuna's own `GPSampler` (`optuna-gp`) and multivariate
   `TPESampler` (`optuna-tpe`) with Optuna's defaults, on the search's objectives with the
   budget as Optuna's constraint (the engine's `Trial.set_constraint`); each record's `note`
-  says how it was set up. BoTorch's qNEHVI (optuna-integration) is not installed here.
+  says how it was set up; optuna-integration's `BoTorchSampler` with BoTorch's qNEHVI
+  (`optuna-botorch`) the same way.
 * Workers (the "Workers" sections): the driver is one thread that asks, prices, tells and
   logs each trial (0.38 s of MLflow and Optuna storage a trial besides the ask); a worker
   spends Ray's 0.225 s and the trial's seconds. With N workers the budget caps the compute.

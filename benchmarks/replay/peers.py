@@ -12,7 +12,9 @@ decision time are identical (README, "The peers").
   to the searcher when the trial is told.
 * `optuna_sampler`: Optuna's own model-based samplers as a user reaches for them, with
   Optuna's defaults: `GPSampler` (multi-objective, constrained: logEHVI times the chance of
-  feasibility) and multivariate `TPESampler` (c-TPE). The budget reaches them as Optuna's
+  feasibility), multivariate `TPESampler` (c-TPE) and `BoTorchSampler` (optuna-integration:
+  BoTorch's qNEHVI with the constraints, running trials as pending points). The budget
+  reaches them as Optuna's
   constraints: the engine sets `memory` (overshoot of the budget) and `runs` on every told
   trial with `Trial.set_constraint`, which is what `constraints_func` feeds (deprecated in
   Optuna 5.0 in its favour; passing both would count the memory constraint twice).
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 # package import name -> what to install (the versions the replays were made with); DEHB's
 # metadata pins numpy<2, so it goes in without its dependencies, after the ones it needs
 PEERS = {"syne_tune": "syne-tune==0.16.0", "flaml": "flaml==2.8.0",
+         "optuna_integration": "botorch==0.18.1 optuna-integration==5.0.0",
          "dehb": "ConfigSpace==1.2.2 loguru dask distributed, then pip install --no-deps "
                  "dehb==0.1.2"}
 
@@ -621,7 +624,7 @@ def dehb(score: str = "quality") -> tuple[Callable[[int, Any], DehbSampler],
 
 
 # ====================================================================== Optuna's own
-OPTUNA_KINDS = ("gp", "tpe")
+OPTUNA_KINDS = ("gp", "tpe", "botorch")
 
 
 class _OneTorchThread:
@@ -641,10 +644,26 @@ class _OneTorchThread:
             torch.set_num_threads(before)
 
 
+def _varying_constraints(candidates_func: Callable[..., Any]) -> Callable[..., Any]:
+    """`candidates_func` given only the constraint columns that vary: the engine's `runs`
+    constraint is 0 on every trial that ran, and BoTorch standardizes each outcome, so a
+    constant one (no information) breaks its GP fits (not positive definite)."""
+
+    def call(train_x: Any, train_obj: Any, train_con: Any, bounds: Any,
+             pending_x: Any) -> Any:
+        if train_con is not None:
+            keep = train_con.std(dim=0) > 0
+            train_con = train_con[:, keep] if bool(keep.any()) else None
+        return candidates_func(train_x, train_obj, train_con, bounds, pending_x)
+    return call
+
+
 def optuna_sampler(kind: str) -> Callable[[int, Any], BaseSampler]:
-    """A `harness.Method` sampler: (seed, workload) -> Optuna's `GPSampler` (`gp`) or
-    multivariate `TPESampler` (`tpe`), each with Optuna's defaults (10 random start-up
-    trials; GPSampler's qLogEHVI and TPE's constant liar see the running trials). The
+    """A `harness.Method` sampler: (seed, workload) -> Optuna's `GPSampler` (`gp`),
+    multivariate `TPESampler` (`tpe`) or optuna-integration's `BoTorchSampler` with
+    BoTorch's qNEHVI (`botorch`), each with its defaults otherwise (10 random start-up
+    trials; GPSampler's qLogEHVI, TPE's constant liar and qNEHVI's pending points see the
+    running trials). The
     study's objectives are the search's; the budget is Optuna's constraint, set by the
     engine on every told trial (module docstring). GPSampler's independent-sampling warning
     is off (a conditional param outside the intersection space is drawn at random either
@@ -662,6 +681,26 @@ def optuna_sampler(kind: str) -> Callable[[int, Any], BaseSampler]:
             with warnings.catch_warnings():  # multivariate is experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+
+        if kind == "botorch":
+            from optuna_integration import BoTorchSampler
+            from optuna_integration.botorch import qnehvi_candidates_func
+
+            class OneThreadBoTorch(_OneTorchThread, BoTorchSampler):
+                def sample_relative(self, study: Any, trial: Any,
+                                    search_space: dict[str, BaseDistribution],
+                                    ) -> dict[str, Any]:
+                    # experimental-API and unstandardized-outcome warnings at every ask
+                    # (the constant `runs` constraint has no spread): nothing to act on
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                        warnings.filterwarnings("ignore", message="Data .* is not standardized")
+                        return super().sample_relative(study, trial, search_space)
+
+            with warnings.catch_warnings():  # BoTorchSampler is experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return OneThreadBoTorch(candidates_func=_varying_constraints(
+                    qnehvi_candidates_func), consider_running_trials=True, seed=seed)
 
         class OneThreadGP(_OneTorchThread, optuna.samplers.GPSampler):
             pass
