@@ -14,10 +14,10 @@ decision time are identical (README, "The peers").
   Optuna's defaults: `GPSampler` (multi-objective, constrained: logEHVI times the chance of
   feasibility), multivariate `TPESampler` (c-TPE) and `BoTorchSampler` (optuna-integration:
   BoTorch's qNEHVI with the constraints, running trials as pending points). The budget
-  reaches them as Optuna's
-  constraints: the engine sets `memory` (overshoot of the budget) and `runs` on every told
-  trial with `Trial.set_constraint`, which is what `constraints_func` feeds (deprecated in
-  Optuna 5.0 in its favour; passing both would count the memory constraint twice).
+  reaches them as Optuna's constraints: the engine sets `memory` (overshoot of the budget)
+  and `runs` on every told trial with `Trial.set_constraint`, which is what
+  `constraints_func` feeds (deprecated in Optuna 5.0 in its favour; passing both would
+  count the memory constraint twice).
 * `DehbSampler` + `DehbScheduler`: DEHB (`dehb.DEHB`, 0.1.2) through its ask/tell
   interface: each ask is a config and a fidelity (a share of the trial's length); the
   sampler answers the trial's `suggest_*` from the config, the scheduler stops the trial at
@@ -663,11 +663,10 @@ def optuna_sampler(kind: str) -> Callable[[int, Any], BaseSampler]:
     multivariate `TPESampler` (`tpe`) or optuna-integration's `BoTorchSampler` with
     BoTorch's qNEHVI (`botorch`), each with its defaults otherwise (10 random start-up
     trials; GPSampler's qLogEHVI, TPE's constant liar and qNEHVI's pending points see the
-    running trials). The
-    study's objectives are the search's; the budget is Optuna's constraint, set by the
-    engine on every told trial (module docstring). GPSampler's independent-sampling warning
-    is off (a conditional param outside the intersection space is drawn at random either
-    way)."""
+    running trials). The study's objectives are the search's; the budget is Optuna's
+    constraint, set by the engine on every told trial (module docstring). GPSampler's
+    independent-sampling warning is off (a conditional param outside the intersection space
+    is drawn at random either way)."""
     if kind not in OPTUNA_KINDS:
         raise ValueError(f"unknown Optuna sampler {kind!r}; use one of {OPTUNA_KINDS}")
 
@@ -690,8 +689,8 @@ def optuna_sampler(kind: str) -> Callable[[int, Any], BaseSampler]:
                 def sample_relative(self, study: Any, trial: Any,
                                     search_space: dict[str, BaseDistribution],
                                     ) -> dict[str, Any]:
-                    # experimental-API and unstandardized-outcome warnings at every ask
-                    # (the constant `runs` constraint has no spread): nothing to act on
+                    # the experimental-API warning at every ask, and BoTorch's check of
+                    # outcomes it standardizes itself: nothing to act on
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                         warnings.filterwarnings("ignore", message="Data .* is not standardized")
