@@ -13,8 +13,8 @@
   seed-0/seed-1 difference as the noise unit) in at least 4 of 5 seeds. Beside the pick,
   the search's best validation quality (the best of its front): whether the search found a
   near-best config, apart from what the within-noise pick then took. `--sampler random`
-  (any of `autoembed search --sampler`) runs the same check with another sampler; rows of
-  each sampler run are kept in the file, a rerun of a sampler replaces its rows. Writes
+  (any of `autoembed search --sampler`) runs the same check with another sampler; every
+  sampler's rows are kept, a rerun of a sampler's seed replaces that row. Writes
   search_live_60s_default.md.
 
       nice -n 10 .venv/bin/python benchmarks/live_time_budget.py --data default \
@@ -138,7 +138,8 @@ def report_default(rows: list[dict[str, Any]], budget_s: int) -> str:
              "search's own noise of it, so it can be lower.", ""]
     for sampler in sorted({r["sampler"] for r in rows}, key=lambda n: (n != "ehvi", n)):
         mine = [r for r in rows if r["sampler"] == sampler]
-        lines += [f"## `{sampler}` (commit {mine[0].get('commit', '?')})", "",
+        commits = ", ".join(dict.fromkeys(str(r.get("commit", "?")) for r in mine))
+        lines += [f"## `{sampler}` (commit {commits})", "",
                   "| seed | load start | load end | trials (complete/pruned) | pick | pick "
                   "validation | within noise | search's best | within noise |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -159,11 +160,13 @@ def report_default(rows: list[dict[str, Any]], budget_s: int) -> str:
 
 
 def keep_rows(new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`ROWS_60S`'s rows with those of `new`'s samplers replaced by `new` (written back)."""
+    """`ROWS_60S`'s rows with those of `new`'s (sampler, seed) pairs replaced by `new`
+    (written back, by sampler and seed)."""
     old = ([json.loads(line) for line in ROWS_60S.read_text().splitlines() if line.strip()]
            if ROWS_60S.exists() else [])
-    samplers = {r["sampler"] for r in new}
-    rows = [r for r in old if r["sampler"] not in samplers] + new
+    redone = {(r["sampler"], r["seed"]) for r in new}
+    rows = sorted([r for r in old if (r["sampler"], r["seed"]) not in redone] + new,
+                  key=lambda r: (r["sampler"], r["seed"]))
     ROWS_60S.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return rows
 

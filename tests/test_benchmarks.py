@@ -443,7 +443,7 @@ def test_results_jsonl_reads_plain_and_gzipped_and_drops_a_torn_tail(tmp_path: P
         assert results_stem(path) == tmp_path / "r"
 
 
-def test_live_60s_report_counts_each_sampler_and_a_rerun_replaces_its_rows(tmp_path, monkeypatch):
+def test_live_60s_report_counts_each_sampler_and_a_rerun_replaces_its_seed(tmp_path, monkeypatch):
     import live_time_budget as live
 
     monkeypatch.setattr(live, "ROWS_60S", tmp_path / "rows.jsonl")
@@ -460,6 +460,9 @@ def test_live_60s_report_counts_each_sampler_and_a_rerun_replaces_its_rows(tmp_p
     assert "## `ehvi` (commit abc)" in text and "## `random`" in text
     assert "1 of 2 (the search's best within noise: 2 of 2)" in text
     assert "0 of 1 (the search's best within noise: 0 of 1)" in text
-    rows = live.keep_rows([row("ehvi", 0, 0.8300, 0.8300)])  # a rerun replaces ehvi's rows
-    assert sorted((r["sampler"], r["seed"]) for r in rows) == [("ehvi", 0), ("random", 0)]
-    assert "1 of 1 (the search's best within noise: 1 of 1)" in live.report_default(rows, 60)
+    rows = live.keep_rows([row("ehvi", 0, 0.8300, 0.8300)])  # a rerun replaces its seed
+    assert sorted((r["sampler"], r["seed"]) for r in rows) == [
+        ("ehvi", 0), ("ehvi", 1), ("random", 0)]
+    text = live.report_default(rows, 60)
+    assert "| 0 | 0 | 0 | 40/5 | trial 3 (within-noise) | 0.8300 | yes | 0.8300 | yes |" in text
+    assert "1 of 2 (the search's best within noise: 2 of 2)" in text
