@@ -187,10 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.sampler and a.data != ["default"]:
         raise SystemExit(f"--sampler {a.sampler}: only with --data default (the 120-s check "
                          "is the default search's)")
-    rows = []
+    rows, commit = [], _commit()
     for data in a.data:
         for seed in range(a.seed_from, a.seed_from + a.seeds):
-            rows.append({**one(data, seed, a.budget_s, a.sampler), "commit": _commit()})
+            rows.append({**one(data, seed, a.budget_s, a.sampler), "commit": commit})
             print(rows[-1], flush=True)
     if a.data == ["default"]:
         out = RESULTS / (a.out or "search_live_60s_default.md")

@@ -44,7 +44,8 @@ enqueued trial (start points, a retry) is not priced: its params are given.
 
 Hooks: the points where the replays' variants (benchmarks/replay/variants.py) differ from
 this rule are small methods a subclass overrides: `_random_turn` (which trials are random),
-`_startup_proposal` (the start-up), `_stand_ins` (the candidate set), `_features` (the trees'
+`_startup_proposal` (the start-up), `_spread_point` (where a start-up ask aims on the
+memory axis), `_stand_ins` (the candidate set), `_features` (the trees'
 features), `_gain` (the acquisition), `_seconds_weight` (the predicted seconds' exponent)
 and `_pending` (the running trials believed).
 
@@ -219,6 +220,11 @@ class PricedEHVI(BaseSampler):
         """A start-up proposal (None: a random one): spread over the memory axis."""
         return self._spread(study, number)
 
+    def _spread_point(self, number: int, rng: np.random.Generator) -> float:
+        """Where on the candidates' log-memory range (0: cheapest) start-up ask `number`
+        aims: `spread_point`."""
+        return spread_point(number, self.startup, rng)
+
     def _stand_ins(self, rng: np.random.Generator, number: int,
                    done: Sequence[Finished]) -> list[_RandomTrial]:
         """The stand-in trials whose configs are trial `number`'s candidates, in pricing
@@ -284,7 +290,7 @@ class PricedEHVI(BaseSampler):
         if not cands:
             return None
         mem = np.log([m for _, m in cands])
-        target = mem.min() + spread_point(number, self.startup, rng) * float(np.ptp(mem))
+        target = mem.min() + self._spread_point(number, rng) * float(np.ptp(mem))
         return dict(cands[int(np.argmin(np.abs(mem - target)))][0])
 
     def _choose(self, study: Study, number: int, done: list[Finished],

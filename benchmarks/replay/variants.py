@@ -195,20 +195,12 @@ class RandomStartup(PricedEHVI):
 
 class TopFirst(PricedEHVI):
     """The start-up spreads from the top of the memory axis down: the product's spread
-    (`_spread`) with each point mirrored, 1 - `spread_point(k)`, so the first trial is among
-    the largest configs that fit and the best quality is known from the start."""
+    (`_spread`) with each point mirrored (`_spread_point`: 1 - `spread_point(k)`), so the
+    first trial is among the largest configs that fit and the best quality is known from
+    the start."""
 
-    def _startup_proposal(self, study: Study, number: int) -> dict[str, Any] | None:
-        from autoembed.pipeline import priced_ehvi
-
-        def mirrored(k: int, strata: int, rng: np.random.Generator) -> float:
-            return 1.0 - spread_point(k, strata, rng)
-
-        priced_ehvi.spread_point = mirrored  # type: ignore[assignment]
-        try:
-            return self._spread(study, number)
-        finally:
-            priced_ehvi.spread_point = spread_point  # type: ignore[assignment]
+    def _spread_point(self, number: int, rng: np.random.Generator) -> float:
+        return 1.0 - spread_point(number, self.startup, rng)
 
 
 class NoBootstrap(PricedEHVI):
