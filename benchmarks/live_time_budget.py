@@ -183,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(search_live_120s.md; search_live_60s_default.md with --data default)")
     a = ap.parse_args(argv)
     if "default" in a.data and a.data != ["default"]:
-        raise SystemExit("--data default: run it on its own (its own results file)")
+        ap.error("--data default: run it on its own (its own results file)")
     if a.sampler and a.data != ["default"]:
-        raise SystemExit(f"--sampler {a.sampler}: only with --data default (the 120-s check "
-                         "is the default search's)")
+        ap.error(f"--sampler {a.sampler}: only with --data default (the 120-s check is the "
+                 "default search's)")
     rows, commit = [], _commit()
     for data in a.data:
         for seed in range(a.seed_from, a.seed_from + a.seeds):
