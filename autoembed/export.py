@@ -251,27 +251,15 @@ def _from_run(
 def _choose_from_study(
     study: str, pick: str | None, tracking_uri: str | None, runs_dir: Path, tmp: Path
 ) -> _Chosen:
+    """The trial `pick` names in a study: a pareto.json member, else (trial:N) a row of
+    trials.csv, else the trial's run in the tracking store."""
     sdir = _study_dir(runs_dir, study)
     vocab = sdir / VOCAB_DIR if (sdir / VOCAB_DIR).is_dir() else None
     pareto_path = sdir / "pareto.json"
     pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
     _check_pareto(pareto, pareto_path)
     members = list(pareto.get("members") or [])
-    data = pareto.get("data")
-    if pick:
-        parsed = parse_pick(pick)
-        rule, number, label = parsed.rule, parsed.trial, str(parsed)
-    else:
-        rule, number, label = "best", None, ""
-    if rule == "best":  # the search's own pick (its trial may be off the front: trial:N)
-        best = pareto.get("best")
-        if isinstance(best, int) and not isinstance(best, bool):
-            how = str(pareto.get("pick") or "")
-            label = f"search pick {how} = trial:{best}" if how and how != f"trial:{best}" \
-                else f"search pick trial:{best}"
-            rule, number = "trial", best
-        else:
-            rule, label = DEFAULT_PICK, DEFAULT_PICK
+    rule, number, label = _rule_of(pick, pareto)
     if rule != "trial":
         if not pareto:
             raise ConfigError(f"study '{study}' has no pareto.json in {sdir} (search unfinished?); "
@@ -283,15 +271,44 @@ def _choose_from_study(
         member = next((m for m in members if _trial_of(m) == number), None)
     if member is not None:
         return _Chosen(dict(member["config"]), study, _trial_of(member), label,
-                       member.get("metrics") or {}, vocab, data=data,
+                       member.get("metrics") or {}, vocab, data=pareto.get("data"),
                        params=member.get("params"), memory=_memory(member, pareto),
                        origin=member.get("origin"),
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
                                              pareto.get("stand_in")))
     assert number is not None
-    csv_path = sdir / "trials.csv"
+    return _off_front(study, number, label, members, pareto.get("data"), vocab,
+                      tracking_uri, runs_dir, tmp)
+
+
+def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | None, str]:
+    """(rule, trial number, label) of `--pick` (None: the search's own pick, itself a
+    trial:N where pareto.json names it, else DEFAULT_PICK)."""
+    if pick:
+        parsed = parse_pick(pick)
+        rule, number, label = parsed.rule, parsed.trial, str(parsed)
+    else:
+        rule, number, label = "best", None, ""
+    if rule != "best":
+        return rule, number, label
+    best = pareto.get("best")  # its trial may be off the front: trial:N
+    if isinstance(best, int) and not isinstance(best, bool):
+        how = str(pareto.get("pick") or "")
+        label = f"search pick {how} = trial:{best}" if how and how != f"trial:{best}" \
+            else f"search pick trial:{best}"
+        return "trial", best, label
+    return DEFAULT_PICK, None, DEFAULT_PICK
+
+
+def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[str, Any]],
+               data: Any, vocab: Path | None, tracking_uri: str | None, runs_dir: Path,
+               tmp: Path) -> _Chosen:
+    """Trial `number`, not a pareto.json member: its trials.csv row (through the trial
+    codec; metrics without a value left out), else its run in the tracking store; an
+    unknown trial is a ConfigError listing the known ones."""
+    csv_path = _study_dir(runs_dir, study) / "trials.csv"
     row = _csv_rows(csv_path).get(number)
-    if row is not None:  # through the trial codec; metrics without a value left out
+    if row is not None:
         _, status, raw, values = decode_csv_row(row, f"{csv_path} trial {number}")
         metrics = {k: v for k, v in values.items() if v is not None}
         _refuse_infeasible(status, f"trial {number}")
@@ -370,16 +387,7 @@ def export_config(study: str | None, out: str | Path, *, pick: str | None = None
     out_path = Path(out)
     runs = Path(runs_dir).absolute()
     fmt_name = format_of(out_path, fmt)
-    if out_path.is_dir():
-        raise ConfigError(f"--out '{out_path}' is a directory; give a file path such as best.yaml")
-    if out_path.exists() and not force:
-        raise ConfigError(f"output file '{out_path}' exists; pass --force to overwrite it")
-    if run_id is not None and pick is not None:
-        raise ConfigError("give --pick or --run-id, not both")
-    if study is not None:  # a name, never a path out of the runs directory
-        from autoembed.pipeline.study import check_study_name
-
-        check_study_name(study)
+    _check_request(out_path, study, pick, run_id, force)
     with tempfile.TemporaryDirectory(prefix="autoembed-export-") as tmpname:
         tmp = Path(tmpname)
         if run_id is not None:
@@ -396,53 +404,80 @@ def export_config(study: str | None, out: str | Path, *, pick: str | None = None
             raise ConfigError(f"--format python writes a module that rebuilds a search over "
                               f"your own model; study '{chosen.study}' searched autoembed's "
                               "models: use --format yaml or json")
-        raw, notes = dict(chosen.raw), list(chosen.notes)
-        if not raw.get("data"):
-            if isinstance(chosen.data, Mapping):
-                raw["data"] = dict(chosen.data)
-            elif isinstance(chosen.data, str):
-                raw["data"] = {"name": chosen.data}
-            else:
-                notes.append("no data spec was recorded with this config; add a `data:` key")
-        where = f"study '{chosen.study}' trial {chosen.trial}"
-        cfg = config_from_dict(raw, where).resolve()
-        source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
-                                  "pick": chosen.pick}
-        if chosen.run_id is not None:
-            source["run_id"] = chosen.run_id
-        source["metrics"] = {
-            k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
-        if chosen.memory is not None:
-            source["memory"] = dict(chosen.memory)
-        extra: dict[str, Any] = {"source": source}
-        length = training_of(chosen.metrics)
-        if length:
-            extra[TRAIN_KEY] = length
-        if chosen.trained_on is not None:
-            extra[TRAINED_ON_KEY] = dict(chosen.trained_on)
+        return _export_builtin(chosen, out_path, fmt_name)
+
+
+def _check_request(out: Path, study: str | None, pick: str | None, run_id: str | None,
+                   force: bool) -> None:
+    """Bad arguments, before anything is read: ConfigError."""
+    if out.is_dir():
+        raise ConfigError(f"--out '{out}' is a directory; give a file path such as best.yaml")
+    if out.exists() and not force:
+        raise ConfigError(f"output file '{out}' exists; pass --force to overwrite it")
+    if run_id is not None and pick is not None:
+        raise ConfigError("give --pick or --run-id, not both")
+    if study is not None:  # a name, never a path out of the runs directory
+        from autoembed.pipeline.study import check_study_name
+
+        check_study_name(study)
+
+
+def _export_builtin(chosen: _Chosen, out: Path, fmt: str) -> Exported:
+    """Write a trial of autoembed's models: its config, resolved, with the file's extra
+    keys (`_extra_keys`) and the neighbours it names."""
+    from autoembed.config.io import config_text
+    from autoembed.files import atomic_write_text
+
+    raw, notes = dict(chosen.raw), list(chosen.notes)
+    if not raw.get("data"):
+        if isinstance(chosen.data, Mapping):
+            raw["data"] = dict(chosen.data)
+        elif isinstance(chosen.data, str):
+            raw["data"] = {"name": chosen.data}
         else:
-            notes.append(f"{where}: its record holds no trained config (only pareto.json's "
-                         "members carry one), so `autoembed train` trains the priced config "
-                         "at full size, not a rerun of the trial")
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        vocab_dst = None
-        if chosen.vocab is not None:
-            vocab_dst = _copy_vocab(chosen.vocab, out_path.parent)
-            extra["vocab"] = vocab_dst.name
-        if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
-            from autoembed.models.hot_cold import HOT_SETS_KEY, export_hot_sets
+            notes.append("no data spec was recorded with this config; add a `data:` key")
+    cfg = config_from_dict(raw, f"study '{chosen.study}' trial {chosen.trial}").resolve()
+    extra = _extra_keys(chosen, notes)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vocab_dst = None
+    if chosen.vocab is not None:
+        vocab_dst = _copy_vocab(chosen.vocab, out.parent)
+        extra["vocab"] = vocab_dst.name
+    if any(t.compression == "hot_cold" for t in resolved_tables(cfg)):
+        from autoembed.models.hot_cold import HOT_SETS_KEY, export_hot_sets
 
-            hot, note = export_hot_sets(cfg, out_path.parent, chosen.vocab)
-            if hot is not None:
-                extra[HOT_SETS_KEY] = hot.name
-            if note is not None:
-                notes.append(note)
-        from autoembed.config.io import config_text
-        from autoembed.files import atomic_write_text
-
-        atomic_write_text(out_path, config_text(cfg, fmt_name, extra))
-    return Exported(out_path, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
+        hot, note = export_hot_sets(cfg, out.parent, chosen.vocab)
+        if hot is not None:
+            extra[HOT_SETS_KEY] = hot.name
+        if note is not None:
+            notes.append(note)
+    atomic_write_text(out, config_text(cfg, fmt, extra))
+    return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     vocab_dst, tuple(notes))
+
+
+def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
+    """The file's keys beside the config: `source` (study, trial, pick, run id, metrics,
+    memory), the training length and the trained config (a note, appended, without it)."""
+    source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
+                              "pick": chosen.pick}
+    if chosen.run_id is not None:
+        source["run_id"] = chosen.run_id
+    source["metrics"] = {
+        k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
+    if chosen.memory is not None:
+        source["memory"] = dict(chosen.memory)
+    extra: dict[str, Any] = {"source": source}
+    length = training_of(chosen.metrics)
+    if length:
+        extra[TRAIN_KEY] = length
+    if chosen.trained_on is not None:
+        extra[TRAINED_ON_KEY] = dict(chosen.trained_on)
+    else:
+        notes.append(f"study '{chosen.study}' trial {chosen.trial}: its record holds no "
+                     "trained config (only pareto.json's members carry one), so `autoembed "
+                     "train` trains the priced config at full size, not a rerun of the trial")
+    return extra
 
 
 def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:

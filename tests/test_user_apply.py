@@ -130,6 +130,26 @@ def test_bad_configs_are_one_line_errors() -> None:
         autoembed.apply(model, cached)  # the head could not read the host rows
 
 
+def test_a_refused_config_rewrites_no_table() -> None:
+    """Every table is checked before any is rewritten: a refusal leaves the user's model."""
+    class Three(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Embedding(20, 4)
+            self.b = nn.Embedding(20, 4)
+            self.c = nn.Embedding(20, 4)
+            self.c.weight = self.b.weight  # b and c: one weight
+
+    model = Three()
+    before = {n: m for n, m in model.named_children()}
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 20, compression="hash", hash_buckets=8),
+                                  TableConfig("b", 20), TableConfig("c", 20)), dim=4)
+    with pytest.raises(ConfigError, match="tables 'b' and 'c' share one weight"):
+        autoembed.apply(model, cfg)
+    assert {n: m for n, m in model.named_children()} == before  # 'a' kept, not hashed
+    assert type(model.a) is nn.Embedding and model.a.num_embeddings == 20
+
+
 def test_materialize_refuses_buffers_without_values() -> None:
     with torch.device("meta"):
         model = seed_mean.build_model(vocab=100, dim=4)

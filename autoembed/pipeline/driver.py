@@ -149,12 +149,7 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
         plan.save_space()
         tracker.start(plan.name, plan.tracker_params(), plan.space_file)
         if on_recovered is not None:  # told once every check has passed: bad input is one line
-            if plan.start and not stored.meta:
-                names = ", ".join(p.name for p in plan.start)
-                on_recovered(f"start points: {len(plan.start)} ({names}), trained first")
-            notes = getattr(executor, "notes", None)  # an Executor object may have none
-            for line in (plan.time_limit.describe(), *(notes(plan) if callable(notes) else ())):
-                on_recovered(line)
+            _announce(plan, not stored.meta, executor, on_recovered)
         engine = SearchEngine(
             study, SearchSettings.of(plan), progress=progress,
             scheduler=AshaScheduler(plan.objective_pairs) if plan.multi_fidelity else None,
@@ -163,20 +158,40 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
         try:
             executor.run(engine, plan)
         except BaseException as exc:  # running trials failed and re-queued, as --resume does
-            engine.abandon(INTERRUPTED)
-            try:
-                rec = _recover(study, stored, plan)
-                rows = studies.load_rows(study)
-                engine.recorder.catch_up(rows.values())
-                line = _stopped_line(plan, rows.values(), rec)
-                if isinstance(exc, KeyboardInterrupt):
-                    raise Interrupted(line) from None  # the CLI's one line
-                if on_recovered is not None:
-                    on_recovered(f"stopped ({type(exc).__name__}): {line}")
-            finally:
-                tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            _stopped(exc, engine, study, stored, plan, tracker, on_recovered)
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
+
+
+def _announce(plan: SearchPlan, new: bool, executor: Any,
+              say: Callable[[str], None]) -> None:
+    """The lines a search says before its first trial: its start points (a `new` study's),
+    its time limit, the executor's notes."""
+    if plan.start and new:
+        names = ", ".join(p.name for p in plan.start)
+        say(f"start points: {len(plan.start)} ({names}), trained first")
+    notes = getattr(executor, "notes", None)  # an Executor object may have none
+    for line in (plan.time_limit.describe(), *(notes(plan) if callable(notes) else ())):
+        say(line)
+
+
+def _stopped(exc: BaseException, engine: SearchEngine, study: Any,
+             stored: studies.StoredStudy, plan: SearchPlan, tracker: SearchTracker,
+             on_recovered: Callable[[str], None] | None) -> None:
+    """A search stopped by `exc`: its running trials failed and re-queued, every finished
+    row recorded, the tracker's run closed; Ctrl-C raises Interrupted (the CLI's one line)."""
+    engine.abandon(INTERRUPTED)
+    try:
+        rec = _recover(study, stored, plan)
+        rows = studies.load_rows(study)
+        engine.recorder.catch_up(rows.values())
+        line = _stopped_line(plan, rows.values(), rec)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(line) from None
+        if on_recovered is not None:
+            on_recovered(f"stopped ({type(exc).__name__}): {line}")
+    finally:
+        tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
 
 
 def _kept(rows: Iterable[TrialRow]) -> tuple[int, str]:

@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autoembed.errors import ConfigError
@@ -321,11 +321,30 @@ def run_sharded(payload: Mapping[str, Any],
     makes (an `autoembed.trial.Evaluation`) -> False to stop the trial (every rank's loop
     then raises TrialStopped: status "pruned"). A rank's failure is a RuntimeError naming
     it; bad input a ConfigError."""
-    import multiprocessing.connection as mpc
+    world = int(payload["topology"]["world_size"])
+    procs, conns = _spawn_ranks(payload, world)
+    results: dict[int, Any] = {}
+    try:
+        _gather(conns, procs, channel, payload.get("timeout_s", 600), results)
+    finally:
+        for p in procs:
+            p.join(timeout=5 if all(r[0] == "ok" for r in results.values()) else 0.1)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    errors = [r[1] for r in results.values() if r[0] == "error"]
+    if errors:
+        if errors[0].split(": ", 1)[-1].startswith("ConfigError"):
+            raise ConfigError(errors[0].split("ConfigError: ", 1)[-1])
+        raise RuntimeError(errors[0])
+    return [results[r][1] for r in range(world)]
 
+
+def _spawn_ranks(payload: Mapping[str, Any], world: int) -> tuple[list[Any], list[Any]]:
+    """Start the `world` rank processes (spawn, MEASURE_ENV in their environment): the
+    processes and the parent's end of each one's pipe, rank order."""
     import torch.multiprocessing as mp
 
-    world = int(payload["topology"]["world_size"])
     ctx = mp.get_context("spawn")
     saved = {k: os.environ.get(k) for k in MEASURE_ENV}
     os.environ.update(MEASURE_ENV)  # the children read these at start
@@ -346,40 +365,34 @@ def run_sharded(payload: Mapping[str, Any],
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    results: dict[int, Any] = {}
-    timeout = payload.get("timeout_s", 600)
+    return procs, conns
+
+
+def _gather(conns: Sequence[Any], procs: Sequence[Any], channel: Callable[[Any], bool] | None,
+            timeout: float | None, results: dict[int, Any]) -> None:
+    """Each rank's last message into `results` (rank -> ("ok", result) or ("error", why)),
+    answering rank 0's evaluations (`decide`) meanwhile; stops at the first error. A
+    RuntimeError after `timeout` seconds (None: none)."""
+    import multiprocessing.connection as mpc
+
     deadline = time.monotonic() + (float("inf") if timeout is None else float(timeout))
-    try:
-        pending = list(conns)
-        while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"sharded trial timed out after {timeout} s")
-            for c in mpc.wait(pending, timeout=min(left, 5.0)):
-                assert isinstance(c, mpc.Connection)
-                rank = conns.index(c)
-                try:
-                    msg = c.recv()
-                    if msg[0] == "eval":  # rank 0's report: continue (True) or stop
-                        c.send(decide(channel, msg[1]))
-                        continue
-                    results[rank] = msg
-                except EOFError:
-                    results[rank] = ("error", f"rank {rank}: the process died "
-                                     f"(exit {procs[rank].exitcode})")
-                pending.remove(c)
-                if results[rank][0] == "error":
-                    pending = []
-                    break
-    finally:
-        for p in procs:
-            p.join(timeout=5 if all(r[0] == "ok" for r in results.values()) else 0.1)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    errors = [r[1] for r in results.values() if r[0] == "error"]
-    if errors:
-        if errors[0].split(": ", 1)[-1].startswith("ConfigError"):
-            raise ConfigError(errors[0].split("ConfigError: ", 1)[-1])
-        raise RuntimeError(errors[0])
-    return [results[r][1] for r in range(world)]
+    pending = list(conns)
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"sharded trial timed out after {timeout} s")
+        for c in mpc.wait(pending, timeout=min(left, 5.0)):
+            assert isinstance(c, mpc.Connection)
+            rank = conns.index(c)
+            try:
+                msg = c.recv()
+                if msg[0] == "eval":  # rank 0's report: continue (True) or stop
+                    c.send(decide(channel, msg[1]))
+                    continue
+                results[rank] = msg
+            except EOFError:
+                results[rank] = ("error", f"rank {rank}: the process died "
+                                 f"(exit {procs[rank].exitcode})")
+            pending.remove(c)
+            if results[rank][0] == "error":
+                return

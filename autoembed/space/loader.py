@@ -473,17 +473,7 @@ def _parse_param(
         rule = PARAM_RULES.get(name)
     when = _parse_when(spec.get("when"), key, earlier, base, source, scope)
     if "choices" in spec:
-        extra = [k for k in ("type", "low", "high", "log", "step", "multiple_of", "grid")
-                 if k in spec]
-        if extra:
-            raise space_error(source, f"{key}.{extra[0]}", spec[extra[0]],
-                        "give either `choices` or a `low`/`high` range, not both")
-        choices = spec["choices"]
-        _check_rule("choices", choices, f"{key}.choices", source)
-        values = tuple(_check_choice(name, c, f"{key}.choices", source, rule) for c in choices)
-        if len(set(map(_label, values))) != len(values):
-            raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
-        return Param(name, "categorical", choices=values, when=when)
+        return _categorical(name, spec, key, source, rule, when)
     if (rule is None and field_rule) or (rule is not None and rule.kind == "choice"):
         raise space_error(source, key, dict(spec), "is categorical: give `choices: [...]`")
     if "low" not in spec or "high" not in spec:
@@ -507,36 +497,73 @@ def _parse_param(
     _check_rule("log", log, f"{key}.log", source)
     if log and low <= 0:
         raise space_error(source, f"{key}.low", low, "a log-scale range needs low > 0")
+    step, mult = _step(spec, kind, key, source), _multiple_of(spec, kind, key, source)
+    grid = _grid(spec, kind, mult, key, source)
+    return Param(name, kind, low=low, high=high, log=log, step=step, multiple_of=mult,
+                 when=when, grid=grid)
+
+
+def _categorical(name: str, spec: Mapping[str, Any], key: str, source: str, rule: Any,
+                 when: Any) -> Param:
+    """A `choices:` param: each choice checked against `rule`, none repeated."""
+    extra = [k for k in ("type", "low", "high", "log", "step", "multiple_of", "grid")
+             if k in spec]
+    if extra:
+        raise space_error(source, f"{key}.{extra[0]}", spec[extra[0]],
+                          "give either `choices` or a `low`/`high` range, not both")
+    choices = spec["choices"]
+    _check_rule("choices", choices, f"{key}.choices", source)
+    values = tuple(_check_choice(name, c, f"{key}.choices", source, rule) for c in choices)
+    if len(set(map(_label, values))) != len(values):
+        raise space_error(source, f"{key}.choices", choices, "must not repeat a value")
+    return Param(name, "categorical", choices=values, when=when)
+
+
+def _step(spec: Mapping[str, Any], kind: str, key: str, source: str) -> Any:
+    """A range's `step` (None: none), never with log."""
     step = spec.get("step")
     if step is not None:
         _check_rule(f"{kind}.step", step, f"{key}.step", source)
-        if log:
+        if spec.get("log", False):
             raise space_error(source, f"{key}.step", step, "cannot be combined with log: true")
+    return step
+
+
+def _multiple_of(spec: Mapping[str, Any], kind: str, key: str, source: str) -> Any:
+    """An int range's `multiple_of` (None: none): never with step, some multiple in range
+    (on a log scale, one >= 1)."""
     mult = spec.get("multiple_of")
-    if mult is not None:
-        if kind != "int":
-            raise space_error(source, f"{key}.multiple_of", mult, "applies to an int param only")
-        _check_rule("multiple_of", mult, f"{key}.multiple_of", source)
-        if step is not None:
-            raise space_error(source, f"{key}.multiple_of", mult, "cannot be combined with step")
-        if math.ceil(low / mult) > math.floor(high / mult):
-            raise space_error(source, key, f"low={low}, high={high}, multiple_of={mult}",
-                        "empty range: no multiple of it lies in [low, high]")
-        if log and math.ceil(low / mult) < 1:
-            raise space_error(source, f"{key}.low", low,
-                              "a log-scale range needs low >= multiple_of")
-    grid = spec.get("grid")
-    grid_t: tuple[Any, ...] = ()
-    if grid is not None:
-        _check_rule("grid", grid, f"{key}.grid", source)
-        for g in grid:
-            if not is_number(g) or not low <= g <= high or (
-                    kind == "int" and (not isinstance(g, int) or g % (mult or 1))):
-                raise space_error(source, f"{key}.grid", g, f"must lie in [{low}, {high}]"
-                            + (f" and be a multiple of {mult}" if mult else ""))
-        grid_t = tuple(sorted(set(grid)))
-    return Param(name, kind, low=low, high=high, log=log, step=step, multiple_of=mult,
-                 when=when, grid=grid_t)
+    if mult is None:
+        return None
+    low, high = spec["low"], spec["high"]
+    if kind != "int":
+        raise space_error(source, f"{key}.multiple_of", mult, "applies to an int param only")
+    _check_rule("multiple_of", mult, f"{key}.multiple_of", source)
+    if spec.get("step") is not None:
+        raise space_error(source, f"{key}.multiple_of", mult, "cannot be combined with step")
+    if math.ceil(low / mult) > math.floor(high / mult):
+        raise space_error(source, key, f"low={low}, high={high}, multiple_of={mult}",
+                          "empty range: no multiple of it lies in [low, high]")
+    if spec.get("log", False) and math.ceil(low / mult) < 1:
+        raise space_error(source, f"{key}.low", low,
+                          "a log-scale range needs low >= multiple_of")
+    return mult
+
+
+def _grid(spec: Mapping[str, Any], kind: str, mult: Any, key: str,
+          source: str) -> tuple[Any, ...]:
+    """A range's `grid` (() : none), sorted, each point in [low, high] (an int range's, a
+    multiple of `mult`)."""
+    grid, low, high = spec.get("grid"), spec["low"], spec["high"]
+    if grid is None:
+        return ()
+    _check_rule("grid", grid, f"{key}.grid", source)
+    for g in grid:
+        if not is_number(g) or not low <= g <= high or (
+                kind == "int" and (not isinstance(g, int) or g % (mult or 1))):
+            raise space_error(source, f"{key}.grid", g, f"must lie in [{low}, {high}]"
+                              + (f" and be a multiple of {mult}" if mult else ""))
+    return tuple(sorted(set(grid)))
 
 
 WHEN_RULE = "a condition must name a param listed above it (searched or fixed)"

@@ -238,6 +238,51 @@ def _paths(model: nn.Module, module: nn.Module) -> list[str]:
     return [p for p, m in model.named_modules(remove_duplicate=False) if m is module]
 
 
+def _plans(model: nn.Module, config: Any,
+           untie: bool) -> list[tuple[Any, Any, list[tuple[str, str]]]]:
+    """(table settings, the user's module, its ties: (module path, parameter name) of each
+    other parameter holding its weight) of each table `config` names; a ConfigError, before
+    any table is rewritten, when two names reach one module, a table's weight is another
+    named table's, or a host_cached table is tied (unless `untie`)."""
+    from autoembed.config import resolved_tables
+
+    plans: list[tuple[Any, Any, list[tuple[str, str]]]] = []
+    for ts in resolved_tables(config):
+        old = _module(model, ts.name)
+        same = next((t.name for t, o, _ in plans if o is old), None)
+        if same is not None:
+            raise ConfigError(f"tables '{same}' and '{ts.name}' are one module (two paths to "
+                              "it); configure it once")
+        plans.append((ts, old, _tied(model, old.weight, old)))
+    names = {ts.name for ts, _, _ in plans}
+    for ts, _, ties in plans:
+        for path, _ in ties:
+            if path in names:
+                raise ConfigError(f"tables '{ts.name}' and '{path}' share one weight; configure "
+                                  "only one of them (the other follows it)")
+        if config.placement == "host_cached" and ties and not untie:
+            raise ConfigError(f"table '{ts.name}' is tied to '{ties[0][0]}', and a host_cached "
+                              "table's rows live on the host, where a head cannot read them "
+                              "each step; apply with untie=True or placement device")
+    return plans
+
+
+def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, str]],
+             untie: bool) -> None:
+    """Put `layer` at every path to `old` (one table, replaced everywhere); each tied
+    parameter becomes a copy of its rows (`untie`) or reads them from `layer`."""
+    for path in _paths(model, old):
+        parent, _, attr = path.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, layer)
+    for path, pname in ties:
+        head = model.get_submodule(path)
+        if untie:
+            full = layer.full_weight().detach().clone()
+            head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
+        else:
+            _decode_into(head, pname, layer)
+
+
 def apply(model: nn.Module, config: Any, *, untie: bool = False,
           hot_sets: Any = None, from_trained: bool = False,
           checkpoint: Sequence[str] = ()) -> nn.Module:
@@ -258,25 +303,8 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         raise ConfigError("config key 'robe_shared' = True: apply gives each table of your "
                           "model its own robe array; set robe_shared false (one shared array "
                           "is for config-built models)")
-    plans: list[tuple[Any, Any, list[tuple[str, str]]]] = []
-    for ts in resolved_tables(config):
-        old = _module(model, ts.name)
-        same = next((t.name for t, o, _ in plans if o is old), None)
-        if same is not None:
-            raise ConfigError(f"tables '{same}' and '{ts.name}' are one module (two paths to "
-                              "it); configure it once")
-        plans.append((ts, old, _tied(model, old.weight, old)))
-    names = {ts.name for ts, _, _ in plans}
-    for ts, old, ties in plans:
-        for path, _ in ties:
-            if path in names:
-                raise ConfigError(f"tables '{ts.name}' and '{path}' share one weight; configure "
-                                  "only one of them (the other follows it)")
-        cached = config.placement == "host_cached"
-        if cached and ties and not untie:
-            raise ConfigError(f"table '{ts.name}' is tied to '{ties[0][0]}', and a host_cached "
-                              "table's rows live on the host, where a head cannot read them "
-                              "each step; apply with untie=True or placement device")
+    cached = config.placement == "host_cached"
+    for ts, old, ties in _plans(model, config, untie):
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
         _check_forward(old, ts.name)
@@ -285,16 +313,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
             _start_cached(layer, old, from_trained)
         elif from_trained:
             _fit(layer, old, ts.name)
-        for path in _paths(model, old):  # every path to it: one table, replaced everywhere
-            parent, _, attr = path.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, attr, layer)
-        for path, pname in ties:
-            head = model.get_submodule(path)
-            if untie:
-                full = layer.full_weight().detach().clone()
-                head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
-            else:
-                _decode_into(head, pname, layer)
+        _replace(model, old, layer, ties, untie)
         _guard_transformers(model, ts.name, layer, [p for p, _ in ties])
     if checkpoint:
         checkpoint_modules(model, checkpoint)
