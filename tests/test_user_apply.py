@@ -148,6 +148,12 @@ def test_a_refused_config_rewrites_no_table() -> None:
         autoembed.apply(model, cfg)
     assert {n: m for n, m in model.named_children()} == before  # 'a' kept, not hashed
     assert type(model.a) is nn.Embedding and model.a.num_embeddings == 20
+    model.d = nn.Embedding(20, 4, sparse=True)  # a qr table cannot take sparse gradients
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 20, compression="hash", hash_buckets=8),
+                                  TableConfig("d", 20, compression="qr")), dim=4)
+    with pytest.raises(ConfigError, match="sparse"):
+        autoembed.apply(model, cfg)
+    assert type(model.a) is nn.Embedding and type(model.d) is nn.Embedding
 
 
 def test_materialize_refuses_buffers_without_values() -> None:

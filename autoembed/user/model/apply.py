@@ -289,7 +289,9 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
     """Rewrite the tables `config` names (by module path) in place; returns `model`.
     `hot_sets` (table -> sorted ids, `models.hot_cold.load_hot_sets`): the hot/cold tables'
     hot sets, else ids 0..hot-1. `from_trained`: rows fitted to the trained table
-    (`models.compress_init.fit_to`). `checkpoint`: `checkpoint_modules`, after the rewrite."""
+    (`models.compress_init.fit_to`). `checkpoint`: `checkpoint_modules`, after the rewrite.
+    Every table is checked and its new layer made before any module is replaced: a refused
+    table (ConfigError) leaves the model as it was."""
     from autoembed.config import resolved_tables
 
     _a_module(model, "apply")
@@ -304,6 +306,7 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
                           "model its own robe array; set robe_shared false (one shared array "
                           "is for config-built models)")
     cached = config.placement == "host_cached"
+    layers = []  # every new layer is made (and refused) before any module is replaced
     for ts, old, ties in _plans(model, config, untie):
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
@@ -313,8 +316,10 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
             _start_cached(layer, old, from_trained)
         elif from_trained:
             _fit(layer, old, ts.name)
+        layers.append((ts.name, old, layer, ties))
+    for name, old, layer, ties in layers:
         _replace(model, old, layer, ties, untie)
-        _guard_transformers(model, ts.name, layer, [p for p, _ in ties])
+        _guard_transformers(model, name, layer, [p for p, _ in ties])
     if checkpoint:
         checkpoint_modules(model, checkpoint)
     return model
