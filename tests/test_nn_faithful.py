@@ -251,9 +251,30 @@ def test_apply_keeps_include_last_offset_shape_and_frozen_tables() -> None:
 
     model = autoembed.apply(Frozen(), EmbeddingConfig(tables=(
         TableConfig("emb", V, compression="qr", qr_collisions=4),
-        TableConfig("bag", V, compression="hash", hash_buckets=11)), dim=D))
+        TableConfig("bag", V, compression="hash", hash_buckets=11)), dim=D), from_trained=True)
     assert not any(p.requires_grad for p in model.parameters())
     assert model.bag(FLAT, OFFSETS).shape == (3, D)  # 4 offsets, the last one ends bag 3
+
+
+@pytest.mark.parametrize("table", [{"compression": "hash", "hash_buckets": 11}, {"dim": D // 2}])
+def test_apply_refuses_to_turn_a_frozen_pretrained_table_into_random_rows(table: dict) -> None:
+    pretrained = torch.randn(V, D) * 0.1 + 0.5
+
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Embedding.from_pretrained(pretrained, freeze=True),
+                             nn.Embedding(V, D))
+
+    cfg = {"tables": [{"name": "0", "vocab_size": V, **table}]}
+    with pytest.raises(ConfigError, match="'0' is frozen .* from_trained=True") as e:
+        autoembed.apply(model(), cfg)
+    assert "\n" not in str(e.value)
+    fitted = autoembed.apply(model(), cfg, from_trained=True)  # rows near the pretrained ones
+    assert abs(float(fitted[0].weight.mean()) - float(pretrained.mean())) < 0.05
+    trainable = autoembed.apply(model(), {"tables": [{**cfg["tables"][0], "name": "1"}]})
+    assert not isinstance(trainable[1], nn.Embedding)  # a table that trains starts at random
+    with torch.device("meta"):  # no values to lose: it starts as any table
+        on_meta = nn.Sequential(nn.Embedding(V, D).requires_grad_(False))
+    assert not autoembed.apply(on_meta, cfg)[0].weight.requires_grad
 
 
 @pytest.mark.parametrize(("module", "compression", "says"), [

@@ -76,6 +76,22 @@ def _check_forward(old: nn.Module, path: str) -> None:
                           "compress a plain nn.Embedding / nn.EmbeddingBag, or leave it out")
 
 
+def _check_frozen(old: Any, ts: Any) -> None:
+    """A frozen table with values (pretrained rows, say) is refused unless fitted: its
+    rewritten layer would start at random draws that never train (on meta or fake tensors
+    there are no values to lose)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    w = old.weight
+    if w.requires_grad or w.is_meta or is_fake(w):
+        return
+    how = f"compression {ts.compression}" if ts.dim == old.embedding_dim else f"dim {ts.dim}"
+    raise ConfigError(f"config table '{ts.name}': module '{ts.name}' is frozen (requires_grad "
+                      f"False), so under {how} its rows would start at random and never "
+                      "train; apply with from_trained=True (fitted to its values; in a search, "
+                      "an apply= that passes it), or leave it out")
+
+
 def _tied(model: nn.Module, weight: torch.Tensor, skip: nn.Module) -> list[tuple[str, str]]:
     """(module path, parameter name) of other modules holding `weight` itself."""
     out = []
@@ -311,6 +327,8 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
         _check_forward(old, ts.name)
+        if not (from_trained or (cached and ts.compression == "none")):
+            _check_frozen(old, ts)
         layer = _new_layer(old, ts, hot_sets, config, from_trained)
         if cached:
             _start_cached(layer, old, from_trained)
