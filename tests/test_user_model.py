@@ -193,6 +193,53 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
         assert text in msg and "\n" not in msg, msg
 
 
+class ValueDependent(nn.Module):
+    """A forward that runs on real ids and not on a trace's fake ones: `how` picks the op."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.emb, self.how = nn.Embedding(V, D), how
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.how == "mask":  # drop the padding ids: a shape the values decide
+            return self.emb(ids[ids != 0]).sum()
+        if self.how == "unique":
+            return self.emb(torch.unique(ids)).sum()
+        return self.emb(ids[:, : int(ids.max()) % 3 + 1]).sum()  # a tensor's value read
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("mask", "calls aten.nonzero.default, whose output's shape depends on the values"),
+    ("unique", "calls aten._unique2.default, whose output's shape depends on the values"),
+    ("item", "reads a tensor's value (.item(), int(), bool()"),
+])
+def test_a_forward_whose_shapes_depend_on_the_ids_is_refused_as_such(how: str, says: str) -> None:
+    ids = torch.randint(1, V, (4, 5))
+    ValueDependent(how)(ids).backward()  # it runs on the real ids
+    with pytest.raises(ConfigError) as info:
+        estimate_model(ValueDependent(how), ids)
+    msg = str(info.value)
+    assert msg.startswith("the model's step cannot be priced: module '(root)' (ValueDependent)")
+    assert says in msg and "fake tensors" in msg and "fixed shapes" in msg and "\n" not in msg
+
+
+class TakesADict(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.emb(batch["ids"]).sum()
+
+
+def test_a_dict_example_for_a_forward_taking_one_dict_says_how_to_pass_it() -> None:
+    batch = {"ids": torch.randint(0, V, (4, 5))}
+    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'ids'; a dict example "
+                       r"is passed as model\(\*\*example\): .* give \(example,\)"):
+        estimate_model(TakesADict, batch)
+    assert estimate_model(TakesADict, (batch,)).parameters == block(V * D * 4)
+
+
 def test_budget_is_what_budget_of_takes_and_is_checked_before_the_trace() -> None:
     built: list[int] = []
 

@@ -207,11 +207,42 @@ def _run_step(step: UserStep, example: Any, loss: LossFn) -> None:
         at = stack[-1] if stack else ""
         where = f"module '{at or '(root)'}' ({type(step.model.get_submodule(at)).__name__})" \
             if stack else "the loss or backward"
-        raise ConfigError(f"the example does not run through the model: {where} raised "
-                          f"{type(e).__name__}: {first_line(e)}") from None
+        raise ConfigError(_why_not(e, where, example)) from None
     finally:
         for h in handles:
             h.remove()
+
+
+# what a trace on fake tensors cannot run: an op whose output depends on the values
+_SCALAR_OP = "aten._local_scalar_dense.default"  # .item(), int(), bool(), .tolist()
+
+
+def _why_not(e: Exception, where: str, example: Any) -> str:
+    """The one line of a forward that raised on the traced (fake) example: an op whose output
+    depends on the example's values, which fake tensors do not have, is named as such; a
+    dict example whose keys the forward does not take says how a dict is passed."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+
+    if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)):
+        op = str(e.func)
+        what = ("reads a tensor's value (.item(), int(), bool(), .tolist() or an `if` on a "
+                "tensor)" if op == _SCALAR_OP else f"calls {op}, whose output's shape "
+                "depends on the values (a boolean mask, nonzero, unique, ...)")
+        return (f"the model's step cannot be priced: {where} {what}, and the step is traced on "
+                "fake tensors, which have shapes but no values; give the forward fixed shapes "
+                "(multiply by a mask rather than index with it; pass counts and offsets as "
+                "inputs computed outside the forward)")
+    msg = (f"the example does not run through the model: {where} raised "
+           f"{type(e).__name__}: {first_line(e)}")
+    at_call = isinstance(e, TypeError) and where.startswith("module '(root)'")
+    if at_call and isinstance(example, dict) and any(
+            s in str(e) for s in ("unexpected keyword", "required positional")):
+        msg += ("; a dict example is passed as model(**example): for a forward that takes "
+                "the dict as one argument, give (example,)")
+    return msg
 
 
 def _qual(fn: Any) -> str:
