@@ -268,6 +268,8 @@ def test_apply_refuses_to_turn_a_frozen_pretrained_table_into_random_rows(table:
     with pytest.raises(ConfigError, match="'0' is frozen .* from_trained=True") as e:
         autoembed.apply(model(), cfg)
     assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="'0' is frozen"):  # priced (fake tensors) as trained
+        autoembed.estimate_model(lambda: autoembed.apply(model(), cfg), IDS)
     fitted = autoembed.apply(model(), cfg, from_trained=True)  # rows near the pretrained ones
     assert abs(float(fitted[0].weight.mean()) - float(pretrained.mean())) < 0.05
     trainable = autoembed.apply(model(), {"tables": [{**cfg["tables"][0], "name": "1"}]})

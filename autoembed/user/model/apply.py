@@ -78,12 +78,11 @@ def _check_forward(old: nn.Module, path: str) -> None:
 
 def _check_frozen(old: Any, ts: Any) -> None:
     """A frozen table with values (pretrained rows, say) is refused unless fitted: its
-    rewritten layer would start at random draws that never train (on meta or fake tensors
-    there are no values to lose)."""
-    from torch._subclasses.fake_tensor import is_fake
-
+    rewritten layer would start at random draws that never train. On the meta device there
+    are no values to lose; fake tensors (a priced trace) stand for real ones, so a search
+    refuses it when it prices, as its trial would when it trains."""
     w = old.weight
-    if w.requires_grad or w.is_meta or is_fake(w):
+    if w.requires_grad or w.is_meta:
         return
     how = f"compression {ts.compression}" if ts.dim == old.embedding_dim else f"dim {ts.dim}"
     raise ConfigError(f"config table '{ts.name}': module '{ts.name}' is frozen (requires_grad "
