@@ -125,6 +125,21 @@ def test_model_from_a_file_path(spec: str, tmp_path: Path, monkeypatch: pytest.M
         assert "pkg.twotower" in __import__("sys").modules
 
 
+def test_an_apply_file_without_dims_takes_the_models_dims(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--apply FILE` reads a table without a dim at its module's (16), as
+    `autoembed.apply(model, FILE)` does; it used to take the config default 64 and refuse."""
+    (tmp_path / "twotower.py").write_text(TWO_TOWER)
+    (tmp_path / "hashed.yaml").write_text(
+        "tables:\n  - {name: user, vocab_size: 5000, compression: hash, hash_buckets: 512}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert main(["estimate", "--model", "twotower.py:build", "--example", "twotower.py:example",
+                 "--apply", "hashed.yaml", "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["parameters"] == _by_hand(512, 3000, 16)
+
+
 @pytest.mark.parametrize(("spec", "text"), [
     ("./nothere.py:build", "there is no file './nothere.py'"),
     ("./notes.txt:build", "is not a .py file"),

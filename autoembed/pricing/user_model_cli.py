@@ -142,8 +142,26 @@ def resolve_for_cli(model: str, example: str, apply: Path | None, loss: str | No
         args = _args(factory, "--model", model, params)
         if args:
             factory = functools.partial(factory, *args)
-    cfg = None if apply is None else load_config(apply)
+    cfg = None if apply is None else load_config(apply, _dims(factory))
     return factory, _example(example, params), _loss(loss), cfg
+
+
+def _dims(factory: Any) -> dict[str, int]:
+    """The model's table dims (`apply.table_dims`), which an --apply file's tables without a
+    dim take, as `autoembed.apply` given the file does: a factory is built on the meta
+    device (nothing allocated); one that cannot be leaves them to the config's default."""
+    import torch
+
+    from autoembed.user.model.apply import table_dims
+
+    if isinstance(factory, torch.nn.Module):
+        return table_dims(factory)
+    try:
+        with torch.device("meta"):
+            model = factory()
+    except Exception:  # noqa: BLE001 - the estimate calls it again and reports what it raises
+        return {}
+    return table_dims(model) if isinstance(model, torch.nn.Module) else {}
 
 
 def applied(factory: Any, cfg: Any) -> Any:

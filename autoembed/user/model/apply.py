@@ -238,9 +238,14 @@ def _config_of(config: Any, hot_sets: Any, model: nn.Module) -> tuple[Any, Any]:
         from autoembed.models.hot_cold import hot_sets_beside
 
         hot_sets = hot_sets_beside(Path(config))
-    dims = {p: int(cast(Any, m).embedding_dim) for p, m in model.named_modules(
+    return as_config(config, table_dims=table_dims(model)), hot_sets
+
+
+def table_dims(model: nn.Module) -> dict[str, int]:
+    """Each embedding module's dim by every path to it: what a config dict or file that
+    gives a table no dim (nor a config-wide one) takes for it."""
+    return {p: int(cast(Any, m).embedding_dim) for p, m in model.named_modules(
         remove_duplicate=False) if isinstance(m, EMBEDDING_TYPES)}
-    return as_config(config, table_dims=dims), hot_sets
 
 
 def _a_module(model: Any, fn: str) -> None:
