@@ -130,6 +130,23 @@ def test_bad_configs_are_one_line_errors() -> None:
         autoembed.apply(model, cached)  # the head could not read the host rows
 
 
+def test_a_config_whose_vocab_size_is_not_the_modules_rows_is_refused() -> None:
+    """A share of the rows (hash_buckets 0.1) is read against the config's vocab_size: with
+    the wrong one the table was silently left at full size (0.1 of 200,000 > 2,000 rows)."""
+    model = nn.Sequential(nn.Embedding(2000, 8), nn.Embedding(50, 8))
+    before = list(model)
+    cfg = {"tables": [{"name": "1", "vocab_size": 50, "compression": "hash", "hash_buckets": 10},
+                      {"name": "0", "vocab_size": 200_000, "compression": "hash",
+                       "hash_buckets": 0.1}]}
+    with pytest.raises(ConfigError, match="^config table '0': vocab_size 200000, but module '0' "
+                       "has 2000 rows; give vocab_size 2000") as info:
+        autoembed.apply(model, cfg)
+    assert "\n" not in str(info.value) and list(model) == before  # nothing rewritten
+    cfg["tables"][1]["vocab_size"] = 2000
+    autoembed.apply(model, cfg)
+    assert model[0].store.weight.shape == (200, 8)  # 0.1 of its 2,000 rows
+
+
 def test_a_refused_config_rewrites_no_table() -> None:
     """Every table is checked before any is rewritten: a refusal leaves the user's model."""
     class Three(nn.Module):

@@ -262,8 +262,9 @@ def _plans(model: nn.Module, config: Any,
            untie: bool) -> list[tuple[Any, Any, list[tuple[str, str]]]]:
     """(table settings, the user's module, its ties: (module path, parameter name) of each
     other parameter holding its weight) of each table `config` names; a ConfigError, before
-    any table is rewritten, when two names reach one module, a table's weight is another
-    named table's, or a host_cached table is tied (unless `untie`)."""
+    any table is rewritten, when a table's vocab_size is not its module's rows, two names
+    reach one module, a table's weight is another named table's, or a host_cached table is
+    tied (unless `untie`)."""
     from autoembed.config import resolved_tables
 
     plans: list[tuple[Any, Any, list[tuple[str, str]]]] = []
@@ -273,6 +274,10 @@ def _plans(model: nn.Module, config: Any,
         if same is not None:
             raise ConfigError(f"tables '{same}' and '{ts.name}' are one module (two paths to "
                               "it); configure it once")
+        if ts.vocab_size != old.num_embeddings:  # its shares (hash_buckets 0.1) read it
+            raise ConfigError(f"config table '{ts.name}': vocab_size {ts.vocab_size}, but module "
+                              f"'{ts.name}' has {old.num_embeddings} rows; give vocab_size "
+                              f"{old.num_embeddings} (autoembed.tables(model) lists them)")
         plans.append((ts, old, _tied(model, old.weight, old)))
     names = {ts.name for ts, _, _ in plans}
     for ts, _, ties in plans:
