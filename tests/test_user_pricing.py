@@ -38,6 +38,10 @@ def example(params):
     return torch.zeros(params["batch_size"], 12, dtype=torch.long)
 
 
+def block(n: int) -> int:
+    return -(-n // 512) * 512
+
+
 def values(dim: int) -> dict:
     return {"user.dim": dim}
 
@@ -107,3 +111,36 @@ def test_hashing_the_table_prices_the_rewritten_layout() -> None:
     hashed = price_proposal(code, space, {"user.dim": 512}).estimate
     # 1% of the rows: the table's four fp32 copies shrink by 0.99 x 409.6 MB
     assert full.device_total - hashed.device_total >= 0.99 * 4 * 50_000 * 512 * 4 - 2**21
+
+
+class TwoTables(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.user = nn.Embedding(4000, 16)
+        self.item = nn.Embedding(2000, 16)
+        self.head = nn.Linear(16, 256)
+
+    def forward(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        return self.head(self.user(users) * self.item(items)).logsumexp(1).mean()
+
+
+def _two_tables_price(embedding: dict) -> int:
+    space = parse_space({"embedding": embedding, "user": {"batch_size": {"choices": [8]}}},
+                        "s.yaml", kind="user")
+    code = UserCode(lambda p: TwoTables(), lambda p: (torch.zeros(8, dtype=torch.long),) * 2,
+                    lambda m, p, r: None)
+    return int(price_proposal(code, space, {"user.batch_size": 8}).estimate.optimizer_state)
+
+
+def test_a_tables_own_optimizer_and_the_dense_optimizer_are_priced() -> None:
+    """The proposal is priced with what `build_optimizer(model, config)` makes (the guard
+    holds the loop to it): the user table's own Adam (two fp32 moments per weight) and the
+    dense Adam were priced as the space-wide SGD (no state)."""
+    sgd = {"precision": "fp32", "table_optimizer": "sgd"}
+    assert _two_tables_price(sgd) == 0  # SGD keeps no state: the alias prices the head SGD too
+    own = _two_tables_price({**sgd, "tables": {"user": {"table_optimizer": "adam"}}})
+    moments = 2 * block(4000 * 16 * 4)
+    assert moments <= own <= moments + 512  # + Adam's step counter, one block
+    dense = _two_tables_price({**sgd, "dense_optimizer": "adam"})
+    head = 2 * (block(256 * 16 * 4) + block(256 * 4))
+    assert head <= dense <= head + 2 * 512

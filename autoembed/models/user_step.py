@@ -9,8 +9,9 @@ amp_*), and its loss (`resolve_loss`).
 
 An optimizer name builds what `autoembed.build_optimizer` does for its config
 (`config.optimizer_alias`): the tables under that optimizer, the rest under its dense
-partner. A factory ``params -> Optimizer`` gets every trainable parameter (the fp32 masters
-under *_master). Either way ``foreach=True`` is pinned where the optimizer left it to torch
+partner; an `EmbeddingConfig` what it builds for that config (a table's own
+`table_optimizer` by module path, `dense_optimizer`). A factory ``params -> Optimizer``
+gets every trainable parameter (the fp32 masters under *_master). Either way ``foreach=True`` is pinned where the optimizer left it to torch
 and did not ask for ``fused`` (what CUDA picks; CPU would pick the single-tensor loop).
 """
 
@@ -46,7 +47,7 @@ __all__ = ["OPTIMIZER_NAMES", "STANDIN_LOSS", "UserStep", "call_model", "cast_fl
 
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adagrad", "rowwise_adagrad")
 
-OptimizerSpec = str | Callable[[list[torch.Tensor]], Optimizer]
+OptimizerSpec = str | EmbeddingConfig | Callable[[list[torch.Tensor]], Optimizer]
 LossFn = Callable[[Any, Any], torch.Tensor]
 
 STANDIN_LOSS = ("cross-entropy over the output's last dimension in fp32: an fp32 copy of the "
@@ -194,6 +195,8 @@ class UserStep(TrainStep):
         target = masters.masters if masters is not None else None
         if isinstance(optimizer, str):
             opts = _named_optimizer(optimizer, model, target, precision)
+        elif isinstance(optimizer, EmbeddingConfig):  # what build_optimizer(model, it) makes
+            opts = user_optimizers(model, optimizer, masters=target)
         else:
             opts = _factory_optimizer(optimizer, model, target)
         device = _device(model)

@@ -171,8 +171,8 @@ class UserWorkload:
         loop on the payload of `params` and `config` (with `extra`)."""
         from autoembed.torchrec.public import estimate_model
 
-        est = estimate_model(model, example, loss=self.code.loss,
-                             optimizer=config.table_optimizer, precision=config.precision)
+        est = estimate_model(model, example, loss=self.code.loss,  # build_optimizer's optimizers
+                             optimizer=config, precision=config.precision)
 
         def launch(number: int) -> Launch:
             del number
