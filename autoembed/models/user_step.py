@@ -11,8 +11,9 @@ An optimizer name builds what `autoembed.build_optimizer` does for its config
 (`config.optimizer_alias`): the tables under that optimizer, the rest under its dense
 partner; an `EmbeddingConfig` what it builds for that config (a table's own
 `table_optimizer` by module path, `dense_optimizer`). A factory ``params -> Optimizer``
-gets every trainable parameter (the fp32 masters under *_master). Either way ``foreach=True`` is pinned where the optimizer left it to torch
-and did not ask for ``fused`` (what CUDA picks; CPU would pick the single-tensor loop).
+gets every trainable parameter (the fp32 masters under *_master). Either way
+``foreach=True`` is pinned where the optimizer left it to torch and did not ask for
+``fused`` (what CUDA picks; CPU would pick the single-tensor loop).
 """
 
 from __future__ import annotations
