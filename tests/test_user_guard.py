@@ -11,7 +11,7 @@ import torch
 from _user_code import BAG_MODEL, install_loop
 from torch import nn
 
-from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.config import EmbeddingConfig, TableConfig, optimizer_alias
 from autoembed.models.optim import RowWiseAdagrad
 from autoembed.user.report import Report
 from autoembed.user.run import UserCode, run_user_trial
@@ -86,8 +86,37 @@ def test_a_loop_that_swallows_the_refusal_still_fails() -> None:
     ("rowwise_adagrad", lambda m: RowWiseAdagrad([m.emb.weight], lr=0.1)),
 ])
 def test_the_loops_optimizer_as_priced_trains(priced: str, make_opt) -> None:
-    r = run(EmbeddingConfig(table_optimizer=priced), loop(make_opt))
+    r = run(EmbeddingConfig(**optimizer_alias(priced)), loop(make_opt))  # as a space prices
     assert r.status == "complete", r.error
+
+
+def tables_sgd_dense_adam(model):
+    class Both:  # the tables under SGD, as priced; the rest under Adam
+        def __init__(self) -> None:
+            self.opts = (torch.optim.SGD(model.emb.parameters(), lr=0.1),
+                         torch.optim.Adam(model.out.parameters(), lr=0.01))
+
+        def zero_grad(self) -> None:
+            for o in self.opts:
+                o.zero_grad()
+
+        def step(self) -> None:
+            for o in self.opts:
+                o.step()
+    return Both()
+
+
+def test_a_dense_optimizer_other_than_priced_fails_naming_both() -> None:
+    """The dense weights' state is priced too (2 x 16 values for out.weight under Adam)."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), loop(tables_sgd_dense_adam))
+    assert r.status == "failed"
+    assert r.error.startswith(
+        "dense parameter 'out.weight': the loop's Adam keeps 32 values of state for its 16 "
+        "weights (as adam or adamw does), but the trial was priced with dense_optimizer "
+        "'sgd' (0); set the space's embedding dense_optimizer to what the loop does")
+    ok = run(EmbeddingConfig(table_optimizer="sgd", dense_optimizer="adam"),
+             loop(tables_sgd_dense_adam))
+    assert ok.status == "complete", ok.error
 
 
 def test_a_tables_own_optimizer_is_the_one_compared() -> None:

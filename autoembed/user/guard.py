@@ -1,5 +1,5 @@
-"""The loop trains what was priced: a trial of the user's loop is watched for the two things
-its price assumed and the loop decides itself.
+"""The loop trains what was priced: a trial of the user's loop is watched for what its price
+assumed and the loop decides itself.
 
 * The optimizer: a trial was priced with the config's `table_optimizer` (a table's own, by
   module path, first), but the loop builds its own. After the first optimizer step that
@@ -8,6 +8,8 @@ its price assumed and the loop decides itself.
   state) and compared with what the priced optimizer keeps: none (`sgd`), one value per
   weight (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
   (`rowwise_adagrad`).
+* The dense optimizer: each other trainable weight's state, after the first step that
+  moves it, against the priced `dense_optimizer`'s (per weight, as above).
 * The precision: at the first forward with gradients on, the tables' dtype and the
   autocast in force on their device are compared with the priced precision's
   (`config.precision_policy`).
@@ -46,9 +48,22 @@ def priced_state(name: str, weight: torch.Tensor) -> int:
     return STATE_PER_WEIGHT[name] * weight.numel()
 
 
-def _names_for(count: int, weight: torch.Tensor) -> str:
-    """The optimizers that keep `count` values of state for `weight` ('' when none does)."""
-    names = [n for n in (*STATE_PER_WEIGHT, "rowwise_adagrad") if priced_state(n, weight) == count]
+def _kept(opt: torch.optim.Optimizer, p: torch.Tensor) -> list[torch.Tensor]:
+    """The state `opt` keeps for `p`: its tensors of one or more dimensions (a step counter
+    is not state)."""
+    return [t for t in opt.state.get(p, {}).values() if hasattr(t, "dim") and t.dim() > 0]
+
+
+def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
+    return sum(t.numel() for t in _kept(opt, p))
+
+
+def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
+    """The optimizers that keep `count` values of state for `weight` ('' when none does);
+    `dense`: only those that train dense weights."""
+    names = [n for n in (*STATE_PER_WEIGHT, *(() if dense else ("rowwise_adagrad",)))
+             if n != "sparse_adam" or not dense]
+    names = [n for n in names if priced_state(n, weight) == count]
     return f" (as {' or '.join(names)} does)" if names else ""
 
 
@@ -62,6 +77,8 @@ class _Watch:
             for p in m.parameters():
                 self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
         self.pending = set(self.tables)
+        self.dense = {id(p): (n, p) for n, p in model.named_parameters()
+                      if p.requires_grad and id(p) not in self.tables}
         self.config = config
         self.report = report
         self.forward_seen = False
@@ -73,19 +90,32 @@ class _Watch:
                 if id(p) in self.pending and p.grad is not None:
                     self.pending.discard(id(p))
                     self._check_state(opt, p)
+                elif id(p) in self.dense and p.grad is not None:
+                    self._check_dense(opt, self.dense.pop(id(p))[0], p)
 
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         path, name, _ = self.tables[id(p)]
-        kept = [t for t in opt.state.get(p, {}).values()
-                if hasattr(t, "dim") and t.dim() > 0]
-        got, want = sum(t.numel() for t in kept), priced_state(name, p)
+        got, want = _state(opt, p), priced_state(name, p)
         if got != want:
-            nbytes = sum(t.numel() * t.element_size() for t in kept)
+            nbytes = sum(t.numel() * t.element_size() for t in _kept(opt, p))
             self.report.refuse(
                 f"table '{path}': the loop's {type(opt).__name__} keeps {got:,} values of "
                 f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
                 f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
                 f"'{name}' ({want:,}); {_FIX}")
+
+    def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor) -> None:
+        """A dense weight's state against the priced `dense_optimizer`'s (`priced_state`)."""
+        want_name = self.config.dense_optimizer
+        got, want = _state(opt, p), priced_state(want_name, p)
+        if got != want:
+            self.report.refuse(
+                f"dense parameter '{name}': the loop's {type(opt).__name__} keeps {got:,} "
+                f"values of state for its {p.numel():,} weights"
+                f"{_names_for(got, p, dense=True)}, but the trial was priced with "
+                f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
+                "dense_optimizer to what the loop does, or build the loop's optimizer with "
+                "autoembed.build_optimizer")
 
     def before_forward(self, *args: Any) -> None:
         """The model's forward pre-hook: the first forward with gradients on is checked."""
