@@ -240,6 +240,23 @@ def test_a_dict_example_for_a_forward_taking_one_dict_says_how_to_pass_it() -> N
     assert estimate_model(TakesADict, (batch,)).parameters == block(V * D * 4)
 
 
+class TakesAList(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields = nn.ModuleList([nn.EmbeddingBag(V, D), nn.EmbeddingBag(50, D)])
+
+    def forward(self, ids: list[torch.Tensor]) -> torch.Tensor:
+        return sum(f(x).sum() for f, x in zip(self.fields, ids, strict=True))
+
+
+def test_a_list_example_that_fails_as_several_says_how_to_pass_one_list() -> None:
+    fields = [torch.randint(0, 50, (4, 3)), torch.randint(0, 50, (4, 3))]
+    with pytest.raises(ConfigError, match=r"; a list example is several examples, each priced "
+                       r"alone \(model\(x\) for each\): .* give \(\[\.\.\.\],\)$"):
+        estimate_model(TakesAList, fields)
+    assert estimate_model(TakesAList, (fields,)).parameters == block(V * D * 4) + block(50 * D * 4)
+
+
 def test_budget_is_what_budget_of_takes_and_is_checked_before_the_trace() -> None:
     built: list[int] = []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from autoembed.budget import Budget, BudgetLike
@@ -41,10 +42,17 @@ def estimate_torch_model(
     if isinstance(example, list):
         if not example:
             raise ConfigError("example = []: give at least one example input")
-        ests = [estimate_torch_model(model, x, loss=loss, optimizer=optimizer,
-                                     precision=precision, budget=limit, reserve=reserve,
-                                     context_bytes=context_bytes)
-                for x in example]
+        try:
+            ests = [estimate_torch_model(model, x, loss=loss, optimizer=optimizer,
+                                         precision=precision, budget=limit, reserve=reserve,
+                                         context_bytes=context_bytes)
+                    for x in example]
+        except ConfigError as e:
+            if not all(isinstance(x, torch.Tensor) for x in example):
+                raise
+            raise ConfigError(f"{e}; a list example is several examples, each priced alone "
+                              "(model(x) for each): for a forward that takes one list of "
+                              "tensors, give ([...],)") from None
         return max(ests, key=lambda e: e.device_total)
     if not isinstance(model, nn.Module) and not callable(model):
         raise ConfigError(f"model = {type(model).__name__}: give an nn.Module or a zero-argument "
