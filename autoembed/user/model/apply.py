@@ -180,12 +180,17 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool
 
 
 def _fit(layer: Any, old: Any, name: str) -> None:
+    """The new layer's rows fitted to the module's (`fit_to`); on a priced trace (fake
+    tensors: shapes, no values) nothing to fit, as the fit changes values, not bytes."""
+    from torch._subclasses.fake_tensor import is_fake
+
     from autoembed.models.compress_init import fit_to
 
     if old.weight.is_meta:
         raise ConfigError(f"config table '{name}': from_trained needs the trained table, and "
                           "this one is on the meta device; load the trained weights first")
-    fit_to(layer.store, old.weight)
+    if not is_fake(old.weight):
+        fit_to(layer.store, old.weight)
 
 
 def _start_cached(layer: Any, old: Any, from_trained: bool) -> None:
