@@ -164,6 +164,20 @@ def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
     assert d2.vocabulary.labels == ("9", "10")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_true_false_label_loads_again_with_its_saved_vocabulary(tmp_path: Path,
+                                                                suffix: str) -> None:
+    frame = pd.DataFrame({"c": ["x", "y", "z"] * 20, "label": [True, False, False, True] * 15})
+    spec = DataSpec(str(_write(frame, tmp_path / f"tf{suffix}")))
+    data = _load(spec)
+    data.save_vocab(tmp_path / "v")
+    again = _load(spec, vocab=tmp_path / "v")  # refused before: 'True' not in ('0', '1')
+    for split in ("train", "valid", "test"):
+        _, labels = _all(again, split)
+        want = frame["label"].iloc[again.split_rows(split)].astype(np.float32)
+        assert labels.tolist() == want.tolist()
+
+
 def test_text_file_builds_its_vocabulary_on_train(tmp_path: Path) -> None:
     words = ["alpha beta", "beta gamma", "Gamma, ALPHA! beta", "delta"]
     frame = pd.DataFrame(

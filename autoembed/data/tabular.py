@@ -116,10 +116,11 @@ def class_labels(
 def binary_labels(
     series: pd.Series, column: str, source: str, known: tuple[str, ...] | None
 ) -> tuple[npt.NDArray[np.float32], tuple[str, ...]]:
-    """0/1 labels: {0, 1} (or False/True) as is; any other two values in sorted order."""
+    """0/1 labels: {0, 1} (or False/True, read as 1/0 with or without a saved vocabulary)
+    as is; any other two values in sorted order."""
+    if ptypes.is_bool_dtype(series):
+        series = series.astype("int64")
     if known is None:
-        if ptypes.is_bool_dtype(series):
-            series = series.astype("int64")
         distinct = sorted({canonical(v) for v in series.dropna().unique()})
         if len(distinct) > 2:
             raise DataError(
