@@ -219,7 +219,29 @@ def _error(spec: DataSpec) -> str:
 def test_missing_label_column_lists_columns(tmp_path: Path) -> None:
     path = _write(_frame().rename(columns={"label": "clicked"}), tmp_path / "a.csv")
     msg = _error(DataSpec(str(path)))
-    assert "a.csv" in msg and "'label'" in msg and "clicked" in msg and "city" in msg
+    assert "a.csv" in msg and "'label'" in msg and "'clicked'" in msg and "'city'" in msg
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: str) -> None:
+    frame = _frame()
+    path = tmp_path / "semi.csv"
+    frame.to_csv(path, index=False, sep=sep)
+    data = _load(DataSpec(str(path), categorical=("city", "device")))
+    assert [t.name for t in data.tables] == ["city", "device"]
+    _, labels = _all(data, "train")
+    assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
+
+
+def test_header_names_are_matched_without_surrounding_spaces(tmp_path: Path) -> None:
+    path = tmp_path / "spaced.csv"
+    # a BOM, CRLF line ends and spaces around the header names (as spreadsheets write them)
+    path.write_bytes(("\ufeff User Id ,Item,Is Click \r\n"
+                      + "".join(f"u{i % 7},i{i % 3},{i % 2}\r\n" for i in range(60)))
+                     .encode("utf-8"))
+    data = _load(DataSpec(str(path), label="Is Click", categorical=("User Id", "Item")))
+    assert [t.name for t in data.tables] == ["User Id", "Item"]
+    assert data.vocab_maps["User Id"].size == 8  # u0..u6 and OOV
 
 
 def test_non_binary_label_for_ctr(tmp_path: Path) -> None:

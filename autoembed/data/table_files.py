@@ -13,9 +13,13 @@ if TYPE_CHECKING:
 
 __all__ = ["read_table"]
 
+SEPARATORS = (",", "\t", ";", "|")  # what a delimited file's header is split on
+
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """The file as a DataFrame with a fresh RangeIndex; errors name the file and the fix."""
+    """The file as a DataFrame with a fresh RangeIndex, its column names stripped of
+    surrounding spaces (` Item Id ` is `Item Id`); a CSV/TSV whose expected separator leaves
+    one column is read with the one its header shows. Errors name the file and the fix."""
     import pandas as pd
 
     p = Path(path).expanduser()
@@ -35,8 +39,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
         if suffix in PARQUET_SUFFIXES:
             frame = pd.read_parquet(p)
         else:
-            sep = "," if suffix in CSV_SUFFIXES else "\t"
-            frame = pd.read_csv(p, sep=sep, low_memory=False)
+            frame = _read_delimited(p, "," if suffix in CSV_SUFFIXES else "\t")
     except pd.errors.EmptyDataError:
         raise DataError(f"data file '{p}' is empty; give a file with a header and rows") from None
     except ImportError as e:
@@ -51,8 +54,22 @@ def read_table(path: str | Path) -> pd.DataFrame:
         ) from None
     if len(frame) == 0:
         raise DataError(f"data file '{p}' has a header but no data rows; add rows")
+    frame.columns = [str(c).strip() for c in frame.columns]
     if frame.columns.duplicated().any():
         dup = str(frame.columns[frame.columns.duplicated()][0])
         raise DataError(f"data file '{p}' has the column '{dup}' twice; rename one")
-    frame.columns = [str(c) for c in frame.columns]
     return frame.reset_index(drop=True)
+
+
+def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
+    """A CSV/TSV file, read again with the separator its header shows when the expected one
+    leaves a single column (`;`-separated CSV, a tab-separated `.csv`)."""
+    import pandas as pd
+
+    frame = pd.read_csv(p, sep=sep, low_memory=False)
+    if frame.shape[1] == 1:
+        header = str(frame.columns[0])
+        found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
+        if found:
+            frame = pd.read_csv(p, sep=max(found)[1], low_memory=False)
+    return frame

@@ -53,7 +53,7 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, sour
         if c not in frame.columns:
             raise DataError(
                 f"{role} column '{c}' is not in '{source}'; available columns: "
-                f"{', '.join(map(str, frame.columns))}"
+                f"{', '.join(repr(str(x)) for x in frame.columns)}"
             )
 
 
