@@ -178,6 +178,22 @@ def test_true_false_label_loads_again_with_its_saved_vocabulary(tmp_path: Path,
         assert labels.tolist() == want.tolist()
 
 
+def test_an_integer_column_with_missing_values_is_auto_detected(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    shop = rng.integers(0, 10, N).astype(float)
+    shop[::7] = np.nan  # a CSV reader gives this integer column as floats: 3.0, NaN
+    frame = pd.DataFrame({"row": np.arange(N), "shop": shop, "price": rng.normal(size=N),
+                          "label": rng.integers(0, 2, N)})
+    data = _load(DataSpec(str(_write(frame, tmp_path / "gaps.csv"))))
+    assert [t.name for t in data.tables] == ["shop"]  # row (one per row) and price left out
+    shops = data.vocab_maps["shop"]
+    assert set(shops.values) == {str(v) for v in range(10)}  # '3', not '3.0'
+    feats, _ = _all(data, "train")
+    raw = frame["shop"].iloc[data.split_rows("train")]
+    want = [0 if np.isnan(v) else shops.id_of(str(int(v))) for v in raw]
+    assert feats["shop"][:, 0].tolist() == want and 0 in want
+
+
 def test_text_file_builds_its_vocabulary_on_train(tmp_path: Path) -> None:
     words = ["alpha beta", "beta gamma", "Gamma, ALPHA! beta", "delta"]
     frame = pd.DataFrame(

@@ -67,7 +67,8 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
     """Columns that look categorical: strings, categories, booleans, and integer columns whose
-    distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows."""
+    distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows. An integer column
+    with missing values (which a CSV reader gives as floats: 3.0, NaN) is an integer column."""
     found = []
     n = len(frame)
     for c in frame.columns:
@@ -76,9 +77,19 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
         s = frame[c]
         if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
                 or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s)
-                or (ptypes.is_integer_dtype(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
+                or (_integral(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
+
+
+def _integral(s: pd.Series) -> bool:
+    """Integer dtype, or floats that are all whole numbers where present (some missing)."""
+    if ptypes.is_integer_dtype(s):
+        return True
+    if not ptypes.is_float_dtype(s):
+        return False
+    present = s.dropna().to_numpy()
+    return bool(present.size) and bool(np.all(np.mod(present, 1) == 0))
 
 
 # ---------------------------------------------------------------------------- labels
