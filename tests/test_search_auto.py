@@ -215,3 +215,22 @@ def test_auto_needs_real_data(tmp_path: Path, kw: dict[str, Any], needle: str) -
     with pytest.raises(ConfigError, match=needle):
         _run(tmp_path, tmp_path / "none.csv", [], space="auto", study="bad", **kw)
     assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> None:
+    from autoembed.errors import DataError
+
+    frame = _clicks(tmp_path / "rare.csv")
+    frame["y"] = 0
+    frame.loc[[5, 6, 7], "y"] = 1  # 3 positives of 2,000: the 200-row valid split has none
+    frame.to_csv(tmp_path / "rare.csv", index=False)
+    data = load_dataset(DataSpec(str(tmp_path / "rare.csv"), label="y"))
+    lacking = next(s for s in ("train", "valid", "test") if not data.split_labels(s).any())
+    n = data.num_rows(lacking)
+    with pytest.raises(DataError) as e:
+        _run(tmp_path, tmp_path / "rare.csv", [], study="rare")
+    msg = str(e.value)
+    assert "\n" not in msg and "'y'" in msg and "rare.csv" in msg
+    assert f"3 of 2000 rows of class '1' and the {lacking} split ({n} rows) none" in msg
+    # trials whose AUC is NaN used to train, and a pick was made on memory alone
+    assert not (tmp_path / "runs" / "rare").exists()

@@ -25,7 +25,7 @@ from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
-           "empirical_frequency", "AUTO_INT_MAX_DISTINCT_SHARE"]
+           "empirical_frequency", "require_split_classes", "AUTO_INT_MAX_DISTINCT_SHARE"]
 
 # Auto-detection: an integer column is categorical when its distinct values are at most this
 # share of its rows (a row-number or other id-per-row column is not: nothing to learn).
@@ -149,6 +149,29 @@ def binary_labels(
             known = ("0", "1")
     idx, classes = class_labels(series, column, source, known)
     return idx.astype(np.float32), classes
+
+
+def require_split_classes(dataset: InMemoryDataset) -> None:
+    """Every split of a ctr data set holds rows of both classes: a split with one class has
+    no AUC, so a search could not rank its trials (valid) or report the pick's test score
+    (test), and train rows of one class teach nothing. Raises a one-line DataError naming
+    the split and the class it lacks."""
+    if dataset.task != "ctr":
+        return
+    labels = {s: dataset.split_labels(s) > 0.5 for s in ("train", "valid", "test")}
+    for split, y in labels.items():
+        if 0 < y.sum() < y.size:
+            continue
+        lacking = int(not y.any())  # 1: the split has no positive rows
+        count = sum(int((v == bool(lacking)).sum()) for v in labels.values())
+        name = (dataset.vocabulary.labels or ("0", "1"))[lacking]
+        total = sum(v.size for v in labels.values())
+        spec = dataset.spec
+        raise DataError(
+            f"label {_where(spec.name, str(spec.label))} has {count} of {total} rows of class "
+            f"'{name}' and the {split} split ({y.size} rows) none, so AUC cannot judge a "
+            f"trial on it; add rows of class '{name}'"
+        )
 
 
 # ---------------------------------------------------------------------------- fields

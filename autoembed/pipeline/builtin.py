@@ -99,6 +99,7 @@ class BuiltinWorkload:
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
             data = build_priced_data(spec, stand_in, sp.tables)
+        _require_split_classes(data)
         sp = _seeded(sp, seed)
         if sp.source == AUTO_SPACE:
             from autoembed.space_auto import summary
@@ -349,6 +350,15 @@ def _derived(r: SearchRequest) -> tuple[SearchSpace, PricedData]:
     data = build_priced_data(spec, None)
     sp = auto_space(data.dataset, r.budget.bytes)
     return sp, replace(data, tables=sp.tables)
+
+
+def _require_split_classes(data: PricedData) -> None:
+    """Real ctr data whose every split holds both classes (else AUC cannot rank the trials)."""
+    from autoembed.data.base import InMemoryDataset
+    from autoembed.data.tabular import require_split_classes
+
+    if not data.stand_in and isinstance(data.dataset, InMemoryDataset):
+        require_split_classes(data.dataset)
 
 
 def _baseline(data: PricedData, stored: Mapping[str, Any], tell: Callable[[str], None]
