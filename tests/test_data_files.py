@@ -265,6 +265,16 @@ def test_non_binary_label_for_ctr(tmp_path: Path) -> None:
     frame["label"] = np.arange(N) % 5
     msg = _error(DataSpec(str(_write(frame, tmp_path / "b.csv"))))
     assert "b.csv" in msg and "'label'" in msg and "5 distinct" in msg and "text_column" in msg
+    assert "--text-column" in msg and "'0', '1', '2', '3'" in msg
+
+
+def test_a_label_whose_values_differ_by_spaces_says_so(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["label"] = np.where(frame["label"] == 1, " yes", "no")
+    frame.loc[7, "label"] = "yes"  # one row typed without the space
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "ws.csv"))))
+    assert "ws.csv" in msg and "3 distinct values (' yes', 'no', 'yes')" in msg
+    assert "surrounding spaces" in msg
 
 
 def test_single_class_label(tmp_path: Path) -> None:
@@ -320,7 +330,7 @@ def test_unknown_categorical_column(tmp_path: Path) -> None:
 def test_no_categorical_columns(tmp_path: Path) -> None:
     frame = pd.DataFrame({"x": np.linspace(0, 1, 50), "label": [0, 1] * 25})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "f.csv"))))
-    assert "f.csv" in msg and "x (float64)" in msg and "categorical=" in msg
+    assert "f.csv" in msg and "x (float64)" in msg and "--categorical a,b" in msg
 
 
 def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:

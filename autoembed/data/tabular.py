@@ -134,10 +134,17 @@ def binary_labels(
     if known is None:
         distinct = sorted({canonical(v) for v in series.dropna().unique()})
         if len(distinct) > 2:
+            shown = ", ".join(repr(v) for v in distinct[:4])
+            if len({v.strip() for v in distinct}) == 2:
+                raise DataError(
+                    f"label {_where(source, column)} has {len(distinct)} distinct values "
+                    f"({shown}) that are two once stripped of surrounding spaces; strip them "
+                    f"in the file"
+                )
             raise DataError(
                 f"label {_where(source, column)} has {len(distinct)} distinct values (e.g. "
-                f"{', '.join(distinct[:4])}); the ctr task needs two (0/1): binarise the column, "
-                f"or give text_column for a multi-class text task"
+                f"{shown}); the ctr task needs two (0/1): binarise the column, or give a text "
+                f"column (--text-column, text_column=) for a multi-class text task"
             )
         if len(distinct) < 2:
             only = distinct[0] if distinct else "none"
@@ -260,7 +267,7 @@ def build_ctr(
         kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
         raise DataError(
             f"data file '{source}' has no categorical columns besides the label (found: "
-            f"{kinds or 'none'}); name them with categorical=[...]"
+            f"{kinds or 'none'}); name them with --categorical a,b (categorical=[...])"
         )
     require_values(frame, columns.label, "label", source)
     for c in fields:
