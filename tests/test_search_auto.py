@@ -234,3 +234,19 @@ def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> 
     assert f"3 of 2000 rows of class '1' and the {lacking} split ({n} rows) none" in msg
     # trials whose AUC is NaN used to train, and a pick was made on memory alone
     assert not (tmp_path / "runs" / "rare").exists()
+
+
+def test_resume_on_an_edited_data_file_is_refused(tmp_path: Path) -> None:
+    from autoembed.errors import DataError
+
+    csv = tmp_path / "clicks.csv"
+    frame = _clicks(csv, n=600)
+    first, _ = _run(tmp_path, csv, [], trials=1, study="edit")
+    pareto = (first.out_dir / "pareto.json").read_text()
+    frame["y"] = 1 - frame["y"]  # the same columns and size, other labels
+    frame.to_csv(csv, index=False)
+    with pytest.raises(DataError) as e:
+        _run(tmp_path, csv, [], trials=2, study="edit", resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "clicks.csv" in msg and "changed since study 'edit'" in msg
+    assert (first.out_dir / "pareto.json").read_text() == pareto  # nothing trained or written
