@@ -249,6 +249,19 @@ def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: st
     assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
 
 
+def test_utf16_files_are_read_and_other_encodings_named(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"ville": ["Montréal", "Zürich", "Québec"] * 20, "y": [0, 1] * 30})
+    frame.to_csv(tmp_path / "u16.csv", index=False, encoding="utf-16")  # with its BOM
+    frame.to_csv(tmp_path / "u16.tsv", index=False, encoding="utf-16", sep="\t")
+    for name in ("u16.csv", "u16.tsv"):
+        data = _load(DataSpec(str(tmp_path / name), label="y"))
+        assert set(data.vocab_maps["ville"].values) == {"Montréal", "Zürich", "Québec"}
+    frame.to_csv(tmp_path / "latin.csv", index=False, encoding="latin-1")
+    msg = _error(DataSpec(str(tmp_path / "latin.csv"), label="y"))
+    assert "latin.csv" in msg and "not UTF-8 text (it has the byte 0xe9)" in msg  # Latin-1 é
+    assert "save it as UTF-8" in msg
+
+
 def test_header_names_are_matched_without_surrounding_spaces(tmp_path: Path) -> None:
     path = tmp_path / "spaced.csv"
     # a BOM, CRLF line ends and spaces around the header names (as spreadsheets write them)

@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 __all__ = ["read_table"]
 
 SEPARATORS = (",", "\t", ";", "|")  # what a delimited file's header is split on
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # spreadsheets' "Unicode text" starts with one
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """The file as a DataFrame with a fresh RangeIndex, its column names stripped of
     surrounding spaces (` Item Id ` is `Item Id`); a CSV/TSV whose expected separator leaves
-    one column is read with the one its header shows. Errors name the file and the fix."""
+    one column is read with the one its header shows; text is UTF-8, or UTF-16 with its
+    byte-order mark. Errors name the file and the fix."""
     import pandas as pd
 
     p = Path(path).expanduser()
@@ -42,6 +44,11 @@ def read_table(path: str | Path) -> pd.DataFrame:
             frame = _read_delimited(p, "," if suffix in CSV_SUFFIXES else "\t")
     except pd.errors.EmptyDataError:
         raise DataError(f"data file '{p}' is empty; give a file with a header and rows") from None
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"data file '{p}' is not UTF-8 text (it has the byte {e.object[e.start]:#04x}); "
+            f"save it as UTF-8 (or UTF-16 with its byte-order mark) and give it again"
+        ) from None
     except ImportError as e:
         raise DataError(
             f"data file '{p}' needs a Parquet engine: pip install pyarrow ({e})"
@@ -66,10 +73,12 @@ def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
     leaves a single column (`;`-separated CSV, a tab-separated `.csv`)."""
     import pandas as pd
 
-    frame = pd.read_csv(p, sep=sep, low_memory=False)
+    with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
+        encoding = "utf-16" if f.read(2) in UTF16_BOMS else "utf-8"
+    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
     if frame.shape[1] == 1:
         header = str(frame.columns[0])
         found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
         if found:
-            frame = pd.read_csv(p, sep=max(found)[1], low_memory=False)
+            frame = pd.read_csv(p, sep=max(found)[1], low_memory=False, encoding=encoding)
     return frame
