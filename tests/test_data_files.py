@@ -359,6 +359,18 @@ def test_text_needs_two_classes(tmp_path: Path) -> None:
     assert "t.csv" in msg and "'label'" in msg and "two" in msg
 
 
+def test_a_text_task_refuses_the_label_as_text_and_unread_columns(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"body": ["a b", "c d"] * 30, "topic": ["x", "y", "z"] * 20,
+                          "shop": [1, 2] * 30})
+    path = _write(frame, tmp_path / "t.csv")
+    # the label as its own text: every trial would read the answer
+    msg = _error(DataSpec(str(path), label="topic", text_column="topic"))
+    assert "t.csv" in msg and "'topic'" in msg and "is the label" in msg
+    # categorical columns a text task never reads were dropped without a word
+    msg = _error(DataSpec(str(path), label="topic", text_column="body", categorical=("shop",)))
+    assert "t.csv" in msg and "text task" in msg and "(shop)" in msg
+
+
 def test_too_few_rows(tmp_path: Path) -> None:
     frame = pd.DataFrame({"c": ["a", "b", "a"], "label": [0, 1, 0]})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "tiny.csv"))))

@@ -14,6 +14,7 @@ from autoembed.data.table_files import read_table
 from autoembed.data.tabular import CtrColumns, build_ctr, detect_categorical, require_columns
 from autoembed.data.text import DEFAULT_SEQ_LEN, build_text
 from autoembed.data.vocab import Vocabulary
+from autoembed.errors import DataError
 
 __all__ = ["load_user_file"]
 
@@ -23,6 +24,13 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     frame = read_table(source)
     require_columns(frame, (spec.label,), "label", source)
     if spec.text_column is not None:
+        if spec.categorical or spec.multi_hot:
+            named = ", ".join((*(spec.categorical or ()), *spec.multi_hot))
+            raise DataError(
+                f"data file '{source}' is a text task (text column '{spec.text_column}'), "
+                f"which reads only its text: drop the categorical columns ({named}), or the "
+                f"text column for a ctr task"
+            )
         seq_len = spec.seq_len or DEFAULT_SEQ_LEN
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
