@@ -236,13 +236,21 @@ def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> 
     assert not (tmp_path / "runs" / "rare").exists()
 
 
-def test_resume_on_an_edited_data_file_is_refused(tmp_path: Path) -> None:
+def test_an_edited_data_file_is_refused_on_resume_and_noted_on_rerun(tmp_path: Path) -> None:
+    import hashlib
+
     from autoembed.errors import DataError
+    from autoembed.export import export_config
+    from autoembed.training import plan_training
 
     csv = tmp_path / "clicks.csv"
     frame = _clicks(csv, n=600)
     first, _ = _run(tmp_path, csv, [], trials=1, study="edit")
     pareto = (first.out_dir / "pareto.json").read_text()
+    assert json.loads(pareto)["data_sha256"] == hashlib.sha256(csv.read_bytes()).hexdigest()
+    export_config("edit", tmp_path / "x.yaml", runs_dir=tmp_path / "runs", tracking_uri="none")
+    for path in (first.out_dir / "best.yaml", tmp_path / "x.yaml"):
+        assert not any("changed" in line for line in plan_training(path).lines)
     frame["y"] = 1 - frame["y"]  # the same columns and size, other labels
     frame.to_csv(csv, index=False)
     with pytest.raises(DataError) as e:
@@ -250,3 +258,8 @@ def test_resume_on_an_edited_data_file_is_refused(tmp_path: Path) -> None:
     msg = str(e.value)
     assert "\n" not in msg and "clicks.csv" in msg and "changed since study 'edit'" in msg
     assert (first.out_dir / "pareto.json").read_text() == pareto  # nothing trained or written
+    # a rerun "as it was measured" says its figures can differ, and why
+    for path in (first.out_dir / "best.yaml", tmp_path / "x.yaml"):
+        plan = plan_training(path)
+        assert plan.rerun and any(f"data file '{csv}' changed since the search" in line
+                                  for line in plan.lines), plan.lines

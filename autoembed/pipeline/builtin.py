@@ -242,8 +242,8 @@ class BuiltinWorkload:
         export's `trained_on` block carries."""
         from autoembed.training import measured_with
 
-        return {"data": self.data.spec.to_dict(), "trained_on": self.data.train_spec.to_dict(),
-                "stand_in": self.stand_in,
+        return {"data": self.data.spec.to_dict(), "data_sha256": self.data_sha256,
+                "trained_on": self.data.train_spec.to_dict(), "stand_in": self.stand_in,
                 "run": measured_with({**self.run, "threads": placement.get("threads")}),
                 "baseline": None if self.baseline is None else self.baseline.to_dict()}
 
@@ -263,7 +263,7 @@ class BuiltinWorkload:
 
         record: dict[str, Any] = {"config": row.config.to_dict()}
         block = trained_on(None if row.result is None else row.result.config.to_dict(),
-                           context.get("run"), context.get("stand_in"))
+                           context.get("run"), context.get("stand_in"), self.data_sha256)
         if block is not None:
             record[TRAINED_ON_KEY] = block
         return record
