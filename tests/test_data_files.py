@@ -249,6 +249,27 @@ def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: st
     assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
 
 
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.csv"
+    path.write_text("user,item,user,label\n" + "".join(f"{i % 5},{i % 3},{i % 4},{i % 2}\n"
+                                                       for i in range(60)))
+    msg = _error(DataSpec(str(path)))  # pandas read it as 'user' and 'user.1'
+    assert "twice.csv" in msg and "the column 'user' twice" in msg
+    blank = tmp_path / "blank.csv"  # a spreadsheet's index column has no name
+    blank.write_text(",item,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(60)))
+    data = _load(DataSpec(str(blank)))
+    assert [t.name for t in data.tables] == ["item"]  # 'Unnamed: 0': one value per row
+
+
+def test_a_column_inside_another_by_its_dotted_name_is_refused(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"user": [1, 2, 3] * 20, "user.id": [4, 5] * 30, "label": [0, 1] * 30})
+    path = _write(frame, tmp_path / "dots.csv")
+    msg = _error(DataSpec(str(path)))  # the search said "no combination ... is a valid config"
+    assert "dots.csv" in msg and "'user' and 'user.id'" in msg and "'user_id'" in msg
+    alone = _load(DataSpec(str(path), categorical=("user.id",)))  # a dotted name alone is fine
+    assert [t.name for t in alone.tables] == ["user.id"]
+
+
 def test_utf16_files_are_read_and_other_encodings_named(tmp_path: Path) -> None:
     frame = pd.DataFrame({"ville": ["Montréal", "Zürich", "Québec"] * 20, "y": [0, 1] * 30})
     frame.to_csv(tmp_path / "u16.csv", index=False, encoding="utf-16")  # with its BOM

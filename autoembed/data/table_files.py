@@ -80,5 +80,12 @@ def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
         header = str(frame.columns[0])
         found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
         if found:
-            frame = pd.read_csv(p, sep=max(found)[1], low_memory=False, encoding=encoding)
+            sep = max(found)[1]
+            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+    # the header as written: pandas renames a repeated name ('user', 'user.1'), which
+    # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
+    head = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                       encoding=encoding).iloc[0].tolist()
+    if len(head) == frame.shape[1]:
+        frame.columns = [h if h.strip() else c for h, c in zip(head, frame.columns, strict=True)]
     return frame

@@ -57,6 +57,21 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, sour
             )
 
 
+def _require_flat_names(fields: Sequence[str], source: str) -> None:
+    """Each column becomes a table, and a dotted table name is a module path: refuse a
+    column that would sit inside another ('user' and 'user.id')."""
+    from autoembed.config.value import nested_name
+
+    found = nested_name(fields)
+    if found is not None:
+        inner, outer = fields[found[0]], found[1]
+        raise DataError(
+            f"columns '{outer}' and '{inner}' in '{source}' cannot both be tables: a dotted "
+            f"name is a path, so '{inner}' would sit inside '{outer}'; rename one (e.g. "
+            f"'{inner.replace('.', '_')}')"
+        )
+
+
 def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> None:
     if not frame[column].notna().any():
         raise DataError(
@@ -263,6 +278,7 @@ def build_ctr(
             f"categorical columns"
         )
     require_columns(frame, fields, "categorical", source)
+    _require_flat_names(fields, source)
     if not fields:
         kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
         raise DataError(
