@@ -48,12 +48,20 @@ def _where(source: str, column: str) -> str:
     return f"column '{column}' in '{source}'"
 
 
+# The flag that names a column of each role (`autoembed search`; DataSpec's keys in Python).
+ROLE_FLAGS = {"label": "--label", "categorical": "--categorical", "text": "--text-column"}
+
+
 def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, source: str) -> None:
+    """Each of `columns` is in the frame, else a DataError listing the columns there and the
+    flag that names a column of this `role`."""
     for c in columns:
         if c not in frame.columns:
+            flag = f"; name the {role} column with {ROLE_FLAGS[role]}" if role in ROLE_FLAGS \
+                else ""
             raise DataError(
                 f"{role} column '{c}' is not in '{source}'; available columns: "
-                f"{', '.join(repr(str(x)) for x in frame.columns)}"
+                f"{', '.join(repr(str(x)) for x in frame.columns)}{flag}"
             )
 
 
