@@ -178,14 +178,16 @@ def test_true_false_label_loads_again_with_its_saved_vocabulary(tmp_path: Path,
         assert labels.tolist() == want.tolist()
 
 
-def test_an_integer_column_with_missing_values_is_auto_detected(tmp_path: Path) -> None:
+def test_auto_detection_takes_integers_with_gaps_and_leaves_string_ids(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     shop = rng.integers(0, 10, N).astype(float)
     shop[::7] = np.nan  # a CSV reader gives this integer column as floats: 3.0, NaN
     frame = pd.DataFrame({"row": np.arange(N), "shop": shop, "price": rng.normal(size=N),
                           "label": rng.integers(0, 2, N)})
+    frame["session"] = [f"s-{i:05d}-x" for i in range(N)]  # a string id per row
     data = _load(DataSpec(str(_write(frame, tmp_path / "gaps.csv"))))
-    assert [t.name for t in data.tables] == ["shop"]  # row (one per row) and price left out
+    # row and session (one value per row) and price (not whole numbers) left out
+    assert [t.name for t in data.tables] == ["shop"]
     shops = data.vocab_maps["shop"]
     assert set(shops.values) == {str(v) for v in range(10)}  # '3', not '3.0'
     feats, _ = _all(data, "train")

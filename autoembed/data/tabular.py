@@ -27,8 +27,8 @@ from autoembed.errors import DataError
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "AUTO_INT_MAX_DISTINCT_SHARE"]
 
-# Auto-detection: an integer column is categorical when its distinct values are at most this
-# share of its rows (a row-number or other id-per-row column is not: nothing to learn).
+# Auto-detection: a string or integer column is categorical when its distinct values are at
+# most this share of its rows (a row number, uuid or other id-per-row column is not).
 AUTO_INT_MAX_DISTINCT_SHARE = 0.5
 
 
@@ -89,18 +89,20 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Columns that look categorical: strings, categories, booleans, and integer columns whose
-    distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows. An integer column
-    with missing values (which a CSV reader gives as floats: 3.0, NaN) is an integer column."""
+    """Columns that look categorical: categories, booleans, and string or integer columns
+    whose distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows (an id per
+    row, a uuid or free text, has nothing to learn: every validation value would be unseen).
+    An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
+    an integer column."""
     found = []
     n = len(frame)
     for c in frame.columns:
         if c in exclude:
             continue
         s = frame[c]
+        keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
         if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s)
-                or (_integral(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
+                or (keyed and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
 
@@ -287,6 +289,12 @@ def build_ctr(
         )
     require_columns(frame, fields, "categorical", source)
     _require_flat_names(fields, source)
+    n = len(frame)
+    splits = split_rows(n, spec.split, spec.seed)
+    if any(s.size == 0 for s in splits):
+        raise DataError(
+            f"data file '{source}' has {n} rows: too few for a {spec.split} split; add rows"
+        )
     if not fields:
         kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
         raise DataError(
@@ -298,12 +306,6 @@ def build_ctr(
         require_values(frame, c, "categorical", source)
     known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
     labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
-    n = len(frame)
-    splits = split_rows(n, spec.split, spec.seed)
-    if any(s.size == 0 for s in splits):
-        raise DataError(
-            f"data file '{source}' has {n} rows: too few for a {spec.split} split; add rows"
-        )
     train = splits[0]
     maps: dict[str, VocabMap] = {}
     features: dict[str, IntArray] = {}
