@@ -273,6 +273,35 @@ def test_a_column_inside_another_by_its_dotted_name_is_refused(tmp_path: Path) -
     assert [t.name for t in alone.tables] == ["user.id"]
 
 
+def test_a_parquet_list_column_is_a_bag_of_its_values(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (in autoembed[datasets])")
+    rng = np.random.default_rng(4)
+    kinds = [["drama"], ["comedy", "drama"], [], ["noir", "comedy", "drama"]]
+    frame = pd.DataFrame({"user": rng.integers(0, 9, N), "genres": [kinds[i % 4] for i in
+                                                                  range(N)],
+                          "vec": [rng.random(3) for _ in range(N)],  # numbers: not a bag
+                          "label": rng.integers(0, 2, N)})
+    path = _write(frame, tmp_path / "lists.parquet")
+    data = _load(DataSpec(str(path)))  # was: exit 1, "unhashable type: 'numpy.ndarray'"
+    assert [t.name for t in data.tables] == ["user", "genres"]
+    genres = data.vocab_maps["genres"]
+    assert set(genres.values) == {"drama", "comedy", "noir"} and genres.kind == "multi_hot"
+    feats, _ = _all(data, "train")
+    for pos, row in zip(data.split_rows("train")[:8], feats["genres"][:8], strict=True):
+        ids = [genres.id_of(g) for g in frame["genres"].iloc[pos]] or [0]  # empty: OOV
+        assert row.tolist() == ids + [MISSING_ID] * (3 - len(ids))
+    data.save_vocab(tmp_path / "v")
+    again = _load(DataSpec(str(path)), vocab=tmp_path / "v")
+    assert np.array_equal(_all(again, "test")[0]["genres"], _all(data, "test")[0]["genres"])
+    frame["meta"] = [{"k": i % 3} for i in range(N)]  # a Parquet struct column
+    path = _write(frame, tmp_path / "struct.parquet")
+    assert [t.name for t in _load(DataSpec(str(path))).tables] == ["user", "genres"]
+    msg = _error(DataSpec(str(path), categorical=("user", "meta")))
+    assert "'meta' holds dict values, not keys" in msg
+    msg = _error(DataSpec(str(path), label="genres", categorical=("user",)))
+    assert "label column 'genres'" in msg and "holds lists" in msg
+
+
 def test_utf16_files_are_read_and_other_encodings_named(tmp_path: Path) -> None:
     frame = pd.DataFrame({"ville": ["Montréal", "Zürich", "Québec"] * 20, "y": [0, 1] * 30})
     frame.to_csv(tmp_path / "u16.csv", index=False, encoding="utf-16")  # with its BOM

@@ -25,7 +25,8 @@ from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
-           "empirical_frequency", "require_split_classes", "AUTO_INT_MAX_DISTINCT_SHARE"]
+           "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
+           "as_bags", "AUTO_INT_MAX_DISTINCT_SHARE"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
@@ -102,9 +103,18 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
         s = frame[c]
         keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
         if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or (keyed and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
+                or (keyed and _distinct(s) <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
+
+
+def _distinct(s: pd.Series) -> float:
+    """Distinct values of a column; infinite when its cells are not keys (a Parquet struct's
+    dicts), which auto-detection then leaves out."""
+    try:
+        return float(s.nunique())
+    except TypeError:
+        return float("inf")
 
 
 def _integral(s: pd.Series) -> bool:
@@ -218,13 +228,55 @@ class _Keys:
     keys: list[str]
 
 
+def list_columns(frame: pd.DataFrame) -> tuple[str, ...]:
+    """Columns whose cells are lists (a Parquet list column, e.g. a movie's genres): their
+    first present cell is a list, tuple or array."""
+    found = []
+    for c in frame.columns:
+        s = frame[c]
+        if ptypes.is_object_dtype(s):
+            first = next((v for v in s if v is not None and not _is_nan(v)), None)
+            if isinstance(first, (list, tuple, np.ndarray)):
+                found.append(str(c))
+    return tuple(found)
+
+
+def keyed_lists(series: pd.Series) -> bool:
+    """Whether a list column holds keys (strings, integers, booleans), not numbers such as an
+    embedding vector's floats: what auto-detection takes as a bag of values."""
+    items = [x for v in series.dropna().head(100) for x in v]
+    return all(isinstance(x, (str, bool, int, np.integer, np.bool_)) for x in items)
+
+
+def as_bags(series: pd.Series) -> pd.Series:
+    """A list column as hashable bags: each cell a tuple of its values' keys (`canonical`),
+    a missing cell None (OOV, as an empty bag is)."""
+    return series.map(lambda v: tuple(canonical(x) for x in v)
+                      if isinstance(v, (list, tuple, np.ndarray)) else None)
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and v != v
+
+
 def _factorise(series: pd.Series, separator: str | None) -> _Keys:
-    codes, uniques = pd.factorize(series, sort=False)
+    try:
+        codes, uniques = pd.factorize(series, sort=False)
+    except TypeError:  # unhashable cells: a Parquet struct's dicts
+        kind = type(series.dropna().iloc[0]).__name__
+        raise DataError(
+            f"column '{series.name}' holds {kind} values, not keys; name columns of strings, "
+            f"numbers or lists as categorical"
+        ) from None
     key_index: dict[str, int] = {}
     bags: list[list[int]] = []
     for u in uniques:
-        text = canonical(u)
-        parts = [t.strip() for t in text.split(separator)] if separator is not None else [text]
+        if isinstance(u, tuple):  # a list cell (`as_bags`): its values, not a joined string
+            parts = [t.strip() for t in u]
+        else:
+            text = canonical(u)
+            parts = [t.strip() for t in text.split(separator)] if separator is not None \
+                else [text]
         bags.append([key_index.setdefault(t, len(key_index)) for t in parts if t])
     return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
 
