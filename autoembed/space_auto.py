@@ -182,9 +182,21 @@ class AutoSpace:
     def describe(self) -> str:
         big = ", ".join(t.name for t in self.big_tables) or "none"
         seq = f"; seq_len {list(self.seq_lens)}" if self.seq_lens else ""
-        return (f"auto: {len(self.tables)} tables of {min(t.rows for t in self.tables)}-"
-                f"{max(t.rows for t in self.tables)} rows; compressed: {big}; dim "
+        return (f"auto: {_tables_text(self.tables)}; compressed: {big}; dim "
                 f"{self.dim[0]}-{self.dim[1]}{seq}; {self.length.describe()}")
+
+
+def _tables_text(tables: Sequence[TablePlan], shown: int = 6) -> str:
+    """The tables by name and rows (the columns a file gave, auto-detected or named), the
+    first `shown` of them when there are more."""
+    rows = [t.rows for t in tables]
+    named = ", ".join(f"{t.name}: {t.rows:,} rows" for t in tables[:shown])
+    if len(tables) == 1:
+        return f"1 table ({named})"
+    if len(tables) <= shown:
+        return f"{len(tables)} tables ({named})"
+    return (f"{len(tables)} tables of {min(rows):,}-{max(rows):,} rows ({named}, "
+            f"{len(tables) - shown} more)")
 
 
 def dim_bound(rows: int) -> int:

@@ -273,16 +273,37 @@ def measured_with(run: Mapping[str, Any]) -> dict[str, Any]:
     return {k: getattr(settings, k) for k in MEASURE_KEYS}
 
 
-def trained_on(config: Any, run: Any, stand_in: Any) -> dict[str, Any] | None:
+def trained_on(config: Any, run: Any, stand_in: Any,
+               data_sha256: Any = None) -> dict[str, Any] | None:
     """The `trained_on` block of a search's best.yaml or an exported file: `config`, the
     config the trial trained (resolved on the data it trained on, whose spec it carries);
     `run`, the settings it was measured with (MEASURE_KEYS); `stand_in`, whether that data
-    was a scaled-down copy of the priced tables. None when the trained config is unknown."""
+    was a scaled-down copy of the priced tables; `data_sha256`, its data file's digest
+    (data files only). None when the trained config is unknown."""
     if not isinstance(config, Mapping):
         return None
     measure = {k: v for k, v in run.items() if k in MEASURE_KEYS} \
         if isinstance(run, Mapping) else {}
-    return {"stand_in": bool(stand_in), "config": dict(config), "run": measure}
+    block = {"stand_in": bool(stand_in), "config": dict(config), "run": measure}
+    return block | ({"data_sha256": data_sha256} if isinstance(data_sha256, str) else {})
+
+
+def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> list[str]:
+    """A line saying the data file changed since the trial read it (its digest differs from
+    `trained_on.data_sha256`), so a rerun's figures can differ from the trial's; else none."""
+    from autoembed.pipeline.datafile import data_file_digest
+
+    was = block.get("data_sha256")
+    if not isinstance(was, str) or not data:
+        return []
+    try:
+        now = data_file_digest(data)
+    except (OSError, ConfigError):
+        return []  # a missing or unnamed file: loading the data says so in its own words
+    if now is None or now == was:
+        return []
+    return [f"data file '{data.get('name')}' changed since the search (sha256 {was[:12]}... "
+            f"then, {now[:12]}... now): this run's figures can differ from the trial's"]
 
 
 def _read_file(path: str | Path) -> dict[str, Any]:
@@ -418,6 +439,7 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
         lines.append(f"rerunning {what} as it was measured: its trained config on "
                      f"{_data_words(cfg.data, cfg.tables)} ({kind}), {length}; "
                      "--full-size trains the priced config on the full data instead")
+        lines.extend(_data_changed(block, cfg.data))
         expect = {k: float(metrics[k]) for k in ("quality", "test_quality")
                   if isinstance(metrics.get(k), (int, float))} if steps == stored else {}
         return TrainingPlan(cfg, steps, epochs, _measure_of(block, path), tuple(lines),

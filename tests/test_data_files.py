@@ -164,6 +164,38 @@ def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
     assert d2.vocabulary.labels == ("9", "10")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_true_false_label_loads_again_with_its_saved_vocabulary(tmp_path: Path,
+                                                                suffix: str) -> None:
+    frame = pd.DataFrame({"c": ["x", "y", "z"] * 20, "label": [True, False, False, True] * 15})
+    spec = DataSpec(str(_write(frame, tmp_path / f"tf{suffix}")))
+    data = _load(spec)
+    data.save_vocab(tmp_path / "v")
+    again = _load(spec, vocab=tmp_path / "v")  # refused before: 'True' not in ('0', '1')
+    for split in ("train", "valid", "test"):
+        _, labels = _all(again, split)
+        want = frame["label"].iloc[again.split_rows(split)].astype(np.float32)
+        assert labels.tolist() == want.tolist()
+
+
+def test_auto_detection_takes_integers_with_gaps_and_leaves_string_ids(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    shop = rng.integers(0, 10, N).astype(float)
+    shop[::7] = np.nan  # a CSV reader gives this integer column as floats: 3.0, NaN
+    frame = pd.DataFrame({"row": np.arange(N), "shop": shop, "price": rng.normal(size=N),
+                          "label": rng.integers(0, 2, N)})
+    frame["session"] = [f"s-{i:05d}-x" for i in range(N)]  # a string id per row
+    data = _load(DataSpec(str(_write(frame, tmp_path / "gaps.csv"))))
+    # row and session (one value per row) and price (not whole numbers) left out
+    assert [t.name for t in data.tables] == ["shop"]
+    shops = data.vocab_maps["shop"]
+    assert set(shops.values) == {str(v) for v in range(10)}  # '3', not '3.0'
+    feats, _ = _all(data, "train")
+    raw = frame["shop"].iloc[data.split_rows("train")]
+    want = [0 if np.isnan(v) else shops.id_of(str(int(v))) for v in raw]
+    assert feats["shop"][:, 0].tolist() == want and 0 in want
+
+
 def test_text_file_builds_its_vocabulary_on_train(tmp_path: Path) -> None:
     words = ["alpha beta", "beta gamma", "Gamma, ALPHA! beta", "delta"]
     frame = pd.DataFrame(
@@ -205,7 +237,93 @@ def _error(spec: DataSpec) -> str:
 def test_missing_label_column_lists_columns(tmp_path: Path) -> None:
     path = _write(_frame().rename(columns={"label": "clicked"}), tmp_path / "a.csv")
     msg = _error(DataSpec(str(path)))
-    assert "a.csv" in msg and "'label'" in msg and "clicked" in msg and "city" in msg
+    assert "a.csv" in msg and "'label'" in msg and "'clicked'" in msg and "'city'" in msg
+    assert msg.endswith("name the label column with --label")  # 'label' is only the default
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: str) -> None:
+    frame = _frame()
+    path = tmp_path / "semi.csv"
+    frame.to_csv(path, index=False, sep=sep)
+    data = _load(DataSpec(str(path), categorical=("city", "device")))
+    assert [t.name for t in data.tables] == ["city", "device"]
+    _, labels = _all(data, "train")
+    assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.csv"
+    path.write_text("user,item,user,label\n" + "".join(f"{i % 5},{i % 3},{i % 4},{i % 2}\n"
+                                                       for i in range(60)))
+    msg = _error(DataSpec(str(path)))  # pandas read it as 'user' and 'user.1'
+    assert "twice.csv" in msg and "the column 'user' twice" in msg
+    blank = tmp_path / "blank.csv"  # a spreadsheet's index column has no name
+    blank.write_text(",item,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(60)))
+    data = _load(DataSpec(str(blank)))
+    assert [t.name for t in data.tables] == ["item"]  # 'Unnamed: 0': one value per row
+
+
+def test_a_column_inside_another_by_its_dotted_name_is_refused(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"user": [1, 2, 3] * 20, "user.id": [4, 5] * 30, "label": [0, 1] * 30})
+    path = _write(frame, tmp_path / "dots.csv")
+    msg = _error(DataSpec(str(path)))  # the search said "no combination ... is a valid config"
+    assert "dots.csv" in msg and "'user' and 'user.id'" in msg and "'user_id'" in msg
+    alone = _load(DataSpec(str(path), categorical=("user.id",)))  # a dotted name alone is fine
+    assert [t.name for t in alone.tables] == ["user.id"]
+
+
+def test_a_parquet_list_column_is_a_bag_of_its_values(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (in autoembed[datasets])")
+    rng = np.random.default_rng(4)
+    kinds = [["drama"], ["comedy", "drama"], [], ["noir", "comedy", "drama"]]
+    frame = pd.DataFrame({"user": rng.integers(0, 9, N), "genres": [kinds[i % 4] for i in
+                                                                  range(N)],
+                          "vec": [rng.random(3) for _ in range(N)],  # numbers: not a bag
+                          "label": rng.integers(0, 2, N)})
+    path = _write(frame, tmp_path / "lists.parquet")
+    data = _load(DataSpec(str(path)))  # was: exit 1, "unhashable type: 'numpy.ndarray'"
+    assert [t.name for t in data.tables] == ["user", "genres"]
+    genres = data.vocab_maps["genres"]
+    assert set(genres.values) == {"drama", "comedy", "noir"} and genres.kind == "multi_hot"
+    feats, _ = _all(data, "train")
+    for pos, row in zip(data.split_rows("train")[:8], feats["genres"][:8], strict=True):
+        ids = [genres.id_of(g) for g in frame["genres"].iloc[pos]] or [0]  # empty: OOV
+        assert row.tolist() == ids + [MISSING_ID] * (3 - len(ids))
+    data.save_vocab(tmp_path / "v")
+    again = _load(DataSpec(str(path)), vocab=tmp_path / "v")
+    assert np.array_equal(_all(again, "test")[0]["genres"], _all(data, "test")[0]["genres"])
+    frame["meta"] = [{"k": i % 3} for i in range(N)]  # a Parquet struct column
+    path = _write(frame, tmp_path / "struct.parquet")
+    assert [t.name for t in _load(DataSpec(str(path))).tables] == ["user", "genres"]
+    msg = _error(DataSpec(str(path), categorical=("user", "meta")))
+    assert "'meta' holds dict values, not keys" in msg
+    msg = _error(DataSpec(str(path), label="genres", categorical=("user",)))
+    assert "label column 'genres'" in msg and "holds lists" in msg
+
+
+def test_utf16_files_are_read_and_other_encodings_named(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"ville": ["Montréal", "Zürich", "Québec"] * 20, "y": [0, 1] * 30})
+    frame.to_csv(tmp_path / "u16.csv", index=False, encoding="utf-16")  # with its BOM
+    frame.to_csv(tmp_path / "u16.tsv", index=False, encoding="utf-16", sep="\t")
+    for name in ("u16.csv", "u16.tsv"):
+        data = _load(DataSpec(str(tmp_path / name), label="y"))
+        assert set(data.vocab_maps["ville"].values) == {"Montréal", "Zürich", "Québec"}
+    frame.to_csv(tmp_path / "latin.csv", index=False, encoding="latin-1")
+    msg = _error(DataSpec(str(tmp_path / "latin.csv"), label="y"))
+    assert "latin.csv" in msg and "not UTF-8 text (it has the byte 0xe9)" in msg  # Latin-1 é
+    assert "save it as UTF-8" in msg
+
+
+def test_header_names_are_matched_without_surrounding_spaces(tmp_path: Path) -> None:
+    path = tmp_path / "spaced.csv"
+    # a BOM, CRLF line ends and spaces around the header names (as spreadsheets write them)
+    path.write_bytes(("\ufeff User Id ,Item,Is Click \r\n"
+                      + "".join(f"u{i % 7},i{i % 3},{i % 2}\r\n" for i in range(60)))
+                     .encode("utf-8"))
+    data = _load(DataSpec(str(path), label="Is Click", categorical=("User Id", "Item")))
+    assert [t.name for t in data.tables] == ["User Id", "Item"]
+    assert data.vocab_maps["User Id"].size == 8  # u0..u6 and OOV
 
 
 def test_non_binary_label_for_ctr(tmp_path: Path) -> None:
@@ -213,6 +331,16 @@ def test_non_binary_label_for_ctr(tmp_path: Path) -> None:
     frame["label"] = np.arange(N) % 5
     msg = _error(DataSpec(str(_write(frame, tmp_path / "b.csv"))))
     assert "b.csv" in msg and "'label'" in msg and "5 distinct" in msg and "text_column" in msg
+    assert "--text-column" in msg and "'0', '1', '2', '3'" in msg
+
+
+def test_a_label_whose_values_differ_by_spaces_says_so(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["label"] = np.where(frame["label"] == 1, " yes", "no")
+    frame.loc[7, "label"] = "yes"  # one row typed without the space
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "ws.csv"))))
+    assert "ws.csv" in msg and "3 distinct values (' yes', 'no', 'yes')" in msg
+    assert "surrounding spaces" in msg
 
 
 def test_single_class_label(tmp_path: Path) -> None:
@@ -268,7 +396,7 @@ def test_unknown_categorical_column(tmp_path: Path) -> None:
 def test_no_categorical_columns(tmp_path: Path) -> None:
     frame = pd.DataFrame({"x": np.linspace(0, 1, 50), "label": [0, 1] * 25})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "f.csv"))))
-    assert "f.csv" in msg and "x (float64)" in msg and "categorical=" in msg
+    assert "f.csv" in msg and "x (float64)" in msg and "--categorical a,b" in msg
 
 
 def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
@@ -282,6 +410,18 @@ def test_text_needs_two_classes(tmp_path: Path) -> None:
     frame = pd.DataFrame({"body": ["a b"] * 30, "label": ["x"] * 30})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "t.csv")), text_column="body"))
     assert "t.csv" in msg and "'label'" in msg and "two" in msg
+
+
+def test_a_text_task_refuses_the_label_as_text_and_unread_columns(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"body": ["a b", "c d"] * 30, "topic": ["x", "y", "z"] * 20,
+                          "shop": [1, 2] * 30})
+    path = _write(frame, tmp_path / "t.csv")
+    # the label as its own text: every trial would read the answer
+    msg = _error(DataSpec(str(path), label="topic", text_column="topic"))
+    assert "t.csv" in msg and "'topic'" in msg and "is the label" in msg
+    # categorical columns a text task never reads were dropped without a word
+    msg = _error(DataSpec(str(path), label="topic", text_column="body", categorical=("shop",)))
+    assert "t.csv" in msg and "text task" in msg and "(shop)" in msg
 
 
 def test_too_few_rows(tmp_path: Path) -> None:

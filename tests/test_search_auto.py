@@ -215,3 +215,51 @@ def test_auto_needs_real_data(tmp_path: Path, kw: dict[str, Any], needle: str) -
     with pytest.raises(ConfigError, match=needle):
         _run(tmp_path, tmp_path / "none.csv", [], space="auto", study="bad", **kw)
     assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> None:
+    from autoembed.errors import DataError
+
+    frame = _clicks(tmp_path / "rare.csv")
+    frame["y"] = 0
+    frame.loc[[5, 6, 7], "y"] = 1  # 3 positives of 2,000: the 200-row valid split has none
+    frame.to_csv(tmp_path / "rare.csv", index=False)
+    data = load_dataset(DataSpec(str(tmp_path / "rare.csv"), label="y"))
+    lacking = next(s for s in ("train", "valid", "test") if not data.split_labels(s).any())
+    n = data.num_rows(lacking)
+    with pytest.raises(DataError) as e:
+        _run(tmp_path, tmp_path / "rare.csv", [], study="rare")
+    msg = str(e.value)
+    assert "\n" not in msg and "'y'" in msg and "rare.csv" in msg
+    assert f"3 of 2000 rows of class '1' and the {lacking} split ({n} rows) none" in msg
+    # trials whose AUC is NaN used to train, and a pick was made on memory alone
+    assert not (tmp_path / "runs" / "rare").exists()
+
+
+def test_an_edited_data_file_is_refused_on_resume_and_noted_on_rerun(tmp_path: Path) -> None:
+    import hashlib
+
+    from autoembed.errors import DataError
+    from autoembed.export import export_config
+    from autoembed.training import plan_training
+
+    csv = tmp_path / "clicks.csv"
+    frame = _clicks(csv, n=600)
+    first, _ = _run(tmp_path, csv, [], trials=1, study="edit")
+    pareto = (first.out_dir / "pareto.json").read_text()
+    assert json.loads(pareto)["data_sha256"] == hashlib.sha256(csv.read_bytes()).hexdigest()
+    export_config("edit", tmp_path / "x.yaml", runs_dir=tmp_path / "runs", tracking_uri="none")
+    for path in (first.out_dir / "best.yaml", tmp_path / "x.yaml"):
+        assert not any("changed" in line for line in plan_training(path).lines)
+    frame["y"] = 1 - frame["y"]  # the same columns and size, other labels
+    frame.to_csv(csv, index=False)
+    with pytest.raises(DataError) as e:
+        _run(tmp_path, csv, [], trials=2, study="edit", resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "clicks.csv" in msg and "changed since study 'edit'" in msg
+    assert (first.out_dir / "pareto.json").read_text() == pareto  # nothing trained or written
+    # a rerun "as it was measured" says its figures can differ, and why
+    for path in (first.out_dir / "best.yaml", tmp_path / "x.yaml"):
+        plan = plan_training(path)
+        assert plan.rerun and any(f"data file '{csv}' changed since the search" in line
+                                  for line in plan.lines), plan.lines

@@ -57,6 +57,17 @@ def test_small_user_tables_get_no_compression_and_dims_bounded_by_cardinality() 
     assert raw["params"]["weight_decay"]["when"] == {"table_optimizer": ["adam"]}
 
 
+def test_the_derived_space_names_the_tables_it_embeds() -> None:
+    # a file's tables are its columns, auto-detected or named: the description says which
+    assert derive_space(_facts([3000]), 8 * GB).describe().startswith(
+        "auto: 1 table (t0: 3,000 rows); ")
+    assert derive_space(_facts([3000, 12]), 8 * GB).describe().startswith(
+        "auto: 2 tables (t0: 3,000 rows, t1: 12 rows); ")
+    many = derive_space(_facts([5, 7, 9, 11, 13, 15, 17, 1000]), 8 * GB).describe()
+    assert many.startswith("auto: 8 tables of 5-1,000 rows (t0: 5 rows, t1: 7 rows, t2: 9 "
+                           "rows, t3: 11 rows, t4: 13 rows, t5: 15 rows, 2 more); ")
+
+
 def test_big_tables_are_compressed_by_shares_and_small_ones_left_alone() -> None:
     rows = [40_000_000, 10_000_000, 10_000, 5]
     auto = derive_space(_facts(rows, train=200_000), 8 * GB)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -45,7 +45,7 @@ from autoembed.rules import (
 )
 
 __all__ = ["EmbeddingConfig", "resolved_tables", "table_settings", "with_data_tables",
-           "map_bucket_counts", "storage_rows", "cache_rows"]
+           "map_bucket_counts", "storage_rows", "cache_rows", "nested_name"]
 
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
 
@@ -480,16 +480,26 @@ class EmbeddingConfig:
         return flat
 
 
+def nested_name(names: Sequence[str]) -> tuple[int, str] | None:
+    """(index, outer) of the first name that sits inside another ('a.b' inside 'a': dotted
+    table names are module paths, so no table may), else None."""
+    known = set(names)
+    for i, name in enumerate(names):
+        parts = name.split(".")
+        outer = next((".".join(parts[:k]) for k in range(1, len(parts))
+                      if ".".join(parts[:k]) in known), None)
+        if outer is not None:
+            return i, outer
+    return None
+
+
 def _check_nesting(tables: tuple[TableConfig, ...]) -> None:
     """Dotted names are module paths, so no table may sit inside another ('a' and 'a.b')."""
-    names = {t.name for t in tables}
-    for i, t in enumerate(tables):
-        parts = t.name.split(".")
-        for k in range(1, len(parts)):
-            outer = ".".join(parts[:k])
-            if outer in names:
-                raise _fail(f"tables[{i}].name", t.name, f"sits inside table '{outer}' (names "
-                            "are module paths); rename one of them")
+    found = nested_name([t.name for t in tables])
+    if found is not None:
+        i, outer = found
+        raise _fail(f"tables[{i}].name", tables[i].name, f"sits inside table '{outer}' (names "
+                    "are module paths); rename one of them")
 
 
 def storage_rows(config: EmbeddingConfig, t: TableConfig | TableSettings) -> int:

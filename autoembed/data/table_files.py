@@ -13,9 +13,15 @@ if TYPE_CHECKING:
 
 __all__ = ["read_table"]
 
+SEPARATORS = (",", "\t", ";", "|")  # what a delimited file's header is split on
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # spreadsheets' "Unicode text" starts with one
+
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """The file as a DataFrame with a fresh RangeIndex; errors name the file and the fix."""
+    """The file as a DataFrame with a fresh RangeIndex, its column names stripped of
+    surrounding spaces (` Item Id ` is `Item Id`); a CSV/TSV whose expected separator leaves
+    one column is read with the one its header shows; text is UTF-8, or UTF-16 with its
+    byte-order mark. Errors name the file and the fix."""
     import pandas as pd
 
     p = Path(path).expanduser()
@@ -35,10 +41,14 @@ def read_table(path: str | Path) -> pd.DataFrame:
         if suffix in PARQUET_SUFFIXES:
             frame = pd.read_parquet(p)
         else:
-            sep = "," if suffix in CSV_SUFFIXES else "\t"
-            frame = pd.read_csv(p, sep=sep, low_memory=False)
+            frame = _read_delimited(p, "," if suffix in CSV_SUFFIXES else "\t")
     except pd.errors.EmptyDataError:
         raise DataError(f"data file '{p}' is empty; give a file with a header and rows") from None
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"data file '{p}' is not UTF-8 text (it has the byte {e.object[e.start]:#04x}); "
+            f"save it as UTF-8 (or UTF-16 with its byte-order mark) and give it again"
+        ) from None
     except ImportError as e:
         raise DataError(
             f"data file '{p}' needs a Parquet engine: pip install pyarrow ({e})"
@@ -51,8 +61,31 @@ def read_table(path: str | Path) -> pd.DataFrame:
         ) from None
     if len(frame) == 0:
         raise DataError(f"data file '{p}' has a header but no data rows; add rows")
+    frame.columns = [str(c).strip() for c in frame.columns]
     if frame.columns.duplicated().any():
         dup = str(frame.columns[frame.columns.duplicated()][0])
         raise DataError(f"data file '{p}' has the column '{dup}' twice; rename one")
-    frame.columns = [str(c) for c in frame.columns]
     return frame.reset_index(drop=True)
+
+
+def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
+    """A CSV/TSV file, read again with the separator its header shows when the expected one
+    leaves a single column (`;`-separated CSV, a tab-separated `.csv`)."""
+    import pandas as pd
+
+    with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
+        encoding = "utf-16" if f.read(2) in UTF16_BOMS else "utf-8"
+    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+    if frame.shape[1] == 1:
+        header = str(frame.columns[0])
+        found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
+        if found:
+            sep = max(found)[1]
+            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+    # the header as written: pandas renames a repeated name ('user', 'user.1'), which
+    # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
+    head = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                       encoding=encoding).iloc[0].tolist()
+    if len(head) == frame.shape[1]:
+        frame.columns = [h if h.strip() else c for h, c in zip(head, frame.columns, strict=True)]
+    return frame

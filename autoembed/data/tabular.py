@@ -25,10 +25,11 @@ from autoembed.data.vocab import VocabMap, Vocabulary
 from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
-           "empirical_frequency", "AUTO_INT_MAX_DISTINCT_SHARE"]
+           "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
+           "as_bags", "AUTO_INT_MAX_DISTINCT_SHARE"]
 
-# Auto-detection: an integer column is categorical when its distinct values are at most this
-# share of its rows (a row-number or other id-per-row column is not: nothing to learn).
+# Auto-detection: a string or integer column is categorical when its distinct values are at
+# most this share of its rows (a row number, uuid or other id-per-row column is not).
 AUTO_INT_MAX_DISTINCT_SHARE = 0.5
 
 
@@ -48,13 +49,36 @@ def _where(source: str, column: str) -> str:
     return f"column '{column}' in '{source}'"
 
 
+# The flag that names a column of each role (`autoembed search`; DataSpec's keys in Python).
+ROLE_FLAGS = {"label": "--label", "categorical": "--categorical", "text": "--text-column"}
+
+
 def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, source: str) -> None:
+    """Each of `columns` is in the frame, else a DataError listing the columns there and the
+    flag that names a column of this `role`."""
     for c in columns:
         if c not in frame.columns:
+            flag = f"; name the {role} column with {ROLE_FLAGS[role]}" if role in ROLE_FLAGS \
+                else ""
             raise DataError(
                 f"{role} column '{c}' is not in '{source}'; available columns: "
-                f"{', '.join(map(str, frame.columns))}"
+                f"{', '.join(repr(str(x)) for x in frame.columns)}{flag}"
             )
+
+
+def _require_flat_names(fields: Sequence[str], source: str) -> None:
+    """Each column becomes a table, and a dotted table name is a module path: refuse a
+    column that would sit inside another ('user' and 'user.id')."""
+    from autoembed.config.value import nested_name
+
+    found = nested_name(fields)
+    if found is not None:
+        inner, outer = fields[found[0]], found[1]
+        raise DataError(
+            f"columns '{outer}' and '{inner}' in '{source}' cannot both be tables: a dotted "
+            f"name is a path, so '{inner}' would sit inside '{outer}'; rename one (e.g. "
+            f"'{inner.replace('.', '_')}')"
+        )
 
 
 def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> None:
@@ -66,19 +90,41 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Columns that look categorical: strings, categories, booleans, and integer columns whose
-    distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows."""
+    """Columns that look categorical: categories, booleans, and string or integer columns
+    whose distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows (an id per
+    row, a uuid or free text, has nothing to learn: every validation value would be unseen).
+    An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
+    an integer column."""
     found = []
     n = len(frame)
     for c in frame.columns:
         if c in exclude:
             continue
         s = frame[c]
+        keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
         if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s)
-                or (ptypes.is_integer_dtype(s) and s.nunique() <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
+                or (keyed and _distinct(s) <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
+
+
+def _distinct(s: pd.Series) -> float:
+    """Distinct values of a column; infinite when its cells are not keys (a Parquet struct's
+    dicts), which auto-detection then leaves out."""
+    try:
+        return float(s.nunique())
+    except TypeError:
+        return float("inf")
+
+
+def _integral(s: pd.Series) -> bool:
+    """Integer dtype, or floats that are all whole numbers where present (some missing)."""
+    if ptypes.is_integer_dtype(s):
+        return True
+    if not ptypes.is_float_dtype(s):
+        return False
+    present = s.dropna().to_numpy()
+    return bool(present.size) and bool(np.all(np.mod(present, 1) == 0))
 
 
 # ---------------------------------------------------------------------------- labels
@@ -116,16 +162,24 @@ def class_labels(
 def binary_labels(
     series: pd.Series, column: str, source: str, known: tuple[str, ...] | None
 ) -> tuple[npt.NDArray[np.float32], tuple[str, ...]]:
-    """0/1 labels: {0, 1} (or False/True) as is; any other two values in sorted order."""
+    """0/1 labels: {0, 1} (or False/True, read as 1/0 with or without a saved vocabulary)
+    as is; any other two values in sorted order."""
+    if ptypes.is_bool_dtype(series):
+        series = series.astype("int64")
     if known is None:
-        if ptypes.is_bool_dtype(series):
-            series = series.astype("int64")
         distinct = sorted({canonical(v) for v in series.dropna().unique()})
         if len(distinct) > 2:
+            shown = ", ".join(repr(v) for v in distinct[:4])
+            if len({v.strip() for v in distinct}) == 2:
+                raise DataError(
+                    f"label {_where(source, column)} has {len(distinct)} distinct values "
+                    f"({shown}) that are two once stripped of surrounding spaces; strip them "
+                    f"in the file"
+                )
             raise DataError(
                 f"label {_where(source, column)} has {len(distinct)} distinct values (e.g. "
-                f"{', '.join(distinct[:4])}); the ctr task needs two (0/1): binarise the column, "
-                f"or give text_column for a multi-class text task"
+                f"{shown}); the ctr task needs two (0/1): binarise the column, or give a text "
+                f"column (--text-column, text_column=) for a multi-class text task"
             )
         if len(distinct) < 2:
             only = distinct[0] if distinct else "none"
@@ -137,6 +191,29 @@ def binary_labels(
             known = ("0", "1")
     idx, classes = class_labels(series, column, source, known)
     return idx.astype(np.float32), classes
+
+
+def require_split_classes(dataset: InMemoryDataset) -> None:
+    """Every split of a ctr data set holds rows of both classes: a split with one class has
+    no AUC, so a search could not rank its trials (valid) or report the pick's test score
+    (test), and train rows of one class teach nothing. Raises a one-line DataError naming
+    the split and the class it lacks."""
+    if dataset.task != "ctr":
+        return
+    labels = {s: dataset.split_labels(s) > 0.5 for s in ("train", "valid", "test")}
+    for split, y in labels.items():
+        if 0 < y.sum() < y.size:
+            continue
+        lacking = int(not y.any())  # 1: the split has no positive rows
+        count = sum(int((v == bool(lacking)).sum()) for v in labels.values())
+        name = (dataset.vocabulary.labels or ("0", "1"))[lacking]
+        total = sum(v.size for v in labels.values())
+        spec = dataset.spec
+        raise DataError(
+            f"label {_where(spec.name, str(spec.label))} has {count} of {total} rows of class "
+            f"'{name}' and the {split} split ({y.size} rows) none, so AUC cannot judge a "
+            f"trial on it; add rows of class '{name}'"
+        )
 
 
 # ---------------------------------------------------------------------------- fields
@@ -151,13 +228,55 @@ class _Keys:
     keys: list[str]
 
 
+def list_columns(frame: pd.DataFrame) -> tuple[str, ...]:
+    """Columns whose cells are lists (a Parquet list column, e.g. a movie's genres): their
+    first present cell is a list, tuple or array."""
+    found = []
+    for c in frame.columns:
+        s = frame[c]
+        if ptypes.is_object_dtype(s):
+            first = next((v for v in s if v is not None and not _is_nan(v)), None)
+            if isinstance(first, (list, tuple, np.ndarray)):
+                found.append(str(c))
+    return tuple(found)
+
+
+def keyed_lists(series: pd.Series) -> bool:
+    """Whether a list column holds keys (strings, integers, booleans), not numbers such as an
+    embedding vector's floats: what auto-detection takes as a bag of values."""
+    items = [x for v in series.dropna().head(100) for x in v]
+    return all(isinstance(x, (str, bool, int, np.integer, np.bool_)) for x in items)
+
+
+def as_bags(series: pd.Series) -> pd.Series:
+    """A list column as hashable bags: each cell a tuple of its values' keys (`canonical`),
+    a missing cell None (OOV, as an empty bag is)."""
+    return series.map(lambda v: tuple(canonical(x) for x in v)
+                      if isinstance(v, (list, tuple, np.ndarray)) else None)
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and v != v
+
+
 def _factorise(series: pd.Series, separator: str | None) -> _Keys:
-    codes, uniques = pd.factorize(series, sort=False)
+    try:
+        codes, uniques = pd.factorize(series, sort=False)
+    except TypeError:  # unhashable cells: a Parquet struct's dicts
+        kind = type(series.dropna().iloc[0]).__name__
+        raise DataError(
+            f"column '{series.name}' holds {kind} values, not keys; name columns of strings, "
+            f"numbers or lists as categorical"
+        ) from None
     key_index: dict[str, int] = {}
     bags: list[list[int]] = []
     for u in uniques:
-        text = canonical(u)
-        parts = [t.strip() for t in text.split(separator)] if separator is not None else [text]
+        if isinstance(u, tuple):  # a list cell (`as_bags`): its values, not a joined string
+            parts = [t.strip() for t in u]
+        else:
+            text = canonical(u)
+            parts = [t.strip() for t in text.split(separator)] if separator is not None \
+                else [text]
         bags.append([key_index.setdefault(t, len(key_index)) for t in parts if t])
     return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
 
@@ -221,23 +340,24 @@ def build_ctr(
             f"categorical columns"
         )
     require_columns(frame, fields, "categorical", source)
-    if not fields:
-        kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
-        raise DataError(
-            f"data file '{source}' has no categorical columns besides the label (found: "
-            f"{kinds or 'none'}); name them with categorical=[...]"
-        )
-    require_values(frame, columns.label, "label", source)
-    for c in fields:
-        require_values(frame, c, "categorical", source)
-    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
-    labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
+    _require_flat_names(fields, source)
     n = len(frame)
     splits = split_rows(n, spec.split, spec.seed)
     if any(s.size == 0 for s in splits):
         raise DataError(
             f"data file '{source}' has {n} rows: too few for a {spec.split} split; add rows"
         )
+    if not fields:
+        kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
+        raise DataError(
+            f"data file '{source}' has no categorical columns besides the label (found: "
+            f"{kinds or 'none'}); name them with --categorical a,b (categorical=[...])"
+        )
+    require_values(frame, columns.label, "label", source)
+    for c in fields:
+        require_values(frame, c, "categorical", source)
+    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
+    labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
     train = splits[0]
     maps: dict[str, VocabMap] = {}
     features: dict[str, IntArray] = {}

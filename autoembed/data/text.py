@@ -68,6 +68,11 @@ def build_text(
     vocabulary: Vocabulary | None = None,
 ) -> InMemoryDataset:
     """Encode a text classification data set (split by spec.split and spec.seed)."""
+    if text_column == label_column:
+        raise DataError(
+            f"column '{label_column}' in '{source}' is the label; the text column must be "
+            f"another (the label's own words would be the input)"
+        )
     require_columns(frame, (label_column,), "label", source)
     require_columns(frame, (text_column,), "text", source)
     require_values(frame, label_column, "label", source)

@@ -1,19 +1,34 @@
 """User data files: a CSV/TSV/Parquet table with a `label` column.
 
-ctr (default): categorical columns as named, else auto-detected (strings, categories,
-booleans, integers with few distinct values); `multi_hot` columns hold separator-joined bags;
-labels must be binary. text (`text_column` given): the column is tokenised, labels may be any
+ctr (default): categorical columns as named, else auto-detected (categories, booleans,
+strings and integers with few distinct values, lists of keys); `multi_hot` columns hold
+separator-joined bags, and a list column (Parquet) is a bag of its values; labels must be
+binary. text (`text_column` given): the column is tokenised, labels may be any
 classes, other columns are ignored.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from autoembed.data.base import InMemoryDataset
 from autoembed.data.spec import DataSpec
 from autoembed.data.table_files import read_table
-from autoembed.data.tabular import CtrColumns, build_ctr, detect_categorical, require_columns
+from autoembed.data.tabular import (
+    CtrColumns,
+    as_bags,
+    build_ctr,
+    detect_categorical,
+    keyed_lists,
+    list_columns,
+    require_columns,
+)
 from autoembed.data.text import DEFAULT_SEQ_LEN, build_text
 from autoembed.data.vocab import Vocabulary
+from autoembed.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["load_user_file"]
 
@@ -23,13 +38,39 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     frame = read_table(source)
     require_columns(frame, (spec.label,), "label", source)
     if spec.text_column is not None:
+        if spec.categorical or spec.multi_hot:
+            named = ", ".join((*(spec.categorical or ()), *spec.multi_hot))
+            raise DataError(
+                f"data file '{source}' is a text task (text column '{spec.text_column}'), "
+                f"which reads only its text: drop the categorical columns ({named}), or the "
+                f"text column for a ctr task"
+            )
         seq_len = spec.seq_len or DEFAULT_SEQ_LEN
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
+    multi_hot, lists = _list_bags(frame, spec)
     if spec.categorical is not None:
-        categorical = tuple(c for c in spec.categorical if c not in spec.multi_hot)
+        categorical = tuple(c for c in spec.categorical if c not in multi_hot)
     else:
-        exclude = (spec.label, *spec.multi_hot)
+        exclude = (spec.label, *multi_hot, *lists)
         categorical = tuple(detect_categorical(frame, exclude))
-    cols = CtrColumns(spec.label, categorical, spec.multi_hot, spec.separator)
+    cols = CtrColumns(spec.label, categorical, multi_hot, spec.separator)
     return build_ctr(frame, spec, cols, source, vocabulary)
+
+
+def _list_bags(frame: pd.DataFrame, spec: DataSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the multi-hot columns, every list column): list cells become bags in place; a list
+    column is multi-hot when named (categorical or multi_hot) or, auto-detected, when it
+    holds keys rather than numbers."""
+    lists = list_columns(frame)
+    if spec.label in lists:
+        raise DataError(
+            f"label column '{spec.label}' in '{spec.name}' holds lists; a label is one value "
+            f"per row"
+        )
+    named = spec.categorical
+    bags = [c for c in lists if (c in named if named is not None else keyed_lists(frame[c]))
+            or c in spec.multi_hot]
+    for c in lists:
+        frame[c] = as_bags(frame[c])
+    return tuple(dict.fromkeys((*spec.multi_hot, *bags))), lists

@@ -19,7 +19,8 @@ from autoembed.baselines import Baseline
 from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, DataError
+from autoembed.pipeline.datafile import data_file_digest
 from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
@@ -70,6 +71,7 @@ class BuiltinWorkload:
     given: bool = False
     baseline: Baseline | None = None
     baseline_note: str | None = None  # why there is none, where one was tried
+    data_sha256: str | None = None  # a data file's digest when it was loaded (None: built in)
     run: Mapping[str, Any] = field(default_factory=dict)  # RunSettings fields, set in build
 
     @classmethod
@@ -99,6 +101,7 @@ class BuiltinWorkload:
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
             data = build_priced_data(spec, stand_in, sp.tables)
+        digest = _checked_data(data, stored, r.study)
         sp = _seeded(sp, seed)
         if sp.source == AUTO_SPACE:
             from autoembed.space_auto import summary
@@ -106,6 +109,7 @@ class BuiltinWorkload:
             tell(summary(sp, r.runs_dir / r.study / DERIVED_SPACE_FILE))
         baseline, why = _baseline(data, stored, tell)
         return cls.of(sp, data, device=r.device, baseline=baseline, baseline_note=why,
+                      data_sha256=digest,
                       given=r.data is not None or sp.source == AUTO_SPACE)
 
     @property
@@ -221,6 +225,7 @@ class BuiltinWorkload:
 
     def meta(self) -> dict[str, Any]:
         return {"data": self.data.spec.to_dict(), "train_data": self.data.train_spec.to_dict(),
+                "data_sha256": self.data_sha256,
                 "baseline": None if self.baseline is None else self.baseline.to_dict(),
                 "baseline_note": self.baseline_note}
 
@@ -237,8 +242,8 @@ class BuiltinWorkload:
         export's `trained_on` block carries."""
         from autoembed.training import measured_with
 
-        return {"data": self.data.spec.to_dict(), "trained_on": self.data.train_spec.to_dict(),
-                "stand_in": self.stand_in,
+        return {"data": self.data.spec.to_dict(), "data_sha256": self.data_sha256,
+                "trained_on": self.data.train_spec.to_dict(), "stand_in": self.stand_in,
                 "run": measured_with({**self.run, "threads": placement.get("threads")}),
                 "baseline": None if self.baseline is None else self.baseline.to_dict()}
 
@@ -258,7 +263,7 @@ class BuiltinWorkload:
 
         record: dict[str, Any] = {"config": row.config.to_dict()}
         block = trained_on(None if row.result is None else row.result.config.to_dict(),
-                           context.get("run"), context.get("stand_in"))
+                           context.get("run"), context.get("stand_in"), self.data_sha256)
         if block is not None:
             record[TRAINED_ON_KEY] = block
         return record
@@ -349,6 +354,38 @@ def _derived(r: SearchRequest) -> tuple[SearchSpace, PricedData]:
     data = build_priced_data(spec, None)
     sp = auto_space(data.dataset, r.budget.bytes)
     return sp, replace(data, tables=sp.tables)
+
+
+def _checked_data(data: PricedData, stored: Mapping[str, Any], study: str) -> str | None:
+    """The data file's digest (None: built-in data), once the data pass a search's checks:
+    a resumed study's file unchanged, both classes in every split of a binary label."""
+    digest = data_file_digest(data.spec.to_dict())
+    if stored:
+        _require_same_file(stored, data.spec, digest, study)
+    _require_split_classes(data)
+    return digest
+
+
+def _require_same_file(stored: Mapping[str, Any], spec: DataSpec, now: str | None,
+                       study: str) -> None:
+    """A resumed study's data file holds the bytes the study started on (`now`: its digest;
+    a study stored before studies recorded one is not checked): trials on other data would
+    share its front."""
+    was = stored.get("data_sha256")
+    if was and now != was:
+        raise DataError(
+            f"data file '{spec.name}' changed since study '{study}' started (sha256 "
+            f"{str(was)[:12]}... then, {str(now)[:12]}... now); a resumed search keeps its "
+            f"data: restore the file, or start a new --study")
+
+
+def _require_split_classes(data: PricedData) -> None:
+    """Real ctr data whose every split holds both classes (else AUC cannot rank the trials)."""
+    from autoembed.data.base import InMemoryDataset
+    from autoembed.data.tabular import require_split_classes
+
+    if not data.stand_in and isinstance(data.dataset, InMemoryDataset):
+        require_split_classes(data.dataset)
 
 
 def _baseline(data: PricedData, stored: Mapping[str, Any], tell: Callable[[str], None]

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_file_blob", "local_data"]
+__all__ = ["data_file_blob", "data_file_digest", "local_data"]
 
 
 @lru_cache(maxsize=8)
@@ -20,6 +20,18 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     """A file's digest, read once per (path, size, mtime) in this worker, not every trial."""
     del size, mtime_ns  # the cache key: a rewritten file is read again
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def data_file_digest(data: Mapping[str, Any]) -> str | None:
+    """The sha256 of a data file's bytes (read once per size and mtime), None for built-in
+    data: what a study records, so a resume on an edited file is caught."""
+    from autoembed.data.spec import DataSpec
+
+    spec = DataSpec.from_dict(data, "data")
+    if not spec.is_file:
+        return None
+    st = Path(spec.name).stat()
+    return _sha256(spec.name, st.st_size, st.st_mtime_ns)
 
 
 def data_file_blob(train_data: Mapping[str, Any]) -> dict[str, Any] | None:
