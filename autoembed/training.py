@@ -291,7 +291,7 @@ def trained_on(config: Any, run: Any, stand_in: Any,
 def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> list[str]:
     """A line saying the data file changed since the trial read it (its digest differs from
     `trained_on.data_sha256`), so a rerun's figures can differ from the trial's; else none."""
-    from autoembed.pipeline.datafile import data_file_digest
+    from autoembed.data.digest import data_file_digest
 
     was = block.get("data_sha256")
     if not isinstance(was, str) or not data:

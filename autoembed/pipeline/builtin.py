@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from autoembed.baselines import Baseline
 from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
+from autoembed.data.digest import data_file_digest
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import ConfigError, DataError
-from autoembed.pipeline.datafile import data_file_digest
 from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (

@@ -8,30 +8,12 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_file_blob", "data_file_digest", "local_data"]
+from autoembed.data.digest import file_sha256
 
-
-@lru_cache(maxsize=8)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    """A file's digest, read once per (path, size, mtime) in this worker, not every trial."""
-    del size, mtime_ns  # the cache key: a rewritten file is read again
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def data_file_digest(data: Mapping[str, Any]) -> str | None:
-    """The sha256 of a data file's bytes (read once per size and mtime), None for built-in
-    data: what a study records, so a resume on an edited file is caught."""
-    from autoembed.data.spec import DataSpec
-
-    spec = DataSpec.from_dict(data, "data")
-    if not spec.is_file:
-        return None
-    st = Path(spec.name).stat()
-    return _sha256(spec.name, st.st_size, st.st_mtime_ns)
+__all__ = ["data_file_blob", "local_data"]
 
 
 def data_file_blob(train_data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -57,8 +39,7 @@ def local_data(data: dict[str, Any], blob: dict[str, Any] | None,
         return data
     path = Path(str(data["name"]))
     try:
-        st = path.stat()
-        if path.is_file() and _sha256(str(path), st.st_size, st.st_mtime_ns) == blob["sha256"]:
+        if path.is_file() and file_sha256(path) == blob["sha256"]:
             return data
     except OSError:
         pass
