@@ -221,6 +221,9 @@ def _render_training(result: Any, expect: Any, out: Path) -> None:
         return
     if result.env.get("resumed_from"):
         con.print(f"resumed from the checkpoint at step {result.env['resumed_from']}")
+    if result.env.get("resized"):
+        con.print(f"tables sized by the data, not as the config gives them (its sizes are what "
+                  f"was priced): {', '.join(result.env['resized'])}")
     con.print(f"status {result.status} after {result.steps} steps "
               f"({result.samples:,} samples, {result.train_seconds:.1f} s training)")
     if result.valid_quality is not None:

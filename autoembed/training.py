@@ -517,10 +517,20 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
                                       checkpoint_every=checkpoint_every, resume=resume,
                                       on_step=on_step, force=force,
                                       hot_sets=hot_sets, measure=measure)
+        if resized := resized_tables(config, cfg):
+            result = replace(result, env={**result.env, "resized": list(resized)})
         if result.status == "complete":
             _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
             _publish(out, trainer, result)
     return result
+
+
+def resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:
+    """The tables the data sized otherwise than `config` gives them ("user: 201 -> 900
+    rows"): trained on other data, the config's priced bytes are not what trains."""
+    given = {t.name: t.vocab_size for t in config.tables}
+    return tuple(f"{t.name}: {given[t.name]:,} -> {t.vocab_size:,} rows" for t in trained.tables
+                 if given.get(t.name, t.vocab_size) != t.vocab_size)
 
 
 def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[str, Any], *,

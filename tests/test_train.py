@@ -39,6 +39,21 @@ def test_train_then_resume_in_process(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 50
 
 
+def test_other_data_that_resizes_the_tables_is_said(tmp_path: Path) -> None:
+    """Trained on data whose vocabularies differ from the config's tables (priced at those
+    sizes), the result names each resized table; on its own data, nothing."""
+    from autoembed.config import TableConfig
+    from autoembed.data import DataSpec
+
+    tables = (TableConfig("f0", 500), TableConfig("f1", 2000))
+    other = DataSpec.from_dict({**DATA, "vocab_sizes": [900, 2000], "rows": [2000, 500, 500]})
+    r = train(small(tables=tables), data=other, out_dir=tmp_path / "a", max_steps=3)
+    assert r.status == "complete" and r.env["resized"] == ["f0: 500 -> 900 rows"]
+    own = DataSpec.from_dict({**DATA, "rows": [2000, 500, 500]})
+    r = train(small(tables=tables), data=own, out_dir=tmp_path / "b", max_steps=3)
+    assert r.status == "complete" and "resized" not in r.env
+
+
 def test_measure_eval_every_sets_how_often_train_evaluates(tmp_path: Path) -> None:
     # `eval_every` is one of `measure`'s keys, not a parameter of its own
     r = train(small(), out_dir=tmp_path / "a", max_steps=20, measure={"eval_every": 5})
