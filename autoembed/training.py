@@ -291,7 +291,7 @@ def trained_on(config: Any, run: Any, stand_in: Any,
 def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> list[str]:
     """A line saying the data file changed since the trial read it (its digest differs from
     `trained_on.data_sha256`), so a rerun's figures can differ from the trial's; else none."""
-    from autoembed.data.digest import data_file_digest
+    from autoembed.data.digest import data_file_digest, digests
 
     was = block.get("data_sha256")
     if not isinstance(was, str) or not data:
@@ -302,8 +302,8 @@ def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> l
         return []  # a missing or unnamed file: loading the data says so in its own words
     if now is None or now == was:
         return []
-    return [f"data file '{data.get('name')}' changed since the search (sha256 {was[:12]}... "
-            f"then, {now[:12]}... now): this run's figures can differ from the trial's"]
+    return [f"data file '{data.get('name')}' changed since the search ({digests(was, now)}): "
+            "this run's figures can differ from the trial's"]
 
 
 def _read_file(path: str | Path) -> dict[str, Any]:
@@ -517,7 +517,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
                                       checkpoint_every=checkpoint_every, resume=resume,
                                       on_step=on_step, force=force,
                                       hot_sets=hot_sets, measure=measure)
-        if resized := resized_tables(config, cfg):
+        if resized := _resized_tables(config, cfg):
             result = replace(result, env={**result.env, "resized": list(resized)})
         if result.status == "complete":
             _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
@@ -525,7 +525,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     return result
 
 
-def resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:
+def _resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:
     """The tables the data sized otherwise than `config` gives them ("user: 201 -> 900
     rows"): trained on other data, the config's priced bytes are not what trains."""
     given = {t.name: t.vocab_size for t in config.tables}

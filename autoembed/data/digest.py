@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_file_digest", "file_sha256"]
+__all__ = ["data_file_digest", "digests", "file_sha256"]
 
 
 @lru_cache(maxsize=8)
@@ -23,6 +23,11 @@ def file_sha256(path: str | Path) -> str:
     """The sha256 of the file's bytes (OSError when it cannot be read)."""
     st = Path(path).stat()
     return _sha256(str(path), st.st_size, st.st_mtime_ns)
+
+
+def digests(was: str, now: str | None) -> str:
+    """How a changed file's digests are shown: "sha256 1a2b3c4d5e6f... then, ... now"."""
+    return f"sha256 {was[:12]}... then, {str(now)[:12]}... now"
 
 
 def data_file_digest(data: Mapping[str, Any]) -> str | None:

@@ -26,11 +26,11 @@ from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
-           "as_bags", "AUTO_INT_MAX_DISTINCT_SHARE"]
+           "as_bags", "AUTO_MAX_DISTINCT_SHARE"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
-AUTO_INT_MAX_DISTINCT_SHARE = 0.5
+AUTO_MAX_DISTINCT_SHARE = 0.5
 
 
 def canonical(value: Any) -> str:
@@ -91,7 +91,7 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
     """Columns that look categorical: categories, booleans, and string or integer columns
-    whose distinct values are at most AUTO_INT_MAX_DISTINCT_SHARE of the rows (an id per
+    whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
     row, a uuid or free text, has nothing to learn: every validation value would be unseen).
     An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
     an integer column."""
@@ -103,7 +103,7 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
         s = frame[c]
         keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
         if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or (keyed and _distinct(s) <= AUTO_INT_MAX_DISTINCT_SHARE * n)):
+                or (keyed and _distinct(s) <= AUTO_MAX_DISTINCT_SHARE * n)):
             found.append(c)
     return found
 

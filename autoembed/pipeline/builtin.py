@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from autoembed.baselines import Baseline
 from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
-from autoembed.data.digest import data_file_digest
+from autoembed.data.digest import data_file_digest, digests
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.errors import ConfigError, DataError
 from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
@@ -374,9 +374,9 @@ def _require_same_file(stored: Mapping[str, Any], spec: DataSpec, now: str | Non
     was = stored.get("data_sha256")
     if was and now != was:
         raise DataError(
-            f"data file '{spec.name}' changed since study '{study}' started (sha256 "
-            f"{str(was)[:12]}... then, {str(now)[:12]}... now); a resumed search keeps its "
-            f"data: restore the file, or start a new --study")
+            f"data file '{spec.name}' changed since study '{study}' started "
+            f"({digests(str(was), now)}); a resumed search keeps its data: restore the file, "
+            "or start a new --study")
 
 
 def _require_split_classes(data: PricedData) -> None:

@@ -37,6 +37,7 @@ __all__ = ["watch_loop", "priced_state", "STATE_PER_WEIGHT"]
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
                     "sparse_adam": 2}
+_TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer")
 
@@ -61,9 +62,8 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
 def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
     """The optimizers that keep `count` values of state for `weight` ('' when none does);
     `dense`: only those that train dense weights."""
-    names = [n for n in (*STATE_PER_WEIGHT, *(() if dense else ("rowwise_adagrad",)))
-             if n != "sparse_adam" or not dense]
-    names = [n for n in names if priced_state(n, weight) == count]
+    names = [n for n in (*STATE_PER_WEIGHT, "rowwise_adagrad")
+             if not (dense and n in _TABLE_ONLY) and priced_state(n, weight) == count]
     return f" (as {' or '.join(names)} does)" if names else ""
 
 
