@@ -70,16 +70,18 @@ SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
     ("docs/getting_started.md", "--full-size --max-steps 50", "--full-size --max-steps 2",
      "50 full-size steps (2.6M rows) -> 2"),
     ("docs/benchmarks.md", "--methods random-full ehvi-front --workers 1 8",
-     "--methods random-full ehvi-front --workers 1",
-     "the 8-worker replays (55% of compare.py's CPU) -> none: tests/test_replay_harness.py "
-     "runs compare.py --workers 1 4"),
+     "--budget-trials 40 --methods random-full ehvi-front --workers 1",
+     "each replay's budget 320 median trials -> 40 (50 CPU s -> 6), the 8-worker replays "
+     "-> none: tests/test_replay_harness.py runs compare.py --workers 1 4"),
+    ("docs/benchmarks.md", "--configs 8 --seeded 2", "--configs 5 --seeded 1",
+     "8 configs, 2 of them trained on 3 seeds -> 5, 1"),
 ]
 NOT_RUN_REASONS = ("GPU", "cluster", "network")
 # Pages run two at a time (CI has 2 cores; a page is mostly one process waiting on another),
 # the longest first: seconds per page as measured here (a guess only orders them).
 LANES = 2
-LONGEST = {"docs/benchmarks.md": 60, "docs/getting_started.md": 56, "README.md": 50,
-           "docs/own_loop.md": 45, "docs/searching.md": 31, "docs/own_model.md": 16}
+LONGEST = {"docs/getting_started.md": 47, "docs/own_loop.md": 43, "README.md": 41,
+           "docs/searching.md": 29, "docs/benchmarks.md": 20, "docs/own_model.md": 18}
 TIMEOUT = 900
 COSTS: list[tuple[float, str]] = []  # (seconds, where: what) of every command and block run
 

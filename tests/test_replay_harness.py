@@ -4,6 +4,7 @@ against the table's own records, and the run is cheap enough for CI."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -274,16 +275,18 @@ def test_with_n_workers_the_budget_caps_the_compute_not_the_wall_clock(tiny: Tab
 
 
 def test_compare_replays_at_several_worker_counts_beside_the_oracle(
-        tiny: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny: Table, tmp_path: Path) -> None:
     import compare
 
-    monkeypatch.setattr(compare, "BUDGET_TRIALS", 20)
     out = tmp_path / "replays.jsonl.gz"
     assert compare.main(["--tables", "tiny", "--seeds", "2", "--methods", "random-full",
-                         "--workers", "1", "4", "--jsonl", str(out)]) == 0
+                         "--workers", "1", "4", "--budget-trials", "20",
+                         "--jsonl", str(out)]) == 0
     recs = compare._records(out)
     assert sorted((r["workers"], r["seed"]) for r in recs) == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    median = statistics.median(float(r["cost"]["total_cpu_s"]) for r in tiny.trials.values())
     for r in recs:
+        assert r["budget_s"] == pytest.approx(20 * median)  # 20 median trials of the table
         assert r["hv95"] is not None and r["compute_hv95"] is not None
         assert r["compute_hv95"] <= r["compute_s"]
         if r["workers"] == 4:  # four at once: the target sooner on the clock than in compute
@@ -293,9 +296,10 @@ def test_compare_replays_at_several_worker_counts_beside_the_oracle(
     lines = [line for line in text.splitlines() if line.startswith("| random-full | 4 | 2 |")]
     assert len(lines) == 1
     assert "oracle (the least compute" in text
-    with pytest.raises(SystemExit) as bad:
-        compare.main(["--tables", "tiny", "--workers", "0", "--jsonl", str(out)])
-    assert bad.value.code == 2
+    for bad_args in (["--workers", "0"], ["--budget-trials", "0"]):
+        with pytest.raises(SystemExit) as bad:
+            compare.main(["--tables", "tiny", *bad_args, "--jsonl", str(out)])
+        assert bad.value.code == 2
 
 
 def test_optunas_gp_and_tpe_peers_replay_with_the_budget_as_their_constraint(

@@ -215,7 +215,7 @@ CANDIDATES = ("random-asha", "tpe-mix-front", "tpe-mix-asha", "tpe-full",
 class Yardstick:
     """A table's reference front and noise unit, and the targets' times of a replay."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, budget_trials: int = BUDGET_TRIALS) -> None:
         from autoembed.pareto import hypervolume
 
         self.hv = hypervolume
@@ -233,7 +233,7 @@ class Yardstick:
                  for (row, s) in table.trials if s == 1 and (row, 0) in table.trials]
         self.noise = statistics.median(pairs) if pairs else 0.0
         costs = [float(r["cost"]["total_cpu_s"]) for r in table.trials.values()]
-        self.budget_s = BUDGET_TRIALS * statistics.median(costs)
+        self.budget_s = budget_trials * statistics.median(costs)
 
     def volume(self, points: Sequence[tuple[float, float]]) -> float:
         """HV of (quality, allocated_peak) points, normalised to the unit square."""
@@ -368,14 +368,16 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def run(tables: Sequence[str], tables_dir: Path, seeds: Sequence[int],
         methods: Sequence[str], start_points: bool, jsonl: Path = JSONL,
-        workers: Sequence[int] = (1,), data: str | None = None) -> None:
+        workers: Sequence[int] = (1,), data: str | None = None,
+        budget_trials: int = BUDGET_TRIALS) -> None:
     """Replay each method at each seed and worker count on each table, appending every
     replay to `jsonl` (those held at the same budget skipped). `data`: the file a table
-    made from a data file prices on (`Table.space`)."""
+    made from a data file prices on (`Table.space`); `budget_trials`: each replay's budget
+    in median full-length trials of its table."""
     held = _held(jsonl)
     for name in tables:
         table = Table.load(tables_dir / f"{name}.jsonl.gz")
-        stick = Yardstick(table)
+        stick = Yardstick(table, budget_trials)
         real = table_workload(table, data)
         oracle, wall = stick.oracle(table), stick.wall_oracle(table)
         for n, seed, m in ((n, s, m) for n in workers for s in seeds for m in methods):
@@ -911,6 +913,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", nargs="+", type=int, default=[1],
                     help="simulated workers: each count replays every method and seed")
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--budget-trials", type=int, default=BUDGET_TRIALS, metavar="N",
+                    help="each replay's budget: N median full-length trials of its table "
+                         f"(default {BUDGET_TRIALS}; replays of a table at another budget "
+                         "go to another --jsonl)")
     ap.add_argument("--seed-from", type=int, default=0, help="first seed (split a run)")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
                     metavar="METHOD")
@@ -928,6 +934,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{JSONL.relative_to(HERE.parent.parent)}, with --data "
                          "TABLES-DIR/replays-TABLE.jsonl.gz")
     args = ap.parse_args(argv)
+    if args.budget_trials < 1:
+        ap.error(f"--budget-trials {args.budget_trials}: give at least 1")
     if any(n < 1 for n in args.workers):
         ap.error(f"--workers {' '.join(map(str, args.workers))}: each must be at least 1")
     if args.data is None:
@@ -983,7 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dropped {gone} replays from {args.jsonl}")
         try:
             run(args.tables, args.tables_dir, range(args.seed_from, args.seeds), args.methods,
-                args.start_points, args.jsonl, args.workers, args.data)
+                args.start_points, args.jsonl, args.workers, args.data, args.budget_trials)
         except ConfigError as e:  # a table of a data file, without the file or with others
             print(f"compare.py: {e}", file=sys.stderr)
             return 2
