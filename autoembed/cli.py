@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import inspect
 import json
 import os
@@ -338,7 +339,11 @@ def _interrupt_said() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app and map errors to exit codes with one clear line."""
+    """Entry point: run the app and map errors to exit codes with one clear line. A crash
+    of the process itself (a segmentation fault in a native library) prints every thread's
+    Python stack to stderr before it dies, so that it can be reported."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
     debug = os.environ.get("AUTOEMBED_DEBUG") == "1"
     try:
         rc = app(args=argv, standalone_mode=False)  # returns typer.Exit codes in this mode

@@ -195,3 +195,23 @@ def test_bad_loss_one_line_exit_2(
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert text in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_a_native_crash_prints_where_it_happened(tmp_path: Path) -> None:
+    """A segmentation fault in native code (here a user's build reading address 0) kills the
+    process, and with it any Python handler; the CLI has faulthandler print every thread's
+    Python stack to stderr first, so a crash report says where."""
+    import subprocess
+    import sys
+
+    (tmp_path / "crashing.py").write_text(
+        "import ctypes\n\n\ndef build():\n    return ctypes.string_at(0)\n\n\n"
+        "def example():\n    return ()\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    run = subprocess.run([sys.executable, "-m", "autoembed", "estimate", "--model",
+                          "crashing:build", "--example", "crashing:example"],
+                         cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == -11, run.stderr[-2000:]  # SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in run.stderr
+    assert 'crashing.py", line 5 in build' in run.stderr
