@@ -313,12 +313,33 @@ def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _usage_line(e: Any) -> str:
+def _usage_line(e: Any, argv: list[str]) -> str:
     """Click's usage error (unknown option, bad or missing value) as one line with the fix."""
     ctx = getattr(e, "ctx", None)
     cmd = "autoembed" + (f" {ctx.info_name}" if ctx is not None and ctx.parent else "")
     msg = " ".join(e.format_message().split()).rstrip(".")
+    msg = _list_spread(msg, ctx, argv) or msg
     return _one_line(f"autoembed: error: {msg}; see '{cmd} --help'")
+
+
+def _list_spread(msg: str, ctx: Any, argv: list[str]) -> str | None:
+    """Words left over after a comma-list option's value (`--categorical user item`, as a
+    shell list is written): the message with the one value to give instead."""
+    import re
+
+    m = re.fullmatch(r"Got unexpected extra argument(?:s|\(s\))? \((.+)\)", msg)
+    if m is None or ctx is None:
+        return None
+    extra = m.group(1).split()
+    for i in range(2, len(argv) - len(extra) + 1):
+        if argv[i:i + len(extra)] != extra:
+            continue
+        flag, value = argv[i - 2], argv[i - 1]
+        param = next((p for p in ctx.command.params if flag in getattr(p, "opts", ())), None)
+        if param is not None and "comma list" in (getattr(param, "help", "") or "").lower():
+            return (f"'{' '.join(extra)}' after '{flag} {value}': {flag} takes one "
+                    f"comma-separated list: {flag} {','.join([value, *extra])}")
+    return None
 
 
 def _interrupted(e: BaseException | None) -> int:
@@ -363,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(e.__cause__)
         code = getattr(e, "exit_code", None)
         if code == 2 and hasattr(e, "format_message") and type(e).__name__ != "NoArgsIsHelpError":
-            print(_usage_line(e), file=sys.stderr)  # one line, as for every other bad input
+            # one line, as for every other bad input
+            print(_usage_line(e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
             return EXIT_BAD_INPUT
         if hasattr(e, "show") and isinstance(code, int):
             e.show()

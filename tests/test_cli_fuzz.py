@@ -574,6 +574,27 @@ def test_usage_errors_are_one_line(argv: list[str]) -> None:
     assert err.startswith("autoembed: error: ") and "--help" in err
 
 
+@pytest.mark.parametrize(("argv", "fix"), [
+    (["search", "--budget", "1GB", "--categorical", "user", "item", "--trials", "2"],
+     "'item' after '--categorical user': --categorical takes one comma-separated list: "
+     "--categorical user,item"),
+    (["search", "--budget", "1GB", "--objectives", "quality", "memory", "throughput"],
+     "--objectives quality,memory,throughput"),
+    (["estimate", "--vocab", "1000", "2000"], "--vocab 1000,2000"),
+])
+def test_a_list_given_as_shell_words_says_the_comma_list(argv: list[str], fix: str) -> None:
+    """`--categorical user item`, as shells and compare.py take a list, is refused in one
+    line that gives the comma list (was click's bare "unexpected extra argument (item)")."""
+    rc, out, err = run_cli(argv)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert fix in err
+
+
+def test_extra_words_after_a_single_value_option_are_not_made_a_list() -> None:
+    rc, out, err = run_cli(["search", "--budget", "1GB", "--study", "my", "study"])
+    assert rc == 2 and "unexpected extra argument" in err and "comma" not in err
+
+
 @pytest.mark.parametrize("budget", ["0\x1e0", "8\nXB", "8\u2028XB", "\x00"])
 def test_a_value_with_line_breaks_stays_on_one_line(budget: str) -> None:
     rc, out, err = run_cli(["estimate", "--budget", budget])
