@@ -94,3 +94,29 @@ def test_bag_leaves_out_padding(compression: str, serving: str) -> None:
         want = twin(kept, torch.tensor([0, 2, 3]))
         assert torch.allclose(bag(ids), want, atol=1e-5)
         assert torch.allclose(bag(ids.view(-1), torch.tensor([0, 4, 8])), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("serving", ["int8", "int4"])
+@pytest.mark.parametrize(("max_norm", "norm_type"), [(1.0, 2.0), (0.5, 1.0)])
+def test_served_rows_keep_max_norm(serving: str, max_norm: float, norm_type: float) -> None:
+    """A max_norm table served packed reads no row past max_norm: the rows are renormalised
+    before packing, and rounding them (int4: steps of 1/15 of a row's range) can lift a norm
+    past it again (to 1.02 for max_norm 1 here before this was kept)."""
+    torch.manual_seed(0)
+    model = Model("none")
+    for m in (model.emb, model.bag):
+        m.store.max_norm, m.store.norm_type = max_norm, norm_type
+        with torch.no_grad():
+            m.store.weight.mul_(3.0)  # most rows past max_norm
+    served = quantize(model, serving)
+    ids = torch.arange(V).view(-1, 1)
+    rows, bags = served(ids)  # a bag of one id is that id's row of the bag's table
+    for layer, out in ((served.emb, rows.squeeze(1)), (served.bag, bags)):
+        norms = torch.linalg.vector_norm(out, ord=norm_type, dim=-1)
+        assert float(norms.max()) <= max_norm * (1 + 1e-6)
+        assert float(norms.min()) > 0.9 * max_norm  # scaled back, not emptied
+        # each row is the dequantized row scaled as torch's embedding_renorm_ scales one
+        raw = layer.store.unpacked("weight", ids.squeeze(1))
+        raw_norm = torch.linalg.vector_norm(raw, ord=norm_type, dim=-1, keepdim=True)
+        want = torch.where(raw_norm > max_norm, raw * max_norm / (raw_norm + 1e-7), raw)
+        torch.testing.assert_close(out, want)

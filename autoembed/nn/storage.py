@@ -92,11 +92,16 @@ class _Storage(PackedWeights):
 
     def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` of weight `name` ([*ids.shape, D]), dequantized when packed (serving
-        packs rows already renormalised to `max_norm`)."""
+        packs rows renormalised to `max_norm`; the rounding can lift a row's norm past it, so
+        a dequantized row is scaled back as torch scales a stored one)."""
         if name not in self.packed:
             return F.embedding(ids, getattr(self, name), max_norm=self.max_norm,
                                norm_type=self.norm_type, sparse=self.sparse)
-        return self.unpacked(name, ids)
+        rows = self.unpacked(name, ids)
+        if self.max_norm is None:
+            return rows
+        norm = rows.norm(p=self.norm_type, dim=-1, keepdim=True)
+        return rows * (self.max_norm / (norm + 1e-7)).clamp(max=1.0)  # embedding_renorm_'s
 
     def _bag_of(self, name: str, ids: torch.Tensor, offsets: torch.Tensor | None, mode: str,
                 psw: torch.Tensor | None) -> torch.Tensor:
