@@ -333,6 +333,34 @@ def build_ctr(
 ) -> InMemoryDataset:
     """Encode a ctr data set: 80/10/10 split (spec.split, spec.seed), maps on train only."""
     fields = tuple(dict.fromkeys((*columns.categorical, *columns.multi_hot)))
+    splits = split_rows(len(frame), spec.split, spec.seed)
+    _check_ctr(frame, columns, fields, splits, spec, source)
+    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
+    labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
+    train = splits[0]
+    maps: dict[str, VocabMap] = {}
+    features: dict[str, IntArray] = {}
+    tables = []
+    for c in fields:
+        maps[c], features[c] = _field_ids(frame, c, columns, train, spec, vocabulary, source)
+        train_ids = features[c][train]
+        tables.append(
+            TableConfig(
+                c,
+                maps[c].size,
+                pooling_factor=float((train_ids >= 0).sum(axis=1).mean()),
+                frequency=empirical_frequency(train_ids),
+            )
+        )
+    vocab = Vocabulary(maps, classes, spec.to_dict())
+    return InMemoryDataset(spec, "ctr", 2, tuple(tables), 1, vocab, features, labels, splits)
+
+
+def _check_ctr(frame: pd.DataFrame, columns: CtrColumns, fields: tuple[str, ...],
+               splits: Sequence[IntArray], spec: DataSpec, source: str) -> None:
+    """Refuse, in one line each, what a ctr data set cannot be made of: a missing or empty
+    label or field column, the label among the fields, a dotted field name, a split with no
+    row, no field at all."""
     require_columns(frame, (columns.label,), "label", source)
     if columns.label in fields:
         raise DataError(
@@ -341,11 +369,10 @@ def build_ctr(
         )
     require_columns(frame, fields, "categorical", source)
     _require_flat_names(fields, source)
-    n = len(frame)
-    splits = split_rows(n, spec.split, spec.seed)
     if any(s.size == 0 for s in splits):
         raise DataError(
-            f"data file '{source}' has {n} rows: too few for a {spec.split} split; add rows"
+            f"data file '{source}' has {len(frame)} rows: too few for a {spec.split} split; "
+            "add rows"
         )
     if not fields:
         kinds = ", ".join(f"{c} ({frame[c].dtype})" for c in frame.columns if c != columns.label)
@@ -356,36 +383,23 @@ def build_ctr(
     require_values(frame, columns.label, "label", source)
     for c in fields:
         require_values(frame, c, "categorical", source)
-    known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
-    labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
-    train = splits[0]
-    maps: dict[str, VocabMap] = {}
-    features: dict[str, IntArray] = {}
-    tables = []
-    for c in fields:
-        multi = c in columns.multi_hot
-        keys = _factorise(frame[c], columns.separator if multi else None)
-        kind = "multi_hot" if multi else "categorical"
-        if vocabulary is not None:
-            if c not in vocabulary.maps:
-                raise DataError(
-                    f"{_where(source, c)} has no map in the saved vocabulary (it has: "
-                    f"{', '.join(vocabulary.maps)}); use the columns it was built with"
-                )
-            vmap = vocabulary.maps[c]
-        else:
-            vmap = _build_map(c, kind, keys, train, spec.min_count)
-        ids = _encode(keys, vmap, None if multi else 1)
-        maps[c] = vmap
-        features[c] = ids
-        train_ids = ids[train]
-        tables.append(
-            TableConfig(
-                c,
-                vmap.size,
-                pooling_factor=float((train_ids >= 0).sum(axis=1).mean()),
-                frequency=empirical_frequency(train_ids),
-            )
+
+
+def _field_ids(frame: pd.DataFrame, c: str, columns: CtrColumns, train: IntArray,
+               spec: DataSpec, vocabulary: Vocabulary | None, source: str,
+               ) -> tuple[VocabMap, IntArray]:
+    """Column `c`'s map (the saved `vocabulary`'s, else built on the `train` rows) and its
+    ids per row ([rows, 1], or [rows, widest bag] for a multi-hot column)."""
+    multi = c in columns.multi_hot
+    keys = _factorise(frame[c], columns.separator if multi else None)
+    if vocabulary is None:
+        vmap = _build_map(c, "multi_hot" if multi else "categorical", keys, train,
+                          spec.min_count)
+    elif c in vocabulary.maps:
+        vmap = vocabulary.maps[c]
+    else:
+        raise DataError(
+            f"{_where(source, c)} has no map in the saved vocabulary (it has: "
+            f"{', '.join(vocabulary.maps)}); use the columns it was built with"
         )
-    vocab = Vocabulary(maps, classes, spec.to_dict())
-    return InMemoryDataset(spec, "ctr", 2, tuple(tables), 1, vocab, features, labels, splits)
+    return vmap, _encode(keys, vmap, None if multi else 1)
