@@ -126,9 +126,30 @@ def run_user_trial(
         import torch
 
         torch.cuda.reset_peak_memory_stats()
+    status, error, final, t_train = _run_loop(code, params, config, report, clock, wall0,
+                                              as_written)
+    train_s = clock() - t_train
+    extra: dict[str, Any] = {}
+    if cuda:
+        import torch
+
+        extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
+        extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
+    return user_result(
+        config, status, error, final, tuple(report.curve), throughput=report.throughput,
+        target=target, estimate=estimate, train_seconds=train_s,
+        wall_seconds=clock() - wall0, eval_seconds=report.eval_seconds, device=device,
+        **extra)
+
+
+def _run_loop(code: UserCode, params: Mapping[str, Any], config: EmbeddingConfig,
+              report: Report, clock: Callable[[], float], t_train: float, as_written: bool,
+              ) -> tuple[str, str | None, dict[str, float], float]:
+    """Build the model and run the user's loop on it: (status, error, the final figures,
+    the clock when training began; `t_train` if it never did). A fault of the user's code
+    is the status it ends with (pruned, diverged, failed, oom), its traceback the error."""
     final: dict[str, float] = {}
     status, error = "complete", None
-    t_train = wall0
     try:
         built = (built_module(code.build(params)) if as_written
                  else code.model_for(params, config))
@@ -149,18 +170,7 @@ def run_user_trial(
         error = user_traceback(e)
     if report.ending is not None:  # the loop swallowed what report raised
         status, error = report.ending.status, report.ending.message
-    train_s = clock() - t_train
-    extra: dict[str, Any] = {}
-    if cuda:
-        import torch
-
-        extra["measured_allocated_peak"] = int(torch.cuda.max_memory_allocated())
-        extra["measured_reserved_peak"] = int(torch.cuda.max_memory_reserved())
-    return user_result(
-        config, status, error, final, tuple(report.curve), throughput=report.throughput,
-        target=target, estimate=estimate, train_seconds=train_s,
-        wall_seconds=clock() - wall0, eval_seconds=report.eval_seconds, device=device,
-        **extra)
+    return status, error, final, t_train
 
 
 def user_result(config: EmbeddingConfig, status: str, error: str | None,
