@@ -498,7 +498,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
                               "a CSV/Parquet file) or export the config from a search")
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
-        data = DataSpec(name=data)
+        data = other_data(config.data, data)
     if max_steps is not None and epochs is not None:
         raise ConfigError("give either --max-steps or --epochs, not both")
     if max_steps is None and epochs is None:
@@ -523,6 +523,26 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
             _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
             _publish(out, trainer, result)
     return result
+
+
+# A file spec's keys that say how to read a file (its columns, label, split), carried from
+# a config's own data file to the other file `--data` names
+_FILE_KEYS = ("label", "categorical", "multi_hot", "separator", "text_column", "min_count",
+              "split", "seed", "seq_len", "vocab_size")
+
+
+def other_data(own: Mapping[str, Any] | None, name: str) -> Any:
+    """The DataSpec of `name` (`--data`) for a config whose data spec is `own`: another file
+    for a config searched on a file is read as that one was (its label, columns and split:
+    _FILE_KEYS), its vocabularies built anew on it; anything else is `name` as it is."""
+    from autoembed.data import DataSpec
+
+    spec = DataSpec(name=name)
+    if not spec.is_file or not isinstance(own, Mapping) or not own.get("name"):
+        return spec
+    if not DataSpec.from_dict(dict(own)).is_file:
+        return spec
+    return DataSpec.from_dict({"name": name, **{k: v for k, v in own.items() if k in _FILE_KEYS}})
 
 
 def _resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:

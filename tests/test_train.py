@@ -211,3 +211,26 @@ def test_resumed_run_ends_with_the_weights_of_a_straight_run(tmp_path: Path) -> 
     assert a.keys() == b.keys()
     for k in a:  # CPU training is deterministic: equal to float rounding, not merely close
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6, msg=k)
+
+
+def _clicks_csv(path: Path, users: range, items: int) -> Path:
+    """A click log: user, item, clicked (not 'label'), one row per (user, item % items)."""
+    rows = [f"u{u},i{u % items},{(u // 3) % 2}" for u in users]
+    path.write_text("user,item,clicked\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_other_data_file_is_read_with_the_config_files_label_and_columns(tmp_path: Path) -> None:
+    """`--data OTHER.csv` for a config searched on a CSV reads the other file as the first
+    was read (its label column and categorical columns), its tables sized by the new ids."""
+    own = _clicks_csv(tmp_path / "a.csv", range(400), 20)
+    other = _clicks_csv(tmp_path / "b.csv", range(300, 900), 40)
+    spec = {"name": str(own), "label": "clicked", "categorical": ["user"]}
+    from autoembed.config import TableConfig
+
+    cfg = small(tables=(TableConfig("user", 321),), data=spec)
+    r = train(cfg, data=str(other), out_dir=tmp_path / "out", max_steps=3)
+    assert r.status == "complete", r.error
+    # 'item' is not a categorical column of the spec: one table, 480 train users + OOV (+ pad)
+    assert [t.split(":")[0] for t in r.env["resized"]] == ["user"]
+    assert int(r.env["resized"][0].split("-> ")[1].split()[0].replace(",", "")) > 321
