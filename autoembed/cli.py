@@ -169,7 +169,7 @@ def train_cmd(
 
     from autoembed.config import resolved_tables
     from autoembed.rules import Positive
-    from autoembed.training import plan_training, train
+    from autoembed.training import interrupted_note, plan_training, train
 
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
                         ("--checkpoint-every", checkpoint_every)):
@@ -199,10 +199,13 @@ def train_cmd(
         def tick(step: int, total: int) -> None:
             prog.update(task, completed=step)
 
-        result = train(plan.config, data=data, out_dir=out, max_steps=plan.max_steps,
-                       epochs=plan.epochs, device=device, checkpoint_every=checkpoint_every,
-                       resume=resume, on_step=tick, force=force, hot_sets=hot_sets,
-                       measure=plan.measure)
+        try:
+            result = train(plan.config, data=data, out_dir=out, max_steps=plan.max_steps,
+                           epochs=plan.epochs, device=device,
+                           checkpoint_every=checkpoint_every, resume=resume, on_step=tick,
+                           force=force, hot_sets=hot_sets, measure=plan.measure)
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            raise typer.Exit(_interrupted(KeyboardInterrupt(interrupted_note(out)))) from None
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:

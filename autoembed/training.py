@@ -122,6 +122,21 @@ def _read_checkpoint(path: Path, device: Any, config: EmbeddingConfig) -> dict[s
     return st
 
 
+def interrupted_note(out: str | Path) -> str:
+    """What a run interrupted (Ctrl-C) in `out` kept and how to go on: the checkpoint's step
+    (read memory-mapped, weights_only) and that the same command resumes from it, else that
+    none was written yet."""
+    import torch
+
+    ckpt = Path(out).resolve() / CHECKPOINT
+    try:
+        step = int(torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:  # noqa: BLE001 - none yet, or unreadable: the rerun says which
+        return f"training stopped before a checkpoint was written to {ckpt.parent}; the same " \
+               "command starts it again"
+    return f"training stopped; {ckpt} holds step {step:,}: the same command resumes from it"
+
+
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
     """Restore `trainer` from `path` (weights_only=True); returns the step it was saved at."""
     return _restore(_read_checkpoint(path, trainer.device, config), trainer)

@@ -79,10 +79,12 @@ def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
         train(small(dim=16), out_dir=tmp_path, max_steps=10)
 
 
-def _sigkill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
-    """Start `cmd`, and SIGKILL it as soon as `ready()` (it must not exit before)."""
+def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
+                  sig: int = signal.SIGKILL) -> tuple[int, str]:
+    """Start `cmd`, and send it `sig` (SIGKILL) as soon as `ready()` (it must not exit
+    before); its exit status and stderr."""
     p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
     )
     deadline = time.time() + 240
     try:
@@ -90,9 +92,10 @@ def _sigkill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
             assert p.poll() is None, p.communicate()
             assert time.time() < deadline, "never ready"
             time.sleep(0.1)
-        os.kill(p.pid, signal.SIGKILL)
+        os.kill(p.pid, sig)
     finally:
-        p.wait(timeout=30)
+        _, err = p.communicate(timeout=30)
+    return p.returncode, err
 
 
 @pytest.mark.slow
@@ -123,6 +126,27 @@ def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
     res = json.loads(r.stdout)
     assert res["steps"] == 400 and res["env"]["resumed_from"] >= step
     assert (out / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_the_checkpoint_kept_and_the_rerun_resumes_from_it(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) in the middle: exit 130 with one line naming the checkpoint's step and
+    that the same command resumes; nothing looks finished, and the rerun resumes there."""
+    cfg = tmp_path / "best.yaml"
+    save_config(small(), cfg)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "autoembed", "train", "--config", str(cfg), "--max-steps",
+           "100000", "--checkpoint-every", "10", "--out", str(out)]
+    rc, err = _sigkill_when(cmd, lambda: (out / CHECKPOINT).exists(), signal.SIGINT)
+    step = torch.load(out / CHECKPOINT, weights_only=True)["step"]
+    line = err.strip().splitlines()[-1]
+    assert rc == 130 and line.startswith("autoembed: interrupted: "), err
+    assert f"holds step {step:,}" in line and "same command resumes" in line, line
+    assert not (out / "metrics.json").exists()
+    r = subprocess.run([*cmd[:7], str(step + 10), *cmd[8:], "--json"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["env"]["resumed_from"] == step
 
 
 def _bytes(d: Path) -> dict[str, bytes]:
