@@ -250,8 +250,9 @@ def export(
                                     "pareto.json 'best')."),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
-        None, "--format", help="yaml or json (default: from the --out suffix); python: a "
-        "module that rebuilds a search over your own model (--model) in your code."),
+        None, "--format", help="yaml or json (default: from the --out suffix, .json, .py or "
+        "yaml); python: a module (a .py --out) that rebuilds a search over your own model "
+        "(--model) in your code."),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),

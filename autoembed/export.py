@@ -343,13 +343,19 @@ def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, A
                   pareto.get("memory_basis"))
 
 
+_SUFFIX_FORMATS = {".json": "json", ".py": "python"}  # any other suffix: yaml
+
+
 def format_of(out: Path, fmt: str | None) -> str:
-    """The export format: `fmt` (any case) checked against FORMATS, else from out's suffix."""
-    if fmt is None:
-        return "json" if out.suffix.lower() == ".json" else "yaml"
-    f = fmt.strip().lower()
+    """The export format: `fmt` (any case) checked against FORMATS, else from out's suffix
+    (.json, .py, else yaml). A python module must be a .py file: its record is written
+    beside it as <stem>.yaml, which another suffix would make the module's own path."""
+    f = _SUFFIX_FORMATS.get(out.suffix.lower(), "yaml") if fmt is None else fmt.strip().lower()
     if f not in FORMATS:
         raise ConfigError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
+    if f == "python" and out.suffix != ".py":
+        raise ConfigError(f"--format python writes a Python module, and --out '{out}' is not a "
+                          f".py file; give --out {out.with_suffix('.py')}")
     return f
 
 
