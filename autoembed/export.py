@@ -277,8 +277,8 @@ def _choose_from_study(
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
                                              pareto.get("stand_in"), pareto.get("data_sha256")))
     assert number is not None
-    return _off_front(study, number, label, members, pareto.get("data"), vocab,
-                      tracking_uri, runs_dir, tmp)
+    return _off_front(study, number, label, members, pareto, vocab, tracking_uri, runs_dir,
+                      tmp)
 
 
 def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | None, str]:
@@ -301,19 +301,24 @@ def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | No
 
 
 def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[str, Any]],
-               data: Any, vocab: Path | None, tracking_uri: str | None, runs_dir: Path,
-               tmp: Path) -> _Chosen:
+               pareto: Mapping[str, Any], vocab: Path | None, tracking_uri: str | None,
+               runs_dir: Path, tmp: Path) -> _Chosen:
     """Trial `number`, not a pareto.json member: its trials.csv row (through the trial
-    codec; metrics without a value left out), else its run in the tracking store; an
-    unknown trial is a ConfigError listing the known ones."""
+    codec; metrics without a value left out; its memory from the row's estimate), else its
+    run in the tracking store; an unknown trial is a ConfigError listing the known ones."""
     csv_path = _study_dir(runs_dir, study) / "trials.csv"
+    data = pareto.get("data")
     row = _csv_rows(csv_path).get(number)
     if row is not None:
         _, status, raw, values = decode_csv_row(row, f"{csv_path} trial {number}")
         metrics = {k: v for k, v in values.items() if v is not None}
         _refuse_infeasible(status, f"trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
-        return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes)
+        estimate = {k: _as_float(_number(row.get(f"estimate_{k}")))
+                    for k in ("device_total", "allocated_peak")}
+        memory = None if any(map(math.isnan, estimate.values())) else _memory(estimate, pareto)
+        return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes,
+                       memory=memory)
     from autoembed.tracking.store import resolve_store
 
     store = resolve_store(tracking_uri, runs_dir)
@@ -330,6 +335,14 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
                       "see trials.csv for the numbers")
+
+
+def _number(text: str | None) -> float | None:
+    """A trials.csv cell as a number (None: empty or not a number)."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:
