@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from autoembed.config import EmbeddingConfig
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
 from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
@@ -404,14 +404,15 @@ def _duration(seconds: float) -> str:
 
 
 def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mapping[str, Any],
-                     stand_in: bool) -> tuple[str, ...]:
-    """What training the priced config at full size costs: the analytic estimate, and the
-    time `steps` take at the trial's measured throughput."""
+                     stand_in: bool, data: Any = None) -> tuple[str, ...]:
+    """What training the priced config at full size (on `data`, else its own) costs: the
+    analytic estimate, and the time `steps` take at the trial's measured throughput."""
     from autoembed.budget import format_bytes
     from autoembed.trace import estimate
 
     est = estimate(config)
-    lines = [f"full size: the priced config on {_data_words(config.data, config.tables)}: "
+    spec = config.data if data is None else {"name": str(data)}
+    lines = [f"full size: the priced config on {_data_words(spec, config.tables)}: "
              f"estimated device_total {format_bytes(est.device_total)} (allocated_peak "
              f"{format_bytes(est.allocated_peak)}, parameters {format_bytes(est.parameters)})"]
     thr = metrics.get("throughput")
@@ -439,6 +440,8 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     if max_steps is not None and epochs is not None:
         raise ConfigError("give either --max-steps or --epochs, not both")
     config = load_config(path)  # first: its messages for a missing or broken file
+    if isinstance(data, str):  # a bad --data is said before anything, --dry-run included
+        _check_other_data(other_data(config.data, data))
     raw = _read_file(path)
     stored = _steps_of(raw, path)
     steps = max_steps if max_steps is not None or epochs is not None else stored
@@ -464,7 +467,7 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
             lines.append(f"{path} has no {TRAINED_ON_KEY}: its config is what trains anyway")
         lines.extend(_full_size_lines(
             config, None if epochs is not None else steps or DEFAULT_STEPS, metrics,
-            isinstance(block, Mapping) and bool(block.get("stand_in"))))
+            isinstance(block, Mapping) and bool(block.get("stand_in")), data))
     elif isinstance(block, Mapping) and data is not None:
         lines.append(f"--data: the priced config on {data}, not a rerun of {what}")
     if stored is not None and steps == stored and not lines:
@@ -558,6 +561,13 @@ def other_data(own: Mapping[str, Any] | None, name: str) -> Any:
     if not DataSpec.from_dict(dict(own)).is_file:
         return spec
     return DataSpec.from_dict({"name": name, **{k: v for k, v in own.items() if k in _FILE_KEYS}})
+
+
+def _check_other_data(spec: Any) -> None:
+    """A `--data` file that is not there: a DataError naming it (its spec is checked)."""
+    if spec.is_file and not Path(spec.name).expanduser().is_file():
+        raise DataError(f"--data '{spec.name}' is not a file; give the path of a CSV/Parquet "
+                        "file or a built-in data name")
 
 
 def _resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:

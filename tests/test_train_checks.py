@@ -136,3 +136,23 @@ def test_a_resumed_result_holds_the_steps_and_samples_it_says(tmp_path: Path) ->
     held = json.loads((out / "metrics.json").read_text())
     assert held["steps"] == 30 and held["samples"] == 30 * BATCH
     assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 30
+
+
+@pytest.mark.parametrize("data, said", [("nowhere.csv", "--data 'nowhere.csv' is not a file"),
+                                        ("best.yaml", "unknown extension '.yaml'")])
+def test_a_bad_data_file_is_refused_by_a_dry_run_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], data: str, said: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--data` that is no data file (not there, or a config file by mistake) is one line,
+    exit 2, under --dry-run as in a real run; and --full-size names the data it would use."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _rerun_file(tmp_path, None)
+    for extra in (["--dry-run"], ["--dry-run", "--full-size"], ["--out", "o"]):
+        assert main(["train", "--config", str(cfg), "--data", data, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml"]
+    (tmp_path / "other.csv").write_text("f0,label\na,1\nb,0\n")
+    assert main(["train", "--config", str(cfg), "--data", "other.csv", "--dry-run",
+                 "--full-size"]) == 0
+    assert capsys.readouterr().out.startswith("full size: the priced config on other.csv, ")
