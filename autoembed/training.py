@@ -443,6 +443,7 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     if isinstance(data, str):  # a bad --data is said before anything, --dry-run included
         _check_other_data(other_data(config.data, data))
     raw = _read_file(path)
+    _refuse_user_record(raw, path)
     stored = _steps_of(raw, path)
     steps = max_steps if max_steps is not None or epochs is not None else stored
     what, metrics = _source(raw)
@@ -474,6 +475,20 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
         lines.append(f"training {stored} steps: the step the search judged this config at "
                      f"({path} {TRAIN_KEY}.max_steps; --max-steps or --epochs to change it)")
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
+
+
+def _refuse_user_record(raw: Mapping[str, Any], path: str | Path) -> None:
+    """A search of the user's own model records `params` beside its embedding settings
+    (`user.space.user_record`): autoembed's models are not what it searched, so training
+    one from it is refused (ConfigError) with the way to rebuild it in the user's code."""
+    if not isinstance(raw.get("params"), Mapping):
+        return
+    src = raw.get("source")
+    study = src.get("study") if isinstance(src, Mapping) else None
+    raise ConfigError(
+        f"'{path}' records a search of your own model (its `params`), not a config of "
+        "autoembed's models; train it in your own loop: autoembed export --study "
+        f"{study or 'NAME'} --format python --out best_model.py (docs/own_loop.md)")
 
 
 def _eval_every_into_measure(fn: Callable[P, R]) -> Callable[P, R]:

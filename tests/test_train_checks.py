@@ -156,3 +156,23 @@ def test_a_bad_data_file_is_refused_by_a_dry_run_too(
     assert main(["train", "--config", str(cfg), "--data", "other.csv", "--dry-run",
                  "--full-size"]) == 0
     assert capsys.readouterr().out.startswith("full size: the priced config on other.csv, ")
+
+
+def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A user search's best.yaml or export (embedding settings + `params`) is not a config
+    of autoembed's models (no task, tower or data of the user's model): `train` refuses it,
+    with or without --data, naming the export that rebuilds it for the user's loop."""
+    import yaml
+
+    record = {"config": {"precision": "fp32", "tables": [
+                  {"name": "embedding", "vocab_size": 1000, "dim": 16}]},
+              "params": {"dim": 16, "lr": 0.01}, "source": {"study": "mine", "trial": 3}}
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(record))
+    for extra in ([], ["--data", "synthetic-ctr"], ["--dry-run"]):
+        out = tmp_path / "out"
+        assert main(["train", "--config", str(path), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "export --study mine --format python" in err, err
+        assert not out.exists()
