@@ -179,7 +179,7 @@ def train_cmd(
                          epochs=epochs)
     hot_sets = None
     hot = [t.name for t in resolved_tables(plan.config) if t.compression == "hot_cold"]
-    if not plan.rerun and hot:
+    if not plan.rerun and hot and data is None:  # other data: its own hot sets, by its ids
         from autoembed.models.hot_cold import check_hot_set_names, hot_sets_beside
 
         hot_sets = hot_sets_beside(config)  # saved by export beside the config

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -176,3 +177,36 @@ def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "export --study mine --format python" in err, err
         assert not out.exists()
+
+
+def test_other_data_trains_hot_cold_tables_with_its_own_hot_sets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hot sets exported beside a config hold ids of the data it was searched on; with
+    `--data OTHER` the hot/cold tables take the other data's hot sets (its own ids and
+    vocabulary size), never the exported ones (a set of another size: refused)."""
+    import yaml
+
+    from autoembed.models.hot_cold import export_hot_sets
+
+    def clicks(name: str, users: range) -> str:
+        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users)
+        (tmp_path / name).write_text("user,clicked\n" + rows)
+        return str(tmp_path / name)
+
+    spec = {"name": clicks("a.csv", range(300)), "label": "clicked", "categorical": ["user"]}
+    raw = {"dim": 4, "batch_size": BATCH, "dense_layers": [8], "data": spec, "tables": [
+        {"name": "user", "vocab_size": 242, "compression": "hot_cold", "hot_share": 0.1,
+         "hash_buckets": 20}]}
+    from autoembed.config import config_from_dict
+
+    cfg = config_from_dict(raw).resolve()
+    hot, _ = export_hot_sets(cfg, tmp_path, None)
+    assert hot is not None
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({"config": raw, "hot_sets": hot.name}))
+    other = clicks("b.csv", range(1000, 1900))
+    assert main(["train", "--config", str(path), "--data", other, "--max-steps", "2",
+                 "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    weights = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
+    hot_ids = next(v for k, v in weights.items() if k.endswith("hot_ids"))
+    assert len(hot_ids) > len(np.load(hot)["user"])  # b.csv has 3x the users of a.csv
