@@ -538,7 +538,8 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
         max_steps = DEFAULT_STEPS
     dataset = load_dataset(data) if isinstance(data, DataSpec) else data
     cfg = resolve_for_data(config, dataset)
-    check_fits_device(cfg, device)
+    check_fits_device(cfg, device)  # first: a device or a size that can never train
+    _check_same_tables(config, cfg)
     out = Path(out_dir).resolve()
     length = {"epochs": epochs} if epochs is not None else {"max_steps": max_steps}
     with _holding(out):
@@ -583,6 +584,21 @@ def _check_other_data(spec: Any) -> None:
     if spec.is_file and not Path(spec.name).expanduser().is_file():
         raise DataError(f"--data '{spec.name}' is not a file; give the path of a CSV/Parquet "
                         "file or a built-in data name")
+
+
+def _check_same_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> None:
+    """Refuse (ConfigError) data whose tables are not the config's (by name): the model
+    would have other tables than the ones searched and priced. A config that leaves its
+    tables at the default placeholder takes the data's."""
+    from dataclasses import fields
+
+    default = next(f.default for f in fields(EmbeddingConfig) if f.name == "tables")
+    own, got = [t.name for t in config.tables], [t.name for t in trained.tables]
+    if config.tables != default and sorted(own) != sorted(got):
+        raise ConfigError(
+            f"the data's tables ({', '.join(got)}) are not the config's ({', '.join(own)}), "
+            "which were searched and priced; train on data with the config's columns, or "
+            "search this data (autoembed search --data ...)")
 
 
 def _resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:

@@ -258,3 +258,17 @@ def test_other_data_file_is_read_with_the_config_files_label_and_columns(tmp_pat
     # 'item' is not a categorical column of the spec: one table, 480 train users + OOV (+ pad)
     assert [t.split(":")[0] for t in r.env["resized"]] == ["user"]
     assert int(r.env["resized"][0].split("-> ")[1].split()[0].replace(",", "")) > 321
+
+
+def test_data_with_other_tables_than_the_configs_is_refused(tmp_path: Path) -> None:
+    """A config searched on columns user and item, trained on data whose tables are f0, f1:
+    refused before anything is written (its model would have other tables than the ones
+    priced), naming both; a config without tables takes the data's."""
+    from autoembed.config import TableConfig
+    from autoembed.errors import ConfigError
+
+    cfg = small(tables=(TableConfig("user", 500), TableConfig("item", 2000)))
+    with pytest.raises(ConfigError, match=r"tables \(f0, f1\) are not the config's \(user, "):
+        train(cfg, out_dir=tmp_path / "out", max_steps=3)
+    assert not (tmp_path / "out").exists()
+    assert train(small(), out_dir=tmp_path / "own", max_steps=3).status == "complete"
