@@ -515,14 +515,40 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
     if not (runs / "optuna.db").is_file():
         raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
                           f"run `autoembed search --study {study} ...` first or pass --runs-dir")
-    meta = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study").meta
+    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study")
+    meta = stored.meta
     if meta.get("kind") != "user":
         return None
+    meta = {**meta, _ROWS: _stored_rows(stored.existing)}
     text = str(meta["space_text"])
     space = parse_space(safe_load_yaml(text, "stored space", "space"),
                         str(meta["space_source"]), text, "user")
     refs = {r: FunctionRef.from_dict(f) for r, f in meta["functions"].items()}
     return space, refs, meta
+
+
+_ROWS = "_rows"  # the stored settings' key (in export only) of the trials' records
+
+
+def _stored_rows(existing: Any) -> dict[int, Mapping[str, Any]]:
+    """Each trial's stored record (`TrialRow` as plain JSON: params, origin ...) by number."""
+    from autoembed.pipeline.records import ATTR
+
+    trials = existing.trials if existing is not None else []
+    return {t.number: t.user_attrs[ATTR] for t in trials
+            if isinstance(t.user_attrs.get(ATTR), Mapping)}
+
+
+def _with_stored_params(chosen: _Chosen, rows: Mapping[int, Mapping[str, Any]]) -> _Chosen:
+    """`chosen` with its params and origin from the study's own record of the trial, where
+    its source (a run id, trials.csv) holds none; a ConfigError when the study has none."""
+    if chosen.params is not None:
+        return chosen
+    row = rows.get(chosen.trial) if chosen.trial is not None else None
+    if row is None or not isinstance(row.get("params"), Mapping):
+        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
+                          "recorded; export another trial (--pick, see trials.csv)")
+    return replace(chosen, params=dict(row["params"]), origin=row.get("origin"))
 
 
 def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str,
@@ -538,10 +564,8 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
 
     space, refs, meta = own
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
-    if chosen.params is None:
-        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
-                          "recorded; export a front member (--pick)")
-    params = dict(chosen.params)
+    chosen = _with_stored_params(chosen, meta.get(_ROWS) or {})
+    params = dict(chosen.params or {})
     source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
               **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
     record = {**user_record(space, cfg, params), "source": source}
