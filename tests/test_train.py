@@ -272,3 +272,16 @@ def test_data_with_other_tables_than_the_configs_is_refused(tmp_path: Path) -> N
         train(cfg, out_dir=tmp_path / "out", max_steps=3)
     assert not (tmp_path / "out").exists()
     assert train(small(), out_dir=tmp_path / "own", max_steps=3).status == "complete"
+
+
+def test_the_interrupt_note_says_how_to_resume_with_and_without_force(tmp_path: Path) -> None:
+    """After Ctrl-C: the step the checkpoint holds and the command that resumes from it (a
+    --force run starts from step 0, so it is the command without --force); none yet: the
+    same command starts again."""
+    from autoembed.training import interrupted_note
+
+    assert "before a checkpoint was written" in interrupted_note(tmp_path)
+    torch.save({"step": 1234}, tmp_path / CHECKPOINT)
+    assert interrupted_note(tmp_path).endswith("holds step 1,234: the same command resumes "
+                                               "from it")
+    assert "the same command without --force resumes" in interrupted_note(tmp_path, True)
