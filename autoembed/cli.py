@@ -205,7 +205,8 @@ def train_cmd(
                            checkpoint_every=checkpoint_every, resume=resume, on_step=tick,
                            force=force, hot_sets=hot_sets, measure=plan.measure)
         except KeyboardInterrupt:  # typer would exit 130 without a word
-            raise typer.Exit(_interrupted(KeyboardInterrupt(interrupted_note(out, force)))) \
+            restart = "--force" if force else None if resume else "--no-resume"
+            raise typer.Exit(_interrupted(KeyboardInterrupt(interrupted_note(out, restart)))) \
                 from None
     if as_json:
         print(json.dumps(result.to_dict(), default=str))

@@ -122,11 +122,11 @@ def _read_checkpoint(path: Path, device: Any, config: EmbeddingConfig) -> dict[s
     return st
 
 
-def interrupted_note(out: str | Path, force: bool = False) -> str:
+def interrupted_note(out: str | Path, restart: str | None = None) -> str:
     """What a run interrupted (Ctrl-C) in `out` kept and how to go on: the checkpoint's step
-    (read memory-mapped, weights_only) and that the same command resumes from it (under
-    `force`, which starts from step 0: the command without --force), else that none was
-    written yet."""
+    (read memory-mapped, weights_only) and that the same command resumes from it (given
+    `restart`, the flag it was run with that starts from step 0, --force or --no-resume:
+    the command without it), else that none was written yet."""
     import torch
 
     ckpt = Path(out).resolve() / CHECKPOINT
@@ -135,7 +135,7 @@ def interrupted_note(out: str | Path, force: bool = False) -> str:
     except Exception:  # noqa: BLE001 - none yet, or unreadable: the rerun says which
         return f"training stopped before a checkpoint was written to {ckpt.parent}; the same " \
                "command starts it again"
-    how = "the same command without --force" if force else "the same command"
+    how = f"the same command without {restart}" if restart else "the same command"
     return f"training stopped; {ckpt} holds step {step:,}: {how} resumes from it"
 
 

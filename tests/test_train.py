@@ -276,12 +276,13 @@ def test_data_with_other_tables_than_the_configs_is_refused(tmp_path: Path) -> N
 
 def test_the_interrupt_note_says_how_to_resume_with_and_without_force(tmp_path: Path) -> None:
     """After Ctrl-C: the step the checkpoint holds and the command that resumes from it (a
-    --force run starts from step 0, so it is the command without --force); none yet: the
-    same command starts again."""
+    --force or --no-resume run starts from step 0: the command without that flag); none
+    yet: the same command starts again."""
     from autoembed.training import interrupted_note
 
     assert "before a checkpoint was written" in interrupted_note(tmp_path)
     torch.save({"step": 1234}, tmp_path / CHECKPOINT)
     assert interrupted_note(tmp_path).endswith("holds step 1,234: the same command resumes "
                                                "from it")
-    assert "the same command without --force resumes" in interrupted_note(tmp_path, True)
+    for flag in ("--force", "--no-resume"):  # both train from step 0
+        assert f"the same command without {flag} resumes" in interrupted_note(tmp_path, flag)
