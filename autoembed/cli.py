@@ -256,7 +256,9 @@ def export(
         "yaml); python: a module (a .py --out) that rebuilds a search over your own model "
         "(--model) in your code."),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite --out (the vocab-HASH/ and hot sets beside it are "
+        "named by their content and kept)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),
     tracking_uri: str | None = typer.Option(
         None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."),
