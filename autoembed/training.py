@@ -420,7 +420,9 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     thr = metrics.get("throughput")
     if steps and isinstance(thr, (int, float)) and thr > 0:
         samples = steps * config.batch_size * config.grad_accum_steps
-        lines.append(f"about {_duration(samples / thr)} for {steps:,} steps at the trial's "
+        took = _duration(samples / thr)
+        took = took if took.startswith("under") else f"about {took}"
+        lines.append(f"{took} for {steps:,} steps at the trial's "
                      f"{thr:,.0f} samples/s" + (", measured on its stand-in (full-size tables "
                                                 "usually train slower)" if stand_in else ""))
     return tuple(lines)

@@ -210,3 +210,17 @@ def test_other_data_trains_hot_cold_tables_with_its_own_hot_sets(
     weights = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
     hot_ids = next(v for k, v in weights.items() if k.endswith("hot_ids"))
     assert len(hot_ids) > len(np.load(hot)["user"])  # b.csv has 3x the users of a.csv
+
+
+@pytest.mark.parametrize("throughput, said", [(1e9, "under a second for 5 steps"),
+                                              (1.0, "about 2.7 min for 5 steps")])
+def test_the_full_size_time_reads_as_english(tmp_path: Path, throughput: float,
+                                             said: str) -> None:
+    """5 steps of 32 samples at the trial's throughput: 'under a second' (not 'about under
+    a second') or 'about 2.7 min' (160 s)."""
+    from autoembed.training import plan_training
+
+    path = _rerun_file(tmp_path, None)
+    path.write_text(path.read_text() + f"source: {{metrics: {{throughput: {throughput}}}}}\n")
+    lines = plan_training(path, full_size=True).lines
+    assert lines[-1].startswith(said), lines
