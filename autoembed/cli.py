@@ -169,7 +169,7 @@ def train_cmd(
 
     from autoembed.config import resolved_tables
     from autoembed.rules import Positive
-    from autoembed.training import plan_training, train
+    from autoembed.training import interrupted_note, plan_training, train
 
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
                         ("--checkpoint-every", checkpoint_every)):
@@ -179,7 +179,7 @@ def train_cmd(
                          epochs=epochs)
     hot_sets = None
     hot = [t.name for t in resolved_tables(plan.config) if t.compression == "hot_cold"]
-    if not plan.rerun and hot:
+    if not plan.rerun and hot and data is None:  # other data: its own hot sets, by its ids
         from autoembed.models.hot_cold import check_hot_set_names, hot_sets_beside
 
         hot_sets = hot_sets_beside(config)  # saved by export beside the config
@@ -199,10 +199,15 @@ def train_cmd(
         def tick(step: int, total: int) -> None:
             prog.update(task, completed=step)
 
-        result = train(plan.config, data=data, out_dir=out, max_steps=plan.max_steps,
-                       epochs=plan.epochs, device=device, checkpoint_every=checkpoint_every,
-                       resume=resume, on_step=tick, force=force, hot_sets=hot_sets,
-                       measure=plan.measure)
+        try:
+            result = train(plan.config, data=data, out_dir=out, max_steps=plan.max_steps,
+                           epochs=plan.epochs, device=device,
+                           checkpoint_every=checkpoint_every, resume=resume, on_step=tick,
+                           force=force, hot_sets=hot_sets, measure=plan.measure)
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            restart = "--force" if force else None if resume else "--no-resume"
+            raise typer.Exit(_interrupted(KeyboardInterrupt(interrupted_note(out, restart)))) \
+                from None
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
     else:
@@ -247,10 +252,13 @@ def export(
                                     "pareto.json 'best')."),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
-        None, "--format", help="yaml or json (default: from the --out suffix); python: a "
-        "module that rebuilds a search over your own model (--model) in your code."),
+        None, "--format", help="yaml or json (default: from the --out suffix, .json, .py or "
+        "yaml); python: a module (a .py --out) that rebuilds a search over your own model "
+        "(--model) in your code."),
     out: Path = typer.Option(..., "--out", help="File to write, e.g. best.yaml."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out (and its vocab/)."),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite --out (the vocab-HASH/ and hot sets beside it are "
+        "named by their content and kept)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where searches write their results."),
     tracking_uri: str | None = typer.Option(
         None, help="MLflow tracking URI for --run-id (default: <runs-dir>/mlflow.db)."),

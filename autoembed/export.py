@@ -277,8 +277,8 @@ def _choose_from_study(
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
                                              pareto.get("stand_in"), pareto.get("data_sha256")))
     assert number is not None
-    return _off_front(study, number, label, members, pareto.get("data"), vocab,
-                      tracking_uri, runs_dir, tmp)
+    return _off_front(study, number, label, members, pareto, vocab, tracking_uri, runs_dir,
+                      tmp)
 
 
 def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | None, str]:
@@ -301,19 +301,24 @@ def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | No
 
 
 def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[str, Any]],
-               data: Any, vocab: Path | None, tracking_uri: str | None, runs_dir: Path,
-               tmp: Path) -> _Chosen:
+               pareto: Mapping[str, Any], vocab: Path | None, tracking_uri: str | None,
+               runs_dir: Path, tmp: Path) -> _Chosen:
     """Trial `number`, not a pareto.json member: its trials.csv row (through the trial
-    codec; metrics without a value left out), else its run in the tracking store; an
-    unknown trial is a ConfigError listing the known ones."""
+    codec; metrics without a value left out; its memory from the row's estimate), else its
+    run in the tracking store; an unknown trial is a ConfigError listing the known ones."""
     csv_path = _study_dir(runs_dir, study) / "trials.csv"
+    data = pareto.get("data")
     row = _csv_rows(csv_path).get(number)
     if row is not None:
         _, status, raw, values = decode_csv_row(row, f"{csv_path} trial {number}")
         metrics = {k: v for k, v in values.items() if v is not None}
         _refuse_infeasible(status, f"trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
-        return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes)
+        estimate = {k: _as_float(_number(row.get(f"estimate_{k}")))
+                    for k in ("device_total", "allocated_peak")}
+        memory = None if any(map(math.isnan, estimate.values())) else _memory(estimate, pareto)
+        return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes,
+                       memory=memory)
     from autoembed.tracking.store import resolve_store
 
     store = resolve_store(tracking_uri, runs_dir)
@@ -332,6 +337,14 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
                       "see trials.csv for the numbers")
 
 
+def _number(text: str | None) -> float | None:
+    """A trials.csv cell as a number (None: empty or not a number)."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:
     """The member's memory as the search's best.yaml holds it (`memory.objective.judged`);
     None where pareto.json has no device total for it (an older file)."""
@@ -343,13 +356,19 @@ def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, A
                   pareto.get("memory_basis"))
 
 
+_SUFFIX_FORMATS = {".json": "json", ".py": "python"}  # any other suffix: yaml
+
+
 def format_of(out: Path, fmt: str | None) -> str:
-    """The export format: `fmt` (any case) checked against FORMATS, else from out's suffix."""
-    if fmt is None:
-        return "json" if out.suffix.lower() == ".json" else "yaml"
-    f = fmt.strip().lower()
+    """The export format: `fmt` (any case) checked against FORMATS, else from out's suffix
+    (.json, .py, else yaml). A python module must be a .py file: its record is written
+    beside it as <stem>.yaml, which another suffix would make the module's own path."""
+    f = _SUFFIX_FORMATS.get(out.suffix.lower(), "yaml") if fmt is None else fmt.strip().lower()
     if f not in FORMATS:
         raise ConfigError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
+    if f == "python" and out.suffix != ".py":
+        raise ConfigError(f"--format python writes a Python module, and --out '{out}' is not a "
+                          f".py file; give --out {out.with_suffix('.py')}")
     return f
 
 
@@ -496,14 +515,40 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
     if not (runs / "optuna.db").is_file():
         raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
                           f"run `autoembed search --study {study} ...` first or pass --runs-dir")
-    meta = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study").meta
+    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study")
+    meta = stored.meta
     if meta.get("kind") != "user":
         return None
+    meta = {**meta, _ROWS: _stored_rows(stored.existing)}
     text = str(meta["space_text"])
     space = parse_space(safe_load_yaml(text, "stored space", "space"),
                         str(meta["space_source"]), text, "user")
     refs = {r: FunctionRef.from_dict(f) for r, f in meta["functions"].items()}
     return space, refs, meta
+
+
+_ROWS = "_rows"  # the stored settings' key (in export only) of the trials' records
+
+
+def _stored_rows(existing: Any) -> dict[int, Mapping[str, Any]]:
+    """Each trial's stored record (`TrialRow` as plain JSON: params, origin ...) by number."""
+    from autoembed.pipeline.records import ATTR
+
+    trials = existing.trials if existing is not None else []
+    return {t.number: t.user_attrs[ATTR] for t in trials
+            if isinstance(t.user_attrs.get(ATTR), Mapping)}
+
+
+def _with_stored_params(chosen: _Chosen, rows: Mapping[int, Mapping[str, Any]]) -> _Chosen:
+    """`chosen` with its params and origin from the study's own record of the trial, where
+    its source (a run id, trials.csv) holds none; a ConfigError when the study has none."""
+    if chosen.params is not None:
+        return chosen
+    row = rows.get(chosen.trial) if chosen.trial is not None else None
+    if row is None or not isinstance(row.get("params"), Mapping):
+        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
+                          "recorded; export another trial (--pick, see trials.csv)")
+    return replace(chosen, params=dict(row["params"]), origin=row.get("origin"))
 
 
 def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str,
@@ -519,10 +564,8 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
 
     space, refs, meta = own
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
-    if chosen.params is None:
-        raise ConfigError(f"study '{chosen.study}' trial {chosen.trial}: its params were not "
-                          "recorded; export a front member (--pick)")
-    params = dict(chosen.params)
+    chosen = _with_stored_params(chosen, meta.get(_ROWS) or {})
+    params = dict(chosen.params or {})
     source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
               **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
     record = {**user_record(space, cfg, params), "source": source}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from autoembed.config import EmbeddingConfig
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
 from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
@@ -120,6 +120,23 @@ def _read_checkpoint(path: Path, device: Any, config: EmbeddingConfig) -> dict[s
         raise ConfigError(f"checkpoint '{path}' was written for another config; use a new --out "
                           "directory or --no-resume")
     return st
+
+
+def interrupted_note(out: str | Path, restart: str | None = None) -> str:
+    """What a run interrupted (Ctrl-C) in `out` kept and how to go on: the checkpoint's step
+    (read memory-mapped, weights_only) and that the same command resumes from it (given
+    `restart`, the flag it was run with that starts from step 0, --force or --no-resume:
+    the command without it), else that none was written yet."""
+    import torch
+
+    ckpt = Path(out).resolve() / CHECKPOINT
+    try:
+        step = int(torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:  # noqa: BLE001 - none yet, or unreadable: the rerun says which
+        return f"training stopped before a checkpoint was written to {ckpt.parent}; the same " \
+               "command starts it again"
+    how = f"the same command without {restart}" if restart else "the same command"
+    return f"training stopped; {ckpt} holds step {step:,}: {how} resumes from it"
 
 
 def load_checkpoint(path: Path, trainer: Any, config: EmbeddingConfig) -> int:
@@ -389,20 +406,23 @@ def _duration(seconds: float) -> str:
 
 
 def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mapping[str, Any],
-                     stand_in: bool) -> tuple[str, ...]:
-    """What training the priced config at full size costs: the analytic estimate, and the
-    time `steps` take at the trial's measured throughput."""
+                     stand_in: bool, data: Any = None) -> tuple[str, ...]:
+    """What training the priced config at full size (on `data`, else its own) costs: the
+    analytic estimate, and the time `steps` take at the trial's measured throughput."""
     from autoembed.budget import format_bytes
     from autoembed.trace import estimate
 
     est = estimate(config)
-    lines = [f"full size: the priced config on {_data_words(config.data, config.tables)}: "
+    spec = config.data if data is None else {"name": str(data)}
+    lines = [f"full size: the priced config on {_data_words(spec, config.tables)}: "
              f"estimated device_total {format_bytes(est.device_total)} (allocated_peak "
              f"{format_bytes(est.allocated_peak)}, parameters {format_bytes(est.parameters)})"]
     thr = metrics.get("throughput")
     if steps and isinstance(thr, (int, float)) and thr > 0:
         samples = steps * config.batch_size * config.grad_accum_steps
-        lines.append(f"about {_duration(samples / thr)} for {steps:,} steps at the trial's "
+        took = _duration(samples / thr)
+        took = took if took.startswith("under") else f"about {took}"
+        lines.append(f"{took} for {steps:,} steps at the trial's "
                      f"{thr:,.0f} samples/s" + (", measured on its stand-in (full-size tables "
                                                 "usually train slower)" if stand_in else ""))
     return tuple(lines)
@@ -424,7 +444,10 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     if max_steps is not None and epochs is not None:
         raise ConfigError("give either --max-steps or --epochs, not both")
     config = load_config(path)  # first: its messages for a missing or broken file
+    if isinstance(data, str):  # a bad --data is said before anything, --dry-run included
+        _check_other_data(other_data(config.data, data))
     raw = _read_file(path)
+    _refuse_user_record(raw, path)
     stored = _steps_of(raw, path)
     steps = max_steps if max_steps is not None or epochs is not None else stored
     what, metrics = _source(raw)
@@ -449,13 +472,27 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
             lines.append(f"{path} has no {TRAINED_ON_KEY}: its config is what trains anyway")
         lines.extend(_full_size_lines(
             config, None if epochs is not None else steps or DEFAULT_STEPS, metrics,
-            isinstance(block, Mapping) and bool(block.get("stand_in"))))
+            isinstance(block, Mapping) and bool(block.get("stand_in")), data))
     elif isinstance(block, Mapping) and data is not None:
         lines.append(f"--data: the priced config on {data}, not a rerun of {what}")
     if stored is not None and steps == stored and not lines:
         lines.append(f"training {stored} steps: the step the search judged this config at "
                      f"({path} {TRAIN_KEY}.max_steps; --max-steps or --epochs to change it)")
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
+
+
+def _refuse_user_record(raw: Mapping[str, Any], path: str | Path) -> None:
+    """A search of the user's own model records `params` beside its embedding settings
+    (`user.space.user_record`): autoembed's models are not what it searched, so training
+    one from it is refused (ConfigError) with the way to rebuild it in the user's code."""
+    if not isinstance(raw.get("params"), Mapping):
+        return
+    src = raw.get("source")
+    study = src.get("study") if isinstance(src, Mapping) else None
+    raise ConfigError(
+        f"'{path}' records a search of your own model (its `params`), not a config of "
+        "autoembed's models; train it in your own loop: autoembed export --study "
+        f"{study or 'NAME'} --format python --out best_model.py (docs/own_loop.md)")
 
 
 def _eval_every_into_measure(fn: Callable[P, R]) -> Callable[P, R]:
@@ -498,14 +535,15 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
                               "a CSV/Parquet file) or export the config from a search")
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
-        data = DataSpec(name=data)
+        data = other_data(config.data, data)
     if max_steps is not None and epochs is not None:
         raise ConfigError("give either --max-steps or --epochs, not both")
     if max_steps is None and epochs is None:
         max_steps = DEFAULT_STEPS
     dataset = load_dataset(data) if isinstance(data, DataSpec) else data
     cfg = resolve_for_data(config, dataset)
-    check_fits_device(cfg, device)
+    check_fits_device(cfg, device)  # first: a device or a size that can never train
+    _check_same_tables(config, cfg)
     out = Path(out_dir).resolve()
     length = {"epochs": epochs} if epochs is not None else {"max_steps": max_steps}
     with _holding(out):
@@ -523,6 +561,48 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
             _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
             _publish(out, trainer, result)
     return result
+
+
+# A file spec's keys that say how to read a file (its columns, label, split), carried from
+# a config's own data file to the other file `--data` names
+_FILE_KEYS = ("label", "categorical", "multi_hot", "separator", "text_column", "min_count",
+              "split", "seed", "seq_len", "vocab_size")
+
+
+def other_data(own: Mapping[str, Any] | None, name: str) -> Any:
+    """The DataSpec of `name` (`--data`) for a config whose data spec is `own`: another file
+    for a config searched on a file is read as that one was (its label, columns and split:
+    _FILE_KEYS), its vocabularies built anew on it; anything else is `name` as it is."""
+    from autoembed.data import DataSpec
+
+    spec = DataSpec(name=name)
+    if not spec.is_file or not isinstance(own, Mapping) or not own.get("name"):
+        return spec
+    if not DataSpec.from_dict(dict(own)).is_file:
+        return spec
+    return DataSpec.from_dict({"name": name, **{k: v for k, v in own.items() if k in _FILE_KEYS}})
+
+
+def _check_other_data(spec: Any) -> None:
+    """A `--data` file that is not there: a DataError naming it (its spec is checked)."""
+    if spec.is_file and not Path(spec.name).expanduser().is_file():
+        raise DataError(f"--data '{spec.name}' is not a file; give the path of a CSV/Parquet "
+                        "file or a built-in data name")
+
+
+def _check_same_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> None:
+    """Refuse (ConfigError) data whose tables are not the config's (by name): the model
+    would have other tables than the ones searched and priced. A config that leaves its
+    tables at the default placeholder takes the data's."""
+    from dataclasses import fields
+
+    default = next(f.default for f in fields(EmbeddingConfig) if f.name == "tables")
+    own, got = [t.name for t in config.tables], [t.name for t in trained.tables]
+    if config.tables != default and sorted(own) != sorted(got):
+        raise ConfigError(
+            f"the data's tables ({', '.join(got)}) are not the config's ({', '.join(own)}), "
+            "which were searched and priced; train on data with the config's columns, or "
+            "search this data (autoembed search --data ...)")
 
 
 def _resized_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> tuple[str, ...]:

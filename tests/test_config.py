@@ -138,3 +138,19 @@ def test_config_module_imports_without_torch_or_yaml() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_number_with_an_exponent_and_no_dot_is_a_float_in_json_and_yaml(tmp_path) -> None:
+    """JSON writes 2e-05 for 0.00002 (an exported --format json file) and people write
+    `lr: 1e-3` in YAML: both are numbers, as JSON and YAML 1.2 read them (PyYAML's YAML
+    1.1 resolver alone made them strings, refused as 'must be a number')."""
+    from autoembed.config import EmbeddingConfig, load_config, save_config
+
+    cfg = EmbeddingConfig(weight_decay=2e-5, lr=1e-4)
+    save_config(cfg, tmp_path / "c.json")
+    assert '"weight_decay": 2e-05' in (tmp_path / "c.json").read_text()
+    assert load_config(tmp_path / "c.json") == cfg
+    (tmp_path / "c.yaml").write_text("config:\n  lr: 1e-3\n  weight_decay: -0E+1\n"
+                                     "  tables: [{name: '1e3', vocab_size: 1000}]\n")
+    got = load_config(tmp_path / "c.yaml")
+    assert (got.lr, got.weight_decay, got.tables[0].name) == (0.001, 0.0, "1e3")

@@ -238,7 +238,9 @@ def test_missing_label_column_lists_columns(tmp_path: Path) -> None:
     path = _write(_frame().rename(columns={"label": "clicked"}), tmp_path / "a.csv")
     msg = _error(DataSpec(str(path)))
     assert "a.csv" in msg and "'label'" in msg and "'clicked'" in msg and "'city'" in msg
-    assert msg.endswith("name the label column with --label")  # 'label' is only the default
+    # 'label' is only the default; `train` reads it from the config file's data spec
+    assert msg.endswith("name the label column with --label (a config file: its data key "
+                        "'label')")
 
 
 @pytest.mark.parametrize("sep", [";", "\t", "|"])

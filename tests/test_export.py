@@ -60,11 +60,14 @@ def runs(tmp_path: Path) -> Path:
     }
     (sdir / "pareto.json").write_text(json.dumps(pareto))
     with (sdir / "trials.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, ["trial", "status", "quality", "config_json"])
+        w = csv.DictWriter(fh, ["trial", "status", "quality", "estimate_device_total",
+                                "estimate_allocated_peak", "config_json"])
         w.writeheader()
         for n in range(9):
             status = "infeasible" if n == 6 else "complete"
             w.writerow({"trial": n, "status": status, "quality": "",
+                        "estimate_device_total": 400_000_000 + n,
+                        "estimate_allocated_peak": 100_000_000 + n,
                         "config_json": json.dumps(config(8 + n).to_dict())})
     (sdir / "vocab").mkdir()
     (sdir / "vocab" / "vocab.json").write_text('{"format": "autoembed-vocab/1"}')
@@ -162,6 +165,18 @@ def test_the_searchs_pick_may_be_off_the_front(runs: Path, tmp_path: Path) -> No
     done = export_config(STUDY, tmp_path / "b.yaml", runs_dir=runs)
     assert done.trial == 4 and done.pick == "search pick trial:4"
     assert load_config(tmp_path / "b.yaml") == config(12)
+
+
+def test_a_trial_off_the_front_carries_its_memory_from_trials_csv(runs: Path, tmp_path: Path
+                                                                 ) -> None:
+    """Exported from trials.csv, a trial's `source.memory` holds its estimate, as a front
+    member's does: the allocated peak, the device total and its share of the 8 GB budget."""
+    import yaml
+
+    export_config(STUDY, tmp_path / "t4.yaml", pick="trial:4", runs_dir=runs)
+    memory = yaml.safe_load((tmp_path / "t4.yaml").read_text())["source"]["memory"]
+    assert memory["allocated_peak"] == 100_000_004 and memory["device_total"] == 400_000_004
+    assert memory["budget_bytes"] == 8_000_000_000 and memory["budget_share"] == 0.05
 
 
 def test_json_by_suffix_or_flag(runs: Path, tmp_path: Path) -> None:

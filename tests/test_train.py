@@ -79,10 +79,12 @@ def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
         train(small(dim=16), out_dir=tmp_path, max_steps=10)
 
 
-def _sigkill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
-    """Start `cmd`, and SIGKILL it as soon as `ready()` (it must not exit before)."""
+def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
+                  sig: int = signal.SIGKILL) -> tuple[int, str]:
+    """Start `cmd`, and send it `sig` (SIGKILL) as soon as `ready()` (it must not exit
+    before); its exit status and stderr."""
     p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
     )
     deadline = time.time() + 240
     try:
@@ -90,9 +92,10 @@ def _sigkill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
             assert p.poll() is None, p.communicate()
             assert time.time() < deadline, "never ready"
             time.sleep(0.1)
-        os.kill(p.pid, signal.SIGKILL)
+        os.kill(p.pid, sig)
     finally:
-        p.wait(timeout=30)
+        _, err = p.communicate(timeout=30)
+    return p.returncode, err
 
 
 @pytest.mark.slow
@@ -123,6 +126,27 @@ def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
     res = json.loads(r.stdout)
     assert res["steps"] == 400 and res["env"]["resumed_from"] >= step
     assert (out / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_the_checkpoint_kept_and_the_rerun_resumes_from_it(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) in the middle: exit 130 with one line naming the checkpoint's step and
+    that the same command resumes; nothing looks finished, and the rerun resumes there."""
+    cfg = tmp_path / "best.yaml"
+    save_config(small(), cfg)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "autoembed", "train", "--config", str(cfg), "--max-steps",
+           "100000", "--checkpoint-every", "10", "--out", str(out)]
+    rc, err = _sigkill_when(cmd, lambda: (out / CHECKPOINT).exists(), signal.SIGINT)
+    step = torch.load(out / CHECKPOINT, weights_only=True)["step"]
+    line = err.strip().splitlines()[-1]
+    assert rc == 130 and line.startswith("autoembed: interrupted: "), err
+    assert f"holds step {step:,}" in line and "same command resumes" in line, line
+    assert not (out / "metrics.json").exists()
+    r = subprocess.run([*cmd[:7], str(step + 10), *cmd[8:], "--json"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["env"]["resumed_from"] == step
 
 
 def _bytes(d: Path) -> dict[str, bytes]:
@@ -211,3 +235,54 @@ def test_resumed_run_ends_with_the_weights_of_a_straight_run(tmp_path: Path) -> 
     assert a.keys() == b.keys()
     for k in a:  # CPU training is deterministic: equal to float rounding, not merely close
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6, msg=k)
+
+
+def _clicks_csv(path: Path, users: range, items: int) -> Path:
+    """A click log: user, item, clicked (not 'label'), one row per (user, item % items)."""
+    rows = [f"u{u},i{u % items},{(u // 3) % 2}" for u in users]
+    path.write_text("user,item,clicked\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_other_data_file_is_read_with_the_config_files_label_and_columns(tmp_path: Path) -> None:
+    """`--data OTHER.csv` for a config searched on a CSV reads the other file as the first
+    was read (its label column and categorical columns), its tables sized by the new ids."""
+    own = _clicks_csv(tmp_path / "a.csv", range(400), 20)
+    other = _clicks_csv(tmp_path / "b.csv", range(300, 900), 40)
+    spec = {"name": str(own), "label": "clicked", "categorical": ["user"]}
+    from autoembed.config import TableConfig
+
+    cfg = small(tables=(TableConfig("user", 321),), data=spec)
+    r = train(cfg, data=str(other), out_dir=tmp_path / "out", max_steps=3)
+    assert r.status == "complete", r.error
+    # 'item' is not a categorical column of the spec: one table, 480 train users + OOV (+ pad)
+    assert [t.split(":")[0] for t in r.env["resized"]] == ["user"]
+    assert int(r.env["resized"][0].split("-> ")[1].split()[0].replace(",", "")) > 321
+
+
+def test_data_with_other_tables_than_the_configs_is_refused(tmp_path: Path) -> None:
+    """A config searched on columns user and item, trained on data whose tables are f0, f1:
+    refused before anything is written (its model would have other tables than the ones
+    priced), naming both; a config without tables takes the data's."""
+    from autoembed.config import TableConfig
+    from autoembed.errors import ConfigError
+
+    cfg = small(tables=(TableConfig("user", 500), TableConfig("item", 2000)))
+    with pytest.raises(ConfigError, match=r"tables \(f0, f1\) are not the config's \(user, "):
+        train(cfg, out_dir=tmp_path / "out", max_steps=3)
+    assert not (tmp_path / "out").exists()
+    assert train(small(), out_dir=tmp_path / "own", max_steps=3).status == "complete"
+
+
+def test_the_interrupt_note_says_how_to_resume_with_and_without_force(tmp_path: Path) -> None:
+    """After Ctrl-C: the step the checkpoint holds and the command that resumes from it (a
+    --force or --no-resume run starts from step 0: the command without that flag); none
+    yet: the same command starts again."""
+    from autoembed.training import interrupted_note
+
+    assert "before a checkpoint was written" in interrupted_note(tmp_path)
+    torch.save({"step": 1234}, tmp_path / CHECKPOINT)
+    assert interrupted_note(tmp_path).endswith("holds step 1,234: the same command resumes "
+                                               "from it")
+    for flag in ("--force", "--no-resume"):  # both train from step 0
+        assert f"the same command without {flag} resumes" in interrupted_note(tmp_path, flag)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,3 +137,90 @@ def test_a_resumed_result_holds_the_steps_and_samples_it_says(tmp_path: Path) ->
     held = json.loads((out / "metrics.json").read_text())
     assert held["steps"] == 30 and held["samples"] == 30 * BATCH
     assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 30
+
+
+@pytest.mark.parametrize("data, said", [("nowhere.csv", "--data 'nowhere.csv' is not a file"),
+                                        ("best.yaml", "unknown extension '.yaml'")])
+def test_a_bad_data_file_is_refused_by_a_dry_run_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], data: str, said: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--data` that is no data file (not there, or a config file by mistake) is one line,
+    exit 2, under --dry-run as in a real run; and --full-size names the data it would use."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _rerun_file(tmp_path, None)
+    for extra in (["--dry-run"], ["--dry-run", "--full-size"], ["--out", "o"]):
+        assert main(["train", "--config", str(cfg), "--data", data, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml"]
+    (tmp_path / "other.csv").write_text("f0,label\na,1\nb,0\n")
+    assert main(["train", "--config", str(cfg), "--data", "other.csv", "--dry-run",
+                 "--full-size"]) == 0
+    assert capsys.readouterr().out.startswith("full size: the priced config on other.csv, ")
+
+
+def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A user search's best.yaml or export (embedding settings + `params`) is not a config
+    of autoembed's models (no task, tower or data of the user's model): `train` refuses it,
+    with or without --data, naming the export that rebuilds it for the user's loop."""
+    import yaml
+
+    record = {"config": {"precision": "fp32", "tables": [
+                  {"name": "embedding", "vocab_size": 1000, "dim": 16}]},
+              "params": {"dim": 16, "lr": 0.01}, "source": {"study": "mine", "trial": 3}}
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(record))
+    for extra in ([], ["--data", "synthetic-ctr"], ["--dry-run"]):
+        out = tmp_path / "out"
+        assert main(["train", "--config", str(path), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "export --study mine --format python" in err, err
+        assert not out.exists()
+
+
+def test_other_data_trains_hot_cold_tables_with_its_own_hot_sets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hot sets exported beside a config hold ids of the data it was searched on; with
+    `--data OTHER` the hot/cold tables take the other data's hot sets (its own ids and
+    vocabulary size), never the exported ones (a set of another size: refused)."""
+    import yaml
+
+    from autoembed.models.hot_cold import export_hot_sets
+
+    def clicks(name: str, users: range) -> str:
+        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users)
+        (tmp_path / name).write_text("user,clicked\n" + rows)
+        return str(tmp_path / name)
+
+    spec = {"name": clicks("a.csv", range(300)), "label": "clicked", "categorical": ["user"]}
+    raw = {"dim": 4, "batch_size": BATCH, "dense_layers": [8], "data": spec, "tables": [
+        {"name": "user", "vocab_size": 242, "compression": "hot_cold", "hot_share": 0.1,
+         "hash_buckets": 20}]}
+    from autoembed.config import config_from_dict
+
+    cfg = config_from_dict(raw).resolve()
+    hot, _ = export_hot_sets(cfg, tmp_path, None)
+    assert hot is not None
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({"config": raw, "hot_sets": hot.name}))
+    other = clicks("b.csv", range(1000, 1900))
+    assert main(["train", "--config", str(path), "--data", other, "--max-steps", "2",
+                 "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    weights = torch.load(tmp_path / "out" / "model.pt", weights_only=True)
+    hot_ids = next(v for k, v in weights.items() if k.endswith("hot_ids"))
+    assert len(hot_ids) > len(np.load(hot)["user"])  # b.csv has 3x the users of a.csv
+
+
+@pytest.mark.parametrize("throughput, said", [(1e9, "under a second for 5 steps"),
+                                              (1.0, "about 2.7 min for 5 steps")])
+def test_the_full_size_time_reads_as_english(tmp_path: Path, throughput: float,
+                                             said: str) -> None:
+    """5 steps of 32 samples at the trial's throughput: 'under a second' (not 'about under
+    a second') or 'about 2.7 min' (160 s)."""
+    from autoembed.training import plan_training
+
+    path = _rerun_file(tmp_path, None)
+    path.write_text(path.read_text() + f"source: {{metrics: {{throughput: {throughput}}}}}\n")
+    lines = plan_training(path, full_size=True).lines
+    assert lines[-1].startswith(said), lines

@@ -165,3 +165,44 @@ def test_build_and_apply_of_one_name_from_two_modules_both_import(own) -> None:
                          study="s", trial=1, apply=record_function(ownapply.build_model, "apply"))
     (tmp / "m2.py").write_text(text)
     assert load(tmp / "m2.py", "own_c").build_model().applied_with == "other"
+
+
+@pytest.mark.parametrize("name", ["best.yaml", "best.json", "best"])
+def test_python_export_into_a_non_py_name_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """The module's record goes beside it as <stem>.yaml: into best.yaml the module would
+    overwrite its own record and load itself as its config. Refused in one line naming the
+    .py path, exit 2, nothing written; a .py name alone means --format python."""
+    from autoembed.cli import main
+    from autoembed.export import format_of
+
+    out = tmp_path / name
+    assert main(["export", "--study", "text", "--format", "python", "--out", str(out),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {tmp_path / 'best.py'}" in err, err
+    assert list(tmp_path.iterdir()) == []
+    assert format_of(Path("m.py"), None) == "python" and format_of(Path("m.yml"), None) == "yaml"
+
+
+def test_the_module_finds_a_build_given_by_file_path_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search given `code/mine.py:build` imported it with code/ on sys.path; the exported
+    module, imported where code/ is not on the path, still finds that build (the folder is
+    recorded with the function and put on sys.path by the module)."""
+    from autoembed.user.model.load import load_object
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mine_a1.py").write_text("def build(params):\n    return ('built', params)\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_object adds code/ to it
+    sys.modules.pop("mine_a1", None)
+    ref = record_function(load_object(f"{code / 'mine_a1.py'}:build", "--model"), "model")
+    assert ref.root == str(code.resolve()) and ref.module == "mine_a1"
+    out = tmp_path / "elsewhere" / "best_model.py"
+    out.parent.mkdir()
+    out.write_text(python_module(ref, {"dim": 4}, "b.yaml", study="s", trial=0,
+                                 as_written=True))
+    sys.path.remove(str(code.resolve()))
+    sys.modules.pop("mine_a1")
+    assert load(out, "best_model_c").build_model() == ("built", {"dim": 4})

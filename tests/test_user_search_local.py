@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib
 import importlib.util
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -293,3 +294,28 @@ def test_ray_executor_runs_the_users_loop(user, monkeypatch) -> None:
                            tracker=NullTracker())
     assert res.count("complete") + res.count("failed") == 2
     assert all(r.node.get("ray_node_ip") for r in res.rows if r.status == "complete")
+
+
+def test_a_trial_off_the_front_exports_with_its_stored_params(user) -> None:
+    """A user-search trial that is not a pareto.json member (from trials.csv, or a run id)
+    exports with the params the study stored for it, as a member does (it was refused:
+    'params were not recorded; export a front member')."""
+    _, root = user
+    api_search(user, "off", 2)
+    pj = root / "runs" / "off" / "pareto.json"
+    body = json.loads(pj.read_text())
+    member = body["members"][0]
+    body["members"] = body["members"][1:]  # trial N now comes from trials.csv
+    pj.write_text(json.dumps(body))
+    n = member["trial"]
+    out = root / "off.yaml"
+    from autoembed.export import export_config
+
+    export_config("off", out, pick=f"trial:{n}", runs_dir=root / "runs")
+    import yaml
+
+    record = yaml.safe_load(out.read_text())
+    flat = member["params"]  # the Optuna params pareto.json held for it
+    assert record["source"]["trial"] == n
+    assert (record["params"]["dim"], record["params"]["lr"]) == (flat["user.dim"],
+                                                                 flat["user.lr"])

@@ -110,10 +110,18 @@ class _DuplicateKey(Exception):
     """A mapping that gives one key twice (the message names it and both lines)."""
 
 
+# A number with an exponent and no dot (`1e-3`, JSON's `2e-05`): a float in JSON and YAML
+# 1.2, a string to PyYAML's YAML 1.1 resolver, which needs a dot
+_EXPONENT_FLOAT = r"^[-+]?(?:[0-9][0-9_]*)[eE][-+]?[0-9]+$"
+
+
 @functools.lru_cache(maxsize=1)
 def _unique_key_loader() -> type:
     """yaml.SafeLoader that refuses a key given twice in one mapping (a `<<` merge may
-    still be overridden: that is what a merge is for)."""
+    still be overridden: that is what a merge is for) and reads `1e-3` as a float, as
+    JSON does (a JSON export's `2e-05` was a string)."""
+    import re
+
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
@@ -133,6 +141,8 @@ def _unique_key_loader() -> type:
                     continue
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeyLoader.add_implicit_resolver(  # tried after SafeLoader's own resolvers
+        "tag:yaml.org,2002:float", re.compile(_EXPONENT_FLOAT), list("-+0123456789"))
     return UniqueKeyLoader
 
 

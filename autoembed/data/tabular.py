@@ -49,8 +49,10 @@ def _where(source: str, column: str) -> str:
     return f"column '{column}' in '{source}'"
 
 
-# The flag that names a column of each role (`autoembed search`; DataSpec's keys in Python).
+# The flag that names a column of each role (`autoembed search`) and its DataSpec key (a
+# config file's `data:`, which `autoembed train` reads; Python).
 ROLE_FLAGS = {"label": "--label", "categorical": "--categorical", "text": "--text-column"}
+ROLE_KEYS = {"label": "label", "categorical": "categorical", "text": "text_column"}
 
 
 def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, source: str) -> None:
@@ -58,8 +60,8 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], role: str, sour
     flag that names a column of this `role`."""
     for c in columns:
         if c not in frame.columns:
-            flag = f"; name the {role} column with {ROLE_FLAGS[role]}" if role in ROLE_FLAGS \
-                else ""
+            flag = (f"; name the {role} column with {ROLE_FLAGS[role]} (a config file: its "
+                    f"data key '{ROLE_KEYS[role]}')") if role in ROLE_FLAGS else ""
             raise DataError(
                 f"{role} column '{c}' is not in '{source}'; available columns: "
                 f"{', '.join(repr(str(x)) for x in frame.columns)}{flag}"

@@ -39,6 +39,7 @@ class FunctionRef:
     source_hash: str  # sha256 hex of the module's source text ("" when it has none)
     missing: str | None = None
     takes_params: bool = True  # False: a zero-argument build/example (`takes_params`)
+    root: str | None = None  # the sys.path folder its module was imported from (None: unknown)
 
     @property
     def spec(self) -> str:
@@ -51,14 +52,17 @@ class FunctionRef:
             out["missing"] = self.missing
         if not self.takes_params:
             out["takes_params"] = False
+        if self.root is not None:
+            out["root"] = self.root
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> FunctionRef:
         missing = raw.get("missing")
+        root = raw.get("root")
         return cls(str(raw["module"]), str(raw["qualname"]), str(raw["source_hash"]),
                    None if missing is None else str(missing),
-                   bool(raw.get("takes_params", True)))
+                   bool(raw.get("takes_params", True)), None if root is None else str(root))
 
 
 def module_hash(module: ModuleType) -> str:
@@ -90,7 +94,23 @@ def record_function(fn: Any, role: str) -> FunctionRef:
     except ConfigError:
         digest = ""
     return FunctionRef(mod_name, name, digest, _why_unfindable(fn, name, mod_name, module,
-                                                               digest), takes_params(fn))
+                                                               digest), takes_params(fn),
+                       _import_root(module, mod_name))
+
+
+def _import_root(module: ModuleType | None, mod_name: str) -> str | None:
+    """The sys.path folder `module` was imported from as `mod_name` (pkg/mod.py as pkg.mod:
+    the folder holding pkg/); None for the running script or a module without a file."""
+    from pathlib import Path
+
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or mod_name == "__main__":
+        return None
+    path = Path(file).resolve()
+    root = path.parent
+    for _ in range(mod_name.count(".") + (path.stem == "__init__")):
+        root = root.parent
+    return str(root)
 
 
 _ORIGINAL = "_autoembed_original"  # the attribute `with_params` keeps the user's function in

@@ -14,7 +14,7 @@ from autoembed.user.functions import FunctionRef
 
 __all__ = ["python_module"]
 
-_RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "build_model")
+_RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "build_model", "sys")
 
 
 def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: str, *,
@@ -39,7 +39,13 @@ def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: st
         body = (f"    model = {call}({'PARAMS' if build.takes_params else ''})\n"
                 f"    applied = {rewrite}(model, autoembed.load_config(CONFIG))\n"
                 "    return model if applied is None else applied")
-    lines = "\n".join(f"from {m} import {', '.join(names)}" for m, names in imports.items())
+    roots = sorted({r.root for r in (build, apply) if r is not None and r.root is not None})
+    after = "  # noqa: E402" if roots else ""  # imported once sys.path holds the roots
+    lines = "\n".join(f"from {m} import {', '.join(names)}{after}"
+                      for m, names in imports.items())
+    if roots:  # found from anywhere, as the search imported them (a path on sys.path wins)
+        lines = (f"for _root in {roots!r}:  # where the search imported your code from\n"
+                 "    if _root not in sys.path:\n        sys.path.append(_root)\n" + lines)
     return f'''"""Trial {trial} of study '{study}': its model, rebuilt for your own code.
 
 Written by `autoembed export --format python`. `build_model()` {how}.
@@ -48,6 +54,7 @@ Written by `autoembed export --format python`. `build_model()` {how}.
     model = build_model()   # train it in your own loop with PARAMS
 """
 
+import sys
 from pathlib import Path
 
 import autoembed
