@@ -231,3 +231,33 @@ def test_wide_is_searchable_and_priced(tmp_path: Path) -> None:
         - estimate(replace(cfg, tables=tables)).parameters
     )
     assert added == 2 * 4096
+
+
+def test_stepped_range_whose_high_is_off_the_step_is_refused_with_the_fix(
+        tmp_path: Path) -> None:
+    # Optuna would silently shorten [4, 15] step 4 to [4, 12] (a warning), and the space's
+    # enumeration clamped onto 15, a value off the step
+    for spec, fix in (({"low": 4, "high": 15, "step": 4}, "give high: 12"),
+                      ({"low": 0.1, "high": 0.5, "step": 0.15}, "give high: 0.4")):
+        field = "dim" if isinstance(spec["low"], int) else "mixed_dim_alpha"
+        p = write(tmp_path, with_params(**{field: spec}))
+        with pytest.raises(ConfigError, match=rf"params\.{field}\.high.*{fix}$"):
+            load_space(p)
+    ok = load_space(write(tmp_path, with_params(mixed_dim_alpha={
+        "low": 0.1, "high": 0.55, "step": 0.15})))
+    assert {p.name: p.high for p in ok.params}["mixed_dim_alpha"] == 0.55
+
+
+def test_grid_values_of_a_stepped_range_lie_on_its_step(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, with_params(
+        qr_collisions={"low": 2, "high": 16, "step": 2},
+        mixed_dim_alpha={"low": 0.1, "high": 0.55, "step": 0.15},
+        dense_lr={"low": 0.01, "high": 0.09, "step": 0.04})))
+    by = {p.name: p for p in space.params}
+    # middles 9, 0.325 and 0.05 moved onto low + k * step (9 -> 10 by round half to even)
+    assert by["qr_collisions"].grid_values() == (2, 10, 16)
+    assert by["mixed_dim_alpha"].grid_values() == (0.1, 0.4, 0.55)
+    assert by["dense_lr"].grid_values() == (0.01, 0.05, 0.09)
+    with pytest.raises(ConfigError, match=r"params\.qr_collisions\.grid.* 5: .*steps of 2"):
+        load_space(write(tmp_path, with_params(
+            qr_collisions={"low": 2, "high": 16, "step": 2, "grid": [4, 5]})))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -498,7 +499,7 @@ def _parse_param(
     if log and low <= 0:
         raise space_error(source, f"{key}.low", low, "a log-scale range needs low > 0")
     step, mult = _step(spec, kind, key, source), _multiple_of(spec, kind, key, source)
-    grid = _grid(spec, kind, mult, key, source)
+    grid = _grid(spec, kind, mult, step, key, source)
     return Param(name, kind, low=low, high=high, log=log, step=step, multiple_of=mult,
                  when=when, grid=grid)
 
@@ -520,12 +521,21 @@ def _categorical(name: str, spec: Mapping[str, Any], key: str, source: str, rule
 
 
 def _step(spec: Mapping[str, Any], kind: str, key: str, source: str) -> Any:
-    """A range's `step` (None: none), never with log."""
+    """A range's `step` (None: none), never with log; `high` a whole number of steps above
+    `low` (else a sampler would move it: Optuna shortens such a range with a warning)."""
     step = spec.get("step")
     if step is not None:
         _check_rule(f"{kind}.step", step, f"{key}.step", source)
         if spec.get("log", False):
             raise space_error(source, f"{key}.step", step, "cannot be combined with log: true")
+        low, high = (Decimal(str(spec[k])) for k in ("low", "high"))
+        steps = (high - low) / Decimal(str(step))
+        if steps != steps.to_integral_value():
+            on = low + int(steps) * Decimal(str(step))
+            fix = f"{float(on):g}" if kind == "float" else str(int(on))
+            raise space_error(source, f"{key}.high", spec["high"],
+                              f"is not low ({spec['low']}) plus a whole number of steps of "
+                              f"{step}; give high: {fix}")
     return step
 
 
@@ -550,19 +560,22 @@ def _multiple_of(spec: Mapping[str, Any], kind: str, key: str, source: str) -> A
     return mult
 
 
-def _grid(spec: Mapping[str, Any], kind: str, mult: Any, key: str,
+def _grid(spec: Mapping[str, Any], kind: str, mult: Any, step: Any, key: str,
           source: str) -> tuple[Any, ...]:
     """A range's `grid` (() : none), sorted, each point in [low, high] (an int range's, a
-    multiple of `mult`)."""
+    multiple of `mult`), and on the range's `step` (low + k * step)."""
     grid, low, high = spec.get("grid"), spec["low"], spec["high"]
     if grid is None:
         return ()
     _check_rule("grid", grid, f"{key}.grid", source)
     for g in grid:
         if not is_number(g) or not low <= g <= high or (
-                kind == "int" and (not isinstance(g, int) or g % (mult or 1))):
+                kind == "int" and (not isinstance(g, int) or g % (mult or 1))) or (
+                step and (Decimal(str(g)) - Decimal(str(low))) % Decimal(str(step))):
             raise space_error(source, f"{key}.grid", g, f"must lie in [{low}, {high}]"
-                              + (f" and be a multiple of {mult}" if mult else ""))
+                              + (f" and be a multiple of {mult}" if mult else "")
+                              + (f" and be low plus a whole number of steps of {step}"
+                                 if step else ""))
     return tuple(sorted(set(grid)))
 
 

@@ -9,6 +9,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,21 @@ class Param:
         if self.kind == "int":
             lo, hi = self.int_bounds()
             pts = _spread(lo, hi, self.log, GRID_POINTS)
-            units = sorted({min(hi, max(lo, round(p))) for p in pts})
+            units = sorted({self.on_step(min(hi, max(lo, round(p)))) for p in pts})
             return tuple(u * (self.multiple_of or 1) for u in units)
-        return tuple(sorted(set(_spread(self.low, self.high, self.log, GRID_POINTS))))
+        pts = _spread(self.low, self.high, self.log, GRID_POINTS)
+        return tuple(sorted({self.on_step(p) for p in pts}))
+
+    def on_step(self, value: Any) -> Any:
+        """`value` (an int range's in units of `multiple_of`) moved to the nearest point
+        of the range's `step` (a log range has none): low + k * step, k whole."""
+        if not self.step or self.log:
+            return value
+        if self.kind == "int":
+            lo = self.int_bounds()[0]
+            return lo + round((value - lo) / self.step) * int(self.step)
+        low, step = Decimal(str(self.low)), Decimal(str(self.step))
+        return float(low + round((Decimal(str(value)) - low) / step) * step)
 
     def corner_values(self) -> tuple[Any, ...]:
         """Values the cheapest-corner search tries: every choice, or the range's ends."""
