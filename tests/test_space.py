@@ -261,3 +261,27 @@ def test_grid_values_of_a_stepped_range_lie_on_its_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"params\.qr_collisions\.grid.* 5: .*steps of 2"):
         load_space(write(tmp_path, with_params(
             qr_collisions={"low": 2, "high": 16, "step": 2, "grid": [4, 5]})))
+
+
+def test_a_condition_on_a_list_valued_param_holds_when_it_takes_that_list(
+        tmp_path: Path) -> None:
+    # `when: {dense_layers: "32,16"}` (the choice's label, which the loader asks for) or the
+    # list itself: the param was never suggested (a proposal holds (32, 16), not "32,16")
+    for cond in ("32,16", [[32, 16]]):
+        body = {**SMALL, "base": {}, "params": {
+            "dense_layers": {"choices": [[16], [32, 16]]},
+            "dense_lr": {"when": {"dense_layers": cond}, "low": 0.001, "high": 0.1}}}
+        space = load_space(write(tmp_path, body))
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        seen = set()
+        for _ in range(20):
+            trial = study.ask()
+            cfg = suggest(space, trial)
+            assert ("dense_lr" in trial.params) == (cfg.dense_layers == (32, 16))
+            seen.add("dense_lr" in trial.params)
+            study.tell(trial, 0.0)
+        assert seen == {True, False}
+    # a fixed list in `base` meets its condition too
+    fixed = load_space(write(tmp_path, {**SMALL, "base": {"dense_layers": [32, 16]}, "params": {
+        "dense_lr": {"when": {"dense_layers": "32,16"}, "low": 0.001, "high": 0.1}}}))
+    assert fixed.params[0].active(fixed.base)

@@ -53,6 +53,7 @@ from autoembed.space.search_space import (
     _label,
     builtin_space_path,
     table_param_name,
+    when_label,
 )
 
 __all__ = ["load_space", "parse_space", "space_kind", "SHAPES", "WHEN_RULE"]
@@ -598,12 +599,12 @@ def _parse_when(
         ref = f"{scope}.{bare}" if scope else bare
         if ref not in known and ref not in base:
             raise space_error(source, f"{key}.when.{bare}", allowed, WHEN_RULE)
-        values = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+        values = tuple(map(when_label, allowed if isinstance(allowed, list) else [allowed]))
         if ref in known:
             p = known[ref]
             if p.kind == "categorical":
                 for v in values:
-                    if _label(v) not in p.labels:
+                    if v not in p.labels:
                         raise space_error(source, f"{key}.when.{bare}", v,
                                     f"is not one of {bare}'s choices {list(p.labels)}")
         out.append((str(ref), values))

@@ -19,7 +19,7 @@ from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
 __all__ = ["SPACE_KEYS", "SEARCHABLE", "Param", "StandIn", "TableRule", "apply_table_rules",
-           "table_param_name", "table_rules_of", "with_table_rules", "SearchSpace",
+           "table_param_name", "table_rules_of", "with_table_rules", "SearchSpace", "when_label",
            "builtin_space_path", "BUILTIN_SPACES"]
 
 SPACE_KEYS = ("description", "data", "stand_in", "base", "tables", "params", "objectives",
@@ -143,7 +143,8 @@ class Param:
 
     def active(self, values: Mapping[str, Any]) -> bool:
         """Whether the condition holds given the config values chosen so far."""
-        return all(name in values and values[name] in allowed for name, allowed in self.when)
+        return all(name in values and when_label(values[name]) in allowed
+                   for name, allowed in self.when)
 
     def int_bounds(self) -> tuple[int, int]:
         """The integer range the sampler searches (in units of `multiple_of`)."""
@@ -218,6 +219,12 @@ def _label(value: Any) -> Any:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) or "none"
     return value
+
+
+def when_label(value: Any) -> Any:
+    """How a `when` condition holds a value: a list (dense_layers' [32, 16], as a proposal
+    holds it or `base` gives it) by its label ("32,16"), any other value as it is."""
+    return _label(tuple(value) if isinstance(value, list) else value)
 
 
 def _spread(lo: float, hi: float, log: bool, n: int) -> list[float]:
