@@ -147,3 +147,17 @@ def test_a_global_param_may_depend_on_a_table_param() -> None:
     assert len(grid) == 3  # hash x 2 optimizers, tt alone
     for params in grid:
         w.priced(space.config_for(space.values_from_optuna(params)))  # none fails
+
+
+def test_a_rule_naming_no_table_of_the_data_is_refused_before_any_trial() -> None:
+    # the data's tables are f0 ... f5: `name: f6` (or a column of another file) set nothing,
+    # silently, and every trial ran without the settings the user wrote
+    from autoembed.pipeline.builtin import BuiltinWorkload
+
+    space = _space("- {name: f6, compression: hash, hash_buckets: 0.01}")
+    with pytest.raises(ConfigError) as e:
+        BuiltinWorkload.of(space)
+    msg = str(e.value)
+    assert "'per-table'" in msg and "tables[0].name" in msg and "'f6'" in msg
+    assert "f0, f1, f2, f3, f4, f5" in msg and "\n" not in msg
+    assert BuiltinWorkload.of(_space("- {name: f5, compression: hash, hash_buckets: 0.01}"))

@@ -80,7 +80,7 @@ class BuiltinWorkload:
         """The workload of `space` on its own data (loaded unless given); a `run` given
         overrides the run settings it computes."""
         if data is None:
-            data = build_priced_data(*data_spec_for(space), space.tables)
+            data = build_priced_data(*data_spec_for(space), space.tables, space.source)
         made = cls(space, data, **kw)
         return replace(made, run={**made.run_settings(), **made.run})
 
@@ -100,7 +100,7 @@ class BuiltinWorkload:
                 check_same(stored, "data", spec.to_dict(), "--data")
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
-            data = build_priced_data(spec, stand_in, sp.tables)
+            data = build_priced_data(spec, stand_in, sp.tables, sp.source)
         digest = _checked_data(data, stored, r.study)
         sp = _seeded(sp, seed)
         if sp.source == AUTO_SPACE:
