@@ -161,3 +161,19 @@ def test_a_rule_naming_no_table_of_the_data_is_refused_before_any_trial() -> Non
     assert "'per-table'" in msg and "tables[0].name" in msg and "'f6'" in msg
     assert "f0, f1, f2, f3, f4, f5" in msg and "\n" not in msg
     assert BuiltinWorkload.of(_space("- {name: f5, compression: hash, hash_buckets: 0.01}"))
+
+
+def test_the_front_tables_searched_values_are_the_proposals_values() -> None:
+    # a table's searched key (tables[i].<key>) and a `multiple_of` range by their values, as
+    # the space names them; they showed as "tables[0].min_rows=?"
+    from autoembed.pipeline.builtin import BuiltinWorkload
+    from autoembed.trial import TrialRow
+
+    space = _space(params={"dim": {"low": 8, "high": 32, "multiple_of": 8}})
+    values = {"tables[0].min_rows": 10000000, "tables[0].compression": "hash",
+              "tables[0].hash_buckets": 0.1, "tables[0].table_optimizer": "adam",
+              "tables[1].compression": "tt", "tables[1].tt_rank": 8, "dim": 24}
+    params = space.optuna_params(values)
+    assert params["dim/8"] == 3
+    row = TrialRow(0, "complete", space.config_for(values), {}, params=params)
+    assert BuiltinWorkload.of(space).searched(row) == values

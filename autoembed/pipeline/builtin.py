@@ -269,8 +269,9 @@ class BuiltinWorkload:
         return record
 
     def searched(self, row: TrialRow) -> dict[str, Any]:
-        names = [str(k).split("/")[0] for k in row.params]
-        return {n: getattr(row.config, n, "?") for n in names}
+        """The row's values by the space's names (a table's `tables[i].<key>` and
+        `tokens_per_batch` too, which are no config field)."""
+        return self.space.values_from_optuna(row.params)
 
     def save_vocab(self) -> Callable[[Path], Any] | None:
         spec = self.data.spec
