@@ -229,11 +229,12 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
 
 def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus: int,
              cpus: int) -> int:
-    """Trials at once: one in a repeatable search; else --workers, else a resumed study's
-    count; else one per GPU; on a CPU one (trials side by side distort each other's
+    """Trials at once: one in a repeatable search or in process (`--executor local`, which
+    runs one at a time, a resumed study's count aside); else --workers, else a resumed
+    study's count; else one per GPU; on a CPU one (trials side by side distort each other's
     throughput), except in a time-boxed search on a private Ray: one per core, each on one
     torch thread (a time box buys trials, not seconds)."""
-    if repeatable:
+    if repeatable or r.executor_kind == "local":
         return 1
     if r.workers or stored.get("workers"):
         return int(r.workers or stored["workers"])
