@@ -285,3 +285,40 @@ def test_a_condition_on_a_list_valued_param_holds_when_it_takes_that_list(
     fixed = load_space(write(tmp_path, {**SMALL, "base": {"dense_layers": [32, 16]}, "params": {
         "dense_lr": {"when": {"dense_layers": "32,16"}, "low": 0.001, "high": 0.1}}}))
     assert fixed.params[0].active(fixed.base)
+
+
+@pytest.mark.parametrize(("params", "base", "value", "why"), [
+    ({"qr_collisions": {"low": 2, "high": 8, "step": 2},
+      "qr_operation": {"choices": ["mult"], "when": {"qr_collisions": 3}}}, {}, "3",
+     "is not a value qr_collisions takes"),
+    ({"dim": {"low": 8, "high": 64, "multiple_of": 8},
+      "lr": {"low": 0.01, "high": 0.1, "when": {"dim": 12}}}, {}, "12",
+     "is not a value dim takes"),
+    ({"dim": {"low": 8, "high": 64}, "lr": {"low": 0.01, "high": 0.1, "when": {"dim": 99}}},
+     {}, "99", "is not in dim's range [8, 64]"),
+    ({"dense_lr": {"low": 0.01, "high": 0.1},
+      "lr": {"low": 0.01, "high": 0.1, "when": {"dense_lr": 0.05}}}, {}, "0.05",
+     "dense_lr is a float range"),
+    ({"hash_buckets": {"low": 10, "high": 100, "when": {"compression": "hash"}}},
+     {"compression": "none"}, "'hash'", "'compression' is fixed at 'none' in `base`"),
+])
+def test_a_condition_that_can_never_hold_is_refused(
+        tmp_path: Path, params: dict[str, Any], base: dict[str, Any], value: str,
+        why: str) -> None:
+    # such a param was never searched, silently
+    p = write(tmp_path, {"data": SMALL["data"], "base": base, "params": params})
+    with pytest.raises(ConfigError) as err:
+        load_space(p)
+    msg = str(err.value)
+    assert ".when." in msg and f"= {value}: {why}" in msg and "\n" not in msg, msg
+
+
+def test_conditions_that_can_hold_load(tmp_path: Path) -> None:
+    load_space(write(tmp_path, {"data": SMALL["data"], "base": {"compression": "none"},
+                                "params": {
+        "qr_collisions": {"low": 2, "high": 8, "step": 2},
+        "qr_operation": {"choices": ["mult"], "when": {"qr_collisions": [2, 4]}},
+        "dim": {"low": 8, "high": 64, "multiple_of": 8},
+        "lr": {"low": 0.01, "high": 0.1, "grid": [0.05], "when": {"dim": 16}},
+        "momentum": {"low": 0.5, "high": 0.9, "when": {"lr": 0.05}},  # a grid value
+        "hash_buckets": {"low": 10, "high": 100, "when": {"compression": ["hash", "none"]}}}}))

@@ -600,15 +600,32 @@ def _parse_when(
         if ref not in known and ref not in base:
             raise space_error(source, f"{key}.when.{bare}", allowed, WHEN_RULE)
         values = tuple(map(when_label, allowed if isinstance(allowed, list) else [allowed]))
-        if ref in known:
-            p = known[ref]
-            if p.kind == "categorical":
-                for v in values:
-                    if v not in p.labels:
-                        raise space_error(source, f"{key}.when.{bare}", v,
-                                    f"is not one of {bare}'s choices {list(p.labels)}")
+        for v in values:
+            why = _never(known[ref], v, bare) if ref in known else (
+                None if when_label(base[ref]) in values else
+                f"'{bare}' is fixed at {base[ref]!r} in `base`, so the condition never holds")
+            if why:
+                raise space_error(source, f"{key}.when.{bare}", v, why)
         out.append((str(ref), values))
     return tuple(out)
+
+
+def _never(p: Param, v: Any, bare: str) -> str | None:
+    """Why param `p` never takes `v` (a condition on it would never hold), else None."""
+    if p.kind == "categorical":
+        return None if v in p.labels else f"is not one of {bare}'s choices {list(p.labels)}"
+    if v in p.grid:
+        return None
+    if not is_number(v) or not p.low <= v <= p.high:
+        return f"is not in {bare}'s range [{p.low}, {p.high}]"
+    if p.kind == "float" and (not p.step or p.log):
+        return (f"{bare} is a float range, which takes no one value but by chance; give it a "
+                "step, or make the condition on a param with choices")
+    m = p.multiple_of or 1
+    on = p.on_step(v / m) * m if p.kind == "int" else p.on_step(v)
+    if (p.kind == "int" and (not isinstance(v, int) or v % m)) or on != v:
+        return f"is not a value {bare} takes (its step or multiple_of)"
+    return None
 
 
 def _natural_kind(rule: Rule | None, low: Any, high: Any) -> str:
