@@ -39,6 +39,8 @@ from autoembed.space import (
     load_space,
     parse_space,
 )
+from autoembed.space._messages import space_error
+from autoembed.space.search_space import TOKENS_PER_BATCH
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 from autoembed.trace import estimate
 from autoembed.trial import Evaluation
@@ -81,6 +83,7 @@ class BuiltinWorkload:
         overrides the run settings it computes."""
         if data is None:
             data = build_priced_data(*data_spec_for(space), space.tables, space.source)
+        _check_text_params(space, data.dataset.task)
         made = cls(space, data, **kw)
         return replace(made, run={**made.run_settings(), **made.run})
 
@@ -438,3 +441,15 @@ def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) ->
                            str(stored.get("space_source", "stored")), text, "builtin")
     return load_space(builtin_space_path(DEFAULT_SPACE) if space is None else space,
                       "builtin")
+
+
+def _check_text_params(space: SearchSpace, task: str) -> None:
+    """A search of CTR data searches no text-only param: `seq_len` (CTR resolves it to 1)
+    and `tokens_per_batch` would make trials of one config (ConfigError)."""
+    if task == "text":
+        return
+    for p in space.params:
+        if p.name in ("seq_len", TOKENS_PER_BATCH):
+            raise space_error(space.source, f"params.{p.name}", p.to_dict(),
+                              f"is a text setting, and these data are {task}: every value "
+                              "trains the same config; drop it")
