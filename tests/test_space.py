@@ -84,6 +84,9 @@ def test_builtin_spaces_load(name: str) -> None:
         ({**SMALL, "objectives": [{"name": "memory", "direction": "maximize"}]},
          "objectives[0].direction", "'maximize'"),
         ({**SMALL, "run": {"max_step": 10}}, "run.max_step", None),
+        ({**SMALL, "run": {"max_steps": 10, "epochs": 2}}, "run.epochs", "not both"),
+        ({**SMALL, "run": {"max_steps": 10, "warmup_steps": 10}}, "run.warmup_steps",
+         "leaves none of the 10 steps"),
         ({**SMALL, "trials": 0}, "trials", "0"),
         ({**SMALL, "base": {"tables": []}}, "base.tables", "[]"),
         ({**SMALL, "stand_in": {"vocab_scale": 2}}, "stand_in.vocab_scale", "2"),
@@ -322,3 +325,21 @@ def test_conditions_that_can_hold_load(tmp_path: Path) -> None:
         "lr": {"low": 0.01, "high": 0.1, "grid": [0.05], "when": {"dim": 16}},
         "momentum": {"low": 0.5, "high": 0.9, "when": {"lr": 0.05}},  # a grid value
         "hash_buckets": {"low": 10, "high": 100, "when": {"compression": ["hash", "none"]}}}}))
+
+
+def test_a_latency_objective_with_latency_not_measured_is_refused(tmp_path: Path) -> None:
+    # every trial ended without the objective's value (the front's latency: None)
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+
+    run = {"max_steps": 4, "eval_every": 4, "measure_latency": False}
+    space = write(tmp_path, {**SMALL, "run": run})
+    for objectives in ("quality,latency", None):
+        body = {**SMALL, "run": run, "objectives": ["quality", "latency"]}
+        path = space if objectives else write(tmp_path, body, "latency.yaml")
+        request = SearchRequest.parse("8GB", str(path), runs_dir=tmp_path, study="s",
+                                      objectives=objectives)
+        with pytest.raises(ConfigError, match=r"key 'run.measure_latency' = False: latency is "
+                           r"an objective; drop measure_latency: false, or the latency "
+                           r"objective$"):
+            SearchPlan.build(request, {})

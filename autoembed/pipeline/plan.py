@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ class SearchPlan:
         workload = workload_for(r, stored, seed, tell)
         objs = (parse_objectives(list(r.objectives), "--objectives") if r.objectives
                 else workload.space.objectives)
+        _check_measured(workload, objs)
         if stored:
             check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}")
             check_same({"objectives": _names(stored.get("objectives"))} if "objectives" in
@@ -199,6 +200,16 @@ class SearchPlan:
             "workers": str(self.workers), "early_stop": str(self.early_stop), "device": self.device,
             "memory_basis": self.memory_basis, "workload": self.workload.kind,
             **self.workload.tracker_params()}
+
+
+def _check_measured(workload: Workload, objectives: Sequence[Objective]) -> None:
+    """A latency objective is measured: a space's `run` that turns latency off is refused
+    (every trial would end without the objective's value)."""
+    run = getattr(workload, "run", None) or {}
+    if run.get("measure_latency") is False and any(o.name == "latency" for o in objectives):
+        raise ConfigError(f"search space '{workload.space.source}': key 'run.measure_latency' "
+                          "= False: latency is an objective; drop measure_latency: false, or "
+                          "the latency objective")
 
 
 def _names(objectives: Any) -> list[str]:

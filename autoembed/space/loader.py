@@ -422,6 +422,14 @@ def _parse_run(raw: Any, source: str) -> dict[str, Any]:
 
     _check_rule("run", raw, "run", source)
     check_run(raw, f"search space '{source}'", "run.", RUN_KEYS)
+    steps = raw.get("max_steps")
+    if steps is not None and raw.get("epochs") is not None:
+        raise space_error(source, "run.epochs", raw["epochs"],
+                          "give `max_steps` or `epochs`, not both (epochs would win)")
+    if steps is not None and raw.get("warmup_steps", 0) >= steps:
+        raise space_error(source, "run.warmup_steps", raw["warmup_steps"],
+                          f"leaves none of the {steps} steps (max_steps) to measure the "
+                          "throughput on; give fewer")
     return dict(raw)
 
 
