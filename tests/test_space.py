@@ -343,3 +343,12 @@ def test_a_latency_objective_with_latency_not_measured_is_refused(tmp_path: Path
                            r"an objective; drop measure_latency: false, or the latency "
                            r"objective$"):
             SearchPlan.build(request, {})
+
+
+def test_a_condition_naming_a_misspelt_param_suggests_the_name(tmp_path: Path) -> None:
+    p = write(tmp_path, with_params(qr_collisions={"when": {"compresion": "qr"}, "low": 4,
+                                                   "high": 8}))
+    with pytest.raises(ConfigError, match=r"when\.compresion' = 'qr': a condition must name a "
+                       r"param listed above it \(searched or fixed\) \(did you mean "
+                       r"'compression'\?\)$"):
+        load_space(p)

@@ -606,7 +606,10 @@ def _parse_when(
     for bare, allowed in raw.items():
         ref = f"{scope}.{bare}" if scope else bare
         if ref not in known and ref not in base:
-            raise space_error(source, f"{key}.when.{bare}", allowed, WHEN_RULE)
+            names = [n.removeprefix(f"{scope}.") for n in (*known, *base)
+                     if not scope or n.startswith(f"{scope}.")]
+            raise space_error(source, f"{key}.when.{bare}", allowed,
+                              WHEN_RULE + did_you_mean(str(bare), names))
         values = tuple(map(when_label, allowed if isinstance(allowed, list) else [allowed]))
         for v in values:
             why = _never(known[ref], v, bare) if ref in known else (
