@@ -126,6 +126,10 @@ def test_without_the_when_a_proposal_fails_by_construction() -> None:
     ("- {name: f0, compression: {choices: [tt]}, tt_rank: {choices: [4], when: {dimm: 8}}}",
      "tables[0].tt_rank.when.dimm"),
     ("- {name: f0, compression: {choices: [tt], bogus: 1}}", "bogus"),
+    # a condition on a key the entry fixes: was "must name a param listed above it"
+    ("- {name: f0, compression: hash, hash_buckets: {choices: [9, 99], when: {compression: "
+     "hash}}}", "tables[0].hash_buckets.when.compression' = 'hash': 'compression' is fixed in "
+     "this entry ('hash'), not searched: drop the condition"),
 ])
 def test_bad_searched_table_keys_one_line(rule: str, needle: str) -> None:
     with pytest.raises(ConfigError) as e:

@@ -717,6 +717,10 @@ def _parse_table_params(
         known_keys(source, key, spec, PARAM_KEYS)
         when = spec.get("when")
         if isinstance(when, Mapping):  # a key of this entry means its searched param
+            for r, v in when.items():
+                if r in item and r not in searched and not isinstance(item[r], Mapping):
+                    raise space_error(source, f"{key}.when.{r}", v, f"'{r}' is fixed in this "
+                                      f"entry ({item[r]!r}), not searched: drop the condition")
             when = {searched.get(r, r): v for r, v in when.items()}
             spec = {**spec, "when": when}
         if k == "min_rows":
