@@ -257,10 +257,22 @@ def test_grid_values_of_a_stepped_range_lie_on_its_step(tmp_path: Path) -> None:
         mixed_dim_alpha={"low": 0.1, "high": 0.55, "step": 0.15},
         dense_lr={"low": 0.01, "high": 0.09, "step": 0.04})))
     by = {p.name: p for p in space.params}
-    # middles 9, 0.325 and 0.05 moved onto low + k * step (9 -> 10 by round half to even)
+    # middles 9, 0.325 and 0.05 moved onto low + k * step (9 -> 10 by round half to even),
+    # each float as Optuna's stepped suggestion holds it (3 * 0.15 + 0.1 is 0.5499...)
     assert by["qr_collisions"].grid_values() == (2, 10, 16)
-    assert by["mixed_dim_alpha"].grid_values() == (0.1, 0.4, 0.55)
-    assert by["dense_lr"].grid_values() == (0.01, 0.05, 0.09)
+    assert by["mixed_dim_alpha"].grid_values() == (0.1, 2 * 0.15 + 0.1, 3 * 0.15 + 0.1)
+    assert by["dense_lr"].grid_values() == (0.01, 1 * 0.04 + 0.01, 2 * 0.04 + 0.01)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    proposed = set()
+    for _ in range(40):
+        trial = study.ask()
+        proposed.add(trial.suggest_float("a", 0.1, 0.55, step=0.15))
+        study.tell(trial, 0.0)
+    assert proposed == set(by["mixed_dim_alpha"].grid_values()) | {0.1 + 0.15}
+    gridded = load_space(write(tmp_path, with_params(mixed_dim_alpha={
+        "low": 0.1, "high": 0.55, "step": 0.15, "grid": [0.55]})))
+    assert [p.grid_values() for p in gridded.params if p.name == "mixed_dim_alpha"] == [
+        (3 * 0.15 + 0.1,)]
     with pytest.raises(ConfigError, match=r"params\.qr_collisions\.grid.* 5: .*steps of 2"):
         load_space(write(tmp_path, with_params(
             qr_collisions={"low": 2, "high": 16, "step": 2, "grid": [4, 5]})))

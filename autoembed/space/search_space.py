@@ -9,7 +9,6 @@ import fnmatch
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +170,7 @@ class Param:
         if self.kind == "categorical":
             return self.choices
         if self.grid:
-            return self.grid
+            return tuple(sorted({self.on_step(g) for g in self.grid}))
         if self.kind == "int":
             lo, hi = self.int_bounds()
             pts = _spread(lo, hi, self.log, GRID_POINTS)
@@ -188,8 +187,10 @@ class Param:
         if self.kind == "int":
             lo = self.int_bounds()[0]
             return lo + round((value - lo) / self.step) * int(self.step)
-        low, step = Decimal(str(self.low)), Decimal(str(self.step))
-        return float(low + round((Decimal(str(value)) - low) / step) * step)
+        # as Optuna computes a stepped float (k * step + low, in [low, high]), so a grid
+        # point and the same value proposed by a sampler are one config
+        k = round((value - self.low) / self.step)
+        return min(max(k * self.step + self.low, self.low), self.high)
 
     def corner_values(self) -> tuple[Any, ...]:
         """Values the cheapest-corner search tries: every choice, or the range's ends."""
