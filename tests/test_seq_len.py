@@ -131,3 +131,21 @@ def test_a_trial_trains_and_evaluates_at_its_own_length(tmp_path: Path) -> None:
     r = run_trial(cfg, data, RunSettings(max_steps=4, eval_every=2), trainer=trainer)
     assert r.status == "complete" and r.config.seq_len == 3
     assert trainer.widths == {3}  # training, validation, test and latency batches
+
+
+@pytest.mark.parametrize("params", [
+    {"seq_len": {"choices": [1, 8, 64]}},
+    {"seq_len": {"choices": [8, 64]}, "tokens_per_batch": {"choices": [512, 1024]}},
+])
+def test_a_text_setting_searched_on_ctr_data_is_refused(params: dict) -> None:
+    # CTR resolves seq_len to 1: each of its values trained the same config again
+    from autoembed.pipeline.builtin import BuiltinWorkload
+
+    data = {"name": "synthetic-ctr", "vocab_sizes": [2000, 50], "rows": [400, 100, 100]}
+    space = parse_space({"data": data, "params": {"dim": {"choices": [8]}, **params}}, "ctr")
+    with pytest.raises(ConfigError, match=r"^search space 'ctr': key 'params.seq_len' = .*: "
+                       r"is a text setting, and these data are ctr: every value trains the "
+                       r"same config; drop it$"):
+        BuiltinWorkload.of(space)
+    text = {"name": "synthetic-text", "vocab_size": 500, "seq_len": 64, "rows": [40, 10, 10]}
+    assert BuiltinWorkload.of(parse_space({"data": text, "params": params}, "text"))

@@ -84,6 +84,9 @@ def test_builtin_spaces_load(name: str) -> None:
         ({**SMALL, "objectives": [{"name": "memory", "direction": "maximize"}]},
          "objectives[0].direction", "'maximize'"),
         ({**SMALL, "run": {"max_step": 10}}, "run.max_step", None),
+        ({**SMALL, "run": {"max_steps": 10, "epochs": 2}}, "run.epochs", "not both"),
+        ({**SMALL, "run": {"max_steps": 10, "warmup_steps": 10}}, "run.warmup_steps",
+         "leaves none of the 10 steps"),
         ({**SMALL, "trials": 0}, "trials", "0"),
         ({**SMALL, "base": {"tables": []}}, "base.tables", "[]"),
         ({**SMALL, "stand_in": {"vocab_scale": 2}}, "stand_in.vocab_scale", "2"),
@@ -231,3 +234,133 @@ def test_wide_is_searchable_and_priced(tmp_path: Path) -> None:
         - estimate(replace(cfg, tables=tables)).parameters
     )
     assert added == 2 * 4096
+
+
+def test_stepped_range_whose_high_is_off_the_step_is_refused_with_the_fix(
+        tmp_path: Path) -> None:
+    # Optuna would silently shorten [4, 15] step 4 to [4, 12] (a warning), and the space's
+    # enumeration clamped onto 15, a value off the step
+    for spec, fix in (({"low": 4, "high": 15, "step": 4}, "give high: 12"),
+                      ({"low": 0.1, "high": 0.5, "step": 0.15}, "give high: 0.4")):
+        field = "dim" if isinstance(spec["low"], int) else "mixed_dim_alpha"
+        p = write(tmp_path, with_params(**{field: spec}))
+        with pytest.raises(ConfigError, match=rf"params\.{field}\.high.*{fix}$"):
+            load_space(p)
+    ok = load_space(write(tmp_path, with_params(mixed_dim_alpha={
+        "low": 0.1, "high": 0.55, "step": 0.15})))
+    assert {p.name: p.high for p in ok.params}["mixed_dim_alpha"] == 0.55
+
+
+def test_grid_values_of_a_stepped_range_lie_on_its_step(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, with_params(
+        qr_collisions={"low": 2, "high": 16, "step": 2},
+        mixed_dim_alpha={"low": 0.1, "high": 0.55, "step": 0.15},
+        dense_lr={"low": 0.01, "high": 0.09, "step": 0.04})))
+    by = {p.name: p for p in space.params}
+    # middles 9, 0.325 and 0.05 moved onto low + k * step (9 -> 10 by round half to even),
+    # each float as Optuna's stepped suggestion holds it (3 * 0.15 + 0.1 is 0.5499...)
+    assert by["qr_collisions"].grid_values() == (2, 10, 16)
+    assert by["mixed_dim_alpha"].grid_values() == (0.1, 2 * 0.15 + 0.1, 3 * 0.15 + 0.1)
+    assert by["dense_lr"].grid_values() == (0.01, 1 * 0.04 + 0.01, 2 * 0.04 + 0.01)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    proposed = set()
+    for _ in range(40):
+        trial = study.ask()
+        proposed.add(trial.suggest_float("a", 0.1, 0.55, step=0.15))
+        study.tell(trial, 0.0)
+    assert proposed == set(by["mixed_dim_alpha"].grid_values()) | {0.1 + 0.15}
+    gridded = load_space(write(tmp_path, with_params(mixed_dim_alpha={
+        "low": 0.1, "high": 0.55, "step": 0.15, "grid": [0.55]})))
+    assert [p.grid_values() for p in gridded.params if p.name == "mixed_dim_alpha"] == [
+        (3 * 0.15 + 0.1,)]
+    with pytest.raises(ConfigError, match=r"params\.qr_collisions\.grid.* 5: .*steps of 2"):
+        load_space(write(tmp_path, with_params(
+            qr_collisions={"low": 2, "high": 16, "step": 2, "grid": [4, 5]})))
+
+
+def test_a_condition_on_a_list_valued_param_holds_when_it_takes_that_list(
+        tmp_path: Path) -> None:
+    # `when: {dense_layers: "32,16"}` (the choice's label, which the loader asks for) or the
+    # list itself: the param was never suggested (a proposal holds (32, 16), not "32,16")
+    for cond in ("32,16", [[32, 16]]):
+        body = {**SMALL, "base": {}, "params": {
+            "dense_layers": {"choices": [[16], [32, 16]]},
+            "dense_lr": {"when": {"dense_layers": cond}, "low": 0.001, "high": 0.1}}}
+        space = load_space(write(tmp_path, body))
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        seen = set()
+        for _ in range(20):
+            trial = study.ask()
+            cfg = suggest(space, trial)
+            assert ("dense_lr" in trial.params) == (cfg.dense_layers == (32, 16))
+            seen.add("dense_lr" in trial.params)
+            study.tell(trial, 0.0)
+        assert seen == {True, False}
+    # a fixed list in `base` meets its condition too
+    fixed = load_space(write(tmp_path, {**SMALL, "base": {"dense_layers": [32, 16]}, "params": {
+        "dense_lr": {"when": {"dense_layers": "32,16"}, "low": 0.001, "high": 0.1}}}))
+    assert fixed.params[0].active(fixed.base)
+
+
+@pytest.mark.parametrize(("params", "base", "value", "why"), [
+    ({"qr_collisions": {"low": 2, "high": 8, "step": 2},
+      "qr_operation": {"choices": ["mult"], "when": {"qr_collisions": 3}}}, {}, "3",
+     "is not a value qr_collisions takes"),
+    ({"dim": {"low": 8, "high": 64, "multiple_of": 8},
+      "lr": {"low": 0.01, "high": 0.1, "when": {"dim": 12}}}, {}, "12",
+     "is not a value dim takes"),
+    ({"dim": {"low": 8, "high": 64}, "lr": {"low": 0.01, "high": 0.1, "when": {"dim": 99}}},
+     {}, "99", "is not in dim's range [8, 64]"),
+    ({"dense_lr": {"low": 0.01, "high": 0.1},
+      "lr": {"low": 0.01, "high": 0.1, "when": {"dense_lr": 0.05}}}, {}, "0.05",
+     "dense_lr is a float range"),
+    ({"hash_buckets": {"low": 10, "high": 100, "when": {"compression": "hash"}}},
+     {"compression": "none"}, "'hash'", "'compression' is fixed at 'none' in `base`"),
+])
+def test_a_condition_that_can_never_hold_is_refused(
+        tmp_path: Path, params: dict[str, Any], base: dict[str, Any], value: str,
+        why: str) -> None:
+    # such a param was never searched, silently
+    p = write(tmp_path, {"data": SMALL["data"], "base": base, "params": params})
+    with pytest.raises(ConfigError) as err:
+        load_space(p)
+    msg = str(err.value)
+    assert ".when." in msg and f"= {value}: {why}" in msg and "\n" not in msg, msg
+
+
+def test_conditions_that_can_hold_load(tmp_path: Path) -> None:
+    load_space(write(tmp_path, {"data": SMALL["data"], "base": {"compression": "none"},
+                                "params": {
+        "qr_collisions": {"low": 2, "high": 8, "step": 2},
+        "qr_operation": {"choices": ["mult"], "when": {"qr_collisions": [2, 4]}},
+        "dim": {"low": 8, "high": 64, "multiple_of": 8},
+        "lr": {"low": 0.01, "high": 0.1, "grid": [0.05], "when": {"dim": 16}},
+        "momentum": {"low": 0.5, "high": 0.9, "when": {"lr": 0.05}},  # a grid value
+        "hash_buckets": {"low": 10, "high": 100, "when": {"compression": ["hash", "none"]}}}}))
+
+
+def test_a_latency_objective_with_latency_not_measured_is_refused(tmp_path: Path) -> None:
+    # every trial ended without the objective's value (the front's latency: None)
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+
+    run = {"max_steps": 4, "eval_every": 4, "measure_latency": False}
+    space = write(tmp_path, {**SMALL, "run": run})
+    for objectives in ("quality,latency", None):
+        body = {**SMALL, "run": run, "objectives": ["quality", "latency"]}
+        path = space if objectives else write(tmp_path, body, "latency.yaml")
+        request = SearchRequest.parse("8GB", str(path), runs_dir=tmp_path, study="s",
+                                      objectives=objectives)
+        with pytest.raises(ConfigError, match=r"key 'run.measure_latency' = False: latency is "
+                           r"an objective; drop measure_latency: false, or the latency "
+                           r"objective$"):
+            SearchPlan.build(request, {})
+
+
+def test_a_condition_naming_a_misspelt_param_suggests_the_name(tmp_path: Path) -> None:
+    p = write(tmp_path, with_params(qr_collisions={"when": {"compresion": "qr"}, "low": 4,
+                                                   "high": 8}))
+    with pytest.raises(ConfigError, match=r"when\.compresion' = 'qr': a condition must name a "
+                       r"param listed above it \(searched or fixed\) \(did you mean "
+                       r"'compression'\?\)$"):
+        load_space(p)

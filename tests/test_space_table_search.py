@@ -126,6 +126,10 @@ def test_without_the_when_a_proposal_fails_by_construction() -> None:
     ("- {name: f0, compression: {choices: [tt]}, tt_rank: {choices: [4], when: {dimm: 8}}}",
      "tables[0].tt_rank.when.dimm"),
     ("- {name: f0, compression: {choices: [tt], bogus: 1}}", "bogus"),
+    # a condition on a key the entry fixes: was "must name a param listed above it"
+    ("- {name: f0, compression: hash, hash_buckets: {choices: [9, 99], when: {compression: "
+     "hash}}}", "tables[0].hash_buckets.when.compression' = 'hash': 'compression' is fixed in "
+     "this entry ('hash'), not searched: drop the condition"),
 ])
 def test_bad_searched_table_keys_one_line(rule: str, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -147,3 +151,33 @@ def test_a_global_param_may_depend_on_a_table_param() -> None:
     assert len(grid) == 3  # hash x 2 optimizers, tt alone
     for params in grid:
         w.priced(space.config_for(space.values_from_optuna(params)))  # none fails
+
+
+def test_a_rule_naming_no_table_of_the_data_is_refused_before_any_trial() -> None:
+    # the data's tables are f0 ... f5: `name: f6` (or a column of another file) set nothing,
+    # silently, and every trial ran without the settings the user wrote
+    from autoembed.pipeline.builtin import BuiltinWorkload
+
+    space = _space("- {name: f6, compression: hash, hash_buckets: 0.01}")
+    with pytest.raises(ConfigError) as e:
+        BuiltinWorkload.of(space)
+    msg = str(e.value)
+    assert "'per-table'" in msg and "tables[0].name" in msg and "'f6'" in msg
+    assert "f0, f1, f2, f3, f4, f5" in msg and "\n" not in msg
+    assert BuiltinWorkload.of(_space("- {name: f5, compression: hash, hash_buckets: 0.01}"))
+
+
+def test_the_front_tables_searched_values_are_the_proposals_values() -> None:
+    # a table's searched key (tables[i].<key>) and a `multiple_of` range by their values, as
+    # the space names them; they showed as "tables[0].min_rows=?"
+    from autoembed.pipeline.builtin import BuiltinWorkload
+    from autoembed.trial import TrialRow
+
+    space = _space(params={"dim": {"low": 8, "high": 32, "multiple_of": 8}})
+    values = {"tables[0].min_rows": 10000000, "tables[0].compression": "hash",
+              "tables[0].hash_buckets": 0.1, "tables[0].table_optimizer": "adam",
+              "tables[1].compression": "tt", "tables[1].tt_rank": 8, "dim": 24}
+    params = space.optuna_params(values)
+    assert params["dim/8"] == 3
+    row = TrialRow(0, "complete", space.config_for(values), {}, params=params)
+    assert BuiltinWorkload.of(space).searched(row) == values

@@ -126,5 +126,15 @@ def test_a_time_box_on_a_cpu_runs_one_trial_per_core(tmp_path: Path, monkeypatch
                 ray_address="10.0.0.1:6379").workers == 1
     # a resumed study keeps its own count, with or without a time box
     assert plan(tmp_path, stored=boxed.meta(), device="cpu").workers == 6
+    # ... but in process trials run one at a time (pareto.json said workers 6, concurrency 1)
+    assert plan(tmp_path, stored=boxed.meta(), device="cpu", executor="local").workers == 1
     assert plan(tmp_path, stored=plan(tmp_path, device="cpu").meta(), time_budget=60,
                 device="cpu").workers == 1
+
+
+def test_workers_in_process_are_refused_in_one_line(tmp_path: Path) -> None:
+    # --executor local runs one trial at a time: --workers 2 was taken and ignored
+    with pytest.raises(ConfigError, match=r"^--executor local runs one trial at a time: drop "
+                       r"--workers 2, or run trials side by side with --executor ray$"):
+        plan(tmp_path, executor="local", workers=2)
+    assert plan(tmp_path, executor="local", workers=1).workers == 1

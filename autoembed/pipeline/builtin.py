@@ -39,6 +39,8 @@ from autoembed.space import (
     load_space,
     parse_space,
 )
+from autoembed.space._messages import space_error
+from autoembed.space.search_space import TOKENS_PER_BATCH
 from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 from autoembed.trace import estimate
 from autoembed.trial import Evaluation
@@ -80,7 +82,8 @@ class BuiltinWorkload:
         """The workload of `space` on its own data (loaded unless given); a `run` given
         overrides the run settings it computes."""
         if data is None:
-            data = build_priced_data(*data_spec_for(space), space.tables)
+            data = build_priced_data(*data_spec_for(space), space.tables, space.source)
+        _check_text_params(space, data.dataset.task)
         made = cls(space, data, **kw)
         return replace(made, run={**made.run_settings(), **made.run})
 
@@ -100,7 +103,7 @@ class BuiltinWorkload:
                 check_same(stored, "data", spec.to_dict(), "--data")
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
-            data = build_priced_data(spec, stand_in, sp.tables)
+            data = build_priced_data(spec, stand_in, sp.tables, sp.source)
         digest = _checked_data(data, stored, r.study)
         sp = _seeded(sp, seed)
         if sp.source == AUTO_SPACE:
@@ -269,8 +272,9 @@ class BuiltinWorkload:
         return record
 
     def searched(self, row: TrialRow) -> dict[str, Any]:
-        names = [str(k).split("/")[0] for k in row.params]
-        return {n: getattr(row.config, n, "?") for n in names}
+        """The row's values by the space's names (a table's `tables[i].<key>` and
+        `tokens_per_batch` too, which are no config field)."""
+        return self.space.values_from_optuna(row.params)
 
     def save_vocab(self) -> Callable[[Path], Any] | None:
         spec = self.data.spec
@@ -437,3 +441,15 @@ def _space(space: str | Path | SearchSpace | None, stored: Mapping[str, Any]) ->
                            str(stored.get("space_source", "stored")), text, "builtin")
     return load_space(builtin_space_path(DEFAULT_SPACE) if space is None else space,
                       "builtin")
+
+
+def _check_text_params(space: SearchSpace, task: str) -> None:
+    """A search of CTR data searches no text-only param: `seq_len` (CTR resolves it to 1)
+    and `tokens_per_batch` would make trials of one config (ConfigError)."""
+    if task == "text":
+        return
+    for p in space.params:
+        if p.name in ("seq_len", TOKENS_PER_BATCH):
+            raise space_error(space.source, f"params.{p.name}", p.to_dict(),
+                              f"is a text setting, and these data are {task}: every value "
+                              "trains the same config; drop it")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ class SearchPlan:
         workload = workload_for(r, stored, seed, tell)
         objs = (parse_objectives(list(r.objectives), "--objectives") if r.objectives
                 else workload.space.objectives)
+        _check_measured(workload, objs)
         if stored:
             check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}")
             check_same({"objectives": _names(stored.get("objectives"))} if "objectives" in
@@ -201,6 +202,16 @@ class SearchPlan:
             **self.workload.tracker_params()}
 
 
+def _check_measured(workload: Workload, objectives: Sequence[Objective]) -> None:
+    """A latency objective is measured: a space's `run` that turns latency off is refused
+    (every trial would end without the objective's value)."""
+    run = getattr(workload, "run", None) or {}
+    if run.get("measure_latency") is False and any(o.name == "latency" for o in objectives):
+        raise ConfigError(f"search space '{workload.space.source}': key 'run.measure_latency' "
+                          "= False: latency is an objective; drop measure_latency: false, or "
+                          "the latency objective")
+
+
 def _names(objectives: Any) -> list[str]:
     """Stored objectives as names (a user study stored before kept them as mappings)."""
     return [o["name"] if isinstance(o, Mapping) else o for o in objectives or ()]
@@ -229,11 +240,12 @@ def _time_limit(r: SearchRequest, stored: Mapping[str, Any],
 
 def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus: int,
              cpus: int) -> int:
-    """Trials at once: one in a repeatable search; else --workers, else a resumed study's
-    count; else one per GPU; on a CPU one (trials side by side distort each other's
+    """Trials at once: one in a repeatable search or in process (`--executor local`, which
+    runs one at a time, a resumed study's count aside); else --workers, else a resumed
+    study's count; else one per GPU; on a CPU one (trials side by side distort each other's
     throughput), except in a time-boxed search on a private Ray: one per core, each on one
     torch thread (a time box buys trials, not seconds)."""
-    if repeatable:
+    if repeatable or r.executor_kind == "local":
         return 1
     if r.workers or stored.get("workers"):
         return int(r.workers or stored["workers"])

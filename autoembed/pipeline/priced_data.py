@@ -22,8 +22,9 @@ from autoembed.config import (
     with_data_tables,
 )
 from autoembed.data.spec import DataSpec
-from autoembed.errors import ConfigError
+from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import SearchSpace, StandIn, TableRule, apply_table_rules, table_rules_of
+from autoembed.space._messages import space_error
 
 __all__ = ["PricedData", "build_priced_data", "data_spec_for", "given_spec"]
 
@@ -156,12 +157,16 @@ def _stand_in_factor(config: EmbeddingConfig, tables: Any) -> float:
 
 
 def build_priced_data(
-    spec: DataSpec, stand_in: StandIn | None, tables: tuple[TableRule, ...] = ()
+    spec: DataSpec, stand_in: StandIn | None, tables: tuple[TableRule, ...] = (),
+    source: str = "",
 ) -> PricedData:
-    """Load the priced data (synthetic data cost nothing to load; files are read once)."""
+    """Load the priced data (synthetic data cost nothing to load; files are read once).
+    A rule of `tables` (the space's, `source` its file) that names no table of the data is
+    bad input (ConfigError)."""
     from autoembed.data import load_dataset
 
     dataset = load_dataset(spec)
+    _check_table_names(tables, [t.name for t in dataset.tables], source)
     if stand_in is None or (stand_in.vocab_scale == 1.0 and stand_in.rows is None):
         return PricedData(spec, spec, 1.0, dataset, dataset, tables)
     s = stand_in.vocab_scale
@@ -175,3 +180,13 @@ def build_priced_data(
         kw["rows"] = stand_in.rows
     train = replace(spec, **kw)
     return PricedData(spec, train, s, dataset, load_dataset(train), tables)
+
+
+def _check_table_names(rules: tuple[TableRule, ...], names: list[str], source: str) -> None:
+    """Each rule selecting a table by `name` names one of `names` (else it would set
+    nothing, silently)."""
+    for i, rule in enumerate(rules):
+        if rule.name is not None and rule.pattern is None and rule.name not in names:
+            raise space_error(source, f"tables[{i}].name", rule.name,
+                              f"names no table of the data{did_you_mean(rule.name, names)}; "
+                              f"its tables: {', '.join(names)}")

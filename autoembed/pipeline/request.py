@@ -116,6 +116,9 @@ class SearchRequest(SearchOptions):
             check_sampler(o.sampler)
         if o.repeatable and (o.workers or 1) > 1:
             raise ConfigError(f"--repeatable runs one trial at a time: drop --workers {o.workers}")
+        if kind == "local" and (o.workers or 1) > 1:
+            raise ConfigError(f"--executor local runs one trial at a time: drop --workers "
+                              f"{o.workers}, or run trials side by side with --executor ray")
         if o.repeatable and o.time_budget is not None:
             raise ConfigError("--repeatable with --time-budget: when the time runs out depends "
                               "on the machine; give --trials instead")

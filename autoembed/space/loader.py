@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from autoembed.space.search_space import (
     _label,
     builtin_space_path,
     table_param_name,
+    when_label,
 )
 
 __all__ = ["load_space", "parse_space", "space_kind", "SHAPES", "WHEN_RULE"]
@@ -420,6 +422,14 @@ def _parse_run(raw: Any, source: str) -> dict[str, Any]:
 
     _check_rule("run", raw, "run", source)
     check_run(raw, f"search space '{source}'", "run.", RUN_KEYS)
+    steps = raw.get("max_steps")
+    if steps is not None and raw.get("epochs") is not None:
+        raise space_error(source, "run.epochs", raw["epochs"],
+                          "give `max_steps` or `epochs`, not both (epochs would win)")
+    if steps is not None and raw.get("warmup_steps", 0) >= steps:
+        raise space_error(source, "run.warmup_steps", raw["warmup_steps"],
+                          f"leaves none of the {steps} steps (max_steps) to measure the "
+                          "throughput on; give fewer")
     return dict(raw)
 
 
@@ -498,7 +508,7 @@ def _parse_param(
     if log and low <= 0:
         raise space_error(source, f"{key}.low", low, "a log-scale range needs low > 0")
     step, mult = _step(spec, kind, key, source), _multiple_of(spec, kind, key, source)
-    grid = _grid(spec, kind, mult, key, source)
+    grid = _grid(spec, kind, mult, step, key, source)
     return Param(name, kind, low=low, high=high, log=log, step=step, multiple_of=mult,
                  when=when, grid=grid)
 
@@ -520,12 +530,21 @@ def _categorical(name: str, spec: Mapping[str, Any], key: str, source: str, rule
 
 
 def _step(spec: Mapping[str, Any], kind: str, key: str, source: str) -> Any:
-    """A range's `step` (None: none), never with log."""
+    """A range's `step` (None: none), never with log; `high` a whole number of steps above
+    `low` (else a sampler would move it: Optuna shortens such a range with a warning)."""
     step = spec.get("step")
     if step is not None:
         _check_rule(f"{kind}.step", step, f"{key}.step", source)
         if spec.get("log", False):
             raise space_error(source, f"{key}.step", step, "cannot be combined with log: true")
+        low, high = (Decimal(str(spec[k])) for k in ("low", "high"))
+        steps = (high - low) / Decimal(str(step))
+        if steps != steps.to_integral_value():
+            on = low + int(steps) * Decimal(str(step))
+            fix = f"{float(on):g}" if kind == "float" else str(int(on))
+            raise space_error(source, f"{key}.high", spec["high"],
+                              f"is not low ({spec['low']}) plus a whole number of steps of "
+                              f"{step}; give high: {fix}")
     return step
 
 
@@ -550,19 +569,22 @@ def _multiple_of(spec: Mapping[str, Any], kind: str, key: str, source: str) -> A
     return mult
 
 
-def _grid(spec: Mapping[str, Any], kind: str, mult: Any, key: str,
+def _grid(spec: Mapping[str, Any], kind: str, mult: Any, step: Any, key: str,
           source: str) -> tuple[Any, ...]:
     """A range's `grid` (() : none), sorted, each point in [low, high] (an int range's, a
-    multiple of `mult`)."""
+    multiple of `mult`), and on the range's `step` (low + k * step)."""
     grid, low, high = spec.get("grid"), spec["low"], spec["high"]
     if grid is None:
         return ()
     _check_rule("grid", grid, f"{key}.grid", source)
     for g in grid:
         if not is_number(g) or not low <= g <= high or (
-                kind == "int" and (not isinstance(g, int) or g % (mult or 1))):
+                kind == "int" and (not isinstance(g, int) or g % (mult or 1))) or (
+                step and (Decimal(str(g)) - Decimal(str(low))) % Decimal(str(step))):
             raise space_error(source, f"{key}.grid", g, f"must lie in [{low}, {high}]"
-                              + (f" and be a multiple of {mult}" if mult else ""))
+                              + (f" and be a multiple of {mult}" if mult else "")
+                              + (f" and be low plus a whole number of steps of {step}"
+                                 if step else ""))
     return tuple(sorted(set(grid)))
 
 
@@ -584,17 +606,37 @@ def _parse_when(
     for bare, allowed in raw.items():
         ref = f"{scope}.{bare}" if scope else bare
         if ref not in known and ref not in base:
-            raise space_error(source, f"{key}.when.{bare}", allowed, WHEN_RULE)
-        values = tuple(allowed) if isinstance(allowed, list) else (allowed,)
-        if ref in known:
-            p = known[ref]
-            if p.kind == "categorical":
-                for v in values:
-                    if _label(v) not in p.labels:
-                        raise space_error(source, f"{key}.when.{bare}", v,
-                                    f"is not one of {bare}'s choices {list(p.labels)}")
+            names = [n.removeprefix(f"{scope}.") for n in (*known, *base)
+                     if not scope or n.startswith(f"{scope}.")]
+            raise space_error(source, f"{key}.when.{bare}", allowed,
+                              WHEN_RULE + did_you_mean(str(bare), names))
+        values = tuple(map(when_label, allowed if isinstance(allowed, list) else [allowed]))
+        for v in values:
+            why = _never(known[ref], v, bare) if ref in known else (
+                None if when_label(base[ref]) in values else
+                f"'{bare}' is fixed at {base[ref]!r} in `base`, so the condition never holds")
+            if why:
+                raise space_error(source, f"{key}.when.{bare}", v, why)
         out.append((str(ref), values))
     return tuple(out)
+
+
+def _never(p: Param, v: Any, bare: str) -> str | None:
+    """Why param `p` never takes `v` (a condition on it would never hold), else None."""
+    if p.kind == "categorical":
+        return None if v in p.labels else f"is not one of {bare}'s choices {list(p.labels)}"
+    if v in p.grid:
+        return None
+    if not is_number(v) or not p.low <= v <= p.high:
+        return f"is not in {bare}'s range [{p.low}, {p.high}]"
+    if p.kind == "float" and (not p.step or p.log):
+        return (f"{bare} is a float range, which takes no one value but by chance; give it a "
+                "step, or make the condition on a param with choices")
+    m = p.multiple_of or 1
+    on = p.on_step(v / m) * m if p.kind == "int" else p.on_step(v)
+    if (p.kind == "int" and (not isinstance(v, int) or v % m)) or on != v:
+        return f"is not a value {bare} takes (its step or multiple_of)"
+    return None
 
 
 def _natural_kind(rule: Rule | None, low: Any, high: Any) -> str:
@@ -675,6 +717,10 @@ def _parse_table_params(
         known_keys(source, key, spec, PARAM_KEYS)
         when = spec.get("when")
         if isinstance(when, Mapping):  # a key of this entry means its searched param
+            for r, v in when.items():
+                if r in item and r not in searched and not isinstance(item[r], Mapping):
+                    raise space_error(source, f"{key}.when.{r}", v, f"'{r}' is fixed in this "
+                                      f"entry ({item[r]!r}), not searched: drop the condition")
             when = {searched.get(r, r): v for r, v in when.items()}
             spec = {**spec, "when": when}
         if k == "min_rows":

@@ -18,7 +18,7 @@ from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
 
 __all__ = ["SPACE_KEYS", "SEARCHABLE", "Param", "StandIn", "TableRule", "apply_table_rules",
-           "table_param_name", "table_rules_of", "with_table_rules", "SearchSpace",
+           "table_param_name", "table_rules_of", "with_table_rules", "SearchSpace", "when_label",
            "builtin_space_path", "BUILTIN_SPACES"]
 
 SPACE_KEYS = ("description", "data", "stand_in", "base", "tables", "params", "objectives",
@@ -142,7 +142,8 @@ class Param:
 
     def active(self, values: Mapping[str, Any]) -> bool:
         """Whether the condition holds given the config values chosen so far."""
-        return all(name in values and values[name] in allowed for name, allowed in self.when)
+        return all(name in values and when_label(values[name]) in allowed
+                   for name, allowed in self.when)
 
     def int_bounds(self) -> tuple[int, int]:
         """The integer range the sampler searches (in units of `multiple_of`)."""
@@ -169,13 +170,27 @@ class Param:
         if self.kind == "categorical":
             return self.choices
         if self.grid:
-            return self.grid
+            return tuple(sorted({self.on_step(g) for g in self.grid}))
         if self.kind == "int":
             lo, hi = self.int_bounds()
             pts = _spread(lo, hi, self.log, GRID_POINTS)
-            units = sorted({min(hi, max(lo, round(p))) for p in pts})
+            units = sorted({self.on_step(min(hi, max(lo, round(p)))) for p in pts})
             return tuple(u * (self.multiple_of or 1) for u in units)
-        return tuple(sorted(set(_spread(self.low, self.high, self.log, GRID_POINTS))))
+        pts = _spread(self.low, self.high, self.log, GRID_POINTS)
+        return tuple(sorted({self.on_step(p) for p in pts}))
+
+    def on_step(self, value: Any) -> Any:
+        """`value` (an int range's in units of `multiple_of`) moved to the nearest point
+        of the range's `step` (a log range has none): low + k * step, k whole."""
+        if not self.step or self.log:
+            return value
+        if self.kind == "int":
+            lo = self.int_bounds()[0]
+            return lo + round((value - lo) / self.step) * int(self.step)
+        # as Optuna computes a stepped float (k * step + low, in [low, high]), so a grid
+        # point and the same value proposed by a sampler are one config
+        k = round((value - self.low) / self.step)
+        return min(max(k * self.step + self.low, self.low), self.high)
 
     def corner_values(self) -> tuple[Any, ...]:
         """Values the cheapest-corner search tries: every choice, or the range's ends."""
@@ -205,6 +220,12 @@ def _label(value: Any) -> Any:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) or "none"
     return value
+
+
+def when_label(value: Any) -> Any:
+    """How a `when` condition holds a value: a list (dense_layers' [32, 16], as a proposal
+    holds it or `base` gives it) by its label ("32,16"), any other value as it is."""
+    return _label(tuple(value) if isinstance(value, list) else value)
 
 
 def _spread(lo: float, hi: float, log: bool, n: int) -> list[float]:
