@@ -183,7 +183,8 @@ HONOURED = {
                    lambda p: [o.name for o in p.objectives] == ["quality", "memory"]),
     "sampler": (["--sampler", "nsga2"], lambda p: p.sampler == "nsga2"),
     "seed": (["--seed", "9"], lambda p: p.seed == 9),
-    "workers": (["--workers", "2"], lambda p: p.workers == 2),
+    # trials side by side on Ray (in process, --executor local, they run one at a time)
+    "workers": (["--workers", "2", "--executor", "ray"], lambda p: p.workers == 2),
     "device": (["--device", "cpu"], lambda p: p.device == "cpu"),
     "study": (["--study", "named"], lambda p: p.name == "named"),
     "resume": (["--resume", "--study", "named"], lambda p: p.request.resume),

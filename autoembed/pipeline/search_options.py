@@ -65,8 +65,8 @@ class SearchOptions:
         help="Seed of the sampler and of every trial's model init and data order (a space's "
         "base `seed` wins). Default 0.")
     workers: int | None = option(
-        None, rule=Positive(), help="Trials at once (default: one per GPU; on a CPU 1, or one "
-        "per core under --time-budget).")
+        None, rule=Positive(), help="Trials at once on Ray (default: one per GPU; on a CPU 1, "
+        "or one per core under --time-budget); --executor local runs one at a time.")
     device: str = option("auto", help="auto, cpu or cuda.")
     study: str | None = option(
         None, help="Study name (default search-<date>-<time>); letters, digits, _ - .")

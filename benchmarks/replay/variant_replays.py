@@ -86,8 +86,8 @@ def run(tables: Sequence[str], seeds: Sequence[int], methods: Sequence[str],
     executor, orig, append = harness.ReplayExecutor, compare.Yardstick.__init__, \
         compare.append_jsonl
 
-    def init(self: compare.Yardstick, table: Any) -> None:
-        orig(self, table)
+    def init(self: compare.Yardstick, table: Any, *args: Any) -> None:
+        orig(self, table, *args)
         UntilTargets.stick = self
 
     def tagged(path: Path, rec: Mapping[str, Any]) -> None:
