@@ -91,8 +91,9 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def _state(trainer: Any, step: int, config: EmbeddingConfig,
-           length: Mapping[str, Any]) -> dict[str, Any]:
+           length: Mapping[str, Any], data_sha256: str | None = None) -> dict[str, Any]:
     st: dict[str, Any] = {
+        "data_sha256": data_sha256,  # the data file's bytes the run trains on (None: built-in)
         "format": FORMAT_VERSION,
         "step": step,
         "trained_for": dict(length),  # the run's length: `max_steps` or `epochs`
@@ -193,11 +194,13 @@ def _finished_length(held: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
-                           length: Mapping[str, Any]) -> TrialResult | None:
-    """What `out`'s finished result means for a run of `config` for `length`: None (train);
-    the result itself when it is this config's, trained for this length (a no-op); a
-    ConfigError when it is of another config, unreadable, or this config's of a longer
-    run (unless `force`: then train from scratch)."""
+                           length: Mapping[str, Any], data_sha256: str | None = None,
+                           ) -> TrialResult | None:
+    """What `out`'s finished result means for a run of `config` for `length` on the data
+    file of digest `data_sha256`: None (train); the result itself when it is this config's,
+    trained for this length on these bytes (a no-op); a ConfigError when it is of another
+    config, of other bytes of the data file, unreadable, or this config's of a longer run
+    (unless `force`: then train from scratch)."""
     from autoembed.trial import decode_result
 
     held = None if force else _held_result(out)
@@ -209,6 +212,10 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
             f"--out '{out}' holds a finished result of another config (metrics.json, "
             "model.pt); train into a new --out directory, or pass --force to replace it "
             "once this run completes")
+    env = held.get("env")
+    was = env.get("data_sha256") if isinstance(env, Mapping) else None
+    _check_same_bytes(was, data_sha256, f"--out '{out}' holds this config's finished run",
+                      "pass --force to retrain on the file as it is")
     done = _finished_length(held)
     if done == dict(length):
         result = decode_result(held)
@@ -219,6 +226,17 @@ def _check_finished_result(out: Path, config: EmbeddingConfig, force: bool,
             f"--out '{out}' holds this config's finished run of {steps} steps; --max-steps "
             f"{asked} is fewer: train into a new --out directory, or pass --force to retrain")
     return None
+
+
+def _check_same_bytes(was: Any, now: str | None, what: str, fix: str) -> None:
+    """Refuse (ConfigError) to mix runs on two versions of one data file: `what` (a finished
+    run, a checkpoint) was trained on the bytes of digest `was`, this run reads `now`
+    (either unknown: nothing to compare)."""
+    from autoembed.data.digest import digests
+
+    if isinstance(was, str) and now is not None and was != now:
+        raise ConfigError(f"{what} on other bytes of its data file ({digests(was, now)}); "
+                          f"{fix}, or train into a new --out directory")
 
 
 def _publish(out: Path, trainer: Any, result: TrialResult) -> None:
@@ -546,21 +564,32 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     _check_same_tables(config, cfg)
     out = Path(out_dir).resolve()
     length = {"epochs": epochs} if epochs is not None else {"max_steps": max_steps}
+    digest = _data_digest(data)
     with _holding(out):
         sweep(out, (*RESULT_FILES, CHECKPOINT))
-        done = _check_finished_result(out, cfg, force, length)
+        done = _check_finished_result(out, cfg, force, length, digest)
         if done is not None:
             return done
         result, trainer = _train_into(out, cfg, dataset, length, device=device,
                                       checkpoint_every=checkpoint_every, resume=resume,
                                       on_step=on_step, force=force,
-                                      hot_sets=hot_sets, measure=measure)
+                                      hot_sets=hot_sets, measure=measure, data_sha256=digest)
         if resized := _resized_tables(config, cfg):
             result = replace(result, env={**result.env, "resized": list(resized)})
         if result.status == "complete":
-            _atomic_torch_save(_state(trainer, result.steps, cfg, length), out / CHECKPOINT)
+            _atomic_torch_save(_state(trainer, result.steps, cfg, length, digest),
+                               out / CHECKPOINT)
             _publish(out, trainer, result)
     return result
+
+
+def _data_digest(data: Any) -> str | None:
+    """The sha256 of the data file a run trains on (None: built-in data, or a dataset given
+    as an object), read once: its runs in one --out are of these bytes."""
+    from autoembed.data import DataSpec
+    from autoembed.data.digest import file_sha256
+
+    return file_sha256(data.name) if isinstance(data, DataSpec) and data.is_file else None
 
 
 # A file spec's keys that say how to read a file (its columns, label, split), carried from
@@ -617,8 +646,10 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
                 device: str, checkpoint_every: int | None, resume: bool,
                 on_step: Callable[[int, int], None] | None,
                 force: bool, hot_sets: Mapping[str, Any] | None,
-                measure: Mapping[str, Any] | None) -> tuple[TrialResult, Any]:
-    """Train `cfg` for `length` with checkpoints in `out`: (the result, the trainer)."""
+                measure: Mapping[str, Any] | None,
+                data_sha256: str | None = None) -> tuple[TrialResult, Any]:
+    """Train `cfg` for `length` with checkpoints in `out`: (the result, the trainer); a
+    checkpoint resumes only on the same bytes of the data file (`data_sha256`)."""
     from autoembed.models import make_trainer
     from autoembed.models.hot_cold import install_hot_sets
 
@@ -628,6 +659,8 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
     if resume and not force and ckpt.exists():
         st = _read_checkpoint(ckpt, device, cfg)
         _check_resumable(ckpt, st, length)  # refused off the way to `length`
+        _check_same_bytes(st.get("data_sha256"), data_sha256, f"checkpoint '{ckpt}' was "
+                          "written", "pass --no-resume to train from step 0")
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     start = _restore(st, trainer) if st is not None else 0
@@ -635,7 +668,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
 
     def save(tr: Any, step: int) -> None:
         if step % every == 0:
-            _atomic_torch_save(_state(tr, step, cfg, length), ckpt)
+            _atomic_torch_save(_state(tr, step, cfg, length, data_sha256), ckpt)
         if on_step is not None:
             on_step(step, max_steps or 0)
 
@@ -653,4 +686,6 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         settings = replace(settings, max_steps=10**12)
     result = run_trial(cfg, dataset, settings, on_step=save, trainer=trainer, start_step=start)
     env = {**result.env, "resumed_from": start, "trained_for": dict(length)}
+    if data_sha256 is not None:
+        env["data_sha256"] = data_sha256
     return replace(result, env=env), trainer

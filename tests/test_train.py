@@ -286,3 +286,44 @@ def test_the_interrupt_note_says_how_to_resume_with_and_without_force(tmp_path: 
                                                "from it")
     for flag in ("--force", "--no-resume"):  # both train from step 0
         assert f"the same command without {flag} resumes" in interrupted_note(tmp_path, flag)
+
+
+def test_a_run_on_an_edited_data_file_is_not_mixed_with_one_on_its_old_bytes(
+        tmp_path: Path) -> None:
+    """A finished run, or a checkpoint, in --out was trained on the data file's bytes of
+    then: after the file is edited (same ids, so the same config), the same command neither
+    answers "already complete" with the old figures nor resumes the old weights on the new
+    rows; it says so with both digests. --force / --no-resume train on the file as it is."""
+    import hashlib
+
+    from autoembed.config import TableConfig
+    from autoembed.errors import ConfigError
+
+    csv = _clicks_csv(tmp_path / "a.csv", range(400), 20)
+    cfg = small(tables=(TableConfig("user", 321),),
+                data={"name": str(csv), "label": "clicked", "categorical": ["user"]})
+    out, cut = tmp_path / "out", tmp_path / "cut"
+    first = train(cfg, out_dir=out, max_steps=3)
+    old = hashlib.sha256(csv.read_bytes()).hexdigest()
+    assert first.status == "complete" and first.env["data_sha256"] == old
+    assert train(cfg, out_dir=out, max_steps=3).env["already_complete"]  # same bytes
+
+    def stop(step: int, total: int) -> None:
+        if step == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the checkpoint of step 2
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out_dir=cut, max_steps=5, checkpoint_every=1, on_step=stop)
+    lines = csv.read_text().splitlines()  # the labels flipped: same ids, other rows
+    csv.write_text("\n".join([lines[0], *(
+        ",".join([*r.split(",")[:-1], "0" if r.endswith("1") else "1"])
+        for r in lines[1:])]) + "\n")
+    new = hashlib.sha256(csv.read_bytes()).hexdigest()
+    with pytest.raises(ConfigError, match=f"finished run on other bytes .*{old[:12]}.* then, "
+                                          f"{new[:12]}.* now.*--force"):
+        train(cfg, out_dir=out, max_steps=3)
+    with pytest.raises(ConfigError, match=r"checkpoint .* written on other bytes .*--no-resume"):
+        train(cfg, out_dir=cut, max_steps=5)
+    again = train(cfg, out_dir=cut, max_steps=5, resume=False)
+    assert again.status == "complete" and again.env["data_sha256"] == new
+    assert train(cfg, out_dir=out, max_steps=3, force=True).env["data_sha256"] == new
