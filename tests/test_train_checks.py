@@ -224,3 +224,16 @@ def test_the_full_size_time_reads_as_english(tmp_path: Path, throughput: float,
     path.write_text(path.read_text() + f"source: {{metrics: {{throughput: {throughput}}}}}\n")
     lines = plan_training(path, full_size=True).lines
     assert lines[-1].startswith(said), lines
+
+
+def test_a_pareto_front_given_as_the_config_names_the_export(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --config runs/S/pareto.json` (the search's front, not a config) is refused in
+    one line that gives the export of a member (was "unknown key 'study'")."""
+    front = tmp_path / "runs" / "s1" / "pareto.json"
+    front.parent.mkdir(parents=True)
+    front.write_text(json.dumps({"study": "s1", "members": [{"trial": 0}], "best": {}}))
+    assert main(["train", "--config", str(front)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"export --study s1 --runs-dir {tmp_path / 'runs'} --out best.yaml" in err

@@ -149,6 +149,13 @@ def _unique_key_loader() -> type:
 def parse_config_text(text: str, source: str,
                       table_dims: Mapping[str, int] | None = None) -> EmbeddingConfig:
     raw = safe_load_yaml(text, source)
+    if isinstance(raw, Mapping) and "members" in raw and "study" in raw:  # pareto.json's
+        runs = Path(source).parent.parent  # <runs-dir>/<study>/pareto.json
+        where = "" if runs == Path("runs") else f" --runs-dir {runs}"
+        raise ConfigError(
+            f"'{source}' is the Pareto front of search '{raw['study']}', not a config; export "
+            f"one of its members: autoembed export --study {raw['study']}{where} --out "
+            "best.yaml (--pick chooses which)")
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     try:
