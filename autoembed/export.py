@@ -21,7 +21,7 @@ from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, parse_pick
 from autoembed.rules import Each, Integer, Is
 from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
-from autoembed.trial import AS_WRITTEN, config_from_flat, decode_csv_row
+from autoembed.trial import AS_WRITTEN, config_from_flat, csv_float, decode_csv_row
 
 __all__ = ["TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS", "format_of",
            "Exported", "pick_member", "config_from_flat", "export_config"]
@@ -314,7 +314,7 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
         metrics = {k: v for k, v in values.items() if v is not None}
         _refuse_infeasible(status, f"trial {number}")
         notes = () if status in ("", "complete") else (f"trial {number} ended '{status}'",)
-        estimate = {k: _as_float(_number(row.get(f"estimate_{k}")))
+        estimate = {k: _as_float(csv_float(row.get(f"estimate_{k}")))
                     for k in ("device_total", "allocated_peak")}
         memory = None if any(map(math.isnan, estimate.values())) else _memory(estimate, pareto)
         return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes,
@@ -335,14 +335,6 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
                       "see trials.csv for the numbers")
-
-
-def _number(text: str | None) -> float | None:
-    """A trials.csv cell as a number (None: empty or not a number)."""
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
 
 
 def _memory(member: Mapping[str, Any], pareto: Mapping[str, Any]) -> dict[str, Any] | None:

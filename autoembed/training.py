@@ -587,9 +587,9 @@ def _data_digest(data: Any) -> str | None:
     """The sha256 of the data file a run trains on (None: built-in data, or a dataset given
     as an object), read once: its runs in one --out are of these bytes."""
     from autoembed.data import DataSpec
-    from autoembed.data.digest import file_sha256
+    from autoembed.data.digest import data_file_digest
 
-    return file_sha256(data.name) if isinstance(data, DataSpec) and data.is_file else None
+    return data_file_digest(data.to_dict()) if isinstance(data, DataSpec) else None
 
 
 # A file spec's keys that say how to read a file (its columns, label, split), carried from

@@ -380,7 +380,8 @@ def _csv_config(row: Mapping[str, str], source: str) -> dict[str, Any]:
     return config_from_flat(flat, source)
 
 
-def _csv_float(text: str | None) -> float | None:
+def csv_float(text: str | None) -> float | None:
+    """A trials.csv cell as a number (None: empty or not a number)."""
     try:
         return float(text) if text not in (None, "") else None
     except ValueError:
@@ -394,5 +395,5 @@ def decode_csv_row(row: Mapping[str, str], source: str) -> tuple[int, str, dict[
     n = (row.get("trial") or row.get("number") or "").strip()
     if not n.isdigit():
         raise ConfigError(f"{source}: no trial number")
-    metrics = {m: _csv_float(row.get(m)) for m in METRIC_COLUMNS if m in row}
+    metrics = {m: csv_float(row.get(m)) for m in METRIC_COLUMNS if m in row}
     return int(n), (row.get("status") or ""), _csv_config(row, source), metrics

@@ -132,19 +132,24 @@ def test_distributions_and_multiple_of(tmp_path: Path) -> None:
     assert set(d) == {"dim/8", "compression", "hash_buckets", "table_optimizer", "lr"}
 
 
+def asked(space: Any, n: int, seed: int) -> Any:
+    """`n` random trials of `space`: (Optuna's trial, the config it suggests), each told."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    for _ in range(n):
+        trial = study.ask()
+        yield trial, suggest(space, trial)
+        study.tell(trial, 0.0)
+
+
 def test_conditional_params_only_when_their_condition_holds(tmp_path: Path) -> None:
     space = load_space(write(tmp_path, SMALL))
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     seen = set()
-    for _ in range(40):
-        trial = study.ask()
-        cfg = suggest(space, trial)
+    for trial, cfg in asked(space, 40, seed=3):
         assert isinstance(cfg, EmbeddingConfig)
         assert cfg.dim % 8 == 0 and 8 <= cfg.dim <= 64
         assert ("hash_buckets" in trial.params) == (cfg.compression == "hash")
         assert (cfg.hash_buckets is not None) == (cfg.compression == "hash")
         seen.add(cfg.compression)
-        study.tell(trial, 0.0)
     assert seen == {"none", "hash"}
 
 
@@ -287,14 +292,10 @@ def test_a_condition_on_a_list_valued_param_holds_when_it_takes_that_list(
             "dense_layers": {"choices": [[16], [32, 16]]},
             "dense_lr": {"when": {"dense_layers": cond}, "low": 0.001, "high": 0.1}}}
         space = load_space(write(tmp_path, body))
-        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
         seen = set()
-        for _ in range(20):
-            trial = study.ask()
-            cfg = suggest(space, trial)
+        for trial, cfg in asked(space, 20, seed=0):
             assert ("dense_lr" in trial.params) == (cfg.dense_layers == (32, 16))
             seen.add("dense_lr" in trial.params)
-            study.tell(trial, 0.0)
         assert seen == {True, False}
     # a fixed list in `base` meets its condition too
     fixed = load_space(write(tmp_path, {**SMALL, "base": {"dense_layers": [32, 16]}, "params": {
