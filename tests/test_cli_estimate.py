@@ -197,3 +197,16 @@ def test_price_is_the_library_side_of_the_command() -> None:
     assert p.estimate.budget == 10**9 and p.estimate.fits is True and p.note is None
     with pytest.raises(TypeError, match="does not know: loss"):
         price(loss="pkg.module:fn")
+
+
+def test_estimate_loads_no_engine_and_no_framework() -> None:
+    """The analytic estimate is priced without the search engine, torch, Ray, Optuna or
+    MLflow: a fresh process runs `autoembed estimate` and none of them is imported."""
+    heavy = ("torch", "ray", "optuna", "mlflow", "autoembed.pipeline.driver")
+    code = ("import sys; from autoembed.cli import main; "
+            "rc = main(['estimate', '--budget', '80GB', '--json']); "
+            f"print([m for m in {heavy!r} if m in sys.modules]); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-300:]
