@@ -159,7 +159,7 @@ def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
     _, labels = _all(data, "train")
     want = (frame["label"].iloc[data.split_rows("train")] == "yes").astype(np.float32)
     assert labels.tolist() == want.tolist()
-    numeric = pd.DataFrame({"c": ["x"] * 40, "label": [9, 10] * 20})  # 9 < 10 numerically
+    numeric = pd.DataFrame({"c": ["x", "x", "y", "y"] * 10, "label": [9, 10] * 20})  # 9 < 10
     d2 = _load(DataSpec(str(_write(numeric, tmp_path / "n.csv"))))
     assert d2.vocabulary.labels == ("9", "10")
 
@@ -430,6 +430,39 @@ def test_too_few_rows(tmp_path: Path) -> None:
     frame = pd.DataFrame({"c": ["a", "b", "a"], "label": [0, 1, 0]})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "tiny.csv"))))
     assert "tiny.csv" in msg and "3 rows" in msg
+
+
+def test_a_named_row_id_or_constant_column_is_refused(tmp_path: Path) -> None:
+    """A row id (a different value on every row) or a constant named categorical teaches its
+    table nothing: refused in one line naming the column and the flag; one value with some
+    cells missing is a present/missing feature and is kept."""
+    frame = _frame()
+    frame["const"] = "x"
+    path = _write(frame, tmp_path / "ids.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "row")))
+    assert "'row'" in msg and f"each of its {N} rows" in msg and "--categorical" in msg
+    msg = _error(DataSpec(str(path), categorical=("city", "const")))
+    assert "'const'" in msg and "one value 'x' on every row" in msg and "--categorical" in msg
+    sparse_id = np.full(N, np.nan)
+    sparse_id[::10] = np.arange(N // 10)  # an id on every 10th row, the rest missing
+    frame["coupon"], frame["promo"] = sparse_id, np.where(np.arange(N) % 3 == 0, "x", None)
+    path = _write(frame, tmp_path / "sparse.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "coupon")))
+    assert "'coupon'" in msg and f"each of the {N // 10} rows that have one" in msg
+    data = _load(DataSpec(str(path), categorical=("city", "promo")))
+    feats, _ = _all(data, "train")
+    present = frame["promo"].iloc[data.split_rows("train")].notna().to_numpy()
+    assert feats["promo"][:, 0].tolist() == present.astype(int).tolist()  # 1 = 'x', 0 = OOV
+
+
+def test_auto_detection_leaves_out_constants_and_sparse_ids(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["const"], frame["flag"] = "x", True
+    coupon = np.full(N, None, dtype=object)
+    coupon[::10] = [f"c{i}" for i in range(N // 10)]  # an id on every 10th row
+    frame["coupon"] = coupon
+    data = _load(DataSpec(str(_write(frame, tmp_path / "auto.csv"))))
+    assert [t.name for t in data.tables] == ["city", "device", "tags"]
 
 
 def test_label_used_as_a_feature(tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ def test_other_data_trains_hot_cold_tables_with_its_own_hot_sets(
     from autoembed.models.hot_cold import export_hot_sets
 
     def clicks(name: str, users: range) -> str:
-        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users)
+        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users for _ in range(2))  # no row id
         (tmp_path / name).write_text("user,clicked\n" + rows)
         return str(tmp_path / name)
 

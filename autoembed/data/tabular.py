@@ -96,7 +96,9 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
     whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
     row, a uuid or free text, has nothing to learn: every validation value would be unseen).
     An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
-    an integer column."""
+    an integer column. Left out too, as nothing can be learnt from them (and a named one is
+    refused): a constant (one value on every row), and a column whose present values are
+    all different (an id that is mostly missing)."""
     found = []
     n = len(frame)
     for c in frame.columns:
@@ -104,10 +106,19 @@ def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]
             continue
         s = frame[c]
         keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
-        if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or (keyed and _distinct(s) <= AUTO_MAX_DISTINCT_SHARE * n)):
+        if ((ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
+                or (keyed and _distinct(s) <= AUTO_MAX_DISTINCT_SHARE * n))
+                and _varied(s)):
             found.append(c)
     return found
+
+
+def _varied(s: pd.Series) -> bool:
+    """Neither one value on every row nor a different value on every row that has one."""
+    present = int(s.notna().sum())
+    distinct = _distinct(s)
+    constant = distinct == 1 and present == len(s)
+    return not constant and not (present >= 2 and distinct == present)
 
 
 def _distinct(s: pd.Series) -> float:
@@ -283,6 +294,34 @@ def _factorise(series: pd.Series, separator: str | None) -> _Keys:
     return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
 
 
+def _require_learnable(k: _Keys, column: str, source: str) -> None:
+    """Refuse a one-hot column whose table could learn nothing, in one line naming it: one
+    value on every row (a constant: no row differs), or a different value on every row that
+    has one (a row id: every validation value is unseen in train, and the table spends a row
+    per train row). A column with one value and some missing cells is kept: present/missing
+    is a feature."""
+    key_of = np.array([bag[0] if bag else -1 for bag in k.bags] + [-1], dtype=np.int64)
+    row_keys = key_of[k.codes]  # code -1 (missing) takes the appended -1
+    present = row_keys[row_keys >= 0]
+    counts = np.bincount(present, minlength=len(k.keys))
+    fix = (f"leave it out of the categorical columns (--categorical; a config file: its data "
+           f"key '{ROLE_KEYS['categorical']}')")
+    if present.size == row_keys.size and np.count_nonzero(counts) == 1:
+        raise DataError(
+            f"categorical {_where(source, column)} has the one value "
+            f"'{k.keys[int(present[0])]}' on every row: a constant, its table learns nothing; "
+            f"{fix}"
+        )
+    if present.size >= 2 and int(counts.max()) == 1:
+        rows = (f"each of its {present.size:,} rows" if present.size == row_keys.size
+                else f"each of the {present.size:,} rows that have one")
+        raise DataError(
+            f"categorical {_where(source, column)} has a different value on {rows} (a row "
+            f"id): no validation value is seen in train, so its table learns nothing and "
+            f"spends a row per train row; {fix}"
+        )
+
+
 def _build_map(name: str, kind: str, k: _Keys, train: IntArray, min_count: int) -> VocabMap:
     rows_per_unique = np.bincount(k.codes[train][k.codes[train] >= 0], minlength=len(k.bags))
     counts = np.zeros(len(k.keys), dtype=np.int64)
@@ -394,6 +433,8 @@ def _field_ids(frame: pd.DataFrame, c: str, columns: CtrColumns, train: IntArray
     ids per row ([rows, 1], or [rows, widest bag] for a multi-hot column)."""
     multi = c in columns.multi_hot
     keys = _factorise(frame[c], columns.separator if multi else None)
+    if vocabulary is None and not multi:
+        _require_learnable(keys, c, source)
     if vocabulary is None:
         vmap = _build_map(c, "multi_hot" if multi else "categorical", keys, train,
                           spec.min_count)
