@@ -414,6 +414,26 @@ def test_text_needs_two_classes(tmp_path: Path) -> None:
     assert "t.csv" in msg and "'label'" in msg and "two" in msg
 
 
+def test_a_text_label_that_is_not_classes_is_refused(tmp_path: Path) -> None:
+    """A measurement (fractional numbers) or an id per row as a text task's label made a
+    class of every distinct value, silently: 120 rows, 120 classes."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"body": ["good film", "bad film", "fine"] * 40,
+                          "score": rng.normal(size=120).round(3), "id": np.arange(120),
+                          "stars": rng.integers(1, 6, 120).astype(float)})
+    frame.loc[3, "stars"] = np.nan  # whole numbers read as floats: still classes
+    path = _write(frame, tmp_path / "reviews.csv")
+    msg = _error(DataSpec(str(path), label="score", text_column="body"))
+    first = frame["score"][frame["score"] % 1 != 0].iloc[0]
+    assert "'score'" in msg and f"(e.g. {first:g}," in msg and "not whole" in msg
+    msg = _error(DataSpec(str(path), label="id", text_column="body"))
+    assert "'id'" in msg and "120 classes in 120 rows" in msg
+    frame = frame.drop(index=3)
+    data = _load(DataSpec(str(_write(frame, tmp_path / "stars.csv")), label="stars",
+                          text_column="body"))
+    assert data.vocabulary.labels == ("1", "2", "3", "4", "5")
+
+
 def test_a_text_task_refuses_the_label_as_text_and_unread_columns(tmp_path: Path) -> None:
     frame = pd.DataFrame({"body": ["a b", "c d"] * 30, "topic": ["x", "y", "z"] * 20,
                           "shop": [1, 2] * 30})

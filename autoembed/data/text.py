@@ -21,6 +21,7 @@ from autoembed.config import TableConfig
 from autoembed.data.base import InMemoryDataset, IntArray, split_rows
 from autoembed.data.spec import DataSpec
 from autoembed.data.tabular import (
+    AUTO_MAX_DISTINCT_SHARE,
     class_labels,
     empirical_frequency,
     require_columns,
@@ -58,6 +59,28 @@ def _encode(docs: Sequence[list[str]], vmap: VocabMap, seq_len: int) -> IntArray
     return out
 
 
+def _require_classes(series: pd.Series, count: int, column: str, source: str) -> None:
+    """Refuse, in one line, a label that is not classes: numbers that are not whole (a
+    measurement: the text task classifies, one class per distinct value), or more classes
+    than half the rows (most classes a row or two, never both in train and validation)."""
+    if pd.api.types.is_float_dtype(series):
+        present = series.dropna().to_numpy()
+        fractional = present[np.mod(present, 1) != 0]
+        if fractional.size:
+            shown = ", ".join(f"{v:g}" for v in fractional[:3])
+            raise DataError(
+                f"label column '{column}' in '{source}' holds numbers that are not whole "
+                f"(e.g. {shown}): the text task classifies, each distinct value a class, and "
+                f"does not regress; bin the column into a few classes"
+            )
+    if count > AUTO_MAX_DISTINCT_SHARE * len(series):
+        raise DataError(
+            f"label column '{column}' in '{source}' has {count:,} classes in {len(series):,} "
+            f"rows: most classes have a row or two, too few to learn or to judge; use a label "
+            f"of fewer classes"
+        )
+
+
 def build_text(
     frame: pd.DataFrame,
     spec: DataSpec,
@@ -84,6 +107,8 @@ def build_text(
             f"label column '{label_column}' in '{source}' has one class ({classes[0]}); "
             f"a classifier needs at least two"
         )
+    if known is None:
+        _require_classes(frame[label_column], len(classes), label_column, source)
     n = len(frame)
     splits = split_rows(n, spec.split, spec.seed)
     if any(s.size == 0 for s in splits):
