@@ -414,6 +414,23 @@ def test_text_needs_two_classes(tmp_path: Path) -> None:
     assert "t.csv" in msg and "'label'" in msg and "two" in msg
 
 
+def test_text_in_any_script_and_number_cells_are_tokens(tmp_path: Path) -> None:
+    """Only [a-z0-9] runs were tokens: Cyrillic text was empty documents (every one OOV),
+    'café' was 'caf', and a text column read as numbers gave no token at all."""
+    from autoembed.data.text import tokenize
+
+    assert tokenize("Don’t stop: café Größe, 2024!") == ["don't", "stop", "café", "größe", "2024"]
+    assert tokenize("Привет, мир") == ["привет", "мир"]
+    assert tokenize("It's a_b x-1 3.5") == ["it's", "a", "b", "x", "1", "3", "5"]  # as before
+    frame = pd.DataFrame({"body": ["хороший фильм", "плохой фильм"] * 30, "code": [7, 42] * 30,
+                          "label": ["pos", "neg"] * 30})
+    path = _write(frame, tmp_path / "ru.csv")
+    data = _load(DataSpec(str(path), text_column="body"))
+    assert set(data.vocab_maps["tokens"].values) == {"фильм", "хороший", "плохой"}
+    data = _load(DataSpec(str(path), text_column="code"))
+    assert set(data.vocab_maps["tokens"].values) == {"7", "42"}
+
+
 def test_a_text_label_that_is_not_classes_is_refused(tmp_path: Path) -> None:
     """A measurement (fractional numbers) or an id per row as a text task's label made a
     class of every distinct value, silently: 120 rows, 120 classes."""

@@ -1,10 +1,12 @@
 """Text classification data from documents: a simple tokenizer and a token vocabulary built
 on the train split.
 
-Tokenizer: lower case, then runs of letters and digits (an apostrophe may join letters:
-"don't"). Token ids: 0 padding, 1 OOV, kept tokens 2.. by descending train count (ties by
-token); `min_count` drops rarer tokens, `vocab_size` caps the table. Documents are truncated
-to `seq_len` tokens and right-padded with 0; an empty document is [OOV].
+Tokenizer: lower case, then runs of letters and digits of any script (an apostrophe, ' or ’,
+may join letters: "don't"; text without spaces between words, as Chinese, is a token per
+run); a cell that is a number is its digits. Token ids: 0 padding, 1 OOV, kept tokens 2..
+by descending train count (ties by token); `min_count` drops rarer tokens, `vocab_size` caps
+the table. Documents are truncated to `seq_len` tokens and right-padded with 0; an empty
+document is [OOV].
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from autoembed.data.base import InMemoryDataset, IntArray, split_rows
 from autoembed.data.spec import DataSpec
 from autoembed.data.tabular import (
     AUTO_MAX_DISTINCT_SHARE,
+    canonical,
     class_labels,
     empirical_frequency,
     require_columns,
@@ -34,11 +37,13 @@ __all__ = ["tokenize", "build_text", "DEFAULT_SEQ_LEN", "TOKENS"]
 
 DEFAULT_SEQ_LEN = 128  # tokens kept per document of a user text file
 TOKENS = "tokens"  # the text task's one table / feature name
-_TOKEN_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)*")
+# letters and digits of any script ([^\W_]: a word character but '_'), then 'letters
+_TOKEN_RE = re.compile(r"[^\W_]+(?:'[^\W\d_]+)*")
 
 
 def tokenize(text: str) -> list[str]:
-    return _TOKEN_RE.findall(text.lower())
+    """Lower-cased runs of letters and digits; ASCII text as `[a-z0-9]+('[a-z]+)*`."""
+    return _TOKEN_RE.findall(text.lower().replace("\u2019", "'"))
 
 
 def _token_map(docs: Sequence[list[str]], min_count: int, cap: int | None) -> VocabMap:
@@ -113,8 +118,10 @@ def build_text(
     splits = split_rows(n, spec.split, spec.seed)
     if any(s.size == 0 for s in splits):
         raise DataError(f"data file '{source}' has {n} rows: too few for a {spec.split} split")
-    texts = frame[text_column].tolist()
-    docs = [tokenize(t) if isinstance(t, str) else [] for t in texts]
+    texts = frame[text_column]
+    # a number cell (a column of codes, read as numbers) is its digits, not an empty document
+    docs = [tokenize(t if isinstance(t, str) else canonical(t)) if present else []
+            for t, present in zip(texts.tolist(), texts.notna().tolist(), strict=True)]
     if vocabulary is not None:
         if TOKENS not in vocabulary.maps:
             raise DataError(f"the saved vocabulary for '{source}' has no token map")
