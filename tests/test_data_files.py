@@ -13,6 +13,7 @@ import torch
 from autoembed.batch import MISSING_ID
 from autoembed.data import DataSpec, load_dataset, load_vocab
 from autoembed.data.base import InMemoryDataset
+from autoembed.data.user_file import unused_note
 from autoembed.errors import DataError
 
 N = 400
@@ -498,8 +499,19 @@ def test_auto_detection_leaves_out_constants_and_sparse_ids(tmp_path: Path) -> N
     coupon = np.full(N, None, dtype=object)
     coupon[::10] = [f"c{i}" for i in range(N // 10)]  # an id on every 10th row
     frame["coupon"] = coupon
-    data = _load(DataSpec(str(_write(frame, tmp_path / "auto.csv"))))
-    assert [t.name for t in data.tables] == ["city", "device", "tags"]
+    frame["empty"] = None
+    frame["day"] = pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(N) % 9, "D")
+    path = _write(frame, tmp_path / "auto.csv")
+    data = _load(DataSpec(str(path)))
+    assert [t.name for t in data.tables] == ["city", "device", "tags", "day"]
+    # each column left out says why; a search prints them on one line
+    assert dict(data.unused) == {"row": "a different value on every row",
+                                 "price": "numbers, not whole", "const": "one value",
+                                 "flag": "one value", "coupon": "a different value on every row",
+                                 "empty": "all missing"}
+    note = unused_note(data)
+    assert note is not None and "\n" not in note and "price (numbers, not whole)" in note
+    assert unused_note(_load(DataSpec(str(path), categorical=("city",)))) is None  # named
 
 
 def test_label_used_as_a_feature(tmp_path: Path) -> None:

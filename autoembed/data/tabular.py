@@ -26,7 +26,7 @@ from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
-           "as_bags", "AUTO_MAX_DISTINCT_SHARE"]
+           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "left_out", "why_not_categorical"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
@@ -92,33 +92,45 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Columns that look categorical: categories, booleans, and string or integer columns
-    whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
-    row, a uuid or free text, has nothing to learn: every validation value would be unseen).
-    An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
-    an integer column. Left out too, as nothing can be learnt from them (and a named one is
-    refused): a constant (one value on every row), and a column whose present values are
-    all different (an id that is mostly missing)."""
+    """Columns that look categorical (`why_not_categorical` says None)."""
+    return [c for c in frame.columns if c not in exclude and why_not_categorical(frame[c]) is None]
+
+
+def left_out(frame: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, str]]:
+    """The columns auto-detection leaves out, each with why (`why_not_categorical`)."""
     found = []
-    n = len(frame)
     for c in frame.columns:
-        if c in exclude:
-            continue
-        s = frame[c]
-        keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
-        if ((ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or (keyed and _distinct(s) <= AUTO_MAX_DISTINCT_SHARE * n))
-                and _varied(s)):
-            found.append(c)
+        why = None if c in exclude else why_not_categorical(frame[c])
+        if why is not None:
+            found.append((str(c), why))
     return found
 
 
-def _varied(s: pd.Series) -> bool:
-    """Neither one value on every row nor a different value on every row that has one."""
+def why_not_categorical(s: pd.Series) -> str | None:
+    """None when the column looks categorical: categories, booleans, and string or integer
+    columns whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
+    row, a uuid or free text, has nothing to learn: every validation value would be unseen).
+    An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
+    an integer column. Else why not, in a few words; left out whatever the dtype, as
+    nothing can be learnt from them (and a named one is refused): a column with no value, a
+    constant (one value on every row), and one whose present values all differ (also an id
+    that is mostly missing)."""
     present = int(s.notna().sum())
     distinct = _distinct(s)
-    constant = distinct == 1 and present == len(s)
-    return not constant and not (present >= 2 and distinct == present)
+    if not present:
+        return "all missing"
+    if distinct == float("inf"):
+        return f"{type(s.dropna().iloc[0]).__name__} values, not keys"
+    categories = ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
+    if not (categories or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)):
+        return "numbers, not whole" if ptypes.is_float_dtype(s) else f"{s.dtype} values"
+    if distinct == 1 and present == len(s):
+        return "one value"
+    if present >= 2 and distinct == present:
+        return "a different value on every row"
+    if not categories and distinct > AUTO_MAX_DISTINCT_SHARE * len(s):
+        return f"{int(distinct):,} distinct values in {len(s):,} rows"
+    return None
 
 
 def _distinct(s: pd.Series) -> float:
