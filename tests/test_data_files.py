@@ -493,6 +493,18 @@ def test_a_named_row_id_or_constant_column_is_refused(tmp_path: Path) -> None:
     assert feats["promo"][:, 0].tolist() == present.astype(int).tolist()  # 1 = 'x', 0 = OOV
 
 
+def test_a_column_min_count_folds_whole_is_refused(tmp_path: Path) -> None:
+    """min_count above every train count made a one-row table (all OOV), silently."""
+    frame = _frame()
+    frame["shop"] = [f"s{i // 2}" for i in range(N)]  # each value on 2 rows, at most 2 in train
+    path = _write(frame, tmp_path / "fold.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "shop"), min_count=3))
+    assert "'shop'" in msg and "min_count=3" in msg and "keeps no value" in msg
+    data = _load(DataSpec(str(path), categorical=("city", "shop"), min_count=2))
+    train_counts = frame["shop"].iloc[data.split_rows("train")].value_counts()
+    assert data.vocab_maps["shop"].size == 1 + int((train_counts >= 2).sum())
+
+
 def test_auto_detection_leaves_out_constants_and_sparse_ids(tmp_path: Path) -> None:
     frame = _frame()
     frame["const"], frame["flag"] = "x", True

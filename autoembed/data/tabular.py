@@ -450,6 +450,12 @@ def _field_ids(frame: pd.DataFrame, c: str, columns: CtrColumns, train: IntArray
     if vocabulary is None:
         vmap = _build_map(c, "multi_hot" if multi else "categorical", keys, train,
                           spec.min_count)
+        if not vmap.values:  # every id OOV: the table is one row, whatever the value
+            raise DataError(
+                f"{_where(source, c)} keeps no value: none is seen min_count="
+                f"{spec.min_count} times in the train split, so every value is OOV and its "
+                f"table learns nothing; lower min_count, or leave the column out"
+            )
     elif c in vocabulary.maps:
         vmap = vocabulary.maps[c]
     else:
