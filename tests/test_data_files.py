@@ -432,6 +432,14 @@ def test_text_in_any_script_and_number_cells_are_tokens(tmp_path: Path) -> None:
     assert set(data.vocab_maps["tokens"].values) == {"7", "42"}
 
 
+def test_a_text_column_without_tokens_is_refused(tmp_path: Path) -> None:
+    """Punctuation and emoji only: every document was [OOV], a 2-row table, silently."""
+    frame = pd.DataFrame({"body": ["!!! :)", "\U0001F600 ...", "?"] * 20,
+                          "label": ["a", "b"] * 30})
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "emoji.csv")), text_column="body"))
+    assert "'body'" in msg and "keeps no token" in msg and "min_count=1" in msg
+
+
 def test_a_text_label_that_is_not_classes_is_refused(tmp_path: Path) -> None:
     """A measurement (fractional numbers) or an id per row as a text task's label made a
     class of every distinct value, silently: 120 rows, 120 classes."""

@@ -128,6 +128,12 @@ def build_text(
         vmap = vocabulary.maps[TOKENS]
     else:
         vmap = _token_map([docs[i] for i in splits[0]], spec.min_count, spec.vocab_size)
+        if not vmap.values:  # every document [OOV]: nothing to read
+            raise DataError(
+                f"text column '{text_column}' in '{source}' keeps no token: no run of letters "
+                f"or digits is seen min_count={spec.min_count} times in the train split's "
+                f"documents; give a column of words (or lower min_count)"
+            )
     tokens = _encode(docs, vmap, seq_len)
     nonpad = tokens[splits[0]]
     table = TableConfig(
