@@ -255,6 +255,19 @@ def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: st
     assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
 
 
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_a_spreadsheets_sep_line_names_the_separator(tmp_path: Path, bom: str) -> None:
+    """Excel's 'sep=;' first line was read as the header: columns 'sep=' and 'Unnamed: 1',
+    and 'label column is not in' the file."""
+    frame = _frame()
+    path = tmp_path / "excel.csv"
+    path.write_text(bom + "sep=;\r\n" + frame.to_csv(index=False, sep=";", lineterminator="\r\n"))
+    data = _load(DataSpec(str(path), categorical=("city", "device")))
+    _, labels = _all(data, "train")
+    assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
+    assert data.vocab_maps["city"].id_of("paris") == 1  # the most common value, read as such
+
+
 def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "twice.csv"
     path.write_text("user,item,user,label\n" + "".join(f"{i % 5},{i % 3},{i % 4},{i % 2}\n"

@@ -70,22 +70,28 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
     """A CSV/TSV file, read again with the separator its header shows when the expected one
-    leaves a single column (`;`-separated CSV, a tab-separated `.csv`)."""
+    leaves a single column (`;`-separated CSV, a tab-separated `.csv`), or by the one a first
+    line `sep=;` names (a spreadsheet's hint line, then skipped)."""
     import pandas as pd
 
     with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
-        encoding = "utf-16" if f.read(2) in UTF16_BOMS else "utf-8"
-    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+        start = f.read(2)
+        encoding = "utf-16" if start in UTF16_BOMS else "utf-8"
+        first = (start + f.readline()).decode(encoding, "replace").lstrip("\ufeff").strip()
+    # a spreadsheet's 'sep=;' line (Excel writes and reads it) names the separator
+    skip = int(len(first) == 5 and first.startswith("sep=") and first[4] in SEPARATORS)
+    sep = first[4] if skip else sep
+    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
     if frame.shape[1] == 1:
         header = str(frame.columns[0])
         found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
         if found:
             sep = max(found)[1]
-            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
     # the header as written: pandas renames a repeated name ('user', 'user.1'), which
     # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
     head = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                       encoding=encoding).iloc[0].tolist()
+                       encoding=encoding, skiprows=skip).iloc[0].tolist()
     if len(head) == frame.shape[1]:
         frame.columns = [h if h.strip() else c for h, c in zip(head, frame.columns, strict=True)]
     return frame
