@@ -328,7 +328,7 @@ def _require_learnable(k: _Keys, column: str, source: str) -> None:
         rows = (f"each of its {present.size:,} rows" if present.size == row_keys.size
                 else f"each of the {present.size:,} rows that have one")
         raise DataError(
-            f"categorical {_where(source, column)} has a different value on {rows} (a row "
+            f"categorical {_where(source, column)} has a different value on {rows} (like a row "
             f"id): no validation value is seen in train, so its table learns nothing and "
             f"spends a row per train row; {fix}"
         )
