@@ -268,6 +268,30 @@ def test_a_spreadsheets_sep_line_names_the_separator(tmp_path: Path, bom: str) -
     assert data.vocab_maps["city"].id_of("paris") == 1  # the most common value, read as such
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_64_bit_ids_with_missing_cells_stay_distinct(tmp_path: Path, suffix: str) -> None:
+    """An integer column with empty cells is read as float64, which rounds ids above 2**53
+    (hashed ids): 40 distinct ids became one value, a 2-row table, silently."""
+    rng = np.random.default_rng(0)
+    ids: list[int | None] = [2**60 + int(i) for i in rng.integers(0, 40, N)]
+    for k in range(0, N, 10):
+        ids[k] = None
+    labels = [k % 2 for k in range(N)]
+    path = tmp_path / f"hashed{suffix}"
+    if suffix == ".csv":
+        path.write_text("h,label\n" + "".join(f"{'' if v is None else v},{y}\n"
+                                                for v, y in zip(ids, labels, strict=True)))
+    else:  # as Spark or pyarrow write it: an int64 column with nulls, no pandas metadata
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"h": pa.array(ids, type=pa.int64()), "label": labels}), path)
+    data = _load(DataSpec(str(path), categorical=("h",)))
+    train = [ids[i] for i in data.split_rows("train")]
+    assert set(data.vocab_maps["h"].values) == {str(v) for v in train if v is not None}
+    assert len(data.vocab_maps["h"].values) > 30
+
+
 def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "twice.csv"
     path.write_text("user,item,user,label\n" + "".join(f"{i % 5},{i % 3},{i % 4},{i % 2}\n"
