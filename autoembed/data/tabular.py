@@ -445,9 +445,9 @@ def _field_ids(frame: pd.DataFrame, c: str, columns: CtrColumns, train: IntArray
     ids per row ([rows, 1], or [rows, widest bag] for a multi-hot column)."""
     multi = c in columns.multi_hot
     keys = _factorise(frame[c], columns.separator if multi else None)
-    if vocabulary is None and not multi:
-        _require_learnable(keys, c, source)
     if vocabulary is None:
+        if not multi:
+            _require_learnable(keys, c, source)
         vmap = _build_map(c, "multi_hot" if multi else "categorical", keys, train,
                           spec.min_count)
         if not vmap.values:  # every id OOV: the table is one row, whatever the value
