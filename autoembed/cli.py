@@ -169,7 +169,7 @@ def train_cmd(
 
     from autoembed.config import resolved_tables
     from autoembed.rules import Positive
-    from autoembed.training import interrupted_note, plan_training, train
+    from autoembed.training import interrupted_note, plain_line, plan_training, train
 
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
                         ("--checkpoint-every", checkpoint_every)):
@@ -190,6 +190,8 @@ def train_cmd(
     for line in plan.lines:
         (print if dry_run else con.print)(line)
     if dry_run:
+        if not plan.lines:
+            print(plain_line(config, plan, data))
         return
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=True,

@@ -239,9 +239,14 @@ def seq_len_choices(doc_lengths: Sequence[int], loaded: int) -> tuple[int, ...]:
 
 
 def _batch_sizes(task: str, train_rows: int) -> tuple[int, ...]:
+    """The task's choices that leave MIN_STEPS_PER_EPOCH steps an epoch; else the smallest,
+    or, for a train split smaller than it (where no trial could take a step), the largest
+    power of two within the split."""
     choices = TEXT_BATCH_SIZES if task == "text" else BATCH_SIZES
     fit = tuple(b for b in choices if b * MIN_STEPS_PER_EPOCH <= train_rows)
-    return fit or choices[:1]
+    if fit:
+        return fit
+    return (min(choices[0], 1 << (max(1, train_rows).bit_length() - 1)),)
 
 
 def derive_space(facts: DataFacts, budget_bytes: int) -> AutoSpace:

@@ -27,7 +27,7 @@ R = TypeVar("R")
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
-           "plan_training"]
+           "plan_training", "plain_line"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -446,6 +446,10 @@ def _full_size_lines(config: EmbeddingConfig, steps: int | None, metrics: Mappin
     return tuple(lines)
 
 
+NO_DATA = ("the config carries no data spec; pass --data (a built-in name or a CSV/Parquet "
+           "file) or export the config from a search")
+
+
 def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None,
                   max_steps: int | None = None, epochs: int | None = None) -> TrainingPlan:
     """What `autoembed train --config path` trains.
@@ -496,7 +500,18 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     if stored is not None and steps == stored and not lines:
         lines.append(f"training {stored} steps: the step the search judged this config at "
                      f"({path} {TRAIN_KEY}.max_steps; --max-steps or --epochs to change it)")
+    if data is None and config.data is None:  # refused before a dry run, as train refuses it
+        raise ConfigError(NO_DATA)
     return TrainingPlan(config, steps, epochs, {}, tuple(lines))
+
+
+def plain_line(path: str | Path, plan: TrainingPlan, data: Any) -> str:
+    """What a dry run prints for a plan with no lines of its own (a config written by
+    hand): the config, its data (or `data`) and its length."""
+    steps, epochs = plan.max_steps, plan.epochs
+    name = data if data is not None else (plan.config.data or {}).get("name")
+    length = f"{epochs} epochs" if epochs else f"{steps or DEFAULT_STEPS} steps"
+    return f"training the config of {path} on {name}, {length}"
 
 
 def _refuse_user_record(raw: Mapping[str, Any], path: str | Path) -> None:
@@ -549,8 +564,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
     if data is None:
         if config.data is None:
-            raise ConfigError("the config carries no data spec; pass --data (a built-in name or "
-                              "a CSV/Parquet file) or export the config from a search")
+            raise ConfigError(NO_DATA)
         data = DataSpec.from_dict(dict(config.data))
     elif isinstance(data, str):
         data = other_data(config.data, data)

@@ -105,6 +105,22 @@ def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["tables"][0]["parameters"] == 1024 * 8 * 4
 
 
+def test_a_config_naming_its_data_is_priced_on_the_datas_tables(tmp_path: Path) -> None:
+    """A config with `data:` and no `tables` priced the 1,000,000-row placeholder table
+    'f0', while `autoembed train` trains the data's tables: both now use the data's."""
+    from autoembed.pricing.price import price
+
+    csv = tmp_path / "clicks.csv"
+    csv.write_text("user,item,y\n" + "".join(f"u{i % 7},i{i % 3},{i % 2}\n" for i in range(400)))
+    p = tmp_path / "c.yaml"
+    p.write_text(f"dim: 8\ndata: {{name: {csv}, label: y}}\n")
+    priced = price(config=p)
+    assert priced.config is not None
+    # 7 users and 3 items, each in the train split, plus the OOV row
+    assert [(t.name, t.vocab_size) for t in priced.config.tables] == [("user", 8), ("item", 4)]
+    assert priced.estimate.parameters < 1_000_000 * 8 * 4  # not the placeholder's bytes
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -13,6 +13,7 @@ import torch
 from autoembed.batch import MISSING_ID
 from autoembed.data import DataSpec, load_dataset, load_vocab
 from autoembed.data.base import InMemoryDataset
+from autoembed.data.user_file import unused_note
 from autoembed.errors import DataError
 
 N = 400
@@ -159,7 +160,7 @@ def test_two_valued_labels_map_in_sorted_order(tmp_path: Path) -> None:
     _, labels = _all(data, "train")
     want = (frame["label"].iloc[data.split_rows("train")] == "yes").astype(np.float32)
     assert labels.tolist() == want.tolist()
-    numeric = pd.DataFrame({"c": ["x"] * 40, "label": [9, 10] * 20})  # 9 < 10 numerically
+    numeric = pd.DataFrame({"c": ["x", "x", "y", "y"] * 10, "label": [9, 10] * 20})  # 9 < 10
     d2 = _load(DataSpec(str(_write(numeric, tmp_path / "n.csv"))))
     assert d2.vocabulary.labels == ("9", "10")
 
@@ -252,6 +253,43 @@ def test_a_csv_separated_otherwise_is_read_by_its_header(tmp_path: Path, sep: st
     assert [t.name for t in data.tables] == ["city", "device"]
     _, labels = _all(data, "train")
     assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
+
+
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_a_spreadsheets_sep_line_names_the_separator(tmp_path: Path, bom: str) -> None:
+    """Excel's 'sep=;' first line was read as the header: columns 'sep=' and 'Unnamed: 1',
+    and 'label column is not in' the file."""
+    frame = _frame()
+    path = tmp_path / "excel.csv"
+    path.write_text(bom + "sep=;\r\n" + frame.to_csv(index=False, sep=";", lineterminator="\r\n"))
+    data = _load(DataSpec(str(path), categorical=("city", "device")))
+    _, labels = _all(data, "train")
+    assert labels.tolist() == frame["label"].iloc[data.split_rows("train")].tolist()
+    assert data.vocab_maps["city"].id_of("paris") == 1  # the most common value, read as such
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_64_bit_ids_with_missing_cells_stay_distinct(tmp_path: Path, suffix: str) -> None:
+    """An integer column with empty cells is read as float64, which rounds ids above 2**53
+    (hashed ids): 40 distinct ids became one value, a 2-row table, silently."""
+    rng = np.random.default_rng(0)
+    ids: list[int | None] = [2**60 + int(i) for i in rng.integers(0, 40, N)]
+    for k in range(0, N, 10):
+        ids[k] = None
+    labels = [k % 2 for k in range(N)]
+    path = tmp_path / f"hashed{suffix}"
+    if suffix == ".csv":
+        path.write_text("h,label\n" + "".join(f"{'' if v is None else v},{y}\n"
+                                                for v, y in zip(ids, labels, strict=True)))
+    else:  # as Spark or pyarrow write it: an int64 column with nulls, no pandas metadata
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"h": pa.array(ids, type=pa.int64()), "label": labels}), path)
+    data = _load(DataSpec(str(path), categorical=("h",)))
+    train = [ids[i] for i in data.split_rows("train")]
+    assert set(data.vocab_maps["h"].values) == {str(v) for v in train if v is not None}
+    assert len(data.vocab_maps["h"].values) > 30
 
 
 def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
@@ -414,6 +452,51 @@ def test_text_needs_two_classes(tmp_path: Path) -> None:
     assert "t.csv" in msg and "'label'" in msg and "two" in msg
 
 
+def test_text_in_any_script_and_number_cells_are_tokens(tmp_path: Path) -> None:
+    """Only [a-z0-9] runs were tokens: Cyrillic text was empty documents (every one OOV),
+    'café' was 'caf', and a text column read as numbers gave no token at all."""
+    from autoembed.data.text import tokenize
+
+    assert tokenize("Don’t stop: café Größe, 2024!") == ["don't", "stop", "café", "größe", "2024"]
+    assert tokenize("Привет, мир") == ["привет", "мир"]
+    assert tokenize("It's a_b x-1 3.5") == ["it's", "a", "b", "x", "1", "3", "5"]  # as before
+    frame = pd.DataFrame({"body": ["хороший фильм", "плохой фильм"] * 30, "code": [7, 42] * 30,
+                          "label": ["pos", "neg"] * 30})
+    path = _write(frame, tmp_path / "ru.csv")
+    data = _load(DataSpec(str(path), text_column="body"))
+    assert set(data.vocab_maps["tokens"].values) == {"фильм", "хороший", "плохой"}
+    data = _load(DataSpec(str(path), text_column="code"))
+    assert set(data.vocab_maps["tokens"].values) == {"7", "42"}
+
+
+def test_a_text_column_without_tokens_is_refused(tmp_path: Path) -> None:
+    """Punctuation and emoji only: every document was [OOV], a 2-row table, silently."""
+    frame = pd.DataFrame({"body": ["!!! :)", "\U0001F600 ...", "?"] * 20,
+                          "label": ["a", "b"] * 30})
+    msg = _error(DataSpec(str(_write(frame, tmp_path / "emoji.csv")), text_column="body"))
+    assert "'body'" in msg and "keeps no token" in msg and "min_count=1" in msg
+
+
+def test_a_text_label_that_is_not_classes_is_refused(tmp_path: Path) -> None:
+    """A measurement (fractional numbers) or an id per row as a text task's label made a
+    class of every distinct value, silently: 120 rows, 120 classes."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"body": ["good film", "bad film", "fine"] * 40,
+                          "score": rng.normal(size=120).round(3), "id": np.arange(120),
+                          "stars": rng.integers(1, 6, 120).astype(float)})
+    frame.loc[3, "stars"] = np.nan  # whole numbers read as floats: still classes
+    path = _write(frame, tmp_path / "reviews.csv")
+    msg = _error(DataSpec(str(path), label="score", text_column="body"))
+    first = frame["score"][frame["score"] % 1 != 0].iloc[0]
+    assert "'score'" in msg and f"(e.g. {first:g}," in msg and "not whole" in msg
+    msg = _error(DataSpec(str(path), label="id", text_column="body"))
+    assert "'id'" in msg and "120 classes in 120 rows" in msg
+    frame = frame.drop(index=3)
+    data = _load(DataSpec(str(_write(frame, tmp_path / "stars.csv")), label="stars",
+                          text_column="body"))
+    assert data.vocabulary.labels == ("1", "2", "3", "4", "5")
+
+
 def test_a_text_task_refuses_the_label_as_text_and_unread_columns(tmp_path: Path) -> None:
     frame = pd.DataFrame({"body": ["a b", "c d"] * 30, "topic": ["x", "y", "z"] * 20,
                           "shop": [1, 2] * 30})
@@ -430,6 +513,62 @@ def test_too_few_rows(tmp_path: Path) -> None:
     frame = pd.DataFrame({"c": ["a", "b", "a"], "label": [0, 1, 0]})
     msg = _error(DataSpec(str(_write(frame, tmp_path / "tiny.csv"))))
     assert "tiny.csv" in msg and "3 rows" in msg
+
+
+def test_a_named_row_id_or_constant_column_is_refused(tmp_path: Path) -> None:
+    """A row id (a different value on every row) or a constant named categorical teaches its
+    table nothing: refused in one line naming the column and the flag; one value with some
+    cells missing is a present/missing feature and is kept."""
+    frame = _frame()
+    frame["const"] = "x"
+    path = _write(frame, tmp_path / "ids.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "row")))
+    assert "'row'" in msg and f"each of its {N} rows" in msg and "--categorical" in msg
+    msg = _error(DataSpec(str(path), categorical=("city", "const")))
+    assert "'const'" in msg and "one value 'x' on every row" in msg and "--categorical" in msg
+    sparse_id = np.full(N, np.nan)
+    sparse_id[::10] = np.arange(N // 10)  # an id on every 10th row, the rest missing
+    frame["coupon"], frame["promo"] = sparse_id, np.where(np.arange(N) % 3 == 0, "x", None)
+    path = _write(frame, tmp_path / "sparse.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "coupon")))
+    assert "'coupon'" in msg and f"each of the {N // 10} rows that have one" in msg
+    data = _load(DataSpec(str(path), categorical=("city", "promo")))
+    feats, _ = _all(data, "train")
+    present = frame["promo"].iloc[data.split_rows("train")].notna().to_numpy()
+    assert feats["promo"][:, 0].tolist() == present.astype(int).tolist()  # 1 = 'x', 0 = OOV
+
+
+def test_a_column_min_count_folds_whole_is_refused(tmp_path: Path) -> None:
+    """min_count above every train count made a one-row table (all OOV), silently."""
+    frame = _frame()
+    frame["shop"] = [f"s{i // 2}" for i in range(N)]  # each value on 2 rows, at most 2 in train
+    path = _write(frame, tmp_path / "fold.csv")
+    msg = _error(DataSpec(str(path), categorical=("city", "shop"), min_count=3))
+    assert "'shop'" in msg and "min_count=3" in msg and "keeps no value" in msg
+    data = _load(DataSpec(str(path), categorical=("city", "shop"), min_count=2))
+    train_counts = frame["shop"].iloc[data.split_rows("train")].value_counts()
+    assert data.vocab_maps["shop"].size == 1 + int((train_counts >= 2).sum())
+
+
+def test_auto_detection_leaves_out_constants_and_sparse_ids(tmp_path: Path) -> None:
+    frame = _frame()
+    frame["const"], frame["flag"] = "x", True
+    coupon = np.full(N, None, dtype=object)
+    coupon[::10] = [f"c{i}" for i in range(N // 10)]  # an id on every 10th row
+    frame["coupon"] = coupon
+    frame["empty"] = None
+    frame["day"] = pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(N) % 9, "D")
+    path = _write(frame, tmp_path / "auto.csv")
+    data = _load(DataSpec(str(path)))
+    assert [t.name for t in data.tables] == ["city", "device", "tags", "day"]
+    # each column left out says why; a search prints them on one line
+    assert dict(data.unused) == {"row": "a different value on every row",
+                                 "price": "numbers, not whole", "const": "one value",
+                                 "flag": "one value", "coupon": "a different value on every row",
+                                 "empty": "all missing"}
+    note = unused_note(data)
+    assert note is not None and "\n" not in note and "price (numbers, not whole)" in note
+    assert unused_note(_load(DataSpec(str(path), categorical=("city",)))) is None  # named
 
 
 def test_label_used_as_a_feature(tmp_path: Path) -> None:

@@ -40,8 +40,10 @@ def specs(draw: st.DrawFn) -> DataSpec:
     columns = st.lists(st.text("abcxyz_", min_size=1, max_size=5), max_size=3).map(tuple)
     a = draw(st.floats(0.05, 0.9))
     b = draw(st.floats(0.05, 0.9 - a)) if a < 0.85 else 0.05
+    name = draw(st.sampled_from([*BUILTIN_NAMES, "data/clicks.csv", "x.parquet", "t.tsv.gz"]))
+    file = name not in BUILTIN_NAMES  # built-in data take no file's columns
     return DataSpec(
-        name=draw(st.sampled_from([*BUILTIN_NAMES, "data/clicks.csv", "x.parquet", "t.tsv.gz"])),
+        name=name,
         seed=draw(st.integers(0, 2**40)),
         rows=draw(st.tuples(st.integers(1, 10**7), st.integers(1, 10**6), st.integers(1, 10**6))),
         vocab_sizes=vocab_sizes,
@@ -53,10 +55,10 @@ def specs(draw: st.DrawFn) -> DataSpec:
         vocab_size=draw(st.one_of(st.none(), st.integers(3, 10**8))),
         seq_len=draw(st.one_of(st.none(), st.integers(1, 4096))),
         num_classes=draw(st.integers(2, 50)),
-        label=draw(st.sampled_from(["label", "clicked", "y"])),
-        categorical=draw(st.one_of(st.none(), columns)),
-        multi_hot=draw(columns),
-        text_column=draw(st.one_of(st.none(), st.just("body"))),
+        label=draw(st.sampled_from(["label", "clicked", "y"])) if file else "label",
+        categorical=draw(st.one_of(st.none(), columns)) if file else None,
+        multi_hot=draw(columns) if file else (),
+        text_column=draw(st.one_of(st.none(), st.just("body"))) if file else None,
         min_count=draw(st.integers(1, 100)),
         split=(a, b, 1.0 - a - b),
     )
@@ -84,6 +86,19 @@ def test_task_follows_from_the_spec() -> None:
     assert DataSpec("movielens").task == "ctr"
     assert DataSpec("a.csv").task == "ctr"
     assert DataSpec("a.csv", text_column="body").task == "text"
+
+
+def test_built_in_data_refuse_a_files_columns() -> None:
+    """`--data movielens --categorical userId` searched movielens' own four tables and
+    stored the ignored key in the study: refused in one line naming key and flag."""
+    with pytest.raises(DataError) as e:
+        DataSpec("movielens", categorical=("userId",))
+    msg = str(e.value)
+    assert "'movielens'" in msg and "categorical (--categorical) describes a data file" in msg
+    with pytest.raises(DataError, match=r"label, text_column \(--label, --text-column\) "):
+        DataSpec.from_dict({"name": "synthetic-text", "label": "y", "text_column": "t"})
+    assert DataSpec("flights", min_count=3, split=(0.7, 0.2, 0.1)).min_count == 3  # theirs
+    assert DataSpec("a.csv", label="y", categorical=("u",)).categorical == ("u",)
 
 
 def test_unknown_name_lists_the_valid_names() -> None:

@@ -57,6 +57,18 @@ def test_small_user_tables_get_no_compression_and_dims_bounded_by_cardinality() 
     assert raw["params"]["weight_decay"]["when"] == {"table_optimizer": ["adam"]}
 
 
+@pytest.mark.parametrize("task, train, want", [
+    ("ctr", 32, 32), ("ctr", 100, 64), ("ctr", 300, 256), ("text", 20, 16), ("text", 1, 1)])
+def test_a_train_split_smaller_than_a_batch_gets_a_batch_it_holds(task: str, train: int,
+                                                                    want: int) -> None:
+    """Below the smallest choice (256 ctr, 32 text) every trial trained no step and failed;
+    the batch is now the largest power of two within the split (the smallest choice where
+    it fits once), and the length says it trains."""
+    auto = derive_space(_facts([10], task, train), 8 * GB)
+    assert auto.batch_sizes == (want,)
+    assert auto.length.samples >= train // want * want > 0
+
+
 def test_the_derived_space_names_the_tables_it_embeds() -> None:
     # a file's tables are its columns, auto-detected or named: the description says which
     assert derive_space(_facts([3000]), 8 * GB).describe().startswith(

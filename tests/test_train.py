@@ -238,8 +238,9 @@ def test_resumed_run_ends_with_the_weights_of_a_straight_run(tmp_path: Path) -> 
 
 
 def _clicks_csv(path: Path, users: range, items: int) -> Path:
-    """A click log: user, item, clicked (not 'label'), one row per (user, item % items)."""
-    rows = [f"u{u},i{u % items},{(u // 3) % 2}" for u in users]
+    """A click log: user, item, clicked (not 'label'), two rows per (user, item % items) (a
+    user on one row only would be a row id, which a categorical column refuses)."""
+    rows = [f"u{u},i{u % items},{(u // 3) % 2}" for u in users for _ in range(2)]
     path.write_text("user,item,clicked\n" + "\n".join(rows) + "\n")
     return path
 
@@ -255,7 +256,7 @@ def test_other_data_file_is_read_with_the_config_files_label_and_columns(tmp_pat
     cfg = small(tables=(TableConfig("user", 321),), data=spec)
     r = train(cfg, data=str(other), out_dir=tmp_path / "out", max_steps=3)
     assert r.status == "complete", r.error
-    # 'item' is not a categorical column of the spec: one table, 480 train users + OOV (+ pad)
+    # 'item' is not a categorical column of the spec: one table, ~576 train users + OOV
     assert [t.split(":")[0] for t in r.env["resized"]] == ["user"]
     assert int(r.env["resized"][0].split("-> ")[1].split()[0].replace(",", "")) > 321
 

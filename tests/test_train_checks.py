@@ -159,6 +159,24 @@ def test_a_bad_data_file_is_refused_by_a_dry_run_too(
     assert capsys.readouterr().out.startswith("full size: the priced config on other.csv, ")
 
 
+def test_a_dry_run_of_a_hand_written_config_says_what_would_train(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --config my.yaml --dry-run` on a config no search wrote printed nothing and
+    exited 0; one without data passed the dry run and was refused only by the real run."""
+    (tmp_path / "c.csv").write_text("user,y\n" + "".join(f"u{i % 5},{i % 2}\n" for i in range(60)))
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text(f"dim: 8\ndata: {{name: {tmp_path / 'c.csv'}, label: y}}\n")
+    assert main(["train", "--config", str(cfg), "--dry-run", "--max-steps", "7"]) == 0
+    said = capsys.readouterr().out
+    assert said == f"training the config of {cfg} on {tmp_path / 'c.csv'}, 7 steps\n"
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("dim: 8\n")
+    assert main(["train", "--config", str(bare), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "carries no data spec" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.yaml", "c.csv", "my.yaml"]
+
+
 def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A user search's best.yaml or export (embedding settings + `params`) is not a config
@@ -189,7 +207,7 @@ def test_other_data_trains_hot_cold_tables_with_its_own_hot_sets(
     from autoembed.models.hot_cold import export_hot_sets
 
     def clicks(name: str, users: range) -> str:
-        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users)
+        rows = "".join(f"u{u},{(u // 3) % 2}\n" for u in users for _ in range(2))  # no row id
         (tmp_path / name).write_text("user,clicked\n" + rows)
         return str(tmp_path / name)
 

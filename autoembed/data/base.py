@@ -67,7 +67,10 @@ def row_order(n: int, split: int, seed: int, shuffle: bool) -> IntArray | tuple[
 
 
 class BaseDataset(ABC):
-    """Common behaviour; subclasses provide `_rows(split, positions) -> Batch` and metadata."""
+    """Common behaviour; subclasses provide `_rows(split, positions) -> Batch` and metadata.
+    `unused`: a data file's columns that auto-detection left out, each with why."""
+
+    unused: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,

@@ -33,6 +33,11 @@ DEFAULT_ROWS = (200_000, 20_000, 20_000)  # train, valid, test rows of synthetic
 DEFAULT_PAIRS = ((0, 1), (2, 3))  # synthetic-ctr field pairs with a planted interaction
 
 
+# The keys that name a data file's columns (built-in data have their own), with their flags.
+FILE_COLUMN_KEYS = {"label": "--label", "categorical": "--categorical", "multi_hot": "",
+                    "text_column": "--text-column", "separator": ""}
+
+
 def suffix_of(name: str) -> str:
     """The recognised (possibly double) suffix of a file name, lower case, or ''."""
     low = name.lower()
@@ -84,10 +89,11 @@ class DataSpec:
     `indicative_share` of tokens that point to a class, `label_noise` (Gumbel scale on the
     class scores). Real/user text: `vocab_size` caps the table, `seq_len` truncates.
 
-    files and real data: `label` column (binary for ctr; any classes for text),
-    `categorical` columns (None: auto-detected), `multi_hot` columns holding `separator`-joined
-    bags, `text_column` (a text task), `min_count` (values seen fewer times in the train split
-    fold into the OOV id), `split` fractions; `vocab` the path of a saved vocabulary to
+    files only (built-in data have their own, and refuse these): `label` column (binary for
+    ctr; any classes for text), `categorical` columns (None: auto-detected), `multi_hot`
+    columns holding `separator`-joined bags, `text_column` (a text task). Files and real
+    data: `min_count` (values seen fewer times in the train split fold into the OOV id),
+    `split` fractions; `vocab` the path of a saved vocabulary to
     encode with (what an exported config carries), instead of maps built on train.
     """
 
@@ -164,6 +170,8 @@ class DataSpec:
                 "use one of "
                 f"{', '.join(BUILTIN_NAMES)} or the path of a .csv or .parquet file"
             )
+        if not self.is_file:
+            self._require_no_file_columns()
         nf = len(self.vocab_sizes)
         if self.bag_sizes is not None:
             _check("bag_sizes", self.bag_sizes,
@@ -178,6 +186,20 @@ class DataSpec:
             _check("interaction_pairs", self.interaction_pairs,
                    Each(pair, f"a list of pairs of two different fields in [0, {nf})",
                         seq=(tuple,)))
+
+    def _require_no_file_columns(self) -> None:
+        """Built-in data have their own label and columns: a key naming a file's columns
+        would be ignored (stored in the study, never read), so it is refused."""
+        given = [f.name for f in fields(self) if f.name in FILE_COLUMN_KEYS
+                 and getattr(self, f.name) != f.default]
+        if given:
+            flags = [FILE_COLUMN_KEYS[k] for k in given if FILE_COLUMN_KEYS[k]]
+            said = f" ({', '.join(flags)})" if flags else ""
+            raise DataError(
+                f"data '{self.name}' is built in, with its own label and columns: "
+                f"{', '.join(given)}{said} describe{'s' if len(given) == 1 else ''} a data "
+                f"file; drop {'it' if len(given) == 1 else 'them'}, or give a file's path"
+            )
 
     def exponents(self) -> tuple[float, ...]:
         """The Zipf exponent of each synthetic-ctr field."""

@@ -15,6 +15,7 @@ __all__ = ["read_table"]
 
 SEPARATORS = (",", "\t", ";", "|")  # what a delimited file's header is split on
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # spreadsheets' "Unicode text" starts with one
+FLOAT_EXACT = 2**53  # float64 holds every integer below this, and not all above
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -40,6 +41,12 @@ def read_table(path: str | Path) -> pd.DataFrame:
     try:
         if suffix in PARQUET_SUFFIXES:
             frame = pd.read_parquet(p)
+            big = _inexact_ints(frame)
+            if big:  # an integer column with nulls, read as float64: read it as integers
+                exact = pd.read_parquet(p, columns=[str(frame.columns[i]) for i in big],
+                                        dtype_backend="numpy_nullable")
+                for j, i in enumerate(big):
+                    frame.isetitem(i, exact.iloc[:, j].astype(object))
         else:
             frame = _read_delimited(p, "," if suffix in CSV_SUFFIXES else "\t")
     except pd.errors.EmptyDataError:
@@ -70,22 +77,51 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
     """A CSV/TSV file, read again with the separator its header shows when the expected one
-    leaves a single column (`;`-separated CSV, a tab-separated `.csv`)."""
+    leaves a single column (`;`-separated CSV, a tab-separated `.csv`), or by the one a first
+    line `sep=;` names (a spreadsheet's hint line, then skipped)."""
     import pandas as pd
 
     with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
-        encoding = "utf-16" if f.read(2) in UTF16_BOMS else "utf-8"
-    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+        start = f.read(2)
+        encoding = "utf-16" if start in UTF16_BOMS else "utf-8"
+        first = (start + f.readline()).decode(encoding, "replace").lstrip("\ufeff").strip()
+    # a spreadsheet's 'sep=;' line (Excel writes and reads it) names the separator
+    skip = int(len(first) == 5 and first.startswith("sep=") and first[4] in SEPARATORS)
+    sep = first[4] if skip else sep
+    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
     if frame.shape[1] == 1:
         header = str(frame.columns[0])
         found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
         if found:
             sep = max(found)[1]
-            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding)
+            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
     # the header as written: pandas renames a repeated name ('user', 'user.1'), which
     # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
     head = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                       encoding=encoding).iloc[0].tolist()
+                       encoding=encoding, skiprows=skip).iloc[0].tolist()
     if len(head) == frame.shape[1]:
         frame.columns = [h if h.strip() else c for h, c in zip(head, frame.columns, strict=True)]
+    big = _inexact_ints(frame)
+    if big:  # integers as written: the digits are the keys (`tabular.canonical` of an int)
+        exact = pd.read_csv(p, sep=sep, usecols=big, dtype=str, low_memory=False,
+                            encoding=encoding, skiprows=skip)
+        for j, i in enumerate(big):
+            frame.isetitem(i, exact.iloc[:, j])
     return frame
+
+
+def _inexact_ints(frame: pd.DataFrame) -> list[int]:
+    """Positions of the columns of whole numbers that float64 cannot hold exactly (beyond
+    2**53, e.g. 64-bit hashed ids): what a reader gives an integer column with missing
+    values, where distinct ids would round to one."""
+    import numpy as np
+
+    found = []
+    for i in range(frame.shape[1]):
+        s = frame.iloc[:, i]
+        if s.dtype == np.float64 and s.isna().any():
+            present = s.dropna().to_numpy()
+            if (present.size and np.abs(present).max() >= FLOAT_EXACT
+                    and np.all(np.mod(present, 1) == 0)):
+                found.append(i)
+    return found

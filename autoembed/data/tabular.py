@@ -26,7 +26,7 @@ from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
-           "as_bags", "AUTO_MAX_DISTINCT_SHARE"]
+           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "left_out", "why_not_categorical"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
@@ -92,22 +92,45 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
 
 
 def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Columns that look categorical: categories, booleans, and string or integer columns
-    whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
+    """Columns that look categorical (`why_not_categorical` says None)."""
+    return [c for c in frame.columns if c not in exclude and why_not_categorical(frame[c]) is None]
+
+
+def left_out(frame: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, str]]:
+    """The columns auto-detection leaves out, each with why (`why_not_categorical`)."""
+    found = []
+    for c in frame.columns:
+        why = None if c in exclude else why_not_categorical(frame[c])
+        if why is not None:
+            found.append((str(c), why))
+    return found
+
+
+def why_not_categorical(s: pd.Series) -> str | None:
+    """None when the column looks categorical: categories, booleans, and string or integer
+    columns whose distinct values are at most AUTO_MAX_DISTINCT_SHARE of the rows (an id per
     row, a uuid or free text, has nothing to learn: every validation value would be unseen).
     An integer column with missing values (which a CSV reader gives as floats: 3.0, NaN) is
-    an integer column."""
-    found = []
-    n = len(frame)
-    for c in frame.columns:
-        if c in exclude:
-            continue
-        s = frame[c]
-        keyed = ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)
-        if (ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
-                or (keyed and _distinct(s) <= AUTO_MAX_DISTINCT_SHARE * n)):
-            found.append(c)
-    return found
+    an integer column. Else why not, in a few words; left out whatever the dtype, as
+    nothing can be learnt from them (and a named one is refused): a column with no value, a
+    constant (one value on every row), and one whose present values all differ (also an id
+    that is mostly missing)."""
+    present = int(s.notna().sum())
+    distinct = _distinct(s)
+    if not present:
+        return "all missing"
+    if distinct == float("inf"):
+        return f"{type(s.dropna().iloc[0]).__name__} values, not keys"
+    categories = ptypes.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype)
+    if not (categories or ptypes.is_string_dtype(s) or ptypes.is_object_dtype(s) or _integral(s)):
+        return "numbers, not whole" if ptypes.is_float_dtype(s) else f"{s.dtype} values"
+    if distinct == 1 and present == len(s):
+        return "one value"
+    if present >= 2 and distinct == present:
+        return "a different value on every row"
+    if not categories and distinct > AUTO_MAX_DISTINCT_SHARE * len(s):
+        return f"{int(distinct):,} distinct values in {len(s):,} rows"
+    return None
 
 
 def _distinct(s: pd.Series) -> float:
@@ -283,6 +306,34 @@ def _factorise(series: pd.Series, separator: str | None) -> _Keys:
     return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
 
 
+def _require_learnable(k: _Keys, column: str, source: str) -> None:
+    """Refuse a one-hot column whose table could learn nothing, in one line naming it: one
+    value on every row (a constant: no row differs), or a different value on every row that
+    has one (a row id: every validation value is unseen in train, and the table spends a row
+    per train row). A column with one value and some missing cells is kept: present/missing
+    is a feature."""
+    key_of = np.array([bag[0] if bag else -1 for bag in k.bags] + [-1], dtype=np.int64)
+    row_keys = key_of[k.codes]  # code -1 (missing) takes the appended -1
+    present = row_keys[row_keys >= 0]
+    counts = np.bincount(present, minlength=len(k.keys))
+    fix = (f"leave it out of the categorical columns (--categorical; a config file: its data "
+           f"key '{ROLE_KEYS['categorical']}')")
+    if present.size == row_keys.size and np.count_nonzero(counts) == 1:
+        raise DataError(
+            f"categorical {_where(source, column)} has the one value "
+            f"'{k.keys[int(present[0])]}' on every row: a constant, its table learns nothing; "
+            f"{fix}"
+        )
+    if present.size >= 2 and int(counts.max()) == 1:
+        rows = (f"each of its {present.size:,} rows" if present.size == row_keys.size
+                else f"each of the {present.size:,} rows that have one")
+        raise DataError(
+            f"categorical {_where(source, column)} has a different value on {rows} (like a row "
+            f"id): no validation value is seen in train, so its table learns nothing and "
+            f"spends a row per train row; {fix}"
+        )
+
+
 def _build_map(name: str, kind: str, k: _Keys, train: IntArray, min_count: int) -> VocabMap:
     rows_per_unique = np.bincount(k.codes[train][k.codes[train] >= 0], minlength=len(k.bags))
     counts = np.zeros(len(k.keys), dtype=np.int64)
@@ -395,8 +446,16 @@ def _field_ids(frame: pd.DataFrame, c: str, columns: CtrColumns, train: IntArray
     multi = c in columns.multi_hot
     keys = _factorise(frame[c], columns.separator if multi else None)
     if vocabulary is None:
+        if not multi:
+            _require_learnable(keys, c, source)
         vmap = _build_map(c, "multi_hot" if multi else "categorical", keys, train,
                           spec.min_count)
+        if not vmap.values:  # every id OOV: the table is one row, whatever the value
+            raise DataError(
+                f"{_where(source, c)} keeps no value: none is seen min_count="
+                f"{spec.min_count} times in the train split, so every value is OOV and its "
+                f"table learns nothing; lower min_count, or leave the column out"
+            )
     elif c in vocabulary.maps:
         vmap = vocabulary.maps[c]
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autoembed.data.base import InMemoryDataset
+from autoembed.data.base import BaseDataset, InMemoryDataset
 from autoembed.data.spec import DataSpec
 from autoembed.data.table_files import read_table
 from autoembed.data.tabular import (
@@ -20,6 +20,7 @@ from autoembed.data.tabular import (
     build_ctr,
     detect_categorical,
     keyed_lists,
+    left_out,
     list_columns,
     require_columns,
 )
@@ -30,7 +31,7 @@ from autoembed.errors import DataError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["load_user_file"]
+__all__ = ["load_user_file", "unused_note"]
 
 
 def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMemoryDataset:
@@ -49,13 +50,30 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
     multi_hot, lists = _list_bags(frame, spec)
+    unused: list[tuple[str, str]] = []
     if spec.categorical is not None:
         categorical = tuple(c for c in spec.categorical if c not in multi_hot)
     else:
         exclude = (spec.label, *multi_hot, *lists)
         categorical = tuple(detect_categorical(frame, exclude))
+        unused = [(c, "lists of numbers") for c in lists if c not in multi_hot]
+        unused += left_out(frame, exclude)
     cols = CtrColumns(spec.label, categorical, multi_hot, spec.separator)
-    return build_ctr(frame, spec, cols, source, vocabulary)
+    dataset = build_ctr(frame, spec, cols, source, vocabulary)
+    dataset.unused = tuple(unused)
+    return dataset
+
+
+def unused_note(dataset: BaseDataset | None) -> str | None:
+    """One line naming the columns of a data file that auto-detection left out and why
+    (None when it left none out, or the columns were named)."""
+    if dataset is None or not dataset.unused:
+        return None
+    unused = dataset.unused
+    shown = ", ".join(f"{c} ({why})" for c, why in unused[:8])
+    more = f", {len(unused) - 8} more" if len(unused) > 8 else ""
+    return (f"columns of {dataset.spec.name} not embedded (auto-detection takes categorical "
+            f"columns only): {shown}{more}; --categorical names the columns to embed instead")
 
 
 def _list_bags(frame: pd.DataFrame, spec: DataSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -105,6 +105,11 @@ class BuiltinWorkload:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
             data = build_priced_data(spec, stand_in, sp.tables, sp.source)
         digest = _checked_data(data, stored, r.study)
+        from autoembed.data.user_file import unused_note
+
+        note = unused_note(data.dataset)
+        if note:
+            tell(note)
         sp = _seeded(sp, seed)
         if sp.source == AUTO_SPACE:
             from autoembed.space_auto import summary

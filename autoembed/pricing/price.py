@@ -132,6 +132,8 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
     """The config file (else the seed workload's defaults) with the given flags over it."""
     given = {k: v for k, v in flags.items() if v is not None}
     base = load_config(config_path) if config_path is not None else None
+    if base is not None and "vocab" not in given:
+        base = _with_data_tables(base)
     if base is None:
         several = "vocab" in given and "," in str(given["vocab"])
         for k, v in SEED_DEFAULTS.items():
@@ -146,6 +148,18 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
     if base is None:
         return EmbeddingConfig(**kw)
     return replace(base, **kw) if kw else base
+
+
+def _with_data_tables(config: EmbeddingConfig) -> EmbeddingConfig:
+    """A config that names its data but leaves `tables` at the placeholder, with the data's
+    tables written in (as `autoembed train` resolves it before training); else as it is."""
+    placeholder = next(f.default for f in fields(EmbeddingConfig) if f.name == "tables")
+    if config.data is None or config.tables != placeholder:
+        return config
+    from autoembed.data import DataSpec, load_dataset
+    from autoembed.runner import resolve_for_data
+
+    return resolve_for_data(config, load_dataset(DataSpec.from_dict(dict(config.data), "data")))
 
 
 def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
