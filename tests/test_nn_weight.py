@@ -126,3 +126,27 @@ def test_a_forward_reading_a_decoded_weight_prices_on_fake_tensors() -> None:
     assert est.allocated_peak > 0
     model = build()
     assert torch.equal(model(users), model.user(users) @ model.item.full_weight().T)
+
+
+class _Two(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.head = nn.Embedding(V, D), nn.Linear(D, 2)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_state_dict_saved_before_apply_loads_or_is_refused(strict: bool) -> None:
+    import autoembed
+
+    before = _Two()
+    saved = before.state_dict()
+    stored = autoembed.apply(_Two(), {"tables": [{"name": "emb", "vocab_size": V,
+                                                  "compression": "hash", "hash_buckets": 50}]})
+    stored.load_state_dict(saved, strict=strict)  # the same [V, D] table, stored as it is
+    assert torch.equal(stored.emb(IDS), F.embedding(IDS, saved["emb.weight"]))
+    assert torch.equal(stored.head.weight, saved["head.weight"])
+    qr = autoembed.apply(_Two(), {"tables": [{"name": "emb", "vocab_size": V,
+                                              "compression": "qr"}]})
+    with pytest.raises(ConfigError, match=r"'emb\.weight' \(12, 4\) is the table before "
+                                          r"autoembed\.apply.*from_trained=True"):
+        qr.load_state_dict(saved, strict=strict)

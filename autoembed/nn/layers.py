@@ -168,6 +168,23 @@ class _Layer(nn.Module):
             return full
         return decoded(full, self._label())
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any) -> None:
+        """A state_dict saved before `autoembed.apply` holds the table as torch's
+        ``<prefix>weight``: a stored table (`_stored_table`) loads it as its own weight; any
+        other refuses it in one line (left out, the rows would stay as they were, silently
+        under strict=False)."""
+        key = prefix + "weight"
+        if key in state_dict and not any(k.startswith(prefix + "store.") for k in state_dict):
+            if not self._stored_table():
+                shape = tuple(getattr(state_dict[key], "shape", ()))
+                raise ConfigError(f"{self._label()}: the state_dict's '{key}' {shape} is the "
+                                  "table before autoembed.apply, which this layer does not "
+                                  "store as it is; load it into the model before apply "
+                                  "(from_trained=True fits a compressed table to it)")
+            state_dict[prefix + "store.weight"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def _label(self) -> str:
         """The layer as its messages name it: Embedding(1000, 8, compression hash)."""
         return (f"{type(self).__name__}({self.num_embeddings}, {self.embedding_dim}, "
