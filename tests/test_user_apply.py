@@ -179,3 +179,18 @@ def test_materialize_refuses_buffers_without_values() -> None:
         model.register_buffer("position_ids", torch.arange(8))
     with pytest.raises(ConfigError, match="buffer 'position_ids'"):
         autoembed.materialize(model)
+
+
+def test_an_optimizer_built_before_apply_is_refused_at_its_step() -> None:
+    model = nn.Sequential(nn.Embedding(100, 4), nn.Linear(4, 1))
+    early = torch.optim.SGD(model.parameters(), lr=0.5)  # holds the table apply replaces
+    other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.5)
+    autoembed.apply(model, {"tables": [{"name": "0", "vocab_size": 100, "compression": "qr"}]})
+    model(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(ConfigError, match=r"^SGD steps '0\.weight', the table autoembed\.apply "
+                                          r"replaced.*build the optimizer after apply"):
+        early.step()
+    other.step()  # an optimizer without a replaced table steps as before
+    before = model[0].full_weight().detach().clone()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()  # built after apply: the table trains
+    assert not torch.allclose(model[0].full_weight(), before)
