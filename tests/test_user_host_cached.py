@@ -198,7 +198,7 @@ def test_hashed_host_cached_bag_reads_the_rows_the_hash_layer_reads() -> None:
                                  placement="host_cached", cache_rows=40, table_optimizer="sgd")
     plain = ae.EmbeddingBag(V, D, mode="sum", compression="hash", hash_buckets=50)
     with torch.no_grad():
-        plain.store.weight.copy_(cached_bag.weight)  # [50, D]: the host table
+        plain.store.weight.copy_(cached_bag.store.table.host_weight)  # [50, D]
         x = torch.randint(0, V, (8, 6))  # up to 48 distinct rows: read around the cache
         assert torch.allclose(cached_bag(x), plain(x))
         assert torch.allclose(cached_bag(x[:2]), plain(x[:2]))  # through the cache
@@ -237,7 +237,7 @@ def test_dynamic_rows_give_new_ids_their_own_rows() -> None:
                        table_optimizer="sgd")
     with torch.no_grad():
         out = emb(torch.tensor([[3, 100, 200, 100]]))
-    w = emb.weight  # [10 + 4, D]: the known rows, then one row per new id, first come
-    assert w.shape == (14, D)
+    w = emb.store.table.host_weight  # [10 + 4, D]: the known rows, then one row per new id
+    assert w.shape == (14, D) and torch.equal(emb.weight, w[:10])  # weight: ids 0..9
     assert torch.equal(out[0, 0], w[3]) and torch.equal(out[0, 1], w[10])
     assert torch.equal(out[0, 2], w[11]) and torch.equal(out[0, 3], w[10])
