@@ -171,3 +171,17 @@ def test_a_hashed_host_cached_table_decodes_to_one_row_per_id() -> None:
     want = buckets[[hash_id_reference(i, 5, 0) for i in range(V)]]
     assert torch.equal(model.tok.full_weight(), want)
     assert torch.equal(model.head.weight, want)  # the untied head: V logits, not 5
+
+
+@pytest.mark.parametrize("op", ["mult", "add", "concat"])
+def test_a_qr_bag_against_its_decoded_rows_as_apply_md_says(op: str) -> None:
+    bag = ae.EmbeddingBag(V, D, mode="sum", compression="qr", qr_operation=op,
+                          qr_collisions=4)
+    x, w = torch.tensor([[1, 6, 11]]), torch.tensor([[0.5, 2.0, 1.0]])
+    s = bag.store
+    q, r = s.q_weight.detach()[x[0] // 4], s.r_weight.detach()[x[0] % 4]
+    want = {"mult": (w.T * q).sum(0) * (w.T * r).sum(0),  # the parts' pools, multiplied
+            "add": (w.T * (q + r)).sum(0), "concat": (w.T * torch.cat([q, r], 1)).sum(0)}[op]
+    assert torch.allclose(bag(x, per_sample_weights=w)[0], want, atol=1e-6)
+    rows = (w.T * bag.full_weight().detach()[x[0]]).sum(0)  # the pool of the decoded rows
+    assert torch.allclose(rows, want, atol=1e-6) == (op != "mult")
