@@ -1,8 +1,9 @@
-"""`DecodedTable`: what a compressed layer's ``weight`` attribute returns, the table decoded
-from its storage (a new tensor each read). It reads as any tensor (a tied output layer, a
-norm, a copy; results are plain tensors), and refuses a write in one line: an in-place op,
-item assignment, ``out=``, or setting an attribute (``.data``, ``.requires_grad``) on it or on
-a view of it would change the copy, never the table (docs/apply.md)."""
+"""`DecodedTable`: what a compressed (or host_cached) layer's ``weight`` attribute returns,
+the table decoded from its storage (a new tensor each read; host_cached: the host rows). It
+reads as any tensor (a tied output layer, a norm, a copy; results are plain tensors), and
+refuses a write in one line: an in-place op, item assignment, ``out=``, or setting an
+attribute (``.data``, ``.requires_grad``) on it or on a view of it would not change the rows
+the layer reads (docs/apply.md)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,11 @@ def decoded(table: torch.Tensor, layer: str) -> DecodedTable:
 
 def _refusal(layer: str, op: str) -> str:
     freeze = op in ("requires_grad_", ".requires_grad = ...")
-    return (f"{layer}.weight is its table decoded from the compressed storage, a new copy "
-            f"each read, so {op} on it changes nothing; "
-            + ("freeze the layer itself: layer.requires_grad_(False)" if freeze else
-               "set the rows before autoembed.apply (from_trained=True fits the table to "
-               "them) or build the layer with init="))
+    fix = ("set it on the layer: layer.requires_grad_(False) freezes it" if freeze else
+           "set the rows before autoembed.apply (from_trained=True fits the table to them) "
+           "or build the layer with init=")
+    return (f"{layer}.weight is the table decoded from the layer's storage, not the storage, "
+            f"so {op} on it would not change the rows the layer reads; {fix}")
 
 
 def _name(func: Any) -> str:
