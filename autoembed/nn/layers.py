@@ -145,9 +145,10 @@ class _Layer(nn.Module):
         elif self._stored_table():
             self.store.weight = value  # torch's: the parameter replaced
         else:
-            raise ConfigError(f"{self._label()}.weight = ...: the table is stored compressed, "
-                              "so there is no [V, D] parameter to replace; set the rows before "
-                              "autoembed.apply (from_trained=True fits the table to them)")
+            raise ConfigError(f"{self._label()}.weight = ...: the layer holds no [V, D] "
+                              "parameter to replace (its rows are stored compressed, packed or "
+                              "on the host); set the rows before autoembed.apply "
+                              "(from_trained=True fits the table to them)")
 
     def _stored_table(self) -> bool:
         """The storage's ``weight`` is the [V, D] table as it is (compression none, or hash
