@@ -182,10 +182,14 @@ def test_materialize_refuses_buffers_without_values() -> None:
 
 
 def test_an_optimizer_built_before_apply_is_refused_at_its_step() -> None:
+    qr = {"tables": [{"name": "0", "vocab_size": 100, "compression": "qr"}]}
+    autoembed.apply(nn.Sequential(nn.Embedding(100, 4)), qr)  # an earlier apply elsewhere
     model = nn.Sequential(nn.Embedding(100, 4), nn.Linear(4, 1))
     early = torch.optim.SGD(model.parameters(), lr=0.5)  # holds the table apply replaces
     other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.5)
-    autoembed.apply(model, {"tables": [{"name": "0", "vocab_size": 100, "compression": "qr"}]})
+    model(torch.tensor([1, 2])).sum().backward()
+    early.step()  # trains the table before apply, as it should
+    autoembed.apply(model, qr, from_trained=True)
     model(torch.tensor([1, 2])).sum().backward()
     with pytest.raises(ConfigError, match=r"^SGD steps '0\.weight', the table autoembed\.apply "
                                           r"replaced.*build the optimizer after apply"):

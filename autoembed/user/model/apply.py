@@ -318,7 +318,9 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
 
 REPLACED = "_autoembed_replaced"  # set on a replaced module's weight: the module's path
 _STEP_CHECK: list[Any] = []  # the optimizer step hook, registered once (`_mark_replaced`)
-_CHECKED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # optimizer -> params
+_MARKED = [0]  # weights marked so far: an optimizer checked before a later apply is read again
+# optimizer -> (weights marked, parameters it held) when it was last read
+_CHECKED: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def _mark_replaced(weight: nn.Parameter, path: str) -> None:
@@ -326,6 +328,7 @@ def _mark_replaced(weight: nn.Parameter, path: str) -> None:
     holds it, and its step would train it instead of the new layer (the table would never
     change); `_refuse_replaced` refuses that step."""
     setattr(weight, REPLACED, path)
+    _MARKED[0] += 1
     if not _STEP_CHECK:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -334,9 +337,10 @@ def _mark_replaced(weight: nn.Parameter, path: str) -> None:
 
 def _refuse_replaced(optimizer: torch.optim.Optimizer, *_: Any) -> None:
     """Before any optimizer's step: one holding a weight `apply` replaced is a ConfigError
-    (read again only when its parameters change in number, so a step stays cheap)."""
-    held = sum(len(g["params"]) for g in optimizer.param_groups)
-    if _CHECKED.get(optimizer) == held:
+    (read again only after another apply or when its parameters change in number, so a step
+    stays cheap)."""
+    seen = (_MARKED[0], sum(len(g["params"]) for g in optimizer.param_groups))
+    if _CHECKED.get(optimizer) == seen:
         return
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -346,7 +350,7 @@ def _refuse_replaced(optimizer: torch.optim.Optimizer, *_: Any) -> None:
                                   "autoembed.apply replaced, so the new layer would never "
                                   "train; build the optimizer after apply "
                                   "(autoembed.build_optimizer(model, config))")
-    _CHECKED[optimizer] = held
+    _CHECKED[optimizer] = seen
 
 
 def apply(model: nn.Module, config: Any, *, untie: bool = False,
