@@ -241,3 +241,22 @@ def test_dynamic_rows_give_new_ids_their_own_rows() -> None:
     assert w.shape == (14, D) and torch.equal(emb.weight, w[:10])  # weight: ids 0..9
     assert torch.equal(out[0, 0], w[3]) and torch.equal(out[0, 1], w[10])
     assert torch.equal(out[0, 2], w[11]) and torch.equal(out[0, 3], w[10])
+
+
+def test_a_tied_model_applied_host_cached_with_untie_prices() -> None:
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok, self.head = nn.Embedding(V, D), nn.Linear(D, V, bias=False)
+            self.head.weight = self.tok.weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.tok(x))
+
+    cfg = {"placement": "host_cached", "table_optimizer": "sgd", "batch_size": 2, "seq_len": 4,
+           "cache_load_factor": 0.5, "tables": [{"name": "tok", "vocab_size": V,
+                                                 "compression": "hash", "hash_buckets": 100}]}
+    est = autoembed.estimate_model(lambda: autoembed.apply(LM(), cfg, untie=True),
+                                   torch.randint(0, V, (2, 4)), optimizer="sgd")
+    # by hand: the untied head [V, D] and the cache's 50 of 100 bucket rows, fp32, 512 B blocks
+    assert est.parameters == -(-V * D * 4 // 512) * 512 + -(-50 * D * 4 // 512) * 512

@@ -330,7 +330,10 @@ class HostCache(PackedWeights):
 
     @torch.no_grad()
     def flush(self) -> None:
-        """Write every cached row (weight and state) back to the host; the cache stays valid."""
+        """Write every cached row (weight and state) back to the host; the cache stays valid.
+        Under fake tensors (a traced estimate) no row is cached: nothing to write."""
+        if is_fake(self.slot_row):
+            return
         held = (self.slot_row != EMPTY).nonzero().squeeze(1)
         if held.numel():
             self._write_back(held)
