@@ -152,27 +152,6 @@ def test_a_state_dict_saved_before_apply_loads_or_is_refused(strict: bool) -> No
         qr.load_state_dict(saved, strict=strict)
 
 
-def test_a_hashed_host_cached_table_decodes_to_one_row_per_id() -> None:
-    import autoembed
-    from autoembed.nn.hashing import hash_id_reference
-
-    class LM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tok, self.head = nn.Embedding(V, D), nn.Linear(D, V, bias=False)
-            self.head.weight = self.tok.weight
-
-    model = autoembed.apply(LM(), {"placement": "host_cached", "table_optimizer": "sgd",
-                                   "batch_size": 1, "seq_len": 2, "cache_load_factor": 1.0,
-                                   "tables": [{"name": "tok", "vocab_size": V,
-                                               "compression": "hash", "hash_buckets": 5}]},
-                            untie=True)
-    buckets = model.tok.store.table.host_weight  # [5, D]
-    want = buckets[[hash_id_reference(i, 5, 0) for i in range(V)]]
-    assert torch.equal(model.tok.full_weight(), want)
-    assert torch.equal(model.head.weight, want)  # the untied head: V logits, not 5
-
-
 @pytest.mark.parametrize("op", ["mult", "add", "concat"])
 def test_a_qr_bag_against_its_decoded_rows_as_apply_md_says(op: str) -> None:
     bag = ae.EmbeddingBag(V, D, mode="sum", compression="qr", qr_operation=op,
