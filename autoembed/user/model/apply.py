@@ -306,7 +306,8 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
     for path in paths:
         parent, _, attr = path.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, layer)
-    _mark_replaced(old.weight, paths[0])
+    for name, p in old.named_parameters():  # an autoembed layer's: its storage's
+        _mark_replaced(p, f"{paths[0]}.{name}")
     for path, pname in ties:
         head = model.get_submodule(path)
         if untie:
@@ -316,18 +317,18 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
             _decode_into(head, pname, layer)
 
 
-REPLACED = "_autoembed_replaced"  # set on a replaced module's weight: the module's path
+REPLACED = "_autoembed_replaced"  # set on a replaced module's parameter: its path
 _STEP_CHECK: list[Any] = []  # the optimizer step hook, registered once (`_mark_replaced`)
 _MARKED = [0]  # weights marked so far: an optimizer checked before a later apply is read again
 # optimizer -> (weights marked, parameters it held) when it was last read
 _CHECKED: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
-def _mark_replaced(weight: nn.Parameter, path: str) -> None:
-    """Mark the weight of a module `apply` replaced: an optimizer built before `apply` still
+def _mark_replaced(param: nn.Parameter, path: str) -> None:
+    """Mark a parameter of a module `apply` replaced: an optimizer built before `apply` still
     holds it, and its step would train it instead of the new layer (the table would never
     change); `_refuse_replaced` refuses that step."""
-    setattr(weight, REPLACED, path)
+    setattr(param, REPLACED, path)
     _MARKED[0] += 1
     if not _STEP_CHECK:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -346,7 +347,7 @@ def _refuse_replaced(optimizer: torch.optim.Optimizer, *_: Any) -> None:
         for p in group["params"]:
             path = getattr(p, REPLACED, None)
             if path is not None:
-                raise ConfigError(f"{type(optimizer).__name__} steps '{path}.weight', the table "
+                raise ConfigError(f"{type(optimizer).__name__} steps '{path}' of the table "
                                   "autoembed.apply replaced, so the new layer would never "
                                   "train; build the optimizer after apply "
                                   "(autoembed.build_optimizer(model, config))")
