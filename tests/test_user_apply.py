@@ -179,3 +179,27 @@ def test_materialize_refuses_buffers_without_values() -> None:
         model.register_buffer("position_ids", torch.arange(8))
     with pytest.raises(ConfigError, match="buffer 'position_ids'"):
         autoembed.materialize(model)
+
+
+def test_an_optimizer_built_before_apply_is_refused_at_its_step() -> None:
+    qr = {"tables": [{"name": "0", "vocab_size": 100, "compression": "qr"}]}
+    autoembed.apply(nn.Sequential(nn.Embedding(100, 4)), qr)  # an earlier apply elsewhere
+    model = nn.Sequential(nn.Embedding(100, 4), nn.Linear(4, 1))
+    early = torch.optim.SGD(model.parameters(), lr=0.5)  # holds the table apply replaces
+    other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.5)
+    model(torch.tensor([1, 2])).sum().backward()
+    early.step()  # trains the table before apply, as it should
+    autoembed.apply(model, qr, from_trained=True)
+    model(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(ConfigError, match=r"^SGD steps '0\.weight' of the table autoembed\."
+                                          r"apply replaced.*build the optimizer after apply"):
+        early.step()
+    other.step()  # an optimizer without a replaced table steps as before
+    before = model[0].full_weight().detach().clone()
+    between = torch.optim.SGD(model.parameters(), lr=0.5)  # built after apply: the table trains
+    between.step()
+    assert not torch.allclose(model[0].full_weight(), before)
+    autoembed.apply(model, {"tables": [{"name": "0", "vocab_size": 100, "compression": "hash",
+                                        "hash_buckets": 10}]}, from_trained=True)
+    with pytest.raises(ConfigError, match=r"steps '0\.store\.q_weight' of the table"):
+        between.step()  # it holds the qr layer's storage, replaced in its turn

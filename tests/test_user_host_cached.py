@@ -198,7 +198,7 @@ def test_hashed_host_cached_bag_reads_the_rows_the_hash_layer_reads() -> None:
                                  placement="host_cached", cache_rows=40, table_optimizer="sgd")
     plain = ae.EmbeddingBag(V, D, mode="sum", compression="hash", hash_buckets=50)
     with torch.no_grad():
-        plain.store.weight.copy_(cached_bag.weight)  # [50, D]: the host table
+        plain.store.weight.copy_(cached_bag.store.table.host_weight)  # [50, D]
         x = torch.randint(0, V, (8, 6))  # up to 48 distinct rows: read around the cache
         assert torch.allclose(cached_bag(x), plain(x))
         assert torch.allclose(cached_bag(x[:2]), plain(x[:2]))  # through the cache
@@ -237,7 +237,45 @@ def test_dynamic_rows_give_new_ids_their_own_rows() -> None:
                        table_optimizer="sgd")
     with torch.no_grad():
         out = emb(torch.tensor([[3, 100, 200, 100]]))
-    w = emb.weight  # [10 + 4, D]: the known rows, then one row per new id, first come
-    assert w.shape == (14, D)
+    w = emb.store.table.host_weight  # [10 + 4, D]: the known rows, then one row per new id
+    assert w.shape == (14, D) and torch.equal(emb.weight, w[:10])  # weight: ids 0..9
     assert torch.equal(out[0, 0], w[3]) and torch.equal(out[0, 1], w[10])
     assert torch.equal(out[0, 2], w[11]) and torch.equal(out[0, 3], w[10])
+
+
+class TiedLM(nn.Module):
+    """A language model whose output layer is tied to its token table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.head = nn.Embedding(V, D), nn.Linear(D, V, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.tok(x))
+
+
+def hashed_cached(buckets: int) -> dict:
+    """A host_cached config hashing TiedLM's table into `buckets` rows, half of them cached."""
+    return {"placement": "host_cached", "table_optimizer": "sgd", "batch_size": 2,
+            "seq_len": 4, "cache_load_factor": 0.5,
+            "tables": [{"name": "tok", "vocab_size": V, "compression": "hash",
+                        "hash_buckets": buckets}]}
+
+
+def test_a_hashed_host_cached_table_decodes_to_one_row_per_id() -> None:
+    from autoembed.nn.hashing import hash_id_reference
+
+    model = autoembed.apply(TiedLM(), hashed_cached(5), untie=True)
+    buckets = model.tok.store.table.host_weight  # [5, D]
+    want = buckets[[hash_id_reference(i, 5, 0) for i in range(V)]]
+    assert torch.equal(model.tok.full_weight(), want)
+    assert torch.equal(model.head.weight, want)  # the untied head: V logits, not 5
+
+
+def test_a_tied_model_applied_host_cached_with_untie_prices() -> None:
+    est = autoembed.estimate_model(lambda: autoembed.apply(TiedLM(), hashed_cached(100),
+                                                           untie=True),
+                                   torch.randint(0, V, (2, 4)), optimizer="sgd")
+    # by hand: the untied head [V, D] and the cache's 50 of 100 bucket rows, fp32, 512 B blocks
+    assert est.parameters == -(-V * D * 4 // 512) * 512 + -(-50 * D * 4 // 512) * 512

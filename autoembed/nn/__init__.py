@@ -8,8 +8,9 @@ compression says (`autoembed.nn.storage`, `autoembed.nn.methods`; docs/compressi
 ``placement="host_cached"`` keeps the table and its optimizer state on the host and
 ``cache_rows`` rows on the device (`autoembed.nn.host_cache`; docs/host_cache.md).
 `autoembed.quantize` packs each layer's stored weights for serving (robe, tt and host_cached
-refused: `why_not_packed`). `full_weight()` decodes the [V, D] table; for a compressed layer
-the attribute ``weight`` is that decoded table, never the compressed storage.
+refused: `why_not_packed`). `full_weight()` decodes the [V, D] table; the attribute ``weight``
+is the stored table where it is one (compression none: torch's parameter), else the decoded
+table, which refuses writes (`autoembed.nn.decoded`).
 
 The storages are the one implementation of each compression: the built-in models' tables
 (`autoembed.models`) subclass them and add only their pooling, so a weight has the same name

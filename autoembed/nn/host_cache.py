@@ -330,7 +330,10 @@ class HostCache(PackedWeights):
 
     @torch.no_grad()
     def flush(self) -> None:
-        """Write every cached row (weight and state) back to the host; the cache stays valid."""
+        """Write every cached row (weight and state) back to the host; the cache stays valid.
+        Under fake tensors (a traced estimate) no row is cached: nothing to write."""
+        if is_fake(self.slot_row):
+            return
         held = (self.slot_row != EMPTY).nonzero().squeeze(1)
         if held.numel():
             self._write_back(held)
@@ -570,7 +573,7 @@ def layer_storage(num: int, dim: int, compression: str, factory: dict[str, Any],
     return CachedStorage(HostCache(
         buckets or num, dim, cache_rows, cache_policy, table_optimizer, buckets=buckets,
         seed=hash_seed, dynamic_rows=dynamic_rows,
-        device=factory.get("device") or torch.empty(0).device, dtype=dtype, init_std=1.0))
+        device=factory.get("device") or torch.empty(0).device, dtype=dtype, init_std=1.0), num)
 
 
 class CachedStorage(nn.Module):
@@ -584,9 +587,9 @@ class CachedStorage(nn.Module):
     one_row_per_id = True
     stored_rows = False
 
-    def __init__(self, table: HostCache) -> None:
+    def __init__(self, table: HostCache, num: int) -> None:
         super().__init__()
-        self.table = table
+        self.table, self.num = table, num  # num: the layer's ids (the table's rows unhashed)
         self.packed: dict[str, Any] = {}  # never packed
 
     @property
@@ -630,8 +633,14 @@ class CachedStorage(nn.Module):
         return self.table.lookup_bag(ids, offsets, mode, psw)
 
     def full(self) -> torch.Tensor:
-        """The whole table, current (a host tensor; the cache flushed into it)."""
-        return self.table.full_weight()
+        """The [V, D] table of ids 0..V-1, current (host rows, the cache flushed into them):
+        a hashed id reads its bucket's row; rows held for new ids (dynamic_rows) are left
+        out."""
+        table = self.table
+        host = table.full_weight()
+        if table.buckets is None:
+            return host[:table.known_rows]
+        return host[hash_ids(torch.arange(self.num), table.buckets, table.seed)]
 
     def bind_optimizer(self, optimizer: Optimizer) -> None:
         """`HostCache.bind_optimizer`: for an optimizer built by hand."""

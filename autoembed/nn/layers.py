@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from autoembed.errors import ConfigError, DataError, did_you_mean
+from autoembed.nn.decoded import decoded
 from autoembed.nn.draws import init_moments
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
 from autoembed.nn.methods import COMPRESSIONS
@@ -134,10 +135,61 @@ class _Layer(nn.Module):
                 else f"placement {self.placement}")
 
     def __getattr__(self, name: str) -> Any:
-        if name == "weight":  # torch's attribute: the decoded [V, D] table
-            store: Any = super().__getattr__("store")
-            return store.full()
+        if name == "weight":  # torch's attribute: the [V, D] table
+            return self._weight()
         return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name != "weight":
+            super().__setattr__(name, value)
+        elif self._stored_table():
+            self.store.weight = value  # torch's: the parameter replaced
+        else:
+            raise ConfigError(f"{self._label()}.weight = ...: the layer holds no [V, D] "
+                              "parameter to replace (its rows are stored compressed, packed or "
+                              "on the host); set the rows before autoembed.apply "
+                              "(from_trained=True fits the table to them)")
+
+    def _stored_table(self) -> bool:
+        """The storage's ``weight`` is the [V, D] table as it is (compression none, or hash
+        with no more ids than buckets, on the device, not packed for serving)."""
+        store: Any = super().__getattr__("store")
+        return bool(store.takes_init_fn) and not store.packed
+
+    def _weight(self) -> torch.Tensor:
+        """torch's ``weight``: the stored table itself where it is one (`_stored_table`:
+        writes into it land, as torch's); else the table decoded, which refuses writes
+        (`DecodedTable`; left as it is under torch.compile, which traces no such subclass,
+        and where it is a subclass already, as fake tensors are)."""
+        store: Any = super().__getattr__("store")
+        if self._stored_table():
+            return store.weight
+        full = store.full()
+        if torch.compiler.is_compiling() or type(full) is not torch.Tensor:
+            return full
+        return decoded(full, self._label())
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any) -> None:
+        """A state_dict saved before `autoembed.apply` holds the table as torch's
+        ``<prefix>weight``: a stored table (`_stored_table`) loads it as its own weight; any
+        other refuses it in one line (left out, the rows would stay as they were, silently
+        under strict=False)."""
+        key = prefix + "weight"
+        if key in state_dict and not any(k.startswith(prefix + "store.") for k in state_dict):
+            if not self._stored_table():
+                shape = tuple(getattr(state_dict[key], "shape", ()))
+                raise ConfigError(f"{self._label()}: the state_dict's '{key}' {shape} is the "
+                                  "table before autoembed.apply, which this layer does not "
+                                  "store as it is; load it into the model before apply "
+                                  "(from_trained=True fits a compressed table to it)")
+            state_dict[prefix + "store.weight"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def _label(self) -> str:
+        """The layer as its messages name it: Embedding(1000, 8, compression hash)."""
+        return (f"{type(self).__name__}({self.num_embeddings}, {self.embedding_dim}, "
+                f"{self._where()})")
 
     def full_weight(self) -> torch.Tensor:
         """The whole table decoded to [V, D] (a tied output layer's weight)."""

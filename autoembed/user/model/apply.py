@@ -16,6 +16,7 @@ import copy
 import fnmatch
 import os
 import types
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -301,9 +302,12 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
              untie: bool) -> None:
     """Put `layer` at every path to `old` (one table, replaced everywhere); each tied
     parameter becomes a copy of its rows (`untie`) or reads them from `layer`."""
-    for path in _paths(model, old):
+    paths = _paths(model, old)
+    for path in paths:
         parent, _, attr = path.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, layer)
+    for name, p in old.named_parameters():  # an autoembed layer's: its storage's
+        _mark_replaced(p, f"{paths[0]}.{name}")
     for path, pname in ties:
         head = model.get_submodule(path)
         if untie:
@@ -311,6 +315,43 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
             head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
         else:
             _decode_into(head, pname, layer)
+
+
+REPLACED = "_autoembed_replaced"  # set on a replaced module's parameter: its path
+_STEP_CHECK: list[Any] = []  # the optimizer step hook, registered once (`_mark_replaced`)
+_MARKED = [0]  # weights marked so far: an optimizer checked before a later apply is read again
+# optimizer -> (weights marked, parameters it held) when it was last read
+_CHECKED: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _mark_replaced(param: nn.Parameter, path: str) -> None:
+    """Mark a parameter of a module `apply` replaced: an optimizer built before `apply` still
+    holds it, and its step would train it instead of the new layer (the table would never
+    change); `_refuse_replaced` refuses that step."""
+    setattr(param, REPLACED, path)
+    _MARKED[0] += 1
+    if not _STEP_CHECK:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        _STEP_CHECK.append(register_optimizer_step_pre_hook(_refuse_replaced))
+
+
+def _refuse_replaced(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+    """Before any optimizer's step: one holding a weight `apply` replaced is a ConfigError
+    (read again only after another apply or when its parameters change in number, so a step
+    stays cheap)."""
+    seen = (_MARKED[0], sum(len(g["params"]) for g in optimizer.param_groups))
+    if _CHECKED.get(optimizer) == seen:
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            path = getattr(p, REPLACED, None)
+            if path is not None:
+                raise ConfigError(f"{type(optimizer).__name__} steps '{path}' of the table "
+                                  "autoembed.apply replaced, so the new layer would never "
+                                  "train; build the optimizer after apply "
+                                  "(autoembed.build_optimizer(model, config))")
+    _CHECKED[optimizer] = seen
 
 
 def apply(model: nn.Module, config: Any, *, untie: bool = False,

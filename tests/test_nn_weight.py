@@ -1,0 +1,166 @@
+"""A layer's ``weight`` (docs/apply.md): where the storage is the [V, D] table as it is
+(compression none; hash with no more ids than buckets) it is that parameter, and writes into
+it land as in torch; elsewhere it is the decoded table, which reads as any tensor and refuses
+a write in one line (it would change a copy, never the table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoembed import nn as ae
+from autoembed.errors import ConfigError
+
+V, D = 12, 4
+IDS = torch.tensor([0, 3, 11, 3])
+STORED = [("none", {}), ("hash", {"hash_buckets": 50})]  # id i reads stored row i
+COMPRESSED = [("hash", {"hash_buckets": 5}), ("qr", {}), ("none", {"small_dim": 2}),
+              ("tt", {"tt_rank": 2}), ("robe", {"robe_size": 20}),
+              ("hot_cold", {"hot_share": 0.25, "hash_buckets": 3}),
+              ("host_cached", {"cache_rows": 4})]
+
+
+def _layer(compression: str, kw: dict[str, Any], bag: bool = False) -> Any:
+    if compression == "host_cached":
+        return ae.Embedding(V, D, placement="host_cached", **kw)
+    if "small_dim" in kw:
+        compression = "mixed_dim"
+    cls = ae.EmbeddingBag if bag else ae.Embedding
+    return cls(V, D, compression=compression, **kw)
+
+
+def _write(how: str, layer: Any, table: torch.Tensor) -> None:
+    """Write `table` into ``layer.weight`` the ways users do."""
+    with torch.no_grad():
+        if how == "init":
+            nn.init.zeros_(layer.weight)
+            layer.weight.add_(table)
+        elif how == "data":
+            layer.weight.data.copy_(table)
+        elif how == "rows":
+            for i in range(V):
+                layer.weight[i] = table[i]
+        else:
+            layer.weight = nn.Parameter(table.clone())
+
+
+@pytest.mark.parametrize("how", ["init", "data", "rows", "assign"])
+@pytest.mark.parametrize(("compression", "kw"), STORED)
+def test_writes_into_a_stored_table_land_as_in_torch(compression: str, kw: dict,
+                                                     how: str) -> None:
+    layer, table = _layer(compression, kw), torch.randn(V, D)
+    _write(how, layer, table)
+    assert torch.equal(layer(IDS), F.embedding(IDS, table))
+    assert [n for n, _ in layer.named_parameters()] == ["store.weight"]
+
+
+@pytest.mark.parametrize("how", ["init", "data", "rows", "assign"])
+def test_every_write_into_a_decoded_table_is_refused(how: str) -> None:
+    layer = _layer("qr", {})
+    before = layer(IDS).detach().clone()
+    with pytest.raises(ConfigError, match=r"^Embedding\(12, 4, compression qr\)\.weight .*"
+                                          "from_trained=True") as e:
+        _write(how, layer, torch.randn(V, D))
+    assert "\n" not in str(e.value)
+    assert torch.equal(layer(IDS), before)
+
+
+@pytest.mark.parametrize(("compression", "kw"), COMPRESSED)
+def test_a_write_into_any_compressed_table_or_a_view_of_it_is_refused(compression: str,
+                                                                       kw: dict) -> None:
+    layer = _layer(compression, kw)
+    w = layer.weight
+    with torch.no_grad():
+        for write in (lambda: w.normal_(), lambda: w[0].zero_(), lambda: w.t().fill_(1.0),
+                      lambda: w.detach().copy_(torch.zeros(V, D)),
+                      lambda: torch.add(w, 1.0, out=w), lambda: w.__iadd__(1.0)):
+            with pytest.raises(ConfigError, match="decoded"):
+                write()
+    for freeze in (lambda: w.requires_grad_(False), lambda: setattr(w, "requires_grad", False)):
+        with pytest.raises(ConfigError, match=r"layer\.requires_grad_\(False\)"):
+            freeze()
+
+
+@pytest.mark.parametrize("bag", [False, True])
+def test_a_decoded_table_reads_as_a_plain_tensor(bag: bool) -> None:
+    layer = _layer("qr", {}, bag)
+    x = torch.randn(3, D)
+    full = layer.full_weight().detach()
+    logits = F.linear(x, layer.weight)  # a tied output layer
+    assert type(logits) is torch.Tensor and torch.allclose(logits, x @ full.T)
+    logits.relu_()  # a result is the caller's own tensor
+    logits.sum().backward()
+    assert layer.store.q_weight.grad is not None
+    copy = layer.weight.clone()  # so is a copy
+    copy.zero_()
+    torch.nn.init.normal_(layer.weight.detach().clone())
+    target = torch.randn(V, D)
+    target.copy_(layer.weight)  # a decoded table as the source of a write
+    assert torch.equal(target, full)
+
+
+class _ScoresAll(nn.Module):
+    """Scores a user against every item: a forward that reads the item table's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.user, self.item = nn.Embedding(5, D), nn.Embedding(V, D)
+
+    def forward(self, users: torch.Tensor) -> torch.Tensor:
+        return self.user(users) @ self.item.weight.T
+
+
+def test_a_forward_reading_a_decoded_weight_prices_on_fake_tensors() -> None:
+    import autoembed
+
+    def build() -> nn.Module:
+        return autoembed.apply(_ScoresAll(), {"tables": [{"name": "item", "vocab_size": V,
+                                                          "compression": "qr"}]})
+
+    users = torch.tensor([0, 4])
+    est = autoembed.estimate_model(build, users, loss=lambda out, _: out.sum())  # fake tensors
+    assert est.allocated_peak > 0
+    model = build()
+    assert torch.equal(model(users), model.user(users) @ model.item.full_weight().T)
+
+
+class _Two(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.head = nn.Embedding(V, D), nn.Linear(D, 2)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_state_dict_saved_before_apply_loads_or_is_refused(strict: bool) -> None:
+    import autoembed
+
+    before = _Two()
+    saved = before.state_dict()
+    stored = autoembed.apply(_Two(), {"tables": [{"name": "emb", "vocab_size": V,
+                                                  "compression": "hash", "hash_buckets": 50}]})
+    stored.load_state_dict(saved, strict=strict)  # the same [V, D] table, stored as it is
+    assert torch.equal(stored.emb(IDS), F.embedding(IDS, saved["emb.weight"]))
+    assert torch.equal(stored.head.weight, saved["head.weight"])
+    qr = autoembed.apply(_Two(), {"tables": [{"name": "emb", "vocab_size": V,
+                                              "compression": "qr"}]})
+    with pytest.raises(ConfigError, match=r"'emb\.weight' \(12, 4\) is the table before "
+                                          r"autoembed\.apply.*from_trained=True"):
+        qr.load_state_dict(saved, strict=strict)
+
+
+@pytest.mark.parametrize("op", ["mult", "add", "concat"])
+def test_a_qr_bag_against_its_decoded_rows_as_apply_md_says(op: str) -> None:
+    bag = ae.EmbeddingBag(V, D, mode="sum", compression="qr", qr_operation=op,
+                          qr_collisions=4)
+    x, w = torch.tensor([[1, 6, 11]]), torch.tensor([[0.5, 2.0, 1.0]])
+    s = bag.store
+    q, r = s.q_weight.detach()[x[0] // 4], s.r_weight.detach()[x[0] % 4]
+    want = {"mult": (w.T * q).sum(0) * (w.T * r).sum(0),  # the parts' pools, multiplied
+            "add": (w.T * (q + r)).sum(0), "concat": (w.T * torch.cat([q, r], 1)).sum(0)}[op]
+    assert torch.allclose(bag(x, per_sample_weights=w)[0], want, atol=1e-6)
+    rows = (w.T * bag.full_weight().detach()[x[0]]).sum(0)  # the pool of the decoded rows
+    assert torch.allclose(rows, want, atol=1e-6) == (op != "mult")
