@@ -320,7 +320,8 @@ def test_optunas_gp_and_tpe_peers_replay_with_the_budget_as_their_constraint(
 
         res = Replay(tiny, seed=0, budget_s=budget).run(Method(name, keep))
         trained = [t for t in res.trials if t.status == "complete"]
-        assert len(res.trials) > 12
+        assert len(res.trials) > 10  # past the 10 random start-up trials (decisions are charged:
+        # a loaded machine leaves GP's budget 11-13 trials)
         for t in trained:
             assert t.row is not None
             assert tiny.rows[t.row]["estimate"]["device_total"] <= tiny.header["budget_bytes"]
