@@ -26,7 +26,7 @@ from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
-           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "left_out", "why_not_categorical"]
+           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "why_not_categorical"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
@@ -91,19 +91,21 @@ def require_values(frame: pd.DataFrame, column: str, role: str, source: str) -> 
         )
 
 
-def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Columns that look categorical (`why_not_categorical` says None)."""
-    return [c for c in frame.columns if c not in exclude and why_not_categorical(frame[c]) is None]
-
-
-def left_out(frame: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, str]]:
-    """The columns auto-detection leaves out, each with why (`why_not_categorical`)."""
-    found = []
+def detect_categorical(frame: pd.DataFrame, exclude: Sequence[str]
+                       ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The columns (`exclude` aside) that look categorical (`why_not_categorical` says
+    None), and those it leaves out, each with why; each column judged once."""
+    taken: list[str] = []
+    left: list[tuple[str, str]] = []
     for c in frame.columns:
-        why = None if c in exclude else why_not_categorical(frame[c])
-        if why is not None:
-            found.append((str(c), why))
-    return found
+        if c in exclude:
+            continue
+        why = why_not_categorical(frame[c])
+        if why is None:
+            taken.append(c)
+        else:
+            left.append((str(c), why))
+    return taken, left
 
 
 def why_not_categorical(s: pd.Series) -> str | None:

@@ -20,7 +20,6 @@ from autoembed.data.tabular import (
     build_ctr,
     detect_categorical,
     keyed_lists,
-    left_out,
     list_columns,
     require_columns,
 )
@@ -55,9 +54,9 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
         categorical = tuple(c for c in spec.categorical if c not in multi_hot)
     else:
         exclude = (spec.label, *multi_hot, *lists)
-        categorical = tuple(detect_categorical(frame, exclude))
-        unused = [(c, "lists of numbers") for c in lists if c not in multi_hot]
-        unused += left_out(frame, exclude)
+        taken, left = detect_categorical(frame, exclude)
+        categorical = tuple(taken)
+        unused = [(c, "lists of numbers") for c in lists if c not in multi_hot] + left
     cols = CtrColumns(spec.label, categorical, multi_hot, spec.separator)
     dataset = build_ctr(frame, spec, cols, source, vocabulary)
     dataset.unused = tuple(unused)
