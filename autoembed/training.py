@@ -637,11 +637,10 @@ def _check_same_tables(config: EmbeddingConfig, trained: EmbeddingConfig) -> Non
     """Refuse (ConfigError) data whose tables are not the config's (by name): the model
     would have other tables than the ones searched and priced. A config that leaves its
     tables at the default placeholder takes the data's."""
-    from dataclasses import fields
+    from autoembed.config.value import names_tables
 
-    default = next(f.default for f in fields(EmbeddingConfig) if f.name == "tables")
     own, got = [t.name for t in config.tables], [t.name for t in trained.tables]
-    if config.tables != default and sorted(own) != sorted(got):
+    if names_tables(config) and sorted(own) != sorted(got):
         raise ConfigError(
             f"the data's tables ({', '.join(got)}) are not the config's ({', '.join(own)}), "
             "which were searched and priced; train on data with the config's columns, or "

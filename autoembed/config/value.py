@@ -45,7 +45,7 @@ from autoembed.rules import (
 )
 
 __all__ = ["EmbeddingConfig", "resolved_tables", "table_settings", "with_data_tables",
-           "map_bucket_counts", "storage_rows", "cache_rows", "nested_name"]
+           "names_tables", "map_bucket_counts", "storage_rows", "cache_rows", "nested_name"]
 
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
 
@@ -163,12 +163,22 @@ def _values(config: EmbeddingConfig, t: TableConfig) -> int:
     return t.vocab_size * (t.dim if t.dim is not None else config.dim)
 
 
+# A config's tables before any are named: one 1M-row table, which data (`resolve_for_data`)
+# replaces by its own
+_PLACEHOLDER_TABLES = (TableConfig("f0", 1_000_000),)
+
+
+def names_tables(config: EmbeddingConfig) -> bool:
+    """Whether `config` names its tables (False: the placeholder, which data replaces)."""
+    return config.tables != _PLACEHOLDER_TABLES
+
+
 @dataclass(frozen=True)
 class EmbeddingConfig:
     """Everything that determines the model, its training step and its memory."""
 
     task: str = field(default="ctr", metadata=field_rule(OneOf(TASKS)))
-    tables: tuple[TableConfig, ...] = (TableConfig("f0", 1_000_000),)
+    tables: tuple[TableConfig, ...] = _PLACEHOLDER_TABLES
     dim: int = field(default=64, metadata=field_rule(Integer(1)))
     num_classes: int = field(default=2, metadata=field_rule(Integer(2)))
     seq_len: int = field(default=1, metadata=field_rule(Integer(1), flag="seq"))

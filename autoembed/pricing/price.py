@@ -153,8 +153,9 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
 def _with_data_tables(config: EmbeddingConfig) -> EmbeddingConfig:
     """A config that names its data but leaves `tables` at the placeholder, with the data's
     tables written in (as `autoembed train` resolves it before training); else as it is."""
-    placeholder = next(f.default for f in fields(EmbeddingConfig) if f.name == "tables")
-    if config.data is None or config.tables != placeholder:
+    from autoembed.config.value import names_tables
+
+    if config.data is None or names_tables(config):
         return config
     from autoembed.data import DataSpec, load_dataset
     from autoembed.runner import resolve_for_data
