@@ -389,6 +389,26 @@ def test_every_compression_checks_ids_as_torch(compression: str, kw: dict, bag: 
                 layer(bad)
 
 
+@pytest.mark.parametrize(("compression", "kw"), LAYERS)
+@pytest.mark.parametrize("bag", [False, True])
+def test_the_decoded_padding_row_is_what_the_lookup_reads(compression: str, kw: dict,
+                                                          bag: bool) -> None:
+    """As torch's nn.Embedding: weight[padding_idx] starts at zero, and F.embedding over
+    the weight (a tied head) gives the layer's forward; no gradient reaches a shared row
+    through the padding row."""
+    cls = ae.EmbeddingBag if bag else ae.Embedding
+    layer = cls(V, D, padding_idx=7, compression=compression, **kw)
+    ids = torch.arange(V)
+    cached = kw.get("placement") == "host_cached"  # it steps only bound to an optimizer
+    with torch.no_grad() if cached else torch.enable_grad():
+        got = layer(ids.view(-1, 1)) if bag else layer(ids)
+        assert torch.equal(F.embedding(ids, layer.weight), got)
+    assert torch.equal(layer.weight[7], torch.zeros(D))
+    if not cached and compression not in ("none", "mixed_dim"):  # (there: row 7, as torch)
+        layer.full_weight()[7].sum().backward()
+        assert all(not p.grad.any() for p in layer.parameters() if p.grad is not None)
+
+
 # --------------------------------------------------------- forms of the public calls
 def test_apply_takes_a_config_a_dict_or_a_path_with_its_hot_sets(tmp_path: Path) -> None:
     cfg = EmbeddingConfig(tables=(TableConfig("tok", V, compression="hot_cold"),), dim=D,

@@ -164,7 +164,7 @@ class _Layer(nn.Module):
         store: Any = super().__getattr__("store")
         if self._stored_table():
             return store.weight
-        full = store.full()
+        full = self.full_weight()
         if torch.compiler.is_compiling() or type(full) is not torch.Tensor:
             return full
         return decoded(full, self._label())
@@ -192,8 +192,15 @@ class _Layer(nn.Module):
                 f"{self._where()})")
 
     def full_weight(self) -> torch.Tensor:
-        """The whole table decoded to [V, D] (a tied output layer's weight)."""
-        return self.store.full()
+        """The whole table decoded to [V, D] (a tied output layer's weight): row i is what
+        the lookup of id i reads, so the padding row is zeros where its stored row is shared
+        with other ids (not `store.identity`), and F.embedding over it (a tied head) gives
+        the layer's forward; no gradient reaches the shared row through it."""
+        full = self.store.full()
+        if self.padding_idx is None or self.store.identity:
+            return full
+        full[self.padding_idx] = 0  # a new tensor (rows looked up): zeroed in place, no copy
+        return full
 
     def _check(self, ids: torch.Tensor) -> None:
         # a host_cached table with dynamic rows gives new ids (>= num_embeddings) rows
