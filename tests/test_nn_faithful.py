@@ -84,6 +84,34 @@ def test_state_dict_round_trip_of_a_tied_model_reads_its_own_table() -> None:
         assert torch.equal(b(IDS), want)
 
 
+SEEDED = [("hash", {"hash_buckets": 13}), ("robe", {"robe_size": 50}),
+          ("hot_cold", {"hot_share": 0.2, "hash_buckets": 5}),
+          ("hash", {"hash_buckets": 13, "placement": "host_cached", "cache_rows": 5})]
+
+
+@pytest.mark.parametrize(("compression", "kw"), SEEDED)
+def test_a_state_dict_loads_only_under_the_hash_seed_it_was_saved_with(compression: str,
+                                                                        kw: dict) -> None:
+    """Under another seed the saved rows would be read by other ids: refused, naming both
+    seeds; under the same seed, and from a state_dict without the entry, it loads."""
+    def layer(seed: int) -> nn.Module:
+        return nn.Sequential(ae.Embedding(V, D, compression=compression, hash_seed=seed, **kw))
+
+    saved = layer(1).state_dict()
+    for strict in (True, False):
+        with pytest.raises(ConfigError, match="'0.hash_seed' is 1, and this layer hashes ids "
+                                              "with hash_seed 2.*with hash_seed 1"):
+            layer(2).load_state_dict(saved, strict=strict)
+    same = layer(1)
+    same.load_state_dict(saved)
+    old = {k: v for k, v in saved.items() if k != "0.hash_seed"}  # saved before the entry
+    layer(2).load_state_dict(old)
+    if compression == "hash" and "placement" not in kw:  # by hand: the reference's buckets
+        w = saved["0.store.weight"]
+        want = w[[hash_id_reference(i, 13, 1) for i in range(V)]]
+        torch.testing.assert_close(same(torch.arange(V)), want)
+
+
 def test_estimate_model_prices_an_applied_tied_model() -> None:
     model = autoembed.apply(LM(), hashed("tok", V, 13))
     est = autoembed.estimate_model(model, IDS, optimizer="sgd",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["hash_ids", "hash_id_reference", "qr_indices", "SPLITMIX64_GAMMA"]
+__all__ = ["hash_ids", "hash_id_reference", "qr_indices", "seed_int64", "SPLITMIX64_GAMMA"]
 
 _MASK64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1
@@ -46,6 +46,12 @@ def _signed(u: int) -> int:
 def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
     """Logical right shift of int64 bits: arithmetic shift, then clear the sign-extended bits."""
     return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def seed_int64(seed: int) -> int:
+    """What the hash reads of a seed: its low 64 bits, as an int64 (seeds equal mod 2**64
+    hash alike)."""
+    return _signed(seed)
 
 
 def hash_ids(ids: torch.Tensor, buckets: int, seed: int = 0) -> torch.Tensor:

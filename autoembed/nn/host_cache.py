@@ -598,6 +598,11 @@ class CachedStorage(nn.Module):
         return self.table.buckets is None
 
     @property
+    def hash_seed(self) -> int | None:
+        """The seed that hashes ids into the table's rows (None: compression none)."""
+        return self.table.seed if self.table.buckets is not None else None
+
+    @property
     def takes_new_ids(self) -> bool:
         """Ids beyond the table's get rows of their own (dynamic_rows)."""
         return self.table.dynamic is not None

@@ -16,6 +16,7 @@ from torch import nn
 from autoembed.errors import ConfigError, DataError, did_you_mean
 from autoembed.nn.decoded import decoded
 from autoembed.nn.draws import init_moments
+from autoembed.nn.hashing import seed_int64
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
 from autoembed.nn.methods import COMPRESSIONS
 
@@ -169,12 +170,21 @@ class _Layer(nn.Module):
             return full
         return decoded(full, self._label())
 
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        """Beside the storage's weights: ``<prefix>hash_seed`` (int64), the seed that maps
+        ids to the stored rows, where one does (hash, robe, hot_cold's cold ids)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        seed = self.store.hash_seed
+        if seed is not None:
+            destination[prefix + "hash_seed"] = torch.tensor(seed_int64(seed))
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any) -> None:
         """A state_dict saved before `autoembed.apply` holds the table as torch's
         ``<prefix>weight``: a stored table (`_stored_table`) loads it as its own weight; any
         other refuses it in one line (left out, the rows would stay as they were, silently
-        under strict=False)."""
+        under strict=False). Rows saved under another hash_seed are refused (`_check_seed`)."""
+        self._check_seed(state_dict.pop(prefix + "hash_seed", None), prefix + "hash_seed")
         key = prefix + "weight"
         if key in state_dict and not any(k.startswith(prefix + "store.") for k in state_dict):
             if not self._stored_table():
@@ -185,6 +195,19 @@ class _Layer(nn.Module):
                                   "(from_trained=True fits a compressed table to it)")
             state_dict[prefix + "store.weight"] = state_dict.pop(key)
         super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def _check_seed(self, saved: Any, key: str) -> None:
+        """Rows saved under hash_seed `saved` would be read by other ids under another seed:
+        a ConfigError naming both. None (a state_dict saved before the seed was recorded)
+        and a layer whose ids are not hashed load as before, unchecked."""
+        seed = self.store.hash_seed
+        if saved is None or seed is None or int(saved) == seed_int64(seed):
+            return
+        was = int(saved) % (1 << 64)
+        raise ConfigError(f"{self._label()}: the state_dict's '{key}' is {was}, and this layer "
+                          f"hashes ids with hash_seed {seed}, so each id would read another "
+                          f"id's row; apply the config with hash_seed {was} (an autoembed.nn "
+                          f"layer: build it with hash_seed={was})")
 
     def _label(self) -> str:
         """The layer as its messages name it: Embedding(1000, 8, compression hash)."""

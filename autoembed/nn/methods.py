@@ -152,6 +152,7 @@ class _Robe(_Computed):
         field f hashes with `robe_seed(seed, first_field + f)`."""
         check_robe(size, block)
         self.size, self.block, self.dims = size, block, dims
+        self.hash_seed = seed
         self.seeds = tuple(robe_seed(seed, first_field + f) for f in range(len(dims)))
 
     def positions(self, ids: torch.Tensor, field: int = 0) -> torch.Tensor:
@@ -221,6 +222,11 @@ class _HotCold(_Storage):
         super()._load_from_state_dict(state_dict, prefix, *args)
         if not is_fake(self.hot_ids) and not self.hot_ids.is_meta:
             self._hot_host = self.hot_ids.detach().cpu().clone()
+
+    @property
+    def hash_seed(self) -> int | None:  # type: ignore[override]
+        """The cold ids' seed (None: every id is hot)."""
+        return self.seed if self.cold else None
 
     def row_of(self, ids: torch.Tensor) -> torch.Tensor:
         """Row of every non-negative id (`hot_cold_rows`)."""

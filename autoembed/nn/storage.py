@@ -70,6 +70,7 @@ class _Storage(PackedWeights):
     one_row_per_id = True  # a lookup reads one row of one weight (sparse gradients possible)
     stored_rows = False  # a row is a stored row as it is (max_norm renormalises it in place)
     identity = False  # id i reads stored row i (padding_idx is that row, as in torch)
+    hash_seed: int | None = None  # the seed that maps ids to rows; None where none does
     # torch's options, set by the layer (`autoembed.nn.layers`) where the storage honours them
     sparse = False
     max_norm: float | None = None
@@ -188,6 +189,10 @@ class _Plain(_Storage):
     @property
     def stored_rows(self) -> bool:  # type: ignore[override]
         return self.proj is None
+
+    @property
+    def hash_seed(self) -> int | None:  # type: ignore[override]
+        return self.seed if self.buckets is not None else None
 
     @torch.no_grad()
     def zero_row(self, row: int) -> None:
