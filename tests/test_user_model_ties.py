@@ -77,3 +77,24 @@ def test_resize_token_embeddings_is_refused_in_one_line() -> None:
     msg = str(info.value)
     assert WORDS in msg and HEAD in msg and "\n" not in msg
     assert model.get_submodule(WORDS).num_embeddings == SIZE["vocab"]  # nothing changed
+
+
+def test_a_model_built_on_meta_starts_its_rewritten_table_at_its_own_init() -> None:
+    """transformers draws its tables in `_init_weights` (std config.initializer_range), which
+    draws nothing on the meta device: the rewritten table starts as that init would have
+    drawn the module (measured on a model built on the CPU), not at torch's N(0, 1)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=2000, n_embd=32, n_layer=1, n_head=2, n_positions=16)
+    torch.manual_seed(0)
+    want = float(GPT2LMHeadModel(cfg).transformer.wte.weight.detach().std())
+    assert want == pytest.approx(cfg.initializer_range, rel=0.02)  # 0.02
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(cfg)
+    autoembed.apply(model, {"tables": [{"name": "transformer.wte", "vocab_size": 2000,
+                                        "compression": "hash", "hash_buckets": 500}]})
+    autoembed.materialize(model)
+    with torch.no_grad():
+        rows = model.transformer.wte(torch.arange(2000))
+    # 500 x 32 independent bucket values: the std within 5 of its standard errors
+    assert float(rows.std()) == pytest.approx(want, rel=5 * (2 / (500 * 32)) ** 0.5 / 2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import sys
 import types
 import weakref
 from collections.abc import Sequence
@@ -118,10 +119,51 @@ _OPTIONS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "spars
 _BAG_OPTIONS = ("mode", "include_last_offset")
 
 
-def _start_moments(old: Any) -> tuple[float, float] | None:
+def _owner_init(model: nn.Module, path: str) -> Any:
+    """The `_init_weights` of the innermost transformers model (`PreTrainedModel`) holding
+    module `path`: a transformers model initialises its modules there (std
+    config.initializer_range), not by their `reset_parameters`, and on the meta device it
+    draws nothing. None outside one."""
+    hf = sys.modules.get("transformers.modeling_utils")  # not imported: no such model
+    base = getattr(hf, "PreTrainedModel", None)
+    if base is None:
+        return None
+    parts = path.split(".")
+    for k in range(len(parts) - 1, -1, -1):
+        owner = model.get_submodule(".".join(parts[:k]))
+        if isinstance(owner, base):
+            return owner._init_weights
+    return None
+
+
+_PROBE_ENTRIES = 1 << 20  # at most this many entries drawn to measure an owner's init
+
+
+def _owner_moments(old: Any, init_weights: Any) -> tuple[float, float]:
+    """(mean, std) of the rows `init_weights` (`_owner_init`) gives the meta module `old`:
+    its `reset_parameters`, then `init_weights`, as the model's build runs them, on a CPU
+    copy of at most _PROBE_ENTRIES entries (a transformers init draws each entry alike, not
+    by the table's rows), padding row left out."""
+    from autoembed.nn.draws import table_moments
+
+    rows = min(old.num_embeddings, max(1, _PROBE_ENTRIES // old.embedding_dim))
+    probe = copy.deepcopy(old)
+    probe.weight = nn.Parameter(torch.empty(rows, old.embedding_dim, dtype=old.weight.dtype,
+                                            device="cpu"))
+    probe.num_embeddings = rows
+    if probe.padding_idx is not None and probe.padding_idx >= rows:
+        probe.padding_idx = None
+    with torch.no_grad():
+        probe.reset_parameters()
+        init_weights(probe)
+    return table_moments(probe.weight, probe.padding_idx)
+
+
+def _start_moments(old: Any, init_weights: Any = None) -> tuple[float, float] | None:
     """(mean, std) the rewritten rows start with: the module's own table's
-    (`nn.draws.table_moments`, padding row left out); on the meta device, what its
-    `reset_parameters` draws (torch's nn.Embedding / EmbeddingBag: N(0, 1); a class's own
+    (`nn.draws.table_moments`, padding row left out); on the meta device, what the model's
+    init would draw: `init_weights` given (a transformers model's, `_owner_moments`), else
+    its `reset_parameters` (torch's nn.Embedding / EmbeddingBag: N(0, 1); a class's own
     `reset_parameters` run on a CPU copy); fake tensors (a trace): None (nothing is drawn)."""
     from torch._subclasses.fake_tensor import is_fake
 
@@ -136,6 +178,8 @@ def _start_moments(old: Any) -> tuple[float, float] | None:
     store = getattr(old, "store", None)  # an autoembed.nn layer: the moments it draws
     if store is not None:
         return getattr(store, "init_moments", DEFAULT)
+    if init_weights is not None:
+        return _owner_moments(old, init_weights)
     if type(old).reset_parameters in (nn.Embedding.reset_parameters,
                                       nn.EmbeddingBag.reset_parameters):
         return DEFAULT
@@ -145,7 +189,8 @@ def _start_moments(old: Any) -> tuple[float, float] | None:
     return table_moments(probe.weight, pad)
 
 
-def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool) -> Any:
+def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool,
+               init_weights: Any = None) -> Any:
     from autoembed import nn as ae_nn
     from autoembed.config import cache_rows
 
@@ -170,7 +215,7 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool
         kw["small_dim"] = ts.dim
     cls = ae_nn.EmbeddingBag if bag else ae_nn.Embedding
     if not from_trained:
-        kw["init"] = _start_moments(old)
+        kw["init"] = _start_moments(old, init_weights)
     try:
         layer = cls(old.num_embeddings, old.embedding_dim, compression=comp, **kw)
     except ConfigError as e:
@@ -384,7 +429,8 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
         _check_forward(old, ts.name)
         if not (from_trained or (cached and ts.compression == "none")):
             _check_frozen(old, ts)
-        layer = _new_layer(old, ts, hot_sets, config, from_trained)
+        layer = _new_layer(old, ts, hot_sets, config, from_trained,
+                           _owner_init(model, ts.name))
         if cached:
             _start_cached(layer, old, from_trained)
         elif from_trained:
