@@ -98,3 +98,27 @@ def test_a_model_built_on_meta_starts_its_rewritten_table_at_its_own_init() -> N
         rows = model.transformer.wte(torch.arange(2000))
     # 500 x 32 independent bucket values: the std within 5 of its standard errors
     assert float(rows.std()) == pytest.approx(want, rel=5 * (2 / (500 * 32)) ** 0.5 / 2)
+
+
+def test_the_models_own_init_draws_its_rewritten_tables() -> None:
+    """A model built on meta with buffers (BERT's position ids) is materialised by its own
+    init (`to_empty`, then `init_weights()`), whose `_init_weights` knows no autoembed layer:
+    the rewritten tables are drawn too, at its std (0.02), mixed_dim's projection with them."""
+    from transformers import BertConfig
+
+    cfg = BertConfig(vocab_size=1000, hidden_size=16, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=512)
+    with torch.device("meta"):
+        model = bert_mlm.build_model(vocab=1000, hidden=16, layers=1, heads=2)
+    autoembed.apply(model, {"tables": [
+        {"name": WORDS, "vocab_size": 1000, "compression": "hash", "hash_buckets": 200},
+        {"name": "bert.embeddings.position_embeddings", "vocab_size": 512, "dim": 4}]})
+    model.to_empty(device="cpu")
+    model.init_weights()
+    emb = model.bert.embeddings
+    with torch.no_grad():
+        words = emb.word_embeddings(torch.arange(1, 1000))  # id 0 pads: zeros
+        where = emb.position_embeddings(torch.arange(512))
+    # independent values: 200 x 16 bucket values; 512 projected rows
+    for rows, n in ((words, 200 * 16), (where, 512)):
+        assert float(rows.std()) == pytest.approx(cfg.initializer_range, rel=5 * (2 / n) ** 0.5 / 2)

@@ -119,11 +119,10 @@ _OPTIONS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "spars
 _BAG_OPTIONS = ("mode", "include_last_offset")
 
 
-def _owner_init(model: nn.Module, path: str) -> Any:
-    """The `_init_weights` of the innermost transformers model (`PreTrainedModel`) holding
-    module `path`: a transformers model initialises its modules there (std
-    config.initializer_range), not by their `reset_parameters`, and on the meta device it
-    draws nothing. None outside one."""
+def _owner(model: nn.Module, path: str) -> Any:
+    """The innermost transformers model (`PreTrainedModel`) holding module `path`, whose
+    `_init_weights` initialises its modules (std config.initializer_range), not their
+    `reset_parameters`, and draws nothing on the meta device; None outside one."""
     hf = sys.modules.get("transformers.modeling_utils")  # not imported: no such model
     base = getattr(hf, "PreTrainedModel", None)
     if base is None:
@@ -132,15 +131,32 @@ def _owner_init(model: nn.Module, path: str) -> Any:
     for k in range(len(parts) - 1, -1, -1):
         owner = model.get_submodule(".".join(parts[:k]))
         if isinstance(owner, base):
-            return owner._init_weights
+            return owner
     return None
+
+
+def _init_storages(self: Any, module: Any) -> None:
+    """transformers' `_init_weights`, which knows no autoembed layer (it would leave the
+    rows as they were, uninitialised after `to_empty`, and draw mixed_dim's projection as a
+    Linear): a layer's storage draws itself, its projection included, at the moments
+    `apply` took (`reset_parameters`); every other module as the class's `_init_weights`."""
+    if getattr(module, "draws_init", False):
+        module.reset_parameters()
+    else:
+        type(self)._init_weights(self, module)
+
+
+def _init_in_owner(owner: nn.Module) -> None:
+    """The owner's init (`init_weights()`, `initialize_weights()`) draws its rewritten
+    tables (`_init_storages`); bound to it, so a copy of the model draws its own."""
+    owner.__dict__["_init_weights"] = types.MethodType(_init_storages, owner)
 
 
 _PROBE_ENTRIES = 1 << 20  # at most this many entries drawn to measure an owner's init
 
 
 def _owner_moments(old: Any, init_weights: Any) -> tuple[float, float]:
-    """(mean, std) of the rows `init_weights` (`_owner_init`) gives the meta module `old`:
+    """(mean, std) of the rows `init_weights` (`_owner`'s) gives the meta module `old`:
     its `reset_parameters`, then `init_weights`, as the model's build runs them, on a CPU
     copy of at most _PROBE_ENTRIES entries (a transformers init draws each entry alike, not
     by the table's rows), padding row left out."""
@@ -423,22 +439,28 @@ def apply(model: nn.Module, config: Any, *, untie: bool = False,
                           "is for config-built models)")
     cached = config.placement == "host_cached"
     layers = []  # every new layer is made (and refused) before any module is replaced
+    owners: list[nn.Module] = []  # transformers models whose init draws a new layer
     for ts, old, ties in _plans(model, config, untie):
         if ts.compression == "none" and ts.dim == old.embedding_dim and not cached:
             continue  # nothing changes: keep the user's module (and its ties)
         _check_forward(old, ts.name)
         if not (from_trained or (cached and ts.compression == "none")):
             _check_frozen(old, ts)
+        owner = _owner(model, ts.name)
         layer = _new_layer(old, ts, hot_sets, config, from_trained,
-                           _owner_init(model, ts.name))
+                           None if owner is None else owner._init_weights)
         if cached:
             _start_cached(layer, old, from_trained)
         elif from_trained:
             _fit(layer, old, ts.name)
         layers.append((ts.name, old, layer, ties))
+        if owner is not None and not from_trained:  # (a fitted table keeps its fit)
+            owners.append(owner)
     for name, old, layer, ties in layers:
         _replace(model, old, layer, ties, untie)
         _guard_transformers(model, name, layer, [p for p, _ in ties])
+    for owner in owners:
+        _init_in_owner(owner)
     if checkpoint:
         checkpoint_modules(model, checkpoint)
     return model
