@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.errors import ConfigError, DataError, did_you_mean
 from autoembed.nn.decoded import decoded
@@ -176,7 +177,7 @@ class _Layer(nn.Module):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         seed = self.store.hash_seed
         if seed is not None:
-            destination[prefix + "hash_seed"] = torch.tensor(seed_int64(seed))
+            destination[prefix + "hash_seed"] = torch.tensor(seed_int64(seed), device="cpu")
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any) -> None:
@@ -198,10 +199,13 @@ class _Layer(nn.Module):
 
     def _check_seed(self, saved: Any, key: str) -> None:
         """Rows saved under hash_seed `saved` would be read by other ids under another seed:
-        a ConfigError naming both. None (a state_dict saved before the seed was recorded)
-        and a layer whose ids are not hashed load as before, unchecked."""
+        a ConfigError naming both. None (a state_dict saved before the seed was recorded),
+        a seed with no value to read (meta, fake) and a layer whose ids are not hashed load as
+        before, unchecked."""
         seed = self.store.hash_seed
-        if saved is None or seed is None or int(saved) == seed_int64(seed):
+        if saved is None or seed is None or getattr(saved, "is_meta", False) or is_fake(saved):
+            return
+        if int(saved) == seed_int64(seed):
             return
         was = int(saved) % (1 << 64)
         raise ConfigError(f"{self._label()}: the state_dict's '{key}' is {was}, and this layer "
