@@ -574,3 +574,57 @@ def test_auto_detection_leaves_out_constants_and_sparse_ids(tmp_path: Path) -> N
 def test_label_used_as_a_feature(tmp_path: Path) -> None:
     msg = _error(DataSpec(str(_write(_frame(), tmp_path / "l.csv")), categorical=("city", "label")))
     assert "l.csv" in msg and "'label'" in msg
+
+
+def _ids(data: InMemoryDataset, column: str) -> np.ndarray:
+    """Column `column`'s one-hot id on every row of the file, in file order."""
+    ids = np.zeros(sum(data.num_rows(s) for s in ("train", "valid", "test")), dtype=np.int64)
+    for split in ("train", "valid", "test"):
+        feats, _ = _all(data, split)
+        ids[data.split_rows(split)] = feats[column][:, 0]
+    return ids
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_one_hot_values_are_stripped_of_spaces_as_multi_hot_parts_are(tmp_path: Path,
+                                                                      multi: bool) -> None:
+    """' a' and 'a' were two ids in a one-hot column and one in a multi-hot column: a value
+    is its text stripped, whichever kind the column is; a blank cell is missing (OOV)."""
+    cells = ["a", " a", "a ", "b", " b", "c", "  "] * 20
+    path = tmp_path / "spaced.csv"
+    path.write_text("k,label\n" + "".join(f'"{c}",{i % 2}\n' for i, c in enumerate(cells)))
+    spec = DataSpec(str(path), categorical=("k",), multi_hot=("k",) if multi else ())
+    data = _load(spec)
+    train = [cells[i].strip() for i in data.split_rows("train")]
+    assert set(data.vocab_maps["k"].values) == {c for c in train if c}
+    ids = _ids(data, "k")
+    for value in ("a", "b", "c"):  # every spelling of a value has its one id
+        assert len({int(ids[i]) for i, c in enumerate(cells) if c.strip() == value}) == 1
+    assert {int(ids[i]) for i, c in enumerate(cells) if not c.strip()} == {0}
+
+
+def test_codes_with_leading_zeros_are_distinct_in_any_column(tmp_path: Path) -> None:
+    """A column of digits was read as numbers, so '007' and '7' were one id there and two in
+    a column with a letter: a categorical value is its text, in any column, at train time
+    and in a file encoded with the saved vocabulary; a blank or NA cell is missing."""
+    codes = ["007", "7", "010", "10", "10.0", "", "NA"] * 30  # '10.0': the integer 10
+    key = {"007": "007", "7": "7", "010": "010", "10": "10", "10.0": "10", "": "", "NA": ""}
+    lines = [f"{c},{c if i % 3 else 'x'},{i % 2}" for i, c in enumerate(codes)]
+    path = tmp_path / "zips.csv"
+    path.write_text("zip,mixed,label\n" + "\n".join(lines) + "\n")
+    for spec in (DataSpec(str(path), categorical=("zip", "mixed")), DataSpec(str(path))):
+        data = _load(spec)
+        assert set(data.vocab_maps["zip"].values) == {"007", "7", "010", "10"}
+        for column in ("zip", "mixed"):  # each row's id is the id of its code's key
+            values = ("", *data.vocab_maps[column].values)
+            got = [values[i] for i in _ids(data, column)]
+            want = [key[c] if column == "zip" or i % 3 else "x" for i, c in enumerate(codes)]
+            assert got == want
+    data.save_vocab(tmp_path / "v")
+    serve = tmp_path / "serve.csv"  # codes with leading zeros only: read as 7 and 10 before
+    serve.write_text("zip,mixed,label\n" + "007,007,0\n010,010,1\n" * 10)
+    again = _load(DataSpec(str(serve), categorical=("zip", "mixed")), tmp_path / "v")
+    zip_map = data.vocab_maps["zip"]
+    want = [zip_map.values.index(c) + 1 for c in ("007", "010") * 10]
+    assert _ids(again, "zip").tolist() == want
+

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoembed.data.spec import CSV_SUFFIXES, FILE_SUFFIXES, PARQUET_SUFFIXES, suffix_of
 from autoembed.errors import DataError, first_line
@@ -11,7 +13,7 @@ from autoembed.errors import DataError, first_line
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["read_table"]
+__all__ = ["read_table", "read_as_written"]
 
 SEPARATORS = (",", "\t", ";", "|")  # what a delimited file's header is split on
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # spreadsheets' "Unicode text" starts with one
@@ -75,39 +77,80 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
-    """A CSV/TSV file, read again with the separator its header shows when the expected one
-    leaves a single column (`;`-separated CSV, a tab-separated `.csv`), or by the one a first
-    line `sep=;` names (a spreadsheet's hint line, then skipped)."""
-    import pandas as pd
+@dataclass(frozen=True)
+class _Layout:
+    """How a delimited file is read: its separator, encoding and the lines before its
+    header (a spreadsheet's `sep=;` line)."""
 
+    sep: str
+    encoding: str
+    skip: int
+
+    def read(self, p: Path, **kw: Any) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.read_csv(p, sep=self.sep, encoding=self.encoding, skiprows=self.skip, **kw)
+
+
+def _layout(p: Path, sep: str) -> _Layout:
+    """The layout of a CSV/TSV file: the expected separator `sep`, else the one its header
+    shows when `sep` leaves a single column (`;`-separated CSV, a tab-separated `.csv`), or
+    the one a first line `sep=;` names (a spreadsheet's hint line, then skipped)."""
     with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
         start = f.read(2)
         encoding = "utf-16" if start in UTF16_BOMS else "utf-8"
         first = (start + f.readline()).decode(encoding, "replace").lstrip("\ufeff").strip()
     # a spreadsheet's 'sep=;' line (Excel writes and reads it) names the separator
     skip = int(len(first) == 5 and first.startswith("sep=") and first[4] in SEPARATORS)
-    sep = first[4] if skip else sep
-    frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
-    if frame.shape[1] == 1:
-        header = str(frame.columns[0])
-        found = [(header.count(s), s) for s in SEPARATORS if s != sep and s in header]
+    layout = _Layout(first[4] if skip else sep, encoding, skip)
+    columns = layout.read(p, nrows=0).columns
+    if len(columns) == 1:
+        header = str(columns[0])
+        found = [(header.count(s), s) for s in SEPARATORS if s != layout.sep and s in header]
         if found:
-            sep = max(found)[1]
-            frame = pd.read_csv(p, sep=sep, low_memory=False, encoding=encoding, skiprows=skip)
+            return _Layout(max(found)[1], encoding, skip)
+    return layout
+
+
+def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
+    """A CSV/TSV file (`_layout` says how it is read), its values typed as pandas infers
+    them."""
+    layout = _layout(p, sep)
+    frame = layout.read(p, low_memory=False)
     # the header as written: pandas renames a repeated name ('user', 'user.1'), which
     # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
-    head = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                       encoding=encoding, skiprows=skip).iloc[0].tolist()
+    head = layout.read(p, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0]
     if len(head) == frame.shape[1]:
-        frame.columns = [h if h.strip() else c for h, c in zip(head, frame.columns, strict=True)]
-    big = _inexact_ints(frame)
-    if big:  # integers as written: the digits are the keys (`tabular.canonical` of an int)
-        exact = pd.read_csv(p, sep=sep, usecols=big, dtype=str, low_memory=False,
-                            encoding=encoding, skiprows=skip)
-        for j, i in enumerate(big):
-            frame.isetitem(i, exact.iloc[:, j])
+        frame.columns = [h if h.strip() else c
+                         for h, c in zip(head.tolist(), frame.columns, strict=True)]
+    # integers beyond 2**53 as written: the digits are the keys (`tabular.cell_key`)
+    _as_text(p, layout, frame, _inexact_ints(frame))
     return frame
+
+
+def read_as_written(path: str | Path, frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    """Replace `columns` of `frame` (read_table's reading of the CSV/TSV file `path`) by
+    their cells' text as written (strings; missing cells stay missing), where pandas read
+    numbers or booleans: a categorical value is a label, so '007' stays '007' (a zip
+    code), not the number 7. A Parquet file's columns keep the types it stores."""
+    p = Path(path).expanduser()
+    suffix = suffix_of(p.name)
+    if suffix in PARQUET_SUFFIXES:
+        return
+    from pandas.api import types as ptypes
+
+    typed = [frame.columns.get_loc(c) for c in columns
+             if c in frame.columns and not ptypes.is_string_dtype(frame[c])]
+    if typed:
+        _as_text(p, _layout(p, "," if suffix in CSV_SUFFIXES else "\t"), frame, typed)
+
+
+def _as_text(p: Path, layout: _Layout, frame: pd.DataFrame, positions: list[int]) -> None:
+    """The columns at `positions` of `frame` replaced by their cells as written (str)."""
+    if positions:
+        text = layout.read(p, usecols=positions, dtype=str, low_memory=False)
+        for j, i in enumerate(sorted(positions)):
+            frame.isetitem(i, text.iloc[:, j])
 
 
 def _inexact_ints(frame: pd.DataFrame) -> list[int]:

@@ -8,6 +8,7 @@ with MISSING_ID (-1); an empty or missing bag is [OOV].
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
            "empirical_frequency", "require_split_classes", "list_columns", "keyed_lists",
-           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "why_not_categorical"]
+           "as_bags", "AUTO_MAX_DISTINCT_SHARE", "why_not_categorical", "cell_key"]
 
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
@@ -43,6 +44,23 @@ def canonical(value: Any) -> str:
         f = float(value)
         return str(int(f)) if f.is_integer() else repr(f)
     return str(value)
+
+
+# A whole number written as a decimal ('7.0': how a writer gives an integer column with
+# missing values as floats); its key is the integer's ('7')
+_WHOLE_DECIMAL = re.compile(r"(-?\d+)\.0+")
+
+
+def cell_key(value: Any) -> str:
+    """A categorical value's key, the one rule for one-hot cells and multi-hot parts alike:
+    a string's text stripped of surrounding spaces, a whole number written as a decimal
+    without its '.0' ('7.0' is '7'; leading zeros are kept: '007' and '7' are two codes);
+    any other value its `canonical` string. '' (blank) is missing."""
+    if not isinstance(value, str):
+        return canonical(value)
+    text = value.strip()
+    whole = _WHOLE_DECIMAL.fullmatch(text)
+    return whole.group(1) if whole else text
 
 
 def _where(source: str, column: str) -> str:
@@ -299,11 +317,11 @@ def _factorise(series: pd.Series, separator: str | None) -> _Keys:
     bags: list[list[int]] = []
     for u in uniques:
         if isinstance(u, tuple):  # a list cell (`as_bags`): its values, not a joined string
-            parts = [t.strip() for t in u]
+            parts = [cell_key(t) for t in u]
+        elif separator is not None:
+            parts = [cell_key(t) for t in canonical(u).split(separator)]
         else:
-            text = canonical(u)
-            parts = [t.strip() for t in text.split(separator)] if separator is not None \
-                else [text]
+            parts = [cell_key(u)]
         bags.append([key_index.setdefault(t, len(key_index)) for t in parts if t])
     return _Keys(np.asarray(codes, dtype=np.int64), bags, list(key_index))
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from autoembed.data.base import BaseDataset, InMemoryDataset
 from autoembed.data.spec import DataSpec
-from autoembed.data.table_files import read_table
+from autoembed.data.table_files import read_as_written, read_table
 from autoembed.data.tabular import (
     CtrColumns,
     as_bags,
@@ -57,6 +57,7 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
         taken, left = detect_categorical(frame, exclude)
         categorical = tuple(taken)
         unused = [(c, "lists of numbers") for c in lists if c not in multi_hot] + left
+    read_as_written(source, frame, (*categorical, *multi_hot))  # keys are labels: '007'
     cols = CtrColumns(spec.label, categorical, multi_hot, spec.separator)
     dataset = build_ctr(frame, spec, cols, source, vocabulary)
     dataset.unused = tuple(unused)

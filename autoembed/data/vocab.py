@@ -33,8 +33,10 @@ KINDS = ("categorical", "multi_hot", "tokens")
 class VocabMap:
     """One field's value -> id map.
 
-    values[i] has id `first_id + i`; anything else has `oov_id`. Values are canonical strings
-    (integral numbers without a trailing '.0').
+    values[i] has id `first_id + i`; anything else has `oov_id`. Values are keys as
+    `tabular.cell_key` makes them of a cell (its text stripped of surrounding spaces, a
+    whole number without a trailing '.0', leading zeros kept): look a raw value up by its
+    key.
     """
 
     name: str
@@ -62,7 +64,7 @@ class VocabMap:
         return self._index.get(value, self.oov_id)
 
     def encode(self, keys: pd.Series) -> npt.NDArray[np.int64]:
-        """Ids of canonical string keys (missing values and unknown keys get `oov_id`)."""
+        """Ids of string keys (missing values and unknown keys get `oov_id`)."""
         import numpy as np
         import pandas as pd
 
