@@ -275,7 +275,8 @@ def _choose_from_study(
                        params=member.get("params"), memory=_memory(member, pareto),
                        origin=member.get("origin"),
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
-                                             pareto.get("stand_in"), pareto.get("data_sha256")))
+                                             pareto.get("stand_in"), pareto.get("data_sha256"),
+                                             pareto.get("data_keys")))
     assert number is not None
     return _off_front(study, number, label, members, pareto, vocab, tracking_uri, runs_dir,
                       tmp)

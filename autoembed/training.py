@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from autoembed.config import EmbeddingConfig
+from autoembed.data.vocab import KEYS_RULE, OLD_KEYS
 from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
@@ -94,6 +95,7 @@ def _state(trainer: Any, step: int, config: EmbeddingConfig,
            length: Mapping[str, Any], data_sha256: str | None = None) -> dict[str, Any]:
     st: dict[str, Any] = {
         "data_sha256": data_sha256,  # the data file's bytes the run trains on (None: built-in)
+        "data_keys": KEYS_RULE,  # the rule its categorical cells became ids by
         "format": FORMAT_VERSION,
         "step": step,
         "trained_for": dict(length),  # the run's length: `max_steps` or `epochs`
@@ -308,29 +310,37 @@ def measured_with(run: Mapping[str, Any]) -> dict[str, Any]:
     return {k: getattr(settings, k) for k in MEASURE_KEYS}
 
 
-def trained_on(config: Any, run: Any, stand_in: Any,
-               data_sha256: Any = None) -> dict[str, Any] | None:
+def trained_on(config: Any, run: Any, stand_in: Any, data_sha256: Any = None,
+               data_keys: Any = None) -> dict[str, Any] | None:
     """The `trained_on` block of a search's best.yaml or an exported file: `config`, the
     config the trial trained (resolved on the data it trained on, whose spec it carries);
     `run`, the settings it was measured with (MEASURE_KEYS); `stand_in`, whether that data
-    was a scaled-down copy of the priced tables; `data_sha256`, its data file's digest
-    (data files only). None when the trained config is unknown."""
+    was a scaled-down copy of the priced tables; `data_sha256`, its data file's digest, and
+    `data_keys`, the rule its values were keyed by (`KEYS_RULE`; data files only, a study of
+    an earlier version recorded none). None when the trained config is unknown."""
     if not isinstance(config, Mapping):
         return None
     measure = {k: v for k, v in run.items() if k in MEASURE_KEYS} \
         if isinstance(run, Mapping) else {}
     block = {"stand_in": bool(stand_in), "config": dict(config), "run": measure}
-    return block | ({"data_sha256": data_sha256} if isinstance(data_sha256, str) else {})
+    if not isinstance(data_sha256, str):
+        return block
+    keys = {"data_keys": data_keys} if isinstance(data_keys, int) else {}
+    return block | {"data_sha256": data_sha256} | keys
 
 
 def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> list[str]:
     """A line saying the data file changed since the trial read it (its digest differs from
-    `trained_on.data_sha256`), so a rerun's figures can differ from the trial's; else none."""
+    `trained_on.data_sha256`), or that the trial keyed its values by another rule
+    (`trained_on.data_keys`), so a rerun's figures can differ from the trial's; else none."""
     from autoembed.data.digest import data_file_digest, digests
 
     was = block.get("data_sha256")
     if not isinstance(was, str) or not data:
         return []
+    if block.get("data_keys", 1) != KEYS_RULE:
+        return [f"the trial read data file '{data.get('name')}' {OLD_KEYS}: this run's "
+                "figures can differ from the trial's"]
     try:
         now = data_file_digest(data)
     except (OSError, ConfigError):
@@ -662,7 +672,8 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
                 measure: Mapping[str, Any] | None,
                 data_sha256: str | None = None) -> tuple[TrialResult, Any]:
     """Train `cfg` for `length` with checkpoints in `out`: (the result, the trainer); a
-    checkpoint resumes only on the same bytes of the data file (`data_sha256`)."""
+    checkpoint resumes only on the same bytes of the data file (`data_sha256`), keyed by
+    this version's rule (`KEYS_RULE`)."""
     from autoembed.models import make_trainer
     from autoembed.models.hot_cold import install_hot_sets
 
@@ -674,6 +685,10 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         _check_resumable(ckpt, st, length)  # refused off the way to `length`
         _check_same_bytes(st.get("data_sha256"), data_sha256, f"checkpoint '{ckpt}' was "
                           "written", "pass --no-resume to train from step 0")
+        if st.get("data_sha256") and st.get("data_keys", 1) != KEYS_RULE:
+            raise ConfigError(f"checkpoint '{ckpt}' was trained on its data file {OLD_KEYS}; "
+                              "pass --no-resume to train from step 0, or train into a new "
+                              "--out directory")
     trainer = make_trainer(cfg, device)
     install_hot_sets(trainer.model, dataset, hot_sets)  # a checkpoint restores the same set
     start = _restore(st, trainer) if st is not None else 0

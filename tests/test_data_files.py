@@ -227,9 +227,9 @@ def test_text_file_builds_its_vocabulary_on_train(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- bad data
 
 
-def _error(spec: DataSpec) -> str:
+def _error(spec: DataSpec, vocab: Path | None = None) -> str:
     with pytest.raises(DataError) as e:
-        load_dataset(spec)
+        load_dataset(spec, vocab=vocab)
     msg = str(e.value)
     assert "\n" not in msg
     return msg
@@ -628,3 +628,18 @@ def test_codes_with_leading_zeros_are_distinct_in_any_column(tmp_path: Path) -> 
     want = [zip_map.values.index(c) + 1 for c in ("007", "010") * 10]
     assert _ids(again, "zip").tolist() == want
 
+
+def test_a_vocabulary_keyed_by_the_earlier_rule_is_refused_for_a_file(tmp_path: Path) -> None:
+    """A vocab.json saved before the keys rule was recorded keyed a column of digits as
+    numbers ('007' as '7'): encoding a file with it now would give rows ids its model never
+    saw, so it is refused in one line; one saved now records the rule and loads again."""
+    frame = pd.DataFrame({"zip": ["007", "7", "010"] * 20, "label": [0, 1] * 30})
+    spec = DataSpec(str(_write(frame, tmp_path / "z.csv")), categorical=("zip",))
+    saved = _load(spec).save_vocab(tmp_path / "v")
+    raw = json.loads(saved.read_text())
+    assert raw["keys"] == 2
+    _load(spec, tmp_path / "v")
+    del raw["keys"]
+    saved.write_text(json.dumps(raw))
+    msg = _error(spec, tmp_path / "v")
+    assert "z.csv" in msg and "earlier rule" in msg and "leave the vocabulary out" in msg

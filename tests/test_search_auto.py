@@ -236,6 +236,28 @@ def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> 
     assert not (tmp_path / "runs" / "rare").exists()
 
 
+def _resume_as_old_study(tmp_path: Path, csv: Path, pareto: Path, written: str) -> None:
+    """Study 'edit' as a version before `KEYS_RULE` stored it (no `data_keys`): resumed on
+    the same bytes, its trials would read the file's values as other ids, so it is refused
+    in one line before anything trains; its record restored after."""
+    import optuna
+
+    from autoembed.errors import DataError
+    from autoembed.pipeline.records import ATTR
+
+    study = optuna.load_study(study_name="edit",
+                              storage=f"sqlite:///{tmp_path / 'runs' / 'optuna.db'}")
+    meta = dict(study.user_attrs[ATTR])
+    assert meta["data_keys"] == 2
+    study.set_user_attr(ATTR, {k: v for k, v in meta.items() if k != "data_keys"})
+    with pytest.raises(DataError) as e:
+        _run(tmp_path, csv, [], trials=2, study="edit", resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "study 'edit' searched" in msg and "'007' was '7'" in msg
+    assert pareto.read_text() == written and len(study.trials) == 1
+    study.set_user_attr(ATTR, meta)
+
+
 def test_an_edited_data_file_is_refused_on_resume_and_noted_on_rerun(tmp_path: Path) -> None:
     import hashlib
 
@@ -251,6 +273,15 @@ def test_an_edited_data_file_is_refused_on_resume_and_noted_on_rerun(tmp_path: P
     export_config("edit", tmp_path / "x.yaml", runs_dir=tmp_path / "runs", tracking_uri="none")
     for path in (first.out_dir / "best.yaml", tmp_path / "x.yaml"):
         assert not any("changed" in line for line in plan_training(path).lines)
+    _resume_as_old_study(tmp_path, csv, first.out_dir / "pareto.json", pareto)
+    import yaml
+
+    record = yaml.safe_load((tmp_path / "x.yaml").read_text())
+    assert record["trained_on"]["data_keys"] == 2  # the export carries the study's rule
+    del record["trained_on"]["data_keys"]  # as a version before the rule wrote it
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(record))
+    assert any("the trial read data file" in line and "'007' was '7'" in line
+               for line in plan_training(tmp_path / "old.yaml").lines)
     frame["y"] = 1 - frame["y"]  # the same columns and size, other labels
     frame.to_csv(csv, index=False)
     with pytest.raises(DataError) as e:

@@ -24,7 +24,7 @@ from autoembed.data.tabular import (
     require_columns,
 )
 from autoembed.data.text import DEFAULT_SEQ_LEN, build_text
-from autoembed.data.vocab import Vocabulary
+from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, Vocabulary
 from autoembed.errors import DataError
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
             )
         seq_len = spec.seq_len or DEFAULT_SEQ_LEN
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
+    _require_keys_rule(vocabulary, source)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
     multi_hot, lists = _list_bags(frame, spec)
     unused: list[tuple[str, str]] = []
@@ -62,6 +63,17 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     dataset = build_ctr(frame, spec, cols, source, vocabulary)
     dataset.unused = tuple(unused)
     return dataset
+
+
+def _require_keys_rule(vocabulary: Vocabulary | None, source: str) -> None:
+    """A saved vocabulary whose keys were made by this version's rule (`KEYS_RULE`): one of
+    another would encode the file's rows with ids its model never saw."""
+    if vocabulary is not None and vocabulary.maps and vocabulary.keys != KEYS_RULE:
+        raise DataError(
+            f"the saved vocabulary was built on '{vocabulary.data.get('name', source)}' "
+            f"{OLD_KEYS}; leave the vocabulary out to build one on '{source}', or encode "
+            f"with the autoembed version that saved it"
+        )
 
 
 def unused_note(dataset: BaseDataset | None) -> str | None:

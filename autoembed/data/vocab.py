@@ -15,18 +15,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import DataError
-from autoembed.rules import Each, Is
+from autoembed.rules import Each, Integer, Is
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
 
-__all__ = ["VocabMap", "Vocabulary", "load_vocab", "VOCAB_FILE", "VOCAB_FORMAT"]
+__all__ = ["VocabMap", "Vocabulary", "load_vocab", "VOCAB_FILE", "VOCAB_FORMAT", "KEYS_RULE",
+           "OLD_KEYS"]
 
 VOCAB_FILE = "vocab.json"
 VOCAB_FORMAT = "autoembed-vocab/1"
 KINDS = ("categorical", "multi_hot", "tokens")
+# How a data file's categorical cells become keys (`tabular.cell_key`), recorded in a
+# vocabulary, a study and a checkpoint: 2 reads a cell's text stripped ('007' and '7' are
+# two codes, ' a' is 'a'); 1 (unrecorded, before) read numbers ('007' was 7) and kept a
+# one-hot value's spaces. Records of another rule map the file's rows to other ids.
+KEYS_RULE = 2
+OLD_KEYS = ("with categorical values keyed by autoembed's earlier rule (a column of digits "
+            "read as numbers: '007' was '7'; one-hot values kept their spaces), so this "
+            "version would give its rows other ids")
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,19 @@ class VocabMap:
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Every field's map plus the label values (id = position) and the data spec they serve."""
+    """Every field's map plus the label values (id = position), the data spec they serve
+    and the rule its categorical keys were made by (`KEYS_RULE`; 1: a file saved before
+    the rule was recorded)."""
 
     maps: Mapping[str, VocabMap]
     labels: tuple[str, ...]
     data: Mapping[str, Any] = field(default_factory=dict)
+    keys: int = KEYS_RULE
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": VOCAB_FORMAT,
+            "keys": self.keys,
             "data": dict(self.data),
             "labels": list(self.labels),
             "fields": {
@@ -127,4 +140,6 @@ def load_vocab(path: str | Path) -> Vocabulary:
     Each(Is(str, "a string"), "a list of strings", seq=(list,)).check(
         "labels", labels, f"vocabulary file '{p}': key", DataError)
     data = raw.get("data", {})
-    return Vocabulary(maps, tuple(labels), data if isinstance(data, dict) else {})
+    keys = raw.get("keys", 1)
+    Integer(1).check("keys", keys, f"vocabulary file '{p}': key", DataError)
+    return Vocabulary(maps, tuple(labels), data if isinstance(data, dict) else {}, keys)

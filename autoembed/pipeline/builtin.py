@@ -20,6 +20,7 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.digest import data_file_digest, digests
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
+from autoembed.data.vocab import KEYS_RULE, OLD_KEYS
 from autoembed.errors import ConfigError, DataError
 from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
@@ -233,7 +234,7 @@ class BuiltinWorkload:
 
     def meta(self) -> dict[str, Any]:
         return {"data": self.data.spec.to_dict(), "train_data": self.data.train_spec.to_dict(),
-                "data_sha256": self.data_sha256,
+                "data_sha256": self.data_sha256, "data_keys": KEYS_RULE,
                 "baseline": None if self.baseline is None else self.baseline.to_dict(),
                 "baseline_note": self.baseline_note}
 
@@ -251,7 +252,8 @@ class BuiltinWorkload:
         from autoembed.training import measured_with
 
         return {"data": self.data.spec.to_dict(), "data_sha256": self.data_sha256,
-                "trained_on": self.data.train_spec.to_dict(), "stand_in": self.stand_in,
+                "data_keys": KEYS_RULE, "trained_on": self.data.train_spec.to_dict(),
+                "stand_in": self.stand_in,
                 "run": measured_with({**self.run, "threads": placement.get("threads")}),
                 "baseline": None if self.baseline is None else self.baseline.to_dict()}
 
@@ -271,7 +273,8 @@ class BuiltinWorkload:
 
         record: dict[str, Any] = {"config": row.config.to_dict()}
         block = trained_on(None if row.result is None else row.result.config.to_dict(),
-                           context.get("run"), context.get("stand_in"), self.data_sha256)
+                           context.get("run"), context.get("stand_in"), self.data_sha256,
+                           KEYS_RULE)
         if block is not None:
             record[TRAINED_ON_KEY] = block
         return record
@@ -378,14 +381,19 @@ def _checked_data(data: PricedData, stored: Mapping[str, Any], study: str) -> st
 def _require_same_file(stored: Mapping[str, Any], spec: DataSpec, now: str | None,
                        study: str) -> None:
     """A resumed study's data file holds the bytes the study started on (`now`: its digest;
-    a study stored before studies recorded one is not checked): trials on other data would
-    share its front."""
+    a study stored before studies recorded one is not checked), read by the rule its values
+    were keyed by (`KEYS_RULE`): trials on other data, or other ids, would share its
+    front."""
     was = stored.get("data_sha256")
     if was and now != was:
         raise DataError(
             f"data file '{spec.name}' changed since study '{study}' started "
             f"({digests(str(was), now)}); a resumed search keeps its data: restore the file, "
             "or start a new --study")
+    if was and stored.get("data_keys", 1) != KEYS_RULE:
+        raise DataError(
+            f"study '{study}' searched '{spec.name}' {OLD_KEYS}; start a new --study, or "
+            "resume it with the autoembed version that started it")
 
 
 def _require_split_classes(data: PricedData) -> None:

@@ -137,7 +137,7 @@ class SearchReport:
         order = ("study", "budget", "budget_bytes", "objectives", "members", "best", "pick",
                  "picks", "noise", "floor", "baseline", "memory_basis", "counts",
                  "trainables_started", "stop_reason", "workload", "space", "data",
-                 "data_sha256", "trained_on", "stand_in", "run",
+                 "data_sha256", "data_keys", "trained_on", "stand_in", "run",
                  "functions", "sampler", "seed", "repeatable",
                  "early_stop", "device", "workers", "concurrency", "threads", "cpus",
                  "versions", "recovered", "wall_seconds", "finished_at")
