@@ -643,3 +643,19 @@ def test_a_vocabulary_keyed_by_the_earlier_rule_is_refused_for_a_file(tmp_path: 
     saved.write_text(json.dumps(raw))
     msg = _error(spec, tmp_path / "v")
     assert "z.csv" in msg and "earlier rule" in msg and "leave the vocabulary out" in msg
+
+
+def test_a_saved_map_looks_a_raw_cell_up_as_training_keyed_it(tmp_path: Path) -> None:
+    """Serving looks raw cells up in vocab.json's maps: id_of(' a') and id_of(7) were OOV
+    (exact string keys only) where training had keyed ' a' as 'a' and '7.0' as '7'."""
+    cells = ["a", " a", "7", "7.0", " 007", "b"] * 20
+    path = tmp_path / "raw.csv"
+    path.write_text("k,label\n" + "".join(f'"{c}",{i % 2}\n' for i, c in enumerate(cells)))
+    data = _load(DataSpec(str(path), categorical=("k",)))
+    ids = _ids(data, "k")
+    saved = load_vocab(data.save_vocab(tmp_path / "v")).maps["k"]
+    assert [saved.id_of(c) for c in cells] == ids.tolist()
+    assert saved.encode(pd.Series(cells)).tolist() == ids.tolist()
+    seven = saved.values.index("7") + 1  # a serving system's typed 7s are the key '7'
+    assert saved.id_of(7) == saved.id_of(7.0) == saved.id_of(np.int64(7)) == seven
+    assert saved.id_of("atlantis") == saved.id_of(None) == 0

@@ -69,14 +69,26 @@ class VocabMap:
     def _index(self) -> dict[str, int]:
         return {v: i + self.first_id for i, v in enumerate(self.values)}
 
-    def id_of(self, value: str) -> int:
-        return self._index.get(value, self.oov_id)
+    def id_of(self, value: Any) -> int:
+        """The id of a key, or of a categorical cell as a data file gives it (' 007', 7,
+        7.0: its `tabular.cell_key`, the key training gave it); else `oov_id`."""
+        found = self._index.get(value) if isinstance(value, str) else None
+        if found is None and self.kind != "tokens":  # tokens are keys as they come
+            from autoembed.data.tabular import cell_key
+
+            found = self._index.get(cell_key(value))
+        return self.oov_id if found is None else found
 
     def encode(self, keys: pd.Series) -> npt.NDArray[np.int64]:
-        """Ids of string keys (missing values and unknown keys get `oov_id`)."""
+        """Ids of keys, or of cells (`id_of`; missing values and unknown keys get
+        `oov_id`)."""
         import numpy as np
         import pandas as pd
 
+        if self.kind != "tokens":
+            from autoembed.data.tabular import cell_key
+
+            keys = keys.map(cell_key, na_action="ignore")
         pos = pd.Index(self.values, dtype=object).get_indexer(keys.astype(object))
         ids: npt.NDArray[np.int64] = np.where(pos < 0, self.oov_id, pos + self.first_id)
         return ids.astype(np.int64)
