@@ -659,3 +659,13 @@ def test_a_saved_map_looks_a_raw_cell_up_as_training_keyed_it(tmp_path: Path) ->
     seven = saved.values.index("7") + 1  # a serving system's typed 7s are the key '7'
     assert saved.id_of(7) == saved.id_of(7.0) == saved.id_of(np.int64(7)) == seven
     assert saved.id_of("atlantis") == saved.id_of(None) == 0
+
+
+def test_rows_with_a_field_more_than_the_header_are_refused(tmp_path: Path) -> None:
+    """pandas takes the first field of such rows as the index: every column shifted by one
+    ('zip' read the next field's values) and the first field was dropped, silently."""
+    path = tmp_path / "shifted.csv"
+    path.write_text("zip,label\n" + "".join(f"{'007' if i % 3 else '10'},x{i % 4},{i % 2}\n"
+                                            for i in range(60)))
+    msg = _error(DataSpec(str(path), categorical=("zip",)))
+    assert "shifted.csv" in msg and "more fields than the 2 names of its header" in msg

@@ -51,6 +51,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
                     frame.isetitem(i, exact.iloc[:, j].astype(object))
         else:
             frame = _read_delimited(p, "," if suffix in CSV_SUFFIXES else "\t")
+    except DataError:
+        raise
     except pd.errors.EmptyDataError:
         raise DataError(f"data file '{p}' is empty; give a file with a header and rows") from None
     except UnicodeDecodeError as e:
@@ -115,8 +117,21 @@ def _layout(p: Path, sep: str) -> _Layout:
 def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
     """A CSV/TSV file (`_layout` says how it is read), its values typed as pandas infers
     them."""
+    import warnings
+
+    import pandas as pd
+
     layout = _layout(p, sep)
-    frame = layout.read(p, low_memory=False)
+    with warnings.catch_warnings():  # a row with a field more than the header names
+        warnings.filterwarnings("error", "Length of header", pd.errors.ParserWarning)
+        try:  # (pandas took the first field as the index, shifting every column)
+            frame = layout.read(p, low_memory=False, index_col=False)
+        except pd.errors.ParserWarning:
+            names = len(layout.read(p, nrows=0).columns)
+            raise DataError(
+                f"data file '{p}' has rows with more fields than the {names} names of its "
+                f"header; name every column in the header, or quote the values that hold "
+                f"the separator '{layout.sep}'") from None
     # the header as written: pandas renames a repeated name ('user', 'user.1'), which
     # read_table refuses instead; an empty name keeps pandas' 'Unnamed: N'
     head = layout.read(p, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0]
