@@ -669,3 +669,13 @@ def test_rows_with_a_field_more_than_the_header_are_refused(tmp_path: Path) -> N
                                             for i in range(60)))
     msg = _error(DataSpec(str(path), categorical=("zip",)))
     assert "shifted.csv" in msg and "more fields than the 2 names of its header" in msg
+
+
+def test_a_utf16_file_with_a_sep_line_is_read_by_it(tmp_path: Path) -> None:
+    """The first line of a UTF-16 file was read up to its first byte 0x0a, which cuts the
+    two-byte '\\n' in half: its 'sep=;' line was not seen, and the file read as one column."""
+    path = tmp_path / "u16.csv"
+    rows = "".join(f"{'007' if i % 3 else '7'};{i % 2}\r\n" for i in range(60))
+    path.write_bytes(("sep=;\r\nzip;label\r\n" + rows).encode("utf-16"))
+    data = _load(DataSpec(str(path), categorical=("zip",)))
+    assert set(data.vocab_maps["zip"].values) == {"007", "7"}

@@ -99,9 +99,10 @@ def _layout(p: Path, sep: str) -> _Layout:
     shows when `sep` leaves a single column (`;`-separated CSV, a tab-separated `.csv`), or
     the one a first line `sep=;` names (a spreadsheet's hint line, then skipped)."""
     with p.open("rb") as f:  # a compressed file starts with its format's magic, not a BOM
-        start = f.read(2)
-        encoding = "utf-16" if start in UTF16_BOMS else "utf-8"
-        first = (start + f.readline()).decode(encoding, "replace").lstrip("\ufeff").strip()
+        start = f.read(4096)
+    encoding = "utf-16" if start[:2] in UTF16_BOMS else "utf-8"
+    # the first line decoded whole (a UTF-16 line ends in two bytes: b'\n\0')
+    first = start.decode(encoding, "replace").lstrip("\ufeff").split("\n", 1)[0].strip()
     # a spreadsheet's 'sep=;' line (Excel writes and reads it) names the separator
     skip = int(len(first) == 5 and first.startswith("sep=") and first[4] in SEPARATORS)
     layout = _Layout(first[4] if skip else sep, encoding, skip)
