@@ -679,3 +679,20 @@ def test_a_utf16_file_with_a_sep_line_is_read_by_it(tmp_path: Path) -> None:
     path.write_bytes(("sep=;\r\nzip;label\r\n" + rows).encode("utf-16"))
     data = _load(DataSpec(str(path), categorical=("zip",)))
     assert set(data.vocab_maps["zip"].values) == {"007", "7"}
+
+
+def test_a_saved_vocabulary_names_the_columns_of_a_file_it_encodes(tmp_path: Path) -> None:
+    """Columns auto-detected at train time were detected again in the file a saved
+    vocabulary encodes: a column constant there ('device' of one shop) was left out, and the
+    data had one table fewer than the model, silently."""
+    train = _frame()
+    data = _load(DataSpec(str(_write(train, tmp_path / "train.csv")), multi_hot=("tags",)))
+    data.save_vocab(tmp_path / "v")
+    names = [t.name for t in data.tables]
+    assert names == ["city", "device", "tags"]
+    serve = pd.DataFrame({"city": ["rome", "paris"] * 10, "device": [3] * 20,
+                          "tags": ["a|b", "c"] * 10, "label": [0, 1] * 10})
+    again = _load(DataSpec(str(_write(serve, tmp_path / "serve.csv"))), tmp_path / "v")
+    assert [t.name for t in again.tables] == names
+    device = data.vocab_maps["device"]
+    assert set(_ids(again, "device").tolist()) == {device.values.index("3") + 1}

@@ -53,6 +53,8 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     unused: list[tuple[str, str]] = []
     if spec.categorical is not None:
         categorical = tuple(c for c in spec.categorical if c not in multi_hot)
+    elif vocabulary is not None and vocabulary.maps:  # the columns its maps were built on
+        categorical, multi_hot = _vocabulary_columns(vocabulary, multi_hot)
     else:
         exclude = (spec.label, *multi_hot, *lists)
         taken, left = detect_categorical(frame, exclude)
@@ -63,6 +65,17 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     dataset = build_ctr(frame, spec, cols, source, vocabulary)
     dataset.unused = tuple(unused)
     return dataset
+
+
+def _vocabulary_columns(vocabulary: Vocabulary, multi_hot: tuple[str, ...]
+                        ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(categorical, multi-hot) columns of a file encoded with a saved vocabulary whose
+    columns were auto-detected: the columns of its maps, by their kind, not those detection
+    would take in this file (a column constant here, or with a value per row, is still a
+    field of the model)."""
+    kinds = {name: m.kind for name, m in vocabulary.maps.items()}
+    multi = (*multi_hot, *(c for c, k in kinds.items() if k == "multi_hot"))
+    return tuple(c for c, k in kinds.items() if k == "categorical"), tuple(dict.fromkeys(multi))
 
 
 def _require_keys_rule(vocabulary: Vocabulary | None, source: str) -> None:
