@@ -696,3 +696,17 @@ def test_a_saved_vocabulary_names_the_columns_of_a_file_it_encodes(tmp_path: Pat
     assert [t.name for t in again.tables] == names
     device = data.vocab_maps["device"]
     assert set(_ids(again, "device").tolist()) == {device.values.index("3") + 1}
+
+
+def test_a_saved_vocabulary_of_bags_refuses_another_separator(tmp_path: Path) -> None:
+    """Bags split on ';' at train time were split on the default '|' when the saved
+    vocabulary encoded a file read with a spec that did not repeat it: 'a;b' became one
+    unseen key, the OOV id, on every row, silently."""
+    frame = pd.DataFrame({"tags": ["a;b", "b", "c;a"] * 20, "label": [0, 1] * 30})
+    path = _write(frame, tmp_path / "bags.csv")
+    data = _load(DataSpec(str(path), multi_hot=("tags",), separator=";"))
+    data.save_vocab(tmp_path / "v")
+    msg = _error(DataSpec(str(path), categorical=("tags",)), tmp_path / "v")
+    assert "bags of tags" in msg and "on ';'" in msg and "separator=';'" in msg
+    again = _load(DataSpec(str(path), separator=";"), tmp_path / "v")
+    assert np.array_equal(_all(again, "train")[0]["tags"], _all(data, "train")[0]["tags"])

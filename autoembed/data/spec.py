@@ -31,6 +31,7 @@ FILE_SUFFIXES = CSV_SUFFIXES + TSV_SUFFIXES + PARQUET_SUFFIXES
 DEFAULT_CTR_VOCABS = (1_000, 10_000, 100_000, 1_000_000, 10_000, 1_000)
 DEFAULT_ROWS = (200_000, 20_000, 20_000)  # train, valid, test rows of synthetic data
 DEFAULT_PAIRS = ((0, 1), (2, 3))  # synthetic-ctr field pairs with a planted interaction
+DEFAULT_SEPARATOR = "|"  # what a multi-hot cell's values are joined by
 
 
 # The keys that name a data file's columns (built-in data have their own), with their flags.
@@ -124,7 +125,7 @@ class DataSpec:
     label: str = _ruled("label", _NAME)
     categorical: tuple[str, ...] | None = _ruled(None, _COLUMNS)
     multi_hot: tuple[str, ...] = _ruled((), _COLUMNS)
-    separator: str = _ruled("|", Is(str, "a non-empty string", filled=True))
+    separator: str = _ruled(DEFAULT_SEPARATOR, Is(str, "a non-empty string", filled=True))
     text_column: str | None = _ruled(None, _NAME)
     min_count: int = _ruled(1, Integer(1))
     split: tuple[float, float, float] = _ruled(

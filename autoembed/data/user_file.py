@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autoembed.data.base import BaseDataset, InMemoryDataset
-from autoembed.data.spec import DataSpec
+from autoembed.data.spec import DEFAULT_SEPARATOR, DataSpec
 from autoembed.data.table_files import read_as_written, read_table
 from autoembed.data.tabular import (
     CtrColumns,
@@ -47,7 +47,7 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
             )
         seq_len = spec.seq_len or DEFAULT_SEQ_LEN
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
-    _require_keys_rule(vocabulary, source)
+    _require_same_reading(vocabulary, spec)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
     multi_hot, lists = _list_bags(frame, spec)
     unused: list[tuple[str, str]] = []
@@ -78,14 +78,25 @@ def _vocabulary_columns(vocabulary: Vocabulary, multi_hot: tuple[str, ...]
     return tuple(c for c, k in kinds.items() if k == "categorical"), tuple(dict.fromkeys(multi))
 
 
-def _require_keys_rule(vocabulary: Vocabulary | None, source: str) -> None:
-    """A saved vocabulary whose keys were made by this version's rule (`KEYS_RULE`): one of
-    another would encode the file's rows with ids its model never saw."""
-    if vocabulary is not None and vocabulary.maps and vocabulary.keys != KEYS_RULE:
+def _require_same_reading(vocabulary: Vocabulary | None, spec: DataSpec) -> None:
+    """A saved vocabulary whose keys were made as this file's are: by this version's rule
+    (`KEYS_RULE`), multi-hot bags split on the same separator; else a file's rows would be
+    encoded with ids its model never saw."""
+    if vocabulary is None or not vocabulary.maps:
+        return
+    source, built_on = spec.name, vocabulary.data.get("name", spec.name)
+    if vocabulary.keys != KEYS_RULE:
         raise DataError(
-            f"the saved vocabulary was built on '{vocabulary.data.get('name', source)}' "
-            f"{OLD_KEYS}; leave the vocabulary out to build one on '{source}', or encode "
-            f"with the autoembed version that saved it"
+            f"the saved vocabulary was built on '{built_on}' {OLD_KEYS}; leave the "
+            f"vocabulary out to build one on '{source}', or encode with the autoembed "
+            f"version that saved it"
+        )
+    bags = [name for name, m in vocabulary.maps.items() if m.kind == "multi_hot"]
+    was = vocabulary.data.get("separator", DEFAULT_SEPARATOR)
+    if bags and was != spec.separator:
+        raise DataError(
+            f"the saved vocabulary split the bags of {', '.join(bags)} in '{built_on}' on "
+            f"'{was}', and '{source}' is split on '{spec.separator}'; give separator='{was}'"
         )
 
 
