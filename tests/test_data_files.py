@@ -469,6 +469,16 @@ def test_text_in_any_script_and_number_cells_are_tokens(tmp_path: Path) -> None:
     assert set(data.vocab_maps["tokens"].values) == {"7", "42"}
 
 
+def test_a_text_column_of_numbers_is_tokenised_as_written(tmp_path: Path) -> None:
+    """A text column pandas read as numbers was tokenised from the numbers: '007' was the
+    token '7' and '3.50' the tokens '3', '5', where the same cells in a column of words
+    gave '007' and '3', '50'."""
+    path = tmp_path / "codes.csv"
+    path.write_text("body,label\n" + "007,a\n3.50,b\n" * 30)
+    data = _load(DataSpec(str(path), text_column="body"))
+    assert set(data.vocab_maps["tokens"].values) == {"007", "3", "50"}
+
+
 def test_a_text_column_without_tokens_is_refused(tmp_path: Path) -> None:
     """Punctuation and emoji only: every document was [OOV], a 2-row table, silently."""
     frame = pd.DataFrame({"body": ["!!! :)", "\U0001F600 ...", "?"] * 20,

@@ -46,6 +46,7 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
                 f"text column for a ctr task"
             )
         seq_len = spec.seq_len or DEFAULT_SEQ_LEN
+        read_as_written(source, frame, (spec.text_column,))  # '007' and '3.50' as written
         return build_text(frame, spec, spec.text_column, spec.label, source, seq_len, vocabulary)
     _require_same_reading(vocabulary, spec)
     require_columns(frame, spec.multi_hot, "multi_hot", source)
