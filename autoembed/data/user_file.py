@@ -55,7 +55,7 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
     if spec.categorical is not None:
         categorical = tuple(c for c in spec.categorical if c not in multi_hot)
     elif vocabulary is not None and vocabulary.maps:  # the columns its maps were built on
-        categorical, multi_hot = _vocabulary_columns(vocabulary, multi_hot)
+        categorical, multi_hot = _vocabulary_columns(vocabulary, spec.multi_hot)
     else:
         exclude = (spec.label, *multi_hot, *lists)
         taken, left = detect_categorical(frame, exclude)
@@ -71,9 +71,9 @@ def load_user_file(spec: DataSpec, vocabulary: Vocabulary | None = None) -> InMe
 def _vocabulary_columns(vocabulary: Vocabulary, multi_hot: tuple[str, ...]
                         ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(categorical, multi-hot) columns of a file encoded with a saved vocabulary whose
-    columns were auto-detected: the columns of its maps, by their kind, not those detection
-    would take in this file (a column constant here, or with a value per row, is still a
-    field of the model)."""
+    columns were auto-detected: the columns of its maps by their kind (and `multi_hot`,
+    named), not those detection would take in this file (a column constant here, or with a
+    value per row, is still a field of the model; a list column it has no map of is not)."""
     kinds = {name: m.kind for name, m in vocabulary.maps.items()}
     multi = (*multi_hot, *(c for c, k in kinds.items() if k == "multi_hot"))
     return tuple(c for c, k in kinds.items() if k == "categorical"), tuple(dict.fromkeys(multi))
