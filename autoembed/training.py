@@ -685,7 +685,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         _check_resumable(ckpt, st, length)  # refused off the way to `length`
         _check_same_bytes(st.get("data_sha256"), data_sha256, f"checkpoint '{ckpt}' was "
                           "written", "pass --no-resume to train from step 0")
-        if st.get("data_sha256") and st.get("data_keys", 1) != KEYS_RULE:
+        if data_sha256 is not None and st.get("data_keys", 1) != KEYS_RULE:
             raise ConfigError(f"checkpoint '{ckpt}' was trained on its data file {OLD_KEYS}; "
                               "pass --no-resume to train from step 0, or train into a new "
                               "--out directory")

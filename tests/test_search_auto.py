@@ -237,9 +237,10 @@ def test_a_split_lacking_a_class_is_refused_before_any_trial(tmp_path: Path) -> 
 
 
 def _resume_as_old_study(tmp_path: Path, csv: Path, pareto: Path, written: str) -> None:
-    """Study 'edit' as a version before `KEYS_RULE` stored it (no `data_keys`): resumed on
-    the same bytes, its trials would read the file's values as other ids, so it is refused
-    in one line before anything trains; its record restored after."""
+    """Study 'edit' as a version before `KEYS_RULE` stored it (no `data_keys`, nor, older,
+    `data_sha256`): resumed on the same file, its trials would read the file's values as
+    other ids, so it is refused in one line before anything trains; its record restored
+    after."""
     import optuna
 
     from autoembed.errors import DataError
@@ -249,7 +250,8 @@ def _resume_as_old_study(tmp_path: Path, csv: Path, pareto: Path, written: str) 
                               storage=f"sqlite:///{tmp_path / 'runs' / 'optuna.db'}")
     meta = dict(study.user_attrs[ATTR])
     assert meta["data_keys"] == 2
-    study.set_user_attr(ATTR, {k: v for k, v in meta.items() if k != "data_keys"})
+    old = {k: v for k, v in meta.items() if k not in ("data_keys", "data_sha256")}
+    study.set_user_attr(ATTR, old)
     with pytest.raises(DataError) as e:
         _run(tmp_path, csv, [], trials=2, study="edit", resume=True)
     msg = str(e.value)

@@ -315,10 +315,12 @@ def test_a_run_on_an_edited_data_file_is_not_mixed_with_one_on_its_old_bytes(
 
     with pytest.raises(KeyboardInterrupt):
         train(cfg, out_dir=cut, max_steps=5, checkpoint_every=1, on_step=stop)
-    # a checkpoint of a version before KEYS_RULE (no data_keys): same bytes, other ids
+    # a checkpoint of a version before KEYS_RULE (no data_keys, nor, older, data_sha256):
+    # the same file, other ids
     state = torch.load(cut / CHECKPOINT, weights_only=True)
     assert state["data_keys"] == 2
-    torch.save({k: v for k, v in state.items() if k != "data_keys"}, cut / CHECKPOINT)
+    old_keys = {k: v for k, v in state.items() if k not in ("data_keys", "data_sha256")}
+    torch.save(old_keys, cut / CHECKPOINT)
     with pytest.raises(ConfigError, match=r"checkpoint .* keyed by autoembed's earlier rule "
                                           r".*'007' was '7'.*--no-resume"):
         train(cfg, out_dir=cut, max_steps=5)

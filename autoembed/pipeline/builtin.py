@@ -381,16 +381,16 @@ def _checked_data(data: PricedData, stored: Mapping[str, Any], study: str) -> st
 def _require_same_file(stored: Mapping[str, Any], spec: DataSpec, now: str | None,
                        study: str) -> None:
     """A resumed study's data file holds the bytes the study started on (`now`: its digest;
-    a study stored before studies recorded one is not checked), read by the rule its values
-    were keyed by (`KEYS_RULE`): trials on other data, or other ids, would share its
-    front."""
+    a study stored before studies recorded one is not checked), and its values are keyed by
+    the rule they were (`KEYS_RULE`; a study that recorded none by the earlier one): trials
+    on other data, or other ids, would share its front."""
     was = stored.get("data_sha256")
     if was and now != was:
         raise DataError(
             f"data file '{spec.name}' changed since study '{study}' started "
             f"({digests(str(was), now)}); a resumed search keeps its data: restore the file, "
             "or start a new --study")
-    if was and stored.get("data_keys", 1) != KEYS_RULE:
+    if spec.is_file and stored.get("data_keys", 1) != KEYS_RULE:
         raise DataError(
             f"study '{study}' searched '{spec.name}' {OLD_KEYS}; start a new --study, or "
             "resume it with the autoembed version that started it")
