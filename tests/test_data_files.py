@@ -720,3 +720,17 @@ def test_a_saved_vocabulary_of_bags_refuses_another_separator(tmp_path: Path) ->
     assert "bags of tags" in msg and "on ';'" in msg and "separator=';'" in msg
     again = _load(DataSpec(str(path), separator=";"), tmp_path / "v")
     assert np.array_equal(_all(again, "train")[0]["tags"], _all(data, "train")[0]["tags"])
+
+
+def test_a_saved_vocabulary_encodes_a_column_with_no_value_as_oov(tmp_path: Path) -> None:
+    """A missing cell is the OOV id at train time, but a file whose column had no value at
+    all was refused when a saved vocabulary encoded it ('fill it or leave it out': leaving
+    a field of the model out is no fix)."""
+    frame = pd.DataFrame({"city": ["rome", "oslo"] * 20, "shop": ["s1", "s2", "s3", "s1"] * 10,
+                          "label": [0, 1] * 20})
+    data = _load(DataSpec(str(_write(frame, tmp_path / "train.csv"))))
+    data.save_vocab(tmp_path / "v")
+    frame["shop"] = None
+    again = _load(DataSpec(str(_write(frame, tmp_path / "serve.csv"))), tmp_path / "v")
+    assert set(_ids(again, "shop").tolist()) == {0}
+    assert _ids(again, "city").tolist() == _ids(data, "city").tolist()

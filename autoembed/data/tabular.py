@@ -407,7 +407,7 @@ def build_ctr(
     """Encode a ctr data set: 80/10/10 split (spec.split, spec.seed), maps on train only."""
     fields = tuple(dict.fromkeys((*columns.categorical, *columns.multi_hot)))
     splits = split_rows(len(frame), spec.split, spec.seed)
-    _check_ctr(frame, columns, fields, splits, spec, source)
+    _check_ctr(frame, columns, fields, splits, spec, source, vocabulary is not None)
     known = vocabulary.labels if vocabulary is not None and vocabulary.labels else None
     labels, classes = binary_labels(frame[columns.label], columns.label, source, known)
     train = splits[0]
@@ -430,10 +430,12 @@ def build_ctr(
 
 
 def _check_ctr(frame: pd.DataFrame, columns: CtrColumns, fields: tuple[str, ...],
-               splits: Sequence[IntArray], spec: DataSpec, source: str) -> None:
+               splits: Sequence[IntArray], spec: DataSpec, source: str, encoding: bool
+               ) -> None:
     """Refuse, in one line each, what a ctr data set cannot be made of: a missing or empty
     label or field column, the label among the fields, a dotted field name, a split with no
-    row, no field at all."""
+    row, no field at all. A field with no value is kept when `encoding` with a saved
+    vocabulary (its rows are OOV, as a missing value is at train time)."""
     require_columns(frame, (columns.label,), "label", source)
     if columns.label in fields:
         raise DataError(
@@ -454,7 +456,7 @@ def _check_ctr(frame: pd.DataFrame, columns: CtrColumns, fields: tuple[str, ...]
             f"{kinds or 'none'}); name them with --categorical a,b (categorical=[...])"
         )
     require_values(frame, columns.label, "label", source)
-    for c in fields:
+    for c in () if encoding else fields:
         require_values(frame, c, "categorical", source)
 
 
