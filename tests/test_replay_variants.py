@@ -32,7 +32,7 @@ REPLAY = Path(__file__).resolve().parents[1] / "benchmarks" / "replay"
 sys.path.insert(0, str(REPLAY))
 
 import variants  # noqa: E402
-from harness import Costs, Replay  # noqa: E402
+from harness import Costs, Replay, table_workload  # noqa: E402
 from table import Table  # noqa: E402
 
 
@@ -100,6 +100,7 @@ def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_ta
             "ehvi-ns-front", "ehvi-nb-front", "ehvi-r2-front"} <= set(methods)
     tiny = Table.load(REPLAY / "tables" / "tiny.jsonl.gz")
     budget = int(tiny.header["budget_bytes"])
+    real = table_workload(tiny)  # the table's pricing, built once as compare.py's run does
     started, replayed = time.process_time(), set()
     for name, method in methods.items():
         knobs = getattr(method.sampler, "knobs", {})
@@ -114,7 +115,8 @@ def test_every_ehvi_replay_method_builds_its_variant_and_proposes_on_the_tiny_ta
         # no fixed charges: ~3 s a trained trial, so a few model turns after the start-up;
         # 16 candidates an ask (pricing is most of an ask's time)
         small = dataclasses.replace(method, sampler=_fewer_candidates(method.sampler))
-        result = Replay(tiny, seed=0, costs=Costs(0.0, 0.0), budget_s=BUDGET_S).run(small)
+        result = Replay(tiny, seed=0, costs=Costs(0.0, 0.0), budget_s=BUDGET_S,
+                        real=real).run(small)
         trained = [t for t in result.trials if t.status in ("complete", "pruned")]
         assert len(trained) > knobs.get("startup", 5) + 1, name
         assert all(tiny.rows[t.row]["estimate"]["device_total"] <= budget
