@@ -422,13 +422,18 @@ def ratio(recs: Mapping[tuple[str, int], Mapping[str, Any]], method: str, base: 
     if len(both) < 2:
         return None
 
+    # each seed's figures read once: the bootstrap sums them 2000 times
+    nums = {s: _at(recs[(method, s)], key) for s in both}
+    dens = {s: _at(recs[(base, s)], key) for s in both}
+
     def of(sample: Sequence[int]) -> float:
-        num = sum(_at(recs[(method, s)], key) for s in sample)
-        den = sum(_at(recs[(base, s)], key) for s in sample)
+        num = sum(map(nums.__getitem__, sample))
+        den = sum(map(dens.__getitem__, sample))
         return num / den if den > 0 else math.inf
 
     rng = random.Random(0)
-    boot = sorted(of([rng.choice(both) for _ in both]) for _ in range(2000))
+    choice = rng.choice
+    boot = sorted(of([choice(both) for _ in both]) for _ in range(2000))
     return of(both), boot[49], boot[1949]
 
 
