@@ -195,9 +195,11 @@ def _kill_session(sid: int) -> None:
             pass
 
 
-@pytest.mark.parametrize("multi_fidelity", [False, True], ids=["full", "multi-fidelity"])
 def test_resume_after_sigkill_keeps_every_completed_trial_once(
-        ray_cluster: None, tmp_path: Path, multi_fidelity: bool) -> None:
+        ray_cluster: None, tmp_path: Path) -> None:
+    """A multi-fidelity search's driver SIGKILLed, resumed through the Python API. The same
+    for a full-fidelity search (through the CLI, MLflow on) is
+    test_search_resilience.py::test_sigkilled_driver_resumes_with_every_trial_once."""
     import optuna
 
     from autoembed.pipeline import search
@@ -209,7 +211,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     proc = subprocess.Popen(
         [sys.executable, "-m", "autoembed", "search", "--budget", BUDGET, "--space", TINY,
          "--trials", "4", "--study", "kill", "--runs-dir", str(runs), "--tracking-uri", "none",
-         "--seed", "1", *(["--multi-fidelity"] if multi_fidelity else [])],
+         "--seed", "1", "--multi-fidelity"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
     )
     try:
@@ -241,7 +243,7 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
     assert notes[2].startswith("trial time limit: ") and "trial-NNNN.log" in notes[3]
     resumed = optuna.load_study(study_name="kill", storage=storage)
     # the resume ran the search the killed driver was asked for (its stored plan)
-    assert resumed.user_attrs[ATTR]["multi_fidelity"] is multi_fidelity
+    assert resumed.user_attrs[ATTR]["multi_fidelity"] is True
     after = resumed.trials
     by_number = {t.number: t for t in after}
     for n, values in complete_before.items():  # nothing completed is lost or changed

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _user_code import BAG_MODEL
 
+from autoembed.pipeline.records import ATTR
 from autoembed.trace import estimate
 
 pytestmark = pytest.mark.slow
@@ -38,16 +40,22 @@ def read_csv(path: Path) -> dict[int, dict[str, str]]:
         return {int(r["trial"]): r for r in csv.DictReader(fh)}
 
 
-def optuna_trials(runs: Path, study: str) -> dict[int, tuple[str, dict[str, Any]]]:
-    """trial number -> (Optuna state, autoembed row) straight from the SQLite file."""
+def optuna_rows(runs: Path, columns: str, study: str) -> list[tuple[Any, ...]]:
+    """`columns` of the trials (t) of `study`, their 'autoembed' attribute (a) joined,
+    straight from the SQLite file (read only)."""
     con = sqlite3.connect(f"file:{runs / 'optuna.db'}?mode=ro", uri=True, timeout=30)
     try:
-        rows = con.execute(
-            "SELECT t.number, t.state, a.value_json FROM trials t JOIN studies s ON "
+        return con.execute(
+            f"SELECT {columns} FROM trials t JOIN studies s ON "
             "s.study_id = t.study_id LEFT JOIN trial_user_attributes a ON a.trial_id = "
             "t.trial_id AND a.key = 'autoembed' WHERE s.study_name = ?", (study,)).fetchall()
     finally:
         con.close()
+
+
+def optuna_trials(runs: Path, study: str) -> dict[int, tuple[str, dict[str, Any]]]:
+    """trial number -> (Optuna state, autoembed row) straight from the SQLite file."""
+    rows = optuna_rows(runs, "t.number, t.state, a.value_json", study)
     return {int(n): (str(st), json.loads(v) if v else {}) for n, st, v in rows}
 
 
@@ -88,6 +96,9 @@ def assert_stores_agree(runs: Path, study: str) -> dict[int, str]:
     repeats = {n for n, (state, row) in trials.items() if state == "FAIL" and not row}
     opt = {n: row["status"] for n, (state, row) in trials.items()
            if state != "WAITING" and n not in repeats}
+    with (runs / study / "trials.csv").open(newline="") as fh:
+        numbers = [int(r["trial"]) for r in csv.DictReader(fh)]
+    assert len(numbers) == len(set(numbers)), f"a trial twice in trials.csv: {numbers}"
     csv_rows = read_csv(runs / study / "trials.csv")
     ml = mlflow_trials(runs, study)
     assert set(opt) == set(csv_rows) == set(ml), (sorted(opt), sorted(csv_rows), sorted(ml))
@@ -245,7 +256,7 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     args = ["--budget", BUDGET, "--study", "kill", "--runs-dir", str(runs)]
     log1, log2 = tmp_path / "first.log", tmp_path / "resumed.log"
-    first = driver([*args, "--space", TINY, "--trials", "6", "--seed", "1", "--no-early-stop"],
+    first = driver([*args, "--space", TINY, "--trials", "4", "--seed", "1"],
                    log1, tmp_path)
     resumed: subprocess.Popen[bytes] | None = None
     try:
@@ -274,6 +285,12 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         said = re.search(r"resumed study 'kill': .* recorded as interrupted .*; kept the "
                          r"(\d+) trials it had recorded \((.*)\)", out)
         assert said, out
+        # then, in this order, the trials' time limit and where their output goes
+        lines = out.splitlines()
+        took = next(i for i, x in enumerate(lines) if x.startswith("took over the lock"))
+        assert lines[took + 1].startswith("resumed study 'kill'"), lines[took:took + 4]
+        assert lines[took + 2].startswith("trial time limit: "), lines[took:took + 4]
+        assert "trial-NNNN.log" in lines[took + 3], lines[took:took + 4]
         # the killed driver's Ray leftovers are gone: stopped by the resumed run (it says
         # how many) or exited on their own before it looked; the resumed run left nothing
         gone = re.search(r"stopped (\d+) leftover process\(es\)", out)
@@ -293,14 +310,19 @@ def test_sigkilled_driver_resumes_with_every_trial_once(tmp_path: Path) -> None:
         assert len(retries) == (1 if after[n].params else 0)
         for m in retries:
             assert after[m].params == after[n].params and statuses[m] != "running"
+    assert not any(r.get("retry_of") in complete_before for r in rows.values())  # no repeat
     kept_before = [n for n, (s, r) in optuna_trials_before.items() if r and s != "RUNNING"]
     assert int(said.group(1)) == len(kept_before), (said.group(0), kept_before)
     counted = [n for n, r in rows.items() if r["status"] not in ("infeasible",)
                and not r.get("interrupted")]
-    assert len(counted) == 6
+    assert len(counted) == 4  # what the killed run asked
+    # the resume ran the search the killed driver was asked for (its stored plan)
+    assert optuna.load_study(study_name="kill", storage=storage).user_attrs[ATTR][
+        "multi_fidelity"] is False
     assert (runs / "kill" / "session.lock").read_text() == ""  # released cleanly
     pareto = json.loads((runs / "kill" / "pareto.json").read_text())
     assert pareto["recovered"] and "recorded as interrupted" in pareto["recovered"]
+    assert len(set(pareto["members"][0]) & {"trial", "config"}) == 2
 
 
 # ------------------------------------------------------------------ shared stores
@@ -313,34 +335,49 @@ def _has_trials(runs: Path, study: str) -> bool:
         return False
 
 
+def _spans(runs: Path, study: str) -> list[tuple[datetime, datetime]]:
+    """(start, end) of each finished trial of `study`, from Optuna's SQLite file."""
+    rows = optuna_rows(runs, "t.datetime_start, t.datetime_complete", study)
+    return [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in rows
+            if a is not None and b is not None]
+
+
 def test_two_searches_share_one_runs_dir_and_a_study_opens_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Search "a" is a CLI process (its own Ray); search "b" is the CLI's `main` in this
+    process (the module's Ray), started while "a" runs: two drivers writing one optuna.db
+    and one mlflow.db at the same time."""
     from autoembed.cli import main
 
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     runs = tmp_path / "runs"
-    procs = {}
+    trials = {"a": 8, "b": 4}  # "a" longer: it still runs while "b" trains
+    a = driver(["--budget", BUDGET, "--space", TINY, "--trials", str(trials["a"]),
+                "--seed", "1", "--study", "a", "--runs-dir", str(runs)],
+               tmp_path / "a.log", tmp_path)
     try:
-        for name, seed in (("a", "1"), ("b", "2")):
-            procs[name] = driver(["--budget", BUDGET, "--space", TINY, "--trials", "4",
-                                  "--seed", seed, "--study", name, "--runs-dir", str(runs)],
-                                 tmp_path / f"{name}.log", tmp_path)
         # "a" creates its study while holding its lock: wait for its first trial
-        _wait_for(lambda: _has_trials(runs, "a"), procs["a"], tmp_path / "a.log", 600)
+        _wait_for(lambda: _has_trials(runs, "a"), a, tmp_path / "a.log", 600)
         # the same study opened a second time while "a" runs: refused, nothing touched
         rc = main(["search", "--budget", BUDGET, "--space", TINY, "--study", "a",
                    "--runs-dir", str(runs), "--tracking-uri", "none", "--resume"])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1, err
-        assert "is open in another search" in err and f"pid {procs['a'].pid}" in err, err
-        for name, p in procs.items():
-            assert p.wait(600) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+        assert "is open in another search" in err and f"pid {a.pid}" in err, err
+        rc = main(["search", "--budget", BUDGET, "--space", TINY, "--trials", str(trials["b"]),
+                   "--seed", "2", "--study", "b", "--runs-dir", str(runs)])
+        assert rc == 0, capsys.readouterr()
+        assert a.wait(600) == 0, (tmp_path / "a.log").read_text()[-3000:]
     finally:
-        for p in procs.values():
-            kill_session(p.pid)
+        kill_session(a.pid)
+    # the two searches' trials ran at the same time
+    assert any(s1 < e2 and s2 < e1 for s1, e1 in _spans(runs, "a")
+               for s2, e2 in _spans(runs, "b")), (_spans(runs, "a"), _spans(runs, "b"))
     assert integrity(runs / "optuna.db") == "ok" and integrity(runs / "mlflow.db") == "ok"
     for name in ("a", "b"):
         statuses = assert_stores_agree(runs, name)
-        assert sum(1 for s in statuses.values() if s != "infeasible") == 4
+        assert sum(1 for s in statuses.values() if s != "infeasible") == trials[name]
         pareto = json.loads((runs / name / "pareto.json").read_text())
         assert pareto["study"] == name and pareto["members"]
         assert {m["trial"] for m in pareto["members"]} <= set(statuses)
@@ -391,7 +428,7 @@ def test_sigkilled_driver_of_a_user_search_resumes_with_every_trial_once(
     runs = tmp_path / "runs"
     args = ["--budget", "700MB", "--space", "space.yaml", "--model", "resuser.loop:build",
             "--example", "resuser.loop:example", "--train", "resuser.loop:train",
-            "--trials", "3", "--study", "kill", "--runs-dir", str(runs)]
+            "--trials", "2", "--study", "kill", "--runs-dir", str(runs)]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI",
                                                             "AUTOEMBED_FAULTS")}
     env.update(MARKS=str(tmp_path / "marks"), RAY_worker_niceness="0",
@@ -436,5 +473,6 @@ def test_sigkilled_driver_of_a_user_search_resumes_with_every_trial_once(
     assert statuses[killed] == "interrupted" and rows[killed]["interrupted"]
     retries = [m for m, r in rows.items() if r.get("retry_of") == killed]
     assert len(retries) == 1 and after[retries[0]].params == after[killed].params
-    assert sum(1 for s in statuses.values() if s == "complete") == 3  # the search finished
-    assert len(list((tmp_path / "marks").iterdir())) == 4  # each trial trained once, + retry
+    # the search finished: two trials asked, the retry the second (counted once)
+    assert sum(1 for s in statuses.values() if s == "complete") == 2
+    assert len(list((tmp_path / "marks").iterdir())) == 3  # each trial trained once, + retry
