@@ -139,7 +139,7 @@ def _read_delimited(p: Path, sep: str) -> pd.DataFrame:
     if len(head) == frame.shape[1]:
         frame.columns = [h if h.strip() else c
                          for h, c in zip(head.tolist(), frame.columns, strict=True)]
-    # integers beyond 2**53 as written: the digits are the keys (`tabular.cell_key`)
+    # integers beyond 2**53 as written: the digits are the keys (`vocab.cell_key`)
     _as_text(p, layout, frame, _inexact_ints(frame))
     return frame
 

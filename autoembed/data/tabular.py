@@ -8,7 +8,6 @@ with MISSING_ID (-1); an empty or missing bag is [OOV].
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from autoembed.batch import MISSING_ID
 from autoembed.config import TableConfig
 from autoembed.data.base import InMemoryDataset, IntArray, split_rows
 from autoembed.data.spec import DataSpec
-from autoembed.data.vocab import VocabMap, Vocabulary
+from autoembed.data.vocab import VocabMap, Vocabulary, canonical, cell_key
 from autoembed.errors import DataError
 
 __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_labels",
@@ -32,35 +31,6 @@ __all__ = ["CtrColumns", "build_ctr", "canonical", "detect_categorical", "class_
 # Auto-detection: a string or integer column is categorical when its distinct values are at
 # most this share of its rows (a row number, uuid or other id-per-row column is not).
 AUTO_MAX_DISTINCT_SHARE = 0.5
-
-
-def canonical(value: Any) -> str:
-    """One string per value: integral numbers without '.0' (1, 1.0 and '1' are one key)."""
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return str(int(f)) if f.is_integer() else repr(f)
-    return str(value)
-
-
-# A whole number written as a decimal ('7.0': how a writer gives an integer column with
-# missing values as floats); its key is the integer's ('7')
-_WHOLE_DECIMAL = re.compile(r"(-?\d+)\.0+")
-
-
-def cell_key(value: Any) -> str:
-    """A categorical value's key, the one rule for one-hot cells and multi-hot parts alike:
-    a string's text stripped of surrounding spaces, a whole number written as a decimal
-    without its '.0' ('7.0' is '7'; leading zeros are kept: '007' and '7' are two codes);
-    any other value its `canonical` string. '' (blank) is missing."""
-    if not isinstance(value, str):
-        return canonical(value)
-    text = value.strip()
-    whole = _WHOLE_DECIMAL.fullmatch(text) if "." in text else None
-    return whole.group(1) if whole else text
 
 
 def _where(source: str, column: str) -> str:

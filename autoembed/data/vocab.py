@@ -8,6 +8,7 @@ for OOV, tokens get 2..n+1. Saved as one JSON file beside an exported config.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["VocabMap", "Vocabulary", "load_vocab", "VOCAB_FILE", "VOCAB_FORMAT", "KEYS_RULE",
-           "OLD_KEYS"]
+           "OLD_KEYS", "cell_key", "canonical"]
 
 VOCAB_FILE = "vocab.json"
 VOCAB_FORMAT = "autoembed-vocab/1"
 KINDS = ("categorical", "multi_hot", "tokens")
-# How a data file's categorical cells become keys (`tabular.cell_key`), recorded in a
+# How a data file's categorical cells become keys (`cell_key`), recorded in a
 # vocabulary, a study and a checkpoint: 2 reads a cell's text stripped ('007' and '7' are
 # two codes, ' a' is 'a'); 1 (unrecorded, before) read numbers ('007' was 7) and kept a
 # one-hot value's spaces. Records of another rule map the file's rows to other ids.
@@ -38,12 +39,43 @@ OLD_KEYS = ("with categorical values keyed by autoembed's earlier rule (a column
             "version would give its rows other ids")
 
 
+def canonical(value: Any) -> str:
+    """One string per value: integral numbers without '.0' (1, 1.0 and '1' are one key)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return str(int(f)) if f.is_integer() else repr(f)
+    return str(value)
+
+
+# A whole number written as a decimal ('7.0': how a writer gives an integer column with
+# missing values as floats); its key is the integer's ('7')
+_WHOLE_DECIMAL = re.compile(r"(-?\d+)\.0+")
+
+
+def cell_key(value: Any) -> str:
+    """A categorical value's key, the one rule for one-hot cells and multi-hot parts alike:
+    a string's text stripped of surrounding spaces, a whole number written as a decimal
+    without its '.0' ('7.0' is '7'; leading zeros are kept: '007' and '7' are two codes);
+    any other value its `canonical` string. '' (blank) is missing."""
+    if not isinstance(value, str):
+        return canonical(value)
+    text = value.strip()
+    whole = _WHOLE_DECIMAL.fullmatch(text) if "." in text else None
+    return whole.group(1) if whole else text
+
+
 @dataclass(frozen=True)
 class VocabMap:
     """One field's value -> id map.
 
     values[i] has id `first_id + i`; anything else has `oov_id`. Values are keys as
-    `tabular.cell_key` makes them of a cell (its text stripped of surrounding spaces, a
+    `cell_key` makes them of a cell (its text stripped of surrounding spaces, a
     whole number without a trailing '.0', leading zeros kept): look a raw value up by its
     key.
     """
@@ -71,11 +103,9 @@ class VocabMap:
 
     def id_of(self, value: Any) -> int:
         """The id of a key, or of a categorical cell as a data file gives it (' 007', 7,
-        7.0: its `tabular.cell_key`, the key training gave it); else `oov_id`."""
+        7.0: its `cell_key`, the key training gave it); else `oov_id`."""
         found = self._index.get(value) if isinstance(value, str) else None
         if found is None and self.kind != "tokens":  # tokens are keys as they come
-            from autoembed.data.tabular import cell_key
-
             found = self._index.get(cell_key(value))
         return self.oov_id if found is None else found
 
@@ -86,8 +116,6 @@ class VocabMap:
         import pandas as pd
 
         if self.kind != "tokens":
-            from autoembed.data.tabular import cell_key
-
             keys = keys.map(cell_key, na_action="ignore")
         pos = pd.Index(self.values, dtype=object).get_indexer(keys.astype(object))
         ids: npt.NDArray[np.int64] = np.where(pos < 0, self.oov_id, pos + self.first_id)
