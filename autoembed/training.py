@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from autoembed.config import EmbeddingConfig
-from autoembed.data.vocab import KEYS_RULE, OLD_KEYS
+from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, keyed_by_this_rule
 from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
 from autoembed.rules import Integer, Is
@@ -338,7 +338,7 @@ def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> l
     was = block.get("data_sha256")
     if not isinstance(was, str) or not data:
         return []
-    if block.get("data_keys", 1) != KEYS_RULE:
+    if not keyed_by_this_rule(block.get("data_keys")):
         return [f"the trial read data file '{data.get('name')}' {OLD_KEYS}: this run's "
                 "figures can differ from the trial's"]
     try:
@@ -685,7 +685,7 @@ def _train_into(out: Path, cfg: EmbeddingConfig, dataset: Any, length: Mapping[s
         _check_resumable(ckpt, st, length)  # refused off the way to `length`
         _check_same_bytes(st.get("data_sha256"), data_sha256, f"checkpoint '{ckpt}' was "
                           "written", "pass --no-resume to train from step 0")
-        if data_sha256 is not None and st.get("data_keys", 1) != KEYS_RULE:
+        if data_sha256 is not None and not keyed_by_this_rule(st.get("data_keys")):
             raise ConfigError(f"checkpoint '{ckpt}' was trained on its data file {OLD_KEYS}; "
                               "pass --no-resume to train from step 0, or train into a new "
                               "--out directory")

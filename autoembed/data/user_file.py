@@ -24,7 +24,7 @@ from autoembed.data.tabular import (
     require_columns,
 )
 from autoembed.data.text import DEFAULT_SEQ_LEN, build_text
-from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, Vocabulary
+from autoembed.data.vocab import OLD_KEYS, Vocabulary, keyed_by_this_rule
 from autoembed.errors import DataError
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def _require_same_reading(vocabulary: Vocabulary | None, spec: DataSpec) -> None
     if vocabulary is None or not vocabulary.maps:
         return
     source, built_on = spec.name, vocabulary.data.get("name", spec.name)
-    if vocabulary.keys != KEYS_RULE:
+    if not keyed_by_this_rule(vocabulary.keys):
         raise DataError(
             f"the saved vocabulary was built on '{built_on}' {OLD_KEYS}; leave the "
             f"vocabulary out to build one on '{source}', or encode with the autoembed "

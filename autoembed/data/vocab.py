@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["VocabMap", "Vocabulary", "load_vocab", "VOCAB_FILE", "VOCAB_FORMAT", "KEYS_RULE",
-           "OLD_KEYS", "cell_key", "canonical"]
+           "OLD_KEYS", "cell_key", "canonical", "keyed_by_this_rule"]
 
 VOCAB_FILE = "vocab.json"
 VOCAB_FORMAT = "autoembed-vocab/1"
@@ -37,6 +37,12 @@ KEYS_RULE = 2
 OLD_KEYS = ("with categorical values keyed by autoembed's earlier rule (a column of digits "
             "read as numbers: '007' was '7'; one-hot values kept their spaces), so this "
             "version would give its rows other ids")
+
+
+def keyed_by_this_rule(recorded: Any) -> bool:
+    """Whether a record's keys rule (its `keys` / `data_keys` entry, None where it recorded
+    none: the earlier rule, 1) is this version's `KEYS_RULE`."""
+    return (1 if recorded is None else recorded) == KEYS_RULE
 
 
 def canonical(value: Any) -> str:

@@ -20,7 +20,7 @@ from autoembed.budget import Budget, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict
 from autoembed.data.digest import data_file_digest, digests
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
-from autoembed.data.vocab import KEYS_RULE, OLD_KEYS
+from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, keyed_by_this_rule
 from autoembed.errors import ConfigError, DataError
 from autoembed.pipeline.priced_data import PricedData, build_priced_data, data_spec_for, given_spec
 from autoembed.pipeline.study import check_same
@@ -390,7 +390,7 @@ def _require_same_file(stored: Mapping[str, Any], spec: DataSpec, now: str | Non
             f"data file '{spec.name}' changed since study '{study}' started "
             f"({digests(str(was), now)}); a resumed search keeps its data: restore the file, "
             "or start a new --study")
-    if spec.is_file and stored.get("data_keys", 1) != KEYS_RULE:
+    if spec.is_file and not keyed_by_this_rule(stored.get("data_keys")):
         raise DataError(
             f"study '{study}' searched '{spec.name}' {OLD_KEYS}; start a new --study, or "
             "resume it with the autoembed version that started it")
