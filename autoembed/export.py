@@ -73,8 +73,8 @@ def pick_member(members: Sequence[Mapping[str, Any]], rule: str,
     """The pareto.json member a rule picks, by `autoembed.pareto.pick` (the same rules as
     `search --pick`): within-noise, knee, max-quality, min-memory, max-throughput or
     trial:N. `noise`: pareto.json's record of how the search measured it (None: 0);
-    `floor`: its `floor` (the quality the within-noise pick clears by the noise's
-    `floor_noise`; None: none)."""
+    `floor`: its `floor` (the quality a pick other than trial:N clears by the
+    noise's `floor_noise`; None: none)."""
     from autoembed.pareto import pick
     from autoembed.selection import NoiseMeasure
 

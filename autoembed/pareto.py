@@ -188,12 +188,13 @@ def pick(
     floor_noise: float = 0.0,
 ) -> Candidate:
     """The candidate `rule` chooses. `objectives`: (name, direction) pairs; the knee uses
-    them all, the single-metric rules break ties with them. `noise`, `floor` and
-    `floor_noise` are read by `within-noise` only: a slack >= 0 (the quality's standard
-    error, `quality_noise`) for every candidate, or each candidate's own finite slack by
-    trial number (a candidate is near when best - its quality <= its slack; one not in the
-    mapping has 0); None: 0. `floor`: a quality the pick must clear by `floor_noise` (>= 0)
-    when the best reaches it, else the pick is the best (None: none)."""
+    them all, the single-metric rules break ties with them. `noise` is read by
+    `within-noise` only: a slack >= 0 (the quality's standard error, `quality_noise`) for
+    every candidate, or each candidate's own finite slack by trial number (a candidate is
+    near when best - its quality <= its slack; one not in the mapping has 0); None: 0.
+    `floor`: a quality every rule but trial:N keeps to when the best candidate reaches it:
+    only the candidates that clear it by `floor_noise` (>= 0) are chosen from, else the
+    best ones (None: none)."""
     r = parse_pick(rule) if isinstance(rule, str) else rule
     if not candidates:
         raise ConfigError(f"pick '{r}': there is no candidate to pick from")
@@ -212,6 +213,8 @@ def pick(
                 return c
         numbers = ", ".join(str(c.number) for c in candidates)
         raise ConfigError(f"pick 'trial:{r.trial}': no such candidate; choose one of {numbers}")
+    if floor is not None and math.isfinite(floor):
+        candidates = _clear_of_floor(candidates, floor, floor_noise, vec)
     if r.rule == "knee":
         pts = [[vec(c, n, d) for n, d in objectives] for c in candidates]
         norm = normalise(pts, dirs)
@@ -222,8 +225,6 @@ def pick(
         best = max(vec(c, "quality", "maximize") for c in candidates)
         near = [c for c in candidates
                 if vec(c, "quality", "maximize") >= best - slack(c.number)]
-        if floor is not None and math.isfinite(floor) and best >= floor:
-            near = _clear_of_floor(near, floor, floor_noise, best, vec)
         costs = list(_COST_ORDER)
         order = costs + [(n, d) for n, d in objectives if n not in {m for m, _ in costs}]
         return _lexicographic_best(near, [*order, ("quality", "maximize")], vec)
@@ -233,18 +234,25 @@ def pick(
 
 
 def clears_floor(quality: float, floor: float, floor_noise: float) -> bool:
-    """Whether `quality` clears `floor` by `floor_noise` (the within-noise pick's rule)."""
+    """Whether `quality` clears `floor` by `floor_noise` (the picks' floor rule)."""
     return quality >= floor + floor_noise
 
 
 def _clear_of_floor(
-    near: Sequence[Candidate], floor: float, floor_noise: float, best: float,
+    candidates: Sequence[Candidate], floor: float, floor_noise: float,
     vec: Callable[[Candidate, str, str], float],
-) -> list[Candidate]:
-    """The members of `near` that clear `floor` by `floor_noise`, else the best ones."""
-    Interval(0).check_argument("pick 'within-noise': floor noise", floor_noise, sep=" ")
-    clear = [c for c in near if clears_floor(vec(c, "quality", "maximize"), floor, floor_noise)]
-    return clear or [c for c in near if vec(c, "quality", "maximize") >= best]
+) -> Sequence[Candidate]:
+    """Where the best of `candidates` reaches `floor`: those that clear it by
+    `floor_noise`, else the best ones; else all of them (a floor no one reaches is not
+    kept to)."""
+    Interval(0).check_argument("pick: floor noise", floor_noise, sep=" ")
+    quality = [vec(c, "quality", "maximize") for c in candidates]
+    best = max(quality)
+    if best < floor:
+        return candidates
+    clear = [c for c, q in zip(candidates, quality, strict=True)
+             if clears_floor(q, floor, floor_noise)]
+    return clear or [c for c, q in zip(candidates, quality, strict=True) if q >= best]
 
 
 def _slacks(noise: float | Mapping[int, float] | None) -> Callable[[int], float]:

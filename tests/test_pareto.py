@@ -188,8 +188,18 @@ def test_within_noise_keeps_to_a_floor_the_best_reaches() -> None:
     assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.8100).number == 4  # 0.81 reaches
     # a floor above the best (0.8205) cannot be kept to: the rule without it
     assert pick(NOISY, "within-noise", OBJ, noise=0.02, floor=0.83).number == 2
-    # other rules do not read it
-    assert pick(NOISY, "min-memory", OBJ, floor=0.815).number == 2
+    # trial:N does not read it; the other rules choose among 0, 1 and 3: min-memory 1 and 3
+    # tie on memory, 3 is faster; max-throughput 3 (1500/s, not 2's 3000); the knee over
+    # the three (normalised: 0 at (1, 0, 0), 1 at (0, 1, 0), 3 at (0, 1, 1)) is 3
+    assert pick(NOISY, "min-memory", OBJ, floor=0.815).number == 3
+    assert pick(NOISY, "max-throughput", OBJ, floor=0.815).number == 3
+    assert pick(NOISY, "knee", OBJ, floor=0.815).number == 3
+    assert pick(NOISY, "max-quality", OBJ, floor=0.815).number == 0
+    assert pick(NOISY, "trial:2", OBJ, floor=0.815).number == 2
+    # a floor the best does not reach: every rule as without it (min-memory: 2, 0.68 GB)
+    assert pick(NOISY, "min-memory", OBJ, floor=0.83).number == 2
+    # reached but cleared by none (0.8205 < 0.815 + 0.01): the best
+    assert pick(NOISY, "min-memory", OBJ, floor=0.815, floor_noise=0.01).number == 0
 
 
 def test_within_noise_takes_a_cheaper_member_only_where_it_clears_the_floor_by_its_noise() -> None:

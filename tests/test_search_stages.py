@@ -275,7 +275,10 @@ def test_the_within_noise_pick_keeps_to_the_floor() -> None:
     kept = SearchReport.build(rows, OBJS, Pick("within-noise"), Budget(1000, "1000"), "s",
                               noise=noise, floor=0.54)
     assert kept.best is not None and kept.best.number == 4
-    assert kept.picks["within-noise"] == 4 and kept.picks["min-memory"] == 0
+    # every rule keeps to it: min-memory is 4 (300) of the two that clear it, not 0 (200);
+    # the knee over 1 (normalised (1, 0)) and 4 ((0, 1)) ties at distance 1: the lower, 1
+    assert (kept.picks["within-noise"], kept.picks["min-memory"]) == (4, 4)
+    assert (kept.picks["knee"], kept.picks["max-quality"]) == (1, 1)
     # 0.72 + 0.2: none clears it, the best (0.80) reaches 0.72: the best
     best = SearchReport.build(rows, OBJS, Pick("within-noise"), Budget(1000, "1000"), "s",
                               noise=noise, floor=0.72)

@@ -48,7 +48,7 @@ class SearchReport:
     stop_reason: str | None = None
     noise: NoiseMeasure | None = None  # the within-noise slack, and how it was measured
     memory_basis: str | None = None  # what `memory` is (memory.objective; None: not said)
-    floor: float | None = None  # the quality the within-noise pick keeps to (pareto.pick)
+    floor: float | None = None  # the quality every pick but trial:N keeps to (pareto.pick)
 
     @classmethod
     def build(cls, rows: Sequence[TrialRow], objectives: Sequence[Objective], rule: Pick,
@@ -57,7 +57,7 @@ class SearchReport:
               memory_basis: str | None = None, floor: float | None = None) -> SearchReport:
         """Pure apart from `noise`: rank the rows (running ones are left out) and pick.
         `noise(candidates)`: the within-noise rule's noise, measured (paired or not,
-        `selection.measure_noise`; None: 0); `floor`: the quality the within-noise pick
+        `selection.measure_noise`; None: 0); `floor`: the quality a pick (all but trial:N)
         clears by the noise's `floor_noise` when the best member reaches it (`pareto.pick`;
         the workload's target)."""
         done = tuple(sorted((r for r in rows if r.status != "running"), key=lambda r: r.number))
