@@ -181,6 +181,34 @@ def test_materialize_refuses_buffers_without_values() -> None:
         autoembed.materialize(model)
 
 
+def test_materialize_initialises_as_the_build_does_or_refuses() -> None:
+    """torch's nn.MultiheadAttention starts its projections' biases at 0 (its private
+    `_reset_parameters`, after out_proj's own): materialize on meta gives the same; a
+    parameter that nothing draws is refused in one line, not left as memory was."""
+    torch.manual_seed(0)
+    built = nn.MultiheadAttention(16, 2)
+    with torch.device("meta"):
+        model = nn.MultiheadAttention(16, 2)
+    autoembed.materialize(model)
+    for name, p in built.named_parameters():
+        got, p = dict(model.named_parameters())[name].detach(), p.detach()
+        if name.endswith("bias"):
+            assert torch.equal(got, torch.zeros_like(p)), name
+        else:  # xavier / kaiming uniform: the same bound
+            assert float(got.abs().max()) <= float(p.abs().max()) * 1.05, name
+
+    class Bare(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.empty(3, 3))  # no reset_parameters draws it
+
+    with torch.device("meta"):
+        holder = nn.ModuleDict({"bare": Bare(), "e": nn.Embedding(10, 3)})
+    with pytest.raises(ConfigError, match=r"^materialize: parameter 'bare\.w' \(Bare\) is "
+                                          r"drawn by no reset_parameters.*real device$"):
+        autoembed.materialize(holder)
+
+
 def test_an_optimizer_built_before_apply_is_refused_at_its_step() -> None:
     qr = {"tables": [{"name": "0", "vocab_size": 100, "compression": "qr"}]}
     autoembed.apply(nn.Sequential(nn.Embedding(100, 4)), qr)  # an earlier apply elsewhere

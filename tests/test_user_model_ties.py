@@ -100,6 +100,30 @@ def test_a_model_built_on_meta_starts_its_rewritten_table_at_its_own_init() -> N
     assert float(rows.std()) == pytest.approx(want, rel=5 * (2 / (500 * 32)) ** 0.5 / 2)
 
 
+def test_materialize_draws_a_transformers_model_by_its_own_init() -> None:
+    """A GPT-2 built on meta and materialised: every weight as the CPU build draws it
+    (transformers' `_init_weights`, std 0.02), the head tied to the table. Before,
+    materialize ran `reset_parameters`: the token table N(0, 1) and GPT-2's Conv1D (which
+    has none) left as `to_empty` left it (NaN here)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=2000, n_embd=32, n_layer=1, n_head=2, n_positions=16)
+    torch.manual_seed(0)
+    cpu = GPT2LMHeadModel(cfg)
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(cfg)
+    autoembed.materialize(model)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    want = dict(cpu.named_parameters())
+    for name, p in model.named_parameters():
+        ref = want[name].detach()
+        if ref.numel() < 256 or float(ref.std()) == 0.0:  # biases, norms: constants
+            assert torch.equal(p, ref), name
+        else:  # 2000 x 32 or 32 x 96 draws: the std within 5 of its standard errors
+            tol = 5 * (2 / p.numel()) ** 0.5
+            assert float(p.std()) == pytest.approx(float(ref.std()), rel=tol), name
+
+
 def test_the_models_own_init_draws_its_rewritten_tables() -> None:
     """A model built on meta with buffers (BERT's position ids) is materialised by its own
     init (`to_empty`, then `init_weights()`), whose `_init_weights` knows no autoembed layer:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import math
 import os
 import sys
 import types
@@ -550,9 +551,13 @@ def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
 @torch.no_grad()
 def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Module:
     """Allocate a meta-built (and applied) model on `device`, restore the ties `to_empty`
-    breaks, and initialise each module by its own `reset_parameters`. Refused (ConfigError)
-    when no parameter is on the meta device, or only some are: it would re-initialise
-    weights that have values."""
+    breaks, and initialise it as its build would: each module by its own `reset_parameters`
+    (torch's private `_reset_parameters` where that is a torch module's only one, as in
+    nn.MultiheadAttention), a module after the modules it holds, then each transformers
+    model by its own `init_weights()` (`_init_weights`; the layers `apply` put in it draw
+    themselves there). Refused (ConfigError) when no parameter is on the meta device, or
+    only some are (it would re-initialise weights that have values), or when a parameter
+    is left undrawn by all of that (its values would be whatever memory held)."""
     _a_module(model, "materialize")
     params = list(model.named_parameters())
     meta = [n for n, p in params if p.is_meta]
@@ -574,13 +579,53 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
     model.to_empty(device=device)
     for m, name, src, src_name in ties:
         m._parameters[name] = src._parameters[src_name]
-    # a layer's storage draws its sub-modules too (mixed_dim's proj): it resets after them
-    stores = [m for m in model.modules() if getattr(m, "draws_init", False)]
-    for m in [*(m for m in model.modules() if not getattr(m, "draws_init", False)), *stores]:
-        reset = getattr(m, "reset_parameters", None)
+    for p in model.parameters():
+        if p.is_floating_point():
+            p.fill_(math.nan)  # undrawn stays NaN (checked below), not stale memory
+    for m in reversed(list(model.modules())):  # a module after those it holds
+        reset = _reset_of(m)
         if getattr(m, DECODED, False):  # its weight is the table's; other parameters start at 0
             for p in m.parameters(recurse=False):
                 p.zero_()
-        elif callable(reset):
+        elif reset is not None:
             reset()
+    for owner in _transformers_models(model):
+        owner.init_weights()  # type: ignore[operator]
+    _check_drawn(model)
     return model
+
+
+def _reset_of(m: nn.Module) -> Any:
+    """The module's own initialiser: `reset_parameters`, else a torch module's
+    `_reset_parameters`; None."""
+    reset = getattr(m, "reset_parameters", None)
+    if callable(reset):
+        return reset
+    private = getattr(m, "_reset_parameters", None)
+    return private if callable(private) and type(m).__module__.startswith("torch.") else None
+
+
+def _transformers_models(model: nn.Module) -> list[nn.Module]:
+    """The outermost transformers models (`PreTrainedModel`) in `model`, itself included."""
+    hf = sys.modules.get("transformers.modeling_utils")  # not imported: no such model
+    base = getattr(hf, "PreTrainedModel", None)
+    if base is None:
+        return []
+    found: dict[str, nn.Module] = {}
+    for name, m in model.named_modules():
+        inside = any(o == "" or name.startswith(f"{o}.") for o in found)
+        if isinstance(m, base) and not inside:
+            found[name] = m
+    return list(found.values())
+
+
+def _check_drawn(model: nn.Module) -> None:
+    """Refuse a parameter `materialize` left undrawn (still NaN)."""
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and bool(torch.isnan(p).any()):
+            owner = model.get_submodule(name.rpartition(".")[0])
+            raise ConfigError(
+                f"materialize: parameter '{name}' ({type(owner).__name__}) is drawn by no "
+                "reset_parameters and no transformers init, so it has no values; give "
+                f"{type(owner).__name__} a reset_parameters, or build the model on a real "
+                "device")
