@@ -103,6 +103,66 @@ def test_a_decoded_table_reads_as_a_plain_tensor(bag: bool) -> None:
     assert torch.equal(target, full)
 
 
+def _decodes(layer: Any, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> list[int]:
+    """Count (or, `refuse`, fail) each decode of `layer`'s whole table by its storage."""
+    calls: list[int] = []
+    full = layer.store.full
+
+    def counted() -> torch.Tensor:
+        calls.append(1)
+        assert not refuse, "the whole table was decoded"
+        return full()
+
+    monkeypatch.setattr(layer.store, "full", counted)
+    return calls
+
+
+def test_reading_a_huge_tables_shape_dtype_and_device_decodes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows, dim = 4_000_000, 64  # decoded: 2 GB of float64
+    layer = ae.Embedding(rows, dim, compression="hash", hash_buckets=8, dtype=torch.float64)
+    decodes = _decodes(layer, monkeypatch, refuse=True)
+    w = layer.weight
+    assert w.shape == (rows, dim) and w.size(0) == rows and w.size() == (rows, dim)
+    assert (w.ndim, w.dim(), len(w), w.numel()) == (2, 2, rows, rows * dim)
+    assert (w.dtype, w.device, w.nbytes) == (torch.float64, torch.device("cpu"), rows * dim * 8)
+    assert w.requires_grad and w.is_floating_point() and not w.is_meta
+    with torch.no_grad():
+        assert not layer.weight.requires_grad  # as a decode under no_grad would be
+    layer.requires_grad_(False)
+    assert not layer.weight.requires_grad
+    assert decodes == []
+
+
+@pytest.mark.parametrize(("compression", "kw"), COMPRESSED)
+def test_a_weight_decodes_once_at_its_first_op_as_full_weight_does(
+        compression: str, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = _layer(compression, {**kw, "padding_idx": 2})
+    want = layer.full_weight()
+    decodes = _decodes(layer, monkeypatch)
+    w = layer.weight
+    assert (w.shape, w.dtype, w.device, w.requires_grad) == (
+        want.shape, want.dtype, want.device, want.requires_grad)
+    assert decodes == []
+    with torch.no_grad():  # a host_cached lookup under grad needs its optimizer bound
+        assert torch.equal(F.embedding(IDS, w), layer(IDS))
+    assert torch.equal(w[2], torch.zeros(D)) and torch.equal(w, want)
+    assert decodes == [1]  # one decode for the read's ops; a new read decodes anew
+    with torch.no_grad():
+        frozen = layer.weight
+    assert not F.linear(torch.ones(1, D), frozen).requires_grad  # the grad mode of the read
+    assert decodes == [1, 1]
+
+
+def test_an_op_past_torch_function_reads_the_decoded_table_or_is_refused() -> None:
+    layer = _layer("qr", {})
+    w, want = layer.weight, layer.full_weight().detach()
+    with torch._C.DisableTorchFunctionSubclass():  # ops reach __torch_dispatch__
+        assert torch.equal(torch.add(w, 1.0), want + 1.0)
+        with torch.no_grad(), pytest.raises(ConfigError, match=r"\.weight .*aten\.add_"):
+            w.add_(1.0)
+
+
 class _ScoresAll(nn.Module):
     """Scores a user against every item: a forward that reads the item table's weight."""
 

@@ -10,7 +10,8 @@ compression says (`autoembed.nn.storage`, `autoembed.nn.methods`; docs/compressi
 `autoembed.quantize` packs each layer's stored weights for serving (robe, tt and host_cached
 refused: `why_not_packed`). `full_weight()` decodes the [V, D] table; the attribute ``weight``
 is the stored table where it is one (compression none: torch's parameter), else the decoded
-table, which refuses writes (`autoembed.nn.decoded`).
+table, which refuses writes and is decoded only when an op reads its values (its shape,
+dtype and device are read without decoding: `autoembed.nn.decoded`).
 
 The storages are the one implementation of each compression: the built-in models' tables
 (`autoembed.models`) subclass them and add only their pooling, so a weight has the same name

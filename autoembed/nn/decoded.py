@@ -1,24 +1,36 @@
 """`DecodedTable`: what a compressed (or host_cached) layer's ``weight`` attribute returns,
-the table decoded from its storage (a new tensor each read; host_cached: the host rows). It
-reads as any tensor (a tied output layer, a norm, a copy; results are plain tensors), and
-refuses a write in one line: an in-place op, item assignment, ``out=``, or setting an
-attribute (``.data``, ``.requires_grad``) on it or on a view of it would not change the rows
-the layer reads (docs/apply.md)."""
+the table decoded from its storage (host_cached: the host rows). It reads as any tensor (a
+tied output layer, a norm, a copy; results are plain tensors), and refuses a write in one
+line: an in-place op, item assignment, ``out=``, or setting an attribute (``.data``,
+``.requires_grad``) on it or on a view of it would not change the rows the layer reads
+(docs/apply.md).
+
+``weight`` itself is a `LazyTable`: its shape, dtype, device, requires_grad and the like are
+answered without decoding; the first op that reads its values decodes the table (under the
+grad mode ``weight`` was read in) and that read keeps the decode for its later ops."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from autoembed.errors import ConfigError
 
-__all__ = ["DecodedTable", "decoded"]
+__all__ = ["DecodedTable", "LazyTable", "decoded", "lazy"]
 
 # in-place methods whose names do not end in "_" (a += b, a[i] = x)
 _WRITES = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
                      "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__",
                      "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"})
+# what a LazyTable answers without decoding: properties, then methods
+_METADATA = frozenset({".shape", ".dtype", ".device", ".ndim", ".requires_grad", ".is_meta",
+                       ".is_cuda", ".is_cpu", ".layout", ".is_sparse", ".is_quantized",
+                       ".itemsize", ".nbytes", "size", "dim", "numel", "nelement",
+                       "element_size", "is_floating_point", "is_complex", "get_device",
+                       "__len__"})
 
 
 class DecodedTable(torch.Tensor):
@@ -31,13 +43,78 @@ class DecodedTable(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        name = _name(func)
-        written = _written(name, args, kwargs)
-        if isinstance(written, cls):
-            raise ConfigError(_refusal(written.layer, name))
+        _refuse_writes(func, args, kwargs)
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
         return _keep_views(out, [a for a in args if isinstance(a, cls)])
+
+
+class LazyTable(DecodedTable):
+    """A layer's ``weight`` not decoded yet: a tensor of the table's shape, dtype, device and
+    requires_grad that holds no values. Those (`_METADATA`) are answered as they are; a write
+    is refused as `DecodedTable` refuses it; any other op runs on the table `decode()` gives
+    (decoded once, under the grad mode of the read, and kept for the later ops)."""
+
+    _decode: Callable[[], torch.Tensor]
+    _grad_enabled: bool  # the grad mode `weight` was read in
+    _table: DecodedTable | None
+
+    @staticmethod
+    def __new__(cls, decode: Callable[[], torch.Tensor], row: torch.Tensor,
+                shape: tuple[int, int], layer: str) -> LazyTable:
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=row.dtype, device=row.device, requires_grad=row.requires_grad)
+        out.layer, out._decode, out._table = layer, decode, None
+        out._grad_enabled = torch.is_grad_enabled()
+        return out
+
+    def _values(self) -> DecodedTable:
+        """The table decoded (by the first call)."""
+        if self._table is None:
+            with torch.set_grad_enabled(self._grad_enabled):
+                self._table = decoded(self._decode(), self.layer)
+        return self._table
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = _refuse_writes(func, args, kwargs)
+        if args and isinstance(args[0], LazyTable) and name in _METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        args, kwargs = tree_map(_values, (args, kwargs))
+        return DecodedTable.__torch_function__(func, types, args, kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),  # type: ignore[override]
+                           kwargs: Any = None) -> Any:
+        """An op that reached dispatch (past `__torch_function__`) runs on the decoded
+        values as plain tensors; one that writes into a LazyTable is refused."""
+        kwargs = kwargs or {}
+        schema = func._schema.arguments
+        given = [*zip([a for a in schema if not a.kwarg_only], args, strict=False),
+                 *((a, kwargs.get(a.name)) for a in schema if a.kwarg_only)]
+        for arg, value in given:
+            if isinstance(value, LazyTable) and arg.alias_info is not None \
+                    and arg.alias_info.is_write:
+                raise ConfigError(_refusal(value.layer, str(func)))
+        return func(*tree_map(_plain, args), **tree_map(_plain, kwargs))
+
+
+def lazy(decode: Callable[[], torch.Tensor], row: torch.Tensor, shape: tuple[int, int],
+         layer: str) -> LazyTable:
+    """A layer's ``weight`` (a LazyTable naming `layer`): the table `decode()` gives, of
+    `shape` and of the dtype, device and requires_grad of `row` (a row of it)."""
+    return LazyTable(decode, row, shape, layer)
+
+
+def _values(a: Any) -> Any:
+    return a._values() if isinstance(a, LazyTable) else a
+
+
+def _plain(a: Any) -> Any:
+    return a._values().as_subclass(torch.Tensor) if isinstance(a, LazyTable) else a
 
 
 def decoded(table: torch.Tensor, layer: str) -> DecodedTable:
@@ -45,6 +122,15 @@ def decoded(table: torch.Tensor, layer: str) -> DecodedTable:
     out = table.as_subclass(DecodedTable)
     out.layer = layer
     return out
+
+
+def _refuse_writes(func: Any, args: Any, kwargs: dict[str, Any]) -> str:
+    """`func`'s name (`_name`); a ConfigError where it writes into a DecodedTable."""
+    name = _name(func)
+    written = _written(name, args, kwargs)
+    if written is not None:
+        raise ConfigError(_refusal(written.layer, name))
+    return name
 
 
 def _refusal(layer: str, op: str) -> str:
@@ -57,10 +143,12 @@ def _refusal(layer: str, op: str) -> str:
 
 
 def _name(func: Any) -> str:
-    """An op's name; a property's setter (x.data = y): '.data = ...'."""
+    """An op's name; a property's getter (x.shape): '.shape'; its setter (x.data = y):
+    '.data = ...'."""
     name = getattr(func, "__name__", "")
-    if name == "__set__":
-        return f".{getattr(getattr(func, '__self__', None), '__name__', '?')} = ..."
+    if name in ("__get__", "__set__"):
+        prop = f".{getattr(getattr(func, '__self__', None), '__name__', '?')}"
+        return prop if name == "__get__" else f"{prop} = ..."
     return name
 
 
@@ -69,7 +157,7 @@ def _written(name: str, args: Any, kwargs: dict[str, Any]) -> Any:
     ``out=`` tensor (the first DecodedTable among them); None for an op that writes none."""
     out = kwargs.get("out")
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if args and (name in _WRITES or name.startswith(".")
+    if args and (name in _WRITES or name.endswith(" = ...")
                  or (name.endswith("_") and not name.endswith("__"))):
         outs.insert(0, args[0])
     return next((o for o in outs if isinstance(o, DecodedTable)), None)

@@ -647,6 +647,11 @@ class CachedStorage(nn.Module):
             return host[:table.known_rows]
         return host[hash_ids(torch.arange(self.num), table.buckets, table.seed)]
 
+    def first_row(self) -> torch.Tensor:
+        """Row 0 of the host rows ([1, D]), as `full()` reads them: their dtype, device and
+        grad are the table's, read without decoding (nor flushing) the table."""
+        return self.table.host_weight[:1]
+
     def bind_optimizer(self, optimizer: Optimizer) -> None:
         """`HostCache.bind_optimizer`: for an optimizer built by hand."""
         self.table.bind_optimizer(optimizer)

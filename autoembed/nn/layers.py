@@ -15,7 +15,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from autoembed.errors import ConfigError, DataError, did_you_mean
-from autoembed.nn.decoded import decoded
+from autoembed.nn.decoded import lazy
 from autoembed.nn.draws import init_moments
 from autoembed.nn.hashing import seed_int64
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
@@ -160,16 +160,21 @@ class _Layer(nn.Module):
 
     def _weight(self) -> torch.Tensor:
         """torch's ``weight``: the stored table itself where it is one (`_stored_table`:
-        writes into it land, as torch's); else the table decoded, which refuses writes
-        (`DecodedTable`; left as it is under torch.compile, which traces no such subclass,
-        and where it is a subclass already, as fake tensors are)."""
+        writes into it land, as torch's); else the table as `full_weight()` decodes it when
+        an op first reads its values, its shape, dtype, device and requires_grad read without
+        decoding (`LazyTable`, which refuses writes). Decoded at once under torch.compile,
+        which traces no such subclass, and where a row decodes to a subclass already, as
+        under fake tensors."""
         store: Any = super().__getattr__("store")
         if self._stored_table():
             return store.weight
-        full = self.full_weight()
-        if torch.compiler.is_compiling() or type(full) is not torch.Tensor:
-            return full
-        return decoded(full, self._label())
+        held = next(iter([*store.parameters(), *store.buffers()]), None)
+        fake = torch.compiler.is_compiling() or is_fake(held)
+        row = None if fake else store.first_row()
+        if type(row) is not torch.Tensor:
+            return self.full_weight()
+        return lazy(self.full_weight, row, (self.num_embeddings, self.embedding_dim),
+                    self._label())
 
     def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
         """Beside the storage's weights: ``<prefix>hash_seed`` (int64), the seed that maps

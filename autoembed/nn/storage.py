@@ -155,11 +155,22 @@ class _Storage(PackedWeights):
     def full(self) -> torch.Tensor:
         """The decoded [V, D] table as stored: decoding renormalises no row (max_norm acts on
         the rows a lookup reads, as torch's)."""
-        # where it lives now (after materialize); packed: its buffers
-        device = next(iter([*self.parameters(), *self.buffers()])).device
+        return self._as_stored(torch.arange(self.num, device=self._device()))
+
+    def first_row(self) -> torch.Tensor:
+        """Row 0 of `full()` ([1, D]), decoded alone: its dtype, device and grad are the
+        table's, read without decoding the table."""
+        return self._as_stored(torch.zeros(1, dtype=torch.long, device=self._device()))
+
+    def _device(self) -> torch.device:
+        """Where the weights live now (after materialize); packed: their buffers."""
+        return next(iter([*self.parameters(), *self.buffers()])).device
+
+    def _as_stored(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids`, max_norm renormalising none."""
         max_norm, self.max_norm = self.max_norm, None
         try:
-            return self.rows(torch.arange(self.num, device=device))
+            return self.rows(ids)
         finally:
             self.max_norm = max_norm
 
