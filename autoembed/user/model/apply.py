@@ -13,6 +13,7 @@ and initialises a model built on the meta device (and only such a model).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import functools
 import os
@@ -352,6 +353,8 @@ def _plans(model: nn.Module, config: Any,
             raise ConfigError(f"config table '{ts.name}': vocab_size {ts.vocab_size}, but module "
                               f"'{ts.name}' has {old.num_embeddings} rows; give vocab_size "
                               f"{old.num_embeddings} (autoembed.tables(model) lists them)")
+        if ts.compression == "mixed_dim":  # its dims resolved: each table is compression none
+            ts = dataclasses.replace(ts, compression="none")  # (a smaller dim: a mixed_dim layer)
         plans.append((ts, old, _tied(model, old.weight, old)))
     names = {ts.name for ts, _, _ in plans}
     for ts, _, ties in plans:
