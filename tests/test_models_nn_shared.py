@@ -11,6 +11,7 @@ import torch
 from autoembed import nn as ae
 from autoembed.batch import PAD_ID
 from autoembed.config import EmbeddingConfig, TableConfig
+from autoembed.errors import ConfigError
 from autoembed.models import build_model
 from autoembed.models.quantize import quantize
 from autoembed.nn.hashing import hash_id_reference
@@ -45,7 +46,10 @@ def test_built_in_table_is_the_nn_storage_and_loads_an_old_state_dict(compressio
            OLD_STATE[compression].items()}
     if compression == "tt":  # 5000 rows as 18 x 18 x 16 (>= 5000), dim 16 as 2 x 2 x 4
         assert (table.row_factors, table.dim_factors) == ((18, 18, 16), (2, 2, 4))  # type: ignore[attr-defined]
-    assert {k: tuple(v.shape) for k, v in table.state_dict().items()} == OLD_STATE[compression]
+    state = table.state_dict()
+    # beside the old names, the seed that maps ids to rows where one does (robe, hot_cold)
+    assert int(state.pop("hash_seed", -1)) == SETTINGS[compression].get("hash_seed", -1)
+    assert {k: tuple(v.shape) for k, v in state.items()} == OLD_STATE[compression]
     table.load_state_dict({k: v.to(table.state_dict()[k].dtype) for k, v in old.items()})
     for k, v in old.items():
         assert torch.equal(table.state_dict()[k], v.to(table.state_dict()[k].dtype))
@@ -60,7 +64,7 @@ def test_built_in_lookup_equals_the_public_layers_row(compression: str) -> None:
     if compression == "hot_cold":  # the layer's hot set: given, not ids 0..hot-1
         state["hot_ids"] = torch.arange(0, V, 100)
         table.set_hot_ids(state["hot_ids"])  # type: ignore[operator]
-    layer.store.load_state_dict(state)
+    layer.load_state_dict({k if k == "hash_seed" else f"store.{k}": v for k, v in state.items()})
     ids = torch.tensor([0, 1, 6, 7, 100, 101, 4321, V - 1])
     pooled = table(ids.view(-1, 1))  # one id per bag: the mean is the row
     assert torch.allclose(pooled, layer(ids), atol=1e-6)
@@ -92,8 +96,9 @@ def _plain_table(compression: str, task: str = "ctr") -> torch.nn.Module:
 def test_built_in_plain_table_is_the_nn_storage_with_its_old_names(compression: str) -> None:
     table = _plain_table(compression)
     assert isinstance(table, ae.COMPRESSIONS["none"])  # _Plain: none, hash and mixed_dim
-    state = PLAIN[compression][2]
-    assert {k: tuple(v.shape) for k, v in table.state_dict().items()} == state
+    state, saved = PLAIN[compression][2], table.state_dict()
+    assert int(saved.pop("hash_seed", -1)) == PLAIN[compression][0].get("hash_seed", -1)
+    assert {k: tuple(v.shape) for k, v in saved.items()} == state
     old = {k: torch.randn(s) for k, s in state.items()}
     table.load_state_dict(old)
     assert all(torch.equal(table.state_dict()[k], v) for k, v in old.items())
@@ -104,7 +109,9 @@ def test_built_in_plain_lookup_equals_the_public_layers_row(compression: str) ->
     torch.manual_seed(0)
     table = _plain_table(compression)
     layer = ae.Embedding(V, D, compression=compression, **PLAIN[compression][1])  # type: ignore[arg-type]
-    layer.store.load_state_dict(table.state_dict())  # the same names: one layout
+    # the same names: one layout (the seed beside the layer's store, as beside the table)
+    layer.load_state_dict({k if k == "hash_seed" else f"store.{k}": v
+                           for k, v in table.state_dict().items()})
     ids = torch.tensor([0, 1, 6, 7, 100, 101, 4321, V - 1])
     w = table.state_dict()["weight"]
     if compression == "hash":  # the rows by the hash's reference, not by the code under test
@@ -122,6 +129,47 @@ def test_text_plain_table_keeps_its_padding_row_at_zero() -> None:
     table = _plain_table("none", "text")
     assert table.pads_in_place and not table.weight[PAD_ID].any()
     assert table.weight[PAD_ID + 1].abs().sum() > 0
+
+
+# config-built models whose ids a seed maps to rows (the wide part hashes as its table)
+SEEDED = {
+    "hash": {"compression": "hash", "hash_buckets": 13, "wide": True},
+    "robe": {"compression": "robe", "robe_size": 64},
+    "hot_cold": {"compression": "hot_cold", "hot_share": 0.1, "hash_buckets": 5},
+    "host_cached": {"compression": "hash", "hash_buckets": 13, "placement": "host_cached",
+                    "table_optimizer": "sgd", "batch_size": 4, "cache_load_factor": 1.0},
+}
+
+
+@pytest.mark.parametrize("keys", list(SEEDED.values()), ids=list(SEEDED))
+def test_a_built_models_state_dict_loads_only_under_its_hash_seed(keys: dict) -> None:
+    """A built model's state_dict (a checkpoint's, model.pt) records each hashed table's
+    seed as an applied layer's does: under another seed, where each id would read another
+    id's row, it is refused naming both; under the same seed (other weights drawn) it gives
+    the saved model's outputs; saved before the entry, it loads unchecked."""
+    def model(hash_seed: int, seed: int = 0) -> torch.nn.Module:
+        return build_model(EmbeddingConfig(tables=(TableConfig("item", 40),), dim=4,
+                                           dense_layers=(4,), pooling="mean",
+                                           hash_seed=hash_seed, seed=seed, **keys))
+
+    first = model(1)
+    saved = first.state_dict()
+    want_keys = ["tables.item.hash_seed", *(["wide.item.hash_seed"] if keys.get("wide") else [])]
+    assert sorted(k for k in saved if k.endswith("hash_seed")) == want_keys
+    for strict in (True, False):
+        with pytest.raises(ConfigError, match=r"'tables\.item\.hash_seed' is 1, and this table "
+                                              "hashes ids with hash_seed 2.*hash_seed 1$"):
+            model(2).load_state_dict(saved, strict=strict)
+    ids = {"item": torch.tensor([[0], [7], [23], [39]])}
+    same = model(1, seed=5)
+    same.load_state_dict(saved)
+    with torch.no_grad():
+        assert torch.equal(same(ids), first(ids))
+        if keys["compression"] == "hash" and "placement" not in keys:  # by the reference
+            rows = saved["tables.item.weight"][[hash_id_reference(i, 13, 1)
+                                                for i in (0, 7, 23, 39)]]
+            assert torch.equal(same.table("item")(ids["item"]), rows)
+    model(2).load_state_dict({k: v for k, v in saved.items() if not k.endswith("hash_seed")})
 
 
 # state_dicts of `autoembed.nn` layers saved before hash and mixed_dim named their stored

@@ -231,3 +231,25 @@ def test_an_optimizer_built_before_apply_is_refused_at_its_step() -> None:
                                         "hash_buckets": 10}]}, from_trained=True)
     with pytest.raises(ConfigError, match=r"steps '0\.store\.q_weight' of the table"):
         between.step()  # it holds the qr layer's storage, replaced in its turn
+
+
+def test_a_mixed_dim_config_rewrites_the_smaller_tables_and_keeps_the_others() -> None:
+    """Config compression mixed_dim (its dims resolved per table) was a TypeError in the
+    layer (mixed_dim without small_dim): a table at a smaller dim is a mixed_dim layer
+    (small rows, projected back), one at the module's dim is kept as it is."""
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Embedding(1000, 16), nn.Embedding(50, 16)
+
+    model = Two()
+    b = model.b
+    cfg = EmbeddingConfig(tables=(TableConfig("a", 1000, dim=8), TableConfig("b", 50)),
+                          compression="mixed_dim", dim=16)
+    autoembed.apply(model, cfg)
+    assert model.b is b
+    small, proj = model.a.store.weight, model.a.store.proj.weight
+    assert small.shape == (1000, 8) and proj.shape == (16, 8)
+    ids = torch.tensor([[0, 7, 999], [3, 3, 500]])
+    with torch.no_grad():  # by hand: the small row, projected
+        torch.testing.assert_close(model.a(ids), small[ids] @ proj.T)

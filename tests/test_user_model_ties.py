@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from _copies import COPIES
 
 import autoembed
 from autoembed.config import config_from_dict
@@ -24,12 +25,12 @@ SIZE = bert_mlm.SIZES["twin"]
 WORDS, HEAD = "bert.embeddings.word_embeddings", "cls.predictions.decoder"
 
 
-def _hashed(untie: bool = False) -> Any:
+def _hashed(untie: bool = False, hash_seed: int = 0) -> Any:
     torch.manual_seed(0)
     model = bert_mlm.build_model(**SIZE)
     cfg = config_from_dict({"tables": [{"name": WORDS, "vocab_size": SIZE["vocab"],
                                         "dim": SIZE["hidden"], "compression": "hash",
-                                        "hash_buckets": 100}]})
+                                        "hash_buckets": 100}], "hash_seed": hash_seed})
     return autoembed.apply(model, cfg, untie=untie)
 
 
@@ -146,3 +147,29 @@ def test_the_models_own_init_draws_its_rewritten_tables() -> None:
     # independent values: 200 x 16 bucket values; 512 projected rows
     for rows, n in ((words, 200 * 16), (where, 512)):
         assert float(rows.std()) == pytest.approx(cfg.initializer_range, rel=5 * (2 / n) ** 0.5 / 2)
+
+
+@pytest.mark.parametrize("copy_of", list(COPIES.values()), ids=list(COPIES))
+def test_an_applied_transformers_model_copies_and_pickles_whole(copy_of: Any) -> None:
+    """torch.save of the whole applied model failed (apply's tie_weights and
+    resize_token_embeddings were closures, its _init_weights a method pickle could not find
+    by name). A copy gives the same loss and state_dict, hash seed included; it still refuses
+    a resize, and its own init draws its own table, not the original's."""
+    model = _hashed(hash_seed=3).eval()
+    example = bert_mlm.make_example(**SIZE)
+    twin = copy_of(model)
+    with torch.no_grad():
+        assert torch.equal(twin(**example).logits, model(**example).logits)
+    mine, theirs = model.state_dict(), twin.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert int(theirs[f"{WORDS}.hash_seed"]) == 3
+    with pytest.raises(ConfigError, match=f"'{WORDS}' \\(tied to '{HEAD}'\\) is compressed"):
+        twin.resize_token_embeddings(SIZE["vocab"] + 8)
+    twin.tie_weights()  # a no-op: the head still reads the decoded table
+    assert "weight" not in dict(twin.get_submodule(HEAD).named_parameters(recurse=False))
+    before = model.get_submodule(WORDS).store.weight.detach().clone()
+    twin.init_weights()
+    assert torch.equal(model.get_submodule(WORDS).store.weight, before)
+    drawn = twin.get_submodule(WORDS).store.weight.detach()
+    assert not torch.equal(drawn, before)
+    assert float(drawn.std()) == pytest.approx(0.02, rel=0.2)  # BERT's initializer_range

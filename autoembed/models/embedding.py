@@ -39,6 +39,7 @@ from torch._subclasses.fake_tensor import is_fake
 from autoembed.batch import PAD_ID
 from autoembed.models.checkpointing import checkpointed
 from autoembed.nn.hashing import qr_indices
+from autoembed.nn.seed_record import SeedRecorded
 from autoembed.nn.storage import _QR, PackedWeights, _Plain, _Storage
 
 __all__ = ["LookupSpec", "PackedWeights", "TableModule", "PlainTable", "QRTable", "WideTable"]
@@ -55,11 +56,12 @@ class LookupSpec:
     checkpoint: bool = False
 
 
-class TableModule(PackedWeights):
+class TableModule(SeedRecorded, PackedWeights):
     """Base class: weight access (trainable or packed for serving) and pooling helpers.
     A table subclasses its compression's `autoembed.nn` storage too (layout and id -> row
     math in one place; the host-cached table excepted) and calls the storage's `__init__`
-    instead of this one's; its own initialisation is its `reset_parameters`."""
+    instead of this one's; its own initialisation is its `reset_parameters`. Its state_dict
+    records the storage's `hash_seed` as an `autoembed.nn` layer's does (`SeedRecorded`)."""
 
     draws_init = False  # the storages' N(0, 1) draw is replaced by reset_parameters
 

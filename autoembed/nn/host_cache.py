@@ -369,6 +369,11 @@ class HostCache(PackedWeights):
         self.use_count[rare] = 0
         return self.dynamic.release(rare)
 
+    @property
+    def hash_seed(self) -> int | None:
+        """The seed that hashes ids into the table's rows (None: ids are not hashed)."""
+        return self.seed if self.buckets is not None else None
+
     # ----------------------------------------------------------------- checkpoints
     def _saved(self) -> dict[str, torch.Tensor]:
         """What a checkpoint holds beyond `cache_weight`: the host table, its state and
@@ -599,8 +604,7 @@ class CachedStorage(nn.Module):
 
     @property
     def hash_seed(self) -> int | None:
-        """The seed that hashes ids into the table's rows (None: compression none)."""
-        return self.table.seed if self.table.buckets is not None else None
+        return self.table.hash_seed
 
     @property
     def takes_new_ids(self) -> bool:

@@ -17,9 +17,9 @@ from torch._subclasses.fake_tensor import is_fake
 from autoembed.errors import ConfigError, DataError, did_you_mean
 from autoembed.nn.decoded import lazy
 from autoembed.nn.draws import init_moments
-from autoembed.nn.hashing import seed_int64
 from autoembed.nn.lookup import ID_DTYPES, bag_index, by_frequency, check_ids, pool_rows
 from autoembed.nn.methods import COMPRESSIONS
+from autoembed.nn.seed_record import SeedRecorded
 
 __all__ = ["Embedding", "EmbeddingBag", "MODES", "TORCH_OPTIONS", "storage_settings"]
 
@@ -51,9 +51,11 @@ def _storage(num: int, dim: int, compression: str, factory: dict[str, Any],
     return COMPRESSIONS[compression](num, dim, factory, **settings)
 
 
-class _Layer(nn.Module):
+class _Layer(SeedRecorded):
     """What Embedding and EmbeddingBag share: the storage, torch's options, padding, the
-    decoded weight."""
+    decoded weight, the hash seed recorded in the state_dict (`SeedRecorded`)."""
+
+    seed_noun = "layer"
 
     def __init__(self, num_embeddings: int, embedding_dim: int, options: dict[str, Any],
                  compression: str, placement: str, factory: dict[str, Any],
@@ -176,21 +178,18 @@ class _Layer(nn.Module):
         return lazy(self.full_weight, row, (self.num_embeddings, self.embedding_dim),
                     self._label())
 
-    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
-        """Beside the storage's weights: ``<prefix>hash_seed`` (int64), the seed that maps
-        ids to the stored rows, where one does (hash, robe, hot_cold's cold ids)."""
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        seed = self.store.hash_seed
-        if seed is not None:
-            destination[prefix + "hash_seed"] = torch.tensor(seed_int64(seed), device="cpu")
+    @property
+    def hash_seed(self) -> int | None:  # type: ignore[override]
+        """The seed that maps ids to the stored rows (hash, robe, hot_cold's cold ids); None
+        where none does. Saved as ``<prefix>hash_seed`` (`SeedRecorded`)."""
+        return self.store.hash_seed
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any) -> None:
         """A state_dict saved before `autoembed.apply` holds the table as torch's
         ``<prefix>weight``: a stored table (`_stored_table`) loads it as its own weight; any
         other refuses it in one line (left out, the rows would stay as they were, silently
-        under strict=False). Rows saved under another hash_seed are refused (`_check_seed`)."""
-        self._check_seed(state_dict.pop(prefix + "hash_seed", None), prefix + "hash_seed")
+        under strict=False). Rows saved under another hash_seed are refused (`SeedRecorded`)."""
         key = prefix + "weight"
         if key in state_dict and not any(k.startswith(prefix + "store.") for k in state_dict):
             if not self._stored_table():
@@ -202,21 +201,12 @@ class _Layer(nn.Module):
             state_dict[prefix + "store.weight"] = state_dict.pop(key)
         super()._load_from_state_dict(state_dict, prefix, *args)
 
-    def _check_seed(self, saved: Any, key: str) -> None:
-        """Rows saved under hash_seed `saved` would be read by other ids under another seed:
-        a ConfigError naming both. None (a state_dict saved before the seed was recorded),
-        a seed with no value to read (meta, fake) and a layer whose ids are not hashed load as
-        before, unchecked."""
-        seed = self.store.hash_seed
-        if saved is None or seed is None or getattr(saved, "is_meta", False) or is_fake(saved):
-            return
-        if int(saved) == seed_int64(seed):
-            return
-        was = int(saved) % (1 << 64)
-        raise ConfigError(f"{self._label()}: the state_dict's '{key}' is {was}, and this layer "
-                          f"hashes ids with hash_seed {seed}, so each id would read another "
-                          f"id's row; apply the config with hash_seed {was} (an autoembed.nn "
-                          f"layer: build it with hash_seed={was})")
+    def _seed_label(self) -> str:
+        return self._label()
+
+    def _seed_fix(self, was: int) -> str:
+        return (f"apply the config with hash_seed {was} (an autoembed.nn layer: build it with "
+                f"hash_seed={was})")
 
     def _label(self) -> str:
         """The layer as its messages name it: Embedding(1000, 8, compression hash)."""

@@ -13,11 +13,12 @@ and initialises a model built on the meta device (and only such a model).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
+import functools
 import math
 import os
 import sys
-import types
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,8 +150,15 @@ def _init_storages(self: Any, module: Any) -> None:
 
 def _init_in_owner(owner: nn.Module) -> None:
     """The owner's init (`init_weights()`, `initialize_weights()`) draws its rewritten
-    tables (`_init_storages`); bound to it, so a copy of the model draws its own."""
-    owner.__dict__["_init_weights"] = types.MethodType(_init_storages, owner)
+    tables (`_init_storages`); bound to it (`_bound`), so a copy of the model draws its own."""
+    owner.__dict__["_init_weights"] = _bound(_init_storages, owner)
+
+
+def _bound(fn: Any, module: nn.Module) -> functools.partial[Any]:
+    """`fn` bound to `module` as a method is, for a module's own attribute: a copy of the
+    module (deepcopy) binds it to the copy, and it pickles (`torch.save(model)`), which a
+    bound method of a function the class does not have cannot (pickle looks it up by name)."""
+    return functools.partial(fn, module)
 
 
 _PROBE_ENTRIES = 1 << 20  # at most this many entries drawn to measure an owner's init
@@ -346,6 +354,8 @@ def _plans(model: nn.Module, config: Any,
             raise ConfigError(f"config table '{ts.name}': vocab_size {ts.vocab_size}, but module "
                               f"'{ts.name}' has {old.num_embeddings} rows; give vocab_size "
                               f"{old.num_embeddings} (autoembed.tables(model) lists them)")
+        if ts.compression == "mixed_dim":  # its dims resolved: each table is compression none
+            ts = dataclasses.replace(ts, compression="none")  # (a smaller dim: a mixed_dim layer)
         plans.append((ts, old, _tied(model, old.weight, old)))
     names = {ts.name for ts, _, _ in plans}
     for ts, _, ties in plans:
@@ -506,7 +516,7 @@ def checkpoint_modules(model: nn.Module, names: Sequence[str]) -> list[str]:
                for o in outer) or getattr(m, CHECKPOINTED, False):
             continue  # inside a checkpointed module already (a recompute covers it)
         # bound to the module, so a deepcopy (quantize, a saved best) wraps its copy
-        object.__setattr__(m, "forward", types.MethodType(_checkpointed_forward, m))
+        object.__setattr__(m, "forward", _bound(_checkpointed_forward, m))
         object.__setattr__(m, CHECKPOINTED, True)
         wrapped.append(path)
     return wrapped
@@ -522,17 +532,21 @@ def _guard_transformers(model: nn.Module, path: str, layer: nn.Module, heads: li
     if not heads and not is_input:
         return
     tied = f" (tied to '{', '.join(heads)}')" if heads else ""
+    # module-level functions (a closure would not pickle with the model)
+    model.__dict__["tie_weights"] = _no_tie
+    model.__dict__["resize_token_embeddings"] = functools.partial(_no_resize, path, tied)
 
-    def tie_weights(*_: Any, **__: Any) -> None:
-        """No-op: the tied head reads the decoded table each forward (or, under untie, keeps
-        its own weight); rebinding it would point it at the compressed storage."""
 
-    def resize_token_embeddings(*_: Any, **__: Any) -> Any:
-        raise ConfigError(f"resize_token_embeddings: '{path}'{tied} is compressed by autoembed; "
-                          "resize the model before autoembed.apply, then apply the config")
+def _no_tie(*_: Any, **__: Any) -> None:
+    """transformers' tie_weights, a no-op: the tied head reads the decoded table each forward
+    (or, under untie, keeps its own weight); rebinding it would point it at the compressed
+    storage."""
 
-    model.__dict__["tie_weights"] = tie_weights
-    model.__dict__["resize_token_embeddings"] = resize_token_embeddings
+
+def _no_resize(path: str, tied: str, *_: Any, **__: Any) -> Any:
+    """transformers' resize_token_embeddings of a model whose table `path` is compressed."""
+    raise ConfigError(f"resize_token_embeddings: '{path}'{tied} is compressed by autoembed; "
+                      "resize the model before autoembed.apply, then apply the config")
 
 
 def _tie_map(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
