@@ -48,6 +48,7 @@ from autoembed.config.value import (
     EmbeddingConfig,
     cache_rows,
     map_bucket_counts,
+    model_key,
     resolved_tables,
     storage_rows,
     with_data_tables,
@@ -61,4 +62,4 @@ __all__ = ["COMPRESSIONS", "PRECISIONS", "SERVING", "OPTIMIZERS", "TABLE_ONLY_OP
            "map_bucket_counts", "EmbeddingConfig", "ParamSpec", "PrecisionPolicy",
            "precision_policy", "param_specs", "cache_rows", "storage_rows", "WIDE_PREFIX",
            "load_config", "as_config", "save_config", "config_from_dict", "parse_config_text",
-           "safe_load_yaml", "FP16_MIN_ADAM_EPS", "tower_input_width"]
+           "safe_load_yaml", "FP16_MIN_ADAM_EPS", "tower_input_width", "model_key"]

@@ -45,7 +45,8 @@ from autoembed.rules import (
 )
 
 __all__ = ["EmbeddingConfig", "resolved_tables", "table_settings", "with_data_tables",
-           "names_tables", "map_bucket_counts", "storage_rows", "cache_rows", "nested_name"]
+           "names_tables", "map_bucket_counts", "storage_rows", "cache_rows", "nested_name",
+           "model_key"]
 
 _fail = config_error  # "config key 'X' = V: rule", the one message shape
 
@@ -148,6 +149,36 @@ def table_settings(config: EmbeddingConfig, t: TableConfig | TableSettings) -> T
         hot_share=t.hot_share if t.hot_share is not None else config.hot_share,
         cold_buckets=buckets_of(hb, t.vocab_size) if hb is not None else None,
     )
+
+
+# Config keys the model reads only through its resolved tables (`table_settings`), and
+# mixed-dim's, which only `resolve` reads (it writes the tables' dims)
+_READ_AS_TABLES = ("hash_buckets", "qr_collisions", "qr_operation", "robe_size", "tt_rank",
+                   "hot_share", "mixed_dim_alpha", "mixed_dim_min")
+# A resolved table's settings that only its compression reads (`models.embedding_model`,
+# `config.layout`): under any other, they build nothing
+_METHOD_SETTINGS = {"qr": ("qr_collisions", "qr_operation"),
+                    "robe": ("robe_size", "robe_group", "robe_field"),
+                    "tt": ("tt_rank",), "hot_cold": ("hot_share", "cold_buckets")}
+_ANY_METHOD = {k for keys in _METHOD_SETTINGS.values() for k in keys}
+
+
+def model_key(config: EmbeddingConfig) -> tuple[Any, ...]:
+    """What the model and its training read of `config` (hashable; equal: one model, trained
+    alike): its resolved tables (`resolved_tables` of `config.resolve()`), each without the
+    settings its compression does not read (`_METHOD_SETTINGS`), and every other key but
+    those read only through the tables (`_READ_AS_TABLES`). So a hash_buckets share and the
+    counts it comes to, a qr_collisions share and its ceil(1 / share), two mixed_dim_alphas
+    that round to the same dims, a tt_rank under hash are one model; `data` (the spec, not
+    compared) is not part of it."""
+    c = config.resolve()
+    rest = tuple((f.name, getattr(c, f.name)) for f in fields(c)
+                 if f.compare and f.name != "tables" and f.name not in _READ_AS_TABLES)
+    tables = tuple(
+        tuple((f.name, getattr(ts, f.name)) for f in fields(ts)
+              if f.name not in _ANY_METHOD or f.name in _METHOD_SETTINGS.get(ts.compression, ()))
+        for ts in resolved_tables(c))
+    return rest, tables
 
 
 def _robe_group(config: EmbeddingConfig) -> tuple[str, ...]:

@@ -7,8 +7,9 @@ quality only after. So, at each ask once STARTUP trials have finished:
 
 1. draw CANDIDATES configs at random from the space (the space's own suggest code on a
    random trial, conditional params as the space has them), skipping configs already tried;
-2. price each (`bind`: the workload's pricing, the memory objective, the budget's verdict);
-   drop those over budget or invalid — they are never proposed;
+2. price each (`bind`: the workload's pricing, the memory objective, and whether a proposal
+   of it would train: within the budget, its config untried, `propose.trial_key`); drop
+   those that would not, and the invalid — they are never proposed;
 3. predict each one's validation quality from the finished trials: extra trees over the
    encoded params and the log of the priced memory (mean and spread over the trees);
 4. score it by the expected hypervolume improvement (EHVI) over the current front in the
@@ -115,8 +116,9 @@ Finished = tuple[dict[str, Any], float, float, float | None]
 
 @dataclass(frozen=True)
 class Pricing:
-    """What the engine binds: `price(values)` -> (memory objective in bytes, fits the
-    budget) or None (invalid); `suggest(trial)` -> the space's values of a trial (the
+    """What the engine binds: `price(values)` -> (memory objective in bytes, a proposal of
+    it would train: it fits the budget and its config is untried) or None (invalid);
+    `suggest(trial)` -> the space's values of a trial (the
     space's suggest code); the objectives' names and directions; `budget_bytes`: the top
     of the memory axis."""
 

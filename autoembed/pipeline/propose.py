@@ -4,10 +4,12 @@
 enqueued first (`Proposer.enqueue`), grid points instead. Each proposal is priced by its
 workload (`Workload.price`) and judged by `Feasibility`; what one ask comes to is an `Asked`:
 a row to record (told to Optuna at once when it does not fit or is invalid) and, when it
-fits, the `Proposal` to launch. A proposal of a config the study has tried already (a
-re-queued retry aside) is neither priced nor trained again (told FAIL, no row); an untried
-config that fits is queued instead, or, the space enumerated (`pipeline.untried`) and none
-left, the search ends: "every fitting config tried: N" (so too when the sampler raises
+fits, the `Proposal` to launch. A proposal of a config the study has tried already or is
+training (`trial_key`: the priced config as its model reads it, so params that change
+nothing of it do not make it new; a re-queued retry aside) is not trained again, nor
+priced again when its params were asked before (told FAIL, no row); an untried config that
+fits is queued instead, or, the space enumerated (`pipeline.untried`) and none left, the
+search ends: "every fitting config tried: N" (so too when the sampler raises
 `SpaceExhausted`). The proposer records nothing itself: `SearchEngine` does.
 """
 
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from autoembed.budget import Budget
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, model_key
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from autoembed.pipeline.priced_ehvi import Pricing
 
 __all__ = ["ORIGIN_ATTR", "Queued", "Proposal", "AskCost", "SearchSettings", "Asked",
-           "Proposer", "PricingSampler", "config_key"]
+           "Proposer", "PricingSampler", "trial_key"]
 
 ORIGIN_ATTR = "origin"  # the Optuna user attribute an enqueued trial's origin travels in
 
@@ -57,9 +59,22 @@ class Queued:
     origin: str | None = None
 
 
-def config_key(params: Mapping[str, Any], origin: str | None) -> Any:
-    """What "already tried" means: the params, and for the model as written its origin too
-    (its params are those of a proposal that applies nothing)."""
+def trial_key(config: EmbeddingConfig | None, params: Mapping[str, Any], origin: str | None,
+              with_params: bool) -> Any:
+    """What "already tried" means, the one rule of a repeat: what the trial trains. Its
+    priced config as the model reads it (`config.model_key`: a param the proposal's other
+    choices leave unread, or values that come to the same tables, change nothing); where
+    the trial's code is handed the params too (`with_params`: a user's functions), also
+    the params; a proposal that could not be priced (`config` None) by its params; the
+    model as written by its origin too (its params are those of a proposal that applies
+    nothing)."""
+    own = (params_key(params),) if with_params or config is None else ()
+    key = (None if config is None else model_key(config), *own)
+    return (AS_WRITTEN, key) if origin == AS_WRITTEN else key
+
+
+def _asked(params: Mapping[str, Any], origin: str | None) -> Any:
+    """Params asked (with the model as written's origin): they price to one `trial_key`."""
     return (AS_WRITTEN, params_key(params)) if origin == AS_WRITTEN else params_key(params)
 
 
@@ -180,11 +195,14 @@ class Proposer:
         self.grid: list[Mapping[str, Any] | Queued] | None = (
             list(settings.grid) if settings.grid is not None else None)
         self.start: list[Mapping[str, Any] | Queued] = list(settings.start)
-        self._seen = {config_key(r.params, r.origin) for r in rows.values()}
+        # the user's functions are handed the params (`user.space.params_for`)
+        self._with_params = settings.workload.kind == "user"
+        self._seen = {_asked(r.params, r.origin) for r in rows.values()}
+        # the trial key of params asked (`_asked`): known, they are not priced again
+        self._keys = {_asked(r.params, r.origin): self._row_key(r) for r in rows.values()}
         # configs the study was proposed (an interrupted trial's is re-queued, not tried):
-        # a sampler's proposal of one again is never priced or trained again (`_repeated`)
-        self._told = {config_key(r.params, r.origin) for r in rows.values()
-                      if not r.interrupted}
+        # a sampler's proposal of one again is never trained again (`_repeated`)
+        self._told = {self._row_key(r) for r in rows.values() if not r.interrupted}
         self._enumerated = False  # the space's configs (`_repeated`), enumerated once
         self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
         self._unfit: set[tuple[tuple[str, str], ...]] = set()
@@ -209,8 +227,8 @@ class Proposer:
             point = points.pop(0)
             params, origin = ((point.params, point.origin) if isinstance(point, Queued)
                               else (point, None))
-            if config_key(params, origin) not in self._seen:
-                self._seen.add(config_key(params, origin))
+            if _asked(params, origin) not in self._seen:
+                self._seen.add(_asked(params, origin))
                 self.study.enqueue_trial(dict(params), user_attrs={ORIGIN_ATTR: origin}
                                          if origin else None)
                 return True
@@ -232,11 +250,17 @@ class Proposer:
         origin = trial.user_attrs.get(ORIGIN_ATTR) or (
             rows[retry_of].origin if retry_of in rows else None)
         values = self._values(trial, origin)
-        key = config_key(trial.params, origin)
-        if retry_of is None and key in self._told:
-            return Asked(trial, stop=self._repeated(trial))
-        self._told.add(key)
+        asked = _asked(trial.params, origin)
+        if retry_of is None and self._keys.get(asked) in self._told:
+            return Asked(trial, stop=self._repeated(trial))  # the same params, not priced
+        self._seen.add(asked)
         priced = self._price(trial, values, origin)
+        key = self._keys[asked] = trial_key(
+            None if isinstance(priced, Invalid) else priced.config, trial.params, origin,
+            self._with_params)
+        if retry_of is None and key in self._told:
+            return Asked(trial, stop=self._repeated(trial))  # a config tried: not trained
+        self._told.add(key)
         if isinstance(priced, Invalid):
             cost = AskCost(t0, t1 - t0, self.clock() - t1)
             return Asked(trial, TrialRow(
@@ -244,7 +268,6 @@ class Proposer:
                 dict(trial.params), metrics=cost.metrics(self.clock()), reason=priced.reason,
                 retry_of=retry_of, origin=origin))
         params = dict(trial.params)
-        self._seen.add(config_key(params, origin))
         verdict = self.feasibility.judge(priced.estimate)
         est = priced.estimate.to_dict()
         cost = AskCost(t0, t1 - t0, self.clock() - t1)
@@ -266,11 +289,16 @@ class Proposer:
                        overshoot=verdict.overshoot, retry_of=retry_of, origin=origin)
         return Asked(trial, row, proposal=proposal, cost=cost)
 
+    def _row_key(self, row: TrialRow) -> Any:
+        """A recorded trial's `trial_key` (its row's config where it was priced)."""
+        priced = row.config if row.device_total > 0 else None
+        return trial_key(priced, row.params, row.origin, self._with_params)
+
     def _repeated(self, trial: Any) -> str | None:
-        """The sampler proposed a config the study has tried: it is not priced or trained
-        again (told FAIL, no row). An untried config that fits goes next instead
-        (enqueued; `untried.untried_fitting`), or, the space's configs enumerated and none
-        of them left, the search ends (the reason returned)."""
+        """The sampler proposed a config the study has tried: it is not trained again
+        (told FAIL, no row). An untried config that fits goes next instead (enqueued;
+        `untried.untried_fitting`), or, the space's configs enumerated and none of them
+        left, the search ends (the reason returned)."""
         from optuna.trial import TrialState
 
         self.study.tell(trial, state=TrialState.FAIL)
@@ -286,8 +314,8 @@ class Proposer:
 
         if not self._enumerated:
             self._configs, self._enumerated = space_configs(suggest), True
-        found = untried_fitting(self._configs, suggest, self._told | self._seen, self._unfit,
-                                fitting, np.random.default_rng(trial.number))
+        found = untried_fitting(self._configs, suggest, self._seen, self._unfit, fitting,
+                                np.random.default_rng(trial.number))
         if found is not None:
             self._seen.add(params_key(found[0]))
             self.study.enqueue_trial(dict(found[0]))
@@ -296,9 +324,9 @@ class Proposer:
         return None
 
     def _tried_fitting(self) -> int:
-        """Distinct configs the study trained or is training (priced: an invalid one is
-        not)."""
-        return len({params_key(r.params) for r in self.rows.values()
+        """Distinct configs (`trial_key`) the study trained or is training (priced: an
+        invalid one is not)."""
+        return len({self._row_key(r) for r in self.rows.values()
                     if (r.counted or r.status == "running") and r.device_total > 0})
 
     def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
@@ -330,8 +358,9 @@ class Proposer:
             return Invalid(str(e), first)
 
     def price_candidate(self, values: Mapping[str, Any]) -> tuple[float, bool] | None:
-        """A candidate's memory objective and whether it fits, as a proposal of it would be
-        judged; None when it cannot be priced. Nothing is recorded."""
+        """A candidate's memory objective and whether a proposal of it would train: it fits,
+        as judged, and its config is untried (`trial_key`); None when it cannot be priced.
+        Nothing is recorded."""
         try:
             priced = self.workload.price(values)
         except ConfigError:
@@ -339,7 +368,9 @@ class Proposer:
         if isinstance(priced, Invalid):
             return None
         est = priced.estimate
-        fits = self.feasibility.judge(est).fits
+        fits = self.feasibility.judge(est).fits and trial_key(
+            priced.config, self.space.optuna_params(values) if self._with_params else {},
+            None, self._with_params) not in self._told
         figures = {"allocated_peak": est.allocated_peak, "device_total": est.device_total}
         return memory_value(figures, self.settings.memory_basis), fits  # to_dict: ~1 ms
 

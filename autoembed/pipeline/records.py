@@ -23,7 +23,8 @@ ATTR = "autoembed"  # the Optuna user-attribute key holding a trial's row
 
 
 def params_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """A proposal's identity: its Optuna params, order-free (what "already tried" means)."""
+    """A proposal's Optuna params, order-free (params asked; "already tried" is the priced
+    config's rule, `propose.trial_key`, which holds these where the params reach a trial)."""
     return tuple(sorted((str(k), repr(v)) for k, v in params.items()))
 
 

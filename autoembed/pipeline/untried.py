@@ -142,10 +142,11 @@ def untried_fitting(configs: Sequence[Config] | None,
                     suggest: Callable[[Any], Mapping[str, Any]], skip: set[Key], unfit: set[Key],
                     price: Callable[[Mapping[str, Any]], float | None],
                     rng: np.random.Generator) -> tuple[dict[str, Any], float] | None:
-    """An untried config that fits (Optuna params, `price(values)`: a fitting config's
-    memory objective, else None), or None: of `configs` (`space_configs`) in `rng`'s order,
-    skipping `skip` (tried) and `unfit`; without them, of RANDOM_DRAWS random configs. A
-    config that does not fit joins `unfit` (the budget stays, the OOM ceiling only falls)."""
+    """An untried config that fits (Optuna params, `price(values)`: the memory objective of
+    a config that fits and would train, else None), or None: of `configs` (`space_configs`)
+    in `rng`'s order, skipping `skip` (params tried) and `unfit`; without them, of
+    RANDOM_DRAWS random configs. A config that does not fit or would not train joins `unfit`
+    (the budget stays, the OOM ceiling only falls, a config tried stays tried)."""
     if configs is not None:
         order = (configs[int(i)] for i in rng.permutation(len(configs)))
     else:
