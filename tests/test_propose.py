@@ -50,9 +50,10 @@ def _mixed_dims(freqs: list[float], dim: int, alpha: float, least: int = 4) -> l
 
 
 def test_two_alphas_that_build_one_model_train_it_once(seed_ctr: BuiltinWorkload) -> None:
-    """mixed_dim_alpha 0.15 and 0.25 give every seed_ctr table its full 8 dims (the rule
-    computed here on the data's row frequencies): one model. The first trains; the second
-    is a repeat, told FAIL, no row, nothing launched."""
+    """mixed_dim_alpha 0.15 and 0.25 give every seed_ctr table its full 8 dims priced (the
+    rule computed here on the data's row frequencies), and [7, 7, 7, 8] on the stand-in
+    both train (`test_a_stand_in_that_trains_another_model_is_not_a_repeat`): one model.
+    The first trains; the second is a repeat, told FAIL, no row, nothing launched."""
     eng = _engine(seed_ctr)
     space, study = seed_ctr.space, eng.study
     first, second = ({**BASE, "mixed_dim_alpha": a} for a in (0.15, 0.25))
@@ -73,19 +74,56 @@ def test_two_alphas_that_build_one_model_train_it_once(seed_ctr: BuiltinWorkload
     assert sorted(eng.rows) == [asked.trial.number]
 
 
-def test_an_alpha_that_builds_another_model_is_not_a_repeat(seed_ctr: BuiltinWorkload) -> None:
-    """alpha 0.5 narrows seed_ctr's rarest tables (the rule by hand): another model,
-    trained."""
-    eng = _engine(seed_ctr)
-    space, study = seed_ctr.space, eng.study
-    freqs = [float(t.frequency or 0) for t in seed_ctr.data.dataset.tables]
-    assert _mixed_dims(freqs, 8, 0.5) != [8, 8, 8, 8]
-    for alpha in (0.15, 0.5):
-        study.enqueue_trial(space.optuna_params({**BASE, "mixed_dim_alpha": alpha}))
+def _both_train(eng: SearchEngine, alphas: tuple[float, float]) -> None:
+    """Propose BASE at each alpha in turn: each is launched, a trial of its own."""
+    for alpha in alphas:
+        eng.study.enqueue_trial(eng.settings.workload.space.optuna_params(
+            {**BASE, "mixed_dim_alpha": alpha}))
         asked = eng.proposer.ask()
         assert asked.proposal is not None, alpha
         eng._take(asked)
     assert len(eng.rows) == 2
+
+
+def test_an_alpha_that_builds_another_model_is_not_a_repeat(seed_ctr: BuiltinWorkload) -> None:
+    """alpha 0.5 narrows seed_ctr's rarest tables (the rule by hand): another model,
+    trained."""
+    eng = _engine(seed_ctr)
+    freqs = [float(t.frequency or 0) for t in seed_ctr.data.dataset.tables]
+    assert _mixed_dims(freqs, 8, 0.5) != [8, 8, 8, 8]
+    _both_train(eng, (0.15, 0.5))
+
+
+def test_a_stand_in_that_trains_another_model_is_not_a_repeat(
+        seed_ctr: BuiltinWorkload) -> None:
+    """seed_ctr trains a scaled-down stand-in: alphas 0.10 and 0.25 price to one model (8
+    dims each at full size) but the stand-in's row frequencies round them to [7, 7, 8, 8]
+    and [7, 7, 7, 8] (the rule by hand): two models, both trained."""
+    eng = _engine(seed_ctr)
+    full = [float(t.frequency or 0) for t in seed_ctr.data.dataset.tables]
+    small = [float(t.frequency or 0) for t in seed_ctr.data.train_dataset.tables]
+    assert _mixed_dims(full, 8, 0.10) == _mixed_dims(full, 8, 0.25) == [8, 8, 8, 8]
+    assert _mixed_dims(small, 8, 0.10) == [7, 7, 8, 8]
+    assert _mixed_dims(small, 8, 0.25) == [7, 7, 7, 8]
+    _both_train(eng, (0.10, 0.25))
+
+
+def test_a_grid_point_that_repeats_trains_nothing_in_its_place(
+        seed_ctr: BuiltinWorkload) -> None:
+    """A grid of two points that train one model (alphas 0.15 and 0.25: 8 dims priced,
+    [7, 7, 7, 8] trained, by hand in the tests above): the first trains, the second is a
+    repeat, and the search ends with the grid; no config off the grid trains."""
+    space = seed_ctr.space
+    grid = [space.optuna_params({**BASE, "mixed_dim_alpha": a}) for a in (0.15, 0.25)]
+    study = optuna.create_study(directions=["maximize", "minimize"],
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    eng = SearchEngine(study, SearchSettings(workload=seed_ctr, budget=Budget(10**12, "1TB"),
+                                             objectives=OBJ, trials=10, grid=grid))
+    first = eng.propose()
+    assert first is not None and study.trials[first.number].params == grid[0]
+    assert eng.propose() is None and eng.stop_reason == "every grid point was tried"
+    assert [t.params for t in study.trials] == grid
+    assert [t.state for t in study.trials][1] == TrialState.FAIL
 
 
 def _finish(eng: SearchEngine, number: int) -> None:

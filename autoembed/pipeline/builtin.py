@@ -10,14 +10,14 @@ whose validation score is the trials' target where the space gives none.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.baselines import Baseline
 from autoembed.budget import Budget, format_bytes
-from autoembed.config import EmbeddingConfig, config_from_dict
+from autoembed.config import EmbeddingConfig, config_from_dict, model_key
 from autoembed.data.digest import data_file_digest, digests
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
 from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, keyed_by_this_rule
@@ -154,6 +154,15 @@ class BuiltinWorkload:
         if self.target is not None:
             s["target"] = self.target
         return s
+
+    def trains(self, values: Mapping[str, Any], priced: EmbeddingConfig) -> Hashable:
+        """The priced config's `model_key`; with a stand-in, also the scaled-down config
+        the trial trains, resolved as the runner resolves it (its rounded dims and counts
+        can differ where the priced ones do not)."""
+        if not self.stand_in:
+            return model_key(priced)
+        trained = self._resolved(self.data.trained(self.space.config_for(values)))
+        return model_key(priced), model_key(trained)
 
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         try:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from autoembed.budget import Budget
-from autoembed.config import EmbeddingConfig, model_key
+from autoembed.config import EmbeddingConfig
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
@@ -59,17 +59,13 @@ class Queued:
     origin: str | None = None
 
 
-def trial_key(config: EmbeddingConfig | None, params: Mapping[str, Any], origin: str | None,
-              with_params: bool) -> Any:
-    """What "already tried" means, the one rule of a repeat: what the trial trains. Its
-    priced config as the model reads it (`config.model_key`: a param the proposal's other
-    choices leave unread, or values that come to the same tables, change nothing); where
-    the trial's code is handed the params too (`with_params`: a user's functions), also
-    the params; a proposal that could not be priced (`config` None) by its params; the
-    model as written by its origin too (its params are those of a proposal that applies
-    nothing)."""
-    own = (params_key(params),) if with_params or config is None else ()
-    key = (None if config is None else model_key(config), *own)
+def trial_key(trains: Any, params: Mapping[str, Any], origin: str | None) -> Any:
+    """What "already tried" means, the one rule of a repeat: what the trial trains
+    (`trains`: `Workload.trains`, so a param the proposal's other choices leave unread, or
+    values that come to the same tables, change nothing); a proposal that could not be
+    priced (`trains` None) by its params; the model as written by its origin too (its
+    params are those of a proposal that applies nothing)."""
+    key = ("params", params_key(params)) if trains is None else ("trains", trains)
     return (AS_WRITTEN, key) if origin == AS_WRITTEN else key
 
 
@@ -195,8 +191,6 @@ class Proposer:
         self.grid: list[Mapping[str, Any] | Queued] | None = (
             list(settings.grid) if settings.grid is not None else None)
         self.start: list[Mapping[str, Any] | Queued] = list(settings.start)
-        # the user's functions are handed the params (`user.space.params_for`)
-        self._with_params = settings.workload.kind == "user"
         self._seen = {_asked(r.params, r.origin) for r in rows.values()}
         # the trial key of params asked (`_asked`): known, they are not priced again
         self._keys = {_asked(r.params, r.origin): self._row_key(r) for r in rows.values()}
@@ -255,9 +249,9 @@ class Proposer:
             return Asked(trial, stop=self._repeated(trial))  # the same params, not priced
         self._seen.add(asked)
         priced = self._price(trial, values, origin)
-        key = self._keys[asked] = trial_key(
-            None if isinstance(priced, Invalid) else priced.config, trial.params, origin,
-            self._with_params)
+        trains = (None if isinstance(priced, Invalid)
+                  else self.workload.trains(values, priced.config))
+        key = self._keys[asked] = trial_key(trains, trial.params, origin)
         if retry_of is None and key in self._told:
             return Asked(trial, stop=self._repeated(trial))  # a config tried: not trained
         self._told.add(key)
@@ -290,20 +284,28 @@ class Proposer:
         return Asked(trial, row, proposal=proposal, cost=cost)
 
     def _row_key(self, row: TrialRow) -> Any:
-        """A recorded trial's `trial_key` (its row's config where it was priced)."""
-        priced = row.config if row.device_total > 0 else None
-        return trial_key(priced, row.params, row.origin, self._with_params)
+        """A recorded trial's `trial_key` (what its row's config and params train, where
+        it was priced)."""
+        from optuna.trial import FixedTrial
+
+        trains = None
+        if row.device_total > 0:
+            values = self._values(FixedTrial(dict(row.params)), row.origin)
+            trains = self.workload.trains(values, row.config)
+        return trial_key(trains, row.params, row.origin)
 
     def _repeated(self, trial: Any) -> str | None:
         """The sampler proposed a config the study has tried: it is not trained again
         (told FAIL, no row). An untried config that fits goes next instead (enqueued;
         `untried.untried_fitting`), or, the space's configs enumerated and none of them
-        left, the search ends (the reason returned)."""
+        left, the search ends (the reason returned). A grid search's next point goes next
+        instead: it trains its grid's points only."""
         from optuna.trial import TrialState
 
         self.study.tell(trial, state=TrialState.FAIL)
-        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            return None  # a queued trial goes next
+        if self.grid is not None or self.study.get_trials(
+                deepcopy=False, states=(TrialState.WAITING,)):
+            return None  # the next grid point, or a queued trial, goes next
 
         def suggest(t: Any) -> dict[str, Any]:
             return suggest_values(self.space, t)
@@ -369,8 +371,7 @@ class Proposer:
             return None
         est = priced.estimate
         fits = self.feasibility.judge(est).fits and trial_key(
-            priced.config, self.space.optuna_params(values) if self._with_params else {},
-            None, self._with_params) not in self._told
+            self.workload.trains(values, priced.config), {}, None) not in self._told
         figures = {"allocated_peak": est.allocated_peak, "device_total": est.device_total}
         return memory_value(figures, self.settings.memory_basis), fits  # to_dict: ~1 ms
 

@@ -12,13 +12,14 @@ first proposal, that proposal's failure afterwards.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, model_key
 from autoembed.errors import ConfigError
+from autoembed.pipeline.records import params_key
 from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
@@ -119,6 +120,11 @@ class UserWorkload:
     @property
     def use_measured(self) -> bool:
         return self.device == "cuda"
+
+    def trains(self, values: Mapping[str, Any], priced: EmbeddingConfig) -> Hashable:
+        """The priced config's `model_key` and the values: the user's functions are
+        handed them all (`user.space.params_for`)."""
+        return model_key(priced), params_key(values)
 
     @property
     def keeps_best(self) -> bool:

@@ -9,7 +9,7 @@ what a study stores for a resume and what the report writes. Two implementations
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -104,6 +104,12 @@ class Workload(Protocol):
     def keeps_best(self) -> bool:
         """Whether a trial's quality is its best evaluation's (validation selection), so
         the best it has shown is reached already (the front rule reads it)."""
+
+    def trains(self, values: Mapping[str, Any], priced: EmbeddingConfig) -> Hashable:
+        """What a trial of `values` (priced to `priced`) trains, as a key: trials with equal
+        keys train one model, so a search trains it once. The priced config as the model
+        reads it (`config.model_key`), and what else reaches the trial (a stand-in's
+        scaled-down config; the params a user's functions are handed)."""
 
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price a proposal (the space's values). Raises ConfigError for bad input that
