@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from autoembed.budget import Budget
-from autoembed.config import EmbeddingConfig
+from autoembed.config import EmbeddingConfig, model_key
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
@@ -192,11 +192,15 @@ class Proposer:
             list(settings.grid) if settings.grid is not None else None)
         self.start: list[Mapping[str, Any] | Queued] = list(settings.start)
         self._seen = {_asked(r.params, r.origin) for r in rows.values()}
+        keys = {n: self._row_key(r) for n, r in rows.items()}
         # the trial key of params asked (`_asked`): known, they are not priced again
-        self._keys = {_asked(r.params, r.origin): self._row_key(r) for r in rows.values()}
+        self._keys = {_asked(r.params, r.origin): keys[n] for n, r in rows.items()}
         # configs the study was proposed (an interrupted trial's is re-queued, not tried):
         # a sampler's proposal of one again is never trained again (`_repeated`)
-        self._told = {self._row_key(r) for r in rows.values() if not r.interrupted}
+        told = [r for r in rows.values() if not r.interrupted]
+        self._told = {keys[r.number] for r in told}
+        # their priced configs' model keys, which equal trial keys share (`_tried`)
+        self._told_models = {model_key(r.config) for r in told if r.device_total > 0}
         self._enumerated = False  # the space's configs (`_repeated`), enumerated once
         self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
         self._unfit: set[tuple[tuple[str, str], ...]] = set()
@@ -255,6 +259,8 @@ class Proposer:
         if retry_of is None and key in self._told:
             return Asked(trial, stop=self._repeated(trial))  # a config tried: not trained
         self._told.add(key)
+        if not isinstance(priced, Invalid):
+            self._told_models.add(model_key(priced.config))
         if isinstance(priced, Invalid):
             cost = AskCost(t0, t1 - t0, self.clock() - t1)
             return Asked(trial, TrialRow(
@@ -370,10 +376,18 @@ class Proposer:
         if isinstance(priced, Invalid):
             return None
         est = priced.estimate
-        fits = self.feasibility.judge(est).fits and trial_key(
-            self.workload.trains(values, priced.config), {}, None) not in self._told
+        fits = self.feasibility.judge(est).fits and not self._tried(values, priced.config)
         figures = {"allocated_peak": est.allocated_peak, "device_total": est.device_total}
         return memory_value(figures, self.settings.memory_basis), fits  # to_dict: ~1 ms
+
+    def _tried(self, values: Mapping[str, Any], config: EmbeddingConfig) -> bool:
+        """Whether a proposal of `values`, priced to `config`, trains what the study has
+        tried. Equal trial keys have equal priced model keys (`Workload.trains`), so a
+        config whose model key no tried trial's has is untried without asking the workload
+        (a stand-in's trained config costs milliseconds to build)."""
+        if model_key(config) not in self._told_models:
+            return False
+        return trial_key(self.workload.trains(values, config), {}, None) in self._told
 
     def bind(self, sampler: Any, spent: Callable[[], float],
              pending: Callable[[], Sequence[tuple[Mapping[str, Any], float]]] = lambda: (),

@@ -109,7 +109,8 @@ class Workload(Protocol):
         """What a trial of `values` (priced to `priced`) trains, as a key: trials with equal
         keys train one model, so a search trains it once. The priced config as the model
         reads it (`config.model_key`), and what else reaches the trial (a stand-in's
-        scaled-down config; the params a user's functions are handed)."""
+        scaled-down config; the params a user's functions are handed): equal keys have
+        equal priced model keys (the proposer relies on it)."""
 
     def price(self, values: Mapping[str, Any]) -> Priced | Invalid:
         """Price a proposal (the space's values). Raises ConfigError for bad input that
