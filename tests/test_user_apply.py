@@ -185,10 +185,13 @@ def test_materialize_initialises_as_the_build_does_or_refuses() -> None:
     """torch's nn.MultiheadAttention starts its projections' biases at 0 (its private
     `_reset_parameters`, after out_proj's own): materialize on meta gives the same; a
     parameter that nothing draws is refused in one line, not left as memory was."""
+    class Attention(nn.MultiheadAttention):  # a subclass draws by torch's code too
+        pass
+
     torch.manual_seed(0)
     built = nn.MultiheadAttention(16, 2)
     with torch.device("meta"):
-        model = nn.MultiheadAttention(16, 2)
+        model = Attention(16, 2)
     autoembed.materialize(model)
     for name, p in built.named_parameters():
         got, p = dict(model.named_parameters())[name].detach(), p.detach()

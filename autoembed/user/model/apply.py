@@ -610,13 +610,15 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
 
 
 def _reset_of(m: nn.Module) -> Any:
-    """The module's own initialiser: `reset_parameters`, else a torch module's
-    `_reset_parameters`; None."""
+    """The module's own initialiser: `reset_parameters`, else torch's `_reset_parameters`
+    (defined in torch, a subclass of a torch module's included); None."""
     reset = getattr(m, "reset_parameters", None)
     if callable(reset):
         return reset
-    private = getattr(m, "_reset_parameters", None)
-    return private if callable(private) and type(m).__module__.startswith("torch.") else None
+    private = getattr(type(m), "_reset_parameters", None)
+    if callable(private) and getattr(private, "__module__", "").startswith("torch."):
+        return m._reset_parameters
+    return None
 
 
 def _transformers_models(model: nn.Module) -> list[nn.Module]:
