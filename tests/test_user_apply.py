@@ -256,3 +256,16 @@ def test_a_mixed_dim_config_rewrites_the_smaller_tables_and_keeps_the_others() -
     ids = torch.tensor([[0, 7, 999], [3, 3, 500]])
     with torch.no_grad():  # by hand: the small row, projected
         torch.testing.assert_close(model.a(ids), small[ids] @ proj.T)
+    # no table dims given: the config resolves them (rows looked up 1/1000 against 1/50 of
+    # the time: round(16 x (0.001 / 0.02)^0.3) = 7; b, the most popular, keeps 16). Before,
+    # nothing was resolved and nothing rewritten
+    want = round(16 * (0.001 / 0.02) ** 0.3)
+    assert want == 7
+    tables = [{"name": "a", "vocab_size": 1000}, {"name": "b", "vocab_size": 50}]
+    for given in (EmbeddingConfig(tables=(TableConfig("a", 1000), TableConfig("b", 50)),
+                                  compression="mixed_dim", dim=16),
+                  {"compression": "mixed_dim", "dim": 16, "tables": tables}):
+        model = Two()
+        b = model.b
+        autoembed.apply(model, given)
+        assert model.b is b and model.a.store.weight.shape == (1000, want)

@@ -344,7 +344,7 @@ def _plans(model: nn.Module, config: Any,
     from autoembed.config import resolved_tables
 
     plans: list[tuple[Any, Any, list[tuple[str, str]]]] = []
-    for ts in resolved_tables(config):
+    for ts in resolved_tables(config.resolve()):  # mixed_dim's dims written
         old = _module(model, ts.name)
         same = next((t.name for t, o, _ in plans if o is old), None)
         if same is not None:
