@@ -150,7 +150,7 @@ class PricedEHVI(BaseSampler):
         self._pricing: Pricing | None = None
         self._chosen: dict[int, dict[str, Any]] = {}
         # the space's configs once enumerated (None: not finite or too many), and the keys
-        # of those priced over budget (`untried.first_fitting`)
+        # of those priced that would not train (`untried.untried_fitting`)
         self._enumerated = False
         self._configs: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
         self._unfit: set[tuple[tuple[str, str], ...]] = set()
@@ -381,7 +381,8 @@ class PricedEHVI(BaseSampler):
 
     def _memory_if_fits(self, priced: tuple[float, bool] | None) -> float | None:
         """A config's memory objective (bytes, at least 1: the axis is log; 1 without a
-        memory objective) when its price says it fits the budget, else None."""
+        memory objective) when its price says a proposal of it would train (it fits the
+        budget, its config untried: `Pricing.price`), else None."""
         assert self._pricing is not None
         if priced is None or not priced[1]:
             return None
