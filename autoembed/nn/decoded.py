@@ -7,7 +7,9 @@ line: an in-place op, item assignment, ``out=``, or setting an attribute (``.dat
 
 ``weight`` itself is a `LazyTable`: its shape, dtype, device, requires_grad and the like are
 answered without decoding; the first op that reads its values decodes the table (under the
-grad mode ``weight`` was read in) and that read keeps the decode for its later ops."""
+grad mode ``weight`` was read in) and that read keeps the decode for its later ops.
+
+A copy (deepcopy, pickle, torch.save) is a plain tensor of the values."""
 
 from __future__ import annotations
 
@@ -47,6 +49,19 @@ class DecodedTable(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
         return _keep_views(out, [a for a in args if isinstance(a, cls)])
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        """A copy is a plain tensor of the values (writes into it are its own), copied as
+        torch copies one: a table that requires grad and is no leaf is refused as torch
+        refuses such a tensor."""
+        plain = _plain(self)
+        memo.setdefault(id(memo), []).append(plain)  # its id stays taken while memo lives
+        return plain.__deepcopy__(memo)
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        """Pickled (torch.save) as a plain tensor of the values, as torch pickles one: a
+        load (weights_only too) needs no autoembed and gives no layer's table."""
+        return _plain(self).__reduce_ex__(proto)
 
 
 class LazyTable(DecodedTable):
@@ -114,7 +129,10 @@ def _values(a: Any) -> Any:
 
 
 def _plain(a: Any) -> Any:
-    return a._values().as_subclass(torch.Tensor) if isinstance(a, LazyTable) else a
+    """A DecodedTable's (or a LazyTable's decoded) values as a plain tensor (no copy)."""
+    if isinstance(a, LazyTable):
+        a = a._values()
+    return a.as_subclass(torch.Tensor) if isinstance(a, DecodedTable) else a
 
 
 def decoded(table: torch.Tensor, layer: str) -> DecodedTable:
