@@ -130,6 +130,37 @@ def test_copies_of_a_decoded_weight_are_plain_tensors_of_its_table(compression: 
         assert str(e.value) == str(torch_says.value)
 
 
+class _Tied(nn.Module):
+    def __init__(self, emb: nn.Module) -> None:
+        super().__init__()
+        self.emb = emb
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids) @ self.emb.weight.T
+
+
+def test_a_weight_passed_into_a_compiled_function_reads_its_table() -> None:
+    layer, x = _layer("qr", {}), torch.randn(3, D)
+    full = layer.full_weight()
+    want = full.detach().clone()
+    ((x @ full.T).sum() + full[IDS].sum()).backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    both = torch.compile(lambda w: (F.linear(x, w), F.embedding(IDS, w)), backend="eager",
+                         fullgraph=True)
+    logits, rows = both(layer.weight)  # decoded in the graph
+    assert torch.allclose(logits, x @ want.T) and torch.equal(rows, want[IDS])
+    (logits.sum() + rows.sum()).backward()
+    assert all(torch.allclose(p.grad, g) for p, g in zip(layer.parameters(), grads,
+                                                         strict=True))
+    method = torch.compile(lambda w: x @ w.t(), backend="eager", fullgraph=True)
+    assert torch.allclose(method(layer.weight.detach()), x @ want.T)
+    tied = torch.compile(_Tied(layer), backend="eager", fullgraph=True)  # reads it inside
+    assert torch.allclose(tied(IDS), want[IDS] @ want.T)
+    with torch.no_grad(), pytest.raises(ConfigError, match=r"\.weight .*add_ on it"):
+        torch.compile(lambda w: w.add_(1.0), backend="eager")(layer.weight)
+
+
 def _decodes(layer: Any, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> list[int]:
     """Count (or, `refuse`, fail) each decode of `layer`'s whole table by its storage."""
     calls: list[int] = []

@@ -9,7 +9,9 @@ line: an in-place op, item assignment, ``out=``, or setting an attribute (``.dat
 answered without decoding; the first op that reads its values decodes the table (under the
 grad mode ``weight`` was read in) and that read keeps the decode for its later ops.
 
-A copy (deepcopy, pickle, torch.save) is a plain tensor of the values."""
+A copy (deepcopy, pickle, torch.save) is a plain tensor of the values. Under torch.compile
+(while Dynamo traces) an op runs on the values as plain tensors, a LazyTable decoded in the
+graph; a write is refused there too."""
 
 from __future__ import annotations
 
@@ -45,9 +47,13 @@ class DecodedTable(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        _refuse_writes(func, args, kwargs)
+        name = _refuse_writes(func, args, kwargs)
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
+        # ._base as it is: wrapped it would be a view again, and Dynamo follows ._base until
+        # a tensor is no view; while Dynamo traces, results are plain (it traces no alias test)
+        if name == "._base" or torch.compiler.is_dynamo_compiling():
+            return out
         return _keep_views(out, [a for a in args if isinstance(a, cls)])
 
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
@@ -90,11 +96,21 @@ class LazyTable(DecodedTable):
                 self._table = decoded(self._decode(), self.layer)
         return self._table
 
+    def _traced(self) -> torch.Tensor:
+        """The table decoded in the graph torch.compile traces (as `_values` decodes it,
+        kept by no tensor: a compiled call reads the rows as they are at that call)."""
+        with torch.set_grad_enabled(self._grad_enabled):
+            return self._decode()
+
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = _refuse_writes(func, args, kwargs)
+        if torch.compiler.is_dynamo_compiling():
+            args, kwargs = tree_map(_traced, (args, kwargs))
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
         if args and isinstance(args[0], LazyTable) and name in _METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
@@ -126,6 +142,10 @@ def lazy(decode: Callable[[], torch.Tensor], row: torch.Tensor, shape: tuple[int
 
 def _values(a: Any) -> Any:
     return a._values() if isinstance(a, LazyTable) else a
+
+
+def _traced(a: Any) -> Any:
+    return a._traced() if isinstance(a, LazyTable) else a
 
 
 def _plain(a: Any) -> Any:
@@ -160,6 +180,7 @@ def _refusal(layer: str, op: str) -> str:
             f"so {op} on it would not change the rows the layer reads; {fix}")
 
 
+@torch.compiler.assume_constant_result  # Dynamo runs it as it traces (a function's name)
 def _name(func: Any) -> str:
     """An op's name; a property's getter (x.shape): '.shape'; its setter (x.data = y):
     '.data = ...'."""
