@@ -5,6 +5,8 @@ a write in one line (it would change a copy, never the table)."""
 
 from __future__ import annotations
 
+import copy
+import io
 from typing import Any
 
 import pytest
@@ -101,6 +103,62 @@ def test_a_decoded_table_reads_as_a_plain_tensor(bag: bool) -> None:
     target = torch.randn(V, D)
     target.copy_(layer.weight)  # a decoded table as the source of a write
     assert torch.equal(target, full)
+
+
+@pytest.mark.parametrize(("compression", "kw"), COMPRESSED)
+def test_copies_of_a_decoded_weight_are_plain_tensors_of_its_table(compression: str,
+                                                                    kw: dict) -> None:
+    layer = _layer(compression, kw)
+    want = layer.full_weight().detach().clone()
+    saved = io.BytesIO()
+    torch.save({"w": layer.weight, "d": layer.weight.detach()}, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=True)  # the file names no autoembed class
+    a, b = copy.deepcopy([layer.weight.detach()] * 2)
+    with torch.no_grad():
+        frozen = copy.deepcopy(layer.weight)  # read under no_grad: a leaf
+    for c in (loaded["w"], loaded["d"], a, frozen, layer.weight.clone()):
+        assert type(c) is torch.Tensor and torch.equal(c, want)
+    assert a is b  # one tensor, one copy (deepcopy's memo)
+    a.zero_()  # a copy's own
+    assert torch.equal(layer.full_weight(), want)
+    if layer.weight.requires_grad:  # no leaf: refused as torch refuses its own
+        with pytest.raises(RuntimeError) as torch_says:
+            copy.deepcopy(nn.Parameter(torch.ones(2)) * 1)
+        with pytest.raises(RuntimeError) as e:
+            copy.deepcopy(layer.weight)
+        assert str(e.value) == str(torch_says.value)
+
+
+class _Tied(nn.Module):
+    def __init__(self, emb: nn.Module) -> None:
+        super().__init__()
+        self.emb = emb
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids) @ self.emb.weight.T
+
+
+def test_a_weight_passed_into_a_compiled_function_reads_its_table() -> None:
+    layer, x = _layer("qr", {}), torch.randn(3, D)
+    full = layer.full_weight()
+    want = full.detach().clone()
+    ((x @ full.T).sum() + full[IDS].sum()).backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    both = torch.compile(lambda w: (F.linear(x, w), F.embedding(IDS, w)), backend="eager",
+                         fullgraph=True)
+    logits, rows = both(layer.weight)  # decoded in the graph
+    assert torch.allclose(logits, x @ want.T) and torch.equal(rows, want[IDS])
+    (logits.sum() + rows.sum()).backward()
+    assert all(torch.allclose(p.grad, g) for p, g in zip(layer.parameters(), grads,
+                                                         strict=True))
+    method = torch.compile(lambda w: x @ w.t(), backend="eager", fullgraph=True)
+    assert torch.allclose(method(layer.weight.detach()), x @ want.T)
+    tied = torch.compile(_Tied(layer), backend="eager", fullgraph=True)  # reads it inside
+    assert torch.allclose(tied(IDS), want[IDS] @ want.T)
+    with torch.no_grad(), pytest.raises(ConfigError, match=r"\.weight .*add_ on it"):
+        torch.compile(lambda w: w.add_(1.0), backend="eager")(layer.weight)
 
 
 def _decodes(layer: Any, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> list[int]:

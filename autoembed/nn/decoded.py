@@ -7,7 +7,11 @@ line: an in-place op, item assignment, ``out=``, or setting an attribute (``.dat
 
 ``weight`` itself is a `LazyTable`: its shape, dtype, device, requires_grad and the like are
 answered without decoding; the first op that reads its values decodes the table (under the
-grad mode ``weight`` was read in) and that read keeps the decode for its later ops."""
+grad mode ``weight`` was read in) and that read keeps the decode for its later ops.
+
+A copy (deepcopy, pickle, torch.save) is a plain tensor of the values. Under torch.compile
+(while Dynamo traces) an op runs on the values as plain tensors, a LazyTable decoded in the
+graph; a write is refused there too."""
 
 from __future__ import annotations
 
@@ -43,10 +47,27 @@ class DecodedTable(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        _refuse_writes(func, args, kwargs)
+        name = _refuse_writes(func, args, kwargs)
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
+        # ._base as it is: wrapped it would be a view again, and Dynamo follows ._base until
+        # a tensor is no view; while Dynamo traces, results are plain (it traces no alias test)
+        if name == "._base" or torch.compiler.is_dynamo_compiling():
+            return out
         return _keep_views(out, [a for a in args if isinstance(a, cls)])
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        """A copy is a plain tensor of the values (writes into it are its own), copied as
+        torch copies one: a table that requires grad and is no leaf is refused as torch
+        refuses such a tensor."""
+        plain = _plain(self)
+        memo.setdefault(id(memo), []).append(plain)  # its id stays taken while memo lives
+        return plain.__deepcopy__(memo)
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        """Pickled (torch.save) as a plain tensor of the values, as torch pickles one: a
+        load (weights_only too) needs no autoembed and gives no layer's table."""
+        return _plain(self).__reduce_ex__(proto)
 
 
 class LazyTable(DecodedTable):
@@ -75,11 +96,21 @@ class LazyTable(DecodedTable):
                 self._table = decoded(self._decode(), self.layer)
         return self._table
 
+    def _traced(self) -> torch.Tensor:
+        """The table decoded in the graph torch.compile traces (as `_values` decodes it,
+        kept by no tensor: a compiled call reads the rows as they are at that call)."""
+        with torch.set_grad_enabled(self._grad_enabled):
+            return self._decode()
+
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = _refuse_writes(func, args, kwargs)
+        if torch.compiler.is_dynamo_compiling():
+            args, kwargs = tree_map(_traced, (args, kwargs))
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
         if args and isinstance(args[0], LazyTable) and name in _METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
@@ -113,8 +144,15 @@ def _values(a: Any) -> Any:
     return a._values() if isinstance(a, LazyTable) else a
 
 
+def _traced(a: Any) -> Any:
+    return a._traced() if isinstance(a, LazyTable) else a
+
+
 def _plain(a: Any) -> Any:
-    return a._values().as_subclass(torch.Tensor) if isinstance(a, LazyTable) else a
+    """A DecodedTable's (or a LazyTable's decoded) values as a plain tensor (no copy)."""
+    if isinstance(a, LazyTable):
+        a = a._values()
+    return a.as_subclass(torch.Tensor) if isinstance(a, DecodedTable) else a
 
 
 def decoded(table: torch.Tensor, layer: str) -> DecodedTable:
@@ -142,6 +180,7 @@ def _refusal(layer: str, op: str) -> str:
             f"so {op} on it would not change the rows the layer reads; {fix}")
 
 
+@torch.compiler.assume_constant_result  # Dynamo runs it as it traces (a function's name)
 def _name(func: Any) -> str:
     """An op's name; a property's getter (x.shape): '.shape'; its setter (x.data = y):
     '.data = ...'."""
