@@ -212,6 +212,25 @@ def test_a_weight_decodes_once_at_its_first_op_as_full_weight_does(
     assert decodes == [1, 1]
 
 
+def test_a_weight_decodes_as_it_was_read_whatever_mode_its_first_op_runs_in() -> None:
+    """Read outside autocast and inference mode, first used inside them: the table decodes as
+    at the read (float32, as `full_weight()` gives it there; with grad, so a later backward
+    reaches the storage), not as the op's modes would (bf16 rows; no grad)."""
+    torch.manual_seed(0)
+    layer = _layer("none", {"small_dim": 2})  # mixed_dim: a projection autocast would cast
+    want = layer.full_weight().detach()
+    w = layer.weight
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = w.clone()
+    assert got.dtype == torch.float32 and torch.equal(got.detach(), want)
+    w = layer.weight
+    with torch.inference_mode():
+        F.embedding(IDS, w)
+    (w * 2).sum().backward()
+    grad = layer.store.proj.weight.grad
+    assert grad is not None and torch.count_nonzero(grad) > 0
+
+
 def test_an_op_past_torch_function_reads_the_decoded_table_or_is_refused() -> None:
     layer = _layer("qr", {})
     w, want = layer.weight, layer.full_weight().detach()

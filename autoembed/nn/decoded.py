@@ -7,7 +7,8 @@ line: an in-place op, item assignment, ``out=``, or setting an attribute (``.dat
 
 ``weight`` itself is a `LazyTable`: its shape, dtype, device, requires_grad and the like are
 answered without decoding; the first op that reads its values decodes the table (under the
-grad mode ``weight`` was read in) and that read keeps the decode for its later ops.
+grad mode, inference mode and autocast ``weight`` was read in) and that read keeps the
+decode for its later ops.
 
 A copy (deepcopy, pickle, torch.save) is a plain tensor of the values. Under torch.compile
 (while Dynamo traces) an op runs on the values as plain tensors, a LazyTable decoded in the
@@ -15,7 +16,9 @@ graph; a write is refused there too."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,10 +77,12 @@ class LazyTable(DecodedTable):
     """A layer's ``weight`` not decoded yet: a tensor of the table's shape, dtype, device and
     requires_grad that holds no values. Those (`_METADATA`) are answered as they are; a write
     is refused as `DecodedTable` refuses it; any other op runs on the table `decode()` gives
-    (decoded once, under the grad mode of the read, and kept for the later ops)."""
+    (decoded once, as the read would have: under its grad mode, inference mode and
+    autocast, and kept for the later ops)."""
 
     _decode: Callable[[], torch.Tensor]
     _grad_enabled: bool  # the grad mode `weight` was read in
+    _modes: _Modes  # and its other modes
     _table: DecodedTable | None
 
     @staticmethod
@@ -87,12 +92,13 @@ class LazyTable(DecodedTable):
             cls, shape, dtype=row.dtype, device=row.device, requires_grad=row.requires_grad)
         out.layer, out._decode, out._table = layer, decode, None
         out._grad_enabled = torch.is_grad_enabled()
+        out._modes = _Modes.now(row.device.type)
         return out
 
     def _values(self) -> DecodedTable:
         """The table decoded (by the first call)."""
         if self._table is None:
-            with torch.set_grad_enabled(self._grad_enabled):
+            with self._modes.entered(), torch.set_grad_enabled(self._grad_enabled):
                 self._table = decoded(self._decode(), self.layer)
         return self._table
 
@@ -131,6 +137,33 @@ class LazyTable(DecodedTable):
                     and arg.alias_info.is_write:
                 raise ConfigError(_refusal(value.layer, str(func)))
         return func(*tree_map(_plain, args), **tree_map(_plain, kwargs))
+
+
+@dataclass(frozen=True)
+class _Modes:
+    """The inference mode and autocast (on the table's device type) in force at a read."""
+
+    device_type: str
+    inference: bool
+    autocast: bool
+    autocast_dtype: torch.dtype | None
+
+    @classmethod
+    def now(cls, device_type: str) -> _Modes:
+        cast = torch.amp.is_autocast_available(device_type)
+        return cls(device_type, torch.is_inference_mode_enabled(),
+                   cast and torch.is_autocast_enabled(device_type),
+                   torch.get_autocast_dtype(device_type) if cast else None)
+
+    def entered(self) -> contextlib.ExitStack:
+        """These modes, entered (an ExitStack to leave them; inference mode sets the grad
+        mode too: enter the read's after it)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode(self.inference))
+        if self.autocast_dtype is not None:
+            stack.enter_context(torch.autocast(self.device_type, dtype=self.autocast_dtype,
+                                               enabled=self.autocast))
+        return stack
 
 
 def lazy(decode: Callable[[], torch.Tensor], row: torch.Tensor, shape: tuple[int, int],
