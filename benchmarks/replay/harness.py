@@ -185,6 +185,9 @@ class ReplayWorkload:
     keeps_best = property(lambda self: self.real.keeps_best)
     use_measured = False
 
+    def trains(self, values: Mapping[str, Any], priced: Any) -> Any:
+        return self.real.trains(values, priced)
+
     def price(self, values: Mapping[str, Any]) -> Any:
         from autoembed.pipeline.workload import Invalid, Launch, Priced
 
