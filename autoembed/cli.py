@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.options import cli_fields, flag_of, help_of
@@ -61,7 +62,8 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
 def declared_command(run: Callable[..., None], options: type,
                      extra: Mapping[str, inspect.Parameter] = {}) -> Callable[..., None]:
     """A typer command whose options are the fields `options` declares for the CLI
-    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), each
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order; the
+    help escaped, as typer reads it as rich markup that drops `[team]`), each
     of `extra` (an option of the command line only) after the field it is keyed by; it
     calls `run(**values)` and takes `run`'s docstring as its help."""
     hints = typing.get_type_hints(options)
@@ -73,7 +75,7 @@ def declared_command(run: Callable[..., None], options: type,
         names[name] = f.name
         params.append(inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
-            default=typer.Option(default, *meta["flags"], help=help_of(f))))
+            default=typer.Option(default, *meta["flags"], help=escape(help_of(f)))))
         params += [extra[f.name]] if f.name in extra else []
 
     def command(**values: Any) -> None:

@@ -820,3 +820,19 @@ def test_process_contract(args: list[str], code: int, tmp_path: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("autoembed: note:")]
     assert len(lines) == 1 and lines[0].startswith("autoembed: "), r.stderr
+
+
+@pytest.mark.parametrize(("command", "options"), [("search", "SearchOptions"),
+                                                  ("estimate", "EstimateOptions")])
+def test_help_shows_each_declared_help_as_written(command: str, options: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoembed.options import cli_fields, help_of
+    from autoembed.pipeline.search_options import SearchOptions
+    from autoembed.pricing.estimate_options import EstimateOptions
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option
+    rc, out, err = run_cli([command, "--help"])
+    assert rc == 0, err
+    declared = {"SearchOptions": SearchOptions, "EstimateOptions": EstimateOptions}[options]
+    for f in cli_fields(declared):  # was `(pip install 'autoembed')`: rich ate `[team]`
+        assert " ".join(help_of(f).split()) in " ".join(out.split()), f.name
