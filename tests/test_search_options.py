@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import typer
+from rich.markup import escape
 from typer.testing import CliRunner
 
 import autoembed
 from autoembed import cli
 from autoembed.errors import ConfigError
-from autoembed.options import option
+from autoembed.options import help_of, option
 from autoembed.pipeline.driver import SearchCall
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.search_options import SearchOptions
@@ -111,7 +112,7 @@ def test_each_command_has_every_declared_cli_option_with_its_help(
     for f in declared:
         flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0].split("/")[0]
         (p,) = [p for p in cmd.params if flag in p.opts]
-        assert p.help == f.metadata["help"] or callable(f.metadata["help"]), f.name
+        assert p.help == escape(help_of(f)), f.name  # as written, shown by rich (not markup)
         assert p.required == (f.default is dataclasses.MISSING), f.name
         assert p.default == (None if p.required else f.default), f.name
     assert len(cmd.params) == len(declared) + cli_only
