@@ -508,7 +508,8 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
     if not (runs / "optuna.db").is_file():
         raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
                           f"run `autoembed search --study {study} ...` first or pass --runs-dir")
-    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study")
+    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study",
+                                      fix="give a study there, or the --runs-dir it ran in")
     meta = stored.meta
     if meta.get("kind") != "user":
         return None
