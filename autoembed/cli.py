@@ -171,7 +171,7 @@ def train_cmd(
 
     from autoembed.config import resolved_tables
     from autoembed.rules import Positive
-    from autoembed.training import interrupted_note, plain_line, plan_training, train
+    from autoembed.training import check_device, interrupted_note, plain_line, plan_training, train
 
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
                         ("--checkpoint-every", checkpoint_every)):
@@ -188,6 +188,7 @@ def train_cmd(
         if hot_sets is not None:
             check_hot_set_names(hot_sets, hot)
     _dir_arg(out, "--out")
+    check_device(device)  # a dry run refuses what the run would
     con = _console(stderr=True)
     for line in plan.lines:
         (print if dry_run else con.print)(line)
