@@ -295,3 +295,21 @@ def test_a_failed_python_export_writes_no_file_that_blocks_its_rerun(
     monkeypatch.setattr(export, "_user_study", real)
     assert main(["export", "--study", "s", "--runs-dir", "runs", "--out",
                  str(pick.with_suffix(".yaml"))]) == 0, capsys.readouterr().err
+
+
+def test_a_resume_under_another_budget_names_the_studys_budget_not_dropping_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--budget is required, so "drop the option" was no fix: the line gives the study's."""
+    import optuna
+
+    from autoembed.pipeline.records import ATTR
+    from autoembed.pipeline.study import open_storage
+
+    study = optuna.create_study(storage=open_storage(tmp_path), study_name="s",
+                                directions=["maximize"])
+    study.set_user_attr(ATTR, {"budget_bytes": 8 * 10**9, "budget": "8GB"})
+    rc = main(["search", "--budget", "4GB", "--space", "tiny", "--study", "s", "--resume",
+               "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "give --budget 8GB or start a new --study" in err and "drop" not in err, err

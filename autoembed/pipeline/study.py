@@ -387,10 +387,12 @@ class StoredStudy:
                               "--resume to continue it, or choose another --study name")
 
 
-def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None:
-    """A resumed study keeps what it was started with: refuse an option that changes it."""
+def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str,
+               fix: str = "drop the option") -> None:
+    """A resumed study keeps what it was started with: refuse an option that changes it,
+    naming `fix` (an option the command requires cannot be dropped: give the study's)."""
     if key in stored and stored[key] != now:
         raise ConfigError(
             f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
-            "resumed search keeps its budget, space, objectives and data: drop the option or "
+            f"resumed search keeps its budget, space, objectives and data: {fix} or "
             "start a new --study")
