@@ -91,24 +91,35 @@ class Is(Rule):
 @dataclass(frozen=True)
 class Each(Rule):
     """A list (or another of `seq`) whose every item passes `item`, of `length` items
-    when given, not empty with `filled`; `words` says what it is."""
+    when given, not empty with `filled`, no item twice with `distinct`; `words` says what
+    it is."""
 
     item: Rule | None
     words: str
     length: int | None = None
     filled: bool = False
     seq: tuple[type, ...] = (list, tuple)
+    distinct: bool = False
 
     def ok(self, value: Any) -> bool:
         if not isinstance(value, self.seq):
             return False
         items: Sequence[Any] = value  # type: ignore[assignment]
         return (self.length in (None, len(items)) and (not self.filled or len(items) > 0)
-                and (self.item is None or all(self.item.ok(v) for v in items)))
+                and (self.item is None or all(self.item.ok(v) for v in items))
+                and (not self.distinct or _distinct(items)))
 
     @property
     def noun(self) -> str:
         return self.words
+
+
+def _distinct(items: Sequence[Any]) -> bool:
+    """No item twice (unhashable items: compared by equality)."""
+    try:
+        return len(set(items)) == len(items)
+    except TypeError:
+        return all(a != b for i, a in enumerate(items) for b in items[i + 1:])
 
 
 @dataclass(frozen=True)
