@@ -197,7 +197,7 @@ def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[An
             f"{need} needs an MLflow store, and there is none at {store.db_path} (no search "
             "recorded under this runs directory); pass --runs-dir or --tracking-uri")
     if store.kind == "http":
-        check_reachable(store.uri)  # seconds, before importing MLflow
+        check_reachable(store.uri, optional=False)  # seconds, before importing MLflow
     from autoembed.tracking.mlflow_store import open_client
 
     return store, open_client(store)
