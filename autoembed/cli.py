@@ -332,7 +332,23 @@ def _usage_line(e: Any, argv: list[str]) -> str:
     cmd = "autoembed" + (f" {ctx.info_name}" if ctx is not None and ctx.parent else "")
     msg = " ".join(e.format_message().split()).rstrip(".")
     msg = _list_spread(msg, ctx, argv) or msg
+    value = _typed(getattr(e, "param", None), argv)
+    if value is not None and f"'{value}'" not in msg:  # typer's wording leaves it out
+        msg = msg.replace("Invalid value for ", f"Invalid value '{value}' for ", 1)
     return _one_line(f"autoembed: error: {msg}; see '{cmd} --help'")
+
+
+def _typed(param: Any, argv: list[str]) -> str | None:
+    """The value typed for `param` (`--dim 1.5` or `--dim=1.5`; the last one given, which
+    click reads), or None."""
+    found = None
+    for i, arg in enumerate(argv):
+        for opt in getattr(param, "opts", ()):
+            if arg == opt and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif arg.startswith(opt + "="):
+                found = arg[len(opt) + 1:]
+    return found
 
 
 def _list_spread(msg: str, ctx: Any, argv: list[str]) -> str | None:

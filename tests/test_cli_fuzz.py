@@ -574,6 +574,17 @@ def test_usage_errors_are_one_line(argv: list[str]) -> None:
     assert err.startswith("autoembed: error: ") and "--help" in err
 
 
+@pytest.mark.parametrize(("argv", "value"), [
+    (["estimate", "--dim", "1.5"], "Invalid value '1.5' for '--dim'"),
+    (["ui", "--port=abc"], "Invalid value 'abc' for '--port'"),
+    (["search", "--budget", "1GB", "--trials", "2", "--trials", "x"],
+     "Invalid value 'x' for '--trials'"),
+])
+def test_a_value_of_the_wrong_type_is_named(argv: list[str], value: str) -> None:
+    rc, out, err = run_cli(argv)  # was "Invalid value for '--dim': Input should be a ..."
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and value in err, err
+
+
 @pytest.mark.parametrize(("argv", "fix"), [
     (["search", "--budget", "1GB", "--categorical", "user", "item", "--trials", "2"],
      "'item' after '--categorical user': --categorical takes one comma-separated list: "
