@@ -32,7 +32,8 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
     `table_dims` (table name -> dim; `autoembed.apply` gives the modules'): a table's dim
     where neither it nor the config gives one (not under mixed_dim, which resolves dims)."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
+        raise ConfigError(f"{source}: expected a mapping of config keys (e.g. dim: 16), got "
+                          f"{type(raw).__name__}; give a config such as an exported best.yaml")
     unknown = [k for k in raw if k not in _CONFIG_KEYS]
     if unknown:
         k = unknown[0]
