@@ -199,19 +199,21 @@ class Interval(Rule):
 
 @dataclass(frozen=True)
 class Positive(Rule):
-    """A number > 0 (an integer with `integer`; bools are not numbers here). Its message
-    keeps the shape a search's counts always had: "NAME VALUE: RULE"."""
+    """A number > 0 (an integer with `integer`, else finite: `inf` bounds nothing; bools
+    are not numbers here). Its message keeps the shape a search's counts always had:
+    "NAME VALUE: RULE"."""
 
     integer: bool = True
     sep = " "
 
     def ok(self, value: Any) -> bool:
         kinds = (int,) if self.integer else (int, float)
-        return isinstance(value, kinds) and not isinstance(value, bool) and value > 0
+        return (isinstance(value, kinds) and not isinstance(value, bool) and value > 0
+                and (not isinstance(value, float) or math.isfinite(value)))
 
     @property
     def noun(self) -> str:
-        return f"{'an integer ' if self.integer else ''}> 0"
+        return f"{'an integer' if self.integer else 'a finite number'} > 0"
 
 
 @dataclass(frozen=True)

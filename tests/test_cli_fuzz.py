@@ -574,6 +574,14 @@ def test_usage_errors_are_one_line(argv: list[str]) -> None:
     assert err.startswith("autoembed: error: ") and "--help" in err
 
 
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf", "nan", "0"])
+def test_a_time_budget_must_be_a_finite_number(value: str) -> None:
+    """--time-budget inf was taken: a search with no trial count then never ended."""
+    rc, out, err = run_cli(["search", "--budget", "1GB", "--time-budget", value])
+    assert rc == 2 and err.startswith("autoembed: error: --time-budget "), err
+    assert err.rstrip().endswith(": must be a finite number > 0"), err
+
+
 @pytest.mark.parametrize(("argv", "value"), [
     (["estimate", "--dim", "1.5"], "Invalid value '1.5' for '--dim'"),
     (["ui", "--port=abc"], "Invalid value 'abc' for '--port'"),
