@@ -320,6 +320,9 @@ search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
         "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(False, "--json", help="Print one JSON object at the end."))}))
 
+for _info in app.registered_commands:  # a docstring's line breaks are layout, not help's
+    _info.help = " ".join((inspect.getdoc(_info.callback) or "").split())
+
 
 def _one_line(text: str) -> str:
     """`text` as one printable line: a value's line breaks and control characters escaped."""

@@ -855,3 +855,22 @@ def test_help_shows_each_declared_help_as_written(command: str, options: str,
     declared = {"SearchOptions": SearchOptions, "EstimateOptions": EstimateOptions}[options]
     for f in cli_fields(declared):  # was `(pip install 'autoembed')`: rich ate `[team]`
         assert " ".join(help_of(f).split()) in " ".join(out.split()), f.name
+
+
+def test_the_command_list_wraps_only_where_the_terminal_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`autoembed --help` broke estimate's, train's and search's summaries where their
+    docstrings' source lines ended."""
+    import inspect
+
+    from autoembed.cli import app
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    rc, out, err = run_cli(["--help"])
+    assert rc == 0, err
+    lines = [ln.strip("│ ").split(None, 1) for ln in out.splitlines() if ln.startswith("│ ")]
+    shown = {w[0]: w[1].strip() for w in lines if len(w) == 2}
+    for info in app.registered_commands:
+        doc = " ".join((inspect.getdoc(info.callback) or "").split())
+        name = info.name or info.callback.__name__  # type: ignore[union-attr]
+        assert shown[name] == doc, (name, shown)
