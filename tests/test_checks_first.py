@@ -313,3 +313,22 @@ def test_a_resume_under_another_budget_names_the_studys_budget_not_dropping_it(
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err
     assert "give --budget 8GB or start a new --study" in err and "drop" not in err, err
+
+
+def test_a_resume_under_another_space_names_the_space_not_the_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--resume --space tiny` of a default-space study blamed --data, not given."""
+    import optuna
+
+    from autoembed.pipeline.records import ATTR
+    from autoembed.pipeline.study import open_storage
+
+    study = optuna.create_study(storage=open_storage(tmp_path), study_name="s",
+                                directions=["maximize"])
+    study.set_user_attr(ATTR, {"budget_bytes": 10**9, "budget": "1GB", "space_text": "x: 1",
+                               "data": {"name": "synthetic-ctr"}})
+    rc = main(["search", "--budget", "1GB", "--space", "tiny", "--study", "s", "--resume",
+               "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("autoembed: error: --space tiny differs from what study"), err
