@@ -91,6 +91,12 @@ def _estimate(**options: Any) -> None:
     and say whether it fits a budget."""
     as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
+    if ranks["world_size"] is None:  # a rank option alone would do nothing
+        for flag, given in (("--tables", ranks["torchrec_tables"] is not None),
+                            ("--plan-device", ranks["plan_device"] != "cuda")):
+            if given:
+                raise ConfigError(f"{flag} plans TorchRec's ranks: give --world-size N with "
+                                  "it (and --model), or drop it")
     if ranks["world_size"] is not None and asked:
         raise ConfigError("--suggest prices changes to a config or a --model on one device; "
                           "drop it with --world-size (each rank is judged on its own)")

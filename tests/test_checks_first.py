@@ -23,7 +23,7 @@ def _options(command: str) -> set[str]:
 
 @pytest.mark.parametrize("argv", [
     ["search", "--budget", "80%"],
-    ["estimate", "--budget", "80%", "--tables", "1000", "--dim", "8"],
+    ["estimate", "--budget", "80%", "--vocab", "1000", "--dim", "8"],
 ])
 def test_a_percentage_without_a_gpu_names_only_options_the_command_has(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
@@ -332,3 +332,18 @@ def test_a_resume_under_another_space_names_the_space_not_the_data(
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err
     assert err.startswith("autoembed: error: --space tiny differs from what study"), err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--tables", "t.yaml"], "--tables plans TorchRec's ranks: give --world-size N"),
+    (["--plan-device", "cpu"], "--plan-device plans TorchRec's ranks: give --world-size N"),
+    (["--dense-layers", "64,abc"], "--dense-layers '64,abc' must be a comma list of integers, "
+                                   "e.g. 256,64"),
+])
+def test_an_estimate_option_that_would_do_nothing_or_is_bad_says_so(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tables and --plan-device without --world-size were ignored (exit 0); a bad
+    --dense-layers was shown a vocabulary as its example (1000000,5000)."""
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err
