@@ -874,3 +874,13 @@ def test_the_command_list_wraps_only_where_the_terminal_ends(
         doc = " ".join((inspect.getdoc(info.callback) or "").split())
         name = info.name or info.callback.__name__  # type: ignore[union-attr]
         assert shown[name] == doc, (name, shown)
+
+
+@pytest.mark.parametrize("flag", [["--allow-changed-code"], ["--no-reference"],
+                                  ["--enqueue", "q.yaml"]])
+def test_an_option_of_a_search_of_your_own_model_is_refused_without_one(
+        flag: list[str]) -> None:
+    """--allow-changed-code on a search of autoembed's models was taken and did nothing."""
+    rc, out, err = run_cli(["search", "--budget", "1GB", *flag])
+    assert rc == 2 and err.startswith(f"autoembed: error: {flag[0]} applies to a search "
+                                      "over your own model"), err
