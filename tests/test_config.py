@@ -164,3 +164,12 @@ def test_a_data_file_given_as_the_config_is_told_what_a_config_is(tmp_path: Path
         load_config(path)
     assert "clicks.csv" in str(e.value) and "got str" in str(e.value)
     assert str(e.value).endswith("; give a config such as an exported best.yaml")
+
+
+@pytest.mark.parametrize("space", ["tiny.yaml", "../examples/text_space.yaml"])
+def test_a_search_space_given_as_the_config_says_it_is_one(space: str) -> None:
+    """`--config search_spaces/tiny.yaml` said "unknown key 'description'; valid keys: ..."."""
+    path = Path(__file__).resolve().parents[1] / "search_spaces" / space
+    with pytest.raises(ConfigError, match=r"is a search space, not a config; search it "
+                                          r"\(autoembed search --space "):
+        load_config(path)

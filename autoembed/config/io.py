@@ -157,6 +157,11 @@ def parse_config_text(text: str, source: str,
             f"'{source}' is the Pareto front of search '{raw['study']}', not a config; export "
             f"one of its members: autoembed export --study {raw['study']}{where} --out "
             "best.yaml (--pick chooses which)")
+    if isinstance(raw, Mapping) and "config" not in raw and any(
+            k in raw for k in ("params", "embedding", "user")):  # a search space's sections
+        raise ConfigError(
+            f"'{source}' is a search space, not a config; search it (autoembed search "
+            f"--space {source} --budget ...), then export its pick")
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     try:
