@@ -30,21 +30,23 @@ _UNITS = {
     "tib": 2**40,
 }
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
-_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"
+_SIZE_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB or 0.5TB"
+_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"  # a budget may be a share
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """Bytes in a size string; G/GB are 10**9, GiB is 2**30."""
+def parse_size(text: str, what: str = "size", hint: str = _SIZE_HINT) -> int:
+    """Bytes in a size string; G/GB are 10**9, GiB is 2**30. A bad one is refused with
+    `hint`, the fix: by default sizes only, as a share (80%) is not a size."""
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise _bad(what, text, "is not a size")
+        raise _bad(what, text, "is not a size", hint)
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0:
-        raise _bad(what, text, "must be greater than zero")
+        raise _bad(what, text, "must be greater than zero", hint)
     if not math.isfinite(value):  # '1e400GB' overflows a float
-        raise _bad(what, text, "is too large to be a size")
+        raise _bad(what, text, "is too large to be a size", hint)
     if value < 1:
-        raise _bad(what, text, "is less than one byte")
+        raise _bad(what, text, "is less than one byte", hint)
     return int(value)
 
 
@@ -90,16 +92,17 @@ class Budget:
         without a GPU only where the command has it (None: it has none)."""
         if isinstance(value, Budget):
             return value
+        hint = _HINT if share else _SIZE_HINT
         if isinstance(value, int) and not isinstance(value, bool):
             if value < 1:
-                raise _bad(what, value, "must be at least one byte")
+                raise _bad(what, value, "must be at least one byte", hint)
             return cls(value, str(value))
         if isinstance(value, bool) or not isinstance(value, (str, float)):
-            raise _bad(what, value, "is not a size")
+            raise _bad(what, value, "is not a size", hint)
         s = str(value).strip()
         if share and s.endswith("%"):
             return cls(_share(what, s, device_memory, memory_option), s)
-        return cls(parse_size(s, what), s)
+        return cls(parse_size(s, what, hint), s)
 
     @classmethod
     def for_host(cls, value: BudgetLike) -> Budget:

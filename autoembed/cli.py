@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.options import cli_fields, flag_of, help_of
@@ -61,7 +62,8 @@ def _dir_arg(path: Path, flag: str, given: Path | None = None) -> Path:
 def declared_command(run: Callable[..., None], options: type,
                      extra: Mapping[str, inspect.Parameter] = {}) -> Callable[..., None]:
     """A typer command whose options are the fields `options` declares for the CLI
-    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order), each
+    (`autoembed.options`: spelled, typed, defaulted and helped as declared, in order; the
+    help escaped, as typer reads it as rich markup that drops `[team]`), each
     of `extra` (an option of the command line only) after the field it is keyed by; it
     calls `run(**values)` and takes `run`'s docstring as its help."""
     hints = typing.get_type_hints(options)
@@ -73,7 +75,7 @@ def declared_command(run: Callable[..., None], options: type,
         names[name] = f.name
         params.append(inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, annotation=meta["cli_type"] or hints[f.name],
-            default=typer.Option(default, *meta["flags"], help=help_of(f))))
+            default=typer.Option(default, *meta["flags"], help=escape(help_of(f)))))
         params += [extra[f.name]] if f.name in extra else []
 
     def command(**values: Any) -> None:
@@ -89,6 +91,12 @@ def _estimate(**options: Any) -> None:
     and say whether it fits a budget."""
     as_json, asked = options.pop("as_json"), options.pop("suggest")
     ranks = {k: options.pop(k) for k in ("world_size", "plan_device", "torchrec_tables")}
+    if ranks["world_size"] is None:  # a rank option alone would do nothing
+        for flag, given in (("--tables", ranks["torchrec_tables"] is not None),
+                            ("--plan-device", ranks["plan_device"] != "cuda")):
+            if given:
+                raise ConfigError(f"{flag} plans TorchRec's ranks: give --world-size N with "
+                                  "it (and --model), or drop it")
     if ranks["world_size"] is not None and asked:
         raise ConfigError("--suggest prices changes to a config or a --model on one device; "
                           "drop it with --world-size (each rank is judged on its own)")
@@ -169,7 +177,7 @@ def train_cmd(
 
     from autoembed.config import resolved_tables
     from autoembed.rules import Positive
-    from autoembed.training import interrupted_note, plain_line, plan_training, train
+    from autoembed.training import check_device, interrupted_note, plain_line, plan_training, train
 
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
                         ("--checkpoint-every", checkpoint_every)):
@@ -186,6 +194,7 @@ def train_cmd(
         if hot_sets is not None:
             check_hot_set_names(hot_sets, hot)
     _dir_arg(out, "--out")
+    check_device(device)  # a dry run refuses what the run would
     con = _console(stderr=True)
     for line in plan.lines:
         (print if dry_run else con.print)(line)
@@ -317,6 +326,9 @@ search_cmd = app.command("search")(declared_command(_search, SearchOptions, {
         "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(False, "--json", help="Print one JSON object at the end."))}))
 
+for _info in app.registered_commands:  # a docstring's line breaks are layout, not help's
+    _info.help = " ".join((inspect.getdoc(_info.callback) or "").split())
+
 
 def _one_line(text: str) -> str:
     """`text` as one printable line: a value's line breaks and control characters escaped."""
@@ -329,7 +341,23 @@ def _usage_line(e: Any, argv: list[str]) -> str:
     cmd = "autoembed" + (f" {ctx.info_name}" if ctx is not None and ctx.parent else "")
     msg = " ".join(e.format_message().split()).rstrip(".")
     msg = _list_spread(msg, ctx, argv) or msg
+    value = _typed(getattr(e, "param", None), argv)
+    if value is not None and f"'{value}'" not in msg:  # typer's wording leaves it out
+        msg = msg.replace("Invalid value for ", f"Invalid value '{value}' for ", 1)
     return _one_line(f"autoembed: error: {msg}; see '{cmd} --help'")
+
+
+def _typed(param: Any, argv: list[str]) -> str | None:
+    """The value typed for `param` (`--dim 1.5` or `--dim=1.5`; the last one given, which
+    click reads), or None."""
+    found = None
+    for i, arg in enumerate(argv):
+        for opt in getattr(param, "opts", ()):
+            if arg == opt and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif arg.startswith(opt + "="):
+                found = arg[len(opt) + 1:]
+    return found
 
 
 def _list_spread(msg: str, ctx: Any, argv: list[str]) -> str | None:

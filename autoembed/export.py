@@ -197,7 +197,7 @@ def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[An
             f"{need} needs an MLflow store, and there is none at {store.db_path} (no search "
             "recorded under this runs directory); pass --runs-dir or --tracking-uri")
     if store.kind == "http":
-        check_reachable(store.uri)  # seconds, before importing MLflow
+        check_reachable(store.uri, optional=False)  # seconds, before importing MLflow
     from autoembed.tracking.mlflow_store import open_client
 
     return store, open_client(store)
@@ -508,7 +508,8 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
     if not (runs / "optuna.db").is_file():
         raise ConfigError(f"--study '{study}': no search has run under {runs} (no optuna.db); "
                           f"run `autoembed search --study {study} ...` first or pass --runs-dir")
-    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study")
+    stored = studies.StoredStudy.open(runs, None, study, resume=True, flag="--study",
+                                      fix="give a study there, or the --runs-dir it ran in")
     meta = stored.meta
     if meta.get("kind") != "user":
         return None

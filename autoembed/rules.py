@@ -91,24 +91,35 @@ class Is(Rule):
 @dataclass(frozen=True)
 class Each(Rule):
     """A list (or another of `seq`) whose every item passes `item`, of `length` items
-    when given, not empty with `filled`; `words` says what it is."""
+    when given, not empty with `filled`, no item twice with `distinct`; `words` says what
+    it is."""
 
     item: Rule | None
     words: str
     length: int | None = None
     filled: bool = False
     seq: tuple[type, ...] = (list, tuple)
+    distinct: bool = False
 
     def ok(self, value: Any) -> bool:
         if not isinstance(value, self.seq):
             return False
         items: Sequence[Any] = value  # type: ignore[assignment]
         return (self.length in (None, len(items)) and (not self.filled or len(items) > 0)
-                and (self.item is None or all(self.item.ok(v) for v in items)))
+                and (self.item is None or all(self.item.ok(v) for v in items))
+                and (not self.distinct or _distinct(items)))
 
     @property
     def noun(self) -> str:
         return self.words
+
+
+def _distinct(items: Sequence[Any]) -> bool:
+    """No item twice (unhashable items: compared by equality)."""
+    try:
+        return len(set(items)) == len(items)
+    except TypeError:
+        return all(a != b for i, a in enumerate(items) for b in items[i + 1:])
 
 
 @dataclass(frozen=True)
@@ -188,19 +199,21 @@ class Interval(Rule):
 
 @dataclass(frozen=True)
 class Positive(Rule):
-    """A number > 0 (an integer with `integer`; bools are not numbers here). Its message
-    keeps the shape a search's counts always had: "NAME VALUE: RULE"."""
+    """A number > 0 (an integer with `integer`, else finite: `inf` bounds nothing; bools
+    are not numbers here). Its message keeps the shape a search's counts always had:
+    "NAME VALUE: RULE"."""
 
     integer: bool = True
     sep = " "
 
     def ok(self, value: Any) -> bool:
         kinds = (int,) if self.integer else (int, float)
-        return isinstance(value, kinds) and not isinstance(value, bool) and value > 0
+        return (isinstance(value, kinds) and not isinstance(value, bool) and value > 0
+                and (not isinstance(value, float) or math.isfinite(value)))
 
     @property
     def noun(self) -> str:
-        return f"{'an integer ' if self.integer else ''}> 0"
+        return f"{'an integer' if self.integer else 'a finite number'} > 0"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
-           "plan_training", "plain_line"]
+           "plan_training", "plain_line", "check_device"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -52,10 +52,14 @@ def _device_total(device: Any) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's RAM"
 
 
-def _check_device(dev: Any) -> None:
-    """A device to train on must be a CPU or a visible GPU (bad input, exit 2, otherwise)."""
+def check_device(device: Any) -> Any:
+    """`device` as the torch.device to train on: a CPU or a visible GPU (bad input, exit 2,
+    otherwise; `autoembed train --dry-run` checks it too)."""
     import torch
 
+    from autoembed.models.embedding_model import as_device
+
+    dev = as_device(device)
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
@@ -64,6 +68,7 @@ def _check_device(dev: Any) -> None:
             raise ConfigError(f"device '{dev}': {n} GPU(s) visible, cuda:0 to cuda:{n - 1}")
     elif dev.type != "cpu":
         raise ConfigError(f"device '{dev}': train on cpu or cuda[:N]")
+    return dev
 
 
 def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
@@ -71,11 +76,9 @@ def check_fits_device(config: EmbeddingConfig, device: Any) -> None:
     exceeds the device's whole memory (not its free memory: only an impossible config)."""
     from autoembed.budget import format_bytes
     from autoembed.errors import DoesNotFitError
-    from autoembed.models.embedding_model import as_device
     from autoembed.trace import estimate
 
-    dev = as_device(device)
-    _check_device(dev)
+    dev = check_device(device)
     total, what = _device_total(dev)
     need = estimate(config).allocated_peak
     if need > total:

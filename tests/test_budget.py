@@ -122,6 +122,18 @@ def test_a_host_budget_is_a_size_not_a_share_of_the_gpu() -> None:
     assert MemoryBudget.of(100).host is None
 
 
+def test_a_size_refused_is_not_told_to_be_a_share() -> None:
+    """--reserve, --host-budget and --device-memory take sizes only: their fix offered 80%,
+    which they then refused too."""
+    for refuse in (lambda: parse_size("10%", "--reserve"), lambda: Budget.for_host("8XB"),
+                   lambda: Budget.for_host(0)):
+        with pytest.raises(BudgetError) as e:
+            refuse()
+        assert "%" not in str(e.value).split("; ", 1)[1] and "8GB" in str(e.value)
+    with pytest.raises(BudgetError, match=r"0\.5TB or 80%$"):
+        Budget.of("8XB")  # a budget may be a share
+
+
 @pytest.mark.parametrize(("need", "fits"), [(999, True), (1000, True), (1001, False)])
 def test_admits_is_the_one_does_it_fit(need: int, fits: bool) -> None:
     """Equal fits, one byte over does not: the budget, an estimate judged against it and

@@ -23,7 +23,7 @@ def _options(command: str) -> set[str]:
 
 @pytest.mark.parametrize("argv", [
     ["search", "--budget", "80%"],
-    ["estimate", "--budget", "80%", "--tables", "1000", "--dim", "8"],
+    ["estimate", "--budget", "80%", "--vocab", "1000", "--dim", "8"],
 ])
 def test_a_percentage_without_a_gpu_names_only_options_the_command_has(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
@@ -295,3 +295,55 @@ def test_a_failed_python_export_writes_no_file_that_blocks_its_rerun(
     monkeypatch.setattr(export, "_user_study", real)
     assert main(["export", "--study", "s", "--runs-dir", "runs", "--out",
                  str(pick.with_suffix(".yaml"))]) == 0, capsys.readouterr().err
+
+
+def test_a_resume_under_another_budget_names_the_studys_budget_not_dropping_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--budget is required, so "drop the option" was no fix: the line gives the study's."""
+    import optuna
+
+    from autoembed.pipeline.records import ATTR
+    from autoembed.pipeline.study import open_storage
+
+    study = optuna.create_study(storage=open_storage(tmp_path), study_name="s",
+                                directions=["maximize"])
+    study.set_user_attr(ATTR, {"budget_bytes": 8 * 10**9, "budget": "8GB"})
+    rc = main(["search", "--budget", "4GB", "--space", "tiny", "--study", "s", "--resume",
+               "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "give --budget 8GB or start a new --study" in err and "drop" not in err, err
+
+
+def test_a_resume_under_another_space_names_the_space_not_the_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--resume --space tiny` of a default-space study blamed --data, not given."""
+    import optuna
+
+    from autoembed.pipeline.records import ATTR
+    from autoembed.pipeline.study import open_storage
+
+    study = optuna.create_study(storage=open_storage(tmp_path), study_name="s",
+                                directions=["maximize"])
+    study.set_user_attr(ATTR, {"budget_bytes": 10**9, "budget": "1GB", "space_text": "x: 1",
+                               "data": {"name": "synthetic-ctr"}})
+    rc = main(["search", "--budget", "1GB", "--space", "tiny", "--study", "s", "--resume",
+               "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("autoembed: error: --space tiny differs from what study"), err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--tables", "t.yaml"], "--tables plans TorchRec's ranks: give --world-size N"),
+    (["--plan-device", "cpu"], "--plan-device plans TorchRec's ranks: give --world-size N"),
+    (["--dense-layers", "64,abc"], "--dense-layers '64,abc' must be a comma list of integers, "
+                                   "e.g. 256,64"),
+])
+def test_an_estimate_option_that_would_do_nothing_or_is_bad_says_so(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tables and --plan-device without --world-size were ignored (exit 0); a bad
+    --dense-layers was shown a vocabulary as its example (1000000,5000)."""
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err

@@ -574,6 +574,25 @@ def test_usage_errors_are_one_line(argv: list[str]) -> None:
     assert err.startswith("autoembed: error: ") and "--help" in err
 
 
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf", "nan", "0"])
+def test_a_time_budget_must_be_a_finite_number(value: str) -> None:
+    """--time-budget inf was taken: a search with no trial count then never ended."""
+    rc, out, err = run_cli(["search", "--budget", "1GB", "--time-budget", value])
+    assert rc == 2 and err.startswith("autoembed: error: --time-budget "), err
+    assert err.rstrip().endswith(": must be a finite number > 0"), err
+
+
+@pytest.mark.parametrize(("argv", "value"), [
+    (["estimate", "--dim", "1.5"], "Invalid value '1.5' for '--dim'"),
+    (["ui", "--port=abc"], "Invalid value 'abc' for '--port'"),
+    (["search", "--budget", "1GB", "--trials", "2", "--trials", "x"],
+     "Invalid value 'x' for '--trials'"),
+])
+def test_a_value_of_the_wrong_type_is_named(argv: list[str], value: str) -> None:
+    rc, out, err = run_cli(argv)  # was "Invalid value for '--dim': Input should be a ..."
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and value in err, err
+
+
 @pytest.mark.parametrize(("argv", "fix"), [
     (["search", "--budget", "1GB", "--categorical", "user", "item", "--trials", "2"],
      "'item' after '--categorical user': --categorical takes one comma-separated list: "
@@ -820,3 +839,48 @@ def test_process_contract(args: list[str], code: int, tmp_path: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("autoembed: note:")]
     assert len(lines) == 1 and lines[0].startswith("autoembed: "), r.stderr
+
+
+@pytest.mark.parametrize(("command", "options"), [("search", "SearchOptions"),
+                                                  ("estimate", "EstimateOptions")])
+def test_help_shows_each_declared_help_as_written(command: str, options: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoembed.options import cli_fields, help_of
+    from autoembed.pipeline.search_options import SearchOptions
+    from autoembed.pricing.estimate_options import EstimateOptions
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option
+    rc, out, err = run_cli([command, "--help"])
+    assert rc == 0, err
+    declared = {"SearchOptions": SearchOptions, "EstimateOptions": EstimateOptions}[options]
+    for f in cli_fields(declared):  # was `(pip install 'autoembed')`: rich ate `[team]`
+        assert " ".join(help_of(f).split()) in " ".join(out.split()), f.name
+
+
+def test_the_command_list_wraps_only_where_the_terminal_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`autoembed --help` broke estimate's, train's and search's summaries where their
+    docstrings' source lines ended."""
+    import inspect
+
+    from autoembed.cli import app
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    rc, out, err = run_cli(["--help"])
+    assert rc == 0, err
+    lines = [ln.strip("│ ").split(None, 1) for ln in out.splitlines() if ln.startswith("│ ")]
+    shown = {w[0]: w[1].strip() for w in lines if len(w) == 2}
+    for info in app.registered_commands:
+        doc = " ".join((inspect.getdoc(info.callback) or "").split())
+        name = info.name or info.callback.__name__  # type: ignore[union-attr]
+        assert shown[name] == doc, (name, shown)
+
+
+@pytest.mark.parametrize("flag", [["--allow-changed-code"], ["--no-reference"],
+                                  ["--enqueue", "q.yaml"]])
+def test_an_option_of_a_search_of_your_own_model_is_refused_without_one(
+        flag: list[str]) -> None:
+    """--allow-changed-code on a search of autoembed's models was taken and did nothing."""
+    rc, out, err = run_cli(["search", "--budget", "1GB", *flag])
+    assert rc == 2 and err.startswith(f"autoembed: error: {flag[0]} applies to a search "
+                                      "over your own model"), err

@@ -154,3 +154,22 @@ def test_a_number_with_an_exponent_and_no_dot_is_a_float_in_json_and_yaml(tmp_pa
                                      "  tables: [{name: '1e3', vocab_size: 1000}]\n")
     got = load_config(tmp_path / "c.yaml")
     assert (got.lr, got.weight_decay, got.tables[0].name) == (0.001, 0.0, "1e3")
+
+
+def test_a_data_file_given_as_the_config_is_told_what_a_config_is(tmp_path: Path) -> None:
+    """`--config clicks.csv` said only "expected a mapping of config keys, got str"."""
+    path = tmp_path / "clicks.csv"
+    path.write_text("user,item,clicked\n1,2,0\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "clicks.csv" in str(e.value) and "got str" in str(e.value)
+    assert str(e.value).endswith("; give a config such as an exported best.yaml")
+
+
+@pytest.mark.parametrize("space", ["tiny.yaml", "../examples/text_space.yaml"])
+def test_a_search_space_given_as_the_config_says_it_is_one(space: str) -> None:
+    """`--config search_spaces/tiny.yaml` said "unknown key 'description'; valid keys: ..."."""
+    path = Path(__file__).resolve().parents[1] / "search_spaces" / space
+    with pytest.raises(ConfigError, match=r"is a search space, not a config; search it "
+                                          r"\(autoembed search --space "):
+        load_config(path)

@@ -304,6 +304,16 @@ def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     assert [t.name for t in data.tables] == ["item"]  # 'Unnamed: 0': one value per row
 
 
+def test_a_categorical_column_named_twice_is_refused(tmp_path: Path) -> None:
+    """`--categorical user,user` crashed the search (IndexError, exit 1)."""
+    path = _write(_frame(), tmp_path / "a.csv")
+    for given in (("city", "city"), ("city", "label", "city")):
+        with pytest.raises(DataError) as e:
+            load_dataset(DataSpec(str(path), categorical=given))
+        msg = str(e.value)
+        assert "'categorical'" in msg and "each once" in msg and str(given) in msg, msg
+
+
 def test_a_column_inside_another_by_its_dotted_name_is_refused(tmp_path: Path) -> None:
     frame = pd.DataFrame({"user": [1, 2, 3] * 20, "user.id": [4, 5] * 30, "label": [0, 1] * 30})
     path = _write(frame, tmp_path / "dots.csv")

@@ -37,7 +37,8 @@ def specs(draw: st.DrawFn) -> DataSpec:
             st.lists(st.floats(0.0, 3.0), min_size=nf, max_size=nf).map(tuple),
         )
     )
-    columns = st.lists(st.text("abcxyz_", min_size=1, max_size=5), max_size=3).map(tuple)
+    columns = st.lists(st.text("abcxyz_", min_size=1, max_size=5), max_size=3,
+                       unique=True).map(tuple)  # a column named twice is refused
     a = draw(st.floats(0.05, 0.9))
     b = draw(st.floats(0.05, 0.9 - a)) if a < 0.85 else 0.05
     name = draw(st.sampled_from([*BUILTIN_NAMES, "data/clicks.csv", "x.parquet", "t.tsv.gz"]))

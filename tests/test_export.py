@@ -323,7 +323,8 @@ def test_bad_run_ids(store_runs: tuple[Path, dict[int, str]], tmp_path: Path) ->
     assert not out.exists()
 
 
-def test_unreachable_tracking_uri_fails_fast(tmp_path: Path) -> None:
+def test_unreachable_tracking_uri_fails_fast(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -331,3 +332,5 @@ def test_unreachable_tracking_uri_fails_fast(tmp_path: Path) -> None:
     rc = main(["export", "--run-id", "abc", "--out", str(tmp_path / "x.yaml"),
                "--tracking-uri", f"http://127.0.0.1:{port}"])
     assert rc == 2 and time.monotonic() - t0 < 5
+    err = capsys.readouterr().err  # --run-id needs the store: 'none' (which it refuses) no fix
+    assert "not reachable" in err and "--tracking-uri none" not in err, err

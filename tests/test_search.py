@@ -279,7 +279,8 @@ def test_resume_after_sigkill_keeps_every_completed_trial_once(
         (["--sampler", "cmaes"], "sampler 'cmaes'"),
         (["--pick", "best"], "pick 'best'"),
         (["--study", "../escape"], "study name '../escape'"),
-        (["--resume", "--study", "nothere"], "no study 'nothere'"),
+        (["--resume", "--study", "nothere"], "no study 'nothere' in sqlite:"),
+        (["--resume", "--study", "nothere"], "; drop --resume to start it"),
         (["--ray-address", "127.0.0.1:1"], "nothing answers there"),
     ],
 )

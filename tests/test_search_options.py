@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import typer
+from rich.markup import escape
 from typer.testing import CliRunner
 
 import autoembed
 from autoembed import cli
 from autoembed.errors import ConfigError
-from autoembed.options import option
+from autoembed.options import help_of, option
 from autoembed.pipeline.driver import SearchCall
 from autoembed.pipeline.request import SearchRequest
 from autoembed.pipeline.search_options import SearchOptions
@@ -111,7 +112,7 @@ def test_each_command_has_every_declared_cli_option_with_its_help(
     for f in declared:
         flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0].split("/")[0]
         (p,) = [p for p in cmd.params if flag in p.opts]
-        assert p.help == f.metadata["help"] or callable(f.metadata["help"]), f.name
+        assert p.help == escape(help_of(f)), f.name  # as written, shown by rich (not markup)
         assert p.required == (f.default is dataclasses.MISSING), f.name
         assert p.default == (None if p.required else f.default), f.name
     assert len(cmd.params) == len(declared) + cli_only
@@ -139,3 +140,20 @@ def test_a_comma_list_of_categorical_columns_is_split_in_python_as_on_the_cli(
     listed = SearchRequest.parse("8GB", "tiny", categorical=["a"], runs_dir=tmp_path,
                                  device="cpu")
     assert listed.categorical == ("a",)
+
+
+def test_space_help_names_every_built_in_space_the_docs_list() -> None:
+    """docs/search_spaces.md's table of built-in spaces; the help left out host_cache."""
+    import re
+
+    from autoembed.space import load_space
+
+    page = (DOCS_EXT.parent / "search_spaces.md").read_text()
+    section = page.split("## The built-in spaces", 1)[1].split("\n## ", 1)[0]
+    names = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+    assert "host_cache" in names and "tiny" in names
+    shown = help_of(next(f for f in dataclasses.fields(SearchOptions) if f.name == "space"))
+    listed = re.search(r"a built-in \(([^)]*)\)", shown)
+    assert listed and sorted(listed.group(1).split(", ")) == sorted(names), shown
+    for name in names:
+        assert load_space(name).params, name  # each one listed loads by its name

@@ -365,3 +365,14 @@ def test_a_condition_naming_a_misspelt_param_suggests_the_name(tmp_path: Path) -
                        r"param listed above it \(searched or fixed\) \(did you mean "
                        r"'compression'\?\)$"):
         load_space(p)
+
+
+@pytest.mark.parametrize("name", ["clicks.csv", "clicks.parquet", "log.tsv.gz"])
+def test_a_data_file_given_as_the_space_is_told_to_go_to_data(tmp_path: Path,
+                                                               name: str) -> None:
+    """`--space clicks.csv` said "expected a mapping with keys ..., got str"; a Parquet
+    file could not be read at all."""
+    path = tmp_path / name
+    path.write_text("user,clicked\n1,0\n")
+    with pytest.raises(ConfigError, match=r"is a data file: give it with --data"):
+        load_space(path)

@@ -383,6 +383,14 @@ def test_unreachable_server_fails_within_seconds(tmp_path: Path) -> None:
     assert "\n" not in str(e.value)
 
 
+def test_a_uri_of_a_scheme_mlflow_lacks_is_bad_input(tmp_path: Path) -> None:
+    """--tracking-uri foo://x exited 1 (a store fault) with MLflow's exception cut off."""
+    with pytest.raises(ConfigError) as e:
+        make_tracker("foo://x", tmp_path)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert str(e.value).startswith("--tracking-uri 'foo://x': ") and "'none'" in str(e.value)
+
+
 def test_silent_server_times_out_in_3_seconds(tmp_path: Path) -> None:
     """README's 3 s: the probe waits the 3 s out (not less: it is the timeout that fires) and
     gives up by 3 s + 0.5 s, a margin for a loaded machine (measured: 3.01 s idle)."""

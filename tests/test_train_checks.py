@@ -177,6 +177,19 @@ def test_a_dry_run_of_a_hand_written_config_says_what_would_train(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.yaml", "c.csv", "my.yaml"]
 
 
+@pytest.mark.parametrize(("device", "said"), [("tpu", "device 'tpu'"),
+                                              ("cuda:7", "device 'cuda:7'")])
+def test_a_dry_run_refuses_the_device_the_run_would(
+        device: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --dry-run --device tpu` passed (exit 0) and the real run then refused it."""
+    cfg = _rerun_file(tmp_path, None)
+    for extra in (["--dry-run"], ["--dry-run", "--full-size"]):
+        assert main(["train", "--config", str(cfg), "--device", device, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err, err
+    assert main(["train", "--config", str(cfg), "--device", "cpu", "--dry-run"]) == 0
+
+
 def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A user search's best.yaml or export (embedding settings + `params`) is not a config

@@ -215,3 +215,22 @@ def test_a_native_crash_prints_where_it_happened(tmp_path: Path) -> None:
     assert run.returncode == -11, run.stderr[-2000:]  # SIGSEGV
     assert "Fatal Python error: Segmentation fault" in run.stderr
     assert 'crashing.py", line 5 in build' in run.stderr
+
+
+def test_the_options_said_to_apply_with_model_include_those_made_for_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal said "only --optimizer, ... and --json apply", leaving out --apply and
+    --suggest, which do: every option whose help says "With --model" is named."""
+    import re
+
+    import typer
+
+    from autoembed.cli import app
+
+    cmd = typer.main.get_command(app).commands["estimate"]  # type: ignore[attr-defined]
+    made = {p.opts[0] for p in cmd.params if (p.help or "").startswith("With --model")}
+    assert {"--apply", "--example", "--loss", "--space"} <= made
+    assert main(["estimate", *MODEL, "--dim", "8"]) == 2
+    err = capsys.readouterr().err
+    listed = set(re.findall(r"--[a-z-]+", err.split("(only ", 1)[1]))
+    assert made | {"--suggest"} <= listed, made - listed

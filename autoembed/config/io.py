@@ -32,7 +32,8 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config",
     `table_dims` (table name -> dim; `autoembed.apply` gives the modules'): a table's dim
     where neither it nor the config gives one (not under mixed_dim, which resolves dims)."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(raw).__name__}")
+        raise ConfigError(f"{source}: expected a mapping of config keys (e.g. dim: 16), got "
+                          f"{type(raw).__name__}; give a config such as an exported best.yaml")
     unknown = [k for k in raw if k not in _CONFIG_KEYS]
     if unknown:
         k = unknown[0]
@@ -156,6 +157,11 @@ def parse_config_text(text: str, source: str,
             f"'{source}' is the Pareto front of search '{raw['study']}', not a config; export "
             f"one of its members: autoembed export --study {raw['study']}{where} --out "
             "best.yaml (--pick chooses which)")
+    if isinstance(raw, Mapping) and "config" not in raw and any(
+            k in raw for k in ("params", "embedding", "user")):  # a search space's sections
+        raise ConfigError(
+            f"'{source}' is a search space, not a config; search it (autoembed search "
+            f"--space {source} --budget ...), then export its pick")
     if isinstance(raw, Mapping) and "config" in raw and isinstance(raw["config"], Mapping):
         raw = raw["config"]  # exported files wrap the config with provenance
     try:

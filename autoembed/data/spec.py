@@ -63,7 +63,7 @@ def _split_ok(split: Any) -> bool:
 
 
 _NAME = Is(str, "a column name", filled=True)
-_COLUMNS = Each(_NAME, "a list of column names", seq=(tuple,))
+_COLUMNS = Each(_NAME, "a list of column names, each once", seq=(tuple,), distinct=True)
 _SCALE = Interval(0.0, 100.0)
 
 

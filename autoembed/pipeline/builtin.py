@@ -100,10 +100,10 @@ class BuiltinWorkload:
             sp = _space(r.space, stored)
             spec, stand_in = data_spec_for(sp, r.data, r.label, r.categorical, r.text_column)
             spec = _resolved(spec)
-            if stored:
-                check_same(stored, "data", spec.to_dict(), "--data")
+            if stored:  # the space first: another space brings its own data
                 if r.space is not None:
                     check_same(stored, "space_text", sp.text, f"--space {r.space_label}")
+                check_same(stored, "data", spec.to_dict(), "--data")
             data = build_priced_data(spec, stand_in, sp.tables, sp.source)
         digest = _checked_data(data, stored, r.study)
         from autoembed.data.user_file import unused_note

@@ -97,7 +97,8 @@ class SearchPlan:
                 else workload.space.objectives)
         _check_measured(workload, objs)
         if stored:
-            check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}")
+            check_same(stored, "budget_bytes", r.budget.bytes, f"--budget {r.budget.text}",
+                       f"give --budget {stored.get('budget', stored.get('budget_bytes'))}")
             check_same({"objectives": _names(stored.get("objectives"))} if "objectives" in
                        stored else {}, "objectives", [o.name for o in objs], "--objectives")
         cheapest = workload.check_fits(r.budget)

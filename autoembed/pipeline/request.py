@@ -97,9 +97,11 @@ class SearchRequest(SearchOptions):
         check_options(o)
         code = _user_code(o.model, o.example, o.train, o.loss, o.apply,
                           {k: getattr(o, k) for k in USER_REFUSED})
-        if code is None and (o.enqueue is not None or not o.reference):
-            flag = "--enqueue" if o.enqueue is not None else "--no-reference"
-            raise ConfigError(f"{flag} applies to a search over your own model (--model, "
+        user_only = {"--enqueue": o.enqueue is not None, "--no-reference": not o.reference,
+                     "--allow-changed-code": o.allow_changed_code}
+        asked = [flag for flag, on in user_only.items() if on]
+        if code is None and asked:
+            raise ConfigError(f"{asked[0]} applies to a search over your own model (--model, "
                               "--example, --train): remove it")
         queue = None if o.enqueue is None else _enqueue(o.enqueue)
         kind, executor_obj = _executor(o.executor)

@@ -20,7 +20,7 @@ from autoembed.rules import Integer, Positive
 from autoembed.space import SearchSpace
 from autoembed.space.search_space import TRIAL_TIME_LIMIT
 
-__all__ = ["SearchOptions", "MAX_SEED", "sampler_help"]
+__all__ = ["SearchOptions", "MAX_SEED", "sampler_help", "space_help"]
 
 MAX_SEED = 2**32 - 1  # Optuna's samplers seed numpy's RandomState, which takes 0..2**32 - 1
 # The user's functions: a callable, or its "pkg.module:name" (what the CLI gives).
@@ -35,16 +35,22 @@ def sampler_help() -> str:
     return f"{DEFAULT_SAMPLER} (default), or one of {others}."
 
 
+def space_help() -> str:
+    """--space's help: the built-in spaces that exist (space.search_space)."""
+    from autoembed.space.search_space import BUILTIN_SPACES
+
+    return (f"Search space YAML, a built-in ({', '.join(BUILTIN_SPACES)}), or auto: derived "
+            "from --data and the budget (default: auto with real --data, else "
+            "search_spaces/default.yaml, shipped with the package).")
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """A search's options as given (None: not given; the request resolves defaults)."""
 
     budget: BudgetLike = field(metadata=declared(
         help="Device memory budget: 8GB, 8GiB, 7500MB or 80%.", cli_type=str))
-    space: str | Path | SearchSpace | None = option(
-        None, cli_type=str, help="Search space YAML, a built-in (default, ctr, text, tiny), or "
-        "auto: derived from --data and the budget (default: auto with real --data, else "
-        "search_spaces/default.yaml, shipped with the package).")
+    space: str | Path | SearchSpace | None = option(None, cli_type=str, help=space_help)
     _: KW_ONLY
     trials: int | None = option(
         None, rule=Positive(), help="Trials that train (over-budget proposals are free); "

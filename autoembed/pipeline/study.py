@@ -350,9 +350,11 @@ class StoredStudy:
 
     @classmethod
     def open(cls, runs_dir: Path, url: str | None, name: str, resume: bool,
-             flag: str = "--resume") -> StoredStudy:
+             flag: str = "--resume",
+             fix: str = "drop --resume to start it, or give the --runs-dir or --storage it "
+             "ran in") -> StoredStudy:
         """Open the storage; refuse a new search of an existing study, and a `resume` of one
-        that does not exist (the message names `flag`, the option that needs it)."""
+        that does not exist (the message names `flag`, the option that needs it, and `fix`)."""
         where = storage_label(runs_dir, url)
         storage = open_storage(runs_dir, url)
         existing = find_study(storage, name)
@@ -368,7 +370,8 @@ class StoredStudy:
             known = sorted(s.study_name for s in storage.get_all_studies())
             raise ConfigError(
                 f"{flag}: there is no study '{name}' in {where}"
-                + (f" (studies there: {', '.join(known)})" if known else ""))
+                + (f" (studies there: {', '.join(known)})" if known else "")
+                + f"; {fix}")
         return cls(storage, name, where, existing, meta)
 
     def resumed(self, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -384,10 +387,12 @@ class StoredStudy:
                               "--resume to continue it, or choose another --study name")
 
 
-def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str) -> None:
-    """A resumed study keeps what it was started with: refuse an option that changes it."""
+def check_same(stored: Mapping[str, Any], key: str, now: Any, flag: str,
+               fix: str = "drop the option") -> None:
+    """A resumed study keeps what it was started with: refuse an option that changes it,
+    naming `fix` (an option the command requires cannot be dropped: give the study's)."""
     if key in stored and stored[key] != now:
         raise ConfigError(
             f"{flag} differs from what study was started with ({key} = {stored[key]!r}); a "
-            "resumed search keeps its budget, space, objectives and data: drop the option or "
+            f"resumed search keeps its budget, space, objectives and data: {fix} or "
             "start a new --study")

@@ -142,7 +142,7 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
             given.setdefault(k, v)
     kw = fields_of_flags(given)
     if "dense_layers" in given:
-        kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers")
+        kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers", "256,64")
     if "vocab" in given:
         kw.update(_tables(given, kw, base))
     if base is None:
@@ -167,7 +167,7 @@ def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
             base: EmbeddingConfig | None) -> dict[str, Any]:
     """The tables `--vocab` (one size, or a comma list) and `--pooling-factor` describe, and
     the task they imply (several tables: ctr)."""
-    vocabs = _int_list(given["vocab"], "vocab")
+    vocabs = _int_list(given["vocab"], "vocab", "1000000,5000")
     if not vocabs:
         raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
     for v in vocabs:
@@ -185,14 +185,15 @@ def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
     return out
 
 
-def _int_list(text: str, key: str) -> tuple[int, ...]:
+def _int_list(text: str, key: str, example: str) -> tuple[int, ...]:
+    """`--KEY`'s comma list of integers; a bad one is refused with `example`, a good one."""
     if text.strip() == "":
         return ()
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
         raise ConfigError(
-            f"--{key} '{text}' must be a comma list of integers, e.g. 1000000,5000"
+            f"--{key} '{text}' must be a comma list of integers, e.g. {example}"
         ) from None
 
 

@@ -90,8 +90,9 @@ def estimate_for_cli(
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"{flag} describes the built-in model; with --model the model is "
-                          "yours: drop it (only --optimizer, --precision, --loss, --space, "
-                          "--budget, --reserve, --device-memory and --json apply)")
+                          "yours: drop it (only --example, --apply, --loss, --space, "
+                          "--optimizer, --precision, --budget, --reserve, --device-memory, "
+                          "--suggest, --world-size and --json apply)")
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
     from autoembed.trace.traced_model import STANDIN_NOTE

@@ -125,6 +125,11 @@ def load_space(path: str | Path, kind: str | None = None) -> SearchSpace:
         elif (p.stem in BUILTIN_SPACES and p.suffix == ".yaml"
               and p.parent.name == "search_spaces" and len(p.parts) == 2):
             p = builtin_space_path(p.stem)
+    from autoembed.data.spec import suffix_of
+
+    if suffix_of(p.name):  # `--space clicks.csv` for `--data clicks.csv`
+        raise ConfigError(f"search space '{path}' is a data file: give it with --data (the "
+                          "space is then derived from it); --space takes a YAML search space")
     try:
         text = p.read_text()
     except FileNotFoundError:

@@ -21,7 +21,9 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag, ViewType
+from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
 
+from autoembed.errors import ConfigError
 from autoembed.tracking.run_data import MAX_PARAM_CHARS, MAX_TAG_CHARS, trial_payload
 from autoembed.tracking.store import TrackingError, TrackingStore, check_reachable, masked
 
@@ -81,6 +83,10 @@ def open_client(store: TrackingStore) -> MlflowClient:
             guard = (store.db_path.parent / (store.db_path.name + ".init-lock")).open("a")
             fcntl.flock(guard.fileno(), fcntl.LOCK_EX)
         client = _open_schema(store)
+    except UnsupportedModelRegistryStoreURIException:  # bad input, not a store fault
+        raise ConfigError(
+            f"--tracking-uri '{masked(store.uri)}': MLflow has no store of that scheme; use "
+            "sqlite:///PATH, http(s)://HOST:PORT, postgresql://..., or 'none'") from None
     except Exception as e:  # noqa: BLE001 - any store fault is one clear line
         raise TrackingError(
             f"MLflow store '{masked(store.uri)}' cannot be opened: {_one_line(e)}") from e

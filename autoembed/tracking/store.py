@@ -98,9 +98,11 @@ def resolve_store(tracking_uri: str | None, runs_dir: Path) -> TrackingStore:
     return TrackingStore(uri, "other")
 
 
-def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
+def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S, *,
+                    optional: bool = True) -> None:
     """Raise `TrackingUnreachableError` unless the MLflow server at `uri` answers `/health`
-    within `timeout` seconds; a 4xx answer counts as reachable (MLflow will say more)."""
+    within `timeout` seconds; a 4xx answer counts as reachable (MLflow will say more).
+    `optional`: the caller can do without a store, so `--tracking-uri none` is a fix."""
     url = f"{uri.rstrip('/')}/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
@@ -115,8 +117,9 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
         cause = str(reason) or type(reason).__name__
     raise TrackingUnreachableError(
         f"MLflow tracking server '{uri}' is not reachable ({url}: {cause}, timeout "
-        f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), "
-        "fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none")
+        f"{timeout:g} s); start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`)"
+        + (", fix --tracking-uri / MLFLOW_TRACKING_URI, or pass --tracking-uri none"
+           if optional else " or fix --tracking-uri / MLFLOW_TRACKING_URI"))
 
 
 def masked(uri: str) -> str:
