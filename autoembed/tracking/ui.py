@@ -32,7 +32,9 @@ STOP_S = 10.0
 
 def server_command(store: TrackingStore, host: str, port: int) -> list[str]:
     assert store.artifact_root is not None
+    # the registry in the same store, named (else mlflow prints that it chose so)
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.uri,
+            "--registry-store-uri", store.uri,
             "--artifacts-destination", str(store.artifact_root), "--host", host,
             "--port", str(port), "--workers", "1"]
 
