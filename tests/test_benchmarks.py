@@ -481,3 +481,50 @@ def test_the_docs_quote_the_models_estimator_median_error_of_its_results_file() 
         quoted = re.findall(r"median \|error\| (\d+\.\d+%)",
                             (BENCH.parent / "docs" / page).read_text())
         assert quoted == [median], (page, quoted)
+
+
+def _replay_hv95(method: str) -> dict[str, tuple[int, str]]:
+    """Per table, `method`'s seeds and hv95 ratio to random-full (start points off) in
+    search_efficiency_replay.md."""
+    text = (RESULTS / "search_efficiency_replay.md").read_text()
+    off = text.split("## Start points off", 1)[1].split("## Start points on", 1)[0]
+    out = {}
+    for block in off.split("### ")[1:]:
+        row = re.search(rf"^\| {method} \| (\d+) \|(?:[^|]*\|){{7}} (\d\.\d\d) \[", block,
+                        flags=re.M)
+        assert row, (method, block.split()[0])
+        out[block.split()[0]] = (int(row[1]), row[2])
+    return out
+
+
+def test_the_docs_quote_ehvi_with_and_without_mo_asha_as_the_replay_file_does() -> None:
+    """searching.md quoted ehvi-front at 0.25/0.10/0.18/0.42 on 8 seeds (a scratch replay,
+    no results file); the file's table gives each method's own seeds."""
+    order = ("flights", "movielens", "bbcnews", "default")
+    asha, front = _replay_hv95("ehvi-asha"), _replay_hv95("ehvi-front")
+    page = (BENCH.parent / "docs" / "searching.md").read_text().replace("\n", " ")
+    quoted = (f"`ehvi-asha` reached it in {asha['flights'][1]}x, {asha['movielens'][1]}x, "
+              f"{asha['bbcnews'][1]}x and {asha['default'][1]}x (flights, MovieLens, BBC "
+              f"News, the default space; {asha['flights'][0]} seeds) against `ehvi-front`'s "
+              f"{front['flights'][1]}x, {front['movielens'][1]}x, {front['bbcnews'][1]}x and "
+              f"{front['default'][1]}x ({', '.join(str(front[t][0]) for t in order[:3])} and "
+              f"{front['default'][0]} seeds)")
+    assert quoted in page
+    rs = _replay_hv95("ehvi-rs-front")
+    bench = DOCS_PAGE.read_text().replace("\n", " ")
+    order = ("movielens", "flights", "bbcnews", "default")
+    for ratios in (rs, asha):
+        assert "{}×, {}×, {}× and {}×".format(*(ratios[t][1] for t in order)) in bench
+
+
+def test_searching_quotes_the_live_120s_trial_counts_of_its_results_file() -> None:
+    """searching.md said MovieLens 40–46 and flights 25–29 complete (an earlier run's file);
+    the current file's seeds 0–2 give the ranges quoted."""
+    text = (RESULTS / "search_live_120s.md").read_text()
+    done = {data: sorted(int(n) for n in re.findall(rf"^\| {data} \| [0-2] \|(?:[^|]*\|){{2}}"
+                                                     r" (\d+)/\d+ \|", text, flags=re.M))
+            for data in ("movielens", "flights")}
+    assert all(len(v) == 3 for v in done.values()), done
+    page = (BENCH.parent / "docs" / "searching.md").read_text().replace("\n", " ")
+    ml, fl = done["movielens"], done["flights"]
+    assert f"MovieLens {ml[0]}–{ml[-1]} complete, flights {fl[0]}–{fl[-1]}:" in page
