@@ -542,3 +542,18 @@ def test_benchmarks_page_quotes_the_live_files_counts() -> None:
     more = (RESULTS / "search_live_120s_more_seeds.md").read_text()
     counts = re.search(r"movielens (\d of \d); flights (\d of \d)", more).groups()
     assert "in {} on MovieLens and {} on flights".format(*counts) in page
+
+
+def test_torchrec_page_quotes_the_dmp_files_state_and_peak_ranges() -> None:
+    """torchrec.md said 1-2.6 GB of table state per rank in one place and 1.4-2.8 GB in
+    another; the file's table gives one range, and the step peaks' percentages."""
+    text = (RESULTS / "torchrec_dmp_cpu.md").read_text()
+    rows = re.findall(r"^\| C\d \| \d \| [^|]+ \| ([\d.]+) \|(?:[^|]*\|){3} [+-][\d.]+ "
+                      r"\(\+([\d.]+)%\) \|", text, flags=re.M)
+    assert len(rows) == 16
+    mb = [float(r[0]) for r in rows]
+    pct = sorted(float(r[1]) for r in rows)
+    page = (BENCH.parent / "docs" / "torchrec.md").read_text().replace("\n", " ")
+    state = f"{min(mb) / 1000:.1f}-{max(mb) / 1000:.1f} GB"
+    assert page.count(state) == 2, state
+    assert f"step peak {pct[0]:.2f}-{pct[-1]:.2f}% above the measured one" in page
