@@ -29,7 +29,7 @@ _UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _SIZE_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB or 0.5TB"
 _HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"  # a budget may be a share
 
@@ -132,7 +132,7 @@ def with_device_memory(budget: str | None, device_memory: str | None) -> Budget 
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     if budget is None:
         return None
-    return Budget.of(budget, dev_mem, memory_option="--device-memory")
+    return Budget.of(budget, dev_mem, what="--budget", memory_option="--device-memory")
 
 
 def _share(what: str, text: str, device_memory: int | None,
@@ -167,7 +167,7 @@ class MemoryBudget:
     def of(cls, device: BudgetLike, host: BudgetLike | None = None, *,
            device_memory: int | None = None) -> MemoryBudget:
         """Both sides parsed: `Budget.of` and `Budget.for_host`."""
-        return cls(Budget.of(device, device_memory),
+        return cls(Budget.of(device, device_memory, what="--budget"),
                    None if host is None else Budget.for_host(host))
 
 

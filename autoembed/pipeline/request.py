@@ -113,7 +113,7 @@ class SearchRequest(SearchOptions):
         check_study_name(name)
         if o.resume and o.study is None:
             raise ConfigError("--resume needs --study NAME (the study to continue)")
-        pick = parse_pick(o.pick_rule)
+        pick = parse_pick(o.pick_rule, "--pick")
         if o.sampler is not None:
             check_sampler(o.sampler)
         if o.repeatable and (o.workers or 1) > 1:
