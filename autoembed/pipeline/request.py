@@ -222,16 +222,16 @@ def _names(names: str | Sequence[str] | None) -> tuple[str, ...] | None:
 def _device(device: str) -> str:
     if device not in DEVICES and not device.startswith("cuda:"):
         raise ConfigError(f"device '{device}' is not known; use one of {', '.join(DEVICES)}")
-    import torch
-
-    has_cuda = torch.cuda.is_available()
     if device == "auto":
-        return "cuda" if has_cuda else "cpu"
-    if device.startswith("cuda") and not has_cuda:
-        raise ConfigError(
-            f"device '{device}' was asked for, but no GPU is visible; use --device cpu"
-        )
-    return "cuda" if device.startswith("cuda") else "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        from autoembed.training import check_device
+
+        check_device(device)  # a GPU present, as `autoembed train` checks it
+        return "cuda"
+    return "cpu"
 
 
 def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | None:
