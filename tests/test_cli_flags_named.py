@@ -1,6 +1,7 @@
 """A bad command-line value is refused in one line that names its flag and the fix (the
 audit of the CLI's messages): `--pick`, `--format` and `--budget` were said without their
-flag or without the rule broken."""
+flag or without the rule broken; `--no-start-points` on a search of your own model did
+nothing."""
 
 from __future__ import annotations
 
@@ -45,3 +46,21 @@ def test_a_negative_budget_names_the_flag_and_says_it_must_be_positive(
     runs = ["--runs-dir", str(tmp_path)] if command[0] == "search" else []
     err = _refused([*command, "--budget", "-1GB", *runs], capsys)
     assert "--budget '-1GB' must be greater than zero; use e.g. 8GB" in err, err
+
+
+def test_no_start_points_on_your_own_model_names_no_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The model as written trained first all the same: that is --no-reference."""
+    import autoembed.tracking as tracking
+
+    def would_search(*_: object, **__: object) -> None:
+        raise AssertionError("the search went on to run")
+
+    monkeypatch.setattr(tracking, "open_tracker", would_search)
+    fns = [f"--{k}=examples.text_search:{f}" for k, f in
+           (("model", "build"), ("example", "example"), ("train", "train"))]
+    err = _refused(["search", *fns, "--budget", "800MB", "--no-start-points",
+                    "--runs-dir", str(tmp_path)], capsys)
+    assert "--no-start-points does not apply" in err and "give --no-reference" in err, err
+    assert not any(tmp_path.iterdir())

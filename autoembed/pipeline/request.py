@@ -178,7 +178,11 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,
         raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
                           "--model, --example and --train")
     for key, value in builtin_only.items():
-        if value is not None and value is not False:  # False: --no-start-points
+        if key == "start_points" and value is False:  # the model as written still trains first
+            raise ConfigError("--no-start-points does not apply to a search over your own "
+                              "model (it has no start points; your model as written trains "
+                              "first): remove it, or give --no-reference to skip that")
+        if value is not None:
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} does not apply to a search over your own model "
                               f"({USER_REFUSED[key]}): remove it")
