@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from autoembed.errors import BudgetError
 
 __all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes",
-           "with_device_memory"]
+           "with_device_memory", "below_overhead"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
@@ -71,6 +71,15 @@ def format_bytes(n: int | float) -> str:
         if abs(n) >= dec:
             return f"{n / dec:.2f} {unit} ({n / bin_:.2f} {binu})"
     return f"{int(n)} B"  # pragma: no cover
+
+
+def below_overhead(budget: Budget, overhead: int, parts: str, least: int, of: str) -> str:
+    """The one wording of a budget under the fixed overhead (made of `parts`) that every
+    config's device total holds: no cheaper config can fit, so the fix is the budget, to at
+    least `least` bytes (what `of` needs)."""
+    return (f"the budget {budget.text} = {format_bytes(budget.bytes)} is below the fixed "
+            f"overhead every config needs ({parts}), {format_bytes(overhead)}; raise --budget "
+            f"to at least {format_bytes(least)}, what {of} needs")
 
 
 @dataclass(frozen=True)
