@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from autoembed.errors import BudgetError
 
 __all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes",
-           "with_device_memory"]
+           "with_device_memory", "below_overhead"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
@@ -29,7 +29,7 @@ _UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _SIZE_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB or 0.5TB"
 _HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"  # a budget may be a share
 
@@ -71,6 +71,15 @@ def format_bytes(n: int | float) -> str:
         if abs(n) >= dec:
             return f"{n / dec:.2f} {unit} ({n / bin_:.2f} {binu})"
     return f"{int(n)} B"  # pragma: no cover
+
+
+def below_overhead(budget: Budget, overhead: int, parts: str, least: int, of: str) -> str:
+    """The one wording of a budget under the fixed overhead (made of `parts`) that every
+    config's device total holds: no cheaper config can fit, so the fix is the budget, to at
+    least `least` bytes (what `of` needs)."""
+    return (f"the budget {budget.text} = {format_bytes(budget.bytes)} is below the fixed "
+            f"overhead every config needs ({parts}), {format_bytes(overhead)}; raise --budget "
+            f"to at least {format_bytes(least)}, what {of} needs")
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ def with_device_memory(budget: str | None, device_memory: str | None) -> Budget 
     dev_mem = parse_size(device_memory, "--device-memory") if device_memory else None
     if budget is None:
         return None
-    return Budget.of(budget, dev_mem, memory_option="--device-memory")
+    return Budget.of(budget, dev_mem, what="--budget", memory_option="--device-memory")
 
 
 def _share(what: str, text: str, device_memory: int | None,
@@ -167,7 +176,7 @@ class MemoryBudget:
     def of(cls, device: BudgetLike, host: BudgetLike | None = None, *,
            device_memory: int | None = None) -> MemoryBudget:
         """Both sides parsed: `Budget.of` and `Budget.for_host`."""
-        return cls(Budget.of(device, device_memory),
+        return cls(Budget.of(device, device_memory, what="--budget"),
                    None if host is None else Budget.for_host(host))
 
 

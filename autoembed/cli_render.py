@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autoembed.budget import Budget, format_bytes
+from autoembed.budget import Budget, below_overhead, format_bytes
 from autoembed.memory import MemoryEstimate
 from autoembed.memory.types import (
     BYTE_FIGURES,
@@ -63,6 +63,10 @@ def does_not_fit(priced: Priced, suggested: bool = False) -> str:
     """The stderr line of an estimate over its budget (exit 3); `suggested`: changes that
     fit were printed."""
     est, bud = priced.estimate, priced.budget
+    if bud is not None and not bud.admits(est.overhead):  # no smaller config helps
+        return "autoembed: does not fit: " + below_overhead(
+            bud, est.overhead, "CUDA context, cuBLAS workspace, --reserve", est.device_total,
+            "this config")
     fix = ("make one of the changes listed under 'What would fit'" if suggested
            else "choose a smaller config")
     return (f"autoembed: does not fit: device total {format_bytes(est.device_total)} is over "

@@ -286,7 +286,7 @@ def _rule_of(pick: str | None, pareto: Mapping[str, Any]) -> tuple[str, int | No
     """(rule, trial number, label) of `--pick` (None: the search's own pick, itself a
     trial:N where pareto.json names it, else DEFAULT_PICK)."""
     if pick:
-        parsed = parse_pick(pick)
+        parsed = parse_pick(pick, "--pick")
         rule, number, label = parsed.rule, parsed.trial, str(parsed)
     else:
         rule, number, label = "best", None, ""
@@ -358,7 +358,7 @@ def format_of(out: Path, fmt: str | None) -> str:
     beside it as <stem>.yaml, which another suffix would make the module's own path."""
     f = _SUFFIX_FORMATS.get(out.suffix.lower(), "yaml") if fmt is None else fmt.strip().lower()
     if f not in FORMATS:
-        raise ConfigError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
+        raise ConfigError(f"--format '{fmt}' is not a format; use one of {', '.join(FORMATS)}")
     if f == "python" and out.suffix != ".py":
         raise ConfigError(f"--format python writes a Python module, and --out '{out}' is not a "
                           f".py file; give --out {out.with_suffix('.py')}")
@@ -428,6 +428,8 @@ def _check_request(out: Path, study: str | None, pick: str | None, run_id: str |
         raise ConfigError(f"output file '{out}' exists; pass --force to overwrite it")
     if run_id is not None and pick is not None:
         raise ConfigError("give --pick or --run-id, not both")
+    if pick:
+        parse_pick(pick, "--pick")  # a bad rule before the study is read
     if study is not None:  # a name, never a path out of the runs directory
         from autoembed.pipeline.study import check_study_name
 

@@ -169,14 +169,15 @@ class Pick:
         return f"trial:{self.trial}" if self.rule == "trial" else self.rule
 
 
-def parse_pick(text: str) -> Pick:
+def parse_pick(text: str, name: str = "pick") -> Pick:
+    """`text` as a Pick; a ConfigError naming it as `name` (the CLI's "--pick") otherwise."""
     s = str(text).strip()
     m = _TRIAL.match(s)
     if m:
         return Pick("trial", int(m.group(1)))
     if s in PICK_RULES and s != "trial:N":
         return Pick(s)
-    raise ConfigError(f"pick '{text}' is not a rule; use one of {', '.join(PICK_RULES)}")
+    raise ConfigError(f"{name} '{text}' is not a rule; use one of {', '.join(PICK_RULES)}")
 
 
 def pick(

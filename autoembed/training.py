@@ -53,20 +53,23 @@ def _device_total(device: Any) -> tuple[int, str]:
 
 
 def check_device(device: Any) -> Any:
-    """`device` as the torch.device to train on: a CPU or a visible GPU (bad input, exit 2,
-    otherwise; `autoembed train --dry-run` checks it too)."""
+    """`device` as the torch.device to train on: a CPU or a GPU present, by the index as
+    given (torch wraps cuda:4096 to cuda:0); bad input (exit 2) otherwise, naming the GPUs
+    present. `autoembed train --dry-run` and `autoembed search` check it too."""
     import torch
 
-    from autoembed.models.embedding_model import as_device
+    from autoembed.models.embedding_model import as_device, typed_index
 
-    dev = as_device(device)
-    if dev.type == "cuda":
+    index = typed_index(device)
+    if str(device).split(":")[0].strip() == "cuda":  # before torch reads (and wraps) the index
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
-            raise ConfigError(f"device '{dev}': no GPU is visible here; use --device cpu")
-        if dev.index is not None and dev.index >= n:
-            raise ConfigError(f"device '{dev}': {n} GPU(s) visible, cuda:0 to cuda:{n - 1}")
-    elif dev.type != "cpu":
+            raise ConfigError(f"device '{device}': no GPU is visible here; use --device cpu")
+        if index is not None and index >= n:
+            raise ConfigError(f"device '{device}': {n} GPU(s) visible here, cuda:0 to "
+                              f"cuda:{n - 1}; use one of them or --device cpu")
+    dev = as_device(device)
+    if dev.type not in ("cpu", "cuda"):
         raise ConfigError(f"device '{dev}': train on cpu or cuda[:N]")
     return dev
 

@@ -313,7 +313,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(
 
 def test_nothing_fits_exits_3_with_the_smallest_estimate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["search", "--budget", "100MB", "--space", TINY, "--study", "small",
+    rc = main(["search", "--budget", "571MB", "--space", TINY, "--study", "small",
                "--runs-dir", str(tmp_path), "--tracking-uri", "none"])
     err = capsys.readouterr().err
     assert rc == 3, err

@@ -122,4 +122,5 @@ def test_a_budget_under_the_fixed_overhead_says_nothing_can_fit(
     assert main(["estimate", *SEED, "--budget", "500MB"]) == 3
     out, err = capsys.readouterr()
     assert "the fixed overhead alone, 570.43 MB" in out
-    assert "choose a smaller config" in err and "What would fit" not in err
+    assert "choose a smaller config" not in err and "What would fit" not in err  # none helps
+    assert "is below the fixed overhead" in err and "raise --budget to at least" in err

@@ -190,6 +190,31 @@ def test_a_dry_run_refuses_the_device_the_run_would(
     assert main(["train", "--config", str(cfg), "--device", "cpu", "--dry-run"]) == 0
 
 
+@pytest.mark.parametrize("device", ["cuda:2", "cuda:4096", "cuda:255"])
+def test_a_gpu_index_past_those_present_is_refused_by_train_and_search_alike(
+        device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """torch keeps a device index in 8 bits (cuda:4096 is cuda:0, cuda:255 plain cuda), so
+    `train --device cuda:4096` trained on GPU 0 and `search` took any cuda:N: both now refuse
+    an index past the GPUs present (two, faked here), naming them."""
+    import autoembed.tracking as tracking
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    def would_search(*_: Any, **__: Any) -> None:
+        raise AssertionError("the search went on to run")
+
+    monkeypatch.setattr(tracking, "open_tracker", would_search)
+    said = f"device '{device}': 2 GPU(s) visible here, cuda:0 to cuda:1; use one of them"
+    for argv in (["train", "--config", str(_rerun_file(tmp_path, None)), "--dry-run"],
+                 ["search", "--budget", "8GB", "--runs-dir", str(tmp_path / "runs")]):
+        assert main([*argv, "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_record_of_a_search_of_your_own_model_is_refused_with_the_way_to_train_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A user search's best.yaml or export (embedding settings + `params`) is not a config

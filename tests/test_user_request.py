@@ -47,6 +47,10 @@ def test_a_good_request_records_the_functions(tmp_path: Path) -> None:
     ({"data": "movielens"}, "--data does not apply to a search over your own model"),
     ({"host_budget": "8GB"}, "--host-budget does not apply to a search over your own model"),
     ({"start_points": True}, "--start-points does not apply"),
+    # it did nothing: the model as written trained first all the same
+    ({"start_points": False}, "--no-start-points does not apply to a search over your own "
+                              "model (it has no start points; your model as written trains "
+                              "first): remove it, or give --no-reference to skip that"),
     ({"early_stop": True}, "--early-stop: your loop's length is unknown"),
     ({"study": "../../somewhere"}, "study name '../../somewhere' is not allowed"),
     ({"model": None}, "--model missing"),

@@ -62,13 +62,27 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def as_device(device: torch.device | str) -> torch.device:
-    """`device` as a torch.device; a ConfigError naming it when torch does not know it."""
+    """`device` as a torch.device; a ConfigError naming it when torch does not know it, or
+    reads its index as another (torch keeps an index in 8 bits: cuda:4096 is cuda:0)."""
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise ConfigError(
             f"device {device!r} is not a torch device; use e.g. cpu, cuda or cuda:1"
         ) from None
+    index = typed_index(device)
+    if index is not None and dev.index != index:
+        raise ConfigError(f"device {device!r}: torch reads its index as {dev.index}; give the "
+                          "index of a GPU present (e.g. cuda:0)")
+    return dev
+
+
+def typed_index(device: torch.device | str) -> int | None:
+    """The index of `device` as written ("cuda:4096": 4096); None without one."""
+    if isinstance(device, torch.device):
+        return device.index
+    _, _, tail = str(device).strip().partition(":")
+    return int(tail) if tail.isdigit() else None
 
 
 def check_buildable(config: EmbeddingConfig) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoembed.baselines import Baseline
-from autoembed.budget import Budget, format_bytes
+from autoembed.budget import Budget, below_overhead, format_bytes
 from autoembed.config import EmbeddingConfig, config_from_dict, model_key
 from autoembed.data.digest import data_file_digest, digests
 from autoembed.data.spec import SYNTHETIC_NAMES, DataSpec
@@ -210,6 +210,11 @@ class BuiltinWorkload:
         if budget.admits(cheap_cost):
             return values
         est = estimate(self.data.priced(cheap_cfg))
+        if not budget.admits(est.overhead):  # no cheaper config helps: name the overhead
+            raise NothingFitsError(
+                f"nothing in the search space '{self.space.source}' fits: " + below_overhead(
+                    budget, est.overhead, "CUDA context, cuBLAS workspace",
+                    est.device_total, "the space's cheapest config"))
         cats = {"parameters": est.parameters, "gradients": est.gradients,
                 "optimizer state": est.optimizer_state, "activations": est.activations,
                 "temporaries": est.temporaries, "overhead": est.overhead}

@@ -113,7 +113,7 @@ class SearchRequest(SearchOptions):
         check_study_name(name)
         if o.resume and o.study is None:
             raise ConfigError("--resume needs --study NAME (the study to continue)")
-        pick = parse_pick(o.pick_rule)
+        pick = parse_pick(o.pick_rule, "--pick")
         if o.sampler is not None:
             check_sampler(o.sampler)
         if o.repeatable and (o.workers or 1) > 1:
@@ -178,7 +178,11 @@ def _user_code(model: Any, example: Any, train: Any, loss: Any, apply: Any,
         raise ConfigError(f"{', '.join(missing)} missing: a search of your own model needs "
                           "--model, --example and --train")
     for key, value in builtin_only.items():
-        if value is not None and value is not False:  # False: --no-start-points
+        if key == "start_points" and value is False:  # the model as written still trains first
+            raise ConfigError("--no-start-points does not apply to a search over your own "
+                              "model (it has no start points; your model as written trains "
+                              "first): remove it, or give --no-reference to skip that")
+        if value is not None:
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} does not apply to a search over your own model "
                               f"({USER_REFUSED[key]}): remove it")
@@ -222,16 +226,16 @@ def _names(names: str | Sequence[str] | None) -> tuple[str, ...] | None:
 def _device(device: str) -> str:
     if device not in DEVICES and not device.startswith("cuda:"):
         raise ConfigError(f"device '{device}' is not known; use one of {', '.join(DEVICES)}")
-    import torch
-
-    has_cuda = torch.cuda.is_available()
     if device == "auto":
-        return "cuda" if has_cuda else "cpu"
-    if device.startswith("cuda") and not has_cuda:
-        raise ConfigError(
-            f"device '{device}' was asked for, but no GPU is visible; use --device cpu"
-        )
-    return "cuda" if device.startswith("cuda") else "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        from autoembed.training import check_device
+
+        check_device(device)  # a GPU present, as `autoembed train` checks it
+        return "cuda"
+    return "cpu"
 
 
 def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | None:

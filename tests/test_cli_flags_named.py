@@ -1,0 +1,66 @@
+"""A bad command-line value is refused in one line that names its flag and the fix (the
+audit of the CLI's messages): `--pick`, `--format` and `--budget` were said without their
+flag or without the rule broken; `--no-start-points` on a search of your own model did
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoembed.cli import main
+from autoembed.pareto import PICK_RULES
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line `autoembed ARGV` printed, refusing with exit status 2."""
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, (rc, err)
+    return err
+
+
+def test_a_bad_pick_names_the_flag_and_the_rules(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = "within-noise, knee, max-quality, min-memory, max-throughput, trial:N"
+    assert ", ".join(PICK_RULES) == rules
+    said = f"--pick 'best' is not a rule; use one of {rules}"
+    for argv in (["search", "--budget", "8GB", "--runs-dir", str(tmp_path)],
+                 ["export", "--study", "nosuch", "--out", str(tmp_path / "b.yaml"),
+                  "--runs-dir", str(tmp_path)]):
+        assert _refused([*argv, "--pick", "best"], capsys).endswith(said)
+    assert not any(tmp_path.iterdir())  # refused before anything was made
+
+
+def test_a_bad_export_format_names_the_flag_and_the_formats(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(["export", "--study", "s", "--out", str(tmp_path / "b.xml"),
+                    "--format", "xml", "--runs-dir", str(tmp_path)], capsys)
+    assert err.endswith("--format 'xml' is not a format; use one of yaml, json, python")
+
+
+@pytest.mark.parametrize("command", [["search"], ["estimate", "--vocab", "1000", "--dim", "8"]])
+def test_a_negative_budget_names_the_flag_and_says_it_must_be_positive(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = ["--runs-dir", str(tmp_path)] if command[0] == "search" else []
+    err = _refused([*command, "--budget", "-1GB", *runs], capsys)
+    assert "--budget '-1GB' must be greater than zero; use e.g. 8GB" in err, err
+
+
+def test_no_start_points_on_your_own_model_names_no_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The model as written trained first all the same: that is --no-reference."""
+    import autoembed.tracking as tracking
+
+    def would_search(*_: object, **__: object) -> None:
+        raise AssertionError("the search went on to run")
+
+    monkeypatch.setattr(tracking, "open_tracker", would_search)
+    fns = [f"--{k}=examples.text_search:{f}" for k, f in
+           (("model", "build"), ("example", "example"), ("train", "train"))]
+    err = _refused(["search", *fns, "--budget", "800MB", "--no-start-points",
+                    "--runs-dir", str(tmp_path)], capsys)
+    assert "--no-start-points does not apply" in err and "give --no-reference" in err, err
+    assert not any(tmp_path.iterdir())
