@@ -290,14 +290,19 @@ class Proposer:
         return Asked(trial, row, proposal=proposal, cost=cost)
 
     def _row_key(self, row: TrialRow) -> Any:
-        """A recorded trial's `trial_key` (what its row's config and params train, where
-        it was priced)."""
+        """A recorded trial's `trial_key`: what its row's config and params train, where it
+        was priced and its params are the space's (a row an older version stored without
+        them is keyed by its params: the same params are a repeat of it)."""
         from optuna.trial import FixedTrial
 
         trains = None
         if row.device_total > 0:
-            values = self._values(FixedTrial(dict(row.params)), row.origin)
-            trains = self.workload.trains(values, row.config)
+            try:
+                values = self._values(FixedTrial(dict(row.params)), row.origin)
+            except ValueError:  # FixedTrial: a param of the space not in the row's
+                values = None
+            if values is not None:
+                trains = self.workload.trains(values, row.config)
         return trial_key(trains, row.params, row.origin)
 
     def _repeated(self, trial: Any) -> str | None:
