@@ -77,6 +77,7 @@ def test_front_table_and_pick_line_show_the_judged_memory_and_say_which_is_which
     assert f"{small_total / 1e6:.2f} MB ({100 * small_total / 1e9:.1f}%)" in out
     assert "memory = the allocated peak, the objective" in out
     assert "what the budget judges" in out
+    assert "--reserve" not in out  # an estimate's option: a search has none
     (pick,) = [ln for ln in out.splitlines() if ln.startswith("the pick, trial 3: ")]
     assert "memory 308.33 MB" in pick
     assert pick.endswith("device total 897.58 MB (89.8% of the budget)")

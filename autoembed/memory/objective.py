@@ -50,7 +50,7 @@ def memory_note(basis: str | None) -> str:
     what = ("the allocated peak" if (basis or MEMORY_BASIS) == "allocated_peak"
             else "the device total")
     return (f"memory = {what}, the objective; device total = reserved peak + fixed overhead "
-            "(CUDA context, cuBLAS workspace, --reserve), what the budget judges")
+            "(CUDA context, cuBLAS workspace), what the budget judges")
 
 
 def judged(estimate: Mapping[str, Any], budget_bytes: int | None, budget: str | None = None,

@@ -215,7 +215,7 @@ class UserWorkload:
         if fixed and not budget.admits(fixed):  # every config's device_total holds it
             raise NothingFitsError(
                 f"nothing fits the budget {budget.text} = {format_bytes(budget.bytes)}: the "
-                f"fixed overhead alone (CUDA context, cuBLAS workspace, --reserve) is "
+                f"fixed overhead alone (CUDA context, cuBLAS workspace) is "
                 f"{format_bytes(fixed)}; raise --budget above it")
 
     def start_points(self, cheapest: Mapping[str, Any] | None) -> tuple[StartPoint, ...]:
