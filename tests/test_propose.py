@@ -189,6 +189,18 @@ def test_a_row_whose_params_are_not_the_spaces_is_keyed_by_them_and_a_bug_is_rai
         eng.proposer._row_key(row)
 
 
+def test_the_configs_tried_are_counted_by_the_keys_known_when_asked(
+        seed_ctr: BuiltinWorkload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the search ends on "every fitting config tried: N", each row's key is the one
+    worked out when it was asked (or loaded), not worked out again for every row."""
+    eng = _engine(seed_ctr)
+    _both_train(eng, (0.15, 0.5))
+    calls: list[int] = []
+    monkeypatch.setattr(type(eng.proposer), "_row_key",
+                        lambda self, row: calls.append(row.number))
+    assert eng.proposer._tried_fitting() == 2 and calls == []
+
+
 def _table(name: str, rows: int, freq: float) -> TableConfig:
     return TableConfig(name, rows, frequency=freq)
 

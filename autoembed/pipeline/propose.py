@@ -337,8 +337,13 @@ class Proposer:
     def _tried_fitting(self) -> int:
         """Distinct configs (`trial_key`) the study trained or is training (priced: an
         invalid one is not)."""
-        return len({self._row_key(r) for r in self.rows.values()
+        return len({self._known_key(r) for r in self.rows.values()
                     if (r.counted or r.status == "running") and r.device_total > 0})
+
+    def _known_key(self, row: TrialRow) -> Any:
+        """`row`'s trial key as keyed when it was asked or loaded (`_keys`), else worked out."""
+        key = self._keys.get(_asked(row.params, row.origin))
+        return key if key is not None else self._row_key(row)
 
     def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
         """The trial's values (Optuna's params drawn): for the model as written, all but
