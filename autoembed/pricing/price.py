@@ -164,7 +164,8 @@ def _named_by_flags(given: Mapping[str, Any]) -> Iterator[None]:
 
 
 def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> EmbeddingConfig:
-    """The config file (else the seed workload's defaults) with the given flags over it."""
+    """The config file (else the seed workload's defaults) with the given flags over it
+    (`--pooling-factor` without `--vocab`: over each of the file's tables)."""
     given = {k: v for k, v in flags.items() if v is not None}
     base = load_config(config_path) if config_path is not None else None
     if base is not None and "vocab" not in given:
@@ -180,6 +181,9 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
         kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers", "256,64")
     if "vocab" in given:
         kw.update(_tables(given, kw, base))
+    elif base is not None and "pooling_factor" in given:  # the file's tables, each
+        kw["tables"] = tuple(replace(t, pooling_factor=given["pooling_factor"])
+                             for t in base.tables)
     if base is None:
         return EmbeddingConfig(**kw)
     return replace(base, **kw) if kw else base
