@@ -219,6 +219,10 @@ def test_a_named_gpu_is_the_only_one_a_private_ray_sees_and_refused_where_it_can
     ray_tune.ray_session(None, 2, 1, gpu=visible_id(1)).__enter__()
     ray_tune.ray_session(None, 2, 2).__enter__()
     assert seen == ["6", "4,6"] and os.environ["CUDA_VISIBLE_DEVICES"] == "4,6"
+    monkeypatch.setattr(FakeRay, "is_initialized", lambda self: True)  # a notebook's Ray
+    with pytest.raises(ConfigError, match="Ray is already running"):
+        ray_tune.ray_session(None, 2, 1, gpu="6").__enter__()
+    ray_tune.ray_session(None, 2, 2).__enter__()  # used as it is
 
 
 # ----------------------------------------------------------------- a user search's --loss

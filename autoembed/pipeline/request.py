@@ -251,7 +251,8 @@ def _check_pinned(device: str, executor_kind: str, ray_address: str | None) -> N
     """Refuse `--device cuda:N` where the search cannot keep its trials on that GPU: only a
     Ray it starts itself is limited to it (`ray_tune.only_gpu`)."""
     index = int(device.partition(":")[2])
-    env = f"start it with CUDA_VISIBLE_DEVICES={visible_id(index)} and give --device cuda"
+    env = (f"start the process with CUDA_VISIBLE_DEVICES={visible_id(index)} and give "
+           "--device cuda")
     if ray_address:
         raise ConfigError(f"--device {device} with --ray-address: the cluster places trials on "
                           "its own GPUs; give --device cuda (to pin a GPU, start that node's "
