@@ -180,12 +180,13 @@ class MemoryBudget:
                    None if host is None else Budget.for_host(host))
 
 
-def detect_device_memory() -> int | None:
-    """Total memory of CUDA device 0, or None when no GPU is visible (torch imported lazily)."""
+def detect_device_memory(index: int = 0) -> int | None:
+    """Total memory of CUDA device `index`, or None when no GPU is visible (torch imported
+    lazily)."""
     try:
         import torch
     except ImportError:  # pragma: no cover
         return None
     if not torch.cuda.is_available():
         return None
-    return int(torch.cuda.get_device_properties(0).total_memory)
+    return int(torch.cuda.get_device_properties(index).total_memory)

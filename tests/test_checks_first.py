@@ -173,6 +173,58 @@ def test_a_cluster_is_joined_as_ray_decides(monkeypatch: pytest.MonkeyPatch) -> 
     assert ray_constants.ENABLE_RAY_CLUSTER == cluster  # restored after the start
 
 
+def test_a_named_gpu_is_the_only_one_a_private_ray_sees_and_refused_where_it_cannot_be(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`search --device cuda:1` became plain "cuda": Ray could place trials on GPU 0. A
+    private Ray now starts with CUDA_VISIBLE_DEVICES naming GPU 1 only (as this process
+    numbers it: the second entry of its own CUDA_VISIBLE_DEVICES), and where that cannot
+    hold (a cluster, in process) the index is refused. Two GPUs faked; no CUDA."""
+    import torch
+
+    import autoembed.pipeline.ray_tune as ray_tune
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest, visible_id
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    r = SearchRequest.parse("8GB", "tiny", device="cuda:1")
+    assert (r.device, r.gpu) == ("cuda", 1)
+    assert SearchRequest.parse("8GB", "tiny", device="cuda").gpu is None
+    totals = {0: 80 * 2**30, 1: 24 * 2**30}  # a share is of the named GPU's memory
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: type("Props", (), {"total_memory": totals[i]})())
+    assert SearchRequest.parse("50%", "tiny", device="cuda:1").budget.bytes == 12 * 2**30
+    assert (visible_id(1), visible_id(1, "4,6"), visible_id(0, "GPU-a1")) == ("1", "6", "GPU-a1")
+    for extra, fix in (({"ray_address": "10.0.0.5:6379"}, "--device cuda"),
+                       ({"executor": "local"}, "CUDA_VISIBLE_DEVICES=1 and give --device cuda")):
+        with pytest.raises(ConfigError, match="--device cuda:1 with") as e:
+            SearchRequest.parse("8GB", "tiny", device="cuda:1", **extra)
+        assert fix in str(e.value) and "\n" not in str(e.value)
+    plan = SearchPlan.build(SearchRequest.parse("8GB", "tiny", device="cuda:1"), {})
+    assert (plan.gpus, plan.workers) == (1, 1)  # what the private Ray is started with
+
+    seen: list[str | None] = []
+
+    class FakeRay:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kw: object) -> None:
+            seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    monkeypatch.setattr(ray_tune, "ray", FakeRay())
+    monkeypatch.setattr(ray_tune.ray_session, "local_session", lambda self: (None, None))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    ray_tune.ray_session(None, 2, 1, gpu=visible_id(1)).__enter__()
+    ray_tune.ray_session(None, 2, 2).__enter__()
+    assert seen == ["6", "4,6"] and os.environ["CUDA_VISIBLE_DEVICES"] == "4,6"
+    monkeypatch.setattr(FakeRay, "is_initialized", lambda self: True)  # a notebook's Ray
+    with pytest.raises(ConfigError, match="Ray is already running"):
+        ray_tune.ray_session(None, 2, 1, gpu="6").__enter__()
+    ray_tune.ray_session(None, 2, 2).__enter__()  # used as it is
+
+
 # ----------------------------------------------------------------- a user search's --loss
 
 LOGITS_LOOP = '''

@@ -105,6 +105,19 @@ def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["tables"][0]["parameters"] == 1024 * 8 * 4
 
 
+def test_a_pooling_factor_is_priced_over_a_config_files_tables(tmp_path: Path) -> None:
+    """`--config c.yaml --pooling-factor 50` priced the file's pooling factors as if the flag
+    were not given; it sets each table's, as it does for --vocab's tables."""
+    from autoembed.pricing.price import price
+
+    p = tmp_path / "c.yaml"
+    p.write_text("task: ctr\ndim: 8\ntables:\n  - {name: a, vocab_size: 100}\n"
+                 "  - {name: b, vocab_size: 50, pooling_factor: 3.0}\n")
+    assert [t.pooling_factor for t in price(config=p).config.tables] == [1.0, 3.0]
+    priced = price(config=p, pooling_factor=50.0).config
+    assert priced is not None and [t.pooling_factor for t in priced.tables] == [50.0, 50.0]
+
+
 def test_a_config_naming_its_data_is_priced_on_the_datas_tables(tmp_path: Path) -> None:
     """A config with `data:` and no `tables` priced the 1,000,000-row placeholder table
     'f0', while `autoembed train` trains the data's tables: both now use the data's."""

@@ -231,6 +231,24 @@ def test_a_weight_decodes_as_it_was_read_whatever_mode_its_first_op_runs_in() ->
     assert grad is not None and torch.count_nonzero(grad) > 0
 
 
+def test_a_compiled_op_decodes_a_weight_under_the_autocast_it_was_read_in() -> None:
+    """Under torch.compile the table was decoded under the op's autocast, not the read's
+    (as eagerly): read outside autocast and used under it, bf16 rows; read under it and used
+    outside, float32. Each now matches `full_weight()` under the read's autocast."""
+    torch.manual_seed(0)
+    layer = _layer("none", {"small_dim": 2})  # mixed_dim: a projection autocast would cast
+    rows = torch.compile(lambda w: F.embedding(IDS, w), backend="eager", fullgraph=True)
+    want = layer.full_weight()[IDS]
+    w = layer.weight
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = layer.full_weight()[IDS]
+        got = rows(w)
+        w = layer.weight
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    got = rows(w)
+    assert cast.dtype == got.dtype == torch.bfloat16 and torch.equal(got, cast)
+
+
 def test_an_op_past_torch_function_reads_the_decoded_table_or_is_refused() -> None:
     layer = _layer("qr", {})
     w, want = layer.weight, layer.full_weight().detach()

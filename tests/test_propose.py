@@ -5,6 +5,7 @@ training: the proposer is driven directly on an in-memory study."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from autoembed.config import EmbeddingConfig, TableConfig, model_key, resolved_t
 from autoembed.pipeline.builtin import BuiltinWorkload
 from autoembed.pipeline.engine import SearchEngine, SearchSettings
 from autoembed.pipeline.priced_data import build_priced_data, data_spec_for
+from autoembed.pipeline.records import params_key
 from autoembed.space import load_space
 from autoembed.trial import TrialResult
 
@@ -160,6 +162,43 @@ def test_a_resume_knows_the_configs_its_rows_tried(seed_ctr: BuiltinWorkload) ->
     study.enqueue_trial(space.optuna_params({**BASE, "mixed_dim_alpha": 0.25}))
     again = resumed.proposer.ask()
     assert again.proposal is None and again.row is None
+
+
+def test_a_row_whose_params_are_not_the_spaces_is_keyed_by_them_and_a_bug_is_raised(
+        seed_ctr: BuiltinWorkload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed row an older version stored (a param the space asks missing, or a choice
+    it no longer has) is keyed by its params; every other ValueError while a row is keyed
+    was taken for one such row too and swallowed: it is raised now."""
+    import autoembed.pipeline.propose as propose
+
+    eng = _engine(seed_ctr)
+    eng.study.enqueue_trial(seed_ctr.space.optuna_params({**BASE, "mixed_dim_alpha": 0.15}))
+    asked = eng.proposer.ask()
+    eng._take(asked)
+    row = eng.rows[asked.trial.number]
+    lacking = {k: v for k, v in row.params.items() if k != "lr"}
+    for params in (lacking, {**row.params, "precision": "fp8"}):
+        old = replace(row, params=params)
+        assert eng.proposer._row_key(old) == ("params", params_key(params))
+
+    def bug(*_: Any, **__: Any) -> dict[str, Any]:
+        raise ValueError("a bug in the space's values")
+
+    monkeypatch.setattr(propose, "suggest_values", bug)
+    with pytest.raises(ValueError, match="a bug"):
+        eng.proposer._row_key(row)
+
+
+def test_the_configs_tried_are_counted_by_the_keys_known_when_asked(
+        seed_ctr: BuiltinWorkload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the search ends on "every fitting config tried: N", each row's key is the one
+    worked out when it was asked (or loaded), not worked out again for every row."""
+    eng = _engine(seed_ctr)
+    _both_train(eng, (0.15, 0.5))
+    calls: list[int] = []
+    monkeypatch.setattr(type(eng.proposer), "_row_key",
+                        lambda self, row: calls.append(row.number))
+    assert eng.proposer._tried_fitting() == 2 and calls == []
 
 
 def _table(name: str, rows: int, freq: float) -> TableConfig:

@@ -89,8 +89,20 @@ def test_public_functions_word_a_bad_argument_one_way(call: Callable[[], Any],
     ("argv", "message"),
     [
         (["estimate", "--vocab", "-5"], "--vocab = -5: must be an integer >= 1"),
+        # each named by the flag typed, not its config key (batch_size) or keyword (method)
         (["estimate", "--method", "psychic"],
-         "method = 'psychic': must be one of analytic, traced"),
+         "--method = 'psychic': must be one of analytic, traced"),
+        (["estimate", "--gpus", "0"], "--gpus = 0: must be an integer >= 1"),
+        (["estimate", "--batch", "-1"], "--batch = -1: must be an integer >= 1"),
+        (["estimate", "--seq", "0"], "--seq = 0: must be an integer >= 1"),
+        (["estimate", "--precision", "fp7"], "--precision = 'fp7': must be one of fp32, fp16, "
+         "bf16, fp16_master, bf16_master, amp_fp16, amp_bf16"),
+        (["estimate", "--optimizer", "adamax"], "--optimizer = 'adamax': must be one of sgd, "
+         "momentum, adam, adamw, adagrad, rowwise_adagrad, sparse_adam"),
+        (["estimate", "--vocab", "9", "--pooling-factor", "0"],  # was taken for 1
+         "--pooling-factor = 0.0: must be a number in (0.0, 1000000000.0]"),
+        (["estimate", "--serving", "int4", "--dim", "7"],
+         "--dim = 7: int4 serving packs two values a byte: use an even dim"),
         (["ui", "--port", "70000"], "--port = 70000: must be an integer in 1..65535"),
     ],
 )

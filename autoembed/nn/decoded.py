@@ -12,7 +12,7 @@ decode for its later ops.
 
 A copy (deepcopy, pickle, torch.save) is a plain tensor of the values. Under torch.compile
 (while Dynamo traces) an op runs on the values as plain tensors, a LazyTable decoded in the
-graph; a write is refused there too."""
+graph under the read's grad mode and autocast; a write is refused there too."""
 
 from __future__ import annotations
 
@@ -104,8 +104,10 @@ class LazyTable(DecodedTable):
 
     def _traced(self) -> torch.Tensor:
         """The table decoded in the graph torch.compile traces (as `_values` decodes it,
-        kept by no tensor: a compiled call reads the rows as they are at that call)."""
-        with torch.set_grad_enabled(self._grad_enabled):
+        kept by no tensor: a compiled call reads the rows as they are at that call): under
+        the read's autocast and grad mode; its inference mode, which Dynamo does not trace,
+        changes nothing there (it read under no grad)."""
+        with self._modes.autocast_entered(), torch.set_grad_enabled(self._grad_enabled):
             return self._decode()
 
     @classmethod
@@ -160,10 +162,15 @@ class _Modes:
         mode too: enter the read's after it)."""
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode(self.inference))
-        if self.autocast_dtype is not None:
-            stack.enter_context(torch.autocast(self.device_type, dtype=self.autocast_dtype,
-                                               enabled=self.autocast))
+        stack.enter_context(self.autocast_entered())
         return stack
+
+    def autocast_entered(self) -> contextlib.AbstractContextManager[Any]:
+        """The autocast of the read alone (a context Dynamo traces)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype,
+                              enabled=self.autocast)
 
 
 def lazy(decode: Callable[[], torch.Tensor], row: torch.Tensor, shape: tuple[int, int],

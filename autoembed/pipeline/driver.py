@@ -27,7 +27,7 @@ from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.plan import SearchPlan
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
 from autoembed.pipeline.records import ATTR, TrialRow
-from autoembed.pipeline.request import MAX_SEED, SearchRequest
+from autoembed.pipeline.request import MAX_SEED, SearchRequest, visible_id
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.pipeline.search_options import SearchOptions
 from autoembed.pipeline.search_report import SearchReport
@@ -217,7 +217,8 @@ def _executor(plan: SearchPlan) -> Executor:
     if r.executor_kind == "local":
         return InProcessExecutor()
     return RayTuneExecutor(r.ray_address, plan.cpus, plan.gpus if plan.device == "cuda"
-                           else None, faults_from_env(), plan.workload.ray_options())
+                           else None, faults_from_env(), plan.workload.ray_options(),
+                           gpu=None if r.gpu is None else visible_id(r.gpu))
 
 
 def _recover(study: Any, stored: studies.StoredStudy, plan: SearchPlan) -> studies.Recovery:

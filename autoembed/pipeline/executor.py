@@ -127,12 +127,13 @@ class RayTuneExecutor:
 
     def __init__(self, ray_address: str | None, num_cpus: int, num_gpus: int | None,
                  faults: Mapping[int, str] | None = None,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, gpu: str | None = None) -> None:
+        """`gpu`: the CUDA_VISIBLE_DEVICES entry of the one GPU a private Ray may use."""
         from autoembed.pipeline.ray_tune import ray_session
 
         self.options = dict(options or {})
         self._ray = ray_session(ray_address, num_cpus, num_gpus,
-                                self.options.get("runtime_env"))
+                                self.options.get("runtime_env"), gpu=gpu)
         self.address = ray_address
         self.faults = dict(faults or {})
 

@@ -4,8 +4,8 @@ itself stays free of it)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from autoembed.config import EmbeddingConfig
 from autoembed.space import Param, SearchSpace
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.trial import BaseTrial
 
-__all__ = ["distribution", "distributions", "suggest_param", "suggest_values", "suggest"]
+__all__ = ["distribution", "distributions", "suggest_param", "suggest_values", "suggest",
+           "NotTheSpace", "replay"]
 
 
 def _int_step(p: Param) -> int:
@@ -64,3 +65,42 @@ def suggest_values(space: SearchSpace, trial: BaseTrial,
 def suggest(space: SearchSpace, trial: BaseTrial) -> EmbeddingConfig:
     """The config `trial` proposes (unresolved: the data fill in tables)."""
     return space.config_for(suggest_values(space, trial))
+
+
+class NotTheSpace(Exception):
+    """Stored params replayed into a space that asks one they lack, or a choice that is not
+    among its labels: a row an older version stored (`replay`)."""
+
+
+class _Replay:
+    """Stored params asked back as Optuna's FixedTrial answers (the value as stored, a
+    number out of range too); where they are not the space's, NotTheSpace, not FixedTrial's
+    bare ValueError, which any bug may raise as well."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self._params = params
+
+    def _value(self, name: str, choices: Collection[Any] | None = None) -> Any:
+        if name not in self._params:
+            raise NotTheSpace(f"param '{name}' is not among the stored params")
+        value = self._params[name]
+        if choices is not None and value not in choices:
+            raise NotTheSpace(f"param '{name}' = {value!r} is not among {list(choices)}")
+        return value
+
+    def suggest_categorical(self, name: str, choices: Collection[Any]) -> Any:
+        return self._value(name, choices)
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> Any:
+        return self._value(name)
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> Any:
+        return self._value(name)
+
+
+def replay(params: Mapping[str, Any]) -> BaseTrial:
+    """A trial that answers with `params` (a stored trial's) for `suggest_values`;
+    NotTheSpace when they are not the space's."""
+    return cast("BaseTrial", _Replay(params))

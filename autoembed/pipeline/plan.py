@@ -107,7 +107,9 @@ class SearchPlan:
         start = tuple(workload.start_points(cheapest)) if (
             (use_start or r.kind == "user") and sampler != "grid") else ()
         gpus = 0
-        if r.device == "cuda":
+        if r.gpu is not None:  # --device cuda:N: a private Ray sees that GPU only
+            gpus = 1
+        elif r.device == "cuda":
             import torch
 
             gpus = torch.cuda.device_count()

@@ -28,7 +28,7 @@ from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
 from autoembed.memory.objective import MEMORY_BASIS, memory_value
 from autoembed.pipeline.feasibility import Feasibility
-from autoembed.pipeline.optuna_space import suggest_values
+from autoembed.pipeline.optuna_space import NotTheSpace, replay, suggest_values
 from autoembed.pipeline.records import TrialRow, params_key
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.untried import (
@@ -293,15 +293,13 @@ class Proposer:
         """A recorded trial's `trial_key`: what its row's config and params train, where it
         was priced and its params are the space's (a row an older version stored without
         them is keyed by its params: the same params are a repeat of it)."""
-        from optuna.trial import FixedTrial
-
         trains = None
         if row.device_total > 0:
             try:
-                values = self._values(FixedTrial(dict(row.params)), row.origin)
-            except ValueError:  # FixedTrial: a param of the space not in the row's
-                values = None
-            if values is not None:
+                values = self._values(replay(row.params), row.origin)
+            except NotTheSpace:  # a row an older version stored
+                pass
+            else:
                 trains = self.workload.trains(values, row.config)
         return trial_key(trains, row.params, row.origin)
 
@@ -339,8 +337,13 @@ class Proposer:
     def _tried_fitting(self) -> int:
         """Distinct configs (`trial_key`) the study trained or is training (priced: an
         invalid one is not)."""
-        return len({self._row_key(r) for r in self.rows.values()
+        return len({self._known_key(r) for r in self.rows.values()
                     if (r.counted or r.status == "running") and r.device_total > 0})
+
+    def _known_key(self, row: TrialRow) -> Any:
+        """`row`'s trial key as keyed when it was asked or loaded (`_keys`), else worked out."""
+        key = self._keys.get(_asked(row.params, row.origin))
+        return key if key is not None else self._row_key(row)
 
     def _values(self, trial: Any, origin: str | None) -> dict[str, Any]:
         """The trial's values (Optuna's params drawn): for the model as written, all but

@@ -235,12 +235,33 @@ def _on_loopback() -> Iterator[None]:
 _CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
+@contextmanager
+def _visible_gpus(gpu: str | None) -> Iterator[None]:
+    """CUDA_VISIBLE_DEVICES=gpu while a private Ray starts (its processes inherit it, and
+    Ray counts and hands out only the GPUs it names); as it was after. None: untouched."""
+    if gpu is None:
+        yield
+        return
+    was = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = was
+
+
 class ray_session:  # noqa: N801 - used as a context manager, reads like one
     """`with ray_session(address, num_cpus):` a private Ray (or the given cluster), shut down
-    on exit unless it was running before."""
+    on exit unless it was running before. `gpu`: a private Ray is started with
+    CUDA_VISIBLE_DEVICES=gpu (Ray then places trials on that GPU only); a Ray already
+    running, which cannot be limited so, is refused."""
 
     def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None,
-                 runtime_env: Mapping[str, Any] | None = None) -> None:
+                 runtime_env: Mapping[str, Any] | None = None, gpu: str | None = None) -> None:
+        self.gpu = gpu
         self.address = address
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -252,6 +273,10 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
         if self.address:
             _probe(self.address)
         if ray.is_initialized():
+            if self.gpu is not None:
+                raise ConfigError(f"device cuda:N (GPU {self.gpu}): Ray is already running "
+                                  "in this process and places trials on any of its GPUs; "
+                                  "give device='cuda', or call ray.shutdown() first")
             return self
         kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
                                   configure_logging=True, logging_level=logging.WARNING)
@@ -267,7 +292,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                     "--head`) and that "
                     "this machine may join it (Ray's token authentication)") from None
         else:
-            with _on_loopback():
+            with _on_loopback(), _visible_gpus(self.gpu):
                 ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
                          _node_ip_address=LOOPBACK, **kw)
         self.started = True

@@ -12,12 +12,13 @@ request holds what the user gave; settings a resumed study stored are merged in
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autoembed.budget import Budget, BudgetLike, MemoryBudget
+from autoembed.budget import Budget, BudgetLike, MemoryBudget, detect_device_memory
 from autoembed.errors import ConfigError
 from autoembed.options import check_options
 from autoembed.pareto import DEFAULT_PICK, Pick, parse_pick
@@ -29,7 +30,7 @@ from autoembed.space_auto import AUTO_SOURCE as AUTO_SPACE
 if TYPE_CHECKING:
     from autoembed.user.run import UserCode
 
-__all__ = ["SearchRequest", "DEVICES", "MAX_SEED", "EXECUTORS", "USER_REFUSED"]
+__all__ = ["SearchRequest", "DEVICES", "visible_id", "MAX_SEED", "EXECUTORS", "USER_REFUSED"]
 
 DEVICES = ("auto", "cpu", "cuda")
 EXECUTORS = ("ray", "local")  # Ray Tune (default); or one trial at a time in this process
@@ -55,6 +56,7 @@ class SearchRequest(SearchOptions):
     study: str
     runs_dir: Path
     device: str  # "cpu" or "cuda", resolved against what this machine has
+    gpu: int | None = None  # the GPU `--device cuda:N` named: the only one a private Ray sees
     space: str | SearchSpace | None = None
     trial_time_limit: float | None = None  # seconds (pipeline.time_limit)
     objectives: tuple[str, ...] | None = None
@@ -124,15 +126,20 @@ class SearchRequest(SearchOptions):
         if o.repeatable and o.time_budget is not None:
             raise ConfigError("--repeatable with --time-budget: when the time runs out depends "
                               "on the machine; give --trials instead")
-        dev = _device(o.device)
-        memory = MemoryBudget.of(o.budget, o.host_budget)
+        dev, gpu = _device(o.device)
+        if gpu is not None:
+            _check_pinned(o.device, kind, o.ray_address)
+        share = isinstance(o.budget, str) and o.budget.strip().endswith("%")
+        memory = MemoryBudget.of(o.budget, o.host_budget, device_memory=(  # "80%" of GPU N's
+            detect_device_memory(gpu) if share and gpu is not None else None))
         objs = _objectives(o.objectives)
         from autoembed.pipeline.resources import parse_trial_resources
 
         given = {f.name: getattr(o, f.name) for f in fields(cls) if hasattr(o, f.name)}
         limit = o.trial_time_limit
         return cls(**{
-            **given, "budget": memory.device, "study": name, "device": dev, "space": space,
+            **given, "budget": memory.device, "study": name, "device": dev, "gpu": gpu,
+            "space": space,
             "runs_dir": Path(o.runs_dir).expanduser().resolve(), "objectives": objs,
             "trial_time_limit": None if limit is None else float(limit),
             "categorical": _names(o.categorical), "host_budget": memory.host,
@@ -223,19 +230,47 @@ def _names(names: str | Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(names) if names is not None else None
 
 
-def _device(device: str) -> str:
+def _device(device: str) -> tuple[str, int | None]:
+    """("cpu" | "cuda", the GPU index `cuda:N` names, else None), a GPU checked present."""
     if device not in DEVICES and not device.startswith("cuda:"):
-        raise ConfigError(f"device '{device}' is not known; use one of {', '.join(DEVICES)}")
+        raise ConfigError(f"device '{device}' is not known; use one of {', '.join(DEVICES)} "
+                          "or cuda:N")
     if device == "auto":
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return ("cuda" if torch.cuda.is_available() else "cpu"), None
     if device.startswith("cuda"):
         from autoembed.training import check_device
 
-        check_device(device)  # a GPU present, as `autoembed train` checks it
-        return "cuda"
-    return "cpu"
+        # a GPU present, by the index as given, as `autoembed train` checks it
+        return "cuda", check_device(device).index
+    return "cpu", None
+
+
+def _check_pinned(device: str, executor_kind: str, ray_address: str | None) -> None:
+    """Refuse `--device cuda:N` where the search cannot keep its trials on that GPU: only a
+    Ray it starts itself is limited to it (`ray_tune.only_gpu`)."""
+    index = int(device.partition(":")[2])
+    env = (f"start the process with CUDA_VISIBLE_DEVICES={visible_id(index)} and give "
+           "--device cuda")
+    if ray_address:
+        raise ConfigError(f"--device {device} with --ray-address: the cluster places trials on "
+                          "its own GPUs; give --device cuda (to pin a GPU, start that node's "
+                          "Ray with CUDA_VISIBLE_DEVICES set)")
+    if executor_kind == "local":
+        raise ConfigError(f"--device {device} with --executor local: trials run in this "
+                          f"process on its current GPU; drop --executor local, or {env}")
+    if executor_kind != "ray":
+        raise ConfigError(f"device '{device}': an Executor object places its own trials; give "
+                          f"device='cuda', or {env}")
+
+
+def visible_id(index: int, visible: str | None = None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry of GPU `index` as this process numbers it: the
+    index-th of `visible` (default: this process's CUDA_VISIBLE_DEVICES), else the index."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    ids = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    return ids[index] if index < len(ids) else str(index)
 
 
 def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | None:

@@ -73,7 +73,8 @@ class SearchOptions:
     workers: int | None = option(
         None, rule=Positive(), help="Trials at once on Ray (default: one per GPU; on a CPU 1, "
         "or one per core under --time-budget); --executor local runs one at a time.")
-    device: str = option("auto", help="auto, cpu or cuda.")
+    device: str = option("auto", help="auto, cpu, cuda (every GPU) or cuda:N (GPU N only; "
+                         "not with --ray-address or --executor local).")
     study: str | None = option(
         None, help="Study name (default search-<date>-<time>); letters, digits, _ - .")
     resume: bool = option(False, flags=("--resume",), help="Continue --study after a stop.")

@@ -2,7 +2,8 @@
 
 The command's options, their spelling, defaults and help (and so docs/cli.md) are read from
 the fields below, in this order; `autoembed.pricing.price.price` takes them (the config-setting
-ones are checked there against the config fields' own rules). Pure Python.
+ones are checked there against the config fields' own rules, named by their flags). Pure
+Python.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoembed.options import option
+from autoembed.rules import Integer, OneOf
+from autoembed.trace import METHODS, SHARDINGS
 
 __all__ = ["EstimateOptions"]
 
@@ -25,11 +28,12 @@ class EstimateOptions:
     budget: str | None = option(
         None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%.")
     method: str = option(
-        "analytic", help="analytic (microseconds) or traced (one fake step).")
+        "analytic", rule=OneOf(METHODS),
+        help="analytic (microseconds) or traced (one fake step).")
     gpus: int = option(
-        1, help="GPUs to shard the tables over.")
+        1, rule=Integer(1), help="GPUs to shard the tables over.")
     sharding: str = option(
-        "table", help="table or row (with --gpus > 1).")
+        "table", rule=OneOf(SHARDINGS), help="table or row (with --gpus > 1).")
     task: str | None = option(
         None, help="ctr or text.")
     vocab: str | None = option(

@@ -9,7 +9,9 @@ config-setting flags, the config, the budgets and sizes, then the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from autoembed.config import (
 )
 from autoembed.errors import ConfigError
 from autoembed.memory import MemoryEstimate
+from autoembed.options import check_options
 from autoembed.pricing.estimate_options import EstimateOptions
 from autoembed.rules import Integer
 from autoembed.trace import estimate as estimate_memory
@@ -79,6 +82,7 @@ def price(**options: Any) -> Priced:
     flags = config_flags()
     own = {f.name for f in fields(EstimateOptions)} - flags - set(_NOT_PRICED)
     o = EstimateOptions(**{k: options.pop(k) for k in own & set(options)})
+    check_options(o)
     unknown = set(options) - flags
     if unknown:
         raise TypeError(f"price() got options it does not know: {', '.join(sorted(unknown))}")
@@ -86,7 +90,8 @@ def price(**options: Any) -> Priced:
                              for k, v in options.items()}
     user = any(v is not None for v in (o.model, o.example, o.apply_cfg, o.loss_spec,
                                        o.user_space))
-    cfg = None if user else build_config(o.config, given)
+    with _named_by_flags(given):
+        cfg = None if user else build_config(o.config, given)
     host = None if o.host_budget is None else Budget.for_host(o.host_budget)
     bud = with_device_memory(o.budget, o.device_memory)
     reserve_b = 0 if o.reserve.strip() in ("0", "") else parse_size(o.reserve, "--reserve")
@@ -101,8 +106,9 @@ def price(**options: Any) -> Priced:
                                precision=given.get("precision"), budget=bud, reserve=reserve_b,
                                refused=refused, loss=o.loss_spec, space=o.user_space)
     else:
-        est = estimate_memory(cfg, method=o.method, budget=bud, gpus=o.gpus,
-                              sharding=o.sharding, reserve=reserve_b, host_budget=host)
+        with _named_by_flags(given):
+            est = estimate_memory(cfg, method=o.method, budget=bud, gpus=o.gpus,
+                                  sharding=o.sharding, reserve=reserve_b, host_budget=host)
     _check_host_budget(est, o.host_budget)
     note = est.notes[-1] if cfg is not None and est.method != o.method else None
     return Priced(est, cfg, bud, note)
@@ -115,21 +121,51 @@ def config_flags() -> set[str]:
 
 
 def fields_of_flags(given: Mapping[str, Any]) -> dict[str, Any]:
-    """Config field -> value for the given flags, read from the config's declared flags: an
-    alias first (`--optimizer` sets both optimizers), then the fields named directly."""
-    kw: dict[str, Any] = {}
+    """Config field -> value for the given flags (`_set_by`)."""
+    return {name: value for name, (_, value) in _set_by(given).items()}
+
+
+def _set_by(given: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Config field -> (the flag that sets it, value), read from the config's declared
+    flags: an alias first (`--optimizer` sets both optimizers), then the fields named
+    directly."""
+    kw: dict[str, tuple[str, Any]] = {}
     for flag, expand in FIELD_ALIASES.items():
         if flag in given:
-            kw.update(expand(given[flag]))
+            kw.update((name, (flag, v)) for name, v in expand(given[flag]).items())
     for flag, value in given.items():
         name = FIELD_FLAGS.get(flag, flag)
         if name in FIELD_RULES and flag not in FIELD_ALIASES:
-            kw[name] = value
+            kw[name] = (flag, value)
     return kw
 
 
+# the keys `_SHAPE_FLAGS` set: (a table's key?, key) -> flag
+_SHAPE_KEYS = {(True, "vocab_size"): "vocab", (True, "pooling_factor"): "pooling_factor",
+               (False, "dense_layers"): "dense_layers"}
+_KEY = re.compile(r"config key '(tables\[\d+\]\.)?(\w+)' = ")
+
+
+@contextmanager
+def _named_by_flags(given: Mapping[str, Any]) -> Iterator[None]:
+    """A refusal of a config key that a flag set ("config key 'batch_size' = 0: ...") is
+    raised naming that flag, as typed ("--batch = 0: ..."); any other as it is."""
+    try:
+        yield
+    except ConfigError as e:
+        on = {k: v for k, v in given.items() if v is not None}
+        flags = {(False, name): flag for name, (flag, _) in _set_by(on).items()}
+        flags.update({key: flag for key, flag in _SHAPE_KEYS.items() if flag in on})
+        m = _KEY.match(str(e))
+        flag = flags.get((m.group(1) is not None, m.group(2))) if m else None
+        if m is None or flag is None:
+            raise
+        raise type(e)(f"--{flag.replace('_', '-')} = {str(e)[m.end():]}") from None
+
+
 def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> EmbeddingConfig:
-    """The config file (else the seed workload's defaults) with the given flags over it."""
+    """The config file (else the seed workload's defaults) with the given flags over it
+    (`--pooling-factor` without `--vocab`: over each of the file's tables)."""
     given = {k: v for k, v in flags.items() if v is not None}
     base = load_config(config_path) if config_path is not None else None
     if base is not None and "vocab" not in given:
@@ -145,6 +181,9 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
         kw["dense_layers"] = _int_list(given["dense_layers"], "dense-layers", "256,64")
     if "vocab" in given:
         kw.update(_tables(given, kw, base))
+    elif base is not None and "pooling_factor" in given:  # the file's tables, each
+        kw["tables"] = tuple(replace(t, pooling_factor=given["pooling_factor"])
+                             for t in base.tables)
     if base is None:
         return EmbeddingConfig(**kw)
     return replace(base, **kw) if kw else base
@@ -172,7 +211,8 @@ def _tables(given: Mapping[str, Any], kw: Mapping[str, Any],
         raise ConfigError("--vocab '' needs at least one size, e.g. --vocab 1000000")
     for v in vocabs:
         Integer(1).check_argument("--vocab", v)
-    pooling = given.get("pooling_factor") or 1.0
+    pooling = given.get("pooling_factor")
+    pooling = 1.0 if pooling is None else pooling
     task = kw.get("task", getattr(base, "task", ""))
     names = (["tokens"] if len(vocabs) == 1 and task == "text"
              else [f"f{i}" for i in range(len(vocabs))])

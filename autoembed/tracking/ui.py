@@ -3,6 +3,8 @@
 Runs `mlflow server` (one worker, the store's SQLite file and artifact folder) bound to
 127.0.0.1 unless told otherwise, in its own process group so that Ctrl-C here stops all of it.
 MLflow's job runner (GenAI jobs, several extra processes) is off unless the user turns it on.
+The server says only what needs reading: warnings and errors, not uvicorn's start lines and
+one line per request, nor MLflow's note on its default security settings (`_NOISE`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer
@@ -30,13 +33,31 @@ STARTUP_S = 120.0  # mlflow server takes ~10-15 s to answer /health on 2 cores
 STOP_S = 10.0
 
 
+# What `mlflow server` prints on every start where no allowed hosts are set, which no option
+# or variable of MLflow turns off (setting them prints another line); it names flags of
+# `mlflow server` that `autoembed ui` has not. Dropped from the server's stderr, alone.
+_NOISE = ("[MLflow] Security middleware enabled with default settings",)
+# starlette's deprecation of a module MLflow imports: nothing the user can act on
+_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
+
+
 def server_command(store: TrackingStore, host: str, port: int) -> list[str]:
     assert store.artifact_root is not None
-    # the registry in the same store, named (else mlflow prints that it chose so)
+    # the registry in the same store, named (else mlflow prints that it chose so); uvicorn's
+    # warnings and errors only (MLflow's log config kept)
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.uri,
             "--registry-store-uri", store.uri,
             "--artifacts-destination", str(store.artifact_root), "--host", host,
-            "--port", str(port), "--workers", "1"]
+            "--port", str(port), "--workers", "1",
+            "--uvicorn-opts", "--log-level warning --no-access-log"]
+
+
+def _relay(stream: IO[bytes]) -> None:
+    """Copy the server's stderr to ours as it comes, line by line, but `_NOISE`."""
+    for line in iter(stream.readline, b""):
+        if not line.startswith(tuple(n.encode() for n in _NOISE)):
+            sys.stderr.write(line.decode(errors="replace"))
+            sys.stderr.flush()
 
 
 def _check_port(host: str, port: int) -> None:
@@ -129,11 +150,16 @@ def serve_ui(runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
         open_client(store)  # one process creates the schema before the server opens it
     env = dict(os.environ)
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    env["PYTHONWARNINGS"] = ",".join(w for w in (env.get("PYTHONWARNINGS"), _WARNINGS) if w)
     env.pop("MLFLOW_TRACKING_URI", None)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else shown}:{port}"
     restore = _interrupt_on_signals()
-    proc = subprocess.Popen(server_command(store, host, port), env=env, start_new_session=True)
+    proc = subprocess.Popen(server_command(store, host, port), env=env, start_new_session=True,
+                            stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    relay = threading.Thread(target=_relay, args=(proc.stderr,), daemon=True)
+    relay.start()
     echo(f"MLflow UI for {store.uri} starting at {url} (Ctrl-C to stop)")
     if host not in ("127.0.0.1", "localhost", "::1"):
         echo(f"note: listening on {host} without authentication; MLflow accepts Host names "
@@ -160,4 +186,5 @@ def serve_ui(runs_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     finally:
         if proc.poll() is None:
             _stop(proc)  # any other way out must not leave the server running
+        relay.join(STOP_S)  # the server's last lines before ours
         restore()
