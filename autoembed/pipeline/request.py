@@ -249,7 +249,7 @@ def _device(device: str) -> tuple[str, int | None]:
 
 def _check_pinned(device: str, executor_kind: str, ray_address: str | None) -> None:
     """Refuse `--device cuda:N` where the search cannot keep its trials on that GPU: only a
-    Ray it starts itself is limited to it (`ray_tune.only_gpu`)."""
+    Ray it starts itself is limited to it (`ray_tune.ray_session`)."""
     index = int(device.partition(":")[2])
     env = (f"start the process with CUDA_VISIBLE_DEVICES={visible_id(index)} and give "
            "--device cuda")
