@@ -78,6 +78,14 @@ def test_reserve_adds_to_overhead(capsys: pytest.CaptureFixture[str]) -> None:
     assert b["overhead"] - a["overhead"] == 2_000_000_000
 
 
+def test_a_negative_reserve_is_refused_naming_zero_as_allowed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--reserve", "-1GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--reserve '-1GB'" in err
+    assert "use 0 (the default) or a size" in err
+
+
 def test_ctr_tables_and_hash(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(
         [

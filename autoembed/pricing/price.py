@@ -94,7 +94,8 @@ def price(**options: Any) -> Priced:
         cfg = None if user else build_config(o.config, given)
     host = None if o.host_budget is None else Budget.for_host(o.host_budget)
     bud = with_device_memory(o.budget, o.device_memory)
-    reserve_b = 0 if o.reserve.strip() in ("0", "") else parse_size(o.reserve, "--reserve")
+    reserve_b = 0 if o.reserve.strip() in ("0", "") else parse_size(
+        o.reserve, "--reserve", hint="use 0 (the default) or a size, e.g. 2GB")
     if cfg is None:  # your own model: autoembed.pricing.user_model_cli
         from autoembed.pricing.user_model_cli import estimate_for_cli
 
