@@ -329,6 +329,36 @@ def test_sparse_table_gradients_are_one_row_per_id_by_hand() -> None:
     assert sparse.allocated_peak >= sparse.parameters + sparse.optimizer_state + want
 
 
+class FrozenSparse(Tiny):
+    """Tiny with a second, frozen table (`sparse` as given) beside its trained one."""
+
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.frozen = nn.Embedding(V, D, sparse=sparse)
+        self.frozen.weight.requires_grad_(False)
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.head(self.emb(ids).mean(1) + self.frozen(ids).mean(1))
+        return out if y is None else F.cross_entropy(out, y)
+
+
+def test_a_frozen_table_is_priced_without_a_gradient_sparse_or_not() -> None:
+    """torch gives a frozen table no gradient, sparse=True or not, so the flag changes no
+    tensor of the step: both price alike, the frozen table's gradient bytes 0 (before: a
+    frozen sparse table was priced with a gradient row per id and its sparse step's
+    temporaries, and every frozen table listed a full gradient)."""
+    b, s = 64, 32
+    real = FrozenSparse(sparse=True)
+    real(*example(b, s)).backward()
+    assert real.frozen.weight.grad is None and real.emb.weight.grad is not None
+    sparse = estimate_model(lambda: FrozenSparse(True), example(b, s), optimizer="sgd")
+    dense = estimate_model(lambda: FrozenSparse(False), example(b, s), optimizer="sgd")
+    assert sparse.allocated_peak == dense.allocated_peak
+    assert sparse.gradients == dense.gradients
+    assert {t.name: t.gradients for t in sparse.tables} == {"emb": block(V * D * 4),
+                                                            "frozen": 0}
+
+
 @pytest.mark.parametrize(("precision", "optimizer"), [("fp32", "rowwise_adagrad"),
                                                       ("bf16_master", "adagrad")])
 def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(

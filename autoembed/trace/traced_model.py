@@ -271,9 +271,9 @@ def _sparse_terms(trace: Trace) -> SparseTerms:
     g_all = step_all = 0
     temps = [0]
     for path, m in embedding_modules(step.model):
-        if not getattr(m, "sparse", False):
-            continue
         w = next(iter(m.parameters()))  # weight; a host_cached layer's cache_weight
+        if not getattr(m, "sparse", False) or not w.requires_grad:  # frozen: no gradient
+            continue
         key = id(masters[names[id(w)]]) if master else id(w)
         sg = sparse_gradient(trace.lookups.get(path, 0), int(w.shape[1]), int(w.shape[0]),
                              _SPARSE_NAMES.get(opt_of.get(key, ""), "sgd"),
@@ -325,7 +325,8 @@ def _tables(step: TrainStep) -> tuple[TableMemory, ...]:
             master = masters.get(names.get(id(w), ""))
             serving += _nbytes(w)
             params += _nbytes(w) + _nbytes(master)
-            grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
+            if w.requires_grad:  # a frozen table has no gradient
+                grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
             opt_state += state.get(id(master if master is not None else w), 0)
         out.append(TableMemory(
             name=path, rows=int(cast(Any, m).num_embeddings), dim=int(cast(Any, m).embedding_dim),
