@@ -71,6 +71,25 @@ def test_sparse_tables_need_a_sparse_optimizer_and_then_train() -> None:
     assert set(changed.tolist()) == set(u.tolist())  # only the rows looked up move
 
 
+def test_a_frozen_sparse_table_takes_any_optimizer() -> None:
+    """A frozen table gets no gradient, sparse=True or not (torch), so the tables' Adam
+    never steps it: build_optimizer and estimate_model take it (before: refused as a sparse
+    table Adam cannot step), and the trained table steps."""
+    m = TwoTables()
+    m.items = nn.EmbeddingBag(V, D, mode="sum", sparse=True)
+    m.items.weight.requires_grad_(False)
+    opts = autoembed.build_optimizer(m, EmbeddingConfig(**optimizer_alias("adam")))
+    assert all(p is not m.items.weight for o in opts.all for g in o.param_groups
+               for p in g["params"])
+    u, i = _example()
+    m(u, i).backward()
+    assert m.items.weight.grad is None and m.users.weight.grad is not None
+    before = m.users.weight.detach().clone()
+    opts.step()
+    assert not torch.equal(m.users.weight, before)
+    autoembed.estimate_model(m, (u, i), optimizer="adam")
+
+
 def test_bf16_master_optimises_the_fp32_masters() -> None:
     from autoembed.models.device_precision import MasterWeights
     from autoembed.models.user_step import cast_floating

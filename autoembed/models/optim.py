@@ -271,12 +271,12 @@ def user_optimizers(
     `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
     (name, sparse gradients) at `config.lr`; every other trainable parameter under
     `config.dense_optimizer` at `config.effective_dense_lr` (no dense optimizer when there is
-    none); warm-up over `config.warmup_steps`. A `sparse=True` nn.Embedding / EmbeddingBag
-    takes sparse gradients, so its optimizer must accept them. A host_cached `autoembed.nn`
-    layer is bound to its table optimizer (`models.host_cached_table.bind_host_cached`: the cached
-    rows' state moves with them), which must be the one it was built for. `masters`:
-    parameter name -> fp32 master to optimise instead (*_master precisions; refused beside a
-    host_cached layer)."""
+    none); warm-up over `config.warmup_steps`. A trained `sparse=True` nn.Embedding /
+    EmbeddingBag takes sparse gradients, so its optimizer must accept them (a frozen one
+    takes none). A host_cached `autoembed.nn` layer is bound to its table optimizer
+    (`models.host_cached_table.bind_host_cached`: the cached rows' state moves with them),
+    which must be the one it was built for. `masters`: parameter name -> fp32 master to
+    optimise instead (*_master precisions; refused beside a host_cached layer)."""
     from autoembed.models.host_cached_table import bind_host_cached
 
     if not config.is_resolved:
@@ -286,7 +286,8 @@ def user_optimizers(
     for path, m in embedding_modules(model):
         name, sparse = own.get(path, config.table_optimizer), bool(getattr(m, "sparse", False))
         _check_cached(path, m, name, masters is not None)
-        if sparse and name not in SPARSE_GRAD_OPTIMIZERS:
+        trained = any(p.requires_grad for p in m.parameters())  # a frozen one steps nothing
+        if sparse and trained and name not in SPARSE_GRAD_OPTIMIZERS:
             raise ConfigError(f"table '{path}' has sparse=True gradients, which table_optimizer "
                               f"'{name}' cannot step; use one of "
                               f"{', '.join(SPARSE_GRAD_OPTIMIZERS)} or sparse=False")
