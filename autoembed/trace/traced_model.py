@@ -1,7 +1,8 @@
 """The traced estimate of a user's own model: `trace.traced.trace_step` of its `UserStep`.
 
 The model (a module, turned into a fake copy; or a factory, called under FakeTensorMode so a
-100M-row table costs nothing; parameters it leaves on the meta device become fake CPU ones),
+100M-row table costs nothing, or on the meta device where it converts its module's dtype;
+parameters it leaves on the meta device become fake CPU ones),
 its precision machinery and optimizer are built, and the traced steps (forward, loss,
 backward, optimizer step) run on a fake copy of the example. What is about the user's model
 lives here: how it is built and called, the one-line errors that name the module that
@@ -159,7 +160,7 @@ def _build(model: ModelSpec) -> nn.Module:
     if isinstance(model, nn.Module):
         return _fake_module(model)
     try:
-        built = model()
+        built = _call_factory(model)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's factory: report it, one line
@@ -174,6 +175,27 @@ def _build(model: ModelSpec) -> nn.Module:
     if any(not is_fake(t) or t.device.type != "cpu" for t in tensors):
         return _fake_module(built)  # real tensors, or a factory that built on meta
     return built
+
+
+# what Module._apply raises for a fake parameter (.to(dtype), .half()): torch swaps fake
+# parameters, and FakeTensorMode keeps a weak reference to each, which forbids the swap
+_NO_SWAP = "_apply(): Couldn't swap"
+
+
+def _call_factory(factory: Callable[[], nn.Module]) -> Any:
+    """`factory()` under the trace's FakeTensorMode; a factory that converts its module
+    (`.to(torch.bfloat16)`, `.half()`), which fake parameters cannot take, is called again
+    on the meta device outside the trace's modes (nothing allocated, nothing traced), and
+    `_build` copies its meta tensors as fake ones of the same dtypes."""
+    try:
+        return factory()
+    except RuntimeError as e:
+        if not str(e).startswith(_NO_SWAP):
+            raise
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.device("meta"):
+        return factory()
 
 
 def _fake_example(example: Any) -> Any:
