@@ -139,6 +139,30 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
+@pytest.mark.parametrize(("priced", "decay", "make_opt", "says"), [
+    ("sgd", 0.0, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4),
+     "table 'emb': the loop's SGD adds weight_decay 0.0001 to the gradient (a gradient-sized "
+     "copy in the step), but the trial was priced with 'sgd' at weight_decay 0; set the "
+     "space's embedding weight_decay"),
+    ("sgd", 1e-4, lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+     "table 'emb': the loop's SGD adds no weight decay to the gradient, but the trial was "
+     "priced with 'sgd' at weight_decay 0.0001 (a gradient-sized copy in the step)"),
+    ("sgd", 1e-4, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4), None),
+    ("adamw", 0.0, lambda m: torch.optim.AdamW(m.parameters(), lr=0.01), None),  # wd 0.01
+])
+def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_opt,
+                                                            says) -> None:
+    """SGD's weight decay is added to the gradient, a copy the size of the weights in its
+    step (torch's foreach SGD: `grads = _foreach_add(grads, params, alpha=wd)`): a loop that
+    decays otherwise than priced is refused (before: trained, the copy priced or not as it
+    happened); AdamW's decoupled decay adds nothing to the gradient, priced either way."""
+    r = run(EmbeddingConfig(weight_decay=decay, **optimizer_alias(priced)), loop(make_opt))
+    if says is None:
+        assert r.status == "complete", r.error
+    else:
+        assert r.status == "failed" and r.error.startswith(says), r.error
+
+
 ADAM_LOOP = BAG_MODEL + textwrap.dedent('''
     def example(params):
         return torch.zeros(8, 4, dtype=torch.long), torch.zeros(8, dtype=torch.long)

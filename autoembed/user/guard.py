@@ -10,6 +10,9 @@ assumed and the loop decides itself.
   (`rowwise_adagrad`).
 * The dense optimizer: each other trainable weight's state, after the first step that
   moves it, against the priced `dense_optimizer`'s (per weight, as above).
+* The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
+  `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
+  against the priced optimizer at `config.weight_decay`.
 * The precision: at the first forward with gradients on, the tables' dtype and the
   autocast in force on their device are compared with the priced precision's
   (`config.precision_policy`).
@@ -38,6 +41,7 @@ __all__ = ["watch_loop", "priced_state", "STATE_PER_WEIGHT"]
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
                     "sparse_adam": 2}
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
+_NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
 _FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer")
 
@@ -93,6 +97,29 @@ class _Watch:
                 elif id(p) in self.dense and p.grad is not None:
                     self._check_dense(opt, self.dense.pop(id(p))[0], p)
 
+    def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
+                     what: str) -> None:
+        """Whether the loop adds weight decay to `p`'s gradient (an L2 decay: a
+        gradient-sized copy in the step; AdamW's decoupled decay scales the weight in place)
+        as the priced optimizer `name` at `config.weight_decay` does."""
+        group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+        wd = float(group.get("weight_decay") or 0.0)
+        got = wd != 0 and not group.get("decoupled_weight_decay", False)
+        priced = self.config.weight_decay
+        if got == (priced != 0 and name not in _NO_L2):
+            return
+        copy = " (a gradient-sized copy in the step)"
+        loop = (f"adds weight_decay {wd:g} to the gradient{copy}" if got else
+                "adds no weight decay to the gradient" + (f" (decoupled weight_decay {wd:g})"
+                                                          if wd else ""))
+        how = (" (decoupled: nothing added to the gradient)" if name in _NO_L2 and priced
+               else "" if got else copy)
+        self.report.refuse(
+            f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
+            f"'{name}' at weight_decay {priced:g}{how}; set the space's embedding weight_decay "
+            "(and optimizer) to what the loop does, or build the loop's optimizer with "
+            "autoembed.build_optimizer")
+
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         path, name, _ = self.tables[id(p)]
         got, want = _state(opt, p), priced_state(name, p)
@@ -103,6 +130,7 @@ class _Watch:
                 f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
                 f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
                 f"'{name}' ({want:,}); {_FIX}")
+        self._check_decay(opt, p, name, f"table '{path}'")
 
     def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor) -> None:
         """A dense weight's state against the priced `dense_optimizer`'s (`priced_state`)."""
@@ -116,6 +144,7 @@ class _Watch:
                 f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
                 "dense_optimizer to what the loop does, or build the loop's optimizer with "
                 "autoembed.build_optimizer")
+        self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, *args: Any) -> None:
         """The model's forward pre-hook: the first forward with gradients on is checked."""
