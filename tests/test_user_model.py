@@ -359,6 +359,16 @@ def test_a_frozen_table_is_priced_without_a_gradient_sparse_or_not() -> None:
                                                             "frozen": 0}
 
 
+def test_bf16_master_keeps_no_master_of_a_frozen_table() -> None:
+    """No optimizer steps a frozen table, so it has no fp32 master (before: priced with one,
+    4 bytes a weight, beside its bf16 rows); the trained weights keep theirs."""
+    e = estimate_model(lambda: FrozenSparse(False), example(), precision="bf16_master")
+    half = block(V * D * 2)
+    assert {t.name: t.parameters for t in e.tables} == {"emb": half + block(V * D * 4),
+                                                        "frozen": half}
+    assert e.parameters == 2 * half + block(D * C * 2) + block(C * 2) + PARAMS
+
+
 @pytest.mark.parametrize(("precision", "optimizer"), [("fp32", "rowwise_adagrad"),
                                                       ("bf16_master", "adagrad")])
 def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
