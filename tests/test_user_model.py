@@ -65,6 +65,21 @@ def test_bf16_master_holds_half_params_and_fp32_masters() -> None:
     assert e.optimizer_state == 2 * PARAMS + STEP_COUNTERS
 
 
+def test_an_optimizer_factory_is_priced_on_the_params_it_is_given() -> None:
+    """A factory's param groups of the params it is given are priced with Adam's state by
+    hand; one over other tensors (a loop's `model.parameters()`, captured) is refused in
+    one line (before: priced with no optimizer state at all)."""
+    def groups(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.Adam([{"params": params[:1], "lr": 0.1}, {"params": params[1:]}])
+
+    assert estimate_model(Tiny, example(), optimizer=groups).optimizer_state == \
+        2 * PARAMS + STEP_COUNTERS
+    other = Tiny()
+    with pytest.raises(ConfigError, match=r"returned an optimizer over 3 tensor\(s\) it was "
+                       r"not given \(the first of shape \(1000, 64\)\)"):
+        estimate_model(Tiny, example(), optimizer=lambda _: torch.optim.Adam(other.parameters()))
+
+
 def test_rowwise_adagrad_state_is_one_float_per_row() -> None:
     e = estimate_model(Tiny, example(), optimizer="rowwise_adagrad")
     table = {m.name: m for m in e.modules}["emb"]
