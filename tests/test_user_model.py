@@ -446,19 +446,21 @@ def test_a_factory_that_builds_on_meta_prices_as_one_built_on_cpu() -> None:
     assert (meta.allocated_peak, meta.reserved_peak) == (cpu.allocated_peak, cpu.reserved_peak)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_a_factory_that_converts_its_model_prices_as_the_converted_model(
-        dtype: torch.dtype) -> None:
-    """A factory returning `Model().to(dtype)` (or `.half()`) is priced as that model built
-    and converted: half parameters by hand, the same step as the converted module itself
-    (before: `_apply(): Couldn't swap Embedding.weight`, as torch cannot swap a fake
-    parameter, so such a build could not be priced or searched)."""
+@pytest.mark.parametrize(("convert", "size"), [
+    (lambda m: m.to(torch.bfloat16), 2), (lambda m: m.half(), 2), (lambda m: m.to("cpu"), 4),
+    (lambda m: m.cpu().to("cpu", torch.bfloat16), 2)])
+def test_a_factory_that_converts_its_model_prices_as_the_converted_model(convert,
+                                                                         size: int) -> None:
+    """A factory returning `Model().to(dtype)` (`.half()`, `.to(device)`) is priced as that
+    model built and converted: its parameters by hand in the dtype it returns, the same step
+    as the converted module itself (before: `_apply(): Couldn't swap Embedding.weight`, as
+    torch cannot swap a fake parameter, so such a build could not be priced or searched)."""
     def factory() -> nn.Module:
-        return Tiny().half() if dtype == torch.float16 else Tiny().to(dtype)
+        return convert(Tiny())
 
     got = estimate_model(factory, example(), optimizer="sgd")
     built = estimate_model(factory(), example(), optimizer="sgd")
-    assert got.parameters == block(V * D * 2) + block(D * C * 2) + block(C * 2)
+    assert got.parameters == block(V * D * size) + block(D * C * size) + block(C * size)
     assert got.allocated_peak == built.allocated_peak
 
 

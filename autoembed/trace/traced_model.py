@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from autoembed.errors import ConfigError, first_line
@@ -177,16 +178,17 @@ def _build(model: ModelSpec) -> nn.Module:
     return built
 
 
-# what Module._apply raises for a fake parameter (.to(dtype), .half()): torch swaps fake
-# parameters, and FakeTensorMode keeps a weak reference to each, which forbids the swap
+# what Module._apply raises for a fake parameter (.to(...), .half(), .cpu()): torch swaps
+# fake parameters, and FakeTensorMode keeps a weak reference to each, which forbids the swap
 _NO_SWAP = "_apply(): Couldn't swap"
 
 
 def _call_factory(factory: Callable[[], nn.Module]) -> Any:
     """`factory()` under the trace's FakeTensorMode; a factory that converts its module
-    (`.to(torch.bfloat16)`, `.half()`), which fake parameters cannot take, is called again
-    on the meta device outside the trace's modes (nothing allocated, nothing traced), and
-    `_build` copies its meta tensors as fake ones of the same dtypes."""
+    (`.to(torch.bfloat16)`, `.half()`, `.to(device)`), which fake parameters cannot take,
+    is called again on the meta device outside the trace's modes (nothing allocated,
+    nothing traced), its conversions keeping their dtype and the meta device (`_OnMeta`);
+    `_build` copies its meta tensors as fake CPU ones of the same dtypes."""
     try:
         return factory()
     except RuntimeError as e:
@@ -194,8 +196,24 @@ def _call_factory(factory: Callable[[], nn.Module]) -> Any:
             raise
     from torch.utils._python_dispatch import _disable_current_modes
 
-    with _disable_current_modes(), torch.device("meta"):
+    with _disable_current_modes(), torch.device("meta"), _OnMeta():
         return factory()
+
+
+class _OnMeta(TorchFunctionMode):
+    """A meta tensor moved to a device (`.to(device)`, `.cpu()`, `.cuda()`) stays on meta;
+    a dtype it is converted to is kept."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        moves = (torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda)
+        if func not in moves or not (isinstance(args[0], torch.Tensor) and args[0].is_meta):
+            return func(*args, **kwargs)
+        if func is not torch.Tensor.to:
+            return args[0]
+        dtype = torch._C._nn._parse_to(*args[1:], **kwargs)[1]
+        return args[0] if dtype is None else args[0].to(dtype)
 
 
 def _fake_example(example: Any) -> Any:
