@@ -141,11 +141,10 @@ class UserWorkload:
 
     def _probe(self, values: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Any]:
         """(params, the model built on the meta device, the example) of `values`."""
-        import torch
+        from autoembed.trace.traced_model import on_meta
 
         params = params_for(self.space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(self.code.build, "model", params))
+        probe = built_module(on_meta(lambda: call_user(self.code.build, "model", params)))
         return params, probe, call_user(self.code.example, "example", params)
 
     def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:

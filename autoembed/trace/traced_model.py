@@ -51,7 +51,7 @@ from autoembed.models.user_step import (
 )
 from autoembed.trace.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 
-__all__ = ["model_estimate", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
+__all__ = ["model_estimate", "on_meta", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
 
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
@@ -196,7 +196,15 @@ def _call_factory(factory: Callable[[], nn.Module]) -> Any:
             raise
     from torch.utils._python_dispatch import _disable_current_modes
 
-    with _disable_current_modes(), torch.device("meta"), _OnMeta():
+    with _disable_current_modes():
+        return on_meta(factory)
+
+
+def on_meta(factory: Callable[[], Any]) -> Any:
+    """`factory()` on the meta device (nothing allocated), its device moves (`.to(device)`,
+    `.cpu()`, `.cuda()`) kept on meta and its dtype conversions done (`_OnMeta`): the model
+    it builds, as shapes and dtypes."""
+    with torch.device("meta"), _OnMeta():
         return factory()
 
 
