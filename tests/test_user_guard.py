@@ -50,11 +50,11 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
     return train
 
 
-def run(config: EmbeddingConfig, train):
+def run(config: EmbeddingConfig, train, priced_rows=None):
     """The guard on the model as `build` makes it (nothing applied: the config names its
-    table and optimizer)."""
+    table and optimizer; `priced_rows`: the priced example's batch)."""
     return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), {}, config,
-                          Report(), as_written=True)
+                          Report(), as_written=True, priced_rows=priced_rows)
 
 
 def adam(model):
@@ -161,6 +161,31 @@ def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_
         assert r.status == "complete", r.error
     else:
         assert r.status == "failed" and r.error.startswith(says), r.error
+
+
+def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None:
+    """The loop trains batches of 16 rows (`loop`); a trial priced on an example of 8 is
+    refused (before: trained, twice the activations priced), one priced on 16, or on 32
+    (the loop's smaller, as micro-batches are), trains."""
+    r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=[8])
+    assert r.status == "failed"
+    assert r.error.startswith("the loop's first training batch gives the model inputs of 16 "
+                              "rows (first dims [16]), but the trial was priced on "
+                              "example(params) with 8 (first dims [8])")
+    for rows in ([16], [32], None):
+        ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=rows)
+        assert ok.status == "complete", ok.error
+
+
+def test_input_rows_are_the_first_dims_the_forward_is_given() -> None:
+    from autoembed import Example
+    from autoembed.user.guard import input_rows
+
+    u, x, y = torch.zeros(4, dtype=torch.long), torch.zeros(4, 3), torch.zeros(4)
+    assert input_rows(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [4, 2]
+    assert input_rows((u, torch.tensor(1.0), x)) == [4, 4]  # a 0-dim input has no rows
+    assert input_rows({"ids": x}) == [4] and input_rows(x) == [4]
+    assert input_rows([x, x]) is None  # several examples: not compared
 
 
 ADAM_LOOP = BAG_MODEL + textwrap.dedent('''

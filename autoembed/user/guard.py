@@ -16,6 +16,8 @@ assumed and the loop decides itself.
 * The precision: at the first forward with gradients on, the tables' dtype and the
   autocast in force on their device are compared with the priced precision's
   (`config.precision_policy`).
+* The batch: at that forward, the first dim of each tensor the model is given against the
+  priced example's (`input_rows`); a batch larger in every one is more than was priced.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -23,7 +25,7 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
     from autoembed.user.report import Report
 
-__all__ = ["watch_loop", "priced_state", "STATE_PER_WEIGHT"]
+__all__ = ["watch_loop", "priced_state", "input_rows", "STATE_PER_WEIGHT"]
 
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
@@ -63,6 +65,31 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
     return sum(t.numel() for t in _kept(opt, p))
 
 
+def input_rows(example: Any) -> list[int] | None:
+    """The first dim of each tensor (of one or more dims) the forward is given from
+    `example`, passed as `call_model` passes it, in order; None for several examples (a
+    list)."""
+    from autoembed.example import Example
+
+    if isinstance(example, list):
+        return None
+    if isinstance(example, Example):
+        return _rows(example.args, dict(example.kwargs))
+    if isinstance(example, tuple):
+        return _rows(example, {})
+    if isinstance(example, Mapping):
+        return _rows((), dict(example))
+    return _rows((example,), {})
+
+
+def _rows(args: Any, kwargs: Mapping[str, Any]) -> list[int]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [int(t.shape[0]) for t in tree_leaves((tuple(args), dict(kwargs)))
+            if isinstance(t, torch.Tensor) and t.dim() > 0]
+
+
 def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
     """The optimizers that keep `count` values of state for `weight` ('' when none does);
     `dense`: only those that train dense weights."""
@@ -72,7 +99,8 @@ def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
 
 
 class _Watch:
-    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report) -> None:
+    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report,
+                 priced_rows: Sequence[int] | None) -> None:
         from autoembed.models.table_modules import embedding_modules
 
         own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
@@ -85,6 +113,7 @@ class _Watch:
                       if p.requires_grad and id(p) not in self.tables}
         self.config = config
         self.report = report
+        self.priced_rows = None if priced_rows is None else list(priced_rows)
         self.forward_seen = False
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
@@ -146,14 +175,15 @@ class _Watch:
                 "autoembed.build_optimizer")
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
-    def before_forward(self, *args: Any) -> None:
+    def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook: the first forward with gradients on is checked."""
         import torch
 
-        del args
+        del module
         if self.forward_seen or not torch.is_grad_enabled() or not self.tables:
             return
         self.forward_seen = True
+        self._check_batch(_rows(args, kwargs))
         path, _name, weight = next(iter(self.tables.values()))
         device = weight.device.type
         on = torch.is_autocast_enabled(device)
@@ -167,19 +197,34 @@ class _Watch:
                 f"{_autocast(policy.autocast_dtype)}); {_FIX}")
 
 
+    def _check_batch(self, got: list[int]) -> None:
+        """The loop's first training batch against the priced example's: larger in the first
+        dim of every input (its batch) is refused (smaller, as micro-batches are, is not)."""
+        want = self.priced_rows
+        if not want or len(got) != len(want) or \
+                not all(g > w for g, w in zip(got, want, strict=True)):
+            return
+        self.report.refuse(
+            f"the loop's first training batch gives the model inputs of {got[0]:,} rows "
+            f"(first dims {got}), but the trial was priced on example(params) with "
+            f"{want[0]:,} (first dims {want}); have example(params) return one batch as "
+            "train builds it (at params' batch size)")
+
 def _autocast(dtype: str | None) -> str:
     return f"under {dtype} autocast" if dtype else "without autocast"
 
 
 @contextmanager
-def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report) -> Iterator[None]:
-    """Within the block, the loop's optimizer and precision are checked against `config`
+def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report,
+               priced_rows: Sequence[int] | None = None) -> Iterator[None]:
+    """Within the block, the loop's optimizer, precision and batch are checked against
+    `config` and `priced_rows` (`input_rows` of the priced example; None: not checked)
     (module docstring); the hooks are gone after it."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    watch = _Watch(model, config, report)
+    watch = _Watch(model, config, report, priced_rows)
     handles = [register_optimizer_step_post_hook(watch.after_step),
-               model.register_forward_pre_hook(watch.before_forward)]
+               model.register_forward_pre_hook(watch.before_forward, with_kwargs=True)]
     try:
         yield
     finally:
