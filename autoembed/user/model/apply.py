@@ -383,8 +383,9 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
         _mark_replaced(p, f"{paths[0]}.{name}")
     for path, pname in ties:
         head = model.get_submodule(path)
-        if untie:  # a copy of the rows as they start (materialize copies them again)
-            full = layer.full_weight().detach().clone()
+        if untie:  # a copy of the rows as they start (on meta: materialize copies them)
+            full = torch.empty_like(old.weight) if old.weight.is_meta else \
+                layer.full_weight().detach().clone()
             head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
             object.__setattr__(head, UNTIED, {**getattr(head, UNTIED, {}), pname: layer})
         else:
