@@ -464,6 +464,24 @@ def test_a_factory_that_converts_its_model_prices_as_the_converted_model(convert
     assert got.allocated_peak == built.allocated_peak
 
 
+def test_on_meta_keeps_device_moves_on_meta_and_converts_dtypes() -> None:
+    """Each form of Tensor.to a build may use (copy=, non_blocking=, another tensor's dtype,
+    device and dtype positional) keeps the meta device and converts as asked (before: the
+    forms with copy= raised from torch's own argument parser)."""
+    from autoembed.trace.traced_model import on_meta
+
+    def build() -> list[torch.Tensor]:
+        t = torch.zeros(3)
+        return [t.to("cpu", copy=True), t.to(dtype=torch.float16, non_blocking=True),
+                t.to(torch.empty(1, dtype=torch.int64)), t.to("cpu", torch.bfloat16, False, True),
+                t.cpu()]
+
+    got = on_meta(build)
+    assert [x.dtype for x in got] == [torch.float32, torch.float16, torch.int64,
+                                      torch.bfloat16, torch.float32]
+    assert all(x.is_meta for x in got)
+
+
 class Logits(Tiny):
     """Tiny with a bigger table (its step is the peak) whose forward returns its logits: the
     loss lives in the training loop."""

@@ -220,8 +220,16 @@ class _OnMeta(TorchFunctionMode):
             return func(*args, **kwargs)
         if func is not torch.Tensor.to:
             return args[0]
-        dtype = torch._C._nn._parse_to(*args[1:], **kwargs)[1]
+        dtype = _to_dtype(args[1:], kwargs)
         return args[0] if dtype is None else args[0].to(dtype)
+
+
+def _to_dtype(args: Any, kwargs: Any) -> torch.dtype | None:
+    """The dtype a `Tensor.to(*args, **kwargs)` converts to (None: it keeps its own)."""
+    got = kwargs.get("dtype") or next((a for a in args if isinstance(a, torch.dtype)), None)
+    if got is None and args and isinstance(args[0], torch.Tensor):  # .to(other)
+        return args[0].dtype
+    return got
 
 
 def _fake_example(example: Any) -> Any:
