@@ -202,13 +202,14 @@ class Optimizers:
 
 def build_optimizer(
     model: nn.Module,
-    config: EmbeddingConfig,
+    config: EmbeddingConfig | Mapping[str, Any] | str,
     *,
     masters: Mapping[str, torch.Tensor] | None = None,
 ) -> Optimizers:
     """Optimizers for `model`'s parameters by `param_specs`: the dense ones under
     `dense_optimizer`, each table's under its own table optimizer (one torch optimizer per
-    distinct name, at `config.lr`).
+    distinct name, at `config.lr`). `config`: the forms `config.as_config` takes (a config,
+    a dict of its keys, a config file's path; anything else is a ConfigError).
 
     masters: parameter name -> fp32 master tensor to optimise instead of the parameter
     (fp16_master / bf16_master precision).
@@ -217,8 +218,10 @@ def build_optimizer(
     autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
     layers' caches to their optimizer, so `.step()` trains them).
     """
+    from autoembed.config import as_config
     from autoembed.models.embedding_model import EmbeddingModel
 
+    config = as_config(config)
     if not config.is_resolved:
         config = config.resolve()
     if not isinstance(model, EmbeddingModel):
