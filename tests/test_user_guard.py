@@ -176,6 +176,15 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
         ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=rows)
         assert ok.status == "complete", ok.error
 
+    def eval_first(model, params, report):  # a bigger eval pass, gradients on, is no batch
+        model.eval()
+        model(torch.zeros(64, 4, dtype=torch.long))
+        model.train()
+        return loop(adam)(model, params, report)
+
+    ok = run(EmbeddingConfig(table_optimizer="adam"), eval_first, priced_rows=[16])
+    assert ok.status == "complete", ok.error
+
 
 def test_input_rows_are_the_first_dims_the_forward_is_given() -> None:
     from autoembed import Example

@@ -16,8 +16,9 @@ assumed and the loop decides itself.
 * The precision: at the first forward with gradients on, the tables' dtype and the
   autocast in force on their device are compared with the priced precision's
   (`config.precision_policy`).
-* The batch: at that forward, the first dim of each tensor the model is given against the
-  priced example's (`input_rows`); a batch larger in every one is more than was priced.
+* The batch: at the first such forward in training mode (an eval pass is not one), the
+  first dim of each tensor the model is given against the priced example's
+  (`input_rows`); a batch larger in every one is more than was priced.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -115,6 +116,7 @@ class _Watch:
         self.report = report
         self.priced_rows = None if priced_rows is None else list(priced_rows)
         self.forward_seen = False
+        self.batch_seen = False
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each table weight this step moved for the first time."""
@@ -176,14 +178,18 @@ class _Watch:
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
-        """The model's forward pre-hook: the first forward with gradients on is checked."""
+        """The model's forward pre-hook: the first forward with gradients on is checked (its
+        batch at the first such forward in training mode: an eval pass is not one)."""
         import torch
 
-        del module
-        if self.forward_seen or not torch.is_grad_enabled() or not self.tables:
+        if not torch.is_grad_enabled() or not self.tables:
+            return
+        if module.training and not self.batch_seen:
+            self.batch_seen = True
+            self._check_batch(_rows(args, kwargs))
+        if self.forward_seen:
             return
         self.forward_seen = True
-        self._check_batch(_rows(args, kwargs))
         path, _name, weight = next(iter(self.tables.values()))
         device = weight.device.type
         on = torch.is_autocast_enabled(device)
@@ -195,7 +201,6 @@ class _Watch:
                 f"the loop trains table '{path}' in {dtype} {_autocast(got)}, but the "
                 f"trial was priced at precision '{policy.name}' ({policy.param_dtype} "
                 f"{_autocast(policy.autocast_dtype)}); {_FIX}")
-
 
     def _check_batch(self, got: list[int]) -> None:
         """The loop's first training batch against the priced example's: larger in the first
