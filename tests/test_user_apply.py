@@ -67,6 +67,23 @@ def test_untie_gives_the_head_its_own_full_weight() -> None:
     assert isinstance(model.lm_head.weight, nn.Parameter)
 
 
+@pytest.mark.parametrize("meta", [False, True])
+def test_an_untied_head_starts_as_the_tables_rows_built_on_meta_or_not(meta: bool) -> None:
+    """The head `untie` gives its own weight starts as the hashed table's rows (by hand: each
+    id's bucket row), whether the model had values or was built on meta and materialized
+    (before: materialize drew it by nn.Linear's reset_parameters, kaiming-uniform, so the
+    head of one model started at another scale than the other's)."""
+    from autoembed.nn.hashing import hash_ids
+
+    with torch.device("meta" if meta else "cpu"):
+        model = gpt_lm.build_model(**GPT)
+    autoembed.apply(model, hashed("tok", GPT["vocab"], 100, GPT["dim"]), untie=True)
+    if meta:
+        autoembed.materialize(model)
+    rows = model.tok.store.weight[hash_ids(torch.arange(GPT["vocab"]), 100)]
+    assert torch.equal(model.lm_head.weight, rows)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16_master"])
 @pytest.mark.parametrize("optimizer", ["adam", "rowwise_adagrad"])
 def test_real_bytes_after_apply_equal_the_estimate(precision: str, optimizer: str) -> None:

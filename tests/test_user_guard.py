@@ -50,11 +50,11 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
     return train
 
 
-def run(config: EmbeddingConfig, train):
+def run(config: EmbeddingConfig, train, priced_rows=None):
     """The guard on the model as `build` makes it (nothing applied: the config names its
-    table and optimizer)."""
+    table and optimizer; `priced_rows`: the priced example's batch)."""
     return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), {}, config,
-                          Report(), as_written=True)
+                          Report(), as_written=True, priced_rows=priced_rows)
 
 
 def adam(model):
@@ -137,6 +137,64 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert amp.status == "complete", amp.error
     plain = run(EmbeddingConfig(precision="amp_bf16"), loop(adam))
     assert plain.status == "failed" and "without autocast, but" in plain.error
+
+
+@pytest.mark.parametrize(("priced", "decay", "make_opt", "says"), [
+    ("sgd", 0.0, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4),
+     "table 'emb': the loop's SGD adds weight_decay 0.0001 to the gradient (a gradient-sized "
+     "copy in the step), but the trial was priced with 'sgd' at weight_decay 0; set the "
+     "space's embedding weight_decay"),
+    ("sgd", 1e-4, lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+     "table 'emb': the loop's SGD adds no weight decay to the gradient, but the trial was "
+     "priced with 'sgd' at weight_decay 0.0001 (a gradient-sized copy in the step)"),
+    ("sgd", 1e-4, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4), None),
+    ("adamw", 0.0, lambda m: torch.optim.AdamW(m.parameters(), lr=0.01), None),  # wd 0.01
+])
+def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_opt,
+                                                            says) -> None:
+    """SGD's weight decay is added to the gradient, a copy the size of the weights in its
+    step (torch's foreach SGD: `grads = _foreach_add(grads, params, alpha=wd)`): a loop that
+    decays otherwise than priced is refused (before: trained, the copy priced or not as it
+    happened); AdamW's decoupled decay adds nothing to the gradient, priced either way."""
+    r = run(EmbeddingConfig(weight_decay=decay, **optimizer_alias(priced)), loop(make_opt))
+    if says is None:
+        assert r.status == "complete", r.error
+    else:
+        assert r.status == "failed" and r.error.startswith(says), r.error
+
+
+def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None:
+    """The loop trains batches of 16 rows (`loop`); a trial priced on an example of 8 is
+    refused (before: trained, twice the activations priced), one priced on 16, or on 32
+    (the loop's smaller, as micro-batches are), trains."""
+    r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=[8])
+    assert r.status == "failed"
+    assert r.error.startswith("the loop's first training batch gives the model inputs of 16 "
+                              "rows (first dims [16]), but the trial was priced on "
+                              "example(params) with 8 (first dims [8])")
+    for rows in ([16], [32], None):
+        ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=rows)
+        assert ok.status == "complete", ok.error
+
+    def eval_first(model, params, report):  # a bigger eval pass, gradients on, is no batch
+        model.eval()
+        model(torch.zeros(64, 4, dtype=torch.long))
+        model.train()
+        return loop(adam)(model, params, report)
+
+    ok = run(EmbeddingConfig(table_optimizer="adam"), eval_first, priced_rows=[16])
+    assert ok.status == "complete", ok.error
+
+
+def test_input_rows_are_the_first_dims_the_forward_is_given() -> None:
+    from autoembed import Example
+    from autoembed.user.guard import input_rows
+
+    u, x, y = torch.zeros(4, dtype=torch.long), torch.zeros(4, 3), torch.zeros(4)
+    assert input_rows(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [4, 2]
+    assert input_rows((u, torch.tensor(1.0), x)) == [4, 4]  # a 0-dim input has no rows
+    assert input_rows({"ids": x}) == [4] and input_rows(x) == [4]
+    assert input_rows([x, x]) is None  # several examples: not compared
 
 
 ADAM_LOOP = BAG_MODEL + textwrap.dedent('''

@@ -65,6 +65,21 @@ def test_bf16_master_holds_half_params_and_fp32_masters() -> None:
     assert e.optimizer_state == 2 * PARAMS + STEP_COUNTERS
 
 
+def test_an_optimizer_factory_is_priced_on_the_params_it_is_given() -> None:
+    """A factory's param groups of the params it is given are priced with Adam's state by
+    hand; one over other tensors (a loop's `model.parameters()`, captured) is refused in
+    one line (before: priced with no optimizer state at all)."""
+    def groups(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.Adam([{"params": params[:1], "lr": 0.1}, {"params": params[1:]}])
+
+    assert estimate_model(Tiny, example(), optimizer=groups).optimizer_state == \
+        2 * PARAMS + STEP_COUNTERS
+    other = Tiny()
+    with pytest.raises(ConfigError, match=r"returned an optimizer over 3 tensor\(s\) it was "
+                       r"not given \(the first of shape \(1000, 64\)\)"):
+        estimate_model(Tiny, example(), optimizer=lambda _: torch.optim.Adam(other.parameters()))
+
+
 def test_rowwise_adagrad_state_is_one_float_per_row() -> None:
     e = estimate_model(Tiny, example(), optimizer="rowwise_adagrad")
     table = {m.name: m for m in e.modules}["emb"]
@@ -329,6 +344,46 @@ def test_sparse_table_gradients_are_one_row_per_id_by_hand() -> None:
     assert sparse.allocated_peak >= sparse.parameters + sparse.optimizer_state + want
 
 
+class FrozenSparse(Tiny):
+    """Tiny with a second, frozen table (`sparse` as given) beside its trained one."""
+
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.frozen = nn.Embedding(V, D, sparse=sparse)
+        self.frozen.weight.requires_grad_(False)
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.head(self.emb(ids).mean(1) + self.frozen(ids).mean(1))
+        return out if y is None else F.cross_entropy(out, y)
+
+
+def test_a_frozen_table_is_priced_without_a_gradient_sparse_or_not() -> None:
+    """torch gives a frozen table no gradient, sparse=True or not, so the flag changes no
+    tensor of the step: both price alike, the frozen table's gradient bytes 0 (before: a
+    frozen sparse table was priced with a gradient row per id and its sparse step's
+    temporaries, and every frozen table listed a full gradient)."""
+    b, s = 64, 32
+    real = FrozenSparse(sparse=True)
+    real(*example(b, s)).backward()
+    assert real.frozen.weight.grad is None and real.emb.weight.grad is not None
+    sparse = estimate_model(lambda: FrozenSparse(True), example(b, s), optimizer="sgd")
+    dense = estimate_model(lambda: FrozenSparse(False), example(b, s), optimizer="sgd")
+    assert sparse.allocated_peak == dense.allocated_peak
+    assert sparse.gradients == dense.gradients
+    assert {t.name: t.gradients for t in sparse.tables} == {"emb": block(V * D * 4),
+                                                            "frozen": 0}
+
+
+def test_bf16_master_keeps_no_master_of_a_frozen_table() -> None:
+    """No optimizer steps a frozen table, so it has no fp32 master (before: priced with one,
+    4 bytes a weight, beside its bf16 rows); the trained weights keep theirs."""
+    e = estimate_model(lambda: FrozenSparse(False), example(), precision="bf16_master")
+    half = block(V * D * 2)
+    assert {t.name: t.parameters for t in e.tables} == {"emb": half + block(V * D * 4),
+                                                        "frozen": half}
+    assert e.parameters == 2 * half + block(D * C * 2) + block(C * 2) + PARAMS
+
+
 @pytest.mark.parametrize(("precision", "optimizer"), [("fp32", "rowwise_adagrad"),
                                                       ("bf16_master", "adagrad")])
 def test_sparse_seed_pattern_prices_as_the_built_in_sparse_table(
@@ -389,6 +444,42 @@ def test_a_factory_that_builds_on_meta_prices_as_one_built_on_cpu() -> None:
     cpu = estimate_model(functools.partial(seed_mean.build_model, vocab=v, dim=d), ex)
     assert meta.parameters == block(v * d * 4) + block(d * 4 * 4) + block(4 * 4)  # by hand
     assert (meta.allocated_peak, meta.reserved_peak) == (cpu.allocated_peak, cpu.reserved_peak)
+
+
+@pytest.mark.parametrize(("convert", "size"), [
+    (lambda m: m.to(torch.bfloat16), 2), (lambda m: m.half(), 2), (lambda m: m.to("cpu"), 4),
+    (lambda m: m.cpu().to("cpu", torch.bfloat16), 2)])
+def test_a_factory_that_converts_its_model_prices_as_the_converted_model(convert,
+                                                                         size: int) -> None:
+    """A factory returning `Model().to(dtype)` (`.half()`, `.to(device)`) is priced as that
+    model built and converted: its parameters by hand in the dtype it returns, the same step
+    as the converted module itself (before: `_apply(): Couldn't swap Embedding.weight`, as
+    torch cannot swap a fake parameter, so such a build could not be priced or searched)."""
+    def factory() -> nn.Module:
+        return convert(Tiny())
+
+    got = estimate_model(factory, example(), optimizer="sgd")
+    built = estimate_model(factory(), example(), optimizer="sgd")
+    assert got.parameters == block(V * D * size) + block(D * C * size) + block(C * size)
+    assert got.allocated_peak == built.allocated_peak
+
+
+def test_on_meta_keeps_device_moves_on_meta_and_converts_dtypes() -> None:
+    """Each form of Tensor.to a build may use (copy=, non_blocking=, another tensor's dtype,
+    device and dtype positional) keeps the meta device and converts as asked (before: the
+    forms with copy= raised from torch's own argument parser)."""
+    from autoembed.trace.traced_model import on_meta
+
+    def build() -> list[torch.Tensor]:
+        t = torch.zeros(3)
+        return [t.to("cpu", copy=True), t.to(dtype=torch.float16, non_blocking=True),
+                t.to(torch.empty(1, dtype=torch.int64)), t.to("cpu", torch.bfloat16, False, True),
+                t.cpu()]
+
+    got = on_meta(build)
+    assert [x.dtype for x in got] == [torch.float32, torch.float16, torch.int64,
+                                      torch.bfloat16, torch.float32]
+    assert all(x.is_meta for x in got)
 
 
 class Logits(Tiny):

@@ -71,6 +71,38 @@ def test_sparse_tables_need_a_sparse_optimizer_and_then_train() -> None:
     assert set(changed.tolist()) == set(u.tolist())  # only the rows looked up move
 
 
+def test_a_frozen_sparse_table_takes_any_optimizer() -> None:
+    """A frozen table gets no gradient, sparse=True or not (torch), so the tables' Adam
+    never steps it: build_optimizer and estimate_model take it (before: refused as a sparse
+    table Adam cannot step), and the trained table steps."""
+    m = TwoTables()
+    m.items = nn.EmbeddingBag(V, D, mode="sum", sparse=True)
+    m.items.weight.requires_grad_(False)
+    opts = autoembed.build_optimizer(m, EmbeddingConfig(**optimizer_alias("adam")))
+    assert all(p is not m.items.weight for o in opts.all for g in o.param_groups
+               for p in g["params"])
+    u, i = _example()
+    m(u, i).backward()
+    assert m.items.weight.grad is None and m.users.weight.grad is not None
+    before = m.users.weight.detach().clone()
+    opts.step()
+    assert not torch.equal(m.users.weight, before)
+    autoembed.estimate_model(m, (u, i), optimizer="adam")
+
+
+def test_build_optimizer_takes_a_config_dict_and_refuses_other_values_in_one_line() -> None:
+    """A dict of config keys builds what its EmbeddingConfig builds (tables under Adagrad at
+    lr 0.1, the rest under the config's default dense_optimizer, Adam); anything else is
+    one ConfigError line (before: an AttributeError traceback, 'dict' object has no
+    attribute 'is_resolved')."""
+    m = TwoTables()
+    opts = autoembed.build_optimizer(m, {"table_optimizer": "adagrad", "lr": 0.1})
+    assert [type(o) for o in opts.all] == [torch.optim.Adagrad, torch.optim.Adam]
+    assert opts.tables[0].param_groups[0]["lr"] == 0.1
+    with pytest.raises(ConfigError, match=r"^config = int: give an EmbeddingConfig"):
+        autoembed.build_optimizer(m, 3)  # type: ignore[arg-type]
+
+
 def test_bf16_master_optimises_the_fp32_masters() -> None:
     from autoembed.models.device_precision import MasterWeights
     from autoembed.models.user_step import cast_floating

@@ -69,9 +69,21 @@ def test_the_price_is_estimate_model_of_the_built_model_and_the_budget_binds() -
     assert large.estimate.device_total > 512 * 2**20 + 4 * 50_000 * 512 * 4 > 700 * 10**6
     assert small.estimate.device_total < 700 * 10**6
     assert small.estimate.device_total <= 700 * 10**6 < large.estimate.device_total
+    assert small.launch(0).payload["priced_rows"] == [16]  # example's batch: the guard's
     assert small.launch(0).payload["params"] == params_for(SPACE, values(8)) == {
         "dim": 8, "batch_size": 16,
         "embedding": {"precision": "fp32", "table_optimizer": "adam"}}
+
+
+def test_a_build_that_moves_and_converts_its_model_is_priced_as_it_returns_it() -> None:
+    """`build` returning `Model(d).to("cpu", torch.bfloat16)` (a user's `.to(device)`) is
+    priced as that bf16 model, its table applied: bf16 rows by hand (before: the search's
+    meta probe could not copy out of meta, and the trace could not swap a fake parameter:
+    the build was refused at the first proposal)."""
+    code = UserCode(lambda p: build(p).to("cpu", torch.bfloat16), example, lambda m, p, r: None)
+    got = price_proposal(code, SPACE, values(8))
+    table = {t.name: t for t in got.estimate.tables}["tok"]
+    assert table.parameters == block(50_000 * 8 * 2)
 
 
 def test_the_model_is_listed_on_the_meta_device() -> None:

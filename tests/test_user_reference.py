@@ -21,7 +21,7 @@ LOOP = BAG_MODEL.replace("nn.Embedding(1000, dim)", "nn.Embedding(100_000, dim)"
 
 
     def example(params):
-        return torch.zeros(16, 4, dtype=torch.long), torch.zeros(16, dtype=torch.long)
+        return torch.zeros(64, 4, dtype=torch.long), torch.zeros(64, dtype=torch.long)
 
 
     def train(model, params, report):

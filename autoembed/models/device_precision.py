@@ -130,14 +130,15 @@ def make_scaler(config: EmbeddingConfig, device: torch.device | str) -> torch.am
 
 @dataclass(frozen=True)
 class MasterWeights:
-    """fp32 masters of a half-precision model's parameters, by parameter name."""
+    """fp32 masters of a half-precision model's trained parameters, by parameter name (a
+    frozen one, which no optimizer steps, has none)."""
 
     params: dict[str, nn.Parameter]
     masters: dict[str, torch.Tensor]
 
     @classmethod
     def create(cls, model: nn.Module) -> MasterWeights:
-        params = dict(model.named_parameters())
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
         masters = {n: p.detach().to(torch.float32, copy=True) for n, p in params.items()}
         return cls(params, masters)
 

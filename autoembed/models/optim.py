@@ -202,13 +202,14 @@ class Optimizers:
 
 def build_optimizer(
     model: nn.Module,
-    config: EmbeddingConfig,
+    config: EmbeddingConfig | Mapping[str, Any] | str,
     *,
     masters: Mapping[str, torch.Tensor] | None = None,
 ) -> Optimizers:
     """Optimizers for `model`'s parameters by `param_specs`: the dense ones under
     `dense_optimizer`, each table's under its own table optimizer (one torch optimizer per
-    distinct name, at `config.lr`).
+    distinct name, at `config.lr`). `config`: the forms `config.as_config` takes (a config,
+    a dict of its keys, a config file's path; anything else is a ConfigError).
 
     masters: parameter name -> fp32 master tensor to optimise instead of the parameter
     (fp16_master / bf16_master precision).
@@ -217,8 +218,10 @@ def build_optimizer(
     autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
     layers' caches to their optimizer, so `.step()` trains them).
     """
+    from autoembed.config import as_config
     from autoembed.models.embedding_model import EmbeddingModel
 
+    config = as_config(config)
     if not config.is_resolved:
         config = config.resolve()
     if not isinstance(model, EmbeddingModel):
@@ -271,12 +274,12 @@ def user_optimizers(
     `table_optimizer`; else `config.table_optimizer`), one torch optimizer per distinct
     (name, sparse gradients) at `config.lr`; every other trainable parameter under
     `config.dense_optimizer` at `config.effective_dense_lr` (no dense optimizer when there is
-    none); warm-up over `config.warmup_steps`. A `sparse=True` nn.Embedding / EmbeddingBag
-    takes sparse gradients, so its optimizer must accept them. A host_cached `autoembed.nn`
-    layer is bound to its table optimizer (`models.host_cached_table.bind_host_cached`: the cached
-    rows' state moves with them), which must be the one it was built for. `masters`:
-    parameter name -> fp32 master to optimise instead (*_master precisions; refused beside a
-    host_cached layer)."""
+    none); warm-up over `config.warmup_steps`. A trained `sparse=True` nn.Embedding /
+    EmbeddingBag takes sparse gradients, so its optimizer must accept them (a frozen one
+    takes none). A host_cached `autoembed.nn` layer is bound to its table optimizer
+    (`models.host_cached_table.bind_host_cached`: the cached rows' state moves with them),
+    which must be the one it was built for. `masters`: parameter name -> fp32 master to
+    optimise instead (*_master precisions; refused beside a host_cached layer)."""
     from autoembed.models.host_cached_table import bind_host_cached
 
     if not config.is_resolved:
@@ -286,7 +289,8 @@ def user_optimizers(
     for path, m in embedding_modules(model):
         name, sparse = own.get(path, config.table_optimizer), bool(getattr(m, "sparse", False))
         _check_cached(path, m, name, masters is not None)
-        if sparse and name not in SPARSE_GRAD_OPTIMIZERS:
+        trained = any(p.requires_grad for p in m.parameters())  # a frozen one steps nothing
+        if sparse and trained and name not in SPARSE_GRAD_OPTIMIZERS:
             raise ConfigError(f"table '{path}' has sparse=True gradients, which table_optimizer "
                               f"'{name}' cannot step; use one of "
                               f"{', '.join(SPARSE_GRAD_OPTIMIZERS)} or sparse=False")

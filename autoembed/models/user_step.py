@@ -172,6 +172,14 @@ def _factory_optimizer(
     if not isinstance(opt, Optimizer):
         raise ConfigError(f"optimizer factory {_name(factory)} returned "
                           f"{type(opt).__name__}, not a torch.optim.Optimizer")
+    given = {id(t) for t in [*tables, *dense]}
+    foreign = [p for g in opt.param_groups for p in g["params"] if id(p) not in given]
+    if foreign:  # another model's weights: the priced model's would keep no state
+        raise ConfigError(f"optimizer factory {_name(factory)} returned an optimizer over "
+                          f"{len(foreign)} tensor(s) it was not given (the first of shape "
+                          f"{tuple(foreign[0].shape)}), so the priced model's weights would "
+                          "keep no optimizer state; build it from the params it is called "
+                          "with (param groups of them are fine), not model.parameters()")
     opts = Optimizers((pin_foreach(opt),), None)
     bind_host_cached(model, opts.all)
     return opts

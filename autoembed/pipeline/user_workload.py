@@ -33,6 +33,7 @@ from autoembed.pipeline.workload import (
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.trial import AS_WRITTEN, ENQUEUED
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
+from autoembed.user.guard import input_rows
 from autoembed.user.run import TRIAL_ROLES, UserCode, built_module
 from autoembed.user.space import (
     as_written_config,
@@ -141,11 +142,10 @@ class UserWorkload:
 
     def _probe(self, values: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Any]:
         """(params, the model built on the meta device, the example) of `values`."""
-        import torch
+        from autoembed.trace.traced_model import on_meta
 
         params = params_for(self.space, values)
-        with torch.device("meta"):
-            probe = built_module(call_user(self.code.build, "model", params))
+        probe = built_module(on_meta(lambda: call_user(self.code.build, "model", params)))
         return params, probe, call_user(self.code.example, "example", params)
 
     def _price(self, values: Mapping[str, Any]) -> Priced | Invalid:
@@ -180,11 +180,13 @@ class UserWorkload:
         est = estimate_model(model, example, loss=self.code.loss,  # build_optimizer's optimizers
                              optimizer=config, precision=config.precision)
 
+        rows = input_rows(example)  # the guard checks the loop's batch against it
+
         def launch(number: int) -> Launch:
             del number
             host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            return Launch({**self._payload(params, config), **(extra or {})}, host,
-                          self.space.early_stop)
+            return Launch({**self._payload(params, config), "priced_rows": rows,
+                           **(extra or {})}, host, self.space.early_stop)
 
         return Priced(config, est, launch)
 

@@ -243,13 +243,11 @@ def _user_candidates(opt: str, prec: str) -> list[Candidate]:
 def _table_candidates(factory: Callable[[], Any], base: Any) -> list[Candidate]:
     """The model's largest table (rows x dim) hashed or quotient-remainder split, as the
     --apply config that says so (`base`: the --apply config given, kept for the rest)."""
-    import torch
-
+    from autoembed.trace.traced_model import on_meta
     from autoembed.user.model.apply import tables
 
     try:
-        with torch.device("meta"):  # its tables' shapes only: nothing allocated or filled
-            model = factory()
+        model = on_meta(factory)  # its tables' shapes only: nothing allocated or filled
         found = {t.name: t for t in tables(model)}
     except Exception:  # noqa: BLE001 - a factory that cannot build on meta: no table changes
         return []

@@ -153,13 +153,13 @@ def _dims(factory: Any) -> dict[str, int]:
     device (nothing allocated); one that cannot be leaves them to the config's default."""
     import torch
 
+    from autoembed.trace.traced_model import on_meta
     from autoembed.user.model.apply import table_dims
 
     if isinstance(factory, torch.nn.Module):
         return table_dims(factory)
     try:
-        with torch.device("meta"):
-            model = factory()
+        model = on_meta(factory)
     except Exception:  # noqa: BLE001 - the estimate calls it again and reports what it raises
         return {}
     return table_dims(model) if isinstance(model, torch.nn.Module) else {}

@@ -1,7 +1,8 @@
 """The traced estimate of a user's own model: `trace.traced.trace_step` of its `UserStep`.
 
 The model (a module, turned into a fake copy; or a factory, called under FakeTensorMode so a
-100M-row table costs nothing; parameters it leaves on the meta device become fake CPU ones),
+100M-row table costs nothing, or on the meta device where it converts its module's dtype;
+parameters it leaves on the meta device become fake CPU ones),
 its precision machinery and optimizer are built, and the traced steps (forward, loss,
 backward, optimizer step) run on a fake copy of the example. What is about the user's model
 lives here: how it is built and called, the one-line errors that name the module that
@@ -22,6 +23,7 @@ from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from autoembed.errors import ConfigError, first_line
@@ -49,7 +51,7 @@ from autoembed.models.user_step import (
 )
 from autoembed.trace.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 
-__all__ = ["model_estimate", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
+__all__ = ["model_estimate", "on_meta", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
 
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
@@ -159,7 +161,7 @@ def _build(model: ModelSpec) -> nn.Module:
     if isinstance(model, nn.Module):
         return _fake_module(model)
     try:
-        built = model()
+        built = _call_factory(model)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's factory: report it, one line
@@ -174,6 +176,60 @@ def _build(model: ModelSpec) -> nn.Module:
     if any(not is_fake(t) or t.device.type != "cpu" for t in tensors):
         return _fake_module(built)  # real tensors, or a factory that built on meta
     return built
+
+
+# what Module._apply raises for a fake parameter (.to(...), .half(), .cpu()): torch swaps
+# fake parameters, and FakeTensorMode keeps a weak reference to each, which forbids the swap
+_NO_SWAP = "_apply(): Couldn't swap"
+
+
+def _call_factory(factory: Callable[[], nn.Module]) -> Any:
+    """`factory()` under the trace's FakeTensorMode; a factory that converts its module
+    (`.to(torch.bfloat16)`, `.half()`, `.to(device)`), which fake parameters cannot take,
+    is called again on the meta device outside the trace's modes (nothing allocated,
+    nothing traced), its conversions keeping their dtype and the meta device (`_OnMeta`);
+    `_build` copies its meta tensors as fake CPU ones of the same dtypes."""
+    try:
+        return factory()
+    except RuntimeError as e:
+        if not str(e).startswith(_NO_SWAP):
+            raise
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        return on_meta(factory)
+
+
+def on_meta(factory: Callable[[], Any]) -> Any:
+    """`factory()` on the meta device (nothing allocated), its device moves (`.to(device)`,
+    `.cpu()`, `.cuda()`) kept on meta and its dtype conversions done (`_OnMeta`): the model
+    it builds, as shapes and dtypes."""
+    with torch.device("meta"), _OnMeta():
+        return factory()
+
+
+class _OnMeta(TorchFunctionMode):
+    """A meta tensor moved to a device (`.to(device)`, `.cpu()`, `.cuda()`) stays on meta;
+    a dtype it is converted to is kept."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        moves = (torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda)
+        if func not in moves or not (isinstance(args[0], torch.Tensor) and args[0].is_meta):
+            return func(*args, **kwargs)
+        if func is not torch.Tensor.to:
+            return args[0]
+        dtype = _to_dtype(args[1:], kwargs)
+        return args[0] if dtype is None else args[0].to(dtype)
+
+
+def _to_dtype(args: Any, kwargs: Any) -> torch.dtype | None:
+    """The dtype a `Tensor.to(*args, **kwargs)` converts to (None: it keeps its own)."""
+    got = kwargs.get("dtype") or next((a for a in args if isinstance(a, torch.dtype)), None)
+    if got is None and args and isinstance(args[0], torch.Tensor):  # .to(other)
+        return args[0].dtype
+    return got
 
 
 def _fake_example(example: Any) -> Any:
@@ -271,9 +327,9 @@ def _sparse_terms(trace: Trace) -> SparseTerms:
     g_all = step_all = 0
     temps = [0]
     for path, m in embedding_modules(step.model):
-        if not getattr(m, "sparse", False):
-            continue
         w = next(iter(m.parameters()))  # weight; a host_cached layer's cache_weight
+        if not getattr(m, "sparse", False) or not w.requires_grad:  # frozen: no gradient
+            continue
         key = id(masters[names[id(w)]]) if master else id(w)
         sg = sparse_gradient(trace.lookups.get(path, 0), int(w.shape[1]), int(w.shape[0]),
                              _SPARSE_NAMES.get(opt_of.get(key, ""), "sgd"),
@@ -325,7 +381,8 @@ def _tables(step: TrainStep) -> tuple[TableMemory, ...]:
             master = masters.get(names.get(id(w), ""))
             serving += _nbytes(w)
             params += _nbytes(w) + _nbytes(master)
-            grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
+            if w.requires_grad:  # a frozen table has no gradient
+                grads += _nbytes(w) * (4 // w.element_size() if master is not None else 1)
             opt_state += state.get(id(master if master is not None else w), 0)
         out.append(TableMemory(
             name=path, rows=int(cast(Any, m).num_embeddings), dim=int(cast(Any, m).embedding_dim),

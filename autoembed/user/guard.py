@@ -10,9 +10,15 @@ assumed and the loop decides itself.
   (`rowwise_adagrad`).
 * The dense optimizer: each other trainable weight's state, after the first step that
   moves it, against the priced `dense_optimizer`'s (per weight, as above).
+* The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
+  `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
+  against the priced optimizer at `config.weight_decay`.
 * The precision: at the first forward with gradients on, the tables' dtype and the
   autocast in force on their device are compared with the priced precision's
   (`config.precision_policy`).
+* The batch: at the first such forward in training mode (an eval pass is not one), the
+  first dim of each tensor the model is given against the priced example's
+  (`input_rows`); a batch larger in every one is more than was priced.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -20,7 +26,7 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -32,12 +38,13 @@ if TYPE_CHECKING:
 
     from autoembed.user.report import Report
 
-__all__ = ["watch_loop", "priced_state", "STATE_PER_WEIGHT"]
+__all__ = ["watch_loop", "priced_state", "input_rows", "STATE_PER_WEIGHT"]
 
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
                     "sparse_adam": 2}
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
+_NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
 _FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer")
 
@@ -59,6 +66,31 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
     return sum(t.numel() for t in _kept(opt, p))
 
 
+def input_rows(example: Any) -> list[int] | None:
+    """The first dim of each tensor (of one or more dims) the forward is given from
+    `example`, passed as `call_model` passes it, in order; None for several examples (a
+    list)."""
+    from autoembed.example import Example
+
+    if isinstance(example, list):
+        return None
+    if isinstance(example, Example):
+        return _rows(example.args, dict(example.kwargs))
+    if isinstance(example, tuple):
+        return _rows(example, {})
+    if isinstance(example, Mapping):
+        return _rows((), dict(example))
+    return _rows((example,), {})
+
+
+def _rows(args: Any, kwargs: Mapping[str, Any]) -> list[int]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [int(t.shape[0]) for t in tree_leaves((tuple(args), dict(kwargs)))
+            if isinstance(t, torch.Tensor) and t.dim() > 0]
+
+
 def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
     """The optimizers that keep `count` values of state for `weight` ('' when none does);
     `dense`: only those that train dense weights."""
@@ -68,7 +100,8 @@ def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
 
 
 class _Watch:
-    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report) -> None:
+    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report,
+                 priced_rows: Sequence[int] | None) -> None:
         from autoembed.models.table_modules import embedding_modules
 
         own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
@@ -81,7 +114,9 @@ class _Watch:
                       if p.requires_grad and id(p) not in self.tables}
         self.config = config
         self.report = report
+        self.priced_rows = None if priced_rows is None else list(priced_rows)
         self.forward_seen = False
+        self.batch_seen = False
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each table weight this step moved for the first time."""
@@ -93,6 +128,29 @@ class _Watch:
                 elif id(p) in self.dense and p.grad is not None:
                     self._check_dense(opt, self.dense.pop(id(p))[0], p)
 
+    def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
+                     what: str) -> None:
+        """Whether the loop adds weight decay to `p`'s gradient (an L2 decay: a
+        gradient-sized copy in the step; AdamW's decoupled decay scales the weight in place)
+        as the priced optimizer `name` at `config.weight_decay` does."""
+        group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+        wd = float(group.get("weight_decay") or 0.0)
+        got = wd != 0 and not group.get("decoupled_weight_decay", False)
+        priced = self.config.weight_decay
+        if got == (priced != 0 and name not in _NO_L2):
+            return
+        copy = " (a gradient-sized copy in the step)"
+        loop = (f"adds weight_decay {wd:g} to the gradient{copy}" if got else
+                "adds no weight decay to the gradient" + (f" (decoupled weight_decay {wd:g})"
+                                                          if wd else ""))
+        how = (" (decoupled: nothing added to the gradient)" if name in _NO_L2 and priced
+               else "" if got else copy)
+        self.report.refuse(
+            f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
+            f"'{name}' at weight_decay {priced:g}{how}; set the space's embedding weight_decay "
+            "(and optimizer) to what the loop does, or build the loop's optimizer with "
+            "autoembed.build_optimizer")
+
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         path, name, _ = self.tables[id(p)]
         got, want = _state(opt, p), priced_state(name, p)
@@ -103,6 +161,7 @@ class _Watch:
                 f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
                 f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
                 f"'{name}' ({want:,}); {_FIX}")
+        self._check_decay(opt, p, name, f"table '{path}'")
 
     def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor) -> None:
         """A dense weight's state against the priced `dense_optimizer`'s (`priced_state`)."""
@@ -116,13 +175,19 @@ class _Watch:
                 f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
                 "dense_optimizer to what the loop does, or build the loop's optimizer with "
                 "autoembed.build_optimizer")
+        self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
-    def before_forward(self, *args: Any) -> None:
-        """The model's forward pre-hook: the first forward with gradients on is checked."""
+    def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
+        """The model's forward pre-hook: the first forward with gradients on is checked (its
+        batch at the first such forward in training mode: an eval pass is not one)."""
         import torch
 
-        del args
-        if self.forward_seen or not torch.is_grad_enabled() or not self.tables:
+        if not torch.is_grad_enabled() or not self.tables:
+            return
+        if module.training and not self.batch_seen:
+            self.batch_seen = True
+            self._check_batch(_rows(args, kwargs))
+        if self.forward_seen:
             return
         self.forward_seen = True
         path, _name, weight = next(iter(self.tables.values()))
@@ -137,20 +202,34 @@ class _Watch:
                 f"trial was priced at precision '{policy.name}' ({policy.param_dtype} "
                 f"{_autocast(policy.autocast_dtype)}); {_FIX}")
 
+    def _check_batch(self, got: list[int]) -> None:
+        """The loop's first training batch against the priced example's: larger in the first
+        dim of every input (its batch) is refused (smaller, as micro-batches are, is not)."""
+        want = self.priced_rows
+        if not want or len(got) != len(want) or \
+                not all(g > w for g, w in zip(got, want, strict=True)):
+            return
+        self.report.refuse(
+            f"the loop's first training batch gives the model inputs of {got[0]:,} rows "
+            f"(first dims {got}), but the trial was priced on example(params) with "
+            f"{want[0]:,} (first dims {want}); have example(params) return one batch as "
+            "train builds it (at params' batch size)")
 
 def _autocast(dtype: str | None) -> str:
     return f"under {dtype} autocast" if dtype else "without autocast"
 
 
 @contextmanager
-def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report) -> Iterator[None]:
-    """Within the block, the loop's optimizer and precision are checked against `config`
+def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report,
+               priced_rows: Sequence[int] | None = None) -> Iterator[None]:
+    """Within the block, the loop's optimizer, precision and batch are checked against
+    `config` and `priced_rows` (`input_rows` of the priced example; None: not checked)
     (module docstring); the hooks are gone after it."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    watch = _Watch(model, config, report)
+    watch = _Watch(model, config, report, priced_rows)
     handles = [register_optimizer_step_post_hook(watch.after_step),
-               model.register_forward_pre_hook(watch.before_forward)]
+               model.register_forward_pre_hook(watch.before_forward, with_kwargs=True)]
     try:
         yield
     finally:

@@ -63,5 +63,6 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
     result = run_user_trial(code, params, config,
                             Report(payload.get("metrics") or (), channel),
                             target=payload.get("target"), device=payload.get("device", "cpu"),
-                            as_written=bool(payload.get("as_written")))
+                            as_written=bool(payload.get("as_written")),
+                            priced_rows=payload.get("priced_rows"))
     return {"status": result.status, "result": result.to_dict(), "error": result.error}

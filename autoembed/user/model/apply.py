@@ -35,6 +35,7 @@ __all__ = ["apply", "tables", "materialize", "checkpoint_modules"]
 # set on a module whose tied weight(s) are decoded tables: parameter name -> the layer
 DECODED = "_autoembed_decoded"
 CHECKPOINTED = "_autoembed_checkpointed"  # set on a module whose forward is checkpointed
+UNTIED = "_autoembed_untied"  # on a head `untie` gave its own weight: {parameter: its layer}
 
 
 def tables(model: nn.Module) -> tuple[Any, ...]:
@@ -382,9 +383,11 @@ def _replace(model: nn.Module, old: Any, layer: Any, ties: Sequence[tuple[str, s
         _mark_replaced(p, f"{paths[0]}.{name}")
     for path, pname in ties:
         head = model.get_submodule(path)
-        if untie:
-            full = layer.full_weight().detach().clone()
+        if untie:  # a copy of the rows as they start (on meta: materialize copies them)
+            full = torch.empty_like(old.weight) if old.weight.is_meta else \
+                layer.full_weight().detach().clone()
             head._parameters[pname] = nn.Parameter(full, old.weight.requires_grad)
+            object.__setattr__(head, UNTIED, {**getattr(head, UNTIED, {}), pname: layer})
         else:
             _decode_into(head, pname, layer)
 
@@ -569,9 +572,11 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
     (torch's private `_reset_parameters` where that is a torch module's only one, as in
     nn.MultiheadAttention), a module after the modules it holds, then each transformers
     model by its own `init_weights()` (`_init_weights`; the layers `apply` put in it draw
-    themselves there). Refused (ConfigError) when no parameter is on the meta device, or
-    only some are (it would re-initialise weights that have values), or when a parameter
-    is left undrawn by all of that (its values would be whatever memory held)."""
+    themselves there); a head `untie` gave its own weight takes a copy of its table's rows,
+    as `apply` gives it on a model with values. Refused (ConfigError) when no parameter is
+    on the meta device, or only some are (it would re-initialise weights that have values),
+    or when a parameter is left undrawn by all of that (its values would be whatever memory
+    held)."""
     _a_module(model, "materialize")
     params = list(model.named_parameters())
     meta = [n for n, p in params if p.is_meta]
@@ -605,8 +610,18 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu") -> nn.Modu
             reset()
     for owner in _transformers_models(model):
         owner.init_weights()  # type: ignore[operator]
+    _copy_untied(model)
     _check_drawn(model)
     return model
+
+
+@torch.no_grad()
+def _copy_untied(model: nn.Module) -> None:
+    """Each weight `untie` gave a head starts as a copy of its table's rows, as `apply` on a
+    model with values copies them (not by the head's own reset_parameters)."""
+    for m in model.modules():
+        for pname, layer in getattr(m, UNTIED, {}).items():
+            getattr(m, pname).copy_(layer.full_weight())
 
 
 def _reset_of(m: nn.Module) -> Any:
