@@ -470,9 +470,9 @@ def _export_builtin(chosen: _Chosen, out: Path, fmt: str) -> Exported:
                     vocab_dst, tuple(notes))
 
 
-def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
-    """The file's keys beside the config: `source` (study, trial, pick, run id, metrics,
-    memory), the training length and the trained config (a note, appended, without it)."""
+def _source(chosen: _Chosen) -> dict[str, Any]:
+    """An exported file's `source` block, whichever workload searched: study, trial, pick,
+    run id, metrics, memory."""
     source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
                               "pick": chosen.pick}
     if chosen.run_id is not None:
@@ -481,7 +481,13 @@ def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
         k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
     if chosen.memory is not None:
         source["memory"] = dict(chosen.memory)
-    extra: dict[str, Any] = {"source": source}
+    return source
+
+
+def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
+    """The file's keys beside the config: `source` (study, trial, pick, run id, metrics,
+    memory), the training length and the trained config (a note, appended, without it)."""
+    extra: dict[str, Any] = {"source": _source(chosen)}
     length = training_of(chosen.metrics)
     if length:
         extra[TRAIN_KEY] = length
@@ -562,9 +568,7 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
     chosen = _with_stored_params(chosen, meta.get(_ROWS) or {})
     params = dict(chosen.params or {})
-    source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
-              **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
-    record = {**user_record(space, cfg, params), "source": source}
+    record = {**user_record(space, cfg, params), "source": _source(chosen)}
     cfg_path = out.with_suffix(".yaml") if fmt == "python" else out
     for p in {out, cfg_path}:
         if p.exists() and not force:

@@ -286,10 +286,18 @@ def test_cli_export_format_python(user, capsys) -> None:
     from autoembed.cli import main
 
     _, root = user
-    api_search(user, "cx", 1)
+    res = api_search(user, "cx", 1)
     rc = main(["export", "--study", "cx", "--format", "python", "--out",
                str(root / "m.py"), "--runs-dir", str(root / "runs")])
     assert rc == 0 and (root / "m.py").exists() and (root / "m.yaml").exists()
+    # the record's source carries the trial's metrics, as an export of autoembed's models
+    # does (it had study, trial, pick and memory only)
+    import yaml
+
+    source = yaml.safe_load((root / "m.yaml").read_text())["source"]
+    assert source["trial"] == res.best.number
+    assert source["metrics"]["quality"] == res.best.metrics["quality"]
+    assert source["metrics"]["memory"] == res.best.estimate["allocated_peak"]
     assert main(["export", "--study", "cx", "--format", "python", "--out",
                  str(root / "m.py"), "--runs-dir", str(root / "runs")]) == 2  # exists
 
