@@ -163,6 +163,12 @@ class TrialRow:
         return {k: (math.nan if v is None else float(v)) for k, v in self.metrics.items()}
 
     @property
+    def reason_line(self) -> str:
+        """The reason's first line, what a progress line or a one-line error quotes (the
+        user's traceback below it stays in `reason`)."""
+        return (self.reason or "").strip().split("\n", 1)[0]
+
+    @property
     def device_total(self) -> int:
         return int(self.estimate.get("device_total", 0))
 

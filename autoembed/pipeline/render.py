@@ -94,7 +94,7 @@ def _line(r: TrialRow, budget_bytes: int | None = None) -> str:
                 f"{_q(m.get('throughput'), '{:,.0f}')} samples/s")
     if r.status == "running":
         return f"trial {r.number} started ({judged})"
-    return f"trial {r.number} {r.status}: {r.reason or ''}"[:160]
+    return f"trial {r.number} {r.status}: {r.reason_line}"[:160]
 
 
 def _short(v: Any) -> str:

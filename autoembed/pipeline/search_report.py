@@ -114,7 +114,7 @@ class SearchReport:
                 f"{format_bytes(self.budget.bytes)} ({self.count('infeasible')} over budget; "
                 f"{self.stop_reason}); narrow the space towards cheaper configs. "
                 f"Trials: {trials_csv}")
-        reasons = sorted({(r.reason or r.status) for r in self.rows if r.counted})[:3]
+        reasons = sorted({(r.reason_line or r.status) for r in self.rows if r.counted})[:3]
         return SearchFailedError(f"no trial completed within the budget ({self.stop_reason}); "
                                  f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
 
