@@ -137,6 +137,13 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
     # the same output as a built-in search: the front table, the counts and the files
     assert "Pareto front of study 'c1'" in out.out and "over budget" in out.out
     assert "pareto.json" in out.out and "best.yaml" in out.out
+    # within-noise says how it picked, as a built-in search does: no noise measured, so the
+    # best quality (the summary said nothing, and docs/searching.md claimed an unpaired SE)
+    rows = list(csv.DictReader((root / "runs" / "c1" / "trials.csv").open()))
+    best = max((r for r in rows if r["status"] == "complete"), key=lambda r: float(r["quality"]))
+    assert "no standard error was measured" in " ".join(out.out.split())
+    pareto = json.loads((root / "runs" / "c1" / "pareto.json").read_text())
+    assert pareto["noise"] is None and pareto["best"] == int(best["trial"])
     # 2 of the 4 configs fit (dim 8), 3 trials asked: each trains once, and the search
     # ends saying so, exit 0 with its files written
     assert "(every fitting config tried: 2)" in " ".join(out.out.split())
