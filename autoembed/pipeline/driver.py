@@ -144,6 +144,7 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
         assert tracker is not None
         lock.ray(*executor.session())
         stored.check_still_new()
+        _check_new_runs(stored, plan, tracker)
         plan = executor.place(plan)
         study, recovery = _open_study(stored, plan, on_recovered)
         plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +181,19 @@ def _check_new_dir(stored: studies.StoredStudy, plan: SearchPlan) -> None:
             f"--study {plan.name}: {plan.out_dir} holds another search's results "
             f"({', '.join(found)}), not of the study '{plan.name}' in {stored.where}; choose "
             "another --study or --runs-dir, or move that folder away")
+
+
+def _check_new_runs(stored: studies.StoredStudy, plan: SearchPlan, tracker: Any) -> None:
+    """A new study never records into an MLflow experiment that holds another search of its
+    name (one under another --runs-dir with the same --tracking-uri): it would replace that
+    search's trial runs by number. ConfigError before the study is made."""
+    holds = getattr(tracker, "holds_search", None)  # a tracker of the caller's may lack it
+    if stored.existing is None and callable(holds) and holds(plan.name):
+        where = getattr(tracker, "uri", "the tracking store")
+        raise ConfigError(
+            f"--study {plan.name}: the MLflow store {where} holds the runs of another search "
+            f"named '{plan.name}', whose study is not in {stored.where}; choose another "
+            "--study, or give the --runs-dir (or --storage) it ran in to --resume it")
 
 
 def _announce(plan: SearchPlan, new: bool, executor: Any,
