@@ -273,7 +273,7 @@ ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead
 def csv_header(params: Sequence[str]) -> list[str]:
     """trials.csv's columns, for rows whose Optuna params are `params`."""
     return ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
-            "concurrency", "overshoot", *METRIC_COLUMNS,
+            "origin", "concurrency", "overshoot", *METRIC_COLUMNS,
             *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), "ranks",
             *(f"param.{p}" for p in params), "config_json"]
 
@@ -316,7 +316,7 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
     return [
         row.number, row.status, row.reason or "", str(on_front).lower(),
         row.ray_trial_id or "", node, "" if row.retry_of is None else row.retry_of,
-        row.concurrency, f"{row.overshoot:.6g}",
+        row.origin or "", row.concurrency, f"{row.overshoot:.6g}",
         *(_cell(row.metrics.get(m)) for m in METRIC_COLUMNS),
         *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
         json.dumps(rank_figures(row)) if rank_figures(row) else "",

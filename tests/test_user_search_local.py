@@ -150,6 +150,8 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
     rows = list(csv.DictReader((root / "runs" / "c1" / "trials.csv").open()))
     assert sorted((r["param.user.dim"], r["param.user.lr"]) for r in rows) == [
         ("8", "0.05"), ("8", "0.9")]
+    # trials.csv says which row is the model as written (trial 0), as pareto.json does
+    assert [(r["trial"], r["origin"]) for r in rows] == [("0", "as written"), ("1", "")]
 
 
 @pytest.mark.parametrize("args, says", [
