@@ -502,14 +502,18 @@ def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
 
 def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:
     """(space, the functions' FunctionRefs by role, the stored settings) of a study that
-    searched the user's own model (its pareto.json says so, or, for `python`, its stored
-    settings do); None otherwise."""
-    pareto_path = runs / study / "pareto.json"
-    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
-    if pareto.get("workload", "user" if python else "builtin") != "user":
-        return None
+    searched the user's own model (its pareto.json says so; without one, or for `python`,
+    its stored settings do); None otherwise."""
     from autoembed.config import safe_load_yaml
     from autoembed.pipeline import study as studies
+
+    pareto_path = runs / study / "pareto.json"
+    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
+    kind = pareto.get("workload")
+    if kind is None and not python:  # no pareto.json (a stopped search): the study says
+        kind = _stored_kind(runs, study)
+    if kind not in (None, "user"):
+        return None
     from autoembed.space import parse_space
     from autoembed.user.functions import FunctionRef
 
@@ -527,6 +531,19 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
                         str(meta["space_source"]), text, "user")
     refs = {r: FunctionRef.from_dict(f) for r, f in meta["functions"].items()}
     return space, refs, meta
+
+
+def _stored_kind(runs: Path, study: str) -> str:
+    """The workload a study in `<runs>/optuna.db` searched ("builtin" where there is no
+    such study or file: what an export of a trials.csv alone takes it for)."""
+    from autoembed.pipeline import study as studies
+    from autoembed.pipeline.records import ATTR
+
+    if not (runs / "optuna.db").is_file():
+        return "builtin"
+    found = studies.find_study(studies.open_storage(runs), study)
+    meta = found.user_attrs.get(ATTR) if found is not None else None
+    return str(meta.get("kind", "builtin")) if isinstance(meta, Mapping) else "builtin"
 
 
 _ROWS = "_rows"  # the stored settings' key (in export only) of the trials' records

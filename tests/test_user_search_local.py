@@ -349,3 +349,10 @@ def test_a_trial_off_the_front_exports_with_its_stored_params(user) -> None:
     assert record["source"]["trial"] == n
     assert (record["params"]["dim"], record["params"]["lr"]) == (flat["user.dim"],
                                                                  flat["user.lr"])
+    # a stopped search has no pareto.json: its trials still export as the user's record
+    # (they were written as a config of autoembed's CTR model, `task: ctr` and all)
+    pj.unlink()
+    export_config("off", root / "stopped.yaml", pick=f"trial:{n}", runs_dir=root / "runs")
+    stopped = yaml.safe_load((root / "stopped.yaml").read_text())
+    assert stopped["params"]["dim"] == flat["user.dim"] and "task" not in stopped["config"]
+    assert [t["name"] for t in stopped["config"]["tables"]] == ["emb"]
