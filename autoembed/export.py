@@ -470,9 +470,9 @@ def _export_builtin(chosen: _Chosen, out: Path, fmt: str) -> Exported:
                     vocab_dst, tuple(notes))
 
 
-def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
-    """The file's keys beside the config: `source` (study, trial, pick, run id, metrics,
-    memory), the training length and the trained config (a note, appended, without it)."""
+def _source(chosen: _Chosen) -> dict[str, Any]:
+    """An exported file's `source` block, whichever workload searched: study, trial, pick,
+    run id, metrics, memory."""
     source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
                               "pick": chosen.pick}
     if chosen.run_id is not None:
@@ -481,7 +481,13 @@ def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
         k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
     if chosen.memory is not None:
         source["memory"] = dict(chosen.memory)
-    extra: dict[str, Any] = {"source": source}
+    return source
+
+
+def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
+    """The file's keys beside the config: `source` (study, trial, pick, run id, metrics,
+    memory), the training length and the trained config (a note, appended, without it)."""
+    extra: dict[str, Any] = {"source": _source(chosen)}
     length = training_of(chosen.metrics)
     if length:
         extra[TRAIN_KEY] = length
@@ -496,14 +502,18 @@ def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:
 
 def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | None:
     """(space, the functions' FunctionRefs by role, the stored settings) of a study that
-    searched the user's own model (its pareto.json says so, or, for `python`, its stored
-    settings do); None otherwise."""
-    pareto_path = runs / study / "pareto.json"
-    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
-    if pareto.get("workload", "user" if python else "builtin") != "user":
-        return None
+    searched the user's own model (its pareto.json says so; without one, or for `python`,
+    its stored settings do); None otherwise."""
     from autoembed.config import safe_load_yaml
     from autoembed.pipeline import study as studies
+
+    pareto_path = runs / study / "pareto.json"
+    pareto = _read_json(pareto_path) if pareto_path.is_file() else {}
+    kind = pareto.get("workload")
+    if kind is None and not python:  # no pareto.json (a stopped search): the study says
+        kind = _stored_kind(runs, study)
+    if kind not in (None, "user"):
+        return None
     from autoembed.space import parse_space
     from autoembed.user.functions import FunctionRef
 
@@ -521,6 +531,19 @@ def _user_study(runs: Path, study: str, python: bool) -> tuple[Any, Any, Any] | 
                         str(meta["space_source"]), text, "user")
     refs = {r: FunctionRef.from_dict(f) for r, f in meta["functions"].items()}
     return space, refs, meta
+
+
+def _stored_kind(runs: Path, study: str) -> str:
+    """The workload a study in `<runs>/optuna.db` searched ("builtin" where there is no
+    such study or file: what an export of a trials.csv alone takes it for)."""
+    from autoembed.pipeline import study as studies
+    from autoembed.pipeline.records import ATTR
+
+    if not (runs / "optuna.db").is_file():
+        return "builtin"
+    found = studies.find_study(studies.open_storage(runs), study)
+    meta = found.user_attrs.get(ATTR) if found is not None else None
+    return str(meta.get("kind", "builtin")) if isinstance(meta, Mapping) else "builtin"
 
 
 _ROWS = "_rows"  # the stored settings' key (in export only) of the trials' records
@@ -562,9 +585,7 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     cfg = config_from_dict(chosen.raw, f"study '{chosen.study}' trial {chosen.trial}")
     chosen = _with_stored_params(chosen, meta.get(_ROWS) or {})
     params = dict(chosen.params or {})
-    source = {"study": chosen.study, "trial": chosen.trial, "pick": chosen.pick,
-              **({} if chosen.memory is None else {"memory": dict(chosen.memory)})}
-    record = {**user_record(space, cfg, params), "source": source}
+    record = {**user_record(space, cfg, params), "source": _source(chosen)}
     cfg_path = out.with_suffix(".yaml") if fmt == "python" else out
     for p in {out, cfg_path}:
         if p.exists() and not force:

@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
-           "plan_training", "plain_line", "check_device"]
+           "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -485,7 +485,7 @@ def plan_training(path: str | Path, *, full_size: bool = False, data: Any = None
     if isinstance(data, str):  # a bad --data is said before anything, --dry-run included
         _check_other_data(other_data(config.data, data))
     raw = _read_file(path)
-    _refuse_user_record(raw, path)
+    refuse_user_record(path, raw)
     stored = _steps_of(raw, path)
     steps = max_steps if max_steps is not None or epochs is not None else stored
     what, metrics = _source(raw)
@@ -530,18 +530,29 @@ def plain_line(path: str | Path, plan: TrainingPlan, data: Any) -> str:
     return f"training the config of {path} on {name}, {length}"
 
 
-def _refuse_user_record(raw: Mapping[str, Any], path: str | Path) -> None:
+# what to do instead with a user search's record, by the command refusing it
+USER_RECORD_FIX = {
+    "train": "train it in your own loop: autoembed export --study {study} --format python "
+             "--out best_model.py (docs/own_loop.md)",
+    "estimate": "its price on your model is its source.memory; price your model with "
+                "autoembed estimate --model FILE:build --example FILE:example --space SPACE "
+                "(docs/own_model.md)"}
+
+
+def refuse_user_record(path: str | Path, raw: Mapping[str, Any] | None = None,
+                       command: str = "train") -> None:
     """A search of the user's own model records `params` beside its embedding settings
-    (`user.space.user_record`): autoembed's models are not what it searched, so training
-    one from it is refused (ConfigError) with the way to rebuild it in the user's code."""
+    (`user.space.user_record`): autoembed's models are not what it searched, so `command`
+    (train, estimate) refuses to build one from it (ConfigError), saying what to do
+    instead. `raw`: the file as plain data (None: read here)."""
+    raw = _read_file(path) if raw is None else raw
     if not isinstance(raw.get("params"), Mapping):
         return
     src = raw.get("source")
     study = src.get("study") if isinstance(src, Mapping) else None
     raise ConfigError(
         f"'{path}' records a search of your own model (its `params`), not a config of "
-        "autoembed's models; train it in your own loop: autoembed export --study "
-        f"{study or 'NAME'} --format python --out best_model.py (docs/own_loop.md)")
+        "autoembed's models; " + USER_RECORD_FIX[command].format(study=study or "NAME"))
 
 
 def _eval_every_into_measure(fn: Callable[P, R]) -> Callable[P, R]:

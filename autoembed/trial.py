@@ -163,6 +163,12 @@ class TrialRow:
         return {k: (math.nan if v is None else float(v)) for k, v in self.metrics.items()}
 
     @property
+    def reason_line(self) -> str:
+        """The reason's first line, what a progress line or a one-line error quotes (the
+        user's traceback below it stays in `reason`)."""
+        return (self.reason or "").strip().split("\n", 1)[0]
+
+    @property
     def device_total(self) -> int:
         return int(self.estimate.get("device_total", 0))
 
@@ -267,7 +273,7 @@ ESTIMATE_COLUMNS = ("device_total", "allocated_peak", "reserved_peak", "overhead
 def csv_header(params: Sequence[str]) -> list[str]:
     """trials.csv's columns, for rows whose Optuna params are `params`."""
     return ["trial", "status", "reason", "on_front", "ray_trial_id", "ray_node", "retry_of",
-            "concurrency", "overshoot", *METRIC_COLUMNS,
+            "origin", "concurrency", "overshoot", *METRIC_COLUMNS,
             *(f"estimate_{c}" for c in ESTIMATE_COLUMNS), "ranks",
             *(f"param.{p}" for p in params), "config_json"]
 
@@ -310,7 +316,7 @@ def encode_csv_row(row: TrialRow, on_front: bool, params: Sequence[str]) -> list
     return [
         row.number, row.status, row.reason or "", str(on_front).lower(),
         row.ray_trial_id or "", node, "" if row.retry_of is None else row.retry_of,
-        row.concurrency, f"{row.overshoot:.6g}",
+        row.origin or "", row.concurrency, f"{row.overshoot:.6g}",
         *(_cell(row.metrics.get(m)) for m in METRIC_COLUMNS),
         *(_cell(row.estimate.get(c)) for c in ESTIMATE_COLUMNS),
         json.dumps(rank_figures(row)) if rank_figures(row) else "",

@@ -247,3 +247,22 @@ def test_estimate_loads_no_engine_and_no_framework() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-300:]
+
+
+@pytest.mark.parametrize("command", [["estimate", "--budget", "800MB"], ["train"]])
+def test_a_user_searchs_record_is_refused_by_commands_of_autoembeds_models(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """best.yaml of a search over your own model (`params` beside its embedding settings)
+    is no config of autoembed's models: `estimate --config` priced it as one (a default
+    CTR model over the record's tables, not the user's model) with exit 0; it is refused in
+    one line, exit 2, as `train --config` refuses it, each naming what to do instead."""
+    record = tmp_path / "best.yaml"
+    record.write_text(
+        "config:\n  precision: fp32\n  table_optimizer: adam\n  tables:\n"
+        "  - {name: embedding, vocab_size: 100000, dim: 32}\n"
+        "params: {dim: 32, lr: 0.01}\nsource: {study: u1, trial: 1}\n")
+    rc = main([command[0], "--config", str(record), *command[1:]])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "records a search of your own model" in err
+    assert ("--model FILE:build" if command[0] == "estimate" else "--study u1") in err

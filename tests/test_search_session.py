@@ -196,3 +196,23 @@ def test_takeover_stops_the_dead_sessions_ray_processes_only(tmp_path: Path) -> 
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("left", ["trials.csv", "pareto.json"])
+def test_a_new_study_never_writes_over_another_searchs_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], left: str) -> None:
+    """runs/s/ holds the files of a search whose study is not in this storage (another
+    --storage, a removed optuna.db): a new study 's' is refused in one line (exit 2) before
+    anything runs, and those files are kept as they were (they were overwritten)."""
+    study_dir = tmp_path / "runs" / "s"
+    study_dir.mkdir(parents=True)
+    (study_dir / left).write_text("another search's result\n")
+    rc = main(["search", "--budget", "800MB", "--space", TINY, "--study", "s", "--trials",
+               "1", "--executor", "local", "--runs-dir", str(tmp_path / "runs"),
+               "--tracking-uri", "none"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and str(study_dir) in err and left in err, err
+    assert [p.name for p in study_dir.iterdir()] == [left]
+    assert (study_dir / left).read_text() == "another search's result\n"
+    assert _studies(tmp_path) == 0

@@ -259,6 +259,17 @@ def test_report_front_best_and_picks_by_hand(tmp_path: Path) -> None:
     assert set(files) == {"trials.csv", "pareto.png", "best.yaml", "pareto.json"}
     last = max(files.values(), key=lambda p: p.stat().st_mtime_ns)
     assert last.name == "pareto.json"
+    # the quality axis: AUC / accuracy for autoembed's models, what the loop reports for
+    # the user's (it said AUC / accuracy of any loop's quality)
+    import matplotlib.pyplot as plt
+
+    from autoembed.pipeline.outputs import pareto_figure
+
+    for workload, says in (("builtin", "AUC / accuracy"), ("user", "what your loop reports")):
+        fig = pareto_figure(rep.rows, rep.front, rep.best, rep.objective_pairs, "t",
+                            labels=rep.plot_labels(workload))
+        assert says in fig.axes[0].get_xlabel()
+        plt.close(fig)
 
 
 def test_the_within_noise_pick_keeps_to_the_floor() -> None:

@@ -307,6 +307,34 @@ def test_a_new_search_of_a_finished_study_gets_a_new_parent(
     assert len(read_back(sqlite_uri, study)["by_role"]["search"]) == 2
 
 
+def test_a_new_study_never_records_into_another_searchs_experiment(
+    tmp_path: Path, runs: Path, sqlite_uri: str, study: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A search under another --runs-dir with the same --tracking-uri and --study: its
+    study is new there, and it replaced the first search's trial runs in the shared
+    experiment (deleted by number). Refused in one line, exit 2, the runs kept."""
+    from autoembed.cli import main
+
+    first = make_tracker(None, runs)
+    first.start(study, PARAMS, None)
+    for r in make_records()[:2]:
+        first.trial(r)
+    first.close("FINISHED")
+    before = {n: r.info.run_id for n, r in read_back(sqlite_uri, study)["trials"].items()}
+    rc = main(["search", "--budget", "800MB", "--space", "tiny", "--trials", "1", "--study",
+               study, "--executor", "local", "--runs-dir", str(tmp_path / "elsewhere"),
+               "--tracking-uri", sqlite_uri])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"holds the runs of another search named '{study}'" in err
+    seen = read_back(sqlite_uri, study)
+    assert {n: r.info.run_id for n, r in seen["trials"].items()} == before
+    assert len(seen["by_role"]["search"]) == 1
+    # nothing made: the same command in its own store runs as a new study
+    assert not (tmp_path / "elsewhere" / study).exists()
+
+
 def test_failures_mid_search_warn_and_never_raise(
     runs: Path, sqlite_uri: str, study: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,6 +4,7 @@ failed on the second, thinner copy of the pipeline the user path had before."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 import sys
@@ -107,6 +108,12 @@ def test_every_trial_failing_is_exit_1_with_a_line(user, capsys) -> None:
     err = capsys.readouterr().err
     assert rc == 1 and "no trial completed within the budget" in err
     assert "my loop is broken" in err
+    # each trial's progress line and the last line quote the reason's first line, as for
+    # autoembed's models; the traceback under it stays in trials.csv (it was in both)
+    assert "Traceback" not in err and "\\n" not in err, err
+    assert f"Trials: {root / 'runs' / 'f' / 'trials.csv'}" in err.splitlines()[-1]
+    reasons = [r["reason"] for r in csv.DictReader((root / "runs" / "f" / "trials.csv").open())]
+    assert reasons and all("Traceback (most recent call last)" in r for r in reasons)
     assert (root / "runs" / "f" / "trials.csv").exists()
     assert not (root / "runs" / "f" / "pareto.json").exists()
 

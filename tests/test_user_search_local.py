@@ -137,12 +137,21 @@ def test_cli_runs_a_local_user_search(user, capsys) -> None:
     # the same output as a built-in search: the front table, the counts and the files
     assert "Pareto front of study 'c1'" in out.out and "over budget" in out.out
     assert "pareto.json" in out.out and "best.yaml" in out.out
+    # within-noise says how it picked, as a built-in search does: no noise measured, so the
+    # best quality (the summary said nothing, and docs/searching.md claimed an unpaired SE)
+    rows = list(csv.DictReader((root / "runs" / "c1" / "trials.csv").open()))
+    best = max((r for r in rows if r["status"] == "complete"), key=lambda r: float(r["quality"]))
+    assert "no standard error was measured" in " ".join(out.out.split())
+    pareto = json.loads((root / "runs" / "c1" / "pareto.json").read_text())
+    assert pareto["noise"] is None and pareto["best"] == int(best["trial"])
     # 2 of the 4 configs fit (dim 8), 3 trials asked: each trains once, and the search
     # ends saying so, exit 0 with its files written
     assert "(every fitting config tried: 2)" in " ".join(out.out.split())
     rows = list(csv.DictReader((root / "runs" / "c1" / "trials.csv").open()))
     assert sorted((r["param.user.dim"], r["param.user.lr"]) for r in rows) == [
         ("8", "0.05"), ("8", "0.9")]
+    # trials.csv says which row is the model as written (trial 0), as pareto.json does
+    assert [(r["trial"], r["origin"]) for r in rows] == [("0", "as written"), ("1", "")]
 
 
 @pytest.mark.parametrize("args, says", [
@@ -286,10 +295,18 @@ def test_cli_export_format_python(user, capsys) -> None:
     from autoembed.cli import main
 
     _, root = user
-    api_search(user, "cx", 1)
+    res = api_search(user, "cx", 1)
     rc = main(["export", "--study", "cx", "--format", "python", "--out",
                str(root / "m.py"), "--runs-dir", str(root / "runs")])
     assert rc == 0 and (root / "m.py").exists() and (root / "m.yaml").exists()
+    # the record's source carries the trial's metrics, as an export of autoembed's models
+    # does (it had study, trial, pick and memory only)
+    import yaml
+
+    source = yaml.safe_load((root / "m.yaml").read_text())["source"]
+    assert source["trial"] == res.best.number
+    assert source["metrics"]["quality"] == res.best.metrics["quality"]
+    assert source["metrics"]["memory"] == res.best.estimate["allocated_peak"]
     assert main(["export", "--study", "cx", "--format", "python", "--out",
                  str(root / "m.py"), "--runs-dir", str(root / "runs")]) == 2  # exists
 
@@ -332,3 +349,10 @@ def test_a_trial_off_the_front_exports_with_its_stored_params(user) -> None:
     assert record["source"]["trial"] == n
     assert (record["params"]["dim"], record["params"]["lr"]) == (flat["user.dim"],
                                                                  flat["user.lr"])
+    # a stopped search has no pareto.json: its trials still export as the user's record
+    # (they were written as a config of autoembed's CTR model, `task: ctr` and all)
+    pj.unlink()
+    export_config("off", root / "stopped.yaml", pick=f"trial:{n}", runs_dir=root / "runs")
+    stopped = yaml.safe_load((root / "stopped.yaml").read_text())
+    assert stopped["params"]["dim"] == flat["user.dim"] and "task" not in stopped["config"]
+    assert [t["name"] for t in stopped["config"]["tables"]] == ["emb"]

@@ -129,6 +129,7 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
     stored = studies.StoredStudy.open(request.runs_dir, request.storage, request.study,
                                       request.resume)
     plan = SearchPlan.build(request, stored.meta, on_recovered)
+    _check_new_dir(stored, plan)
     if tracker is None:  # an unreachable server fails here; the store opens while Ray starts
         from autoembed.tracking import open_tracker
 
@@ -143,6 +144,7 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
         assert tracker is not None
         lock.ray(*executor.session())
         stored.check_still_new()
+        _check_new_runs(stored, plan, tracker)
         plan = executor.place(plan)
         study, recovery = _open_study(stored, plan, on_recovered)
         plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,6 +163,37 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
             _stopped(exc, engine, study, stored, plan, tracker, on_recovered)
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
+
+
+# the files a finished (or failed) search leaves in runs/<study>/ (SearchReport.write)
+RESULT_FILES = ("pareto.json", "best.yaml", "trials.csv")
+
+
+def _check_new_dir(stored: studies.StoredStudy, plan: SearchPlan) -> None:
+    """A new study never writes into a folder that holds another search's results (a study
+    of that name in another --storage, or one whose optuna.db was removed): ConfigError,
+    before anything starts, so those files are neither overwritten nor mixed with its own."""
+    if stored.existing is not None:
+        return
+    found = [n for n in RESULT_FILES if (plan.out_dir / n).exists()]
+    if found:
+        raise ConfigError(
+            f"--study {plan.name}: {plan.out_dir} holds another search's results "
+            f"({', '.join(found)}), not of the study '{plan.name}' in {stored.where}; choose "
+            "another --study or --runs-dir, or move that folder away")
+
+
+def _check_new_runs(stored: studies.StoredStudy, plan: SearchPlan, tracker: Any) -> None:
+    """A new study never records into an MLflow experiment that holds another search of its
+    name (one under another --runs-dir with the same --tracking-uri): it would replace that
+    search's trial runs by number. ConfigError before the study is made."""
+    holds = getattr(tracker, "holds_search", None)  # a tracker of the caller's may lack it
+    if stored.existing is None and callable(holds) and holds(plan.name):
+        where = getattr(tracker, "uri", "the tracking store")
+        raise ConfigError(
+            f"--study {plan.name}: the MLflow store {where} holds the runs of another search "
+            f"named '{plan.name}', whose study is not in {stored.where}; choose another "
+            "--study, or give the --runs-dir (or --storage) it ran in to --resume it")
 
 
 def _announce(plan: SearchPlan, new: bool, executor: Any,

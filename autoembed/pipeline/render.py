@@ -10,6 +10,7 @@ from typing import Any
 
 from autoembed.budget import format_bytes
 from autoembed.memory.objective import judged_text, memory_note
+from autoembed.pareto import DEFAULT_PICK
 from autoembed.pipeline.engine import SearchStatus
 from autoembed.pipeline.plan import TIME_BOXED_TRIALS
 from autoembed.pipeline.records import TrialRow
@@ -94,7 +95,7 @@ def _line(r: TrialRow, budget_bytes: int | None = None) -> str:
                 f"{_q(m.get('throughput'), '{:,.0f}')} samples/s")
     if r.status == "running":
         return f"trial {r.number} started ({judged})"
-    return f"trial {r.number} {r.status}: {r.reason or ''}"[:160]
+    return f"trial {r.number} {r.status}: {r.reason_line}"[:160]
 
 
 def _short(v: Any) -> str:
@@ -169,6 +170,14 @@ def render_result(console: Any, result: Any) -> None:
         console.print(f"{name:12s} {path}", markup=False)  # a path may hold '[' and ']'
 
 
+def no_noise(workload: str) -> str:
+    """The line of a within-noise pick without a measured noise: its slack is 0."""
+    why = ("your loop reports a quality, not the validation rows it scored" if workload == "user"
+           else "the validation split cannot give one")
+    return (f"within-noise: no standard error was measured ({why}), so the pick is the best "
+            "quality, the cheapest on ties")
+
+
 def comparison(result: Any) -> list[str]:
     """The pick against the baseline on the same split, and the pick's noise."""
     out = []
@@ -181,6 +190,8 @@ def comparison(result: Any) -> list[str]:
                    f"{_q(valid, '{:.4f}')}, test {_q(test, '{:.4f}')}{gain}")
     if noise is not None:
         out.append(noise.describe())
+    elif result.pick == DEFAULT_PICK:
+        out.append(no_noise(result.workload))
     written = against_as_written(result.rows, result.best)
     if written is not None:
         out.append(written)

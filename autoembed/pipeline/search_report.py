@@ -114,7 +114,7 @@ class SearchReport:
                 f"{format_bytes(self.budget.bytes)} ({self.count('infeasible')} over budget; "
                 f"{self.stop_reason}); narrow the space towards cheaper configs. "
                 f"Trials: {trials_csv}")
-        reasons = sorted({(r.reason or r.status) for r in self.rows if r.counted})[:3]
+        reasons = sorted({(r.reason_line or r.status) for r in self.rows if r.counted})[:3]
         return SearchFailedError(f"no trial completed within the budget ({self.stop_reason}); "
                                  f"e.g. {' | '.join(reasons) or 'none ran'}. Trials: {trials_csv}")
 
@@ -151,9 +151,11 @@ class SearchReport:
             return self.budget.bytes
         return self.budget.bytes - int(self.best.estimate.get("overhead", 0))
 
-    def plot_labels(self) -> dict[str, str]:
+    def plot_labels(self, workload: str | None = None) -> dict[str, str]:
         """pareto.png's legend for the budget line and the pick (what the budget judges),
-        and the memory axis's label (what the objective is)."""
+        the memory axis's label (what the objective is) and, for a search of the user's
+        own model (`workload` "user"), the quality axis's: what the loop reports, not
+        autoembed's AUC or accuracy."""
         from autoembed.memory.objective import judged_text
 
         assert self.best is not None
@@ -163,7 +165,10 @@ class SearchReport:
         best = (f"best (trial {self.best.number}: "
                 f"{judged_text(self.best.device_total, self.budget.bytes)})")
         basis = (self.memory_basis or "allocated_peak").replace("_", " ")
-        return {"budget": budget, "best": best, "memory": f"memory objective ({basis})"}
+        out = {"budget": budget, "best": best, "memory": f"memory objective ({basis})"}
+        if workload == "user":
+            out["quality"] = "quality (what your loop reports)"
+        return out
 
     def source(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """best.yaml's `source` block (an exported file's has the same name): the study,
@@ -201,7 +206,7 @@ class SearchReport:
         try:
             files["pareto.png"] = outputs.write_pareto_png(
                 self.rows, self.front, self.best, self.objective_pairs, out_dir / "pareto.png",
-                self.title, self.budget_line(), self.plot_labels())
+                self.title, self.budget_line(), self.plot_labels(context.get("workload")))
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the search
             notes["plot_error"] = f"{type(e).__name__}: {e}"
         record = (best_record or (lambda r, c: {"config": r.config.to_dict()}))(

@@ -169,6 +169,10 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
     (`--pooling-factor` without `--vocab`: over each of the file's tables)."""
     given = {k: v for k, v in flags.items() if v is not None}
     base = load_config(config_path) if config_path is not None else None
+    if config_path is not None:  # a user search's record: not a model of autoembed's
+        from autoembed.training import refuse_user_record
+
+        refuse_user_record(config_path, command="estimate")
     if base is not None and "vocab" not in given:
         base = _with_data_tables(base)
     if base is None:

@@ -261,6 +261,18 @@ class MlflowTracker:
         if self._infeasible != before:
             self._safely("the infeasible count", self._log_infeasible_count)
 
+    def holds_search(self, study: str) -> bool:
+        """Whether the store's experiment `study` (an active one) holds a search's runs: a
+        new study of that name would mix its runs with them (False when unknown)."""
+        try:
+            exp = self._client.get_experiment_by_name(study)
+            if exp is None or exp.lifecycle_stage != "active":
+                return False
+            return any(True for _ in _search(self._client, str(exp.experiment_id),
+                                             f"tags.`{ROLE_TAG}` = 'search'"))
+        except Exception:  # noqa: BLE001 - a tracker never raises; start() says it is off
+            return False
+
     def recorded(self) -> set[int] | None:
         """Trial numbers this study's experiment holds a run for (after `start`); None when
         tracking is off."""
