@@ -335,6 +335,43 @@ def test_a_new_study_never_records_into_another_searchs_experiment(
     assert not (tmp_path / "elsewhere" / study).exists()
 
 
+def test_a_deleted_experiment_is_never_restored_nor_its_runs_replaced(
+    tmp_path: Path, runs: Path, sqlite_uri: str, study: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The user deleted a search's experiment in MLflow, then started a study of its name:
+    the tracker restored it, which makes all its runs active again (MLflow's restore), and
+    the new search replaced them by trial number. Refused in one line, exit 2; the
+    experiment and its runs stay in the bin as the user left them."""
+    from mlflow import MlflowClient
+
+    from autoembed.cli import main
+
+    first = make_tracker(None, runs)
+    first.start(study, PARAMS, None)
+    for r in make_records()[:2]:
+        first.trial(r)
+    first.close("FINISHED")
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    exp = client.get_experiment_by_name(study)
+    assert exp is not None
+    run_ids = [r.info.run_id for r in client.search_runs([exp.experiment_id])]
+    client.delete_experiment(exp.experiment_id)
+    rc = main(["search", "--budget", "800MB", "--space", "tiny", "--trials", "1", "--study",
+               study, "--executor", "local", "--runs-dir", str(tmp_path / "fresh"),
+               "--tracking-uri", sqlite_uri])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"deleted experiment '{study}' (id {exp.experiment_id})" in err
+    assert client.get_experiment(exp.experiment_id).lifecycle_stage == "deleted"
+    assert {client.get_run(r).info.lifecycle_stage for r in run_ids} == {"deleted"}
+    # a tracker started on it anyway (deleted meanwhile) turns itself off, restoring nothing
+    late = make_tracker(None, runs)
+    late.start(study, PARAMS, None)
+    assert not late.enabled
+    assert client.get_experiment(exp.experiment_id).lifecycle_stage == "deleted"
+
+
 def test_failures_mid_search_warn_and_never_raise(
     runs: Path, sqlite_uri: str, study: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -184,12 +184,21 @@ def _check_new_dir(stored: studies.StoredStudy, plan: SearchPlan) -> None:
 
 
 def _check_new_runs(stored: studies.StoredStudy, plan: SearchPlan, tracker: Any) -> None:
-    """A new study never records into an MLflow experiment that holds another search of its
-    name (one under another --runs-dir with the same --tracking-uri): it would replace that
-    search's trial runs by number. ConfigError before the study is made."""
-    holds = getattr(tracker, "holds_search", None)  # a tracker of the caller's may lack it
+    """A study never records into an MLflow experiment of its name that the user deleted
+    (restoring it brings all its runs back), and a new study never into one that holds
+    another search (one under another --runs-dir with the same --tracking-uri): it would
+    replace that search's trial runs by number. ConfigError before the study is made."""
+    where = getattr(tracker, "uri", "the tracking store")
+    deleted = getattr(tracker, "deleted_experiment", None)  # a caller's tracker may lack it
+    exp_id = deleted(plan.name) if callable(deleted) else None
+    if exp_id is not None:
+        raise ConfigError(
+            f"--study {plan.name}: the MLflow store {where} holds a deleted experiment "
+            f"'{plan.name}' (id {exp_id}), which keeps the name until purged; purge it "
+            f"(mlflow gc --backend-store-uri <its database> --experiment-ids {exp_id}), or "
+            "restore and rename it, or choose another --study")
+    holds = getattr(tracker, "holds_search", None)
     if stored.existing is None and callable(holds) and holds(plan.name):
-        where = getattr(tracker, "uri", "the tracking store")
         raise ConfigError(
             f"--study {plan.name}: the MLflow store {where} holds the runs of another search "
             f"named '{plan.name}', whose study is not in {stored.where}; choose another "

@@ -167,11 +167,13 @@ def _save_template(db: Path, template: Path) -> None:
 
 
 def experiment_for(client: MlflowClient, study: str, store: TrackingStore) -> str:
-    """The id of the study's experiment, created (or restored from the bin) if needed."""
+    """The id of the study's active experiment, created if needed. One the user deleted is
+    never restored (MLflow would make all its runs active again, among them the runs a
+    resumed search replaced): TrackingError (the driver refuses such a study before)."""
     exp = client.get_experiment_by_name(study)
     if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            client.restore_experiment(exp.experiment_id)
+        if exp.lifecycle_stage != "active":
+            raise TrackingError(f"experiment '{study}' (id {exp.experiment_id}) is deleted")
         if KIND_TAG not in exp.tags:
             client.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
         return str(exp.experiment_id)
@@ -272,6 +274,15 @@ class MlflowTracker:
                                              f"tags.`{ROLE_TAG}` = 'search'"))
         except Exception:  # noqa: BLE001 - a tracker never raises; start() says it is off
             return False
+
+    def deleted_experiment(self, study: str) -> str | None:
+        """The id of a deleted experiment named `study` (in MLflow's bin: it holds the name
+        until purged), else None (also when unknown)."""
+        try:
+            exp = self._client.get_experiment_by_name(study)
+        except Exception:  # noqa: BLE001 - a tracker never raises; start() says it is off
+            return None
+        return None if exp is None or exp.lifecycle_stage == "active" else str(exp.experiment_id)
 
     def recorded(self) -> set[int] | None:
         """Trial numbers this study's experiment holds a run for (after `start`); None when
