@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from autoembed.config import EmbeddingConfig, config_from_dict, parse_config_tex
 from autoembed.errors import ConfigError
 from autoembed.pareto import DEFAULT_PICK, parse_pick
 from autoembed.rules import Each, Integer, Is
-from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, trained_on, training_of
+from autoembed.training import TRAIN_KEY, TRAINED_ON_KEY, source_block, trained_on, training_of
 from autoembed.trial import AS_WRITTEN, config_from_flat, csv_float, decode_csv_row
 
 __all__ = ["TRAINED_ON_KEY", "trained_on", "TRAIN_KEY", "training_of", "FORMATS", "format_of",
@@ -183,6 +183,7 @@ class _Chosen:
     trained_on: Mapping[str, Any] | None = None  # the `trained_on` block (None: unknown)
     memory: Mapping[str, Any] | None = None  # `source.memory` (None: not recorded)
     origin: str | None = None  # the member's `origin` (trial.AS_WRITTEN: nothing applied)
+    search: Mapping[str, Any] = field(default_factory=dict)  # pareto.json (budget, trained_on)
 
 
 def _open_store(tracking_uri: str | None, runs_dir: Path, need: str) -> tuple[Any, Any]:
@@ -273,7 +274,7 @@ def _choose_from_study(
         return _Chosen(dict(member["config"]), study, _trial_of(member), label,
                        member.get("metrics") or {}, vocab, data=pareto.get("data"),
                        params=member.get("params"), memory=_memory(member, pareto),
-                       origin=member.get("origin"),
+                       origin=member.get("origin"), search=pareto,
                        trained_on=trained_on(member.get("trained_config"), pareto.get("run"),
                                              pareto.get("stand_in"), pareto.get("data_sha256"),
                                              pareto.get("data_keys")))
@@ -319,7 +320,7 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
                     for k in ("device_total", "allocated_peak")}
         memory = None if any(map(math.isnan, estimate.values())) else _memory(estimate, pareto)
         return _Chosen(raw, study, number, label, metrics, vocab, data=data, notes=notes,
-                       memory=memory)
+                       memory=memory, search=pareto)
     from autoembed.tracking.store import resolve_store
 
     store = resolve_store(tracking_uri, runs_dir)
@@ -331,7 +332,7 @@ def _off_front(study: str, number: int, label: str, members: Sequence[Mapping[st
         run = trial_runs(client, exp.experiment_id).get(number) if exp is not None else None
         if run is not None:
             got = _from_run(client, store.uri, run.info.run_id, study, runs_dir, tmp, label)
-            return replace(got, study=study, trial=number, data=data)
+            return replace(got, study=study, trial=number, data=data, search=pareto)
     known = sorted({*(_trial_of(m) for m in members), *_csv_rows(csv_path)})
     listed = ", ".join(map(str, known[:30])) or "none recorded"
     raise ConfigError(f"unknown trial {number} in study '{study}' (known trials: {listed}); "
@@ -471,17 +472,13 @@ def _export_builtin(chosen: _Chosen, out: Path, fmt: str) -> Exported:
 
 
 def _source(chosen: _Chosen) -> dict[str, Any]:
-    """An exported file's `source` block, whichever workload searched: study, trial, pick,
-    run id, metrics, memory."""
-    source: dict[str, Any] = {"study": chosen.study, "trial": chosen.trial,
-                              "pick": chosen.pick}
-    if chosen.run_id is not None:
-        source["run_id"] = chosen.run_id
-    source["metrics"] = {
-        k: v for k, v in chosen.metrics.items() if isinstance(v, (int, float, str))}
-    if chosen.memory is not None:
-        source["memory"] = dict(chosen.memory)
-    return source
+    """An exported file's `source` block, whichever workload searched: best.yaml's shape
+    (`training.source_block`), with the search's figures from its pareto.json."""
+    search = chosen.search
+    return source_block(chosen.study, chosen.trial, chosen.pick, chosen.metrics, chosen.memory,
+                        run_id=chosen.run_id, budget=search.get("budget"),
+                        budget_bytes=search.get("budget_bytes"),
+                        trained_on=search.get("trained_on"))
 
 
 def _extra_keys(chosen: _Chosen, notes: list[str]) -> dict[str, Any]:

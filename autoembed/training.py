@@ -27,7 +27,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
-           "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "TrainingPlan",
+           "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "source_block",
+           "TrainingPlan",
            "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX"]
 
 CHECKPOINT = "checkpoint.pt"
@@ -333,6 +334,26 @@ def trained_on(config: Any, run: Any, stand_in: Any, data_sha256: Any = None,
         return block
     keys = {"data_keys": data_keys} if isinstance(data_keys, int) else {}
     return block | {"data_sha256": data_sha256} | keys
+
+
+def source_block(study: str, trial: int | None, pick: str, metrics: Mapping[str, Any],
+                 memory: Mapping[str, Any] | None, *, run_id: str | None = None,
+                 budget: Any = None, budget_bytes: Any = None,
+                 trained_on: Any = None) -> dict[str, Any]:
+    """The `source` block of a search's best.yaml and of an exported file, one shape for
+    both (docs/searching.md): `study`, `trial`, `pick`, `run_id` (an export of an MLflow
+    run), `budget` and `budget_bytes` (the search's), `metrics` (those with a value),
+    `memory` (`memory.objective.judged`) and `trained_on` (the data spec the trials
+    trained on, as pareto.json has it). A key whose value is unknown is left out."""
+    block: dict[str, Any] = {"study": study, "trial": trial, "pick": pick, "run_id": run_id,
+                             "budget": budget, "budget_bytes": budget_bytes}
+    block = {k: v for k, v in block.items() if v is not None or k == "trial"}
+    block["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
+    if memory is not None:
+        block["memory"] = dict(memory)
+    if trained_on is not None:
+        block["trained_on"] = trained_on
+    return block
 
 
 def _data_changed(block: Mapping[str, Any], data: Mapping[str, Any] | None) -> list[str]:

@@ -127,6 +127,30 @@ def test_an_exported_file_has_the_same_memory_block(tmp_path: Path) -> None:
     assert exported["source"]["memory"] == searched["source"]["memory"]
 
 
+def test_an_exported_files_source_is_best_yamls_key_by_key(tmp_path: Path) -> None:
+    """docs/searching.md: an exported file has best.yaml's shape. Its `source` lacked the
+    search's `budget`, `budget_bytes` and the data the trials trained on (`trained_on`)."""
+    from autoembed.export import export_config
+
+    data = {"name": "synthetic-ctr", "rows": [100, 10, 10]}
+    runs = tmp_path / "runs"
+    _report().write(runs / "s", {"trained_on": data})
+    exported = yaml.safe_load(export_config("s", tmp_path / "out.yaml", runs_dir=runs)
+                              .path.read_text())["source"]
+    searched = yaml.safe_load((runs / "s" / "best.yaml").read_text())["source"]
+    want = {"study": "s", "trial": 3, "budget": "1GB", "budget_bytes": 10**9,
+            "metrics": {"quality": 0.61, "memory": 308_330_000.0}, "trained_on": data}
+    for block in (searched, exported):
+        assert list(block) == ["study", "trial", "pick", "budget", "budget_bytes", "metrics",
+                               "memory", "trained_on"]
+        assert {k: v for k, v in block.items() if k in want} == want
+        assert block["memory"]["device_total"] == 897_580_000
+    assert exported["memory"] == searched["memory"]
+    # `pick` says how each chose the trial: the search's rule; the export, that it took it
+    assert (searched["pick"], exported["pick"]) == ("max-quality",
+                                                    "search pick max-quality = trial:3")
+
+
 def test_old_best_yaml_with_a_search_block_still_reads() -> None:
     """best.yaml files written before the one shape have a `search:` block: train still
     reads which trial they are and its figures."""

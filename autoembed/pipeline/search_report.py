@@ -171,19 +171,18 @@ class SearchReport:
         return out
 
     def source(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        """best.yaml's `source` block (an exported file's has the same name): the study,
-        the trial, the pick, the budget, the pick's metrics and its memory as the budget
-        judged it (`memory.objective.judged`)."""
+        """best.yaml's `source` block (`training.source_block`, the shape an exported file's
+        has): the study, the trial, the pick, the budget, the pick's metrics, its memory as
+        the budget judged it (`memory.objective.judged`) and the data it trained on."""
         from autoembed.memory.objective import judged
+        from autoembed.training import source_block
 
         assert self.best is not None
-        return {
-            "study": self.study, "trial": self.best.number, "pick": str(self.rule),
-            "budget": self.budget.text, "budget_bytes": self.budget.bytes,
-            "metrics": dict(self.best.metrics),
-            "memory": judged(self.best.estimate, self.budget.bytes, self.budget.text,
-                             self.memory_basis),
-            **({"trained_on": context["trained_on"]} if "trained_on" in context else {})}
+        return source_block(
+            self.study, self.best.number, str(self.rule), self.best.metrics,
+            judged(self.best.estimate, self.budget.bytes, self.budget.text, self.memory_basis),
+            budget=self.budget.text, budget_bytes=self.budget.bytes,
+            trained_on=context.get("trained_on"))
 
     def write(self, out_dir: Path, context: Mapping[str, Any], vocab: Any = None,
               notes: dict[str, str] | None = None,
