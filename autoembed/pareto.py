@@ -22,7 +22,8 @@ from autoembed.errors import ConfigError
 from autoembed.rules import Interval, Is, OneOf
 
 __all__ = ["DIRECTIONS", "PICK_RULES", "DEFAULT_PICK", "Pick", "Candidate", "dominates",
-           "non_dominated", "hypervolume", "normalise", "parse_pick", "pick", "clears_floor",
+           "non_dominated", "hypervolume", "normalise", "parse_pick", "pick", "unmeasured",
+           "clears_floor",
            "quality_noise", "auc_standard_error", "accuracy_standard_error"]
 
 DIRECTIONS = ("maximize", "minimize")
@@ -214,6 +215,9 @@ def pick(
                 return c
         numbers = ", ".join(str(c.number) for c in candidates)
         raise ConfigError(f"pick 'trial:{r.trial}': no such candidate; choose one of {numbers}")
+    line = unmeasured(candidates, r)
+    if line is not None:
+        raise ConfigError(line)
     if floor is not None and math.isfinite(floor):
         candidates = _clear_of_floor(candidates, floor, floor_noise, vec)
     if r.rule == "knee":
@@ -232,6 +236,24 @@ def pick(
     metric, direction = _RULE_METRIC[r.rule]
     order = [(metric, direction)] + [(n, d) for n, d in objectives if n != metric]
     return _lexicographic_best(candidates, order, vec)
+
+
+def unmeasured(candidates: Sequence[Candidate], rule: Pick) -> str | None:
+    """Why single-metric `rule` (max-quality, min-memory, max-throughput) cannot pick among
+    `candidates`: none of them has a value of its metric (a loop of the user's that never
+    calls `report` measures no throughput), so any pick would be an arbitrary one; None when
+    it can, and for the other rules."""
+    if rule.rule not in _RULE_METRIC:
+        return None
+    metric = _RULE_METRIC[rule.rule][0]
+    for c in candidates:
+        v = c.values.get(metric)
+        if v is not None and math.isfinite(float(v)):
+            return None
+    why = (" (a loop of yours measures it from its report(step=, samples=) calls; one that "
+           "only returns its quality measures none)" if metric == "throughput" else "")
+    return (f"pick '{rule}': no member of the front has a {metric} measured{why}; "
+            "pick by another rule")
 
 
 def clears_floor(quality: float, floor: float, floor_noise: float) -> bool:

@@ -126,6 +126,23 @@ FRONT = [
 ]
 
 
+def test_a_one_metric_rule_nothing_measured_is_refused_not_picked_by_the_next() -> None:
+    """A loop of the user's that never calls report measures no throughput: max-throughput
+    picked the best on the next objective (quality: trial 3) as if it ranked throughput."""
+    front = [C(c.number, {k: v for k, v in c.values.items() if k != "throughput"})
+             for c in FRONT]
+    with pytest.raises(ConfigError) as e:
+        pick(front, "max-throughput", OBJ)
+    msg = str(e.value)
+    assert msg.startswith("pick 'max-throughput': no member of the front has a throughput "
+                          "measured") and "report(step=, samples=)" in msg
+    assert len(msg.splitlines()) == 1
+    # one member measured is enough; the other rules pick as without the column
+    assert pick([*front[:3], FRONT[3]], "max-throughput", OBJ).number == 9
+    assert pick(front, "max-quality", OBJ).number == 3
+    assert pick(front, "min-memory", OBJ).number == 9
+
+
 def test_picks_by_rule() -> None:
     assert pick(FRONT, "max-quality", OBJ).number == 3
     assert pick(FRONT, "min-memory", OBJ).number == 9

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError, Interrupted
 from autoembed.options import option, takes
-from autoembed.pareto import DEFAULT_PICK, Pick
+from autoembed.pareto import DEFAULT_PICK, Pick, unmeasured
 from autoembed.pipeline import study as studies
 from autoembed.pipeline.engine import SearchEngine, SearchSettings, SearchStatus
 from autoembed.pipeline.executor import Executor, InProcessExecutor, RayTuneExecutor
 from autoembed.pipeline.faults import faults_from_env
 from autoembed.pipeline.plan import SearchPlan
 from autoembed.pipeline.recorder import CalibrationSink, Recorder, TrackerSink
-from autoembed.pipeline.records import ATTR, TrialRow
+from autoembed.pipeline.records import ATTR, TrialRow, front_of
 from autoembed.pipeline.request import MAX_SEED, SearchRequest, visible_id
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.pipeline.search_options import SearchOptions
@@ -330,11 +330,14 @@ def _context(plan: SearchPlan, engine: SearchEngine, recovery: studies.Recovery 
 
 def _pick_rule(rows: Iterable[TrialRow], plan: SearchPlan) -> tuple[Pick, str | None]:
     """The rule the report picks by: the request's, unless it is `trial:N` and trial N is
-    not a complete trial within the budget: then the default rule (the files are written all
-    the same) and the line that says so (None when the rule holds)."""
+    not a complete trial within the budget, or a one-metric rule no front member has a
+    value of (`pareto.unmeasured`): then the default rule (the files are written all the
+    same) and the line that says so (None when the rule holds)."""
     asked = plan.request.pick
     if asked.rule != "trial":
-        return asked, None
+        pairs = [(o.name, o.direction) for o in plan.objectives]
+        line = unmeasured(front_of(rows, pairs), asked)
+        return (asked, None) if line is None else (Pick(DEFAULT_PICK), f"--{line}")
     done = sorted(r.number for r in rows if r.status == "complete" and r.feasible)
     if asked.trial in done:
         return asked, None
