@@ -524,3 +524,20 @@ def test_a_long_trials_batches_stay_within_mlflows_limits(tmp_path: Path) -> Non
                      [Metric(f"m{i}", 1.0, 0, 0) for i in range(n_metrics)])
         assert all(p + t <= 100 and m + p + t <= 1000 for m, p, t in calls), calls
         assert tuple(map(sum, zip(*calls, strict=True))) == (n_metrics, n_params, n_tags)
+
+
+def test_a_refused_study_names_the_store_without_its_password() -> None:
+    from types import SimpleNamespace
+
+    from autoembed.errors import ConfigError
+    from autoembed.pipeline.driver import _check_new_runs
+
+    tracker = SimpleNamespace(uri="postgresql://ann:s3cret@db:5432/mlflow",
+                              deleted_experiment=lambda name: "7",
+                              holds_search=lambda name: False)
+    plan = SimpleNamespace(name="clicks")
+    for existing, fix in ((None, "restore and rename it"), (object(), "restore it to resume")):
+        with pytest.raises(ConfigError) as e:
+            _check_new_runs(SimpleNamespace(existing=existing), plan, tracker)  # type: ignore[arg-type]
+        assert "s3cret" not in str(e.value) and "postgresql://ann:***@db:5432" in str(e.value)
+        assert fix in str(e.value) and "\n" not in str(e.value)

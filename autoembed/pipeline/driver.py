@@ -188,7 +188,9 @@ def _check_new_runs(stored: studies.StoredStudy, plan: SearchPlan, tracker: Any)
     (restoring it brings all its runs back), and a new study never into one that holds
     another search (one under another --runs-dir with the same --tracking-uri): it would
     replace that search's trial runs by number. ConfigError before the study is made."""
-    where = getattr(tracker, "uri", "the tracking store")
+    from autoembed.tracking.store import masked
+
+    where = masked(str(getattr(tracker, "uri", "the tracking store")))  # no password shown
     deleted = getattr(tracker, "deleted_experiment", None)  # a caller's tracker may lack it
     exp_id = deleted(plan.name) if callable(deleted) else None
     if exp_id is not None:
@@ -196,7 +198,8 @@ def _check_new_runs(stored: studies.StoredStudy, plan: SearchPlan, tracker: Any)
             f"--study {plan.name}: the MLflow store {where} holds a deleted experiment "
             f"'{plan.name}' (id {exp_id}), which keeps the name until purged; purge it "
             f"(mlflow gc --backend-store-uri <its database> --experiment-ids {exp_id}), or "
-            "restore and rename it, or choose another --study")
+            + ("restore it to resume into it (its runs come back with it)" if stored.existing
+               else "restore and rename it") + ", or choose another --study")
     holds = getattr(tracker, "holds_search", None)
     if stored.existing is None and callable(holds) and holds(plan.name):
         raise ConfigError(
