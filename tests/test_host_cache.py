@@ -349,9 +349,9 @@ def test_bad_placement_values_name_the_rule(kw: dict[str, Any], words: str) -> N
 
 @pytest.mark.parametrize(
     ("args", "words"),
-    [(["--cache-load-factor", "0"], "cache_load_factor"),
-     (["--cache-load-factor", "2"], "cache_load_factor"),
-     (["--cache-policy", "fifo"], "cache_policy"), (["--host-budget", "1MB"], "--host-budget"),
+    [(["--cache-load-factor", "0"], "--cache-load-factor"),
+     (["--cache-load-factor", "2"], "--cache-load-factor"),
+     (["--cache-policy", "fifo"], "--cache-policy"), (["--host-budget", "1MB"], "--host-budget"),
      (["--placement", "disk"], "placement")],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(
