@@ -189,7 +189,8 @@ def _config(space: SearchSpace, values: Mapping[str, Any],
 
 def user_record(space: SearchSpace, config: EmbeddingConfig,
                 optuna_params: Mapping[str, Any]) -> dict[str, Any]:
-    """What a trial of a user search is, and nothing it is not (best.yaml, export): the
+    """What a trial of a user search is, and nothing it is not (best.yaml, export): its
+    `seed` (what its build and train were seeded with, `user.run.seed_generators`), the
     embedding settings the space names (config-wide keys, and each table's rows, dim and
     own settings) and the params the user's functions received; for a TorchRec model's
     space also `torchrec`: its topology and each table rule's TorchRec settings (pattern ->
@@ -197,7 +198,7 @@ def user_record(space: SearchSpace, config: EmbeddingConfig,
     values = space.values_from_optuna(optuna_params)
     params = params_for(space, values)
     keys = space.sections.get("embedding", {})
-    cfg: dict[str, Any] = {k: getattr(config, k) for k in keys}
+    cfg: dict[str, Any] = {k: getattr(config, k) for k in ("seed", *keys)}
     cfg["tables"] = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim, **t.overrides}
                      for t in config.tables]
     out = {"config": cfg, "params": params}
