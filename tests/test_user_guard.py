@@ -70,7 +70,7 @@ def test_sgd_priced_adam_in_the_loop_fails_naming_both() -> None:
         "weights (as adam or adamw or sparse_adam does), but the trial was priced with "
         "table_optimizer 'sgd' (0); set the space's embedding table_optimizer (and "
         "precision) to what the loop does, or build the loop's optimizer with "
-        "autoembed.build_optimizer")
+        "autoembed.build_optimizer(model, params)")
 
 
 def test_a_loop_that_swallows_the_refusal_still_fails() -> None:
@@ -228,3 +228,35 @@ def test_a_search_with_sgd_in_the_space_refuses_an_adam_loop(tmp_path, monkeypat
     said = str(e.value)
     assert "table 'emb': the loop's Adam keeps 16,000 values of state (64,000 bytes)" in said
     assert "priced with table_optimizer 'sgd' (0)" in said
+
+
+def test_the_advice_followed_literally_passes_the_guard() -> None:
+    """`train` builds its optimizer with `autoembed.build_optimizer(model, params)`, params as
+    the trial hands them (`params["embedding"]["tables"]`: rule -> settings): the table is
+    stepped by the rule's row-wise Adagrad, the rest by Adam, as priced."""
+    import autoembed
+    from autoembed.pipeline.user_workload import model_tables
+    from autoembed.space import parse_space
+    from autoembed.user.space import config_for, params_for
+
+    space = parse_space({"embedding": {"precision": "fp32", "table_optimizer": "adam",
+                                       "tables": {"e*": {"table_optimizer": {
+                                           "choices": ["adagrad", "rowwise_adagrad"]}}}}},
+                        "s.yaml", kind="user")
+    values = {"embedding.tables.e*.table_optimizer": "rowwise_adagrad"}
+    params = params_for(space, values)
+    config = config_for(space, values, model_tables(Bag()))  # what the trial was priced with
+    built: list = []
+
+    def make_opt(model):
+        built.append(autoembed.build_optimizer(model, params))
+        return built[-1]
+
+    r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, loop(make_opt),
+                                apply=lambda m, c: None), params, config, Report())
+    assert r.status == "complete", r.error
+    state = {id(p): sum(t.numel() for t in o.state[p].values() if t.dim() > 0)
+             for o in built[0] for p in o.state}
+    table = built[0].table.param_groups[0]["params"][0]
+    assert state[id(table)] == VOCAB  # row-wise Adagrad: one value per row
+    assert isinstance(built[0].dense, torch.optim.Adam)

@@ -46,7 +46,7 @@ STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
 _FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
-        "or build the loop's optimizer with autoembed.build_optimizer")
+        "or build the loop's optimizer with autoembed.build_optimizer(model, params)")
 
 
 def priced_state(name: str, weight: torch.Tensor) -> int:
@@ -149,7 +149,7 @@ class _Watch:
             f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
             f"'{name}' at weight_decay {priced:g}{how}; set the space's embedding weight_decay "
             "(and optimizer) to what the loop does, or build the loop's optimizer with "
-            "autoembed.build_optimizer")
+            "autoembed.build_optimizer(model, params)")
 
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         path, name, _ = self.tables[id(p)]
@@ -174,7 +174,7 @@ class _Watch:
                 f"{_names_for(got, p, dense=True)}, but the trial was priced with "
                 f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
                 "dense_optimizer to what the loop does, or build the loop's optimizer with "
-                "autoembed.build_optimizer")
+                "autoembed.build_optimizer(model, params)")
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:

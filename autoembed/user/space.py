@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import EmbeddingConfig, config_from_dict, optimizer_alias
+from autoembed.config import EmbeddingConfig
+from autoembed.config.user import embedding_config
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space
 
@@ -182,9 +183,7 @@ def _config(space: SearchSpace, values: Mapping[str, Any],
     got = _all(space, values)
     emb = space.sections.get("embedding", {})
     raw = {k: got[q] for k, q in emb.items() if q in got}
-    if "dense_optimizer" not in raw and "table_optimizer" in raw:  # what `--optimizer` means
-        raw["dense_optimizer"] = optimizer_alias(str(raw["table_optimizer"]))["dense_optimizer"]
-    return config_from_dict({**raw, "tables": list(rows)}, f"search space '{space.source}'")
+    return embedding_config(raw, rows, f"search space '{space.source}'")
 
 
 def user_record(space: SearchSpace, config: EmbeddingConfig,
