@@ -260,3 +260,69 @@ def test_the_advice_followed_literally_passes_the_guard() -> None:
     table = built[0].table.param_groups[0]["params"][0]
     assert state[id(table)] == VOCAB  # row-wise Adagrad: one value per row
     assert isinstance(built[0].dense, torch.optim.Adam)
+
+
+class Mixed(nn.Module):
+    """Two tables and a layer in the dtypes `dtypes` (a, b, out)."""
+
+    def __init__(self, dtypes=(torch.bfloat16, torch.float32, torch.float32),
+                 rows: int = VOCAB) -> None:
+        super().__init__()
+        self.a = nn.Embedding(rows, DIM).to(dtypes[0])
+        self.b = nn.Embedding(rows, DIM).to(dtypes[1])
+        self.out = nn.Linear(DIM, 2).to(dtypes[2])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out((self.a(ids).float() + self.b(ids).float()).mean(1).to(
+            self.out.weight.dtype)).float()
+
+
+def run_mixed(precision: str, dtypes, cast=None):
+    """The guard on `Mixed(dtypes)` priced at `precision`, its loop (Adam) casting the model
+    with `cast` first (None: trained as built)."""
+    def make_opt(model):
+        if cast is not None:
+            model.to(cast)
+        return adam(model)
+
+    config = EmbeddingConfig(precision=precision, table_optimizer="adam",
+                             dense_optimizer="adam")
+    return run_user_trial(UserCode(lambda p: Mixed(dtypes), lambda p: None, loop(make_opt)),
+                          {}, config, Report(), as_written=True)
+
+
+def test_a_mixed_dtype_model_is_priced_and_trained_as_written() -> None:
+    """At fp32 the price keeps each weight's dtype as built (here the bf16 table `a` at 2
+    bytes a value, by hand), and the guard accepts a loop that trains exactly that, whichever
+    table comes first (before: the first table's dtype alone was read, against float32)."""
+    import autoembed
+
+    bf, f32 = torch.bfloat16, torch.float32
+    est = autoembed.estimate_model(Mixed(rows=1000), torch.zeros(16, 4, dtype=torch.long),
+                                   optimizer="adam", precision="fp32")
+    held = {m.name: m.parameters for m in est.modules}
+    block = 512  # the CUDA caching allocator's rounding, which the trace applies
+    assert held["a"] == -(-1000 * DIM * 2 // block) * block  # bf16: 2 bytes a value
+    assert held["b"] == -(-1000 * DIM * 4 // block) * block
+    for dtypes in ((bf, f32, f32), (f32, bf, f32)):
+        r = run_mixed("fp32", dtypes)
+        assert r.status == "complete", r.error
+
+
+def test_every_weight_not_in_its_priced_dtype_is_refused() -> None:
+    """The second table cast to fp32 by the loop (priced bf16 as built), and fp32 dense
+    weights under bf16 (priced cast to bf16), are refused naming the weight (before: only
+    the first table was read, and it matched)."""
+    bf, f32 = torch.bfloat16, torch.float32
+    r = run_mixed("fp32", (f32, bf, f32), cast=f32)
+    assert r.status == "failed"
+    assert r.error.startswith("the loop trains table 'b' in float32 without autocast, but the "
+                              "trial was priced at precision 'fp32' (bfloat16 as built "
+                              "without autocast)"), r.error
+    dense = run_mixed("bf16", (bf, bf, f32))
+    assert dense.status == "failed"
+    assert dense.error.startswith("the loop trains dense parameter 'out.weight' in float32 "
+                                  "without autocast, but the trial was priced at precision "
+                                  "'bf16' (bfloat16 without autocast)"), dense.error
+    ok = run_mixed("bf16", (bf, bf, f32), cast=bf)
+    assert ok.status == "complete", ok.error
