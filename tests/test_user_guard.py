@@ -326,3 +326,23 @@ def test_every_weight_not_in_its_priced_dtype_is_refused() -> None:
                                   "'bf16' (bfloat16 without autocast)"), dense.error
     ok = run_mixed("bf16", (bf, bf, f32), cast=bf)
     assert ok.status == "complete", ok.error
+
+
+def test_the_advice_passes_the_guard_in_the_model_as_written_trial_too() -> None:
+    """Trial 0 applies no table rule to the model, but a rule's `table_optimizer` trains it:
+    the params train is handed name row-wise Adagrad for `emb`, and so does its price."""
+    import autoembed
+    from autoembed.pipeline.user_workload import model_tables
+    from autoembed.space import parse_space
+    from autoembed.user.space import as_written_config, as_written_values, params_for
+
+    space = parse_space({"embedding": {"precision": "fp32", "table_optimizer": "adam",
+                                       "tables": {"emb": {"table_optimizer": "rowwise_adagrad"}}},
+                         "user": {"lr": {"choices": [0.1, 0.2]}}}, "s.yaml", kind="user")
+    values = as_written_values(space)
+    params = params_for(space, values)
+    config = as_written_config(space, values, model_tables(Bag()))
+    train = loop(lambda model: autoembed.build_optimizer(model, params))
+    r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), params, config,
+                       Report(), as_written=True)
+    assert r.status == "complete", r.error

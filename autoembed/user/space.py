@@ -79,8 +79,13 @@ def embedding_value(space: SearchSpace, values: Mapping[str, Any], key: str) -> 
 def as_written_config(space: SearchSpace, values: Mapping[str, Any],
                       tables: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
     """The config of the model as written: its own tables (`tables`, no table rule
-    applied) under the `embedding:` section's config-wide values (precision, optimizer)."""
-    return _config(space, values, tables)
+    applied but its `table_optimizer`, which trains the model rather than rewriting it: the
+    optimizer `build_optimizer(model, params)` builds from the params train is handed) under
+    the `embedding:` section's config-wide values (precision, optimizer)."""
+    settings = table_settings_for(space, values, [str(t["name"]) for t in tables])
+    rows = [{**t, **{k: v for k, v in s.items() if k == "table_optimizer"}}
+            for t, s in zip(tables, settings, strict=True)]
+    return _config(space, values, rows)
 
 
 def enqueue_values(space: SearchSpace, entries: Sequence[Mapping[str, Any]]
