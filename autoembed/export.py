@@ -599,7 +599,7 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
         texts[out] = python_module(refs["model"], record["params"], cfg_path.name,
                                    study=str(chosen.study), trial=chosen.trial or 0,
                                    apply=refs.get("apply"),
-                                   as_written=chosen.origin == AS_WRITTEN)
+                                   as_written=chosen.origin == AS_WRITTEN, seed=cfg.seed)
     _write_all(texts)
     return Exported(out, cfg, chosen.study, chosen.trial, chosen.pick, chosen.run_id,
                     None, chosen.notes)

@@ -70,7 +70,7 @@ def test_sgd_priced_adam_in_the_loop_fails_naming_both() -> None:
         "weights (as adam or adamw or sparse_adam does), but the trial was priced with "
         "table_optimizer 'sgd' (0); set the space's embedding table_optimizer (and "
         "precision) to what the loop does, or build the loop's optimizer with "
-        "autoembed.build_optimizer")
+        "autoembed.build_optimizer(model, params)")
 
 
 def test_a_loop_that_swallows_the_refusal_still_fails() -> None:
@@ -228,3 +228,121 @@ def test_a_search_with_sgd_in_the_space_refuses_an_adam_loop(tmp_path, monkeypat
     said = str(e.value)
     assert "table 'emb': the loop's Adam keeps 16,000 values of state (64,000 bytes)" in said
     assert "priced with table_optimizer 'sgd' (0)" in said
+
+
+def test_the_advice_followed_literally_passes_the_guard() -> None:
+    """`train` builds its optimizer with `autoembed.build_optimizer(model, params)`, params as
+    the trial hands them (`params["embedding"]["tables"]`: rule -> settings): the table is
+    stepped by the rule's row-wise Adagrad, the rest by Adam, as priced."""
+    import autoembed
+    from autoembed.pipeline.user_workload import model_tables
+    from autoembed.space import parse_space
+    from autoembed.user.space import config_for, params_for
+
+    space = parse_space({"embedding": {"precision": "fp32", "table_optimizer": "adam",
+                                       "tables": {"e*": {"table_optimizer": {
+                                           "choices": ["adagrad", "rowwise_adagrad"]}}}}},
+                        "s.yaml", kind="user")
+    values = {"embedding.tables.e*.table_optimizer": "rowwise_adagrad"}
+    params = params_for(space, values)
+    config = config_for(space, values, model_tables(Bag()))  # what the trial was priced with
+    built: list = []
+
+    def make_opt(model):
+        built.append(autoembed.build_optimizer(model, params))
+        return built[-1]
+
+    r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, loop(make_opt),
+                                apply=lambda m, c: None), params, config, Report())
+    assert r.status == "complete", r.error
+    state = {id(p): sum(t.numel() for t in o.state[p].values() if t.dim() > 0)
+             for o in built[0] for p in o.state}
+    table = built[0].table.param_groups[0]["params"][0]
+    assert state[id(table)] == VOCAB  # row-wise Adagrad: one value per row
+    assert isinstance(built[0].dense, torch.optim.Adam)
+
+
+class Mixed(nn.Module):
+    """Two tables and a layer in the dtypes `dtypes` (a, b, out)."""
+
+    def __init__(self, dtypes=(torch.bfloat16, torch.float32, torch.float32),
+                 rows: int = VOCAB) -> None:
+        super().__init__()
+        self.a = nn.Embedding(rows, DIM).to(dtypes[0])
+        self.b = nn.Embedding(rows, DIM).to(dtypes[1])
+        self.out = nn.Linear(DIM, 2).to(dtypes[2])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out((self.a(ids).float() + self.b(ids).float()).mean(1).to(
+            self.out.weight.dtype)).float()
+
+
+def run_mixed(precision: str, dtypes, cast=None):
+    """The guard on `Mixed(dtypes)` priced at `precision`, its loop (Adam) casting the model
+    with `cast` first (None: trained as built)."""
+    def make_opt(model):
+        if cast is not None:
+            model.to(cast)
+        return adam(model)
+
+    config = EmbeddingConfig(precision=precision, table_optimizer="adam",
+                             dense_optimizer="adam")
+    return run_user_trial(UserCode(lambda p: Mixed(dtypes), lambda p: None, loop(make_opt)),
+                          {}, config, Report(), as_written=True)
+
+
+def test_a_mixed_dtype_model_is_priced_and_trained_as_written() -> None:
+    """At fp32 the price keeps each weight's dtype as built (here the bf16 table `a` at 2
+    bytes a value, by hand), and the guard accepts a loop that trains exactly that, whichever
+    table comes first (before: the first table's dtype alone was read, against float32)."""
+    import autoembed
+
+    bf, f32 = torch.bfloat16, torch.float32
+    est = autoembed.estimate_model(Mixed(rows=1000), torch.zeros(16, 4, dtype=torch.long),
+                                   optimizer="adam", precision="fp32")
+    held = {m.name: m.parameters for m in est.modules}
+    block = 512  # the CUDA caching allocator's rounding, which the trace applies
+    assert held["a"] == -(-1000 * DIM * 2 // block) * block  # bf16: 2 bytes a value
+    assert held["b"] == -(-1000 * DIM * 4 // block) * block
+    for dtypes in ((bf, f32, f32), (f32, bf, f32)):
+        r = run_mixed("fp32", dtypes)
+        assert r.status == "complete", r.error
+
+
+def test_every_weight_not_in_its_priced_dtype_is_refused() -> None:
+    """The second table cast to fp32 by the loop (priced bf16 as built), and fp32 dense
+    weights under bf16 (priced cast to bf16), are refused naming the weight (before: only
+    the first table was read, and it matched)."""
+    bf, f32 = torch.bfloat16, torch.float32
+    r = run_mixed("fp32", (f32, bf, f32), cast=f32)
+    assert r.status == "failed"
+    assert r.error.startswith("the loop trains table 'b' in float32 without autocast, but the "
+                              "trial was priced at precision 'fp32' (bfloat16 as built "
+                              "without autocast)"), r.error
+    dense = run_mixed("bf16", (bf, bf, f32))
+    assert dense.status == "failed"
+    assert dense.error.startswith("the loop trains dense parameter 'out.weight' in float32 "
+                                  "without autocast, but the trial was priced at precision "
+                                  "'bf16' (bfloat16 without autocast)"), dense.error
+    ok = run_mixed("bf16", (bf, bf, f32), cast=bf)
+    assert ok.status == "complete", ok.error
+
+
+def test_the_advice_passes_the_guard_in_the_model_as_written_trial_too() -> None:
+    """Trial 0 applies no table rule to the model, but a rule's `table_optimizer` trains it:
+    the params train is handed name row-wise Adagrad for `emb`, and so does its price."""
+    import autoembed
+    from autoembed.pipeline.user_workload import model_tables
+    from autoembed.space import parse_space
+    from autoembed.user.space import as_written_config, as_written_values, params_for
+
+    space = parse_space({"embedding": {"precision": "fp32", "table_optimizer": "adam",
+                                       "tables": {"emb": {"table_optimizer": "rowwise_adagrad"}}},
+                         "user": {"lr": {"choices": [0.1, 0.2]}}}, "s.yaml", kind="user")
+    values = as_written_values(space)
+    params = params_for(space, values)
+    config = as_written_config(space, values, model_tables(Bag()))
+    train = loop(lambda model: autoembed.build_optimizer(model, params))
+    r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), params, config,
+                       Report(), as_written=True)
+    assert r.status == "complete", r.error

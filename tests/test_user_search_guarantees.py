@@ -150,7 +150,8 @@ def test_best_yaml_holds_what_the_pick_is_and_nothing_else(user) -> None:
     _, root = user
     res = search(root, "b")
     best = yaml.safe_load((root / "runs" / "b" / "best.yaml").read_text())
-    assert set(best["config"]) == {"precision", "table_optimizer", "tables"}
+    assert set(best["config"]) == {"seed", "precision", "table_optimizer", "tables"}
+    assert best["config"]["seed"] == res.best.config.seed  # what its build was seeded with
     assert best["config"]["tables"] == [{"name": "emb", "vocab_size": 2000,
                                          "dim": res.best.params["user.dim"]}]
     assert best["params"] == {"dim": res.best.params["user.dim"],

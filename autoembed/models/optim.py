@@ -32,7 +32,7 @@ from autoembed.errors import ConfigError
 from autoembed.models.table_modules import embedding_modules
 
 __all__ = ["ROWWISE_ADAGRAD_EPS", "ADAGRAD_EPS", "RowWiseAdagrad", "Optimizers", "build_optimizer",
-           "user_optimizers", "make_optimizer", "state_bytes"]
+           "user_optimizers", "params_config", "make_optimizer", "state_bytes"]
 
 # FBGEMM's default eps for EXACT_ROWWISE_ADAGRAD (fbgemm_gpu split_table_batched_embeddings).
 ROWWISE_ADAGRAD_EPS = 1e-8
@@ -216,11 +216,16 @@ def build_optimizer(
 
     A user's own model (not autoembed's `EmbeddingModel`): its nn.Embedding / EmbeddingBag /
     autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
-    layers' caches to their optimizer, so `.step()` trains them).
+    layers' caches to their optimizer, so `.step()` trains them). `config` may also be what
+    a user search hands `train(model, params, report)`: `params`, or `params["embedding"]`
+    (`params_config`): the optimizers its trial was priced with.
     """
     from autoembed.config import as_config
     from autoembed.models.embedding_model import EmbeddingModel
 
+    embedding = _embedding_params(config)
+    if embedding is not None and not isinstance(model, EmbeddingModel):
+        config = params_config(model, embedding)
     config = as_config(config)
     if not config.is_resolved:
         config = config.resolve()
@@ -241,6 +246,33 @@ def build_optimizer(
     if not tables:  # every model has tables
         raise ValueError("the model has no table parameters")
     return _grouped(tables, dense, config)
+
+
+def _embedding_params(value: Any) -> Mapping[str, Any] | None:
+    """`params["embedding"]` when `value` is a user search's params or that part of them
+    (its `tables` a mapping, rule -> settings); None for a config's forms."""
+    if isinstance(value, Mapping) and isinstance(value.get("embedding"), Mapping):
+        return value["embedding"]
+    if isinstance(value, Mapping) and isinstance(value.get("tables"), Mapping):
+        return value
+    return None
+
+
+def params_config(model: nn.Module, embedding: Mapping[str, Any]) -> EmbeddingConfig:
+    """The config a user search priced the optimizers of a trial on `model` with, from
+    `embedding` (its `params["embedding"]`): the config-wide keys over `model`'s tables by
+    module path, each with the `table_optimizer` its rules (`tables`: pattern -> settings)
+    give it, the one table key the optimizers read (`config.user`, as `user.space` prices)."""
+    from autoembed.config.user import embedding_config, rule_settings
+
+    rules = embedding.get("tables") or {}
+    rows = []
+    for path, m in embedding_modules(model):
+        table: Any = m  # torch's and autoembed.nn's tables: num_embeddings, embedding_dim
+        own = rule_settings(rules, path).get("table_optimizer")
+        rows.append({"name": path, "vocab_size": int(table.num_embeddings),
+                     "dim": int(table.embedding_dim), **({"table_optimizer": own} if own else {})})
+    return embedding_config(embedding, rows, "params['embedding']")
 
 
 def _grouped(

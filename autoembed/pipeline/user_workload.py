@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,7 +34,7 @@ from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.trial import AS_WRITTEN, ENQUEUED
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
 from autoembed.user.guard import input_rows
-from autoembed.user.run import TRIAL_ROLES, UserCode, built_module
+from autoembed.user.run import TRIAL_ROLES, UserCode, built_module, trial_seed
 from autoembed.user.space import (
     as_written_config,
     as_written_values,
@@ -73,6 +73,7 @@ class UserWorkload:
     sharded: Sharded | None = None  # a TorchRec model's space (`topology:`): planned per rank
     reference: bool = True  # the model as written is trained first (trial 0)
     enqueue: tuple[Mapping[str, Any], ...] = ()  # the user's configs, trained next
+    seed: int = 0  # the search's seed: each trial's `trial_seed` is derived from it
     _priced: dict[str, Priced | Invalid] = field(default_factory=dict, compare=False,
                                                  repr=False)
 
@@ -81,7 +82,7 @@ class UserWorkload:
               tell: Callable[[str], None]) -> UserWorkload:
         """The space (the request's, else a resumed study's stored one) and the recorded
         functions of `request`."""
-        del seed, tell
+        del tell
         code = request.code
         assert code is not None, "a user workload needs the user's functions"
         if isinstance(request.space, SearchSpace):
@@ -106,7 +107,7 @@ class UserWorkload:
         made = cls(space, code, records, request.device, request.allow_changed_code,
                    Sharded.of(space, request.budget.bytes, request.device, records),
                    reference=request.reference and bool(queue.get("reference", True)),
-                   enqueue=tuple(enqueue))
+                   enqueue=tuple(enqueue), seed=seed)
         if made.sharded is not None and code.apply is not None:
             raise ConfigError(f"apply = {records['apply'].spec}: a space with `topology:` "
                               "rewrites TorchRec's tables by its own settings; drop apply")
@@ -159,7 +160,7 @@ class UserWorkload:
             raise ConfigError(f"model: {type(probe).__name__} holds TorchRec collections; a "
                               "search over it plans them per rank: give the space a "
                               "`topology:` (world_size, ...) and TorchRec's table keys")
-        config = config_for(space, values, model_tables(probe))
+        config = self._seeded(config_for(space, values, model_tables(probe)), values)
         return self._traced(params, config, functools.partial(code.model_for, params, config),
                             example)
 
@@ -167,9 +168,19 @@ class UserWorkload:
         """Price the model as `build(params)` returns it, nothing applied (trial 0): its own
         tables under the space's precision and optimizer (`as_written_config`)."""
         params, probe, example = self._probe(values)
-        config = as_written_config(self.space, values, model_tables(probe))
+        config = self._seeded(as_written_config(self.space, values, model_tables(probe)),
+                              values)
         return self._traced(params, config, lambda: built_module(self.code.build(params)), example,
                             {"as_written": True})
+
+    def _seeded(self, config: EmbeddingConfig, values: Mapping[str, Any]) -> EmbeddingConfig:
+        """`config` with the trial's seed (`trial_seed` of the search's seed and `values`):
+        what its trial seeds the generators with before build and train, recorded with the
+        priced config (best.yaml, export); a space whose `embedding:` section names `seed`
+        keeps its own."""
+        if "seed" in self.space.sections.get("embedding", {}):
+            return config
+        return replace(config, seed=trial_seed(self.seed, values))
 
     def _traced(self, params: Mapping[str, Any], config: EmbeddingConfig, model: Any,
                 example: Any, extra: Mapping[str, Any] | None = None) -> Priced:

@@ -5,7 +5,6 @@ Optuna's distributions and trials."""
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoembed.config import FIELD_RULES, TABLE_OVERRIDES, EmbeddingConfig, config_from_dict
+from autoembed.config.user import selects
 from autoembed.errors import ConfigError
 from autoembed.rules import Integer, Interval, Rule
 from autoembed.space.objectives import DEFAULT_OBJECTIVES, OBJECTIVES, Objective
@@ -259,7 +259,7 @@ class TableRule:
 
     def selects(self, name: str, rows: int) -> bool:
         if self.pattern is not None:
-            return name == self.pattern or fnmatch.fnmatchcase(name, self.pattern)
+            return selects(self.pattern, name)
         if self.name is not None:
             return name == self.name
         return self.min_rows is not None and rows >= self.min_rows

@@ -13,9 +13,12 @@ assumed and the loop decides itself.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
   against the priced optimizer at `config.weight_decay`.
-* The precision: at the first forward with gradients on, the tables' dtype and the
-  autocast in force on their device are compared with the priced precision's
-  (`config.precision_policy`).
+* The precision: at the first forward with gradients on, the dtype of every table and
+  every other trainable weight, and the autocast in force on their device, are compared
+  with the price's: a half precision's parameter dtype (pricing casts the model to it),
+  else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
+  as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
+  precision's autocast (`config.precision_policy`).
 * The batch: at the first such forward in training mode (an eval pass is not one), the
   first dim of each tensor the model is given against the priced example's
   (`input_rows`); a batch larger in every one is more than was priced.
@@ -46,7 +49,7 @@ STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
 _FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
-        "or build the loop's optimizer with autoembed.build_optimizer")
+        "or build the loop's optimizer with autoembed.build_optimizer(model, params)")
 
 
 def priced_state(name: str, weight: torch.Tensor) -> int:
@@ -113,6 +116,7 @@ class _Watch:
         self.dense = {id(p): (n, p) for n, p in model.named_parameters()
                       if p.requires_grad and id(p) not in self.tables}
         self.config = config
+        self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
         self.priced_rows = None if priced_rows is None else list(priced_rows)
         self.forward_seen = False
@@ -149,7 +153,7 @@ class _Watch:
             f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
             f"'{name}' at weight_decay {priced:g}{how}; set the space's embedding weight_decay "
             "(and optimizer) to what the loop does, or build the loop's optimizer with "
-            "autoembed.build_optimizer")
+            "autoembed.build_optimizer(model, params)")
 
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         path, name, _ = self.tables[id(p)]
@@ -174,7 +178,7 @@ class _Watch:
                 f"{_names_for(got, p, dense=True)}, but the trial was priced with "
                 f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
                 "dense_optimizer to what the loop does, or build the loop's optimizer with "
-                "autoembed.build_optimizer")
+                "autoembed.build_optimizer(model, params)")
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -190,17 +194,30 @@ class _Watch:
         if self.forward_seen:
             return
         self.forward_seen = True
-        path, _name, weight = next(iter(self.tables.values()))
-        device = weight.device.type
+        self._check_precision()
+
+    def _check_precision(self) -> None:
+        """Every table's and trainable weight's dtype (tables first) and the autocast in
+        force against the price's (`_priced_dtypes`, the precision's autocast)."""
+        import torch
+
+        weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
+        weights += [(f"dense parameter '{n}'", p) for n, p in self.dense.values()]
+        device = weights[0][1].device.type
         on = torch.is_autocast_enabled(device)
         got = str(torch.get_autocast_dtype(device)).removeprefix("torch.") if on else None
         policy = precision_policy(self.config.precision)
-        dtype = str(weight.dtype).removeprefix("torch.")
-        if got != policy.autocast_dtype or dtype != policy.param_dtype:
+        for what, w in weights:
+            dtype, want = _name_of(w.dtype), self.priced_dtypes.get(id(w))
+            if want is None or (got == policy.autocast_dtype and dtype == want):
+                continue
+            built = "" if want == policy.param_dtype else " as built"
             self.report.refuse(
-                f"the loop trains table '{path}' in {dtype} {_autocast(got)}, but the "
-                f"trial was priced at precision '{policy.name}' ({policy.param_dtype} "
-                f"{_autocast(policy.autocast_dtype)}); {_FIX}")
+                f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
+                f"priced at precision '{policy.name}' ({want}{built} "
+                f"{_autocast(policy.autocast_dtype)}); set the space's embedding precision "
+                "to what the loop does, or train the model in the priced one")
+            return
 
     def _check_batch(self, got: list[int]) -> None:
         """The loop's first training batch against the priced example's: larger in the first
@@ -214,6 +231,21 @@ class _Watch:
             f"(first dims {got}), but the trial was priced on example(params) with "
             f"{want[0]:,} (first dims {want}); have example(params) return one batch as "
             "train builds it (at params' batch size)")
+
+def _name_of(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _priced_dtypes(model: nn.Module, config: EmbeddingConfig) -> dict[int, str]:
+    """The dtype each floating parameter of `model` (as built, before the loop) was priced
+    in: the precision's parameter dtype where it is a half one (pricing casts the whole
+    model to it: `models.user_step.UserStep.build`), else the parameter's own as built
+    (fp32 and the amp precisions price the model as written, a bf16 table beside fp32
+    layers included)."""
+    policy = precision_policy(config.precision)
+    return {id(p): policy.param_dtype if policy.param_dtype != "float32" else _name_of(p.dtype)
+            for p in model.parameters() if p.is_floating_point()}
+
 
 def _autocast(dtype: str | None) -> str:
     return f"under {dtype} autocast" if dtype else "without autocast"

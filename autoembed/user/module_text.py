@@ -14,15 +14,17 @@ from autoembed.user.functions import FunctionRef
 
 __all__ = ["python_module"]
 
-_RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "build_model", "sys")
+_RESERVED = ("Path", "autoembed", "CONFIG", "PARAMS", "SEED", "build_model", "seed_generators",
+             "sys")
 
 
 def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: str, *,
                   study: str, trial: int, apply: FunctionRef | None = None,
-                  as_written: bool = False) -> str:
+                  as_written: bool = False, seed: int = 0) -> str:
     """The module's text. `config_file`: the exported YAML, relative to the module's folder
     (or absolute); `apply`: the search's own apply (None: `autoembed.apply`); `as_written`:
-    the trial trained `build(params)` alone."""
+    the trial trained `build(params)` alone; `seed`: the trial's, which `build_model()`
+    seeds the generators with before build, as the trial did (`run.seed_generators`)."""
     imports, call = _import(build, "model", {})
     plain = pprint.pformat(dict(params), indent=4, width=92, sort_dicts=False)
     if as_written:
@@ -39,6 +41,7 @@ def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: st
         body = (f"    model = {call}({'PARAMS' if build.takes_params else ''})\n"
                 f"    applied = {rewrite}(model, autoembed.load_config(CONFIG))\n"
                 "    return model if applied is None else applied")
+    body = "    seed_generators(SEED)  # as the trial did before build\n" + body
     roots = sorted({r.root for r in (build, apply) if r is not None and r.root is not None})
     after = "  # noqa: E402" if roots else ""  # imported once sys.path holds the roots
     lines = "\n".join(f"from {m} import {', '.join(names)}{after}"
@@ -50,18 +53,21 @@ def python_module(build: FunctionRef, params: Mapping[str, Any], config_file: st
 
 Written by `autoembed export --format python`. `build_model()` {how}.
 
-    from this_module import PARAMS, build_model
+    from this_module import PARAMS, SEED, build_model, seed_generators
     model = build_model()   # train it in your own loop with PARAMS
+    seed_generators(SEED)   # before your loop, as the trial seeded its train
 """
 
 import sys
 from pathlib import Path
 
 import autoembed
+from autoembed.user.run import seed_generators
 {lines}
 
 CONFIG = Path(__file__).resolve().parent / {config_file!r}
 PARAMS = {plain}
+SEED = {int(seed)}  # the trial's: random, numpy and torch are seeded with it
 
 
 def build_model():

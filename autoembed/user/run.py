@@ -28,7 +28,8 @@ from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "ROLES", "TRIAL_ROLES"]
+__all__ = ["UserCode", "run_user_trial", "user_result", "user_traceback", "trial_seed",
+           "seed_generators", "ROLES", "TRIAL_ROLES"]
 
 ROLES = ("model", "example", "train")  # the CLI flags --model, --example, --train
 TRIAL_ROLES = (*ROLES, "apply")  # what a trial runs (`apply` when given), shipped to workers
@@ -84,6 +85,30 @@ class UserCode:
         return built if out is None else built_module(out, "apply(model, config)")
 
 
+def trial_seed(seed: int, values: Mapping[str, Any]) -> int:
+    """The seed of a trial of the search seeded `seed` whose proposal is `values` (searched
+    param -> value): a 32-bit number from sha256 of both, so one trial's is the same in every
+    process, resume and export, and two trials' differ."""
+    import hashlib
+
+    text = repr((int(seed), sorted((str(k), repr(v)) for k, v in values.items())))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def seed_generators(seed: int) -> None:
+    """Seed python's `random`, numpy's global generator and torch's (CPU and every CUDA
+    device) with `seed`: what a trial does before the user's build and again before train,
+    and the exported module's `build_model()` before build (`module_text`)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def built_module(obj: Any, call: str = "build(params)") -> nn.Module:
     """What `call` (the user's build, or apply) returned, which must be an nn.Module
     (ConfigError otherwise)."""
@@ -120,8 +145,9 @@ def run_user_trial(
 ) -> TrialResult:
     """Build the model as it was priced (`code.model_for(params, config)`; `as_written`:
     `build(params)` alone, nothing applied), run `train` with `report` and return the
-    trial's record. `priced_rows`: the priced example's batch (`guard.input_rows`). Never
-    raises for faults in the user's code."""
+    trial's record. The generators are seeded with `config.seed` (`seed_generators`)
+    before the build and again before `train`. `priced_rows`: the priced example's batch
+    (`guard.input_rows`). Never raises for faults in the user's code."""
     wall0 = clock()
     cuda = device.startswith("cuda")
     if cuda:
@@ -154,8 +180,10 @@ def _run_loop(code: UserCode, params: Mapping[str, Any], config: EmbeddingConfig
     final: dict[str, float] = {}
     status, error = "complete", None
     try:
+        seed_generators(config.seed)  # the trial's initial weights, as export rebuilds them
         built = (built_module(code.build(params)) if as_written
                  else code.model_for(params, config))
+        seed_generators(config.seed)  # train's draws, whatever build drew
         report.start()
         t_train = clock()
         with watch_loop(built, config, report, priced_rows):  # it trains what was priced

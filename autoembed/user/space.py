@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autoembed.config import EmbeddingConfig, config_from_dict, optimizer_alias
+from autoembed.config import EmbeddingConfig
+from autoembed.config.user import embedding_config
 from autoembed.errors import ConfigError, did_you_mean
 from autoembed.space import EMBEDDING, SearchSpace, load_space
 
@@ -78,8 +79,13 @@ def embedding_value(space: SearchSpace, values: Mapping[str, Any], key: str) -> 
 def as_written_config(space: SearchSpace, values: Mapping[str, Any],
                       tables: Sequence[Mapping[str, Any]]) -> EmbeddingConfig:
     """The config of the model as written: its own tables (`tables`, no table rule
-    applied) under the `embedding:` section's config-wide values (precision, optimizer)."""
-    return _config(space, values, tables)
+    applied but its `table_optimizer`, which trains the model rather than rewriting it: the
+    optimizer `build_optimizer(model, params)` builds from the params train is handed) under
+    the `embedding:` section's config-wide values (precision, optimizer)."""
+    settings = table_settings_for(space, values, [str(t["name"]) for t in tables])
+    rows = [{**t, **{k: v for k, v in s.items() if k == "table_optimizer"}}
+            for t, s in zip(tables, settings, strict=True)]
+    return _config(space, values, rows)
 
 
 def enqueue_values(space: SearchSpace, entries: Sequence[Mapping[str, Any]]
@@ -182,14 +188,13 @@ def _config(space: SearchSpace, values: Mapping[str, Any],
     got = _all(space, values)
     emb = space.sections.get("embedding", {})
     raw = {k: got[q] for k, q in emb.items() if q in got}
-    if "dense_optimizer" not in raw and "table_optimizer" in raw:  # what `--optimizer` means
-        raw["dense_optimizer"] = optimizer_alias(str(raw["table_optimizer"]))["dense_optimizer"]
-    return config_from_dict({**raw, "tables": list(rows)}, f"search space '{space.source}'")
+    return embedding_config(raw, rows, f"search space '{space.source}'")
 
 
 def user_record(space: SearchSpace, config: EmbeddingConfig,
                 optuna_params: Mapping[str, Any]) -> dict[str, Any]:
-    """What a trial of a user search is, and nothing it is not (best.yaml, export): the
+    """What a trial of a user search is, and nothing it is not (best.yaml, export): its
+    `seed` (what its build and train were seeded with, `user.run.seed_generators`), the
     embedding settings the space names (config-wide keys, and each table's rows, dim and
     own settings) and the params the user's functions received; for a TorchRec model's
     space also `torchrec`: its topology and each table rule's TorchRec settings (pattern ->
@@ -197,7 +202,7 @@ def user_record(space: SearchSpace, config: EmbeddingConfig,
     values = space.values_from_optuna(optuna_params)
     params = params_for(space, values)
     keys = space.sections.get("embedding", {})
-    cfg: dict[str, Any] = {k: getattr(config, k) for k in keys}
+    cfg: dict[str, Any] = {k: getattr(config, k) for k in ("seed", *keys)}
     cfg["tables"] = [{"name": t.name, "vocab_size": t.vocab_size, "dim": t.dim, **t.overrides}
                      for t in config.tables]
     out = {"config": cfg, "params": params}
