@@ -83,9 +83,11 @@ def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
                   sig: int = signal.SIGKILL) -> tuple[int, str]:
     """Start `cmd`, and send it `sig` (SIGKILL) as soon as `ready()` (it must not exit
     before); its exit status and stderr."""
+    # Ctrl-C as a terminal gives it, though this process may ignore SIGINT (a job started
+    # with `&` by a script does) and a child inherits that
     p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     try:
         while not ready():
@@ -94,7 +96,7 @@ def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
             time.sleep(0.1)
         os.kill(p.pid, sig)
     finally:
-        _, err = p.communicate(timeout=120)  # a loaded CI machine: its exit, not its speed
+        _, err = p.communicate(timeout=30)
     return p.returncode, err
 
 
