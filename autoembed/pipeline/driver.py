@@ -30,7 +30,7 @@ from autoembed.pipeline.records import ATTR, TrialRow, front_of
 from autoembed.pipeline.request import MAX_SEED, SearchRequest, visible_id
 from autoembed.pipeline.scheduler import AshaScheduler
 from autoembed.pipeline.search_options import SearchOptions
-from autoembed.pipeline.search_report import SearchReport
+from autoembed.pipeline.search_report import RESULT_FILES, SearchReport
 from autoembed.space import Objective
 
 if TYPE_CHECKING:
@@ -163,10 +163,6 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
             _stopped(exc, engine, study, stored, plan, tracker, on_recovered)
             raise
         return _finish(engine, study, plan, tracker, recovery, t_start)
-
-
-# the files a finished (or failed) search leaves in runs/<study>/ (SearchReport.write)
-RESULT_FILES = ("pareto.json", "best.yaml", "trials.csv")
 
 
 def _check_new_dir(stored: studies.StoredStudy, plan: SearchPlan) -> None:

@@ -20,7 +20,12 @@ from autoembed.trial import TrialRow
 if TYPE_CHECKING:
     from autoembed.selection import NoiseMeasure
 
-__all__ = ["SearchReport", "SearchFailedError", "COUNTED_STATUSES"]
+# the results a search writes into runs/<study>/ (`SearchReport.write`): a new study never
+# writes over another's (driver)
+RESULT_FILES = ("trials.csv", "best.yaml", "pareto.json")
+
+
+__all__ = ["SearchReport", "SearchFailedError", "COUNTED_STATUSES", "RESULT_FILES"]
 
 # the statuses pareto.json counts, in its order
 COUNTED_STATUSES = ("complete", "infeasible", "pruned", "failed", "oom", "diverged",
