@@ -55,6 +55,11 @@ VARIANTS = {
         f"ehvi-m{round(r * 100)}-s{round(w * 100)}-front", ehvi(margin=r, seconds_weight=w),
         front_rule=True, note=f"ehvi with the reference {r} beyond the budget, seconds ^ {w}")
        for r in (0.5, 1.0) for w in (0.5, 0.0)},
+    **{f"ehvi-n{round(f * 100)}-front": Method(
+        f"ehvi-n{round(f * 100)}-front", ehvi(near=f), front_rule=True,
+        note=f"ehvi whose model turns skip near-repeats of tried trials (within {f} of "
+             "each number's range, categoricals equal)")
+       for f in (0.05, 0.1, 0.2, 0.3)},
 }
 TARGETS = ("hv95", "best")
 # what each method is set beside, paired by seed (`_bases`)
