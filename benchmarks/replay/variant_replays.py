@@ -59,7 +59,7 @@ VARIANTS = {
         f"ehvi-n{round(f * 100)}-front", ehvi(near=f), front_rule=True,
         note=f"ehvi whose model turns skip near-repeats of tried trials (within {f} of "
              "each number's range, categoricals equal)")
-       for f in (0.05, 0.1, 0.2, 0.3)},
+       for f in (0.1, 0.2, 0.3, 0.5, 1.0)},
 }
 TARGETS = ("hv95", "best")
 # what each method is set beside, paired by seed (`_bases`)
