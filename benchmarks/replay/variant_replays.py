@@ -402,8 +402,10 @@ the near test catches few at a small f (f = 0.05 / 0.1 / 0.2 / 0.3 / 0.5 / 1: 6 
 combinations on the default table): a proposal that no tried config is near lands on a row
 trained already, which live would be a new config. With the rule at 0.2 no model turn of
 that seed was a near-repeat and still 113 of 197 trials repeated a row (`best` at 475 s
-against 480 s). f = 0.3 and 0.5 replayed (repeats among the trials until both targets,
-all seeds: default 45% -> 36% / 20%, BBC News 37% -> 19% / 31%; random-full 8% and 26%).
+against 480 s); at 0.3, 96 of 197 (493 s); at 0.5, 6 of 35 (104 s: this seed's model found
+a near-best row early, others did not). f = 0.3 and 0.5 replayed (repeats among the
+trials until both targets, all seeds: default 45% -> 36% / 20%, BBC News 37% -> 19% / 31%;
+random-full 8% and 26%).
 `best` vs random-full, `ehvi-front` -> f = 0.3 / 0.5: default 4.03x -> 3.27x / 2.39x [1.40,
 4.24], BBC News 1.11x -> 0.80x / 1.14x; `hv95` 0.48x -> 0.44x / 0.42x default, 0.36x ->
 0.25x / 0.36x BBC News. Against `ehvi-front` on the same seeds every interval holds 1
@@ -441,7 +443,8 @@ and the report sets the new rows beside the baselines held):
         --methods random-full ehvi-front ehvi-n30-front ehvi-n50-front --seeds 8 \
         --series near-repeats --jsonl FILE
     nice -n 5 python benchmarks/replay/near_repeats.py default --seeds 0 \
-        --methods ehvi-front ehvi-n20-front --near 0.05 0.1 0.2 0.3 0.5 1    (and bbcnews)
+        --methods ehvi-front ehvi-n20-front ehvi-n30-front ehvi-n50-front \
+        --near 0.05 0.1 0.2 0.3 0.5 1    (and bbcnews)
     python benchmarks/replay/variant_replays.py --report \
         --jsonl benchmarks/results/ehvi_pick_rules_replay.jsonl.gz \
         --md benchmarks/results/ehvi_pick_rules_replay.md
