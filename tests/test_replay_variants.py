@@ -347,3 +347,74 @@ def test_random_quality_turns_the_random_turn_into_quality_not_per_second() -> N
     assert got[0] > 0.29 and got[1] < 1e-6  # EI over 0.6: 0.3 and ~0
     s._number = start
     assert s._seconds_weight() == 1.0
+
+
+def _tried_study(sampler: PricedEHVI, told: list[dict[str, object]],
+                 running: dict[str, object]) -> optuna.Study:
+    """A study of `told` trials (complete, quality log x, 1-3 s each) and one `running`;
+    the sampler prices 64 candidates an ask."""
+    sampler.candidates = 64
+    sampler.bind(Pricing(price=_price, suggest=_suggest, objectives=OBJECTIVES,
+                         budget_bytes=BUDGET))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for k, params in enumerate(told):
+        study.enqueue_trial(params)
+        trial = study.ask()
+        _suggest(trial)
+        trial.set_user_attr(ATTR, {"status": "complete",
+                                   "metrics": {"wall_seconds": 1.0 + k % 3}})
+        study.tell(trial, [math.log(float(params["x"])), _price(params)[0]])  # type: ignore[arg-type]
+    study.enqueue_trial(running)
+    _suggest(study.ask())  # asked, never told: running
+    return study
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_near_repeats_are_skipped_while_a_candidate_is_none(seed: int) -> None:
+    """near=0.1: tried (told or running) at x in {5, 30, 50} for both labels of c; x in
+    1..100 is not log, so a near-repeat is the same c and |x - x'| <= 9.9. The model turn
+    proposes a fitting x (<= 50) outside every such band, x in 15..20 or 40, where the
+    product, chasing quality log x, proposes next to the best (x = 50)."""
+    tried = [{"x": x, "c": c} for x in (5, 30, 50) for c in ("a", "b")]
+    running = tried.pop()  # x = 50, c = b: running, not told
+
+    def proposed(sampler: PricedEHVI) -> dict[str, object]:
+        study = _tried_study(sampler, tried, running)
+        trial = study.ask()  # trial 6: a model turn (startup 5, 5 told)
+        assert trial.number == 6 and not is_random(6, 5, RANDOM_EVERY)
+        return _suggest(trial)
+
+    def near(p: dict[str, object]) -> bool:
+        return any(p["c"] == t["c"] and abs(int(p["x"]) - int(t["x"])) <= 0.1 * 99  # type: ignore[call-overload]
+                   for t in [*tried, running])
+
+    got = proposed(variants.build(seed, startup=5, near=0.1))
+    assert not near(got) and _price(got)[1], got
+    assert int(got["x"]) in (*range(15, 21), 40)  # type: ignore[call-overload]
+    assert near(proposed(variants.build(seed, startup=5)))  # the product's: a near-repeat
+
+
+def test_when_every_candidate_is_a_near_repeat_the_choice_is_the_products() -> None:
+    """near=1: every candidate with a tried label is near; both labels tried, so all are,
+    and the turn proposes what the product does."""
+    tried = [{"x": x, "c": c} for x in (5, 30, 50) for c in ("a", "b")]
+    running = tried.pop()
+    got = [_suggest(_tried_study(s, tried, running).ask())
+           for s in (variants.build(3, startup=5, near=1.0), variants.build(3, startup=5))]
+    assert got[0] == got[1]
+
+
+def test_near_tried_compares_each_param_on_its_own_scale() -> None:
+    """The same params set, categoricals equal, numbers within f of their (log) range."""
+    dists = {"n": IntDistribution(1, 1000, log=True), "c": CategoricalDistribution(["a", "b"]),
+             "f": FloatDistribution(0.0, 1.0)}
+    tried = optuna.trial.create_trial(params={"n": 100, "c": "a", "f": 0.5},
+                                      distributions=dists, values=[0.0, 1.0])
+    cands = [{"n": 130, "c": "a", "f": 0.55},  # log10: 0.038 of the range apart; 0.05
+             {"n": 200, "c": "a", "f": 0.5},  # log10(2) / 3 = 0.10 of the range
+             {"n": 100, "c": "b", "f": 0.5},  # another label
+             {"n": 100, "c": "a"},  # f absent
+             {"n": 100, "c": "a", "f": 0.5, "g": 1}]  # g the tried trial lacks
+    got = variants.near_tried(cands, [tried], 0.08)
+    assert got.tolist() == [True, False, False, False, False]
+    assert variants.near_tried(cands, [tried], 0.11).tolist()[:2] == [True, True]

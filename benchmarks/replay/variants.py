@@ -28,6 +28,9 @@ one of `PricedEHVI`'s hooks; `build(seed, **knobs)` combines them:
 * `random_quality=True` (`RandomQuality`): the random turn of each run of `random_every`
   scores by the expected improvement of quality alone, not divided by the predicted
   seconds; the model turns are the product's (the front keeps its three turns).
+* `near=f` (`NearRepeats`): a model turn never proposes a near-repeat of a tried trial
+  (`near_tried`: every categorical equal, every number within f of its (log) range) while
+  a candidate that is none is left; the best of the rest is proposed.
 
 `startup`, `candidates`, `price_budget_s` and `clock` go to `PricedEHVI` itself.
 """
@@ -53,6 +56,7 @@ from autoembed.pipeline.untried import RandomTrial
 
 if TYPE_CHECKING:
     from optuna.study import Study
+    from optuna.trial import FrozenTrial
 
 
 class RandomEvery(PricedEHVI):
@@ -130,6 +134,113 @@ class RandomQuality(RandomEvery):
 
     def _seconds_weight(self) -> float:
         return 0.0 if self._quality_turn(self._number) else super()._seconds_weight()
+
+
+class NearRepeats(PricedEHVI):
+    """A model turn skips the candidates that are near-repeats of a tried trial (`near_tried`
+    at `near`: running, or trained or failed; not one told over budget, never trained) and
+    proposes the best of the rest (their acquisition -inf); when every candidate is one, the
+    product's choice. Aimed at model turns that keep proposing next to the front's members,
+    paying a trial again for an outcome already known."""
+
+    def __init__(self, seed: int, *, near: float = 0.0, **kw: Any) -> None:
+        super().__init__(seed, **kw)
+        self.near = near
+        self._model_turn = False
+        self._skip: np.ndarray | None = None  # this ask's candidates that are near-repeats
+
+    def _choose(self, study: Study, number: int, done: list[Finished],
+                ) -> dict[str, Any] | None:
+        self._model_turn, self._skip = True, None
+        try:
+            return super()._choose(study, number, done)
+        finally:
+            self._model_turn, self._skip = False, None
+
+    def _candidates(self, study: Study, number: int, done: Sequence[Finished] = (),
+                    first: bool = False,
+                    ) -> tuple[np.random.Generator, list[tuple[dict[str, Any], float]]]:
+        rng, cands = super()._candidates(study, number, done, first)
+        if self._model_turn and cands:
+            near = near_tried([p for p, _ in cands], _trained_or_running(study, number),
+                              self.near)
+            self._skip = near if not near.all() else None
+        return rng, cands
+
+    def _gain(self, number: int, q: np.ndarray, front: Sequence[tuple[float, float]],
+              x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        gain = super()._gain(number, q, front, x, mu, sd)
+        if self._skip is not None and len(self._skip) == len(gain):
+            gain = np.where(self._skip, -np.inf, gain)
+        return gain
+
+
+def _trained_or_running(study: Study, number: int) -> list[FrozenTrial]:
+    """The study's trials other than `number` that ran or run: not waiting (no params yet),
+    not told over budget (`ATTR` status "infeasible": never trained)."""
+    from autoembed.pipeline.records import ATTR
+
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        row = t.user_attrs.get(ATTR)
+        if t.number == number or t.state.name == "WAITING" or not t.params:
+            continue
+        if isinstance(row, Mapping) and row.get("status") == "infeasible":
+            continue
+        out.append(t)
+    return out
+
+
+def near_tried(cands: Sequence[Mapping[str, Any]], tried: Sequence[FrozenTrial],
+               near: float) -> np.ndarray:
+    """Per candidate (Optuna params), whether it is a near-repeat of one of `tried`: the
+    same params set, every categorical equal, every number within `near` of its
+    distribution's range (log scale where the distribution is log), as the tried trial's
+    own distributions define them (the search space's, not any table's)."""
+    from optuna.distributions import CategoricalDistribution
+
+    hit = np.zeros(len(cands), dtype=bool)
+    if not tried or not cands:
+        return hit
+    dists: dict[str, Any] = {}
+    for t in tried:
+        dists.update(t.distributions)
+    names = sorted(set(dists) | {n for c in cands for n in c})
+    ok = np.ones((len(cands), len(tried)), dtype=bool)
+    for name in names:
+        d = dists.get(name)
+        c_has = np.array([name in c for c in cands])
+        t_has = np.array([name in t.params for t in tried])
+        same = c_has[:, None] == t_has[None, :]
+        if d is None:  # no tried trial has it: near only where the candidate lacks it too
+            ok &= same
+            continue
+        if isinstance(d, CategoricalDistribution):
+            codes: dict[str, int] = {}
+            cc = np.array([codes.setdefault(repr(c.get(name)), len(codes)) for c in cands])
+            tc = np.array([codes.setdefault(repr(t.params.get(name)), len(codes))
+                           for t in tried])
+            equal = cc[:, None] == tc[None, :]
+        else:
+            cs = np.array([_unit(d, c.get(name)) for c in cands])
+            ts = np.array([_unit(d, t.params.get(name)) for t in tried])
+            equal = np.abs(cs[:, None] - ts[None, :]) <= near + 1e-12
+        both = c_has[:, None] & t_has[None, :]
+        ok &= same & (~both | equal)
+    return np.asarray(ok.any(axis=1))
+
+
+def _unit(d: Any, v: Any) -> float:
+    """A number on its distribution's [0, 1] (log scale where it is log); NaN when absent
+    or not a number."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return math.nan
+    lo, hi, x = float(d.low), float(d.high), float(v)
+    if d.log:
+        if x <= 0:
+            return math.nan
+        lo, hi, x = math.log(lo), math.log(hi), math.log(x)
+    return 0.0 if hi == lo else (x - lo) / (hi - lo)
 
 
 class OneHot(PricedEHVI):
@@ -278,6 +389,7 @@ KNOBS: dict[str, tuple[type[PricedEHVI], Any]] = {
     "seconds_weight": (SecondsWeight, 1.0),
     "pick_turns": (PickTurns, 0),
     "random_quality": (RandomQuality, False),
+    "near": (NearRepeats, 0.0),
 }
 # a class, no argument
 FLAGS = ("onehot", "per_second", "cost_cooling", "spread", "pending", "random_quality",
