@@ -323,11 +323,11 @@ class NoBootstrap(PricedEHVI):
         from autoembed.pipeline import priced_ehvi
 
         product = priced_ehvi._forest
-        priced_ehvi._forest = _forest_no_bootstrap  # type: ignore[assignment]
+        priced_ehvi._forest = _forest_no_bootstrap
         try:
             return super()._choose(study, number, done)
         finally:
-            priced_ehvi._forest = product  # type: ignore[assignment]
+            priced_ehvi._forest = product
 
 
 def _forest_no_bootstrap(x: np.ndarray, y: np.ndarray, x_new: np.ndarray,
