@@ -190,7 +190,8 @@ def test_every_pointer_to_the_contracts_names_one_of_its_headings() -> None:
 # trial's method, torch's `nn.Linear`; MLflow's tags named `autoembed.*`.
 _NOT_MODULES = {"config", "user", "embedding", "trial", "nn"}
 _MLFLOW_TAGS = {"autoembed.study", "autoembed.role"}
-_FILE_SUFFIXES = {"py", "yaml", "yml", "md", "json", "png", "csv", "npz", "txt", "db", "log"}
+_FILE_SUFFIXES = {"py", "yaml", "yml", "md", "json", "png", "csv", "npz", "txt", "db", "log",
+                  "lock"}
 
 
 def _module_file(dotted: str) -> Path | None:
