@@ -246,3 +246,20 @@ def test_every_module_and_path_a_page_names_exists() -> None:
                 stale.append(f"{page.name}: {tok} ({module.relative_to(ROOT)} has no "
                              f"{ref.group(2)})")
     assert not stale, "\n".join(stale)
+
+
+def test_each_error_class_carries_the_status_the_contracts_give_it() -> None:
+    """docs/contracts.md#exit-status: every status its table lists, and the one each
+    exception class a Python caller gets carries as `exit_code` (130: 128 + SIGINT)."""
+    import signal
+
+    from autoembed import errors
+    from autoembed.pipeline.workload import NothingFitsError
+
+    page = (DOCS / "contracts.md").read_text()
+    table = {int(s) for s in re.findall(r"^\| (\d+) \|", page, flags=re.M)}
+    expected = {errors.AutoembedError: 1, errors.UnsupportedError: 1, errors.ConfigError: 2,
+                errors.BudgetError: 2, errors.DataError: 2, errors.DoesNotFitError: 3,
+                NothingFitsError: 3, errors.Interrupted: 128 + signal.SIGINT}
+    assert table == {0, *expected.values()}
+    assert {cls: getattr(cls, "exit_code", None) for cls in expected} == expected
