@@ -65,3 +65,5 @@ class TrialTimeout(BaseException):  # noqa: N818 - named for what happened, as T
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C ended a search; the message says what was kept and how to resume (exit
     status 130)."""
+
+    exit_code = 130

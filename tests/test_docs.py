@@ -183,3 +183,83 @@ def test_every_pointer_to_the_contracts_names_one_of_its_headings() -> None:
     assert len(pointers) >= 15
     stale = [f"{p.relative_to(ROOT)}: #{a}" for p, a in pointers if a not in anchors]
     assert not stale, stale
+
+
+# `word.name` in a page where `word` is not a module of the package: a config's field
+# (`config.seed`), a user space's section key (`user.dim`, `embedding.tables`), an Optuna
+# trial's method, torch's `nn.Linear`; MLflow's tags named `autoembed.*`.
+_NOT_MODULES = {"config", "user", "embedding", "trial", "nn"}
+_MLFLOW_TAGS = {"autoembed.study", "autoembed.role"}
+_FILE_SUFFIXES = {"py", "yaml", "yml", "md", "json", "png", "csv", "npz", "txt", "db", "log",
+                  "lock"}
+
+
+def _module_file(dotted: str) -> Path | None:
+    """The file of an `autoembed` module named by its dotted path (`nn.host_cache`), or by a
+    module's name alone when one file has it (`workload`); None when it names none."""
+    pkg = ROOT / "autoembed"
+    parts = dotted.split(".")[1:] if dotted.startswith("autoembed") else dotted.split(".")
+    base = pkg.joinpath(*parts)
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    if len(parts) == 1:
+        found = list(pkg.rglob(f"{parts[0]}.py"))
+        found += [p / "__init__.py" for p in pkg.rglob(parts[0]) if p.is_dir()]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _defines(module: Path, name: str) -> bool:
+    """Whether `module` defines, assigns, imports or lazily exports `name`, or has it as a
+    submodule."""
+    if module.name == "__init__.py" and ((module.parent / f"{name}.py").is_file()
+                                         or (module.parent / name).is_dir()):
+        return True
+    text = module.read_text()
+    return bool(re.search(
+        rf"^\s*(async\s+)?(def|class)\s+{name}\b|^\s*{name}\s*[:=]|\bself\.{name}\s*[:=]"
+        rf"|^\s*(from\s+\S+\s+)?import\s[^\n]*\b{name}\b|import \([^)]*\b{name}\b"
+        rf"|[\"']{name}[\"']", text, flags=re.M | re.S))
+
+
+def test_every_module_and_path_a_page_names_exists() -> None:
+    """A page's `module.name` (`workload.final_report`, `nn.host_cache.HostCache`) names
+    something that module defines or imports, and its `dir/file.py` a file of the repository,
+    so a function that moves does not leave the pages pointing at its old home."""
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir()} | {
+        p.name for p in (ROOT / "autoembed").iterdir() if p.is_dir()}
+    stale = []
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for tok in sorted(set(re.findall(r"`([^`\s]+)`", page.read_text()))):
+            path = re.fullmatch(r"([\w-]+)/[\w./-]*\.py", tok)
+            if path and path.group(1) in tops:
+                if not ((ROOT / tok).is_file() or (ROOT / "autoembed" / tok).is_file()):
+                    stale.append(f"{page.name}: {tok} (no such file)")
+                continue
+            ref = re.fullmatch(r"([a-z_][\w.]*)\.([A-Za-z_]\w*)", tok)
+            if (not ref or ref.group(2) in _FILE_SUFFIXES
+                    or ref.group(1) in _NOT_MODULES or tok in _MLFLOW_TAGS):
+                continue
+            module = _module_file(ref.group(1))
+            if module is not None and not _defines(module, ref.group(2)):
+                stale.append(f"{page.name}: {tok} ({module.relative_to(ROOT)} has no "
+                             f"{ref.group(2)})")
+    assert not stale, "\n".join(stale)
+
+
+def test_each_error_class_carries_the_status_the_contracts_give_it() -> None:
+    """docs/contracts.md#exit-status: every status its table lists, and the one each
+    exception class a Python caller gets carries as `exit_code` (130: 128 + SIGINT)."""
+    import signal
+
+    from autoembed import errors
+    from autoembed.pipeline.workload import NothingFitsError
+
+    page = (DOCS / "contracts.md").read_text()
+    table = {int(s) for s in re.findall(r"^\| (\d+) \|", page, flags=re.M)}
+    expected = {errors.AutoembedError: 1, errors.UnsupportedError: 1, errors.ConfigError: 2,
+                errors.BudgetError: 2, errors.DataError: 2, errors.DoesNotFitError: 3,
+                NothingFitsError: 3, errors.Interrupted: 128 + signal.SIGINT}
+    assert table == {0, *expected.values()}
+    assert {cls: getattr(cls, "exit_code", None) for cls in expected} == expected
