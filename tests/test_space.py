@@ -376,3 +376,26 @@ def test_a_data_file_given_as_the_space_is_told_to_go_to_data(tmp_path: Path,
     path.write_text("user,clicked\n1,0\n")
     with pytest.raises(ConfigError, match=r"is a data file: give it with --data"):
         load_space(path)
+
+
+def test_a_derived_space_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """SearchPlan.save_space writes space.yaml as every study file is written: a write that
+    fails leaves the file a resume reads as it was (write_text truncated it first)."""
+    import types
+
+    import autoembed.files
+    from autoembed.pipeline.plan import SearchPlan
+
+    old = "embedding:\n  dim: [8, 16]\n"
+    (tmp_path / "space.yaml").write_text(old)
+    plan = types.SimpleNamespace(derived=True, out_dir=tmp_path,
+                                 space=types.SimpleNamespace(text="embedding:\n  dim: [4]\n"))
+
+    def fail(src, dst):  # type: ignore[no-untyped-def]
+        raise OSError("disk full")
+
+    monkeypatch.setattr(autoembed.files.os, "replace", fail)
+    with pytest.raises(OSError):
+        SearchPlan.save_space(plan)  # type: ignore[arg-type]
+    assert (tmp_path / "space.yaml").read_text() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["space.yaml"]

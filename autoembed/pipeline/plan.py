@@ -174,12 +174,13 @@ class SearchPlan:
 
     def save_space(self) -> Path | None:
         """Write a derived space's YAML into the study's folder (what the study stores and
-        a resume reads back; a user may copy and edit it). None: not derived."""
+        a resume reads back; a user may copy and edit it), atomically as every study file.
+        None: not derived."""
+        from autoembed.files import atomic_write_text
+
         if not self.derived:
             return None
-        p = self.out_dir / DERIVED_SPACE_FILE
-        p.write_text(self.space.text)
-        return p
+        return atomic_write_text(self.out_dir / DERIVED_SPACE_FILE, self.space.text)
 
     def meta(self, finished: bool = False) -> dict[str, Any]:
         """The study's stored settings (Optuna study attribute), read back by a resume."""

@@ -43,7 +43,7 @@ class RunPayload:
     params: Mapping[str, str]
     metrics: tuple[MetricPoint, ...]
     tags: Mapping[str, str]
-    run_status: str  # MLflow's: FINISHED or FAILED
+    run_status: str  # MLflow's: FINISHED, FAILED or KILLED (interrupted)
     duration_ms: int
 
 
