@@ -21,7 +21,8 @@ assumed and the loop decides itself.
   precision's autocast (`config.precision_policy`).
 * The batch: at the first such forward in training mode (an eval pass is not one), the
   first dim of each tensor the model is given against the priced example's
-  (`input_rows`); a batch larger in every one is more than was priced.
+  (`input_rows`); a batch larger in every one is more than was priced (one larger in some
+  alone is not refused: flat ids with offsets, more ids over the priced bags).
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -221,16 +222,18 @@ class _Watch:
 
     def _check_batch(self, got: list[int]) -> None:
         """The loop's first training batch against the priced example's: larger in the first
-        dim of every input (its batch) is refused (smaller, as micro-batches are, is not)."""
+        dim of every input is refused (smaller, as micro-batches are, is not; nor is one
+        larger in some inputs alone: flat ids with offsets, more ids over the same bags,
+        keep the priced batch of bags)."""
         want = self.priced_rows
         if not want or len(got) != len(want) or \
                 not all(g > w for g, w in zip(got, want, strict=True)):
             return
         self.report.refuse(
-            f"the loop's first training batch gives the model inputs of {got[0]:,} rows "
-            f"(first dims {got}), but the trial was priced on example(params) with "
-            f"{want[0]:,} (first dims {want}); have example(params) return one batch as "
-            "train builds it (at params' batch size)")
+            f"the loop's first training batch gives the model inputs of first dims {got}, "
+            f"each larger than those of the example(params) the trial was priced on "
+            f"({want}); have example(params) return one batch as train builds it (at "
+            "params' batch size)")
 
 def _name_of(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
