@@ -62,15 +62,17 @@ def adam(model):
 
 
 def test_sgd_priced_adam_in_the_loop_fails_naming_both() -> None:
+    """The state check counts values, not their dtype: its advice names the table_optimizer
+    alone (the precision has its own check and line)."""
     r = run(EmbeddingConfig(table_optimizer="sgd"), loop(adam))
     assert r.status == "failed"
     # Adam's state for the 20 x 8 table, by hand: exp_avg and exp_avg_sq, 2 x 160 fp32
     assert r.error == (
         "table 'emb': the loop's Adam keeps 320 values of state (1,280 bytes) for its 160 "
         "weights (as adam or adamw or sparse_adam does), but the trial was priced with "
-        "table_optimizer 'sgd' (0); set the space's embedding table_optimizer (and "
-        "precision) to what the loop does, or build the loop's optimizer with "
-        "autoembed.build_optimizer(model, params)")
+        "table_optimizer 'sgd' (0); set the space's embedding table_optimizer to what the "
+        "loop does, or build the loop's optimizer with autoembed.build_optimizer(model, "
+        "params)")
 
 
 def test_a_loop_that_swallows_the_refusal_still_fails() -> None:

@@ -49,7 +49,7 @@ STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2
                     "sparse_adam": 2}
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
-_FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
+_FIX = ("set the space's embedding table_optimizer to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer(model, params)")
 
 
