@@ -261,3 +261,40 @@ def test_ray_trials_hold_no_cpu_and_carry_the_gloo_interface(monkeypatch) -> Non
     env = got["runtime_env"]["env_vars"]
     assert env["GLOO_SOCKET_IFNAME"] == "eth7" and env["MINE"] == "1"
     assert "NCCL_SOCKET_IFNAME" not in env and "torchrec" in got["packages"]
+
+
+def test_a_torchrec_trial_is_seeded_as_a_user_trial() -> None:
+    """A sharded trial's config carries its `trial_seed` (before: the default 0 for every
+    trial), and each rank seeds torch's generator with it before the build and again before
+    the loop (before: nothing seeded): the draws are those of torch seeded directly."""
+    import _torchrec_code as user
+    import torch
+    import torch.distributed as dist
+
+    from autoembed.pipeline.sharded_runner import _free_port, worker
+    from autoembed.pipeline.sharded_workload import Sharded, _rank_payload
+    from autoembed.pipeline.user_workload import UserWorkload
+    from autoembed.space import parse_space
+    from autoembed.user.run import UserCode, trial_seed
+
+    space = parse_space({"topology": {"world_size": 1, "compute_device": "cpu"},
+                         "embedding": {"tables": {"t": {"optimizer": {"choices": ["sgd"]}}}},
+                         "user": {}}, "s.yaml", kind="user")
+    code = UserCode.resolve("_torchrec_code:drawing_build", "_torchrec_code:ids_example",
+                            "_torchrec_code:drawing_train", loss="_torchrec_code:sum_loss")
+    work = UserWorkload(space, code, code.records(),
+                        sharded=Sharded.of(space, 10**9, "cpu", code.records()), seed=7)
+    values = {"embedding.tables.t.optimizer": "sgd"}
+    priced = work.price(values)
+    assert priced.config.seed == trial_seed(7, values)
+    ranks = _rank_payload(priced.launch(0).payload, code.records())
+    torch.manual_seed(priced.config.seed)
+    want = torch.rand(1).item()  # torch's first draw after the seed, run directly
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
+                            world_size=1)
+    try:
+        out = worker(0, ranks)
+    finally:
+        dist.destroy_process_group()
+    assert out["status"] == "complete", out["message"]
+    assert user.DRAWS == {"build": want, "train": want}

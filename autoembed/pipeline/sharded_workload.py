@@ -60,10 +60,11 @@ class Sharded:
 
     def price(self, space: SearchSpace, code: UserCode, values: Mapping[str, Any],
               probe: Any, example: Any,
-              launch_payload: Callable[[Mapping[str, Any], Any], dict[str, Any]]
-              ) -> Priced | Invalid:
+              launch_payload: Callable[[Mapping[str, Any], Any], dict[str, Any]],
+              seeded: Callable[[Any], Any] = lambda c: c) -> Priced | Invalid:
         """Price `values` (see the module docstring). `probe`: the model built on the meta
-        device; `launch_payload(params, config)`: the user workload's trial payload."""
+        device; `launch_payload(params, config)`: the user workload's trial payload;
+        `seeded(config)`: the config with the trial's seed (each rank seeds with it)."""
         from autoembed.torchrec.planner import NoPlanError
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
@@ -72,6 +73,7 @@ class Sharded:
         from autoembed.user.space import params_for
 
         items, config = _settings(space, values, probe)
+        config = seeded(config)
         topo = RankTopology(batch_size=batch_of(example), **self.topology)
         params = params_for(space, values)
         try:
@@ -151,10 +153,11 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]
                   ) -> dict[str, Any]:
     """What every rank runs (`pipeline.sharded_runner.worker`'s payload): the user's functions by
-    name, the trial's params, tables, topology and per-rank estimates; no deadline."""
+    name, the trial's params, seed, tables, topology and per-rank estimates; no deadline."""
     trial = payload[TRIAL_KEY]
     return {"build": refs["model"].spec, "example": refs["example"].spec,
             "train": refs["train"].spec, "params": dict(payload["params"]),
+            "seed": int(payload["config"].get("seed", 0)),
             "tables": trial["tables"], "topology": trial["topology"], "lr": trial["lr"],
             "dense_optimizer": trial["dense_optimizer"], "estimate": trial["estimate"],
             "metrics": list(payload.get("metrics") or ()),

@@ -155,7 +155,8 @@ class UserWorkload:
         code, space = self.code, self.space
         params, probe, example = self._probe(values)
         if self.sharded is not None:
-            return self.sharded.price(space, code, values, probe, example, self._payload)
+            return self.sharded.price(space, code, values, probe, example, self._payload,
+                                      lambda c: self._seeded(c, values))
         if is_torchrec(probe, example):
             raise ConfigError(f"model: {type(probe).__name__} holds TorchRec collections; a "
                               "search over it plans them per rank: give the space a "
