@@ -188,6 +188,32 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
     assert ok.status == "complete", ok.error
 
 
+class Scaled(Bag):
+    """Bag with a learnable 0-dim temperature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.temp = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) * self.temp
+
+
+def test_a_scalar_weights_adam_moments_are_state() -> None:
+    """torch's Adam keeps two 0-dim moments for a 0-dim weight (and a step counter, not
+    state): priced as adam (2 values), it trains (before: the moments, 0-dim, were taken
+    for counters and the loop refused as keeping none)."""
+    temp = nn.Parameter(torch.tensor(1.0))
+    opt = torch.optim.Adam([temp])
+    temp.grad = torch.tensor(1.0)
+    opt.step()
+    assert sorted(opt.state[temp]) == ["exp_avg", "exp_avg_sq", "step"]  # torch, directly
+    r = run_user_trial(UserCode(lambda p: Scaled(), lambda p: None, loop(adam)), {},
+                       EmbeddingConfig(table_optimizer="adam", dense_optimizer="adam"),
+                       Report(), as_written=True)
+    assert r.status == "complete", r.error
+
+
 class FlatBag(nn.Module):
     """DLRM style: flat ids with one offset per bag, and a dense row per bag."""
 

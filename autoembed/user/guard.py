@@ -4,9 +4,9 @@ assumed and the loop decides itself.
 * The optimizer: a trial was priced with the config's `table_optimizer` (a table's own, by
   module path, first), but the loop builds its own. After the first optimizer step that
   moves a table's weight (a global `torch.optim` step hook), the state that optimizer keeps
-  for that weight is counted (its tensors of one or more dimensions: a step counter is not
-  state) and compared with what the priced optimizer keeps: none (`sgd`), one value per
-  weight (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
+  for that weight is counted (its tensors but a step counter, which is not state) and
+  compared with what the priced optimizer keeps: none (`sgd`), one value per weight
+  (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
   (`rowwise_adagrad`).
 * The dense optimizer: each other trainable weight's state, after the first step that
   moves it, against the priced `dense_optimizer`'s (per weight, as above).
@@ -61,9 +61,11 @@ def priced_state(name: str, weight: torch.Tensor) -> int:
 
 
 def _kept(opt: torch.optim.Optimizer, p: torch.Tensor) -> list[torch.Tensor]:
-    """The state `opt` keeps for `p`: its tensors of one or more dimensions (a step counter
-    is not state)."""
-    return [t for t in opt.state.get(p, {}).values() if hasattr(t, "dim") and t.dim() > 0]
+    """The state `opt` keeps for `p`: its tensors but torch's scalar bookkeeping (the `step`
+    counter, and any 0-dim tensor of a weight of one or more dims); a 0-dim weight's
+    moments are 0-dim themselves, and state."""
+    return [t for k, t in opt.state.get(p, {}).items()
+            if hasattr(t, "dim") and k != "step" and (t.dim() > 0 or p.dim() == 0)]
 
 
 def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
