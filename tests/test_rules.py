@@ -110,6 +110,11 @@ def test_public_functions_word_a_bad_argument_one_way(call: Callable[[], Any],
         # no --config file: a key no flag set is named by its flag (before: config key)
         (["estimate", "--compression", "hash"],
          "--hash-buckets = None: compression 'hash' needs --hash-buckets >= 1"),
+        # a list typed as text, as typed (before: the tuple it was read as, (0,))
+        (["estimate", "--dense-layers", "0"],
+         "--dense-layers = 0: must be a list of layer widths (integers >= 1)"),
+        (["estimate", "--dense-layers", "64,0"],
+         "--dense-layers = 64,0: must be a list of layer widths (integers >= 1)"),
         (["ui", "--port", "70000"], "--port = 70000: must be an integer in 1..65535"),
     ],
 )

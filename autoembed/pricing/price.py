@@ -171,10 +171,19 @@ def _named_by_flags(given: Mapping[str, Any], flags_only: bool) -> Iterator[None
         m = _KEY.match(text)
         head = flags.get((m.group(1) is not None, m.group(2))) if m else None
         if m is not None and head is not None:
-            text = f"{_typed(head)} = {_keys_typed(text[m.end():], flags)}"
+            rest = _as_typed(text[m.end():], on.get(head))
+            text = f"{_typed(head)} = {_keys_typed(rest, flags)}"
         if text == str(e):
             raise
         raise type(e)(text) from None
+
+
+def _as_typed(rest: str, typed: Any) -> str:
+    """`rest` ("VALUE: rule") with a list the flag took as text ("--dense-layers 0", read
+    as the tuple (0,)) shown as typed: "0: rule"."""
+    if isinstance(typed, str) and rest.startswith("(") and "): " in rest:
+        return f"{typed}{rest[rest.index('): ') + 1:]}"
+    return rest
 
 
 def _typed(flag: str) -> str:
