@@ -219,6 +219,30 @@ def test_torchrec_missing_is_one_line_naming_the_install(tmp_path, monkeypatch) 
     assert INSTALL in str(e.value) and "\n" not in str(e.value)
 
 
+def test_more_cuda_ranks_than_the_trials_gpus_is_one_line(tmp_path: Path) -> None:
+    """A CUDA plan of 2 ranks where the trials see one GPU (--device cuda:N, or a machine
+    of one): the ranks would share it, each priced against the whole per-GPU budget (in
+    process: NCCL refuses a duplicate GPU; on a private Ray: the second rank's GPU never
+    comes), refused before the search; on a cluster (unknown GPUs) it is not."""
+    from types import SimpleNamespace
+
+    from autoembed.pipeline.sharded_workload import Sharded
+    from autoembed.pipeline.user_workload import _gpus_seen
+    from autoembed.space import load_space
+
+    space = load_space(_space(tmp_path, SPACE.replace("compute_device: cpu",
+                                                      "compute_device: cuda")))
+    with pytest.raises(ConfigError) as e:
+        Sharded.of(space, 10**9, "cuda", {}, gpus=1)
+    assert "key 'topology.world_size' = 2: each rank trains on its own GPU" in str(e.value)
+    assert "trials see 1; give world_size <= 1" in str(e.value) and "\n" not in str(e.value)
+    assert Sharded.of(space, 10**9, "cuda", {}, gpus=2) is not None
+    assert Sharded.of(space, 10**9, "cuda", {}, gpus=None) is not None
+    pinned = SimpleNamespace(ray_address=None, executor_kind="ray", device="cuda", gpu=1)
+    assert _gpus_seen(pinned) == 1  # --device cuda:1: the one GPU a private Ray sees
+    assert _gpus_seen(SimpleNamespace(**{**vars(pinned), "ray_address": "h:6379"})) is None
+
+
 @pytest.mark.parametrize("topology, says", [
     ("{compute_device: cpu}", "give world_size"),
     ("{world_size: 2, hbm: lots}", "must be a size"),

@@ -1,9 +1,10 @@
 """A TorchRec model's part of the user workload (a space with `topology:`): a proposal priced
 per rank on TorchRec's plan, and its trial run as one process per rank (the topology's keys,
 how a proposal is priced and judged, how a trial runs: docs/torchrec.md). `Sharded.of` reads
-the topology and refuses a plan device that cannot train, TorchRec missing, and functions a
-rank process could not find by name; `Sharded.price` prices every rank
-(`torchrec.estimate_sharded`); `run_local_trial` and `run_ray_trial` run a trial.
+the topology and refuses a plan device that cannot train, more CUDA ranks than the trials'
+GPUs, TorchRec missing, and functions a rank process could not find by name;
+`Sharded.price` prices every rank (`torchrec.estimate_sharded`); `run_local_trial` and
+`run_ray_trial` run a trial.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ class Sharded:
 
     @classmethod
     def of(cls, space: SearchSpace, budget_bytes: int, device: str,
-           records: Mapping[str, FunctionRef]) -> Sharded | None:
+           records: Mapping[str, FunctionRef], gpus: int | None = None) -> Sharded | None:
         """None for a space without `topology:`; ConfigError for one a search cannot run
-        here (see the module docstring)."""
+        here (see the module docstring). `gpus`: the GPUs its trials see (None: unknown, a
+        cluster's): a CUDA plan of more ranks is refused (a rank trains on its own GPU,
+        priced against the whole per-GPU budget)."""
         if space.topology is None:
             return None
         from autoembed.torchrec.lib import require
@@ -54,6 +57,12 @@ class Sharded:
             raise ConfigError(f"search space '{space.source}': key 'topology.compute_device' "
                               f"= 'cuda': the trials run on this machine's {device} (--device "
                               f"{device}); plan for cpu, or search where GPUs are")
+        ranks = int(topo.get("world_size", 1))
+        if topo["compute_device"] == "cuda" and gpus is not None and ranks > gpus:
+            raise ConfigError(f"search space '{space.source}': key 'topology.world_size' = "
+                              f"{ranks}: each rank trains on its own GPU, priced against the "
+                              f"whole per-GPU budget, and this search's trials see {gpus}; give "
+                              f"world_size <= {gpus}, or search a Ray cluster (--ray-address)")
         check_plan_device(space, str(topo["compute_device"]))
         check_findable(records, "each rank's process", script=False)
         return cls(topo)
