@@ -244,9 +244,26 @@ def _from_run(
             vocab = Path(client.download_artifacts(parent, VOCAB_DIR, str(tmp)))
     trial = tags.get("trial", "")
     notes = () if tags.get("status") == "complete" else (f"the trial ended '{tags.get('status')}'",)
+    metrics, search = dict(run.data.metrics), _search_of(client, tags.get("mlflow.parentRunId"))
+    estimate = {k: metrics.get(f"estimate_{k}") for k in ("device_total", "allocated_peak")}
+    memory = None if None in estimate.values() else _memory(estimate, search)
     return _Chosen(
-        raw, run_study, int(trial) if trial.isdigit() else None, pick, dict(run.data.metrics),
-        vocab, run_id=run_id, notes=notes)
+        raw, run_study, int(trial) if trial.isdigit() else None, pick, metrics,
+        vocab, run_id=run_id, notes=notes, search=search, memory=memory)
+
+
+def _search_of(client: Any, parent: str | None) -> dict[str, Any]:
+    """The search's figures its run (a trial run's parent) holds, as pareto.json names
+    them: `budget`, `budget_bytes` and `memory_basis` (`plan.tracker_params`); those it
+    lacks are left out (all where the run is gone)."""
+    try:
+        params = client.get_run(parent).data.params if parent else {}
+    except Exception:  # noqa: BLE001 - MlflowException: a deleted parent; the config stands
+        return {}
+    out: dict[str, Any] = {k: params[k] for k in ("budget", "memory_basis") if params.get(k)}
+    if str(params.get("budget_bytes", "")).isdigit():
+        out["budget_bytes"] = int(params["budget_bytes"])
+    return out
 
 
 def _choose_from_study(

@@ -276,7 +276,7 @@ def store_runs(store_dir: Path) -> tuple[Path, dict[int, str]]:
 
     runs = store_dir
     tracker = make_tracker(f"sqlite:///{runs / 'mlflow.db'}", runs)
-    tracker.start("tracked", PARAMS, None)
+    tracker.start("tracked", {**PARAMS, "budget_bytes": "8000000000"}, None)  # a search's
     for r in make_records():
         tracker.trial(r)
     tracker.finish([0, 4], [])
@@ -298,6 +298,23 @@ def test_run_id_exports_the_trials_config(
     assert done.study == "tracked" and done.trial == 1 and done.run_id == ids[1]
     cfg = load_config(out)
     assert cfg == make_records()[1].config and cfg.data == make_records()[1].config.data
+
+
+def test_run_id_export_carries_the_searchs_budget_as_other_exports(
+    store_runs: tuple[Path, dict[int, str]], tmp_path: Path
+) -> None:
+    """The search's run holds its budget (its params): an export of a trial run names it in
+    `source` as best.yaml's does, with the trial's memory judged against it (before: no
+    budget, budget_bytes or memory)."""
+    import yaml
+
+    runs, ids = store_runs
+    export_config(None, tmp_path / "r.yaml", run_id=ids[1], runs_dir=runs)
+    source = yaml.safe_load((tmp_path / "r.yaml").read_text())["source"]
+    total = make_records()[1].estimate["device_total"]
+    assert (source["budget"], source["budget_bytes"]) == ("8GB", 8_000_000_000)
+    assert source["memory"]["device_total"] == total
+    assert source["memory"]["budget_share"] == round(total / 8e9, 4)
 
 
 def test_trial_not_in_files_comes_from_the_store(

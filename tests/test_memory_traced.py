@@ -303,3 +303,44 @@ def test_state_that_takes_a_freed_activation_costs_its_segment() -> None:
     an, tr = estimate(cfg), estimate(cfg, method="traced")
     assert tr.method == "traced"
     assert an.reserved_peak >= tr.reserved_peak, (an.reserved_peak, tr.reserved_peak)
+
+
+@pytest.mark.parametrize("optimizer, kept", [("adam", ["exp_avg", "exp_avg_sq"]),
+                                             ("adagrad", ["sum"])])
+def test_step_counters_are_host_scalars_not_device_state(optimizer: str, kept: list) -> None:
+    """torch's Adam and Adagrad (foreach, neither capturable nor fused: what CUDA runs by
+    default) keep each weight's `step` counter on the CPU whatever the weight's device (Adam
+    makes it in the first step, Adagrad in its constructor); only the weight-sized tensors
+    are device state. Before: each counter was priced as a 512-B device block."""
+    import torch
+    from torch import nn
+
+    import autoembed
+    from autoembed.memory.types import round_block
+
+    lin = nn.Linear(4, 4, device="meta")  # torch run directly, on a device not the CPU
+    make = {"adam": torch.optim.Adam, "adagrad": torch.optim.Adagrad}[optimizer]
+    opt = make(lin.parameters(), foreach=True)
+    for p in lin.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    assert {k: v.device.type for k, v in opt.state[lin.weight].items()} == {
+        "step": "cpu", **dict.fromkeys(kept, "meta")}
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.lins = nn.ModuleList(nn.Linear(4, 4) for _ in range(5))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            x = self.emb(ids).mean(1)
+            for lin in self.lins:
+                x = lin(x)
+            return x.sum()
+
+    est = autoembed.estimate_model(Model, torch.zeros(2, 3, dtype=torch.long),
+                                   optimizer=optimizer, precision="fp32")
+    # the kept device tensors, each the size of its weight, by hand: 1 table, 5 x (w, b)
+    sizes = [10 * 4 * 4] + [4 * 4 * 4, 4 * 4] * 5
+    assert est.optimizer_state == sum(len(kept) * round_block(n) for n in sizes)

@@ -202,8 +202,9 @@ def real_bytes(step: UserStep) -> tuple[int, int]:
     if step.masters is not None:
         tensors += list(step.masters.masters.values())
     params = sum(block(t.untyped_storage().nbytes()) for t in tensors)
-    state = sum(block(v.untyped_storage().nbytes()) for o in step.optimizers
-                for s in o.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+    state = sum(block(v.untyped_storage().nbytes()) for o in step.optimizers  # the device's:
+                for s in o.state.values() for k, v in s.items()  # step counters on the CPU
+                if isinstance(v, torch.Tensor) and k != "step")
     return params, state
 
 

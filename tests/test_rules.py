@@ -103,6 +103,18 @@ def test_public_functions_word_a_bad_argument_one_way(call: Callable[[], Any],
          "--pooling-factor = 0.0: must be a number in (0.0, 1000000000.0]"),
         (["estimate", "--serving", "int4", "--dim", "7"],
          "--dim = 7: int4 serving packs two values a byte: use an even dim"),
+        # the keys the text names after the head too, as typed (before: robe_block, robe_size)
+        (["estimate", "--compression", "robe", "--robe-size", "10", "--robe-block", "64"],
+         "--robe-block = 64: a block longer than the array (10 values) reads values twice; "
+         "use --robe-block <= --robe-size"),
+        # no --config file: a key no flag set is named by its flag (before: config key)
+        (["estimate", "--compression", "hash"],
+         "--hash-buckets = None: compression 'hash' needs --hash-buckets >= 1"),
+        # a list typed as text, as typed (before: the tuple it was read as, (0,))
+        (["estimate", "--dense-layers", "0"],
+         "--dense-layers = 0: must be a list of layer widths (integers >= 1)"),
+        (["estimate", "--dense-layers", "64,0"],
+         "--dense-layers = 64,0: must be a list of layer widths (integers >= 1)"),
         (["ui", "--port", "70000"], "--port = 70000: must be an integer in 1..65535"),
     ],
 )
@@ -112,6 +124,20 @@ def test_cli_options_word_a_bad_value_the_same_way(
 
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == f"autoembed: error: {message}"
+
+
+def test_a_config_files_keys_stay_keys_beside_the_flags(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """robe_size from the file, robe_block from a flag: each named where it came from."""
+    from autoembed.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("task: ctr\ncompression: robe\nrobe_size: 10\n"
+                   "tables:\n  - {name: a, vocab_size: 100}\n")
+    assert main(["estimate", "--config", str(cfg), "--robe-block", "64"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--robe-block = 64: a block longer than the array (10 values) reads values twice; "
+        "use --robe-block <= robe_size")
 
 
 def _space_error(text: str) -> str:

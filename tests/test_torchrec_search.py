@@ -219,6 +219,30 @@ def test_torchrec_missing_is_one_line_naming_the_install(tmp_path, monkeypatch) 
     assert INSTALL in str(e.value) and "\n" not in str(e.value)
 
 
+def test_more_cuda_ranks_than_the_trials_gpus_is_one_line(tmp_path: Path) -> None:
+    """A CUDA plan of 2 ranks where the trials see one GPU (--device cuda:N, or a machine
+    of one): the ranks would share it, each priced against the whole per-GPU budget (in
+    process: NCCL refuses a duplicate GPU; on a private Ray: the second rank's GPU never
+    comes), refused before the search; on a cluster (unknown GPUs) it is not."""
+    from types import SimpleNamespace
+
+    from autoembed.pipeline.sharded_workload import Sharded
+    from autoembed.pipeline.user_workload import _gpus_seen
+    from autoembed.space import load_space
+
+    space = load_space(_space(tmp_path, SPACE.replace("compute_device: cpu",
+                                                      "compute_device: cuda")))
+    with pytest.raises(ConfigError) as e:
+        Sharded.of(space, 10**9, "cuda", {}, gpus=1)
+    assert "key 'topology.world_size' = 2: each rank trains on its own GPU" in str(e.value)
+    assert "trials see 1; give world_size <= 1" in str(e.value) and "\n" not in str(e.value)
+    assert Sharded.of(space, 10**9, "cuda", {}, gpus=2) is not None
+    assert Sharded.of(space, 10**9, "cuda", {}, gpus=None) is not None
+    pinned = SimpleNamespace(ray_address=None, executor_kind="ray", device="cuda", gpu=1)
+    assert _gpus_seen(pinned) == 1  # --device cuda:1: the one GPU a private Ray sees
+    assert _gpus_seen(SimpleNamespace(**{**vars(pinned), "ray_address": "h:6379"})) is None
+
+
 @pytest.mark.parametrize("topology, says", [
     ("{compute_device: cpu}", "give world_size"),
     ("{world_size: 2, hbm: lots}", "must be a size"),
@@ -261,3 +285,40 @@ def test_ray_trials_hold_no_cpu_and_carry_the_gloo_interface(monkeypatch) -> Non
     env = got["runtime_env"]["env_vars"]
     assert env["GLOO_SOCKET_IFNAME"] == "eth7" and env["MINE"] == "1"
     assert "NCCL_SOCKET_IFNAME" not in env and "torchrec" in got["packages"]
+
+
+def test_a_torchrec_trial_is_seeded_as_a_user_trial() -> None:
+    """A sharded trial's config carries its `trial_seed` (before: the default 0 for every
+    trial), and each rank seeds torch's generator with it before the build and again before
+    the loop (before: nothing seeded): the draws are those of torch seeded directly."""
+    import _torchrec_code as user
+    import torch
+    import torch.distributed as dist
+
+    from autoembed.pipeline.sharded_runner import _free_port, worker
+    from autoembed.pipeline.sharded_workload import Sharded, _rank_payload
+    from autoembed.pipeline.user_workload import UserWorkload
+    from autoembed.space import parse_space
+    from autoembed.user.run import UserCode, trial_seed
+
+    space = parse_space({"topology": {"world_size": 1, "compute_device": "cpu"},
+                         "embedding": {"tables": {"t": {"optimizer": {"choices": ["sgd"]}}}},
+                         "user": {}}, "s.yaml", kind="user")
+    code = UserCode.resolve("_torchrec_code:drawing_build", "_torchrec_code:ids_example",
+                            "_torchrec_code:drawing_train", loss="_torchrec_code:sum_loss")
+    work = UserWorkload(space, code, code.records(),
+                        sharded=Sharded.of(space, 10**9, "cpu", code.records()), seed=7)
+    values = {"embedding.tables.t.optimizer": "sgd"}
+    priced = work.price(values)
+    assert priced.config.seed == trial_seed(7, values)
+    ranks = _rank_payload(priced.launch(0).payload, code.records())
+    torch.manual_seed(priced.config.seed)
+    want = torch.rand(1).item()  # torch's first draw after the seed, run directly
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
+                            world_size=1)
+    try:
+        out = worker(0, ranks)
+    finally:
+        dist.destroy_process_group()
+    assert out["status"] == "complete", out["message"]
+    assert user.DRAWS == {"build": want, "train": want}

@@ -253,3 +253,8 @@ def test_search_records_every_trial_on_the_server(server: str, tmp_path: Path) -
     best = trials[pareto["best"]].info.run_id
     export_config(None, out, run_id=best, runs_dir=runs, tracking_uri=server)
     assert load_config(out) == load_config(runs / "e2e" / "best.yaml")
+    import yaml
+
+    got, want = (yaml.safe_load(p.read_text())["source"] for p in (out, runs / "e2e" / "best.yaml"))
+    for key in ("budget", "budget_bytes", "memory"):  # one shape: the search run's budget
+        assert got[key] == want[key], key

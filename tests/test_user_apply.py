@@ -103,8 +103,8 @@ def test_real_bytes_after_apply_equal_the_estimate(precision: str, optimizer: st
     if step.masters is not None:
         tensors += list(step.masters.masters.values())
     params = sum(block(t.untyped_storage().nbytes()) for t in tensors)
-    state = sum(block(v.untyped_storage().nbytes()) for o in step.optimizers
-                for s in o.state.values() for v in s.values())
+    state = sum(block(v.untyped_storage().nbytes()) for o in step.optimizers  # the device's:
+                for s in o.state.values() for k, v in s.items() if k != "step")  # on CPU
     assert est.parameters == params
     assert est.optimizer_state == state
     # by hand: QR with m=8 stores 625 + 8 rows of 32 floats instead of 5000

@@ -62,15 +62,17 @@ def adam(model):
 
 
 def test_sgd_priced_adam_in_the_loop_fails_naming_both() -> None:
+    """The state check counts values, not their dtype: its advice names the table_optimizer
+    alone (the precision has its own check and line)."""
     r = run(EmbeddingConfig(table_optimizer="sgd"), loop(adam))
     assert r.status == "failed"
     # Adam's state for the 20 x 8 table, by hand: exp_avg and exp_avg_sq, 2 x 160 fp32
     assert r.error == (
         "table 'emb': the loop's Adam keeps 320 values of state (1,280 bytes) for its 160 "
         "weights (as adam or adamw or sparse_adam does), but the trial was priced with "
-        "table_optimizer 'sgd' (0); set the space's embedding table_optimizer (and "
-        "precision) to what the loop does, or build the loop's optimizer with "
-        "autoembed.build_optimizer(model, params)")
+        "table_optimizer 'sgd' (0); set the space's embedding table_optimizer to what the "
+        "loop does, or build the loop's optimizer with autoembed.build_optimizer(model, "
+        "params)")
 
 
 def test_a_loop_that_swallows_the_refusal_still_fails() -> None:
@@ -169,9 +171,9 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
     (the loop's smaller, as micro-batches are), trains."""
     r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=[8])
     assert r.status == "failed"
-    assert r.error.startswith("the loop's first training batch gives the model inputs of 16 "
-                              "rows (first dims [16]), but the trial was priced on "
-                              "example(params) with 8 (first dims [8])")
+    assert r.error.startswith("the loop's first training batch gives the model inputs of "
+                              "first dims [16], each larger than those of the "
+                              "example(params) the trial was priced on ([8])")
     for rows in ([16], [32], None):
         ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=rows)
         assert ok.status == "complete", ok.error
@@ -184,6 +186,82 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
 
     ok = run(EmbeddingConfig(table_optimizer="adam"), eval_first, priced_rows=[16])
     assert ok.status == "complete", ok.error
+
+
+class Scaled(Bag):
+    """Bag with a learnable 0-dim temperature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.temp = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) * self.temp
+
+
+def test_a_scalar_weights_adam_moments_are_state() -> None:
+    """torch's Adam keeps two 0-dim moments for a 0-dim weight (and a step counter, not
+    state): priced as adam (2 values), it trains (before: the moments, 0-dim, were taken
+    for counters and the loop refused as keeping none)."""
+    temp = nn.Parameter(torch.tensor(1.0))
+    opt = torch.optim.Adam([temp])
+    temp.grad = torch.tensor(1.0)
+    opt.step()
+    assert sorted(opt.state[temp]) == ["exp_avg", "exp_avg_sq", "step"]  # torch, directly
+    r = run_user_trial(UserCode(lambda p: Scaled(), lambda p: None, loop(adam)), {},
+                       EmbeddingConfig(table_optimizer="adam", dense_optimizer="adam"),
+                       Report(), as_written=True)
+    assert r.status == "complete", r.error
+
+
+class FlatBag(nn.Module):
+    """DLRM style: flat ids with one offset per bag, and a dense row per bag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.EmbeddingBag(VOCAB, DIM, mode="sum")
+        self.out = nn.Linear(DIM + 3, 1)
+
+    def forward(self, ids, offsets, x):
+        return self.out(torch.cat([self.emb(ids, offsets), x], 1)).squeeze(1)
+
+
+def flat_batch(ids: int, bags: int):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randint(0, VOCAB, (ids,), generator=g), torch.arange(bags) * (ids // bags),
+            torch.randn(bags, 3, generator=g))
+
+
+def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
+    """A flat-id model's first input is the batch's id count, not its bags: priced on 40
+    ids in 8 bags, a batch of 64 ids in the same 8 bags trains; 160 ids in 16 bags (twice
+    the bags, as the dense row's first dim says) is refused, naming the first dims."""
+    from autoembed.user.guard import input_rows
+
+    priced = input_rows(flat_batch(40, 8))
+    assert priced == [40, 8, 8]
+
+    def train_on(ids: int, bags: int):
+        def train(model, params, report):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loss = model(*flat_batch(ids, bags)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return 0.5
+        return train
+
+    def trial(ids: int, bags: int):
+        return run_user_trial(UserCode(lambda p: FlatBag(), lambda p: None, train_on(ids, bags)),
+                              {}, EmbeddingConfig(table_optimizer="sgd", dense_optimizer="sgd"),
+                              Report(), as_written=True, priced_rows=priced)
+
+    ok = trial(64, 8)
+    assert ok.status == "complete", ok.error
+    r = trial(160, 16)
+    assert r.status == "failed" and r.error.startswith(
+        "the loop's first training batch gives the model inputs of first dims [160, 16, 16], "
+        "each larger than those of the example(params) the trial was priced on ([40, 8, 8])")
 
 
 def test_input_rows_are_the_first_dims_the_forward_is_given() -> None:

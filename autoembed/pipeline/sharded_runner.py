@@ -187,6 +187,7 @@ def worker(rank: int, payload: Mapping[str, Any],
     assert build is not None
     device = torch.device("cuda", rank % max(1, torch.cuda.device_count())) \
         if topo.compute_device == "cuda" else torch.device("cpu")
+    _seed(payload)  # the trial's initial weights, on every rank, as a user trial's
     model = apply(build(params), payload.get("tables") or (), lr=payload.get("lr", 0.01),
                   compute_device=topo.compute_device)
     plan, _ = plan_model(model, topo, payload.get("tables") or (), dist.GroupMember.WORLD)
@@ -198,6 +199,7 @@ def worker(rank: int, payload: Mapping[str, Any],
     if train is not None:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        _seed(payload)  # train's draws, whatever build and the sharding drew
         out.update(_user_loop(train, dmp, params, payload, ask))
         out["step_peak"] = persistent + out.pop("hwm_above_base")
         if device.type == "cuda":  # the device's own figures
@@ -208,6 +210,15 @@ def worker(rank: int, payload: Mapping[str, Any],
     if payload.get("estimate"):
         out["estimate"] = payload["estimate"][rank]
     return out
+
+
+def _seed(payload: Mapping[str, Any]) -> None:
+    """Seed the generators with the trial's seed (`user.run.seed_generators`), where the
+    payload carries one (a search's trial does)."""
+    if "seed" in payload:
+        from autoembed.user.run import seed_generators
+
+        seed_generators(int(payload["seed"]))
 
 
 def _user_loop(train: Callable[..., Any], dmp: Any, params: dict[str, Any],

@@ -1,9 +1,10 @@
 """A TorchRec model's part of the user workload (a space with `topology:`): a proposal priced
 per rank on TorchRec's plan, and its trial run as one process per rank (the topology's keys,
 how a proposal is priced and judged, how a trial runs: docs/torchrec.md). `Sharded.of` reads
-the topology and refuses a plan device that cannot train, TorchRec missing, and functions a
-rank process could not find by name; `Sharded.price` prices every rank
-(`torchrec.estimate_sharded`); `run_local_trial` and `run_ray_trial` run a trial.
+the topology and refuses a plan device that cannot train, more CUDA ranks than the trials'
+GPUs, TorchRec missing, and functions a rank process could not find by name;
+`Sharded.price` prices every rank (`torchrec.estimate_sharded`); `run_local_trial` and
+`run_ray_trial` run a trial.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ class Sharded:
 
     @classmethod
     def of(cls, space: SearchSpace, budget_bytes: int, device: str,
-           records: Mapping[str, FunctionRef]) -> Sharded | None:
+           records: Mapping[str, FunctionRef], gpus: int | None = None) -> Sharded | None:
         """None for a space without `topology:`; ConfigError for one a search cannot run
-        here (see the module docstring)."""
+        here (see the module docstring). `gpus`: the GPUs its trials see (None: unknown, a
+        cluster's): a CUDA plan of more ranks is refused (a rank trains on its own GPU,
+        priced against the whole per-GPU budget)."""
         if space.topology is None:
             return None
         from autoembed.torchrec.lib import require
@@ -54,16 +57,23 @@ class Sharded:
             raise ConfigError(f"search space '{space.source}': key 'topology.compute_device' "
                               f"= 'cuda': the trials run on this machine's {device} (--device "
                               f"{device}); plan for cpu, or search where GPUs are")
+        ranks = int(topo.get("world_size", 1))
+        if topo["compute_device"] == "cuda" and gpus is not None and ranks > gpus:
+            raise ConfigError(f"search space '{space.source}': key 'topology.world_size' = "
+                              f"{ranks}: each rank trains on its own GPU, priced against the "
+                              f"whole per-GPU budget, and this search's trials see {gpus}; give "
+                              f"world_size <= {gpus}, or search a Ray cluster (--ray-address)")
         check_plan_device(space, str(topo["compute_device"]))
         check_findable(records, "each rank's process", script=False)
         return cls(topo)
 
     def price(self, space: SearchSpace, code: UserCode, values: Mapping[str, Any],
               probe: Any, example: Any,
-              launch_payload: Callable[[Mapping[str, Any], Any], dict[str, Any]]
-              ) -> Priced | Invalid:
+              launch_payload: Callable[[Mapping[str, Any], Any], dict[str, Any]],
+              seeded: Callable[[Any], Any] = lambda c: c) -> Priced | Invalid:
         """Price `values` (see the module docstring). `probe`: the model built on the meta
-        device; `launch_payload(params, config)`: the user workload's trial payload."""
+        device; `launch_payload(params, config)`: the user workload's trial payload;
+        `seeded(config)`: the config with the trial's seed (each rank seeds with it)."""
         from autoembed.torchrec.planner import NoPlanError
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
@@ -72,6 +82,7 @@ class Sharded:
         from autoembed.user.space import params_for
 
         items, config = _settings(space, values, probe)
+        config = seeded(config)
         topo = RankTopology(batch_size=batch_of(example), **self.topology)
         params = params_for(space, values)
         try:
@@ -151,10 +162,11 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]
                   ) -> dict[str, Any]:
     """What every rank runs (`pipeline.sharded_runner.worker`'s payload): the user's functions by
-    name, the trial's params, tables, topology and per-rank estimates; no deadline."""
+    name, the trial's params, seed, tables, topology and per-rank estimates; no deadline."""
     trial = payload[TRIAL_KEY]
     return {"build": refs["model"].spec, "example": refs["example"].spec,
             "train": refs["train"].spec, "params": dict(payload["params"]),
+            "seed": int(payload["config"].get("seed", 0)),
             "tables": trial["tables"], "topology": trial["topology"], "lr": trial["lr"],
             "dense_optimizer": trial["dense_optimizer"], "estimate": trial["estimate"],
             "metrics": list(payload.get("metrics") or ()),

@@ -59,6 +59,18 @@ FUNCTIONS_KEY = "functions"  # the study meta key holding role -> FunctionRef di
 QUEUE_KEY = "queue"  # the study meta key: {"reference": bool, "enqueue": [values, ...]}
 
 
+def _gpus_seen(request: Any) -> int | None:
+    """The GPUs this search's trials run on, where this machine says: one for --device
+    cuda:N, else CUDA's count; None on a Ray cluster (its nodes' GPUs) or a custom executor."""
+    if request.ray_address or request.executor_kind == "custom" or request.device != "cuda":
+        return None
+    if request.gpu is not None:
+        return 1
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
 @dataclass(frozen=True)
 class UserWorkload:
     """The user's model and loop (the `Workload` protocol; see the module docstring)."""
@@ -105,7 +117,8 @@ class UserWorkload:
         enqueue = enqueue_values(space, request.enqueue if request.enqueue is not None
                                  else queue.get("enqueue", ()))
         made = cls(space, code, records, request.device, request.allow_changed_code,
-                   Sharded.of(space, request.budget.bytes, request.device, records),
+                   Sharded.of(space, request.budget.bytes, request.device, records,
+                              _gpus_seen(request)),
                    reference=request.reference and bool(queue.get("reference", True)),
                    enqueue=tuple(enqueue), seed=seed)
         if made.sharded is not None and code.apply is not None:
@@ -155,7 +168,8 @@ class UserWorkload:
         code, space = self.code, self.space
         params, probe, example = self._probe(values)
         if self.sharded is not None:
-            return self.sharded.price(space, code, values, probe, example, self._payload)
+            return self.sharded.price(space, code, values, probe, example, self._payload,
+                                      lambda c: self._seeded(c, values))
         if is_torchrec(probe, example):
             raise ConfigError(f"model: {type(probe).__name__} holds TorchRec collections; a "
                               "search over it plans them per rank: give the space a "

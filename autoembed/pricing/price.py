@@ -90,7 +90,7 @@ def price(**options: Any) -> Priced:
                              for k, v in options.items()}
     user = any(v is not None for v in (o.model, o.example, o.apply_cfg, o.loss_spec,
                                        o.user_space))
-    with _named_by_flags(given):
+    with _named_by_flags(given, o.config is None):
         cfg = None if user else build_config(o.config, given)
     host = None if o.host_budget is None else Budget.for_host(o.host_budget)
     bud = with_device_memory(o.budget, o.device_memory)
@@ -107,7 +107,7 @@ def price(**options: Any) -> Priced:
                                precision=given.get("precision"), budget=bud, reserve=reserve_b,
                                refused=refused, loss=o.loss_spec, space=o.user_space)
     else:
-        with _named_by_flags(given):
+        with _named_by_flags(given, o.config is None):
             est = estimate_memory(cfg, method=o.method, budget=bud, gpus=o.gpus,
                                   sharding=o.sharding, reserve=reserve_b, host_budget=host)
     _check_host_budget(est, o.host_budget)
@@ -145,23 +145,58 @@ def _set_by(given: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
 _SHAPE_KEYS = {(True, "vocab_size"): "vocab", (True, "pooling_factor"): "pooling_factor",
                (False, "dense_layers"): "dense_layers"}
 _KEY = re.compile(r"config key '(tables\[\d+\]\.)?(\w+)' = ")
+# each config key `estimate` has a flag for -> that flag (`--batch` sets batch_size)
+_FLAG_OF_KEY = {k: f for k in FIELD_RULES
+                if (f := {v: n for n, v in FIELD_FLAGS.items()}.get(k, k))
+                in {o.name for o in fields(EstimateOptions)}}
 
 
 @contextmanager
-def _named_by_flags(given: Mapping[str, Any]) -> Iterator[None]:
+def _named_by_flags(given: Mapping[str, Any], flags_only: bool) -> Iterator[None]:
     """A refusal of a config key that a flag set ("config key 'batch_size' = 0: ...") is
-    raised naming that flag, as typed ("--batch = 0: ..."); any other as it is."""
+    raised naming that flag, as typed ("--batch = 0: ..."), and so is each such key its
+    text names after that ("use robe_block <= robe_size": "use --robe-block <=
+    --robe-size"; keys of one word, which prose uses too, are left); any other as it is.
+    `flags_only` (no --config file): every key with a flag is named by it, set or not."""
     try:
         yield
     except ConfigError as e:
         on = {k: v for k, v in given.items() if v is not None}
         flags = {(False, name): flag for name, (flag, _) in _set_by(on).items()}
         flags.update({key: flag for key, flag in _SHAPE_KEYS.items() if flag in on})
-        m = _KEY.match(str(e))
-        flag = flags.get((m.group(1) is not None, m.group(2))) if m else None
-        if m is None or flag is None:
+        if flags_only:
+            for key, named in _FLAG_OF_KEY.items():
+                flags.setdefault((False, key), named)
+        text = str(e)
+        m = _KEY.match(text)
+        head = flags.get((m.group(1) is not None, m.group(2))) if m else None
+        if m is not None and head is not None:
+            rest = _as_typed(text[m.end():], on.get(head))
+            text = f"{_typed(head)} = {_keys_typed(rest, flags)}"
+        if text == str(e):
             raise
-        raise type(e)(f"--{flag.replace('_', '-')} = {str(e)[m.end():]}") from None
+        raise type(e)(text) from None
+
+
+def _as_typed(rest: str, typed: Any) -> str:
+    """`rest` ("VALUE: rule") with a list the flag took as text ("--dense-layers 0", read
+    as the tuple (0,)) shown as typed: "0: rule"."""
+    if isinstance(typed, str) and rest.startswith("(") and "): " in rest:
+        return f"{typed}{rest[rest.index('): ') + 1:]}"
+    return rest
+
+
+def _typed(flag: str) -> str:
+    return f"--{flag.replace('_', '-')}"
+
+
+def _keys_typed(text: str, flags: Mapping[tuple[bool, str], str]) -> str:
+    """`text` with each config key of several words that a flag set (`flags`) named by that
+    flag as typed."""
+    for (_, key), flag in flags.items():
+        if "_" in key:
+            text = re.sub(rf"(?<![\w.'-]){key}(?![\w'])", _typed(flag), text)
+    return text
 
 
 def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> EmbeddingConfig:

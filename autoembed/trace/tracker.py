@@ -4,16 +4,19 @@
 is created and released (through a weakref finalizer) when Python drops it, so run under
 FakeTensorMode it sees a real training step's allocations and frees without allocating
 anything (tensors made under `memory.types.host_allocations` live on the host and are
-not counted). Each allocation is replayed through `CachingAllocatorModel`, a small model of
-c10/cuda/CUDACachingAllocator.cpp (block rounding, small/large pools, segment sizes,
-best-fit reuse, splitting and merging), giving both `allocated_peak` and `reserved_peak`.
+not counted, nor are torch.optim's host scalars, its step counters). Each allocation is
+replayed through `CachingAllocatorModel`, a small model of c10/cuda/CUDACachingAllocator.cpp
+(block rounding, small/large pools, segment sizes, best-fit reuse, splitting and merging),
+giving both `allocated_peak` and `reserved_peak`.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -31,6 +34,23 @@ from autoembed.memory.types import (
 )
 
 __all__ = ["AllocationTracker", "CachingAllocatorModel", "PeakSnapshot"]
+
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default  # torch.tensor(number)
+
+
+def _called_from_torch_optim() -> bool:
+    """Whether the code that ran the op (past torch's private frames) is torch.optim's. Its
+    torch.tensor(number) scalars live on the host: a non-capturable, non-fused group's
+    `step` counters (Adam's and AdamW's made in the first step, Adagrad's in its
+    constructor) and the foreach step's increment, torch.tensor(1.0, device="cpu"); the
+    counters of a capturable or fused group, on the device, are torch.zeros((),
+    device=p.device) (torch/optim/adam.py `_init_group`, `_multi_tensor_adam`;
+    adagrad.py `__init__`)."""
+    f: FrameType | None = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith(
+            ("torch._", "torch.utils.", __name__)):
+        f = f.f_back
+    return f is not None and f.f_globals.get("__name__", "").startswith("torch.optim.")
 
 
 @dataclass
@@ -221,6 +241,8 @@ class AllocationTracker(TorchDispatchMode):
         if self.inplace_grad_sums and _is_grad_sum(func, args, kwargs):
             return args[0]  # real tensors sum in place (see `inplace_grad_sums`)
         out = func(*args, **(kwargs or {}))
+        if func is _LIFT_FRESH and out.dim() == 0 and _called_from_torch_optim():
+            return out  # a host scalar of torch's optimizers (`_called_from_torch_optim`)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.register(t)

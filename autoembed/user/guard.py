@@ -4,9 +4,9 @@ assumed and the loop decides itself.
 * The optimizer: a trial was priced with the config's `table_optimizer` (a table's own, by
   module path, first), but the loop builds its own. After the first optimizer step that
   moves a table's weight (a global `torch.optim` step hook), the state that optimizer keeps
-  for that weight is counted (its tensors of one or more dimensions: a step counter is not
-  state) and compared with what the priced optimizer keeps: none (`sgd`), one value per
-  weight (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
+  for that weight is counted (its tensors but a step counter, which is not state) and
+  compared with what the priced optimizer keeps: none (`sgd`), one value per weight
+  (`momentum`, `adagrad`), two (`adam`, `adamw`, `sparse_adam`), one per row
   (`rowwise_adagrad`).
 * The dense optimizer: each other trainable weight's state, after the first step that
   moves it, against the priced `dense_optimizer`'s (per weight, as above).
@@ -21,7 +21,8 @@ assumed and the loop decides itself.
   precision's autocast (`config.precision_policy`).
 * The batch: at the first such forward in training mode (an eval pass is not one), the
   first dim of each tensor the model is given against the priced example's
-  (`input_rows`); a batch larger in every one is more than was priced.
+  (`input_rows`); a batch larger in every one is more than was priced (one larger in some
+  alone is not refused: flat ids with offsets, more ids over the priced bags).
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -48,7 +49,7 @@ STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2
                     "sparse_adam": 2}
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
-_FIX = ("set the space's embedding table_optimizer (and precision) to what the loop does, "
+_FIX = ("set the space's embedding table_optimizer to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer(model, params)")
 
 
@@ -60,9 +61,11 @@ def priced_state(name: str, weight: torch.Tensor) -> int:
 
 
 def _kept(opt: torch.optim.Optimizer, p: torch.Tensor) -> list[torch.Tensor]:
-    """The state `opt` keeps for `p`: its tensors of one or more dimensions (a step counter
-    is not state)."""
-    return [t for t in opt.state.get(p, {}).values() if hasattr(t, "dim") and t.dim() > 0]
+    """The state `opt` keeps for `p`: its tensors but torch's scalar bookkeeping (the `step`
+    counter, and any 0-dim tensor of a weight of one or more dims); a 0-dim weight's
+    moments are 0-dim themselves, and state."""
+    return [t for k, t in opt.state.get(p, {}).items()
+            if hasattr(t, "dim") and k != "step" and (t.dim() > 0 or p.dim() == 0)]
 
 
 def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
@@ -221,16 +224,18 @@ class _Watch:
 
     def _check_batch(self, got: list[int]) -> None:
         """The loop's first training batch against the priced example's: larger in the first
-        dim of every input (its batch) is refused (smaller, as micro-batches are, is not)."""
+        dim of every input is refused (smaller, as micro-batches are, is not; nor is one
+        larger in some inputs alone: flat ids with offsets, more ids over the same bags,
+        keep the priced batch of bags)."""
         want = self.priced_rows
         if not want or len(got) != len(want) or \
                 not all(g > w for g, w in zip(got, want, strict=True)):
             return
         self.report.refuse(
-            f"the loop's first training batch gives the model inputs of {got[0]:,} rows "
-            f"(first dims {got}), but the trial was priced on example(params) with "
-            f"{want[0]:,} (first dims {want}); have example(params) return one batch as "
-            "train builds it (at params' batch size)")
+            f"the loop's first training batch gives the model inputs of first dims {got}, "
+            f"each larger than those of the example(params) the trial was priced on "
+            f"({want}); have example(params) return one batch as train builds it (at "
+            "params' batch size)")
 
 def _name_of(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
