@@ -329,10 +329,10 @@ def test_priced_inputs_are_the_tensors_the_forward_is_given() -> None:
     assert priced_inputs(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [
         {"input": "args[0]", "shape": [4], "rows": False},
         {"input": "kwargs['x']", "shape": [2, 3], "rows": True}]
-    # a 0-dim input has no rows; a 1-D float is a batch of rows
+    # a 0-dim input has no rows; a 1-D float (per-id weights beside flat ids) is not rows
     assert priced_inputs((u, torch.tensor(1.0), y)) == [
         {"input": "args[0]", "shape": [4], "rows": False},
-        {"input": "args[2]", "shape": [4], "rows": True}]
+        {"input": "args[2]", "shape": [4], "rows": False}]
     assert priced_inputs({"ids": u}) == [{"input": "kwargs['ids']", "shape": [4], "rows": False}]
     assert priced_inputs([x, x]) is None  # several examples: not compared
 
@@ -511,4 +511,37 @@ def test_the_advice_passes_the_guard_in_the_model_as_written_trial_too() -> None
     train = loop(lambda model: autoembed.build_optimizer(model, params))
     r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), params, config,
                        Report(), as_written=True)
+    assert r.status == "complete", r.error
+
+
+class WeightedBag(nn.Module):
+    """Flat ids with per-id weights (EmbeddingBag's per_sample_weights) and one offset per
+    bag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.EmbeddingBag(VOCAB, DIM, mode="sum")
+
+    def forward(self, ids, offsets, weights):
+        return self.emb(ids, offsets, per_sample_weights=weights).sum(1)
+
+
+def test_per_id_weights_follow_the_ids_not_the_bags() -> None:
+    """Per-id float weights are as many as the flat ids: priced on 40 ids in 8 bags, 64 ids
+    (and 64 weights) in the same 8 bags train, as unweighted flat ids do."""
+    from autoembed.user.guard import priced_inputs
+
+    def batch(ids: int, bags: int):
+        i, o, _ = flat_batch(ids, bags)
+        return i, o, torch.rand(ids)
+
+    def train(model, params, report):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(*batch(64, 8)).pow(2).mean().backward()
+        opt.step()
+        return 0.5
+
+    r = run_user_trial(UserCode(lambda p: WeightedBag(), lambda p: None, train), {},
+                       EmbeddingConfig(table_optimizer="sgd"), Report(), as_written=True,
+                       priced_inputs=priced_inputs(batch(40, 8)))
     assert r.status == "complete", r.error

@@ -21,11 +21,11 @@ assumed and the loop decides itself.
   precision's autocast (`config.precision_policy`).
 * The batch: at the first such forward in training mode (an eval pass is not one), each
   tensor the model is given against the priced example's same input (`priced_inputs`). An
-  input of two or more dims, or of a floating dtype, is a batch of rows whose every dim the
-  priced bytes depend on (rows, a sequence length, features): one larger in any dim is more
-  than was priced. A 1-D integer input (flat ids, offsets, lengths, single ids) alone says
-  not how many rows it holds: those are refused only when every input's first dim is larger
-  (flat ids with offsets, more ids over the priced bags, are not). Smaller (micro-batches,
+  input of two or more dims is a batch of rows whose every dim the priced bytes depend on
+  (rows, a sequence length, features): one larger in any dim is more than was priced. A 1-D
+  input (flat ids, offsets, lengths, single ids, per-id weights) alone says not how many
+  rows it holds: those are refused only when every input's first dim is larger (flat ids
+  with offsets, more ids over the priced bags, are not). Smaller (micro-batches,
   shorter sequences) is not refused.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
@@ -80,8 +80,8 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
 def priced_inputs(example: Any) -> list[dict[str, Any]] | None:
     """Each tensor (of one or more dims) the forward is given from `example`, passed as
     `call_model` passes it, in order: {"input": its name (`args[0]`, `kwargs['x']`),
-    "shape": its dims, "rows": whether it is a batch of rows (two or more dims, or
-    floating)}, JSON as a trial's payload carries it; None for several examples (a list)."""
+    "shape": its dims, "rows": whether it is a batch of rows (two or more dims)}, JSON as
+    a trial's payload carries it; None for several examples (a list)."""
     from autoembed.example import Example
 
     if isinstance(example, list):
@@ -99,7 +99,7 @@ def _inputs(args: Any, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
     import torch
 
     return [{"input": name, "shape": [int(n) for n in t.shape],
-             "rows": t.dim() > 1 or t.is_floating_point()}
+             "rows": t.dim() > 1}
             for name, t in _named_leaves((tuple(args), dict(kwargs)))
             if isinstance(t, torch.Tensor) and t.dim() > 0]
 
@@ -245,7 +245,7 @@ class _Watch:
     def _check_batch(self, got: list[dict[str, Any]]) -> None:
         """The loop's first training batch against the priced example's, input by input
         (another count of inputs is not compared): a batch of rows (`priced_inputs`) larger
-        in any dim, or of another rank with more elements, is refused; 1-D integer inputs
+        in any dim, or of another rank with more elements, is refused; 1-D inputs
         only when every input's first dim is larger (flat ids with offsets, more ids over
         the same bags, keep the priced bags). Smaller, as micro-batches are, is not."""
         want = self.priced
