@@ -50,11 +50,16 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
     return train
 
 
-def run(config: EmbeddingConfig, train, priced_rows=None):
+def run(config: EmbeddingConfig, train, priced=None):
     """The guard on the model as `build` makes it (nothing applied: the config names its
-    table and optimizer; `priced_rows`: the priced example's batch)."""
+    table and optimizer; `priced`: the priced example's inputs, `priced_inputs`)."""
     return run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), {}, config,
-                          Report(), as_written=True, priced_rows=priced_rows)
+                          Report(), as_written=True, priced_inputs=priced)
+
+
+def ids_of(*shape: int) -> list[dict]:
+    """`priced_inputs` of an example of one id tensor of `shape`, written out."""
+    return [{"input": "args[0]", "shape": list(shape), "rows": len(shape) > 1}]
 
 
 def adam(model):
@@ -166,25 +171,37 @@ def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_
 
 
 def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None:
-    """The loop trains batches of 16 rows (`loop`); a trial priced on an example of 8 is
-    refused (before: trained, twice the activations priced), one priced on 16, or on 32
-    (the loop's smaller, as micro-batches are), trains."""
-    r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=[8])
+    """The loop trains batches of 16 x 4 ids (`loop`); a trial priced on 8 x 4 is refused
+    (twice the activations priced), one priced on 16 x 4, or 32 x 4 (the loop's smaller, as
+    micro-batches are), trains; a bigger eval pass first is no training batch."""
+    r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(8, 4))
     assert r.status == "failed"
-    assert r.error.startswith("the loop's first training batch gives the model inputs of "
-                              "first dims [16], each larger than those of the "
-                              "example(params) the trial was priced on ([8])")
-    for rows in ([16], [32], None):
-        ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced_rows=rows)
+    assert r.error.startswith("the loop's first training batch gives the model args[0] of "
+                              "shape [16, 4], larger than the example(params) the trial was "
+                              "priced on gives ([8, 4]); have example(params) return")
+    for priced in (ids_of(16, 4), ids_of(32, 4), None):
+        ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=priced)
         assert ok.status == "complete", ok.error
 
     def eval_first(model, params, report):  # a bigger eval pass, gradients on, is no batch
         model.eval()
-        model(torch.zeros(64, 4, dtype=torch.long))
+        model(torch.zeros(64, 9, dtype=torch.long))
         model.train()
         return loop(adam)(model, params, report)
 
-    ok = run(EmbeddingConfig(table_optimizer="adam"), eval_first, priced_rows=[16])
+    ok = run(EmbeddingConfig(table_optimizer="adam"), eval_first, priced=ids_of(16, 4))
+    assert ok.status == "complete", ok.error
+
+
+def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
+    """Activations scale with every dim of a batch of rows: priced on 16 rows of 2 ids, the
+    loop's 16 x 4 (same rows, twice the sequence) is refused (before: only first dims were
+    compared, and trained); priced on 16 x 8, the loop's shorter 16 x 4 trains."""
+    r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 2))
+    assert r.status == "failed" and r.error.startswith(
+        "the loop's first training batch gives the model args[0] of shape [16, 4], larger "
+        "than the example(params) the trial was priced on gives ([16, 2])"), r.error
+    ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 8))
     assert ok.status == "complete", ok.error
 
 
@@ -234,12 +251,12 @@ def flat_batch(ids: int, bags: int):
 
 def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     """A flat-id model's first input is the batch's id count, not its bags: priced on 40
-    ids in 8 bags, a batch of 64 ids in the same 8 bags trains; 160 ids in 16 bags (twice
-    the bags, as the dense row's first dim says) is refused, naming the first dims."""
-    from autoembed.user.guard import input_rows
+    ids in 8 bags (and 8 dense rows), a batch of 64 ids in the same 8 bags trains; 160 ids
+    in 16 bags is refused, and so are 24 ids in 16 bags (fewer ids, but the dense rows and
+    the bags' activations doubled: before, trained, as not every first dim was larger)."""
+    from autoembed.user.guard import priced_inputs
 
-    priced = input_rows(flat_batch(40, 8))
-    assert priced == [40, 8, 8]
+    priced = priced_inputs(flat_batch(40, 8))
 
     def train_on(ids: int, bags: int):
         def train(model, params, report):
@@ -254,25 +271,96 @@ def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     def trial(ids: int, bags: int):
         return run_user_trial(UserCode(lambda p: FlatBag(), lambda p: None, train_on(ids, bags)),
                               {}, EmbeddingConfig(table_optimizer="sgd", dense_optimizer="sgd"),
-                              Report(), as_written=True, priced_rows=priced)
+                              Report(), as_written=True, priced_inputs=priced)
 
     ok = trial(64, 8)
     assert ok.status == "complete", ok.error
-    r = trial(160, 16)
-    assert r.status == "failed" and r.error.startswith(
-        "the loop's first training batch gives the model inputs of first dims [160, 16, 16], "
-        "each larger than those of the example(params) the trial was priced on ([40, 8, 8])")
+    for ids in (24, 160):  # fewer ids over more bags first
+        r = trial(ids, 16)
+        assert r.status == "failed" and r.error.startswith(
+            "the loop's first training batch gives the model args[2] of shape [16, 3], larger "
+            "than the example(params) the trial was priced on gives ([8, 3])"), r.error
 
 
-def test_input_rows_are_the_first_dims_the_forward_is_given() -> None:
+class FlatOnly(nn.Module):
+    """Flat ids with one offset per bag, nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.EmbeddingBag(VOCAB, DIM, mode="sum")
+
+    def forward(self, ids, offsets):
+        return self.emb(ids, offsets).sum(1)
+
+
+def test_flat_ids_and_offsets_alone_fail_when_every_first_dim_is_larger() -> None:
+    """1-D integer inputs alone: their rows are not known, so only a batch larger in every
+    first dim (80 ids in 16 bags over the priced 40 in 8) is refused, naming the inputs."""
+    from autoembed.user.guard import priced_inputs
+
+    priced = priced_inputs(flat_batch(40, 8)[:2])
+
+    def trial(ids: int, bags: int):
+        def train(model, params, report):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(*flat_batch(ids, bags)[:2]).pow(2).mean().backward()
+            opt.step()
+            return 0.5
+        return run_user_trial(UserCode(lambda p: FlatOnly(), lambda p: None, train), {},
+                              EmbeddingConfig(table_optimizer="sgd"), Report(),
+                              as_written=True, priced_inputs=priced)
+
+    for ids, bags in ((80, 8), (32, 16)):
+        ok = trial(ids, bags)
+        assert ok.status == "complete", ok.error
+    r = trial(80, 16)
+    assert r.status == "failed" and r.error == (
+        "the loop's first training batch gives the model inputs args[0], args[1] of first "
+        "dims [80, 16], each larger than those of the example(params) the trial was priced "
+        "on ([40, 8]); have example(params) return one batch as train builds it (at params' "
+        "batch size and sequence length)")
+
+
+def test_priced_inputs_are_the_tensors_the_forward_is_given() -> None:
     from autoembed import Example
-    from autoembed.user.guard import input_rows
+    from autoembed.user.guard import priced_inputs
 
     u, x, y = torch.zeros(4, dtype=torch.long), torch.zeros(4, 3), torch.zeros(4)
-    assert input_rows(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [4, 2]
-    assert input_rows((u, torch.tensor(1.0), x)) == [4, 4]  # a 0-dim input has no rows
-    assert input_rows({"ids": x}) == [4] and input_rows(x) == [4]
-    assert input_rows([x, x]) is None  # several examples: not compared
+    assert priced_inputs(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [
+        {"input": "args[0]", "shape": [4], "rows": False},
+        {"input": "kwargs['x']", "shape": [2, 3], "rows": True}]
+    # a 0-dim input has no rows; a 1-D float (per-id weights beside flat ids) is not rows
+    assert priced_inputs((u, torch.tensor(1.0), y)) == [
+        {"input": "args[0]", "shape": [4], "rows": False},
+        {"input": "args[2]", "shape": [4], "rows": False}]
+    assert priced_inputs({"ids": u}) == [{"input": "kwargs['ids']", "shape": [4], "rows": False}]
+    assert priced_inputs([x, x]) is None  # several examples: not compared
+
+
+class Pair:
+    """A user's batch type, a pytree node registered without key paths."""
+
+    def __init__(self, ids: torch.Tensor, x: torch.Tensor) -> None:
+        self.ids, self.x = ids, x
+
+
+def test_a_pytree_node_without_key_paths_is_named_by_place() -> None:
+    """torch's key-path flatten refuses a node registered without `flatten_with_keys_fn`
+    (checked here directly); its tensors are still compared, named by their place."""
+    from torch.utils import _pytree
+
+    from autoembed.user.guard import priced_inputs
+
+    _pytree.register_pytree_node(Pair, lambda p: ([p.ids, p.x], None),
+                                 lambda c, _: Pair(*c))
+    try:
+        pair = Pair(torch.zeros(4, dtype=torch.long), torch.zeros(4, 3))
+        with pytest.raises(ValueError):
+            _pytree.tree_flatten_with_path(pair)
+        assert priced_inputs(pair) == [{"input": "input 0", "shape": [4], "rows": False},
+                                       {"input": "input 1", "shape": [4, 3], "rows": True}]
+    finally:
+        _pytree._deregister_pytree_node(Pair)
 
 
 ADAM_LOOP = BAG_MODEL + textwrap.dedent('''
@@ -423,4 +511,37 @@ def test_the_advice_passes_the_guard_in_the_model_as_written_trial_too() -> None
     train = loop(lambda model: autoembed.build_optimizer(model, params))
     r = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, train), params, config,
                        Report(), as_written=True)
+    assert r.status == "complete", r.error
+
+
+class WeightedBag(nn.Module):
+    """Flat ids with per-id weights (EmbeddingBag's per_sample_weights) and one offset per
+    bag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.EmbeddingBag(VOCAB, DIM, mode="sum")
+
+    def forward(self, ids, offsets, weights):
+        return self.emb(ids, offsets, per_sample_weights=weights).sum(1)
+
+
+def test_per_id_weights_follow_the_ids_not_the_bags() -> None:
+    """Per-id float weights are as many as the flat ids: priced on 40 ids in 8 bags, 64 ids
+    (and 64 weights) in the same 8 bags train, as unweighted flat ids do."""
+    from autoembed.user.guard import priced_inputs
+
+    def batch(ids: int, bags: int):
+        i, o, _ = flat_batch(ids, bags)
+        return i, o, torch.rand(ids)
+
+    def train(model, params, report):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(*batch(64, 8)).pow(2).mean().backward()
+        opt.step()
+        return 0.5
+
+    r = run_user_trial(UserCode(lambda p: WeightedBag(), lambda p: None, train), {},
+                       EmbeddingConfig(table_optimizer="sgd"), Report(), as_written=True,
+                       priced_inputs=priced_inputs(batch(40, 8)))
     assert r.status == "complete", r.error

@@ -33,7 +33,7 @@ from autoembed.pipeline.workload import (
 from autoembed.space import SearchSpace, load_space, parse_space
 from autoembed.trial import AS_WRITTEN, ENQUEUED
 from autoembed.user.functions import FunctionRef, check_findable, check_unchanged
-from autoembed.user.guard import input_rows
+from autoembed.user.guard import priced_inputs
 from autoembed.user.run import TRIAL_ROLES, UserCode, built_module, trial_seed
 from autoembed.user.space import (
     as_written_config,
@@ -205,12 +205,12 @@ class UserWorkload:
         est = estimate_model(model, example, loss=self.code.loss,  # build_optimizer's optimizers
                              optimizer=config, precision=config.precision)
 
-        rows = input_rows(example)  # the guard checks the loop's batch against it
+        inputs = priced_inputs(example)  # the guard checks the loop's batch against them
 
         def launch(number: int) -> Launch:
             del number
             host = HOST_BASE_BYTES + (est.allocated_peak if self.device == "cpu" else 0)
-            return Launch({**self._payload(params, config), "priced_rows": rows,
+            return Launch({**self._payload(params, config), "priced_inputs": inputs,
                            **(extra or {})}, host, self.space.early_stop)
 
         return Priced(config, est, launch)

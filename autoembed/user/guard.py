@@ -19,10 +19,14 @@ assumed and the loop decides itself.
   else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
   as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
   precision's autocast (`config.precision_policy`).
-* The batch: at the first such forward in training mode (an eval pass is not one), the
-  first dim of each tensor the model is given against the priced example's
-  (`input_rows`); a batch larger in every one is more than was priced (one larger in some
-  alone is not refused: flat ids with offsets, more ids over the priced bags).
+* The batch: at the first such forward in training mode (an eval pass is not one), each
+  tensor the model is given against the priced example's same input (`priced_inputs`). An
+  input of two or more dims is a batch of rows whose every dim the priced bytes depend on
+  (rows, a sequence length, features): one larger in any dim is more than was priced. A 1-D
+  input (flat ids, offsets, lengths, single ids, per-id weights) alone says not how many
+  rows it holds: those are refused only when every input's first dim is larger (flat ids
+  with offsets, more ids over the priced bags, are not). Smaller (micro-batches,
+  shorter sequences) is not refused.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -30,6 +34,7 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
 
     from autoembed.user.report import Report
 
-__all__ = ["watch_loop", "priced_state", "input_rows", "STATE_PER_WEIGHT"]
+__all__ = ["watch_loop", "priced_state", "priced_inputs", "STATE_PER_WEIGHT"]
 
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
@@ -72,29 +77,44 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
     return sum(t.numel() for t in _kept(opt, p))
 
 
-def input_rows(example: Any) -> list[int] | None:
-    """The first dim of each tensor (of one or more dims) the forward is given from
-    `example`, passed as `call_model` passes it, in order; None for several examples (a
-    list)."""
+def priced_inputs(example: Any) -> list[dict[str, Any]] | None:
+    """Each tensor (of one or more dims) the forward is given from `example`, passed as
+    `call_model` passes it, in order: {"input": its name (`args[0]`, `kwargs['x']`),
+    "shape": its dims, "rows": whether it is a batch of rows (two or more dims)}, JSON as
+    a trial's payload carries it; None for several examples (a list)."""
     from autoembed.example import Example
 
     if isinstance(example, list):
         return None
     if isinstance(example, Example):
-        return _rows(example.args, dict(example.kwargs))
+        return _inputs(example.args, dict(example.kwargs))
     if isinstance(example, tuple):
-        return _rows(example, {})
+        return _inputs(example, {})
     if isinstance(example, Mapping):
-        return _rows((), dict(example))
-    return _rows((example,), {})
+        return _inputs((), dict(example))
+    return _inputs((example,), {})
 
 
-def _rows(args: Any, kwargs: Mapping[str, Any]) -> list[int]:
+def _inputs(args: Any, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
     import torch
-    from torch.utils._pytree import tree_leaves
 
-    return [int(t.shape[0]) for t in tree_leaves((tuple(args), dict(kwargs)))
+    return [{"input": name, "shape": [int(n) for n in t.shape],
+             "rows": t.dim() > 1}
+            for name, t in _named_leaves((tuple(args), dict(kwargs)))
             if isinstance(t, torch.Tensor) and t.dim() > 0]
+
+
+def _named_leaves(tree: tuple[tuple[Any, ...], dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(args, kwargs)'s pytree leaves named by their path (`args[0]`, `kwargs['x']`), or by
+    their place (`input 0`) where a node was registered without key paths."""
+    from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves
+
+    try:
+        leaves, _ = tree_flatten_with_path(tree)
+    except ValueError:  # a pytree node without flatten_with_keys_fn
+        return [(f"input {i}", t) for i, t in enumerate(tree_leaves(tree))]
+    return [(("args", "kwargs")[path[0].idx] + keystr(path[1:]), t)  # type: ignore[attr-defined]
+            for path, t in leaves]
 
 
 def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
@@ -107,7 +127,7 @@ def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
 
 class _Watch:
     def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report,
-                 priced_rows: Sequence[int] | None) -> None:
+                 priced: Sequence[Mapping[str, Any]] | None) -> None:
         from autoembed.models.table_modules import embedding_modules
 
         own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
@@ -121,7 +141,7 @@ class _Watch:
         self.config = config
         self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
-        self.priced_rows = None if priced_rows is None else list(priced_rows)
+        self.priced = None if priced is None else list(priced)
         self.forward_seen = False
         self.batch_seen = False
 
@@ -193,7 +213,7 @@ class _Watch:
             return
         if module.training and not self.batch_seen:
             self.batch_seen = True
-            self._check_batch(_rows(args, kwargs))
+            self._check_batch(_inputs(args, kwargs))
         if self.forward_seen:
             return
         self.forward_seen = True
@@ -222,20 +242,40 @@ class _Watch:
                 "to what the loop does, or train the model in the priced one")
             return
 
-    def _check_batch(self, got: list[int]) -> None:
-        """The loop's first training batch against the priced example's: larger in the first
-        dim of every input is refused (smaller, as micro-batches are, is not; nor is one
-        larger in some inputs alone: flat ids with offsets, more ids over the same bags,
-        keep the priced batch of bags)."""
-        want = self.priced_rows
-        if not want or len(got) != len(want) or \
-                not all(g > w for g, w in zip(got, want, strict=True)):
+    def _check_batch(self, got: list[dict[str, Any]]) -> None:
+        """The loop's first training batch against the priced example's, input by input
+        (another count of inputs is not compared): a batch of rows (`priced_inputs`) larger
+        in any dim, or of another rank with more elements, is refused; 1-D inputs
+        only when every input's first dim is larger (flat ids with offsets, more ids over
+        the same bags, keep the priced bags). Smaller, as micro-batches are, is not."""
+        want = self.priced
+        if not want or len(got) != len(want):
             return
-        self.report.refuse(
-            f"the loop's first training batch gives the model inputs of first dims {got}, "
-            f"each larger than those of the example(params) the trial was priced on "
-            f"({want}); have example(params) return one batch as train builds it (at "
-            "params' batch size)")
+        fix = ("have example(params) return one batch as train builds it (at params' batch "
+               "size and sequence length)")
+        for g, w in zip(got, want, strict=True):
+            if (g["rows"] or w["rows"]) and _larger(g["shape"], w["shape"]):
+                self.report.refuse(
+                    f"the loop's first training batch gives the model {g['input']} of shape "
+                    f"{g['shape']}, larger than the example(params) the trial was priced on "
+                    f"gives ({w['shape']}); {fix}")
+                return
+        if all(g["shape"][0] > w["shape"][0] for g, w in zip(got, want, strict=True)):
+            self.report.refuse(
+                f"the loop's first training batch gives the model inputs "
+                f"{', '.join(g['input'] for g in got)} of first dims "
+                f"{[g['shape'][0] for g in got]}, each larger than those of the "
+                f"example(params) the trial was priced on ({[w['shape'][0] for w in want]}); "
+                f"{fix}")
+
+
+def _larger(got: Sequence[int], want: Sequence[int]) -> bool:
+    """Whether a batch of rows of shape `got` holds more than one of `want`: larger in any
+    dim, or (another rank) in elements."""
+    if len(got) != len(want):
+        return math.prod(got) > math.prod(want)
+    return any(g > w for g, w in zip(got, want, strict=True))
+
 
 def _name_of(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -258,13 +298,13 @@ def _autocast(dtype: str | None) -> str:
 
 @contextmanager
 def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report,
-               priced_rows: Sequence[int] | None = None) -> Iterator[None]:
+               priced: Sequence[Mapping[str, Any]] | None = None) -> Iterator[None]:
     """Within the block, the loop's optimizer, precision and batch are checked against
-    `config` and `priced_rows` (`input_rows` of the priced example; None: not checked)
+    `config` and `priced` (`priced_inputs` of the priced example; None: not checked)
     (module docstring); the hooks are gone after it."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    watch = _Watch(model, config, report, priced_rows)
+    watch = _Watch(model, config, report, priced)
     handles = [register_optimizer_step_post_hook(watch.after_step),
                model.register_forward_pre_hook(watch.before_forward, with_kwargs=True)]
     try:

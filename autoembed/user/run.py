@@ -141,13 +141,13 @@ def run_user_trial(
     device: str = "cpu",
     clock: Callable[[], float] = time.perf_counter,
     as_written: bool = False,
-    priced_rows: Sequence[int] | None = None,
+    priced_inputs: Sequence[Mapping[str, Any]] | None = None,
 ) -> TrialResult:
     """Build the model as it was priced (`code.model_for(params, config)`; `as_written`:
     `build(params)` alone, nothing applied), run `train` with `report` and return the
     trial's record. The generators are seeded with `config.seed` (`seed_generators`)
-    before the build and again before `train`. `priced_rows`: the priced example's batch
-    (`guard.input_rows`). Never raises for faults in the user's code."""
+    before the build and again before `train`. `priced_inputs`: the priced example's inputs
+    (`guard.priced_inputs`). Never raises for faults in the user's code."""
     wall0 = clock()
     cuda = device.startswith("cuda")
     if cuda:
@@ -155,7 +155,7 @@ def run_user_trial(
 
         torch.cuda.reset_peak_memory_stats()
     status, error, final, t_train = _run_loop(code, params, config, report, clock, wall0,
-                                              as_written, priced_rows)
+                                              as_written, priced_inputs)
     train_s = clock() - t_train
     extra: dict[str, Any] = {}
     if cuda:
@@ -172,7 +172,7 @@ def run_user_trial(
 
 def _run_loop(code: UserCode, params: Mapping[str, Any], config: EmbeddingConfig,
               report: Report, clock: Callable[[], float], t_train: float, as_written: bool,
-              priced_rows: Sequence[int] | None,
+              priced_inputs: Sequence[Mapping[str, Any]] | None,
               ) -> tuple[str, str | None, dict[str, float], float]:
     """Build the model and run the user's loop on it: (status, error, the final figures,
     the clock when training began; `t_train` if it never did). A fault of the user's code
@@ -186,7 +186,7 @@ def _run_loop(code: UserCode, params: Mapping[str, Any], config: EmbeddingConfig
         seed_generators(config.seed)  # train's draws, whatever build drew
         report.start()
         t_train = clock()
-        with watch_loop(built, config, report, priced_rows):  # it trains what was priced
+        with watch_loop(built, config, report, priced_inputs):  # it trains what was priced
             final = report.final(code.train(built, params, report))
     except TrialStopped as e:
         status, error = "pruned", str(e)

@@ -64,5 +64,5 @@ def run_payload(payload: Mapping[str, Any], channel: Callable[[Evaluation], bool
                             Report(payload.get("metrics") or (), channel),
                             target=payload.get("target"), device=payload.get("device", "cpu"),
                             as_written=bool(payload.get("as_written")),
-                            priced_rows=payload.get("priced_rows"))
+                            priced_inputs=payload.get("priced_inputs"))
     return {"status": result.status, "result": result.to_dict(), "error": result.error}
