@@ -149,8 +149,8 @@ def test_a_private_ray_listens_on_the_loopback_only(monkeypatch: pytest.MonkeyPa
     assert len({pid for _, pid in listening}) >= 4, listening  # gcs, raylet, driver, worker
     assert all(ip == "127.0.0.1" for ip, _ in listening), listening
     # and without the helpers a one-node Ray never uses (ray_tune._without_idle_helpers):
-    # Ray's default start adds both, a Python process each
-    assert not scripts & {"monitor.py", "log_monitor.py"}, scripts
+    # Ray's default start adds all three, a Python process each
+    assert not scripts & {"monitor.py", "log_monitor.py", "dashboard.py"}, scripts
     assert Node.__init__ is start  # Ray's own start again for any later ray.init
 
 

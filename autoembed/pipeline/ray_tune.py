@@ -239,9 +239,12 @@ _CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 def _without_idle_helpers() -> Iterator[None]:
     """While a private Ray starts: no autoscaler monitor and no log monitor (Ray's node
     settings `no_monitor` and `include_log_monitor`, which `ray start --no-monitor
-    --include-log-monitor=False` sets and `ray.init` does not take). A one-node Ray never
-    scales, and with log_to_driver off nothing reads what the log monitor ships; each is a
-    Python process of about 1 CPU s at every search. Ray internals moved: Ray's defaults."""
+    --include-log-monitor=False` sets and `ray.init` does not take), and no API server (the
+    dashboard's head, which Ray starts even with include_dashboard=False, for job submission
+    and the state API, and waits up to seconds for). A one-node Ray never scales, with
+    log_to_driver off nothing reads what the log monitor ships, and a search neither submits
+    jobs nor reads Ray's state API; each is a Python process of 1 to 1.5 CPU s at every
+    search. Ray internals moved: Ray's defaults."""
     try:
         from ray._private.node import Node
     except ImportError:  # pragma: no cover - Ray internals moved
@@ -253,6 +256,8 @@ def _without_idle_helpers() -> Iterator[None]:
         params: Any = kwargs.get("ray_params", args[0] if args else None)
         if hasattr(params, "no_monitor") and hasattr(params, "include_log_monitor"):
             params.no_monitor, params.include_log_monitor = True, False
+        if callable(getattr(self, "start_api_server", None)):
+            self.start_api_server = lambda **_: None  # this node's only
         start(self, *args, **kwargs)
 
     Node.__init__ = init  # type: ignore[method-assign]
