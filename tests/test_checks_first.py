@@ -137,13 +137,30 @@ def test_a_private_ray_listens_on_the_loopback_only(monkeypatch: pytest.MonkeyPa
     from autoembed.pipeline.ray_tune import ray_session
 
     monkeypatch.setenv("RAY_worker_niceness", "0")
+    from ray._private.node import Node
+
+    start = Node.__init__
     with ray_session(None, 1, None):
         worker = ray.get(ray.remote(lambda: os.getpid()).remote())
         pids = _descendants(os.getpid())
         listening = _listening(pids)
+        scripts = {_script(pid) for pid in pids}
     assert worker in pids and {pid for _, pid in listening} >= {os.getpid(), worker}
     assert len({pid for _, pid in listening}) >= 4, listening  # gcs, raylet, driver, worker
     assert all(ip == "127.0.0.1" for ip, _ in listening), listening
+    # and without the helpers a one-node Ray never uses (ray_tune._without_idle_helpers):
+    # Ray's default start adds all three, a Python process each
+    assert not scripts & {"monitor.py", "log_monitor.py", "dashboard.py"}, scripts
+    assert Node.__init__ is start  # Ray's own start again for any later ray.init
+
+
+def _script(pid: int) -> str:
+    """The file name of the script a Python process runs ('' when none, or it is gone)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return next((Path(a.decode()).name for a in argv if a.endswith(b".py")), "")
 
 
 def test_a_cluster_is_joined_as_ray_decides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,3 +99,29 @@ def test_written_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = write_pareto_png(front, front, front[3], OBJECTIVES, tmp_path / "pareto.png", "t",
                             8 * 10**9)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_saving_draws_the_figure_once(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """fig.tight_layout() left a layout engine on the figure, for which savefig drew it a
+    second time (every tick and label laid out again, at every search's end)."""
+    from matplotlib.figure import Figure
+
+    real_save, real_draw = Figure.savefig, Figure.draw
+    saving, draws = [False], []
+
+    def save(self, *args, **kw):  # type: ignore[no-untyped-def]
+        saving[0] = True
+        try:
+            return real_save(self, *args, **kw)
+        finally:
+            saving[0] = False
+
+    def draw(self, renderer):  # type: ignore[no-untyped-def]
+        draws.extend([1] if saving[0] else [])
+        return real_draw(self, renderer)
+
+    monkeypatch.setattr(Figure, "savefig", save)
+    monkeypatch.setattr(Figure, "draw", draw)
+    front = _front()
+    write_pareto_png(front, front, front[3], OBJECTIVES, tmp_path / "pareto.png", "t", None)
+    assert len(draws) == 1

@@ -278,6 +278,25 @@ def test_a_model_failure_falls_back_to_a_priced_random_proposal(
     assert "no model proposal for trial 4 (model broke); a priced random one" in caplog.text
 
 
+def test_no_model_is_fitted_within_the_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    """STARTUP trials, each finished before the next ask (a search's best case for the
+    model): none is the model's proposal, so a new study of no more trials never needs
+    scikit-learn (study.warm_sampler does not import it); the next trial's ask is."""
+    from autoembed.pipeline.priced_ehvi import STARTUP
+
+    s = _BrokenModel(seed=5)
+    s.bind(Pricing(price=_fits_one_in_five, suggest=_suggest, objectives=OBJECTIVES,
+                   budget_bytes=100e6, repeatable=True))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=s)
+    for n in range(STARTUP + 2):  # trial number STARTUP: the first model turn (not random)
+        assert ("model broke" in caplog.text) == (n > STARTUP), n
+        trial = study.ask()
+        values = _suggest(trial)
+        trial.set_user_attr(ATTR, {"status": "complete"})
+        study.tell(trial, [float(values["x"]), float(values["x"])])  # type: ignore[arg-type]
+    assert "no model proposal for trial" in caplog.text
+
+
 def test_a_pricing_that_raises_falls_back_to_an_unpriced_random_proposal(
         caplog: pytest.LogCaptureFixture) -> None:
     """Pricing that raises at every ask: nothing can be priced, so each trial is proposed
@@ -305,7 +324,9 @@ def test_warm_sampler_imports_the_trees_on_a_thread_of_its_own() -> None:
     code = (
         "import sys, threading\n"
         "from autoembed.pipeline.study import warm_sampler\n"
+        "from autoembed.pipeline.priced_ehvi import STARTUP\n"
         "warm_sampler('random')\n"
+        "warm_sampler('ehvi', STARTUP)\n"  # a new study this short never fits the model
         "assert threading.active_count() == 1 and 'sklearn' not in sys.modules\n"
         "warm_sampler('ehvi')\n"
         "[t] = [t for t in threading.enumerate() if t.name == 'autoembed-sampler-warm']\n"

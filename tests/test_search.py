@@ -33,13 +33,10 @@ BUDGET_BYTES = 800_000_000
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    import ray
+    from autoembed.pipeline.ray_tune import ray_session
 
-    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with ray_session(None, 2, None):  # as a search starts it: without Ray's idle helpers
+        yield
 
 
 @pytest.fixture(scope="module")

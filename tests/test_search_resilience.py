@@ -161,13 +161,10 @@ def driver(args: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[None]:
-    import ray
+    from autoembed.pipeline.ray_tune import ray_session
 
-    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with ray_session(None, 2, None):  # as a search starts it: without Ray's idle helpers
+        yield
 
 
 def test_trial_faults_are_recorded_and_the_search_goes_on(

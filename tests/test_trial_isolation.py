@@ -18,10 +18,8 @@ TINY = TESTS.parent / "search_spaces" / "tiny.yaml"
 
 
 def test_trial_workers_never_import_mlflow_or_optuna(tmp_path: Path) -> None:
-    import ray
-
-    import autoembed.pipeline.ray_tune  # noqa: F401 - sets Ray's environment before it starts
     from autoembed.pipeline import search
+    from autoembed.pipeline.ray_tune import ray_session
 
     log = tmp_path / "guard.log"
     log.touch()
@@ -29,13 +27,12 @@ def test_trial_workers_never_import_mlflow_or_optuna(tmp_path: Path) -> None:
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # Ray's workers inherit the driver's environment
-    try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"worker_process_setup_hook": "_store_guard.install"})
-        result = search("800MB", TINY, trials=3, seed=1, study="iso", runs_dir=tmp_path,
-                        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:  # Ray as a search starts it (without its idle helpers), with the guard
+        with ray_session(None, 2, None,
+                         runtime_env={"worker_process_setup_hook": "_store_guard.install"}):
+            result = search("800MB", TINY, trials=3, seed=1, study="iso", runs_dir=tmp_path,
+                            tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     finally:
-        ray.shutdown()
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -96,11 +96,12 @@ def test_ray_worker_imports_the_shipped_package_not_the_drivers_path(shippkg, tm
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     monkeypatch.setenv("RAY_worker_niceness", "0")
-    # the worker's PYTHONPATH keeps autoembed (this checkout) but not the package's folder
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-             runtime_env=runtime_env([ref], {"env_vars": {
-                 "PYTHONPATH": os.environ.get("PYTHONPATH", "")}}))
-    try:
+    from autoembed.pipeline.ray_tune import ray_session
+
+    # the worker's PYTHONPATH keeps autoembed (this checkout) but not the package's folder;
+    # Ray as a search starts it (without its idle helpers)
+    with ray_session(None, 1, None, runtime_env=runtime_env([ref], {"env_vars": {
+            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})):
         @ray.remote
         def on_node(r: dict) -> str:
             from autoembed.user.functions import FunctionRef as F
@@ -112,5 +113,3 @@ def test_ray_worker_imports_the_shipped_package_not_the_drivers_path(shippkg, tm
             return str(shippkg.loop.train(None, None, None))
 
         assert ray.get(on_node.remote(ref.to_dict())) == "{'quality': 0.5}"
-    finally:
-        ray.shutdown()

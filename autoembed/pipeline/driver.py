@@ -134,7 +134,8 @@ def run_search(request: SearchRequest, *, tracker: SearchTracker | None = None,
         from autoembed.tracking import open_tracker
 
         pending = open_tracker(request.tracking_uri, request.runs_dir)
-    studies.warm_sampler(plan.sampler)  # its imports load while Ray starts, too
+    # its imports load while Ray starts, too (none where a new study never needs them)
+    studies.warm_sampler(plan.sampler, None if stored.meta else plan.trials)
     executor = _executor(plan)
     from autoembed.pipeline.session import StudyLock
 

@@ -139,18 +139,20 @@ def pareto_figure(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: Tri
     """The front in objective space as a matplotlib Figure: one panel per pair of
     objectives (at most 6), memory on a log axis, front members numbered. `labels`: the
     legend's text for the `budget` line and the `best` marker (what the budget judges), and
-    an objective's axis label by its name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    an objective's axis label by its name. Drawn on its own Agg canvas: neither pyplot (its
+    import and figure registry) nor the caller's backend is touched."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.layout_engine import TightLayoutEngine
 
     names = [n for n, _ in objectives]
     pairs = list(combinations(names, 2)) or [(names[0], names[0])]
     pairs = pairs[:6]
     cols = min(3, len(pairs))
     nrows = math.ceil(len(pairs) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 4.2 * nrows), squeeze=False)
+    fig = Figure(figsize=(5 * cols, 4.2 * nrows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, cols, squeeze=False)
     done = [r for r in rows if r.status == "complete" and r.feasible]
     pruned = [r for r in rows if r.status == "pruned"]
     front_ids = {r.number for r in front}
@@ -181,8 +183,10 @@ def pareto_figure(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: Tri
         ax.axis("off")
     axes.flat[0].legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.canvas.draw()  # the layout and the axes' limits fixed: labels placed in final pixels
+    # tight margins, applied once (fig.tight_layout() would leave a layout engine on the
+    # figure, for which savefig lays it out again)
+    TightLayoutEngine().execute(fig)
+    fig.draw_without_rendering()  # limits and layout fixed: labels placed in final pixels
     for ax, (x, y) in zip(axes.flat, pairs, strict=False):
         xs, ys = ([_axis(n, r.metrics.get(n)) for r in front] for n in (x, y))
         label_points(ax, [(a, b, str(r.number)) for a, b, r in zip(xs, ys, front,
@@ -195,12 +199,7 @@ def write_pareto_png(rows: Sequence[TrialRow], front: Sequence[TrialRow], best: 
                      budget_bytes: int | None = None, labels: Mapping[str, str] | None = None
                      ) -> Path:
     """`pareto_figure` saved as a PNG, atomically."""
-    import matplotlib.pyplot as plt
-
     from autoembed.files import atomic_write
 
     fig = pareto_figure(rows, front, best, objectives, title, budget_bytes, labels)
-    try:
-        return atomic_write(path, lambda fh: fig.savefig(fh, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
+    return atomic_write(path, lambda fh: fig.savefig(fh, dpi=110, format="png"))

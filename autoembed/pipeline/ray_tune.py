@@ -236,6 +236,38 @@ _CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 @contextmanager
+def _without_idle_helpers() -> Iterator[None]:
+    """While a private Ray starts: no autoscaler monitor and no log monitor (Ray's node
+    settings `no_monitor` and `include_log_monitor`, which `ray start --no-monitor
+    --include-log-monitor=False` sets and `ray.init` does not take), and no API server (the
+    dashboard's head, which Ray starts even with include_dashboard=False, for job submission
+    and the state API, and waits up to seconds for). A one-node Ray never scales, with
+    log_to_driver off nothing reads what the log monitor ships, and a search neither submits
+    jobs nor reads Ray's state API; each is a Python process of 1 to 1.5 CPU s at every
+    search. Ray internals moved: Ray's defaults."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # pragma: no cover - Ray internals moved
+        yield
+        return
+    start = Node.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        params: Any = kwargs.get("ray_params", args[0] if args else None)
+        if hasattr(params, "no_monitor") and hasattr(params, "include_log_monitor"):
+            params.no_monitor, params.include_log_monitor = True, False
+        if callable(getattr(self, "start_api_server", None)):
+            self.start_api_server = lambda **_: None  # this node's only
+        start(self, *args, **kwargs)
+
+    Node.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Node.__init__ = start  # type: ignore[method-assign]
+
+
+@contextmanager
 def _visible_gpus(gpu: str | None) -> Iterator[None]:
     """CUDA_VISIBLE_DEVICES=gpu while a private Ray starts (its processes inherit it, and
     Ray counts and hands out only the GPUs it names); as it was after. None: untouched."""
@@ -292,7 +324,7 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
                     "--head`) and that "
                     "this machine may join it (Ray's token authentication)") from None
         else:
-            with _on_loopback(), _visible_gpus(self.gpu):
+            with _on_loopback(), _visible_gpus(self.gpu), _without_idle_helpers():
                 ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
                          _node_ip_address=LOOPBACK, **kw)
         self.started = True
@@ -302,8 +334,9 @@ class ray_session:  # noqa: N801 - used as a context manager, reads like one
     def __exit__(self, *exc: object) -> None:
         """Stop what this started, in this thread (the driver's Ray references are freed
         here; a core worker shut down under them ends the process): `ray.shutdown()`, after
-        killing a private Ray's stateless autoscaler monitor (Ray would wait out its 1 s
-        SIGTERM grace)."""
+        killing a private Ray's stateless autoscaler monitor, if one was started (where
+        `_without_idle_helpers` could not stop it; Ray would wait out its 1 s SIGTERM
+        grace)."""
         if not self.started:
             return
         self.started = False

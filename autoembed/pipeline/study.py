@@ -125,10 +125,17 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
 HEAVY_SAMPLERS = ("ehvi",)  # samplers whose first ask imports heavy modules (import_sampler)
 
 
-def warm_sampler(kind: str) -> None:
+def warm_sampler(kind: str, trials: int | None = None) -> None:
     """Import what sampler `kind` needs (`import_sampler`) on a non-daemon thread, while Ray
-    starts; a failure is left to the sampler's first ask to raise."""
+    starts; a failure is left to the sampler's first ask to raise. `trials`: a new study's
+    trial count (None: unknown, or a resumed study). `ehvi` fits its model only at an ask
+    after STARTUP trials have finished (priced_ehvi.STARTUP), so a new study of at most that
+    many never imports it: nothing is warmed (about 2 CPU s of scikit-learn saved)."""
     if kind not in HEAVY_SAMPLERS:
+        return
+    from autoembed.pipeline.priced_ehvi import STARTUP
+
+    if trials is not None and trials <= STARTUP:
         return
     import threading
 
