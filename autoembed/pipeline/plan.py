@@ -19,7 +19,7 @@ from autoembed.budget import Budget
 from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
-from autoembed.pipeline.request import SearchRequest
+from autoembed.pipeline.request import SearchRequest, local_gpus
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same, check_sampler
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.user_workload import UserWorkload
@@ -106,13 +106,7 @@ class SearchPlan:
             bool(stored.get("start_points", False)) if stored else r.kind == "builtin")
         start = tuple(workload.start_points(cheapest)) if (
             (use_start or r.kind == "user") and sampler != "grid") else ()
-        gpus = 0
-        if r.gpu is not None:  # --device cuda:N: a private Ray sees that GPU only
-            gpus = 1
-        elif r.device == "cuda":
-            import torch
-
-            gpus = torch.cuda.device_count()
+        gpus = local_gpus(r.device, r.gpu)
         repeatable = r.repeatable or bool(stored.get("repeatable", False))
         cpus = os.cpu_count() or 1
         workers = _workers(r, stored, repeatable, gpus, cpus)

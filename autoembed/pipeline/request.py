@@ -247,6 +247,19 @@ def _device(device: str) -> tuple[str, int | None]:
     return "cpu", None
 
 
+def local_gpus(device: str, gpu: int | None) -> int:
+    """The GPUs a private Ray on this machine gives a search's trials (`device`, and `gpu`
+    where `--device cuda:N` named one): that one alone (a private Ray sees it only), CUDA's
+    count for `cuda`, none otherwise."""
+    if device != "cuda":
+        return 0
+    if gpu is not None:
+        return 1
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
 def _check_pinned(device: str, executor_kind: str, ray_address: str | None) -> None:
     """Refuse `--device cuda:N` where the search cannot keep its trials on that GPU: only a
     Ray it starts itself is limited to it (`ray_tune.ray_session`)."""

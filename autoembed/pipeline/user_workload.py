@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from autoembed.config import EmbeddingConfig, model_key
 from autoembed.errors import ConfigError
 from autoembed.pipeline.records import params_key
+from autoembed.pipeline.request import local_gpus
 from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY, Sharded
 from autoembed.pipeline.study import check_same
 from autoembed.pipeline.workload import (
@@ -60,15 +61,11 @@ QUEUE_KEY = "queue"  # the study meta key: {"reference": bool, "enqueue": [value
 
 
 def _gpus_seen(request: Any) -> int | None:
-    """The GPUs this search's trials run on, where this machine says: one for --device
-    cuda:N, else CUDA's count; None on a Ray cluster (its nodes' GPUs) or a custom executor."""
-    if request.ray_address or request.executor_kind == "custom" or request.device != "cuda":
+    """The GPUs this search's trials run on (`pipeline.request.local_gpus`); None on a Ray
+    cluster (its nodes' GPUs) or under a custom executor."""
+    if request.ray_address or request.executor_kind == "custom":
         return None
-    if request.gpu is not None:
-        return 1
-    import torch
-
-    return int(torch.cuda.device_count())
+    return local_gpus(request.device, request.gpu)
 
 
 @dataclass(frozen=True)
