@@ -146,8 +146,8 @@ _SHAPE_KEYS = {(True, "vocab_size"): "vocab", (True, "pooling_factor"): "pooling
                (False, "dense_layers"): "dense_layers"}
 _KEY = re.compile(r"config key '(tables\[\d+\]\.)?(\w+)' = ")
 # each config key `estimate` has a flag for -> that flag (`--batch` sets batch_size)
-_FLAG_OF_KEY = {k: f for k in FIELD_RULES
-                if (f := {v: n for n, v in FIELD_FLAGS.items()}.get(k, k))
+_KEY_FLAGS = {key: flag for flag, key in FIELD_FLAGS.items()}
+_FLAG_OF_KEY = {k: f for k in FIELD_RULES if (f := _KEY_FLAGS.get(k, k))
                 in {o.name for o in fields(EstimateOptions)}}
 
 
