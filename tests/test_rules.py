@@ -107,9 +107,13 @@ def test_public_functions_word_a_bad_argument_one_way(call: Callable[[], Any],
         (["estimate", "--compression", "robe", "--robe-size", "10", "--robe-block", "64"],
          "--robe-block = 64: a block longer than the array (10 values) reads values twice; "
          "use --robe-block <= --robe-size"),
-        # no --config file: a key no flag set is named by its flag (before: config key)
+        # no --config file: a key no flag set is named by its flag (before: config key),
+        # and said missing when it has no value (before: "--hash-buckets = None")
         (["estimate", "--compression", "hash"],
-         "--hash-buckets = None: compression 'hash' needs --hash-buckets >= 1"),
+         "--hash-buckets missing: compression 'hash' needs --hash-buckets >= 1"),
+        (["estimate", "--compression", "hot_cold"],
+         "--hash-buckets missing: compression 'hot_cold' hashes its cold ids into "
+         "--hash-buckets rows: set --hash-buckets (a count, or a share of the rows)"),
         # a list typed as text, as typed (before: the tuple it was read as, (0,))
         (["estimate", "--dense-layers", "0"],
          "--dense-layers = 0: must be a list of layer widths (integers >= 1)"),

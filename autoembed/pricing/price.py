@@ -157,7 +157,8 @@ def _named_by_flags(given: Mapping[str, Any], flags_only: bool) -> Iterator[None
     raised naming that flag, as typed ("--batch = 0: ..."), and so is each such key its
     text names after that ("use robe_block <= robe_size": "use --robe-block <=
     --robe-size"; keys of one word, which prose uses too, are left); any other as it is.
-    `flags_only` (no --config file): every key with a flag is named by it, set or not."""
+    `flags_only` (no --config file): every key with a flag is named by it, set or not; one
+    left out and unset (None) is said missing ("--hash-buckets missing: ..."), not "= None"."""
     try:
         yield
     except ConfigError as e:
@@ -172,7 +173,10 @@ def _named_by_flags(given: Mapping[str, Any], flags_only: bool) -> Iterator[None
         head = flags.get((m.group(1) is not None, m.group(2))) if m else None
         if m is not None and head is not None:
             rest = _as_typed(text[m.end():], on.get(head))
-            text = f"{_typed(head)} = {_keys_typed(rest, flags)}"
+            if head not in on and rest.startswith("None: "):  # no value: the flag was left out
+                text = f"{_typed(head)} missing: {_keys_typed(rest[6:], flags)}"
+            else:
+                text = f"{_typed(head)} = {_keys_typed(rest, flags)}"
         if text == str(e):
             raise
         raise type(e)(text) from None
