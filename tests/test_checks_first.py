@@ -242,6 +242,38 @@ def test_a_named_gpu_is_the_only_one_a_private_ray_sees_and_refused_where_it_can
     ray_tune.ray_session(None, 2, 2).__enter__()  # used as it is
 
 
+def test_workers_above_the_gpus_the_trials_see_are_refused_and_a_resumed_count_cut(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--device cuda:1 --workers 2`: the one GPU ran one trial at a time while the study and
+    MLflow recorded 2 workers and each trial got half the CPUs. More workers than the GPUs
+    a private Ray gives the trials (one for cuda:N, CUDA's count for cuda) are refused in one
+    line before any work; a resumed study's count is cut to them. Two GPUs faked; no CUDA."""
+    import torch
+
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    def plan(stored: dict[str, object] | None = None, **kw: object) -> SearchPlan:
+        return SearchPlan.build(SearchRequest.parse("8GB", "tiny", **kw), stored or {})
+
+    for device, workers, fix in (("cuda:1", 2, "use --workers 1, or --device cuda"),
+                                 ("cuda", 3, "use --workers 2")):
+        with pytest.raises(ConfigError, match=f"^--workers {workers} runs") as e:
+            plan(device=device, workers=workers)
+        assert str(e.value).endswith(fix) or f"{fix} (" in str(e.value)
+        assert "\n" not in str(e.value)
+    assert plan(device="cuda", workers=2).workers == 2  # one trial on each GPU
+    resumed = plan({"workers": 2}, device="cuda:1")  # stored by a search on both GPUs
+    cpus = os.cpu_count() or 1
+    assert (resumed.workers, resumed.cpus_per_trial) == (1, cpus)
+    assert resumed.meta()["workers"] == 1 and resumed.tracker_params()["workers"] == "1"
+    # a cluster's GPUs are its nodes': not checked here
+    assert plan(device="cuda", workers=4, ray_address="10.0.0.5:6379").workers == 4
+
+
 # ----------------------------------------------------------------- a user search's --loss
 
 LOGITS_LOOP = '''

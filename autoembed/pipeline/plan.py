@@ -20,6 +20,7 @@ from autoembed.errors import ConfigError
 from autoembed.memory.objective import LEGACY_BASIS, MEMORY_BASIS, check_basis
 from autoembed.pipeline.builtin import DERIVED_SPACE_FILE, BuiltinWorkload
 from autoembed.pipeline.request import SearchRequest, local_gpus
+from autoembed.pipeline.sharded_workload import TOPOLOGY_KEY
 from autoembed.pipeline.study import DEFAULT_SAMPLER, check_same, check_sampler
 from autoembed.pipeline.time_limit import TrialTimeLimit
 from autoembed.pipeline.user_workload import UserWorkload
@@ -92,6 +93,10 @@ class SearchPlan:
         seed = r.seed if r.seed is not None else int(stored.get("seed", 0))
         sampler = r.sampler or stored.get("sampler") or DEFAULT_SAMPLER
         check_sampler(sampler)  # a resumed study's kind may since have moved to benchmarks/
+        gpus = local_gpus(r.device, r.gpu)
+        repeatable = r.repeatable or bool(stored.get("repeatable", False))
+        cpus = os.cpu_count() or 1
+        workers = _workers(r, stored, repeatable, gpus, cpus)  # refused before any work
         workload = workload_for(r, stored, seed, tell)
         objs = (parse_objectives(list(r.objectives), "--objectives") if r.objectives
                 else workload.space.objectives)
@@ -106,10 +111,6 @@ class SearchPlan:
             bool(stored.get("start_points", False)) if stored else r.kind == "builtin")
         start = tuple(workload.start_points(cheapest)) if (
             (use_start or r.kind == "user") and sampler != "grid") else ()
-        gpus = local_gpus(r.device, r.gpu)
-        repeatable = r.repeatable or bool(stored.get("repeatable", False))
-        cpus = os.cpu_count() or 1
-        workers = _workers(r, stored, repeatable, gpus, cpus)
         return cls(
             request=r, workload=workload, objectives=tuple(objs), sampler=sampler, seed=seed,
             trials=_trials(r, stored, workload.space),
@@ -242,15 +243,45 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
     runs one at a time, a resumed study's count aside); else --workers, else a resumed
     study's count; else one per GPU; on a CPU one (trials side by side distort each other's
     throughput), except in a time-boxed search on a private Ray: one per core, each on one
-    torch thread (a time box buys trials, not seconds)."""
+    torch thread (a time box buys trials, not seconds). Where each trial holds one of this
+    machine's `gpus` (`_gpu_slots`) no more run at once: --workers above is refused, a
+    resumed study's count is cut to them (the count recorded is the count that runs)."""
     if repeatable or r.executor_kind == "local":
         return 1
-    if r.workers or stored.get("workers"):
-        return int(r.workers or stored["workers"])
+    slots = _gpu_slots(r, stored, gpus)
+    if r.workers:
+        if slots is not None and r.workers > slots:
+            raise _too_many_workers(r.workers, slots, r.gpu)
+        return int(r.workers)
+    if stored.get("workers"):
+        return min(int(stored["workers"]), slots or int(stored["workers"]))
     if r.device == "cuda":
         return max(1, gpus)
     private_ray = r.executor is None and r.executor_kind == "ray" and r.ray_address is None
     return cpus if r.time_budget is not None and private_ray else 1
+
+
+def _too_many_workers(workers: int, slots: int, gpu: int | None) -> ConfigError:
+    """--workers above the trials this machine's GPUs run at once, in one line with the fix."""
+    import torch
+
+    where = f"--device cuda:{gpu} gives this search" if gpu is not None else "this machine has"
+    other = (", or --device cuda (all this machine's GPUs)"
+             if gpu is not None and torch.cuda.device_count() > slots else "")
+    return ConfigError(f"--workers {workers} runs {workers} trials at once, each on its own "
+                       f"GPU, and {where} {slots}: use --workers {slots}{other}")
+
+
+def _gpu_slots(r: SearchRequest, stored: Mapping[str, Any], gpus: int) -> int | None:
+    """The trials that can run at once on this machine's GPUs: `gpus` where each trial holds
+    one (`--device cuda` on a Ray this search starts); None where nothing here bounds them:
+    a CPU, a Ray cluster's GPUs (not checked here), an Executor object, a TorchRec space
+    (its trial holds no GPU itself: each rank's Ray Train worker holds its own)."""
+    if r.device != "cuda" or r.executor_kind != "ray" or r.ray_address:
+        return None
+    sharded = (r.space.topology is not None if isinstance(r.space, SearchSpace)
+               else TOPOLOGY_KEY in stored)
+    return None if sharded else gpus
 
 
 # The trial count of a search bounded only by --time-budget (time is the limit, not a count)
