@@ -611,7 +611,8 @@ def _export_user(chosen: _Chosen, own: tuple[Any, Any, Any], out: Path, fmt: str
     texts = {cfg_path: (json.dumps(plain(record), indent=2) + "\n" if cfg_path.suffix == ".json"
                         else yaml.safe_dump(dict(plain(record)), sort_keys=False))}
     if fmt == "python" and TOPOLOGY_KEY in meta:
-        texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem)
+        texts[out] = export_pick(space, refs, meta[TOPOLOGY_KEY], params, out.stem,
+                                 seed=cfg.seed)
     elif fmt == "python":
         texts[out] = python_module(refs["model"], record["params"], cfg_path.name,
                                    study=str(chosen.study), trial=chosen.trial or 0,

@@ -150,6 +150,10 @@ def test_a_dlrm_search_runs_each_trial_on_two_ranks_kill_cli_python_export(
     out = tmp_path / "pick.py"
     assert main(["export", "--study", "d", "--runs-dir", str(runs), "--format", "python",
                  "--out", str(out)]) == 0
+    import yaml
+
+    seed = yaml.safe_load(out.with_suffix(".yaml").read_text())["config"]["seed"]
+    assert seed != 0 and f"\nSEED = {seed}  #" in out.read_text()  # the trial's, as trained
     ran = subprocess.run([sys.executable, str(out), "--train"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
@@ -322,3 +326,38 @@ def test_a_torchrec_trial_is_seeded_as_a_user_trial() -> None:
         dist.destroy_process_group()
     assert out["status"] == "complete", out["message"]
     assert user.DRAWS == {"build": want, "train": want}
+
+
+def test_a_torchrec_pick_exported_as_python_carries_the_trials_seed(tmp_path: Path) -> None:
+    """`export --format python` of a TorchRec study wrote no seed (user models' modules
+    carry SEED): the module now holds the trial's seed as SEED, its `seed_generators()`
+    seeds torch with it (the draw is torch's seeded directly) and `random_ids` draws from
+    it. Planned on the meta device; nothing trained."""
+    import importlib.util
+
+    import torch
+
+    from autoembed.pipeline.sharded_workload import Sharded, export_pick
+    from autoembed.space import parse_space
+    from autoembed.user.run import UserCode
+
+    space = parse_space({"topology": {"world_size": 1, "compute_device": "cpu"},
+                         "embedding": {"tables": {"t": {"optimizer": {"choices": ["sgd"]}}}},
+                         "user": {}}, "s.yaml", kind="user")
+    code = UserCode.resolve("_torchrec_code:drawing_build", "_torchrec_code:ids_example",
+                            "_torchrec_code:drawing_train", loss="_torchrec_code:sum_loss")
+    sharded = Sharded.of(space, 10**9, "cpu", code.records())
+    assert sharded is not None
+    out = tmp_path / "pick.py"
+    out.write_text(export_pick(space, code.records(), sharded.topology,
+                               {"embedding.tables.t.optimizer": "sgd"}, "pick", seed=1234))
+    spec = importlib.util.spec_from_file_location("seeded_pick", out)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(1234)
+    want = torch.rand(3)  # torch seeded directly
+    mod.seed_generators()
+    assert mod.SEED == 1234 and torch.equal(torch.rand(3), want)
+    g = torch.Generator().manual_seed(1234)
+    assert torch.equal(mod.random_ids("").values(), torch.randint(0, 10, (8,), generator=g))

@@ -138,10 +138,11 @@ def _settings(space: SearchSpace, values: Mapping[str, Any], probe: Any
 
 def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
                 topology: Mapping[str, Any], optuna_params: Mapping[str, Any],
-                module_name: str) -> str:
+                module_name: str, *, seed: int) -> str:
     """A TorchRec study's trial as the text of the module `module_name` (nothing written):
     the user's model built with the trial's params, its tables set as the trial set them,
-    planned on the study's `topology` (`torchrec.torchrec_code`)."""
+    planned on the study's `topology` (`torchrec.torchrec_code`); `seed`: the trial's
+    (`config.seed`), the module's SEED, as the ranks seeded with it (`sharded_runner._seed`)."""
     from autoembed.torchrec.export_code import torchrec_code
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.unsharded import batch_of
@@ -156,7 +157,7 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
     model = built_module(build(params))
     items, config = _settings(space, values, model)
     topo = RankTopology(batch_size=batch_of(example(params)), **topology)
-    return torchrec_code(model, items, topo, module_name, lr=config.lr)
+    return torchrec_code(model, items, topo, module_name, lr=config.lr, seed=seed)
 
 
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]

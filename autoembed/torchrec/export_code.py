@@ -26,8 +26,10 @@ Run it to build the collections on the meta device and print TorchRec's plan for
 topology it was priced on; import it to rebuild and plan your own model:
 
     import {module}
-    model = {module}.rewrite(my_model)      # the collections below, in place
+    {module}.seed_generators()              # SEED, as the trial seeded before its build
+    model = {module}.rewrite(my_model())    # the collections below, in place
     plan = {module}.plan(model)             # TorchRec's planner under CONSTRAINTS
+    {module}.seed_generators()              # before your loop, as the trial seeded its train
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ HASHED = {hashed}
 OPTIMIZERS = {optimizers}
 CONSTRAINTS = {constraints}
 TOPOLOGY = {topology}
+SEED = {seed}  # the trial's: random, numpy and torch are seeded with it
+
+
+def seed_generators(seed: int = SEED) -> None:
+    """Seed python's random, numpy's global generator and torch's with `seed`, as the
+    trial did before it built its model and again before its train."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 {hashed_ids}
@@ -108,7 +123,7 @@ def plan(module: nn.Module, world_size: int = TOPOLOGY["world_size"],
     return planner.plan(module, sharders())
 
 
-def random_ids(path: str, batch_size: int = 8, seed: int = 0) -> KeyedJaggedTensor:
+def random_ids(path: str, batch_size: int = 8, seed: int = SEED) -> KeyedJaggedTensor:
     """One id per sample for each feature of the collection at `path`, drawn below its
     table's rows."""
     g = torch.Generator().manual_seed(seed)
@@ -122,7 +137,7 @@ def random_ids(path: str, batch_size: int = 8, seed: int = 0) -> KeyedJaggedTens
         lengths=torch.ones(len(keys) * batch_size, dtype=torch.int64))
 
 
-def train_step(coll: nn.Module, path: str, batch_size: int = 8, seed: int = 0) -> float:
+def train_step(coll: nn.Module, path: str, batch_size: int = 8, seed: int = SEED) -> float:
     """One training step of `coll` (`collection(path, "cpu")`) on `random_ids`: the loss
     is the mean square of what it looks up; each table's fused optimizer steps inside the
     backward. Returns the loss."""
@@ -139,6 +154,7 @@ if __name__ == "__main__":
     holder = nn.ModuleDict({{f"c{{i}}": collection(p) for i, p in enumerate(COLLECTIONS)}})
     print(plan(holder))
     if "--train" in sys.argv[1:]:  # one step of each collection on the CPU (allocates it)
+        seed_generators()  # the tables' initial weights from the trial's seed
         for path in COLLECTIONS:
             coll = collection(path, "cpu")
             before = {{k: v.clone() for k, v in coll.state_dict().items()}}
@@ -162,8 +178,9 @@ def _config_src(cfg: Any, pooled: bool) -> str:
 
 
 def render(model: nn.Module, planned: Any, topology: RankTopology, lr: float,
-           module_name: str = "torchrec_pick") -> str:
-    """The file's text for a rewritten `model` and its plan (`plan.PlannedTable`s)."""
+           module_name: str = "torchrec_pick", seed: int = 0) -> str:
+    """The file's text for a rewritten `model` and its plan (`plan.PlannedTable`s);
+    `seed`: the trial's, the file's SEED (`seed_generators()` seeds with it)."""
     from autoembed.torchrec.model import HashedIds
 
     colls: dict[str, list[str]] = {}
@@ -197,25 +214,25 @@ def render(model: nn.Module, planned: Any, topology: RankTopology, lr: float,
                           + "    ]"),
         pooled=block(pooled, repr), hashed=block(hashed, repr),
         optimizers=block(opts, str), constraints=block(cons, str),
-        topology=pprint.pformat(topo, sort_dicts=False))
+        topology=pprint.pformat(topo, sort_dicts=False), seed=int(seed))
 
 
 def export_torchrec(model: nn.Module | Any, tables: Any, topology: RankTopology,
-                    path: str | Path, *, lr: float = 0.01) -> Path:
+                    path: str | Path, *, lr: float = 0.01, seed: int = 0) -> Path:
     """Rewrite `model` (or its factory's model) by `tables`, plan it on `topology`, and write
-    the pick as TorchRec code to `path` (a .py file); returns the path."""
+    the pick as TorchRec code to `path` (a .py file), its SEED `seed`; returns the path."""
     out = Path(path)
-    out.write_text(torchrec_code(model, tables, topology, out.stem, lr=lr))
+    out.write_text(torchrec_code(model, tables, topology, out.stem, lr=lr, seed=seed))
     return out
 
 
 def torchrec_code(model: nn.Module | Any, tables: Any, topology: RankTopology,
-                  module_name: str, *, lr: float = 0.01) -> str:
+                  module_name: str, *, lr: float = 0.01, seed: int = 0) -> str:
     """`export_torchrec`'s text, nothing written: `model` rewritten by `tables` and planned
-    on `topology`, as the module `module_name`."""
+    on `topology`, as the module `module_name` (its SEED `seed`)."""
     from autoembed.torchrec.unsharded import build_model
 
     items = table_settings(tables)
     built = apply(build_model(model), items, lr=lr, compute_device=topology.compute_device)
     _, planned = plan_model(built, topology, items)
-    return render(built, planned, topology, lr, module_name)
+    return render(built, planned, topology, lr, module_name, seed)
