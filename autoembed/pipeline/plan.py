@@ -277,7 +277,7 @@ def _gpu_slots(r: SearchRequest, stored: Mapping[str, Any], gpus: int) -> int | 
     one (`--device cuda` on a Ray this search starts); None where nothing here bounds them:
     a CPU, a Ray cluster's GPUs (not checked here), an Executor object, a TorchRec space
     (its trial holds no GPU itself: each rank's Ray Train worker holds its own)."""
-    if r.device != "cuda" or r.executor_kind != "ray" or r.ray_address:
+    if r.device != "cuda" or r.executor_kind != "ray" or r.ray_address or r.executor is not None:
         return None
     sharded = (r.space.topology is not None if isinstance(r.space, SearchSpace)
                else TOPOLOGY_KEY in stored)
