@@ -176,7 +176,7 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
     micro-batches are), trains; a bigger eval pass first is no training batch."""
     r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(8, 4))
     assert r.status == "failed"
-    assert r.error.startswith("the loop's first training batch gives the model args[0] of "
+    assert r.error.startswith("the loop's training batch 1 gives the model args[0] of "
                               "shape [16, 4], larger than the example(params) the trial was "
                               "priced on gives ([8, 4]); have example(params) return")
     for priced in (ids_of(16, 4), ids_of(32, 4), None):
@@ -199,10 +199,45 @@ def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
     compared, and trained); priced on 16 x 8, the loop's shorter 16 x 4 trains."""
     r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 2))
     assert r.status == "failed" and r.error.startswith(
-        "the loop's first training batch gives the model args[0] of shape [16, 4], larger "
+        "the loop's training batch 1 gives the model args[0] of shape [16, 4], larger "
         "than the example(params) the trial was priced on gives ([16, 2])"), r.error
     ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 8))
     assert ok.status == "complete", ok.error
+
+
+def padded(lengths):
+    """A loop that pads each batch of 16 sequences to its own longest (`pad_sequence`): its
+    batch `i` is 16 x `lengths[i - 1]`; one report per step."""
+    def train(model, params, report):
+        opt, g = adam(model), torch.Generator().manual_seed(0)
+        for step, longest in enumerate(lengths, 1):
+            sizes = [*torch.randint(1, longest + 1, (15,), generator=g).tolist(), longest]
+            ids = nn.utils.rnn.pad_sequence(
+                [torch.randint(1, VOCAB, (n,), generator=g) for n in sizes], batch_first=True)
+            loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            report(step=step, samples=16 * step, quality=0.5)
+        return 0.5
+    return train
+
+
+def test_every_training_batch_is_compared_not_the_first_alone() -> None:
+    """Priced on 16 x 4, a loop padding each batch to its own longest trains batches of
+    16 x 4, 16 x 3, 16 x 6: refused at batch 3 (before: only the first batch was compared,
+    and the longer ones trained over the priced bytes), the two steps reported before it
+    kept; batches of 4, 2, 4, 1 (none longer) train."""
+    config = EmbeddingConfig(table_optimizer="adam")
+    r = run(config, padded([4, 3, 6]), priced=ids_of(16, 4))
+    assert r.status == "failed" and r.error == (
+        "the loop's training batch 3 gives the model args[0] of shape [16, 6], larger than "
+        "the example(params) the trial was priced on gives ([16, 4]); have example(params) "
+        "return one batch as train builds it (at params' batch size and sequence length)")
+    assert [p.step for p in r.curve] == [1, 2]
+    ok = run(config, padded([4, 2, 4, 1]), priced=ids_of(16, 4))
+    assert ok.status == "complete", ok.error
+    assert [p.step for p in ok.curve] == [1, 2, 3, 4]
 
 
 class Scaled(Bag):
@@ -278,7 +313,7 @@ def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     for ids in (24, 160):  # fewer ids over more bags first
         r = trial(ids, 16)
         assert r.status == "failed" and r.error.startswith(
-            "the loop's first training batch gives the model args[2] of shape [16, 3], larger "
+            "the loop's training batch 1 gives the model args[2] of shape [16, 3], larger "
             "than the example(params) the trial was priced on gives ([8, 3])"), r.error
 
 
@@ -315,7 +350,7 @@ def test_flat_ids_and_offsets_alone_fail_when_every_first_dim_is_larger() -> Non
         assert ok.status == "complete", ok.error
     r = trial(80, 16)
     assert r.status == "failed" and r.error == (
-        "the loop's first training batch gives the model inputs args[0], args[1] of first "
+        "the loop's training batch 1 gives the model inputs args[0], args[1] of first "
         "dims [80, 16], each larger than those of the example(params) the trial was priced "
         "on ([40, 8]); have example(params) return one batch as train builds it (at params' "
         "batch size and sequence length)")

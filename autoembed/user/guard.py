@@ -19,8 +19,10 @@ assumed and the loop decides itself.
   else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
   as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
   precision's autocast (`config.precision_policy`).
-* The batch: at the first such forward in training mode (an eval pass is not one), each
-  tensor the model is given against the priced example's same input (`priced_inputs`). An
+* The batch: at every such forward in training mode (an eval pass is not one), each
+  tensor the model is given against the priced example's same input (`priced_inputs`), a
+  comparison of shapes (no copy, no device sync): a loop that pads each batch to its own
+  longest sequence is refused at the first batch longer than priced. An
   input of two or more dims is a batch of rows whose every dim the priced bytes depend on
   (rows, a sequence length, features): one larger in any dim is more than was priced. A 1-D
   input (flat ids, offsets, lengths, single ids, per-id weights) alone says not how many
@@ -143,7 +145,7 @@ class _Watch:
         self.report = report
         self.priced = None if priced is None else list(priced)
         self.forward_seen = False
-        self.batch_seen = False
+        self.batches = 0  # training forwards seen (gradients on, training mode)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each table weight this step moved for the first time."""
@@ -205,15 +207,15 @@ class _Watch:
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
-        """The model's forward pre-hook: the first forward with gradients on is checked (its
-        batch at the first such forward in training mode: an eval pass is not one)."""
+        """The model's forward pre-hook: the first forward with gradients on is checked, and
+        the batch of every such forward in training mode (an eval pass is not one)."""
         import torch
 
         if not torch.is_grad_enabled() or not self.tables:
             return
-        if module.training and not self.batch_seen:
-            self.batch_seen = True
-            self._check_batch(_inputs(args, kwargs))
+        if module.training and self.priced:
+            self.batches += 1
+            self._check_batch(args, kwargs)
         if self.forward_seen:
             return
         self.forward_seen = True
@@ -242,31 +244,56 @@ class _Watch:
                 "to what the loop does, or train the model in the priced one")
             return
 
-    def _check_batch(self, got: list[dict[str, Any]]) -> None:
-        """The loop's first training batch against the priced example's, input by input
-        (another count of inputs is not compared): a batch of rows (`priced_inputs`) larger
-        in any dim, or of another rank with more elements, is refused; 1-D inputs
-        only when every input's first dim is larger (flat ids with offsets, more ids over
-        the same bags, keep the priced bags). Smaller, as micro-batches are, is not."""
-        want = self.priced
-        if not want or len(got) != len(want):
+    def _check_batch(self, args: Any, kwargs: Mapping[str, Any]) -> None:
+        """A training batch against the priced example's, input by input (another count of
+        inputs is not compared): a batch of rows (`priced_inputs`) larger in any dim, or of
+        another rank with more elements, is refused; 1-D inputs only when every input's
+        first dim is larger (flat ids with offsets, more ids over the same bags, keep the
+        priced bags). Smaller, as micro-batches are, is not. Shapes alone are read (the
+        inputs' names only for a refusal); after one refusal no batch is compared."""
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        want = self.priced or []
+        got = [t.shape for t in tree_leaves((tuple(args), dict(kwargs)))
+               if isinstance(t, torch.Tensor) and t.dim() > 0]
+        if len(got) != len(want):
             return
-        fix = ("have example(params) return one batch as train builds it (at params' batch "
-               "size and sequence length)")
-        for g, w in zip(got, want, strict=True):
-            if (g["rows"] or w["rows"]) and _larger(g["shape"], w["shape"]):
-                self.report.refuse(
-                    f"the loop's first training batch gives the model {g['input']} of shape "
-                    f"{g['shape']}, larger than the example(params) the trial was priced on "
-                    f"gives ({w['shape']}); {fix}")
-                return
-        if all(g["shape"][0] > w["shape"][0] for g, w in zip(got, want, strict=True)):
-            self.report.refuse(
-                f"the loop's first training batch gives the model inputs "
-                f"{', '.join(g['input'] for g in got)} of first dims "
-                f"{[g['shape'][0] for g in got]}, each larger than those of the "
-                f"example(params) the trial was priced on ({[w['shape'][0] for w in want]}); "
-                f"{fix}")
+        over = _over(got, [w["shape"] for w in want])
+        if over is None:
+            return
+        self.priced = None  # the trial ends with this refusal
+        self.report.refuse(_refusal(self.batches, _inputs(args, kwargs), want, over))
+
+
+def _over(got: Sequence[Sequence[int]], want: Sequence[Sequence[int]]) -> int | None:
+    """Which input of shapes `got` is more than priced (`want`): the first batch of rows
+    (two or more dims in either) `_larger`, else -1 when every first dim is larger (1-D
+    inputs); None: none is."""
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if (len(g) > 1 or len(w) > 1) and _larger(g, w):
+            return i
+    if all(g[0] > w[0] for g, w in zip(got, want, strict=True)):
+        return -1
+    return None
+
+
+def _refusal(batch: int, got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
+             over: int) -> str:
+    """The one line refusing the loop's training batch `batch` (its training forwards
+    counted from 1) whose input `over` (`_over`) is more than priced."""
+    fix = ("have example(params) return one batch as train builds it (at params' batch "
+           "size and sequence length)")
+    if over >= 0:
+        g, w = got[over], want[over]
+        return (f"the loop's training batch {batch} gives the model {g['input']} of shape "
+                f"{g['shape']}, larger than the example(params) the trial was priced on "
+                f"gives ({w['shape']}); {fix}")
+    return (f"the loop's training batch {batch} gives the model inputs "
+            f"{', '.join(g['input'] for g in got)} of first dims "
+            f"{[g['shape'][0] for g in got]}, each larger than those of the "
+            f"example(params) the trial was priced on ({[w['shape'][0] for w in want]}); "
+            f"{fix}")
 
 
 def _larger(got: Sequence[int], want: Sequence[int]) -> bool:
