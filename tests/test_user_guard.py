@@ -205,6 +205,15 @@ def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
     assert ok.status == "complete", ok.error
 
 
+def step_on(model, opt, ids: torch.Tensor, step: int, report) -> None:
+    """One training step on the batch `ids` of 16 rows (class 0), reported."""
+    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    report(step=step, samples=16 * step, quality=0.5)
+
+
 def padded(lengths):
     """A loop that pads each batch of 16 sequences to its own longest (`pad_sequence`): its
     batch `i` is 16 x `lengths[i - 1]`; one report per step."""
@@ -214,11 +223,7 @@ def padded(lengths):
             sizes = [*torch.randint(1, longest + 1, (15,), generator=g).tolist(), longest]
             ids = nn.utils.rnn.pad_sequence(
                 [torch.randint(1, VOCAB, (n,), generator=g) for n in sizes], batch_first=True)
-            loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            report(step=step, samples=16 * step, quality=0.5)
+            step_on(model, opt, ids, step, report)
         return 0.5
     return train
 
@@ -238,6 +243,62 @@ def test_every_training_batch_is_compared_not_the_first_alone() -> None:
     ok = run(config, padded([4, 2, 4, 1]), priced=ids_of(16, 4))
     assert ok.status == "complete", ok.error
     assert [p.step for p in ok.curve] == [1, 2, 3, 4]
+
+
+class FrozenHead(Bag):
+    """Bag whose `out` is frozen as built (a pretrained head, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out.requires_grad_(False)
+
+
+def unfreezing(what: str, at: int):
+    """Adam over every weight; the loop unfreezes `what` (a submodule) before step `at`."""
+    def train(model, params, report):
+        opt, ids = adam(model), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 4):
+            if step == at:
+                getattr(model, what).requires_grad_(True)
+            step_on(model, opt, ids, step, report)
+        return 0.5
+    return train
+
+
+def test_a_weight_frozen_when_priced_that_the_loop_unfreezes_fails() -> None:
+    """Pricing gives a frozen weight neither a gradient nor optimizer state: a loop that
+    unfreezes the frozen head at step 2 (gradual unfreezing) is refused at that step (before:
+    trained, a dense weight frozen at the start never checked), and so is a frozen table
+    unfrozen (before: its state matched the table_optimizer's, priced at none); built
+    trainable and frozen by the loop a while, the head trains."""
+    config = EmbeddingConfig(table_optimizer="adam", dense_optimizer="adam")
+    r = run_user_trial(UserCode(lambda p: FrozenHead(), lambda p: None, unfreezing("out", 2)),
+                       {}, config, Report(), as_written=True)
+    assert r.status == "failed" and r.error.startswith(
+        f"the loop trains dense parameter 'out.weight' (a gradient and its Adam's "
+        f"{2 * 2 * DIM} values of state for its {2 * DIM} weights), frozen (requires_grad "
+        "False) when the trial was priced, so neither was priced; have build(params) return "
+        "it trainable"), r.error
+    assert [p.step for p in r.curve] == [1]
+
+    def frozen_table():
+        m = Bag()
+        m.emb.requires_grad_(False)
+        return m
+
+    r = run_user_trial(UserCode(lambda p: frozen_table(), lambda p: None,
+                                unfreezing("emb", 3)), {}, config, Report(), as_written=True)
+    assert r.status == "failed" and r.error.startswith(
+        f"the loop trains table 'emb' (a gradient and its Adam's {2 * VOCAB * DIM} values"), \
+        r.error
+
+    def freeze_first(model, params, report):
+        model.out.requires_grad_(False)
+        return unfreezing("out", 2)(model, params, report)
+
+    ok = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, freeze_first), {}, config,
+                        Report(), as_written=True)
+    assert ok.status == "complete", ok.error
 
 
 class Scaled(Bag):

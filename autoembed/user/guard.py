@@ -13,6 +13,8 @@ assumed and the loop decides itself.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
   against the priced optimizer at `config.weight_decay`.
+* A weight frozen (`requires_grad` False) as built is priced with neither a gradient nor
+  optimizer state: one the loop unfreezes and steps is refused at that step.
 * The precision: at the first forward with gradients on, the dtype of every table and
   every other trainable weight, and the autocast in force on their device, are compared
   with the price's: a half precision's parameter dtype (pricing casts the model to it),
@@ -137,9 +139,13 @@ class _Watch:
         for path, m in embedding_modules(model):
             for p in m.parameters():
                 self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
-        self.pending = set(self.tables)
+        self.pending = {i for i, (_, _, p) in self.tables.items() if p.requires_grad}
         self.dense = {id(p): (n, p) for n, p in model.named_parameters()
                       if p.requires_grad and id(p) not in self.tables}
+        # frozen as priced: priced with neither a gradient nor optimizer state
+        self.frozen = {id(p): (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
+                               else f"dense parameter '{n}'")
+                       for n, p in model.named_parameters() if not p.requires_grad}
         self.config = config
         self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
@@ -148,14 +154,28 @@ class _Watch:
         self.batches = 0  # training forwards seen (gradients on, training mode)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
-        """The optimizer hook: check each table weight this step moved for the first time."""
+        """The optimizer hook: check each weight this step moved for the first time (one
+        frozen when priced is refused)."""
         for group in opt.param_groups:
             for p in group["params"]:
-                if id(p) in self.pending and p.grad is not None:
+                if id(p) in self.frozen and p.grad is not None:
+                    self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
+                elif id(p) in self.pending and p.grad is not None:
                     self.pending.discard(id(p))
                     self._check_state(opt, p)
                 elif id(p) in self.dense and p.grad is not None:
                     self._check_dense(opt, self.dense.pop(id(p))[0], p)
+
+    def _refuse_unfrozen(self, opt: torch.optim.Optimizer, what: str,
+                         p: torch.Tensor) -> None:
+        """`p` (`what`), frozen when the trial was priced, which priced neither a gradient
+        nor optimizer state for it, is stepped by the loop with a gradient."""
+        self.report.refuse(
+            f"the loop trains {what} (a gradient and its {type(opt).__name__}'s "
+            f"{_state(opt, p):,} values of state for its {p.numel():,} weights), frozen "
+            "(requires_grad False) when the trial was priced, so neither was priced; have "
+            "build(params) return it trainable if train trains it (a loop may freeze it for "
+            "a while), or keep it frozen in the loop")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str) -> None:
