@@ -146,6 +146,35 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
+def evaluated_first(autocast: bool, train_mode: bool = True):
+    """`loop(adam, autocast)` after an evaluation in eval mode with gradients on (no
+    no_grad) and without autocast; `train_mode` False: the loop trains in eval mode too."""
+    def train(model, params, report):
+        model.eval()
+        model(torch.zeros(4, 4, dtype=torch.long)).sum()
+        model.train(train_mode)
+        return loop(adam, autocast=autocast)(model, params, report)
+    return train
+
+
+def test_the_precision_is_the_training_forwards_not_an_evaluations() -> None:
+    """An evaluation before training, gradients on and without autocast, is not how the
+    loop trains: under the priced amp_bf16's autocast it trains (before: refused as
+    'without autocast'); at fp32, training under bf16 autocast is refused (before: trained,
+    the evaluation compared); a loop training in eval mode is judged at its first step."""
+    amp = EmbeddingConfig(precision="amp_bf16", table_optimizer="adam")
+    ok = run(amp, evaluated_first(autocast=True))
+    assert ok.status == "complete", ok.error
+    says = ("the loop trains table 'emb' in float32 under bfloat16 autocast, but the trial "
+            "was priced at precision 'fp32' (float32 without autocast)")
+    fp32 = EmbeddingConfig(table_optimizer="adam")
+    for train_mode in (True, False):
+        r = run(fp32, evaluated_first(autocast=True, train_mode=train_mode))
+        assert r.status == "failed" and r.error.startswith(says), (train_mode, r.error)
+    ok = run(amp, evaluated_first(autocast=True, train_mode=False))
+    assert ok.status == "complete", ok.error
+
+
 @pytest.mark.parametrize(("priced", "decay", "make_opt", "says"), [
     ("sgd", 0.0, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4),
      "table 'emb': the loop's SGD adds weight_decay 0.0001 to the gradient (a gradient-sized "

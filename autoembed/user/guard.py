@@ -15,7 +15,9 @@ assumed and the loop decides itself.
   against the priced optimizer at `config.weight_decay`.
 * A weight frozen (`requires_grad` False) as built is priced with neither a gradient nor
   optimizer state: one the loop unfreezes and steps is refused at that step.
-* The precision: at the first forward with gradients on, the dtype of every table and
+* The precision: at the first forward with gradients on in training mode (an evaluation
+  without no_grad is not one; where the loop trains its model in eval mode, the last such
+  forward before its first optimizer step), the dtype of every table and
   every other trainable weight, and the autocast in force on their device, are compared
   with the price's: a half precision's parameter dtype (pricing casts the model to it),
   else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
@@ -150,12 +152,17 @@ class _Watch:
         self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
         self.priced = None if priced is None else list(priced)
-        self.forward_seen = False
+        self.precision_seen = False  # the precision checked
+        self.held: str | None = None  # the last eval-mode forward's precision refusal
         self.batches = 0  # training forwards seen (gradients on, training mode)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each weight this step moved for the first time (one
         frozen when priced is refused)."""
+        if not self.precision_seen:  # no forward in training mode: the last before it
+            self.precision_seen = True
+            if self.held:
+                self.report.refuse(self.held)
         for group in opt.param_groups:
             for p in group["params"]:
                 if id(p) in self.frozen and p.grad is not None:
@@ -227,8 +234,10 @@ class _Watch:
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
-        """The model's forward pre-hook: the first forward with gradients on is checked, and
-        the batch of every such forward in training mode (an eval pass is not one)."""
+        """The model's forward pre-hook, at a forward with gradients on: the batch of every
+        one in training mode is checked, and the precision at the first in training mode.
+        One in eval mode (an evaluation without no_grad) is not judged: the last before the
+        first optimizer step is, where the loop trains its model in eval mode."""
         import torch
 
         if not torch.is_grad_enabled() or not self.tables:
@@ -236,14 +245,19 @@ class _Watch:
         if module.training and self.priced:
             self.batches += 1
             self._check_batch(args, kwargs)
-        if self.forward_seen:
+        if self.precision_seen:
             return
-        self.forward_seen = True
-        self._check_precision()
+        if not module.training:
+            self.held = self._precision()
+            return
+        self.precision_seen = True
+        if refusal := self._precision():
+            self.report.refuse(refusal)
 
-    def _check_precision(self) -> None:
+    def _precision(self) -> str | None:
         """Every table's and trainable weight's dtype (tables first) and the autocast in
-        force against the price's (`_priced_dtypes`, the precision's autocast)."""
+        force against the price's (`_priced_dtypes`, the precision's autocast): the refusal
+        of the first that differs, None if none does."""
         import torch
 
         weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
@@ -257,12 +271,11 @@ class _Watch:
             if want is None or (got == policy.autocast_dtype and dtype == want):
                 continue
             built = "" if want == policy.param_dtype else " as built"
-            self.report.refuse(
-                f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
-                f"priced at precision '{policy.name}' ({want}{built} "
-                f"{_autocast(policy.autocast_dtype)}); set the space's embedding precision "
-                "to what the loop does, or train the model in the priced one")
-            return
+            return (f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
+                    f"priced at precision '{policy.name}' ({want}{built} "
+                    f"{_autocast(policy.autocast_dtype)}); set the space's embedding "
+                    "precision to what the loop does, or train the model in the priced one")
+        return None
 
     def _check_batch(self, args: Any, kwargs: Mapping[str, Any]) -> None:
         """A training batch against the priced example's, input by input (another count of
