@@ -446,6 +446,19 @@ def test_flat_ids_and_offsets_alone_fail_when_every_first_dim_is_larger() -> Non
         "batch size and sequence length)")
 
 
+def test_a_batchs_shapes_are_read_in_the_priced_inputs_order() -> None:
+    """Each step's shapes (plain tensors read without pytree) in the order of torch's
+    `tree_leaves`, which `priced_inputs` names them in: kwargs as given, not sorted."""
+    from torch.utils._pytree import tree_leaves
+
+    from autoembed.user.guard import _shapes
+
+    args, kwargs = (torch.zeros(2, 1),), {"b": torch.zeros(3, 1), "a": torch.zeros(4)}
+    for kw in (kwargs, {**kwargs, "b": [kwargs["b"]]}):  # plain tensors; a list, flattened
+        assert _shapes(args, kw) == [t.shape for t in tree_leaves((args, kw))] \
+            == [(2, 1), (3, 1), (4,)]
+
+
 def test_priced_inputs_are_the_tensors_the_forward_is_given() -> None:
     from autoembed import Example
     from autoembed.user.guard import priced_inputs

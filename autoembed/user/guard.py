@@ -152,6 +152,7 @@ class _Watch:
         self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
         self.priced = None if priced is None else list(priced)
+        self.shapes = [tuple(w["shape"]) for w in self.priced or []]
         self.precision_seen = False  # the precision checked
         self.held: str | None = None  # the last eval-mode forward's precision refusal
         self.batches = 0  # training forwards seen (gradients on, training mode)
@@ -284,19 +285,28 @@ class _Watch:
         first dim is larger (flat ids with offsets, more ids over the same bags, keep the
         priced bags). Smaller, as micro-batches are, is not. Shapes alone are read (the
         inputs' names only for a refusal); after one refusal no batch is compared."""
-        import torch
-        from torch.utils._pytree import tree_leaves
-
         want = self.priced or []
-        got = [t.shape for t in tree_leaves((tuple(args), dict(kwargs)))
-               if isinstance(t, torch.Tensor) and t.dim() > 0]
-        if len(got) != len(want):
+        got = _shapes(args, kwargs)
+        if got == self.shapes or len(got) != len(want):  # the priced batch itself: at once
             return
-        over = _over(got, [w["shape"] for w in want])
+        over = _over(got, self.shapes)
         if over is None:
             return
         self.priced = None  # the trial ends with this refusal
         self.report.refuse(_refusal(self.batches, _inputs(args, kwargs), want, over))
+
+
+def _shapes(args: Any, kwargs: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    """The shapes of the tensors of one or more dims in (args, kwargs), in `_inputs`'s
+    order; plain tensors alone (no container to flatten) are read without pytree."""
+    import torch
+
+    flat = [*args, *kwargs.values()]
+    if not all(type(t) is torch.Tensor for t in flat):
+        from torch.utils._pytree import tree_leaves
+
+        flat = tree_leaves((tuple(args), dict(kwargs)))
+    return [t.shape for t in flat if isinstance(t, torch.Tensor) and t.dim() > 0]
 
 
 def _over(got: Sequence[Sequence[int]], want: Sequence[Sequence[int]]) -> int | None:
