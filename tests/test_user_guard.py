@@ -146,6 +146,35 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
+def evaluated_first(autocast: bool, train_mode: bool = True):
+    """`loop(adam, autocast)` after an evaluation in eval mode with gradients on (no
+    no_grad) and without autocast; `train_mode` False: the loop trains in eval mode too."""
+    def train(model, params, report):
+        model.eval()
+        model(torch.zeros(4, 4, dtype=torch.long)).sum()
+        model.train(train_mode)
+        return loop(adam, autocast=autocast)(model, params, report)
+    return train
+
+
+def test_the_precision_is_the_training_forwards_not_an_evaluations() -> None:
+    """An evaluation before training, gradients on and without autocast, is not how the
+    loop trains: under the priced amp_bf16's autocast it trains (before: refused as
+    'without autocast'); at fp32, training under bf16 autocast is refused (before: trained,
+    the evaluation compared); a loop training in eval mode is judged at its first step."""
+    amp = EmbeddingConfig(precision="amp_bf16", table_optimizer="adam")
+    ok = run(amp, evaluated_first(autocast=True))
+    assert ok.status == "complete", ok.error
+    says = ("the loop trains table 'emb' in float32 under bfloat16 autocast, but the trial "
+            "was priced at precision 'fp32' (float32 without autocast)")
+    fp32 = EmbeddingConfig(table_optimizer="adam")
+    for train_mode in (True, False):
+        r = run(fp32, evaluated_first(autocast=True, train_mode=train_mode))
+        assert r.status == "failed" and r.error.startswith(says), (train_mode, r.error)
+    ok = run(amp, evaluated_first(autocast=True, train_mode=False))
+    assert ok.status == "complete", ok.error
+
+
 @pytest.mark.parametrize(("priced", "decay", "make_opt", "says"), [
     ("sgd", 0.0, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4),
      "table 'emb': the loop's SGD adds weight_decay 0.0001 to the gradient (a gradient-sized "
@@ -176,7 +205,7 @@ def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None
     micro-batches are), trains; a bigger eval pass first is no training batch."""
     r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(8, 4))
     assert r.status == "failed"
-    assert r.error.startswith("the loop's first training batch gives the model args[0] of "
+    assert r.error.startswith("the loop's training batch 1 gives the model args[0] of "
                               "shape [16, 4], larger than the example(params) the trial was "
                               "priced on gives ([8, 4]); have example(params) return")
     for priced in (ids_of(16, 4), ids_of(32, 4), None):
@@ -199,9 +228,105 @@ def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
     compared, and trained); priced on 16 x 8, the loop's shorter 16 x 4 trains."""
     r = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 2))
     assert r.status == "failed" and r.error.startswith(
-        "the loop's first training batch gives the model args[0] of shape [16, 4], larger "
+        "the loop's training batch 1 gives the model args[0] of shape [16, 4], larger "
         "than the example(params) the trial was priced on gives ([16, 2])"), r.error
     ok = run(EmbeddingConfig(table_optimizer="adam"), loop(adam), priced=ids_of(16, 8))
+    assert ok.status == "complete", ok.error
+
+
+def step_on(model, opt, ids: torch.Tensor, step: int, report) -> None:
+    """One training step on the batch `ids` of 16 rows (class 0), reported."""
+    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    report(step=step, samples=16 * step, quality=0.5)
+
+
+def padded(lengths):
+    """A loop that pads each batch of 16 sequences to its own longest (`pad_sequence`): its
+    batch `i` is 16 x `lengths[i - 1]`; one report per step."""
+    def train(model, params, report):
+        opt, g = adam(model), torch.Generator().manual_seed(0)
+        for step, longest in enumerate(lengths, 1):
+            sizes = [*torch.randint(1, longest + 1, (15,), generator=g).tolist(), longest]
+            ids = nn.utils.rnn.pad_sequence(
+                [torch.randint(1, VOCAB, (n,), generator=g) for n in sizes], batch_first=True)
+            step_on(model, opt, ids, step, report)
+        return 0.5
+    return train
+
+
+def test_every_training_batch_is_compared_not_the_first_alone() -> None:
+    """Priced on 16 x 4, a loop padding each batch to its own longest trains batches of
+    16 x 4, 16 x 3, 16 x 6: refused at batch 3 (before: only the first batch was compared,
+    and the longer ones trained over the priced bytes), the two steps reported before it
+    kept; batches of 4, 2, 4, 1 (none longer) train."""
+    config = EmbeddingConfig(table_optimizer="adam")
+    r = run(config, padded([4, 3, 6]), priced=ids_of(16, 4))
+    assert r.status == "failed" and r.error == (
+        "the loop's training batch 3 gives the model args[0] of shape [16, 6], larger than "
+        "the example(params) the trial was priced on gives ([16, 4]); have example(params) "
+        "return one batch as train builds it (at params' batch size and sequence length)")
+    assert [p.step for p in r.curve] == [1, 2]
+    ok = run(config, padded([4, 2, 4, 1]), priced=ids_of(16, 4))
+    assert ok.status == "complete", ok.error
+    assert [p.step for p in ok.curve] == [1, 2, 3, 4]
+
+
+class FrozenHead(Bag):
+    """Bag whose `out` is frozen as built (a pretrained head, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out.requires_grad_(False)
+
+
+def unfreezing(what: str, at: int):
+    """Adam over every weight; the loop unfreezes `what` (a submodule) before step `at`."""
+    def train(model, params, report):
+        opt, ids = adam(model), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 4):
+            if step == at:
+                getattr(model, what).requires_grad_(True)
+            step_on(model, opt, ids, step, report)
+        return 0.5
+    return train
+
+
+def test_a_weight_frozen_when_priced_that_the_loop_unfreezes_fails() -> None:
+    """Pricing gives a frozen weight neither a gradient nor optimizer state: a loop that
+    unfreezes the frozen head at step 2 (gradual unfreezing) is refused at that step (before:
+    trained, a dense weight frozen at the start never checked), and so is a frozen table
+    unfrozen (before: its state matched the table_optimizer's, priced at none); built
+    trainable and frozen by the loop a while, the head trains."""
+    config = EmbeddingConfig(table_optimizer="adam", dense_optimizer="adam")
+    r = run_user_trial(UserCode(lambda p: FrozenHead(), lambda p: None, unfreezing("out", 2)),
+                       {}, config, Report(), as_written=True)
+    assert r.status == "failed" and r.error.startswith(
+        f"the loop trains dense parameter 'out.weight' (a gradient and its Adam's "
+        f"{2 * 2 * DIM} values of state for its {2 * DIM} weights), frozen (requires_grad "
+        "False) when the trial was priced, so neither was priced; have build(params) return "
+        "it trainable"), r.error
+    assert [p.step for p in r.curve] == [1]
+
+    def frozen_table():
+        m = Bag()
+        m.emb.requires_grad_(False)
+        return m
+
+    r = run_user_trial(UserCode(lambda p: frozen_table(), lambda p: None,
+                                unfreezing("emb", 3)), {}, config, Report(), as_written=True)
+    assert r.status == "failed" and r.error.startswith(
+        f"the loop trains table 'emb' (a gradient and its Adam's {2 * VOCAB * DIM} values"), \
+        r.error
+
+    def freeze_first(model, params, report):
+        model.out.requires_grad_(False)
+        return unfreezing("out", 2)(model, params, report)
+
+    ok = run_user_trial(UserCode(lambda p: Bag(), lambda p: None, freeze_first), {}, config,
+                        Report(), as_written=True)
     assert ok.status == "complete", ok.error
 
 
@@ -278,7 +403,7 @@ def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     for ids in (24, 160):  # fewer ids over more bags first
         r = trial(ids, 16)
         assert r.status == "failed" and r.error.startswith(
-            "the loop's first training batch gives the model args[2] of shape [16, 3], larger "
+            "the loop's training batch 1 gives the model args[2] of shape [16, 3], larger "
             "than the example(params) the trial was priced on gives ([8, 3])"), r.error
 
 
@@ -315,10 +440,23 @@ def test_flat_ids_and_offsets_alone_fail_when_every_first_dim_is_larger() -> Non
         assert ok.status == "complete", ok.error
     r = trial(80, 16)
     assert r.status == "failed" and r.error == (
-        "the loop's first training batch gives the model inputs args[0], args[1] of first "
+        "the loop's training batch 1 gives the model inputs args[0], args[1] of first "
         "dims [80, 16], each larger than those of the example(params) the trial was priced "
         "on ([40, 8]); have example(params) return one batch as train builds it (at params' "
         "batch size and sequence length)")
+
+
+def test_a_batchs_shapes_are_read_in_the_priced_inputs_order() -> None:
+    """Each step's shapes (plain tensors read without pytree) in the order of torch's
+    `tree_leaves`, which `priced_inputs` names them in: kwargs as given, not sorted."""
+    from torch.utils._pytree import tree_leaves
+
+    from autoembed.user.guard import _shapes
+
+    args, kwargs = (torch.zeros(2, 1),), {"b": torch.zeros(3, 1), "a": torch.zeros(4)}
+    for kw in (kwargs, {**kwargs, "b": [kwargs["b"]]}):  # plain tensors; a list, flattened
+        assert _shapes(args, kw) == [t.shape for t in tree_leaves((args, kw))] \
+            == [(2, 1), (3, 1), (4,)]
 
 
 def test_priced_inputs_are_the_tensors_the_forward_is_given() -> None:

@@ -13,14 +13,20 @@ assumed and the loop decides itself.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
   against the priced optimizer at `config.weight_decay`.
-* The precision: at the first forward with gradients on, the dtype of every table and
+* A weight frozen (`requires_grad` False) as built is priced with neither a gradient nor
+  optimizer state: one the loop unfreezes and steps is refused at that step.
+* The precision: at the first forward with gradients on in training mode (an evaluation
+  without no_grad is not one; where the loop trains its model in eval mode, the last such
+  forward before its first optimizer step), the dtype of every table and
   every other trainable weight, and the autocast in force on their device, are compared
   with the price's: a half precision's parameter dtype (pricing casts the model to it),
   else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
   as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
   precision's autocast (`config.precision_policy`).
-* The batch: at the first such forward in training mode (an eval pass is not one), each
-  tensor the model is given against the priced example's same input (`priced_inputs`). An
+* The batch: at every such forward in training mode (an eval pass is not one), each
+  tensor the model is given against the priced example's same input (`priced_inputs`), a
+  comparison of shapes (no copy, no device sync): a loop that pads each batch to its own
+  longest sequence is refused at the first batch longer than priced. An
   input of two or more dims is a batch of rows whose every dim the priced bytes depend on
   (rows, a sequence length, features): one larger in any dim is more than was priced. A 1-D
   input (flat ids, offsets, lengths, single ids, per-id weights) alone says not how many
@@ -135,25 +141,49 @@ class _Watch:
         for path, m in embedding_modules(model):
             for p in m.parameters():
                 self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
-        self.pending = set(self.tables)
+        self.pending = {i for i, (_, _, p) in self.tables.items() if p.requires_grad}
         self.dense = {id(p): (n, p) for n, p in model.named_parameters()
                       if p.requires_grad and id(p) not in self.tables}
+        # frozen as priced: priced with neither a gradient nor optimizer state
+        self.frozen = {id(p): (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
+                               else f"dense parameter '{n}'")
+                       for n, p in model.named_parameters() if not p.requires_grad}
         self.config = config
         self.priced_dtypes = _priced_dtypes(model, config)
         self.report = report
         self.priced = None if priced is None else list(priced)
-        self.forward_seen = False
-        self.batch_seen = False
+        self.shapes = [tuple(w["shape"]) for w in self.priced or []]
+        self.precision_seen = False  # the precision checked
+        self.held: str | None = None  # the last eval-mode forward's precision refusal
+        self.batches = 0  # training forwards seen (gradients on, training mode)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
-        """The optimizer hook: check each table weight this step moved for the first time."""
+        """The optimizer hook: check each weight this step moved for the first time (one
+        frozen when priced is refused)."""
+        if not self.precision_seen:  # no forward in training mode: the last before it
+            self.precision_seen = True
+            if self.held:
+                self.report.refuse(self.held)
         for group in opt.param_groups:
             for p in group["params"]:
-                if id(p) in self.pending and p.grad is not None:
+                if id(p) in self.frozen and p.grad is not None:
+                    self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
+                elif id(p) in self.pending and p.grad is not None:
                     self.pending.discard(id(p))
                     self._check_state(opt, p)
                 elif id(p) in self.dense and p.grad is not None:
                     self._check_dense(opt, self.dense.pop(id(p))[0], p)
+
+    def _refuse_unfrozen(self, opt: torch.optim.Optimizer, what: str,
+                         p: torch.Tensor) -> None:
+        """`p` (`what`), frozen when the trial was priced, which priced neither a gradient
+        nor optimizer state for it, is stepped by the loop with a gradient."""
+        self.report.refuse(
+            f"the loop trains {what} (a gradient and its {type(opt).__name__}'s "
+            f"{_state(opt, p):,} values of state for its {p.numel():,} weights), frozen "
+            "(requires_grad False) when the trial was priced, so neither was priced; have "
+            "build(params) return it trainable if train trains it (a loop may freeze it for "
+            "a while), or keep it frozen in the loop")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str) -> None:
@@ -205,23 +235,30 @@ class _Watch:
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
-        """The model's forward pre-hook: the first forward with gradients on is checked (its
-        batch at the first such forward in training mode: an eval pass is not one)."""
+        """The model's forward pre-hook, at a forward with gradients on: the batch of every
+        one in training mode is checked, and the precision at the first in training mode.
+        One in eval mode (an evaluation without no_grad) is not judged: the last before the
+        first optimizer step is, where the loop trains its model in eval mode."""
         import torch
 
         if not torch.is_grad_enabled() or not self.tables:
             return
-        if module.training and not self.batch_seen:
-            self.batch_seen = True
-            self._check_batch(_inputs(args, kwargs))
-        if self.forward_seen:
+        if module.training and self.priced:
+            self.batches += 1
+            self._check_batch(args, kwargs)
+        if self.precision_seen:
             return
-        self.forward_seen = True
-        self._check_precision()
+        if not module.training:
+            self.held = self._precision()
+            return
+        self.precision_seen = True
+        if refusal := self._precision():
+            self.report.refuse(refusal)
 
-    def _check_precision(self) -> None:
+    def _precision(self) -> str | None:
         """Every table's and trainable weight's dtype (tables first) and the autocast in
-        force against the price's (`_priced_dtypes`, the precision's autocast)."""
+        force against the price's (`_priced_dtypes`, the precision's autocast): the refusal
+        of the first that differs, None if none does."""
         import torch
 
         weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
@@ -235,38 +272,71 @@ class _Watch:
             if want is None or (got == policy.autocast_dtype and dtype == want):
                 continue
             built = "" if want == policy.param_dtype else " as built"
-            self.report.refuse(
-                f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
-                f"priced at precision '{policy.name}' ({want}{built} "
-                f"{_autocast(policy.autocast_dtype)}); set the space's embedding precision "
-                "to what the loop does, or train the model in the priced one")
-            return
+            return (f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
+                    f"priced at precision '{policy.name}' ({want}{built} "
+                    f"{_autocast(policy.autocast_dtype)}); set the space's embedding "
+                    "precision to what the loop does, or train the model in the priced one")
+        return None
 
-    def _check_batch(self, got: list[dict[str, Any]]) -> None:
-        """The loop's first training batch against the priced example's, input by input
-        (another count of inputs is not compared): a batch of rows (`priced_inputs`) larger
-        in any dim, or of another rank with more elements, is refused; 1-D inputs
-        only when every input's first dim is larger (flat ids with offsets, more ids over
-        the same bags, keep the priced bags). Smaller, as micro-batches are, is not."""
-        want = self.priced
-        if not want or len(got) != len(want):
+    def _check_batch(self, args: Any, kwargs: Mapping[str, Any]) -> None:
+        """A training batch against the priced example's, input by input (another count of
+        inputs is not compared): a batch of rows (`priced_inputs`) larger in any dim, or of
+        another rank with more elements, is refused; 1-D inputs only when every input's
+        first dim is larger (flat ids with offsets, more ids over the same bags, keep the
+        priced bags). Smaller, as micro-batches are, is not. Shapes alone are read (the
+        inputs' names only for a refusal); after one refusal no batch is compared."""
+        want = self.priced or []
+        got = _shapes(args, kwargs)
+        if got == self.shapes or len(got) != len(want):  # the priced batch itself: at once
             return
-        fix = ("have example(params) return one batch as train builds it (at params' batch "
-               "size and sequence length)")
-        for g, w in zip(got, want, strict=True):
-            if (g["rows"] or w["rows"]) and _larger(g["shape"], w["shape"]):
-                self.report.refuse(
-                    f"the loop's first training batch gives the model {g['input']} of shape "
-                    f"{g['shape']}, larger than the example(params) the trial was priced on "
-                    f"gives ({w['shape']}); {fix}")
-                return
-        if all(g["shape"][0] > w["shape"][0] for g, w in zip(got, want, strict=True)):
-            self.report.refuse(
-                f"the loop's first training batch gives the model inputs "
-                f"{', '.join(g['input'] for g in got)} of first dims "
-                f"{[g['shape'][0] for g in got]}, each larger than those of the "
-                f"example(params) the trial was priced on ({[w['shape'][0] for w in want]}); "
-                f"{fix}")
+        over = _over(got, self.shapes)
+        if over is None:
+            return
+        self.priced = None  # the trial ends with this refusal
+        self.report.refuse(_refusal(self.batches, _inputs(args, kwargs), want, over))
+
+
+def _shapes(args: Any, kwargs: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    """The shapes of the tensors of one or more dims in (args, kwargs), in `_inputs`'s
+    order; plain tensors alone (no container to flatten) are read without pytree."""
+    import torch
+
+    flat = [*args, *kwargs.values()]
+    if not all(type(t) is torch.Tensor for t in flat):
+        from torch.utils._pytree import tree_leaves
+
+        flat = tree_leaves((tuple(args), dict(kwargs)))
+    return [t.shape for t in flat if isinstance(t, torch.Tensor) and t.dim() > 0]
+
+
+def _over(got: Sequence[Sequence[int]], want: Sequence[Sequence[int]]) -> int | None:
+    """Which input of shapes `got` is more than priced (`want`): the first batch of rows
+    (two or more dims in either) `_larger`, else -1 when every first dim is larger (1-D
+    inputs); None: none is."""
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if (len(g) > 1 or len(w) > 1) and _larger(g, w):
+            return i
+    if all(g[0] > w[0] for g, w in zip(got, want, strict=True)):
+        return -1
+    return None
+
+
+def _refusal(batch: int, got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
+             over: int) -> str:
+    """The one line refusing the loop's training batch `batch` (its training forwards
+    counted from 1) whose input `over` (`_over`) is more than priced."""
+    fix = ("have example(params) return one batch as train builds it (at params' batch "
+           "size and sequence length)")
+    if over >= 0:
+        g, w = got[over], want[over]
+        return (f"the loop's training batch {batch} gives the model {g['input']} of shape "
+                f"{g['shape']}, larger than the example(params) the trial was priced on "
+                f"gives ({w['shape']}); {fix}")
+    return (f"the loop's training batch {batch} gives the model inputs "
+            f"{', '.join(g['input'] for g in got)} of first dims "
+            f"{[g['shape'][0] for g in got]}, each larger than those of the "
+            f"example(params) the trial was priced on ({[w['shape'][0] for w in want]}); "
+            f"{fix}")
 
 
 def _larger(got: Sequence[int], want: Sequence[int]) -> bool:
