@@ -267,7 +267,7 @@ def test_every_training_batch_is_compared_not_the_first_alone() -> None:
     assert r.status == "failed" and r.error == (
         "the loop's training batch 3 gives the model args[0] of shape [16, 6], larger than "
         "the example(params) the trial was priced on gives ([16, 4]); have example(params) "
-        "return one batch as train builds it (at params' batch size and sequence length)")
+        "return the largest batch train builds (at params' batch size and longest sequence)")
     assert [p.step for p in r.curve] == [1, 2]
     ok = run(config, padded([4, 2, 4, 1]), priced=ids_of(16, 4))
     assert ok.status == "complete", ok.error
@@ -442,8 +442,8 @@ def test_flat_ids_and_offsets_alone_fail_when_every_first_dim_is_larger() -> Non
     assert r.status == "failed" and r.error == (
         "the loop's training batch 1 gives the model inputs args[0], args[1] of first "
         "dims [80, 16], each larger than those of the example(params) the trial was priced "
-        "on ([40, 8]); have example(params) return one batch as train builds it (at params' "
-        "batch size and sequence length)")
+        "on ([40, 8]); have example(params) return the largest batch train builds (at "
+        "params' batch size and longest sequence)")
 
 
 def test_a_batchs_shapes_are_read_in_the_priced_inputs_order() -> None:

@@ -325,8 +325,8 @@ def _refusal(batch: int, got: Sequence[Mapping[str, Any]], want: Sequence[Mappin
              over: int) -> str:
     """The one line refusing the loop's training batch `batch` (its training forwards
     counted from 1) whose input `over` (`_over`) is more than priced."""
-    fix = ("have example(params) return one batch as train builds it (at params' batch "
-           "size and sequence length)")
+    fix = ("have example(params) return the largest batch train builds (at params' batch "
+           "size and longest sequence)")
     if over >= 0:
         g, w = got[over], want[over]
         return (f"the loop's training batch {batch} gives the model {g['input']} of shape "
