@@ -683,3 +683,53 @@ def test_per_id_weights_follow_the_ids_not_the_bags() -> None:
                        EmbeddingConfig(table_optimizer="sgd"), Report(), as_written=True,
                        priced_inputs=priced_inputs(batch(40, 8)))
     assert r.status == "complete", r.error
+
+
+def switching(first, then, at: int = 3):
+    """A loop stepping with `first(model)` before step `at`, with `then(model)` from it (a
+    warm-up optimizer, then another; each built once)."""
+    def train(model, params, report):
+        opts, ids = (first(model), then(model)), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 5):
+            step_on(model, opts[step >= at], ids, step, report)
+        return 0.5
+    return train
+
+
+def sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+class Delegating(torch.optim.Optimizer):
+    """A wrapper that steps an inner optimizer and keeps no state of its own (as torch's
+    ZeroRedundancyOptimizer's outer does); its own step fires torch's step hooks too."""
+
+    def __init__(self, inner: torch.optim.Optimizer) -> None:
+        self.inner = inner
+        super().__init__([p for g in inner.param_groups for p in g["params"]], {})
+
+    def step(self, closure=None) -> None:
+        self.inner.step()
+
+
+def test_an_optimizer_switched_partway_is_checked_when_it_first_steps() -> None:
+    """SGD for two steps, then Adam, priced as sgd: Adam's 2 x 160 values for the table
+    trained unpriced (before: a weight's state was checked at its first step alone); it is
+    refused at step 3, the two steps before it kept. A new SGD at step 3, a wrapper keeping
+    no state of its own over the priced Adam, and one optimizer throughout train."""
+    config = EmbeddingConfig(**optimizer_alias("sgd"))
+    r = run(config, switching(sgd, adam))
+    assert r.status == "failed" and r.error == (
+        f"table 'emb': the loop's Adam, stepping it after another optimizer did, keeps "
+        f"{2 * VOCAB * DIM} values of state for its {VOCAB * DIM} weights (as adam or adamw "
+        "or sparse_adam does), more than the table_optimizer 'sgd' the trial was priced with "
+        "(0); a trial is priced with one optimizer: set the space's embedding table_optimizer "
+        "to the loop's larger and train with it from the first step, or keep the first "
+        "throughout"), r.error
+    assert [p.step for p in r.curve] == [1, 2]
+    for make in (switching(sgd, sgd), loop(sgd)):
+        ok = run(config, make)
+        assert ok.status == "complete", ok.error
+    for make in (switching(adam, lambda m: Delegating(adam(m))), loop(adam)):
+        ok = run(EmbeddingConfig(**optimizer_alias("adam")), make)
+        assert ok.status == "complete", ok.error

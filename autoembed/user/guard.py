@@ -10,6 +10,11 @@ assumed and the loop decides itself.
   (`rowwise_adagrad`).
 * The dense optimizer: each other trainable weight's state, after the first step that
   moves it, against the priced `dense_optimizer`'s (per weight, as above).
+* Another optimizer that steps a weight later (a switch partway: SGD for a warm-up, then
+  Adam) is checked at its first step of it too: refused where it keeps more state than
+  priced, or adds a decay not priced (a new optimizer of the priced kind trains, and so
+  does a wrapper that steps it and keeps less or the same state). Each optimizer's weights
+  are walked until it has stepped them, not every step.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
   against the priced optimizer at `config.weight_decay`.
@@ -41,8 +46,10 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autoembed.config import EmbeddingConfig, precision_policy
@@ -131,6 +138,16 @@ def _names_for(count: int, weight: torch.Tensor, dense: bool = False) -> str:
     return f" (as {' or '.join(names)} does)" if names else ""
 
 
+@dataclass
+class _Stepper:
+    """One optimizer of the loop, as `_Watch` has seen it step."""
+
+    opt: weakref.ref[torch.optim.Optimizer]  # weak: a replaced optimizer's state is freed
+    groups: int = 0  # its param_groups walked
+    todo: list[torch.Tensor] = field(default_factory=list)  # the model's weights it has
+    # yet to step (a gradient when it steps)
+
+
 class _Watch:
     def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report,
                  priced: Sequence[Mapping[str, Any]] | None) -> None:
@@ -141,7 +158,6 @@ class _Watch:
         for path, m in embedding_modules(model):
             for p in m.parameters():
                 self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
-        self.pending = {i for i, (_, _, p) in self.tables.items() if p.requires_grad}
         self.dense = {id(p): (n, p) for n, p in model.named_parameters()
                       if p.requires_grad and id(p) not in self.tables}
         # frozen as priced: priced with neither a gradient nor optimizer state
@@ -156,23 +172,50 @@ class _Watch:
         self.precision_seen = False  # the precision checked
         self.held: str | None = None  # the last eval-mode forward's precision refusal
         self.batches = 0  # training forwards seen (gradients on, training mode)
+        self.checked: set[int] = set()  # weights some optimizer's step was checked for
+        self.steppers: dict[int, _Stepper] = {}  # by id(optimizer)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
-        """The optimizer hook: check each weight this step moved for the first time (one
-        frozen when priced is refused)."""
+        """The optimizer hook: check each weight the first time this optimizer steps it
+        (one frozen when priced is refused); the weights it has stepped are not walked
+        again."""
         if not self.precision_seen:  # no forward in training mode: the last before it
             self.precision_seen = True
             if self.held:
                 self.report.refuse(self.held)
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if id(p) in self.frozen and p.grad is not None:
-                    self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
-                elif id(p) in self.pending and p.grad is not None:
-                    self.pending.discard(id(p))
-                    self._check_state(opt, p)
-                elif id(p) in self.dense and p.grad is not None:
-                    self._check_dense(opt, self.dense.pop(id(p))[0], p)
+        stepper = self._stepper(opt)
+        if stepper.todo:
+            stepper.todo = [p for p in stepper.todo if not self._stepped(opt, p)]
+
+    def _stepper(self, opt: torch.optim.Optimizer) -> _Stepper:
+        """`opt`'s weights of the model yet to be checked (those of groups added since
+        its last step joined)."""
+        stepper = self.steppers.get(id(opt))
+        if stepper is None or stepper.opt() is not opt:  # new, or a dead one's id
+            stepper = self.steppers[id(opt)] = _Stepper(weakref.ref(opt))
+        groups = opt.param_groups
+        if len(groups) > stepper.groups:
+            stepper.todo += [p for g in list(groups)[stepper.groups:] for p in g["params"]
+                             if id(p) in self.tables or id(p) in self.dense
+                             or id(p) in self.frozen]
+            stepper.groups = len(groups)
+        return stepper
+
+    def _stepped(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> bool:
+        """Check `p` if `opt` stepped it (it has a gradient): a weight frozen when priced
+        is refused; the first optimizer to step a weight keeps the priced state for it, a
+        later one (a switch partway, a new optimizer) no more. False: not stepped yet."""
+        if p.grad is None:
+            return False
+        later = id(p) in self.checked
+        self.checked.add(id(p))
+        if id(p) in self.frozen:
+            self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
+        elif id(p) in self.tables:
+            self._check_state(opt, p, later)
+        elif id(p) in self.dense:
+            self._check_dense(opt, self.dense[id(p)][0], p, later)
+        return True
 
     def _refuse_unfrozen(self, opt: torch.optim.Optimizer, what: str,
                          p: torch.Tensor) -> None:
@@ -186,15 +229,16 @@ class _Watch:
             "a while), or keep it frozen in the loop")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
-                     what: str) -> None:
+                     what: str, later: bool = False) -> None:
         """Whether the loop adds weight decay to `p`'s gradient (an L2 decay: a
         gradient-sized copy in the step; AdamW's decoupled decay scales the weight in place)
-        as the priced optimizer `name` at `config.weight_decay` does."""
+        as the priced optimizer `name` at `config.weight_decay` does; `later` (not the first
+        optimizer to step `p`): only one that adds a decay not priced is refused."""
         group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
         wd = float(group.get("weight_decay") or 0.0)
         got = wd != 0 and not group.get("decoupled_weight_decay", False)
         priced = self.config.weight_decay
-        if got == (priced != 0 and name not in _NO_L2):
+        if got == (priced != 0 and name not in _NO_L2) or (later and not got):
             return
         copy = " (a gradient-sized copy in the step)"
         loop = (f"adds weight_decay {wd:g} to the gradient{copy}" if got else
@@ -208,23 +252,29 @@ class _Watch:
             "(and optimizer) to what the loop does, or build the loop's optimizer with "
             "autoembed.build_optimizer(model, params)")
 
-    def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
+    def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor, later: bool) -> None:
+        """A table's state against its priced `table_optimizer`'s (`priced_state`)."""
         path, name, _ = self.tables[id(p)]
         got, want = _state(opt, p), priced_state(name, p)
-        if got != want:
+        if later and got > want:
+            self._refuse_later(opt, f"table '{path}'", "table_optimizer", name, p)
+        elif not later and got != want:
             nbytes = sum(t.numel() * t.element_size() for t in _kept(opt, p))
             self.report.refuse(
                 f"table '{path}': the loop's {type(opt).__name__} keeps {got:,} values of "
                 f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
                 f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
                 f"'{name}' ({want:,}); {_FIX}")
-        self._check_decay(opt, p, name, f"table '{path}'")
+        self._check_decay(opt, p, name, f"table '{path}'", later)
 
-    def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor) -> None:
+    def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor,
+                     later: bool) -> None:
         """A dense weight's state against the priced `dense_optimizer`'s (`priced_state`)."""
         want_name = self.config.dense_optimizer
         got, want = _state(opt, p), priced_state(want_name, p)
-        if got != want:
+        if later and got > want:
+            self._refuse_later(opt, f"dense parameter '{name}'", "dense_optimizer", want_name, p)
+        elif not later and got != want:
             self.report.refuse(
                 f"dense parameter '{name}': the loop's {type(opt).__name__} keeps {got:,} "
                 f"values of state for its {p.numel():,} weights"
@@ -232,7 +282,20 @@ class _Watch:
                 f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
                 "dense_optimizer to what the loop does, or build the loop's optimizer with "
                 "autoembed.build_optimizer(model, params)")
-        self._check_decay(opt, p, want_name, f"dense parameter '{name}'")
+        self._check_decay(opt, p, want_name, f"dense parameter '{name}'", later)
+
+    def _refuse_later(self, opt: torch.optim.Optimizer, what: str, key: str, name: str,
+                      p: torch.Tensor) -> None:
+        """`opt`, stepping `p` (`what`) after another optimizer did, keeps more state for it
+        than the priced `key` optimizer `name`: the loop switched optimizers partway."""
+        got = _state(opt, p)
+        self.report.refuse(
+            f"{what}: the loop's {type(opt).__name__}, stepping it after another optimizer "
+            f"did, keeps {got:,} values of state for its {p.numel():,} weights"
+            f"{_names_for(got, p, dense=key == 'dense_optimizer')}, more than the "
+            f"{key} '{name}' the trial was priced with ({priced_state(name, p):,}); a trial "
+            f"is priced with one optimizer: set the space's embedding {key} to the loop's "
+            "larger and train with it from the first step, or keep the first throughout")
 
     def before_forward(self, module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook, at a forward with gradients on: the batch of every
