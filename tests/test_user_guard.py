@@ -733,3 +733,38 @@ def test_an_optimizer_switched_partway_is_checked_when_it_first_steps() -> None:
     for make in (switching(adam, lambda m: Delegating(adam(m))), loop(adam)):
         ok = run(EmbeddingConfig(**optimizer_alias("adam")), make)
         assert ok.status == "complete", ok.error
+
+
+def amp_from(at: int, evaluate: bool = False):
+    """Adam, under bf16 autocast from step `at` (fp32 before it: a warm-up); `evaluate`: an
+    eval-mode pass without autocast or no_grad after each step."""
+    def train(model, params, report):
+        opt, ids = adam(model), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 5):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=step >= at):
+                step_on(model, opt, ids, step, report)
+            if evaluate:
+                model.eval()
+                model(ids)
+                model.train()
+        return 0.5
+    return train
+
+
+def test_autocast_switched_on_after_a_warm_up_is_refused_at_that_forward() -> None:
+    """Priced at fp32, a loop that turns bf16 autocast on at step 3 is refused there, the two
+    steps before it kept (before: the precision was read at the first training forward
+    alone, and AMP trained unpriced); under autocast from the first step, an fp32 evaluation
+    in eval mode between steps, priced at amp_bf16, trains; the warm-up is refused there."""
+    fp32 = run(EmbeddingConfig(table_optimizer="adam"), amp_from(3))
+    assert fp32.status == "failed" and fp32.error == (
+        "the loop trains table 'emb' in float32 under bfloat16 autocast, but the trial was "
+        "priced at precision 'fp32' (float32 without autocast); set the space's embedding "
+        "precision to what the loop does, or train the model in the priced one"), fp32.error
+    assert [p.step for p in fp32.curve] == [1, 2]
+    amp = EmbeddingConfig(table_optimizer="adam", precision="amp_bf16")
+    ok = run(amp, amp_from(1, evaluate=True))
+    assert ok.status == "complete", ok.error
+    warm = run(amp, amp_from(3))
+    assert warm.status == "failed" and "float32 without autocast, but" in warm.error
+    assert warm.curve == ()

@@ -27,7 +27,9 @@ assumed and the loop decides itself.
   with the price's: a half precision's parameter dtype (pricing casts the model to it),
   else (fp32, the amp precisions) each weight's dtype as built, as pricing keeps the model
   as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
-  precision's autocast (`config.precision_policy`).
+  precision's autocast (`config.precision_policy`). The autocast is read again at every
+  later forward in training mode (two cheap reads): AMP switched on after a warm-up, or
+  off, is judged again there.
 * The batch: at every such forward in training mode (an eval pass is not one), each
   tensor the model is given against the priced example's same input (`priced_inputs`), a
   comparison of shapes (no copy, no device sync): a loop that pads each batch to its own
@@ -171,6 +173,8 @@ class _Watch:
         self.shapes = [tuple(w["shape"]) for w in self.priced or []]
         self.precision_seen = False  # the precision checked
         self.held: str | None = None  # the last eval-mode forward's precision refusal
+        self.device = "cpu"  # the device type the precision was judged on
+        self.autocast: torch.dtype | None = None  # the autocast it was judged under
         self.batches = 0  # training forwards seen (gradients on, training mode)
         self.checked: set[int] = set()  # weights some optimizer's step was checked for
         self.steppers: dict[int, _Stepper] = {}  # by id(optimizer)
@@ -310,6 +314,8 @@ class _Watch:
             self.batches += 1
             self._check_batch(args, kwargs)
         if self.precision_seen:
+            if module.training and self._autocast_now() is not self.autocast:
+                self._recheck_precision()  # autocast switched since it was judged
             return
         if not module.training:
             self.held = self._precision()
@@ -318,17 +324,30 @@ class _Watch:
         if refusal := self._precision():
             self.report.refuse(refusal)
 
+    def _autocast_now(self) -> torch.dtype | None:
+        """The autocast dtype in force on the device the precision was judged on (None:
+        autocast off): two reads, cheap enough for every training forward."""
+        import torch
+
+        on = torch.is_autocast_enabled(self.device)
+        return torch.get_autocast_dtype(self.device) if on else None
+
+    def _recheck_precision(self) -> None:
+        """A training forward under another autocast than the precision was judged under
+        (AMP switched on after a warm-up, or off): judged again, the weights' dtypes too."""
+        if refusal := self._precision():
+            self.report.refuse(refusal)
+
     def _precision(self) -> str | None:
         """Every table's and trainable weight's dtype (tables first) and the autocast in
         force against the price's (`_priced_dtypes`, the precision's autocast): the refusal
-        of the first that differs, None if none does."""
-        import torch
-
+        of the first that differs, None if none does. The device and autocast read are
+        kept (`_autocast_now`)."""
         weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
         weights += [(f"dense parameter '{n}'", p) for n, p in self.dense.values()]
-        device = weights[0][1].device.type
-        on = torch.is_autocast_enabled(device)
-        got = str(torch.get_autocast_dtype(device)).removeprefix("torch.") if on else None
+        self.device = weights[0][1].device.type
+        self.autocast = self._autocast_now()
+        got = None if self.autocast is None else _name_of(self.autocast)
         policy = precision_policy(self.config.precision)
         for what, w in weights:
             dtype, want = _name_of(w.dtype), self.priced_dtypes.get(id(w))
