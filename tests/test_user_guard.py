@@ -768,3 +768,39 @@ def test_autocast_switched_on_after_a_warm_up_is_refused_at_that_forward() -> No
     warm = run(amp, amp_from(3))
     assert warm.status == "failed" and "float32 without autocast, but" in warm.error
     assert warm.curve == ()
+
+
+def decaying(make_opt, schedule):
+    """A loop stepping `make_opt(model)` whose groups' weight_decay is `schedule[i]` at
+    step i + 1 (set in param_groups before the step, as a decay schedule does)."""
+    def train(model, params, report):
+        opt, ids = make_opt(model), torch.randint(0, VOCAB, (16, 4))
+        for step, wd in enumerate(schedule, 1):
+            for group in opt.param_groups:
+                group["weight_decay"] = wd
+            step_on(model, opt, ids, step, report)
+        return 0.5
+    return train
+
+
+def test_a_weight_decay_turned_on_partway_is_refused_at_that_step() -> None:
+    """SGD priced at weight_decay 0, a schedule turning L2 decay on at step 3 adds a
+    gradient-sized copy to each step from there: refused at that step, the two before it
+    kept (before: the decay was read at a weight's first step alone); a schedule that
+    changes the priced decay's value, or ends it, and AdamW's decoupled decay turned on
+    (nothing added to the gradient) train."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), decaying(sgd, [0, 0, 1e-4, 1e-4]))
+    assert r.status == "failed" and r.error == (
+        "table 'emb': the loop's SGD turned on weight_decay 0.0001 after its first step, "
+        "added to the gradient (a gradient-sized copy in the step), but the trial was priced "
+        "with 'sgd' at weight_decay 0; a trial is priced with one weight decay: set the "
+        "space's embedding weight_decay to the loop's and decay from the first step, or "
+        "keep it off throughout"), r.error
+    assert [p.step for p in r.curve] == [1, 2]
+    decayed = EmbeddingConfig(weight_decay=1e-4, **optimizer_alias("sgd"))
+    for schedule in ([1e-4, 2e-4, 3e-4, 4e-4], [1e-4, 1e-4, 0, 0]):
+        ok = run(decayed, decaying(sgd, schedule))
+        assert ok.status == "complete", ok.error
+    adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=0.01)  # noqa: E731
+    ok = run(EmbeddingConfig(**optimizer_alias("adamw")), decaying(adamw, [0, 0, 0.05, 0.05]))
+    assert ok.status == "complete", ok.error

@@ -17,7 +17,9 @@ assumed and the loop decides itself.
   are walked until it has stepped them, not every step.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
-  against the priced optimizer at `config.weight_decay`.
+  against the priced optimizer at `config.weight_decay`; each step, each param group's
+  (a few reads): one turned on after the first step (a schedule from 0) is refused where
+  the priced optimizer adds none.
 * A weight frozen (`requires_grad` False) as built is priced with neither a gradient nor
   optimizer state: one the loop unfreezes and steps is refused at that step.
 * The precision: at the first forward with gradients on in training mode (an evaluation
@@ -148,6 +150,7 @@ class _Stepper:
     groups: int = 0  # its param_groups walked
     todo: list[torch.Tensor] = field(default_factory=list)  # the model's weights it has
     # yet to step (a gradient when it steps)
+    l2: list[bool] = field(default_factory=list)  # each group's `_adds_decay` at its last step
 
 
 class _Watch:
@@ -190,6 +193,10 @@ class _Watch:
         stepper = self._stepper(opt)
         if stepper.todo:
             stepper.todo = [p for p in stepper.todo if not self._stepped(opt, p)]
+        for i, group in enumerate(opt.param_groups):  # a few groups: cheap every step
+            if (on := _adds_decay(group)) and not stepper.l2[i]:
+                self._decay_turned_on(opt, group, stepper)
+            stepper.l2[i] = on
 
     def _stepper(self, opt: torch.optim.Optimizer) -> _Stepper:
         """`opt`'s weights of the model yet to be checked (those of groups added since
@@ -199,9 +206,11 @@ class _Watch:
             stepper = self.steppers[id(opt)] = _Stepper(weakref.ref(opt))
         groups = opt.param_groups
         if len(groups) > stepper.groups:
-            stepper.todo += [p for g in list(groups)[stepper.groups:] for p in g["params"]
+            new = list(groups)[stepper.groups:]
+            stepper.todo += [p for g in new for p in g["params"]
                              if id(p) in self.tables or id(p) in self.dense
                              or id(p) in self.frozen]
+            stepper.l2 += [_adds_decay(g) for g in new]
             stepper.groups = len(groups)
         return stepper
 
@@ -221,6 +230,32 @@ class _Watch:
             self._check_dense(opt, self.dense[id(p)][0], p, later)
         return True
 
+    def _decay_turned_on(self, opt: torch.optim.Optimizer, group: Mapping[str, Any],
+                         stepper: _Stepper) -> None:
+        """`group` of `opt` adds a weight decay to the gradient it did not add at its last
+        step (a schedule turning L2 decay on): a weight of it `opt` has stepped, priced
+        without one, is refused (one yet to step is checked at its first step)."""
+        waiting = {id(q) for q in stepper.todo}
+        for p in group["params"]:
+            if id(p) in waiting or id(p) in self.frozen:
+                continue
+            if id(p) in self.tables:
+                path, name, _ = self.tables[id(p)]
+                what = f"table '{path}'"
+            elif id(p) in self.dense:
+                name = self.config.dense_optimizer
+                what = f"dense parameter '{self.dense[id(p)][0]}'"
+            else:
+                continue
+            if self.config.weight_decay == 0 or name in _NO_L2:
+                self.report.refuse(
+                    f"{what}: the loop's {type(opt).__name__} turned on weight_decay "
+                    f"{float(group['weight_decay']):g} after its first step, added to the "
+                    "gradient (a gradient-sized copy in the step), but the trial was priced "
+                    f"with '{name}' at weight_decay {self.config.weight_decay:g}; a trial is "
+                    "priced with one weight decay: set the space's embedding weight_decay to "
+                    "the loop's and decay from the first step, or keep it off throughout")
+
     def _refuse_unfrozen(self, opt: torch.optim.Optimizer, what: str,
                          p: torch.Tensor) -> None:
         """`p` (`what`), frozen when the trial was priced, which priced neither a gradient
@@ -239,8 +274,7 @@ class _Watch:
         as the priced optimizer `name` at `config.weight_decay` does; `later` (not the first
         optimizer to step `p`): only one that adds a decay not priced is refused."""
         group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
-        wd = float(group.get("weight_decay") or 0.0)
-        got = wd != 0 and not group.get("decoupled_weight_decay", False)
+        wd, got = float(group.get("weight_decay") or 0.0), _adds_decay(group)
         priced = self.config.weight_decay
         if got == (priced != 0 and name not in _NO_L2) or (later and not got):
             return
@@ -376,6 +410,12 @@ class _Watch:
             return
         self.priced = None  # the trial ends with this refusal
         self.report.refuse(_refusal(self.batches, _inputs(args, kwargs), want, over))
+
+
+def _adds_decay(group: Mapping[str, Any]) -> bool:
+    """Whether an optimizer's param group adds a weight decay to the gradient (an L2
+    `weight_decay`; a decoupled one, AdamW's, scales the weight in place)."""
+    return bool(group.get("weight_decay")) and not group.get("decoupled_weight_decay", False)
 
 
 def _shapes(args: Any, kwargs: Mapping[str, Any]) -> list[tuple[int, ...]]:
