@@ -804,3 +804,29 @@ def test_a_weight_decay_turned_on_partway_is_refused_at_that_step() -> None:
     adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=0.01)  # noqa: E731
     ok = run(EmbeddingConfig(**optimizer_alias("adamw")), decaying(adamw, [0, 0, 0.05, 0.05]))
     assert ok.status == "complete", ok.error
+
+
+@pytest.mark.parametrize("how", ["add_param_group", "extend"])
+def test_weights_an_optimizer_gains_are_checked_at_their_first_step(how: str) -> None:
+    """Adam over the table alone; at step 2 the loop unfreezes the head frozen when priced
+    and hands it to the optimizer, in a new group or in the group it has: refused at that
+    step (each optimizer's weights are walked once, the ones it gains too)."""
+    def train(model, params, report):
+        opt, ids = adam(model.emb), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 4):
+            if step == 2:
+                model.out.requires_grad_(True)
+                if how == "extend":
+                    opt.param_groups[0]["params"].extend(model.out.parameters())
+                else:
+                    opt.add_param_group({"params": list(model.out.parameters())})
+            step_on(model, opt, ids, step, report)
+        return 0.5
+
+    r = run_user_trial(UserCode(lambda p: FrozenHead(), lambda p: None, train), {},
+                       EmbeddingConfig(table_optimizer="adam", dense_optimizer="adam"),
+                       Report(), as_written=True)
+    assert r.status == "failed" and r.error.startswith(
+        "the loop trains dense parameter 'out.weight' (a gradient and its Adam's "
+        f"{2 * 2 * DIM} values of state"), r.error
+    assert [p.step for p in r.curve] == [1]

@@ -14,7 +14,8 @@ assumed and the loop decides itself.
   Adam) is checked at its first step of it too: refused where it keeps more state than
   priced, or adds a decay not priced (a new optimizer of the priced kind trains, and so
   does a wrapper that steps it and keeps less or the same state). Each optimizer's weights
-  are walked until it has stepped them, not every step.
+  are walked until it has stepped them, not every step; those it gains (a new param group,
+  weights added to one) join at the step they appear.
 * The weight decay: whether the loop's optimizer adds it to a weight's gradient (an L2
   `weight_decay`, a gradient-sized copy in the step; AdamW's decoupled decay adds nothing),
   against the priced optimizer at `config.weight_decay`; each step, each param group's
@@ -147,9 +148,9 @@ class _Stepper:
     """One optimizer of the loop, as `_Watch` has seen it step."""
 
     opt: weakref.ref[torch.optim.Optimizer]  # weak: a replaced optimizer's state is freed
-    groups: int = 0  # its param_groups walked
     todo: list[torch.Tensor] = field(default_factory=list)  # the model's weights it has
     # yet to step (a gradient when it steps)
+    sizes: list[int] = field(default_factory=list)  # each param group's weights walked
     l2: list[bool] = field(default_factory=list)  # each group's `_adds_decay` at its last step
 
 
@@ -190,29 +191,31 @@ class _Watch:
             self.precision_seen = True
             if self.held:
                 self.report.refuse(self.held)
-        stepper = self._stepper(opt)
-        if stepper.todo:
-            stepper.todo = [p for p in stepper.todo if not self._stepped(opt, p)]
-        for i, group in enumerate(opt.param_groups):  # a few groups: cheap every step
-            if (on := _adds_decay(group)) and not stepper.l2[i]:
-                self._decay_turned_on(opt, group, stepper)
-            stepper.l2[i] = on
-
-    def _stepper(self, opt: torch.optim.Optimizer) -> _Stepper:
-        """`opt`'s weights of the model yet to be checked (those of groups added since
-        its last step joined)."""
         stepper = self.steppers.get(id(opt))
         if stepper is None or stepper.opt() is not opt:  # new, or a dead one's id
             stepper = self.steppers[id(opt)] = _Stepper(weakref.ref(opt))
-        groups = opt.param_groups
-        if len(groups) > stepper.groups:
-            new = list(groups)[stepper.groups:]
-            stepper.todo += [p for g in new for p in g["params"]
+        for i, group in enumerate(opt.param_groups):  # a few groups: cheap every step
+            self._walk(opt, stepper, i, group)
+        if stepper.todo:
+            stepper.todo = [p for p in stepper.todo if not self._stepped(opt, p)]
+
+    def _walk(self, opt: torch.optim.Optimizer, stepper: _Stepper, i: int,
+              group: Mapping[str, Any]) -> None:
+        """`opt`'s group `i` at a step: the model's weights it gained since the last (a
+        new group, weights added to one) join `stepper.todo`; a decay it turned on is
+        checked (`_decay_turned_on`)."""
+        if i == len(stepper.sizes):  # a new group: its decay as it comes
+            stepper.sizes.append(0)
+            stepper.l2.append(_adds_decay(group))
+        params = group["params"]
+        if len(params) > stepper.sizes[i]:
+            stepper.todo += [p for p in params[stepper.sizes[i]:]
                              if id(p) in self.tables or id(p) in self.dense
                              or id(p) in self.frozen]
-            stepper.l2 += [_adds_decay(g) for g in new]
-            stepper.groups = len(groups)
-        return stepper
+            stepper.sizes[i] = len(params)
+        if (on := _adds_decay(group)) and not stepper.l2[i]:
+            self._decay_turned_on(opt, group, stepper)
+        stepper.l2[i] = on
 
     def _stepped(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> bool:
         """Check `p` if `opt` stepped it (it has a gradient): a weight frozen when priced
