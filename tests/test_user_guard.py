@@ -830,3 +830,28 @@ def test_weights_an_optimizer_gains_are_checked_at_their_first_step(how: str) ->
         "the loop trains dense parameter 'out.weight' (a gradient and its Adam's "
         f"{2 * 2 * DIM} values of state"), r.error
     assert [p.step for p in r.curve] == [1]
+
+
+def stepped_first(cast: torch.dtype):
+    """`loop(adam)` on the model cast to `cast`, after an optimizer step before any forward
+    (no gradient yet: it moves nothing)."""
+    def train(model, params, report):
+        model.to(cast)
+        opt = adam(model)
+        opt.step()
+        return loop(lambda m: opt)(model, params, report)
+    return train
+
+
+def test_a_step_before_any_forward_does_not_stand_for_the_training_forward() -> None:
+    """A step that moves nothing before the first forward took the place of the loop's
+    first training forward, and the precision was never read: a model cast to bf16 trained
+    on an fp32 price (before: complete); it is refused at the first training forward, and
+    the same loop in fp32 trains."""
+    r = run(EmbeddingConfig(table_optimizer="adam"), stepped_first(torch.bfloat16))
+    assert r.status == "failed" and r.error.startswith(
+        "the loop trains table 'emb' in bfloat16 without autocast, but the trial was priced "
+        "at precision 'fp32' (float32 without autocast)"), r.error
+    assert r.curve == ()
+    ok = run(EmbeddingConfig(table_optimizer="adam"), stepped_first(torch.float32))
+    assert ok.status == "complete", ok.error

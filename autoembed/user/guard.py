@@ -177,6 +177,7 @@ class _Watch:
         self.shapes = [tuple(w["shape"]) for w in self.priced or []]
         self.precision_seen = False  # the precision checked
         self.held: str | None = None  # the last eval-mode forward's precision refusal
+        self.evaluated = False  # an eval-mode forward (gradients on) seen, `held` its
         self.device = "cpu"  # the device type the precision was judged on
         self.autocast: torch.dtype | None = None  # the autocast it was judged under
         self.batches = 0  # training forwards seen (gradients on, training mode)
@@ -187,8 +188,8 @@ class _Watch:
         """The optimizer hook: check each weight the first time this optimizer steps it
         (one frozen when priced is refused); the weights it has stepped are not walked
         again."""
-        if not self.precision_seen:  # no forward in training mode: the last before it
-            self.precision_seen = True
+        if not self.precision_seen and self.evaluated:  # none in training mode: the last
+            self.precision_seen = True  # (a step before any forward moved nothing)
             if self.held:
                 self.report.refuse(self.held)
         stepper = self.steppers.get(id(opt))
@@ -355,7 +356,7 @@ class _Watch:
                 self._recheck_precision()  # autocast switched since it was judged
             return
         if not module.training:
-            self.held = self._precision()
+            self.held, self.evaluated = self._precision(), True
             return
         self.precision_seen = True
         if refusal := self._precision():
