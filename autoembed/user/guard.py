@@ -177,7 +177,7 @@ class _Watch:
         self.shapes = [tuple(w["shape"]) for w in self.priced or []]
         self.precision_seen = False  # the precision checked
         self.held: str | None = None  # the last eval-mode forward's precision refusal
-        self.evaluated = False  # an eval-mode forward (gradients on) seen, `held` its
+        self.evaluated = False  # an eval-mode forward (gradients on) seen: `held` judged
         self.device = "cpu"  # the device type the precision was judged on
         self.autocast: torch.dtype | None = None  # the autocast it was judged under
         self.batches = 0  # training forwards seen (gradients on, training mode)
