@@ -27,13 +27,14 @@ _SECTIONS_KEY = "autoembed_report_sections"
 # (each test's wall time on the shared machine times 2 / its load average; test_examples and
 # the two cluster files as CI measured them; test_models_vs_memory, test_train, test_runner
 # and test_models_fake scaled by their CPU seconds on one torch thread; test_replay_harness
-# and test_replay_tables by their CPU seconds once their ehvi replays were cut). The files run
-# longest first, so that under `--dist loadfile` no long file starts last and runs alone
-# while the other worker idles (xdist's own order, most tests first, put the long few-test
-# files last). A file not listed runs after these, in collection order. A guess only orders
+# and test_replay_tables by their CPU seconds once their ehvi replays were cut;
+# test_user_model_priced and test_memory_traced once their measuring processes were cut). The
+# files run longest first, so that under `--dist loadfile` no long file starts last and runs
+# alone while the other worker idles (xdist's own order, most tests first, put the long
+# few-test files last). A file not listed runs after these, in collection order. A guess only orders
 # the files.
 SECONDS = {
-    "test_examples.py": 140, "test_user_model_priced.py": 139, "test_search_resilience.py": 55,
+    "test_examples.py": 140, "test_user_model_priced.py": 80, "test_search_resilience.py": 55,
     "test_cluster.py": 70, "test_cluster_user.py": 63, "test_memory_traced.py": 47,
     "test_search.py": 30, "test_user_search_faults.py": 41, "test_torchrec_search.py": 37,
     "test_cli_fuzz.py": 34, "test_tracking_server.py": 27, "test_user_search_local.py": 19,
