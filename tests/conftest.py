@@ -36,7 +36,7 @@ _SECTIONS_KEY = "autoembed_report_sections"
 SECONDS = {
     "test_examples.py": 140, "test_user_model_priced.py": 80, "test_search_resilience.py": 55,
     "test_cluster.py": 70, "test_cluster_user.py": 63, "test_memory_traced.py": 40,
-    "test_search.py": 30, "test_user_search_faults.py": 41, "test_torchrec_search.py": 37,
+    "test_search.py": 30, "test_user_search_faults.py": 20, "test_torchrec_search.py": 37,
     "test_cli_fuzz.py": 34, "test_tracking_server.py": 27, "test_user_search_local.py": 19,
     "test_torchrec.py": 25, "test_benchmarks.py": 20,
     "test_replay_variants.py": 19, "test_trials_end.py": 15, "test_search_progress.py": 14,
