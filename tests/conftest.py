@@ -42,7 +42,7 @@ SECONDS = {
     "test_replay_variants.py": 19, "test_trials_end.py": 15, "test_search_progress.py": 14,
     "test_host_cache.py": 13, "test_priced_is_trained.py": 13, "test_team_store.py": 13,
     "test_trial_measures.py": 13, "test_train_checks.py": 12, "test_models_vs_memory.py": 10,
-    "test_train.py": 10, "test_runner.py": 10, "test_train_rerun.py": 9, "test_docs.py": 9,
+    "test_train.py": 8, "test_runner.py": 10, "test_train_rerun.py": 9, "test_docs.py": 9,
     "test_trial_isolation.py": 9, "test_search_engine.py": 9, "test_replay_harness.py": 9,
     "test_replay_tables.py": 8, "test_user_reference.py": 8,
     "test_user_search_guarantees.py": 8, "test_checks_first.py": 8,
