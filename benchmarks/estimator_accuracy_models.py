@@ -2,9 +2,9 @@
 against the peak bytes of a real CPU training step of the same model, for every example x
 fp32/bf16_master/amp_bf16 x adam/rowwise_adagrad x as built / after `autoembed.apply`
 (`examples._demo.compressed_config`: the big tables hashed or quotient-remainder).
-Measured independently of the tracer
-(`benchmarks/measure_cpu.py`: a fresh process per case, MALLOC_MMAP_THRESHOLD_=65536,
-VmHWM reset after two warm-up steps of a small twin model). Rows are written as they finish.
+Measured independently of the tracer (`benchmarks/measure_cpu.py`: a fresh process per case,
+forked from one that imported torch once, MALLOC_MMAP_THRESHOLD_=65536, VmHWM reset after two
+warm-up steps of a small twin model). Rows are written as they finish.
 
     .venv/bin/python benchmarks/estimator_accuracy_models.py [--only seed_mean,dlrm]
         [--precisions fp32,amp_bf16]

@@ -27,21 +27,22 @@ _SECTIONS_KEY = "autoembed_report_sections"
 # (each test's wall time on the shared machine times 2 / its load average; test_examples and
 # the two cluster files as CI measured them; test_models_vs_memory, test_train, test_runner
 # and test_models_fake scaled by their CPU seconds on one torch thread; test_replay_harness
-# and test_replay_tables by their CPU seconds once their ehvi replays were cut). The files run
-# longest first, so that under `--dist loadfile` no long file starts last and runs alone
-# while the other worker idles (xdist's own order, most tests first, put the long few-test
-# files last). A file not listed runs after these, in collection order. A guess only orders
+# and test_replay_tables by their CPU seconds once their ehvi replays were cut;
+# test_user_model_priced and test_memory_traced once their measuring processes were cut). The
+# files run longest first, so that under `--dist loadfile` no long file starts last and runs
+# alone while the other worker idles (xdist's own order, most tests first, put the long
+# few-test files last). A file not listed runs after these, in collection order. A guess only orders
 # the files.
 SECONDS = {
-    "test_examples.py": 140, "test_user_model_priced.py": 139, "test_search_resilience.py": 55,
-    "test_cluster.py": 70, "test_cluster_user.py": 63, "test_memory_traced.py": 47,
-    "test_search.py": 30, "test_user_search_faults.py": 41, "test_torchrec_search.py": 37,
+    "test_examples.py": 140, "test_user_model_priced.py": 80, "test_search_resilience.py": 55,
+    "test_cluster.py": 70, "test_cluster_user.py": 63, "test_memory_traced.py": 40,
+    "test_search.py": 30, "test_user_search_faults.py": 20, "test_torchrec_search.py": 37,
     "test_cli_fuzz.py": 34, "test_tracking_server.py": 27, "test_user_search_local.py": 19,
     "test_torchrec.py": 25, "test_benchmarks.py": 20,
     "test_replay_variants.py": 19, "test_trials_end.py": 15, "test_search_progress.py": 14,
     "test_host_cache.py": 13, "test_priced_is_trained.py": 13, "test_team_store.py": 13,
     "test_trial_measures.py": 13, "test_train_checks.py": 12, "test_models_vs_memory.py": 10,
-    "test_train.py": 10, "test_runner.py": 10, "test_train_rerun.py": 9, "test_docs.py": 9,
+    "test_train.py": 8, "test_runner.py": 10, "test_train_rerun.py": 9, "test_docs.py": 9,
     "test_trial_isolation.py": 9, "test_search_engine.py": 9, "test_replay_harness.py": 9,
     "test_replay_tables.py": 8, "test_user_reference.py": 8,
     "test_user_search_guarantees.py": 8, "test_checks_first.py": 8,

@@ -81,15 +81,19 @@ def test_hash_known_values() -> None:
 
 
 def test_hash_is_identical_across_processes() -> None:
+    """A fresh process hashes as this one; and importing autoembed.nn there left Dynamo
+    unloaded (torch.compiler.assume_constant_result imported it: ~3 CPU s a process)."""
     code = (
-        "import torch; from autoembed.nn.hashing import hash_ids; "
-        "print(hash_ids(torch.arange(0, 100000, 7), 1009, 42).tolist())"
+        "import sys, torch; from autoembed.nn.hashing import hash_ids; "
+        "print(hash_ids(torch.arange(0, 100000, 7), 1009, 42).tolist()); "
+        "print('torch._dynamo' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
+    ).stdout.splitlines()
     here = hash_ids(torch.arange(0, 100000, 7), 1009, 42).tolist()
-    assert eval(out) == here  # noqa: S307 - our own subprocess's list literal
+    assert eval(out[0]) == here  # noqa: S307 - our own subprocess's list literal
+    assert out[1] == "False"
 
 
 def test_hash_spreads_ids_over_buckets() -> None:

@@ -79,6 +79,17 @@ def test_checkpoint_of_another_config_is_refused(tmp_path: Path) -> None:
         train(small(dim=16), out_dir=tmp_path, max_steps=10)
 
 
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`autoembed ARGV` run by the CLI's `main` in this process (exit status, stdout,
+    stderr): a rerun that needs no process of its own (a fresh one imports torch: ~7 CPU s)."""
+    from autoembed.cli import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
                   sig: int = signal.SIGKILL) -> tuple[int, str]:
     """Start `cmd`, and send it `sig` (SIGKILL) as soon as `ready()` (it must not exit
@@ -101,7 +112,7 @@ def _sigkill_when(cmd: list[str], ready: Callable[[], bool],
 
 
 @pytest.mark.slow
-def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
+def test_cli_resumes_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "best.yaml"
     save_config(small(), cfg)
     out = tmp_path / "out"
@@ -123,15 +134,16 @@ def test_cli_resumes_after_sigkill(tmp_path: Path) -> None:
     assert not (out / "metrics.json").exists()  # a killed run leaves no finished result
     step = torch.load(out / CHECKPOINT, weights_only=True)["step"]
     assert 20 <= step < 400
-    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
+    rc, out_text, err = _cli([*cmd[3:], "--json"], capsys)  # the rerun, in this process
+    assert rc == 0, err
+    res = json.loads(out_text)
     assert res["steps"] == 400 and res["env"]["resumed_from"] >= step
     assert (out / "metrics.json").exists()
 
 
 @pytest.mark.slow
-def test_ctrl_c_says_the_checkpoint_kept_and_the_rerun_resumes_from_it(tmp_path: Path) -> None:
+def test_ctrl_c_says_the_checkpoint_kept_and_the_rerun_resumes_from_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C (SIGINT) in the middle: exit 130 with one line naming the checkpoint's step and
     that the same command resumes; nothing looks finished, and the rerun resumes there."""
     cfg = tmp_path / "best.yaml"
@@ -145,10 +157,9 @@ def test_ctrl_c_says_the_checkpoint_kept_and_the_rerun_resumes_from_it(tmp_path:
     assert rc == 130 and line.startswith("autoembed: interrupted: "), err
     assert f"holds step {step:,}" in line and "same command resumes" in line, line
     assert not (out / "metrics.json").exists()
-    r = subprocess.run([*cmd[:7], str(step + 10), *cmd[8:], "--json"], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["env"]["resumed_from"] == step
+    rc, out_text, err = _cli([*cmd[3:7], str(step + 10), *cmd[8:], "--json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out_text)["env"]["resumed_from"] == step
 
 
 def _bytes(d: Path) -> dict[str, bytes]:
@@ -156,7 +167,8 @@ def _bytes(d: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_finished_result_survives_another_config(tmp_path: Path) -> None:
+def test_finished_result_survives_another_config(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A's finished model outlives B: refused without --force, and a forced B killed (SIGKILL)
     mid-run leaves A's metrics.json and model.pt byte for byte."""
     train(small(), out_dir=tmp_path, max_steps=20, checkpoint_every=10)
@@ -165,9 +177,9 @@ def test_finished_result_survives_another_config(tmp_path: Path) -> None:
     save_config(small(dim=16), cfg_b)
     cmd = [sys.executable, "-m", "autoembed", "train", "--config", str(cfg_b),
            "--max-steps", "100000", "--checkpoint-every", "5", "--out", str(tmp_path)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr
-    line = r.stderr.strip()
+    rc, _, err = _cli(cmd[3:], capsys)
+    assert rc == 2, err
+    line = err.strip()
     assert "\n" not in line and str(tmp_path) in line and "--force" in line, line
     assert _bytes(tmp_path) == before  # refused without touching anything
 
@@ -191,21 +203,13 @@ def test_forced_run_replaces_the_result_on_completion(tmp_path: Path) -> None:
     assert torch.load(tmp_path / "model.pt", weights_only=True)["tables.f0.weight"].shape[1] == 16
 
 
-def test_cli_bad_input(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "autoembed", "train", "--config", str(tmp_path / "missing.yaml")],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _cli(["train", "--config", str(tmp_path / "missing.yaml")], capsys)
+    assert rc == 2 and "does not exist" in err and "Traceback" not in err
     cfg = tmp_path / "nodata.yaml"
     save_config(small(data=None), cfg)
-    r = subprocess.run(
-        [sys.executable, "-m", "autoembed", "train", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 2 and "--data" in r.stderr
+    rc, _, err = _cli(["train", "--config", str(cfg)], capsys)
+    assert rc == 2 and "--data" in err
 
 
 class _Interrupt(Exception):

@@ -1,6 +1,7 @@
 """Priced right: estimate_model's allocated_peak against the peak bytes of a REAL CPU training
 step, measured independently of the tracer (`benchmarks/measure_cpu.py`: a fresh process,
-glibc's mmap threshold at 64 KiB, VmHWM reset after a warm-up on a small twin model).
+forked from one that imported torch once for all cases, glibc's mmap threshold at 64 KiB,
+VmHWM reset after a warm-up on a small twin model).
 
 One precision x optimizer per example (two after `autoembed.apply`) keeps this test within
 minutes; `benchmarks/estimator_accuracy_models.py` runs the whole grid."""
@@ -106,3 +107,20 @@ def test_logits_priced_with_their_loss_or_the_stand_in(target: str) -> None:
     assert stand >= measured, figures
     if target == "next":
         assert stand <= (1 + STANDIN_ABOVE_CE) * measured, figures
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+def test_a_measurement_that_fails_says_why_and_the_next_one_runs() -> None:
+    """A module that does not import, and a step that raises in the measuring child: each
+    a RuntimeError carrying the child's error; the forking process measures the next one."""
+    with pytest.raises(RuntimeError, match="No module named 'examples.no_such_model'"):
+        measure_cpu_peak("examples.no_such_model", {}, {}, path=str(ROOT))
+    mod = importlib.import_module("examples.seed_mean")
+    with pytest.raises(RuntimeError, match="fp99"):
+        measure_cpu_peak("examples.seed_mean", mod.SIZES["twin"], mod.SIZES["twin"],
+                         precision="fp99", path=str(ROOT))
+    size = {**mod.SIZES["twin"], "vocab": 100_000, "dim": 64}
+    table = 100_000 * 64 * 4  # fp32 bytes; Adam: the table, its gradient, two states
+    assert measure_cpu_peak("examples.seed_mean", size, mod.SIZES["twin"],
+                            path=str(ROOT)) >= 4 * table

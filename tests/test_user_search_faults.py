@@ -106,7 +106,7 @@ def test_an_oom_in_the_users_loop_is_oom_and_sets_the_ceiling(user, monkeypatch)
     import autoembed.pipeline.engine as engine
 
     monkeypatch.setattr(engine, "MAX_REJECTIONS_IN_A_ROW", 5)
-    res = run(user, ["ok", "oom"], 4, study="o", seed=1)  # an ok trial first
+    res = run(user, ["ok", "oom"], 4, study="o", seed=1, sampler="random")  # an ok trial first
     statuses = [(r.params["user.mode"], r.status) for r in res.rows]
     first = next((i for i, (m, _) in enumerate(statuses) if m == "oom"), None)
     assert first is not None, "reseed: no oom proposal"
@@ -171,12 +171,12 @@ def test_early_stop_reaches_the_users_loop_in_process(user) -> None:
     """The engine's stop decision comes back through the channel and is raised from
     `report` as TrialStopped inside the user's loop; the trial is pruned."""
     _, root = user
-    res = run(user, ["good", "bad"], 8, study="es", early_stop=True, seed=2)
+    res = run(user, ["good", "bad"], 8, study="es", early_stop=True, seed=2, sampler="random")
     _early_stop_checks(res, root, raised_in_loop=True)
 
 
 def test_without_early_stop_nothing_is_pruned(user) -> None:
-    res = run(user, ["good", "bad"], 8, study="nes", seed=2)
+    res = run(user, ["good", "bad"], 8, study="nes", seed=2, sampler="random")
     assert res.count("pruned") == 0 and res.count("complete") == 8
 
 
@@ -202,7 +202,7 @@ def test_on_ray_early_stop_prunes_and_a_killed_worker_is_recorded(user) -> None:
     in the user's loop is that trial's failure, and the search goes on."""
     _, root = user
     res = run(user, ["good", "bad", "kill"], 8, study="ray", executor="ray",
-              early_stop=True, seed=2)
+              early_stop=True, seed=2, sampler="random")
     got = by_mode(res)
     _early_stop_checks(res, root, raised_in_loop=False)
     assert got.get("kill"), "reseed: no kill trial"

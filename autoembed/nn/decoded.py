@@ -220,7 +220,6 @@ def _refusal(layer: str, op: str) -> str:
             f"so {op} on it would not change the rows the layer reads; {fix}")
 
 
-@torch.compiler.assume_constant_result  # Dynamo runs it as it traces (a function's name)
 def _name(func: Any) -> str:
     """An op's name; a property's getter (x.shape): '.shape'; its setter (x.data = y):
     '.data = ...'."""
@@ -229,6 +228,12 @@ def _name(func: Any) -> str:
         prop = f".{getattr(getattr(func, '__self__', None), '__name__', '?')}"
         return prop if name == "__get__" else f"{prop} = ..."
     return name
+
+
+# Dynamo runs it as it traces (a function's name): the mark torch.compiler.assume_constant_result
+# sets, set here without it, as the decorator imports torch._dynamo (about 3 CPU s, half of
+# `import autoembed.nn`'s cost) in every process that imports autoembed, compiled or not
+_name._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _written(name: str, args: Any, kwargs: dict[str, Any]) -> Any:
