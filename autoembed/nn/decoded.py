@@ -220,7 +220,15 @@ def _refusal(layer: str, op: str) -> str:
             f"so {op} on it would not change the rows the layer reads; {fix}")
 
 
-@torch.compiler.assume_constant_result  # Dynamo runs it as it traces (a function's name)
+def _constant_when_traced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.compiler.assume_constant_result` without its import of Dynamo (about 3 CPU s,
+    paid at import by every process that imports autoembed.nn, traced or not): the mark it
+    sets on `fn`, which Dynamo reads when it traces a call."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
+@_constant_when_traced  # Dynamo runs it as it traces (a function's name)
 def _name(func: Any) -> str:
     """An op's name; a property's getter (x.shape): '.shape'; its setter (x.data = y):
     '.data = ...'."""
