@@ -85,7 +85,8 @@ LANES = 2
 LONGEST = {"docs/getting_started.md": 47, "docs/own_loop.md": 43, "README.md": 41,
            "docs/searching.md": 29, "docs/benchmarks.md": 20, "docs/own_model.md": 18}
 TIMEOUT = 900
-COSTS: list[tuple[float, str]] = []  # (seconds, where: what) of every command and block run
+# (CPU seconds, wall seconds, where: what) of every command and block run
+COSTS: list[tuple[float, float, str]] = []
 
 
 @dataclass
@@ -179,23 +180,33 @@ def _fail(block: Block, what: str, run: subprocess.CompletedProcess[str] | None 
     pytest.fail(f"{block.where}: {what}{tail}", pytrace=False)
 
 
-def run_command(block: Block, cmd: str, env: dict[str, str], copy: Path) -> dict[str, str]:
-    """Run one command; returns the environment after it (`source`, `export`)."""
+def _cpu(times: Path) -> float:
+    """The CPU seconds bash's `times` wrote: its own and its reaped children's, user and
+    system (a process a command leaves to init is not counted)."""
+    return sum(int(m) * 60 + float(s)
+               for m, s in re.findall(r"(\d+)m([\d.]+)s", times.read_text()))
+
+
+def run_command(block: Block, cmd: str, env: dict[str, str], copy: Path,
+                ) -> tuple[dict[str, str], float]:
+    """Run one command; returns the environment after it (`source`, `export`) and its CPU
+    seconds."""
     expect = 0
     m = re.search(r"#\s*exit (\d+)\s*$", cmd)
     if m:
         expect = int(m.group(1))
     if re.match(r"autoembed ui\b", cmd):
         serve_ui(block, cmd, env, copy)
-        return env
-    state = copy / ".env-after"
-    script = f"{cmd}\n__rc=$?\nenv -0 > {shlex.quote(str(state))}\nexit $__rc\n"
+        return env, 0.0
+    state, times = copy / ".env-after", copy / ".cpu-after"
+    script = (f"{cmd}\n__rc=$?\nenv -0 > {shlex.quote(str(state))}\n"
+              f"times > {shlex.quote(str(times))}\nexit $__rc\n")
     run = subprocess.run(["bash", "-c", script], cwd=copy, env=env, capture_output=True,
                          text=True, timeout=TIMEOUT)
     if run.returncode != expect:
         _fail(block, f"`{cmd}` exited {run.returncode}, not {expect}", run)
     pairs = state.read_text().split("\0")
-    return dict(p.split("=", 1) for p in pairs if "=" in p)
+    return dict(p.split("=", 1) for p in pairs if "=" in p), _cpu(times)
 
 
 def serve_ui(block: Block, cmd: str, env: dict[str, str], copy: Path) -> None:
@@ -234,13 +245,18 @@ def serve_ui(block: Block, cmd: str, env: dict[str, str], copy: Path) -> None:
               f"not print {url}:\n{seen[0][-3000:]}")
 
 
-def run_python(block: Block, text: str, env: dict[str, str], copy: Path, n: int) -> None:
+def run_python(block: Block, text: str, env: dict[str, str], copy: Path, n: int) -> float:
+    """Run a python block as a script; returns its CPU seconds."""
     script = copy / f".example_{Path(block.page).stem}_{n}.py"
     script.write_text(text)
-    run = subprocess.run([str(copy / ".venv" / "bin" / "python"), script.name], cwd=copy,
-                         env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    times = copy / ".cpu-after"
+    python = shlex.quote(str(copy / ".venv" / "bin" / "python"))
+    run = subprocess.run(["bash", "-c", f"{python} {shlex.quote(script.name)}\n__rc=$?\n"
+                          f"times > {shlex.quote(str(times))}\nexit $__rc\n"],
+                         cwd=copy, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     if run.returncode != 0:
         _fail(block, f"python block exited {run.returncode}", run)
+    return _cpu(times)
 
 
 def check_yaml(block: Block, copy: Path, n: int) -> None:
@@ -273,7 +289,8 @@ def check_yaml(block: Block, copy: Path, n: int) -> None:
 def run_page(page: str, copy: Path, used: set[int], not_run: list[str]) -> float:
     env = base_env(copy)
     if "source .venv/bin/activate" not in (ROOT / page).read_text():
-        env = run_command(Block(page, 0, "bash", ""), "source .venv/bin/activate", env, copy)
+        env, _ = run_command(Block(page, 0, "bash", ""), "source .venv/bin/activate", env,
+                             copy)
     t0 = time.monotonic()
     for n, block in enumerate(blocks(page)):
         if block.lang.startswith("{") or block.lang == "text":
@@ -294,11 +311,11 @@ def run_page(page: str, copy: Path, used: set[int], not_run: list[str]) -> float
         if block.lang == "bash":
             for cmd in commands(block):
                 t_cmd = time.monotonic()
-                env = run_command(block, substituted(page, cmd, used), env, copy)
-                COSTS.append((time.monotonic() - t_cmd, f"{block.where}: {cmd[:60]}"))
+                env, cpu = run_command(block, substituted(page, cmd, used), env, copy)
+                COSTS.append((cpu, time.monotonic() - t_cmd, f"{block.where}: {cmd[:60]}"))
         elif block.lang == "python":
-            run_python(block, substituted(page, block.text, used), env, copy, n)
-            COSTS.append((time.monotonic() - t_block, f"{block.where}: python block"))
+            cpu = run_python(block, substituted(page, block.text, used), env, copy, n)
+            COSTS.append((cpu, time.monotonic() - t_block, f"{block.where}: python block"))
         elif block.lang == "yaml":
             check_yaml(block, copy, n)
         else:
@@ -344,11 +361,13 @@ def test_every_example_runs_as_written(tmp_path: Path) -> None:
     report("examples (tests/test_examples.py)", lines)
     seconds = {page: run for page, run in run_pages(tmp_path, used, not_run)}
     seconds_lines = [f"  {page}: {seconds[page]:.0f} s" for page in PAGES]
-    costly = [f"  {t:.0f} s {what}" for t, what in sorted(COSTS, reverse=True)[:8]]
+    costly = [f"  {cpu:.0f} CPU s, {wall:.0f} s {what}"
+              for cpu, wall, what in sorted(COSTS, reverse=True)[:12]]
     report("examples (tests/test_examples.py)",
            ["not run:", *(f"  {x}" for x in sorted(not_run)),
             f"seconds per page ({LANES} at a time):", *seconds_lines,
-            "the costliest commands and blocks:", *costly])
+            f"the costliest commands and blocks ({sum(c for c, _, _ in COSTS):.0f} CPU s in "
+            "all; a process left to init, as a Ray worker, uncounted):", *costly])
     unused = [SUBSTITUTIONS[i][:2] for i in range(len(SUBSTITUTIONS)) if i not in used]
     assert not unused, f"substitutions that match nothing (the page changed?): {unused}"
 
@@ -381,3 +400,11 @@ def test_the_copy_holds_tracked_files_only(tmp_path: Path,
     copy = fresh_copy(tmp_path / "copy")
     assert (copy / "tracked.md").read_text() == "kept\n"
     assert not (copy / "best.yaml").exists()
+
+
+def test_a_commands_cpu_is_what_bash_times_says(tmp_path: Path) -> None:
+    """The report's CPU seconds of a command: the shell's and its children's, user and
+    system, as bash's `times` writes them (minutes and seconds)."""
+    times = tmp_path / "times"
+    times.write_text("0m0.010s 0m0.002s\n1m2.500s 0m0.500s\n")
+    assert _cpu(times) == pytest.approx(0.012 + 62.5 + 0.5)

@@ -161,6 +161,26 @@ def test_a_weight_passed_into_a_compiled_function_reads_its_table() -> None:
         torch.compile(lambda w: w.add_(1.0), backend="eager")(layer.weight)
 
 
+def test_the_write_check_is_marked_for_dynamo_without_importing_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing autoembed.nn imported Dynamo (about 3 CPU s in every process, traced or not)
+    to mark the op-name function constant: the module loads with Dynamo unimportable, and
+    the mark it sets is the one torch.compiler.assume_constant_result sets."""
+    import importlib.util
+    import sys
+
+    from autoembed.nn import decoded
+
+    marked = torch.compiler.assume_constant_result(lambda: None)
+    assert vars(decoded._name).items() >= vars(marked).items() and vars(marked)
+    monkeypatch.setitem(sys.modules, "torch._dynamo", None)  # `import torch._dynamo` fails
+    spec = importlib.util.spec_from_file_location("_decoded_again", decoded.__file__)
+    assert spec is not None and spec.loader is not None
+    again = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, again)  # dataclasses look it up there
+    spec.loader.exec_module(again)
+
+
 def _decodes(layer: Any, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> list[int]:
     """Count (or, `refuse`, fail) each decode of `layer`'s whole table by its storage."""
     calls: list[int] = []
