@@ -40,6 +40,25 @@ def test_a_percentage_without_a_gpu_names_only_options_the_command_has(
     assert not any(tmp_path.iterdir())  # refused before anything was made
 
 
+@pytest.mark.parametrize(("option", "value"), [("--budget", "8XB"),
+                                               ("--host-budget", "80%")])
+def test_a_bad_size_is_refused_before_torch_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        option: str, value: str) -> None:
+    """A size is text: its refusal waits on no import of torch (~3 CPU s; `--device auto`
+    reads CUDA through it). With torch unimportable here, the line is still the size's."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    budget = ["--budget", "8GB"] if option != "--budget" else []
+    rc = main(["search", *budget, option, value, "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"autoembed: error: {option} '{value}' is not a size; " + (
+        "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%\n" if option == "--budget"
+        else "use e.g. 8GB, 8GiB, 7.5G, 7500MB or 0.5TB\n"), err
+    assert not any(tmp_path.iterdir())
+
+
 # ----------------------------------------------------------------- YAML keys given twice
 
 

@@ -126,12 +126,15 @@ class SearchRequest(SearchOptions):
         if o.repeatable and o.time_budget is not None:
             raise ConfigError("--repeatable with --time-budget: when the time runs out depends "
                               "on the machine; give --trials instead")
+        share = isinstance(o.budget, str) and o.budget.strip().endswith("%")
+        # a size is refused before _device loads torch (~3 CPU s); "80%" needs the device
+        memory = None if share else MemoryBudget.of(o.budget, o.host_budget)
         dev, gpu = _device(o.device)
         if gpu is not None:
             _check_pinned(o.device, kind, o.ray_address)
-        share = isinstance(o.budget, str) and o.budget.strip().endswith("%")
-        memory = MemoryBudget.of(o.budget, o.host_budget, device_memory=(  # "80%" of GPU N's
-            detect_device_memory(gpu) if share and gpu is not None else None))
+        if memory is None:
+            memory = MemoryBudget.of(o.budget, o.host_budget, device_memory=(  # of GPU N's
+                detect_device_memory(gpu) if gpu is not None else None))
         objs = _objectives(o.objectives)
         from autoembed.pipeline.resources import parse_trial_resources
 
