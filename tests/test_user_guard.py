@@ -59,7 +59,7 @@ def run(config: EmbeddingConfig, train, priced=None):
 
 def ids_of(*shape: int) -> list[dict]:
     """`priced_inputs` of an example of one id tensor of `shape`, written out."""
-    return [{"input": "args[0]", "shape": list(shape), "rows": len(shape) > 1}]
+    return [{"input": "args[0]", "shape": list(shape)}]
 
 
 def adam(model):
@@ -465,13 +465,13 @@ def test_priced_inputs_are_the_tensors_the_forward_is_given() -> None:
 
     u, x, y = torch.zeros(4, dtype=torch.long), torch.zeros(4, 3), torch.zeros(4)
     assert priced_inputs(Example(args=(u,), kwargs={"x": x[:2]}, targets=y)) == [
-        {"input": "args[0]", "shape": [4], "rows": False},
-        {"input": "kwargs['x']", "shape": [2, 3], "rows": True}]
+        {"input": "args[0]", "shape": [4]},
+        {"input": "kwargs['x']", "shape": [2, 3]}]
     # a 0-dim input has no rows; a 1-D float (per-id weights beside flat ids) is not rows
     assert priced_inputs((u, torch.tensor(1.0), y)) == [
-        {"input": "args[0]", "shape": [4], "rows": False},
-        {"input": "args[2]", "shape": [4], "rows": False}]
-    assert priced_inputs({"ids": u}) == [{"input": "kwargs['ids']", "shape": [4], "rows": False}]
+        {"input": "args[0]", "shape": [4]},
+        {"input": "args[2]", "shape": [4]}]
+    assert priced_inputs({"ids": u}) == [{"input": "kwargs['ids']", "shape": [4]}]
     assert priced_inputs([x, x]) is None  # several examples: not compared
 
 
@@ -495,8 +495,8 @@ def test_a_pytree_node_without_key_paths_is_named_by_place() -> None:
         pair = Pair(torch.zeros(4, dtype=torch.long), torch.zeros(4, 3))
         with pytest.raises(ValueError):
             _pytree.tree_flatten_with_path(pair)
-        assert priced_inputs(pair) == [{"input": "input 0", "shape": [4], "rows": False},
-                                       {"input": "input 1", "shape": [4, 3], "rows": True}]
+        assert priced_inputs(pair) == [{"input": "input 0", "shape": [4]},
+                                       {"input": "input 1", "shape": [4, 3]}]
     finally:
         _pytree._deregister_pytree_node(Pair)
 

@@ -98,8 +98,8 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
 def priced_inputs(example: Any) -> list[dict[str, Any]] | None:
     """Each tensor (of one or more dims) the forward is given from `example`, passed as
     `call_model` passes it, in order: {"input": its name (`args[0]`, `kwargs['x']`),
-    "shape": its dims, "rows": whether it is a batch of rows (two or more dims)}, JSON as
-    a trial's payload carries it; None for several examples (a list)."""
+    "shape": its dims}, JSON as a trial's payload carries it (two or more dims: a batch of
+    rows, `_over`); None for several examples (a list)."""
     from autoembed.example import Example
 
     if isinstance(example, list):
@@ -116,8 +116,7 @@ def priced_inputs(example: Any) -> list[dict[str, Any]] | None:
 def _inputs(args: Any, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
     import torch
 
-    return [{"input": name, "shape": [int(n) for n in t.shape],
-             "rows": t.dim() > 1}
+    return [{"input": name, "shape": [int(n) for n in t.shape]}
             for name, t in _named_leaves((tuple(args), dict(kwargs)))
             if isinstance(t, torch.Tensor) and t.dim() > 0]
 
@@ -353,14 +352,13 @@ class _Watch:
             self._check_batch(args, kwargs)
         if self.precision_seen:
             if module.training and self._autocast_now() is not self.autocast:
-                self._recheck_precision()  # autocast switched since it was judged
+                self._judge_precision()  # autocast switched since it was judged
             return
         if not module.training:
             self.held, self.evaluated = self._precision(), True
             return
         self.precision_seen = True
-        if refusal := self._precision():
-            self.report.refuse(refusal)
+        self._judge_precision()
 
     def _autocast_now(self) -> torch.dtype | None:
         """The autocast dtype in force on the device the precision was judged on (None:
@@ -370,9 +368,10 @@ class _Watch:
         on = torch.is_autocast_enabled(self.device)
         return torch.get_autocast_dtype(self.device) if on else None
 
-    def _recheck_precision(self) -> None:
-        """A training forward under another autocast than the precision was judged under
-        (AMP switched on after a warm-up, or off): judged again, the weights' dtypes too."""
+    def _judge_precision(self) -> None:
+        """Refuse the loop's precision where it is not the price's (`_precision`): at the
+        first training forward, and again at one under another autocast than it was judged
+        under (AMP switched on after a warm-up, or off), the weights' dtypes too."""
         if refusal := self._precision():
             self.report.refuse(refusal)
 
