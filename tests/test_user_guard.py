@@ -855,3 +855,43 @@ def test_a_step_before_any_forward_does_not_stand_for_the_training_forward() -> 
     assert r.curve == ()
     ok = run(EmbeddingConfig(table_optimizer="adam"), stepped_first(torch.float32))
     assert ok.status == "complete", ok.error
+
+
+def calling(forward: bool, rows: int = 16, autocast: bool = False):
+    """Adam over batches of `rows` x 4 ids (under bf16 autocast), its training step calling
+    `model.forward(ids)` (`forward`) or `model(ids)`."""
+    def train(model, params, report):
+        opt, ids = adam(model), torch.randint(0, VOCAB, (rows, 4))
+        call = model.forward if forward else model
+        for step in range(1, 4):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = call(ids).float()
+            loss = nn.functional.cross_entropy(out, torch.zeros(rows, dtype=torch.long))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            report(step=step, samples=rows * step, quality=0.5)
+        return 0.5
+    return train
+
+
+def test_a_loop_calling_model_forward_is_refused_and_model_x_trains() -> None:
+    """`model.forward(x)` runs none of the model's hooks, so the batch and precision were
+    never checked (before: a loop training on batches 4x the priced one under autocast, on
+    an fp32 price, trained complete); the first step that moves a weight with no call of
+    the model seen is refused, nothing reported; the same loop calling `model(x)` on the
+    priced batch trains, and on the larger one is refused for its batch."""
+    config = EmbeddingConfig(table_optimizer="adam")
+    says = ("the loop's Adam steps table 'emb', which has a gradient, but no call of the "
+            "model was seen: the loop calls model.forward(x) (or the model's parts), which "
+            "skips the model's hooks, so its batch and precision cannot be checked against "
+            "the price; call model(x) in the training step, as the trial was priced")
+    for rows, autocast in ((16, False), (64, True)):
+        r = run(config, calling(True, rows, autocast), priced=ids_of(16, 4))
+        assert r.status == "failed" and r.error == says, r.error
+        assert r.curve == ()
+    ok = run(config, calling(False), priced=ids_of(16, 4))
+    assert ok.status == "complete", ok.error
+    big = run(config, calling(False, rows=64), priced=ids_of(16, 4))
+    assert big.status == "failed" and "training batch 1" in big.error, big.error
+

@@ -33,6 +33,11 @@ assumed and the loop decides itself.
   precision's autocast (`config.precision_policy`). The autocast is read again at every
   later forward in training mode (two cheap reads): AMP switched on after a warm-up, or
   off, is judged again there.
+* The model is called: the batch and precision are read by the model's forward hook,
+  which `model.forward(x)` (or calling its parts) skips; the first step that moves a
+  weight with no forward of the model seen (gradients on) is refused, telling the loop to
+  call `model(x)`. (A hook on the tables instead would see the precision, not the
+  model's inputs the batch is priced on, and cost a call per table per forward.)
 * The batch: at every such forward in training mode (an eval pass is not one), each
   tensor the model is given against the priced example's same input (`priced_inputs`), a
   comparison of shapes (no copy, no device sync): a loop that pads each batch to its own
@@ -223,6 +228,8 @@ class _Watch:
         later one (a switch partway, a new optimizer) no more. False: not stepped yet."""
         if p.grad is None:
             return False
+        if not self.precision_seen and self.tables:  # a gradient, but no forward seen
+            self._refuse_unseen(opt, p)
         later = id(p) in self.checked
         self.checked.add(id(p))
         if id(p) in self.frozen:
@@ -232,6 +239,21 @@ class _Watch:
         elif id(p) in self.dense:
             self._check_dense(opt, self.dense[id(p)][0], p, later)
         return True
+
+    def _refuse_unseen(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
+        """`opt` steps `p`, which has a gradient, but no forward of the model with
+        gradients on was seen: the loop calls `model.forward(x)` (or the model's parts),
+        which runs none of the model's hooks, so neither its batch nor its precision can be
+        checked."""
+        what = (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
+                else f"dense parameter '{self.dense[id(p)][0]}'" if id(p) in self.dense
+                else self.frozen[id(p)])
+        self.report.refuse(
+            f"the loop's {type(opt).__name__} steps {what}, which has a gradient, but no "
+            "call of the model was seen: the loop calls model.forward(x) (or the model's "
+            "parts), which skips the model's hooks, so its batch and precision cannot be "
+            "checked against the price; call model(x) in the training step, as the trial "
+            "was priced")
 
     def _decay_turned_on(self, opt: torch.optim.Optimizer, group: Mapping[str, Any],
                          stepper: _Stepper) -> None:
