@@ -895,3 +895,46 @@ def test_a_loop_calling_model_forward_is_refused_and_model_x_trains() -> None:
     big = run(config, calling(False, rows=64), priced=ids_of(16, 4))
     assert big.status == "failed" and "training batch 1" in big.error, big.error
 
+
+def casting(cast, at: int = 2, part: str = "", autocast: bool = False):
+    """SGD for 6 steps (under bf16 autocast), the loop casting the model (or its submodule
+    `part`) with `cast` before step `at` (a model cast to bf16 after a warm-up)."""
+    def train(model, params, report):
+        opt, ids = sgd(model), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 7):
+            if step == at:
+                (getattr(model, part) if part else model).to(cast)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                step_on(model, opt, ids, step, report)
+        return 0.5
+    return train
+
+
+def test_weights_cast_after_the_first_step_are_refused() -> None:
+    """Priced fp32 with SGD (no state to break), a loop casting the model to bf16 before
+    step 2 trained it in bf16 unnoticed (before: the dtypes were read at the first training
+    forward alone); a step reads one weight's dtype in turn: refused at step 2, step 1 kept.
+    A cast of one table of `Mixed` (1 of its 4 weights) is seen within 4 steps; under the priced
+    amp_bf16's autocast the line names the autocast of the forward, not the step's (off);
+    a cast to the priced dtype trains."""
+    sgd_ = optimizer_alias("sgd")
+    r = run(EmbeddingConfig(**sgd_), casting(torch.bfloat16))
+    assert r.status == "failed" and r.error == (
+        "the loop trains table 'emb' in bfloat16 without autocast, but the trial was priced "
+        "at precision 'fp32' (float32 without autocast); set the space's embedding precision "
+        "to what the loop does, or train the model in the priced one"), r.error
+    assert [p.step for p in r.curve] == [1]
+    one = run_user_trial(UserCode(lambda p: Mixed((torch.float32,) * 3), lambda p: None,
+                                  casting(torch.bfloat16, part="b")),
+                         {}, EmbeddingConfig(**sgd_), Report(), as_written=True)
+    assert one.status == "failed" and one.error.startswith(
+        "the loop trains table 'b' in bfloat16 without autocast, but the trial was priced "
+        "at precision 'fp32' (float32 without autocast)"), one.error
+    assert 1 <= len(one.curve) <= 4  # one of 4 weights a step from step 2: seen by step 5
+    amp = run(EmbeddingConfig(precision="amp_bf16", **sgd_),
+              casting(torch.bfloat16, autocast=True))
+    assert amp.status == "failed" and amp.error.startswith(
+        "the loop trains table 'emb' in bfloat16 under bfloat16 autocast, but the trial was "
+        "priced at precision 'amp_bf16' (float32 under bfloat16 autocast)"), amp.error
+    ok = run(EmbeddingConfig(**sgd_), casting(torch.float32))
+    assert ok.status == "complete", ok.error

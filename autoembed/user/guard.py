@@ -32,7 +32,10 @@ assumed and the loop decides itself.
   as written (a bf16 table beside fp32 layers is priced, and trains, as such); and the
   precision's autocast (`config.precision_policy`). The autocast is read again at every
   later forward in training mode (two cheap reads): AMP switched on after a warm-up, or
-  off, is judged again there.
+  off, is judged again there. Each optimizer step then reads one weight's dtype, the
+  weights in turn (walking all, ~200 of them, would cost ~30 us a step): a model cast
+  (`model.to(torch.bfloat16)` after a step) is judged at the next step, a cast of some
+  weights within as many steps as there are weights.
 * The model is called: the batch and precision are read by the model's forward hook,
   which `model.forward(x)` (or calling its parts) skips; the first step that moves a
   weight with no forward of the model seen (gradients on) is refused, telling the loop to
@@ -55,6 +58,7 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -187,15 +191,21 @@ class _Watch:
         self.batches = 0  # training forwards seen (gradients on, training mode)
         self.checked: set[int] = set()  # weights some optimizer's step was checked for
         self.steppers: dict[int, _Stepper] = {}  # by id(optimizer)
+        rotation = _rotation(self.tables, self.dense, self.priced_dtypes)
+        self.turns = itertools.cycle(rotation) if rotation else None  # a step reads the next
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each weight the first time this optimizer steps it
         (one frozen when priced is refused); the weights it has stepped are not walked
-        again."""
+        again. Once the precision is judged, one weight's dtype a step (`_recheck_dtypes`)."""
         if not self.precision_seen and self.evaluated:  # none in training mode: the last
             self.precision_seen = True  # (a step before any forward moved nothing)
             if self.held:
                 self.report.refuse(self.held)
+        elif self.precision_seen and self.turns:
+            w, want = next(self.turns)
+            if w.dtype is not want:
+                self._recheck_dtypes()
         stepper = self.steppers.get(id(opt))
         if stepper is None or stepper.opt() is not opt:  # new, or a dead one's id
             stepper = self.steppers[id(opt)] = _Stepper(weakref.ref(opt))
@@ -239,6 +249,15 @@ class _Watch:
         elif id(p) in self.dense:
             self._check_dense(opt, self.dense[id(p)][0], p, later)
         return True
+
+    def _recheck_dtypes(self) -> None:
+        """A step found a weight out of the dtype it was priced in (`after_step` reads one
+        a step, in turn: a cast of the whole model after a step is seen at the next step,
+        one of some weights within as many steps as there are weights): the weights are
+        judged (`_precision`) under the autocast of the last training forward (a step runs
+        outside it)."""
+        if refusal := self._precision(self.autocast):
+            self.report.refuse(refusal)
 
     def _refuse_unseen(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         """`opt` steps `p`, which has a gradient, but no forward of the model with
@@ -377,7 +396,7 @@ class _Watch:
                 self._judge_precision()  # autocast switched since it was judged
             return
         if not module.training:
-            self.held, self.evaluated = self._precision(), True
+            self.held, self.evaluated = self._precision(self._read_autocast()), True
             return
         self.precision_seen = True
         self._judge_precision()
@@ -394,19 +413,23 @@ class _Watch:
         """Refuse the loop's precision where it is not the price's (`_precision`): at the
         first training forward, and again at one under another autocast than it was judged
         under (AMP switched on after a warm-up, or off), the weights' dtypes too."""
-        if refusal := self._precision():
+        if refusal := self._precision(self._read_autocast()):
             self.report.refuse(refusal)
 
-    def _precision(self) -> str | None:
-        """Every table's and trainable weight's dtype (tables first) and the autocast in
-        force against the price's (`_priced_dtypes`, the precision's autocast): the refusal
-        of the first that differs, None if none does. The device and autocast read are
-        kept (`_autocast_now`)."""
+    def _read_autocast(self) -> torch.dtype | None:
+        """The autocast in force on the tables' device (`_autocast_now`), kept with the
+        device: later training forwards, and steps rechecking a dtype, judge against it."""
+        self.device = next(iter(self.tables.values()))[2].device.type
+        self.autocast = self._autocast_now()
+        return self.autocast
+
+    def _precision(self, autocast: torch.dtype | None) -> str | None:
+        """Every table's and trainable weight's dtype (tables first) and the autocast
+        `autocast` (None: off) against the price's (`_priced_dtypes`, the precision's
+        autocast): the refusal of the first that differs, None if none does."""
         weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
         weights += [(f"dense parameter '{n}'", p) for n, p in self.dense.values()]
-        self.device = weights[0][1].device.type
-        self.autocast = self._autocast_now()
-        got = None if self.autocast is None else _name_of(self.autocast)
+        got = None if autocast is None else _name_of(autocast)
         policy = precision_policy(self.config.precision)
         for what, w in weights:
             dtype, want = _name_of(w.dtype), self.priced_dtypes.get(id(w))
@@ -507,6 +530,17 @@ def _priced_dtypes(model: nn.Module, config: EmbeddingConfig) -> dict[int, str]:
     policy = precision_policy(config.precision)
     return {id(p): policy.param_dtype if policy.param_dtype != "float32" else _name_of(p.dtype)
             for p in model.parameters() if p.is_floating_point()}
+
+
+def _rotation(tables: Mapping[int, tuple[str, str, torch.Tensor]],
+              dense: Mapping[int, tuple[str, torch.Tensor]],
+              priced: Mapping[int, str]) -> list[tuple[torch.Tensor, torch.dtype]]:
+    """Each table's and trainable weight's (those `_precision` judges) with the dtype it
+    was priced in, in the order steps read them (one a step: `_Watch.after_step`)."""
+    import torch
+
+    weights = [w for _path, _name, w in tables.values()] + [p for _n, p in dense.values()]
+    return [(w, getattr(torch, priced[id(w)])) for w in weights if id(w) in priced]
 
 
 def _autocast(dtype: str | None) -> str:
