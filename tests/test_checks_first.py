@@ -293,6 +293,51 @@ def test_workers_above_the_gpus_the_trials_see_are_refused_and_a_resumed_count_c
     assert plan(device="cuda", workers=4, ray_address="10.0.0.5:6379").workers == 4
 
 
+def test_workers_above_the_gpus_over_a_torchrec_world_size_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TorchRec space's trial on --device cuda runs world_size ranks, each on its own GPU:
+    `--workers 3` at world_size 2 on 4 GPUs ran 6 ranks' worth of trials on 4 GPUs, the
+    third queued while recorded side by side (before: a sharded space was not bounded at
+    all); refused in one line before the workload is built, the fix 4 // 2 = 2 (3 GPUs:
+    1); 2 runs, and is the default; planned for cpu, its ranks hold no GPU: not bounded.
+    GPUs faked; no CUDA."""
+    import torch
+
+    import autoembed.pipeline.plan as plan_module
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+    from autoembed.space import parse_space
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    class Built(Exception):
+        """The workers check passed: the workload was being built."""
+
+    def workload_for(*a: object) -> None:
+        raise Built
+    monkeypatch.setattr(plan_module, "workload_for", workload_for)
+
+    def request(workers: int | None, **topology: object) -> SearchRequest:
+        space = parse_space({"topology": topology, "user": {"lr": {"choices": [0.1, 0.2]}}},
+                            "s.yaml", kind="user")
+        return SearchRequest.parse("8GB", space, device="cuda", workers=workers,
+                                   model=str, example=str, train=str)
+
+    for gpus, workers, fix in ((4, 3, "use --workers 2"), (3, 2, "use --workers 1")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda n=gpus: n)
+        with pytest.raises(ConfigError) as e:
+            SearchPlan.build(request(workers, world_size=2), {})
+        assert str(e.value) == (
+            f"--workers {workers} runs {workers} trials at once, each on 2 GPUs (the space's "
+            f"topology.world_size 2: a rank on each), and this machine has {gpus}: {fix}")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    with pytest.raises(Built):
+        SearchPlan.build(request(2, world_size=2), {})
+    with pytest.raises(Built):
+        SearchPlan.build(request(3, world_size=2, compute_device="cpu"), {})
+    assert plan_module._workers(request(None, world_size=2), {}, False, 4, 2) == 2
+
+
 # ----------------------------------------------------------------- a user search's --loss
 
 LOGITS_LOOP = '''

@@ -241,47 +241,64 @@ def _workers(r: SearchRequest, stored: Mapping[str, Any], repeatable: bool, gpus
              cpus: int) -> int:
     """Trials at once: one in a repeatable search or in process (`--executor local`, which
     runs one at a time, a resumed study's count aside); else --workers, else a resumed
-    study's count; else one per GPU; on a CPU one (trials side by side distort each other's
-    throughput), except in a time-boxed search on a private Ray: one per core, each on one
-    torch thread (a time box buys trials, not seconds). Where each trial holds one of this
-    machine's `gpus` (`_gpu_slots`) no more run at once: --workers above is refused, a
-    resumed study's count is cut to them (the count recorded is the count that runs)."""
+    study's count; else as many as the GPUs run at once; on a CPU one (trials side by side
+    distort each other's throughput), except in a time-boxed search on a private Ray: one
+    per core, each on one torch thread (a time box buys trials, not seconds). Where each
+    trial holds GPUs of this machine's `gpus` (`_gpu_slots`: one, or a TorchRec space's
+    world_size) no more run at once: --workers above is refused, a resumed study's count is
+    cut to them (the count recorded is the count that runs)."""
     if repeatable or r.executor_kind == "local":
         return 1
     slots = _gpu_slots(r, stored, gpus)
     if r.workers:
         if slots is not None and r.workers > slots:
-            raise _too_many_workers(r.workers, slots, r.gpu)
+            raise _too_many_workers(r.workers, gpus, _trial_gpus(r, stored), r.gpu)
         return int(r.workers)
     if stored.get("workers"):
         return min(int(stored["workers"]), slots or int(stored["workers"]))
     if r.device == "cuda":
-        return max(1, gpus)
+        return max(1, gpus if slots is None else slots)
     private_ray = r.executor is None and r.executor_kind == "ray" and r.ray_address is None
     return cpus if r.time_budget is not None and private_ray else 1
 
 
-def _too_many_workers(workers: int, slots: int, gpu: int | None) -> ConfigError:
-    """--workers above the trials this machine's GPUs run at once, in one line with the fix."""
+def _too_many_workers(workers: int, gpus: int, per: int, gpu: int | None) -> ConfigError:
+    """--workers above the trials this machine's `gpus` run at once, each on `per` of them
+    (`_trial_gpus`), in one line with the fix."""
     import torch
 
+    slots = gpus // per
     where = f"--device cuda:{gpu} gives this search" if gpu is not None else "this machine has"
     other = (", or --device cuda (all this machine's GPUs)"
              if gpu is not None and torch.cuda.device_count() > slots else "")
-    return ConfigError(f"--workers {workers} runs {workers} trials at once, each on its own "
-                       f"GPU, and {where} {slots}: use --workers {slots}{other}")
+    each = ("its own GPU" if per == 1 else
+            f"{per} GPUs (the space's topology.world_size {per}: a rank on each)")
+    return ConfigError(f"--workers {workers} runs {workers} trials at once, each on {each}, "
+                       f"and {where} {gpus}: use --workers {slots}{other}")
 
 
 def _gpu_slots(r: SearchRequest, stored: Mapping[str, Any], gpus: int) -> int | None:
-    """The trials that can run at once on this machine's GPUs: `gpus` where each trial holds
-    one (`--device cuda` on a Ray this search starts); None where nothing here bounds them:
-    a CPU, a Ray cluster's GPUs (not checked here), an Executor object, a TorchRec space
-    (its trial holds no GPU itself: each rank's Ray Train worker holds its own)."""
+    """The trials that can run at once on this machine's `gpus` where each holds
+    `_trial_gpus` of them (`--device cuda` on a Ray this search starts): `gpus` // that;
+    None where nothing here bounds them: a CPU, a Ray cluster's GPUs (not checked here), an
+    Executor object, a TorchRec space planned for cpu (its ranks hold no GPU) or of more
+    ranks than `gpus` (its world_size is refused: `Sharded.of`)."""
     if r.device != "cuda" or r.executor_kind != "ray" or r.ray_address or r.executor is not None:
         return None
-    sharded = (r.space.topology is not None if isinstance(r.space, SearchSpace)
-               else TOPOLOGY_KEY in stored)
-    return None if sharded else gpus
+    per = _trial_gpus(r, stored)
+    return None if per == 0 or per > gpus else gpus // per
+
+
+def _trial_gpus(r: SearchRequest, stored: Mapping[str, Any]) -> int:
+    """The GPUs one trial of `--device cuda` holds: one; a TorchRec space's (`topology:`,
+    as given or as a resumed study stored it) its world_size, each rank's Ray Train worker
+    on its own, where planned for cuda (the search's device unless the topology says);
+    none where planned for cpu."""
+    topo = (r.space.topology if isinstance(r.space, SearchSpace)
+            else stored.get(TOPOLOGY_KEY))
+    if topo is None:
+        return 1
+    return int(topo.get("world_size", 1)) if topo.get("compute_device", "cuda") == "cuda" else 0
 
 
 # The trial count of a search bounded only by --time-budget (time is the limit, not a count)
