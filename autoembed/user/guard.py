@@ -54,6 +54,9 @@ assumed and the loop decides itself.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
+
+What a loop is checked against is a `Price` (`watching`): a user trial's is `model_price` of
+its model and config (`watch_loop`).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -74,13 +77,16 @@ if TYPE_CHECKING:
 
     from autoembed.user.report import Report
 
-__all__ = ["watch_loop", "priced_state", "priced_inputs", "STATE_PER_WEIGHT"]
+__all__ = ["watch_loop", "watching", "Price", "Fixes", "model_price", "priced_state",
+           "priced_inputs", "named_leaves", "STATE_PER_WEIGHT"]
 
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
                     "sparse_adam": 2}
 _TABLE_ONLY = ("sparse_adam", "rowwise_adagrad")  # optimizers of embedding tables alone
 _NO_L2 = ("adamw", "sparse_adam")  # priced without a decay added to the gradient
+# how a forward's inputs are read: (args, kwargs) -> [{"input": name, "shape": dims}]
+Inputs = Callable[[Any, Mapping[str, Any]], list[dict[str, Any]]]
 _FIX = ("set the space's embedding table_optimizer to what the loop does, "
         "or build the loop's optimizer with autoembed.build_optimizer(model, params)")
 
@@ -104,41 +110,45 @@ def _state(opt: torch.optim.Optimizer, p: torch.Tensor) -> int:
     return sum(t.numel() for t in _kept(opt, p))
 
 
-def priced_inputs(example: Any) -> list[dict[str, Any]] | None:
+def priced_inputs(example: Any, inputs: Inputs | None = None) -> list[dict[str, Any]] | None:
     """Each tensor (of one or more dims) the forward is given from `example`, passed as
     `call_model` passes it, in order: {"input": its name (`args[0]`, `kwargs['x']`),
     "shape": its dims}, JSON as a trial's payload carries it (two or more dims: a batch of
-    rows, `_over`); None for several examples (a list)."""
+    rows, `_over`); None for several examples (a list). `inputs`: how the forward's
+    (args, kwargs) are read (`Price.inputs`; None: `_inputs`)."""
     from autoembed.example import Example
 
+    read = inputs or _inputs
     if isinstance(example, list):
         return None
     if isinstance(example, Example):
-        return _inputs(example.args, dict(example.kwargs))
+        return read(example.args, dict(example.kwargs))
     if isinstance(example, tuple):
-        return _inputs(example, {})
+        return read(example, {})
     if isinstance(example, Mapping):
-        return _inputs((), dict(example))
-    return _inputs((example,), {})
+        return read((), dict(example))
+    return read((example,), {})
 
 
 def _inputs(args: Any, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
     import torch
 
     return [{"input": name, "shape": [int(n) for n in t.shape]}
-            for name, t in _named_leaves((tuple(args), dict(kwargs)))
+            for name, t in named_leaves((tuple(args), dict(kwargs)))
             if isinstance(t, torch.Tensor) and t.dim() > 0]
 
 
-def _named_leaves(tree: tuple[tuple[Any, ...], dict[str, Any]]) -> list[tuple[str, Any]]:
+def named_leaves(tree: tuple[tuple[Any, ...], dict[str, Any]],
+                 is_leaf: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:
     """(args, kwargs)'s pytree leaves named by their path (`args[0]`, `kwargs['x']`), or by
-    their place (`input 0`) where a node was registered without key paths."""
+    their place (`input 0`) where a node was registered without key paths; `is_leaf`: as
+    pytree's (a node it takes is one leaf)."""
     from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves
 
     try:
-        leaves, _ = tree_flatten_with_path(tree)
+        leaves, _ = tree_flatten_with_path(tree, is_leaf=is_leaf)
     except ValueError:  # a pytree node without flatten_with_keys_fn
-        return [(f"input {i}", t) for i, t in enumerate(tree_leaves(tree))]
+        return [(f"input {i}", t) for i, t in enumerate(tree_leaves(tree, is_leaf=is_leaf))]
     return [(("args", "kwargs")[path[0].idx] + keystr(path[1:]), t)  # type: ignore[attr-defined]
             for path, t in leaves]
 
@@ -162,25 +172,71 @@ class _Stepper:
     l2: list[bool] = field(default_factory=list)  # each group's `_adds_decay` at its last step
 
 
-class _Watch:
-    def __init__(self, model: nn.Module, config: EmbeddingConfig, report: Report,
-                 priced: Sequence[Mapping[str, Any]] | None) -> None:
-        from autoembed.models.table_modules import embedding_modules
+@dataclass(frozen=True)
+class Fixes:
+    """The fix each refusal names: how the loop, or the space, is brought to the price
+    (a user trial's: the space's `embedding:` keys, `build_optimizer`)."""
 
-        own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
-        self.tables: dict[int, tuple[str, str, torch.Tensor]] = {}
-        for path, m in embedding_modules(model):
-            for p in m.parameters():
-                self.tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
-        self.dense = {id(p): (n, p) for n, p in model.named_parameters()
-                      if p.requires_grad and id(p) not in self.tables}
-        # frozen as priced: priced with neither a gradient nor optimizer state
-        self.frozen = {id(p): (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
-                               else f"dense parameter '{n}'")
-                       for n, p in model.named_parameters() if not p.requires_grad}
-        self.config = config
-        self.priced_dtypes = _priced_dtypes(model, config)
-        self.report = report
+    dense: str = ("set the space's embedding dense_optimizer to what the loop does, or build "
+                  "the loop's optimizer with autoembed.build_optimizer(model, params)")
+    decay: str = ("set the space's embedding weight_decay (and optimizer) to what the loop "
+                  "does, or build the loop's optimizer with "
+                  "autoembed.build_optimizer(model, params)")
+    decay_on: str = ("set the space's embedding weight_decay to the loop's and decay from "
+                     "the first step, or keep it off throughout")
+    precision: str = ("set the space's embedding precision to what the loop does, or train "
+                      "the model in the priced one")
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a trial's loop is checked against (module docstring): each table weight's
+    module path and priced optimizer, each other trainable weight's name (priced with
+    `dense_optimizer`), the weights frozen as priced, the priced `weight_decay` and
+    `precision`, the dtype each floating weight was priced in, how the forward's inputs
+    are read (`inputs(args, kwargs)` as `_inputs` gives them; None: `_inputs`) and the fix
+    each refusal names. All by id(weight)."""
+
+    tables: Mapping[int, tuple[str, str, torch.Tensor]]  # (path, optimizer, weight)
+    dense: Mapping[int, tuple[str, torch.Tensor]]  # (name, weight)
+    frozen: Mapping[int, str]  # what the refusal calls it
+    dense_optimizer: str
+    weight_decay: float
+    precision: str
+    dtypes: Mapping[int, str]
+    inputs: Inputs | None = None
+    fixes: Fixes = Fixes()
+
+
+def model_price(model: nn.Module, config: EmbeddingConfig) -> Price:
+    """The price of a user trial of `model` (as built, before the loop) under `config`:
+    its embedding modules' weights are tables (a table's own `table_optimizer`, by module
+    path, first), every other trainable weight dense."""
+    from autoembed.models.table_modules import embedding_modules
+
+    own = {t.name: t.table_optimizer for t in config.tables if t.table_optimizer}
+    tables: dict[int, tuple[str, str, torch.Tensor]] = {}
+    for path, m in embedding_modules(model):
+        for p in m.parameters():
+            tables.setdefault(id(p), (path, own.get(path, config.table_optimizer), p))
+    named = list(model.named_parameters())
+    return Price(
+        tables=tables,
+        dense={id(p): (n, p) for n, p in named if p.requires_grad and id(p) not in tables},
+        frozen={id(p): (f"table '{tables[id(p)][0]}'" if id(p) in tables
+                        else f"dense parameter '{n}'") for n, p in named if not p.requires_grad},
+        dense_optimizer=config.dense_optimizer, weight_decay=config.weight_decay,
+        precision=config.precision, dtypes=_priced_dtypes(model, config.precision))
+
+
+class _Watch:
+    def __init__(self, price: Price, refuse: Callable[[str], None],
+                 priced: Sequence[Mapping[str, Any]] | None) -> None:
+        self.price = price
+        self.tables = price.tables
+        self.dense = price.dense
+        self.frozen = dict(price.frozen)  # a weight leaves it at its refusal
+        self.refuse = refuse
         self.priced = None if priced is None else list(priced)
         self.shapes = [tuple(w["shape"]) for w in self.priced or []]
         self.precision_seen = False  # the precision checked
@@ -191,7 +247,9 @@ class _Watch:
         self.batches = 0  # training forwards seen (gradients on, training mode)
         self.checked: set[int] = set()  # weights some optimizer's step was checked for
         self.steppers: dict[int, _Stepper] = {}  # by id(optimizer)
-        rotation = _rotation(self.tables, self.dense, self.priced_dtypes)
+        self.judged = _judged(price)  # the weights whose dtype is judged, named
+        rotation = [(w, _dtype(price.dtypes[id(w)])) for _, w in self.judged
+                    if id(w) in price.dtypes]
         self.turns = itertools.cycle(rotation) if rotation else None  # a step reads the next
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
@@ -201,7 +259,7 @@ class _Watch:
         if not self.precision_seen and self.evaluated:  # none in training mode: the last
             self.precision_seen = True  # (a step before any forward moved nothing)
             if self.held:
-                self.report.refuse(self.held)
+                self.refuse(self.held)
         elif self.precision_seen and self.turns:
             w, want = next(self.turns)
             if w.dtype is not want:
@@ -238,7 +296,7 @@ class _Watch:
         later one (a switch partway, a new optimizer) no more. False: not stepped yet."""
         if p.grad is None:
             return False
-        if not self.precision_seen and self.tables:  # a gradient, but no forward seen
+        if not self.precision_seen and self.judged:  # a gradient, but no forward seen
             self._refuse_unseen(opt, p)
         later = id(p) in self.checked
         self.checked.add(id(p))
@@ -257,7 +315,7 @@ class _Watch:
         judged (`_precision`) under the autocast of the last training forward (a step runs
         outside it)."""
         if refusal := self._precision(self.autocast):
-            self.report.refuse(refusal)
+            self.refuse(refusal)
 
     def _refuse_unseen(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
         """`opt` steps `p`, which has a gradient, but no forward of the model with
@@ -267,7 +325,7 @@ class _Watch:
         what = (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
                 else f"dense parameter '{self.dense[id(p)][0]}'" if id(p) in self.dense
                 else self.frozen[id(p)])
-        self.report.refuse(
+        self.refuse(
             f"the loop's {type(opt).__name__} steps {what}, which has a gradient, but no "
             "call of the model was seen: the loop calls model.forward(x) (or the model's "
             "parts), which skips the model's hooks, so its batch and precision cannot be "
@@ -287,24 +345,23 @@ class _Watch:
                 path, name, _ = self.tables[id(p)]
                 what = f"table '{path}'"
             elif id(p) in self.dense:
-                name = self.config.dense_optimizer
+                name = self.price.dense_optimizer
                 what = f"dense parameter '{self.dense[id(p)][0]}'"
             else:
                 continue
-            if self.config.weight_decay == 0 or name in _NO_L2:
-                self.report.refuse(
+            if self.price.weight_decay == 0 or name in _NO_L2:
+                self.refuse(
                     f"{what}: the loop's {type(opt).__name__} turned on weight_decay "
                     f"{float(group['weight_decay']):g} after its first step, added to the "
                     "gradient (a gradient-sized copy in the step), but the trial was priced "
-                    f"with '{name}' at weight_decay {self.config.weight_decay:g}; a trial is "
-                    "priced with one weight decay: set the space's embedding weight_decay to "
-                    "the loop's and decay from the first step, or keep it off throughout")
+                    f"with '{name}' at weight_decay {self.price.weight_decay:g}; a trial is "
+                    f"priced with one weight decay: {self.price.fixes.decay_on}")
 
     def _refuse_unfrozen(self, opt: torch.optim.Optimizer, what: str,
                          p: torch.Tensor) -> None:
         """`p` (`what`), frozen when the trial was priced, which priced neither a gradient
         nor optimizer state for it, is stepped by the loop with a gradient."""
-        self.report.refuse(
+        self.refuse(
             f"the loop trains {what} (a gradient and its {type(opt).__name__}'s "
             f"{_state(opt, p):,} values of state for its {p.numel():,} weights), frozen "
             "(requires_grad False) when the trial was priced, so neither was priced; have "
@@ -319,7 +376,7 @@ class _Watch:
         optimizer to step `p`): only one that adds a decay not priced is refused."""
         group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
         wd, got = float(group.get("weight_decay") or 0.0), _adds_decay(group)
-        priced = self.config.weight_decay
+        priced = self.price.weight_decay
         if got == (priced != 0 and name not in _NO_L2) or (later and not got):
             return
         copy = " (a gradient-sized copy in the step)"
@@ -328,11 +385,9 @@ class _Watch:
                                                           if wd else ""))
         how = (" (decoupled: nothing added to the gradient)" if name in _NO_L2 and priced
                else "" if got else copy)
-        self.report.refuse(
+        self.refuse(
             f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
-            f"'{name}' at weight_decay {priced:g}{how}; set the space's embedding weight_decay "
-            "(and optimizer) to what the loop does, or build the loop's optimizer with "
-            "autoembed.build_optimizer(model, params)")
+            f"'{name}' at weight_decay {priced:g}{how}; {self.price.fixes.decay}")
 
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor, later: bool) -> None:
         """A table's state against its priced `table_optimizer`'s (`priced_state`)."""
@@ -342,7 +397,7 @@ class _Watch:
             self._refuse_later(opt, f"table '{path}'", "table_optimizer", name, p)
         elif not later and got != want:
             nbytes = sum(t.numel() * t.element_size() for t in _kept(opt, p))
-            self.report.refuse(
+            self.refuse(
                 f"table '{path}': the loop's {type(opt).__name__} keeps {got:,} values of "
                 f"state ({nbytes:,} bytes) for its {p.numel():,} weights"
                 f"{_names_for(got, p)}, but the trial was priced with table_optimizer "
@@ -352,18 +407,16 @@ class _Watch:
     def _check_dense(self, opt: torch.optim.Optimizer, name: str, p: torch.Tensor,
                      later: bool) -> None:
         """A dense weight's state against the priced `dense_optimizer`'s (`priced_state`)."""
-        want_name = self.config.dense_optimizer
+        want_name = self.price.dense_optimizer
         got, want = _state(opt, p), priced_state(want_name, p)
         if later and got > want:
             self._refuse_later(opt, f"dense parameter '{name}'", "dense_optimizer", want_name, p)
         elif not later and got != want:
-            self.report.refuse(
+            self.refuse(
                 f"dense parameter '{name}': the loop's {type(opt).__name__} keeps {got:,} "
                 f"values of state for its {p.numel():,} weights"
                 f"{_names_for(got, p, dense=True)}, but the trial was priced with "
-                f"dense_optimizer '{want_name}' ({want:,}); set the space's embedding "
-                "dense_optimizer to what the loop does, or build the loop's optimizer with "
-                "autoembed.build_optimizer(model, params)")
+                f"dense_optimizer '{want_name}' ({want:,}); {self.price.fixes.dense}")
         self._check_decay(opt, p, want_name, f"dense parameter '{name}'", later)
 
     def _refuse_later(self, opt: torch.optim.Optimizer, what: str, key: str, name: str,
@@ -371,7 +424,7 @@ class _Watch:
         """`opt`, stepping `p` (`what`) after another optimizer did, keeps more state for it
         than the priced `key` optimizer `name`: the loop switched optimizers partway."""
         got = _state(opt, p)
-        self.report.refuse(
+        self.refuse(
             f"{what}: the loop's {type(opt).__name__}, stepping it after another optimizer "
             f"did, keeps {got:,} values of state for its {p.numel():,} weights"
             f"{_names_for(got, p, dense=key == 'dense_optimizer')}, more than the "
@@ -386,7 +439,7 @@ class _Watch:
         first optimizer step is, where the loop trains its model in eval mode."""
         import torch
 
-        if not torch.is_grad_enabled() or not self.tables:
+        if not torch.is_grad_enabled() or not self.judged:
             return
         if module.training and self.priced:
             self.batches += 1
@@ -414,32 +467,30 @@ class _Watch:
         first training forward, and again at one under another autocast than it was judged
         under (AMP switched on after a warm-up, or off), the weights' dtypes too."""
         if refusal := self._precision(self._read_autocast()):
-            self.report.refuse(refusal)
+            self.refuse(refusal)
 
     def _read_autocast(self) -> torch.dtype | None:
-        """The autocast in force on the tables' device (`_autocast_now`), kept with the
-        device: later training forwards, and steps rechecking a dtype, judge against it."""
-        self.device = next(iter(self.tables.values()))[2].device.type
+        """The autocast in force on the judged weights' device (the first's: a table's where
+        there is one; `_autocast_now`), kept with the device: later training forwards, and
+        steps rechecking a dtype, judge against it."""
+        self.device = self.judged[0][1].device.type
         self.autocast = self._autocast_now()
         return self.autocast
 
     def _precision(self, autocast: torch.dtype | None) -> str | None:
         """Every table's and trainable weight's dtype (tables first) and the autocast
-        `autocast` (None: off) against the price's (`_priced_dtypes`, the precision's
+        `autocast` (None: off) against the price's (`Price.dtypes`, the precision's
         autocast): the refusal of the first that differs, None if none does."""
-        weights = [(f"table '{path}'", w) for path, _name, w in self.tables.values()]
-        weights += [(f"dense parameter '{n}'", p) for n, p in self.dense.values()]
         got = None if autocast is None else _name_of(autocast)
-        policy = precision_policy(self.config.precision)
-        for what, w in weights:
-            dtype, want = _name_of(w.dtype), self.priced_dtypes.get(id(w))
+        policy = precision_policy(self.price.precision)
+        for what, w in self.judged:
+            dtype, want = _name_of(w.dtype), self.price.dtypes.get(id(w))
             if want is None or (got == policy.autocast_dtype and dtype == want):
                 continue
             built = "" if want == policy.param_dtype else " as built"
             return (f"the loop trains {what} in {dtype} {_autocast(got)}, but the trial was "
                     f"priced at precision '{policy.name}' ({want}{built} "
-                    f"{_autocast(policy.autocast_dtype)}); set the space's embedding "
-                    "precision to what the loop does, or train the model in the priced one")
+                    f"{_autocast(policy.autocast_dtype)}); {self.price.fixes.precision}")
         return None
 
     def _check_batch(self, args: Any, kwargs: Mapping[str, Any]) -> None:
@@ -450,14 +501,21 @@ class _Watch:
         priced bags). Smaller, as micro-batches are, is not. Shapes alone are read (the
         inputs' names only for a refusal); after one refusal no batch is compared."""
         want = self.priced or []
-        got = _shapes(args, kwargs)
+        got = self._shapes(args, kwargs)
         if got == self.shapes or len(got) != len(want):  # the priced batch itself: at once
             return
         over = _over(got, self.shapes)
         if over is None:
             return
         self.priced = None  # the trial ends with this refusal
-        self.report.refuse(_refusal(self.batches, _inputs(args, kwargs), want, over))
+        named = (self.price.inputs or _inputs)(args, kwargs)
+        self.refuse(_refusal(self.batches, named, want, over))
+
+    def _shapes(self, args: Any, kwargs: Mapping[str, Any]) -> list[tuple[int, ...]]:
+        """The shapes of the batch's inputs as the price reads them (`Price.inputs`)."""
+        if self.price.inputs is None:
+            return _shapes(args, kwargs)  # plain tensors: without pytree
+        return [tuple(i["shape"]) for i in self.price.inputs(args, kwargs)]
 
 
 def _adds_decay(group: Mapping[str, Any]) -> bool:
@@ -521,26 +579,30 @@ def _name_of(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _priced_dtypes(model: nn.Module, config: EmbeddingConfig) -> dict[int, str]:
+def _priced_dtypes(model: nn.Module, precision: str) -> dict[int, str]:
     """The dtype each floating parameter of `model` (as built, before the loop) was priced
     in: the precision's parameter dtype where it is a half one (pricing casts the whole
     model to it: `models.user_step.UserStep.build`), else the parameter's own as built
     (fp32 and the amp precisions price the model as written, a bf16 table beside fp32
     layers included)."""
-    policy = precision_policy(config.precision)
+    policy = precision_policy(precision)
     return {id(p): policy.param_dtype if policy.param_dtype != "float32" else _name_of(p.dtype)
             for p in model.parameters() if p.is_floating_point()}
 
 
-def _rotation(tables: Mapping[int, tuple[str, str, torch.Tensor]],
-              dense: Mapping[int, tuple[str, torch.Tensor]],
-              priced: Mapping[int, str]) -> list[tuple[torch.Tensor, torch.dtype]]:
-    """Each table's and trainable weight's (those `_precision` judges) with the dtype it
-    was priced in, in the order steps read them (one a step: `_Watch.after_step`)."""
+def _judged(price: Price) -> list[tuple[str, torch.Tensor]]:
+    """The weights whose dtype the precision judges, as a refusal names them: every
+    table's, then every other trainable weight's. Steps read them in this order, one a
+    step (`_Watch.after_step`)."""
+    return ([(f"table '{path}'", w) for path, _name, w in price.tables.values()]
+            + [(f"dense parameter '{n}'", p) for n, p in price.dense.values()])
+
+
+def _dtype(name: str) -> torch.dtype:
     import torch
 
-    weights = [w for _path, _name, w in tables.values()] + [p for _n, p in dense.values()]
-    return [(w, getattr(torch, priced[id(w)])) for w in weights if id(w) in priced]
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
 def _autocast(dtype: str | None) -> str:
@@ -553,9 +615,20 @@ def watch_loop(model: nn.Module, config: EmbeddingConfig, report: Report,
     """Within the block, the loop's optimizer, precision and batch are checked against
     `config` and `priced` (`priced_inputs` of the priced example; None: not checked)
     (module docstring); the hooks are gone after it."""
+    with watching(model, model_price(model, config), report.refuse, priced):
+        yield
+
+
+@contextmanager
+def watching(model: nn.Module, price: Price, refuse: Callable[[str], None],
+             priced: Sequence[Mapping[str, Any]] | None = None) -> Iterator[None]:
+    """Within the block, the loop's optimizer, precision and batch (`model`'s forwards) are
+    checked against `price` and `priced` (`priced_inputs` of the priced example; None: not
+    checked) (module docstring); each difference is `refuse(line)`d (a user trial's:
+    `Report.refuse`, which raises); the hooks are gone after it."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    watch = _Watch(model, config, report, priced)
+    watch = _Watch(price, refuse, priced)
     handles = [register_optimizer_step_post_hook(watch.after_step),
                model.register_forward_pre_hook(watch.before_forward, with_kwargs=True)]
     try:
