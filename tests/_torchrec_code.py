@@ -1,6 +1,8 @@
 """A user's module for the sharded-runner tests (importable by spawned ranks): `slow_build`
 sleeps before building (the SIGKILL test kills the driver meanwhile); `recording_train`
-appends the tables of the model its rank trains to `params["record"]`, then trains."""
+appends the tables of the model its rank trains to `params["record"]`, then trains;
+`small_build` / `small_batch` / `small_train`: two tables under a linear top, trained on
+torchrec `Batch`es as the loop's params say (the rank guard's tests)."""
 
 from __future__ import annotations
 
@@ -66,4 +68,81 @@ def drawing_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
     import torch
 
     DRAWS["train"] = torch.rand(1).item()
+    return 0.5
+
+
+SMALL_TABLES = (("t", 10, "f"), ("u", 20, "g"))  # name, rows, feature; dim 4 each
+SMALL_DENSE = 3  # dense features
+
+
+def small_build(params: Mapping[str, Any]) -> Any:
+    """Two tables (on the meta device: DMP allocates them) pooled beside `SMALL_DENSE`
+    dense features into a linear top; the forward takes a torchrec `Batch`, returns the
+    loss."""
+    import torch
+    from torch import nn
+    from torchrec import EmbeddingBagCollection
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    class Small(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = EmbeddingBagCollection(tables=[
+                EmbeddingBagConfig(name=n, embedding_dim=4, num_embeddings=rows,
+                                   feature_names=[f]) for n, rows, f in SMALL_TABLES],
+                device=torch.device("meta"))
+            self.top = nn.Linear(4 * len(SMALL_TABLES) + SMALL_DENSE, 1)
+
+        def forward(self, batch: Any) -> Any:
+            pooled = self.ebc(batch.sparse_features).values()
+            return self.top(torch.cat([pooled, batch.dense_features], 1)).square().mean()
+
+    return Small()
+
+
+def small_batch(samples: int, ids: int = 1, seed: int = 0) -> Any:
+    """`samples` rows: `ids` ids per feature each, dense features, labels."""
+    import torch
+    from torchrec.datasets.utils import Batch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    g = torch.Generator().manual_seed(seed)
+    n = len(SMALL_TABLES) * samples
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        [f for _, _, f in SMALL_TABLES], torch.randint(0, 10, (n * ids,), generator=g),
+        torch.full((n,), ids, dtype=torch.int32))
+    return Batch(dense_features=torch.randn(samples, SMALL_DENSE, generator=g),
+                 sparse_features=kjt, labels=torch.zeros(samples))
+
+
+def small_example(params: Mapping[str, Any]) -> Any:
+    return small_batch(int(params.get("batch_size", 4)))
+
+
+def small_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
+    """`params["steps"]` steps of `params["optimizer"]` (a torch.optim class name, default
+    Adagrad) on the dense part, each on `small_batch(batch_size, ids)`; from step
+    `params["grow_at"]` on, rank `params["grow_rank"]` alone trains on twice the samples;
+    `params["autocast"]`: under CPU bf16 autocast. A report after each step."""
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    dense = [p for p in model.parameters()
+             if p.requires_grad and not hasattr(p, "_in_backward_optimizers")]
+    opt = getattr(torch.optim, params.get("optimizer", "Adagrad"))(dense, lr=0.01)
+    cast = (torch.autocast("cpu", dtype=torch.bfloat16) if params.get("autocast")
+            else contextlib.nullcontext())
+    for step in range(1, int(params.get("steps", 2)) + 1):
+        samples = int(params.get("batch_size", 4))
+        if step >= params.get("grow_at", 10**9) and rank == params.get("grow_rank", rank):
+            samples *= 2
+        with cast:
+            loss = model(small_batch(samples, int(params.get("ids", 1)), seed=step))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step=step, samples=step * samples, quality=0.5)
     return 0.5

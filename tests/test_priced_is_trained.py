@@ -230,6 +230,7 @@ def test_a_builtin_search_trains_the_model_it_priced(tmp_path: Path, monkeypatch
 TORCHREC_SPACE = """
 topology: {world_size: 2, compute_device: cpu}
 embedding:
+  dense_optimizer: adagrad
   tables:
     "*": {optimizer: {choices: [sgd]}, sharding_type: table_wise}
     model.sparse_arch.embedding_bag_collection.t_cat_2: {num_embeddings: 300}

@@ -32,6 +32,7 @@ SCALE, DIM = 0.0002, 8
 SPACE = f"""
 topology: {{world_size: 2, compute_device: cpu}}
 embedding:
+  dense_optimizer: adagrad
   tables:
     "*": {{optimizer: {{choices: [sgd, rowwise_adagrad]}}, sharding_type: table_wise}}
     {COLL}.t_cat_2: {{num_embeddings: {{choices: [300, 900]}}}}

@@ -21,9 +21,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoembed.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autoembed.user.rank_guard import RankRefusals
 
 __all__ = ["run_sharded", "worker", "decide", "tensor_storages", "table_state_bytes", "MEASURE_ENV"]
 
@@ -147,8 +150,10 @@ def _dense_optimizer(model: Any, name: str, lr: float) -> Any:
     return pin_foreach(classes[name](params, lr=lr))
 
 
-def _rank_channel(ask: Callable[[dict[str, Any]], bool] | None) -> Callable[[Any], bool]:
-    """The stop channel every rank's `report` calls at the same step (the loop is SPMD):
+def _rank_channel(ask: Callable[[dict[str, Any]], bool] | None,
+                  refusals: RankRefusals) -> Callable[[Any], bool]:
+    """The stop channel every rank's `report` calls at the same step (the loop is SPMD): a
+    guard's refusal on any rank ends the trial there on every rank (`refusals.agree`), else
     rank 0 asks `ask` (the driver's channel) and the answer is broadcast to every rank, so
     all ranks stop together."""
     from dataclasses import asdict
@@ -156,6 +161,7 @@ def _rank_channel(ask: Callable[[dict[str, Any]], bool] | None) -> Callable[[Any
     import torch.distributed as dist
 
     def channel(ev: Any) -> bool:
+        refusals.agree()
         box = [ask(asdict(ev)) if ask is not None and dist.get_rank() == 0 else True]
         dist.broadcast_object_list(box, src=0)
         return bool(box[0])
@@ -224,17 +230,27 @@ def _seed(payload: Mapping[str, Any]) -> None:
 def _user_loop(train: Callable[..., Any], dmp: Any, params: dict[str, Any],
                 payload: Mapping[str, Any], ask: Any) -> dict[str, Any]:
     """The user's `train(model, params, report)` with autoembed's `Report` (statuses,
-    throughput, the stop channel shared by the ranks): status, curve, values, throughput."""
+    throughput, the stop channel shared by the ranks), watched against what the rank was
+    priced with (`user.rank_guard.watch_rank`: the payload's `dense_optimizer` and
+    `priced_inputs`; a refusal on any rank ends every rank's loop `failed` at the same
+    point): status, curve, values, throughput."""
     from dataclasses import asdict
 
+    from autoembed.user.rank_guard import RankRefusals, agreement_group, watch_rank
     from autoembed.user.report import Diverged, Report, ReportError, TrialStopped
 
-    report = Report(payload.get("metrics") or (), _rank_channel(ask))
+    report = Report(payload.get("metrics") or ())
+    refusals = RankRefusals(report, agreement_group())
+    report.channel = _rank_channel(ask, refusals)
     base = _reset_hwm()
     report.start()
     status, message, values = "complete", "", {}
     try:
-        values = report.final(train(dmp, params, report))
+        with watch_rank(dmp, payload.get("dense_optimizer", "adagrad"), refusals,
+                        payload.get("priced_inputs")):
+            returned = train(dmp, params, report)
+            refusals.agree()  # one noted after the last forward (its optimizer step)
+        values = report.final(returned)
     except (TrialStopped, Diverged, ReportError) as e:
         status, message = (report.ending.status, report.ending.message) if report.ending \
             else ("failed", str(e))

@@ -78,6 +78,8 @@ class Sharded:
         from autoembed.torchrec.settings import RankTopology
         from autoembed.torchrec.sharded import estimate_sharded
         from autoembed.torchrec.unsharded import batch_of
+        from autoembed.user.guard import priced_inputs
+        from autoembed.user.rank_guard import jagged_inputs
         from autoembed.user.run import built_module
         from autoembed.user.space import params_for
 
@@ -92,6 +94,7 @@ class Sharded:
         except NoPlanError as e:
             return Invalid(str(e), config)
         ranks = [r.to_dict() for r in est.ranks]
+        inputs = priced_inputs(example, jagged_inputs)  # each rank's loop is held to them
         cpu = topo.compute_device == "cpu"
         host = sum(HOST_BASE_BYTES + r.host_bytes + (r.allocated_peak if cpu else 0)
                    for r in est.ranks)
@@ -101,7 +104,7 @@ class Sharded:
             payload = launch_payload(params, config)
             payload[TRIAL_KEY] = {"tables": items, "topology": asdict(topo), "lr": config.lr,
                                   "dense_optimizer": config.dense_optimizer,
-                                  "estimate": ranks}
+                                  "priced_inputs": inputs, "estimate": ranks}
             return Launch(payload, host, space.early_stop)
 
         return Priced(config, est.memory_estimate(), launch)
@@ -163,13 +166,15 @@ def export_pick(space: SearchSpace, refs: Mapping[str, FunctionRef],
 def _rank_payload(payload: Mapping[str, Any], refs: Mapping[str, FunctionRef]
                   ) -> dict[str, Any]:
     """What every rank runs (`pipeline.sharded_runner.worker`'s payload): the user's functions by
-    name, the trial's params, seed, tables, topology and per-rank estimates; no deadline."""
+    name, the trial's params, seed, tables, topology, dense optimizer, priced inputs (what
+    each rank's loop is held to) and per-rank estimates; no deadline."""
     trial = payload[TRIAL_KEY]
     return {"build": refs["model"].spec, "example": refs["example"].spec,
             "train": refs["train"].spec, "params": dict(payload["params"]),
             "seed": int(payload["config"].get("seed", 0)),
             "tables": trial["tables"], "topology": trial["topology"], "lr": trial["lr"],
             "dense_optimizer": trial["dense_optimizer"], "estimate": trial["estimate"],
+            "priced_inputs": trial.get("priced_inputs"),
             "metrics": list(payload.get("metrics") or ()),
             "threads": int(payload.get("threads") or 1), "timeout_s": None}
 

@@ -225,6 +225,9 @@ def _step_peak(dense: Any, sparse: _Sparse, reserved: bool = False) -> int:
 
 # values per weight of the dense optimizer's state (a data_parallel table's optimizer)
 DENSE_STATE = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+# the dense part's precision: its weights as built, no autocast (what a rank's loop is held
+# to: `user.rank_guard`); its optimizer is priced without weight decay
+DENSE_PRECISION = "fp32"
 
 
 def _rank_estimate(rank: int, plan: tuple[PlannedTable, ...], topo: RankTopology,
@@ -282,7 +285,8 @@ def estimate_sharded(model: nn.Module | Callable[[], nn.Module], example: Any,
         raise ConfigError(f"topology.batch_size = {topology.batch_size}, but the example's "
                           f"KJT holds {batch} samples; give the batch of one rank")
     with _shrunk(built) as small:
-        dense = estimate_unsharded(small, example, loss=loss, optimizer=dense_optimizer)
+        dense = estimate_unsharded(small, example, loss=loss, optimizer=dense_optimizer,
+                                   precision=DENSE_PRECISION)
     ids = dict(example_ids(example))
     ranks = tuple(_rank_estimate(r, planned, topology, dense, ids, batch,
                                  dense_optimizer) for r in range(topology.world_size))

@@ -56,7 +56,8 @@ A difference ends the trial `failed` with one line naming both (raised in the lo
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
 
 What a loop is checked against is a `Price` (`watching`): a user trial's is `model_price` of
-its model and config (`watch_loop`).
+its model and config (`watch_loop`); a sharded TorchRec rank's, its DMP's dense part and
+example (`user.rank_guard`, which ends every rank together).
 """
 
 from __future__ import annotations
