@@ -123,7 +123,8 @@ def small_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
     """`params["steps"]` steps of `params["optimizer"]` (a torch.optim class name, default
     Adagrad) on the dense part, each on `small_batch(batch_size, ids)`; from step
     `params["grow_at"]` on, rank `params["grow_rank"]` alone trains on twice the samples;
-    `params["autocast"]`: under CPU bf16 autocast. A report after each step."""
+    `params["autocast"]`: under CPU bf16 autocast. A report after each step (none where
+    `params["reports"]` is False)."""
     import contextlib
 
     import torch
@@ -144,5 +145,6 @@ def small_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        report(step=step, samples=step * samples, quality=0.5)
+        if params.get("reports", True):
+            report(step=step, samples=step * samples, quality=0.5)
     return 0.5

@@ -83,12 +83,15 @@ def _failed(got: dict[str, Any], *says: str) -> None:
 
 def test_a_rank_training_adam_where_adagrad_was_priced_fails_in_one_line(dmp: Any) -> None:
     """The dense part (and the data_parallel table u with it) priced with Adagrad's one value
-    per weight; the loop's Adam keeps two (before: trained, its peak reported as priced)."""
-    _failed(_loop(dmp, {"optimizer": "Adam"}),
-            "rank 0: dense parameter 'ebc.embedding_bags.u.weight': the loop's Adam keeps "
-            f"{2 * U_WEIGHTS} values of state for its {U_WEIGHTS} weights",
-            f"dense_optimizer 'adagrad' ({U_WEIGHTS}); set the space's embedding "
-            "dense_optimizer to what the loop does")
+    per weight; the loop's Adam keeps two (before: trained, its peak reported as priced).
+    Refused at the report after its first step, or where it neither reports nor steps
+    again, when train returns."""
+    for params in ({"optimizer": "Adam"}, {"optimizer": "Adam", "steps": 1, "reports": False}):
+        _failed(_loop(dmp, params),
+                "rank 0: dense parameter 'ebc.embedding_bags.u.weight': the loop's Adam keeps "
+                f"{2 * U_WEIGHTS} values of state for its {U_WEIGHTS} weights",
+                f"dense_optimizer 'adagrad' ({U_WEIGHTS}); set the space's embedding "
+                "dense_optimizer to what the loop does")
     assert _loop(dmp, {"optimizer": "Adagrad"})["status"] == "complete"
     assert _loop(dmp, {"optimizer": "Adam"}, dense_optimizer="adam")["status"] == "complete"
 
