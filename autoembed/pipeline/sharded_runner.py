@@ -8,7 +8,9 @@ warm-up step plus the RSS high-water above them over the measured steps (or pers
 plus the high-water over the user's loop), VmHWM reset through /proc/self/clear_refs, with
 glibc's arena count 1 and mmap threshold 64 KiB so that freed tensors leave RSS. Rank 0's
 evaluations go to `channel` in the driver, whose answer (False: stop) every rank's `report`
-receives at the same step. Local ranks die with the driver (PR_SET_PDEATHSIG).
+receives at the same step. Each rank's loop is held to what the rank was priced with
+(`user.rank_guard`): a refusal on any rank ends every rank `failed` at the same point.
+Local ranks die with the driver (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
