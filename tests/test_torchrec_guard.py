@@ -106,6 +106,74 @@ def test_a_rank_training_under_autocast_fails_in_one_line(dmp: Any) -> None:
     assert _loop(dmp, {"autocast": False})["status"] == "complete"
 
 
+def _dense(dmp: Any) -> list[Any]:
+    """The weights the rank's price holds dense: those no fused optimizer owns."""
+    return [p for p in dmp.parameters()
+            if p.requires_grad and not hasattr(p, "_in_backward_optimizers")]
+
+
+def _forward_train(model: Any, params: dict[str, Any], report: Any) -> float:
+    """One Adagrad step on a loss from `model.forward(batch)`, which runs none of the
+    DMP's hooks (neither the guard's nor the agreement's)."""
+    import _torchrec_code as user
+    import torch
+
+    opt = torch.optim.Adagrad(_dense(model), lr=0.01)
+    model.forward(user.small_batch(4)).backward()
+    opt.step()
+    return 0.5
+
+
+def _cast_train(model: Any, params: dict[str, Any], report: Any) -> float:
+    """One Adagrad step as priced; then the dense part cast to bf16 (as `model.to` casts,
+    restored after) and one more step (no gradients: nothing moves)."""
+    import _torchrec_code as user
+    import torch
+
+    dense = _dense(model)
+    opt = torch.optim.Adagrad(dense, lr=0.01)
+    model(user.small_batch(4)).backward()
+    opt.step()
+    built = [p.data for p in dense]
+    try:
+        for p in dense:
+            p.data = p.data.to(torch.bfloat16)
+        opt.zero_grad(set_to_none=True)
+        opt.step()
+    finally:
+        for p, data in zip(dense, built, strict=True):
+            p.data = data
+    return 0.5
+
+
+def test_a_rank_loop_calling_the_dmps_forward_fails_in_one_line(dmp: Any) -> None:
+    """`dmp.forward(batch)` skips the DMP's hooks, so the batch and precision go unread:
+    the step after it is refused (`user.guard`'s unseen-forward check, which a rank's price
+    has dense weights alone for; before: trained unchecked)."""
+    from autoembed.pipeline.sharded_runner import _user_loop
+
+    dmp.zero_grad(set_to_none=True)
+    _failed(_user_loop(_forward_train, dmp, {}, {"dense_optimizer": "adagrad"}, None),
+            "rank 0: the loop's Adagrad steps dense parameter 'ebc.embedding_bags.u.weight', "
+            "which has a gradient, but no call of the model was seen", "call model(x)")
+
+
+def test_a_rank_loop_casting_its_dense_part_after_a_step_fails_in_one_line(dmp: Any) -> None:
+    """The dense part priced in fp32 as built: a cast to bf16 after the first step is read
+    at the next (the guard's one weight's dtype a step; before: only the first training
+    forward's dtypes were judged)."""
+    import torch
+
+    from autoembed.pipeline.sharded_runner import _user_loop
+
+    dmp.zero_grad(set_to_none=True)
+    _failed(_user_loop(_cast_train, dmp, {}, {"dense_optimizer": "adagrad"}, None),
+            "rank 0: the loop trains dense parameter 'ebc.embedding_bags.u.weight' in "
+            "bfloat16 without autocast, but the trial was priced at precision 'fp32' "
+            "(float32 without autocast); a TorchRec trial prices its dense part as built")
+    assert all(p.dtype == torch.float32 for p in _dense(dmp))  # restored for the others
+
+
 @pytest.mark.parametrize(("params", "says"), [
     ({"ids": 2}, "gives the model args[0].sparse_features (samples, ids) of shape "
                  f"[4, {2 * 2 * 4}], larger than the example(params) the trial was priced on "

@@ -19,7 +19,12 @@ What a rank is checked for, on the `DistributedModelParallel` the loop is given:
   refused, AdamW's decoupled one is not.
 * The precision: `torchrec.sharded.DENSE_PRECISION` (fp32), each dense weight in its dtype
   as built, no autocast (`estimate_unsharded` traces the dense part so; a table's
-  `data_type` is its own setting): a dense part cast, or trained under autocast, is refused.
+  `data_type` is its own setting): a dense part cast, or trained under autocast, is refused
+  (the dtypes read at the first training forward, then one weight a step, so a cast after
+  a step is too).
+* The call: the forwards are read by the DMP's forward hooks, which `dmp.forward(batch)`
+  skips (no batch read, no agreement before it); a step that moves a dense weight with no
+  call of the DMP seen is refused (call `dmp(batch)`).
 * The batch: every training forward's inputs against the priced example's
   (`jagged_inputs`): tensors as `user.guard` compares them, and each KeyedJaggedTensor
   (a torchrec `Batch`'s `sparse_features` too) as (samples, ids), its stride and its values'
