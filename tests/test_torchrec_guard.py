@@ -225,6 +225,48 @@ def test_a_searchs_trial_payload_holds_each_rank_to_its_example(dmp: Any) -> Non
     assert ok["status"] == "complete", ok
 
 
+def test_the_ranks_agree_before_forwards_1_2_4_to_64_then_every_64th() -> None:
+    """The schedule of agreements before forwards (`rank_guard.agrees_before`): before,
+    every forward with gradients on paid one all-reduce."""
+    from autoembed.user.rank_guard import agrees_before
+
+    want = {1, 2, 4, 8, 16, 32, *range(64, 1001, 64)}
+    assert {n for n in range(1, 1001) if agrees_before(n)} == want
+
+
+def _growing_train(model: Any, params: dict[str, Any], report: Any) -> float:
+    """`params["steps"]` Adagrad steps, none reported, each step's number appended to
+    `params["record"]` before its forward; twice the priced samples from step
+    `params["grow_at"]` on."""
+    import _torchrec_code as user
+    import torch
+
+    opt = torch.optim.Adagrad(_dense(model), lr=0.01)
+    for step in range(1, params["steps"] + 1):
+        params["record"].append(step)
+        model(user.small_batch(8 if step >= params["grow_at"] else 4, seed=step)).backward()
+        opt.step()
+        opt.zero_grad()
+    return 0.5
+
+
+@pytest.mark.parametrize(("grow_at", "agreed_at"), [(3, 4), (5, 8)])
+def test_a_refusal_at_a_later_forward_ends_the_loop_at_the_next_agreement(
+        dmp: Any, grow_at: int, agreed_at: int) -> None:
+    """A batch over the priced one at forward 3 (5) of a loop that never reports is noted
+    there and ends the loop before forward 4 (8), the next agreed before (before: before
+    the same forward, each forward paying one all-reduce)."""
+    from autoembed.pipeline.sharded_runner import _user_loop
+
+    dmp.zero_grad(set_to_none=True)
+    params: dict[str, Any] = {"steps": 10, "grow_at": grow_at, "record": []}
+    got = _user_loop(_growing_train, dmp, params,
+                     {"dense_optimizer": "adagrad", "priced_inputs": _priced()}, None)
+    _failed(got, f"rank 0: the loop's training batch {grow_at} gives the model "
+            "args[0].dense_features of shape [8, 3]")
+    assert params["record"] == list(range(1, agreed_at + 1))
+
+
 @pytest.mark.slow
 def test_a_refusal_on_one_rank_ends_the_trial_on_every_rank() -> None:
     """Two spawned ranks; rank 1 alone trains on twice the priced samples from its second
