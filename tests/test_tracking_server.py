@@ -1,5 +1,6 @@
-"""End to end against a real `mlflow server` (started once for the module, ~15 s), and the
-`autoembed ui` command."""
+"""End to end against a real MLflow server, and the `autoembed ui` command: one `autoembed ui`
+process (an `mlflow server` of the shared runs directory's store) is the module's server; the
+last test stops it with Ctrl-C."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -91,28 +93,58 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
+@dataclass
+class Ui:
+    """The module's `autoembed ui` process: its URL, port and the lines it has printed."""
+
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    lines: list[str]
+    reader: threading.Thread  # reads the process's output into `lines` until it ends
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    d = tmp_path_factory.mktemp("mlflow-server")
+def ui(store_dir: Path) -> Iterator[Ui]:
+    """`autoembed ui` on the shared runs directory, with study 'ui-study' recorded before it
+    starts: the module's MLflow server (an mlflow server start is ~13 CPU s; one serves
+    every test here). The last test, `test_ui_serves_the_runs_dir_and_stops_on_ctrl_c`,
+    stops it with Ctrl-C; whatever is left is stopped here."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        tracker = make_tracker(None, store_dir)  # a store with (at least) this search in it
+        tracker.start("ui-study", {"budget": "1GB"}, None)
+        tracker.close("FINISHED")
     port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [
-        sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-        "--workers", "1", "--backend-store-uri", f"sqlite:///{d / 'db.sqlite'}",
-        "--artifacts-destination", str(d / "artifacts"),
-    ]
-    log = (d / "server.log").open("wb")
-    proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoembed", "ui", "--port", str(port), "--runs-dir",
+         str(store_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+    )
+    stdout = proc.stdout
+    assert stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(ln.decode() for ln in iter(stdout.readline, b"")),
+        daemon=True,
+    )
+    reader.start()
+    served = Ui(f"http://127.0.0.1:{port}", port, proc, lines, reader)
     try:
-        wait_healthy(url, proc)
-        yield url
+        wait_healthy(served.url, proc)
+        yield served
     finally:
         stop_group(proc)
-        log.close()
+        reader.join(10)
     assert not group_alive(proc.pid)
+
+
+@pytest.fixture(scope="module")
+def server(ui: Ui) -> str:
+    """The URL of a live MLflow server (with artifacts served): the module's `ui`."""
+    assert ui.proc.poll() is None, "the ui was stopped before a test that needs its server"
+    return ui.url
 
 
 def test_full_cycle_against_a_server(server: str, tmp_path: Path) -> None:
@@ -161,70 +193,22 @@ def test_env_uri_is_used(
     assert parent.data.params == {"budget": "1GB"}
 
 
-def test_ui_serves_the_runs_dir_and_stops_on_ctrl_c(
-    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_search_records_every_trial_on_the_server(
+    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    runs = store_dir
-    tracker = make_tracker(None, runs)  # a store with (at least) this search in it
-    tracker.start("ui-study", {"budget": "1GB"}, None)
-    tracker.close("FINISHED")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autoembed", "ui", "--port", str(port), "--runs-dir", str(runs)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    lines: list[str] = []
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(
-        target=lambda: lines.extend(ln.decode() for ln in iter(stdout.readline, b"")),
-        daemon=True,
-    )
-    reader.start()
-    try:
-        wait_healthy(url, proc)
-        assert listening_addresses(port) == {"127.0.0.1"}  # README: ui binds loopback only
-        deadline = time.monotonic() + 30
-        while not any("study ui-study: " in ln for ln in lines):
-            assert time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.2)
-        body = urllib.request.urlopen(
-            f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=ui-study", timeout=5
-        ).read()
-        assert b"ui-study" in body
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
-        proc.wait(30)
-        reader.join(10)
-    finally:
-        stop_group(proc)
-    text = "".join(lines)
-    assert proc.returncode == 130, text
-    assert f"at {url}" in text and "MLflow UI stopped" in text
-    assert f"study ui-study: {url}/#/experiments/" in text
-    # nothing of mlflow's to read past: its registry and security-settings notes, uvicorn's
-    # start and request lines, starlette's deprecation warning
-    for noise in ("Registry store URI not provided", "Security middleware", "INFO:",
-                  "DeprecationWarning"):
-        assert noise not in text, text
-    assert not healthy(url)
-    assert not group_alive(proc.pid)
-
-
-def test_search_records_every_trial_on_the_server(server: str, tmp_path: Path) -> None:
     """`autoembed search` on the tiny space, tracked on the server: one parent, one run per
-    trial of trials.csv, Pareto tags identical to pareto.json's members."""
+    trial of trials.csv, Pareto tags identical to pareto.json's members. The CLI's `main` in
+    this process (what is tested is what reaches the server, not the process; a process
+    of its own re-imported torch, Ray and MLflow, ~5 CPU s)."""
     import csv
     import json
 
+    from autoembed.cli import main
+
     runs = tmp_path / "runs"
-    done = subprocess.run(
-        [sys.executable, "-m", "autoembed", "search", "--budget", "1GB", "--space", "tiny",
-         "--trials", "2", "--study", "e2e", "--runs-dir", str(runs), "--tracking-uri", server],
-        capture_output=True, text=True, timeout=400,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    rc = main(["search", "--budget", "1GB", "--space", "tiny", "--trials", "2", "--study",
+               "e2e", "--runs-dir", str(runs), "--tracking-uri", server])
+    assert rc == 0, capsys.readouterr().err[-3000:]
     assert not (runs / "mlflow.db").exists()  # recorded on the server, not the default store
     pareto = json.loads((runs / "e2e" / "pareto.json").read_text())
     with (runs / "e2e" / "trials.csv").open() as fh:
@@ -258,3 +242,34 @@ def test_search_records_every_trial_on_the_server(server: str, tmp_path: Path) -
     got, want = (yaml.safe_load(p.read_text())["source"] for p in (out, runs / "e2e" / "best.yaml"))
     for key in ("budget", "budget_bytes", "memory"):  # one shape: the search run's budget
         assert got[key] == want[key], key
+
+
+def test_ui_serves_the_runs_dir_and_stops_on_ctrl_c(ui: Ui) -> None:
+    """Last in this file: it stops the module's `ui` (the server of the tests above)."""
+    url, proc, lines, port = ui.url, ui.proc, ui.lines, ui.port
+    try:
+        assert listening_addresses(port) == {"127.0.0.1"}  # README: ui binds loopback only
+        deadline = time.monotonic() + 30
+        while not any("study ui-study: " in ln for ln in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        body = urllib.request.urlopen(
+            f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=ui-study", timeout=5
+        ).read()
+        assert b"ui-study" in body
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        proc.wait(30)
+        ui.reader.join(10)
+    finally:
+        stop_group(proc)
+    text = "".join(lines)
+    assert proc.returncode == 130, text
+    assert f"at {url}" in text and "MLflow UI stopped" in text
+    assert f"study ui-study: {url}/#/experiments/" in text
+    # nothing of mlflow's to read past: its registry and security-settings notes, uvicorn's
+    # start and request lines, starlette's deprecation warning
+    for noise in ("Registry store URI not provided", "Security middleware", "INFO:",
+                  "DeprecationWarning"):
+        assert noise not in text, text
+    assert not healthy(url)
+    assert not group_alive(proc.pid)
