@@ -266,3 +266,17 @@ def test_a_user_searchs_record_is_refused_by_commands_of_autoembeds_models(
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "records a search of your own model" in err
     assert ("--model FILE:build" if command[0] == "estimate" else "--study u1") in err
+
+
+def test_task_ctr_with_one_table_takes_the_ctr_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--task ctr --vocab 1000` was refused with `--num-classes = 4: the ctr task is
+    binary`, a value the user never gave (the seed text model's class count): a ctr model
+    of one table is priced, binary, with its one table named as ctr tables are."""
+    assert main(["estimate", "--task", "ctr", "--vocab", "1000", "--dim", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # 1000 x 8 fp32 values, allocated in 512-byte blocks
+    assert [(t["name"], t["parameters"]) for t in d["tables"]] == [("f0", 63 * 512)]
+    assert main(["estimate", "--task", "ctr", "--num-classes", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --num-classes = 4: the ctr task is binary: use 2")

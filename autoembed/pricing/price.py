@@ -216,9 +216,10 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
         base = _with_data_tables(base)
     if base is None:
         several = "vocab" in given and "," in str(given["vocab"])
+        ctr = several or given.get("task") == "ctr"
         for k, v in SEED_DEFAULTS.items():
-            if several and k in ("task", "seq", "num_classes"):
-                continue  # several tables: a ctr model, not the seed's text model
+            if ctr and k in ("task", "seq", "num_classes"):
+                continue  # several tables or --task ctr: a ctr model, not the seed's text one
             given.setdefault(k, v)
     kw = fields_of_flags(given)
     if "dense_layers" in given:
