@@ -280,3 +280,23 @@ def test_task_ctr_with_one_table_takes_the_ctr_defaults(
     assert main(["estimate", "--task", "ctr", "--num-classes", "4"]) == 2
     assert capsys.readouterr().err.strip() == (
         "autoembed: error: --num-classes = 4: the ctr task is binary: use 2")
+
+
+def test_a_choice_flags_help_lists_what_its_check_accepts() -> None:
+    """`--pooling`'s help said "mean, sum or naive." while the check also takes idf: each
+    flag that sets a config field of named choices words them from that field's rule."""
+    from dataclasses import fields
+
+    from autoembed.config import FIELD_RULES
+    from autoembed.options import help_of
+    from autoembed.pricing.estimate_options import EstimateOptions
+    from autoembed.rules import OneOf
+
+    helps = {f.name: help_of(f) for f in fields(EstimateOptions)}
+    assert helps["pooling"] == "mean, sum, naive or idf."
+    assert helps["cache_policy"] == "host_cached: lru or lfu."
+    assert helps["optimizer"].endswith(": sgd, momentum, adam, adamw, adagrad, rowwise_adagrad "
+                                       "or sparse_adam.")
+    for name, rule in FIELD_RULES.items():
+        if name in helps and isinstance(rule, OneOf) and not isinstance(rule.choices[0], bool):
+            assert all(str(c) in helps[name] for c in rule.choices), name
