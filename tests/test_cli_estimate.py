@@ -300,3 +300,15 @@ def test_a_choice_flags_help_lists_what_its_check_accepts() -> None:
     for name, rule in FIELD_RULES.items():
         if name in helps and isinstance(rule, OneOf) and not isinstance(rule.choices[0], bool):
             assert all(str(c) in helps[name] for c in rule.choices), name
+
+
+def test_a_key_only_optimizer_sets_is_named_by_optimizer(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With no --config file a refused key is named by the flag that sets it, given or not;
+    table_optimizer, which only --optimizer sets, was said as "config key 'table_optimizer'",
+    a name the command has no flag for."""
+    assert main(["estimate", "--vocab", "1000", "--dim", "8", "--placement", "host_cached"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --optimizer = 'adam': placement host_cached needs an optimizer "
+        "that leaves rows outside the batch unchanged: use sgd, adagrad, rowwise_adagrad, "
+        "sparse_adam")

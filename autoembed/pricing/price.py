@@ -149,6 +149,9 @@ _KEY = re.compile(r"config key '(tables\[\d+\]\.)?(\w+)' = ")
 _KEY_FLAGS = {key: flag for flag, key in FIELD_FLAGS.items()}
 _FLAG_OF_KEY = {k: f for k in FIELD_RULES if (f := _KEY_FLAGS.get(k, k))
                 in {o.name for o in fields(EstimateOptions)}}
+# a key only an alias sets is named by it (table_optimizer: --optimizer)
+_FLAG_OF_KEY.update({k: flag for flag, expand in FIELD_ALIASES.items()
+                     for k in expand("") if k not in _FLAG_OF_KEY})
 
 
 @contextmanager
