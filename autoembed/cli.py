@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.options import cli_fields, flag_of, help_of
+from autoembed.pareto import pick_help
 from autoembed.pipeline.search_options import SearchOptions
 from autoembed.pricing.estimate_options import EstimateOptions
 
@@ -258,9 +259,8 @@ def _render_training(result: Any, expect: Any, out: Path) -> None:
 @app.command()
 def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
-    pick: str | None = typer.Option(None, help="within-noise, knee, max-quality, min-memory, "
-                                    "max-throughput or trial:N (default: the search's own pick, "
-                                    "pareto.json 'best')."),
+    pick: str | None = typer.Option(None, help=pick_help(
+        " (default: the search's own pick, pareto.json 'best')")),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
         None, "--format", help="yaml or json (default: from the --out suffix, .json, .py or "

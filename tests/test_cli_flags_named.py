@@ -64,3 +64,24 @@ def test_no_start_points_on_your_own_model_names_no_reference(
                     "--runs-dir", str(tmp_path)], capsys)
     assert "--no-start-points does not apply" in err and "give --no-reference" in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_search_and_export_pick_helps_list_the_rules_pick_takes() -> None:
+    """`--pick`'s rules were restated by hand in search's and export's help beside
+    `PICK_RULES`, the list the check reads: both helps are worded from it."""
+    from dataclasses import fields
+
+    import typer
+
+    from autoembed.cli import app
+    from autoembed.options import help_of
+    from autoembed.pipeline.search_options import SearchOptions
+    from autoembed.rules import or_list
+
+    rules = "within-noise, knee, max-quality, min-memory, max-throughput or trial:N"
+    assert or_list(["a"]) == "a" and or_list(["a", "b", "c"]) == "a, b or c"
+    search_pick = next(f for f in fields(SearchOptions) if f.name == "pick_rule")
+    assert help_of(search_pick) == f"{rules}."
+    export = typer.main.get_command(app).commands["export"]  # type: ignore[attr-defined]
+    said = [p.help for p in export.params if "--pick" in p.opts]  # type: ignore[attr-defined]
+    assert said == [f"{rules} (default: the search's own pick, pareto.json 'best')."]

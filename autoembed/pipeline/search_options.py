@@ -15,7 +15,7 @@ from typing import Any
 
 from autoembed.budget import BudgetLike
 from autoembed.options import declared, option
-from autoembed.pareto import DEFAULT_PICK
+from autoembed.pareto import DEFAULT_PICK, pick_help
 from autoembed.rules import Integer, Positive
 from autoembed.space import SearchSpace
 from autoembed.space.search_space import TRIAL_TIME_LIMIT
@@ -91,8 +91,7 @@ class SearchOptions:
         None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
         "postgresql://user:pw@host/optuna (pip install 'autoembed[team]').")
     pick_rule: str = option(
-        DEFAULT_PICK, flags=("--pick",),
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N.")
+        DEFAULT_PICK, flags=("--pick",), help=pick_help)
     data: str | None = option(None, help="Data name or a CSV/Parquet path.")
     label: str | None = option(None, help="Label column of --data.")
     categorical: str | Sequence[str] | None = option(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoembed.options import option
-from autoembed.rules import Integer, OneOf
+from autoembed.rules import Integer, OneOf, or_list
 from autoembed.trace import METHODS, SHARDINGS
 
 __all__ = ["EstimateOptions"]
@@ -25,8 +25,7 @@ def _choices(key: str, before: str = "", after: str = "") -> str:
 
     rule = FIELD_RULES[key]
     assert isinstance(rule, OneOf), key
-    names = [str(c) for c in rule.choices]
-    return f"{before}{', '.join(names[:-1])} or {names[-1]}{after}."
+    return f"{before}{or_list(rule.choices)}{after}."
 
 
 @dataclass(frozen=True, kw_only=True)
