@@ -312,3 +312,16 @@ def test_a_key_only_optimizer_sets_is_named_by_optimizer(
         "autoembed: error: --optimizer = 'adam': placement host_cached needs an optimizer "
         "that leaves rows outside the batch unchanged: use sgd, adagrad, rowwise_adagrad, "
         "sparse_adam")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--world-size", "0"], "--world-size = 0: must be an integer >= 1"),
+    (["--world-size", "2", "--plan-device", "gpu"],
+     "--plan-device = 'gpu': must be one of cuda, cpu"),
+])
+def test_a_bad_rank_option_is_said_as_an_option(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--world-size 0` was said "config key '--world-size' = 0", a config key's shape for
+    an option; it is refused as every option is, before the model is loaded."""
+    assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
+    assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
