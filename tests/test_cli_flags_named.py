@@ -85,3 +85,17 @@ def test_search_and_export_pick_helps_list_the_rules_pick_takes() -> None:
     export = typer.main.get_command(app).commands["export"]  # type: ignore[attr-defined]
     said = [p.help for p in export.params if "--pick" in p.opts]  # type: ignore[attr-defined]
     assert said == [f"{rules} (default: the search's own pick, pareto.json 'best')."]
+
+
+def test_budget_help_is_one_for_both_commands() -> None:
+    """--budget was declared twice, its forms listed differently (search's without 0.5TB
+    or 7.5G, which both take): one help, the forms the refusal's hint names."""
+    from dataclasses import fields
+
+    from autoembed.options import help_of
+    from autoembed.pipeline.search_options import SearchOptions
+    from autoembed.pricing.estimate_options import EstimateOptions
+
+    said = {help_of(f) for o in (SearchOptions, EstimateOptions) for f in fields(o)
+            if f.name == "budget"}
+    assert said == {"Device memory budget: 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%."}

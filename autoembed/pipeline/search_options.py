@@ -13,7 +13,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoembed.budget import BudgetLike
+from autoembed.budget import BUDGET_HELP, BudgetLike
 from autoembed.options import declared, option
 from autoembed.pareto import DEFAULT_PICK, pick_help
 from autoembed.rules import Integer, Positive
@@ -49,7 +49,7 @@ class SearchOptions:
     """A search's options as given (None: not given; the request resolves defaults)."""
 
     budget: BudgetLike = field(metadata=declared(
-        help="Device memory budget: 8GB, 8GiB, 7500MB or 80%.", cli_type=str))
+        help=BUDGET_HELP, cli_type=str))
     space: str | Path | SearchSpace | None = option(None, cli_type=str, help=space_help)
     _: KW_ONLY
     trials: int | None = option(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoembed.budget import BUDGET_HELP
 from autoembed.options import option
 from autoembed.rules import Integer, OneOf, or_list
 from autoembed.trace import METHODS, SHARDINGS
@@ -36,7 +37,7 @@ class EstimateOptions:
         None, flags=("--config",),
         help="YAML/JSON config file.")
     budget: str | None = option(
-        None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%.")
+        None, help=BUDGET_HELP)
     method: str = option(
         "analytic", rule=OneOf(METHODS),
         help="analytic (microseconds) or traced (one fake step).")
