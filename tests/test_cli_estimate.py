@@ -325,3 +325,18 @@ def test_a_bad_rank_option_is_said_as_an_option(
     an option; it is refused as every option is, before the model is loaded."""
     assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
     assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--precision", "fp8"], "--precision = 'fp8': must be one of fp32, fp16, bf16, "
+     "fp16_master, bf16_master, amp_fp16, amp_bf16"),
+    (["--optimizer", "lion"], "--optimizer = 'lion': must be one of sgd, momentum, adam, "
+     "adamw, adagrad, rowwise_adagrad"),
+])
+def test_a_bad_step_flag_beside_model_is_said_as_the_flag_before_the_model_loads(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside --model, `--precision fp8` was said "config key 'precision'" and `--optimizer
+    lion` "optimizer 'lion' ... or a factory params -> Optimizer" (the Python API's), each
+    after the model was built; both are refused as options first (no model file here)."""
+    assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
+    assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
