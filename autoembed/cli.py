@@ -177,13 +177,16 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import resolved_tables
-    from autoembed.rules import Positive
-    from autoembed.training import check_device, interrupted_note, plain_line, plan_training, train
+    from autoembed.training import (
+        check_device,
+        check_lengths,
+        interrupted_note,
+        plain_line,
+        plan_training,
+        train,
+    )
 
-    for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
-                        ("--checkpoint-every", checkpoint_every)):
-        if value is not None:
-            Positive().check_argument(flag, value)
+    check_lengths(True, max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every)
     plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
                          epochs=epochs)
     hot_sets = None

@@ -20,7 +20,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, keyed_by_this_rule
 from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
-from autoembed.rules import Integer, Is
+from autoembed.rules import Integer, Is, Positive
 from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
 
 P = ParamSpec("P")
@@ -29,7 +29,8 @@ R = TypeVar("R")
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "source_block",
            "TrainingPlan",
-           "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX"]
+           "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX",
+           "check_lengths"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -51,6 +52,14 @@ def _device_total(device: Any) -> tuple[int, str]:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return int(torch.cuda.get_device_properties(index).total_memory), f"GPU {device}"
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's RAM"
+
+
+def check_lengths(flags: bool = False, **given: Any) -> None:
+    """Each of `train`'s max_steps, epochs and checkpoint_every given (not None): an integer
+    > 0, named as the keyword, or with `flags` as the CLI's option (--max-steps)."""
+    for key, value in given.items():
+        if value is not None:
+            Positive().check_argument("--" + key.replace("_", "-") if flags else key, value)
 
 
 def check_device(device: Any) -> Any:
@@ -610,6 +619,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     from autoembed.data import DataSpec, load_dataset
 
     check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
+    check_lengths(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every)
     if data is None:
         if config.data is None:
             raise ConfigError(NO_DATA)
