@@ -340,3 +340,17 @@ def test_a_bad_step_flag_beside_model_is_said_as_the_flag_before_the_model_loads
     after the model was built; both are refused as options first (no model file here)."""
     assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
     assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
+
+
+def test_sharding_row_without_gpus_is_refused_not_ignored(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sharding row` without --gpus priced one GPU, exactly as if not given (its help:
+    "with --gpus > 1"), and beside --model it was dropped unsaid; both are refused."""
+    assert main(["estimate", "--sharding", "row"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --sharding row spreads the tables over --gpus: give --gpus N "
+        "(N >= 2) with it, or drop it")
+    assert main(["estimate", "--model", "no_such.py:m", "--example", "no_such.py:e",
+                 "--sharding", "row"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "autoembed: error: --sharding describes the built-in model; with --model")

@@ -90,6 +90,9 @@ def price(**options: Any) -> Priced:
                              for k, v in options.items()}
     user = any(v is not None for v in (o.model, o.example, o.apply_cfg, o.loss_spec,
                                        o.user_space))
+    if not user and o.sharding != "table" and o.gpus == 1:  # else priced as on one GPU
+        raise ConfigError(f"--sharding {o.sharding} spreads the tables over --gpus: give "
+                          "--gpus N (N >= 2) with it, or drop it")
     with _named_by_flags(given, o.config is None):
         cfg = None if user else build_config(o.config, given)
     host = None if o.host_budget is None else Budget.for_host(o.host_budget)
@@ -101,7 +104,8 @@ def price(**options: Any) -> Priced:
 
         refused = {k: v for k, v in given.items() if k not in _USER_FLAGS}
         refused.update(config=o.config, host_budget=o.host_budget,
-                       gpus=None if o.gpus == 1 else o.gpus, sharding=None)
+                       gpus=None if o.gpus == 1 else o.gpus,
+                       sharding=None if o.sharding == "table" else o.sharding)
         est = estimate_for_cli(o.model, o.example, o.apply_cfg,
                                optimizer=given.get("optimizer"),
                                precision=given.get("precision"), budget=bud, reserve=reserve_b,
