@@ -99,3 +99,20 @@ def test_budget_help_is_one_for_both_commands() -> None:
     said = {help_of(f) for o in (SearchOptions, EstimateOptions) for f in fields(o)
             if f.name == "budget"}
     assert said == {"Device memory budget: 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%."}
+
+
+def test_start_points_with_the_grid_sampler_is_refused_not_dropped(tmp_path: Path) -> None:
+    """`--sampler grid --start-points` searched the grid alone, the flag dropped unsaid (its
+    help: "not with --sampler grid"); it is refused before the workload is built."""
+    from autoembed.errors import ConfigError
+    from autoembed.pipeline.plan import SearchPlan
+    from autoembed.pipeline.request import SearchRequest
+    from autoembed.pipeline.search_options import SearchOptions
+
+    request = SearchRequest.of(SearchOptions(
+        budget="1GB", space="tiny", sampler="grid", start_points=True, runs_dir=tmp_path,
+        tracking_uri="none", device="cpu"))  # cpu: no torch import to resolve auto
+    with pytest.raises(ConfigError) as e:
+        SearchPlan.build(request, {})
+    assert str(e.value) == ("--start-points: the grid sampler trains its grid's points only; "
+                            "drop --start-points, or give another --sampler")
