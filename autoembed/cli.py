@@ -281,6 +281,7 @@ def export(
     from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
+    _dir_arg(runs_dir, "--runs-dir")  # as search and ui refuse a file
     done = export_config(study, out, pick=pick, run_id=run_id, fmt=format, force=force,
                          runs_dir=runs_dir, tracking_uri=tracking_uri)
     where = f"study '{done.study}' trial {done.trial}" + (

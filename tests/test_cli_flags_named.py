@@ -116,3 +116,15 @@ def test_start_points_with_the_grid_sampler_is_refused_not_dropped(tmp_path: Pat
         SearchPlan.build(request, {})
     assert str(e.value) == ("--start-points: the grid sampler trains its grid's points only; "
                             "drop --start-points, or give another --sampler")
+
+
+def test_export_refuses_a_file_as_runs_dir_as_search_and_ui_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """export said "unknown study ...: no directory F/s ...; pass --runs-dir" for a --runs-dir
+    F that is a file, where search and ui say what is wrong with it."""
+    f = tmp_path / "best.yaml"
+    f.write_text("x: 1\n")
+    for argv in (["export", "--study", "s", "--out", str(tmp_path / "o.yaml")], ["ui"]):
+        err = _refused([*argv, "--runs-dir", str(f)], capsys)
+        assert err == (f"autoembed: error: --runs-dir '{f}': '{f}' is a file, not a directory; "
+                       "give a directory path")
