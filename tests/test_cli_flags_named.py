@@ -128,3 +128,17 @@ def test_export_refuses_a_file_as_runs_dir_as_search_and_ui_do(
         err = _refused([*argv, "--runs-dir", str(f)], capsys)
         assert err == (f"autoembed: error: --runs-dir '{f}': '{f}' is a file, not a directory; "
                        "give a directory path")
+
+
+def test_an_objective_named_twice_is_said_as_the_flag() -> None:
+    """`--objectives quality,quality` was refused as "search space '--objectives': key
+    'objectives[1]' = 'quality'", a space file's shape for a flag; it is said as the flag,
+    as an unknown objective is, when the request is read."""
+    from autoembed.errors import ConfigError
+    from autoembed.pipeline.request import SearchRequest
+    from autoembed.pipeline.search_options import SearchOptions
+
+    with pytest.raises(ConfigError) as e:
+        SearchRequest.of(SearchOptions(budget="1GB", objectives="quality,memory,quality",
+                                       device="cpu"))
+    assert str(e.value) == "--objectives: 'quality' is named twice; name each objective once"
