@@ -164,7 +164,8 @@ def train_cmd(
         None, help="Optimizer steps (default: the file's train.max_steps, else 1000)."),
     epochs: int | None = typer.Option(None, help="Full passes over the train split."),
     out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
-    device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+    device: str = typer.Option("cpu", help="cpu, cuda[:N] or auto (a GPU where one is "
+                               "visible, as for search)."),
     checkpoint_every: int | None = typer.Option(None, help="Steps between checkpoints."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),

@@ -64,10 +64,13 @@ def check_lengths(flags: bool = False, **given: Any) -> None:
 
 def check_device(device: Any) -> Any:
     """`device` as the torch.device to train on: a CPU or a GPU present, by the index as
-    given (torch wraps cuda:4096 to cuda:0); bad input (exit 2) otherwise, naming the GPUs
-    present. `autoembed train --dry-run` and `autoembed search` check it too."""
+    given (torch wraps cuda:4096 to cuda:0), or "auto" as search reads it (a GPU where one
+    is visible, else the CPU); bad input (exit 2) otherwise, naming the GPUs present.
+    `autoembed train --dry-run` and `autoembed search` check it too."""
     import torch
 
+    if str(device).strip() == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     from autoembed.models.embedding_model import as_device, typed_index
 
     index = typed_index(device)
@@ -620,6 +623,7 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
 
     check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
     check_lengths(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every)
+    device = str(check_device(device))  # "auto": the device it names here
     if data is None:
         if config.data is None:
             raise ConfigError(NO_DATA)

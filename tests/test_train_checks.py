@@ -317,3 +317,17 @@ def test_the_command_names_its_length_flags(
     assert main(["train", "--config", str(path), "--checkpoint-every", "0"]) == 2
     assert capsys.readouterr().err.strip() == (
         "autoembed: error: --checkpoint-every 0: must be an integer > 0")
+
+
+def test_train_takes_device_auto_as_search_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`search --device auto` is search's default, but `train --device auto` was refused
+    ("device 'auto' is not a torch device"): train reads it as search does, a GPU where
+    one is visible, else the CPU."""
+    from autoembed.training import check_device
+
+    here = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert check_device("auto") == here
+    cfg = _rerun_file(tmp_path, None)
+    assert main(["train", "--config", str(cfg), "--device", "auto", "--dry-run"]) == 0
+    assert "autoembed: error" not in capsys.readouterr().err
