@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from autoembed.errors import BudgetError
 
 __all__ = ["Budget", "BudgetLike", "MemoryBudget", "parse_size", "format_bytes",
-           "with_device_memory", "below_overhead"]
+           "with_device_memory", "below_overhead", "BUDGET_HELP"]
 
 # Decimal (SI) and binary (IEC) multipliers, bytes per unit.
 _UNITS = {
@@ -32,6 +32,8 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _SIZE_HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB or 0.5TB"
 _HINT = "use e.g. 8GB, 8GiB, 7.5G, 7500MB, 0.5TB or 80%"  # a budget may be a share
+# --budget's help, every command's: the forms the refusal's hint names
+BUDGET_HELP = f"Device memory budget: {_HINT.removeprefix('use e.g. ')}."
 
 
 def parse_size(text: str, what: str = "size", hint: str = _SIZE_HINT) -> int:

@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from autoembed.errors import AutoembedError, ConfigError, Interrupted
 from autoembed.options import cli_fields, flag_of, help_of
+from autoembed.pareto import pick_help
 from autoembed.pipeline.search_options import SearchOptions
 from autoembed.pricing.estimate_options import EstimateOptions
 
@@ -163,7 +164,8 @@ def train_cmd(
         None, help="Optimizer steps (default: the file's train.max_steps, else 1000)."),
     epochs: int | None = typer.Option(None, help="Full passes over the train split."),
     out: Path = typer.Option(Path("runs/train"), help="Directory for checkpoints and metrics."),
-    device: str = typer.Option("cpu", help="cpu or cuda[:N]."),
+    device: str = typer.Option("cpu", help="cpu, cuda[:N] or auto (a GPU where one is "
+                               "visible, as for search)."),
     checkpoint_every: int | None = typer.Option(None, help="Steps between checkpoints."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
@@ -176,13 +178,16 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from autoembed.config import resolved_tables
-    from autoembed.rules import Positive
-    from autoembed.training import check_device, interrupted_note, plain_line, plan_training, train
+    from autoembed.training import (
+        check_device,
+        check_lengths,
+        interrupted_note,
+        plain_line,
+        plan_training,
+        train,
+    )
 
-    for flag, value in (("--max-steps", max_steps), ("--epochs", epochs),
-                        ("--checkpoint-every", checkpoint_every)):
-        if value is not None:
-            Positive().check_argument(flag, value)
+    check_lengths(True, max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every)
     plan = plan_training(config, full_size=full_size, data=data, max_steps=max_steps,
                          epochs=epochs)
     hot_sets = None
@@ -258,9 +263,8 @@ def _render_training(result: Any, expect: Any, out: Path) -> None:
 @app.command()
 def export(
     study: str | None = typer.Option(None, help="Study name (a directory under --runs-dir)."),
-    pick: str | None = typer.Option(None, help="within-noise, knee, max-quality, min-memory, "
-                                    "max-throughput or trial:N (default: the search's own pick, "
-                                    "pareto.json 'best')."),
+    pick: str | None = typer.Option(None, help=pick_help(
+        " (default: the search's own pick, pareto.json 'best')")),
     run_id: str | None = typer.Option(None, help="Export this trial run's config from MLflow."),
     format: str | None = typer.Option(
         None, "--format", help="yaml or json (default: from the --out suffix, .json, .py or "
@@ -278,6 +282,7 @@ def export(
     from autoembed.export import export_config, format_of
 
     _dir_arg(out.parent, "--out", out)
+    _dir_arg(runs_dir, "--runs-dir")  # as search and ui refuse a file
     done = export_config(study, out, pick=pick, run_id=run_id, fmt=format, force=force,
                          runs_dir=runs_dir, tracking_uri=tracking_uri)
     where = f"study '{done.study}' trial {done.trial}" + (

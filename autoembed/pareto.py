@@ -19,16 +19,22 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autoembed.errors import ConfigError
-from autoembed.rules import Interval, Is, OneOf
+from autoembed.rules import Interval, Is, OneOf, or_list
 
 __all__ = ["DIRECTIONS", "PICK_RULES", "DEFAULT_PICK", "Pick", "Candidate", "dominates",
            "non_dominated", "hypervolume", "normalise", "parse_pick", "pick", "unmeasured",
-           "clears_floor",
+           "clears_floor", "pick_help",
            "quality_noise", "auc_standard_error", "accuracy_standard_error"]
 
 DIRECTIONS = ("maximize", "minimize")
 PICK_RULES = ("within-noise", "knee", "max-quality", "min-memory", "max-throughput", "trial:N")
 DEFAULT_PICK = "within-noise"
+
+
+def pick_help(after: str = "") -> str:
+    """`--pick`'s help (search's and export's): the rules `PICK_RULES` lists, then `after`."""
+    return f"{or_list(PICK_RULES)}{after}."
+
 # within-noise: after quality, cheaper first, then faster (objective name, direction)
 _COST_ORDER = (("memory", "minimize"), ("throughput", "maximize"), ("latency", "minimize"))
 _RULE_METRIC = {

@@ -18,12 +18,18 @@ from typing import Any
 from autoembed.errors import ConfigError
 
 __all__ = ["Rule", "Is", "Each", "OneOf", "Integer", "Interval", "Positive", "CountOrShare", "Flag",
-           "config_error", "field_rule", "check_fields", "is_number", "plain"]
+           "config_error", "field_rule", "check_fields", "is_number", "plain", "or_list"]
 
 
 def config_error(key: str, value: Any, rule: str) -> ConfigError:
     """The one message shape: config key 'KEY' = VALUE: RULE."""
     return ConfigError(f"config key '{key}' = {value!r}: {rule}")
+
+
+def or_list(items: Sequence[Any]) -> str:
+    """`items` as a help lists choices: "a, b or c" ("a" for one)."""
+    names = [str(i) for i in items]
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def is_number(v: Any) -> bool:

@@ -20,7 +20,7 @@ from autoembed.config import EmbeddingConfig
 from autoembed.data.vocab import KEYS_RULE, OLD_KEYS, keyed_by_this_rule
 from autoembed.errors import ConfigError, DataError
 from autoembed.files import atomic_write, publish, sweep
-from autoembed.rules import Integer, Is
+from autoembed.rules import Integer, Is, Positive
 from autoembed.runner import RunSettings, TrialResult, check_run, resolve_for_data, run_trial
 
 P = ParamSpec("P")
@@ -29,7 +29,8 @@ R = TypeVar("R")
 __all__ = ["train", "CHECKPOINT", "load_checkpoint", "stored_steps", "TRAIN_KEY", "TRAINED_ON_KEY",
            "MEASURE_KEYS", "training_of", "measured_with", "trained_on", "source_block",
            "TrainingPlan",
-           "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX"]
+           "plan_training", "plain_line", "check_device", "refuse_user_record", "USER_RECORD_FIX",
+           "check_lengths"]
 
 CHECKPOINT = "checkpoint.pt"
 RESULT_FILES = ("model.pt", "metrics.json")  # one finished run, published as one unit
@@ -53,12 +54,23 @@ def _device_total(device: Any) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's RAM"
 
 
+def check_lengths(flags: bool = False, **given: Any) -> None:
+    """Each of `train`'s max_steps, epochs and checkpoint_every given (not None): an integer
+    > 0, named as the keyword, or with `flags` as the CLI's option (--max-steps)."""
+    for key, value in given.items():
+        if value is not None:
+            Positive().check_argument("--" + key.replace("_", "-") if flags else key, value)
+
+
 def check_device(device: Any) -> Any:
     """`device` as the torch.device to train on: a CPU or a GPU present, by the index as
-    given (torch wraps cuda:4096 to cuda:0); bad input (exit 2) otherwise, naming the GPUs
-    present. `autoembed train --dry-run` and `autoembed search` check it too."""
+    given (torch wraps cuda:4096 to cuda:0), or "auto" as search reads it (a GPU where one
+    is visible, else the CPU); bad input (exit 2) otherwise, naming the GPUs present.
+    `autoembed train --dry-run` and `autoembed search` check it too."""
     import torch
 
+    if str(device).strip() == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     from autoembed.models.embedding_model import as_device, typed_index
 
     index = typed_index(device)
@@ -610,6 +622,8 @@ def train(config: EmbeddingConfig, *, data: Any = None, out_dir: str | Path = "r
     from autoembed.data import DataSpec, load_dataset
 
     check_run(measure or {}, "measure", "", MEASURE_KEYS)  # before anything is created
+    check_lengths(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every)
+    device = str(check_device(device))  # "auto": the device it names here
     if data is None:
         if config.data is None:
             raise ConfigError(NO_DATA)

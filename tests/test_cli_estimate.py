@@ -266,3 +266,91 @@ def test_a_user_searchs_record_is_refused_by_commands_of_autoembeds_models(
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "records a search of your own model" in err
     assert ("--model FILE:build" if command[0] == "estimate" else "--study u1") in err
+
+
+def test_task_ctr_with_one_table_takes_the_ctr_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--task ctr --vocab 1000` was refused with `--num-classes = 4: the ctr task is
+    binary`, a value the user never gave (the seed text model's class count): a ctr model
+    of one table is priced, binary, with its one table named as ctr tables are."""
+    assert main(["estimate", "--task", "ctr", "--vocab", "1000", "--dim", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # 1000 x 8 fp32 values, allocated in 512-byte blocks
+    assert [(t["name"], t["parameters"]) for t in d["tables"]] == [("f0", 63 * 512)]
+    assert main(["estimate", "--task", "ctr", "--num-classes", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --num-classes = 4: the ctr task is binary: use 2")
+
+
+def test_a_choice_flags_help_lists_what_its_check_accepts() -> None:
+    """`--pooling`'s help said "mean, sum or naive." while the check also takes idf: each
+    flag that sets a config field of named choices words them from that field's rule."""
+    from dataclasses import fields
+
+    from autoembed.config import FIELD_RULES
+    from autoembed.options import help_of
+    from autoembed.pricing.estimate_options import EstimateOptions
+    from autoembed.rules import OneOf
+
+    helps = {f.name: help_of(f) for f in fields(EstimateOptions)}
+    assert helps["pooling"] == "mean, sum, naive or idf."
+    assert helps["cache_policy"] == "host_cached: lru or lfu."
+    assert helps["optimizer"].endswith(": sgd, momentum, adam, adamw, adagrad, rowwise_adagrad "
+                                       "or sparse_adam.")
+    for name, rule in FIELD_RULES.items():
+        if name in helps and isinstance(rule, OneOf) and not isinstance(rule.choices[0], bool):
+            assert all(str(c) in helps[name] for c in rule.choices), name
+
+
+def test_a_key_only_optimizer_sets_is_named_by_optimizer(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With no --config file a refused key is named by the flag that sets it, given or not;
+    table_optimizer, which only --optimizer sets, was said as "config key 'table_optimizer'",
+    a name the command has no flag for."""
+    assert main(["estimate", "--vocab", "1000", "--dim", "8", "--placement", "host_cached"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --optimizer = 'adam': placement host_cached needs an optimizer "
+        "that leaves rows outside the batch unchanged: use sgd, adagrad, rowwise_adagrad, "
+        "sparse_adam")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--world-size", "0"], "--world-size = 0: must be an integer >= 1"),
+    (["--world-size", "2", "--plan-device", "gpu"],
+     "--plan-device = 'gpu': must be one of cuda, cpu"),
+])
+def test_a_bad_rank_option_is_said_as_an_option(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--world-size 0` was said "config key '--world-size' = 0", a config key's shape for
+    an option; it is refused as every option is, before the model is loaded."""
+    assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
+    assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--precision", "fp8"], "--precision = 'fp8': must be one of fp32, fp16, bf16, "
+     "fp16_master, bf16_master, amp_fp16, amp_bf16"),
+    (["--optimizer", "lion"], "--optimizer = 'lion': must be one of sgd, momentum, adam, "
+     "adamw, adagrad, rowwise_adagrad"),
+])
+def test_a_bad_step_flag_beside_model_is_said_as_the_flag_before_the_model_loads(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside --model, `--precision fp8` was said "config key 'precision'" and `--optimizer
+    lion` "optimizer 'lion' ... or a factory params -> Optimizer" (the Python API's), each
+    after the model was built; both are refused as options first (no model file here)."""
+    assert main(["estimate", *argv, "--model", "no_such.py:m", "--example", "no_such.py:e"]) == 2
+    assert capsys.readouterr().err.strip() == f"autoembed: error: {said}"
+
+
+def test_sharding_row_without_gpus_is_refused_not_ignored(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sharding row` without --gpus priced one GPU, exactly as if not given (its help:
+    "with --gpus > 1"), and beside --model it was dropped unsaid; both are refused."""
+    assert main(["estimate", "--sharding", "row"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --sharding row spreads the tables over --gpus: give --gpus N "
+        "(N >= 2) with it, or drop it")
+    assert main(["estimate", "--model", "no_such.py:m", "--example", "no_such.py:e",
+                 "--sharding", "row"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "autoembed: error: --sharding describes the built-in model; with --model")

@@ -293,3 +293,41 @@ def test_a_pareto_front_given_as_the_config_names_the_export(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"export --study s1 --runs-dir {tmp_path / 'runs'} --out best.yaml" in err
+
+
+@pytest.mark.parametrize("kw, said", [
+    ({"max_steps": 0}, "max_steps 0: must be an integer > 0"),
+    ({"checkpoint_every": 0, "max_steps": 5}, "checkpoint_every 0: must be an integer > 0"),
+    ({"epochs": -1}, "epochs -1: must be an integer > 0"),
+])
+def test_train_refuses_a_length_below_one_as_the_command_does(
+        tmp_path: Path, kw: dict[str, int], said: str) -> None:
+    """`autoembed.train(config, max_steps=0)` trained one step and said `complete`, and
+    `checkpoint_every=0` fell back to the default, where `autoembed train` refuses
+    `--max-steps 0`: both check the one rule, before --out is made."""
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as e:
+        train(small(), out_dir=out, **kw)
+    assert str(e.value) == said and not out.exists()
+
+
+def test_the_command_names_its_length_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _rerun_file(tmp_path, {})
+    assert main(["train", "--config", str(path), "--checkpoint-every", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --checkpoint-every 0: must be an integer > 0")
+
+
+def test_train_takes_device_auto_as_search_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`search --device auto` is search's default, but `train --device auto` was refused
+    ("device 'auto' is not a torch device"): train reads it as search does, a GPU where
+    one is visible, else the CPU."""
+    from autoembed.training import check_device
+
+    here = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert check_device("auto") == here
+    cfg = _rerun_file(tmp_path, None)
+    assert main(["train", "--config", str(cfg), "--device", "auto", "--dry-run"]) == 0
+    assert "autoembed: error" not in capsys.readouterr().err

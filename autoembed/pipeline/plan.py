@@ -93,6 +93,9 @@ class SearchPlan:
         seed = r.seed if r.seed is not None else int(stored.get("seed", 0))
         sampler = r.sampler or stored.get("sampler") or DEFAULT_SAMPLER
         check_sampler(sampler)  # a resumed study's kind may since have moved to benchmarks/
+        if r.start_points and sampler == "grid":  # else dropped unsaid
+            raise ConfigError("--start-points: the grid sampler trains its grid's points "
+                              "only; drop --start-points, or give another --sampler")
         gpus = local_gpus(r.device, r.gpu)
         repeatable = r.repeatable or bool(stored.get("repeatable", False))
         cpus = os.cpu_count() or 1

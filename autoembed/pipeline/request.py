@@ -296,6 +296,8 @@ def _objectives(objectives: str | Sequence[str] | None) -> tuple[str, ...] | Non
         objectives = [s for s in (x.strip() for x in objectives.split(",")) if s]
         if not objectives:
             raise ConfigError("--objectives '': name at least one of " + ", ".join(OBJECTIVES))
-    for o in objectives:
+    for i, o in enumerate(objectives):
         check_objective(o, "--objectives: ")
+        if o in objectives[:i]:
+            raise ConfigError(f"--objectives: '{o}' is named twice; name each objective once")
     return tuple(objectives) or None

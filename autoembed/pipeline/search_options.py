@@ -13,9 +13,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoembed.budget import BudgetLike
+from autoembed.budget import BUDGET_HELP, BudgetLike
 from autoembed.options import declared, option
-from autoembed.pareto import DEFAULT_PICK
+from autoembed.pareto import DEFAULT_PICK, pick_help
 from autoembed.rules import Integer, Positive
 from autoembed.space import SearchSpace
 from autoembed.space.search_space import TRIAL_TIME_LIMIT
@@ -49,7 +49,7 @@ class SearchOptions:
     """A search's options as given (None: not given; the request resolves defaults)."""
 
     budget: BudgetLike = field(metadata=declared(
-        help="Device memory budget: 8GB, 8GiB, 7500MB or 80%.", cli_type=str))
+        help=BUDGET_HELP, cli_type=str))
     space: str | Path | SearchSpace | None = option(None, cli_type=str, help=space_help)
     _: KW_ONLY
     trials: int | None = option(
@@ -91,8 +91,7 @@ class SearchOptions:
         None, help="Optuna storage URL (default <runs-dir>/optuna.db), e.g. "
         "postgresql://user:pw@host/optuna (pip install 'autoembed[team]').")
     pick_rule: str = option(
-        DEFAULT_PICK, flags=("--pick",),
-        help="within-noise, knee, max-quality, min-memory, max-throughput or trial:N.")
+        DEFAULT_PICK, flags=("--pick",), help=pick_help)
     data: str | None = option(None, help="Data name or a CSV/Parquet path.")
     label: str | None = option(None, help="Label column of --data.")
     categorical: str | Sequence[str] | None = option(

@@ -11,11 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoembed.budget import BUDGET_HELP
 from autoembed.options import option
-from autoembed.rules import Integer, OneOf
+from autoembed.rules import Integer, OneOf, or_list
 from autoembed.trace import METHODS, SHARDINGS
 
 __all__ = ["EstimateOptions"]
+
+
+def _choices(key: str, before: str = "", after: str = "") -> str:
+    """The help of a flag that sets config field `key`: its choices as the field's rule
+    declares them ("a, b or c"), so the help lists what the check accepts."""
+    from autoembed.config import FIELD_RULES
+
+    rule = FIELD_RULES[key]
+    assert isinstance(rule, OneOf), key
+    return f"{before}{or_list(rule.choices)}{after}."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +37,7 @@ class EstimateOptions:
         None, flags=("--config",),
         help="YAML/JSON config file.")
     budget: str | None = option(
-        None, help="Budget: 8GB, 8GiB, 7500MB, 0.5TB or 80%.")
+        None, help=BUDGET_HELP)
     method: str = option(
         "analytic", rule=OneOf(METHODS),
         help="analytic (microseconds) or traced (one fake step).")
@@ -35,7 +46,7 @@ class EstimateOptions:
     sharding: str = option(
         "table", rule=OneOf(SHARDINGS), help="table or row (with --gpus > 1).")
     task: str | None = option(
-        None, help="ctr or text.")
+        None, help=lambda: _choices("task"))
     vocab: str | None = option(
         None, help="Vocab size, or a comma list (one per table).")
     dim: int | None = option(
@@ -47,22 +58,23 @@ class EstimateOptions:
     pooling_factor: float | None = option(
         None, help="Ids per sample per table (ctr).")
     precision: str | None = option(
-        None, help="fp32, fp16, bf16, fp16_master, bf16_master, amp_fp16, amp_bf16.")
+        None, help=lambda: _choices("precision"))
     serving: str | None = option(
-        None, help="none, int8 or int4.")
+        None, help=lambda: _choices("serving"))
     optimizer: str | None = option(
-        None, help="Table optimizer (and dense, where it can).")
+        None, help=lambda: _choices("table_optimizer",
+                                    before="Table optimizer (and dense, where it can): "))
     dense_optimizer: str | None = option(
-        None, help="Dense tower optimizer.")
+        None, help=lambda: _choices("dense_optimizer", before="Dense tower optimizer: "))
     compression: str | None = option(
-        None, help="none, hash, qr, mixed_dim, shared, robe, tt or hot_cold.")
+        None, help=lambda: _choices("compression"))
     hash_buckets: str | None = option(
         None, help="Buckets for --compression hash: a count, or a share of each table's rows "
         "in (0, 1).")
     qr_collisions: int | None = option(
         None, help="m for --compression qr.")
     qr_operation: str | None = option(
-        None, help="mult, add or concat.")
+        None, help=lambda: _choices("qr_operation"))
     mixed_dim_alpha: float | None = option(
         None, help="Power-rule exponent in [0, 1].")
     robe_size: str | None = option(
@@ -80,9 +92,9 @@ class EstimateOptions:
         None, help="hot_cold: share of ids with their own row, in (0, 1] (cold ids hash into "
         "--hash-buckets rows).")
     pooling: str | None = option(
-        None, help="mean, sum or naive.")
+        None, help=lambda: _choices("pooling"))
     interaction: str | None = option(
-        None, help="concat or dot (ctr).")
+        None, help=lambda: _choices("interaction", after=" (ctr)"))
     dense_layers: str | None = option(
         None, help="Tower widths, e.g. 256,64.")
     num_classes: int | None = option(
@@ -93,11 +105,11 @@ class EstimateOptions:
         None, flags=("--checkpointing/--no-checkpointing",),
         help="Gradient checkpointing of the tower (recomputed in backward).")
     placement: str | None = option(
-        None, help="device or host_cached.")
+        None, help=lambda: _choices("placement"))
     cache_load_factor: float | None = option(
         None, help="host_cached: share of rows cached on the device, in (0, 1].")
     cache_policy: str | None = option(
-        None, help="host_cached: lru or lfu.")
+        None, help=lambda: _choices("cache_policy", before="host_cached: "))
     host_budget: str | None = option(
         None, help="Host memory for host_cached tables, e.g. 64GB (checked; exit 2 if short).")
     reserve: str = option(

@@ -90,6 +90,9 @@ def price(**options: Any) -> Priced:
                              for k, v in options.items()}
     user = any(v is not None for v in (o.model, o.example, o.apply_cfg, o.loss_spec,
                                        o.user_space))
+    if not user and o.sharding != "table" and o.gpus == 1:  # else priced as on one GPU
+        raise ConfigError(f"--sharding {o.sharding} spreads the tables over --gpus: give "
+                          "--gpus N (N >= 2) with it, or drop it")
     with _named_by_flags(given, o.config is None):
         cfg = None if user else build_config(o.config, given)
     host = None if o.host_budget is None else Budget.for_host(o.host_budget)
@@ -101,7 +104,8 @@ def price(**options: Any) -> Priced:
 
         refused = {k: v for k, v in given.items() if k not in _USER_FLAGS}
         refused.update(config=o.config, host_budget=o.host_budget,
-                       gpus=None if o.gpus == 1 else o.gpus, sharding=None)
+                       gpus=None if o.gpus == 1 else o.gpus,
+                       sharding=None if o.sharding == "table" else o.sharding)
         est = estimate_for_cli(o.model, o.example, o.apply_cfg,
                                optimizer=given.get("optimizer"),
                                precision=given.get("precision"), budget=bud, reserve=reserve_b,
@@ -149,6 +153,9 @@ _KEY = re.compile(r"config key '(tables\[\d+\]\.)?(\w+)' = ")
 _KEY_FLAGS = {key: flag for flag, key in FIELD_FLAGS.items()}
 _FLAG_OF_KEY = {k: f for k in FIELD_RULES if (f := _KEY_FLAGS.get(k, k))
                 in {o.name for o in fields(EstimateOptions)}}
+# a key only an alias sets is named by it (table_optimizer: --optimizer)
+_FLAG_OF_KEY.update({k: flag for flag, expand in FIELD_ALIASES.items()
+                     for k in expand("") if k not in _FLAG_OF_KEY})
 
 
 @contextmanager
@@ -216,9 +223,10 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
         base = _with_data_tables(base)
     if base is None:
         several = "vocab" in given and "," in str(given["vocab"])
+        ctr = several or given.get("task") == "ctr"
         for k, v in SEED_DEFAULTS.items():
-            if several and k in ("task", "seq", "num_classes"):
-                continue  # several tables: a ctr model, not the seed's text model
+            if ctr and k in ("task", "seq", "num_classes"):
+                continue  # several tables or --task ctr: a ctr model, not the seed's text one
             given.setdefault(k, v)
     kw = fields_of_flags(given)
     if "dense_layers" in given:

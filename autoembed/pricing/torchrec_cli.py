@@ -5,6 +5,7 @@ rank on TorchRec's plan, TorchRec's own storage estimate beside each rank (cli.p
 from __future__ import annotations
 
 import importlib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +51,16 @@ def sharded_for_cli(model: str | None, example: str | None, tables: Path | None,
                     budget: int | None) -> Any:
     """The `ShardedEstimate` the command prints (budget: each rank's device memory)."""
     from autoembed.pricing.user_model_cli import _example
-    from autoembed.rules import Integer, OneOf
     from autoembed.torchrec.lib import require
     from autoembed.torchrec.settings import RankTopology
     from autoembed.torchrec.sharded import estimate_sharded
     from autoembed.torchrec.unsharded import batch_of
     from autoembed.user.model.load import load_object
 
-    Integer(1).check("--world-size", world_size)
-    OneOf(("cuda", "cpu")).check("--plan-device", plan_device)
+    # RankTopology's rules, said as the options' ("--world-size = 0: ...")
+    rules = {f.name: f.metadata["rule"] for f in fields(RankTopology) if "rule" in f.metadata}
+    rules["world_size"].check_argument("--world-size", world_size)
+    rules["compute_device"].check_argument("--plan-device", plan_device)
     if model is None or example is None:
         raise ConfigError("--world-size prices a TorchRec model per rank: give --model "
                           "pkg.module:factory and --example pkg.module:name")

@@ -93,6 +93,7 @@ def estimate_for_cli(
                           "yours: drop it (only --example, --apply, --loss, --space, "
                           "--optimizer, --precision, --budget, --reserve, --device-memory, "
                           "--suggest, --world-size and --json apply)")
+    _check_step_flags(optimizer, precision)  # before the model is loaded
     from autoembed.models.user_step import STANDIN_LOSS
     from autoembed.torchrec.public import estimate_model
     from autoembed.trace.traced_model import STANDIN_NOTE
@@ -105,6 +106,19 @@ def estimate_for_cli(
         print(f"autoembed: note: {STANDIN_NOTE}, so a stand-in is priced: {STANDIN_LOSS}; "
               "give --loss pkg.module:fn to price yours", file=sys.stderr)
     return est
+
+
+def _check_step_flags(optimizer: str | None, precision: str | None) -> None:
+    """--optimizer and --precision as given beside --model, checked as options ("--precision
+    = 'fp8': must be one of ...") against what pricing a model takes."""
+    from autoembed.config.precision import PRECISION_RULE
+    from autoembed.models.user_step import OPTIMIZER_NAMES
+    from autoembed.rules import OneOf
+
+    if optimizer is not None:
+        OneOf(OPTIMIZER_NAMES).check_argument("--optimizer", optimizer)
+    if precision is not None:
+        PRECISION_RULE.check_argument("--precision", precision)
 
 
 def _loss(spec: str | None) -> Any:
