@@ -36,9 +36,9 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
         ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
         y = (ids < 10).sum(1).gt(2).long()
         for step in range(1, 4):
+            opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = nn.functional.cross_entropy(model(ids).float(), y)
-            opt.zero_grad()
             loss.backward()
             try:
                 opt.step()
@@ -236,8 +236,8 @@ def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
 
 def step_on(model, opt, ids: torch.Tensor, step: int, report) -> None:
     """One training step on the batch `ids` of 16 rows (class 0), reported."""
-    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
     opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
     loss.backward()
     opt.step()
     report(step=step, samples=16 * step, quality=0.5)
@@ -386,8 +386,8 @@ def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     def train_on(ids: int, bags: int):
         def train(model, params, report):
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            loss = model(*flat_batch(ids, bags)).pow(2).mean()
             opt.zero_grad()
+            loss = model(*flat_batch(ids, bags)).pow(2).mean()
             loss.backward()
             opt.step()
             return 0.5
@@ -509,8 +509,9 @@ ADAM_LOOP = BAG_MODEL + textwrap.dedent('''
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         ids, y = example(params)
         for step in range(1, 3):
+            opt.zero_grad()
             loss = model(ids, y)
-            opt.zero_grad(); loss.backward(); opt.step()
+            loss.backward(); opt.step()
             report(step=step, samples=8 * step, quality=0.5)
 ''')
 
@@ -864,10 +865,10 @@ def calling(forward: bool, rows: int = 16, autocast: bool = False):
         opt, ids = adam(model), torch.randint(0, VOCAB, (rows, 4))
         call = model.forward if forward else model
         for step in range(1, 4):
+            opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 out = call(ids).float()
             loss = nn.functional.cross_entropy(out, torch.zeros(rows, dtype=torch.long))
-            opt.zero_grad()
             loss.backward()
             opt.step()
             report(step=step, samples=rows * step, quality=0.5)
