@@ -939,3 +939,49 @@ def test_weights_cast_after_the_first_step_are_refused() -> None:
         "priced at precision 'amp_bf16' (float32 under bfloat16 autocast)"), amp.error
     ok = run(EmbeddingConfig(**sgd_), casting(torch.float32))
     assert ok.status == "complete", ok.error
+
+
+def zeroing(order: str):
+    """Three SGD steps on one batch: `order` "after" zeroes after the forward (forward,
+    zero_grad, backward, step), "kept" before it with set_to_none=False, "before" before it
+    (torch's default), "accumulate" before the first of two forwards and backwards a step."""
+    def train(model, params, report):
+        opt, ids = torch.optim.SGD(model.parameters(), lr=0.1), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 4):
+            if order in ("before", "accumulate", "kept"):
+                opt.zero_grad(set_to_none=order != "kept")
+            for _ in range(2 if order == "accumulate" else 1):
+                loss = model(ids).pow(2).mean()
+                if order == "after":
+                    opt.zero_grad()
+                loss.backward()
+            opt.step()
+            report(step=step, samples=16 * step, quality=0.5)
+        return 0.5
+    return train
+
+
+@pytest.mark.parametrize("order", ["after", "kept"])
+def test_a_loop_holding_the_last_steps_gradients_through_its_forward_fails(order: str) -> None:
+    """A trial is priced with its gradients freed before the forward: a loop zeroing them
+    after the forward, or keeping them allocated (set_to_none=False), holds every trainable
+    weight's gradient (here 20 x 8 + 8 x 2 + 2 fp32 values, by hand) through its forward,
+    beyond the price; refused at its second forward, the first after a step (before:
+    trained). Three steps, refused at the second: one report."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), zeroing(order))
+    assert r.status == "failed"
+    assert r.error == (
+        "the loop's gradients from the last step are still allocated at the next training "
+        "forward (zero_grad after the forward, or zero_grad(set_to_none=False)): the trial "
+        "was priced with them freed before the forward; call opt.zero_grad() (set_to_none, "
+        "torch's default) before the forward")
+    assert [e.step for e in r.curve] == [1]
+
+
+@pytest.mark.parametrize("order", ["before", "accumulate"])
+def test_gradients_zeroed_before_the_forward_and_accumulated_ones_train(order: str) -> None:
+    """Zeroed before the forward, as priced; accumulated over two forwards with no step
+    between them (gradient accumulation), not a step's gradients kept."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), zeroing(order))
+    assert r.status == "complete", r.error
+    assert [e.step for e in r.curve] == [1, 2, 3]
