@@ -89,8 +89,8 @@ def train(model: Any, params: Mapping[str, Any], report: Any) -> dict[str, float
     next_eval = time.perf_counter() + 5.0
     while time.time() - t0 < params["seconds"]:
         i = (step * bs) % (ROWS - bs)
-        loss = model(ids[i:i + bs], y[i:i + bs])
         opt.zero_grad()
+        loss = model(ids[i:i + bs], y[i:i + bs])
         loss.backward()
         opt.step()
         step += 1

@@ -73,9 +73,9 @@ def train(model: torch.nn.Module, params: Mapping[str, Any], report: Any) -> dic
     opt = torch.optim.AdamW(model.parameters(), lr=params["lr"])
     bs = params["batch_size"]
     for step in range(1, params["steps"] + 1):
+        opt.zero_grad()  # the last step's gradients freed before the forward, as priced
         with _autocast(params):
             loss = model(**batch(bs, params["seq_len"], step)).loss
-        opt.zero_grad()
         loss.backward()
         opt.step()
         if step % EVAL_EVERY == 0:

@@ -124,8 +124,8 @@ def train(model: DLRM, params: Mapping[str, Any], report: Any) -> dict[str, floa
     bs, steps, step, epoch = params["batch_size"], params["steps"], 0, 0
     while step < steps:
         for features, labels in batches("train", bs, seed=epoch):
+            opt.zero_grad()  # the last step's gradients freed before the forward, as priced
             loss = model(features, labels)
-            opt.zero_grad()
             loss.backward()
             opt.step()
             step += 1

@@ -84,8 +84,8 @@ def train(model: TextClassifier, params: Mapping[str, Any], report: Any) -> dict
     bs, steps, step, epoch = params["batch_size"], params["steps"], 0, 0
     while step < steps:
         for ids, labels in batches("train", bs, seed=epoch):
+            opt.zero_grad()  # the last step's gradients freed before the forward, as priced
             loss = model(ids, labels)
-            opt.zero_grad()
             loss.backward()
             opt.step()
             step += 1

@@ -170,8 +170,8 @@ def train(model: Any, params: Mapping[str, Any], report: Any) -> dict[str, float
     bs, steps = int(_p(params, "batch_size")), int(_p(params, "steps"))
     scale, seed = float(_p(params, "scale")), int(_p(params, "seed"))
     for step in range(1, steps + 1):
+        opt.zero_grad()  # the last step's gradients freed before the forward, as priced
         out = model(_batch(bs, scale, seed * 1_000_003 + step * 31 + rank))
-        opt.zero_grad()
         loss(out, None).backward()
         opt.step()
         if step % EVAL_EVERY == 0 or step == steps:

@@ -123,7 +123,8 @@ def small_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
     """`params["steps"]` steps of `params["optimizer"]` (a torch.optim class name, default
     Adagrad) on the dense part, each on `small_batch(batch_size, ids)`; from step
     `params["grow_at"]` on, rank `params["grow_rank"]` alone trains on twice the samples;
-    `params["autocast"]`: under CPU bf16 autocast. A report after each step (none where
+    `params["autocast"]`: under CPU bf16 autocast. The gradients zeroed before each forward
+    (after it where `params["zero_after"]`). A report after each step (none where
     `params["reports"]` is False)."""
     import contextlib
 
@@ -140,9 +141,12 @@ def small_train(model: Any, params: Mapping[str, Any], report: Any) -> float:
         samples = int(params.get("batch_size", 4))
         if step >= params.get("grow_at", 10**9) and rank == params.get("grow_rank", rank):
             samples *= 2
+        if not params.get("zero_after"):
+            opt.zero_grad()
         with cast:
             loss = model(small_batch(samples, int(params.get("ids", 1)), seed=step))
-        opt.zero_grad()
+        if params.get("zero_after"):
+            opt.zero_grad()
         loss.backward()
         opt.step()
         if params.get("reports", True):

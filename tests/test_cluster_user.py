@@ -31,8 +31,9 @@ def train(model, params, report):
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
     for step in range(1, 21):
         ids, y = example(params)
+        opt.zero_grad()
         loss = model(ids, y)
-        opt.zero_grad(); loss.backward(); opt.step()
+        loss.backward(); opt.step()
     report(step=20, samples=320, quality=1.0 / (1.0 + float(loss)))
 '''
 

@@ -268,8 +268,8 @@ def train(model: nn.Module, data: tuple[torch.Tensor, ...], steps: int) -> list[
     losses = []
     for s in range(steps):
         at = torch.arange(s * 256, (s + 1) * 256) % len(y)
-        loss = nn.functional.binary_cross_entropy_with_logits(model(u[at], i[at]), y[at])
         opt.zero_grad()
+        loss = nn.functional.binary_cross_entropy_with_logits(model(u[at], i[at]), y[at])
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))

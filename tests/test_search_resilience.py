@@ -398,8 +398,9 @@ def train(model, params, report):
         time.sleep(600)  # the second trial runs until the driver is killed
     opt = torch.optim.Adam(model.parameters(), lr=params["lr"])
     for step in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10):
+        opt.zero_grad()
         loss = model(*example(params))
-        opt.zero_grad(); loss.backward(); opt.step()
+        loss.backward(); opt.step()
     report(step=10, samples=320, quality=1.0 / (1.0 + float(loss)))
 '''
 

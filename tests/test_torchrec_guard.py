@@ -106,6 +106,18 @@ def test_a_rank_training_under_autocast_fails_in_one_line(dmp: Any) -> None:
     assert _loop(dmp, {"autocast": False})["status"] == "complete"
 
 
+def test_a_rank_loop_zeroing_after_its_forward_fails_in_one_line(dmp: Any) -> None:
+    """The dense part is traced with its gradients freed before the forward (`estimate_model`):
+    a loop zeroing them after its forward holds the last step's through it, refused at its
+    second forward (before: trained); zeroed before the forward, it trains."""
+    got = _loop(dmp, {"zero_after": True, "steps": 3})
+    _failed(got, "rank 0: the loop's gradients from the last step are still allocated at "
+            "the next training forward", "call opt.zero_grad() (set_to_none, torch's "
+            "default) before the forward")
+    assert [e["step"] for e in got["curve"]] == [1]
+    assert _loop(dmp, {"steps": 3})["status"] == "complete"
+
+
 def _dense(dmp: Any) -> list[Any]:
     """The weights the rank's price holds dense: those no fused optimizer owns."""
     return [p for p in dmp.parameters()

@@ -36,9 +36,9 @@ def loop(make_opt, autocast: bool = False, swallow: bool = False):
         ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
         y = (ids < 10).sum(1).gt(2).long()
         for step in range(1, 4):
+            opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = nn.functional.cross_entropy(model(ids).float(), y)
-            opt.zero_grad()
             loss.backward()
             try:
                 opt.step()
@@ -236,8 +236,8 @@ def test_a_longer_sequence_than_priced_fails_and_a_shorter_one_trains() -> None:
 
 def step_on(model, opt, ids: torch.Tensor, step: int, report) -> None:
     """One training step on the batch `ids` of 16 rows (class 0), reported."""
-    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
     opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(ids), torch.zeros(16, dtype=torch.long))
     loss.backward()
     opt.step()
     report(step=step, samples=16 * step, quality=0.5)
@@ -386,8 +386,8 @@ def test_flat_ids_over_the_priced_bags_train_and_more_bags_fail() -> None:
     def train_on(ids: int, bags: int):
         def train(model, params, report):
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            loss = model(*flat_batch(ids, bags)).pow(2).mean()
             opt.zero_grad()
+            loss = model(*flat_batch(ids, bags)).pow(2).mean()
             loss.backward()
             opt.step()
             return 0.5
@@ -509,8 +509,9 @@ ADAM_LOOP = BAG_MODEL + textwrap.dedent('''
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         ids, y = example(params)
         for step in range(1, 3):
+            opt.zero_grad()
             loss = model(ids, y)
-            opt.zero_grad(); loss.backward(); opt.step()
+            loss.backward(); opt.step()
             report(step=step, samples=8 * step, quality=0.5)
 ''')
 
@@ -864,10 +865,10 @@ def calling(forward: bool, rows: int = 16, autocast: bool = False):
         opt, ids = adam(model), torch.randint(0, VOCAB, (rows, 4))
         call = model.forward if forward else model
         for step in range(1, 4):
+            opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 out = call(ids).float()
             loss = nn.functional.cross_entropy(out, torch.zeros(rows, dtype=torch.long))
-            opt.zero_grad()
             loss.backward()
             opt.step()
             report(step=step, samples=rows * step, quality=0.5)
@@ -938,3 +939,49 @@ def test_weights_cast_after_the_first_step_are_refused() -> None:
         "priced at precision 'amp_bf16' (float32 under bfloat16 autocast)"), amp.error
     ok = run(EmbeddingConfig(**sgd_), casting(torch.float32))
     assert ok.status == "complete", ok.error
+
+
+def zeroing(order: str):
+    """Three SGD steps on one batch: `order` "after" zeroes after the forward (forward,
+    zero_grad, backward, step), "kept" before it with set_to_none=False, "before" before it
+    (torch's default), "accumulate" before the first of two forwards and backwards a step."""
+    def train(model, params, report):
+        opt, ids = torch.optim.SGD(model.parameters(), lr=0.1), torch.randint(0, VOCAB, (16, 4))
+        for step in range(1, 4):
+            if order in ("before", "accumulate", "kept"):
+                opt.zero_grad(set_to_none=order != "kept")
+            for _ in range(2 if order == "accumulate" else 1):
+                loss = model(ids).pow(2).mean()
+                if order == "after":
+                    opt.zero_grad()
+                loss.backward()
+            opt.step()
+            report(step=step, samples=16 * step, quality=0.5)
+        return 0.5
+    return train
+
+
+@pytest.mark.parametrize("order", ["after", "kept"])
+def test_a_loop_holding_the_last_steps_gradients_through_its_forward_fails(order: str) -> None:
+    """A trial is priced with its gradients freed before the forward: a loop zeroing them
+    after the forward, or keeping them allocated (set_to_none=False), holds every trainable
+    weight's gradient (here 20 x 8 + 8 x 2 + 2 fp32 values, by hand) through its forward,
+    beyond the price; refused at its second forward, the first after a step (before:
+    trained). Three steps, refused at the second: one report."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), zeroing(order))
+    assert r.status == "failed"
+    assert r.error == (
+        "the loop's gradients from the last step are still allocated at the next training "
+        "forward (zero_grad after the forward, or zero_grad(set_to_none=False)): the trial "
+        "was priced with them freed before the forward; call opt.zero_grad() (set_to_none, "
+        "torch's default) before the forward")
+    assert [e.step for e in r.curve] == [1]
+
+
+@pytest.mark.parametrize("order", ["before", "accumulate"])
+def test_gradients_zeroed_before_the_forward_and_accumulated_ones_train(order: str) -> None:
+    """Zeroed before the forward, as priced; accumulated over two forwards with no step
+    between them (gradient accumulation), not a step's gradients kept."""
+    r = run(EmbeddingConfig(**optimizer_alias("sgd")), zeroing(order))
+    assert r.status == "complete", r.error
+    assert [e.step for e in r.curve] == [1, 2, 3]

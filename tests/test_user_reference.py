@@ -31,8 +31,9 @@ LOOP = BAG_MODEL.replace("nn.Embedding(1000, dim)", "nn.Embedding(100_000, dim)"
         ids = torch.randint(0, 50, (64, 4), generator=g)
         y = (ids < 25).sum(1).gt(2).long()
         for step in range(1, 11):
+            opt.zero_grad()
             loss = model(ids, y)
-            opt.zero_grad(); loss.backward(); opt.step()
+            loss.backward(); opt.step()
         with torch.no_grad():
             q = float((model.out(model.emb(ids).mean(1)).argmax(1) == y).float().mean())
         report(step=10, samples=640, quality=q, loss=loss.item())

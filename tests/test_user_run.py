@@ -52,8 +52,8 @@ def train(model, params, report):
     bs = params["batch_size"]
     for step in range(1, params["steps"] + 1):
         i = (step * bs) % len(ids)
-        loss = nn.functional.cross_entropy(model(ids[i:i + bs]), y[i:i + bs])
         opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(ids[i:i + bs]), y[i:i + bs])
         loss.backward()
         opt.step()
         if step % 20 == 0:

@@ -51,8 +51,9 @@ USER = textwrap.dedent('''
         vids, vy = data(256, 1)
         opt = torch.optim.Adam(model.parameters(), lr=params["lr"])
         for step in range(1, 41):
+            opt.zero_grad()
             loss = model(ids[:32], y[:32])
-            opt.zero_grad(); loss.backward(); opt.step()
+            loss.backward(); opt.step()
             if step % 20 == 0:
                 with report.evaluating(), torch.no_grad():
                     q = float((model.out(model.emb(vids).mean(1)).argmax(1) == vy).float().mean())

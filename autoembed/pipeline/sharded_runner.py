@@ -273,10 +273,10 @@ def _measured_steps(dmp: Any, payload: Mapping[str, Any], params: dict[str, Any]
     opt = _dense_optimizer(dmp, payload.get("dense_optimizer", "adagrad"),
                            float(payload.get("lr", 0.01)))
 
-    def step() -> None:
+    def step() -> None:  # gradients freed before the forward, as the dense part is priced
+        opt.zero_grad(set_to_none=True)
         out = dmp(example)
         value = loss(out, example) if loss is not None else out
-        opt.zero_grad(set_to_none=True)
         value.backward()
         opt.step()
         del out, value

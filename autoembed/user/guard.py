@@ -51,6 +51,14 @@ assumed and the loop decides itself.
   rows it holds: those are refused only when every input's first dim is larger (flat ids
   with offsets, more ids over the priced bags, are not). Smaller (micro-batches,
   shorter sequences) is not refused.
+* The gradients: a step is priced with them freed before its forward (zero_grad
+  set_to_none, `models.step`; a TorchRec rank's dense part is traced so too). At the first
+  training forward (gradients on) after an optimizer step, one watched weight that some
+  optimizer stepped (the first seen) still holding a `.grad` means the loop keeps the last
+  step's gradients through its forward (zero_grad after the forward, set_to_none=False, or
+  none): refused, telling it to zero them before the forward. A flag read a forward, one
+  `.grad` read a step. Gradient accumulation (several forwards and backwards, then one
+  step) has no step between its forwards, and trains.
 
 A difference ends the trial `failed` with one line naming both (raised in the loop as
 `ReportError`, and remembered by the report, so a loop that swallows it still fails).
@@ -248,6 +256,8 @@ class _Watch:
         self.batches = 0  # training forwards seen (gradients on, training mode)
         self.checked: set[int] = set()  # weights some optimizer's step was checked for
         self.steppers: dict[int, _Stepper] = {}  # by id(optimizer)
+        self.probe: torch.Tensor | None = None  # a watched weight some optimizer stepped
+        self.stepped = False  # an optimizer step since the last training forward
         self.judged = _judged(price)  # the weights whose dtype is judged, named
         rotation = [(w, _dtype(price.dtypes[id(w)])) for _, w in self.judged
                     if id(w) in price.dtypes]
@@ -256,7 +266,9 @@ class _Watch:
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each weight the first time this optimizer steps it
         (one frozen when priced is refused); the weights it has stepped are not walked
-        again. Once the precision is judged, one weight's dtype a step (`_recheck_dtypes`)."""
+        again. Once the precision is judged, one weight's dtype a step (`_recheck_dtypes`).
+        The step is noted for the next training forward (`_check_freed`)."""
+        self.stepped = True
         if not self.precision_seen and self.evaluated:  # none in training mode: the last
             self.precision_seen = True  # (a step before any forward moved nothing)
             if self.held:
@@ -301,6 +313,8 @@ class _Watch:
             self._refuse_unseen(opt, p)
         later = id(p) in self.checked
         self.checked.add(id(p))
+        if self.probe is None and id(p) not in self.frozen:
+            self.probe = p  # its gradient is read at the next training forward
         if id(p) in self.frozen:
             self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
         elif id(p) in self.tables:
@@ -442,6 +456,8 @@ class _Watch:
 
         if not torch.is_grad_enabled() or not self.judged:
             return
+        if module.training and self.stepped:
+            self._check_freed()
         if module.training and self.priced:
             self.batches += 1
             self._check_batch(args, kwargs)
@@ -454,6 +470,20 @@ class _Watch:
             return
         self.precision_seen = True
         self._judge_precision()
+
+    def _check_freed(self) -> None:
+        """The first training forward since an optimizer step: the stepped weight `probe`
+        still holding a gradient is the last step's gradients kept through this forward,
+        which the trial was priced with freed (module docstring); refused once."""
+        self.stepped = False
+        if self.probe is None or self.probe.grad is None:
+            return
+        self.probe = None
+        self.refuse(
+            "the loop's gradients from the last step are still allocated at the next "
+            "training forward (zero_grad after the forward, or zero_grad(set_to_none=False)): "
+            "the trial was priced with them freed before the forward; call opt.zero_grad() "
+            "(set_to_none, torch's default) before the forward")
 
     def _autocast_now(self) -> torch.dtype | None:
         """The autocast dtype in force on the device the precision was judged on (None:

@@ -22,6 +22,9 @@ What a rank is checked for, on the `DistributedModelParallel` the loop is given:
   `data_type` is its own setting): a dense part cast, or trained under autocast, is refused
   (the dtypes read at the first training forward, then one weight a step, so a cast after
   a step is too).
+* The gradients: the dense part is traced (`estimate_model`) with them freed before the
+  forward, so a loop holding the last step's through its next forward (zero_grad after
+  it) is refused, as a user trial's is (`user.guard`).
 * The call: the forwards are read by the DMP's forward hooks, which `dmp.forward(batch)`
   skips (no batch read, no agreement before it); a step that moves a dense weight with no
   call of the DMP seen is refused (call `dmp(batch)`).
