@@ -146,6 +146,49 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
+def half_loop(masters: bool):
+    """Adam on the model cast to bf16: stepping its bf16 weights themselves, or (`masters`)
+    fp32 copies of them, their gradients cast up and the stepped values copied back."""
+    def train(model, params, report):
+        model.to(torch.bfloat16)
+        weights = list(model.parameters())
+        fp32 = [w.detach().float().requires_grad_() for w in weights]
+        opt = torch.optim.Adam(fp32 if masters else weights, lr=0.01)
+        ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
+        loss = nn.functional.cross_entropy(model(ids).float(), ids[:, 0] % 2)
+        loss.backward()
+        if masters:
+            for w, m in zip(weights, fp32, strict=True):
+                m.grad = w.grad.float()
+        opt.step()
+        if masters:
+            with torch.no_grad():
+                for w, m in zip(weights, fp32, strict=True):
+                    w.copy_(m)
+        return 0.5
+    return train
+
+
+def test_master_precision_refuses_a_loop_that_steps_its_half_weights() -> None:
+    """Priced at bf16_master (fp32 masters stepped, fp32 Adam state), a loop that steps its
+    bf16 weights themselves (bf16 state, no masters) is refused (before: it trained,
+    priced with masters it never held); one that keeps fp32 masters trains, and so does
+    the same loop priced at plain bf16."""
+    def adam_at(precision: str) -> EmbeddingConfig:
+        return EmbeddingConfig(precision=precision, table_optimizer="adam")
+
+    r = run(adam_at("bf16_master"), half_loop(masters=False))
+    assert r.status == "failed"
+    assert r.error == (
+        "table 'emb': the loop's Adam steps its bfloat16 weights themselves, but the trial "
+        "was priced at precision 'bf16_master', whose optimizer steps an fp32 master copy "
+        "of each weight (fp32 gradient and state); set the space's embedding precision to "
+        "'bf16', what the loop trains")
+    for precision, masters in (("bf16_master", True), ("bf16", False)):
+        ok = run(adam_at(precision), half_loop(masters))
+        assert ok.status == "complete", (precision, ok.error)
+
+
 def evaluated_first(autocast: bool, train_mode: bool = True):
     """`loop(adam, autocast)` after an evaluation in eval mode with gradients on (no
     no_grad) and without autocast; `train_mode` False: the loop trains in eval mode too."""

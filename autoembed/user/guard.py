@@ -35,7 +35,10 @@ assumed and the loop decides itself.
   off, is judged again there. Each optimizer step then reads one weight's dtype, the
   weights in turn (walking all, ~200 of them, would cost ~30 us a step): a model cast
   (`model.to(torch.bfloat16)` after a step) is judged at the next step, a cast of some
-  weights within as many steps as there are weights.
+  weights within as many steps as there are weights. At a `*_master` precision the price
+  has the optimizer step an fp32 master of each weight: an optimizer step of the model's
+  half weight itself (a loop with no masters, which trains the plain half precision) is
+  refused.
 * The model is called: the batch and precision are read by the model's forward hook,
   which `model.forward(x)` (or calling its parts) skips; the first step that moves a
   weight with no forward of the model seen (gradients on) is refused, telling the loop to
@@ -303,6 +306,8 @@ class _Watch:
         self.checked.add(id(p))
         if id(p) in self.frozen:
             self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
+        elif precision_policy(self.price.precision).master:
+            self._refuse_no_master(opt, p)
         elif id(p) in self.tables:
             self._check_state(opt, p, later)
         elif id(p) in self.dense:
@@ -368,6 +373,21 @@ class _Watch:
             "(requires_grad False) when the trial was priced, so neither was priced; have "
             "build(params) return it trainable if train trains it (a loop may freeze it for "
             "a while), or keep it frozen in the loop")
+
+    def _refuse_no_master(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
+        """At a *_master precision the price has the optimizer step an fp32 master copy of
+        each weight (its gradient and state fp32 too); the loop's optimizer steps the
+        model's weight `p` itself, which holds none of them: it trains the plain half
+        precision."""
+        what = (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
+                else f"dense parameter '{self.dense[id(p)][0]}'")
+        policy = precision_policy(self.price.precision)
+        plain = policy.name.removesuffix("_master")
+        self.refuse(
+            f"{what}: the loop's {type(opt).__name__} steps its {_name_of(p.dtype)} weights "
+            f"themselves, but the trial was priced at precision '{policy.name}', whose "
+            "optimizer steps an fp32 master copy of each weight (fp32 gradient and state); "
+            f"set the space's embedding precision to '{plain}', what the loop trains")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str, later: bool = False) -> None:
