@@ -148,6 +148,30 @@ def test_a_module_is_not_touched() -> None:
     assert torch.equal(m.emb.weight, before) and m.emb.weight.grad is None
 
 
+class Scaled(Tiny):
+    """Tiny with tensors held in plain attributes (neither parameter nor buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.ones(D)
+        self.shifts = [torch.zeros(D), torch.zeros(D)]
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids).mean(1) * self.scale + self.shifts[0] + self.shifts[1]
+        return F.cross_entropy(self.head(h), y)
+
+
+def test_a_module_holding_tensor_attributes_prices_as_its_factory() -> None:
+    """A module given as it is whose forward reads tensors held in plain attributes is
+    priced with them faked, as its factory is (before: a RuntimeError from the trace's
+    FakeTensorMode about a storage on another device); it is not touched."""
+    m = Scaled()
+    got = estimate_model(m, example(), optimizer="sgd")
+    assert got.parameters == PARAMS  # by hand: the attributes are not parameters
+    assert got.allocated_peak == estimate_model(Scaled, example(), optimizer="sgd").allocated_peak
+    assert torch.equal(m.scale, torch.ones(D)) and not m.shifts[0].any()
+
+
 def test_100m_row_factory_traces_fast_and_small() -> None:
     code = (
         "import json, time, torch\n"

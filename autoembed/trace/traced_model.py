@@ -128,8 +128,9 @@ def _user_step(model: ModelSpec, optimizer: OptimizerSpec, precision: str) -> Us
 
 
 def _fake_module(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose parameters and buffers are new (fake) CPU tensors of the same
-    shapes, dtypes and sharing (meta ones included); call under FakeTensorMode."""
+    """A copy of `model` whose parameters, buffers and tensor attributes
+    (`_attribute_tensors`) are new (fake) CPU tensors of the same shapes, dtypes and sharing
+    (meta ones included); call under FakeTensorMode."""
     memo: dict[int, Any] = {}
 
     def fake(t: torch.Tensor) -> None:
@@ -146,7 +147,21 @@ def _fake_module(model: nn.Module) -> nn.Module:
         with host_allocations():  # host memory: not in the device figures
             for t in table.host_tensors().values():
                 fake(t)
+    for t in _attribute_tensors(model):
+        fake(t)
     return copy.deepcopy(model, memo)
+
+
+def _attribute_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors each module holds in plain attributes (neither parameter nor buffer, a
+    list or dict of them included): a module built with real ones is priced as its factory
+    builds them, as fake tensors (deepcopy would copy them as real tensors, which the trace's
+    FakeTensorMode refuses)."""
+    from torch.utils._pytree import tree_leaves
+
+    return [t for m in model.modules() for k, v in vars(m).items()
+            if k not in ("_parameters", "_buffers", "_modules")
+            for t in tree_leaves(v) if isinstance(t, torch.Tensor)]
 
 
 def _cached(model: nn.Module) -> list[tuple[str, Any]]:
