@@ -146,16 +146,18 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
-def half_loop(masters: bool):
-    """Adam on the model cast to bf16: stepping its bf16 weights themselves, or (`masters`)
-    fp32 copies of them, their gradients cast up and the stepped values copied back."""
+def half_loop(masters: bool, optimizer=torch.optim.Adam, forward: bool = False):
+    """`optimizer` on the model cast to bf16: stepping its bf16 weights themselves, or
+    (`masters`) fp32 copies of them, their gradients cast up and the stepped values copied
+    back; `forward`: calling `model.forward(ids)`, not `model(ids)`."""
     def train(model, params, report):
         model.to(torch.bfloat16)
         weights = list(model.parameters())
         fp32 = [w.detach().float().requires_grad_() for w in weights]
-        opt = torch.optim.Adam(fp32 if masters else weights, lr=0.01)
+        opt = optimizer(fp32 if masters else weights, lr=0.01)
         ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
-        loss = nn.functional.cross_entropy(model(ids).float(), ids[:, 0] % 2)
+        out = (model.forward if forward else model)(ids)
+        loss = nn.functional.cross_entropy(out.float(), ids[:, 0] % 2)
         loss.backward()
         if masters:
             for w, m in zip(weights, fp32, strict=True):
@@ -187,6 +189,31 @@ def test_master_precision_refuses_a_loop_that_steps_its_half_weights() -> None:
     for precision, masters in (("bf16_master", True), ("bf16", False)):
         ok = run(adam_at(precision), half_loop(masters))
         assert ok.status == "complete", (precision, ok.error)
+
+
+def test_master_precision_checks_the_state_a_loops_fp32_masters_keep() -> None:
+    """A loop that keeps fp32 masters of its bf16 weights and steps them with SGD, priced
+    with Adam at bf16_master, is refused at its first step as the weights' own optimizer is
+    (before: the masters were no weight of the model and nothing was checked)."""
+    r = run(EmbeddingConfig(precision="bf16_master", table_optimizer="adam"),
+            half_loop(masters=True, optimizer=torch.optim.SGD))
+    assert r.status == "failed"
+    # by hand: SGD keeps nothing for the 20 x 8 table; Adam two values a weight, 2 x 160
+    assert r.error.startswith(
+        "table 'emb': the loop's SGD keeps 0 values of state (0 bytes) for its 160 weights "
+        "(as sgd does), but the trial was priced with table_optimizer 'adam' (320)"), r.error
+
+
+def test_fp32_masters_stepped_with_no_call_of_the_model_are_refused_naming_the_weight() -> None:
+    """A loop stepping fp32 masters after `model.forward(ids)` (no forward hook seen) is
+    refused as a loop stepping the weights is, naming the master's weight (before, with
+    the unseen check read by the master's own id: a KeyError)."""
+    r = run(EmbeddingConfig(precision="bf16_master", table_optimizer="adam"),
+            half_loop(masters=True, forward=True))
+    assert r.status == "failed"
+    assert r.error.startswith(
+        "the loop's Adam steps table 'emb', which has a gradient, but no call of the model "
+        "was seen"), r.error
 
 
 def evaluated_first(autocast: bool, train_mode: bool = True):
