@@ -185,7 +185,8 @@ def test_master_precision_refuses_a_loop_that_steps_its_half_weights() -> None:
         "table 'emb': the loop's Adam steps its bfloat16 weights themselves, but the trial "
         "was priced at precision 'bf16_master', whose optimizer steps an fp32 master copy "
         "of each weight (fp32 gradient and state); set the space's embedding precision to "
-        "'bf16', what the loop trains")
+        "'bf16', what the loop trains, or have the loop step fp32 copies of the weights "
+        "(gradients cast up, values copied back)")
     for precision, masters in (("bf16_master", True), ("bf16", False)):
         ok = run(adam_at(precision), half_loop(masters))
         assert ok.status == "complete", (precision, ok.error)

@@ -420,7 +420,8 @@ class _Watch:
             f"{what}: the loop's {type(opt).__name__} steps its {_name_of(p.dtype)} weights "
             f"themselves, but the trial was priced at precision '{policy.name}', whose "
             "optimizer steps an fp32 master copy of each weight (fp32 gradient and state); "
-            f"set the space's embedding precision to '{plain}', what the loop trains")
+            f"set the space's embedding precision to '{plain}', what the loop trains, or have "
+            "the loop step fp32 copies of the weights (gradients cast up, values copied back)")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str, later: bool = False) -> None:
