@@ -270,6 +270,34 @@ def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_
         assert r.status == "failed" and r.error.startswith(says), r.error
 
 
+def grouped(table_decay: float, dense_decay: float, optimizer=torch.optim.Adam):
+    """`optimizer` with the table in one param group and the linear layer in another."""
+    def make(model):
+        return optimizer([{"params": model.emb.parameters(), "weight_decay": table_decay},
+                          {"params": model.out.parameters(), "weight_decay": dense_decay}],
+                         lr=0.01)
+    return make
+
+
+def test_param_groups_decaying_some_weights_are_told_what_can_be_priced() -> None:
+    """A loop that decays its dense weights but not the table (two param groups) can match
+    no one space weight_decay: its refusal says so and names what trains, a decoupled
+    decay (before: it advised setting the space's weight_decay to the loop's, which
+    refuses the other group); AdamW with those groups, priced adamw, trains."""
+    r = run(EmbeddingConfig(weight_decay=0.01, table_optimizer="adam"), loop(grouped(0, 0.01)))
+    assert r.status == "failed"
+    assert r.error == (
+        "table 'emb': the loop's Adam adds no weight decay to the gradient, but the trial was "
+        "priced with 'adam' at weight_decay 0.01 (a gradient-sized copy in the step); its "
+        "param groups add a decay to some weights and not to others, and a trial is priced "
+        "with one weight_decay for all: decay every weight alike, or decouple the decay "
+        "(AdamW; the space's table_optimizer and dense_optimizer adamw), which adds nothing "
+        "to the gradient")
+    adamw = EmbeddingConfig(weight_decay=0.01, **optimizer_alias("adamw"))
+    ok = run(adamw, loop(grouped(0, 0.01, torch.optim.AdamW)))
+    assert ok.status == "complete", ok.error
+
+
 def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None:
     """The loop trains batches of 16 x 4 ids (`loop`); a trial priced on 8 x 4 is refused
     (twice the activations priced), one priced on 16 x 4, or 32 x 4 (the loop's smaller, as

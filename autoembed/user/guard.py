@@ -190,6 +190,11 @@ class Fixes:
                   "autoembed.build_optimizer(model, params)")
     decay_on: str = ("set the space's embedding weight_decay to the loop's and decay from "
                      "the first step, or keep it off throughout")
+    # where the loop's param groups decay some weights and not others
+    mixed_decay: str = ("its param groups add a decay to some weights and not to others, and "
+                        "a trial is priced with one weight_decay for all: decay every weight "
+                        "alike, or decouple the decay (AdamW; the space's table_optimizer and "
+                        "dense_optimizer adamw), which adds nothing to the gradient")
     precision: str = ("set the space's embedding precision to what the loop does, or train "
                       "the model in the priced one")
 
@@ -440,9 +445,12 @@ class _Watch:
                                                           if wd else ""))
         how = (" (decoupled: nothing added to the gradient)" if name in _NO_L2 and priced
                else "" if got else copy)
+        fix = self.price.fixes.decay
+        if len({_adds_decay(g) for g in opt.param_groups}) > 1:  # no one weight_decay is it
+            fix = self.price.fixes.mixed_decay
         self.refuse(
             f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
-            f"'{name}' at weight_decay {priced:g}{how}; {self.price.fixes.decay}")
+            f"'{name}' at weight_decay {priced:g}{how}; {fix}")
 
     def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor, later: bool,
                      key: int) -> None:
