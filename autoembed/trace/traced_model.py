@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, cast
 
@@ -51,7 +52,8 @@ from autoembed.models.user_step import (
 )
 from autoembed.trace.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 
-__all__ = ["model_estimate", "on_meta", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
+__all__ = ["model_estimate", "on_meta", "shapes_only", "CPU_VS_CUDA", "STANDIN_NOTE",
+           "ModelSpec"]
 
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
@@ -218,9 +220,23 @@ def _call_factory(factory: Callable[[], nn.Module]) -> Any:
 def on_meta(factory: Callable[[], Any]) -> Any:
     """`factory()` on the meta device (nothing allocated), its device moves (`.to(device)`,
     `.cpu()`, `.cuda()`) kept on meta and its dtype conversions done (`_OnMeta`): the model
-    it builds, as shapes and dtypes."""
-    with torch.device("meta"), _OnMeta():
-        return factory()
+    it builds, as shapes and dtypes (`shapes_only` is True meanwhile)."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        with torch.device("meta"), _OnMeta():
+            return factory()
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+_SHAPES_ONLY: ContextVar[bool] = ContextVar("autoembed_shapes_only", default=False)
+
+
+def shapes_only() -> bool:
+    """Whether a model is being built by `on_meta`, for its shapes and dtypes alone (a
+    priced factory's second call): `autoembed.apply` then draws and fits nothing, as on
+    fake tensors, where a model the user built on meta is drawn from its init."""
+    return _SHAPES_ONLY.get()
 
 
 class _OnMeta(TorchFunctionMode):
