@@ -185,8 +185,9 @@ def test_master_precision_refuses_a_loop_that_steps_its_half_weights() -> None:
         "table 'emb': the loop's Adam steps its bfloat16 weights themselves, but the trial "
         "was priced at precision 'bf16_master', whose optimizer steps an fp32 master copy "
         "of each weight (fp32 gradient and state); set the space's embedding precision to "
-        "'bf16', what the loop trains, or have the loop step fp32 copies of the weights "
-        "(gradients cast up, values copied back)")
+        "'bf16', what the loop trains, or build the loop's optimizer with "
+        "autoembed.build_optimizer(model, params), which steps fp32 masters of the weights "
+        "(or step fp32 copies in the loop: gradients cast up, values copied back)")
     for precision, masters in (("bf16_master", True), ("bf16", False)):
         ok = run(adam_at(precision), half_loop(masters))
         assert ok.status == "complete", (precision, ok.error)
@@ -1037,3 +1038,62 @@ def test_weights_cast_after_the_first_step_are_refused() -> None:
         "priced at precision 'amp_bf16' (float32 under bfloat16 autocast)"), amp.error
     ok = run(EmbeddingConfig(**sgd_), casting(torch.float32))
     assert ok.status == "complete", ok.error
+
+
+def test_the_documented_loop_at_bf16_master_trains_fp32_masters_as_priced() -> None:
+    """The loop as docs/own_loop.md writes it (the model cast to the priced bf16,
+    `build_optimizer(model, params)`, zero_grad, backward, step), priced at bf16_master: it
+    trains (before: refused, build_optimizer stepped the bf16 weights themselves) and holds
+    what was priced: Adam's state fp32 on fp32 masters of the trained weights, the weights
+    bf16 and each its master rounded down, the masters stepped as torch's Adam steps fp32
+    copies of the weights by hand."""
+    import autoembed
+
+    embedding = {"precision": "bf16_master", "table_optimizer": "adam", "lr": 0.01}
+    ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
+    held = {}
+
+    def train(model, params, report):
+        model.to(torch.bfloat16)
+        opt = autoembed.build_optimizer(model, params)
+        for step in range(1, 4):
+            loss = nn.functional.cross_entropy(model(ids).float(), ids[:, 0] % 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            report(step=step, samples=16 * step, quality=0.5)
+        held.update(model=model, opt=opt)
+        return 0.5
+
+    torch.manual_seed(1)
+    reference = Bag().to(torch.bfloat16)  # the same steps written out
+    fp32 = [w.detach().float().requires_grad_() for w in reference.parameters()]
+    by_hand = torch.optim.Adam(fp32, lr=0.01, eps=1e-8, foreach=True)
+    for _ in range(3):
+        reference.zero_grad()
+        nn.functional.cross_entropy(reference(ids).float(), ids[:, 0] % 2).backward()
+        for w, m in zip(reference.parameters(), fp32, strict=True):
+            m.grad = w.grad.float()
+        by_hand.step()
+        with torch.no_grad():
+            for w, m in zip(reference.parameters(), fp32, strict=True):
+                w.copy_(m)
+
+    def build(params):
+        torch.manual_seed(1)
+        return Bag()
+
+    r = run_user_trial(UserCode(build, lambda p: None, train), {"embedding": embedding},
+                       EmbeddingConfig(**embedding), Report(), as_written=True,
+                       priced_inputs=ids_of(16, 4))
+    assert r.status == "complete", r.error
+    model, opt = held["model"], held["opt"]
+    masters = [p for o in opt for g in o.param_groups for p in g["params"]]
+    state = [t for o in opt for s in o.state.values() for k, t in s.items() if k != "step"]
+    numel = VOCAB * DIM + DIM * 2 + 2  # 178 trained weights
+    assert {t.dtype for t in [*masters, *state]} == {torch.float32}
+    assert sum(t.numel() for t in masters) == numel
+    assert sum(t.numel() for t in state) == 2 * numel  # Adam: exp_avg, exp_avg_sq
+    for w, m, want in zip(model.parameters(), masters, fp32, strict=True):
+        assert w.dtype == torch.bfloat16 and torch.equal(w, m.to(torch.bfloat16))
+        torch.testing.assert_close(m, want.detach(), rtol=0, atol=1e-6)

@@ -425,8 +425,10 @@ class _Watch:
             f"{what}: the loop's {type(opt).__name__} steps its {_name_of(p.dtype)} weights "
             f"themselves, but the trial was priced at precision '{policy.name}', whose "
             "optimizer steps an fp32 master copy of each weight (fp32 gradient and state); "
-            f"set the space's embedding precision to '{plain}', what the loop trains, or have "
-            "the loop step fp32 copies of the weights (gradients cast up, values copied back)")
+            f"set the space's embedding precision to '{plain}', what the loop trains, or build "
+            "the loop's optimizer with autoembed.build_optimizer(model, params), which steps "
+            "fp32 masters of the weights (or step fp32 copies in the loop: gradients cast "
+            "up, values copied back)")
 
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str, later: bool = False) -> None:
