@@ -87,6 +87,21 @@ def test_a_write_into_any_compressed_table_or_a_view_of_it_is_refused(compressio
             freeze()
 
 
+@pytest.mark.parametrize("init", [
+    lambda w: nn.init.normal_(w, std=0.01), lambda w: nn.init.uniform_(w, -0.1, 0.1),
+    lambda w: nn.init.constant_(w, 0.5), lambda w: nn.init.kaiming_uniform_(w)])
+def test_an_nn_init_that_passes_the_weight_by_keyword_is_refused(init: Any) -> None:
+    """torch.nn.init's normal_, uniform_, constant_ and kaiming_uniform_ hand a tensor
+    subclass to `__torch_function__` as ``tensor=``: on a compressed layer's weight they
+    are refused as every other write is (before: they ran on a decoded copy and the rows
+    stayed as they were, a model's own init silently lost after apply)."""
+    layer = _layer("hash", {"hash_buckets": 5})
+    rows = layer.store.weight.detach().clone()
+    with pytest.raises(ConfigError, match="decoded"):
+        init(layer.weight)
+    assert torch.equal(layer.store.weight, rows)
+
+
 @pytest.mark.parametrize("bag", [False, True])
 def test_a_decoded_table_reads_as_a_plain_tensor(bag: bool) -> None:
     layer = _layer("qr", {}, bag)

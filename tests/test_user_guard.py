@@ -146,6 +146,78 @@ def test_precision_other_than_priced_fails_naming_both() -> None:
     assert plain.status == "failed" and "without autocast, but" in plain.error
 
 
+def half_loop(masters: bool, optimizer=torch.optim.Adam, forward: bool = False):
+    """`optimizer` on the model cast to bf16: stepping its bf16 weights themselves, or
+    (`masters`) fp32 copies of them, their gradients cast up and the stepped values copied
+    back; `forward`: calling `model.forward(ids)`, not `model(ids)`."""
+    def train(model, params, report):
+        model.to(torch.bfloat16)
+        weights = list(model.parameters())
+        fp32 = [w.detach().float().requires_grad_() for w in weights]
+        opt = optimizer(fp32 if masters else weights, lr=0.01)
+        ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
+        out = (model.forward if forward else model)(ids)
+        loss = nn.functional.cross_entropy(out.float(), ids[:, 0] % 2)
+        loss.backward()
+        if masters:
+            for w, m in zip(weights, fp32, strict=True):
+                m.grad = w.grad.float()
+        opt.step()
+        if masters:
+            with torch.no_grad():
+                for w, m in zip(weights, fp32, strict=True):
+                    w.copy_(m)
+        return 0.5
+    return train
+
+
+def test_master_precision_refuses_a_loop_that_steps_its_half_weights() -> None:
+    """Priced at bf16_master (fp32 masters stepped, fp32 Adam state), a loop that steps its
+    bf16 weights themselves (bf16 state, no masters) is refused (before: it trained,
+    priced with masters it never held); one that keeps fp32 masters trains, and so does
+    the same loop priced at plain bf16."""
+    def adam_at(precision: str) -> EmbeddingConfig:
+        return EmbeddingConfig(precision=precision, table_optimizer="adam")
+
+    r = run(adam_at("bf16_master"), half_loop(masters=False))
+    assert r.status == "failed"
+    assert r.error == (
+        "table 'emb': the loop's Adam steps its bfloat16 weights themselves, but the trial "
+        "was priced at precision 'bf16_master', whose optimizer steps an fp32 master copy "
+        "of each weight (fp32 gradient and state); set the space's embedding precision to "
+        "'bf16', what the loop trains, or build the loop's optimizer with "
+        "autoembed.build_optimizer(model, params), which steps fp32 masters of the weights "
+        "(or step fp32 copies in the loop: gradients cast up, values copied back)")
+    for precision, masters in (("bf16_master", True), ("bf16", False)):
+        ok = run(adam_at(precision), half_loop(masters))
+        assert ok.status == "complete", (precision, ok.error)
+
+
+def test_master_precision_checks_the_state_a_loops_fp32_masters_keep() -> None:
+    """A loop that keeps fp32 masters of its bf16 weights and steps them with SGD, priced
+    with Adam at bf16_master, is refused at its first step as the weights' own optimizer is
+    (before: the masters were no weight of the model and nothing was checked)."""
+    r = run(EmbeddingConfig(precision="bf16_master", table_optimizer="adam"),
+            half_loop(masters=True, optimizer=torch.optim.SGD))
+    assert r.status == "failed"
+    # by hand: SGD keeps nothing for the 20 x 8 table; Adam two values a weight, 2 x 160
+    assert r.error.startswith(
+        "table 'emb': the loop's SGD keeps 0 values of state (0 bytes) for its 160 weights "
+        "(as sgd does), but the trial was priced with table_optimizer 'adam' (320)"), r.error
+
+
+def test_fp32_masters_stepped_with_no_call_of_the_model_are_refused_naming_the_weight() -> None:
+    """A loop stepping fp32 masters after `model.forward(ids)` (no forward hook seen) is
+    refused as a loop stepping the weights is, naming the master's weight (before, with
+    the unseen check read by the master's own id: a KeyError)."""
+    r = run(EmbeddingConfig(precision="bf16_master", table_optimizer="adam"),
+            half_loop(masters=True, forward=True))
+    assert r.status == "failed"
+    assert r.error.startswith(
+        "the loop's Adam steps table 'emb', which has a gradient, but no call of the model "
+        "was seen"), r.error
+
+
 def evaluated_first(autocast: bool, train_mode: bool = True):
     """`loop(adam, autocast)` after an evaluation in eval mode with gradients on (no
     no_grad) and without autocast; `train_mode` False: the loop trains in eval mode too."""
@@ -197,6 +269,34 @@ def test_a_weight_decay_other_than_priced_fails_naming_both(priced, decay, make_
         assert r.status == "complete", r.error
     else:
         assert r.status == "failed" and r.error.startswith(says), r.error
+
+
+def grouped(table_decay: float, dense_decay: float, optimizer=torch.optim.Adam):
+    """`optimizer` with the table in one param group and the linear layer in another."""
+    def make(model):
+        return optimizer([{"params": model.emb.parameters(), "weight_decay": table_decay},
+                          {"params": model.out.parameters(), "weight_decay": dense_decay}],
+                         lr=0.01)
+    return make
+
+
+def test_param_groups_decaying_some_weights_are_told_what_can_be_priced() -> None:
+    """A loop that decays its dense weights but not the table (two param groups) can match
+    no one space weight_decay: its refusal says so and names what trains, a decoupled
+    decay (before: it advised setting the space's weight_decay to the loop's, which
+    refuses the other group); AdamW with those groups, priced adamw, trains."""
+    r = run(EmbeddingConfig(weight_decay=0.01, table_optimizer="adam"), loop(grouped(0, 0.01)))
+    assert r.status == "failed"
+    assert r.error == (
+        "table 'emb': the loop's Adam adds no weight decay to the gradient, but the trial was "
+        "priced with 'adam' at weight_decay 0.01 (a gradient-sized copy in the step); its "
+        "param groups add a decay to some weights and not to others, and a trial is priced "
+        "with one weight_decay for all: decay every weight alike, or decouple the decay "
+        "(AdamW; the space's table_optimizer and dense_optimizer adamw), which adds nothing "
+        "to the gradient")
+    adamw = EmbeddingConfig(weight_decay=0.01, **optimizer_alias("adamw"))
+    ok = run(adamw, loop(grouped(0, 0.01, torch.optim.AdamW)))
+    assert ok.status == "complete", ok.error
 
 
 def test_a_loop_batch_larger_than_the_priced_example_fails_naming_both() -> None:
@@ -985,3 +1085,62 @@ def test_gradients_zeroed_before_the_forward_and_accumulated_ones_train(order: s
     r = run(EmbeddingConfig(**optimizer_alias("sgd")), zeroing(order))
     assert r.status == "complete", r.error
     assert [e.step for e in r.curve] == [1, 2, 3]
+
+
+def test_the_documented_loop_at_bf16_master_trains_fp32_masters_as_priced() -> None:
+    """The loop as docs/own_loop.md writes it (the model cast to the priced bf16,
+    `build_optimizer(model, params)`, zero_grad, backward, step), priced at bf16_master: it
+    trains (before: refused, build_optimizer stepped the bf16 weights themselves) and holds
+    what was priced: Adam's state fp32 on fp32 masters of the trained weights, the weights
+    bf16 and each its master rounded down, the masters stepped as torch's Adam steps fp32
+    copies of the weights by hand."""
+    import autoembed
+
+    embedding = {"precision": "bf16_master", "table_optimizer": "adam", "lr": 0.01}
+    ids = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(0))
+    held = {}
+
+    def train(model, params, report):
+        model.to(torch.bfloat16)
+        opt = autoembed.build_optimizer(model, params)
+        for step in range(1, 4):
+            loss = nn.functional.cross_entropy(model(ids).float(), ids[:, 0] % 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            report(step=step, samples=16 * step, quality=0.5)
+        held.update(model=model, opt=opt)
+        return 0.5
+
+    torch.manual_seed(1)
+    reference = Bag().to(torch.bfloat16)  # the same steps written out
+    fp32 = [w.detach().float().requires_grad_() for w in reference.parameters()]
+    by_hand = torch.optim.Adam(fp32, lr=0.01, eps=1e-8, foreach=True)
+    for _ in range(3):
+        reference.zero_grad()
+        nn.functional.cross_entropy(reference(ids).float(), ids[:, 0] % 2).backward()
+        for w, m in zip(reference.parameters(), fp32, strict=True):
+            m.grad = w.grad.float()
+        by_hand.step()
+        with torch.no_grad():
+            for w, m in zip(reference.parameters(), fp32, strict=True):
+                w.copy_(m)
+
+    def build(params):
+        torch.manual_seed(1)
+        return Bag()
+
+    r = run_user_trial(UserCode(build, lambda p: None, train), {"embedding": embedding},
+                       EmbeddingConfig(**embedding), Report(), as_written=True,
+                       priced_inputs=ids_of(16, 4))
+    assert r.status == "complete", r.error
+    model, opt = held["model"], held["opt"]
+    masters = [p for o in opt for g in o.param_groups for p in g["params"]]
+    state = [t for o in opt for s in o.state.values() for k, t in s.items() if k != "step"]
+    numel = VOCAB * DIM + DIM * 2 + 2  # 178 trained weights
+    assert {t.dtype for t in [*masters, *state]} == {torch.float32}
+    assert sum(t.numel() for t in masters) == numel
+    assert sum(t.numel() for t in state) == 2 * numel  # Adam: exp_avg, exp_avg_sq
+    for w, m, want in zip(model.parameters(), masters, fp32, strict=True):
+        assert w.dtype == torch.bfloat16 and torch.equal(w, m.to(torch.bfloat16))
+        torch.testing.assert_close(m, want.detach(), rtol=0, atol=1e-6)

@@ -148,6 +148,30 @@ def test_a_module_is_not_touched() -> None:
     assert torch.equal(m.emb.weight, before) and m.emb.weight.grad is None
 
 
+class Scaled(Tiny):
+    """Tiny with tensors held in plain attributes (neither parameter nor buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.ones(D)
+        self.shifts = [torch.zeros(D), torch.zeros(D)]
+
+    def forward(self, ids: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids).mean(1) * self.scale + self.shifts[0] + self.shifts[1]
+        return F.cross_entropy(self.head(h), y)
+
+
+def test_a_module_holding_tensor_attributes_prices_as_its_factory() -> None:
+    """A module given as it is whose forward reads tensors held in plain attributes is
+    priced with them faked, as its factory is (before: a RuntimeError from the trace's
+    FakeTensorMode about a storage on another device); it is not touched."""
+    m = Scaled()
+    got = estimate_model(m, example(), optimizer="sgd")
+    assert got.parameters == PARAMS  # by hand: the attributes are not parameters
+    assert got.allocated_peak == estimate_model(Scaled, example(), optimizer="sgd").allocated_peak
+    assert torch.equal(m.scale, torch.ones(D)) and not m.shifts[0].any()
+
+
 def test_100m_row_factory_traces_fast_and_small() -> None:
     code = (
         "import json, time, torch\n"
@@ -463,6 +487,45 @@ def test_a_factory_that_converts_its_model_prices_as_the_converted_model(convert
     built = estimate_model(factory(), example(), optimizer="sgd")
     assert got.parameters == block(V * D * size) + block(D * C * size) + block(C * size)
     assert got.allocated_peak == built.allocated_peak
+
+
+class OwnInit(nn.Embedding):
+    """An embedding whose own `reset_parameters` records where each of its runs drew."""
+
+    drew: list[str] = []
+
+    def reset_parameters(self) -> None:
+        from torch._subclasses.fake_tensor import is_fake
+
+        OwnInit.drew.append("fake" if is_fake(self.weight) else self.weight.device.type)
+        nn.init.normal_(self.weight, std=0.02)
+
+
+@pytest.mark.parametrize("from_trained", [True, False])
+def test_a_converting_factory_that_applies_prices_without_drawing_or_fitting(
+        from_trained: bool) -> None:
+    """A factory that converts its model and applies a config to a table with its own
+    `reset_parameters` is called again on the meta device for its shapes: there `apply`
+    fits and draws nothing, as on fake tensors (before: `from_trained=True` was refused as
+    'on the meta device', though the same factory builds and trains; without it the table's
+    reset_parameters ran on a CPU copy of the whole table to measure its moments)."""
+    import autoembed
+    from autoembed.config import EmbeddingConfig, TableConfig
+
+    cfg = EmbeddingConfig(dim=D, tables=(TableConfig("emb", V, compression="hash",
+                                                     hash_buckets=100),))
+
+    def factory() -> nn.Module:
+        model = Tiny()
+        model.emb = OwnInit(V, D)
+        return autoembed.apply(model.to(torch.bfloat16), cfg, from_trained=from_trained)
+
+    OwnInit.drew = []
+    got = estimate_model(factory, example(), optimizer="sgd", precision="bf16")
+    # by hand, bf16: the 100 hashed rows, the head's weight and bias
+    assert got.parameters == block(100 * D * 2) + block(D * C * 2) + block(C * 2)
+    assert "cpu" not in OwnInit.drew and OwnInit.drew  # drawn on fake and meta tensors only
+    assert factory().emb.store.weight.shape == (100, D)  # and the factory builds it
 
 
 def test_on_meta_keeps_device_moves_on_meta_and_converts_dtypes() -> None:

@@ -117,6 +117,34 @@ def test_bf16_master_optimises_the_fp32_masters() -> None:
     assert all(t.dtype == torch.float32 for t in masters.masters.values())
 
 
+def test_bf16_master_without_masters_makes_them_and_carries_them_in_its_state() -> None:
+    """Given no masters at bf16_master, build_optimizer makes fp32 ones and steps them:
+    zero_grad clears the model's half gradients (the loop's backward fills those), a state
+    saved and loaded restores the masters (not the bf16 weights cast up), and a state
+    without masters loads them from the weights (before: no masters were made)."""
+    torch.manual_seed(0)
+    m = TwoTables().to(torch.bfloat16)
+    cfg = EmbeddingConfig(precision="bf16_master", **optimizer_alias("adam"))
+    opts = autoembed.build_optimizer(m, cfg)
+    u, i = _example()
+    m(u, i).float().backward()
+    opts.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+    m(u, i).float().backward()
+    opts.step()
+    saved = opts.state_dict()
+    masters = {n: t.clone() for n, t in saved["masters"].items()}
+    assert set(masters) == {n for n, _ in m.named_parameters()}
+    assert any(not torch.equal(t, t.to(torch.bfloat16).float()) for t in masters.values())
+    again = autoembed.build_optimizer(m, cfg)
+    again.load_state_dict(saved)
+    for n, t in again.state_dict()["masters"].items():
+        assert torch.equal(t, masters[n])
+    again.load_state_dict({k: v for k, v in saved.items() if k != "masters"})
+    for n, p in m.named_parameters():
+        assert torch.equal(again.state_dict()["masters"][n], p.detach().float())
+
+
 def test_autocast_is_the_trainers_on_a_user_model() -> None:
     m = TwoTables()
     u, i = _example()

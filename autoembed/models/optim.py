@@ -14,22 +14,33 @@ A user's own model (not autoembed's `EmbeddingModel`) is grouped by module inste
 `param_specs`: its embedding tables (`models.table_modules.embedding_modules`) under their table
 optimizer, every other trainable parameter under the dense one (`user_optimizers`); the
 result is the same `Optimizers`, warm-up included (`dense` is None when only tables train).
+At a *_master precision without `masters=` it makes fp32 masters and steps them
+(`Optimizers.masters`), as the user's trial is priced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from autoembed.config import FP16_MIN_ADAM_EPS, SPARSE_GRAD_OPTIMIZERS, EmbeddingConfig, param_specs
+from autoembed.config import (
+    FP16_MIN_ADAM_EPS,
+    SPARSE_GRAD_OPTIMIZERS,
+    EmbeddingConfig,
+    param_specs,
+    precision_policy,
+)
 from autoembed.errors import ConfigError
 from autoembed.models.table_modules import embedding_modules
+
+if TYPE_CHECKING:
+    from autoembed.models.device_precision import MasterWeights
 
 __all__ = ["ROWWISE_ADAGRAD_EPS", "ADAGRAD_EPS", "RowWiseAdagrad", "Optimizers", "build_optimizer",
            "user_optimizers", "params_config", "make_optimizer", "state_bytes"]
@@ -133,13 +144,19 @@ def make_optimizer(
 @dataclass(frozen=True)
 class Optimizers:
     """The table optimizers (one per distinct table optimizer) and the dense optimizer,
-    stepped in that order, plus warm-up. `dense` is None when nothing but tables trains (a
+    stepped in that order, plus warm-up. `dense` is None when nothing but tables train (a
     user's model; a user's one optimizer factory is `tables[0]` and steps every parameter).
-    Iterating gives every optimizer in step order (`all`)."""
+    Iterating gives every optimizer in step order (`all`).
+
+    `masters`: the fp32 masters the optimizers step in place of the model's half weights,
+    which `build_optimizer` made for a user's model at a *_master precision; `step` and
+    `zero_grad` then run the built-in trainer's master steps (`models.step.TrainStep`), and
+    `state_dict` carries the masters. None: the optimizers step what they were given."""
 
     tables: tuple[Optimizer, ...]
     dense: Optimizer | None
     schedulers: tuple[LambdaLR, ...] = ()
+    masters: MasterWeights | None = None
 
     @property
     def table(self) -> Optimizer:
@@ -163,13 +180,27 @@ class Optimizers:
         return iter(self.all)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Every optimizer's gradients, and with `masters` the model's weights' too (the
+        loop's backward fills those, not the masters')."""
         for opt in self.all:
             opt.zero_grad(set_to_none=set_to_none)
+        for p in self.masters.params.values() if self.masters is not None else ():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
     def step(self) -> None:
-        """Table steps, dense step, then advance the warm-up schedule."""
+        """Table steps, dense step, then advance the warm-up schedule; with `masters`, as
+        the built-in trainer steps them: the half gradients become fp32 master gradients
+        first (one weight at a time, each half one freed), and the stepped masters are
+        copied back into the weights (their gradients freed) before the schedule."""
+        if self.masters is not None:
+            self.masters.grads_to_master()
         for opt in self.all:
             opt.step()
+        if self.masters is not None:
+            self.masters.copy_back()
         self.advance_schedule()
 
     def advance_schedule(self) -> None:
@@ -187,9 +218,16 @@ class Optimizers:
         }
         if len(self.tables) > 1:
             out["more_tables"] = [o.state_dict() for o in self.tables[1:]]
+        if self.masters is not None:  # the fp32 values the half weights are rounded from
+            out["masters"] = dict(self.masters.items())
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The optimizers' and schedules' states; with `masters`, the masters from
+        `state["masters"]`, or from the model's weights (cast up) where the state has none
+        (one saved without masters), so they never step stale values."""
+        if self.masters is not None:
+            _load_masters(self.masters, state.get("masters"))
         more = state.get("more_tables", [])
         firsts = [state["table"]] if self.tables else []
         for opt, sd in zip(self.tables, [*firsts, *more], strict=True):
@@ -212,7 +250,10 @@ def build_optimizer(
     a dict of its keys, a config file's path; anything else is a ConfigError).
 
     masters: parameter name -> fp32 master tensor to optimise instead of the parameter
-    (fp16_master / bf16_master precision).
+    (fp16_master / bf16_master precision; the caller steps them, as `models.step` does).
+    A user's model at a *_master precision given none gets them made here
+    (`MasterWeights.create`): the returned `Optimizers` steps fp32 masters and copies them
+    back into the weights (`Optimizers.masters`), what its trial was priced with.
 
     A user's own model (not autoembed's `EmbeddingModel`): its nn.Embedding / EmbeddingBag /
     autoembed.nn tables by module path (`user_optimizers`, which also binds host_cached
@@ -230,6 +271,8 @@ def build_optimizer(
     if not config.is_resolved:
         config = config.resolve()
     if not isinstance(model, EmbeddingModel):
+        if masters is None and precision_policy(config.precision).master:
+            return _with_masters(model, config)
         return user_optimizers(model, config, masters=masters)
     specs = {s.name: s for s in param_specs(config)}
     # (optimizer, sparse gradients): robe / tt tables get dense gradients under any optimizer
@@ -246,6 +289,25 @@ def build_optimizer(
     if not tables:  # every model has tables
         raise ValueError("the model has no table parameters")
     return _grouped(tables, dense, config)
+
+
+@torch.no_grad()
+def _load_masters(masters: MasterWeights, saved: Mapping[str, torch.Tensor] | None) -> None:
+    """Copy `saved` (name -> fp32 master) into `masters` in place (the optimizers' state is
+    keyed by them), or the weights' values where `saved` is None."""
+    for name, m in masters.items():
+        m.copy_(masters.params[name] if saved is None else saved[name])
+
+
+def _with_masters(model: nn.Module, config: EmbeddingConfig) -> Optimizers:
+    """`user_optimizers` over fp32 masters of `model`'s trained weights, made here and
+    held by the result, which steps them (`Optimizers.masters`)."""
+    from dataclasses import replace
+
+    from autoembed.models.device_precision import MasterWeights
+
+    masters = MasterWeights.create(model)
+    return replace(user_optimizers(model, config, masters=masters.masters), masters=masters)
 
 
 def _embedding_params(value: Any) -> Mapping[str, Any] | None:

@@ -237,13 +237,16 @@ _name._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _written(name: str, args: Any, kwargs: dict[str, Any]) -> Any:
-    """The tensor an op writes into: an in-place op's (or a setter's) first argument, or an
-    ``out=`` tensor (the first DecodedTable among them); None for an op that writes none."""
+    """The tensor an op writes into: an in-place op's (or a setter's) first argument (the
+    first keyword one where none is positional: torch.nn.init's `normal_`, `uniform_`,
+    `constant_`, `kaiming_uniform_` pass theirs as ``tensor=``), or an ``out=`` tensor (the
+    first DecodedTable among them); None for an op that writes none."""
     out = kwargs.get("out")
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if args and (name in _WRITES or name.endswith(" = ...")
-                 or (name.endswith("_") and not name.endswith("__"))):
-        outs.insert(0, args[0])
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    if first is not None and (name in _WRITES or name.endswith(" = ...")
+                              or (name.endswith("_") and not name.endswith("__"))):
+        outs.insert(0, first)
     return next((o for o in outs if isinstance(o, DecodedTable)), None)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, cast
 
@@ -51,7 +52,8 @@ from autoembed.models.user_step import (
 )
 from autoembed.trace.traced import SparseTerms, StepPeak, Trace, step_peak, trace_step
 
-__all__ = ["model_estimate", "on_meta", "CPU_VS_CUDA", "STANDIN_NOTE", "ModelSpec"]
+__all__ = ["model_estimate", "on_meta", "shapes_only", "CPU_VS_CUDA", "STANDIN_NOTE",
+           "ModelSpec"]
 
 # Where a trace on CPU follows other kernels than CUDA would (the figures are CPU's).
 CPU_VS_CUDA = (
@@ -128,8 +130,9 @@ def _user_step(model: ModelSpec, optimizer: OptimizerSpec, precision: str) -> Us
 
 
 def _fake_module(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose parameters and buffers are new (fake) CPU tensors of the same
-    shapes, dtypes and sharing (meta ones included); call under FakeTensorMode."""
+    """A copy of `model` whose parameters, buffers and tensor attributes
+    (`_attribute_tensors`) are new (fake) CPU tensors of the same shapes, dtypes and sharing
+    (meta ones included); call under FakeTensorMode."""
     memo: dict[int, Any] = {}
 
     def fake(t: torch.Tensor) -> None:
@@ -146,7 +149,21 @@ def _fake_module(model: nn.Module) -> nn.Module:
         with host_allocations():  # host memory: not in the device figures
             for t in table.host_tensors().values():
                 fake(t)
+    for t in _attribute_tensors(model):
+        fake(t)
     return copy.deepcopy(model, memo)
+
+
+def _attribute_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors each module holds in plain attributes (neither parameter nor buffer, a
+    list or dict of them included): a module built with real ones is priced as its factory
+    builds them, as fake tensors (deepcopy would copy them as real tensors, which the trace's
+    FakeTensorMode refuses)."""
+    from torch.utils._pytree import tree_leaves
+
+    return [t for m in model.modules() for k, v in vars(m).items()
+            if k not in ("_parameters", "_buffers", "_modules")
+            for t in tree_leaves(v) if isinstance(t, torch.Tensor)]
 
 
 def _cached(model: nn.Module) -> list[tuple[str, Any]]:
@@ -203,9 +220,23 @@ def _call_factory(factory: Callable[[], nn.Module]) -> Any:
 def on_meta(factory: Callable[[], Any]) -> Any:
     """`factory()` on the meta device (nothing allocated), its device moves (`.to(device)`,
     `.cpu()`, `.cuda()`) kept on meta and its dtype conversions done (`_OnMeta`): the model
-    it builds, as shapes and dtypes."""
-    with torch.device("meta"), _OnMeta():
-        return factory()
+    it builds, as shapes and dtypes (`shapes_only` is True meanwhile)."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        with torch.device("meta"), _OnMeta():
+            return factory()
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+_SHAPES_ONLY: ContextVar[bool] = ContextVar("autoembed_shapes_only", default=False)
+
+
+def shapes_only() -> bool:
+    """Whether a model is being built by `on_meta`, for its shapes and dtypes alone (a
+    priced factory's second call): `autoembed.apply` then draws and fits nothing, as on
+    fake tensors, where a model the user built on meta is drawn from its init."""
+    return _SHAPES_ONLY.get()
 
 
 class _OnMeta(TorchFunctionMode):

@@ -35,7 +35,12 @@ assumed and the loop decides itself.
   off, is judged again there. Each optimizer step then reads one weight's dtype, the
   weights in turn (walking all, ~200 of them, would cost ~30 us a step): a model cast
   (`model.to(torch.bfloat16)` after a step) is judged at the next step, a cast of some
-  weights within as many steps as there are weights.
+  weights within as many steps as there are weights. At a `*_master` precision the price
+  has the optimizer step an fp32 master of each weight: an optimizer step of the model's
+  half weight itself (a loop with no masters, which trains the plain half precision) is
+  refused, and an fp32 tensor of a weight's shape that is no weight of the model is taken
+  for its master and checked as the weight is (optimizer state, decay), where the weights
+  of that shape were priced under one optimizer.
 * The model is called: the batch and precision are read by the model's forward hook,
   which `model.forward(x)` (or calling its parts) skips; the first step that moves a
   weight with no forward of the model seen (gradients on) is refused, telling the loop to
@@ -193,6 +198,11 @@ class Fixes:
                   "autoembed.build_optimizer(model, params)")
     decay_on: str = ("set the space's embedding weight_decay to the loop's and decay from "
                      "the first step, or keep it off throughout")
+    # where the loop's param groups decay some weights and not others
+    mixed_decay: str = ("its param groups add a decay to some weights and not to others, and "
+                        "a trial is priced with one weight_decay for all: decay every weight "
+                        "alike, or decouple the decay (AdamW; the space's table_optimizer and "
+                        "dense_optimizer adamw), which adds nothing to the gradient")
     precision: str = ("set the space's embedding precision to what the loop does, or train "
                       "the model in the priced one")
 
@@ -262,6 +272,13 @@ class _Watch:
         rotation = [(w, _dtype(price.dtypes[id(w)])) for _, w in self.judged
                     if id(w) in price.dtypes]
         self.turns = itertools.cycle(rotation) if rotation else None  # a step reads the next
+        self.master = precision_policy(price.precision).master
+        self.masters: dict[int, int] = {}  # id(fp32 master) -> id(its weight): `_claim`
+        self.unclaimed: dict[tuple[int, ...], list[int]] = {}  # shape -> weights, no master
+        for key, q in [*((k, w) for k, (_, _, w) in self.tables.items()),
+                       *((k, w) for k, (_, w) in self.dense.items())]:
+            if self.master and key not in self.frozen:
+                self.unclaimed.setdefault(tuple(q.shape), []).append(key)
 
     def after_step(self, opt: torch.optim.Optimizer, *_: Any) -> None:
         """The optimizer hook: check each weight the first time this optimizer steps it
@@ -295,9 +312,7 @@ class _Watch:
             stepper.l2.append(_adds_decay(group))
         params = group["params"]
         if len(params) > stepper.sizes[i]:
-            stepper.todo += [p for p in params[stepper.sizes[i]:]
-                             if id(p) in self.tables or id(p) in self.dense
-                             or id(p) in self.frozen]
+            stepper.todo += [p for p in params[stepper.sizes[i]:] if self._key(p) is not None]
             stepper.sizes[i] = len(params)
         if (on := _adds_decay(group)) and not stepper.l2[i]:
             self._decay_turned_on(opt, group, stepper)
@@ -309,18 +324,22 @@ class _Watch:
         later one (a switch partway, a new optimizer) no more. False: not stepped yet."""
         if p.grad is None:
             return False
+        key = self.masters.get(id(p), id(p))  # an fp32 master is checked as its weight
         if not self.precision_seen and self.judged:  # a gradient, but no forward seen
-            self._refuse_unseen(opt, p)
-        later = id(p) in self.checked
-        self.checked.add(id(p))
-        if self.probe is None and id(p) not in self.frozen:
-            self.probe = p  # its gradient is read at the next training forward
+            self._refuse_unseen(opt, key)
+        later = key in self.checked
+        self.checked.add(key)
+        if self.probe is None and key not in self.frozen:  # the model's weight, not a master
+            self.probe = p if key == id(p) else (
+                self.tables[key][2] if key in self.tables else self.dense[key][1])
         if id(p) in self.frozen:
             self._refuse_unfrozen(opt, self.frozen.pop(id(p)), p)
-        elif id(p) in self.tables:
-            self._check_state(opt, p, later)
-        elif id(p) in self.dense:
-            self._check_dense(opt, self.dense[id(p)][0], p, later)
+        elif self.master and key == id(p):
+            self._refuse_no_master(opt, p)
+        elif key in self.tables:
+            self._check_state(opt, p, later, key)
+        elif key in self.dense:
+            self._check_dense(opt, self.dense[key][0], p, later)
         return True
 
     def _recheck_dtypes(self) -> None:
@@ -332,20 +351,44 @@ class _Watch:
         if refusal := self._precision(self.autocast):
             self.refuse(refusal)
 
-    def _refuse_unseen(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
-        """`opt` steps `p`, which has a gradient, but no forward of the model with
-        gradients on was seen: the loop calls `model.forward(x)` (or the model's parts),
-        which runs none of the model's hooks, so neither its batch nor its precision can be
-        checked."""
-        what = (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
-                else f"dense parameter '{self.dense[id(p)][0]}'" if id(p) in self.dense
-                else self.frozen[id(p)])
+    def _refuse_unseen(self, opt: torch.optim.Optimizer, key: int) -> None:
+        """`opt` steps the weight `key` (or its fp32 master), which has a gradient, but no
+        forward of the model with gradients on was seen: the loop calls `model.forward(x)`
+        (or the model's parts), which runs none of the model's hooks, so neither its batch
+        nor its precision can be checked."""
+        what = (f"table '{self.tables[key][0]}'" if key in self.tables
+                else f"dense parameter '{self.dense[key][0]}'" if key in self.dense
+                else self.frozen[key])
         self.refuse(
             f"the loop's {type(opt).__name__} steps {what}, which has a gradient, but no "
             "call of the model was seen: the loop calls model.forward(x) (or the model's "
             "parts), which skips the model's hooks, so its batch and precision cannot be "
             "checked against the price; call model(x) in the training step, as the trial "
             "was priced")
+
+    def _key(self, p: torch.Tensor) -> int | None:
+        """The id of the model's weight `p` is, or stands for as its fp32 master
+        (`_claim`); None: neither (a tensor of another model is not checked)."""
+        if id(p) in self.tables or id(p) in self.dense or id(p) in self.frozen:
+            return id(p)
+        return self.masters.get(id(p)) or self._claim(p)
+
+    def _claim(self, p: torch.Tensor) -> int | None:
+        """At a *_master precision, an fp32 tensor the loop steps that is not the model's:
+        the master of the first trainable weight of its shape without one, where every such
+        weight was priced under one optimizer (the state priced for a weight depends on
+        its shape alone, so a master of any of them is checked alike); None otherwise."""
+        import torch
+
+        if not self.master or p.dtype != torch.float32:
+            return None
+        free = self.unclaimed.get(tuple(p.shape), [])
+        priced = {self.tables[k][1] if k in self.tables else f"dense {self.price.dense_optimizer}"
+                  for k in free}
+        if len(priced) != 1:
+            return None
+        self.masters[id(p)] = free.pop(0)
+        return self.masters[id(p)]
 
     def _decay_turned_on(self, opt: torch.optim.Optimizer, group: Mapping[str, Any],
                          stepper: _Stepper) -> None:
@@ -354,14 +397,15 @@ class _Watch:
         without one, is refused (one yet to step is checked at its first step)."""
         waiting = {id(q) for q in stepper.todo}
         for p in group["params"]:
-            if id(p) in waiting or id(p) in self.frozen:
+            key = self.masters.get(id(p), id(p))
+            if id(p) in waiting or key in self.frozen:
                 continue
-            if id(p) in self.tables:
-                path, name, _ = self.tables[id(p)]
+            if key in self.tables:
+                path, name, _ = self.tables[key]
                 what = f"table '{path}'"
-            elif id(p) in self.dense:
+            elif key in self.dense:
                 name = self.price.dense_optimizer
-                what = f"dense parameter '{self.dense[id(p)][0]}'"
+                what = f"dense parameter '{self.dense[key][0]}'"
             else:
                 continue
             if self.price.weight_decay == 0 or name in _NO_L2:
@@ -383,6 +427,24 @@ class _Watch:
             "build(params) return it trainable if train trains it (a loop may freeze it for "
             "a while), or keep it frozen in the loop")
 
+    def _refuse_no_master(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> None:
+        """At a *_master precision the price has the optimizer step an fp32 master copy of
+        each weight (its gradient and state fp32 too); the loop's optimizer steps the
+        model's weight `p` itself, which holds none of them: it trains the plain half
+        precision."""
+        what = (f"table '{self.tables[id(p)][0]}'" if id(p) in self.tables
+                else f"dense parameter '{self.dense[id(p)][0]}'")
+        policy = precision_policy(self.price.precision)
+        plain = policy.name.removesuffix("_master")
+        self.refuse(
+            f"{what}: the loop's {type(opt).__name__} steps its {_name_of(p.dtype)} weights "
+            f"themselves, but the trial was priced at precision '{policy.name}', whose "
+            "optimizer steps an fp32 master copy of each weight (fp32 gradient and state); "
+            f"set the space's embedding precision to '{plain}', what the loop trains, or build "
+            "the loop's optimizer with autoembed.build_optimizer(model, params), which steps "
+            "fp32 masters of the weights (or step fp32 copies in the loop: gradients cast "
+            "up, values copied back)")
+
     def _check_decay(self, opt: torch.optim.Optimizer, p: torch.Tensor, name: str,
                      what: str, later: bool = False) -> None:
         """Whether the loop adds weight decay to `p`'s gradient (an L2 decay: a
@@ -400,13 +462,18 @@ class _Watch:
                                                           if wd else ""))
         how = (" (decoupled: nothing added to the gradient)" if name in _NO_L2 and priced
                else "" if got else copy)
+        fix = self.price.fixes.decay
+        if len({_adds_decay(g) for g in opt.param_groups}) > 1:  # no one weight_decay is it
+            fix = self.price.fixes.mixed_decay
         self.refuse(
             f"{what}: the loop's {type(opt).__name__} {loop}, but the trial was priced with "
-            f"'{name}' at weight_decay {priced:g}{how}; {self.price.fixes.decay}")
+            f"'{name}' at weight_decay {priced:g}{how}; {fix}")
 
-    def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor, later: bool) -> None:
-        """A table's state against its priced `table_optimizer`'s (`priced_state`)."""
-        path, name, _ = self.tables[id(p)]
+    def _check_state(self, opt: torch.optim.Optimizer, p: torch.Tensor, later: bool,
+                     key: int) -> None:
+        """The state of table `key`'s weight `p` (or its fp32 master) against its priced
+        `table_optimizer`'s (`priced_state`)."""
+        path, name, _ = self.tables[key]
         got, want = _state(opt, p), priced_state(name, p)
         if later and got > want:
             self._refuse_later(opt, f"table '{path}'", "table_optimizer", name, p)

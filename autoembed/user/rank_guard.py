@@ -76,7 +76,7 @@ _NO_DECAY = ("a TorchRec trial prices its dense part without weight decay (its s
 SHARDED_FIXES = Fixes(
     dense="set the space's embedding dense_optimizer to what the loop does, or train the "
           "dense part with the priced one",
-    decay=_NO_DECAY, decay_on=_NO_DECAY, precision=_AS_PRICED)
+    decay=_NO_DECAY, decay_on=_NO_DECAY, mixed_decay=_NO_DECAY, precision=_AS_PRICED)
 
 
 def dmp_price(dmp: nn.Module, dense_optimizer: str) -> Price:

@@ -190,13 +190,15 @@ def _start_moments(old: Any, init_weights: Any = None) -> tuple[float, float] | 
     (`nn.draws.table_moments`, padding row left out); on the meta device, what the model's
     init would draw: `init_weights` given (a transformers model's, `_owner_moments`), else
     its `reset_parameters` (torch's nn.Embedding / EmbeddingBag: N(0, 1); a class's own
-    `reset_parameters` run on a CPU copy); fake tensors (a trace): None (nothing is drawn)."""
+    `reset_parameters` run on a CPU copy); fake tensors or a priced factory's call on meta
+    (`shapes_only`): None (nothing is drawn)."""
     from torch._subclasses.fake_tensor import is_fake
 
     from autoembed.nn.draws import DEFAULT, table_moments
+    from autoembed.trace.traced_model import shapes_only
 
     w = old.weight
-    if is_fake(w):
+    if is_fake(w) or shapes_only():
         return None
     pad = getattr(old, "padding_idx", None)
     if not w.is_meta:
@@ -253,11 +255,15 @@ def _new_layer(old: Any, ts: Any, hot_sets: Any, config: Any, from_trained: bool
 
 def _fit(layer: Any, old: Any, name: str) -> None:
     """The new layer's rows fitted to the module's (`fit_to`); on a priced trace (fake
-    tensors: shapes, no values) nothing to fit, as the fit changes values, not bytes."""
+    tensors, or a factory's call on meta for its shapes: `shapes_only`) nothing to fit, as
+    the fit changes values, not bytes."""
     from torch._subclasses.fake_tensor import is_fake
 
     from autoembed.models.compress_init import fit_to
+    from autoembed.trace.traced_model import shapes_only
 
+    if shapes_only():
+        return
     if old.weight.is_meta:
         raise ConfigError(f"config table '{name}': from_trained needs the trained table, and "
                           "this one is on the meta device; load the trained weights first")
