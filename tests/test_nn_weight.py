@@ -166,8 +166,8 @@ def test_a_weight_passed_into_a_compiled_function_reads_its_table() -> None:
     logits, rows = both(layer.weight)  # decoded in the graph
     assert torch.allclose(logits, x @ want.T) and torch.equal(rows, want[IDS])
     (logits.sum() + rows.sum()).backward()
-    assert all(torch.allclose(p.grad, g) for p, g in zip(layer.parameters(), grads,
-                                                         strict=True))
+    for p, g in zip(layer.parameters(), grads, strict=True):  # the sums' order differs:
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-5)  # float32 rounding
     method = torch.compile(lambda w: x @ w.t(), backend="eager", fullgraph=True)
     assert torch.allclose(method(layer.weight.detach()), x @ want.T)
     tied = torch.compile(_Tied(layer), backend="eager", fullgraph=True)  # reads it inside
