@@ -354,3 +354,23 @@ def test_sharding_row_without_gpus_is_refused_not_ignored(
                  "--sharding", "row"]) == 2
     assert capsys.readouterr().err.startswith(
         "autoembed: error: --sharding describes the built-in model; with --model")
+
+
+def test_a_config_train_would_refuse_is_refused_where_it_is_priced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--task ctr --pooling idf` was priced, exit 0, though train and search refuse to
+    build it (idf weighs text documents); so was a file's int4 serving of qr concat's odd
+    half width (its quotient table named first). Both are refused in one line where
+    estimate reads them, as train does."""
+    assert main(["estimate", "--task", "ctr", "--pooling", "idf"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: --pooling = 'idf': weighs the tokens of text documents; use "
+        "pooling mean for task ctr")
+    p = tmp_path / "c.yaml"  # dim 6: qr concat stores 3 columns, which int4 cannot pack
+    p.write_text("task: ctr\ndim: 6\ncompression: qr\nqr_operation: concat\nserving: int4\n"
+                 "tables:\n  - {name: user, vocab_size: 1000}\n")
+    assert main(["estimate", "--config", str(p)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autoembed: error: config key 'dim' = 6: serving int4 packs two values a byte but "
+        "'tables.user.q_weight' has 3 columns (qr concat stores dim/2); use a dim divisible by "
+        "4, serving int8, or another qr_operation")

@@ -7,6 +7,7 @@ so the memory model and the GPU scripts can use it with torch alone.
 
 from __future__ import annotations
 
+from autoembed.config.buildable import check_model_rules
 from autoembed.config.choices import (
     CACHE_POLICIES,
     COMPRESSIONS,
@@ -62,4 +63,5 @@ __all__ = ["COMPRESSIONS", "PRECISIONS", "SERVING", "OPTIMIZERS", "TABLE_ONLY_OP
            "map_bucket_counts", "EmbeddingConfig", "ParamSpec", "PrecisionPolicy",
            "precision_policy", "param_specs", "cache_rows", "storage_rows", "WIDE_PREFIX",
            "load_config", "as_config", "save_config", "config_from_dict", "parse_config_text",
-           "safe_load_yaml", "FP16_MIN_ADAM_EPS", "tower_input_width", "model_key"]
+           "safe_load_yaml", "FP16_MIN_ADAM_EPS", "tower_input_width", "model_key",
+           "check_model_rules"]

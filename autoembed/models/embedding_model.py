@@ -26,11 +26,11 @@ from torch import nn
 from autoembed.batch import Batch
 from autoembed.compression import METHODS, cold_rows, hot_count
 from autoembed.config import (
-    WIDE_PREFIX,
     EmbeddingConfig,
     TableSettings,
     as_config,
     cache_rows,
+    check_model_rules,
     param_specs,
     precision_policy,
     resolved_tables,
@@ -46,12 +46,6 @@ from autoembed.models.tt import TTTable
 
 __all__ = ["EmbeddingModel", "as_device", "build_model", "check_buildable", "loss_fn",
            "torch_dtype"]
-
-# torch's optimizers that take sparse gradients but cannot decay them (torch 2.13): Adagrad
-# raises "weight_decay option is not compatible with sparse gradients", SGD raises
-# "add(sparse, dense) is not supported", SparseAdam has no weight_decay argument.
-_NO_SPARSE_DECAY = ("sgd", "adagrad", "sparse_adam")
-
 
 def torch_dtype(name: str) -> torch.dtype:
     """torch dtype of a PrecisionPolicy dtype name ("float32", "float16", "bfloat16")."""
@@ -87,10 +81,9 @@ def typed_index(device: torch.device | str) -> int | None:
 
 def check_buildable(config: EmbeddingConfig) -> None:
     """Reject, with a ConfigError naming the value and the fix, what `config.validate` lets
-    through but the model or its optimizers cannot do."""
-    if config.pooling == "idf" and config.task != "text":
-        raise ConfigError("config key 'pooling' = 'idf': weighs the tokens of text documents; "
-                          f"use pooling mean for task {config.task}")
+    through but the model or its optimizers cannot do (`config.check_model_rules`, which
+    estimate reads too, and a table name a torch module cannot take)."""
+    check_model_rules(config)
     reserved = nn.ModuleDict()
     for i, ts in enumerate(resolved_tables(config)):
         for part in ts.name.split("."):
@@ -98,23 +91,6 @@ def check_buildable(config: EmbeddingConfig) -> None:
                 raise ConfigError(
                     f"config key 'tables[{i}].name' = {ts.name!r}: '{part}' is a ModuleDict "
                     "attribute and cannot name a torch module; rename the field"
-                )
-        if config.weight_decay > 0 and ts.table_optimizer in _NO_SPARSE_DECAY:
-            key = "table_optimizer" if ts.table_optimizer == config.table_optimizer else (
-                f"tables[{i}].table_optimizer")
-            raise ConfigError(
-                f"config key 'weight_decay' = {config.weight_decay!r}: {key} "
-                f"'{ts.table_optimizer}' takes sparse gradients and cannot apply weight decay; "
-                "set weight_decay 0, or use table_optimizer rowwise_adagrad, adam, adamw or "
-                "momentum"
-            )
-    if config.serving == "int4":
-        for s in param_specs(config):
-            if s.kind == "table" and not s.name.startswith(WIDE_PREFIX) and s.shape[1] % 2:
-                raise ConfigError(
-                    f"config key 'dim' = {config.dim}: serving int4 packs two values a byte but "
-                    f"'{s.name}' has {s.shape[1]} columns (qr concat stores dim/2); use a dim "
-                    "divisible by 4, serving int8, or another qr_operation"
                 )
 
 

@@ -23,6 +23,7 @@ from autoembed.config import (
     FIELD_RULES,
     EmbeddingConfig,
     TableConfig,
+    check_model_rules,
     load_config,
 )
 from autoembed.errors import ConfigError
@@ -236,9 +237,9 @@ def build_config(config_path: Path | None, flags: Mapping[str, Any]) -> Embeddin
     elif base is not None and "pooling_factor" in given:  # the file's tables, each
         kw["tables"] = tuple(replace(t, pooling_factor=given["pooling_factor"])
                              for t in base.tables)
-    if base is None:
-        return EmbeddingConfig(**kw)
-    return replace(base, **kw) if kw else base
+    config = EmbeddingConfig(**kw) if base is None else replace(base, **kw) if kw else base
+    check_model_rules(config)  # what train and search would refuse (models.check_buildable)
+    return config
 
 
 def _with_data_tables(config: EmbeddingConfig) -> EmbeddingConfig:
