@@ -92,7 +92,7 @@ if TYPE_CHECKING:
     from autoembed.user.report import Report
 
 __all__ = ["watch_loop", "watching", "Price", "Fixes", "model_price", "priced_state",
-           "priced_inputs", "named_leaves", "STATE_PER_WEIGHT"]
+           "priced_inputs", "priced_dtypes", "named_leaves", "STATE_PER_WEIGHT"]
 
 # values of optimizer state per table weight ("rowwise_adagrad": one per row instead)
 STATE_PER_WEIGHT = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2,
@@ -245,7 +245,7 @@ def model_price(model: nn.Module, config: EmbeddingConfig) -> Price:
         frozen={id(p): (f"table '{tables[id(p)][0]}'" if id(p) in tables
                         else f"dense parameter '{n}'") for n, p in named if not p.requires_grad},
         dense_optimizer=config.dense_optimizer, weight_decay=config.weight_decay,
-        precision=config.precision, dtypes=_priced_dtypes(model, config.precision))
+        precision=config.precision, dtypes=priced_dtypes(model, config.precision))
 
 
 class _Watch:
@@ -677,7 +677,7 @@ def _name_of(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _priced_dtypes(model: nn.Module, precision: str) -> dict[int, str]:
+def priced_dtypes(model: nn.Module, precision: str) -> dict[int, str]:
     """The dtype each floating parameter of `model` (as built, before the loop) was priced
     in: the precision's parameter dtype where it is a half one (pricing casts the whole
     model to it: `models.user_step.UserStep.build`), else the parameter's own as built

@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from autoembed.user.guard import Fixes, Price, named_leaves, watching
+from autoembed.user.guard import Fixes, Price, named_leaves, priced_dtypes, watching
 
 if TYPE_CHECKING:
     from torch import nn
@@ -91,8 +91,7 @@ def dmp_price(dmp: nn.Module, dense_optimizer: str) -> Price:
         tables={}, dense={id(p): (n, p) for n, p in named if p.requires_grad},
         frozen={id(p): f"dense parameter '{n}'" for n, p in named if not p.requires_grad},
         dense_optimizer=dense_optimizer, weight_decay=0.0, precision=DENSE_PRECISION,
-        dtypes={id(p): str(p.dtype).removeprefix("torch.") for _, p in named
-                if p.is_floating_point()},
+        dtypes=priced_dtypes(dmp, DENSE_PRECISION),  # each as built, as a user model's
         inputs=jagged_inputs, fixes=SHARDED_FIXES)
 
 
